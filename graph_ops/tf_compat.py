@@ -69,3 +69,10 @@ def saveable_classes():
     2.x; both keep it at the same private place."""
     from tensorflow.python.training.saving import saveable_object
     return saveable_object.SaveableObject, saveable_object.SaveSpec
+
+
+def add_control_input(op, before):
+    """Makes the existing op `op` run after the op `before` (Operation._add_control_input: not
+    public API in TensorFlow 1.15 or 2.x; both have it). Used where TensorFlow builds the op
+    (a Saver's reads of a variable) and sok1x must order its own op ahead of it."""
+    op._add_control_input(before)  # pylint: disable=protected-access

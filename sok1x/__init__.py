@@ -31,6 +31,8 @@ _LAZY = {
     "unsorted_segment_sum": "sok1x.graph_ops.sparse_math_ops",
     "deeprec": "sok1x.deeprec",
     "enable_distributed_strategy": "sok1x.deeprec.group_embedding",
+    "enable_group_embedding": "sok1x.deeprec.group_embedding",
+    "sync_to_variables": "sok1x.deeprec.plain_variables",
     "group_embedding_lookup_sparse": "sok1x.deeprec.group_embedding",
     "group_embedding_column_scope": "sok1x.deeprec.group_embedding_columns",
     "Variable": "sok1x.v2.variables",

@@ -47,15 +47,16 @@ def create_handle(layer, table_name, dim, capacity, use_hashtable, init_spec, pl
     return tag(handle, table)
 
 
-def create_graph_handle(table):
+def create_graph_handle(table, fill=None):
     """Creates and returns the handle variable of `table` (an embedding_ops.TableSpec) outside
     any Keras layer, named table.name (which must be unused) at the graph's top level and out of
-    any control-flow or control-dependency context. Its initializer depends on the Init op."""
+    any control-flow or control-dependency context. Its initializer depends on the Init op and
+    runs fill() (when given) once the shard exists."""
     guard.install()
     gate = init_ops.gate()
     scope, _, leaf = table.name.rpartition("/")
     with tf1.init_scope(), tf1.name_scope(scope + "/" if scope else None):
-        handle = tf1.Variable(lambda: embedding_ops.handle_initial_value(table, gate),
+        handle = tf1.Variable(lambda: embedding_ops.handle_initial_value(table, gate, fill),
                               trainable=True, name=leaf, dtype=tf1.float32, use_resource=True)
     if handle.op.name != table.name:
         raise ValueError("the name %s is taken in this graph; sok1x needs it for the handle "

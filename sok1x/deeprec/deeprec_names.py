@@ -6,22 +6,40 @@
     tf.config.experimental.enable_distributed_strategy(strategy="collective")
     ...tf.nn.group_embedding_lookup_sparse(...) / tf.feature_column.group_embedding_column_scope()
 
-install() sets, on the running TensorFlow, the three names DeepRec (a fork of TensorFlow) adds:
+install() sets, on the running TensorFlow, the names DeepRec (a fork of TensorFlow) adds:
 
     tf.nn.group_embedding_lookup_sparse              sok1x.group_embedding_lookup_sparse
     tf.feature_column.group_embedding_column_scope   sok1x.group_embedding_column_scope
     tf.config.experimental.enable_distributed_strategy   sok1x.enable_distributed_strategy
+    tf.config.experimental.enable_group_embedding    (DeepRec's older spelling)
 
-on tf and tf.compat.v1 alike. Importing sok1x patches nothing; only this call does. Named after
+on tf and tf.compat.v1 alike, and the same functions in the internal modules DeepRec's own
+programs and tests import them from (tensorflow.python.ops.embedding_ops,
+tensorflow.python.feature_column.feature_column_v2, tensorflow.python.framework.config). Importing sok1x patches nothing; only this call does. Named after
 what it stands in for: a DeepRec program runs with sok1x's implementations of DeepRec's names.
 """
-from sok1x.deeprec.group_embedding import enable_distributed_strategy, group_embedding_lookup_sparse
+import importlib
+
+from sok1x.deeprec.group_embedding import (enable_distributed_strategy, enable_group_embedding,
+                                           group_embedding_lookup_sparse)
 from sok1x.deeprec.group_embedding_columns import group_embedding_column_scope
 
 INSTALLED_NAMES = (
     ("nn", "group_embedding_lookup_sparse", group_embedding_lookup_sparse),
     ("feature_column", "group_embedding_column_scope", group_embedding_column_scope),
     ("config.experimental", "enable_distributed_strategy", enable_distributed_strategy),
+    ("config.experimental", "enable_group_embedding", enable_group_embedding),
+)
+
+# Internal modules (not public API: set only where the module imports) -> names set there.
+INTERNAL_NAMES = (
+    ("tensorflow.python.ops.embedding_ops", "group_embedding_lookup_sparse",
+     group_embedding_lookup_sparse),
+    ("tensorflow.python.feature_column.feature_column_v2", "group_embedding_column_scope",
+     group_embedding_column_scope),
+    ("tensorflow.python.framework.config", "enable_distributed_strategy",
+     enable_distributed_strategy),
+    ("tensorflow.python.framework.config", "enable_group_embedding", enable_group_embedding),
 )
 
 
@@ -39,11 +57,19 @@ def _modules(path):
 
 
 def install():
-    """Sets DeepRec's three GroupEmbedding names on tf and tf.compat.v1 (idempotent). Returns
-    the dotted names set, e.g. "tf.nn.group_embedding_lookup_sparse"."""
+    """Sets DeepRec's GroupEmbedding names on tf and tf.compat.v1 and in the internal modules
+    DeepRec's programs import (idempotent). Returns the dotted names set, e.g.
+    "tf.nn.group_embedding_lookup_sparse"."""
     installed = []
     for path, name, function in INSTALLED_NAMES:
         for module in _modules(path):
             setattr(module, name, function)
         installed.append("tf.%s.%s" % (path, name))
+    for path, name, function in INTERNAL_NAMES:
+        try:
+            module = importlib.import_module(path)
+        except ImportError:
+            continue
+        setattr(module, name, function)
+        installed.append("%s.%s" % (path, name))
     return installed

@@ -33,7 +33,8 @@ import sys
 from sok1x.graph_ops.embedding_tag import table_of
 from sok1x.graph_ops import pooled_lookup_ops
 from sok1x.graph_ops.tf_compat import tf1
-from sok1x.deeprec.group_embedding import check_combiner, table_handle, table_input
+from sok1x.deeprec.group_embedding import (LOCALIZED, check_combiner, strategy, table_handle,
+                                           table_input)
 from sok1x.common.initializers import spec_from_initializer
 
 _PATCHED = ("embedding_column", "shared_embedding_columns")
@@ -158,8 +159,13 @@ def group_embedding_column_scope(name=None):
     """DeepRec's tf.feature_column.group_embedding_column_scope: embedding columns built inside
     (tf.feature_column.embedding_column, shared_embedding_columns) are sok1x tables, and those
     of one scope passed to one tf.compat.v1.feature_column.input_layer are looked up together
-    in one fused lookup. name: the scope's name (prefix of its tables' names)."""
+    in one fused lookup. name: the scope's name (prefix of its tables' names). Under the
+    "localized" strategy (DeepRec's default, see enable_distributed_strategy) the columns stay
+    TensorFlow's own: each rank looks its variables up itself (data parallel)."""
     group = _Group(name or "group_embedding_column_scope")
+    if strategy() == LOCALIZED:
+        yield group
+        return
     modules = _feature_column_modules()
     saved = [(module, attr, getattr(module, attr))
              for module in modules for attr in _PATCHED if hasattr(module, attr)]
@@ -199,10 +205,6 @@ def _sparse_ids(column, inputs):
     and for mean weights > 0."""
     sparse = column.categorical_column._get_sparse_tensors(inputs)
     ids, weights = sparse.id_tensor, sparse.weight_tensor
-    rank = ids.dense_shape.shape[0]
-    if rank is not None and int(rank) != 2:
-        raise ValueError("group_embedding_column_scope: %s gives ids of rank %d; sok1x groups "
-                         "only [batch, ids] features (rank 2)" % (column.name, int(rank)))
     keep = tf1.greater_equal(ids.values, 0)
     if weights is not None:
         if column.combiner != "sum":
@@ -231,7 +233,8 @@ def _dense_tensor(column, inputs):
         if all(c is not column for c in members):
             members.append(column)
         handles = [_handle(c) for c in members]
-        items = [table_input(*_sparse_ids(c, inputs), combiner=c.combiner) for c in members]
+        items = [table_input(*_sparse_ids(c, inputs), combiner=c.combiner,
+                             where="group_embedding_column_scope: %s" % c.name) for c in members]
         key_limits = [_num_buckets(c.categorical_column) for c in members]
         name = "%s_lookup" % column._sok1x_group.name.replace("/", "_")
         looked_up = pooled_lookup_ops.pooled_lookup([table_of(h) for h in handles], handles,

@@ -83,3 +83,16 @@ def export(table_name, key_limit=None):
                 rows, keys = rows[keys < key_limit], keys[keys < key_limit]
         values = backend.to_host(table.gather(backend.asarray(rows)))
         return keys.astype(np.int64), np.asarray(values, dtype=np.float32).reshape(-1, table.dim)
+
+
+def gather_all(table_name, num_keys):
+    """Collective (host): returns float32 [num_keys, dim], every row of the table on every
+    rank, each rank contributing the rows it holds (a table without a hash table: keys are
+    global rows)."""
+    keys, values = export(table_name, num_keys)
+    with _runtime.entered() as rt:
+        all_keys, _ = rt.host.all_gather_v(keys)
+        all_values, _ = rt.host.all_gather_v(values)
+    table = np.zeros([num_keys, values.shape[1]], np.float32)
+    table[all_keys] = all_values
+    return table

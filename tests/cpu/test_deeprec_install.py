@@ -1,5 +1,6 @@
 """sok1x.deeprec.install() puts DeepRec's GroupEmbedding names on the running TensorFlow, and
-nothing else does: importing sok1x and using its own group names patches nothing (DESIGN D12)."""
+and the internal module names DeepRec's programs import, and nothing else does: importing sok1x
+and using its own group names patches nothing (DESIGN D12)."""
 from without_modules import run_without
 
 _CHECK = """
@@ -10,15 +11,25 @@ names = [(tf.nn, "group_embedding_lookup_sparse"),
          (tf.feature_column, "group_embedding_column_scope"),
          (tf.compat.v1.feature_column, "group_embedding_column_scope"),
          (tf.config.experimental, "enable_distributed_strategy"),
-         (tf.compat.v1.config.experimental, "enable_distributed_strategy")]
+         (tf.compat.v1.config.experimental, "enable_distributed_strategy"),
+         (tf.config.experimental, "enable_group_embedding"),
+         (tf.compat.v1.config.experimental, "enable_group_embedding")]
+from tensorflow.python.ops import embedding_ops
+from tensorflow.python.feature_column import feature_column_v2
+from tensorflow.python.framework import config
+internal = [(embedding_ops, "group_embedding_lookup_sparse"),
+            (feature_column_v2, "group_embedding_column_scope"),
+            (config, "enable_distributed_strategy"), (config, "enable_group_embedding")]
 embedding_column = tf.compat.v1.feature_column.embedding_column
 with sok1x.group_embedding_column_scope("g"):
     pass
 sok1x.group_embedding_lookup_sparse, sok1x.enable_distributed_strategy, sok1x.deeprec
-assert [hasattr(m, n) for m, n in names] == [False] * 6, [hasattr(m, n) for m, n in names]
+sok1x.enable_group_embedding
+assert not any(hasattr(m, n) for m, n in names + internal), [
+    (m.__name__, n) for m, n in names + internal if hasattr(m, n)]
 assert tf.compat.v1.feature_column.embedding_column is embedding_column
 installed = sok1x.deeprec.install()
-assert all(getattr(m, n) is getattr(sok1x, n) for m, n in names)
+assert all(getattr(m, n) is getattr(sok1x, n) for m, n in names + internal)
 assert tf.compat.v1.feature_column.embedding_column is embedding_column
 print(" ".join(installed))
 """
@@ -29,4 +40,9 @@ def test_only_install_patches_tensorflow():
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split() == [
         "tf.nn.group_embedding_lookup_sparse", "tf.feature_column.group_embedding_column_scope",
-        "tf.config.experimental.enable_distributed_strategy"]
+        "tf.config.experimental.enable_distributed_strategy",
+        "tf.config.experimental.enable_group_embedding",
+        "tensorflow.python.ops.embedding_ops.group_embedding_lookup_sparse",
+        "tensorflow.python.feature_column.feature_column_v2.group_embedding_column_scope",
+        "tensorflow.python.framework.config.enable_distributed_strategy",
+        "tensorflow.python.framework.config.enable_group_embedding"]

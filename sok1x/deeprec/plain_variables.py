@@ -1,0 +1,209 @@
+"""A plain tf.Variable passed to a group lookup is its own values (DESIGN D12).
+
+Under the "collective" strategy a plain variable [vocab, dim] is sharded into a sok1x table (row
+i on rank i % world_size) with a small trainable handle variable beside it (`handle_of`), which
+gets the table's gradient. The variable stays the table's face to TensorFlow:
+
+- Rows in: the table takes its rows from the variable itself, each rank its own rows, at the
+  first lookup after the handle's initializer ran (tf.compat.v1.global_variables_initializer
+  runs the variable's own initializer with it, or the one tf.train.init_from_checkpoint gave
+  it) and after a tf.compat.v1.train.Saver restore: never a draw of sok1x's own.
+- Rows out: `sync_to_variables()` (collective) writes every such table back into its variable,
+  and every Saver save does the same before it reads the variable, so a checkpoint or SavedModel
+  holds the trained rows under the variable's own name. Between two of those, the variable
+  itself holds the rows of the last write-back: `sess.run(variable)` wants a sync first.
+"""
+import numpy as np
+
+from sok1x.engine import runtime, shard_rows
+from sok1x.graph_ops import checkpoint_ops, embedding_ops, init_ops
+from sok1x.graph_ops.embedding_tag import table_of
+from sok1x.graph_ops.graph_state import per_graph
+from sok1x.graph_ops.tf_compat import add_control_input, py_func, tf1
+
+_HANDLE_ATTR = "_sok1x_group_handle"
+# Tables (by name) whose rows must be taken from their variable before their next lookup.
+_NEED_ROWS = set()
+
+
+def handle_of(variable):
+    """Returns the sok1x handle variable created beside the plain TF variable `variable` by a
+    group lookup, or None."""
+    return getattr(variable, _HANDLE_ATTR, None)
+
+
+def _plain(graph):
+    """{table name: plain variable} of the tables that stand for plain variables in `graph`."""
+    return per_graph(graph, "plain_variables", dict)
+
+
+def shard_plain_variable(variable, table_handle, unique_table_name):
+    """Returns the sok1x handle standing for the plain TF variable [vocab, dim] `variable`,
+    creating it (and the sharded table, and its Saver hooks) on first use.
+    table_handle(name, dim, vocab, spec, fill) and unique_table_name(base) are the group
+    lookups' (passed in: they live with them)."""
+    handle = handle_of(variable)
+    if handle is not None:
+        return handle
+    shape = variable.shape
+    if shape.ndims != 2 or not shape.is_fully_defined():
+        raise ValueError("group_embedding_lookup_sparse: %s has shape %s; a table must be "
+                         "[vocabulary_size, dim] with both known" % (variable.name, shape))
+    if variable.dtype.base_dtype != tf1.float32:
+        raise ValueError("group_embedding_lookup_sparse: %s holds %s; sok1x tables are float32"
+                         % (variable.name, variable.dtype.base_dtype.name))
+    from sok1x.backend.random_init import make_spec
+    name = unique_table_name(variable.op.name + "/sok1x_shards")
+    handle = table_handle(name, int(shape[1]), int(shape[0]), make_spec("constant", 0.0),
+                          lambda: _NEED_ROWS.add(name))
+    setattr(variable, _HANDLE_ATTR, handle)
+    _plain(handle.graph)[name] = variable
+    _hook_saveable(table_of(handle), variable)
+    return handle
+
+
+def rows_from_variable(handles):
+    """Returns ops, one per handle of a plain variable among `handles`, that (when the table
+    needs it) write this rank's rows of the variable's current value into the table; a lookup
+    made under tf.control_dependencies(these ops) sees the variable's rows. Local, no
+    collective; the variable is read only when its rows are taken."""
+    ops = []
+    for handle in handles:
+        table = table_of(handle)
+        variable = _plain(handle.graph).get(table.name)
+        if variable is None:
+            continue
+        ops.append(_load_rows_op(table, variable))
+    return ops
+
+
+def _load_rows_op(table, variable):
+    num_rows = int(variable.shape[0])
+
+    def needs_rows():
+        return np.bool_(table.name in _NEED_ROWS)
+
+    def load(value):
+        rt = runtime.get()
+        keys = shard_rows.owned_keys("mod", num_rows, rt.rank, rt.size)
+        shard_rows.assign(table.name, keys, np.asarray(value)[keys], key_limit=num_rows)
+        _NEED_ROWS.discard(table.name)
+        return np.int64(len(keys))
+
+    with tf1.name_scope(None):
+        needed = py_func(needs_rows, [], tf1.bool, name="sok1x_table_needs_rows")
+        needed.set_shape([])
+        return tf1.cond(
+            needed,
+            lambda: py_func(load, [variable.read_value()], tf1.int64, name="sok1x_rows_in"),
+            lambda: tf1.constant(0, tf1.int64)).op
+
+
+def _gathered_rows(tables_and_sizes, what):
+    """A py_func returning every row of each table on every rank (collective, one op so every
+    rank gathers the tables in one order)."""
+    ensure_up = init_ops.bring_up_on_first_use()
+
+    def run():
+        ensure_up()
+        from sok1x.engine import checkpoint
+        checkpoint.meet(what, checkpoint_ops.timeout())
+        return [shard_rows.gather_all(name, size) for name, size in tables_and_sizes]
+    return py_func(run, [], [tf1.float32] * len(tables_and_sizes), name="sok1x_rows_out")
+
+
+def _write_back(pairs, what, after=()):
+    """Op writing each (table name, variable) table back into its variable (collective), run
+    after the ops `after`."""
+    with tf1.name_scope(None), tf1.control_dependencies(None):
+        with tf1.control_dependencies(list(after)):
+            rows = _gathered_rows([(name, int(v.shape[0])) for name, v in pairs], what)
+        assigns = []
+        for tensor, (_, variable) in zip(rows, pairs):
+            tensor.set_shape(variable.shape)
+            assigns.append(variable.assign(tensor, read_value=False))
+        return tf1.group(*assigns, name="sok1x_sync_to_variables")
+
+
+def sync_to_variables(variables=None):
+    """Returns an op (graph mode) that writes the tables sok1x keeps for plain tf.Variables
+    passed to group lookups back into those variables (all of the graph's, or those in
+    `variables`), so `sess.run(variable)`, `tf.nn.embedding_lookup(variable, ...)` or an export
+    see the trained rows. Collective: every rank runs it in the same step. Costs one all-gather
+    of each table (every row crosses to every rank once). Savers do it by themselves."""
+    graph = tf1.get_default_graph()
+    plain = sorted(_plain(graph).items())
+    if variables is not None:
+        wanted = [v for v in (variables if isinstance(variables, (list, tuple)) else [variables])]
+        for variable in wanted:
+            if handle_of(variable) is None:
+                raise ValueError("sync_to_variables: %s was never passed to a group lookup; "
+                                 "only those have a sok1x table to write back"
+                                 % getattr(variable, "name", variable))
+        plain = [(name, v) for name, v in plain if any(v is w for w in wanted)]
+    if not plain:
+        return tf1.no_op(name="sok1x_sync_to_variables")
+    return _write_back(plain, "sync_to_variables")
+
+
+def _hook_saveable(table, variable):
+    """Wraps the table's SaveableObject (checkpoint_ops) so that a Saver writes the table back
+    into `variable` before it reads the variable to save it, and takes the table's rows from the
+    variable again after a restore."""
+    collection = tf1.get_collection_ref(tf1.GraphKeys.SAVEABLE_OBJECTS)
+    for index, saveable in enumerate(collection):
+        if getattr(saveable, "name", None) == "%s/sok1x_table" % table.name:
+            collection[index] = _SyncingSaveable(saveable, table, variable)
+            return
+
+
+class _SyncingSaveable(object):
+    """Stands in for a table's saveable: same name and specs; see _hook_saveable."""
+
+    def __new__(cls, inner, table, variable):
+        base = type(inner)
+
+        class Syncing(base):
+            def __init__(self):  # noqa: N807 (no base __init__: the inner one's state is taken)
+                self.__dict__.update(inner.__dict__)
+                self._write_backs = {}
+                spec = self.specs[0]
+                inner_tensor = spec._tensor
+
+                def tensor():
+                    data = inner_tensor() if callable(inner_tensor) else inner_tensor
+                    # After the table's own save (same order on every rank), rows go back.
+                    sync = _write_back([(table.name, variable)], "saving " + variable.name,
+                                       after=[data.op])
+                    self._write_backs[_saver_scope()] = sync
+                    with tf1.control_dependencies([sync]):
+                        return tf1.identity(data)
+                spec._tensor = tensor
+
+            def restore(self, restored_tensors, restored_shapes):
+                scope = _saver_scope()
+                sync = self._write_backs.get(scope)
+                if sync is not None:
+                    _order_variable_reads_after(variable, scope, sync)
+                done = base.restore(self, restored_tensors, restored_shapes)
+                with tf1.control_dependencies([done]), tf1.name_scope(None):
+                    return py_func(lambda: _NEED_ROWS.add(table.name) or np.int64(0), [],
+                                   tf1.int64, name="sok1x_rows_from_restored_variable").op
+        return Syncing()
+
+
+def _saver_scope():
+    """The top name scope of the Saver being built ("save", "save_1", ...)."""
+    return tf1.get_default_graph().get_name_scope().split("/")[0]
+
+
+def _order_variable_reads_after(variable, scope, sync):
+    """Makes the Saver built in name scope `scope` read `variable` after `sync`: its reads of a
+    resource variable, and its save ops (which read a reference variable themselves)."""
+    handle = getattr(variable, "handle", None)
+    for op in tf1.get_default_graph().get_operations():
+        if not op.name.startswith(scope + "/"):
+            continue
+        reads = op.type == "ReadVariableOp" and op.inputs and op.inputs[0] is handle
+        if reads or op.type in ("SaveV2", "SaveSlices", "Save"):
+            add_control_input(op, sync)
