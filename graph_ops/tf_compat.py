@@ -71,8 +71,8 @@ def saveable_classes():
     return saveable_object.SaveableObject, saveable_object.SaveSpec
 
 
-def add_control_input(op, before):
-    """Makes the existing op `op` run after the op `before` (Operation._add_control_input: not
-    public API in TensorFlow 1.15 or 2.x; both have it). Used where TensorFlow builds the op
-    (a Saver's reads of a variable) and sok1x must order its own op ahead of it."""
-    op._add_control_input(before)  # pylint: disable=protected-access
+def replace_input(op, index, tensor):
+    """Makes the existing op `op` take `tensor` as its input `index` (Operation._update_input:
+    not public API in TensorFlow 1.15 or 2.x; both have it). Used where TensorFlow built the op
+    (a Saver's save op) and sok1x must give it a value read after its own op."""
+    op._update_input(index, tensor)  # pylint: disable=protected-access

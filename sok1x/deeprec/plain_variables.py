@@ -19,7 +19,7 @@ from sok1x.engine import runtime, shard_rows
 from sok1x.graph_ops import checkpoint_ops, embedding_ops, init_ops
 from sok1x.graph_ops.embedding_tag import table_of
 from sok1x.graph_ops.graph_state import per_graph
-from sok1x.graph_ops.tf_compat import add_control_input, py_func, tf1
+from sok1x.graph_ops.tf_compat import py_func, replace_input, tf1
 
 _HANDLE_ATTR = "_sok1x_group_handle"
 # Tables (by name) whose rows must be taken from their variable before their next lookup.
@@ -198,12 +198,22 @@ def _saver_scope():
 
 
 def _order_variable_reads_after(variable, scope, sync):
-    """Makes the Saver built in name scope `scope` read `variable` after `sync`: its reads of a
-    resource variable, and its save ops (which read a reference variable themselves)."""
-    handle = getattr(variable, "handle", None)
+    """Makes the save ops of the Saver built in name scope `scope` read `variable` after `sync`:
+    their input that is the variable's value becomes a read made after it (the Saver reads
+    the variable's cached read op, which other reads share and must not wait on a collective)."""
+    value = variable.value()
     for op in tf1.get_default_graph().get_operations():
-        if not op.name.startswith(scope + "/"):
+        if not op.name.startswith(scope + "/") or op.type not in ("SaveV2", "SaveSlices", "Save"):
             continue
-        reads = op.type == "ReadVariableOp" and op.inputs and op.inputs[0] is handle
-        if reads or op.type in ("SaveV2", "SaveSlices", "Save"):
-            add_control_input(op, sync)
+        for index, tensor in enumerate(op.inputs):
+            if tensor is value or _reads(tensor, variable):
+                with tf1.name_scope(None), tf1.control_dependencies([sync]):
+                    replace_input(op, index, tf1.identity(variable.read_value(),
+                                                          name="sok1x_synced_read"))
+
+
+def _reads(tensor, variable):
+    """True if `tensor` is a plain read of resource variable `variable`."""
+    handle = getattr(variable, "handle", None)
+    return (handle is not None and tensor.op.type == "ReadVariableOp"
+            and tensor.op.inputs[0] is handle)

@@ -1,0 +1,222 @@
+"""A plain tf.Variable passed to a group lookup is its own values (DESIGN D12), against stock
+TensorFlow on the same variables: the rows looked up are the variable's own (array, constant,
+seeded random, tf.train.init_from_checkpoint), training then sok1x.sync_to_variables() or a
+Saver save leave the trained rows in the variable and the checkpoint (what stock TensorFlow's
+Adagrad gives on the whole batch), a Saver restore is what the table then holds; DeepRec's
+localized strategy looks the variables up with TensorFlow on each rank."""
+import os
+import tempfile
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+from tf_support import session, tf1
+
+import sok1x
+
+GLOBAL_BATCH = 8
+VOCAB, DIM = 13, 3
+STEPS = 3
+
+
+@pytest.fixture(autouse=True)
+def collective():
+    sok1x.enable_distributed_strategy("collective", backend="cpu")
+    yield
+    sok1x.enable_distributed_strategy("collective")
+
+
+def global_ids(seed):
+    """(indices, ids) of a [GLOBAL_BATCH, 3] batch, equal on every rank, the last row not
+    empty (tf.nn.embedding_lookup_sparse drops trailing empty rows)."""
+    rng = np.random.default_rng(seed)
+    counts = rng.integers(0, 4, size=GLOBAL_BATCH)
+    counts[-1] = max(counts[-1], 1)
+    indices = np.array([[r, c] for r in range(GLOBAL_BATCH) for c in range(counts[r])],
+                       np.int64)
+    return indices, rng.integers(0, VOCAB, size=len(indices)).astype(np.int64)
+
+
+def local_ids(batch, rank, size):
+    indices, ids = batch
+    per = GLOBAL_BATCH // size
+    mine = (indices[:, 0] >= rank * per) & (indices[:, 0] < (rank + 1) * per)
+    return tf1.SparseTensor(indices[mine] - [rank * per, 0], ids[mine], [per, 3])
+
+
+def table_variable(kind, name="table"):
+    rows = np.arange(VOCAB * DIM, dtype=np.float32).reshape(VOCAB, DIM) / 10.0 - 1.0
+    if kind == "array":
+        return tf1.get_variable(name, initializer=rows)
+    if kind == "constant":
+        return tf1.get_variable(name, [VOCAB, DIM], initializer=tf1.constant_initializer(0.5))
+    if kind == "seeded_normal":
+        return tf1.get_variable(name, [VOCAB, DIM],
+                                initializer=tf1.random_normal_initializer(seed=5))
+    return tf1.get_variable(name, [VOCAB, DIM])  # glorot_uniform, seeded by the graph below
+
+
+@pytest.mark.parametrize("kind", ["array", "constant", "seeded_normal", "glorot_graph_seed"])
+def test_rows_looked_up_are_the_variables_own(world, kind):
+    rank, size = world
+    batch = global_ids(1)
+    with tf1.Graph().as_default() as graph:
+        tf1.set_random_seed(11)
+        table = table_variable(kind)
+        ids = local_ids(batch, rank, size)
+        out, = sok1x.group_embedding_lookup_sparse([table], [ids], ["sum"])
+        stock = tf1.nn.embedding_lookup_sparse(table, ids, None, combiner="sum")
+        with session(graph) as sess:
+            sess.run(tf1.global_variables_initializer())
+            got, want = sess.run([out, stock])
+    np.testing.assert_allclose(got[:want.shape[0]], want, rtol=1e-6, atol=1e-6)
+
+
+def training_graph(rank, size, batches, use_resource=True):
+    """A model on one plain variable trained by Adagrad through a group lookup; returns
+    (table, train op, feeds of each step)."""
+    with tf1.variable_scope("model", use_resource=use_resource):
+        table = table_variable("array", "table")
+    coefficient = np.linspace(-1.0, 1.0, GLOBAL_BATCH * DIM, dtype=np.float32).reshape(
+        GLOBAL_BATCH, DIM)
+    per = GLOBAL_BATCH // size
+    ids = tf1.sparse_placeholder(tf1.int64)  # no shape: the usual TF1 feed
+    out, = sok1x.group_embedding_lookup_sparse([table], [ids], ["mean"])
+    loss = tf1.reduce_sum(out * coefficient[rank * per:(rank + 1) * per])
+    train = tf1.train.AdagradOptimizer(0.3).minimize(loss)
+    feeds = []
+    for indices, values in batches:
+        mine = (indices[:, 0] >= rank * per) & (indices[:, 0] < (rank + 1) * per)
+        feeds.append({ids: tf1.SparseTensorValue(indices[mine] - [rank * per, 0], values[mine],
+                                                 [per, 3])})
+    return table, train, feeds
+
+
+def stock_trained_rows(batches):
+    """The rows stock TensorFlow's Adagrad gives the same model on the whole batch."""
+    coefficient = np.linspace(-1.0, 1.0, GLOBAL_BATCH * DIM, dtype=np.float32).reshape(
+        GLOBAL_BATCH, DIM)
+    with tf1.Graph().as_default() as graph:
+        table = table_variable("array", "model/table")
+        ids = tf1.sparse_placeholder(tf1.int64)
+        out = tf1.nn.embedding_lookup_sparse(table, ids, None, combiner="mean")
+        loss = tf1.reduce_sum(out * tf1.constant(coefficient)[:tf1.shape(out)[0]])
+        train = tf1.train.AdagradOptimizer(0.3).minimize(loss)
+        with session(graph) as sess:
+            sess.run(tf1.global_variables_initializer())
+            for indices, values in batches:
+                sess.run(train, {ids: tf1.SparseTensorValue(indices, values, [GLOBAL_BATCH, 3])})
+            return sess.run(table)
+
+
+def rank_dir():
+    """A fresh directory of this rank's (each rank saves its own checkpoint)."""
+    return tempfile.mkdtemp(prefix="sok1x_plain_r%d_" % MPI.COMM_WORLD.Get_rank())
+
+
+@pytest.mark.parametrize("use_resource", [True, False], ids=["resource", "ref"])
+def test_trained_rows_reach_the_variable_and_the_checkpoint_as_stock_tf(world, use_resource):
+    rank, size = world
+    batches = [global_ids(10 + step) for step in range(STEPS)]
+    want = stock_trained_rows(batches)
+    prefix = os.path.join(rank_dir(), "model.ckpt")
+    with tf1.Graph().as_default() as graph:
+        table, train, feeds = training_graph(rank, size, batches, use_resource)
+        sync = sok1x.sync_to_variables()
+        saver = tf1.train.Saver()
+        with session(graph) as sess:
+            sess.run(tf1.global_variables_initializer())
+            initial = sess.run(table)
+            for feed in feeds:
+                sess.run(train, feed)
+            # until a sync or a save the variable holds the rows of the last write-back
+            np.testing.assert_allclose(sess.run(table), initial)
+            saver.save(sess, prefix)  # writes the table back first
+            np.testing.assert_allclose(sess.run(table), want, rtol=1e-5, atol=1e-6)
+            sess.run(table.assign(np.zeros([VOCAB, DIM], np.float32)))
+            sess.run(sync)
+            np.testing.assert_allclose(sess.run(table), want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(tf1.train.load_variable(prefix, "model/table"), want,
+                               rtol=1e-5, atol=1e-6)
+
+
+def test_a_restore_is_what_the_table_then_holds(world):
+    rank, size = world
+    batches = [global_ids(20 + step) for step in range(STEPS)]
+    want = stock_trained_rows(batches)
+    prefix = os.path.join(rank_dir(), "model.ckpt")
+    probe = global_ids(99)
+    with tf1.Graph().as_default() as graph:
+        table, train, feeds = training_graph(rank, size, batches)
+        saver = tf1.train.Saver()
+        with session(graph) as sess:
+            sess.run(tf1.global_variables_initializer())
+            for feed in feeds:
+                sess.run(train, feed)
+            saver.save(sess, prefix)
+    with tf1.Graph().as_default() as graph:
+        table, train, feeds = training_graph(rank, size, batches[:1])
+        ids = local_ids(probe, rank, size)
+        out, = sok1x.group_embedding_lookup_sparse([table], [ids], ["sum"])
+        saver = tf1.train.Saver()
+        with session(graph) as sess:
+            sess.run(tf1.global_variables_initializer())
+            sess.run(train, feeds[0])  # rows that the restore must replace
+            saver.restore(sess, prefix)
+            got = sess.run(out)
+    with tf1.Graph().as_default() as graph:
+        stock = tf1.nn.embedding_lookup_sparse(tf1.constant(want), local_ids(probe, rank, size),
+                                               None, combiner="sum")
+        with session(graph) as sess:
+            expected = sess.run(stock)
+    np.testing.assert_allclose(got[:expected.shape[0]], expected, rtol=1e-5, atol=1e-6)
+
+
+def test_init_from_checkpoint_gives_the_table_the_checkpoints_rows(world):
+    rank, size = world
+    rows = np.random.default_rng(4).normal(size=(VOCAB, DIM)).astype(np.float32)
+    prefix = os.path.join(rank_dir(), "stock.ckpt")
+    with tf1.Graph().as_default() as graph:
+        stock_table = tf1.get_variable("pretrained/emb", initializer=rows)
+        with session(graph) as sess:
+            sess.run(stock_table.initializer)
+            tf1.train.Saver([stock_table]).save(sess, prefix)
+    batch = global_ids(3)
+    with tf1.Graph().as_default() as graph:
+        table = tf1.get_variable("model/emb", [VOCAB, DIM])
+        ids = local_ids(batch, rank, size)
+        out, = sok1x.group_embedding_lookup_sparse([table], [ids], ["mean"])
+        tf1.train.init_from_checkpoint(prefix, {"pretrained/": "model/"})
+        stock = tf1.nn.embedding_lookup_sparse(tf1.constant(rows), ids, None, combiner="mean")
+        with session(graph) as sess:
+            sess.run(tf1.global_variables_initializer())
+            got, want = sess.run([out, stock])
+    np.testing.assert_allclose(got[:want.shape[0]], want, rtol=1e-6, atol=1e-6)
+
+
+def test_sync_to_variables_names_variables_without_a_table():
+    with tf1.Graph().as_default():
+        table = tf1.get_variable("lonely", [4, 2])
+        with pytest.raises(ValueError, match="lonely.*never passed to a group lookup"):
+            sok1x.sync_to_variables([table])
+
+
+def test_localized_strategy_looks_variables_up_with_tensorflow_on_each_rank(world):
+    rank, size = world
+    sok1x.enable_group_embedding(fusion_type="localized")
+    batch = global_ids(5)
+    with tf1.Graph().as_default() as graph:
+        table = table_variable("seeded_normal")
+        ids = local_ids(batch, rank, size)
+        weights = tf1.SparseTensor(ids.indices, tf1.ones_like(ids.values, tf1.float32) * 2.0,
+                                   ids.dense_shape)
+        out, = sok1x.group_embedding_lookup_sparse([table], [ids], ["mean"], sp_weights=[weights])
+        stock = tf1.nn.embedding_lookup_sparse(table, ids, weights, combiner="mean")
+        grad, = tf1.gradients(tf1.reduce_sum(out), [table])
+        assert isinstance(grad, tf1.IndexedSlices)
+        assert sok1x.deeprec.group_embedding.handle_of(table) is None
+        with session(graph) as sess:
+            sess.run(tf1.global_variables_initializer())
+            got, want = sess.run([out, stock])
+    np.testing.assert_allclose(got[:want.shape[0]], want, rtol=1e-6, atol=1e-6)
+    assert np.all(got[want.shape[0]:] == 0)
