@@ -32,16 +32,18 @@ def create_table_now(table, replace=False):
                      replace, placement=table.placement, dynamic=table.dynamic)
 
 
-def handle_initial_value(table, init_gate, fill=None):
+def handle_initial_value(table, init_gate, fill=None, fill_inputs=()):
     """Returns the handle variable's initial value, float32 [1]; evaluating it brings sok1x up
-    (through `init_gate`, the graph's Init op) and creates the shard; fill(), when given, then
-    writes this rank's initial rows (sok1x.Variable with an array)."""
-    def run(_world_size):
+    (through `init_gate`, the graph's Init op) and creates the shard; fill(*values of
+    fill_inputs), when given, then writes this rank's initial rows (sok1x.Variable with an
+    array or a computed tensor)."""
+    def run(_world_size, *values):
         create_table_now(table, replace=True)
         if fill is not None:
-            fill()
+            fill(*values)
         return np.zeros([1], np.float32)
-    value = py_func(run, [init_gate], tf1.float32, name="sok1x_create_table")
+    value = py_func(run, [init_gate] + list(fill_inputs), tf1.float32,
+                    name="sok1x_create_table")
     value.set_shape([1])
     return value
 

@@ -18,6 +18,9 @@ class _InitState:
     def __init__(self):
         self.options = None
         self.op = None
+        # SOK v2 programs may never call sok.init() in graph mode: their variables bring sok1x
+        # up with its defaults (allow_default_init).
+        self.default_allowed = False
 
 
 def _state(graph):
@@ -26,6 +29,8 @@ def _state(graph):
 
 def _bring_up(state):
     def run():
+        if state.options is None and not runtime.is_initialized() and state.default_allowed:
+            runtime.init()
         if state.options is None and not runtime.is_initialized():
             raise NotInitializedError(
                 "sok1x variables are being initialized, but sok1x.Init() was never called in "
@@ -60,7 +65,16 @@ def bring_up_on_first_use(graph=None):
     def ensure():
         if state.options is not None and not runtime.is_initialized():
             runtime.init(**state.options)
+        elif state.default_allowed and not runtime.is_initialized():
+            runtime.init()
     return ensure
+
+
+def allow_default_init(graph=None):
+    """Lets the graph's Init op and first communicating ops bring sok1x up with its default
+    options when the program never calls sok1x.Init() or sok1x.init() (SOK v2 programs in graph
+    mode: their variables and lookups work without it). Collective, as sok1x.init()."""
+    _state(graph or tf1.get_default_graph()).default_allowed = True
 
 
 def init_op(**options):

@@ -41,11 +41,16 @@ _LAZY = {
     "OptimizerWrapper": "sok1x.v2.optimizer_wrapper",
     "export": "sok1x.v2.shard_access",
     "assign": "sok1x.v2.shard_access",
-    "sparse_read_and_evict": "sok1x.v2.shard_access",
+    "sparse_read_and_evict": "sok1x.v2.sok_names",
+    "all2all_dense_embedding": "sok1x.v2.sok_names",
+    "filter_variables": "sok1x.v2.sok_names",
+    "SGD": "sok1x.v2.sok_names",
     "dump": "sok1x.v2.checkpoint_api",
     "load": "sok1x.v2.checkpoint_api",
     "incremental_model_dump": "sok1x.v2.checkpoint_api",
     "Saver": "sok1x.v1.saver",
+    "kit_lib": "sok1x.kit_lib",
+    "tf_version": "sok1x.kit_lib",
 }
 
 

@@ -14,7 +14,7 @@ from sok1x.optimizers import guard
 
 
 def create_handle(layer, table_name, dim, capacity, use_hashtable, init_spec, placement="mod",
-                  fill=None, trainable=True, dynamic=None):
+                  fill=None, trainable=True, dynamic=None, fill_inputs=()):
     """Adds the handle variable to Keras `layer` and returns it, tagged with its TableSpec.
     Its initializer depends on the graph's Init op and creates this rank's shard, then runs
     fill() (writes this rank's initial rows) when given. layer=None makes a free-standing
@@ -35,7 +35,7 @@ def create_handle(layer, table_name, dim, capacity, use_hashtable, init_spec, pl
         gate = init_ops.gate()
 
         def initial_value(shape=None, dtype=None, **_):
-            return embedding_ops.handle_initial_value(table, gate, fill)
+            return embedding_ops.handle_initial_value(table, gate, fill, fill_inputs)
 
         if layer is None:
             handle = tf1.Variable(initial_value, trainable=trainable, use_resource=True,

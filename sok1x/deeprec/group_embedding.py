@@ -20,14 +20,13 @@ from sok1x.engine import runtime
 from sok1x.graph_ops import embedding_ops, pooled_lookup_ops
 from sok1x.graph_ops.graph_state import per_graph
 from sok1x.graph_ops.tf_compat import tf1
+from sok1x.optimizers.scope import mark_without_scope
 
 COLLECTIVE, LOCALIZED = "collective", "localized"
 STRATEGIES = (COLLECTIVE, LOCALIZED)
 COMBINERS = ("sum", "mean")
 # DeepRec's default strategy when the program enables none.
 _strategy = [LOCALIZED]
-# Handles the group front doors make: native optimizers update them without OptimizerScope.
-WITHOUT_SCOPE_ATTR = "_sok1x_without_optimizer_scope"
 
 
 def enable_distributed_strategy(strategy="collective", **init_options):
@@ -66,12 +65,6 @@ def world_size():
         return runtime.get().size
     from sok1x.comm.process_group import import_mpi
     return import_mpi().COMM_WORLD.Get_size()
-
-
-def mark_without_scope(handle):
-    """Lets supported native optimizers update `handle` outside sok1x.OptimizerScope."""
-    setattr(handle, WITHOUT_SCOPE_ATTR, True)
-    return handle
 
 
 def table_handle(table_name, dim, vocabulary_size, init_spec, fill=None):

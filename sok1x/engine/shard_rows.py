@@ -85,14 +85,20 @@ def export(table_name, key_limit=None):
         return keys.astype(np.int64), np.asarray(values, dtype=np.float32).reshape(-1, table.dim)
 
 
-def gather_all(table_name, num_keys):
-    """Collective (host): returns float32 [num_keys, dim], every row of the table on every
-    rank, each rank contributing the rows it holds (a table without a hash table: keys are
-    global rows)."""
-    keys, values = export(table_name, num_keys)
+def gather_rows(table_name, key_limit=None):
+    """Collective (host): returns host (keys int64 [n], values float32 [n, dim]) of every row
+    of the table on every rank, in rank order (each rank's rows as export() gives them)."""
+    keys, values = export(table_name, key_limit)
     with _runtime.entered() as rt:
         all_keys, _ = rt.host.all_gather_v(keys)
         all_values, _ = rt.host.all_gather_v(values)
+    return all_keys, all_values
+
+
+def gather_all(table_name, num_keys):
+    """Collective (host): returns float32 [num_keys, dim], every row of a table without a hash
+    table (keys are its global rows) on every rank."""
+    keys, values = gather_rows(table_name, num_keys)
     table = np.zeros([num_keys, values.shape[1]], np.float32)
-    table[all_keys] = all_values
+    table[keys] = values
     return table

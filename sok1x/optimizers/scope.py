@@ -37,10 +37,20 @@ class OptimizerScope:
         return False
 
 
+_WITHOUT_SCOPE_ATTR = "_sok1x_without_optimizer_scope"
+
+
+def mark_without_scope(handle):
+    """Lets supported native optimizers update `handle` outside OptimizerScope: the handles of
+    DeepRec's group front doors and of SOK v2's variables, whose programs apply native
+    optimizers to them directly. Returns handle."""
+    setattr(handle, _WITHOUT_SCOPE_ATTR, True)
+    return handle
+
+
 def covers(variable):
     """True if an active OptimizerScope was given the embedding variable `variable`, or it is a
-    handle of DeepRec's group front doors (sok1x.group_embedding), whose programs know no
-    OptimizerScope."""
-    if getattr(variable, "_sok1x_without_optimizer_scope", False):
+    handle marked by mark_without_scope()."""
+    if getattr(variable, _WITHOUT_SCOPE_ATTR, False):
         return True
     return any(v is variable for scope in _active_scopes for v in scope.embedding_variables)

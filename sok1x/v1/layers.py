@@ -4,14 +4,29 @@ from sok1x.graph_ops.embedding_tag import table_of
 from sok1x.graph_ops import embedding_ops
 from sok1x.graph_ops.tf_compat import keras, layer_compute_dtype, tf1
 from sok1x.common.initializers import spec_from_initializer
+from sok1x.v1 import sok_files
 
-_KEY_DTYPES = (tf1.int64, tf1.int32)
+_KEY_DTYPES = (tf1.int64, tf1.int32, tf1.uint32)
 _OUTPUT_DTYPES = (tf1.float32, tf1.float16, tf1.bfloat16)
 
 
 def _check_key_dtype(layer, key_dtype):
+    """Returns the layer's key dtype (None: int64); raises ValueError for one SOK lacks."""
+    if key_dtype is None:
+        return tf1.int64
     if key_dtype not in _KEY_DTYPES:
-        raise ValueError("%s: key_dtype must be tf.int64 or tf.int32, got %r" % (layer, key_dtype))
+        raise ValueError("%s: key_dtype must be tf.int64, tf.int32 or tf.uint32, got %r"
+                         % (layer, key_dtype))
+    return tf1.as_dtype(key_dtype)
+
+
+def _engine_keys(layer, keys):
+    """The layer's int keys as the engine takes them (uint32 widened to int64); raises
+    ValueError naming the layer for another dtype."""
+    if keys.dtype not in _KEY_DTYPES:
+        raise ValueError("%s: keys must be int64, int32 or uint32, got %s" % (layer.name,
+                                                                             keys.dtype))
+    return tf1.cast(keys, tf1.int64) if keys.dtype == tf1.uint32 else keys
 
 
 def _check_positive(layer, **values):
@@ -26,7 +41,7 @@ def _set_up_table(layer, max_vocabulary_size_per_gpu, embedding_vec_size, use_ha
     (layer.var); raises ValueError naming the layer."""
     _check_positive(layer.name, max_vocabulary_size_per_gpu=max_vocabulary_size_per_gpu,
                     embedding_vec_size=embedding_vec_size)
-    _check_key_dtype(layer.name, key_dtype)
+    key_dtype = _check_key_dtype(layer.name, key_dtype)
     layer.max_vocabulary_size_per_gpu = int(max_vocabulary_size_per_gpu)
     layer.embedding_vec_size = int(embedding_vec_size)
     layer.use_hashtable = bool(use_hashtable)
@@ -39,6 +54,8 @@ def _set_up_table(layer, max_vocabulary_size_per_gpu, embedding_vec_size, use_ha
     layer.var = create_handle(layer, layer.name + "/EmbeddingVariable", layer.embedding_vec_size,
                               layer.max_vocabulary_size_per_gpu, layer.use_hashtable,
                               layer.init_spec)
+    layer.var.m_var_name = sok_files.m_var_name(layer.var)  # SOK v1's name (its dump files')
+    layer.var.sok1x_key_dtype = key_dtype.name
 
 
 def _in_compute_dtype(layer, outputs):
@@ -79,9 +96,7 @@ class All2AllDenseEmbedding(keras.layers.Layer):
 
     def call(self, inputs, training=True):
         """inputs: int keys; training: Python bool (False: unknown keys give zero vectors)."""
-        keys = tf1.convert_to_tensor(inputs)
-        if keys.dtype not in _KEY_DTYPES:
-            raise ValueError("%s: keys must be int64 or int32, got %s" % (self.name, keys.dtype))
+        keys = _engine_keys(self, tf1.convert_to_tensor(inputs))
         row_shape = None
         if not self.dynamic_input:
             expected = [self.slot_num, self.nnz_per_slot]
@@ -129,9 +144,8 @@ class DistributedEmbedding(keras.layers.Layer):
         if not isinstance(inputs, tf1.SparseTensor):
             raise ValueError("%s: input must be a tf.SparseTensor of keys, got %r"
                              % (self.name, type(inputs).__name__))
-        if inputs.values.dtype not in _KEY_DTYPES:
-            raise ValueError("%s: keys must be int64 or int32, got %s"
-                             % (self.name, inputs.values.dtype))
+        inputs = tf1.SparseTensor(inputs.indices, _engine_keys(self, inputs.values),
+                                  inputs.dense_shape)
         return _in_compute_dtype(self, embedding_ops.sparse_lookup(
             table_of(self.var), self.var.read_value(), inputs, self.slot_num, self.max_nnz,
             self.combiner, bool(training), self.name + "_lookup"))

@@ -12,6 +12,7 @@ restore may run on another number of ranks than the dump.
 """
 import numpy as np
 
+from sok1x.v1 import sok_files
 from sok1x.v2 import checkpoint_api
 from sok1x.engine import assign_values
 from sok1x.graph_ops import init_ops
@@ -26,8 +27,20 @@ class Saver:
 
     def dump_to_file(self, embedding_variable, filepath):
         """Writes the variable's table (keys, values, optimizer slots) into directory
-        `filepath` (made if missing; rank 0 writes). Returns an op in graph mode."""
-        return checkpoint_api.dump(filepath, [embedding_variable])
+        `filepath` (made if missing; rank 0 writes), and SOK's own two files of its keys and
+        values beside it (sok_files.py). Returns an op in graph mode."""
+        dumped = checkpoint_api.dump(filepath, [embedding_variable])
+        if tf1.executing_eagerly():
+            sok_files.write(filepath, embedding_variable)
+            return None
+        ensure_up = init_ops.bring_up_on_first_use()
+
+        def run():
+            ensure_up()
+            sok_files.write(filepath, embedding_variable)
+            return np.int64(0)
+        with tf1.control_dependencies([dumped]):
+            return py_func(run, [], tf1.int64, name="sok1x_sok_files").op
 
     def restore_from_file(self, embedding_variable, filepath):
         """Restores the variable's table from directory `filepath` (written by dump_to_file or

@@ -1,6 +1,6 @@
-"""sok1x.export, sok1x.assign and sok1x.sparse_read_and_evict (SOK's v2 names): this rank's shard
-of a sok1x variable as (keys, values) tensors, writing rows of it by global key, and the keys a
-DynamicVariable evicted. All are local (no collective) and not per-step, so they cross to the
+"""sok1x.export, sok1x.assign and the evicted keys of sok1x.sparse_read_and_evict (SOK's v2
+names): this rank's shard of a sok1x variable as (keys, values) tensors, writing rows of it by
+global key, and the keys a DynamicVariable evicted. All are local (no collective) and not per-step, so they cross to the
 engine as host NumPy through py_func; executing eagerly they run at once."""
 import numpy as np
 
@@ -66,8 +66,9 @@ def assign(variable, indices, values):
     return written.op
 
 
-def sparse_read_and_evict(variable):
+def evicted(variable):
     """Returns (keys int64 [n], values float32 [n, dim]): the keys this rank's shard of the
     DynamicVariable `variable` evicted (var_type "hybrid", once full) since the last call, each
-    once, with their vectors at eviction. Raises Sok1xError for a variable that never evicts."""
+    once, with their vectors at eviction (sok1x.sparse_read_and_evict). Raises Sok1xError for a
+    variable that never evicts."""
     return _keys_and_values(variable, api.pop_evicted, "sok1x_sparse_read_and_evict")

@@ -19,8 +19,12 @@ import numpy as np
 from sok1x.backend.random_init import make_spec
 from sok1x.common.handle_variable import create_handle
 from sok1x.engine import runtime, shard_rows
+from sok1x.graph_ops import init_ops
 from sok1x.graph_ops.tf_compat import tf1
 from sok1x.common.initializers import spec_from_initializer
+from sok1x.optimizers.scope import mark_without_scope
+from sok1x.v2 import shard_access
+from sok1x.v2.sok_names import attach_reads
 
 VARIABLE, DYNAMIC = "variable", "dynamic"
 _eager_names = {}
@@ -68,11 +72,14 @@ def _as_array(initial_value, name):
             return np.asarray(initial_value.numpy())
         value = tf1.get_static_value(initial_value)
         if value is None:
-            raise ValueError("sok1x.Variable %s: a computed tensor cannot be the initial value "
-                             "(each rank takes its own rows); pass a NumPy array or an "
-                             "initializer with shape=[rows, dim]" % name)
+            return None  # a computed tensor: its rows are taken when the initializer runs
         return np.asarray(value)
     return None
+
+
+def _computed(initial_value):
+    """True for a graph tensor whose value is only known when the graph runs."""
+    return isinstance(initial_value, (tf1.Tensor, tf1.Variable)) and not tf1.executing_eagerly()
 
 
 def _check_rows(array, name):
@@ -85,8 +92,9 @@ def Variable(initial_value, dtype=None, mode="distributed", name=None, trainable
              shape=None, **kwargs):
     """Returns a sok1x.Variable's handle: a dense table of [rows, dim] float32 values.
 
-    initial_value: a NumPy array (or list, or constant tensor) [rows, dim], of which each rank
-    keeps only its own rows; or an initializer (a tf.keras / tf.compat.v1 initializer, its name,
+    initial_value: a NumPy array (or list, or tensor, computed ones included) [rows, dim], of
+    which each rank keeps only its own rows (a computed tensor is evaluated by the initializer
+    on every rank); or an initializer (a tf.keras / tf.compat.v1 initializer, its name,
     or a number) with shape=[rows, dim], drawn per row by sok1x's counter-based generator so no
     rank ever holds the whole table. mode: "distributed" (global row i on rank i % world_size at
     local row i // world_size) or "localized:r" (the whole table on rank r). Raises ValueError
@@ -97,7 +105,16 @@ def Variable(initial_value, dtype=None, mode="distributed", name=None, trainable
     if callable(initial_value) and not hasattr(initial_value, "get_config"):
         initial_value = initial_value()  # a function returning the value, as tf.Variable takes
     array = _as_array(initial_value, label)
-    if array is not None:
+    computed = None
+    if array is None and _computed(initial_value):
+        computed = tf1.convert_to_tensor(initial_value)
+        if computed.shape.ndims != 2 or not computed.shape.is_fully_defined():
+            raise ValueError("sok1x.Variable %s: a computed initial value needs a known shape "
+                             "[rows, dim], got %s" % (label, computed.shape))
+        _check_float32(computed.dtype, label)
+        num_rows, dim = (int(d) for d in computed.shape)
+        spec = make_spec("constant", 0.0)
+    elif array is not None:
         _check_rows(array, label)
         num_rows, dim = array.shape
         array = array.astype(np.float32, copy=False)
@@ -114,8 +131,16 @@ def Variable(initial_value, dtype=None, mode="distributed", name=None, trainable
         capacity = num_rows
     table_name = _table_name(name, "sok_variable")
 
-    fill = None
-    if array is not None:
+    fill, fill_inputs = None, ()
+    if computed is not None:
+        # Every rank evaluates the tensor in its initializer and keeps only its own rows.
+        def fill(value):
+            rank, size = _world_hint()
+            keys = shard_rows.owned_keys(placement, num_rows, rank, size)
+            shard_rows.assign(table_name, keys, np.asarray(value, np.float32)[keys],
+                              key_limit=num_rows)
+        fill_inputs = (computed,)
+    elif array is not None:
         # Only this rank's rows are kept (a copy of them), not the caller's whole array.
         rank, size = _world_hint()
         keys = shard_rows.owned_keys(placement, num_rows, rank, size)
@@ -126,10 +151,20 @@ def Variable(initial_value, dtype=None, mode="distributed", name=None, trainable
             shard_rows.assign(table_name, keys, local_rows, key_limit=num_rows)
 
     handle = create_handle(None, table_name, dim, capacity, False, spec, placement=placement,
-                           fill=fill, trainable=trainable)
+                           fill=fill, trainable=trainable, fill_inputs=fill_inputs)
+    _v2_defaults()
+    mark_without_scope(handle)  # SOK v2 programs apply native optimizers to it directly
     _describe(handle, table_name, VARIABLE, dim, num_rows)
+    attach_reads(handle, lambda: shard_access.export(handle)[1])
     handle.mode = mode or "distributed"
     return handle
+
+
+def _v2_defaults():
+    """SOK v2 programs may never call sok.init(): in graph mode their variables bring sok1x up
+    with its defaults (init_ops.allow_default_init)."""
+    if not tf1.executing_eagerly():
+        init_ops.allow_default_init()
 
 
 def _world_hint():
@@ -202,7 +237,14 @@ def DynamicVariable(dimension, initializer=None, var_type=None, name=None,  # no
     table_name = _table_name(name, "sok_dynamic_variable")
     handle = create_handle(None, table_name, int(dimension), dynamic.max_capacity, True, spec,
                            placement="hash", trainable=trainable, dynamic=dynamic)
+    _v2_defaults()
+    mark_without_scope(handle)
     _describe(handle, table_name, DYNAMIC, int(dimension), None)
+    attach_reads(handle, lambda: shard_access.export(handle)[1])
+    if not tf1.executing_eagerly():
+        # SOK's DynamicVariable.size: int64 [1], the number of keys this rank holds.
+        handle.size = tf1.reshape(tf1.size(shard_access.export(handle)[0], out_type=tf1.int64),
+                                  [1])
     handle.var_type = dynamic.var_type
     handle.key_type = tf1.as_dtype(key_type or tf1.int64)
     handle.init_capacity, handle.max_capacity = dynamic.init_capacity, dynamic.max_capacity

@@ -1,2 +1,3 @@
-"""sok1x.tf.keras: SOK's `sok.tf.keras` namespace; it holds sok1x.tf.keras.optimizers."""
-from sok1x.tf.keras import optimizers  # noqa: F401
+"""sok1x.tf.keras: SOK's `sok.tf.keras` namespace; it holds sok1x.tf.keras.optimizers and
+sok1x.tf.keras.mixed_precision."""
+from sok1x.tf.keras import mixed_precision, optimizers  # noqa: F401

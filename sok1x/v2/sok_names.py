@@ -1,0 +1,88 @@
+"""The rest of SOK v2's public names that its programs use beside Variable and lookup_sparse:
+
+    tf.nn.embedding_lookup(var, ids)   reads rows of a sok1x variable (SOK's variables are
+                                       resource variables whose sparse_read looks keys up);
+                                       differentiable, as the lookup of sok1x.lookup_sparse
+    var.eval(session)                  this rank's rows, [local rows, dim] (SOK's value of a
+                                       distributed variable)
+    sok1x.all2all_dense_embedding(var, ids)  the same lookup, SOK's functional name
+    sok1x.sparse_read_and_evict(var, ids)    the lookup, then the keys it evicted
+    sok1x.SGD(lr)                      SOK's own optimizer (plain SGD on the rows touched)
+    sok1x.filter_variables(vars)       ([sok1x variables], [others])
+"""
+from sok1x.graph_ops import embedding_ops
+from sok1x.graph_ops.embedding_tag import is_embedding_variable, table_of
+from sok1x.graph_ops.tf_compat import tf1
+
+
+def _lookup(variable, ids, name):
+    """float32 [*ids.shape, dim]: the rows of int keys `ids` of sok1x variable `variable`, from
+    whichever rank holds them (keys a DynamicVariable lacks are inserted)."""
+    table = table_of(variable)
+    if table is None:
+        raise TypeError("%s: %r is not a sok1x variable" % (name, getattr(variable, "name",
+                                                                          variable)))
+    ids = tf1.convert_to_tensor(ids)
+    if ids.dtype in (tf1.uint32, tf1.uint64):
+        ids = tf1.cast(ids, tf1.int64)
+    return embedding_ops.dense_lookup(table, variable.read_value(), ids, True, None, name)
+
+
+def all2all_dense_embedding(param, ids):
+    """SOK v2's functional dense lookup: float32 [*ids.shape, dim], the rows of `ids` (global
+    keys) of sok1x variable `param`, with its gradient as tf.nn.embedding_lookup's."""
+    return _lookup(param, ids, "all2all_dense_embedding")
+
+
+def sparse_read_and_evict(variable, indices=None):
+    """SOK's two-argument form: returns (the rows of `indices`, as all2all_dense_embedding gives
+    them, then the keys int64 [n] and values float32 [n, dim] that this rank's shard of the
+    hybrid DynamicVariable evicted since the last call, each once). With indices=None, returns
+    only the evicted (keys, values), sok1x's earlier one-argument form."""
+    from sok1x.v2 import shard_access
+    if indices is None:
+        return shard_access.evicted(variable)
+    rows = _lookup(variable, indices, "sparse_read_and_evict")
+    with tf1.control_dependencies([rows]):
+        keys, values = shard_access.evicted(variable)
+    return rows, keys, values
+
+
+def attach_reads(handle, local_rows):
+    """Gives a v2 variable's handle SOK's reads: sparse_read (what tf.nn.embedding_lookup and
+    tf.gather call on a resource variable) looks keys up in the table, and eval(session) returns
+    local_rows() ([local rows, dim], a tensor made once per graph)."""
+    def sparse_read(indices, name=None):
+        return _lookup(handle, indices, name or "sparse_read")
+
+    built = {}
+
+    def evaluate(session=None, feed_dict=None):
+        graph = handle.graph
+        if graph not in built:
+            with graph.as_default():
+                built[graph] = local_rows()
+        session = session or tf1.get_default_session()
+        return session.run(built[graph], feed_dict=feed_dict)
+
+    handle.sparse_read = sparse_read
+    handle.eval = evaluate
+    return handle
+
+
+def filter_variables(variables):
+    """SOK v2's filter_variables: returns ([sok1x variables], [other variables]) of
+    `variables`, each in the given order."""
+    variables = list(variables)
+    return ([v for v in variables if is_embedding_variable(v)],
+            [v for v in variables if not is_embedding_variable(v)])
+
+
+def SGD(lr=0.01, learning_rate=None, name="SGD", **kwargs):  # noqa: N802  (SOK's name)
+    """SOK v2's own optimizer: plain SGD, rows -= lr * gradient, on sok1x variables (their rows
+    touched this step) and any other variable alike. Returns an optimizer whose
+    apply_gradients(zip(grads, vars)) returns the update op."""
+    del kwargs
+    rate = lr if learning_rate is None else learning_rate
+    return tf1.train.GradientDescentOptimizer(rate, name=name)
+
