@@ -74,13 +74,14 @@ class HashIndex:
         unique_keys = np.unique(np.asarray(keys, dtype=np.int64))
         return int(np.count_nonzero(self.find(unique_keys) < 0))
 
-    def find_or_insert(self, keys, row_pool=None):
+    def find_or_insert(self, keys, row_pool=None, missing=None):
         """Returns int64 rows for `keys`, giving new keys the next free rows.
 
         Returns (rows, new_keys, new_rows), the last two for the keys inserted by this call.
         row_pool: None (new keys get rows size, size + 1, ...) or int64 rows, at least as many as
         the new keys: the k-th new key gets row_pool[k] (a table that reuses freed rows).
-        The caller checks count_missing() against the capacity first; raises OverflowError if the
+        missing: count_missing(keys) when the caller has it (the cuda index then skips its own
+        count; here it is not needed). The caller checks count_missing() against the capacity first; raises OverflowError if the
         index would overflow anyway (and then changes nothing).
         """
         keys = np.asarray(keys, dtype=np.int64)

@@ -9,7 +9,8 @@ max_load rounded up to a multiple of 32 (at least capacity + 1), so a full shard
 max_load of the slots (0.5, as on cpu).
 
 find_or_insert counts the distinct missing keys first (one wait for the GPU, which also sizes
-new_keys) and raises OverflowError before changing anything if they do not fit.
+new_keys; skipped when the caller passes the count it just took) and raises OverflowError
+before changing anything if they do not fit; then one kernel finds and places every key.
 """
 import numpy as np
 import pycuda.driver as driver
@@ -35,7 +36,7 @@ def _hash_kernels():
     return {
         "find": prepared("hash_table.cu", "hash_find", "PQPqP"),
         "count_missing": prepared("hash_table.cu", "hash_count_missing", "PQPqPQP"),
-        "insert_missing": prepared("hash_table.cu", "hash_insert_missing", "PQPqqPPPP"),
+        "find_or_insert": prepared("hash_table.cu", "hash_find_or_insert", "PQPqqPPPPP"),
         "erase": prepared("hash_table.cu", "hash_erase", "PQPqPP"),
         "assign": prepared("hash_table.cu", "hash_assign", "PQPPq"),
         "keys_by_row": prepared("hash_table.cu", "hash_keys_by_row", "PQqPPP"),
@@ -97,35 +98,39 @@ class HashIndex:
         return self._count_missing(index_array(keys, "keys"))
 
     @uses_context
-    def find_or_insert(self, keys, row_pool=None):
+    def find_or_insert(self, keys, row_pool=None, missing=None):
         """Returns int64 rows for `keys`, giving new keys the next free rows.
 
         Returns (rows, new_keys, new_rows), the last two for the keys inserted by this call, in
         placing order. row_pool: None (rows size, size + 1, ...) or int64 rows, at least as many
-        as the new keys: the k-th key placed gets row_pool[k]. Raises OverflowError, changing
-        nothing, if the new keys do not fit.
+        as the new keys: the k-th key placed gets row_pool[k]. missing: count_missing(keys) when
+        the caller just counted (the engine's capacity check), else counted here (one wait).
+        Raises OverflowError, changing nothing, if the new keys do not fit. One kernel finds
+        and places the keys (hash_find_or_insert).
         """
         keys = index_array(keys, "keys")
-        missing = self._count_missing(keys)
+        missing = self._count_missing(keys) if missing is None else int(missing)
         if self.size + missing > self.capacity:
             raise OverflowError("%d new keys do not fit: %d of %d rows used" % (
                 missing, self.size, self.capacity))
+        if missing == 0:
+            return self._find(keys), empty((0,), np.int64), empty((0,), np.int64)
         pool = 0
         if row_pool is not None:
             row_pool = index_array(row_pool, "row_pool")
             if row_pool.shape[0] < missing:
                 raise OverflowError("%d new keys, %d rows in the pool" % (missing,
                                                                          row_pool.shape[0]))
-            pool = ptr(row_pool) if missing else 0
+            pool = ptr(row_pool)
         new_keys = empty((missing,), np.int64)
         new_rows = empty((missing,), np.int64)
-        if missing:
-            placed = fill_bytes(empty((1,), np.uint64), 0)
-            launch(_hash_kernels()["insert_missing"], keys.shape[0], ptr(self._slots),
-                   self.slot_count, ptr(keys), keys.shape[0], self.size, ptr(placed),
-                   ptr(new_keys), ptr(new_rows), pool)
-            self.size += missing
-        return self._find(keys), new_keys, new_rows
+        rows = empty((keys.shape[0],), np.int64)
+        placed = fill_bytes(empty((1,), np.uint64), 0)
+        launch(_hash_kernels()["find_or_insert"], keys.shape[0], ptr(self._slots),
+               self.slot_count, ptr(keys), keys.shape[0], self.size, ptr(placed),
+               ptr(new_keys), ptr(new_rows), pool, ptr(rows))
+        self.size += missing
+        return rows, new_keys, new_rows
 
     @uses_context
     def erase(self, keys):

@@ -126,15 +126,15 @@ class DynamicTable(EmbeddingTable):
         """Returns the rows of owned `keys`; insert=True (a training lookup) adds unseen keys
         (call capacity_error first), growing or evicting to make room, and counts the lookup."""
         backend, step = self.backend, self.journal.step
-        found = self.index.find(keys)
         if not insert:
-            return found
+            return self.index.find(keys)
         counted, self._counted = self._counted, None
         if counted is not None and counted[0] is keys and counted[1] == self.index.size:
             missing = counted[2]  # capacity_error just counted these keys
         else:
             missing = self.index.count_missing(keys)
         if missing == 0:
+            found = self.index.find(keys)
             backend.touch_rows(self.last_step, self.counts, found, step)
             return found
         needed = self.index.size + missing
@@ -143,18 +143,27 @@ class DynamicTable(EmbeddingTable):
         free_before, high_water_before = self._free, self._high_water
         evicted = None
         if needed > self.capacity:
-            evicted = self._evict(needed - self.capacity, found)
-        pool, reused = self._take_rows(missing)
-        rows, new_keys, new_rows = self.index.find_or_insert(keys, row_pool=backend.asarray(pool))
+            evicted = self._evict(needed - self.capacity, self.index.find(keys))
+        pool, reused = self._row_pool(missing)
+        rows, new_keys, new_rows = self.index.find_or_insert(keys, row_pool=pool,
+                                                             missing=missing)
         hybrid_rows.init_rows(backend, self.values, new_rows, new_keys, self.spec, self.table_id)
         self.stamp(new_rows)
         if reused:
-            self.reset_slot_rows(backend.asarray(pool[:reused]))
+            self.reset_slot_rows(new_rows[:reused])
         backend.put_rows(self.counts, new_rows, backend.zeros((missing,), np.int64))
         backend.touch_rows(self.last_step, self.counts, rows, step)
         self.journal.record(lambda: self._undo_insert(new_keys, new_rows, free_before,
                                                       high_water_before, evicted))
         return rows
+
+    def _row_pool(self, count):
+        """Takes the rows of `count` new keys (freed rows first, last freed first); returns (a
+        device array of them, or None when they are the index's own next rows size, size + 1,
+        ...: nothing to upload; how many are reused rows)."""
+        plain = self._free.shape[0] == 0 and self._high_water == self.index.size
+        pool, reused = self._take_rows(count)
+        return (None if plain else self.backend.upload_staged(pool)), reused
 
     def slot(self, name, initial_value=0.0):
         """Returns the optimizer slot `name` (rows split as the values'), creating it if new."""
