@@ -14,13 +14,15 @@ key's row is in host memory with the host share's probability. Each call handles
                             new rows + gather (60% held, 40% new)
     find_or_insert_engine   the engine's training path for those keys: DynamicTable.capacity_error
                             + rows_of (free list, statistics, step journal) + gather
-Each inserting call is undone (untimed) so every call starts at the load. Beside them, measured in
-the same run: `mapped_read_gib_per_s` / `mapped_write_gib_per_s`, a gather from / scatter into
-page-locked mapped host rows (random rows, the kernels hybrid uses), and `h2d_gib_per_s`, a
-256 MiB page-locked copy. `pcie_bound` (2^30 keys/s) is what the mapped rates allow for the host
-bytes an op moves per key: find 0.6 * share * row bytes read; find_or_insert share * row bytes
-read (gather) + 0.4 * share * row bytes written (init). Every figure: the median of --repeats
-calls with min and max. HierarchicalKV's H200 figures are stored beside ours.
+Each inserting call is undone (untimed: the step journal's rollback, or for the bare path the
+index's slots copied back) so every call starts at the load. An hbm table has no free list (it
+never evicts), so its new keys take the index's next rows; hybrid's take the free list's.
+Beside them, measured in the same run: `mapped` (per dim), a gather from and a scatter into
+page-locked mapped host rows (2^20 random rows of 2^22, the kernels hybrid uses), and
+`h2d_gib_per_s`, a 256 MiB page-locked copy. `pcie_bound` (2^30 keys/s) is what the mapped rates
+allow for the host bytes an op moves per key: find 0.6 * share * row bytes read; find_or_insert
+share * row bytes read (gather) + 0.4 * share * row bytes written (init). Every figure: the
+median of --repeats calls with min and max. HierarchicalKV's H200 figures are stored beside ours.
 """
 import argparse
 import os
@@ -30,7 +32,7 @@ import types
 import numpy as np
 
 import timing
-from hash_table import HIT_RATE, HKV_H200, keys_of, query_sets
+from hash_table import HIT_RATE, HKV_H200, Snapshot, keys_of, query_sets
 from rows import load_backend
 
 KEYS_PER_CALL = 1 << 20
@@ -61,8 +63,11 @@ def make_table(backend, host_share, rows, dim, load, rng):
             n = min(piece, held - first)
             table.index.assign(backend.asarray(keys_of(first, n)),
                                backend.asarray(order[first:first + n].astype(np.int64)))
-        table._high_water = rows
-        table._free = np.ascontiguousarray(order[held:][::-1].astype(np.int64))
+        if host_share:  # rows spread over both parts: the unused ones on the free list
+            table._high_water = rows
+            table._free = np.ascontiguousarray(order[held:][::-1].astype(np.int64))
+        else:  # as an hbm table always is: no free list, rows [0, held) handed out
+            table._high_water = held
         backend.synchronize()
     return table, held
 
@@ -123,23 +128,23 @@ def measure(backend, timer, host_share, rows, keys_per_call, dim, load, repeats,
         table.gather(table.index.find(next_of(finds)))
 
     new_per_call = keys_per_call - int(keys_per_call * HIT_RATE)
-    pool = backend.asarray(table._free[::-1][:new_per_call].copy())  # the next free rows
-    placed = []
+    pool = None  # hbm: the index's own next rows, as the engine's
+    if table._free.shape[0]:
+        pool = backend.asarray(table._free[::-1][:new_per_call].copy())  # the next free rows
+    snapshot = Snapshot(backend, table.index)
 
     def find_or_insert():
         found, new_keys, new_rows = table.index.find_or_insert(next_of(inserts), row_pool=pool)
         table.backend.init_rows(table.values, new_rows, new_keys, table.spec, 7)
         table.gather(found)
-        placed.append(new_keys)
 
     def find_or_insert_engine():
         keys = next_of(inserts)
         assert table.capacity_error(keys) is None
         table.gather(table.rows_of(keys, True))
 
-    def erase_placed():  # the bare path inserts without the journal: erase by hand
-        while placed:
-            table.index.erase(placed.pop())
+    def restore():  # the bare path inserts without the journal: the slots are put back
+        snapshot.restore()
 
     def new_step():
         journal.rollback()
@@ -150,12 +155,12 @@ def measure(backend, timer, host_share, rows, keys_per_call, dim, load, repeats,
              "hbm_rows": table.hbm_rows}
     with backend.device_context():
         for name, run, before in (("find", find, None),
-                                  ("find_or_insert", find_or_insert, erase_placed),
+                                  ("find_or_insert", find_or_insert, restore),
                                   ("find_or_insert_engine", find_or_insert_engine, new_step)):
             entry[name] = spread(timer.time_ms(run, repeats, warmup=2, before=before),
                                  keys_per_call)
         journal.rollback()
-        erase_placed()
+        restore()
     entry["engine_over_bare"] = (entry["find_or_insert_engine"]["ms"]
                                  / entry["find_or_insert"]["ms"])
     timing.log("%s share %.2f dim %d load %.2f: find %.3f, find_or_insert %.3f (engine %.3f) "

@@ -367,6 +367,13 @@ def run_dynamic(rt, steps, repeats, scale):
     table = rt.tables[names["hybrid"]]
     held = table.index.size
     host_share = job_max(max(0, held - table.hbm_rows) / max(held, 1))
+    with runtime.entered():  # a step's distinct host rows: PCIe bytes = rows * row bytes * 7
+        unique_keys, _ = rt.backend.unique(keys_device[0].reshape(-1))
+        rows = rt.backend.to_host(table.index.find(unique_keys))
+    host_rows = int(job_max(np.count_nonzero(rows >= table.hbm_rows)))
+    say("dlrm_dynamic hybrid: %d distinct rows per step in host memory of %d (forward read and "
+        "LazyAdam's var, m, v read and written: %.1f MB over PCIe)" % (
+            host_rows, np.count_nonzero(rows >= 0), host_rows * w.dim * 4 * 7 / 1e6))
     entries = []
     for variant, ms in times.items():
         entries.append({"workload": "dlrm_dynamic", "variant": "sok1x_device_" + variant,
@@ -375,7 +382,8 @@ def run_dynamic(rt, steps, repeats, scale):
                         "ms_repeats": ms, "capacity_per_rank": capacity,
                         "hbm_rows": table.hbm_rows if variant == "hybrid" else None,
                         "host_share_of_held_rows_max": host_share if variant == "hybrid" else 0,
-                        "distinct_keys_per_rank_max": per_rank})
+                        "distinct_keys_per_rank_max": per_rank,
+                        "host_rows_per_step_max": host_rows if variant == "hybrid" else 0})
         say("dlrm_dynamic %-7s %d ranks: %8.3f ms/step (min %.3f, max %.3f)" % (
             variant, rt.size, entries[-1]["ms_per_step"], min(ms), max(ms)))
     entries[-1]["hybrid_over_hbm"] = entries[1]["ms_per_step"] / entries[0]["ms_per_step"]
