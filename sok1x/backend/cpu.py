@@ -6,7 +6,8 @@ import numpy as np
 
 from sok1x.backend.cpu_hash import HashIndex, scramble  # noqa: F401  (part of the op set)
 from sok1x.backend import cpu_optimizers
-from sok1x.backend import OWNER_FIXED, OWNER_HASH, OWNER_MOD, dlpack
+from sok1x.backend import dlpack
+from sok1x.backend.owner_rules import OWNER_FIXED, OWNER_HASH, OWNER_MOD
 from sok1x.backend.cpu_random import initial_values
 
 NAME = "cpu"

@@ -81,8 +81,9 @@ class HashIndex:
         row_pool: None (new keys get rows size, size + 1, ...) or int64 rows, at least as many as
         the new keys: the k-th new key gets row_pool[k] (a table that reuses freed rows).
         missing: count_missing(keys) when the caller has it (the cuda index then skips its own
-        count; here it is not needed). The caller checks count_missing() against the capacity first; raises OverflowError if the
-        index would overflow anyway (and then changes nothing).
+        count; here it is not needed). The caller checks count_missing() against the capacity
+        first; raises OverflowError if the index would overflow anyway (and then changes
+        nothing).
         """
         keys = np.asarray(keys, dtype=np.int64)
         unique_keys, inverse = np.unique(keys, return_inverse=True)
