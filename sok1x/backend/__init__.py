@@ -38,7 +38,8 @@ Every backend module exposes the same names, and the engine's algorithms call on
     init_rows(table, rows, keys, spec, table_id)       write initial values (random_init.py)
     touch_rows(last_step, counts, rows, step)          access statistics of rows >= 0 (int64)
     HashIndex(capacity)                                key -> row index of a shard (cpu_hash.py):
-        find, count_missing, find_or_insert(keys, row_pool), erase, assign, export
+        find, count_missing, find_or_insert(keys, row_pool, missing, next_row), erase, assign,
+        export
 
 The seam to a framework (graph_ops/boundary.py, DESIGN D1):
     from_dlpack(capsule) -> array       read a framework's tensor in place (consumes the capsule)

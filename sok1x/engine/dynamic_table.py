@@ -96,6 +96,7 @@ class DynamicTable(EmbeddingTable):
         self.last_step = self.backend.zeros((self.capacity,), np.int64)
         self.counts = self.backend.zeros((self.capacity,), np.int64)
         self._free = np.zeros(0, np.int64)  # rows given back, reused last freed first
+        self._free_uploaded = None  # (host base of the free list, its device copy reversed)
         self._high_water = 0  # rows [0, high_water) were handed out at least once
         self._evicted = []  # (keys, values) host arrays not handed out yet
         self._counted = None  # (keys, index size, missing) from the last capacity_error
@@ -104,6 +105,8 @@ class DynamicTable(EmbeddingTable):
         """Returns TableFullError if this rank's owned `keys` cannot all be held even after
         growing to max_capacity (and, for hybrid, evicting every key the step has not looked
         up), else None. Changes nothing."""
+        if self.index.size + int(keys.shape[0]) <= self.max_capacity:
+            return None  # fits even if every key is new: nothing to count, no wait
         missing = self.index.count_missing(keys)
         self._counted = (keys, self.index.size, missing)  # rows_of's count, one wait fewer
         needed = self.index.size + missing
@@ -124,10 +127,15 @@ class DynamicTable(EmbeddingTable):
 
     def rows_of(self, keys, insert):
         """Returns the rows of owned `keys`; insert=True (a training lookup) adds unseen keys
-        (call capacity_error first), growing or evicting to make room, and counts the lookup."""
-        backend, step = self.backend, self.journal.step
+        (call capacity_error first), growing or evicting to make room, and counts the lookup.
+        While every key would fit even if new, nothing is counted first: one kernel finds and
+        places the keys (HashIndex.find_or_insert), the step's one wait is for how many it
+        placed."""
         if not insert:
             return self.index.find(keys)
+        before = (self._free, self._high_water)
+        if self.index.size + int(keys.shape[0]) <= self.capacity:
+            return self._insert(keys, None, before, None)
         counted, self._counted = self._counted, None
         if counted is not None and counted[0] is keys and counted[1] == self.index.size:
             missing = counted[2]  # capacity_error just counted these keys
@@ -135,35 +143,52 @@ class DynamicTable(EmbeddingTable):
             missing = self.index.count_missing(keys)
         if missing == 0:
             found = self.index.find(keys)
-            backend.touch_rows(self.last_step, self.counts, found, step)
+            self.backend.touch_rows(self.last_step, self.counts, found, self.journal.step)
             return found
         needed = self.index.size + missing
         if needed > self.capacity and self.capacity < self.max_capacity:
             self._grow(needed)
-        free_before, high_water_before = self._free, self._high_water
         evicted = None
         if needed > self.capacity:
             evicted = self._evict(needed - self.capacity, self.index.find(keys))
-        pool, reused = self._row_pool(missing)
-        rows, new_keys, new_rows = self.index.find_or_insert(keys, row_pool=pool,
-                                                             missing=missing)
-        hybrid_rows.init_rows(backend, self.values, new_rows, new_keys, self.spec, self.table_id)
-        self.stamp(new_rows)
-        if reused:
-            self.reset_slot_rows(new_rows[:reused])
-        backend.put_rows(self.counts, new_rows, backend.zeros((missing,), np.int64))
-        backend.touch_rows(self.last_step, self.counts, rows, step)
-        self.journal.record(lambda: self._undo_insert(new_keys, new_rows, free_before,
-                                                      high_water_before, evicted))
+        return self._insert(keys, missing, before, evicted)
+
+    def _insert(self, keys, missing, before, evicted):
+        """Finds or places `keys` (missing: how many are new, or None when every key fits even
+        if new), new keys taking freed rows (last freed first), then fresh ones; initialises
+        the new rows, counts the lookup and records the undo (before: the free list and high
+        water before this lookup's eviction, `evicted`)."""
+        backend = self.backend
+        plain = self._free.shape[0] == 0 and self._high_water == self.index.size
+        pool = None if plain else self._free_rows_on_device()
+        rows, new_keys, new_rows = self.index.find_or_insert(
+            keys, row_pool=pool, missing=missing, next_row=None if plain else self._high_water)
+        placed = int(new_keys.shape[0])
+        if placed:
+            reused = self._take_rows(placed)
+            hybrid_rows.init_rows(backend, self.values, new_rows, new_keys, self.spec,
+                                  self.table_id)
+            self.stamp(new_rows)
+            if reused:
+                self.reset_slot_rows(new_rows[:reused])
+            backend.put_rows(self.counts, new_rows, backend.zeros((placed,), np.int64))
+            self.journal.record(lambda: self._undo_insert(new_keys, new_rows, before[0],
+                                                          before[1], evicted))
+        backend.touch_rows(self.last_step, self.counts, rows, self.journal.step)
         return rows
 
-    def _row_pool(self, count):
-        """Takes the rows of `count` new keys (freed rows first, last freed first); returns (a
-        device array of them, or None when they are the index's own next rows size, size + 1,
-        ...: nothing to upload; how many are reused rows)."""
-        plain = self._free.shape[0] == 0 and self._high_water == self.index.size
-        pool, reused = self._take_rows(count)
-        return (None if plain else self.backend.upload_staged(pool)), reused
+    def _free_rows_on_device(self):
+        """The free list in taking order (last freed first) as a device array. Taking rows
+        shortens the host list from its end, so one upload serves until the list is rebuilt
+        (an eviction, or an undo to a list of another base)."""
+        free, uploaded = self._free, self._free_uploaded
+        if uploaded is None or not (free is uploaded[0] or free.base is uploaded[0]):
+            base = free if free.base is None else free.base
+            uploaded = self._free_uploaded = (base, self.backend.upload_staged(
+                np.ascontiguousarray(base[::-1])))
+        base, device = uploaded
+        start = base.shape[0] - free.shape[0]
+        return device[start:] if start else device
 
     def slot(self, name, initial_value=0.0):
         """Returns the optimizer slot `name` (rows split as the values'), creating it if new."""
@@ -228,13 +253,12 @@ class DynamicTable(EmbeddingTable):
         return saved + (entry,)
 
     def _take_rows(self, count):
-        """Returns (host int64 rows for `count` new keys, how many of them are reused rows)."""
+        """Hands out the rows of `count` new keys: freed rows first (last freed first), then
+        fresh ones; returns how many were freed rows."""
         reused = min(count, self._free.shape[0])
-        taken = self._free[self._free.shape[0] - reused:][::-1]
         self._free = self._free[:self._free.shape[0] - reused]
-        fresh = np.arange(self._high_water, self._high_water + count - reused, dtype=np.int64)
         self._high_water += count - reused
-        return np.concatenate([taken, fresh]), reused
+        return reused
 
     def _undo_insert(self, new_keys, new_rows, free_before, high_water_before, evicted):
         """Undoes one insert of a failed step (engine/step_journal.py)."""
