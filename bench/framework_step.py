@@ -367,13 +367,17 @@ def run_dynamic(rt, steps, repeats, scale):
     table = rt.tables[names["hybrid"]]
     held = table.index.size
     host_share = job_max(max(0, held - table.hbm_rows) / max(held, 1))
+    host_rows, held_rows = [], []
     with runtime.entered():  # a step's distinct host rows: PCIe bytes = rows * row bytes * 7
-        unique_keys, _ = rt.backend.unique(keys_device[0].reshape(-1))
-        rows = rt.backend.to_host(table.index.find(unique_keys))
-    host_rows = int(job_max(np.count_nonzero(rows >= table.hbm_rows)))
-    say("dlrm_dynamic hybrid: %d distinct rows per step in host memory of %d (forward read and "
-        "LazyAdam's var, m, v read and written: %.1f MB over PCIe)" % (
-            host_rows, np.count_nonzero(rows >= 0), host_rows * w.dim * 4 * 7 / 1e6))
+        for keys in keys_device:
+            unique_keys, _ = rt.backend.unique(keys.reshape(-1))
+            rows = rt.backend.to_host(table.index.find(unique_keys))
+            host_rows.append(np.count_nonzero(rows >= table.hbm_rows))
+            held_rows.append(np.count_nonzero(rows >= 0))
+    host_rows = int(job_max(np.mean(host_rows)))
+    say("dlrm_dynamic hybrid: %d distinct rows per step in host memory of %d (mean of the "
+        "batches; forward read and LazyAdam's var, m, v read and written: %.1f MB over PCIe)"
+        % (host_rows, int(np.mean(held_rows)), host_rows * w.dim * 4 * 7 / 1e6))
     entries = []
     for variant, ms in times.items():
         entries.append({"workload": "dlrm_dynamic", "variant": "sok1x_device_" + variant,

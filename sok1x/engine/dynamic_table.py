@@ -14,7 +14,8 @@ host memory that the same kernels read (engine/hybrid_rows.py); optimizer slots 
 Rows of evicted keys go to a free list and are handed out again, last freed first; a new key on a
 reused row gets its initial value (D10) and every slot's initial value. Per row the backend keeps
 last_step (the step journal's counter at the row's last training lookup) and counts (training
-lookups: each rank's lookup of a key counts once), updated by one touch_rows per lookup.
+lookups: each rank's lookup of a key counts once), updated by one touch_rows per lookup; a row's
+count is zeroed when its key leaves (eviction, undo), so a new key's row starts from 0.
 Eviction reads them and the index once, on the host: the cost of a step that evicts, not of the
 others.
 Every insert is recorded in the step journal (engine/step_journal.py): a failed step erases its
@@ -171,7 +172,6 @@ class DynamicTable(EmbeddingTable):
             self.stamp(new_rows)
             if reused:
                 self.reset_slot_rows(new_rows[:reused])
-            backend.put_rows(self.counts, new_rows, backend.zeros((placed,), np.int64))
             self.journal.record(lambda: self._undo_insert(new_keys, new_rows, before[0],
                                                           before[1], evicted))
         backend.touch_rows(self.last_step, self.counts, rows, self.journal.step)
@@ -245,6 +245,8 @@ class DynamicTable(EmbeddingTable):
                   for name, s in self.slots.items()},
                  backend.take_rows(self.last_step, device_rows),
                  backend.take_rows(self.counts, device_rows))
+        backend.put_rows(self.counts, device_rows,
+                         backend.zeros((victim_rows.shape[0],), np.int64))
         entry = (victim_keys, to_host(values))
         self._evicted.append(entry)
         self.index.erase(backend.asarray(victim_keys))
@@ -265,6 +267,8 @@ class DynamicTable(EmbeddingTable):
         backend = self.backend
         self.index.erase(new_keys)
         self.reset_slot_rows(new_rows)
+        backend.put_rows(self.counts, new_rows,
+                         backend.zeros((int(new_rows.shape[0]),), np.int64))
         if evicted is not None:
             keys, rows, values, slots, last_step, counts, entry = evicted
             device_rows = backend.asarray(rows)
