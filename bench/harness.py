@@ -103,9 +103,8 @@ def release_memory(backend, torch_device=None):
 def finish():
     """Ends an engine job: waits for every rank, leaves PyTorch's process group if it was
     joined, and shuts the engine down."""
-    from mpi4py import MPI
     from sok1x.engine import runtime
-    MPI.COMM_WORLD.Barrier()
+    barrier()
     if "torch.distributed" in sys.modules:
         import torch.distributed as dist
         if dist.is_initialized():
