@@ -24,16 +24,13 @@ allow for the host bytes an op moves per key: find 0.6 * share * row bytes read;
 share * row bytes read (gather) + 0.4 * share * row bytes written (init). Every figure: the
 median of --repeats calls with min and max. HierarchicalKV's H200 figures are stored beside ours.
 """
-import argparse
-import os
 import sys
 import types
 
 import numpy as np
 
-import timing
-from hash_table import HIT_RATE, HKV_H200, Snapshot, keys_of, query_sets
-from rows import load_backend
+import harness
+from hash_table import HIT_RATE, HKV_H200, Snapshot, keys_of, op_figures, rotations
 
 KEYS_PER_CALL = 1 << 20
 DIMS = (64, 128)
@@ -72,14 +69,6 @@ def make_table(backend, host_share, rows, dim, load, rng):
     return table, held
 
 
-def spread(times_ms, keys):
-    """{ms, gkeys_per_s, gkeys_min, gkeys_max} of repeated calls on `keys` keys."""
-    rate = keys / np.asarray(times_ms) * 1e3 / 2 ** 30
-    return {"ms": timing.median(times_ms), "ms_all": [float(t) for t in times_ms],
-            "gkeys_per_s": keys / timing.median(times_ms) * 1e3 / 2 ** 30,
-            "gkeys_min": float(rate.min()), "gkeys_max": float(rate.max())}
-
-
 def mapped_gib_per_s(backend, timer, dim, repeats, rng):
     """(read, write) GiB/s of the row kernels on page-locked mapped host rows: a gather of 2^20
     random rows of `dim` floats from 2^22 host rows, and a scatter into them."""
@@ -91,8 +80,8 @@ def mapped_gib_per_s(backend, timer, dim, repeats, rng):
         nbytes = KEYS_PER_CALL * dim * 4 / 2 ** 30
         read = timer.time_ms(lambda: backend.gather_rows(host, index), repeats)
         write = timer.time_ms(lambda: backend.put_rows(host, index, src), repeats)
-    return ({"gib_per_s": nbytes / timing.median(read) * 1e3, "ms_all": read},
-            {"gib_per_s": nbytes / timing.median(write) * 1e3, "ms_all": write})
+    return tuple(dict(harness.summary(ms, ("ms", "ms_min", "ms_max", "ms_repeats")),
+                      gib_per_s=nbytes / harness.median(ms) * 1e3) for ms in (read, write))
 
 
 def pcie_gib_per_s(backend, timer):
@@ -108,24 +97,17 @@ def pcie_gib_per_s(backend, timer):
 
         def copy():
             driver.memcpy_htod_async(device, host, cuda_context.stream())
-        ms = timing.median(timer.time_ms(copy, 5))
+        ms = harness.median(timer.time_ms(copy, 5))
     return nbytes / 2 ** 30 / (ms / 1e3)
 
 
 def measure(backend, timer, host_share, rows, keys_per_call, dim, load, repeats, rng):
     table, held = make_table(backend, host_share, rows, dim, load, rng)
-    finds, inserts = query_sets(held, keys_per_call, rng)
-    finds = [backend.asarray(k) for k in finds]
-    inserts = [backend.asarray(k) for k in inserts]
+    finds, inserts = rotations(backend, held, keys_per_call, rng)
     journal = table.journal
-    turn = [0]
-
-    def next_of(sets):
-        turn[0] += 1
-        return sets[turn[0] % len(sets)]
 
     def find():
-        table.gather(table.index.find(next_of(finds)))
+        table.gather(table.index.find(finds()))
 
     new_per_call = keys_per_call - int(keys_per_call * HIT_RATE)
     pool = None  # hbm: the index's own next rows, as the engine's
@@ -134,12 +116,12 @@ def measure(backend, timer, host_share, rows, keys_per_call, dim, load, repeats,
     snapshot = Snapshot(backend, table.index)
 
     def find_or_insert():
-        found, new_keys, new_rows = table.index.find_or_insert(next_of(inserts), row_pool=pool)
+        found, new_keys, new_rows = table.index.find_or_insert(inserts(), row_pool=pool)
         table.backend.init_rows(table.values, new_rows, new_keys, table.spec, 7)
         table.gather(found)
 
     def find_or_insert_engine():
-        keys = next_of(inserts)
+        keys = inserts()
         assert table.capacity_error(keys) is None
         table.gather(table.rows_of(keys, True))
 
@@ -157,13 +139,13 @@ def measure(backend, timer, host_share, rows, keys_per_call, dim, load, repeats,
         for name, run, before in (("find", find, None),
                                   ("find_or_insert", find_or_insert, restore),
                                   ("find_or_insert_engine", find_or_insert_engine, new_step)):
-            entry[name] = spread(timer.time_ms(run, repeats, warmup=2, before=before),
-                                 keys_per_call)
+            entry[name] = op_figures(timer.time_ms(run, repeats, warmup=2, before=before),
+                                     keys_per_call)
         journal.rollback()
         restore()
     entry["engine_over_bare"] = (entry["find_or_insert_engine"]["ms"]
                                  / entry["find_or_insert"]["ms"])
-    timing.log("%s share %.2f dim %d load %.2f: find %.3f, find_or_insert %.3f (engine %.3f) "
+    harness.log("%s share %.2f dim %d load %.2f: find %.3f, find_or_insert %.3f (engine %.3f) "
                "[2^30 keys/s, medians]" % (
                    entry["var_type"], host_share, dim, load, entry["find"]["gkeys_per_s"],
                    entry["find_or_insert"]["gkeys_per_s"],
@@ -180,25 +162,21 @@ def pcie_bounds(read, write, host_share, dim):
 
 
 def main(argv):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--backend", default="cuda", choices=("cuda", "cpu"))
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--rows-log2", type=int, default=26)
-    parser.add_argument("--scale", type=int, default=1, help="divide the sizes (quick checks)")
-    parser.add_argument("--repeats", type=int, default=7)
+    parser = harness.parser(__doc__, backend=True, out=True, scale=True, repeats=7)
+    parser.add_argument("--rows-log2", type=int, default=26, help="table rows: 2^rows_log2")
     args = parser.parse_args(argv)
-    backend = load_backend(args.backend)
-    timer = timing.StreamTimer(backend)
-    rng = np.random.default_rng(int(os.environ.get("SOK1X_BENCH_SEED", "5")))
+    backend = harness.backend_module(args.backend)
+    timer = harness.StreamTimer(backend)
+    rng = harness.seeded_rng()
     rows, keys_per_call = (1 << args.rows_log2) // args.scale, KEYS_PER_CALL // args.scale
     results = {"hkv": HKV_H200, "hkv_hybrid": HKV_HYBRID_H200, "grid": [],
                "h2d_gib_per_s": pcie_gib_per_s(backend, timer), "mapped": {},
-               "environment": timing.environment()}
+               "environment": harness.environment()}
     for dim in DIMS:
         if backend.NAME == "cuda":
             read, write = mapped_gib_per_s(backend, timer, dim, args.repeats, rng)
             results["mapped"][str(dim)] = {"read": read, "write": write}
-            timing.log("dim %d: mapped host rows read %.1f GiB/s, write %.1f GiB/s; page-locked "
+            harness.log("dim %d: mapped host rows read %.1f GiB/s, write %.1f GiB/s; page-locked "
                        "copy %.1f GiB/s" % (dim, read["gib_per_s"], write["gib_per_s"],
                                             results["h2d_gib_per_s"]))
         for load in LOADS:
@@ -209,11 +187,8 @@ def main(argv):
                     entry["pcie_bound_gkeys_per_s"] = pcie_bounds(
                         read["gib_per_s"], write["gib_per_s"], share, dim)
                 results["grid"].append(entry)
-                timing.write_json(args.out, results)
-                if backend.NAME == "cuda":
-                    from sok1x.backend import cuda_context
-                    backend.synchronize()
-                    cuda_context.memory_pool().free_held()
+                harness.write_json(args.out, results)
+                harness.release_memory(backend)
 
 
 if __name__ == "__main__":

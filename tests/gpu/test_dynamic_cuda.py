@@ -26,7 +26,7 @@ from sok1x.engine import api, hybrid_rows, runtime  # noqa: E402
 from sok1x.engine.dynamic_table import DynamicTable, make_dynamic  # noqa: E402
 from sok1x.engine.step_journal import StepJournal  # noqa: E402
 
-pytestmark = pytest.mark.timeout(300, method="thread")
+pytestmark = [pytest.mark.timeout(300, method="thread"), pytest.mark.usefixtures("engine")]
 COMM = MPI.COMM_WORLD
 SPEC = random_init.make_spec("normal", 0.0, 0.5, seed=9)
 DIM = 8
@@ -37,16 +37,6 @@ HYPER = {"adagrad": {"lr": 0.3, "epsilon": 1e-7},
          "rmsprop": {"lr": 0.01, "rho": 0.9, "momentum": 0.5, "epsilon": 1e-7},
          "keras_rmsprop": {"lr": 0.01, "rho": 0.9, "epsilon": 1e-7},
          "sgd": {"lr": 0.1}}
-
-
-@pytest.fixture(scope="module", autouse=True)
-def engine():
-    from sok1x.backend import cuda_available
-    if not cuda_available()[0]:
-        pytest.skip("no GPU")
-    rt = runtime.init(backend="cuda")
-    assert rt.backend.NAME == "cuda"
-    return rt
 
 
 def lone_table(backend, name, dynamic):
