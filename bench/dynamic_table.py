@@ -24,6 +24,7 @@ allow for the host bytes an op moves per key: find 0.6 * share * row bytes read;
 share * row bytes read (gather) + 0.4 * share * row bytes written (init). Every figure: the
 median of --repeats calls with min and max. HierarchicalKV's H200 figures are stored beside ours.
 """
+import os
 import sys
 import types
 
@@ -164,23 +165,30 @@ def pcie_bounds(read, write, host_share, dim):
 def main(argv):
     parser = harness.parser(__doc__, backend=True, out=True, scale=True, repeats=7)
     parser.add_argument("--rows-log2", type=int, default=26, help="table rows: 2^rows_log2")
+    parser.add_argument("--dims", default=",".join(map(str, DIMS)))
+    parser.add_argument("--loads", default=",".join(map(str, LOADS)))
+    parser.add_argument("--shares", default=",".join(map(str, HOST_SHARES)),
+                        help="shares of the vectors in host memory (0: var_type hbm)")
     args = parser.parse_args(argv)
+    dims, loads, shares = ([kind(v) for v in text.split(",")] for kind, text in (
+        (int, args.dims), (float, args.loads), (float, args.shares)))
     backend = harness.backend_module(args.backend)
     timer = harness.StreamTimer(backend)
     rng = harness.seeded_rng()
     rows, keys_per_call = (1 << args.rows_log2) // args.scale, KEYS_PER_CALL // args.scale
     results = {"hkv": HKV_H200, "hkv_hybrid": HKV_HYBRID_H200, "grid": [],
                "h2d_gib_per_s": pcie_gib_per_s(backend, timer), "mapped": {},
-               "environment": harness.environment()}
-    for dim in DIMS:
+               "environment": harness.environment(
+                   {"host_pages": os.environ.get("SOK1X_HOST_PAGES", "pinned")})}
+    for dim in dims:
         if backend.NAME == "cuda":
             read, write = mapped_gib_per_s(backend, timer, dim, args.repeats, rng)
             results["mapped"][str(dim)] = {"read": read, "write": write}
             harness.log("dim %d: mapped host rows read %.1f GiB/s, write %.1f GiB/s; page-locked "
                        "copy %.1f GiB/s" % (dim, read["gib_per_s"], write["gib_per_s"],
                                             results["h2d_gib_per_s"]))
-        for load in LOADS:
-            for share in HOST_SHARES:
+        for load in loads:
+            for share in shares:
                 entry = measure(backend, timer, share, rows, keys_per_call, dim, load,
                                 args.repeats, rng)
                 if share and backend.NAME == "cuda":

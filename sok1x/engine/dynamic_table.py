@@ -135,9 +135,9 @@ class DynamicTable(EmbeddingTable):
         if not insert:
             return self.index.find(keys)
         before = (self._free, self._high_water)
+        counted, self._counted = self._counted, None
         if self.index.size + int(keys.shape[0]) <= self.capacity:
             return self._insert(keys, None, before, None)
-        counted, self._counted = self._counted, None
         if counted is not None and counted[0] is keys and counted[1] == self.index.size:
             missing = counted[2]  # capacity_error just counted these keys
         else:
@@ -182,8 +182,8 @@ class DynamicTable(EmbeddingTable):
         shortens the host list from its end, so one upload serves until the list is rebuilt
         (an eviction, or an undo to a list of another base)."""
         free, uploaded = self._free, self._free_uploaded
-        if uploaded is None or not (free is uploaded[0] or free.base is uploaded[0]):
-            base = free if free.base is None else free.base
+        if uploaded is None or not _is_prefix(free, uploaded[0]):
+            base = free.base if _is_prefix(free, free.base) else free
             uploaded = self._free_uploaded = (base, self.backend.upload_staged(
                 np.ascontiguousarray(base[::-1])))
         base, device = uploaded
@@ -299,3 +299,10 @@ class DynamicTable(EmbeddingTable):
             for a in (self.last_step, self.counts, self.times))
         self.index = rebuilt_index(backend, self.index, capacity)
         self.capacity = capacity
+
+
+def _is_prefix(array, base):
+    """True when 1-D `array` is base[:len(array)] (a view of it, or base itself)."""
+    if base is None or not (array is base or array.base is base):
+        return False
+    return array.ctypes.data == base.ctypes.data and array.strides == base.strides
