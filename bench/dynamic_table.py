@@ -24,7 +24,6 @@ allow for the host bytes an op moves per key: find 0.6 * share * row bytes read;
 share * row bytes read (gather) + 0.4 * share * row bytes written (init). Every figure: the
 median of --repeats calls with min and max. HierarchicalKV's H200 figures are stored beside ours.
 """
-import os
 import sys
 import types
 
@@ -178,8 +177,7 @@ def main(argv):
     rows, keys_per_call = (1 << args.rows_log2) // args.scale, KEYS_PER_CALL // args.scale
     results = {"hkv": HKV_H200, "hkv_hybrid": HKV_HYBRID_H200, "grid": [],
                "h2d_gib_per_s": pcie_gib_per_s(backend, timer), "mapped": {},
-               "environment": harness.environment(
-                   {"host_pages": os.environ.get("SOK1X_HOST_PAGES", "pinned")})}
+               "environment": harness.environment()}
     for dim in dims:
         if backend.NAME == "cuda":
             read, write = mapped_gib_per_s(backend, timer, dim, args.repeats, rng)

@@ -387,9 +387,9 @@ def main(argv):
         try:
             if name == "dlrm_dynamic":
                 payload["steps"] += run_dynamic(rt, args.steps, args.repeats, args.scale)
-                continue
-            payload["steps"] += run_workload(rt, name, device, args.steps, args.repeats,
-                                             args.scale)
+            else:
+                payload["steps"] += run_workload(rt, name, device, args.steps, args.repeats,
+                                                 args.scale)
         except Exception as exc:  # keep the other workloads' figures; the log has the trace
             import traceback
             traceback.print_exc()

@@ -7,9 +7,6 @@ outputs), HashIndex.count_missing / find_or_insert / export, and to_host. Index 
 segment ids) are int64 (int32 is widened); NumPy inputs are copied to the GPU first.
 Call cuda_context.activate(device_ordinal) before the first op (sok1x.init does).
 """
-import mmap
-import os
-
 import numpy as np
 from pycuda import gpuarray
 
@@ -82,35 +79,18 @@ def zeros(shape, dtype):
     return fill_bytes(_pooled_empty(shape, dtype), 0)
 
 
-HOST_PAGES = os.environ.get("SOK1X_HOST_PAGES", "pinned")  # or "huge"
-_HUGE_PAGE = 2 << 20
-
-
 @uses_context
 def host_mapped_zeros(shape, dtype):
     """A GPUArray over zeroed page-locked host memory mapped into the device's address space
     (DEVICEMAP; its device pointer under unified addressing): kernels read and write its rows in
-    place over PCIe. The array keeps the host memory alive. SOK1X_HOST_PAGES=huge takes the
-    memory from transparent huge pages (2 MiB aligned, MADV_HUGEPAGE) and registers it with the
-    driver, so fewer, larger pages map it; "pinned" (the default): the driver's own
-    page-locked allocation."""
+    place over PCIe. The array keeps the host memory alive."""
     import pycuda.driver as driver
     shape = tuple(int(n) for n in shape)
-    dtype = np.dtype(dtype)
     if int(np.prod(shape, dtype=np.int64)) == 0:
-        return gpuarray.GPUArray(shape, dtype)
-    if HOST_PAGES == "huge":
-        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-        region = mmap.mmap(-1, nbytes + _HUGE_PAGE)  # anonymous: zero-filled
-        region.madvise(mmap.MADV_HUGEPAGE)
-        raw = np.frombuffer(region, np.uint8)
-        start = -raw.ctypes.data % _HUGE_PAGE
-        host = driver.register_host_memory(
-            raw[start:start + nbytes].view(dtype).reshape(shape),
-            flags=driver.mem_host_register_flags.DEVICEMAP)
-    else:
-        host = driver.pagelocked_zeros(shape, dtype, mem_flags=driver.host_alloc_flags.DEVICEMAP)
-    array = gpuarray.GPUArray(shape, dtype, gpudata=host.base.get_device_pointer())
+        return gpuarray.GPUArray(shape, np.dtype(dtype))
+    host = driver.pagelocked_zeros(shape, np.dtype(dtype),
+                                   mem_flags=driver.host_alloc_flags.DEVICEMAP)
+    array = gpuarray.GPUArray(shape, np.dtype(dtype), gpudata=host.base.get_device_pointer())
     array.sok1x_host_memory = host
     return array
 
