@@ -64,6 +64,9 @@ def _indexed_slices(table, values, rows):
 def _backward(op, grad, engine_grad, name):
     """Builds the chained backward op of forward `op`; returns the handle's IndexedSlices."""
     table, tower = _recall(op)
+    # A gather after the lookup (SOK v1's dynamic_input: unique keys, then tf.gather back)
+    # hands IndexedSlices down; the engine takes the dense gradient of the outputs.
+    grad = tf1.convert_to_tensor(grad)
 
     def build(op_id):
         def run(token, grads):

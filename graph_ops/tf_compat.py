@@ -17,6 +17,14 @@ HAS_DLPACK = _dlpack is not None
 _executing_eagerly_outside_functions = getattr(tf1, "executing_eagerly_outside_functions", None)
 
 
+def tf2_behavior():
+    """True when TensorFlow 2 behaviour is on (TensorFlow 2.x unless the program called
+    tf.compat.v1.disable_v2_behavior(); never on 1.15): a TF1 program run on TensorFlow 2 sees
+    False, as SOK's kit_lib.in_tensorflow2 tells such programs."""
+    from tensorflow.python import tf2
+    return bool(tf2.enabled())
+
+
 def inside_function():
     """True while building a tf.function's graph in an eager program (TensorFlow 2.x): graph
     ops whose gradient tf.GradientTape finds by op type, not through gradient_override_map."""
