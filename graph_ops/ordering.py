@@ -61,6 +61,12 @@ def new_tower(name=None):
         state.tower = outer
 
 
+def after_backward(graph=None):
+    """True when a forward op created now would start a new tower: the current one already has
+    backward ops (the training step is built; what follows reads or evaluates)."""
+    return _state(graph or tf1.get_default_graph()).tower.has_backward
+
+
 def _forward_tower(state, symbolic_input):
     """Picks the tower of a new forward op. Lookups that Keras makes on symbolic inputs while it
     builds a functional model go to a tower of their own, so that calling the model on real

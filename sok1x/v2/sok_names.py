@@ -10,7 +10,7 @@
     sok1x.SGD(lr)                      SOK's own optimizer (plain SGD on the rows touched)
     sok1x.filter_variables(vars)       ([sok1x variables], [others])
 """
-from sok1x.graph_ops import embedding_ops
+from sok1x.graph_ops import embedding_ops, ordering
 from sok1x.graph_ops.embedding_tag import is_embedding_variable, table_of
 from sok1x.graph_ops.tf_compat import tf1
 
@@ -25,7 +25,12 @@ def _lookup(variable, ids, name):
     ids = tf1.convert_to_tensor(ids)
     if ids.dtype in (tf1.uint32, tf1.uint64):
         ids = tf1.cast(ids, tf1.int64)
-    return embedding_ops.dense_lookup(table, variable.read_value(), ids, True, None, name)
+    if tf1.executing_eagerly() or not ordering.after_backward():
+        return embedding_ops.dense_lookup(table, variable.read_value(), ids, True, None, name)
+    # A read built after the training step (SOK programs read variables this way to check
+    # them, one sess.run each) is a tower of its own, needing no other read's feed.
+    with ordering.new_tower(name):
+        return embedding_ops.dense_lookup(table, variable.read_value(), ids, True, None, name)
 
 
 def all2all_dense_embedding(param, ids):
