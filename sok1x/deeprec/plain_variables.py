@@ -77,6 +77,16 @@ def rows_from_variable(handles):
     return ops
 
 
+def _take_rows(table_name, num_rows, value):
+    """Local: writes this rank's rows of `value` (the variable's [num_rows, dim] array) into the
+    table and clears its need; returns how many rows were written."""
+    rt = runtime.get()
+    keys = shard_rows.owned_keys("mod", num_rows, rt.rank, rt.size)
+    shard_rows.assign(table_name, keys, np.asarray(value)[keys], key_limit=num_rows)
+    _NEED_ROWS.discard(table_name)
+    return len(keys)
+
+
 def _load_rows_op(table, variable):
     num_rows = int(variable.shape[0])
 
@@ -84,11 +94,7 @@ def _load_rows_op(table, variable):
         return np.bool_(table.name in _NEED_ROWS)
 
     def load(value):
-        rt = runtime.get()
-        keys = shard_rows.owned_keys("mod", num_rows, rt.rank, rt.size)
-        shard_rows.assign(table.name, keys, np.asarray(value)[keys], key_limit=num_rows)
-        _NEED_ROWS.discard(table.name)
-        return np.int64(len(keys))
+        return np.int64(_take_rows(table.name, num_rows, value))
 
     with tf1.name_scope(None):
         needed = py_func(needs_rows, [], tf1.bool, name="sok1x_table_needs_rows")
@@ -99,17 +105,25 @@ def _load_rows_op(table, variable):
             lambda: tf1.constant(0, tf1.int64)).op
 
 
-def _gathered_rows(tables_and_sizes, what):
-    """A py_func returning every row of each table on every rank (collective, one op so every
-    rank gathers the tables in one order)."""
+def _gathered_rows(pairs, what):
+    """A py_func returning every row of each (table name, variable) table on every rank
+    (collective, one op so every rank gathers the tables in one order). A table that has not
+    taken its rows from its variable yet (no lookup since the initializer ran; a Saver saves
+    once before the first step) takes them first, so the variable is never overwritten by an
+    empty table."""
     ensure_up = init_ops.bring_up_on_first_use()
+    sizes = [int(variable.shape[0]) for _, variable in pairs]
 
-    def run():
+    def run(*values):
         ensure_up()
         from sok1x.engine import checkpoint
+        for (name, _), size, value in zip(pairs, sizes, values):
+            if name in _NEED_ROWS:
+                _take_rows(name, size, value)
         checkpoint.meet(what, checkpoint_ops.timeout())
-        return [shard_rows.gather_all(name, size) for name, size in tables_and_sizes]
-    return py_func(run, [], [tf1.float32] * len(tables_and_sizes), name="sok1x_rows_out")
+        return [shard_rows.gather_all(name, size) for (name, _), size in zip(pairs, sizes)]
+    return py_func(run, [variable.read_value() for _, variable in pairs],
+                   [tf1.float32] * len(pairs), name="sok1x_rows_out")
 
 
 def _write_back(pairs, what, after=()):
@@ -117,7 +131,7 @@ def _write_back(pairs, what, after=()):
     after the ops `after`."""
     with tf1.name_scope(None), tf1.control_dependencies(None):
         with tf1.control_dependencies(list(after)):
-            rows = _gathered_rows([(name, int(v.shape[0])) for name, v in pairs], what)
+            rows = _gathered_rows(pairs, what)
         assigns = []
         for tensor, (_, variable) in zip(rows, pairs):
             tensor.set_shape(variable.shape)

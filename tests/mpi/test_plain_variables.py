@@ -140,6 +140,27 @@ def test_trained_rows_reach_the_variable_and_the_checkpoint_as_stock_tf(world, u
                                rtol=1e-5, atol=1e-6)
 
 
+def test_monitored_training_session_checkpoints_hold_the_trained_rows(world):
+    """Scaffold's sharded Saver, through MonitoredTrainingSession's checkpoint_dir (every rank
+    its own directory), saves the trained rows under the variable's name."""
+    rank, size = world
+    batches = [global_ids(30 + step) for step in range(STEPS)]
+    want = stock_trained_rows(batches)
+    directory = rank_dir()
+    with tf1.Graph().as_default():
+        _, train, feeds = training_graph(rank, size, batches)
+        step = tf1.train.get_or_create_global_step()
+        with tf1.control_dependencies([train]):
+            train = tf1.assign_add(step, 1)
+        with tf1.train.MonitoredTrainingSession(checkpoint_dir=directory,
+                                                save_checkpoint_steps=STEPS) as sess:
+            for feed in feeds:
+                sess.run(train, feed)
+    np.testing.assert_allclose(
+        tf1.train.load_variable(tf1.train.latest_checkpoint(directory), "model/table"), want,
+        rtol=1e-5, atol=1e-6)
+
+
 def test_a_restore_is_what_the_table_then_holds(world):
     rank, size = world
     batches = [global_ids(20 + step) for step in range(STEPS)]
@@ -215,6 +236,10 @@ def test_localized_strategy_looks_variables_up_with_tensorflow_on_each_rank(worl
         grad, = tf1.gradients(tf1.reduce_sum(out), [table])
         assert isinstance(grad, tf1.IndexedSlices)
         assert sok1x.deeprec.group_embedding.handle_of(table) is None
+        with sok1x.group_embedding_column_scope("local"):
+            column = tf1.feature_column.embedding_column(
+                tf1.feature_column.categorical_column_with_identity("c", VOCAB), DIM)
+        assert type(column).__name__ == "EmbeddingColumn"  # TensorFlow's own
         with session(graph) as sess:
             sess.run(tf1.global_variables_initializer())
             got, want = sess.run([out, stock])
