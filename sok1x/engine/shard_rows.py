@@ -102,3 +102,27 @@ def gather_all(table_name, num_keys):
     table = np.zeros([num_keys, values.shape[1]], np.float32)
     table[keys] = values
     return table
+
+
+def read_local(table_name, keys, key_limit=None):
+    """Local. Returns host (vectors float32 [n, dim], shard rows int64 [n]) of `keys` [n], every
+    one held by this rank (a hash table inserts unseen ones with their initial values): SOK's
+    sparse_read of a variable whose rows all live here. Raises InvalidInputError, changing
+    nothing, for keys this rank does not hold or that do not fit."""
+    with _runtime.entered():
+        table = api.shard(table_name)
+        backend = table.backend
+        keys = np.asarray(backend.to_host(keys)).astype(np.int64).reshape(-1)
+        mine = _owned(table, keys, key_limit)
+        if not np.all(mine):
+            raise InvalidInputError("%s: rank %d read keys it does not hold (%s...); only the "
+                                    "rank holding a table's rows reads them directly"
+                                    % (table_name, table.rank, keys[~mine][:3].tolist()))
+        keys_on_device = backend.asarray(keys)
+        if table.use_hashtable:
+            error = table.capacity_error(keys_on_device)
+            if error is not None:
+                raise error
+        rows = table.rows_of(keys_on_device, insert=True)
+        vectors = np.asarray(backend.to_host(table.gather(rows)), np.float32)
+        return vectors.reshape(-1, table.dim), np.asarray(backend.to_host(rows), np.int64)

@@ -2,7 +2,9 @@
 
     tf.nn.embedding_lookup(var, ids)   reads rows of a sok1x variable (SOK's variables are
                                        resource variables whose sparse_read looks keys up);
-                                       differentiable, as the lookup of sok1x.lookup_sparse
+                                       differentiable, as the lookup of sok1x.lookup_sparse;
+                                       collective, except for a "localized:r" variable, read
+                                       on rank r alone as SOK reads it
     var.eval(session)                  this rank's rows, [local rows, dim] (SOK's value of a
                                        distributed variable)
     sok1x.all2all_dense_embedding(var, ids)  the same lookup, SOK's functional name
@@ -10,9 +12,11 @@
     sok1x.SGD(lr)                      SOK's own optimizer (plain SGD on the rows touched)
     sok1x.filter_variables(vars)       ([sok1x variables], [others])
 """
-from sok1x.graph_ops import embedding_ops, ordering
+from sok1x.engine import placement as placements
+from sok1x.engine import shard_rows
+from sok1x.graph_ops import embedding_ops, init_ops, ordering
 from sok1x.graph_ops.embedding_tag import is_embedding_variable, table_of
-from sok1x.graph_ops.tf_compat import tf1
+from sok1x.graph_ops.tf_compat import py_func, tf1
 
 
 def _lookup(variable, ids, name):
@@ -25,12 +29,44 @@ def _lookup(variable, ids, name):
     ids = tf1.convert_to_tensor(ids)
     if ids.dtype in (tf1.uint32, tf1.uint64):
         ids = tf1.cast(ids, tf1.int64)
+    if placements.parse(table.placement).kind == "rank" and not tf1.executing_eagerly():
+        return _local_lookup(variable, table, ids, name)
     if tf1.executing_eagerly() or not ordering.after_backward():
         return embedding_ops.dense_lookup(table, variable.read_value(), ids, True, None, name)
     # A read built after the training step (SOK programs read variables this way to check
     # them, one sess.run each) is a tower of its own, needing no other read's feed.
     with ordering.new_tower(name):
         return embedding_ops.dense_lookup(table, variable.read_value(), ids, True, None, name)
+
+
+def _local_lookup(variable, table, ids, name):
+    """The read of a localized variable ("localized:r": every row on rank r), as SOK's: local to
+    the rank that runs it (the rank holding the rows), no collective, so a program may read it
+    on that rank alone. Its gradient is the handle's IndexedSlices of shard rows, as the
+    lookups' are."""
+    key_limit = getattr(variable, "num_rows", None)
+    ensure_up = init_ops.bring_up_on_first_use()
+
+    def run(keys, _handle):
+        ensure_up()
+        return shard_rows.read_local(table.name, keys, key_limit)
+
+    @tf1.custom_gradient
+    def read(handle_value):
+        vectors, rows = py_func(run, [ids, handle_value], [tf1.float32, tf1.int64], name=name)
+        vectors.set_shape([None, table.dim])
+        rows.set_shape([None])
+
+        def gradient(upstream):
+            unique_rows, position = tf1.unique(rows)
+            summed = tf1.math.unsorted_segment_sum(tf1.reshape(upstream, [-1, table.dim]),
+                                                   position, tf1.size(unique_rows))
+            return tf1.IndexedSlices(summed, unique_rows,
+                                     tf1.constant([table.capacity, table.dim], tf1.int64))
+        return vectors, gradient
+
+    vectors = read(variable.read_value())
+    return tf1.reshape(vectors, tf1.concat([tf1.shape(ids, out_type=tf1.int32), [table.dim]], 0))
 
 
 def all2all_dense_embedding(param, ids):

@@ -193,9 +193,11 @@ DEFAULT_HBM_MAX_CAPACITY = 1 << 26
 
 def DynamicVariable(dimension, initializer=None, var_type=None, name=None,  # noqa: N802
                     key_type=None, dtype=None, init_capacity=None, max_capacity=None,
-                    max_hbm_for_vectors=None, evict_strategy="lru", trainable=True, **kwargs):
+                    max_hbm_for_vectors=None, evict_strategy="lru", trainable=True,
+                    mode="distributed", **kwargs):
     """Returns a sok1x.DynamicVariable's handle: a hash table of float32 [dimension] vectors; a
-    key is held on rank hash(key) % world_size and gets a row on first lookup.
+    key is held on rank hash(key) % world_size (mode "distributed"), or every key on rank r
+    (mode "localized:r"), and gets a row on first lookup.
 
     initializer: "random" / "uniform" (uniform in [-0.05, 0.05]), "normal", "zeros", "ones", a
     number (constant) or a tf initializer; var_type: "hybrid" (SOK's default: grows up to
@@ -235,11 +237,14 @@ def DynamicVariable(dimension, initializer=None, var_type=None, name=None,  # no
             pass
     spec = spec_from_initializer(initializer, label)
     table_name = _table_name(name, "sok_dynamic_variable")
+    placement = _parse_mode(mode, label)
     handle = create_handle(None, table_name, int(dimension), dynamic.max_capacity, True, spec,
-                           placement="hash", trainable=trainable, dynamic=dynamic)
+                           placement="hash" if placement == "mod" else placement,
+                           trainable=trainable, dynamic=dynamic)
     _v2_defaults()
     mark_without_scope(handle)
     _describe(handle, table_name, DYNAMIC, int(dimension), None)
+    handle.mode = mode or "distributed"
     attach_reads(handle, lambda: shard_access.export(handle)[1])
     if not tf1.executing_eagerly():
         # SOK's DynamicVariable.size: int64 [1], the number of keys this rank holds.

@@ -222,3 +222,33 @@ def test_loss_scale_optimizer_unscales_dense_and_sparse_gradients():
         loss = scaled.get_scaled_loss(tf1.constant(0.5))
         with session(graph) as sess:
             assert sess.run([dense, sparse.values, loss]) == [[2.0], [[1.0]], 512.0]
+
+
+@pytest.mark.parametrize("kind", ["Variable", "DynamicVariable"])
+def test_a_localized_variable_is_read_on_its_rank_alone(world, kind):
+    """SOK's localized tests read a "localized:r" variable with tf.nn.embedding_lookup on rank r
+    only: no collective, and trained rows as stock TensorFlow's."""
+    rank, size = world
+    owner = size - 1
+    keys = np.array([1, 3, 3, 5])
+    with tf1.Graph().as_default() as graph:
+        if kind == "Variable":
+            var = sok.Variable(table_rows(), mode="localized:%d" % owner)
+        else:
+            var = sok.DynamicVariable(DIM, initializer="2", mode="localized:%d" % owner,
+                                      var_type="hbm")
+        ids = tf1.placeholder(tf1.int64, [None])
+        reads = []
+        if rank == owner:
+            emb = tf1.nn.embedding_lookup(var, ids)
+            train = sok.SGD(lr=0.5).apply_gradients(
+                zip(tf1.gradients(tf1.reduce_sum(emb), [var]), [var]))
+        with session(graph) as sess:
+            sess.run(tf1.global_variables_initializer())
+            if rank == owner:
+                sess.run(train, {ids: keys})
+                reads = sess.run(emb, {ids: np.arange(6)})
+    if rank == owner:
+        want = table_rows()[:6] if kind == "Variable" else np.full((6, DIM), 2.0, np.float32)
+        np.subtract.at(want, keys, 0.5)
+        np.testing.assert_allclose(reads, want, rtol=1e-6)
