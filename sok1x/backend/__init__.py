@@ -18,11 +18,19 @@ Every backend module exposes the same names, and the engine's algorithms call on
     bucket_by_owner_many(keys_list, world_size, owner_rules), unique_many(keys_list, ordered)
         the same for several arrays at once, with one wait for all their sizes
     index_bounds(arrays) -> host int64 [len(arrays), 2]   (min, max) of each, one wait for all
+    join_keys(arrays, offsets) -> int64        the int arrays plus an offset each, joined (one
+                                               launch on cuda: a table group's keys)
+    join_rows(arrays) -> float32               float32 arrays joined along axis 0 (one launch)
+    distinct_rows_many(items) -> [(distinct, inverse, ranks)]   per (rows in [0, bound), bound,
+        boundaries ending at bound): distinct rows ascending, each row's place among them, and
+        how many lie below each boundary; one wait for all items
+    local_rows(rows, row_starts) -> int64      rows less the start of the range holding each
     column(matrix, index) -> [n]                       one column of an int64 [n, k] matrix
     segment_counts(segment_ids, n) -> float32 [n]      ids per segment
     scale_rows(values, factors, divide) -> values * (or /, 0 where 0) factors per row
     fill_rows(array, rows, value)                      array[rows] = value (float64 1-D)
     floor_divide(keys, divisor) -> keys // divisor     int64, rows of a table without hash table
+    row_view(array, start, stop)                       rows [start, stop) sharing array's memory
     take_rows(array, index) -> array[index]            gather along axis 0
     put_rows(dst, index, src)                          dst[index] = src (index has no repeats)
     unique(keys, ordered) -> (unique_keys, inverse)    first-occurrence order, like tf.unique

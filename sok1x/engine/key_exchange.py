@@ -76,14 +76,16 @@ def check_step_keys(runtime, tables, keys_list, extra_checks=(), key_limits=None
     return first_error(*errors)
 
 
-def lookup_forward_many(runtime, tables, op, keys_list, training, local_error=None):
-    """Collective. tables: EmbeddingTables; keys_list: one backend int 1-D array per table.
-    Returns (vectors, routings): per table backend float32 [n_t, dim_t] in input order, and the
-    Routing its backward pass needs. Raises the step's input errors on every rank before any
-    table changes."""
+def lookup_forward_many(runtime, tables, op, keys_list, training, local_error=None,
+                        keys_checked=False):
+    """Collective. tables: EmbeddingTables (or TableGroups, engine/table_group.py); keys_list:
+    one backend int 1-D array per table. Returns (vectors, routings): per table backend float32
+    [n_t, dim_t] in input order, and the Routing its backward pass needs. Raises the step's input
+    errors on every rank before any table changes. keys_checked: the caller ran
+    check_step_keys already (local_error is its result)."""
     backend, size = runtime.backend, runtime.size
     error = local_error
-    if error is None:
+    if error is None and not keys_checked:
         error = check_step_keys(runtime, tables, keys_list)
     send_counts = np.zeros((size, len(tables)), dtype=np.int64)
     prepared = []
@@ -140,9 +142,9 @@ def lookup_forward(runtime, table, op, keys, training, local_error=None):
 
 def exchange_gradients_many(runtime, tables, op, routings, grads_list):
     """Collective. grads_list: per table backend float32 [routing.count, dim] in the forward's
-    input order. Returns per table backend (rows [u], summed [u, dim]) of this rank's shard: per
-    row used, the sum of its gradients over the job (a row -1 collects keys an inference lookup
-    missed)."""
+    input order. Returns per table backend (rows [u], summed [u, dim], ranks) of this rank's
+    shard: per row used, the sum of its gradients over the job (a row -1 collects keys an
+    inference lookup missed); ranks: see _owned_rows."""
     backend = runtime.backend
     error = None
     for table, routing, grads in zip(tables, routings, grads_list):
@@ -161,19 +163,40 @@ def exchange_gradients_many(runtime, tables, op, routings, grads_list):
         bucketed.append(per_key if routing.perm is None else backend.take_rows(per_key,
                                                                                routing.perm))
     owned = _exchange(runtime, bucketed, send_counts, recv_counts)
-    out = []
-    distinct = backend.unique_many([routing.owner_rows for routing in routings], ordered=False)
-    for (rows, inverse), received in zip(distinct, owned):
-        out.append((rows, backend.segment_sum(received, inverse, rows.shape[0])))
-    return out
+    return [(rows, backend.segment_sum(received, inverse, rows.shape[0]), ranks)
+            for (rows, inverse, ranks), received in zip(_owned_rows(backend, tables, routings),
+                                                        owned)]
+
+
+def _owned_rows(backend, tables, routings):
+    """Per table (distinct rows, inverse, ranks) of the owner rows of its routing. A table whose
+    rows follow from its keys (a TableGroup included) gets them in ascending order with ranks:
+    host int64, how many lie below each start of a member's rows and the end (row_starts). A hash
+    table (rows may be -1) gets them in any order with ranks None. One wait per kind."""
+    bounded = [not table.use_hashtable for table in tables]
+    found = [(routing.owner_rows, _held_rows(table), _row_starts(table))
+             for table, routing, b in zip(tables, routings, bounded) if b]
+    found = iter(backend.distinct_rows_many(found) if found else [])
+    hashed = [routing.owner_rows for routing, b in zip(routings, bounded) if not b]
+    hashed = iter(backend.unique_many(hashed, ordered=False) if hashed else [])
+    return [next(found) if b else next(hashed) + (None,) for b in bounded]
+
+
+def _held_rows(table):
+    return int(table.values.shape[0])
+
+
+def _row_starts(table):
+    starts = getattr(table, "row_starts", None)
+    return starts if starts is not None else np.array([0, _held_rows(table)], np.int64)
 
 
 def lookup_backward_many(runtime, tables, op, routings, grads_list):
     """Collective. As exchange_gradients_many, but returns per table backend (values [u, dim],
-    rows [u]) of the rows that exist, for an IndexedSlices."""
+    rows [u], ranks) of the rows that exist, for an IndexedSlices (ranks: see _owned_rows)."""
     backend = runtime.backend
     out = []
-    for routing, (rows, summed) in zip(routings, exchange_gradients_many(
+    for routing, (rows, summed, ranks) in zip(routings, exchange_gradients_many(
             runtime, tables, op, routings, grads_list)):
         if routing.may_miss:  # rare: the gradient of an inference lookup; drop the misses
             host_rows = backend.to_host(rows)
@@ -182,15 +205,15 @@ def lookup_backward_many(runtime, tables, op, routings, grads_list):
                 index = backend.asarray(np.flatnonzero(used).astype(np.int64))
                 rows, summed = backend.take_rows(rows, index), backend.take_rows(summed, index)
         distinct_rows.remember(rows)
-        out.append((summed, rows))
+        out.append((summed, rows, ranks))
     return out
 
 
 def lookup_backward(runtime, table, op, routing, grads):
     """Collective. lookup_backward_many for one table: returns backend (values, rows)."""
-    return lookup_backward_many(runtime, [table], op, [routing], [grads])[0]
+    return lookup_backward_many(runtime, [table], op, [routing], [grads])[0][:2]
 
 
 def exchange_gradients(runtime, table, op, routing, grads):
     """Collective. exchange_gradients_many for one table: returns backend (rows, summed)."""
-    return exchange_gradients_many(runtime, [table], op, [routing], [grads])[0]
+    return exchange_gradients_many(runtime, [table], op, [routing], [grads])[0][:2]
