@@ -13,6 +13,7 @@ import numpy as np
 
 from sok1x.backend.cuda_context import uses_context
 from sok1x.backend.cuda_launch import (
+    copy_rows_async,
     device_array,
     empty,
     exclusive_scan,
@@ -25,7 +26,6 @@ from sok1x.backend.cuda_launch import (
     to_device,
     to_host,
 )
-from sok1x.backend.cuda_launch import copy_rows_async
 
 _KEPT_LISTS = 64
 _uploaded = collections.OrderedDict()  # part list bytes -> its device copy
@@ -116,8 +116,8 @@ def index_bounds(arrays):
 @uses_context
 def distinct_rows_many(items):
     """items: (rows int64 [n] in [0, bound), bound, boundaries host int64 [k] ascending in
-    [0, bound], the last one bound). Returns per item (distinct rows ascending [u], inverse [n], host int64 [k]: how
-    many distinct rows lie below each boundary), with one wait for all items."""
+    [0, bound], the last one bound). Returns per item (distinct rows ascending [u], inverse [n],
+    host int64 [k]: how many distinct rows lie below each boundary), with one wait for all."""
     kernels = _kernels()
     states, spans, position = [], [], 0
     for rows, bound, boundaries in items:
@@ -134,7 +134,7 @@ def distinct_rows_many(items):
         spans.append((position, boundaries.shape[0]))
         position += boundaries.shape[0]
     ranks = empty((max(position, 1),), np.int64)
-    for (rows, bits, word_ranks, words), (start, count), (_, _, boundaries) in zip(
+    for (_, bits, word_ranks, words), (start, count), (_, _, boundaries) in zip(
             states, spans, items):
         if count:
             launch(kernels["ranks"], count, ptr(bits), ptr(word_ranks), words,

@@ -48,7 +48,7 @@ class TableGroup:
     use_hashtable = False
 
     def __init__(self, runtime, members):
-        backend = self.backend = runtime.backend
+        self.backend = runtime.backend
         first = members[0]
         self.members = list(members)
         self.name = "group of %s" % ", ".join(table.name for table in members)
