@@ -25,7 +25,8 @@ Every backend module exposes the same names, and the engine's algorithms call on
     distinct_rows_many(items) -> [(distinct, inverse, ranks)]   per (rows in [0, bound), bound,
         boundaries ending at bound): distinct rows ascending, each row's place among them, and
         how many lie below each boundary; one wait for all items
-    local_rows(rows, row_starts) -> int64      rows less the start of the range holding each
+    local_rows(rows, row_starts, moves, length) -> int64   distinct rows ascending, less the
+        start of the range t holding each, table t's moved by moves[t] (to an aligned place)
     column(matrix, index) -> [n]                       one column of an int64 [n, k] matrix
     segment_counts(segment_ids, n) -> float32 [n]      ids per segment
     scale_rows(values, factors, divide) -> values * (or /, 0 where 0) factors per row

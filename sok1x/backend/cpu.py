@@ -132,13 +132,16 @@ def distinct_rows_many(items):
     return out
 
 
-def local_rows(rows, row_starts):
-    """Returns rows - row_starts[t] for the range t (row_starts: int64 [T + 1], ascending)
-    holding each row: a group's rows as each table's own."""
+def local_rows(rows, row_starts, moves, length):
+    """Returns int64 [length]: for distinct rows ascending, out[i + moves[t]] = rows[i] -
+    row_starts[t] for the range t (row_starts: int64 [T + 1]) holding rows[i]; moves: int64 [T],
+    how far table t's piece moves; places between pieces are zeros."""
     rows = np.asarray(rows, dtype=np.int64)
     starts = np.asarray(row_starts, dtype=np.int64)
     table = np.searchsorted(starts[:-1], rows, side="right") - 1
-    return rows - starts[table]
+    out = np.zeros(int(length), np.int64)
+    out[np.arange(rows.shape[0]) + np.asarray(moves, dtype=np.int64)[table]] = rows - starts[table]
+    return out
 
 
 def column(matrix, index):

@@ -42,7 +42,7 @@ def _kernels():
             "popcounts": prepared(source, "word_popcounts", "PqP"),
             "emit": prepared(source, "emit_distinct_rows", "PqPPqPP"),
             "ranks": prepared(source, "ranks_at", "PPqPqP"),
-            "local": prepared(source, "local_rows", "PqPqP")}
+            "local": prepared(source, "local_rows", "PqPqPP")}
 
 
 def _device_constant(host_values):
@@ -153,13 +153,16 @@ def distinct_rows_many(items):
 
 
 @uses_context
-def local_rows(rows, row_starts):
-    """Returns int64 rows - row_starts[t] for the range t (row_starts: host int64 [T + 1],
-    ascending) holding each row: a group's rows as each table's own."""
+def local_rows(rows, row_starts, moves, length):
+    """Returns int64 [length]: for distinct rows ascending, out[i + moves[t]] = rows[i] -
+    row_starts[t] for the range t (row_starts: host int64 [T + 1]) holding rows[i]; moves: host
+    int64 [T], how far table t's piece moves (to start at an aligned place); places between
+    pieces are left as they are."""
     rows = index_array(rows, "rows")
     starts = np.asarray(row_starts, dtype=np.int64)
-    out = empty(rows.shape, np.int64)
+    out = empty((int(length),), np.int64)
     if rows.shape[0]:
         launch(_kernels()["local"], rows.shape[0], ptr(rows), rows.shape[0],
-               ptr(_device_constant(starts)), starts.shape[0] - 1, ptr(out))
+               ptr(_device_constant(starts)), starts.shape[0] - 1,
+               ptr(_device_constant(moves)), ptr(out))
     return out

@@ -215,8 +215,8 @@ def apply_updates(backend, tables, rule_name, slot_prefix, options, hyper, value
     rule = _checked_rule(rule_name, hyper)
     options = dict(options or {})
     counts = [None] * len(tables)
-    for group, positions in list(table_group.whole_gradients(tables, values_list, rows_list)):
-        rows, summed = group.last_gradient[:2]
+    joined = list(table_group.whole_gradients(backend, tables, values_list, rows_list))
+    for group, rows, summed, positions in joined:
         slots = {name: group.slot(slot_key(slot_prefix, name), initial)
                  for name, initial in rule.slots(options)}
         rule.update(backend, group.values, slots, rows, summed, hyper, options)

@@ -173,18 +173,28 @@ def _group_of(runtime, members):
     return None
 
 
+ALIGN_ROWS = 8  # int64 rows per 64 bytes: TensorFlow takes no tensor less aligned than that
+
+
 def split_gradient(backend, group, summed, rows, ranks):
     """Returns per member (values [u_t, dim], rows [u_t] of its own) as views of the group's
     backward result: summed [u, dim] for flat rows [u] ascending; ranks (host): how many rows lie
-    below each of group.row_starts. Remembers the result for a whole-group update."""
-    own_rows = backend.local_rows(rows, group.row_starts)
+    below each of group.row_starts. Each member's rows start 64-byte aligned, so a framework
+    takes them without a copy. Remembers the result for a whole-group update."""
+    counts = np.diff(ranks)
+    piece_starts = np.concatenate(
+        [[0], np.cumsum(-(-counts // ALIGN_ROWS) * ALIGN_ROWS)]).astype(np.int64)
+    own_rows = backend.local_rows(rows, group.row_starts, piece_starts[:-1] - ranks[:-1],
+                                  int(piece_starts[-1]))
     pieces = []
     for t in range(len(group.members)):
-        start, stop = int(ranks[t]), int(ranks[t + 1])
-        piece_rows = backend.row_view(own_rows, start, stop)
+        start, count = int(piece_starts[t]), int(counts[t])
+        piece_rows = backend.row_view(own_rows, start, start + count)
         distinct_rows.remember(piece_rows)
-        pieces.append((backend.row_view(summed, start, stop), piece_rows))
-    group.last_gradient = (rows, summed, [_address(v) + _address(r) for v, r in pieces])
+        first = int(ranks[t])
+        pieces.append((backend.row_view(summed, first, first + count), piece_rows))
+    group.last_gradient = (rows, summed, [_address(r) for _, r in pieces],
+                           [_address(v) for v, _ in pieces])
     return pieces
 
 
@@ -192,21 +202,27 @@ def _address(array):
     return distinct_rows.address(array) if array.shape[0] else (None, 0)
 
 
-def whole_gradients(tables, values_list, rows_list):
-    """Yields (group, positions) for each group all of whose members are in `tables` once, with
-    the gradient of the group's last backward pass handed back unchanged (the same memory):
-    positions are the members' places in `tables`, in the group's order."""
+def whole_gradients(backend, tables, values_list, rows_list):
+    """Yields (group, rows, values, positions) for each group all of whose members are in
+    `tables` once with the rows of the group's last backward pass handed back unchanged (the
+    same memory): the group's flat rows and their gradient values (the backward's own, or the
+    members' values joined where any was replaced, e.g. clipped), and the members' places in
+    `tables`, in the group's order."""
     groups = collections.OrderedDict()
     for position, table in enumerate(tables):
         if getattr(table, "group", None) is not None:
             groups.setdefault(id(table.group), (table.group, {}))[1][id(table)] = position
     for group, places in groups.values():
-        last = getattr(group, "last_gradient", None)
+        last = group.last_gradient
         if last is None or len(places) != len(group.members):
             continue
         positions = [places.get(id(member)) for member in group.members]
-        if None in positions:
+        if None in positions or [_address(rows_list[p]) for p in positions] != last[2]:
             continue
-        handed = [_address(values_list[p]) + _address(rows_list[p]) for p in positions]
-        if handed == last[2]:
-            yield group, positions
+        values = [values_list[p] for p in positions]
+        if [_address(v) for v in values] == last[3]:
+            yield group, last[0], last[1], positions
+            continue
+        if all(tuple(v.shape) == (rows_list[p].shape[0], group.dim) and v.dtype == np.float32
+               for v, p in zip(values, positions)):
+            yield group, last[0], backend.join_rows(values), positions

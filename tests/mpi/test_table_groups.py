@@ -74,7 +74,8 @@ def test_a_group_equals_its_tables_one_by_one(placement, mixed):
         tables = [api.shard(name) for name in together]
         assert tables[0].group is not None and tables[0].group.members == tables
         values, rows = [g[0] for g in grads], [g[1] for g in grads]
-        assert len(list(table_group.whole_gradients(tables, values, rows))) == 1
+        assert len(list(table_group.whole_gradients(
+            runtime.get().backend, tables, values, rows))) == 1
         api.apply_optimizer_updates(together, "adagrad", "Adagrad", {}, hyper, values, rows)
         for t, name in enumerate(alone):
             (out,), one_token = api.pooled_lookup([name], "alone_fwd_%d" % t, [inputs[t]], True)
@@ -108,6 +109,29 @@ def test_per_table_updates_of_a_grouped_table_land_in_the_group():
         np.testing.assert_array_equal(group.values[start:stop], api.shard(name).values)
         np.testing.assert_array_equal(group.slots["Adam/m"][start:stop],
                                       api.shard(name).slots["Adam/m"])
+
+
+def test_a_whole_group_update_takes_the_values_it_is_given():
+    together, alone = make_pair("clipped", "mod")
+    rng = np.random.default_rng([5, RANK])
+    inputs, tops = batch(rng, "mod", 0, True)
+    hyper = {"lr": 0.5}
+    _, token = api.pooled_lookup(together, "clip_fwd", inputs, True)
+    grads = api.pooled_lookup_grad(together, "clip_bwd", token, tops)
+    clipped = [np.clip(values, -0.01, 0.01) for values, _ in grads]
+    rows = [r for _, r in grads]
+    backend = runtime.get().backend
+    tables = [api.shard(name) for name in together]
+    assert len(list(table_group.whole_gradients(backend, tables, clipped, rows))) == 1
+    api.apply_optimizer_updates(together, "sgd", "SGD", {}, hyper, clipped, rows)
+    for t, name in enumerate(alone):
+        (_,), one = api.pooled_lookup([name], "clip_one_fwd_%d" % t, [inputs[t]], True)
+        (values, own_rows), = api.pooled_lookup_grad([name], "clip_one_bwd_%d" % t, one,
+                                                      [tops[t]])
+        api.apply_optimizer_update(name, "sgd", "SGD", {}, hyper, np.clip(values, -0.01, 0.01),
+                                   own_rows)
+        np.testing.assert_allclose(api.shard(together[t]).values, api.shard(name).values,
+                                   rtol=1e-6, atol=1e-7)
 
 
 def test_bad_input_in_one_member_fails_every_rank_and_changes_no_table():
