@@ -36,7 +36,6 @@ from sok1x.backend.cuda_optimizers import (  # noqa: F401  (part of the op set: 
     update_sgd,
 )
 from sok1x.backend.cuda_launch import (
-    COUNTS,
     copy_rows_async,
     device_array,
     empty as _pooled_empty,
@@ -50,6 +49,7 @@ from sok1x.backend.cuda_launch import (
     to_device,
     to_host as _copy_to_host,
     is_device_array,
+    waited_stream,
 )
 
 NAME = "cuda"
@@ -108,8 +108,7 @@ def device_context():
 @uses_context
 def synchronize():
     """Waits until every op queued on the sok1x stream is done."""
-    cuda_context.wait_stream()
-    COUNTS["host_waits"] += 1
+    waited_stream()
 
 
 @memoised_per_context

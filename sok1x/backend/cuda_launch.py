@@ -5,6 +5,7 @@ Everything here expects to run inside cuda_context.entered() (the public ops ent
 """
 import collections
 import functools
+import time
 
 import numpy as np
 import pycuda.driver as driver
@@ -20,8 +21,16 @@ _BLOCKS_PER_MULTIPROCESSOR = 16
 
 # What the cuda backend has queued and waited for since the process started (the benchmarks read
 # per-step figures off it): "launches" (kernels), "fills" (memsets), "copies" (host <-> device),
-# "host_waits" (the host blocked until the stream caught up).
+# "host_waits" (the host blocked until the stream caught up), "wait_us" (microseconds spent so).
 COUNTS = collections.Counter()
+
+
+def waited_stream():
+    """cuda_context.wait_stream(), counted as one host wait and timed into COUNTS."""
+    started = time.perf_counter()
+    cuda_context.wait_stream()
+    COUNTS["host_waits"] += 1
+    COUNTS["wait_us"] += int((time.perf_counter() - started) * 1e6)
 
 
 def memoised_per_context(builder):
@@ -97,9 +106,8 @@ def to_host(array):
     host = np.empty(array.shape, dtype=array.dtype)
     if array.size:
         driver.memcpy_dtoh_async(host, ptr(array), cuda_context.stream())
-        cuda_context.wait_stream()
+        waited_stream()
         COUNTS["copies"] += 1
-        COUNTS["host_waits"] += 1
     return host
 
 
