@@ -6,6 +6,7 @@ Every backend module exposes the same names, and the engine's algorithms call on
     asarray(host_array) -> array           copy a NumPy array to the device
     to_host(array) -> np.ndarray           copy back (blocking)
     empty(shape, dtype) / zeros(shape, dtype)
+    fill_value(array, value)               every element = value (float32, or 0 for any dtype)
     host_mapped_zeros(shape, dtype)        zeros in page-locked host memory the device's kernels
                                            read and write in place (cpu: an ordinary array)
     synchronize()                          wait for queued device work

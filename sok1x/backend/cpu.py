@@ -42,6 +42,12 @@ def zeros(shape, dtype):
     return np.zeros(shape, dtype=dtype)
 
 
+def fill_value(array, value):
+    """Sets every element of `array` to `value`."""
+    array.fill(value)
+    return array
+
+
 def host_mapped_zeros(shape, dtype):
     """Zeros in 'host memory the device reads': on cpu, an ordinary array."""
     return np.zeros(shape, dtype=dtype)

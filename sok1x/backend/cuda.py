@@ -41,6 +41,7 @@ from sok1x.backend.cuda_launch import (
     empty as _pooled_empty,
     exclusive_scan,
     fill_bytes,
+    fill_float32,
     index_array,
     launch,
     memoised_per_context,
@@ -81,6 +82,14 @@ def empty(shape, dtype):
 @uses_context
 def zeros(shape, dtype):
     return fill_bytes(_pooled_empty(shape, dtype), 0)
+
+
+@uses_context
+def fill_value(array, value):
+    """Sets every element of `array` to `value` (a float32 array, or any array for 0), queued."""
+    if not value:
+        return fill_bytes(array, 0)
+    return fill_float32(array, value)
 
 
 @uses_context

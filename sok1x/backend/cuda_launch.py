@@ -83,6 +83,18 @@ def fill_bytes(array, byte):
     return array
 
 
+def fill_float32(array, value):
+    """Sets every element of a float32 GPUArray to `value`, queued on the sok1x stream (one
+    32-bit memset; PyCUDA's own fill compiles a kernel at run time, on the default stream)."""
+    if array.dtype != np.float32:
+        raise TypeError("fill_float32 needs a float32 array, got %s" % array.dtype)
+    if array.size:
+        bits = int(np.array(value, dtype=np.float32).view(np.uint32))
+        driver.memset_d32_async(ptr(array), bits, array.size, cuda_context.stream())
+        COUNTS["fills"] += 1
+    return array
+
+
 def copy_rows_async(dst, dst_row, src, src_row, rows):
     """Queues a device copy of `rows` rows of src (from src_row) into dst (at dst_row)."""
     row_bytes = dst.dtype.itemsize * int(np.prod(dst.shape[1:], dtype=np.int64))

@@ -81,7 +81,7 @@ class TableGroup:
             row_shape, dtype = tuple(known[0].shape[1:]), known[0].dtype
         flat = backend.zeros((int(self.row_starts[-1]),) + tuple(row_shape), dtype)
         if initial:
-            flat.fill(initial)
+            backend.fill_value(flat, initial)
         for t, array in enumerate(arrays):
             if array is not None and array.shape[0]:
                 rows = np.arange(self.row_starts[t], self.row_starts[t + 1], dtype=np.int64)

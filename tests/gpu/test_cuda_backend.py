@@ -180,7 +180,7 @@ def test_table_group_ops(cuda, rng):
     flat = cuda.asarray(rows[2])
     view = cuda.row_view(flat, 10, 20)
     np.testing.assert_array_equal(host(cuda, view), rows[2][10:20])
-    view.fill(np.float32(2.5))
+    cuda.fill_value(view, 2.5)
     np.testing.assert_array_equal(host(cuda, flat)[10:20], 2.5)
     row_starts = np.array([0, 100, 100, 5000, 70001], np.int64)
     for n, bound in ((0, 70001), (50000, 70001), (3, 70001), (200000, 33)):
