@@ -5,6 +5,9 @@ Every backend module exposes the same names, and the engine's algorithms call on
     NAME                                   "cpu" or "cuda"
     asarray(host_array) -> array           copy a NumPy array to the device
     to_host(array) -> np.ndarray           copy back (blocking)
+    to_host_many(arrays) -> [np.ndarray]   copy several back with one wait
+    counts() -> dict                       what this process queued and waited for; "host_waits"
+                                           (cpu counts the calls at which cuda would wait)
     empty(shape, dtype) / zeros(shape, dtype)
     host_mapped_zeros(shape, dtype)        zeros in page-locked host memory the device's kernels
                                            read and write in place (cpu: an ordinary array)

@@ -1,4 +1,10 @@
-"""The cpu backend: the op set of sok1x.backend on NumPy arrays. It is the reference for cuda."""
+"""The cpu backend: the op set of sok1x.backend on NumPy arrays. It is the reference for cuda.
+
+COUNTS["host_waits"] counts the calls at which the cuda backend's host waits for the device (the
+ops that return sizes or bounds, to_host_many, synchronize), so the CPU tests check how often a
+step would wait on a GPU.
+"""
+import collections
 import contextlib
 
 import numpy as np
@@ -21,6 +27,12 @@ from sok1x.backend import OWNER_FIXED, OWNER_HASH, OWNER_MOD, dlpack
 from sok1x.backend.cpu_random import initial_values
 
 NAME = "cpu"
+COUNTS = collections.Counter()
+
+
+def counts():
+    """Returns a copy of COUNTS (what this process's steps did, since it started)."""
+    return dict(COUNTS)
 
 
 def asarray(host_array):
@@ -46,8 +58,15 @@ def host_mapped_zeros(shape, dtype):
     return np.zeros(shape, dtype=dtype)
 
 
+def to_host_many(arrays):
+    """Returns each array as a NumPy array: where cuda waits once for all of them."""
+    COUNTS["host_waits"] += 1
+    return [np.asarray(array) for array in arrays]
+
+
 def synchronize():
     """Nothing is queued on the host."""
+    COUNTS["host_waits"] += 1
 
 
 def device_context():
@@ -80,18 +99,21 @@ def bucket_by_owner(keys, world_size, owner_rule=OWNER_MOD, fixed_rank=0):
 
 def bucket_by_owner_many(keys_list, world_size, owner_rules):
     """bucket_by_owner() of each array, owner_rules one (rule, fixed_rank) each."""
+    COUNTS["host_waits"] += 1
     return [bucket_by_owner(keys, world_size, rule, fixed)
             for keys, (rule, fixed) in zip(keys_list, owner_rules)]
 
 
 def unique_many(keys_list, ordered=True):
     """unique() of each array."""
-    return [unique(keys, ordered) for keys in keys_list]
+    COUNTS["host_waits"] += 1
+    return [_unique(keys, ordered) for keys in keys_list]
 
 
 def index_bounds(arrays):
     """Returns int64 [len(arrays), 2]: (min, max) of each integer array, (INT64_MAX, INT64_MIN)
     for an empty one: one look at the data for all of a step's keys and indices."""
+    COUNTS["host_waits"] += 1
     bounds = np.empty((len(arrays), 2), dtype=np.int64)
     bounds[:, 0], bounds[:, 1] = np.iinfo(np.int64).max, np.iinfo(np.int64).min
     for i, array in enumerate(arrays):
@@ -146,6 +168,11 @@ def unique(keys, ordered=True):
     """Returns (unique_keys, inverse): with ordered=True in first-occurrence order, as tf.unique;
     with ordered=False in any order (ascending here), which the engine's own de-duplication
     needs and which costs no sort when the keys are small non-negative integers (shard rows)."""
+    COUNTS["host_waits"] += 1
+    return _unique(keys, ordered)
+
+
+def _unique(keys, ordered):
     keys = np.asarray(keys)
     if not ordered:
         return _unique_ascending(keys)

@@ -41,6 +41,7 @@ from sok1x.backend.cuda_launch import (
     ptr,
     to_device,
     to_host as _copy_to_host,
+    to_host_many as _copy_many_to_host,
     is_device_array,
 )
 
@@ -63,6 +64,22 @@ def to_host(array):
     if not is_device_array(array):
         return np.asarray(array)
     return _copy_to_host(array)
+
+
+@uses_context
+def to_host_many(arrays):
+    """Returns each array as a NumPy array, with one wait for all the device arrays among them."""
+    positions = [i for i, array in enumerate(arrays) if is_device_array(array)]
+    copies = _copy_many_to_host([arrays[i] for i in positions])
+    hosts = [np.asarray(array) for array in arrays]
+    for i, copy in zip(positions, copies):
+        hosts[i] = copy
+    return hosts
+
+
+def counts():
+    """Returns a copy of the counts of what the backend queued and waited for (cuda_launch)."""
+    return dict(COUNTS)
 
 
 @uses_context
