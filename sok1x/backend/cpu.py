@@ -104,10 +104,56 @@ def bucket_by_owner_many(keys_list, world_size, owner_rules):
             for keys, (rule, fixed) in zip(keys_list, owner_rules)]
 
 
+def bucket_by_owner_many_deferred(keys_list, world_size, owner_rules):
+    """bucket_by_owner_many() leaving the counts where cuda leaves them, for an op header:
+    returns (perms, counts int64 [len(keys_list), world_size])."""
+    pairs = [bucket_by_owner(keys, world_size, rule, fixed)
+             for keys, (rule, fixed) in zip(keys_list, owner_rules)]
+    counts = np.zeros((len(pairs), int(world_size)), dtype=np.int64)
+    for i, (_, count) in enumerate(pairs):
+        counts[i] = count
+    return [perm for perm, _ in pairs], counts
+
+
 def unique_many(keys_list, ordered=True):
     """unique() of each array."""
     COUNTS["host_waits"] += 1
     return [_unique(keys, ordered) for keys in keys_list]
+
+
+def unique_many_start(keys_list, ordered=False):
+    """unique_many() in two halves, as cuda waits between them: returns (started, counts int64
+    [len(keys_list)] of distinct counts) for unique_many_finish(started, counts)."""
+    results = [_unique(keys, ordered) for keys in keys_list]
+    return results, np.array([keys.shape[0] for keys, _ in results], dtype=np.int64)
+
+
+def unique_many_finish(started, host_counts):
+    """Returns unique_many_start's list of (unique_keys, inverse)."""
+    return started
+
+
+def header_records(fields, size, counts, flag, width):
+    """Returns int64 [size, width]: per peer j, the 6 `fields` (op, tower, call, place, error,
+    tables; error or-ed with flag[0]), then counts[t, j] for t < tables (counts [tables, size]
+    or None; flag int64 [1] or None)."""
+    records = np.zeros((int(size), int(width)), dtype=np.int64)
+    records[:, :6] = np.asarray(fields, dtype=np.int64)[:6]
+    if flag is not None and flag[0]:
+        records[:, 4] = 1
+    if counts is None:
+        records[:, 5] = 0
+    else:
+        inline = min(counts.shape[0], int(width) - 6)
+        records[:, 6:6 + inline] = np.asarray(counts, dtype=np.int64)[:inline].T
+    return records
+
+
+def flag_outside(bounds, index, low, high, flag):
+    """Sets flag[0] to 1 if row `index` of bounds ((min, max) rows) lies outside [low, high]."""
+    smallest, largest = bounds[int(index)]
+    if smallest <= largest and (smallest < low or largest > high):
+        flag[0] = 1
 
 
 def index_bounds(arrays):

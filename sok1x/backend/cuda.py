@@ -3,7 +3,9 @@
 Every op enters the device's primary context (cuda_context.entered()) and queues its work on the
 one sok1x stream; buffers come from the memory pool. An op waits for the GPU only where a result
 must reach the host: bucket_by_owner's counts, unique's number of distinct keys (it sizes the
-outputs), HashIndex.count_missing / find_or_insert / export, and to_host. Index arrays (keys, rows,
+outputs), HashIndex.count_missing / find_or_insert / export, and to_host. The *_deferred and
+*_start variants queue the same work and leave the sizes on the device, for an op header to
+read with its own (engine/exchange_header.py); header_records writes that header's records. Index arrays (keys, rows,
 segment ids) are int64 (int32 is widened); NumPy inputs are copied to the GPU first.
 Call cuda_context.activate(device_ordinal) before the first op (sok1x.init does).
 """
@@ -14,6 +16,7 @@ from sok1x.backend import OWNER_MOD, cuda_context, cuda_staging, dlpack
 from sok1x.backend import random_init as recipe
 from sok1x.backend.cuda_context import uses_context
 from sok1x.backend.cuda_hash import HashIndex  # noqa: F401  (part of the op set)
+from sok1x.backend.cuda_sizes import flag_outside, header_records  # noqa: F401  (the op set)
 from sok1x.backend.cuda_optimizers import (  # noqa: F401  (part of the op set: optimizer updates)
     update_adadelta,
     update_adagrad,
@@ -151,6 +154,15 @@ def bucket_by_owner(keys, world_size, owner_rule=OWNER_MOD, fixed_rank=0):
 def bucket_by_owner_many(keys_list, world_size, owner_rules):
     """bucket_by_owner() of each array (owner_rules: one (rule, fixed_rank) each), with one wait
     for all the per-owner counts. Returns a list of (perm, counts)."""
+    perms, counts = bucket_by_owner_many_deferred(keys_list, world_size, owner_rules)
+    counts = _copy_to_host(counts)
+    return [(perm, counts[i].copy()) for i, perm in enumerate(perms)]
+
+
+@uses_context
+def bucket_by_owner_many_deferred(keys_list, world_size, owner_rules):
+    """bucket_by_owner_many() without the wait: returns (perms, counts), counts an int64
+    GPUArray [len(keys_list), world_size] that an op header carries (no host copy)."""
     tile_counts_kernel, counts_kernel, scatter_kernel, _ = _routing_kernels()
     world_size = int(world_size)
     all_counts = fill_bytes(_pooled_empty((max(len(keys_list), 1) * world_size,), np.int64), 0)
@@ -173,8 +185,7 @@ def bucket_by_owner_many(keys_list, world_size, owner_rules):
                ptr(all_counts) + 8 * world_size * i)
         launch(scatter_kernel, 32 * num_tiles, ptr(keys), n, *rule, keys_per_tile, num_tiles,
                ptr(offsets), ptr(perm))
-    counts = _copy_to_host(all_counts).reshape(-1, world_size)
-    return [(perm, counts[i].copy()) for i, perm in enumerate(perms)]
+    return perms, all_counts[:len(keys_list) * world_size].reshape(len(keys_list), world_size)
 
 
 @memoised_per_context
@@ -362,7 +373,16 @@ def unique(keys, ordered=True):
 def unique_many(keys_list, ordered=True):
     """unique() of each array of `keys_list`, with one wait for all their distinct counts (a
     fused lookup of many tables waits once, not once per table). Returns a list of pairs."""
-    claim, flags, emit, inverse_kernel = _unique_kernels()
+    started, counts = unique_many_start(keys_list, ordered)
+    return unique_many_finish(started, _copy_to_host(counts))
+
+
+@uses_context
+def unique_many_start(keys_list, ordered=False):
+    """The first half of unique_many(), queued without a wait: returns (started, counts), counts
+    an int64 GPUArray [len(keys_list)] of distinct counts for the host to read (alone, or with
+    an op header) and pass to unique_many_finish(started, host_counts)."""
+    claim, flags, _, _ = _unique_kernels()
     arrays = [index_array(keys, "keys") for keys in keys_list]
     counts = fill_bytes(_pooled_empty((max(len(arrays), 1),), np.int64), 0)
     pending = []
@@ -382,7 +402,15 @@ def unique_many(keys_list, ordered=True):
         positions = exclusive_scan(is_first, n)
         copy_rows_async(counts, i, positions, n, 1)
         pending.append((slot_first, slot_of, is_first, positions))
-    host_counts = _copy_to_host(counts)
+    return (arrays, pending), counts[:len(arrays)]
+
+
+@uses_context
+def unique_many_finish(started, host_counts):
+    """The second half of unique_many(): host_counts, the host copy of unique_many_start's
+    counts. Returns the list of (unique_keys, inverse)."""
+    _, _, emit, inverse_kernel = _unique_kernels()
+    arrays, pending = started
     results = []
     for i, (keys, state) in enumerate(zip(arrays, pending)):
         if state is None:

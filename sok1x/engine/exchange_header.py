@@ -19,10 +19,12 @@ so ranks in different ops still meet here and can tell. A fused exchange of more
 INLINE_TABLES tables sends its per-table counts in a second all-to-all, once every rank is known
 to be in the same op.
 """
+import collections
 import os
 
 import numpy as np
 
+from sok1x.backend import cpu as host_ops
 from sok1x.engine.checks import first_error
 from sok1x.engine.op_order import CLOCK, as_op_id, op_key, tower_key
 from sok1x.errors import OrderError
@@ -41,30 +43,25 @@ def order_check_enabled():
     return os.environ.get(ORDER_CHECK_ENV, "1") not in ("0", "false", "False")
 
 
-def _local_records(runtime, op, call, counts, local_error):
-    """Returns host int64 [size, RECORD_WIDTH]: the record this rank sends each peer."""
-    size = runtime.size
-    records = np.zeros((size, RECORD_WIDTH), dtype=np.int64)
-    records[:, _OP], records[:, _TOWER] = op_key(op), tower_key(op)
-    records[:, _CALL], records[:, _PLACE] = call, op.position
-    records[:, _ERROR] = 0 if local_error is None else 1
-    if counts is not None and local_error is None:
-        tables = counts.shape[1]
-        records[:, _TABLES] = tables
-        inline = min(tables, INLINE_TABLES)
-        records[:, _FIELDS:_FIELDS + inline] = counts[:, :inline]
-    return records
-
-
-def _exchange_records(runtime, records):
-    """One all-to-all of the records on the data channel; returns the host records received
-    (one per source rank), read in one wait. Alone, the own record."""
-    backend = runtime.backend
-    if runtime.size == 1:
-        return records
-    ones = np.ones(runtime.size, dtype=np.int64)
-    received = runtime.data.all_to_all_v(backend.asarray(records), ones, ones)
-    return backend.to_host_many([received])[0]
+def _records(runtime, fields, counts, error_flag, also_read):
+    """Returns (host records this rank sends [size, RECORD_WIDTH], host records received, host
+    copies of also_read): the one exchange on the data channel and the one wait."""
+    backend, size = runtime.backend, runtime.size
+    on_host = counts is None or isinstance(counts, np.ndarray)
+    if size == 1 and on_host and error_flag is None and not also_read:
+        records = host_ops.header_records(fields, size, counts, None, RECORD_WIDTH)
+        return records, records, []  # alone, with nothing on the device: nothing to wait for
+    if not on_host:
+        pass
+    elif counts is not None:
+        counts = backend.asarray(np.ascontiguousarray(counts, dtype=np.int64))
+    records = backend.header_records(fields, size, counts, error_flag, RECORD_WIDTH)
+    received = records
+    if size > 1:
+        ones = np.ones(size, dtype=np.int64)
+        received = runtime.data.all_to_all_v(records, ones, ones)
+    hosts = backend.to_host_many([records, received] + list(also_read))
+    return hosts[0], hosts[1], hosts[2:]
 
 
 def _raise_order_error(runtime, op, call, received):
@@ -94,45 +91,71 @@ def _raise_order_error(runtime, op, call, received):
                      "\n  %s\n%s" % (runtime.rank, op.name, call, "\n  ".join(lines), advice))
 
 
-def exchange_header(runtime, op, send_counts=None, local_error=None):
-    """Collective on every rank. op: an OpId (or a name); send_counts: int64 [size] rows this rank
-    sends to each rank, or [size, tables] for a fused exchange of several tables (None: no data
-    exchange follows, or this rank found an error). Returns recv_counts of send_counts' shape;
-    raises OrderError or the reported input error on every rank."""
+Sizes = collections.namedtuple("Sizes", "sent received extra")
+Sizes.__doc__ = """What an op header told the host: sent and received (host int64 [size, tables],
+rows this rank sends each rank and receives from each, per table; None when no counts went),
+extra (host copies of the arrays passed as also_read)."""
+
+
+def exchange_sizes(runtime, op, counts=None, local_error=None, error_flag=None, also_read=(),
+                   describe_error=None):
+    """Collective on every rank: the op header. op: an OpId (or a name); counts: backend int64
+    [tables, size], rows this rank sends each rank per table (on the device on cuda; None: no
+    data exchange follows); local_error: an error this rank found; error_flag: backend int64
+    [1], set on the device when this rank's input is bad, and describe_error() returns that
+    error; also_read: backend arrays whose host copies the caller needs now (read in the same
+    wait). Returns Sizes; raises OrderError or the input error of any rank on every rank."""
     op = as_op_id(op)
     if op.position == 0:  # a tower's first op opens a step (engine/step_journal.py)
         runtime.journal.begin_step()
     call = CLOCK.call_of(op)
     local_error = first_error(runtime.towers.check(op), local_error)
-    counts = None if send_counts is None else np.asarray(send_counts, dtype=np.int64)
-    fused = counts is not None and counts.ndim == 2
-    if counts is not None and not fused:
-        counts = counts.reshape(-1, 1)
-    received = _exchange_records(runtime, _local_records(runtime, op, call, counts, local_error))
+    if local_error is not None:
+        counts = None
+    tables = 0 if counts is None else int(counts.shape[0])
+    fields = [op_key(op), tower_key(op), call, op.position, int(local_error is not None), tables]
+    sent, received, extra = _records(runtime, fields, counts, error_flag, also_read)
     agree = [_OP, _TOWER, _CALL, _PLACE]
     if np.any(received[:, agree] != received[0, agree]):
         _raise_order_error(runtime, op, call, received)
     if np.any(received[:, _ERROR]):
+        if local_error is None and sent[0, _ERROR] and describe_error is not None:
+            local_error = describe_error()
         runtime.host.raise_together(local_error, op.name)
     if counts is None:
-        return None
-    tables = counts.shape[1]
-    if tables <= INLINE_TABLES:
-        recv_counts = received[:, _FIELDS:_FIELDS + tables].copy()
-    else:
-        recv_counts = _exchange_counts(runtime, counts)
-    return recv_counts if fused else recv_counts.reshape(-1)
+        return Sizes(None, None, extra)
+    if tables > INLINE_TABLES:
+        return _exchange_all_counts(runtime, counts, extra)
+    columns = slice(_FIELDS, _FIELDS + tables)
+    return Sizes(sent[:, columns].copy(), received[:, columns].copy(), extra)
 
 
-def _exchange_counts(runtime, counts):
-    """The per-table counts of a fused exchange of more than INLINE_TABLES tables: one more
-    all-to-all on the data channel and one more wait."""
-    if runtime.size == 1:
-        return counts.copy()
-    ones = np.ones(runtime.size, dtype=np.int64)
+def exchange_header(runtime, op, send_counts=None, local_error=None):
+    """Collective on every rank: exchange_sizes with host counts. send_counts: int64 [size] rows
+    this rank sends to each rank, or [size, tables] for a fused exchange (None: no data exchange
+    follows, or this rank found an error). Returns recv_counts of send_counts' shape (None
+    without counts); raises OrderError or the reported input error on every rank."""
+    counts = None if send_counts is None else np.asarray(send_counts, dtype=np.int64)
+    fused = counts is not None and counts.ndim == 2
+    if counts is not None:
+        counts = np.ascontiguousarray(counts.reshape(counts.shape[0], -1).T)
+    received = exchange_sizes(runtime, op, counts, local_error).received
+    if received is None or fused:
+        return received
+    return received.reshape(-1)
+
+
+def _exchange_all_counts(runtime, counts, extra):
+    """The per-table counts of a fused exchange of more than INLINE_TABLES tables (counts:
+    backend [tables, size]), once every rank is known to be in the same op: one more all-to-all
+    on the data channel and two more waits. Returns Sizes."""
     backend = runtime.backend
-    received = runtime.data.all_to_all_v(backend.asarray(counts), ones, ones)
-    return backend.to_host_many([received])[0]
+    sent = np.ascontiguousarray(np.asarray(backend.to_host_many([counts])[0], np.int64).T)
+    if runtime.size == 1:
+        return Sizes(sent, sent.copy(), extra)
+    ones = np.ones(runtime.size, dtype=np.int64)
+    received = runtime.data.all_to_all_v(backend.asarray(sent), ones, ones)
+    return Sizes(sent, backend.to_host_many([received])[0], extra)
 
 
 def confirm_same_op(runtime, op):

@@ -18,8 +18,9 @@ added (unique + segment-sum); the result is (values, local rows) per table for I
     after backward:  owner o holds, per row of t it owns that was used, the sum of those gradients
 
 Keys and gradients are backend arrays (device arrays on cuda); the host waits of a step are the
-bounds of its keys (one for all tables), each table's distinct-key count and per-owner counts,
-and the header exchange.
+bounds of its keys and their distinct counts (one each for all tables), the forward's header
+(the per-owner counts ride in it) and the backward's header (the owners' distinct rows are
+counted on the device before it, and read with it).
 """
 import collections
 
@@ -33,7 +34,7 @@ from sok1x.engine.checks import (
     check_keys_by_bounds,
     first_error,
 )
-from sok1x.engine.exchange_header import exchange_header
+from sok1x.engine.exchange_header import exchange_sizes
 from sok1x.engine.op_order import as_op_id
 from sok1x.errors import InvalidInputError
 
@@ -92,14 +93,16 @@ def lookup_forward_many(runtime, tables, op, keys_list, training, local_error=No
             keys = backend.asarray(keys)
             send_counts[0, t] = keys.shape[0]
             prepared.append((keys, None, None, keys))
-    elif error is None:  # one wait for every table's distinct keys, one for their owners
+    owner_counts = None if error is not None else send_counts.T
+    if error is None and size > 1:  # one wait for every table's distinct keys; their owner
+        # counts stay on the device and travel in the header, read with it
         distinct = backend.unique_many([backend.asarray(k) for k in keys_list], ordered=False)
-        buckets = backend.bucket_by_owner_many([d for d, _ in distinct], size,
-                                               [table.owner_rule for table in tables])
-        for t, ((keys, inverse), (perm, counts)) in enumerate(zip(distinct, buckets)):
-            send_counts[:, t] = counts
+        perms, owner_counts = backend.bucket_by_owner_many_deferred(
+            [d for d, _ in distinct], size, [table.owner_rule for table in tables])
+        for (keys, inverse), perm in zip(distinct, perms):
             prepared.append((keys, inverse, perm, backend.take_rows(keys, perm)))
-    recv_counts = exchange_header(runtime, op, send_counts, error)
+    sizes = exchange_sizes(runtime, op, owner_counts, error)
+    send_counts, recv_counts = sizes.sent, sizes.received
     owned = _exchange(runtime, [p[3] for p in prepared], send_counts, recv_counts)
     if training and any(table.use_hashtable for table in tables):
         runtime.host.raise_together(
@@ -152,7 +155,10 @@ def exchange_gradients_many(runtime, tables, op, routings, grads_list):
                 % (as_op_id(op).name, list(grads.shape), routing.count, table.dim))
     send_counts = np.stack([routing.send_counts for routing in routings], axis=1)
     recv_counts = np.stack([routing.recv_counts for routing in routings], axis=1)
-    exchange_header(runtime, op, send_counts, error)
+    # The owners' distinct rows are counted before the header, and read in its one wait.
+    started, distinct_counts = backend.unique_many_start(
+        [routing.owner_rows for routing in routings], ordered=False)
+    host_distinct = exchange_sizes(runtime, op, None, error, also_read=[distinct_counts]).extra[0]
     bucketed = []
     for routing, grads in zip(routings, grads_list):
         grads = backend.asarray(grads)
@@ -162,7 +168,7 @@ def exchange_gradients_many(runtime, tables, op, routings, grads_list):
                                                                                routing.perm))
     owned = _exchange(runtime, bucketed, send_counts, recv_counts)
     out = []
-    distinct = backend.unique_many([routing.owner_rows for routing in routings], ordered=False)
+    distinct = backend.unique_many_finish(started, host_distinct)
     for (rows, inverse), received in zip(distinct, owned):
         out.append((rows, backend.segment_sum(received, inverse, rows.shape[0])))
     return out
