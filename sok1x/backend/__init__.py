@@ -22,11 +22,27 @@ Every backend module exposes the same names, and the engine's algorithms call on
     bucket_by_owner_many(keys_list, world_size, owner_rules), unique_many(keys_list, ordered)
         the same for several arrays at once, with one wait for all their sizes
     index_bounds(arrays) -> host int64 [len(arrays), 2]   (min, max) of each, one wait for all
+    join_keys(arrays, offsets) -> int64        the int arrays plus an offset each, joined (one
+                                               launch on cuda: a table group's keys)
+    join_rows(arrays) -> float32               float32 arrays joined along axis 0 (one launch)
+    distinct_rows_many(items) -> [(distinct, inverse, ranks)]   per (rows in [0, bound), bound,
+        boundaries ending at bound): distinct rows ascending, each row's place among them, and
+        how many lie below each boundary; one wait for all items
+    Sizes left on the device for an op header to carry and read (engine/exchange_header.py):
+    bucket_by_owner_many_deferred(...) -> (perms, counts [tables, world_size])   no wait
+    unique_many_start(keys_list, ordered) -> (started, counts); unique_many_finish(started,
+        host_counts) -> [(unique_keys, inverse)]; distinct_rows_many_start(items) -> (started,
+        sizes); distinct_rows_many_finish(started, host_sizes): the two halves around the wait
+    header_records(fields, size, counts, flag, width) -> int64 [size, width]   an op header's
+        records (op, tower, call, place, error | flag[0], tables, counts[t, peer]...)
+    flag_outside(bounds, index, low, high, flag)      flag[0] = 1 if bounds[index] leaves the range
+    local_rows(rows, row_starts) -> int64      rows less the start of the range holding each
     column(matrix, index) -> [n]                       one column of an int64 [n, k] matrix
     segment_counts(segment_ids, n) -> float32 [n]      ids per segment
     scale_rows(values, factors, divide) -> values * (or /, 0 where 0) factors per row
     fill_rows(array, rows, value)                      array[rows] = value (float64 1-D)
     floor_divide(keys, divisor) -> keys // divisor     int64, rows of a table without hash table
+    row_view(array, start, stop)                       rows [start, stop) sharing array's memory
     take_rows(array, index) -> array[index]            gather along axis 0
     put_rows(dst, index, src)                          dst[index] = src (index has no repeats)
     unique(keys, ordered) -> (unique_keys, inverse)    first-occurrence order, like tf.unique

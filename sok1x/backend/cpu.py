@@ -169,6 +169,59 @@ def index_bounds(arrays):
     return bounds
 
 
+def row_view(array, start, stop):
+    """Returns rows [start, stop) of `array` as a view sharing its memory."""
+    return array[start:stop]
+
+
+def join_keys(arrays, offsets):
+    """Returns int64 [sum n_t]: each int array t plus offsets[t], joined in order."""
+    if not arrays:
+        return np.zeros(0, np.int64)
+    return np.concatenate([np.asarray(a, dtype=np.int64) + np.int64(o)
+                           for a, o in zip(arrays, offsets)])
+
+
+def join_rows(arrays):
+    """Returns float32 [sum n_t, *row]: the arrays joined along axis 0."""
+    return np.concatenate([np.asarray(a, dtype=np.float32) for a in arrays])
+
+
+def distinct_rows_many(items):
+    """items: (rows int64 [n] in [0, bound), bound, boundaries int64 [k] ascending, the last one
+    bound). Returns per item (distinct rows ascending [u], inverse [n], int64 [k]: how many
+    distinct rows lie below each boundary)."""
+    COUNTS["host_waits"] += 1
+    return distinct_rows_many_start(items)[0]
+
+
+def distinct_rows_many_start(items):
+    """distinct_rows_many() in two halves, as cuda waits between them: returns (started, sizes
+    int64 [sum k]) for distinct_rows_many_finish(started, sizes)."""
+    out = []
+    for rows, _, boundaries in items:
+        rows = np.asarray(rows, dtype=np.int64)
+        distinct, inverse = _unique_ascending(rows) if rows.size else (rows[:0], rows[:0])
+        ranks = np.searchsorted(distinct, np.asarray(boundaries, dtype=np.int64))
+        out.append((distinct, inverse.astype(np.int64, copy=False), ranks.astype(np.int64)))
+    sizes = np.concatenate([ranks for _, _, ranks in out]) if out else np.zeros(0, np.int64)
+    return out, sizes
+
+
+def distinct_rows_many_finish(started, host_sizes):
+    """Returns distinct_rows_many_start's list of (distinct, inverse, ranks)."""
+    return started
+
+
+def local_rows(rows, row_starts):
+    """Returns rows - row_starts[t] for the range t (row_starts: int64 [T + 1], ascending)
+    holding each row: a group's rows as each table's own."""
+    rows = np.asarray(rows, dtype=np.int64)
+    starts = np.asarray(row_starts, dtype=np.int64)
+    table = np.searchsorted(starts[:-1], rows, side="right") - 1
+    return rows - starts[table]
+
+
 def column(matrix, index):
     """Returns column `index` of an int64 [n, k] matrix as a contiguous [n] array."""
     return np.ascontiguousarray(np.asarray(matrix)[:, index], dtype=np.int64)

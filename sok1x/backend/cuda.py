@@ -16,6 +16,15 @@ from sok1x.backend import cuda_context, cuda_staging, dlpack
 from sok1x.backend.owner_rules import OWNER_MOD
 from sok1x.backend import random_init as recipe
 from sok1x.backend.cuda_context import uses_context
+from sok1x.backend.cuda_groups import (  # noqa: F401  (part of the op set: table groups)
+    distinct_rows_many,
+    distinct_rows_many_finish,
+    distinct_rows_many_start,
+    index_bounds,
+    join_keys,
+    join_rows,
+    local_rows,
+)
 from sok1x.backend.cuda_hash import HashIndex  # noqa: F401  (part of the op set)
 from sok1x.backend.cuda_sizes import flag_outside, header_records  # noqa: F401  (the op set)
 from sok1x.backend.cuda_optimizers import (  # noqa: F401  (part of the op set: optimizer updates)
@@ -191,37 +200,10 @@ def bucket_by_owner_many_deferred(keys_list, world_size, owner_rules):
 
 @memoised_per_context
 def _pooling_kernels():
-    return {"bounds": prepared("pooling.cu", "index_bounds_int64", "PqP"),
-            "column": prepared("pooling.cu", "column_int64", "PqqqP"),
+    return {"column": prepared("pooling.cu", "column_int64", "PqqqP"),
             "counts": prepared("pooling.cu", "segment_counts_float32", "PqP"),
             "scale": prepared("pooling.cu", "scale_rows_float32", "PPqqiP"),
             "fill_rows": prepared("pooling.cu", "fill_rows_float64", "PPqd")}
-
-
-_BOUNDS_START = np.array([np.iinfo(np.int64).max, np.iinfo(np.int64).min], dtype=np.int64)
-
-
-@memoised_per_context
-def _bounds_starts(count):
-    """A device array of `count` (INT64_MAX, INT64_MIN) rows, made once: copying it on the device
-    is asynchronous, where an upload from pageable memory would wait for the stream."""
-    return to_device(np.tile(_BOUNDS_START, (count, 1)))
-
-
-@uses_context
-def index_bounds(arrays):
-    """Returns host int64 [len(arrays), 2]: (min, max) of each integer array, (INT64_MAX,
-    INT64_MIN) for an empty one; one wait for all of them."""
-    count = len(arrays)
-    bounds = _pooled_empty((count, 2), np.int64)
-    starts = _bounds_starts(1 << max(count - 1, 0).bit_length())
-    copy_rows_async(bounds, 0, starts, 0, count)
-    kernel = _pooling_kernels()["bounds"]
-    for i, array in enumerate(arrays):
-        array = index_array(array, "indices")
-        if array.shape[0]:
-            launch(kernel, array.shape[0], ptr(array), array.shape[0], ptr(bounds) + 16 * i)
-    return _copy_to_host(bounds)
 
 
 @uses_context
@@ -335,6 +317,15 @@ def _take(array, index, zero_negative):
 def take_rows(array, index):
     """Returns array[index] along axis 0 (negative indices count from the end, as in NumPy)."""
     return _take(array, index, zero_negative=False)
+
+
+@uses_context
+def row_view(array, start, stop):
+    """Returns rows [start, stop) of a C-contiguous GPUArray as a GPUArray over the same memory
+    (it keeps `array` alive)."""
+    row_shape, row_bytes = _row_shape(array, "array")
+    return gpuarray.GPUArray((int(stop) - int(start),) + row_shape, array.dtype,
+                             gpudata=ptr(array) + int(start) * row_bytes, base=array)
 
 
 @uses_context

@@ -12,6 +12,11 @@ _known = {}  # (address, rows) -> weak reference to the array that holds them
 _lock = threading.Lock()
 
 
+def address(array):
+    """(device or host address, length) of an array: what this module knows arrays by."""
+    return _key(array)
+
+
 def _key(array):
     gpudata = getattr(array, "gpudata", None)
     address = int(gpudata) if gpudata is not None else array.__array_interface__["data"][0]

@@ -77,14 +77,16 @@ def check_step_keys(runtime, tables, keys_list, extra_checks=(), key_limits=None
     return first_error(*errors)
 
 
-def lookup_forward_many(runtime, tables, op, keys_list, training, local_error=None):
-    """Collective. tables: EmbeddingTables; keys_list: one backend int 1-D array per table.
-    Returns (vectors, routings): per table backend float32 [n_t, dim_t] in input order, and the
-    Routing its backward pass needs. Raises the step's input errors on every rank before any
-    table changes."""
+def lookup_forward_many(runtime, tables, op, keys_list, training, local_error=None,
+                        keys_checked=False):
+    """Collective. tables: EmbeddingTables (or TableGroups, engine/table_group.py); keys_list:
+    one backend int 1-D array per table. Returns (vectors, routings): per table backend float32
+    [n_t, dim_t] in input order, and the Routing its backward pass needs. Raises the step's input
+    errors on every rank before any table changes. keys_checked: the caller ran
+    check_step_keys already (local_error is its result)."""
     backend, size = runtime.backend, runtime.size
     error = local_error
-    if error is None:
+    if error is None and not keys_checked:
         error = check_step_keys(runtime, tables, keys_list)
     send_counts = np.zeros((size, len(tables)), dtype=np.int64)
     prepared = []
@@ -143,9 +145,9 @@ def lookup_forward(runtime, table, op, keys, training, local_error=None):
 
 def exchange_gradients_many(runtime, tables, op, routings, grads_list):
     """Collective. grads_list: per table backend float32 [routing.count, dim] in the forward's
-    input order. Returns per table backend (rows [u], summed [u, dim]) of this rank's shard: per
-    row used, the sum of its gradients over the job (a row -1 collects keys an inference lookup
-    missed)."""
+    input order. Returns per table backend (rows [u], summed [u, dim], ranks) of this rank's
+    shard: per row used, the sum of its gradients over the job (a row -1 collects keys an
+    inference lookup missed); ranks: see _owned_rows."""
     backend = runtime.backend
     error = None
     for table, routing, grads in zip(tables, routings, grads_list):
@@ -156,9 +158,8 @@ def exchange_gradients_many(runtime, tables, op, routings, grads_list):
     send_counts = np.stack([routing.send_counts for routing in routings], axis=1)
     recv_counts = np.stack([routing.recv_counts for routing in routings], axis=1)
     # The owners' distinct rows are counted before the header, and read in its one wait.
-    started, distinct_counts = backend.unique_many_start(
-        [routing.owner_rows for routing in routings], ordered=False)
-    host_distinct = exchange_sizes(runtime, op, None, error, also_read=[distinct_counts]).extra[0]
+    started, sizes = _owned_rows_start(backend, tables, routings)
+    host_sizes = exchange_sizes(runtime, op, None, error, also_read=sizes).extra
     bucketed = []
     for routing, grads in zip(routings, grads_list):
         grads = backend.asarray(grads)
@@ -167,19 +168,51 @@ def exchange_gradients_many(runtime, tables, op, routings, grads_list):
         bucketed.append(per_key if routing.perm is None else backend.take_rows(per_key,
                                                                                routing.perm))
     owned = _exchange(runtime, bucketed, send_counts, recv_counts)
-    out = []
-    distinct = backend.unique_many_finish(started, host_distinct)
-    for (rows, inverse), received in zip(distinct, owned):
-        out.append((rows, backend.segment_sum(received, inverse, rows.shape[0])))
-    return out
+    return [(rows, backend.segment_sum(received, inverse, rows.shape[0]), ranks)
+            for (rows, inverse, ranks), received in zip(
+                _owned_rows_finish(backend, started, host_sizes), owned)]
+
+
+def _owned_rows_start(backend, tables, routings):
+    """Queues the distinct owner rows of each routing and leaves their sizes on the device.
+    Returns (started, sizes): sizes, backend arrays for the host to read (with the op header)
+    and hand to _owned_rows_finish. A table whose rows follow from its keys (a TableGroup
+    included) gets them in ascending order with ranks: host int64, how many lie below each
+    start of a member's rows and the end (row_starts). A hash table (rows may be -1) gets them in
+    any order with ranks None."""
+    bounded = [not table.use_hashtable for table in tables]
+    found = [(routing.owner_rows, _held_rows(table), _row_starts(table))
+             for table, routing, b in zip(tables, routings, bounded) if b]
+    hashed = [routing.owner_rows for routing, b in zip(routings, bounded) if not b]
+    found_started, found_sizes = backend.distinct_rows_many_start(found)
+    hashed_started, hashed_sizes = backend.unique_many_start(hashed, ordered=False)
+    return (bounded, found_started, hashed_started), [found_sizes, hashed_sizes]
+
+
+def _owned_rows_finish(backend, started, host_sizes):
+    """Per table (distinct rows, inverse, ranks) from _owned_rows_start's state and the host
+    copies of its sizes."""
+    bounded, found_started, hashed_started = started
+    found = iter(backend.distinct_rows_many_finish(found_started, host_sizes[0]))
+    hashed = iter(backend.unique_many_finish(hashed_started, host_sizes[1]))
+    return [next(found) if b else next(hashed) + (None,) for b in bounded]
+
+
+def _held_rows(table):
+    return int(table.values.shape[0])
+
+
+def _row_starts(table):
+    starts = getattr(table, "row_starts", None)
+    return starts if starts is not None else np.array([0, _held_rows(table)], np.int64)
 
 
 def lookup_backward_many(runtime, tables, op, routings, grads_list):
     """Collective. As exchange_gradients_many, but returns per table backend (values [u, dim],
-    rows [u]) of the rows that exist, for an IndexedSlices."""
+    rows [u], ranks) of the rows that exist, for an IndexedSlices (ranks: see _owned_rows)."""
     backend = runtime.backend
     out = []
-    for routing, (rows, summed) in zip(routings, exchange_gradients_many(
+    for routing, (rows, summed, ranks) in zip(routings, exchange_gradients_many(
             runtime, tables, op, routings, grads_list)):
         if routing.may_miss:  # rare: the gradient of an inference lookup; drop the misses
             host_rows = backend.to_host(rows)
@@ -188,15 +221,15 @@ def lookup_backward_many(runtime, tables, op, routings, grads_list):
                 index = backend.asarray(np.flatnonzero(used).astype(np.int64))
                 rows, summed = backend.take_rows(rows, index), backend.take_rows(summed, index)
         distinct_rows.remember(rows)
-        out.append((summed, rows))
+        out.append((summed, rows, ranks))
     return out
 
 
 def lookup_backward(runtime, table, op, routing, grads):
     """Collective. lookup_backward_many for one table: returns backend (values, rows)."""
-    return lookup_backward_many(runtime, [table], op, [routing], [grads])[0]
+    return lookup_backward_many(runtime, [table], op, [routing], [grads])[0][:2]
 
 
 def exchange_gradients(runtime, table, op, routing, grads):
     """Collective. exchange_gradients_many for one table: returns backend (rows, summed)."""
-    return exchange_gradients_many(runtime, [table], op, [routing], [grads])[0]
+    return exchange_gradients_many(runtime, [table], op, [routing], [grads])[0][:2]

@@ -1,0 +1,134 @@
+"""Table groups (DESIGN D13) on the cpu backend, at any number of ranks: a lookup of several
+tables of one dim in one pass equals the same tables looked up one by one (forward, gradients,
+updated rows and optimizer slots), whether the members share one pooling or are pooled apart;
+bad input in one member fails the step on every rank and changes no table."""
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+from sok1x.backend import random_init
+from sok1x.engine import api, runtime, table_group
+from sok1x.engine.pooled_lookup import PooledInput
+from sok1x.errors import InvalidInputError
+
+COMM = MPI.COMM_WORLD
+RANK, SIZE = COMM.Get_rank(), COMM.Get_size()
+SPEC = random_init.make_spec("uniform", -1.0, 1.0, seed=21)
+DIM, CAPACITY, TABLES = 8, 40, 5
+
+
+@pytest.fixture(scope="module", autouse=True)
+def engine():
+    return runtime.init(backend="cpu")
+
+
+def make_pair(tag, placement):
+    """Tables looked up together and copies looked up one by one, with the same rows."""
+    together = ["group_%s_%d" % (tag, t) for t in range(TABLES)]
+    alone = ["alone_%s_%d" % (tag, t) for t in range(TABLES)]
+    for name in together + alone:
+        api.create_table(name, DIM, CAPACITY + 8 * (name.endswith("_2")), False, SPEC,
+                         replace=True, placement=placement)
+    for a, b in zip(together, alone):
+        api.shard(b).values[...] = api.shard(a).values
+    return together, alone
+
+
+def key_range(placement):
+    return CAPACITY if placement != "mod" else CAPACITY * SIZE
+
+
+def batch(rng, placement, step, mixed):
+    inputs, tops = [], []
+    for t in range(TABLES):
+        rows = 3 + t
+        nnz = 7 + 2 * t + step
+        keys = rng.integers(0, key_range(placement), size=nnz)
+        segments = np.sort(rng.integers(0, rows, size=nnz))
+        weights, combiner = None, "sum"
+        if mixed and t % 2:
+            weights, combiner = rng.random(nnz).astype(np.float32), "mean"
+        inputs.append(PooledInput(keys, segments, rows, weights, combiner))
+        tops.append(rng.standard_normal((rows, DIM)).astype(np.float32))
+    return inputs, tops
+
+
+def dense(values, rows, count):
+    out = np.zeros((count, DIM))
+    np.add.at(out, np.asarray(rows), np.asarray(values, dtype=np.float64))
+    return out
+
+
+@pytest.mark.parametrize("mixed", [False, True])
+@pytest.mark.parametrize("placement", ["mod", ("rank", "last")])
+def test_a_group_equals_its_tables_one_by_one(placement, mixed):
+    if placement != "mod":
+        placement = ("rank", SIZE - 1)
+    together, alone = make_pair("%s_%s" % (placement[0], mixed), placement)
+    rng = np.random.default_rng([3, RANK])
+    hyper = {"lr": 0.1, "epsilon": 1e-7}
+    for step in range(2):
+        inputs, tops = batch(rng, placement, step, mixed)
+        outs, token = api.pooled_lookup(together, "group_fwd", inputs, True)
+        grads = api.pooled_lookup_grad(together, "group_bwd", token, tops)
+        tables = [api.shard(name) for name in together]
+        assert tables[0].group is not None and tables[0].group.members == tables
+        values, rows = [g[0] for g in grads], [g[1] for g in grads]
+        assert len(list(table_group.whole_gradients(tables, values, rows))) == 1
+        api.apply_optimizer_updates(together, "adagrad", "Adagrad", {}, hyper, values, rows)
+        for t, name in enumerate(alone):
+            (out,), one_token = api.pooled_lookup([name], "alone_fwd_%d" % t, [inputs[t]], True)
+            (want_values, want_rows), = api.pooled_lookup_grad([name], "alone_bwd_%d" % t,
+                                                                one_token, [tops[t]])
+            np.testing.assert_allclose(outs[t], out, rtol=1e-5, atol=1e-6)
+            held = api.shard(name).values.shape[0]
+            np.testing.assert_allclose(dense(values[t], rows[t], held),
+                                       dense(want_values, want_rows, held), rtol=1e-5, atol=1e-6)
+            api.apply_optimizer_update(name, "adagrad", "Adagrad", {}, hyper, want_values,
+                                       want_rows)
+    for a, b in zip(together, alone):
+        grouped, single = api.shard(a), api.shard(b)
+        np.testing.assert_allclose(grouped.values, single.values, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(grouped.slots["Adagrad/accumulator"],
+                                   single.slots["Adagrad/accumulator"], rtol=1e-5, atol=1e-6)
+
+
+def test_per_table_updates_of_a_grouped_table_land_in_the_group():
+    together, alone = make_pair("per_table", "mod")
+    rng = np.random.default_rng([4, RANK])
+    inputs, tops = batch(rng, "mod", 0, False)
+    _, token = api.pooled_lookup(together, "split_fwd", inputs, True)
+    grads = api.pooled_lookup_grad(together, "split_bwd", token, tops)
+    hyper = {"lr_t": 0.01, "beta1": 0.9, "beta2": 0.999, "epsilon": 1e-8}
+    for name, (values, rows) in zip(together, grads):  # as TensorFlow's optimizers do
+        api.apply_optimizer_update(name, "lazy_adam", "Adam", {}, hyper, values, rows)
+    group = api.shard(together[0]).group
+    for t, name in enumerate(together):
+        start, stop = group.row_starts[t], group.row_starts[t + 1]
+        np.testing.assert_array_equal(group.values[start:stop], api.shard(name).values)
+        np.testing.assert_array_equal(group.slots["Adam/m"][start:stop],
+                                      api.shard(name).slots["Adam/m"])
+
+
+def test_bad_input_in_one_member_fails_every_rank_and_changes_no_table():
+    together, _ = make_pair("bad", "mod")
+    rng = np.random.default_rng([6, RANK])
+    inputs, tops = batch(rng, "mod", 0, False)
+    _, token = api.pooled_lookup(together, "bad_fwd_ok", inputs, True)
+    api.pooled_lookup_grad(together, "bad_bwd_ok", token, tops)
+    before = [api.shard(name).values.copy() for name in together]
+    bad = list(inputs)
+    if RANK == SIZE - 1:
+        keys = bad[3].keys.copy()
+        keys[-1] = key_range("mod") + 5
+        bad[3] = bad[3]._replace(keys=keys)
+    with pytest.raises(InvalidInputError, match="group_bad_3"):
+        api.pooled_lookup(together, "bad_fwd", bad, True)
+    _, token = api.pooled_lookup(together, "bad_fwd_2", inputs, True)
+    wrong = list(tops)
+    if RANK == 0:
+        wrong[1] = np.zeros((tops[1].shape[0] + 1, DIM), np.float32)
+    with pytest.raises(InvalidInputError):
+        api.pooled_lookup_grad(together, "bad_bwd", token, wrong)
+    for name, values in zip(together, before):
+        np.testing.assert_array_equal(api.shard(name).values, values)
