@@ -30,6 +30,7 @@ Every backend module exposes the same names, and the engine's algorithms call on
         how many lie below each boundary; one wait for all items
     Sizes left on the device for an op header to carry and read (engine/exchange_header.py):
     bucket_by_owner_many_deferred(...) -> (perms, counts [tables, world_size])   no wait
+    index_bounds_deferred(arrays) -> int64 [len(arrays), 2]                      no wait
     unique_many_start(keys_list, ordered) -> (started, counts); unique_many_finish(started,
         host_counts) -> [(unique_keys, inverse)]; distinct_rows_many_start(items) -> (started,
         sizes); distinct_rows_many_finish(started, host_sizes): the two halves around the wait

@@ -161,6 +161,11 @@ def index_bounds(arrays):
     """Returns int64 [len(arrays), 2]: (min, max) of each integer array, (INT64_MAX, INT64_MIN)
     for an empty one: one look at the data for all of a step's keys and indices."""
     COUNTS["host_waits"] += 1
+    return index_bounds_deferred(arrays)
+
+
+def index_bounds_deferred(arrays):
+    """index_bounds() where cuda leaves it on the device, for one read with other sizes."""
     bounds = np.empty((len(arrays), 2), dtype=np.int64)
     bounds[:, 0], bounds[:, 1] = np.iinfo(np.int64).max, np.iinfo(np.int64).min
     for i, array in enumerate(arrays):

@@ -21,6 +21,7 @@ from sok1x.backend.cuda_groups import (  # noqa: F401  (part of the op set: tabl
     distinct_rows_many_finish,
     distinct_rows_many_start,
     index_bounds,
+    index_bounds_deferred,
     join_keys,
     join_rows,
     local_rows,

@@ -99,18 +99,27 @@ def join_rows(arrays):
 def index_bounds(arrays):
     """Returns host int64 [len(arrays), 2]: (min, max) of each integer array, (INT64_MAX,
     INT64_MIN) for an empty one: one launch and one wait for all of them."""
-    count = len(arrays)
-    if not count:
+    if not arrays:
         return np.zeros((0, 2), np.int64)
+    return to_host(index_bounds_deferred(arrays))
+
+
+@uses_context
+def index_bounds_deferred(arrays):
+    """index_bounds() left on the device (int64 GPUArray [len(arrays), 2]), for the host to
+    read with other sizes in one wait."""
+    count = len(arrays)
     arrays = [index_array(a, "indices") for a in arrays]
-    bounds = empty((count, 2), np.int64)
+    bounds = empty((max(count, 1), 2), np.int64)
+    if not count:
+        return bounds[:0]
     starts = _device_constant(np.tile(_BOUNDS_START, (count, 1)).reshape(-1))
     copy_rows_async(bounds.reshape(-1), 0, starts, 0, 2 * count)
     parts, total = _part_list(arrays)
     if total:
         launch(_kernels()["bounds"], max(total // max(count, 1), 1), ptr(parts), count,
                ptr(bounds))
-    return to_host(bounds)
+    return bounds
 
 
 @uses_context

@@ -49,61 +49,94 @@ lookup without insert missed), count (keys in), may_miss (rows may be -1: a hash
 without insert)."""
 
 
+KeyCheck = collections.namedtuple("KeyCheck", "bounds judge")
+KeyCheck.__doc__ = """A step's key checks started on the device: bounds (backend int64 [n, 2], the
+(min, max) of each checked array), judge(host bounds) -> the first input error or None."""
+
+
+def start_key_checks(runtime, tables, keys_list, extra_checks=(), key_limits=None):
+    """check_step_keys without its wait: the bounds are computed on the device and read later,
+    with other sizes (lookup_forward_many reads them with the distinct-key counts). Returns a
+    KeyCheck."""
+    backend = runtime.backend
+    arrays = [keys for keys in keys_list if keys.dtype in KEY_DTYPES]
+    arrays += [array for array, _ in extra_checks]
+    bounds = backend.index_bounds_deferred(arrays)
+    key_limits = key_limits or [None] * len(tables)
+
+    def judge(host_bounds):
+        errors, position = [], 0
+        for table, keys, key_count in zip(tables, keys_list, key_limits):
+            if keys.dtype in KEY_DTYPES:
+                limit, limit_name = table.key_limit, V1_LIMIT
+                if key_count is not None:
+                    limit, limit_name = key_count, VARIABLE_LIMIT
+                errors.append(check_keys_by_bounds(table.name, keys, host_bounds[position],
+                                                   limit, backend.to_host, limit_name))
+                position += 1
+            else:
+                errors.append(InvalidInputError("%s: keys must be int64 or int32, got %s"
+                                                % (table.name, keys.dtype)))
+        for _, check in extra_checks:
+            errors.append(check(host_bounds[position]))
+            position += 1
+        return first_error(*errors)
+    return KeyCheck(bounds, judge)
+
+
 def check_step_keys(runtime, tables, keys_list, extra_checks=(), key_limits=None):
     """Returns the first input error of a step's keys (dtype, negative, beyond the table), or
     None. extra_checks: (array, check(bounds) -> error or None) pairs whose bounds are read in the
     same single wait. key_limits: per table None or its number of keys (a sok1x.Variable's
     rows), tighter than its shards' capacity."""
-    backend = runtime.backend
-    arrays = [keys for keys in keys_list if keys.dtype in KEY_DTYPES]
-    arrays += [array for array, _ in extra_checks]
-    bounds = backend.index_bounds(arrays) if arrays else np.zeros((0, 2), np.int64)
-    errors, position = [], 0
-    key_limits = key_limits or [None] * len(tables)
-    for table, keys, key_count in zip(tables, keys_list, key_limits):
-        if keys.dtype in KEY_DTYPES:
-            limit, limit_name = table.key_limit, V1_LIMIT
-            if key_count is not None:
-                limit, limit_name = key_count, VARIABLE_LIMIT
-            errors.append(check_keys_by_bounds(table.name, keys, bounds[position], limit,
-                                               backend.to_host, limit_name))
-            position += 1
-        else:
-            errors.append(InvalidInputError("%s: keys must be int64 or int32, got %s"
-                                            % (table.name, keys.dtype)))
-    for _, check in extra_checks:
-        errors.append(check(bounds[position]))
-        position += 1
-    return first_error(*errors)
+    check = start_key_checks(runtime, tables, keys_list, extra_checks, key_limits)
+    return _judged(runtime.backend, check, [])[0]
+
+
+def _judged(backend, check, sizes):
+    """Reads the check's bounds and `sizes` (backend arrays) in one wait; returns (the check's
+    error or None, host copies of sizes)."""
+    if check is None:
+        return None, backend.to_host_many(sizes) if sizes else []
+    hosts = backend.to_host_many([check.bounds] + list(sizes))
+    return check.judge(hosts[0]), hosts[1:]
 
 
 def lookup_forward_many(runtime, tables, op, keys_list, training, local_error=None,
-                        keys_checked=False):
+                        key_check=None):
     """Collective. tables: EmbeddingTables (or TableGroups, engine/table_group.py); keys_list:
     one backend int 1-D array per table. Returns (vectors, routings): per table backend float32
     [n_t, dim_t] in input order, and the Routing its backward pass needs. Raises the step's input
-    errors on every rank before any table changes. keys_checked: the caller ran
-    check_step_keys already (local_error is its result)."""
+    errors on every rank before any table changes. key_check: the caller's KeyCheck of the
+    step's inputs (start_key_checks; default: one of keys_list), judged here.
+
+    The host waits twice: once for the keys' bounds and distinct counts (the keys are
+    de-duplicated before they are judged: it reads nothing out of place), once for the op
+    header, which carries the per-owner counts."""
     backend, size = runtime.backend, runtime.size
     error = local_error
-    if error is None and not keys_checked:
-        error = check_step_keys(runtime, tables, keys_list)
+    if error is None and key_check is None:
+        key_check = start_key_checks(runtime, tables, keys_list)
     send_counts = np.zeros((size, len(tables)), dtype=np.int64)
-    prepared = []
+    prepared, owner_counts = [], None
     if error is None and size == 1:  # alone, nothing crosses a network: no de-duplication
+        error = _judged(backend, key_check, [])[0]
         for t, keys in enumerate(keys_list):
             keys = backend.asarray(keys)
             send_counts[0, t] = keys.shape[0]
             prepared.append((keys, None, None, keys))
-    owner_counts = None if error is not None else send_counts.T
-    if error is None and size > 1:  # one wait for every table's distinct keys; their owner
-        # counts stay on the device and travel in the header, read with it
-        distinct = backend.unique_many([backend.asarray(k) for k in keys_list], ordered=False)
-        perms, owner_counts = backend.bucket_by_owner_many_deferred(
-            [d for d, _ in distinct], size, [table.owner_rule for table in tables])
-        for (keys, inverse), perm in zip(distinct, perms):
-            prepared.append((keys, inverse, perm, backend.take_rows(keys, perm)))
-    sizes = exchange_sizes(runtime, op, owner_counts, error)
+        owner_counts = send_counts.T
+    elif error is None:
+        started, distinct_counts = backend.unique_many_start(
+            [backend.asarray(k) for k in keys_list], ordered=False)
+        error, (host_distinct,) = _judged(backend, key_check, [distinct_counts])
+        if error is None:  # the owner counts stay on the device and ride in the header
+            distinct = backend.unique_many_finish(started, host_distinct)
+            perms, owner_counts = backend.bucket_by_owner_many_deferred(
+                [d for d, _ in distinct], size, [table.owner_rule for table in tables])
+            for (keys, inverse), perm in zip(distinct, perms):
+                prepared.append((keys, inverse, perm, backend.take_rows(keys, perm)))
+    sizes = exchange_sizes(runtime, op, None if error is not None else owner_counts, error)
     send_counts, recv_counts = sizes.sent, sizes.received
     owned = _exchange(runtime, [p[3] for p in prepared], send_counts, recv_counts)
     if training and any(table.use_hashtable for table in tables):
