@@ -5,6 +5,9 @@ Every backend module exposes the same names, and the engine's algorithms call on
     NAME                                   "cpu" or "cuda"
     asarray(host_array) -> array           copy a NumPy array to the device
     to_host(array) -> np.ndarray           copy back (blocking)
+    to_host_many(arrays) -> [np.ndarray]   copy several back with one wait
+    counts() -> dict                       what this process queued and waited for; "host_waits"
+                                           (cpu counts the calls at which cuda would wait)
     empty(shape, dtype) / zeros(shape, dtype)
     fill_value(array, value)               every element = value (float32, or 0 for any dtype)
     host_mapped_zeros(shape, dtype)        zeros in page-locked host memory the device's kernels
@@ -28,6 +31,15 @@ Every backend module exposes the same names, and the engine's algorithms call on
         how many lie below each boundary; one wait for all items
     local_rows(rows, row_starts, moves, length) -> int64   distinct rows ascending, less the
         start of the range t holding each, table t's moved by moves[t] (to an aligned place)
+    Sizes left on the device for an op header to carry and read (engine/exchange_header.py):
+    bucket_by_owner_many_deferred(...) -> (perms, counts [tables, world_size])   no wait
+    index_bounds_deferred(arrays) -> int64 [len(arrays), 2]                      no wait
+    unique_many_start(keys_list, ordered) -> (started, counts); unique_many_finish(started,
+        host_counts) -> [(unique_keys, inverse)]; distinct_rows_many_start(items) -> (started,
+        sizes); distinct_rows_many_finish(started, host_sizes): the two halves around the wait
+    header_records(fields, size, counts, flag, width) -> int64 [size, width]   an op header's
+        records (op, tower, call, place, error | flag[0], tables, counts[t, peer]...)
+    flag_outside(bounds, index, low, high, flag)      flag[0] = 1 if bounds[index] leaves the range
     column(matrix, index) -> [n]                       one column of an int64 [n, k] matrix
     segment_counts(segment_ids, n) -> float32 [n]      ids per segment
     scale_rows(values, factors, divide) -> values * (or /, 0 where 0) factors per row

@@ -1,4 +1,10 @@
-"""The cpu backend: the op set of sok1x.backend on NumPy arrays. It is the reference for cuda."""
+"""The cpu backend: the op set of sok1x.backend on NumPy arrays. It is the reference for cuda.
+
+COUNTS["host_waits"] counts the calls at which the cuda backend's host waits for the device (the
+ops that return sizes or bounds, to_host_many, synchronize), so the CPU tests check how often a
+step would wait on a GPU.
+"""
+import collections
 import contextlib
 
 import numpy as np
@@ -22,6 +28,12 @@ from sok1x.backend.owner_rules import OWNER_FIXED, OWNER_HASH, OWNER_MOD
 from sok1x.backend.cpu_random import initial_values
 
 NAME = "cpu"
+COUNTS = collections.Counter()
+
+
+def counts():
+    """Returns a copy of COUNTS (what this process's steps did, since it started)."""
+    return dict(COUNTS)
 
 
 def asarray(host_array):
@@ -53,8 +65,15 @@ def host_mapped_zeros(shape, dtype):
     return np.zeros(shape, dtype=dtype)
 
 
+def to_host_many(arrays):
+    """Returns each array as a NumPy array: where cuda waits once for all of them."""
+    COUNTS["host_waits"] += 1
+    return [np.asarray(array) for array in arrays]
+
+
 def synchronize():
     """Nothing is queued on the host."""
+    COUNTS["host_waits"] += 1
 
 
 def device_context():
@@ -87,18 +106,72 @@ def bucket_by_owner(keys, world_size, owner_rule=OWNER_MOD, fixed_rank=0):
 
 def bucket_by_owner_many(keys_list, world_size, owner_rules):
     """bucket_by_owner() of each array, owner_rules one (rule, fixed_rank) each."""
+    COUNTS["host_waits"] += 1
     return [bucket_by_owner(keys, world_size, rule, fixed)
             for keys, (rule, fixed) in zip(keys_list, owner_rules)]
 
 
+def bucket_by_owner_many_deferred(keys_list, world_size, owner_rules):
+    """bucket_by_owner_many() leaving the counts where cuda leaves them, for an op header:
+    returns (perms, counts int64 [len(keys_list), world_size])."""
+    pairs = [bucket_by_owner(keys, world_size, rule, fixed)
+             for keys, (rule, fixed) in zip(keys_list, owner_rules)]
+    counts = np.zeros((len(pairs), int(world_size)), dtype=np.int64)
+    for i, (_, count) in enumerate(pairs):
+        counts[i] = count
+    return [perm for perm, _ in pairs], counts
+
+
 def unique_many(keys_list, ordered=True):
     """unique() of each array."""
-    return [unique(keys, ordered) for keys in keys_list]
+    COUNTS["host_waits"] += 1
+    return [_unique(keys, ordered) for keys in keys_list]
+
+
+def unique_many_start(keys_list, ordered=False):
+    """unique_many() in two halves, as cuda waits between them: returns (started, counts int64
+    [len(keys_list)] of distinct counts) for unique_many_finish(started, counts)."""
+    results = [_unique(keys, ordered) for keys in keys_list]
+    return results, np.array([keys.shape[0] for keys, _ in results], dtype=np.int64)
+
+
+def unique_many_finish(started, host_counts):
+    """Returns unique_many_start's list of (unique_keys, inverse)."""
+    return started
+
+
+def header_records(fields, size, counts, flag, width):
+    """Returns int64 [size, width]: per peer j, the 6 `fields` (op, tower, call, place, error,
+    tables; error or-ed with flag[0]), then counts[t, j] for t < tables (counts [tables, size]
+    or None; flag int64 [1] or None)."""
+    records = np.zeros((int(size), int(width)), dtype=np.int64)
+    records[:, :6] = np.asarray(fields, dtype=np.int64)[:6]
+    if flag is not None and flag[0]:
+        records[:, 4] = 1
+    if counts is None:
+        records[:, 5] = 0
+    else:
+        inline = min(counts.shape[0], int(width) - 6)
+        records[:, 6:6 + inline] = np.asarray(counts, dtype=np.int64)[:inline].T
+    return records
+
+
+def flag_outside(bounds, index, low, high, flag):
+    """Sets flag[0] to 1 if row `index` of bounds ((min, max) rows) lies outside [low, high]."""
+    smallest, largest = bounds[int(index)]
+    if smallest <= largest and (smallest < low or largest > high):
+        flag[0] = 1
 
 
 def index_bounds(arrays):
     """Returns int64 [len(arrays), 2]: (min, max) of each integer array, (INT64_MAX, INT64_MIN)
     for an empty one: one look at the data for all of a step's keys and indices."""
+    COUNTS["host_waits"] += 1
+    return index_bounds_deferred(arrays)
+
+
+def index_bounds_deferred(arrays):
+    """index_bounds() where cuda leaves it on the device, for one read with other sizes."""
     bounds = np.empty((len(arrays), 2), dtype=np.int64)
     bounds[:, 0], bounds[:, 1] = np.iinfo(np.int64).max, np.iinfo(np.int64).min
     for i, array in enumerate(arrays):
@@ -129,13 +202,26 @@ def distinct_rows_many(items):
     """items: (rows int64 [n] in [0, bound), bound, boundaries int64 [k] ascending, the last one
     bound). Returns per item (distinct rows ascending [u], inverse [n], int64 [k]: how many
     distinct rows lie below each boundary)."""
+    COUNTS["host_waits"] += 1
+    return distinct_rows_many_start(items)[0]
+
+
+def distinct_rows_many_start(items):
+    """distinct_rows_many() in two halves, as cuda waits between them: returns (started, sizes
+    int64 [sum k]) for distinct_rows_many_finish(started, sizes)."""
     out = []
     for rows, _, boundaries in items:
         rows = np.asarray(rows, dtype=np.int64)
         distinct, inverse = _unique_ascending(rows) if rows.size else (rows[:0], rows[:0])
         ranks = np.searchsorted(distinct, np.asarray(boundaries, dtype=np.int64))
         out.append((distinct, inverse.astype(np.int64, copy=False), ranks.astype(np.int64)))
-    return out
+    sizes = np.concatenate([ranks for _, _, ranks in out]) if out else np.zeros(0, np.int64)
+    return out, sizes
+
+
+def distinct_rows_many_finish(started, host_sizes):
+    """Returns distinct_rows_many_start's list of (distinct, inverse, ranks)."""
+    return started
 
 
 def local_rows(rows, row_starts, moves, length):
@@ -196,6 +282,11 @@ def unique(keys, ordered=True):
     """Returns (unique_keys, inverse): with ordered=True in first-occurrence order, as tf.unique;
     with ordered=False in any order (ascending here), which the engine's own de-duplication
     needs and which costs no sort when the keys are small non-negative integers (shard rows)."""
+    COUNTS["host_waits"] += 1
+    return _unique(keys, ordered)
+
+
+def _unique(keys, ordered):
     keys = np.asarray(keys)
     if not ordered:
         return _unique_ascending(keys)

@@ -3,8 +3,11 @@
 Every op enters the device's primary context (cuda_context.entered()) and queues its work on the
 one sok1x stream; buffers come from the memory pool. An op waits for the GPU only where a result
 must reach the host: bucket_by_owner's counts, unique's number of distinct keys (it sizes the
-outputs), HashIndex.count_missing / find_or_insert / export, and to_host. Index arrays (keys, rows,
-segment ids) are int64 (int32 is widened); NumPy inputs are copied to the GPU first.
+outputs), HashIndex.count_missing / find_or_insert / export, and to_host. The *_deferred and
+*_start variants queue the same work and leave the sizes on the device, for an op header to
+read with its own (engine/exchange_header.py); header_records writes that header's records.
+Index arrays (keys, rows, segment ids) are int64 (int32 is widened); NumPy inputs are copied to
+the GPU first.
 Call cuda_context.activate(device_ordinal) before the first op (sok1x.init does).
 """
 import numpy as np
@@ -16,12 +19,16 @@ from sok1x.backend import random_init as recipe
 from sok1x.backend.cuda_context import uses_context
 from sok1x.backend.cuda_groups import (  # noqa: F401  (part of the op set: table groups)
     distinct_rows_many,
+    distinct_rows_many_finish,
+    distinct_rows_many_start,
     index_bounds,
+    index_bounds_deferred,
     join_keys,
     join_rows,
     local_rows,
 )
 from sok1x.backend.cuda_hash import HashIndex  # noqa: F401  (part of the op set)
+from sok1x.backend.cuda_sizes import flag_outside, header_records  # noqa: F401  (the op set)
 from sok1x.backend.cuda_optimizers import (  # noqa: F401  (part of the op set: optimizer updates)
     update_adadelta,
     update_adagrad,
@@ -36,6 +43,7 @@ from sok1x.backend.cuda_optimizers import (  # noqa: F401  (part of the op set: 
     update_sgd,
 )
 from sok1x.backend.cuda_launch import (
+    COUNTS,
     copy_rows_async,
     device_array,
     empty as _pooled_empty,
@@ -49,6 +57,7 @@ from sok1x.backend.cuda_launch import (
     ptr,
     to_device,
     to_host as _copy_to_host,
+    to_host_many as _copy_many_to_host,
     is_device_array,
     waited_stream,
 )
@@ -72,6 +81,22 @@ def to_host(array):
     if not is_device_array(array):
         return np.asarray(array)
     return _copy_to_host(array)
+
+
+@uses_context
+def to_host_many(arrays):
+    """Returns each array as a NumPy array, with one wait for all the device arrays among them."""
+    positions = [i for i, array in enumerate(arrays) if is_device_array(array)]
+    copies = _copy_many_to_host([arrays[i] for i in positions])
+    hosts = [np.asarray(array) for array in arrays]
+    for i, copy in zip(positions, copies):
+        hosts[i] = copy
+    return hosts
+
+
+def counts():
+    """Returns a copy of the counts of what the backend queued and waited for (cuda_launch)."""
+    return dict(COUNTS)
 
 
 @uses_context
@@ -150,6 +175,15 @@ def bucket_by_owner(keys, world_size, owner_rule=OWNER_MOD, fixed_rank=0):
 def bucket_by_owner_many(keys_list, world_size, owner_rules):
     """bucket_by_owner() of each array (owner_rules: one (rule, fixed_rank) each), with one wait
     for all the per-owner counts. Returns a list of (perm, counts)."""
+    perms, counts = bucket_by_owner_many_deferred(keys_list, world_size, owner_rules)
+    counts = _copy_to_host(counts)
+    return [(perm, counts[i].copy()) for i, perm in enumerate(perms)]
+
+
+@uses_context
+def bucket_by_owner_many_deferred(keys_list, world_size, owner_rules):
+    """bucket_by_owner_many() without the wait: returns (perms, counts), counts an int64
+    GPUArray [len(keys_list), world_size] that an op header carries (no host copy)."""
     tile_counts_kernel, counts_kernel, scatter_kernel, _ = _routing_kernels()
     world_size = int(world_size)
     all_counts = fill_bytes(_pooled_empty((max(len(keys_list), 1) * world_size,), np.int64), 0)
@@ -172,8 +206,7 @@ def bucket_by_owner_many(keys_list, world_size, owner_rules):
                ptr(all_counts) + 8 * world_size * i)
         launch(scatter_kernel, 32 * num_tiles, ptr(keys), n, *rule, keys_per_tile, num_tiles,
                ptr(offsets), ptr(perm))
-    counts = _copy_to_host(all_counts).reshape(-1, world_size)
-    return [(perm, counts[i].copy()) for i, perm in enumerate(perms)]
+    return perms, all_counts[:len(keys_list) * world_size].reshape(len(keys_list), world_size)
 
 
 @memoised_per_context
@@ -343,7 +376,16 @@ def unique(keys, ordered=True):
 def unique_many(keys_list, ordered=True):
     """unique() of each array of `keys_list`, with one wait for all their distinct counts (a
     fused lookup of many tables waits once, not once per table). Returns a list of pairs."""
-    claim, flags, emit, inverse_kernel = _unique_kernels()
+    started, counts = unique_many_start(keys_list, ordered)
+    return unique_many_finish(started, _copy_to_host(counts))
+
+
+@uses_context
+def unique_many_start(keys_list, ordered=False):
+    """The first half of unique_many(), queued without a wait: returns (started, counts), counts
+    an int64 GPUArray [len(keys_list)] of distinct counts for the host to read (alone, or with
+    an op header) and pass to unique_many_finish(started, host_counts)."""
+    claim, flags, _, _ = _unique_kernels()
     arrays = [index_array(keys, "keys") for keys in keys_list]
     counts = fill_bytes(_pooled_empty((max(len(arrays), 1),), np.int64), 0)
     pending = []
@@ -363,7 +405,15 @@ def unique_many(keys_list, ordered=True):
         positions = exclusive_scan(is_first, n)
         copy_rows_async(counts, i, positions, n, 1)
         pending.append((slot_first, slot_of, is_first, positions))
-    host_counts = _copy_to_host(counts)
+    return (arrays, pending), counts[:len(arrays)]
+
+
+@uses_context
+def unique_many_finish(started, host_counts):
+    """The second half of unique_many(): host_counts, the host copy of unique_many_start's
+    counts. Returns the list of (unique_keys, inverse)."""
+    _, _, emit, inverse_kernel = _unique_kernels()
+    arrays, pending = started
     results = []
     for i, (keys, state) in enumerate(zip(arrays, pending)):
         if state is None:

@@ -99,25 +99,44 @@ def join_rows(arrays):
 def index_bounds(arrays):
     """Returns host int64 [len(arrays), 2]: (min, max) of each integer array, (INT64_MAX,
     INT64_MIN) for an empty one: one launch and one wait for all of them."""
-    count = len(arrays)
-    if not count:
+    if not arrays:
         return np.zeros((0, 2), np.int64)
+    return to_host(index_bounds_deferred(arrays))
+
+
+@uses_context
+def index_bounds_deferred(arrays):
+    """index_bounds() left on the device (int64 GPUArray [len(arrays), 2]), for the host to
+    read with other sizes in one wait."""
+    count = len(arrays)
     arrays = [index_array(a, "indices") for a in arrays]
-    bounds = empty((count, 2), np.int64)
+    bounds = empty((max(count, 1), 2), np.int64)
+    if not count:
+        return bounds[:0]
     starts = _device_constant(np.tile(_BOUNDS_START, (count, 1)).reshape(-1))
     copy_rows_async(bounds.reshape(-1), 0, starts, 0, 2 * count)
     parts, total = _part_list(arrays)
     if total:
         launch(_kernels()["bounds"], max(total // max(count, 1), 1), ptr(parts), count,
                ptr(bounds))
-    return to_host(bounds)
+    return bounds
 
 
 @uses_context
 def distinct_rows_many(items):
     """items: (rows int64 [n] in [0, bound), bound, boundaries host int64 [k] ascending in
     [0, bound], the last one bound). Returns per item (distinct rows ascending [u], inverse [n],
-    host int64 [k]: how many distinct rows lie below each boundary), with one wait for all."""
+    host int64 [k]: how many distinct rows lie below each boundary), with one wait for all
+    items."""
+    started, sizes = distinct_rows_many_start(items)
+    return distinct_rows_many_finish(started, to_host(sizes))
+
+
+@uses_context
+def distinct_rows_many_start(items):
+    """The first half of distinct_rows_many(), queued without a wait: returns (started, sizes),
+    sizes an int64 GPUArray for the host to read (alone, or with an op header) and hand to
+    distinct_rows_many_finish(started, host_sizes)."""
     kernels = _kernels()
     states, spans, position = [], [], 0
     for rows, bound, boundaries in items:
@@ -139,7 +158,15 @@ def distinct_rows_many(items):
         if count:
             launch(kernels["ranks"], count, ptr(bits), ptr(word_ranks), words,
                    ptr(_device_constant(boundaries)), count, ptr(ranks) + 8 * start)
-    host_ranks = to_host(ranks)
+    return (states, spans), ranks[:position]
+
+
+@uses_context
+def distinct_rows_many_finish(started, host_ranks):
+    """The second half of distinct_rows_many(): host_ranks, the host copy of the start's
+    sizes. Returns per item (distinct, inverse, host ranks)."""
+    kernels = _kernels()
+    states, spans = started
     out = []
     for (rows, bits, word_ranks, words), (start, count) in zip(states, spans):
         n = rows.shape[0]
@@ -148,7 +175,7 @@ def distinct_rows_many(items):
         if n:
             launch(kernels["emit"], n, ptr(rows), n, ptr(bits), ptr(word_ranks), words,
                    ptr(distinct), ptr(inverse))
-        out.append((distinct, inverse, host_ranks[start:start + count].copy()))
+        out.append((distinct, inverse, np.asarray(host_ranks[start:start + count]).copy()))
     return out
 
 

@@ -123,6 +123,20 @@ def to_host(array):
     return host
 
 
+def to_host_many(arrays):
+    """Copies several GPUArrays back with one wait for all of them (blocks the host)."""
+    hosts = [np.empty(array.shape, dtype=array.dtype) for array in arrays]
+    copied = 0
+    for host, array in zip(hosts, arrays):
+        if array.size:
+            driver.memcpy_dtoh_async(host, ptr(array), cuda_context.stream())
+            copied += 1
+    if copied:
+        waited_stream()
+        COUNTS["copies"] += copied
+    return hosts
+
+
 def is_device_array(value):
     return isinstance(value, gpuarray.GPUArray)
 

@@ -18,8 +18,9 @@ added (unique + segment-sum); the result is (values, local rows) per table for I
     after backward:  owner o holds, per row of t it owns that was used, the sum of those gradients
 
 Keys and gradients are backend arrays (device arrays on cuda); the host waits of a step are the
-bounds of its keys (one for all tables), each table's distinct-key count and per-owner counts,
-and the header exchange.
+bounds of its keys and their distinct counts (one each for all tables), the forward's header
+(the per-owner counts ride in it) and the backward's header (the owners' distinct rows are
+counted on the device before it, and read with it).
 """
 import collections
 
@@ -33,7 +34,7 @@ from sok1x.engine.checks import (
     check_keys_by_bounds,
     first_error,
 )
-from sok1x.engine.exchange_header import exchange_header
+from sok1x.engine.exchange_header import exchange_sizes
 from sok1x.engine.op_order import as_op_id
 from sok1x.errors import InvalidInputError
 
@@ -48,60 +49,95 @@ lookup without insert missed), count (keys in), may_miss (rows may be -1: a hash
 without insert)."""
 
 
+KeyCheck = collections.namedtuple("KeyCheck", "bounds judge")
+KeyCheck.__doc__ = """A step's key checks started on the device: bounds (backend int64 [n, 2], the
+(min, max) of each checked array), judge(host bounds) -> the first input error or None."""
+
+
+def start_key_checks(runtime, tables, keys_list, extra_checks=(), key_limits=None):
+    """check_step_keys without its wait: the bounds are computed on the device and read later,
+    with other sizes (lookup_forward_many reads them with the distinct-key counts). Returns a
+    KeyCheck."""
+    backend = runtime.backend
+    arrays = [keys for keys in keys_list if keys.dtype in KEY_DTYPES]
+    arrays += [array for array, _ in extra_checks]
+    bounds = backend.index_bounds_deferred(arrays)
+    key_limits = key_limits or [None] * len(tables)
+
+    def judge(host_bounds):
+        errors, position = [], 0
+        for table, keys, key_count in zip(tables, keys_list, key_limits):
+            if keys.dtype in KEY_DTYPES:
+                limit, limit_name = table.key_limit, V1_LIMIT
+                if key_count is not None:
+                    limit, limit_name = key_count, VARIABLE_LIMIT
+                errors.append(check_keys_by_bounds(table.name, keys, host_bounds[position],
+                                                   limit, backend.to_host, limit_name))
+                position += 1
+            else:
+                errors.append(InvalidInputError("%s: keys must be int64 or int32, got %s"
+                                                % (table.name, keys.dtype)))
+        for _, check in extra_checks:
+            errors.append(check(host_bounds[position]))
+            position += 1
+        return first_error(*errors)
+    return KeyCheck(bounds, judge)
+
+
 def check_step_keys(runtime, tables, keys_list, extra_checks=(), key_limits=None):
     """Returns the first input error of a step's keys (dtype, negative, beyond the table), or
     None. extra_checks: (array, check(bounds) -> error or None) pairs whose bounds are read in the
     same single wait. key_limits: per table None or its number of keys (a sok1x.Variable's
     rows), tighter than its shards' capacity."""
-    backend = runtime.backend
-    arrays = [keys for keys in keys_list if keys.dtype in KEY_DTYPES]
-    arrays += [array for array, _ in extra_checks]
-    bounds = backend.index_bounds(arrays) if arrays else np.zeros((0, 2), np.int64)
-    errors, position = [], 0
-    key_limits = key_limits or [None] * len(tables)
-    for table, keys, key_count in zip(tables, keys_list, key_limits):
-        if keys.dtype in KEY_DTYPES:
-            limit, limit_name = table.key_limit, V1_LIMIT
-            if key_count is not None:
-                limit, limit_name = key_count, VARIABLE_LIMIT
-            errors.append(check_keys_by_bounds(table.name, keys, bounds[position], limit,
-                                               backend.to_host, limit_name))
-            position += 1
-        else:
-            errors.append(InvalidInputError("%s: keys must be int64 or int32, got %s"
-                                            % (table.name, keys.dtype)))
-    for _, check in extra_checks:
-        errors.append(check(bounds[position]))
-        position += 1
-    return first_error(*errors)
+    check = start_key_checks(runtime, tables, keys_list, extra_checks, key_limits)
+    return _judged(runtime.backend, check, [])[0]
+
+
+def _judged(backend, check, sizes):
+    """Reads the check's bounds and `sizes` (backend arrays) in one wait; returns (the check's
+    error or None, host copies of sizes)."""
+    if check is None:
+        return None, backend.to_host_many(sizes) if sizes else []
+    hosts = backend.to_host_many([check.bounds] + list(sizes))
+    return check.judge(hosts[0]), hosts[1:]
 
 
 def lookup_forward_many(runtime, tables, op, keys_list, training, local_error=None,
-                        keys_checked=False):
+                        key_check=None):
     """Collective. tables: EmbeddingTables (or TableGroups, engine/table_group.py); keys_list:
     one backend int 1-D array per table. Returns (vectors, routings): per table backend float32
     [n_t, dim_t] in input order, and the Routing its backward pass needs. Raises the step's input
-    errors on every rank before any table changes. keys_checked: the caller ran
-    check_step_keys already (local_error is its result)."""
+    errors on every rank before any table changes. key_check: the caller's KeyCheck of the
+    step's inputs (start_key_checks; default: one of keys_list), judged here.
+
+    The host waits twice: once for the keys' bounds and distinct counts (the keys are
+    de-duplicated before they are judged: it reads nothing out of place), once for the op
+    header, which carries the per-owner counts."""
     backend, size = runtime.backend, runtime.size
     error = local_error
-    if error is None and not keys_checked:
-        error = check_step_keys(runtime, tables, keys_list)
+    if error is None and key_check is None:
+        key_check = start_key_checks(runtime, tables, keys_list)
     send_counts = np.zeros((size, len(tables)), dtype=np.int64)
-    prepared = []
+    prepared, owner_counts = [], None
     if error is None and size == 1:  # alone, nothing crosses a network: no de-duplication
+        error = _judged(backend, key_check, [])[0]
         for t, keys in enumerate(keys_list):
             keys = backend.asarray(keys)
             send_counts[0, t] = keys.shape[0]
             prepared.append((keys, None, None, keys))
-    elif error is None:  # one wait for every table's distinct keys, one for their owners
-        distinct = backend.unique_many([backend.asarray(k) for k in keys_list], ordered=False)
-        buckets = backend.bucket_by_owner_many([d for d, _ in distinct], size,
-                                               [table.owner_rule for table in tables])
-        for t, ((keys, inverse), (perm, counts)) in enumerate(zip(distinct, buckets)):
-            send_counts[:, t] = counts
-            prepared.append((keys, inverse, perm, backend.take_rows(keys, perm)))
-    recv_counts = exchange_header(runtime, op, send_counts, error)
+        owner_counts = send_counts.T
+    elif error is None:
+        started, distinct_counts = backend.unique_many_start(
+            [backend.asarray(k) for k in keys_list], ordered=False)
+        error, (host_distinct,) = _judged(backend, key_check, [distinct_counts])
+        if error is None:  # the owner counts stay on the device and ride in the header
+            distinct = backend.unique_many_finish(started, host_distinct)
+            perms, owner_counts = backend.bucket_by_owner_many_deferred(
+                [d for d, _ in distinct], size, [table.owner_rule for table in tables])
+            for (keys, inverse), perm in zip(distinct, perms):
+                prepared.append((keys, inverse, perm, backend.take_rows(keys, perm)))
+    sizes = exchange_sizes(runtime, op, None if error is not None else owner_counts, error)
+    send_counts, recv_counts = sizes.sent, sizes.received
     owned = _exchange(runtime, [p[3] for p in prepared], send_counts, recv_counts)
     if training and any(table.use_hashtable for table in tables):
         runtime.host.raise_together(
@@ -154,7 +190,9 @@ def exchange_gradients_many(runtime, tables, op, routings, grads_list):
                 % (as_op_id(op).name, list(grads.shape), routing.count, table.dim))
     send_counts = np.stack([routing.send_counts for routing in routings], axis=1)
     recv_counts = np.stack([routing.recv_counts for routing in routings], axis=1)
-    exchange_header(runtime, op, send_counts, error)
+    # The owners' distinct rows are counted before the header, and read in its one wait.
+    started, sizes = _owned_rows_start(backend, tables, routings)
+    host_sizes = exchange_sizes(runtime, op, None, error, also_read=sizes).extra
     bucketed = []
     for routing, grads in zip(routings, grads_list):
         grads = backend.asarray(grads)
@@ -164,21 +202,32 @@ def exchange_gradients_many(runtime, tables, op, routings, grads_list):
                                                                                routing.perm))
     owned = _exchange(runtime, bucketed, send_counts, recv_counts)
     return [(rows, backend.segment_sum(received, inverse, rows.shape[0]), ranks)
-            for (rows, inverse, ranks), received in zip(_owned_rows(backend, tables, routings),
-                                                        owned)]
+            for (rows, inverse, ranks), received in zip(
+                _owned_rows_finish(backend, started, host_sizes), owned)]
 
 
-def _owned_rows(backend, tables, routings):
-    """Per table (distinct rows, inverse, ranks) of the owner rows of its routing. A table whose
-    rows follow from its keys (a TableGroup included) gets them in ascending order with ranks:
-    host int64, how many lie below each start of a member's rows and the end (row_starts). A hash
-    table (rows may be -1) gets them in any order with ranks None. One wait per kind."""
+def _owned_rows_start(backend, tables, routings):
+    """Queues the distinct owner rows of each routing and leaves their sizes on the device.
+    Returns (started, sizes): sizes, backend arrays for the host to read (with the op header)
+    and hand to _owned_rows_finish. A table whose rows follow from its keys (a TableGroup
+    included) gets them in ascending order with ranks: host int64, how many lie below each
+    start of a member's rows and the end (row_starts). A hash table (rows may be -1) gets them in
+    any order with ranks None."""
     bounded = [not table.use_hashtable for table in tables]
     found = [(routing.owner_rows, _held_rows(table), _row_starts(table))
              for table, routing, b in zip(tables, routings, bounded) if b]
-    found = iter(backend.distinct_rows_many(found) if found else [])
     hashed = [routing.owner_rows for routing, b in zip(routings, bounded) if not b]
-    hashed = iter(backend.unique_many(hashed, ordered=False) if hashed else [])
+    found_started, found_sizes = backend.distinct_rows_many_start(found)
+    hashed_started, hashed_sizes = backend.unique_many_start(hashed, ordered=False)
+    return (bounded, found_started, hashed_started), [found_sizes, hashed_sizes]
+
+
+def _owned_rows_finish(backend, started, host_sizes):
+    """Per table (distinct rows, inverse, ranks) from _owned_rows_start's state and the host
+    copies of its sizes."""
+    bounded, found_started, hashed_started = started
+    found = iter(backend.distinct_rows_many_finish(found_started, host_sizes[0]))
+    hashed = iter(backend.unique_many_finish(hashed_started, host_sizes[1]))
     return [next(found) if b else next(hashed) + (None,) for b in bounded]
 
 

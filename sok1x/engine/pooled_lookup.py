@@ -16,7 +16,7 @@ import numpy as np
 
 from sok1x.engine import table_group
 from sok1x.engine.checks import first_error
-from sok1x.engine.key_exchange import check_step_keys, lookup_backward_many, lookup_forward_many
+from sok1x.engine.key_exchange import lookup_backward_many, lookup_forward_many, start_key_checks
 from sok1x.errors import InvalidInputError
 
 COMBINERS = ("sum", "mean")
@@ -82,15 +82,16 @@ def pooled_forward_many(runtime, tables, op, inputs, training, local_error=None,
         if error is None:
             error, more = _check_input(runtime, table, item)
             checks += more
-    if error is None:
-        error = check_step_keys(runtime, tables, [item.keys for item in inputs], checks,
-                                key_limits)
+    key_check = None
+    if error is None:  # judged with the distinct-key counts, in one wait
+        key_check = start_key_checks(runtime, tables, [item.keys for item in inputs], checks,
+                                     key_limits)
     units = table_group.plan(runtime, tables)
     unit_keys = [_joined_keys(backend, unit, [inputs[p] for p in unit.positions], error)
                  for unit in units]
     vectors, routings = lookup_forward_many(runtime, [unit.table for unit in units], op,
                                             unit_keys, training, first_error(error),
-                                            keys_checked=True)
+                                            key_check=key_check)
     outputs, state = [None] * len(tables), []
     for unit, found, routing in zip(units, vectors, routings):
         items = [inputs[p] for p in unit.positions]

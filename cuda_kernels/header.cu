@@ -1,0 +1,37 @@
+// The op header's records (sok1x/engine/exchange_header.py), written on the device so the
+// per-owner counts and input-error flags that kernels produced never cross to the host before
+// the header's one exchange. records: [size, width] int64; record j goes to rank j:
+//   0..5  op, tower, call, place, error, tables   (error |= *flag when flag is given)
+//   6...  counts[t * size + j] for t < min(tables, width - 6), zeros after
+#include "common.cuh"
+
+extern "C" __global__ void header_records(int64 op, int64 tower, int64 call, int64 place,
+                                          int64 error, int64 tables, const int64* counts,
+                                          const int64* flag, int64 size, int64 width,
+                                          int64* records) {
+  const int64 total = size * width;
+  const int64 failed = error | (flag != nullptr && *flag != 0 ? 1 : 0);
+  for (int64 i = global_thread_id(); i < total; i += global_thread_count()) {
+    const int64 peer = i / width;
+    const int64 field = i - peer * width;
+    int64 value = 0;
+    if (field == 0) value = op;
+    else if (field == 1) value = tower;
+    else if (field == 2) value = call;
+    else if (field == 3) value = place;
+    else if (field == 4) value = failed;
+    else if (field == 5) value = tables;
+    else if (counts != nullptr && field - 6 < tables) value = counts[(field - 6) * size + peer];
+    records[i] = value;
+  }
+}
+
+// Sets *flag to 1 when the (min, max) pair `bounds` of an index array falls outside
+// [low, high]; an empty array's pair (INT64_MAX, INT64_MIN) never does.
+extern "C" __global__ void flag_outside(const int64* bounds, int64 low, int64 high,
+                                        int64* flag) {
+  if (global_thread_id() == 0 && bounds[0] <= bounds[1] &&
+      (bounds[0] < low || bounds[1] > high)) {
+    *flag = 1;
+  }
+}
