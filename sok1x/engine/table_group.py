@@ -34,6 +34,7 @@ import numpy as np
 
 from sok1x.engine import distinct_rows
 from sok1x.engine import placement as placements
+from sok1x.errors import InvalidInputError
 
 Unit = collections.namedtuple("Unit", "table positions")
 Unit.__doc__ = """One pass of a lookup: table (an EmbeddingTable or a TableGroup) and positions
@@ -202,27 +203,68 @@ def _address(array):
     return distinct_rows.address(array) if array.shape[0] else (None, 0)
 
 
-def whole_gradients(backend, tables, values_list, rows_list):
-    """Yields (group, rows, values, positions) for each group all of whose members are in
-    `tables` once with the rows of the group's last backward pass handed back unchanged (the
-    same memory): the group's flat rows and their gradient values (the backward's own, or the
-    members' values joined where any was replaced, e.g. clipped), and the members' places in
-    `tables`, in the group's order."""
+def group_gradients(backend, tables, values_list, rows_list):
+    """Returns [(group, flat rows, values, positions, counts)] for each group all of whose
+    members are in `tables` once: the group's distinct flat rows, their gradient values, the
+    members' places in `tables` (group order) and how many distinct rows each has. The gradient
+    of the group's last backward pass, handed back unchanged (the same memory), is used as it
+    is (with the members' values joined where any was replaced, e.g. clipped); any other is
+    checked (one wait for all members' bounds), joined into the group's rows and summed per row
+    (one wait). Raises InvalidInputError naming the table for a gradient that does not fit,
+    before anything changes."""
+    out = []
+    for group, positions in _complete_groups(tables):
+        values = [_float32(backend, values_list[p]) for p in positions]
+        rows = [backend.asarray(rows_list[p]) for p in positions]
+        for table, v, r in zip(group.members, values, rows):
+            if len(r.shape) != 1 or tuple(v.shape) != (r.shape[0], group.dim) or (
+                    r.dtype not in (np.int64, np.int32)):
+                raise InvalidInputError(
+                    "%s: an update needs gradient values [n, %d] and int rows [n], got %s and "
+                    "%s %s" % (table.name, group.dim, list(v.shape), r.dtype, list(r.shape)))
+        last = group.last_gradient
+        if last is not None and [_address(r) for r in rows] == last[2]:
+            same = [_address(v) for v in values] == last[3]
+            out.append((group, last[0], last[1] if same else backend.join_rows(values),
+                        positions, [int(r.shape[0]) for r in rows]))
+        else:
+            distinct, summed, counts = _joined_gradient(backend, group, values, rows)
+            out.append((group, distinct, summed, positions, counts))
+    return out
+
+
+def _complete_groups(tables):
+    """(group, positions in group order) for each group whose members are all in `tables`."""
     groups = collections.OrderedDict()
     for position, table in enumerate(tables):
         if getattr(table, "group", None) is not None:
             groups.setdefault(id(table.group), (table.group, {}))[1][id(table)] = position
     for group, places in groups.values():
-        last = group.last_gradient
-        if last is None or len(places) != len(group.members):
-            continue
         positions = [places.get(id(member)) for member in group.members]
-        if None in positions or [_address(rows_list[p]) for p in positions] != last[2]:
-            continue
-        values = [values_list[p] for p in positions]
-        if [_address(v) for v in values] == last[3]:
-            yield group, last[0], last[1], positions
-            continue
-        if all(tuple(v.shape) == (rows_list[p].shape[0], group.dim) and v.dtype == np.float32
-               for v, p in zip(values, positions)):
-            yield group, last[0], backend.join_rows(values), positions
+        if len(places) == len(group.members) and None not in positions:
+            yield group, positions
+
+
+def _float32(backend, values):
+    values = backend.asarray(values)
+    if values.dtype != np.float32:
+        values = backend.asarray(backend.to_host(values).astype(np.float32))
+    return values
+
+
+def _joined_gradient(backend, group, values, rows):
+    """(distinct flat rows, summed values, distinct rows per member) of the members'
+    gradients (values, own rows), checked."""
+    bounds = backend.index_bounds(rows)
+    for t, (table, r) in enumerate(zip(group.members, rows)):
+        held = int(group.row_starts[t + 1] - group.row_starts[t])
+        low, high = (int(b) for b in bounds[t])
+        if r.shape[0] and (low < 0 or high >= held):
+            raise InvalidInputError(
+                "%s: gradient rows must be in [0, %d) (this rank's shard), got %d..%d. Apply "
+                "the gradient of this table's own lookup." % (table.name, held, low, high))
+    total = int(group.row_starts[-1])
+    flat = backend.join_keys(rows, group.row_starts[:-1])
+    (distinct, inverse, ranks), = backend.distinct_rows_many([(flat, total, group.row_starts)])
+    summed = backend.segment_sum(backend.join_rows(values), inverse, int(distinct.shape[0]))
+    return distinct, summed, [int(c) for c in np.diff(ranks)]
