@@ -28,7 +28,6 @@ of sok1x_device the kernel launches, fills, copies, host waits (and the microsec
 them), the host's Python microseconds not spent waiting, NCCL collectives and MPI exchanges.
 """
 import functools
-import gc
 import sys
 import time
 
@@ -371,7 +370,7 @@ def main(argv):
             import traceback
             traceback.print_exc()
             payload["steps"].append({"workload": name, "ranks": rt.size, "error": repr(exc)})
-        gc.collect()
+        harness.release_memory(rt.backend, device)
         say("%s took %.1f s" % (name, time.time() - started))
         harness.write_json(args.out, payload)
     harness.finish()
