@@ -60,6 +60,7 @@ from sok1x.backend.cuda_launch import (
     to_host_many as _copy_many_to_host,
     is_device_array,
     waited_stream,
+    wrap,
 )
 
 NAME = "cuda"
@@ -335,8 +336,8 @@ def row_view(array, start, stop):
     """Returns rows [start, stop) of a C-contiguous GPUArray as a GPUArray over the same memory
     (it keeps `array` alive)."""
     row_shape, row_bytes = _row_shape(array, "array")
-    return gpuarray.GPUArray((int(stop) - int(start),) + row_shape, array.dtype,
-                             gpudata=ptr(array) + int(start) * row_bytes, base=array)
+    return wrap((int(stop) - int(start),) + row_shape, array.dtype,
+                ptr(array) + int(start) * row_bytes, base=array)
 
 
 @uses_context
@@ -533,8 +534,7 @@ def from_dlpack(capsule):
             "id %d): place the op on this rank's GPU" % (ordinal, where[0], where[1]))
     if imported.nbytes == 0:
         return _pooled_empty(imported.shape, imported.dtype)
-    return gpuarray.GPUArray(imported.shape, imported.dtype,
-                             gpudata=cuda_context.foreign_block(imported))
+    return wrap(tuple(imported.shape), imported.dtype, cuda_context.foreign_block(imported))
 
 
 @uses_context

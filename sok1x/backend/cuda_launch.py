@@ -10,6 +10,7 @@ import time
 import numpy as np
 import pycuda.driver as driver
 from pycuda import gpuarray
+from pycuda.compyte.array import c_contiguous_strides
 
 from sok1x import cuda_kernels as kernels
 from sok1x.backend import cuda_context
@@ -72,7 +73,37 @@ def ptr(array):
 
 def empty(shape, dtype):
     """A C-contiguous GPUArray from the memory pool."""
-    return gpuarray.GPUArray(shape, np.dtype(dtype), allocator=cuda_context.allocate)
+    shape = (int(shape),) if np.ndim(shape) == 0 else tuple(int(n) for n in shape)
+    dtype = np.dtype(dtype)
+    nbytes = dtype.itemsize * int(np.prod(shape, dtype=np.int64))
+    return wrap(shape, dtype, cuda_context.allocate(nbytes) if nbytes else None)
+
+
+def wrap(shape, dtype, gpudata, base=None):
+    """A C-contiguous GPUArray of `shape` over `gpudata` (an allocation or an address), keeping
+    `base` alive. It sets what GPUArray's constructor sets, without the constructor, which asks
+    the driver for the current device and works out a launch shape for every array made (a
+    step makes dozens); the launch shape of PyCUDA's elementwise methods is read once per
+    context instead (their kernels stride over the grid, so one shape serves any size)."""
+    array = gpuarray.GPUArray.__new__(gpuarray.GPUArray)
+    dtype, shape = np.dtype(dtype), tuple(int(n) for n in shape)
+    size = 1
+    for n in shape:
+        size *= n
+    array.shape, array.dtype = shape, dtype
+    array.strides = c_contiguous_strides(dtype.itemsize, array.shape)
+    array.mem_size = array.size = size
+    array.nbytes = dtype.itemsize * size
+    array.itemsize = dtype.itemsize
+    array.allocator = cuda_context.allocate
+    array.gpudata, array.base = gpudata, base
+    array._grid, array._block = _elementwise_launch_shape()
+    return array
+
+
+@memoised_per_context
+def _elementwise_launch_shape():
+    return gpuarray.splay(1 << 30)
 
 
 def fill_bytes(array, byte):
