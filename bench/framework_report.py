@@ -118,7 +118,7 @@ def markdown(name, runs, table, checks):
             "yes" if check["met"] else "NO"))
     skipped = sorted({(e["workload"], e["skipped"]) for p in runs.values() for e in p["steps"]
                       if "skipped" in e})
-    lines += [""] + ["- %s: %s" % pair for pair in skipped]
+    lines += [""] + ["- %s" % reason for _, reason in skipped]
     lines += ["", "Per step of sok1x_device (kernel launches, fills, copies, host waits and the "
               "microseconds they took, python_us: the host's microseconds not spent waiting, "
               "NCCL collectives, MPI exchanges):", ""]
