@@ -62,7 +62,8 @@ class TableGroup:
         self.values = self._joined([table.values for table in members], 0.0)
         self.times = self._joined([table.times for table in members], 0.0)
         self.slots, self.slot_initial = {}, {}
-        self.last_gradient = None  # (flat rows, summed, member addresses): split_gradient
+        self.last_gradient = None  # (flat rows, summed, member pieces): split_gradient
+        self.planned = (None, None)  # (table ids, units) of the last lookup of exactly this group
         for t, table in enumerate(members):
             table.values, table.times = self._view(self.values, t), self._view(self.times, t)
             table.group = self
@@ -140,6 +141,10 @@ def plan(runtime, tables):
     """Returns the lookup of `tables` as [Unit]: the groupable tables of one (dim, placement)
     as one TableGroup (made now, once, if they have none), every other table as a unit of its
     own. The units keep the order of their first table in `tables`."""
+    key = tuple(id(table) for table in tables)
+    group = getattr(tables[0], "group", None) if tables else None
+    if group is not None and group.planned[0] == key and group.live(runtime):
+        return group.planned[1]
     classes = collections.OrderedDict()
     for position, table in enumerate(tables):
         key = ("group", table.dim, table.placement) if groupable(table) else ("alone", position)
@@ -152,6 +157,8 @@ def plan(runtime, tables):
             continue
         place = {id(tables[p]): p for p in positions}
         units.append(Unit(group, [place[id(member)] for member in group.members]))
+    if len(units) == 1 and isinstance(units[0].table, TableGroup):
+        units[0].table.planned = (key, units)  # the same lookup next step: no planning
     return units
 
 
@@ -189,14 +196,20 @@ def split_gradient(backend, group, summed, rows, ranks):
                                   int(piece_starts[-1]))
     pieces = []
     for t in range(len(group.members)):
-        start, count = int(piece_starts[t]), int(counts[t])
-        piece_rows = backend.row_view(own_rows, start, start + count)
-        distinct_rows.remember(piece_rows)
-        first = int(ranks[t])
-        pieces.append((backend.row_view(summed, first, first + count), piece_rows))
-    group.last_gradient = (rows, summed, [_address(r) for _, r in pieces],
-                           [_address(v) for v, _ in pieces])
+        start, count, first = int(piece_starts[t]), int(counts[t]), int(ranks[t])
+        pieces.append((backend.row_view(summed, first, first + count),
+                       backend.row_view(own_rows, start, start + count)))
+    distinct_rows.remember_all(own_rows, [r for _, r in pieces])
+    group.last_gradient = (rows, summed, pieces)
     return pieces
+
+
+def _same_memory(arrays, pieces):
+    """True if each array is its piece, or lies on the same memory (a framework handed it back
+    through DLPack); empty arrays match empty pieces."""
+    if all(a is b for a, b in zip(arrays, pieces)):
+        return True
+    return [_address(a) for a in arrays] == [_address(b) for b in pieces]
 
 
 def _address(array):
@@ -223,8 +236,8 @@ def group_gradients(backend, tables, values_list, rows_list):
                     "%s: an update needs gradient values [n, %d] and int rows [n], got %s and "
                     "%s %s" % (table.name, group.dim, list(v.shape), r.dtype, list(r.shape)))
         last = group.last_gradient
-        if last is not None and [_address(r) for r in rows] == last[2]:
-            same = [_address(v) for v in values] == last[3]
+        if last is not None and _same_memory(rows, [r for _, r in last[2]]):
+            same = _same_memory(values, [v for v, _ in last[2]])
             out.append((group, last[0], last[1] if same else backend.join_rows(values),
                         positions, [int(r.shape[0]) for r in rows]))
         else:
