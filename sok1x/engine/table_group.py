@@ -141,14 +141,14 @@ def plan(runtime, tables):
     """Returns the lookup of `tables` as [Unit]: the groupable tables of one (dim, placement)
     as one TableGroup (made now, once, if they have none), every other table as a unit of its
     own. The units keep the order of their first table in `tables`."""
-    key = tuple(id(table) for table in tables)
+    lookup = tuple(id(table) for table in tables)
     group = getattr(tables[0], "group", None) if tables else None
-    if group is not None and group.planned[0] == key and group.live(runtime):
+    if group is not None and group.planned[0] == lookup and group.live(runtime):
         return group.planned[1]
     classes = collections.OrderedDict()
     for position, table in enumerate(tables):
-        key = ("group", table.dim, table.placement) if groupable(table) else ("alone", position)
-        classes.setdefault(key, []).append(position)
+        kind = ("group", table.dim, table.placement) if groupable(table) else ("alone", position)
+        classes.setdefault(kind, []).append(position)
     units = []
     for positions in classes.values():
         group = _group_of(runtime, [tables[p] for p in positions]) if len(positions) > 1 else None
@@ -158,7 +158,7 @@ def plan(runtime, tables):
         place = {id(tables[p]): p for p in positions}
         units.append(Unit(group, [place[id(member)] for member in group.members]))
     if len(units) == 1 and isinstance(units[0].table, TableGroup):
-        units[0].table.planned = (key, units)  # the same lookup next step: no planning
+        units[0].table.planned = (lookup, units)  # the same lookup next step: no planning
     return units
 
 
