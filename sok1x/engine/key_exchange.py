@@ -1,5 +1,6 @@
 """The all-to-all lookup every front door is built on (SOK's All2All exchange), for one table or
-several at once (SOK's fused lookup: one exchange whatever the number of tables).
+several at once (SOK's fused lookup: one exchange whatever the number of tables). A "table" here
+may be a TableGroup (engine/table_group.py): many tables in one id space, one pass for all.
 
 Forward, on each rank and for each table: de-duplicate the keys, bucket the distinct ones by
 owner (the table's placement), exchange the per-owner counts of every table in the op header,

@@ -9,6 +9,11 @@ with w_i = 1 when there are no weights. The keys cross in key_exchange's fused e
 pooling happens after the vectors come back, on the rank that asked (SOK all-gathers keys and
 reduce-scatters partial sums instead): it reuses the one exchange every front door shares and
 moves nnz * dim floats each way, against world_size * segments * dim for the reduce-scatter.
+
+The tables of a lookup pass in units (engine/table_group.py): a group's keys are joined in its id
+space and looked up, pooled (its members' output rows one after the other) and, backward,
+spread and summed in one pass; the members get row views of the group's outputs and gradients.
+Members with different combiners or weighting share the lookup and are pooled apart.
 """
 import collections
 
