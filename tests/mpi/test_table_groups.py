@@ -160,6 +160,24 @@ def test_a_group_update_of_other_rows_is_checked_and_summed():
         np.testing.assert_array_equal(api.shard(name).values, values_before)
 
 
+def test_members_stay_tables_of_their_own():
+    together, _ = make_pair("own", "mod")
+    rng = np.random.default_rng([8, RANK])
+    inputs, _ = batch(rng, "mod", 0, False)
+    inputs[1] = inputs[1]._replace(keys=inputs[1].keys.astype(np.int32),
+                                   segment_ids=inputs[1].segment_ids.astype(np.int32))
+    outs, _ = api.pooled_lookup(together, "own_fwd", inputs, False)
+    group = api.shard(together[0]).group
+    for t in (1, 3):  # a member looked up alone reads the group's rows
+        (alone,), _ = api.pooled_lookup([together[t]], "own_one_%d" % t, [inputs[t]], False)
+        np.testing.assert_allclose(alone, outs[t], rtol=1e-6, atol=1e-7)
+    api.create_table(together[2], DIM, CAPACITY + 8, False, SPEC, replace=True)
+    outs_again, _ = api.pooled_lookup(together, "own_fwd_again", inputs, False)
+    assert api.shard(together[0]).group is not group  # a member was made anew: a new group
+    for t, (before, after) in enumerate(zip(outs, outs_again)):
+        np.testing.assert_allclose(after, before, rtol=1e-6, atol=1e-7)  # same initial rows
+
+
 def test_bad_input_in_one_member_fails_every_rank_and_changes_no_table():
     together, _ = make_pair("bad", "mod")
     rng = np.random.default_rng([6, RANK])
