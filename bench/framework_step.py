@@ -289,17 +289,15 @@ def run_workload(rt, name, device, steps, repeats, scale):
 
     # Per-step counts of the engine on device arrays.
     COMM.Barrier()
-    data_calls = (lambda: getattr(rt.data, "collectives_enqueued", 0)) if rt.data is not rt.host \
-        else (lambda: 0)
-    before = (launch_counts(), data_calls(), rt.host.calls)
+    before = (launch_counts(), rt.stats())
     runs["sok1x_device"](counter[0])
+    stats = rt.stats()  # the engine's own count of its host waits (before synchronize below)
     synchronize()
     after = launch_counts()
     counts = {k: after[k] - before[0].get(k, 0) for k in after}
-    if "host_waits" in counts:
-        counts["host_waits"] -= 1  # the synchronize() above
-    counts["data_collectives"] = data_calls() - before[1]
-    counts["mpi_exchanges"] = rt.host.calls - before[2]
+    counts["host_waits"] = stats["host_waits"] - before[1]["host_waits"]
+    counts["data_collectives"] = stats["data_collectives"] - before[1]["data_collectives"]
+    counts["mpi_exchanges"] = stats["host_collectives"] - before[1]["host_collectives"]
 
     entries = []
     for variant in runs:
