@@ -91,13 +91,15 @@ extern "C" __global__ void ranks_at(const unsigned* bits, const int64* word_rank
   }
 }
 
-// local[i] = rows[i] - row_starts[t] for the table t whose range [row_starts[t], row_starts[t+1])
-// holds rows[i] (row_starts: [count + 1], ascending).
+// For distinct rows ascending (rows[i] is the i-th): local[i + moves[t]] = rows[i] - row_starts[t]
+// for the table t whose range [row_starts[t], row_starts[t+1]) holds rows[i] (row_starts:
+// [count + 1], ascending; moves[t]: where table t's piece starts in `local` less where its rows
+// start in `rows`, so that every piece can start at an aligned place).
 extern "C" __global__ void local_rows(const int64* rows, int64 n, const int64* row_starts,
-                                      int64 count, int64* local) {
+                                      int64 count, const int64* moves, int64* local) {
   for (int64 i = global_thread_id(); i < n; i += global_thread_count()) {
     const int64 t = part_of(row_starts, count, rows[i]);
-    local[i] = rows[i] - row_starts[t];
+    local[i + moves[t]] = rows[i] - row_starts[t];
   }
 }
 

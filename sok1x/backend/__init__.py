@@ -9,6 +9,7 @@ Every backend module exposes the same names, and the engine's algorithms call on
     counts() -> dict                       what this process queued and waited for; "host_waits"
                                            (cpu counts the calls at which cuda would wait)
     empty(shape, dtype) / zeros(shape, dtype)
+    fill_value(array, value)               every element = value (float32, or 0 for any dtype)
     host_mapped_zeros(shape, dtype)        zeros in page-locked host memory the device's kernels
                                            read and write in place (cpu: an ordinary array)
     split_zeros(shape, dtype, hbm_rows) -> ([device part, host part], whole)
@@ -32,6 +33,8 @@ Every backend module exposes the same names, and the engine's algorithms call on
     distinct_rows_many(items) -> [(distinct, inverse, ranks)]   per (rows in [0, bound), bound,
         boundaries ending at bound): distinct rows ascending, each row's place among them, and
         how many lie below each boundary; one wait for all items
+    local_rows(rows, row_starts, moves, length) -> int64   distinct rows ascending, less the
+        start of the range t holding each, table t's moved by moves[t] (to an aligned place)
     Sizes left on the device for an op header to carry and read (engine/exchange_header.py):
     bucket_by_owner_many_deferred(keys_list, world_size, owner_rules, valid_counts=None)
         -> (perms, counts [tables, world_size]), no wait; valid_counts: device counts of the
@@ -44,7 +47,6 @@ Every backend module exposes the same names, and the engine's algorithms call on
     header_records(fields, size, counts, flag, width) -> int64 [size, width]   an op header's
         records (op, tower, call, place, error | flag[0], tables, counts[t, peer]...)
     flag_outside(bounds, ranges) -> int64 [1]          1 if a (min, max) row leaves its range
-    local_rows(rows, row_starts) -> int64      rows less the start of the range holding each
     column(matrix, index) -> [n]                       one column of an int64 [n, k] matrix
     segment_counts(segment_ids, n) -> float32 [n]      ids per segment
     scale_rows(values, factors, divide) -> values * (or /, 0 where 0) factors per row

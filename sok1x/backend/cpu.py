@@ -43,6 +43,12 @@ def zeros(shape, dtype):
     return np.zeros(shape, dtype=dtype)
 
 
+def fill_value(array, value):
+    """Sets every element of `array` to `value`."""
+    array.fill(value)
+    return array
+
+
 def host_mapped_zeros(shape, dtype):
     """Zeros in 'host memory the device reads': on cpu, an ordinary array."""
     return np.zeros(shape, dtype=dtype)
@@ -261,13 +267,16 @@ def distinct_rows_many_finish(started, host_sizes):
     return started
 
 
-def local_rows(rows, row_starts):
-    """Returns rows - row_starts[t] for the range t (row_starts: int64 [T + 1], ascending)
-    holding each row: a group's rows as each table's own."""
+def local_rows(rows, row_starts, moves, length):
+    """Returns int64 [length]: for distinct rows ascending, out[i + moves[t]] = rows[i] -
+    row_starts[t] for the range t (row_starts: int64 [T + 1]) holding rows[i]; moves: int64 [T],
+    how far table t's piece moves; places between pieces are zeros."""
     rows = np.asarray(rows, dtype=np.int64)
     starts = np.asarray(row_starts, dtype=np.int64)
     table = np.searchsorted(starts[:-1], rows, side="right") - 1
-    return rows - starts[table]
+    out = np.zeros(int(length), np.int64)
+    out[np.arange(rows.shape[0]) + np.asarray(moves, dtype=np.int64)[table]] = rows - starts[table]
+    return out
 
 
 def column(matrix, index):

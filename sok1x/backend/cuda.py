@@ -5,8 +5,9 @@ one sok1x stream; buffers come from the memory pool. An op waits for the GPU onl
 must reach the host: bucket_by_owner's counts, unique's number of distinct keys (it sizes the
 outputs), HashIndex.count_missing / find_or_insert / export, and to_host. The *_deferred and
 *_start variants queue the same work and leave the sizes on the device, for an op header to
-read with its own (engine/exchange_header.py); header_records writes that header's records. Index arrays (keys, rows,
-segment ids) are int64 (int32 is widened); NumPy inputs are copied to the GPU first.
+read with its own (engine/exchange_header.py); header_records writes that header's records.
+Index arrays (keys, rows, segment ids) are int64 (int32 is widened); NumPy inputs are copied to
+the GPU first.
 Call cuda_context.activate(device_ordinal) before the first op (sok1x.init does).
 """
 import numpy as np
@@ -48,6 +49,7 @@ from sok1x.backend.cuda_launch import (
     empty as _pooled_empty,
     exclusive_scan,
     fill_bytes,
+    fill_float32,
     index_array,
     is_split,
     launch,
@@ -60,6 +62,8 @@ from sok1x.backend.cuda_launch import (
     to_host as _copy_to_host,
     to_host_many as _copy_many_to_host,
     is_device_array,
+    waited_stream,
+    wrap,
 )
 
 NAME = "cuda"
@@ -110,6 +114,14 @@ def zeros(shape, dtype):
 
 
 @uses_context
+def fill_value(array, value):
+    """Sets every element of `array` to `value` (a float32 array, or any array for 0), queued."""
+    if not value:
+        return fill_bytes(array, 0)
+    return fill_float32(array, value)
+
+
+@uses_context
 def host_mapped_zeros(shape, dtype):
     """A GPUArray over zeroed page-locked host memory mapped into the device's address space
     (DEVICEMAP; its device pointer under unified addressing): kernels read and write its rows in
@@ -143,8 +155,7 @@ def device_context():
 @uses_context
 def synchronize():
     """Waits until every op queued on the sok1x stream is done."""
-    cuda_context.wait_stream()
-    COUNTS["host_waits"] += 1
+    waited_stream()
 
 
 @memoised_per_context
@@ -352,8 +363,8 @@ def row_view(array, start, stop):
     """Returns rows [start, stop) of a C-contiguous GPUArray as a GPUArray over the same memory
     (it keeps `array` alive)."""
     row_shape, row_bytes = _row_shape(array, "array")
-    return gpuarray.GPUArray((int(stop) - int(start),) + row_shape, array.dtype,
-                             gpudata=ptr(array) + int(start) * row_bytes, base=array)
+    return wrap((int(stop) - int(start),) + row_shape, array.dtype,
+                ptr(array) + int(start) * row_bytes, base=array)
 
 
 @uses_context
@@ -564,8 +575,7 @@ def from_dlpack(capsule):
             "id %d): place the op on this rank's GPU" % (ordinal, where[0], where[1]))
     if imported.nbytes == 0:
         return _pooled_empty(imported.shape, imported.dtype)
-    return gpuarray.GPUArray(imported.shape, imported.dtype,
-                             gpudata=cuda_context.foreign_block(imported))
+    return wrap(tuple(imported.shape), imported.dtype, cuda_context.foreign_block(imported))
 
 
 @uses_context

@@ -13,6 +13,7 @@ import numpy as np
 
 from sok1x.backend.cuda_context import uses_context
 from sok1x.backend.cuda_launch import (
+    copy_rows_async,
     device_array,
     empty,
     exclusive_scan,
@@ -25,7 +26,6 @@ from sok1x.backend.cuda_launch import (
     to_device,
     to_host,
 )
-from sok1x.backend.cuda_launch import copy_rows_async
 
 _KEPT_LISTS = 64
 _uploaded = collections.OrderedDict()  # part list bytes -> its device copy
@@ -42,7 +42,7 @@ def _kernels():
             "popcounts": prepared(source, "word_popcounts", "PqP"),
             "emit": prepared(source, "emit_distinct_rows", "PqPPqPP"),
             "ranks": prepared(source, "ranks_at", "PPqPqP"),
-            "local": prepared(source, "local_rows", "PqPqP")}
+            "local": prepared(source, "local_rows", "PqPqPP")}
 
 
 def _device_constant(host_values):
@@ -153,7 +153,7 @@ def distinct_rows_many_start(items):
         spans.append((position, boundaries.shape[0]))
         position += boundaries.shape[0]
     ranks = empty((max(position, 1),), np.int64)
-    for (rows, bits, word_ranks, words), (start, count), (_, _, boundaries) in zip(
+    for (_, bits, word_ranks, words), (start, count), (_, _, boundaries) in zip(
             states, spans, items):
         if count:
             launch(kernels["ranks"], count, ptr(bits), ptr(word_ranks), words,
@@ -180,13 +180,16 @@ def distinct_rows_many_finish(started, host_ranks):
 
 
 @uses_context
-def local_rows(rows, row_starts):
-    """Returns int64 rows - row_starts[t] for the range t (row_starts: host int64 [T + 1],
-    ascending) holding each row: a group's rows as each table's own."""
+def local_rows(rows, row_starts, moves, length):
+    """Returns int64 [length]: for distinct rows ascending, out[i + moves[t]] = rows[i] -
+    row_starts[t] for the range t (row_starts: host int64 [T + 1]) holding rows[i]; moves: host
+    int64 [T], how far table t's piece moves (to start at an aligned place); places between
+    pieces are left as they are."""
     rows = index_array(rows, "rows")
     starts = np.asarray(row_starts, dtype=np.int64)
-    out = empty(rows.shape, np.int64)
+    out = empty((int(length),), np.int64)
     if rows.shape[0]:
         launch(_kernels()["local"], rows.shape[0], ptr(rows), rows.shape[0],
-               ptr(_device_constant(starts)), starts.shape[0] - 1, ptr(out))
+               ptr(_device_constant(starts)), starts.shape[0] - 1,
+               ptr(_device_constant(moves)), ptr(out))
     return out

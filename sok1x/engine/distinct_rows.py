@@ -37,6 +37,22 @@ def remember(array):
         _known[key] = weakref.ref(array, forget)
 
 
+def remember_all(holder, arrays):
+    """remember() for arrays that all live in `holder`'s memory (row views of it), with one weak
+    reference to `holder` for all of them."""
+    keys = [_key(array) for array in arrays if len(array.shape) == 1 and array.shape[0]]
+
+    def forget(reference, keys=keys):
+        with _lock:
+            for key in keys:
+                if _known.get(key) is reference:
+                    del _known[key]
+    with _lock:
+        reference = weakref.ref(holder, forget)
+        for key in keys:
+            _known[key] = reference
+
+
 def is_known(array):
     """True if `array` lies exactly on rows the engine remembered, and those are still alive."""
     if len(array.shape) != 1 or array.shape[0] == 0:

@@ -209,20 +209,21 @@ def apply_update(backend, table, rule_name, slot_prefix, options, hyper, values,
 def apply_updates(backend, tables, rule_name, slot_prefix, options, hyper, values_list,
                   rows_list):
     """apply_update for several tables with one rule and hyper-parameters. The members of a
-    table group (engine/table_group.py) whose gradients are its last backward pass's, handed
-    back unchanged, are updated in one pass over the group's rows and slots; any other table
-    alone. Returns per table the number of distinct rows that had a gradient."""
+    table group (engine/table_group.py), when all are here, are updated in one pass over the
+    group's rows and slots; any other table alone. Returns per table the number of distinct rows
+    that had a gradient. Raises InvalidInputError for a gradient that does not fit, before any
+    group changes."""
     rule = _checked_rule(rule_name, hyper)
     options = dict(options or {})
     counts = [None] * len(tables)
-    for group, positions in list(table_group.whole_gradients(tables, values_list, rows_list)):
-        rows, summed = group.last_gradient[:2]
+    joined = table_group.group_gradients(backend, tables, values_list, rows_list)
+    for group, rows, summed, positions, distinct_counts in joined:
         slots = {name: group.slot(slot_key(slot_prefix, name), initial)
                  for name, initial in rule.slots(options)}
         rule.update(backend, group.values, slots, rows, summed, hyper, options)
         group.stamp(rows)
-        for position in positions:
-            counts[position] = int(rows_list[position].shape[0])
+        for position, count in zip(positions, distinct_counts):
+            counts[position] = count
     for position, count in enumerate(counts):
         if count is None:
             counts[position] = apply_update(backend, tables[position], rule_name, slot_prefix,

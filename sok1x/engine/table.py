@@ -121,7 +121,7 @@ class EmbeddingTable:
         for name, values in self.slots.items():
             fill = self.backend.zeros((count, self.dim), np.float32)
             if self.slot_initial[name]:
-                fill.fill(float(self.slot_initial[name]))
+                self.backend.fill_value(fill, float(self.slot_initial[name]))
             hybrid_rows.put_rows(self.backend, values, rows, fill)
 
     def stamp(self, rows):
@@ -137,7 +137,7 @@ class EmbeddingTable:
         if name not in self.slots:
             values = self.backend.zeros(self.values.shape, np.float32)
             if initial_value:
-                values.fill(float(initial_value))
+                self.backend.fill_value(values, float(initial_value))
             self.slots[name] = values
             self.slot_initial[name] = float(initial_value)
         return self.slots[name]

@@ -34,6 +34,7 @@ import numpy as np
 
 from sok1x.engine import distinct_rows
 from sok1x.engine import placement as placements
+from sok1x.errors import InvalidInputError
 
 Unit = collections.namedtuple("Unit", "table positions")
 Unit.__doc__ = """One pass of a lookup: table (an EmbeddingTable or a TableGroup) and positions
@@ -48,7 +49,7 @@ class TableGroup:
     use_hashtable = False
 
     def __init__(self, runtime, members):
-        backend = self.backend = runtime.backend
+        self.backend = runtime.backend
         first = members[0]
         self.members = list(members)
         self.name = "group of %s" % ", ".join(table.name for table in members)
@@ -61,7 +62,8 @@ class TableGroup:
         self.values = self._joined([table.values for table in members], 0.0)
         self.times = self._joined([table.times for table in members], 0.0)
         self.slots, self.slot_initial = {}, {}
-        self.last_gradient = None  # (flat rows, summed, member addresses): split_gradient
+        self.last_gradient = None  # (flat rows, summed, member pieces): split_gradient
+        self.planned = (None, None)  # (table ids, units) of the last lookup of exactly this group
         for t, table in enumerate(members):
             table.values, table.times = self._view(self.values, t), self._view(self.times, t)
             table.group = self
@@ -81,7 +83,7 @@ class TableGroup:
             row_shape, dtype = tuple(known[0].shape[1:]), known[0].dtype
         flat = backend.zeros((int(self.row_starts[-1]),) + tuple(row_shape), dtype)
         if initial:
-            flat.fill(initial)
+            backend.fill_value(flat, initial)
         for t, array in enumerate(arrays):
             if array is not None and array.shape[0]:
                 rows = np.arange(self.row_starts[t], self.row_starts[t + 1], dtype=np.int64)
@@ -139,6 +141,10 @@ def plan(runtime, tables):
     """Returns the lookup of `tables` as [Unit]: the groupable tables of one (dim, placement)
     as one TableGroup (made now, once, if they have none), every other table as a unit of its
     own. The units keep the order of their first table in `tables`."""
+    key = tuple(id(table) for table in tables)
+    group = getattr(tables[0], "group", None) if tables else None
+    if group is not None and group.planned[0] == key and group.live(runtime):
+        return group.planned[1]
     classes = collections.OrderedDict()
     for position, table in enumerate(tables):
         key = ("group", table.dim, table.placement) if groupable(table) else ("alone", position)
@@ -151,6 +157,8 @@ def plan(runtime, tables):
             continue
         place = {id(tables[p]): p for p in positions}
         units.append(Unit(group, [place[id(member)] for member in group.members]))
+    if len(units) == 1 and isinstance(units[0].table, TableGroup):
+        units[0].table.planned = (key, units)  # the same lookup next step: no planning
     return units
 
 
@@ -173,40 +181,103 @@ def _group_of(runtime, members):
     return None
 
 
+ALIGN_ROWS = 8  # int64 rows per 64 bytes: TensorFlow takes no tensor less aligned than that
+
+
 def split_gradient(backend, group, summed, rows, ranks):
     """Returns per member (values [u_t, dim], rows [u_t] of its own) as views of the group's
     backward result: summed [u, dim] for flat rows [u] ascending; ranks (host): how many rows lie
-    below each of group.row_starts. Remembers the result for a whole-group update."""
-    own_rows = backend.local_rows(rows, group.row_starts)
+    below each of group.row_starts. Each member's rows start 64-byte aligned, so a framework
+    takes them without a copy. Remembers the result for a whole-group update."""
+    counts = np.diff(ranks)
+    piece_starts = np.concatenate(
+        [[0], np.cumsum(-(-counts // ALIGN_ROWS) * ALIGN_ROWS)]).astype(np.int64)
+    own_rows = backend.local_rows(rows, group.row_starts, piece_starts[:-1] - ranks[:-1],
+                                  int(piece_starts[-1]))
     pieces = []
     for t in range(len(group.members)):
-        start, stop = int(ranks[t]), int(ranks[t + 1])
-        piece_rows = backend.row_view(own_rows, start, stop)
-        distinct_rows.remember(piece_rows)
-        pieces.append((backend.row_view(summed, start, stop), piece_rows))
-    group.last_gradient = (rows, summed, [_address(v) + _address(r) for v, r in pieces])
+        start, count, first = int(piece_starts[t]), int(counts[t]), int(ranks[t])
+        pieces.append((backend.row_view(summed, first, first + count),
+                       backend.row_view(own_rows, start, start + count)))
+    distinct_rows.remember_all(own_rows, [r for _, r in pieces])
+    group.last_gradient = (rows, summed, pieces)
     return pieces
+
+
+def _same_memory(arrays, pieces):
+    """True if each array is its piece, or lies on the same memory (a framework handed it back
+    through DLPack); empty arrays match empty pieces."""
+    if all(a is b for a, b in zip(arrays, pieces)):
+        return True
+    return [_address(a) for a in arrays] == [_address(b) for b in pieces]
 
 
 def _address(array):
     return distinct_rows.address(array) if array.shape[0] else (None, 0)
 
 
-def whole_gradients(tables, values_list, rows_list):
-    """Yields (group, positions) for each group all of whose members are in `tables` once, with
-    the gradient of the group's last backward pass handed back unchanged (the same memory):
-    positions are the members' places in `tables`, in the group's order."""
+def group_gradients(backend, tables, values_list, rows_list):
+    """Returns [(group, flat rows, values, positions, counts)] for each group all of whose
+    members are in `tables` once: the group's distinct flat rows, their gradient values, the
+    members' places in `tables` (group order) and how many distinct rows each has. The gradient
+    of the group's last backward pass, handed back unchanged (the same memory), is used as it
+    is (with the members' values joined where any was replaced, e.g. clipped); any other is
+    checked (one wait for all members' bounds), joined into the group's rows and summed per row
+    (one wait). Raises InvalidInputError naming the table for a gradient that does not fit,
+    before anything changes."""
+    out = []
+    for group, positions in _complete_groups(tables):
+        values = [_float32(backend, values_list[p]) for p in positions]
+        rows = [backend.asarray(rows_list[p]) for p in positions]
+        for table, v, r in zip(group.members, values, rows):
+            if len(r.shape) != 1 or tuple(v.shape) != (r.shape[0], group.dim) or (
+                    r.dtype not in (np.int64, np.int32)):
+                raise InvalidInputError(
+                    "%s: an update needs gradient values [n, %d] and int rows [n], got %s and "
+                    "%s %s" % (table.name, group.dim, list(v.shape), r.dtype, list(r.shape)))
+        last = group.last_gradient
+        if last is not None and _same_memory(rows, [r for _, r in last[2]]):
+            same = _same_memory(values, [v for v, _ in last[2]])
+            out.append((group, last[0], last[1] if same else backend.join_rows(values),
+                        positions, [int(r.shape[0]) for r in rows]))
+        else:
+            distinct, summed, counts = _joined_gradient(backend, group, values, rows)
+            out.append((group, distinct, summed, positions, counts))
+    return out
+
+
+def _complete_groups(tables):
+    """(group, positions in group order) for each group whose members are all in `tables`."""
     groups = collections.OrderedDict()
     for position, table in enumerate(tables):
         if getattr(table, "group", None) is not None:
             groups.setdefault(id(table.group), (table.group, {}))[1][id(table)] = position
     for group, places in groups.values():
-        last = getattr(group, "last_gradient", None)
-        if last is None or len(places) != len(group.members):
-            continue
         positions = [places.get(id(member)) for member in group.members]
-        if None in positions:
-            continue
-        handed = [_address(values_list[p]) + _address(rows_list[p]) for p in positions]
-        if handed == last[2]:
+        if len(places) == len(group.members) and None not in positions:
             yield group, positions
+
+
+def _float32(backend, values):
+    values = backend.asarray(values)
+    if values.dtype != np.float32:
+        values = backend.asarray(backend.to_host(values).astype(np.float32))
+    return values
+
+
+def _joined_gradient(backend, group, values, rows):
+    """(distinct flat rows, summed values, distinct rows per member) of the members'
+    gradients (values, own rows), checked."""
+    bounds = backend.index_bounds(rows)
+    for t, (table, r) in enumerate(zip(group.members, rows)):
+        held = int(group.row_starts[t + 1] - group.row_starts[t])
+        low, high = (int(b) for b in bounds[t])
+        if r.shape[0] and (low < 0 or high >= held):
+            raise InvalidInputError(
+                "%s: gradient rows must be in [0, %d) (this rank's shard), got %d..%d. Apply "
+                "the gradient of this table's own lookup." % (table.name, held, low, high))
+    total = int(group.row_starts[-1])
+    flat = backend.join_keys(rows, group.row_starts[:-1])
+    (distinct, inverse, ranks), = backend.distinct_rows_many([(flat, total, group.row_starts)])
+    summed = backend.segment_sum(backend.join_rows(values), inverse, int(distinct.shape[0]))
+    return distinct, summed, [int(c) for c in np.diff(ranks)]

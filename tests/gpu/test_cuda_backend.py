@@ -206,6 +206,39 @@ def test_index_bounds(cuda, rng):
     np.testing.assert_array_equal(got, cpu.index_bounds(arrays))
 
 
+def test_table_group_ops(cuda, rng):
+    """join_keys, join_rows, row_view, local_rows and distinct_rows_many against the cpu's."""
+    parts = [rng.integers(0, 1000, size=n).astype(np.int64) for n in (0, 5, 4099, 1, 0, 300)]
+    offsets = np.array([0, 10, 2000, 9000, 9500, 123456], np.int64)
+    got = cuda.join_keys([cuda.asarray(p) for p in parts], offsets)
+    np.testing.assert_array_equal(host(cuda, got), cpu.join_keys(parts, offsets))
+    rows = [rng.standard_normal((n, 3)).astype(np.float32) for n in (7, 0, 1000)]
+    np.testing.assert_array_equal(host(cuda, cuda.join_rows([cuda.asarray(r) for r in rows])),
+                                  cpu.join_rows(rows))
+    flat = cuda.asarray(rows[2])
+    view = cuda.row_view(flat, 10, 20)
+    np.testing.assert_array_equal(host(cuda, view), rows[2][10:20])
+    cuda.fill_value(view, 2.5)
+    np.testing.assert_array_equal(host(cuda, flat)[10:20], 2.5)
+    row_starts = np.array([0, 100, 100, 5000, 70001], np.int64)
+    for n, bound in ((0, 70001), (50000, 70001), (3, 70001), (200000, 33)):
+        values = rng.integers(0, min(bound, row_starts[-1]), size=n).astype(np.int64)
+        bounds = row_starts if bound == 70001 else np.array([0, 10, 33], np.int64)
+        (d, i, r), = cuda.distinct_rows_many([(cuda.asarray(values), bound, bounds)])
+        (wd, wi, wr), = cpu.distinct_rows_many([(values, bound, bounds)])
+        np.testing.assert_array_equal(host(cuda, d), wd)
+        np.testing.assert_array_equal(host(cuda, i), wi)
+        np.testing.assert_array_equal(r, wr)
+        if bound == 70001:
+            moves = np.arange(4, dtype=np.int64) * 3
+            length = len(wd) + 9
+            got = host(cuda, cuda.local_rows(d, row_starts, moves, length))
+            want = cpu.local_rows(wd, row_starts, moves, length)
+            table = np.searchsorted(row_starts[:-1], wd, side="right") - 1
+            places = np.arange(len(wd)) + moves[table]
+            np.testing.assert_array_equal(got[places], want[places])
+
+
 def test_pooling_ops(cuda, rng):
     matrix = rng.integers(0, 1000, size=(5001, 3)).astype(np.int64)
     np.testing.assert_array_equal(host(cuda, cuda.column(cuda.asarray(matrix), 2)),

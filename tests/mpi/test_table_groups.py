@@ -74,7 +74,8 @@ def test_a_group_equals_its_tables_one_by_one(placement, mixed):
         tables = [api.shard(name) for name in together]
         assert tables[0].group is not None and tables[0].group.members == tables
         values, rows = [g[0] for g in grads], [g[1] for g in grads]
-        assert len(list(table_group.whole_gradients(tables, values, rows))) == 1
+        (found,) = table_group.group_gradients(runtime.get().backend, tables, values, rows)
+        assert found[1] is tables[0].group.last_gradient[0]  # the backward's own rows
         api.apply_optimizer_updates(together, "adagrad", "Adagrad", {}, hyper, values, rows)
         for t, name in enumerate(alone):
             (out,), one_token = api.pooled_lookup([name], "alone_fwd_%d" % t, [inputs[t]], True)
@@ -108,6 +109,55 @@ def test_per_table_updates_of_a_grouped_table_land_in_the_group():
         np.testing.assert_array_equal(group.values[start:stop], api.shard(name).values)
         np.testing.assert_array_equal(group.slots["Adam/m"][start:stop],
                                       api.shard(name).slots["Adam/m"])
+
+
+def test_a_whole_group_update_takes_the_values_it_is_given():
+    together, alone = make_pair("clipped", "mod")
+    rng = np.random.default_rng([5, RANK])
+    inputs, tops = batch(rng, "mod", 0, True)
+    hyper = {"lr": 0.5}
+    _, token = api.pooled_lookup(together, "clip_fwd", inputs, True)
+    grads = api.pooled_lookup_grad(together, "clip_bwd", token, tops)
+    clipped = [np.clip(values, -0.01, 0.01) for values, _ in grads]
+    rows = [r for _, r in grads]
+    backend = runtime.get().backend
+    tables = [api.shard(name) for name in together]
+    (found,) = table_group.group_gradients(backend, tables, clipped, rows)
+    assert found[1] is tables[0].group.last_gradient[0]
+    api.apply_optimizer_updates(together, "sgd", "SGD", {}, hyper, clipped, rows)
+    for t, name in enumerate(alone):
+        (_,), one = api.pooled_lookup([name], "clip_one_fwd_%d" % t, [inputs[t]], True)
+        (values, own_rows), = api.pooled_lookup_grad([name], "clip_one_bwd_%d" % t, one,
+                                                      [tops[t]])
+        api.apply_optimizer_update(name, "sgd", "SGD", {}, hyper, np.clip(values, -0.01, 0.01),
+                                   own_rows)
+        np.testing.assert_allclose(api.shard(together[t]).values, api.shard(name).values,
+                                   rtol=1e-6, atol=1e-7)
+
+
+def test_a_group_update_of_other_rows_is_checked_and_summed():
+    together, alone = make_pair("copied", "mod")
+    rng = np.random.default_rng([7, RANK])
+    inputs, _ = batch(rng, "mod", 0, False)
+    api.pooled_lookup(together, "copied_fwd", inputs, False)  # makes the group
+    assert api.shard(together[0]).group is not None
+    hyper = {"lr": 0.5}
+    values = [rng.standard_normal((5, DIM)).astype(np.float32) for _ in together]
+    rows = [rng.integers(0, CAPACITY, size=5) for _ in together]  # repeats are summed
+    rows[2][0] = CAPACITY + 7  # table 2 holds 8 more rows
+    api.apply_optimizer_updates(together, "sgd", "SGD", {}, hyper, values, rows)
+    for name, v, r in zip(alone, values, rows):
+        api.apply_optimizer_update(name, "sgd", "SGD", {}, hyper, v, r)
+    for a, b in zip(together, alone):
+        np.testing.assert_allclose(api.shard(a).values, api.shard(b).values, rtol=1e-6,
+                                   atol=1e-7)
+    before = [api.shard(name).values.copy() for name in together]
+    rows[4] = rows[4].copy()
+    rows[4][1] = CAPACITY
+    with pytest.raises(InvalidInputError, match="group_copied_4"):
+        api.apply_optimizer_updates(together, "sgd", "SGD", {}, hyper, values, rows)
+    for name, values_before in zip(together, before):
+        np.testing.assert_array_equal(api.shard(name).values, values_before)
 
 
 def test_bad_input_in_one_member_fails_every_rank_and_changes_no_table():
