@@ -323,32 +323,6 @@ def run_workload(rt, name, device, steps, repeats, scale):
     return entries
 
 
-def per_step_counts(rt, run, synchronize, steps=5):
-    """Per step of `run` (sok1x_device), averaged over `steps`: kernel launches, fills, copies,
-    host waits, NCCL collectives, MPI exchanges, and python_us: the host's time in the step not
-    spent waiting for the GPU (wall clock less the waits)."""
-    harness.barrier()
-    synchronize()
-    data_calls = (lambda: getattr(rt.data, "collectives_enqueued", 0)) if rt.data is not rt.host \
-        else (lambda: 0)
-    before = (launch_counts(), data_calls(), rt.host.calls)
-    started = time.perf_counter()
-    for _ in range(steps):
-        run()
-    wall_us = (time.perf_counter() - started) * 1e6
-    waited_us = launch_counts().get("wait_us", 0) - before[0].get("wait_us", 0)
-    synchronize()
-    after = launch_counts()
-    counts = {k: (after[k] - before[0].get(k, 0)) / steps for k in after}
-    if "host_waits" in counts:
-        counts["host_waits"] -= 1.0 / steps  # the synchronize() above
-        counts["wait_us"] = waited_us / steps
-        counts["python_us"] = (wall_us - waited_us) / steps
-    counts["data_collectives"] = (data_calls() - before[1]) / steps
-    counts["mpi_exchanges"] = (rt.host.calls - before[2]) / steps
-    return counts
-
-
 # Issue 21: dlrm's step on a DynamicVariable, var_type "hbm" beside "hybrid" -------------------
 def run_dynamic(rt, steps, repeats, scale):
     """dlrm's step (sok1x_device) on one hash-placed DynamicVariable per var_type: "hbm", and
@@ -414,6 +388,32 @@ def run_dynamic(rt, steps, repeats, scale):
     for name in names.values():
         rt.tables.pop(name, None)
     return entries
+
+
+def per_step_counts(rt, run, synchronize, steps=5):
+    """Per step of `run` (sok1x_device), averaged over `steps`: kernel launches, fills, copies,
+    host waits, NCCL collectives, MPI exchanges, and python_us: the host's time in the step not
+    spent waiting for the GPU (wall clock less the waits)."""
+    harness.barrier()
+    synchronize()
+    before = (launch_counts(), rt.stats())
+    started = time.perf_counter()
+    for _ in range(steps):
+        run()
+    wall_us = (time.perf_counter() - started) * 1e6
+    stats = rt.stats()  # the engine's own count of its host waits (before synchronize below)
+    waited_us = launch_counts().get("wait_us", 0) - before[0].get("wait_us", 0)
+    synchronize()
+    after = launch_counts()
+    counts = {k: (after[k] - before[0].get(k, 0)) / steps for k in after}
+    if "wait_us" in counts:
+        counts["wait_us"] = waited_us / steps
+        counts["python_us"] = (wall_us - waited_us) / steps
+    counts["host_waits"] = (stats["host_waits"] - before[1]["host_waits"]) / steps
+    counts["data_collectives"] = (stats["data_collectives"]
+                                  - before[1]["data_collectives"]) / steps
+    counts["mpi_exchanges"] = (stats["host_collectives"] - before[1]["host_collectives"]) / steps
+    return counts
 
 
 def main(argv):

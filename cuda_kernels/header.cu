@@ -26,12 +26,13 @@ extern "C" __global__ void header_records(int64 op, int64 tower, int64 call, int
   }
 }
 
-// Sets *flag to 1 when the (min, max) pair `bounds` of an index array falls outside
-// [low, high]; an empty array's pair (INT64_MAX, INT64_MIN) never does.
-extern "C" __global__ void flag_outside(const int64* bounds, int64 low, int64 high,
+// Sets *flag to 1 when a (min, max) row of `bounds` [count, 2] falls outside its row of
+// `ranges` [count, 2] (lowest, highest allowed); an empty array's row (INT64_MAX, INT64_MIN)
+// never does.
+extern "C" __global__ void flag_outside(const int64* bounds, const int64* ranges, int64 count,
                                         int64* flag) {
-  if (global_thread_id() == 0 && bounds[0] <= bounds[1] &&
-      (bounds[0] < low || bounds[1] > high)) {
-    *flag = 1;
+  for (int64 i = global_thread_id(); i < count; i += global_thread_count()) {
+    const int64 low = bounds[2 * i], high = bounds[2 * i + 1];
+    if (low <= high && (low < ranges[2 * i] || high > ranges[2 * i + 1])) *flag = 1;
   }
 }

@@ -36,14 +36,17 @@ Every backend module exposes the same names, and the engine's algorithms call on
     local_rows(rows, row_starts, moves, length) -> int64   distinct rows ascending, less the
         start of the range t holding each, table t's moved by moves[t] (to an aligned place)
     Sizes left on the device for an op header to carry and read (engine/exchange_header.py):
-    bucket_by_owner_many_deferred(...) -> (perms, counts [tables, world_size])   no wait
+    bucket_by_owner_many_deferred(keys_list, world_size, owner_rules, valid_counts=None)
+        -> (perms, counts [tables, world_size]), no wait; valid_counts: device counts of the
+        leading keys to bucket (unique_many_padded's output)
     index_bounds_deferred(arrays) -> int64 [len(arrays), 2]                      no wait
     unique_many_start(keys_list, ordered) -> (started, counts); unique_many_finish(started,
         host_counts) -> [(unique_keys, inverse)]; distinct_rows_many_start(items) -> (started,
-        sizes); distinct_rows_many_finish(started, host_sizes): the two halves around the wait
+        sizes); distinct_rows_many_finish(started, host_sizes): the two halves around the wait;
+        unique_many_padded(started): the second half without the counts (keys-long outputs)
     header_records(fields, size, counts, flag, width) -> int64 [size, width]   an op header's
         records (op, tower, call, place, error | flag[0], tables, counts[t, peer]...)
-    flag_outside(bounds, index, low, high, flag)      flag[0] = 1 if bounds[index] leaves the range
+    flag_outside(bounds, ranges) -> int64 [1]          1 if a (min, max) row leaves its range
     column(matrix, index) -> [n]                       one column of an int64 [n, k] matrix
     segment_counts(segment_ids, n) -> float32 [n]      ids per segment
     scale_rows(values, factors, divide) -> values * (or /, 0 where 0) factors per row
@@ -66,6 +69,7 @@ Every backend module exposes the same names, and the engine's algorithms call on
 The seam to a framework (graph_ops/boundary.py, DESIGN D1):
     from_dlpack(capsule) -> array       read a framework's tensor in place (consumes the capsule)
     to_dlpack(array) -> capsule         hand an array to a framework without a copy
+    exportable(array) -> array          the array as to_dlpack hands it over uncopied (aligned)
     wait_for_framework()                order sok1x's work after the framework's queued work
     release_to_framework()              order the framework's later work after sok1x's
     upload_staged(host) / download_staged(array)   host staging (page-locked buffers on cuda)

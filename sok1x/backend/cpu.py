@@ -134,15 +134,21 @@ def bucket_by_owner_many(keys_list, world_size, owner_rules):
             for keys, (rule, fixed) in zip(keys_list, owner_rules)]
 
 
-def bucket_by_owner_many_deferred(keys_list, world_size, owner_rules):
+def bucket_by_owner_many_deferred(keys_list, world_size, owner_rules, valid_counts=None):
     """bucket_by_owner_many() leaving the counts where cuda leaves them, for an op header:
-    returns (perms, counts int64 [len(keys_list), world_size])."""
-    pairs = [bucket_by_owner(keys, world_size, rule, fixed)
-             for keys, (rule, fixed) in zip(keys_list, owner_rules)]
-    counts = np.zeros((len(pairs), int(world_size)), dtype=np.int64)
-    for i, (_, count) in enumerate(pairs):
-        counts[i] = count
-    return [perm for perm, _ in pairs], counts
+    returns (perms, counts int64 [len(keys_list), world_size]). valid_counts: None, or how many
+    leading keys of each array to bucket (unique_many_padded's output); perm i then has one
+    entry per key, the first sum(counts[i]) of them meaningful and the rest 0."""
+    perms = []
+    counts = np.zeros((len(keys_list), int(world_size)), dtype=np.int64)
+    for i, (keys, (rule, fixed)) in enumerate(zip(keys_list, owner_rules)):
+        keys = np.asarray(keys, dtype=np.int64)
+        valid = keys.shape[0] if valid_counts is None else int(valid_counts[i])
+        perm, counts[i] = bucket_by_owner(keys[:valid], world_size, rule, fixed)
+        padded = np.zeros(keys.shape[0], dtype=np.int64)
+        padded[:valid] = perm
+        perms.append(padded)
+    return perms, counts
 
 
 def unique_many(keys_list, ordered=True):
@@ -163,6 +169,17 @@ def unique_many_finish(started, host_counts):
     return started
 
 
+def unique_many_padded(started):
+    """unique_many_start's list of (unique_keys, inverse), unique_keys padded with zeros to the
+    length of the keys, as cuda makes them without reading the counts."""
+    out = []
+    for unique_keys, inverse in started:
+        padded = np.zeros(inverse.shape[0], dtype=np.int64)
+        padded[:unique_keys.shape[0]] = unique_keys
+        out.append((padded, inverse))
+    return out
+
+
 def header_records(fields, size, counts, flag, width):
     """Returns int64 [size, width]: per peer j, the 6 `fields` (op, tower, call, place, error,
     tables; error or-ed with flag[0]), then counts[t, j] for t < tables (counts [tables, size]
@@ -179,11 +196,14 @@ def header_records(fields, size, counts, flag, width):
     return records
 
 
-def flag_outside(bounds, index, low, high, flag):
-    """Sets flag[0] to 1 if row `index` of bounds ((min, max) rows) lies outside [low, high]."""
-    smallest, largest = bounds[int(index)]
-    if smallest <= largest and (smallest < low or largest > high):
-        flag[0] = 1
+def flag_outside(bounds, ranges):
+    """Returns int64 [1]: 1 if a (min, max) row of bounds falls outside its row of ranges
+    (lowest, highest allowed), else 0; an empty array's (INT64_MAX, INT64_MIN) never does."""
+    bounds = np.asarray(bounds, dtype=np.int64).reshape(-1, 2)
+    ranges = np.asarray(ranges, dtype=np.int64).reshape(-1, 2)
+    filled = bounds[:, 0] <= bounds[:, 1]
+    outside = (bounds[:, 0] < ranges[:, 0]) | (bounds[:, 1] > ranges[:, 1])
+    return np.array([int(np.any(filled & outside))], dtype=np.int64)
 
 
 def index_bounds(arrays):
@@ -428,9 +448,10 @@ def from_dlpack(capsule):
 _ALIGNMENT = 64  # TensorFlow refuses (aborts on) tensors whose data is not 64-byte aligned
 
 
-def to_dlpack(array):
-    """Returns a DLPack capsule over `array` (copied only if it is not C-contiguous and 64-byte
-    aligned, which TensorFlow requires); the array lives until the consumer drops it."""
+def exportable(array):
+    """Returns `array` as to_dlpack hands it over without a copy: C-contiguous and 64-byte
+    aligned (copied if it is not). The engine passes rows it will recognise (distinct_rows)
+    through it, so the framework hands the same memory back."""
     array = np.asarray(array)
     if not array.flags.c_contiguous or array.ctypes.data % _ALIGNMENT:
         raw = np.empty(array.nbytes + _ALIGNMENT, dtype=np.uint8)
@@ -438,6 +459,13 @@ def to_dlpack(array):
         aligned = raw[start:start + array.nbytes].view(array.dtype).reshape(array.shape)
         aligned[...] = array
         array = aligned
+    return array
+
+
+def to_dlpack(array):
+    """Returns a DLPack capsule over `array` (copied only if it is not C-contiguous and 64-byte
+    aligned, which TensorFlow requires); the array lives until the consumer drops it."""
+    array = exportable(array)
     return dlpack.export_capsule(array.ctypes.data, array.shape, array.dtype, dlpack.DEVICE_CPU,
                                  0, array)
 

@@ -160,9 +160,9 @@ def synchronize():
 
 @memoised_per_context
 def _routing_kernels():
-    return (prepared("routing.cu", "owner_tile_counts", "PqqqqqqP"),
+    return (prepared("routing.cu", "owner_tile_counts", "PqqqqqqPP"),
             prepared("routing.cu", "owner_counts_from_offsets", "PqqP"),
-            prepared("routing.cu", "owner_scatter", "PqqqqqqPP"),
+            prepared("routing.cu", "owner_scatter", "PqqqqqqPPP"),
             prepared("routing.cu", "owners_of_keys", "PqqqqP"))
 
 
@@ -194,9 +194,12 @@ def bucket_by_owner_many(keys_list, world_size, owner_rules):
 
 
 @uses_context
-def bucket_by_owner_many_deferred(keys_list, world_size, owner_rules):
+def bucket_by_owner_many_deferred(keys_list, world_size, owner_rules, valid_counts=None):
     """bucket_by_owner_many() without the wait: returns (perms, counts), counts an int64
-    GPUArray [len(keys_list), world_size] that an op header carries (no host copy)."""
+    GPUArray [len(keys_list), world_size] that an op header carries (no host copy).
+    valid_counts: None, or an int64 GPUArray [len(keys_list)]: bucket only the first
+    valid_counts[i] keys of array i (unique_many_padded's output); perm i then has one entry per
+    key, the first sum(counts[i]) of them meaningful and the rest 0."""
     tile_counts_kernel, counts_kernel, scatter_kernel, _ = _routing_kernels()
     world_size = int(world_size)
     all_counts = fill_bytes(_pooled_empty((max(len(keys_list), 1) * world_size,), np.int64), 0)
@@ -208,17 +211,21 @@ def bucket_by_owner_many_deferred(keys_list, world_size, owner_rules):
         perms.append(perm)
         if n == 0:
             continue
+        valid = 0
+        if valid_counts is not None:
+            valid = ptr(valid_counts) + 8 * i
+            fill_bytes(perm, 0)
         rule = (world_size, int(owner_rule), int(fixed_rank))
         keys_per_tile = 32 * min(max(world_size, 8), 256)
         num_tiles = -(-n // keys_per_tile)
         tile_counts = fill_bytes(_pooled_empty((world_size * num_tiles,), np.int64), 0)
         launch(tile_counts_kernel, 32 * num_tiles, ptr(keys), n, *rule, keys_per_tile,
-               num_tiles, ptr(tile_counts))
+               num_tiles, valid, ptr(tile_counts))
         offsets = exclusive_scan(tile_counts, world_size * num_tiles)
         launch(counts_kernel, world_size, ptr(offsets), world_size, num_tiles,
                ptr(all_counts) + 8 * world_size * i)
         launch(scatter_kernel, 32 * num_tiles, ptr(keys), n, *rule, keys_per_tile, num_tiles,
-               ptr(offsets), ptr(perm))
+               valid, ptr(offsets), ptr(perm))
     return perms, all_counts[:len(keys_list) * world_size].reshape(len(keys_list), world_size)
 
 
@@ -434,6 +441,18 @@ def unique_many_start(keys_list, ordered=False):
 def unique_many_finish(started, host_counts):
     """The second half of unique_many(): host_counts, the host copy of unique_many_start's
     counts. Returns the list of (unique_keys, inverse)."""
+    return _unique_emit(started, host_counts)
+
+
+@uses_context
+def unique_many_padded(started):
+    """The second half of unique_many() without the counts: returns the list of (unique_keys,
+    inverse), unique_keys as long as the keys, the first counts[i] of them meaningful (the
+    start's device counts say how many; bucket_by_owner_many_deferred takes them)."""
+    return _unique_emit(started, None)
+
+
+def _unique_emit(started, host_counts):
     _, _, emit, inverse_kernel = _unique_kernels()
     arrays, pending = started
     results = []
@@ -443,7 +462,8 @@ def unique_many_finish(started, host_counts):
             continue
         slot_first, slot_of, is_first, positions = state
         n = keys.shape[0]
-        unique_keys = _pooled_empty((int(host_counts[i]),), np.int64)
+        unique_keys = _pooled_empty((n if host_counts is None else int(host_counts[i]),),
+                                    np.int64)
         launch(emit, n, ptr(keys), ptr(slot_of), ptr(is_first), ptr(positions), n,
                ptr(unique_keys), ptr(slot_first))
         inverse = _pooled_empty((n,), np.int64)
@@ -559,9 +579,9 @@ def from_dlpack(capsule):
 
 
 @uses_context
-def to_dlpack(array):
-    """Returns a DLPack capsule over the GPUArray `array` (copied on the device only if it is not
-    C-contiguous and 64-byte aligned); the array lives until the consumer drops the tensor."""
+def exportable(array):
+    """Returns the GPUArray `array` as to_dlpack hands it over without a copy: C-contiguous and
+    64-byte aligned (copied on the device if it is not)."""
     array = device_array(array, "array") if not is_device_array(array) else array
     if not array.flags.c_contiguous:
         array = to_device(np.ascontiguousarray(array.get()))
@@ -569,6 +589,14 @@ def to_dlpack(array):
         aligned = _pooled_empty(array.shape, array.dtype)
         copy_rows_async(aligned.reshape(-1), 0, array.reshape(-1), 0, array.size)
         array = aligned
+    return array
+
+
+@uses_context
+def to_dlpack(array):
+    """Returns a DLPack capsule over the GPUArray `array` (copied on the device only if it is not
+    C-contiguous and 64-byte aligned); the array lives until the consumer drops the tensor."""
+    array = exportable(array)
     if array.size == 0 and ptr(array) == 0:
         array = _pooled_empty((1,), array.dtype)[:0]
     return dlpack.export_capsule(ptr(array), array.shape, array.dtype, dlpack.DEVICE_CUDA,

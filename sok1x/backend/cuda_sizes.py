@@ -4,13 +4,21 @@ reach the other ranks without a host copy first. The host reads them once, after
 import numpy as np
 
 from sok1x.backend.cuda_context import uses_context
-from sok1x.backend.cuda_launch import empty, launch, memoised_per_context, prepared, ptr
+from sok1x.backend.cuda_launch import (
+    empty,
+    fill_bytes,
+    launch,
+    memoised_per_context,
+    prepared,
+    ptr,
+)
+from sok1x.backend.cuda_groups import _device_constant
 
 
 @memoised_per_context
 def _header_kernels():
     return (prepared("header.cu", "header_records", "qqqqqqPPqqP"),
-            prepared("header.cu", "flag_outside", "PqqP"))
+            prepared("header.cu", "flag_outside", "PPqP"))
 
 
 @uses_context
@@ -27,7 +35,13 @@ def header_records(fields, size, counts, flag, width):
 
 
 @uses_context
-def flag_outside(bounds, index, low, high, flag):
-    """Sets flag[0] (int64 GPUArray) to 1 if row `index` of bounds (int64 GPUArray [n, 2] of
-    (min, max), as index_bounds makes on the device) lies outside [low, high]. No wait."""
-    launch(_header_kernels()[1], 1, ptr(bounds) + 16 * int(index), int(low), int(high), ptr(flag))
+def flag_outside(bounds, ranges):
+    """Returns an int64 GPUArray [1]: 1 if a (min, max) row of bounds (int64 GPUArray [n, 2], as
+    index_bounds_deferred makes) falls outside its row of `ranges` (host int64 [n, 2], lowest and
+    highest allowed), else 0. One launch, no wait (the ranges are uploaded once per content)."""
+    flag = fill_bytes(empty((1,), np.int64), 0)
+    count = int(bounds.shape[0])
+    if count:
+        launch(_header_kernels()[1], count, ptr(bounds), ptr(_device_constant(ranges)), count,
+               ptr(flag))
+    return flag

@@ -204,7 +204,7 @@ def sparse_lookup(table_name, op, indices, values, dense_shape, slot_num, max_nn
                     return InvalidInputError("%s: an index lies outside dense_shape %s"
                                              % (table.name, [rows, width]))
                 return None
-            checks.append((backend.column(indices, 1), position_check))
+            checks.append((backend.column(indices, 1), position_check, (0, width - 1)))
         item = PooledInput(keys, segment_ids, rows, None, combiner)
         (pooled,), state = pooled_forward_many(rt, [table], op, [item], training, error,
                                                checks)

@@ -48,12 +48,10 @@ def _records(runtime, fields, counts, error_flag, also_read):
     copies of also_read): the one exchange on the data channel and the one wait."""
     backend, size = runtime.backend, runtime.size
     on_host = counts is None or isinstance(counts, np.ndarray)
-    if size == 1 and on_host and error_flag is None and not also_read:
+    if size == 1 and on_host and error_flag is None:  # alone: the sizes are this rank's own
         records = host_ops.header_records(fields, size, counts, None, RECORD_WIDTH)
-        return records, records, []  # alone, with nothing on the device: nothing to wait for
-    if not on_host:
-        pass
-    elif counts is not None:
+        return records, records, backend.to_host_many(also_read) if also_read else []
+    if on_host and counts is not None:
         counts = backend.asarray(np.ascontiguousarray(counts, dtype=np.int64))
     records = backend.header_records(fields, size, counts, error_flag, RECORD_WIDTH)
     received = records

@@ -50,20 +50,33 @@ lookup without insert missed), count (keys in), may_miss (rows may be -1: a hash
 without insert)."""
 
 
-KeyCheck = collections.namedtuple("KeyCheck", "bounds judge")
+KeyCheck = collections.namedtuple("KeyCheck", "bounds judge flag error")
 KeyCheck.__doc__ = """A step's key checks started on the device: bounds (backend int64 [n, 2], the
-(min, max) of each checked array), judge(host bounds) -> the first input error or None."""
+(min, max) of each checked array), judge(host bounds) -> the first input error or None, flag
+(backend int64 [1], 1 where a bound leaves its range: the op header carries it, so no rank reads
+the bounds unless some rank's input is bad), error (what is wrong without looking at the data,
+a dtype, or None)."""
+
+_KEY_MAX = np.iinfo(np.int64).max
 
 
 def start_key_checks(runtime, tables, keys_list, extra_checks=(), key_limits=None):
-    """check_step_keys without its wait: the bounds are computed on the device and read later,
-    with other sizes (lookup_forward_many reads them with the distinct-key counts). Returns a
-    KeyCheck."""
+    """check_step_keys without its wait: the bounds are computed and compared on the device.
+    extra_checks: (array, check(bounds) -> error or None, (lowest, highest) allowed) triples.
+    Returns a KeyCheck."""
     backend = runtime.backend
-    arrays = [keys for keys in keys_list if keys.dtype in KEY_DTYPES]
-    arrays += [array for array, _ in extra_checks]
-    bounds = backend.index_bounds_deferred(arrays)
     key_limits = key_limits or [None] * len(tables)
+    arrays, ranges = [], []
+    for table, keys, key_count in zip(tables, keys_list, key_limits):
+        if keys.dtype in KEY_DTYPES:
+            limit = table.key_limit if key_count is None else key_count
+            arrays.append(keys)
+            ranges.append((0, _KEY_MAX if limit is None else int(limit) - 1))
+    for array, _, allowed in extra_checks:
+        arrays.append(array)
+        ranges.append(allowed)
+    bounds = backend.index_bounds_deferred(arrays)
+    flag = backend.flag_outside(bounds, np.array(ranges, dtype=np.int64).reshape(-1, 2))
 
     def judge(host_bounds):
         errors, position = [], 0
@@ -78,17 +91,20 @@ def start_key_checks(runtime, tables, keys_list, extra_checks=(), key_limits=Non
             else:
                 errors.append(InvalidInputError("%s: keys must be int64 or int32, got %s"
                                                 % (table.name, keys.dtype)))
-        for _, check in extra_checks:
+        for _, check, _ in extra_checks:
             errors.append(check(host_bounds[position]))
             position += 1
         return first_error(*errors)
-    return KeyCheck(bounds, judge)
+    dtype_errors = [InvalidInputError("%s: keys must be int64 or int32, got %s"
+                                      % (table.name, keys.dtype))
+                    for table, keys in zip(tables, keys_list) if keys.dtype not in KEY_DTYPES]
+    return KeyCheck(bounds, judge, flag, first_error(*dtype_errors))
 
 
 def check_step_keys(runtime, tables, keys_list, extra_checks=(), key_limits=None):
     """Returns the first input error of a step's keys (dtype, negative, beyond the table), or
-    None. extra_checks: (array, check(bounds) -> error or None) pairs whose bounds are read in the
-    same single wait. key_limits: per table None or its number of keys (a sok1x.Variable's
+    None. extra_checks: (array, check(bounds) -> error or None, (lowest, highest)) triples whose
+    bounds are read in the same single wait. key_limits: per table None or its number of keys (a sok1x.Variable's
     rows), tighter than its shards' capacity."""
     check = start_key_checks(runtime, tables, keys_list, extra_checks, key_limits)
     return _judged(runtime.backend, check, [])[0]
@@ -103,42 +119,57 @@ def _judged(backend, check, sizes):
     return check.judge(hosts[0]), hosts[1:]
 
 
+def _described(backend, check):
+    """The error of a check whose flag the device set (read now: a failing step may wait)."""
+    error = _judged(backend, check, [])[0]
+    return error or InvalidInputError("an index of this step lies outside its range")
+
+
 def lookup_forward_many(runtime, tables, op, keys_list, training, local_error=None,
                         key_check=None):
     """Collective. tables: EmbeddingTables (or TableGroups, engine/table_group.py); keys_list:
     one backend int 1-D array per table. Returns (vectors, routings): per table backend float32
     [n_t, dim_t] in input order, and the Routing its backward pass needs. Raises the step's input
     errors on every rank before any table changes. key_check: the caller's KeyCheck of the
-    step's inputs (start_key_checks; default: one of keys_list), judged here.
+    step's inputs (start_key_checks; default: one of keys_list).
 
-    The host waits twice: once for the keys' bounds and distinct counts (the keys are
-    de-duplicated before they are judged: it reads nothing out of place), once for the op
-    header, which carries the per-owner counts."""
+    The host waits once, for the op header: the keys are de-duplicated and bucketed by owner
+    before anything is read (the kernels read nothing out of place whatever the keys), and the
+    per-owner counts and the checks' flag ride in the header; a rank reads its bounds only when
+    some rank's flag is set, to name the bad input."""
     backend, size = runtime.backend, runtime.size
     error = local_error
     if error is None and key_check is None:
         key_check = start_key_checks(runtime, tables, keys_list)
+    if error is None:
+        error = key_check.error
+    flag = None if error is not None else key_check.flag
+    describe = (lambda: _described(backend, key_check))
     send_counts = np.zeros((size, len(tables)), dtype=np.int64)
-    prepared, owner_counts = [], None
+    prepared = []
     if error is None and size == 1:  # alone, nothing crosses a network: no de-duplication
-        error = _judged(backend, key_check, [])[0]
         for t, keys in enumerate(keys_list):
             keys = backend.asarray(keys)
             send_counts[0, t] = keys.shape[0]
             prepared.append((keys, None, None, keys))
-        owner_counts = send_counts.T
-    elif error is None:
-        started, distinct_counts = backend.unique_many_start(
-            [backend.asarray(k) for k in keys_list], ordered=False)
-        error, (host_distinct,) = _judged(backend, key_check, [distinct_counts])
-        if error is None:  # the owner counts stay on the device and ride in the header
-            distinct = backend.unique_many_finish(started, host_distinct)
+        exchange_sizes(runtime, op, None, error, flag, describe_error=describe)
+        recv_counts = send_counts
+    else:
+        owner_counts = None
+        if error is None:  # distinct keys and owner counts stay on the device: the header
+            # carries the counts, and its one wait tells how many distinct keys there are
+            started, distinct_counts = backend.unique_many_start(
+                [backend.asarray(k) for k in keys_list], ordered=False)
+            distinct = backend.unique_many_padded(started)
             perms, owner_counts = backend.bucket_by_owner_many_deferred(
-                [d for d, _ in distinct], size, [table.owner_rule for table in tables])
+                [d for d, _ in distinct], size, [table.owner_rule for table in tables],
+                distinct_counts)
             for (keys, inverse), perm in zip(distinct, perms):
                 prepared.append((keys, inverse, perm, backend.take_rows(keys, perm)))
-    sizes = exchange_sizes(runtime, op, None if error is not None else owner_counts, error)
-    send_counts, recv_counts = sizes.sent, sizes.received
+        sizes = exchange_sizes(runtime, op, owner_counts, error, flag, describe_error=describe)
+        send_counts, recv_counts = sizes.sent, sizes.received
+        prepared = [_cut(backend, p, int(send_counts[:, t].sum()))
+                    for t, p in enumerate(prepared)]
     owned = _exchange(runtime, [p[3] for p in prepared], send_counts, recv_counts)
     if training and any(table.use_hashtable for table in tables):
         runtime.host.raise_together(
@@ -162,6 +193,14 @@ def lookup_forward_many(runtime, tables, op, keys_list, training, local_error=No
                                 recv_counts[:, t].copy(), owner_rows[t], keys.shape[0],
                                 table.use_hashtable and not training))
     return outs, routings
+
+
+def _cut(backend, prepared, distinct):
+    """A table's (padded distinct keys, inverse, perm, keys to send) cut to its `distinct` keys
+    (every distinct key goes to one owner: the sum of the header's send counts)."""
+    keys, inverse, perm, sends = prepared
+    return (backend.row_view(keys, 0, distinct), inverse, backend.row_view(perm, 0, distinct),
+            backend.row_view(sends, 0, distinct))
 
 
 def _exchange(runtime, sends, send_counts, recv_counts):
@@ -254,6 +293,7 @@ def lookup_backward_many(runtime, tables, op, routings, grads_list):
             if not used.all():
                 index = backend.asarray(np.flatnonzero(used).astype(np.int64))
                 rows, summed = backend.take_rows(rows, index), backend.take_rows(summed, index)
+        rows = backend.exportable(rows)  # handed to the framework as it is, and back
         distinct_rows.remember(rows)
         out.append((summed, rows, ranks))
     return out

@@ -65,7 +65,7 @@ def _check_input(runtime, table, item):
                                      % (name, bounds[0] if bounds[0] < 0 else bounds[1],
                                         segments))
         return None
-    return None, [(item.segment_ids, segment_check)]
+    return None, [(item.segment_ids, segment_check, (0, segments - 1))]
 
 
 def pooled_forward_many(runtime, tables, op, inputs, training, local_error=None,

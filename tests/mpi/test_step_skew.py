@@ -135,3 +135,18 @@ def test_two_towers_run_in_another_order_on_each_rank():
         # Then together, in one order: no call is left counted on one rank only.
         sess.run(train)
         np.testing.assert_array_equal(sess.run(eval_out), 1.0)
+
+
+def test_counts_of_more_tables_than_a_record_holds_still_arrive():
+    from sok1x.engine import exchange_header, runtime
+    sok.init(backend="cpu")
+    tables = exchange_header.INLINE_TABLES + 3
+    # rank r sends rank j (r + 1) * 100 + j * 10 + t rows of table t
+    sent = np.array([[(RANK + 1) * 100 + j * 10 + t for t in range(tables)]
+                     for j in range(SIZE)], dtype=np.int64)
+    got = exchange_header.exchange_header(runtime.get(), "many_tables_header", sent)
+    want = np.array([[(i + 1) * 100 + RANK * 10 + t for t in range(tables)]
+                     for i in range(SIZE)], dtype=np.int64)
+    np.testing.assert_array_equal(got, want)
+    few = exchange_header.exchange_header(runtime.get(), "few_tables_header", sent[:, :2])
+    np.testing.assert_array_equal(few, want[:, :2])
