@@ -17,19 +17,11 @@ from sok1x.engine import api, runtime, table_group  # noqa: E402
 from sok1x.engine.pooled_lookup import PooledInput  # noqa: E402
 from sok1x.errors import InvalidInputError  # noqa: E402
 
-pytestmark = pytest.mark.timeout(300, method="thread")
+pytestmark = [pytest.mark.timeout(300, method="thread"), pytest.mark.usefixtures("engine")]
 COMM = MPI.COMM_WORLD
 RANK, SIZE = COMM.Get_rank(), COMM.Get_size()
 SPEC = random_init.make_spec("uniform", -1.0, 1.0, seed=17)
 DIM, CAPACITY = 16, 3000
-
-
-@pytest.fixture(scope="module", autouse=True)
-def engine():
-    from sok1x.backend import cuda_available
-    if not cuda_available()[0]:
-        pytest.skip("no GPU")
-    return runtime.init(backend="cuda")
 
 
 def host(array):
