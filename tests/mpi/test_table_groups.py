@@ -59,14 +59,22 @@ def dense(values, rows, count):
     return out
 
 
-@pytest.mark.parametrize("mixed", [False, True])
-@pytest.mark.parametrize("placement", ["mod", ("rank", "last")])
-def test_a_group_equals_its_tables_one_by_one(placement, mixed):
+RULES = {"adagrad": ("Adagrad", {"lr": 0.1, "epsilon": 1e-7}, ("accumulator",)),
+         "adam": ("Adam", {"lr_t": 0.01, "beta1": 0.9, "beta2": 0.999, "epsilon": 1e-8},
+                  ("m", "v")),  # every row's state decays each step
+         "ftrl": ("Ftrl", {"lr": 0.1, "lr_power": -0.5, "l1": 0.01, "l2": 0.01,
+                           "l2_shrinkage": 0.0}, ("accumulator", "linear"))}
+
+
+@pytest.mark.parametrize("mixed,placement,rule", [
+    (False, "mod", "adagrad"), (True, "mod", "adam"), (False, ("rank", "last"), "ftrl"),
+    (True, ("rank", "last"), "adagrad")])
+def test_a_group_equals_its_tables_one_by_one(placement, mixed, rule):
     if placement != "mod":
         placement = ("rank", SIZE - 1)
-    together, alone = make_pair("%s_%s" % (placement[0], mixed), placement)
+    together, alone = make_pair("%s_%s_%s" % (placement[0], mixed, rule), placement)
     rng = np.random.default_rng([3, RANK])
-    hyper = {"lr": 0.1, "epsilon": 1e-7}
+    prefix, hyper, slots = RULES[rule]
     for step in range(2):
         inputs, tops = batch(rng, placement, step, mixed)
         outs, token = api.pooled_lookup(together, "group_fwd", inputs, True)
@@ -76,7 +84,7 @@ def test_a_group_equals_its_tables_one_by_one(placement, mixed):
         values, rows = [g[0] for g in grads], [g[1] for g in grads]
         (found,) = table_group.group_gradients(runtime.get().backend, tables, values, rows)
         assert found[1] is tables[0].group.last_gradient[0]  # the backward's own rows
-        api.apply_optimizer_updates(together, "adagrad", "Adagrad", {}, hyper, values, rows)
+        api.apply_optimizer_updates(together, rule, prefix, {}, hyper, values, rows)
         for t, name in enumerate(alone):
             (out,), one_token = api.pooled_lookup([name], "alone_fwd_%d" % t, [inputs[t]], True)
             (want_values, want_rows), = api.pooled_lookup_grad([name], "alone_bwd_%d" % t,
@@ -85,13 +93,14 @@ def test_a_group_equals_its_tables_one_by_one(placement, mixed):
             held = api.shard(name).values.shape[0]
             np.testing.assert_allclose(dense(values[t], rows[t], held),
                                        dense(want_values, want_rows, held), rtol=1e-5, atol=1e-6)
-            api.apply_optimizer_update(name, "adagrad", "Adagrad", {}, hyper, want_values,
-                                       want_rows)
+            api.apply_optimizer_update(name, rule, prefix, {}, hyper, want_values, want_rows)
     for a, b in zip(together, alone):
         grouped, single = api.shard(a), api.shard(b)
         np.testing.assert_allclose(grouped.values, single.values, rtol=1e-5, atol=1e-6)
-        np.testing.assert_allclose(grouped.slots["Adagrad/accumulator"],
-                                   single.slots["Adagrad/accumulator"], rtol=1e-5, atol=1e-6)
+        for slot in slots:
+            np.testing.assert_allclose(grouped.slots["%s/%s" % (prefix, slot)],
+                                       single.slots["%s/%s" % (prefix, slot)], rtol=1e-5,
+                                       atol=1e-6)
 
 
 def test_per_table_updates_of_a_grouped_table_land_in_the_group():
@@ -174,7 +183,7 @@ def test_members_stay_tables_of_their_own():
     api.create_table(together[2], DIM, CAPACITY + 8, False, SPEC, replace=True)
     outs_again, _ = api.pooled_lookup(together, "own_fwd_again", inputs, False)
     assert api.shard(together[0]).group is not group  # a member was made anew: a new group
-    for t, (before, after) in enumerate(zip(outs, outs_again)):
+    for before, after in zip(outs, outs_again):
         np.testing.assert_allclose(after, before, rtol=1e-6, atol=1e-7)  # same initial rows
 
 
