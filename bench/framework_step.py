@@ -191,6 +191,39 @@ def pinned_bandwidth(device, nbytes=256 << 20, repeats=7):
     return result
 
 
+def device_bandwidth(device, size, nbytes=256 << 20, repeats=5):
+    """Median GB/s of a device copy (bytes read + written) and, with several ranks, of NCCL's
+    all_to_all_single (bytes each rank sends to the others), both measured here."""
+    timer = harness.TorchTimer(device)
+    src = torch.empty(nbytes, dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    copy_ms = harness.median(timer.time_ms(functools.partial(dst.copy_, src), repeats))
+    result = {"hbm_gbps": 2 * nbytes / (copy_ms * 1e6)}
+    if size > 1:
+        import torch.distributed as dist
+        a2a_ms = harness.job_max(harness.median(timer.time_ms(
+            functools.partial(dist.all_to_all_single, dst, src), repeats)))
+        result["all_to_all_gbps"] = nbytes * (size - 1) / size / (a2a_ms * 1e6)
+    return result
+
+
+def step_floor(w, batches, size, bandwidth):
+    """The least time a step's bytes take at the measured rates (a lower bound, mlperf26): the
+    distinct keys' vectors cross to their owners and back and their gradients out (3 all-to-alls
+    of (size-1)/size of them), and in memory each distinct row is read at the gather and read and
+    written with its Adagrad accumulator at the update, each key's vector read at the pooling and
+    its gradient written at the spread. Returns (ms, the bytes it counts)."""
+    row = w.dim * 4
+    distinct = harness.job_max(max(sum(len(np.unique(k)) for k in batch) for batch in batches))
+    keys = sum(len(k) for k in batches[0])
+    exchanged = 3 * distinct * row * (size - 1) / size
+    memory = distinct * row * (1 + 4) + keys * row * 2
+    ms = memory / (bandwidth["hbm_gbps"] * 1e6)
+    if size > 1:
+        ms += exchanged / (bandwidth["all_to_all_gbps"] * 1e6)
+    return ms, {"exchanged_bytes": exchanged, "memory_bytes": memory}
+
+
 def make_tables(rt, w):
     """The workload's tables, made anew: one (seed, dlrm) or one per feature."""
     if w.tables is None:
@@ -318,6 +351,14 @@ def run_workload(rt, name, device, steps, repeats, scale):
             name, variant, rt.size, entry["ms_per_step"], entry["ms_min"], entry["ms_max"],
             diffs[variant]))
     say("%-8s per step of sok1x_device: %s" % (name, counts))
+    if name == "mlperf26" and device.type == "cuda":
+        bandwidth = device_bandwidth(device, rt.size)
+        floor_ms, floor_bytes = step_floor(w, workloads.table_batches(w, rt.rank, rt.size),
+                                           rt.size, bandwidth)
+        for entry in entries:
+            entry.update(bandwidth, floor_ms=floor_ms, over_floor=entry["ms_per_step"] / floor_ms,
+                         **floor_bytes)
+        say("mlperf26 floor %.3f ms at %s (%s)" % (floor_ms, bandwidth, floor_bytes))
     for table in names:
         rt.tables.pop(table, None)
     return entries
