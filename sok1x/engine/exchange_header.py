@@ -10,8 +10,10 @@ Each rank sends each other rank one record of RECORD_WIDTH int64:
     5 tables  how many per-table row counts follow
     6...      rows this rank sends that peer, per table (INLINE_TABLES of them)
 
-The records travel in ONE all-to-all of the data channel (NCCL on cuda, the MPI data path on
-cpu), and the host reads them, with its own, in one wait: that gives the sizes of the op's data
+The records are written on the device (backend.header_records: the per-owner counts and the
+input checks' flag come from kernels, never through the host), travel in ONE all-to-all of the
+data channel (NCCL on cuda, the MPI data path on cpu), and the host reads them, with its own and
+any other sizes the op needs (also_read), in one wait: that gives the sizes of the op's data
 exchange, tells whether every rank is in the same op of the same call (else OrderError on every
 rank, naming each rank's op and call), and whether a rank must fail the step (then every rank
 raises that rank's error, before any table changes). The record has one size whatever the op,

@@ -18,10 +18,10 @@ added (unique + segment-sum); the result is (values, local rows) per table for I
     before backward: rank r holds d loss / d table_t[k] for each of its keys
     after backward:  owner o holds, per row of t it owns that was used, the sum of those gradients
 
-Keys and gradients are backend arrays (device arrays on cuda); the host waits of a step are the
-bounds of its keys and their distinct counts (one each for all tables), the forward's header
-(the per-owner counts ride in it) and the backward's header (the owners' distinct rows are
-counted on the device before it, and read with it).
+Keys and gradients are backend arrays (device arrays on cuda); a step waits on the host twice,
+whatever the number of tables: for the forward's header (the keys' checks flag, distinct keys and
+per-owner counts are left on the device and ride in it) and for the backward's (the owners'
+distinct rows are counted on the device before it, and read with it).
 """
 import collections
 
