@@ -70,6 +70,9 @@ class TableGroup:
         for table in members:
             for name in list(table.slots):
                 self.slot(name, table.slot_initial[name])
+        # The members' own arrays are gone now: their memory must not stay held by the pool
+        # (a group of large tables would need twice their memory), once per group.
+        self.backend.release_unused()
 
     def _view(self, array, t):
         return self.backend.row_view(array, int(self.row_starts[t]), int(self.row_starts[t + 1]))
