@@ -187,6 +187,36 @@ def test_members_stay_tables_of_their_own():
         np.testing.assert_allclose(after, before, rtol=1e-6, atol=1e-7)  # same initial rows
 
 
+def test_tables_of_other_dims_form_their_own_groups_in_the_same_lookup():
+    dims = (8, 8, 16, 16, 8, 4)
+    together = ["dims_group_%d" % t for t in range(len(dims))]
+    alone = ["dims_alone_%d" % t for t in range(len(dims))]
+    for names in (together, alone):
+        for name, dim in zip(names, dims):
+            api.create_table(name, dim, CAPACITY, False, SPEC, replace=True)
+    for a, b in zip(together, alone):
+        api.shard(b).values[...] = api.shard(a).values
+    rng = np.random.default_rng([9, RANK])
+    inputs = [PooledInput(rng.integers(0, CAPACITY * SIZE, size=9), np.sort(
+        rng.integers(0, 4, size=9)), 4, None, "sum") for _ in dims]
+    tops = [rng.standard_normal((4, dim)).astype(np.float32) for dim in dims]
+    outs, token = api.pooled_lookup(together, "dims_fwd", inputs, True)
+    grads = api.pooled_lookup_grad(together, "dims_bwd", token, tops)
+    groups = [api.shard(name).group for name in together]
+    assert groups[0] is groups[1] is groups[4] and groups[2] is groups[3]
+    assert groups[0] is not groups[2] and groups[5] is None
+    hyper = {"lr": 0.3}
+    api.apply_optimizer_updates(together, "sgd", "SGD", {}, hyper, [g[0] for g in grads],
+                                [g[1] for g in grads])
+    for t, name in enumerate(alone):
+        (out,), one = api.pooled_lookup([name], "dims_one_fwd_%d" % t, [inputs[t]], True)
+        (values, rows), = api.pooled_lookup_grad([name], "dims_one_bwd_%d" % t, one, [tops[t]])
+        np.testing.assert_allclose(outs[t], out, rtol=1e-5, atol=1e-6)
+        api.apply_optimizer_update(name, "sgd", "SGD", {}, hyper, values, rows)
+        np.testing.assert_allclose(api.shard(together[t]).values, api.shard(name).values,
+                                   rtol=1e-5, atol=1e-6)
+
+
 def test_bad_input_in_one_member_fails_every_rank_and_changes_no_table():
     together, _ = make_pair("bad", "mod")
     rng = np.random.default_rng([6, RANK])
