@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
-from sok1x.backend import random_init
+from sok1x.backend import cpu_random, random_init
 from sok1x.engine import api, runtime, table_group
+from sok1x.engine.op_keys import name_key
 from sok1x.engine.pooled_lookup import PooledInput
 from sok1x.errors import InvalidInputError
 
@@ -215,6 +216,25 @@ def test_tables_of_other_dims_form_their_own_groups_in_the_same_lookup():
         api.apply_optimizer_update(name, "sgd", "SGD", {}, hyper, values, rows)
         np.testing.assert_allclose(api.shard(together[t]).values, api.shard(name).values,
                                    rtol=1e-5, atol=1e-6)
+
+
+def test_a_hash_table_shares_the_lookup_of_a_group():
+    names = ["mixed_%d" % t for t in range(4)]
+    for t, name in enumerate(names):
+        api.create_table(name, DIM, CAPACITY * 4, t == 2, SPEC, replace=True)
+    rng = np.random.default_rng([10, RANK])
+    keys = [rng.integers(0, CAPACITY * SIZE, size=11) for _ in names]
+    keys[2] = rng.integers(0, 2 ** 40, size=11)  # the hash table takes any key
+    segments = np.sort(rng.integers(0, 5, size=11))
+    inputs = [PooledInput(k, segments, 5, None, "sum") for k in keys]
+    outs, _ = api.pooled_lookup(names, "mixed_fwd", inputs, True)
+    assert api.shard(names[0]).group is api.shard(names[3]).group is not None
+    assert api.shard(names[2]).group is None
+    for name, k, out in zip(names, keys, outs):
+        vectors = cpu_random.initial_values(SPEC, name_key("table:" + name), k, DIM)
+        want = np.zeros((5, DIM))
+        np.add.at(want, segments, vectors.astype(np.float64))
+        np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-6)
 
 
 def test_bad_input_in_one_member_fails_every_rank_and_changes_no_table():
