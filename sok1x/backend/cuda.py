@@ -29,6 +29,13 @@ from sok1x.backend.cuda_groups import (  # noqa: F401  (part of the op set: tabl
 )
 from sok1x.backend.cuda_hash import HashIndex  # noqa: F401  (part of the op set)
 from sok1x.backend.cuda_sizes import flag_outside, header_records  # noqa: F401  (the op set)
+from sok1x.backend.cuda_unique import (  # noqa: F401  (part of the op set)
+    unique,
+    unique_many,
+    unique_many_finish,
+    unique_many_padded,
+    unique_many_start,
+)
 from sok1x.backend.cuda_optimizers import (  # noqa: F401  (part of the op set: optimizer updates)
     update_adadelta,
     update_adagrad,
@@ -391,93 +398,6 @@ def put_rows(dst, index, src):
         words_per_row = row_bytes // word
         launch(put, index.shape[0] * words_per_row, *split_args(dst, words_per_row),
                dst.shape[0], ptr(index), index.shape[0], words_per_row, ptr(src))
-
-
-@memoised_per_context
-def _unique_kernels():
-    return (prepared("unique.cu", "unique_claim", "PqPPQP"),
-            prepared("unique.cu", "unique_flags", "PPqP"),
-            prepared("unique.cu", "unique_emit", "PPPPqPP"),
-            prepared("unique.cu", "unique_inverse", "PPqP"))
-
-
-@uses_context
-def unique(keys, ordered=True):
-    """Returns (unique_keys, inverse): distinct int64 keys in first-occurrence order (tf.unique;
-    also with ordered=False, which allows any order) and, per key, its position in unique_keys.
-    Waits for the number of distinct keys."""
-    return unique_many([keys], ordered)[0]
-
-
-@uses_context
-def unique_many(keys_list, ordered=True):
-    """unique() of each array of `keys_list`, with one wait for all their distinct counts (a
-    fused lookup of many tables waits once, not once per table). Returns a list of pairs."""
-    started, counts = unique_many_start(keys_list, ordered)
-    return unique_many_finish(started, _copy_to_host(counts))
-
-
-@uses_context
-def unique_many_start(keys_list, ordered=False):
-    """The first half of unique_many(), queued without a wait: returns (started, counts), counts
-    an int64 GPUArray [len(keys_list)] of distinct counts for the host to read (alone, or with
-    an op header) and pass to unique_many_finish(started, host_counts)."""
-    claim, flags, _, _ = _unique_kernels()
-    arrays = [index_array(keys, "keys") for keys in keys_list]
-    counts = fill_bytes(_pooled_empty((max(len(arrays), 1),), np.int64), 0)
-    pending = []
-    for i, keys in enumerate(arrays):
-        n = keys.shape[0]
-        if n == 0:
-            pending.append(None)
-            continue
-        slot_count = 2 * n + 32
-        slot_keys = fill_bytes(_pooled_empty((slot_count,), np.int64), 0xFF)
-        slot_first = fill_bytes(_pooled_empty((slot_count,), np.int64), 0x7F)
-        slot_of = _pooled_empty((n,), np.int64)
-        launch(claim, n, ptr(keys), n, ptr(slot_keys), ptr(slot_first), slot_count,
-               ptr(slot_of))
-        is_first = _pooled_empty((n,), np.int64)
-        launch(flags, n, ptr(slot_of), ptr(slot_first), n, ptr(is_first))
-        positions = exclusive_scan(is_first, n)
-        copy_rows_async(counts, i, positions, n, 1)
-        pending.append((slot_first, slot_of, is_first, positions))
-    return (arrays, pending), counts[:len(arrays)]
-
-
-@uses_context
-def unique_many_finish(started, host_counts):
-    """The second half of unique_many(): host_counts, the host copy of unique_many_start's
-    counts. Returns the list of (unique_keys, inverse)."""
-    return _unique_emit(started, host_counts)
-
-
-@uses_context
-def unique_many_padded(started):
-    """The second half of unique_many() without the counts: returns the list of (unique_keys,
-    inverse), unique_keys as long as the keys, the first counts[i] of them meaningful (the
-    start's device counts say how many; bucket_by_owner_many_deferred takes them)."""
-    return _unique_emit(started, None)
-
-
-def _unique_emit(started, host_counts):
-    _, _, emit, inverse_kernel = _unique_kernels()
-    arrays, pending = started
-    results = []
-    for i, (keys, state) in enumerate(zip(arrays, pending)):
-        if state is None:
-            results.append((_pooled_empty((0,), np.int64), _pooled_empty((0,), np.int64)))
-            continue
-        slot_first, slot_of, is_first, positions = state
-        n = keys.shape[0]
-        unique_keys = _pooled_empty((n if host_counts is None else int(host_counts[i]),),
-                                    np.int64)
-        launch(emit, n, ptr(keys), ptr(slot_of), ptr(is_first), ptr(positions), n,
-               ptr(unique_keys), ptr(slot_first))
-        inverse = _pooled_empty((n,), np.int64)
-        launch(inverse_kernel, n, ptr(slot_of), ptr(slot_first), n, ptr(inverse))
-        results.append((unique_keys, inverse))
-    return results
 
 
 @memoised_per_context

@@ -287,7 +287,7 @@ def incremental_tables(table_names, since_utc):
     the rows inserted or updated at or after `since_utc` (seconds since the epoch)."""
     out = []
     with _runtime.entered() as rt:
-        confirm_same_op(rt, "sok1x.incremental_model_dump")  # a training step on another rank: OrderError
+        confirm_same_op(rt, "sok1x.incremental_model_dump")  # against a step: OrderError
         tables = _ready_tables(rt, table_names, "sok1x.incremental_model_dump")
         for table in tables:
             keys, rows = _held_rows(rt, table)

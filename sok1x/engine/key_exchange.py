@@ -104,8 +104,8 @@ def start_key_checks(runtime, tables, keys_list, extra_checks=(), key_limits=Non
 def check_step_keys(runtime, tables, keys_list, extra_checks=(), key_limits=None):
     """Returns the first input error of a step's keys (dtype, negative, beyond the table), or
     None. extra_checks: (array, check(bounds) -> error or None, (lowest, highest)) triples whose
-    bounds are read in the same single wait. key_limits: per table None or its number of keys (a sok1x.Variable's
-    rows), tighter than its shards' capacity."""
+    bounds are read in the same single wait. key_limits: per table None or its number of keys
+    (a sok1x.Variable's rows), tighter than its shards' capacity."""
     check = start_key_checks(runtime, tables, keys_list, extra_checks, key_limits)
     return _judged(runtime.backend, check, [])[0]
 
