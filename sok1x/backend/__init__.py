@@ -17,6 +17,7 @@ Every backend module exposes the same names, and the engine's algorithms call on
         take_rows, put_rows, init_rows and the update_* ops take the wrapper and read each row in
         its part (cuda: on the device, from both parts' bases; cpu: whole, which both parts view)
     synchronize()                          wait for queued device work
+    release_unused()                       give the device memory pool's unused blocks back
     device_context()                       context manager: device arrays may be made inside
     bucket_by_owner(keys, world_size, owner_rule, fixed_rank) -> (perm, counts)
         perm: int64 array, keys[perm] grouped by owner (ascending owner, stable inside an

@@ -160,6 +160,14 @@ def device_context():
 
 
 @uses_context
+def release_unused():
+    """Waits for the stream and gives the memory pool's unused blocks back to the driver (after
+    a one-time move of large arrays, so that their old blocks do not stay held)."""
+    waited_stream()
+    cuda_context.memory_pool().free_held()
+
+
+@uses_context
 def synchronize():
     """Waits until every op queued on the sok1x stream is done."""
     waited_stream()

@@ -11,8 +11,10 @@ row_starts[t] * world_size, so the group's key g is owned by rank g % world_size
 g // world_size, exactly as one table's key would be; with ("rank", r) placement the flat row is
 g itself. The group is then ONE unit of the lookup (engine/key_exchange.py): one
 de-duplication, one owner bucketing, one exchange each way, one gather, one pooling, one backward
-segment-sum, one optimizer update over all of its rows. The layout (offsets, views) is made
-once, at the first lookup that names the tables together, never per step.
+segment-sum, and one optimizer update over all of its rows when all members are updated in one
+call (engine.api.apply_optimizer_updates; TensorFlow's optimizers update the members one by one,
+each on its own rows). The layout (offsets, views) is made once, at the first lookup that names
+the tables together, never per step.
 
 What separates groups (tables that cannot share a pass are looked up as units of their own, in
 the same exchange):
@@ -34,6 +36,7 @@ import numpy as np
 
 from sok1x.engine import distinct_rows
 from sok1x.engine import placement as placements
+from sok1x.engine.table import EmbeddingTable
 from sok1x.errors import InvalidInputError
 
 Unit = collections.namedtuple("Unit", "table positions")
@@ -70,6 +73,9 @@ class TableGroup:
         for table in members:
             for name in list(table.slots):
                 self.slot(name, table.slot_initial[name])
+        # The members' own arrays are gone now: their memory must not stay held by the pool
+        # (a group of large tables would need twice their memory), once per group.
+        self.backend.release_unused()
 
     def _view(self, array, t):
         return self.backend.row_view(array, int(self.row_starts[t]), int(self.row_starts[t + 1]))
@@ -133,7 +139,6 @@ class TableGroup:
 
 def groupable(table):
     """True for a table whose rows follow from its keys and whose arrays never move."""
-    from sok1x.engine.table import EmbeddingTable
     return type(table) is EmbeddingTable and not table.use_hashtable
 
 

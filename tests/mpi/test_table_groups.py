@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
-from sok1x.backend import random_init
+from sok1x.backend import cpu_random, random_init
 from sok1x.engine import api, runtime, table_group
+from sok1x.engine.op_keys import name_key
 from sok1x.engine.pooled_lookup import PooledInput
 from sok1x.errors import InvalidInputError
 
@@ -185,6 +186,55 @@ def test_members_stay_tables_of_their_own():
     assert api.shard(together[0]).group is not group  # a member was made anew: a new group
     for before, after in zip(outs, outs_again):
         np.testing.assert_allclose(after, before, rtol=1e-6, atol=1e-7)  # same initial rows
+
+
+def test_tables_of_other_dims_form_their_own_groups_in_the_same_lookup():
+    dims = (8, 8, 16, 16, 8, 4)
+    together = ["dims_group_%d" % t for t in range(len(dims))]
+    alone = ["dims_alone_%d" % t for t in range(len(dims))]
+    for names in (together, alone):
+        for name, dim in zip(names, dims):
+            api.create_table(name, dim, CAPACITY, False, SPEC, replace=True)
+    for a, b in zip(together, alone):
+        api.shard(b).values[...] = api.shard(a).values
+    rng = np.random.default_rng([9, RANK])
+    inputs = [PooledInput(rng.integers(0, CAPACITY * SIZE, size=9), np.sort(
+        rng.integers(0, 4, size=9)), 4, None, "sum") for _ in dims]
+    tops = [rng.standard_normal((4, dim)).astype(np.float32) for dim in dims]
+    outs, token = api.pooled_lookup(together, "dims_fwd", inputs, True)
+    grads = api.pooled_lookup_grad(together, "dims_bwd", token, tops)
+    groups = [api.shard(name).group for name in together]
+    assert groups[0] is groups[1] is groups[4] and groups[2] is groups[3]
+    assert groups[0] is not groups[2] and groups[5] is None
+    hyper = {"lr": 0.3}
+    api.apply_optimizer_updates(together, "sgd", "SGD", {}, hyper, [g[0] for g in grads],
+                                [g[1] for g in grads])
+    for t, name in enumerate(alone):
+        (out,), one = api.pooled_lookup([name], "dims_one_fwd_%d" % t, [inputs[t]], True)
+        (values, rows), = api.pooled_lookup_grad([name], "dims_one_bwd_%d" % t, one, [tops[t]])
+        np.testing.assert_allclose(outs[t], out, rtol=1e-5, atol=1e-6)
+        api.apply_optimizer_update(name, "sgd", "SGD", {}, hyper, values, rows)
+        np.testing.assert_allclose(api.shard(together[t]).values, api.shard(name).values,
+                                   rtol=1e-5, atol=1e-6)
+
+
+def test_a_hash_table_shares_the_lookup_of_a_group():
+    names = ["mixed_%d" % t for t in range(4)]
+    for t, name in enumerate(names):
+        api.create_table(name, DIM, CAPACITY * 4, t == 2, SPEC, replace=True)
+    rng = np.random.default_rng([10, RANK])
+    keys = [rng.integers(0, CAPACITY * SIZE, size=11) for _ in names]
+    keys[2] = rng.integers(0, 2 ** 40, size=11)  # the hash table takes any key
+    segments = np.sort(rng.integers(0, 5, size=11))
+    inputs = [PooledInput(k, segments, 5, None, "sum") for k in keys]
+    outs, _ = api.pooled_lookup(names, "mixed_fwd", inputs, True)
+    assert api.shard(names[0]).group is api.shard(names[3]).group is not None
+    assert api.shard(names[2]).group is None
+    for name, k, out in zip(names, keys, outs):
+        vectors = cpu_random.initial_values(SPEC, name_key("table:" + name), k, DIM)
+        want = np.zeros((5, DIM))
+        np.add.at(want, segments, vectors.astype(np.float64))
+        np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-6)
 
 
 def test_bad_input_in_one_member_fails_every_rank_and_changes_no_table():
