@@ -43,10 +43,12 @@ class Saver:
             return py_func(run, [], tf1.int64, name="sok1x_sok_files").op
 
     def restore_from_file(self, embedding_variable, filepath):
-        """Restores the variable's table from directory `filepath` (written by dump_to_file or
-        sok1x.dump on any number of ranks). Returns an op in graph mode; raises
-        sok1x.errors.CheckpointError naming the file for a missing, corrupt or mismatched one."""
-        return checkpoint_api.load(filepath, [embedding_variable])
+        """Restores the variable's rows from directory `filepath` (written by dump_to_file or
+        sok1x.dump on any number of ranks); its optimizer state starts afresh, as SOK's
+        restores embedding values only (sok1x.load restores slots too). Returns an op in graph
+        mode; raises sok1x.errors.CheckpointError naming the file for a missing, corrupt or
+        mismatched one."""
+        return checkpoint_api.load_values(filepath, [embedding_variable])
 
     def load_embedding_values(self, embedding_variable, tensors):
         """Sets the variable's rows from `tensors` (a tensor or array [n, dim], or a list of

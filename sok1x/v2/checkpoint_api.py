@@ -72,6 +72,14 @@ def load(path, vars, optimizer=None):  # noqa: A002
     return _run_or_op(lambda: checkpoint.load_tables(path, names, prefixes), "sok1x_load")
 
 
+def load_values(path, vars):  # noqa: A002
+    """Restores each variable's rows from `path` (written by dump), leaving every optimizer
+    slot at its initial value (SOK v1's Saver.restore_from_file restores embedding values
+    only). Collective."""
+    names = table_names(vars)
+    return _run_or_op(lambda: checkpoint.load_tables(path, names, []), "sok1x_load_values")
+
+
 def _seconds(utc_time):
     if isinstance(utc_time, datetime.datetime):
         if utc_time.tzinfo is None:
