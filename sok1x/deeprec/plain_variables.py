@@ -167,43 +167,44 @@ def _hook_saveable(table, variable):
     collection = tf1.get_collection_ref(tf1.GraphKeys.SAVEABLE_OBJECTS)
     for index, saveable in enumerate(collection):
         if getattr(saveable, "name", None) == "%s/sok1x_table" % table.name:
-            collection[index] = _SyncingSaveable(saveable, table, variable)
+            collection[index] = _syncing_saveable(saveable, table, variable)
             return
 
 
-class _SyncingSaveable(object):
-    """Stands in for a table's saveable: same name and specs; see _hook_saveable."""
+def _syncing_saveable(inner, table, variable):
+    """Returns a saveable standing for the table's saveable `inner` (same name and specs, its
+    state taken over) whose save also writes the table back into `variable` and whose restore
+    makes the table take its rows from the restored variable."""
+    base = type(inner)
 
-    def __new__(cls, inner, table, variable):
-        base = type(inner)
+    class Syncing(base):
+        def __init__(self):  # noqa: N807 (no base __init__: the inner one's state is taken)
+            self.__dict__.update(inner.__dict__)
+            self._write_backs = {}  # Saver name scope -> its write-back op
+            spec = self.specs[0]
+            inner_tensor = spec._tensor  # SaveSpec keeps its tensor (or a callable) there
 
-        class Syncing(base):
-            def __init__(self):  # noqa: N807 (no base __init__: the inner one's state is taken)
-                self.__dict__.update(inner.__dict__)
-                self._write_backs = {}
-                spec = self.specs[0]
-                inner_tensor = spec._tensor
+            def tensor():
+                data = inner_tensor() if callable(inner_tensor) else inner_tensor
+                # After the table's own save (same order on every rank), rows go back.
+                sync = _write_back([(table.name, variable)], "saving " + variable.name,
+                                   after=[data.op])
+                self._write_backs[_saver_scope()] = sync
+                with tf1.control_dependencies([sync]):
+                    return tf1.identity(data)
+            spec._tensor = tensor
 
-                def tensor():
-                    data = inner_tensor() if callable(inner_tensor) else inner_tensor
-                    # After the table's own save (same order on every rank), rows go back.
-                    sync = _write_back([(table.name, variable)], "saving " + variable.name,
-                                       after=[data.op])
-                    self._write_backs[_saver_scope()] = sync
-                    with tf1.control_dependencies([sync]):
-                        return tf1.identity(data)
-                spec._tensor = tensor
-
-            def restore(self, restored_tensors, restored_shapes):
-                scope = _saver_scope()
-                sync = self._write_backs.get(scope)
-                if sync is not None:
-                    _order_variable_reads_after(variable, scope, sync)
-                done = base.restore(self, restored_tensors, restored_shapes)
-                with tf1.control_dependencies([done]), tf1.name_scope(None):
-                    return py_func(lambda: _NEED_ROWS.add(table.name) or np.int64(0), [],
-                                   tf1.int64, name="sok1x_rows_from_restored_variable").op
-        return Syncing()
+        def restore(self, restored_tensors, restored_shapes):
+            # The Saver built its save ops before its restore ops: order their reads now.
+            scope = _saver_scope()
+            sync = self._write_backs.get(scope)
+            if sync is not None:
+                _order_variable_reads_after(variable, scope, sync)
+            done = base.restore(self, restored_tensors, restored_shapes)
+            with tf1.control_dependencies([done]), tf1.name_scope(None):
+                return py_func(lambda: _NEED_ROWS.add(table.name) or np.int64(0), [],
+                               tf1.int64, name="sok1x_rows_from_restored_variable").op
+    return Syncing()
 
 
 def _saver_scope():
