@@ -88,9 +88,11 @@ def _seconds(utc_time):
     return float(utc_time)
 
 
-def incremental_model_dump(vars, utc_time):  # noqa: A002
+def incremental_model_dump(vars, utc_time, sess=None):  # noqa: A002
     """Returns (keys, values), lists with one NumPy array per variable: the rows inserted or
     updated at or after `utc_time` (a datetime, naive meaning UTC, or seconds since the epoch),
-    the same on every rank. Collective; runs at once, between steps."""
+    the same on every rank. Collective; runs at once, between steps. sess: SOK's TF1 form
+    passes its session; sok1x reads the tables directly and does not need it."""
+    del sess
     out = checkpoint.incremental_tables(table_names(vars), _seconds(utc_time))
     return [keys for keys, _ in out], [values for _, values in out]
