@@ -1,0 +1,125 @@
+"""Storage of checkpoint files in a folder (DESIGN D8): a streaming writer and reader of shard
+files, each checksummed as it goes, and the atomic write of small files (the manifest).
+
+A file is written under a temporary name and renamed into place once complete and on disk
+(fsync), so a crash leaves either the whole file or none. The reader checks the size the manifest
+promises before it reads a byte, and the checksum once it has read the last.
+"""
+import os
+import uuid
+import zlib
+
+import numpy as np
+
+from sok1x.errors import CheckpointError
+
+
+def _temporary_name(path):
+    return "%s.tmp-%s" % (path, uuid.uuid4().hex[:12])
+
+
+class ShardWriter:
+    """Appends buffers to `path` through a temporary file; commit() makes it appear whole."""
+
+    def __init__(self, path):
+        self.path = path
+        self._temporary = _temporary_name(path)
+        self._handle = open(self._temporary, "wb")
+        self.size = 0
+        self.crc32 = 0
+
+    def write(self, data):
+        """Appends `data` (bytes or a NumPy array, written without a copy)."""
+        if isinstance(data, np.ndarray):
+            data = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+        view = memoryview(data)
+        self._handle.write(view)
+        self.crc32 = zlib.crc32(view, self.crc32)
+        self.size += view.nbytes
+
+    def commit(self):
+        """Flushes to disk and renames the file into place; returns (size, crc32)."""
+        self._handle.flush()
+        os.fsync(self._handle.fileno())
+        self._handle.close()
+        os.replace(self._temporary, self.path)
+        return self.size, self.crc32 & 0xFFFFFFFF
+
+    def discard(self):
+        """Drops the temporary file (after a failure)."""
+        if not self._handle.closed:
+            self._handle.close()
+        if os.path.exists(self._temporary):
+            os.remove(self._temporary)
+
+
+class ShardReader:
+    """Reads `path` front to back, checksumming what it reads. Raises CheckpointError naming the
+    file if it is missing or not `size` bytes (at open) or fails crc32 `crc32` (at finish())."""
+
+    def __init__(self, path, size, crc32):
+        self.path = path
+        self._expected = (int(size), int(crc32))
+        try:
+            actual = os.stat(path).st_size
+        except OSError as exc:
+            raise CheckpointError("checkpoint shard %s is missing or unreadable (%s): the "
+                                  "checkpoint is incomplete; restore another one" % (path, exc)
+                                  ) from None
+        if actual != int(size):
+            raise CheckpointError("checkpoint shard %s is %d bytes; the manifest says %d: the "
+                                  "file is truncated or was replaced" % (path, actual, size))
+        self._handle = open(path, "rb")
+        self._crc32 = 0
+        self._read = 0
+
+    def read(self, count):
+        """Returns the next `count` bytes (fewer only at the end of the file)."""
+        data = self._handle.read(int(count))
+        self._crc32 = zlib.crc32(data, self._crc32)
+        self._read += len(data)
+        return data
+
+    def read_into(self, buffer):
+        """Fills `buffer` (a uint8 NumPy array) with the next bytes; raises CheckpointError if
+        the file ends first."""
+        got = self._handle.readinto(memoryview(buffer))
+        if got != buffer.nbytes:
+            raise CheckpointError("checkpoint shard %s ended early: the file is truncated"
+                                  % self.path)
+        self._crc32 = zlib.crc32(memoryview(buffer), self._crc32)
+        self._read += got
+
+    def finish(self):
+        """Checks that the whole file was read and its checksum; closes it."""
+        self._handle.close()
+        size, crc32 = self._expected
+        if self._read != size:
+            raise CheckpointError("checkpoint shard %s holds %d bytes past its rows: the file is "
+                                  "corrupt" % (self.path, size - self._read))
+        if self._crc32 & 0xFFFFFFFF != crc32:
+            raise CheckpointError("checkpoint shard %s fails its checksum: the file is corrupt "
+                                  "(changed after it was written); restore an older checkpoint"
+                                  % self.path)
+
+    def close(self):
+        """Closes the file (after a failure)."""
+        self._handle.close()
+
+
+def write_atomically(path, data):
+    """Writes bytes `data` to `path` through a temporary file renamed over it once on disk."""
+    writer = ShardWriter(path)
+    try:
+        writer.write(data)
+        writer.commit()
+    finally:
+        writer.discard()
+
+
+def remove_quietly(path):
+    """Removes file `path` if it is there."""
+    try:
+        os.remove(path)
+    except OSError:
+        pass
