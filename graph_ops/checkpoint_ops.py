@@ -4,10 +4,12 @@ checkpoint_dir save and restore the table's rows and optimizer slots with no new
 
 A table's saveable carries one small string tensor: its manifest entry (engine/
 checkpoint_manifest.py: dims, slots, placement, each rank's shard file with size and checksum).
-The rows are in shard files beside the checkpoint prefix, '<prefix>.sok1x.<table>.<r>-of-<n>.shard',
-one per rank, written by every rank in parallel (engine/checkpoint.py). TensorFlow writes the
-entry last, in its own index file, so a checkpoint is whole or absent; shards whose checkpoint
-max_to_keep removed are deleted by the next save.
+The rows are in shard files beside the checkpoint prefix, one per table and rank, written by
+every rank in parallel (engine/checkpoint.py). TensorFlow writes the entries last, in its own
+index file, so a checkpoint is whole or absent. The shards are named
+'<prefix>.data-t<table>-of-r<rank>' (base 36, four digits each) because TensorFlow deletes
+'<prefix>.data-?????-of-?????' with the checkpoint (max_to_keep): they go with it; TensorFlow's
+reader opens only its own numbered data files.
 
 All the sok1x tables of one Saver save together: their save ops are chained (control
 dependencies, in the Saver's order, the same on every rank) and the first to run saves every
@@ -19,14 +21,22 @@ import os
 
 import numpy as np
 
-from sok1x.engine import checkpoint, checkpoint_manifest, runtime, shard_storage
+from sok1x.engine import checkpoint, checkpoint_manifest, runtime
 from sok1x.errors import CheckpointError
 from sok1x.graph_ops import init_ops, shared_checkpoint_dir
 from sok1x.graph_ops.tf_compat import py_func, saveable_classes, tf1
 
 TIMEOUT_ENV = "SOK1X_CHECKPOINT_TIMEOUT"
 _DEFAULT_TIMEOUT = 60.0
-SHARD_STEM = ".sok1x"
+_BASE36 = "0123456789abcdefghijklmnopqrstuvwxyz"
+_MOST = 36 ** 4
+
+
+def shard_file_name(stem, table_index, rank):
+    """'<stem>.data-tXXXX-of-rYYYY': table_index and rank in four base-36 digits."""
+    def digits(number):
+        return "".join(_BASE36[(number // 36 ** p) % 36] for p in (3, 2, 1, 0))
+    return "%s.data-t%s-of-r%s" % (stem, digits(table_index), digits(rank))
 
 
 def timeout():
@@ -85,11 +95,15 @@ def save_tables(group, ensure_up, prefix, sharded_filename):
         _bring_up(tables, ensure_up)
         checkpoint.meet("saving sok1x tables %s" % names, timeout(), names)
         directory, stem = os.path.dirname(os.path.abspath(prefix)), os.path.basename(prefix)
-        manifest = checkpoint.save_shards(directory, stem + SHARD_STEM, names)
+        if len(names) > _MOST or runtime.get().size > _MOST:
+            raise CheckpointError("a Saver carries at most %d sok1x tables on at most %d ranks"
+                                  % (_MOST, _MOST))
+        manifest = checkpoint.save_shards(
+            directory, stem, names,
+            name_file=lambda index, rank: shard_file_name(stem, index, rank))
         group.saved = {name: checkpoint_manifest.encode(checkpoint_manifest.make(
             manifest["world_size"], {name: manifest["tables"][name]})) for name in names}
         shared_checkpoint_dir.take_turns(runtime.get(), sharded_filename, timeout())
-        _remove_shards_of_removed_checkpoints(directory, stem + SHARD_STEM)
 
 
 def restore_tables(group, ensure_up, prefix):
@@ -104,29 +118,6 @@ def restore_tables(group, ensure_up, prefix):
         checkpoint.load_shards(os.path.dirname(os.path.abspath(prefix)),
                                [group.restored.get(name) for name in names],
                                "the TensorFlow checkpoint %s" % prefix, names)
-
-
-def _remove_shards_of_removed_checkpoints(directory, current_stem):
-    """Deletes this rank's shard files (and rank 0: those of ranks beyond the job) whose
-    checkpoint's index file is gone (max_to_keep removed it), except the current save's."""
-    rt = runtime.get()
-    try:
-        names = os.listdir(directory)
-    except OSError:
-        return
-    for name in names:
-        cut = name.find(SHARD_STEM + ".")
-        if cut < 0 or not name.endswith(".shard") or name.startswith(current_stem + "."):
-            continue
-        try:
-            rank, size = (int(n) for n in name[:-len(".shard")].rsplit(".", 1)[1].split("-of-"))
-        except ValueError:
-            continue
-        if rank != rt.rank and not (rt.rank == 0 and rank >= rt.size):
-            continue
-        if not os.path.exists(os.path.join(directory, name[:cut] + ".index")):
-            shard_storage.remove_quietly(os.path.join(directory, name))
-        del size
 
 
 def add_saveable(table):

@@ -128,9 +128,9 @@ def _write_shard(rt, table, slots, path, rows_per_chunk):
             "rows": count, "size": size, "crc32": crc32}
 
 
-def save_shards(directory, stem, table_names, slot_prefixes=None):
+def save_shards(directory, stem, table_names, slot_prefixes=None, name_file=None):
     """Collective. Every rank writes its shard of each table into `directory` (made if missing)
-    as shard_file_name(stem, ...): keys, values, the slots whose names start with one of
+    as shard_file_name(stem, ...) (or name_file(table index, rank)): keys, values, the slots whose names start with one of
     `slot_prefixes` + "/" (every slot when None), update times. Returns the manifest (dict, the
     same on every rank) for the caller to write LAST. Raises CheckpointError on every rank if
     any rank could not write."""
@@ -142,8 +142,8 @@ def save_shards(directory, stem, table_names, slot_prefixes=None):
         try:
             os.makedirs(directory, exist_ok=True)
             for table, slots in zip(tables, slot_lists):
-                path = os.path.join(directory, shard_file_name(stem, table.name, rt.rank,
-                                                               rt.size))
+                path = os.path.join(directory, name_file(len(shards), rt.rank) if name_file
+                                    else shard_file_name(stem, table.name, rt.rank, rt.size))
                 rows_per_chunk = checkpoint_format.chunk_rows(table.dim, len(slots),
                                                               chunk_bytes())
                 shards.append(_write_shard(rt, table, slots, path, rows_per_chunk))
