@@ -23,7 +23,7 @@ from mpi4py import MPI  # noqa: E402
 
 import sok1x  # noqa: E402
 from sok1x.backend import cpu_random  # noqa: E402
-from sok1x.embedding_variable import table_of  # noqa: E402
+from sok1x.graph_ops.embedding_tag import table_of# noqa: E402
 from sok1x.engine.op_keys import name_key  # noqa: E402
 
 import timing  # noqa: E402

@@ -12,8 +12,9 @@ Every backend module exposes the same names, and the engine's algorithms call on
     device_context()                       context manager: device arrays may be made inside
     bucket_by_owner(keys, world_size, owner_rule, fixed_rank) -> (perm, counts)
         perm: int64 array, keys[perm] grouped by owner (ascending owner, stable inside an
-        owner); counts: host int64 array [world_size], keys per owner. owner_rule: OWNER_MOD
-        (key % world_size), OWNER_FIXED (fixed_rank), OWNER_HASH (scramble(key) % world_size)
+        owner); counts: host int64 array [world_size], keys per owner. owner_rule
+        (owner_rules.py): OWNER_MOD (key % world_size), OWNER_FIXED (fixed_rank), OWNER_HASH
+        (scramble(key) % world_size)
     owners_of(keys, world_size, owner_rule, fixed_rank) -> int64 owner of each key
     bucket_by_owner_many(keys_list, world_size, owner_rules), unique_many(keys_list, ordered)
         the same for several arrays at once, with one wait for all their sizes
@@ -47,7 +48,6 @@ The cpu backend is the reference the cuda backend is tested against.
 from sok1x.errors import InitError
 
 BACKEND_NAMES = ("auto", "cpu", "cuda")
-OWNER_MOD, OWNER_FIXED, OWNER_HASH = 0, 1, 2  # bucket_by_owner's owner rules
 
 
 def cuda_available():

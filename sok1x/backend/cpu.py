@@ -17,7 +17,8 @@ from sok1x.backend.cpu_optimizers import (  # noqa: F401  (part of the op set: o
     update_rmsprop,
     update_sgd,
 )
-from sok1x.backend import OWNER_FIXED, OWNER_HASH, OWNER_MOD, dlpack
+from sok1x.backend import dlpack
+from sok1x.backend.owner_rules import OWNER_FIXED, OWNER_HASH, OWNER_MOD
 from sok1x.backend.cpu_random import initial_values
 
 NAME = "cpu"

@@ -10,7 +10,8 @@ Call cuda_context.activate(device_ordinal) before the first op (sok1x.init does)
 import numpy as np
 from pycuda import gpuarray
 
-from sok1x.backend import OWNER_MOD, cuda_context, cuda_staging, dlpack
+from sok1x.backend import cuda_context, cuda_staging, dlpack
+from sok1x.backend.owner_rules import OWNER_MOD
 from sok1x.backend import random_init as recipe
 from sok1x.backend.cuda_context import uses_context
 from sok1x.backend.cuda_hash import HashIndex  # noqa: F401  (part of the op set)

@@ -20,7 +20,8 @@ pytest.importorskip("pycuda")
 
 from mpi4py import MPI  # noqa: E402
 
-from sok1x.backend import OWNER_HASH, cpu, random_init  # noqa: E402
+from sok1x.backend import cpu, random_init  # noqa: E402
+from sok1x.backend.owner_rules import OWNER_HASH  # noqa: E402
 from sok1x.engine import api, hybrid_rows, runtime  # noqa: E402
 from sok1x.engine.dynamic_table import DynamicTable, make_dynamic  # noqa: E402
 from sok1x.engine.step_journal import StepJournal  # noqa: E402
