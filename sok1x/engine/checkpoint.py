@@ -130,10 +130,10 @@ def _write_shard(rt, table, slots, path, rows_per_chunk):
 
 def save_shards(directory, stem, table_names, slot_prefixes=None, name_file=None):
     """Collective. Every rank writes its shard of each table into `directory` (made if missing)
-    as shard_file_name(stem, ...) (or name_file(table index, rank)): keys, values, the slots whose names start with one of
-    `slot_prefixes` + "/" (every slot when None), update times. Returns the manifest (dict, the
-    same on every rank) for the caller to write LAST. Raises CheckpointError on every rank if
-    any rank could not write."""
+    as shard_file_name(stem, ...) (or name_file(table index, rank)): keys, values, the slots
+    whose names start with one of `slot_prefixes` + "/" (every slot when None), update times.
+    Returns the manifest (dict, the same on every rank) for the caller to write LAST. Raises
+    CheckpointError on every rank if any rank could not write."""
     what = "saving sok1x tables %s" % list(table_names)
     with _runtime.entered() as rt:
         tables = ready_tables(rt, table_names, what)

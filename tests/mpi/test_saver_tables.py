@@ -7,7 +7,6 @@ table's rows and Adam slots came back, none crossed with another's."""
 import os
 import tempfile
 
-import numpy as np
 import pytest
 from mpi4py import MPI
 from tf_support import global_batch, local_part, session, tf1
