@@ -5,15 +5,15 @@ checkpoint_dir save and restore the table's rows and optimizer slots with no new
 A table's saveable carries one small string tensor: its manifest entry (engine/
 checkpoint_manifest.py: dims, slots, placement, each rank's shard file with size and checksum).
 The rows are in shard files beside the checkpoint prefix, one per table and rank, written by
-every rank in parallel (engine/checkpoint.py). TensorFlow writes the entries last, in its own
-index file, so a checkpoint is whole or absent. The shards are named
-'<prefix>.data-t<table>-of-r<rank>' (base 36, four digits each) because TensorFlow deletes
-'<prefix>.data-?????-of-?????' with the checkpoint (max_to_keep): they go with it; TensorFlow's
-reader opens only its own numbered data files.
+every rank in parallel (engine/checkpoint.py), named so that TensorFlow deletes them with their
+checkpoint (checkpoint.saver_shard_name). TensorFlow writes the entries last, in its own index
+file, so a checkpoint is whole or absent. A Saver run on rank 0 only (the Horovod idiom) saves
+and restores every rank's rows: the other ranks take part at their next op
+(engine/checkpoint_join.py).
 
 All the sok1x tables of one Saver save together: their save ops are chained (control
 dependencies, in the Saver's order, the same on every rank) and the first to run saves every
-table of that Saver in one pass (a meeting that names them all, then the shards); the others hand
+table of that Saver in one pass (a marker that names them all, then the shards); the others hand
 out its entries. The restore ops are chained alike and the last loads every table at once, all or
 nothing. So any number of tables saves at any inter_op_parallelism_threads, never crossing.
 """
@@ -21,28 +21,10 @@ import os
 
 import numpy as np
 
-from sok1x.engine import checkpoint, checkpoint_manifest, runtime
+from sok1x.engine import checkpoint, checkpoint_join, checkpoint_manifest, runtime
 from sok1x.errors import CheckpointError
 from sok1x.graph_ops import init_ops, shared_checkpoint_dir
 from sok1x.graph_ops.tf_compat import py_func, saveable_classes, tf1
-
-TIMEOUT_ENV = "SOK1X_CHECKPOINT_TIMEOUT"
-_DEFAULT_TIMEOUT = 60.0
-_BASE36 = "0123456789abcdefghijklmnopqrstuvwxyz"
-_MOST = 36 ** 4
-
-
-def shard_file_name(stem, table_index, rank):
-    """'<stem>.data-tXXXX-of-rYYYY': table_index and rank in four base-36 digits."""
-    def digits(number):
-        return "".join(_BASE36[(number // 36 ** p) % 36] for p in (3, 2, 1, 0))
-    return "%s.data-t%s-of-r%s" % (stem, digits(table_index), digits(rank))
-
-
-def timeout():
-    """Seconds a save waits for every rank to join it (SOK1X_CHECKPOINT_TIMEOUT, default 60)."""
-    return float(os.environ.get(TIMEOUT_ENV, _DEFAULT_TIMEOUT))
-
 
 class _SaverTables:
     """The sok1x tables of one Saver (one prefix tensor), in the order its ops were built, and
@@ -85,39 +67,44 @@ def _bring_up(tables, ensure_up):
 
 
 def save_tables(group, ensure_up, prefix, sharded_filename):
-    """Collective, run by a Saver's first table op: meets every rank, writes every rank's shard
-    of every table of `group` beside checkpoint `prefix`, takes turns with ranks that share the
-    directory, removes shards of checkpoints that are gone; fills group.saved."""
+    """Collective, run by a Saver's first table op: opens the save (engine/checkpoint_join.py:
+    ranks that do not run it themselves take part at their next op), writes every rank's shard
+    of every table of `group` beside checkpoint `prefix`, and, when every rank saves, takes
+    turns with ranks that share the directory; fills group.saved."""
     tables = list(group.save_tables.values())
     names = [table.name for table in tables]
     prefix = os.fsdecode(prefix)
     with runtime.LOCK:
         _bring_up(tables, ensure_up)
-        checkpoint.meet("saving sok1x tables %s" % names, timeout(), names)
-        directory, stem = os.path.dirname(os.path.abspath(prefix)), os.path.basename(prefix)
-        if len(names) > _MOST or runtime.get().size > _MOST:
+        rt = runtime.get()
+        if len(names) > checkpoint.MOST_SAVER_SHARDS or rt.size > checkpoint.MOST_SAVER_SHARDS:
             raise CheckpointError("a Saver carries at most %d sok1x tables on at most %d ranks"
-                                  % (_MOST, _MOST))
-        manifest = checkpoint.save_shards(
-            directory, stem, names,
-            name_file=lambda index, rank: shard_file_name(stem, index, rank))
+                                  % (checkpoint.MOST_SAVER_SHARDS, checkpoint.MOST_SAVER_SHARDS))
+        description, everyone = checkpoint_join.open_checkpoint(rt, {
+            "kind": "save", "names": names, "directory": os.path.dirname(os.path.abspath(prefix)),
+            "stem": os.path.basename(prefix)})
+        manifest = checkpoint_join.perform(description)
         group.saved = {name: checkpoint_manifest.encode(checkpoint_manifest.make(
             manifest["world_size"], {name: manifest["tables"][name]})) for name in names}
-        shared_checkpoint_dir.take_turns(runtime.get(), sharded_filename, timeout())
+        if everyone:
+            shared_checkpoint_dir.take_turns(rt, sharded_filename, checkpoint_join.timeout())
 
 
 def restore_tables(group, ensure_up, prefix):
     """Collective, run by a Saver's last table restore op: loads every table of `group` from the
-    entries its restore ops left in group.restored and the shards beside `prefix`."""
+    entries its restore ops left in group.restored and the shards beside `prefix` (ranks that do
+    not restore themselves take part at their next op, with this rank's checkpoint)."""
     tables = list(group.restore_tables.values())
     names = [table.name for table in tables]
     prefix = os.fsdecode(prefix)
     with runtime.LOCK:
         _bring_up(tables, ensure_up)
-        checkpoint.meet("restoring sok1x tables %s" % names, timeout(), names)
-        checkpoint.load_shards(os.path.dirname(os.path.abspath(prefix)),
-                               [group.restored.get(name) for name in names],
-                               "the TensorFlow checkpoint %s" % prefix, names)
+        description, _ = checkpoint_join.open_checkpoint(runtime.get(), {
+            "kind": "restore", "names": names,
+            "directory": os.path.dirname(os.path.abspath(prefix)),
+            "manifests": [group.restored.get(name) for name in names],
+            "where": "the TensorFlow checkpoint %s" % prefix})
+        checkpoint_join.perform(description)
 
 
 def add_saveable(table):

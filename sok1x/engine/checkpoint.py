@@ -20,7 +20,6 @@ import numpy as np
 from sok1x.engine import checkpoint_format, checkpoint_load, checkpoint_manifest, hybrid_rows
 from sok1x.engine import placement as placements
 from sok1x.engine import runtime as _runtime
-from sok1x.engine.checkpoint_meeting import meet  # noqa: F401  (re-exported)
 from sok1x.engine.shard_storage import ShardWriter, remove_quietly, write_atomically
 from sok1x.errors import CheckpointError
 
@@ -45,6 +44,20 @@ def shard_file_name(stem, table_name, rank, size):
     """The shard file of `table_name` written by `rank` of `size` ranks, for a save named
     `stem`."""
     return "%s.%s.%d-of-%d.shard" % (stem, file_name(table_name), rank, size)
+
+
+_BASE36 = "0123456789abcdefghijklmnopqrstuvwxyz"
+MOST_SAVER_SHARDS = 36 ** 4
+
+
+def saver_shard_name(stem, table_index, rank):
+    """'<stem>.data-tXXXX-of-rYYYY' (table_index and rank in four base-36 digits): a Saver's
+    shard beside checkpoint prefix `stem`. TensorFlow deletes '<prefix>.data-?????-of-?????'
+    with the checkpoint (max_to_keep), so the shards go with it; its reader opens only its own
+    numbered data files."""
+    def digits(number):
+        return "".join(_BASE36[(number // 36 ** p) % 36] for p in (3, 2, 1, 0))
+    return "%s.data-t%s-of-r%s" % (stem, digits(table_index), digits(rank))
 
 
 def ready_tables(rt, names, what):

@@ -47,6 +47,8 @@ def exchange_header(runtime, op, send_counts=None, local_error=None):
         record[:, 2] = counts.reshape(size)
     ones = np.ones(size, dtype=np.int64)
     received = runtime.host.all_to_all_v(record, ones, ones)
+    while _joined_checkpoint(runtime, received[:, 0], record[0, 0]):
+        received = runtime.host.all_to_all_v(record, ones, ones)
     keys = received[:, 0]
     if np.any(keys != keys[0]):
         # Every rank sees the same keys, so every rank is here: the names can be gathered.
@@ -65,6 +67,24 @@ def exchange_header(runtime, op, send_counts=None, local_error=None):
     if counts.shape[1] == 1:
         return received[:, 2:3].copy()
     return runtime.host.all_to_all_v(counts, ones, ones)
+
+
+# Checkpoints (DESIGN D8, engine/checkpoint_join.py): a save or restore opens with a marker in
+# an op header's place, and ranks in an op take part in rank 0's before their own op goes on.
+def exchange_marker(runtime, key):
+    """Collective: sends every rank a header record whose op is `key` (a checkpoint marker);
+    returns the op keys every rank sent (int64 [size]). No step or tower bookkeeping."""
+    record = np.zeros((runtime.size, 3), dtype=np.int64)
+    record[:, 0] = key
+    ones = np.ones(runtime.size, dtype=np.int64)
+    return runtime.host.all_to_all_v(record, ones, ones)[:, 0].copy()
+
+
+def _joined_checkpoint(runtime, keys, own_key):
+    if runtime.size == 1:
+        return False
+    from sok1x.engine import checkpoint_join
+    return checkpoint_join.join_if_asked(runtime, keys, own_key)
 
 
 def confirm_same_op(runtime, op):
