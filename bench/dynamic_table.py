@@ -19,16 +19,13 @@ The PCIe figure is a timed 256 MiB host-to-device copy from page-locked memory; 
 is what it allows hybrid's gather: (2^30 keys/s) = bandwidth / (dim * 4 bytes * host share).
 HierarchicalKV's H200 figures are stored beside ours.
 """
-import argparse
-import os
 import sys
 import types
 
 import numpy as np
 
-import timing
-from hash_table import HIT_RATE, HKV_H200, keys_of, query_sets
-from rows import load_backend
+import harness
+from hash_table import HIT_RATE, HKV_H200, keys_of, op_figures, rotations
 
 ROWS = 1 << 26
 KEYS_PER_CALL = 1 << 20
@@ -73,31 +70,24 @@ def pcie_gib_per_s(backend, timer):
 
         def copy():
             driver.memcpy_htod_async(device, host, cuda_context.stream())
-        ms = timing.median(timer.time_ms(copy, 5))
+        ms = harness.median(timer.time_ms(copy, 5))
     return nbytes / 2 ** 30 / (ms / 1e3)
 
 
 def measure(backend, timer, var_type, rows, keys_per_call, dim, repeats, rng):
     table, held = make_table(backend, var_type, rows, dim, rng)
-    finds, inserts = query_sets(held, keys_per_call, rng)
-    finds = [backend.asarray(k) for k in finds]
-    inserts = [backend.asarray(k) for k in inserts]
+    finds, inserts = rotations(backend, held, keys_per_call, rng)
     from sok1x.engine import hybrid_rows
     journal = table.journal
-    turn = [0]
-
-    def next_of(sets):
-        turn[0] += 1
-        return sets[turn[0] % len(sets)]
 
     def find():
-        table.gather(table.index.find(next_of(finds)))
+        table.gather(table.index.find(finds()))
 
     new_per_call = keys_per_call - int(keys_per_call * HIT_RATE)
     placed = []
 
     def find_or_insert():
-        keys = next_of(inserts)
+        keys = inserts()
         pool, _ = table._take_rows(new_per_call)
         found, new_keys, new_rows = table.index.find_or_insert(keys,
                                                                row_pool=backend.asarray(pool))
@@ -106,7 +96,7 @@ def measure(backend, timer, var_type, rows, keys_per_call, dim, repeats, rng):
         placed.append(new_keys)
 
     def find_or_insert_engine():
-        keys = next_of(inserts)
+        keys = inserts()
         assert table.capacity_error(keys) is None
         table.gather(table.rows_of(keys, True))
 
@@ -127,40 +117,32 @@ def measure(backend, timer, var_type, rows, keys_per_call, dim, repeats, rng):
         for name, run, before in (("find", find, None),
                                   ("find_or_insert", find_or_insert, erase_placed),
                                   ("find_or_insert_engine", find_or_insert_engine, new_step)):
-            ms = timing.median(timer.time_ms(run, repeats, warmup=2, before=before))
-            entry[name] = {"ms": ms, "gkeys_per_s": keys_per_call / ms * 1e3 / 2 ** 30}
+            entry[name] = op_figures(timer.time_ms(run, repeats, warmup=2, before=before),
+                                     keys_per_call)
         journal.rollback()
         erase_placed()
-    timing.log("%s dim %d: find %.2f, find_or_insert %.2f (engine path %.2f) [2^30 keys/s]" % (
+    harness.log("%s dim %d: find %.2f, find_or_insert %.2f (engine path %.2f) [2^30 keys/s]" % (
         var_type, dim, entry["find"]["gkeys_per_s"], entry["find_or_insert"]["gkeys_per_s"],
         entry["find_or_insert_engine"]["gkeys_per_s"]))
     return entry
 
 
 def main(argv):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--backend", default="cuda", choices=("cuda", "cpu"))
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--scale", type=int, default=1, help="divide the sizes (quick checks)")
-    parser.add_argument("--repeats", type=int, default=7)
-    args = parser.parse_args(argv)
-    backend = load_backend(args.backend)
-    timer = timing.StreamTimer(backend)
-    rng = np.random.default_rng(int(os.environ.get("SOK1X_BENCH_SEED", "5")))
+    args = harness.parser(__doc__, backend=True, out=True, scale=True, repeats=7).parse_args(argv)
+    backend = harness.backend_module(args.backend)
+    timer = harness.StreamTimer(backend)
+    rng = harness.seeded_rng()
     bandwidth = pcie_gib_per_s(backend, timer)
     results = {"hkv": HKV_H200, "pcie_h2d_gib_per_s": bandwidth, "grid": [],
-               "environment": timing.environment()}
+               "environment": harness.environment()}
     for var_type in ("hbm", "hybrid"):
         entry = measure(backend, timer, var_type, ROWS // args.scale,
                         KEYS_PER_CALL // args.scale, DIM, args.repeats, rng)
         if var_type == "hybrid" and bandwidth:
             entry["pcie_bound_gkeys_per_s"] = bandwidth / (DIM * 4 * 0.5)
         results["grid"].append(entry)
-        timing.write_json(args.out, results)
-        if backend.NAME == "cuda":
-            from sok1x.backend import cuda_context
-            backend.synchronize()
-            cuda_context.memory_pool().free_held()
+        harness.write_json(args.out, results)
+        harness.release_memory(backend)
 
 
 if __name__ == "__main__":

@@ -26,22 +26,12 @@ from sok1x.engine import api, hybrid_rows, runtime  # noqa: E402
 from sok1x.engine.dynamic_table import DynamicTable, make_dynamic  # noqa: E402
 from sok1x.engine.step_journal import StepJournal  # noqa: E402
 
-pytestmark = pytest.mark.timeout(300, method="thread")
+pytestmark = [pytest.mark.timeout(300, method="thread"), pytest.mark.usefixtures("engine")]
 COMM = MPI.COMM_WORLD
 SPEC = random_init.make_spec("normal", 0.0, 0.5, seed=9)
 DIM = 8
 HYPER = {"adagrad": {"lr": 0.3, "epsilon": 1e-7},
          "adam": {"lr_t": 0.01, "beta1": 0.9, "beta2": 0.999, "epsilon": 1e-7}}
-
-
-@pytest.fixture(scope="module", autouse=True)
-def engine():
-    from sok1x.backend import cuda_available
-    if not cuda_available()[0]:
-        pytest.skip("no GPU")
-    rt = runtime.init(backend="cuda")
-    assert rt.backend.NAME == "cuda"
-    return rt
 
 
 def lone_table(backend, name, dynamic):
