@@ -190,7 +190,7 @@ def load_shards(directory, manifests, where, table_names, slot_prefixes=None):
                 [checkpoint_manifest.decode(data, where) for data in manifests])
             for table in tables:
                 entry = checkpoint_manifest.entry_of(manifest, table.name, where)
-                shard = make_table(rt, table.name, *table.settings)
+                shard = make_table(rt, table.name, *table.settings, initialize=False)
                 checkpoint_load.read_table(rt, table, entry, directory, slot_prefixes, shard)
                 fresh.append(shard)
         except CheckpointError as exc:

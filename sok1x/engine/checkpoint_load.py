@@ -71,20 +71,39 @@ class _RowSink:
                     "or restore on more ranks" % (where, int(keys[trained][0]), fresh.name,
                                                   self.rt.size, limit))
             keep &= ~beyond  # untrained rows beyond the limit are fresh rows: the same anyway
-        chosen = np.flatnonzero(keep)
-        if not chosen.size:
-            return
-        mine = keys[chosen]
-        rows = self._rows_for(mine, where)
-        backend = self.backend
-        device_rows = backend.asarray(rows)
-        fresh.put(device_rows, backend.asarray(np.ascontiguousarray(values[chosen])))
+        if keep.all():  # a shard read by its own rank: every row, no copies
+
+            def mine(array):
+                return array
+        else:
+            chosen = np.flatnonzero(keep)
+            if not chosen.size:
+                return
+
+            def mine(array):
+                return np.ascontiguousarray(array[chosen])
+        rows = self._rows_for(mine(keys), where)
+        first = int(rows[0]) if _contiguous(rows) else None
+        device_rows = None if first is not None else self.backend.asarray(rows)
+
+        def put(array, source):
+            if first is not None and isinstance(array, np.ndarray):  # the cpu backend
+                array[first:first + rows.size] = source
+            else:
+                hybrid_rows.put_rows(self.backend, array, device_rows if device_rows is not None
+                                     else self.backend.asarray(rows),
+                                     self.backend.asarray(source))
+        put(fresh.values, mine(values))
         for (name, initial), array in zip(self.slot_names, slots):
             if name is not None:
-                hybrid_rows.put_rows(backend, fresh.slot(name, initial), device_rows,
-                                     backend.asarray(np.ascontiguousarray(array[chosen])))
-        backend.put_rows(fresh.times, device_rows,
-                         backend.asarray(np.ascontiguousarray(times[chosen])))
+                put(fresh.slot(name, initial), mine(array))
+        put(fresh.times, mine(times))
+
+    def finish(self):
+        """Gives the rows of a table without a hash table that no file held their initial
+        values (the fresh shard was made without them)."""
+        if self.seen is not None and not self.seen.all():
+            self.fresh.initialize_rows(np.flatnonzero(~self.seen))
 
     def _rows_for(self, keys, where):
         fresh, backend = self.fresh, self.backend
@@ -116,6 +135,12 @@ class _RowSink:
         if hasattr(fresh, "_high_water"):
             fresh._high_water = needed
         return rows
+
+
+def _contiguous(rows):
+    """True if host rows are first, first + 1, ..., first + n - 1 (n >= 1)."""
+    return bool(rows.size) and int(rows[-1]) - int(rows[0]) == rows.size - 1 and (
+        rows.size < 3 or bool(np.all(np.diff(rows) == 1)))
 
 
 def _repeated(keys, seen, rows):
@@ -158,3 +183,4 @@ def read_table(rt, table, entry, directory, slot_prefixes, fresh):
             reader.finish()
         finally:
             reader.close()
+    sink.finish()

@@ -8,6 +8,7 @@ promises before it reads a byte, and the checksum once it has read the last.
 import os
 import uuid
 import zlib
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -19,27 +20,43 @@ def _temporary_name(path):
 
 
 class ShardWriter:
-    """Appends buffers to `path` through a temporary file; commit() makes it appear whole."""
+    """Appends buffers to `path` through a temporary file; commit() makes it appear whole.
+    A thread writes each buffer while the caller checksums and prepares the next (both release
+    the GIL), so at most two buffers are alive: the one being written and the next."""
 
     def __init__(self, path):
         self.path = path
         self._temporary = _temporary_name(path)
-        self._handle = open(self._temporary, "wb")
+        self._handle = open(self._temporary, "wb", buffering=0)
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sok1x-shard-write")
+        self._pending = None
         self.size = 0
         self.crc32 = 0
 
     def write(self, data):
-        """Appends `data` (bytes or a NumPy array, written without a copy)."""
+        """Appends `data` (bytes or a NumPy array, written without a copy; it must not change
+        until the next write or commit returns)."""
         if isinstance(data, np.ndarray):
             data = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
         view = memoryview(data)
-        self._handle.write(view)
         self.crc32 = zlib.crc32(view, self.crc32)
         self.size += view.nbytes
+        self._wait()
+        self._pending = self._thread.submit(self._write_all, view)
+
+    def _write_all(self, view):
+        while view.nbytes:
+            view = view[self._handle.write(view):]
+
+    def _wait(self):
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.result()  # raises the write's OSError here
 
     def commit(self):
         """Flushes to disk and renames the file into place; returns (size, crc32)."""
-        self._handle.flush()
+        self._wait()
+        self._thread.shutdown()
         os.fsync(self._handle.fileno())
         self._handle.close()
         os.replace(self._temporary, self.path)
@@ -47,6 +64,11 @@ class ShardWriter:
 
     def discard(self):
         """Drops the temporary file (after a failure)."""
+        try:
+            self._wait()
+        except OSError:
+            pass
+        self._thread.shutdown()
         if not self._handle.closed:
             self._handle.close()
         if os.path.exists(self._temporary):
