@@ -7,8 +7,8 @@ promises before it reads a byte, and the checksum once it has read the last.
 """
 import os
 import uuid
+import threading
 import zlib
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -28,8 +28,7 @@ class ShardWriter:
         self.path = path
         self._temporary = _temporary_name(path)
         self._handle = open(self._temporary, "wb", buffering=0)
-        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sok1x-shard-write")
-        self._pending = None
+        self._pending = None  # (thread, [error]) of the write in flight
         self.size = 0
         self.crc32 = 0
 
@@ -42,21 +41,35 @@ class ShardWriter:
         self.crc32 = zlib.crc32(view, self.crc32)
         self.size += view.nbytes
         self._wait()
-        self._pending = self._thread.submit(self._write_all, view)
+        errors = []
+        thread = threading.Thread(target=self._write_all, args=(view, errors),
+                                  name="sok1x-shard-write", daemon=True)
+        try:
+            thread.start()
+        except RuntimeError:  # no new threads at interpreter exit (a save from atexit)
+            self._write_all(view, errors)
+            thread = None
+        self._pending = (thread, errors)
 
-    def _write_all(self, view):
-        while view.nbytes:
-            view = view[self._handle.write(view):]
+    def _write_all(self, view, errors):
+        try:
+            while view.nbytes:
+                view = view[self._handle.write(view):]
+        except OSError as exc:
+            errors.append(exc)
 
     def _wait(self):
         pending, self._pending = self._pending, None
         if pending is not None:
-            pending.result()  # raises the write's OSError here
+            thread, errors = pending
+            if thread is not None:
+                thread.join()
+            if errors:
+                raise errors[0]
 
     def commit(self):
         """Flushes to disk and renames the file into place; returns (size, crc32)."""
         self._wait()
-        self._thread.shutdown()
         os.fsync(self._handle.fileno())
         self._handle.close()
         os.replace(self._temporary, self.path)
@@ -68,7 +81,6 @@ class ShardWriter:
             self._wait()
         except OSError:
             pass
-        self._thread.shutdown()
         if not self._handle.closed:
             self._handle.close()
         if os.path.exists(self._temporary):

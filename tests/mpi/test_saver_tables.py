@@ -6,6 +6,7 @@ uninterrupted run: training on from a restored checkpoint repeats it bit for bit
 table's rows and Adam slots came back, none crossed with another's."""
 import os
 import tempfile
+import time
 
 import pytest
 from mpi4py import MPI
@@ -112,3 +113,24 @@ def test_monitored_training_session_restores_three_tables(shared_dir, shared, th
     resumed = _monitored(directory, batches[3:], threads)
     assert first == whole[:3]
     assert resumed == whole[3:]
+
+
+def test_a_save_by_a_rank_other_than_0_alone_fails_at_once_on_every_rank(shared_dir):
+    if COMM.size == 1:
+        pytest.skip("needs two ranks")
+    sok1x.init(backend="cpu")
+    batches = _batches(2)
+    with tf1.Graph().as_default() as graph:
+        keys, loss, train = _model()
+        saver = tf1.train.Saver()
+        with session(graph) as sess:
+            sess.run(tf1.global_variables_initializer())
+            _losses(sess, keys, loss, train, batches[:1])
+            started = time.monotonic()
+            with pytest.raises(Exception) as info:  # TensorFlow wraps the CheckpointError
+                if COMM.rank == COMM.size - 1:
+                    saver.save(sess, os.path.join(shared_dir, "alone"))
+                else:
+                    sess.run(train, {keys: batches[1]})
+    assert "while rank 0 does not" in str(info.value)
+    assert time.monotonic() - started < 20
