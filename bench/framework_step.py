@@ -3,7 +3,8 @@
     mpiexec -n 2 python3 bench/framework_step.py --out results/fw2.json
 
 Per workload (workloads.py: seed, dlrm; dlrm26 = dlrm's 26 features as 26 tables in one fused
-lookup), from one initial table, the same LazyAdam step (forward lookup, top gradient = output,
+lookup; dlrm_dynamic = dlrm on a DynamicVariable, "hbm" beside "hybrid", run_dynamic), from one
+initial table, the same LazyAdam step (forward lookup, top gradient = output,
 backward exchange, update) five ways:
 
     sok1x_dlpack   the zero-copy seam with PyTorch as the framework: keys, outputs, gradients and
@@ -301,6 +302,73 @@ def run_workload(rt, name, device, steps, repeats, scale):
     return entries
 
 
+# Issue 21: dlrm's step on a DynamicVariable, var_type "hbm" beside "hybrid" -------------------
+def run_dynamic(rt, steps, repeats, scale):
+    """dlrm's step (sok1x_device) on one hash-placed DynamicVariable per var_type: "hbm", and
+    "hybrid" whose GPU part holds half of the rows the batches' distinct keys take (later rows,
+    the keys first seen later, in page-locked host memory). Returns entries like run_workload's
+    plus the hybrid / hbm ratio."""
+    from sok1x.engine.dynamic_table import make_dynamic
+    w = workloads.workload("dlrm", rt.size, scale)
+    batches = workloads.Batches(w, rt.rank, rt.size)
+    keys_device = [rt.backend.asarray(k) for k in batches.keys]
+    distinct = len(np.unique(np.concatenate([k.reshape(-1) for k in batches.keys])))
+    per_rank = int(job_max(distinct))  # an upper bound for any owner
+    capacity = 1 << int(np.ceil(np.log2(2 * per_rank)))
+    hbm_gib = per_rank // (2 * rt.size) * w.dim * 4 / 2 ** 30
+    runs, names = {}, {}
+    for var_type, gib in (("hbm", 0.0), ("hybrid", hbm_gib)):
+        name = names[var_type] = "fw_dyn_" + var_type
+        api.create_table(name, w.dim, capacity, True, SPEC, replace=True, placement="hash",
+                         dynamic=make_dynamic(var_type, capacity, capacity, "lru", gib))
+        runs[var_type] = functools.partial(
+            lambda sok, s: sok.device(keys_device[s % 3]), SokVariants(rt, w, [name]))
+
+    def synchronize():
+        rt.backend.synchronize()
+
+    timed = {variant: harness.Steps(run) for variant, run in runs.items()}
+    for run in timed.values():  # warm-up: every batch's keys inserted
+        harness.wall_ms(run, 3, synchronize)
+    times = {v: [] for v in runs}
+    for _ in range(repeats):
+        for variant, run in timed.items():
+            harness.barrier()
+            times[variant].append(job_max(harness.wall_ms(run, steps, synchronize)))
+    table = rt.tables[names["hybrid"]]
+    held = table.index.size
+    host_share = job_max(max(0, held - table.hbm_rows) / max(held, 1))
+    host_rows, held_rows = [], []
+    with runtime.entered():  # a step's distinct host rows: PCIe bytes = rows * row bytes * 7
+        for keys in keys_device:
+            unique_keys, _ = rt.backend.unique(keys.reshape(-1))
+            rows = rt.backend.to_host(table.index.find(unique_keys))
+            host_rows.append(np.count_nonzero(rows >= table.hbm_rows))
+            held_rows.append(np.count_nonzero(rows >= 0))
+    host_rows = int(job_max(np.mean(host_rows)))
+    say("dlrm_dynamic hybrid: %d distinct rows per step in host memory of %d (mean of the "
+        "batches; forward read and LazyAdam's var, m, v read and written: %.1f MB over PCIe)"
+        % (host_rows, int(np.mean(held_rows)), host_rows * w.dim * 4 * 7 / 1e6))
+    entries = []
+    for variant, ms in times.items():
+        entries.append({"workload": "dlrm_dynamic", "variant": "sok1x_device_" + variant,
+                        "ranks": rt.size, "global_batch": w.global_batch,
+                        "capacity_per_rank": capacity,
+                        "hbm_rows": table.hbm_rows if variant == "hybrid" else None,
+                        "host_share_of_held_rows_max": host_share if variant == "hybrid" else 0,
+                        "distinct_keys_per_rank_max": per_rank,
+                        "host_rows_per_step_max": host_rows if variant == "hybrid" else 0})
+        entries[-1].update(harness.summary(ms, SUMMARY_NAMES))
+        say("dlrm_dynamic %-7s %d ranks: %8.3f ms/step (min %.3f, max %.3f)" % (
+            variant, rt.size, entries[-1]["ms_per_step"], min(ms), max(ms)))
+    entries[-1]["hybrid_over_hbm"] = entries[1]["ms_per_step"] / entries[0]["ms_per_step"]
+    say("dlrm_dynamic hybrid / hbm: %.2f (held rows in host memory: %.2f)" % (
+        entries[-1]["hybrid_over_hbm"], host_share))
+    for name in names.values():
+        rt.tables.pop(name, None)
+    return entries
+
+
 def main(argv):
     args = parse_args(argv)
     rt = harness.start_engine(args.backend)
@@ -317,8 +385,11 @@ def main(argv):
     for name in args.workloads.split(","):
         started = time.time()
         try:
-            payload["steps"] += run_workload(rt, name, device, args.steps, args.repeats,
-                                             args.scale)
+            if name == "dlrm_dynamic":
+                payload["steps"] += run_dynamic(rt, args.steps, args.repeats, args.scale)
+            else:
+                payload["steps"] += run_workload(rt, name, device, args.steps, args.repeats,
+                                                 args.scale)
         except Exception as exc:  # keep the other workloads' figures; the log has the trace
             import traceback
             traceback.print_exc()

@@ -6,7 +6,7 @@
 
 Order of launches (the report lists them in this order): gather dim 16 and 128, scatter-add dim 16
 and 128 (each current, then candidate when given), then on a 2^24-slot table at load 0.5 with 1M
-keys (60% held): hash_count_missing, hash_insert_missing, hash_find; unique of 1M owner rows;
+keys (60% held): hash_count_missing, hash_find_or_insert, hash_find; unique of 1M owner rows;
 bucket_by_owner of 1M keys over 4 owners; the LazyAdam update of 1M rows of dim 128.
 """
 import sys
