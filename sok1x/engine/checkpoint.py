@@ -157,8 +157,10 @@ def save_shards(directory, stem, table_names, slot_prefixes=None, name_file=None
             for table, slots in zip(tables, slot_lists):
                 path = os.path.join(directory, name_file(len(shards), rt.rank) if name_file
                                     else shard_file_name(stem, table.name, rt.rank, rt.size))
+                # Half a chunk per file chunk: the writer's thread and the reader's prefetch
+                # hold two at once.
                 rows_per_chunk = checkpoint_format.chunk_rows(table.dim, len(slots),
-                                                              chunk_bytes())
+                                                              chunk_bytes() // 2)
                 shards.append(_write_shard(rt, table, slots, path, rows_per_chunk))
         except (OSError, MemoryError) as exc:
             error = CheckpointError("rank %d cannot write its shard into %s: %s"

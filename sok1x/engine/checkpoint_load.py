@@ -172,11 +172,9 @@ def read_table(rt, table, entry, directory, slot_prefixes, fresh):
                 raise CheckpointError("%s holds %d rows; the manifest says %d" % (
                     path, header["rows"], int(shard["rows"])))
             step = max(1, min(header["chunk_rows"], header["rows"]))  # the writer's chunks
-            buffer = np.empty(step * per_row, np.uint8)
-            for start in range(0, header["rows"], step):
-                count = min(step, header["rows"] - start)
-                piece = buffer[:count * per_row]
-                reader.read_into(piece)
+            counts = [min(step, header["rows"] - start)
+                      for start in range(0, header["rows"], step)]
+            for count, piece in zip(counts, reader.chunks([c * per_row for c in counts])):
                 keys, values, slot_arrays, times = checkpoint_format.split_chunk(
                     piece, count, table.dim, len(slots))
                 sink.add(keys, values, slot_arrays, times, path)

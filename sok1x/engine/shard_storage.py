@@ -124,6 +124,42 @@ class ShardReader:
         self._crc32 = zlib.crc32(memoryview(buffer), self._crc32)
         self._read += got
 
+    def chunks(self, sizes):
+        """Yields the file's next pieces of `sizes` bytes, as uint8 arrays, each valid until the
+        next is asked for. A thread reads (and checksums) the next piece while the caller works
+        on this one: two buffers of the largest size."""
+        if not sizes:
+            return
+        largest = max(sizes)
+        buffers = [np.empty(largest, np.uint8), np.empty(largest if len(sizes) > 1 else 0,
+                                                         np.uint8)]
+        errors = []
+
+        def fill(index):
+            try:
+                self.read_into(buffers[index % 2][:sizes[index]])
+            except (CheckpointError, OSError) as exc:
+                errors.append(exc)
+        fill(0)
+        for index in range(len(sizes)):
+            if errors:
+                raise errors[0]
+            ahead = None
+            if index + 1 < len(sizes):
+                ahead = threading.Thread(target=fill, args=(index + 1,), daemon=True,
+                                         name="sok1x-shard-read")
+                try:
+                    ahead.start()
+                except RuntimeError:  # no new threads at interpreter exit
+                    ahead = None
+            try:
+                yield buffers[index % 2][:sizes[index]]
+            finally:
+                if ahead is not None:
+                    ahead.join()
+            if ahead is None and index + 1 < len(sizes):
+                fill(index + 1)
+
     def finish(self):
         """Checks that the whole file was read and its checksum; closes it."""
         self._handle.close()
