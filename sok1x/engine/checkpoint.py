@@ -20,6 +20,7 @@ import numpy as np
 from sok1x.engine import checkpoint_format, checkpoint_load, checkpoint_manifest, hybrid_rows
 from sok1x.engine import placement as placements
 from sok1x.engine import runtime as _runtime
+from sok1x.engine.exchange_header import confirm_same_op
 from sok1x.engine.shard_storage import ShardWriter, remove_quietly, write_atomically
 from sok1x.errors import CheckpointError
 
@@ -232,6 +233,7 @@ def dump_tables(path, table_names, slot_prefixes=None):
     tables' previous shards are removed once the new manifest is in place. A crash leaves the
     previous manifest and its shards: the tables load whole, as they were, or as they are now."""
     with _runtime.entered() as rt:
+        confirm_same_op(rt, "sok1x.dump")  # a training step on another rank: OrderError
         previous = _previous_entries(path)
         stem = "dump-%s" % rt.host.broadcast_object(
             "%d-%s" % (int(time.time()), uuid.uuid4().hex[:8]) if rt.rank == 0 else None)
@@ -259,7 +261,9 @@ def load_tables(path, table_names, slot_prefixes=None):
     redistributed over this job's ranks. Raises CheckpointError on every rank, changing no
     table, for a missing manifest or shard, a corrupt or truncated file, or a mismatched table."""
     where = os.path.join(path, MANIFEST_NAME)
-    load_shards(path, [_read_quietly(where)], where, table_names, slot_prefixes)
+    with _runtime.entered() as rt:
+        confirm_same_op(rt, "sok1x.load")  # a training step on another rank: OrderError
+        load_shards(path, [_read_quietly(where)], where, table_names, slot_prefixes)
 
 
 def incremental_tables(table_names, since_utc):
@@ -267,6 +271,7 @@ def incremental_tables(table_names, since_utc):
     the rows inserted or updated at or after `since_utc` (seconds since the epoch)."""
     out = []
     with _runtime.entered() as rt:
+        confirm_same_op(rt, "sok1x.incremental_model_dump")  # against a step: OrderError
         tables = ready_tables(rt, table_names, "sok1x.incremental_model_dump")
         for table in tables:
             keys, rows = _held_rows(rt, table)
