@@ -133,6 +133,9 @@ def perform(description):
     return None
 
 
+exchange_header.handle_markers_with(join_if_asked)
+
+
 def _register_farewell(rt):
     """Once this job checkpoints on rank 0 alone: at exit, meet rank 0 once more (a last save
     of rank 0 finds this rank there), unless this rank is failing."""

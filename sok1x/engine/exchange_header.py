@@ -170,15 +170,23 @@ def exchange_marker(runtime, key):
     return received[:, _OP].copy()
 
 
+_MARKER_HANDLER = []  # checkpoint_join.join_if_asked, set when that module is imported
+
+
+def handle_markers_with(handler):
+    """Makes handler(runtime, keys, own_key) -> bool see every header's op keys (the checkpoint
+    module registers itself: importing it from here would close an import circle)."""
+    _MARKER_HANDLER[:] = [handler]
+
+
 def _joined_checkpoint(runtime, op, keys, own_key):
     """Takes part in rank 0's checkpoint if it asks (True: repeat the header). A rank other than
     0 checkpointing alone fails this call of the op everywhere: its tower's count is taken back,
     as for ranks in different ops."""
-    if runtime.size == 1:
+    if runtime.size == 1 or not _MARKER_HANDLER:
         return False
-    from sok1x.engine import checkpoint_join
     try:
-        return checkpoint_join.join_if_asked(runtime, keys, own_key)
+        return _MARKER_HANDLER[0](runtime, keys, own_key)
     except Exception:
         if op is not None and op.position == 0:
             CLOCK.take_back(op.tower)
