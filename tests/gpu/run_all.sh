@@ -22,8 +22,11 @@ fi
 export PYTHONPATH="$site"
 cd /tmp
 status=0
+ran=
 suite() {  # name, ranks, test path, extra pytest args
   local name=$1 ranks=$2 path=$3; shift 3
+  case " $ran " in *" $name "*) return ;; esac  # at 1 GPU the N-GPU suites are the 1-GPU ones
+  ran="$ran $name"
   if [ "$ranks" = serial ]; then
     python3 -m pytest -q -p no:cacheprovider --color=no "$@" "$repo/$path" >"$logs/$name.log" 2>&1
   else
