@@ -144,7 +144,9 @@ def lookup_forward_many(runtime, tables, op, keys_list, training, local_error=No
     if error is None:
         error = key_check.error
     flag = None if error is not None else key_check.flag
-    describe = (lambda: _described(backend, key_check))
+
+    def describe():
+        return _described(backend, key_check)
     send_counts = np.zeros((size, len(tables)), dtype=np.int64)
     prepared = []
     if error is None and size == 1:  # alone, nothing crosses a network: no de-duplication
