@@ -10,7 +10,7 @@ Call cuda_context.activate(device_ordinal) before the first op (sok1x.init does)
 import numpy as np
 from pycuda import gpuarray
 
-from sok1x.backend import OWNER_MOD, cuda_context, cuda_staging, dlpack
+from sok1x.backend import OWNER_MOD, cuda_context, dlpack
 from sok1x.backend import random_init as recipe
 from sok1x.backend.cuda_context import uses_context
 from sok1x.backend.cuda_hash import HashIndex  # noqa: F401  (part of the op set)
@@ -31,6 +31,7 @@ from sok1x.backend.cuda_launch import (
     COUNTS,
     copy_rows_async,
     device_array,
+    download as _download,
     empty as _pooled_empty,
     exclusive_scan,
     fill_bytes,
@@ -495,7 +496,7 @@ def to_dlpack(array):
     C-contiguous and 64-byte aligned); the array lives until the consumer drops the tensor."""
     array = device_array(array, "array") if not is_device_array(array) else array
     if not array.flags.c_contiguous:
-        array = to_device(np.ascontiguousarray(array.get()))
+        array = to_device(_download(array, "a copy of a strided array for DLPack"))
     elif ptr(array) % _ALIGNMENT:
         aligned = _pooled_empty(array.shape, array.dtype)
         copy_rows_async(aligned.reshape(-1), 0, array.reshape(-1), 0, array.size)
@@ -521,7 +522,7 @@ def release_to_framework():
 @uses_context
 def upload_staged(host_array):
     """Returns a GPUArray copy of a host array through page-locked staging (queued)."""
-    return cuda_staging.upload(host_array)
+    return to_device(host_array)
 
 
 @uses_context
@@ -529,4 +530,4 @@ def download_staged(array):
     """Returns `array` as a NumPy view of a reused page-locked buffer (one copy, one wait)."""
     if not is_device_array(array):
         return np.asarray(array)
-    return cuda_staging.download(array)
+    return _download(array, "a staged copy to the host")

@@ -11,7 +11,7 @@ import pycuda.driver as driver
 from pycuda import gpuarray
 
 from sok1x import cuda_kernels as kernels
-from sok1x.backend import cuda_context
+from sok1x.backend import cuda_context, cuda_staging
 
 BLOCK = 256
 SCAN_THREADS = 256
@@ -84,23 +84,30 @@ def copy_rows_async(dst, dst_row, src, src_row, rows):
 
 
 def to_device(host_array):
+    """Returns a GPUArray copy of a host array: one queued copy through page-locked staging (the
+    host never waits for the stream, see cuda_staging)."""
     host_array = np.ascontiguousarray(host_array)
     out = empty(host_array.shape, host_array.dtype)
     if host_array.size:
-        driver.memcpy_htod_async(ptr(out), host_array, cuda_context.stream())
+        cuda_staging.upload(ptr(out), host_array)
         COUNTS["copies"] += 1
     return out
 
 
-def to_host(array):
-    """Copies a GPUArray back after the work queued before it (blocks the host)."""
-    host = np.empty(array.shape, dtype=array.dtype)
-    if array.size:
-        driver.memcpy_dtoh_async(host, ptr(array), cuda_context.stream())
-        cuda_context.wait_stream()
-        COUNTS["copies"] += 1
-        COUNTS["host_waits"] += 1
+def download(array, what="a copy to the host"):
+    """Returns a GPUArray as a NumPy view of a reused page-locked block, after the work queued
+    before it (one copy, one bounded wait that names `what` if it times out)."""
+    if array.size == 0:
+        return np.empty(array.shape, array.dtype)
+    host = cuda_staging.download(array, what)
+    COUNTS["copies"] += 1
+    COUNTS["host_waits"] += 1
     return host
+
+
+def to_host(array, what="a copy to the host"):
+    """Returns a NumPy copy of a GPUArray the caller owns, after the work queued before it."""
+    return np.array(download(array, what), copy=True)
 
 
 def is_device_array(value):

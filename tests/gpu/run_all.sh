@@ -38,6 +38,7 @@ suite() {  # name, ranks, test path, extra pytest args
 suite cuda-backend serial tests/gpu/test_cuda_backend.py -s
 suite optimizer-kernels serial tests/gpu/test_optimizer_kernels.py
 suite init-failures serial tests/gpu/serial
+suite bounded-waits-1gpu serial tests/gpu/test_bounded_waits.py
 suite seam-1gpu serial tests/gpu/test_dlpack_seam.py
 suite engine-1gpu 1 tests/gpu/test_engine_cuda.py
 suite engine-${gpus}gpu "$gpus" tests/gpu/test_engine_cuda.py
