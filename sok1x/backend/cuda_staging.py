@@ -48,8 +48,10 @@ class PinnedBlocks:
     def take(self, nbytes):
         """Returns (index, a free page-locked np.uint8 block of at least `nbytes`)."""
         size = _block_size(nbytes)
-        for index, block in enumerate(self._blocks):
-            # References: the list, the loop variable, getrefcount's argument.
+        for index in range(len(self._blocks)):
+            block = self._blocks[index]
+            # References: the list, `block`, getrefcount's argument (not enumerate(), whose
+            # reused tuple would hold one more).
             if (block.nbytes == size and sys.getrefcount(block) <= 3
                     and self._events[index].query()):
                 return index, block
