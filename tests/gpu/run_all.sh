@@ -45,6 +45,8 @@ suite engine-${gpus}gpu "$gpus" tests/gpu/test_engine_cuda.py
 suite dynamic-1gpu 1 tests/gpu/test_dynamic_cuda.py
 suite dynamic-${gpus}gpu "$gpus" tests/gpu/test_dynamic_cuda.py
 suite seam-${gpus}gpu "$gpus" tests/gpu/test_dlpack_seam.py
+suite soak-1gpu 1 tests/gpu/test_engine_soak_cuda.py -s
+suite soak-${gpus}gpu "$gpus" tests/gpu/test_engine_soak_cuda.py -s
 suite v2-engine-1gpu 1 tests/gpu/test_v2_engine_cuda.py
 suite v2-engine-${gpus}gpu "$gpus" tests/gpu/test_v2_engine_cuda.py
 suite nccl-${gpus}gpu "$gpus" tests/gpu/test_nccl_collectives.py -s
