@@ -23,7 +23,6 @@ cpu_random.initial_values of their keys (the cpu backend's values), so the cuda 
 cpu one. --digest prints a SHA-256 of the values ordered by key (rank-count independent): a cpu
 and a cuda run of the same --rows/--dim must print the same digest.
 """
-import argparse
 import hashlib
 import json
 import os
@@ -32,20 +31,20 @@ import time
 
 import numpy as np
 
+import harness
+
 TABLE = "bench_checkpoint_io/EmbeddingVariable"
 
 
 def parse_args(argv):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--backend", default="cuda", choices=("cuda", "cpu"))
+    parser = harness.parser(__doc__, backend=True, repeats=3,
+                            out={"required": False, "default": None})
     parser.add_argument("--dir", required=True, help="directory on the disk to measure")
     parser.add_argument("--rows", type=int, default=10_000_000)
     parser.add_argument("--dim", type=int, default=128)
     parser.add_argument("--slots", type=int, default=0, help="optimizer slots to carry")
     parser.add_argument("--hashtable", action="store_true")
-    parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--digest", action="store_true")
-    parser.add_argument("--out", default=None, help="JSON file for the results (rank 0)")
     return parser.parse_args(argv)
 
 
@@ -139,7 +138,7 @@ def digest(rt, keys, values):
 def main(argv):
     args = parse_args(argv)
     from sok1x.engine import checkpoint, runtime
-    rt = runtime.init(backend=args.backend)
+    rt = harness.start_engine(args.backend)
     table = build_table(rt, args)
     before_keys, before_values = held(rt, table)
     sampled = check_cpu_equal(table, before_keys, before_values)
@@ -181,9 +180,10 @@ def main(argv):
         del data
         os.remove(plain)
     key_digest = digest(rt, after_keys, after_values) if args.digest else None
+    harness.finish()
     if rt.rank != 0:
         return 0
-    median = lambda xs: float(np.median(xs))  # noqa: E731
+    median = harness.median
     result = {
         "backend": args.backend, "ranks": rt.size, "rows": args.rows, "dim": args.dim,
         "slots": args.slots, "hashtable": args.hashtable, "file_bytes": size,
@@ -199,8 +199,7 @@ def main(argv):
     result["load_vs_read"] = result["load_GBps"] / result["plain_read_GBps"]
     print(json.dumps(result, indent=1))
     if args.out:
-        with open(args.out, "w") as out:
-            json.dump(result, out, indent=1)
+        harness.write_json(args.out, result)
     return 0
 
 

@@ -8,12 +8,11 @@ max_nnz=5, dim=16) over --vocab-per-rank keys per rank, --batch-per-rank samples
 0.5 * ||pooled||^2, TF1 Adam (sok1x.optimizers.Adam in the engine; tf.compat.v1.train.AdamOptimizer
 on a tf.Variable with tf.nn.embedding_lookup_sparse for native TF). Graph mode, tf.Session, a
 SparseTensor fed each step. On one rank both start from the same table (sok1x's initial values)
-and their losses over the first steps are checked equal before timing.
+and their losses over the first steps are checked equal before timing. Each figure is the median
+of --repeats repeats of --steps steps (the slowest rank's), with min and max beside it.
 """
-import argparse
 import os
 import sys
-import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -23,10 +22,10 @@ from mpi4py import MPI  # noqa: E402
 
 import sok1x  # noqa: E402
 from sok1x.backend import cpu_random  # noqa: E402
-from sok1x.embedding_variable import table_of  # noqa: E402
+from sok1x.graph_ops.embedding_tag import table_of  # noqa: E402
 from sok1x.engine.op_keys import name_key  # noqa: E402
 
-import timing  # noqa: E402
+import harness  # noqa: E402
 import workloads  # noqa: E402
 
 tf1 = tf.compat.v1
@@ -35,11 +34,9 @@ CHECK_STEPS = 3
 
 
 def parse_args(argv):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", required=True)
+    parser = harness.parser(__doc__, out=True, steps=20, repeats=5)
     parser.add_argument("--batch-per-rank", type=int, default=4096)
     parser.add_argument("--vocab-per-rank", type=int, default=1 << 18)
-    parser.add_argument("--steps", type=int, default=20)
     return parser.parse_args(argv)
 
 
@@ -54,16 +51,13 @@ def batches(rank, batch, vocab, count=3):
     return feeds
 
 
-def time_steps(session, fetch, placeholder, feeds, steps):
-    """Mean seconds per step of `steps` runs after warm-up (barrier first, slowest rank)."""
-    for i in range(2):
-        session.run(fetch, {placeholder: feeds[i % len(feeds)]})
-    MPI.COMM_WORLD.Barrier()
-    start = time.perf_counter()
-    for i in range(steps):
-        session.run(fetch, {placeholder: feeds[i % len(feeds)]})
-    elapsed = (time.perf_counter() - start) / steps
-    return MPI.COMM_WORLD.allreduce(elapsed, op=MPI.MAX)
+def time_steps(session, fetch, placeholder, feeds, args, name):
+    """{name: median ms per step, name_min, name_max, name_repeats} of args.repeats repeats of
+    args.steps runs after warm-up (the slowest rank's)."""
+    run = harness.Steps(lambda i: session.run(fetch, {placeholder: feeds[i % len(feeds)]}))
+    times = [harness.job_max(harness.step_ms(run, args.steps, lambda: None))
+             for _ in range(args.repeats)]
+    return harness.summary(times, (name, name + "_min", name + "_max", name + "_repeats"))
 
 
 def sok1x_model(args, size):
@@ -107,12 +101,12 @@ def main(argv):
     feeds = batches(rank, args.batch_per_rank, vocab)
     session, ids, loss, train, table = sok1x_model(args, size)
     sok_losses = [session.run([loss, train], {ids: feeds[i]})[0] for i in range(CHECK_STEPS)]
-    sok_s = time_steps(session, train, ids, feeds, args.steps)
     result = {"ranks": size, "batch_per_rank": args.batch_per_rank,
               "vocab_per_rank": args.vocab_per_rank, "keys_per_rank": args.batch_per_rank *
-              SLOTS * NNZ, "sok1x_ms": sok_s * 1e3,
-              "environment": timing.environment({"tensorflow": tf.__version__,
+              SLOTS * NNZ, "steps_per_repeat": args.steps, "repeats": args.repeats,
+              "environment": harness.environment({"tensorflow": tf.__version__,
                                                  "cpus": os.cpu_count()})}
+    result.update(time_steps(session, train, ids, feeds, args, "sok1x_ms"))
     if size == 1:
         initial = cpu_random.initial_values(table.init_spec, name_key("table:" + table.name),
                                             np.arange(vocab), DIM)
@@ -123,15 +117,15 @@ def main(argv):
         result["loss_native"] = [float(v) for v in native_losses]
         result["loss_max_rel_diff"] = float(np.max(np.abs(np.subtract(sok_losses, native_losses))
                                                    / np.abs(native_losses)))
-        result["native_ms"] = time_steps(native, native_train, native_ids, feeds,
-                                         args.steps) * 1e3
+        result.update(time_steps(native, native_train, native_ids, feeds, args, "native_ms"))
         result["sok1x_vs_native"] = result["sok1x_ms"] / result["native_ms"]
-    if rank == 0:
-        timing.log("cpu step, %d rank(s): sok1x %.1f ms%s" % (
-            size, result["sok1x_ms"], "" if size > 1 else ", native TF %.1f ms (x%.2f), loss "
-            "rel diff %.1e" % (result["native_ms"], result["sok1x_vs_native"],
-                               result["loss_max_rel_diff"])))
-        timing.write_json(args.out, result)
+    harness.say("cpu step, %d rank(s): sok1x %.1f ms (%.1f-%.1f)%s" % (
+        size, result["sok1x_ms"], result["sok1x_ms_min"], result["sok1x_ms_max"],
+        "" if size > 1 else ", native TF %.1f ms (%.1f-%.1f, x%.2f), loss rel diff %.1e" % (
+            result["native_ms"], result["native_ms_min"], result["native_ms_max"],
+            result["sok1x_vs_native"], result["loss_max_rel_diff"])))
+    harness.write_json(args.out, result)
+    harness.finish()
 
 
 if __name__ == "__main__":

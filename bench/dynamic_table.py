@@ -1,67 +1,91 @@
-"""DynamicVariable's shard (engine/dynamic_table.py) on HierarchicalKV's grid point: dim 64,
-load 0.5, find and find_or_insert in 2^30 keys/s, for var_type "hbm" and for "hybrid" with half
-the vectors in page-locked host memory that the kernels read over PCIe.
+"""DynamicVariable's shard (engine/dynamic_table.py) on HierarchicalKV's grid: find and
+find_or_insert in 2^30 keys/s for var_type "hbm" and for "hybrid" with a quarter, a half and three
+quarters of the vectors in page-locked host memory that the kernels read and write in place over
+PCIe, at dim 64 and 128, load 0.5 and 0.75.
 
-    python3 bench/dynamic_table.py --out results/dynamic.json [--scale 16 for a quick check]
+    python3 bench/dynamic_table.py --out results/dynamic.json [--rows-log2 24] [--scale 16]
 
-The table holds 2^26 rows (HKV's 64M capacity) and is filled with 2^25 keys (load 0.5 of the
-capacity, as HKV counts it; the index itself has twice as many slots as rows, so its own load is
-0.25). For hybrid, the held keys' rows are spread over both parts (a random half of the rows),
-the free rows likewise, so finds and inserts go half to GPU memory and half to host memory. Each
-call handles 2^20 keys:
+The table holds 2^rows_log2 rows (26: HKV's 64M capacity) and is filled to the load with distinct
+keys (load as HKV counts it, of the rows; the index itself has twice as many slots as rows). For
+hybrid the held keys' rows are a random permutation of all rows, the free rows likewise, so a
+key's row is in host memory with the host share's probability. Each call handles 2^20 keys:
     find                    index.find + the table's gather (60% of the keys held, 40% not)
-    find_or_insert          index.find_or_insert with a row pool + init of the new rows + gather
-                            (60% held, 40% new)
-    find_or_insert_engine   the engine's whole training path for those keys:
-                            DynamicTable.capacity_error + rows_of + gather (counts, statistics)
-Each inserting call is rolled back (the step journal, untimed) so every call starts at load 0.5.
-The PCIe figure is a timed 256 MiB host-to-device copy from page-locked memory; `pcie_bound`
-is what it allows hybrid's gather: (2^30 keys/s) = bandwidth / (dim * 4 bytes * host share).
-HierarchicalKV's H200 figures are stored beside ours.
+    find_or_insert          the bare table: index.find_or_insert with a row pool + init of the
+                            new rows + gather (60% held, 40% new)
+    find_or_insert_engine   the engine's training path for those keys: DynamicTable.capacity_error
+                            + rows_of (free list, statistics, step journal) + gather
+Each inserting call is undone (untimed: the step journal's rollback, or for the bare path the
+index's slots copied back) so every call starts at the load. An hbm table has no free list (it
+never evicts), so its new keys take the index's next rows; hybrid's take the free list's.
+Beside them, measured in the same run: `mapped` (per dim), a gather from and a scatter into
+page-locked mapped host rows (2^20 random rows of 2^22, the kernels hybrid uses), and
+`h2d_gib_per_s`, a 256 MiB page-locked copy. `pcie_bound` (2^30 keys/s) is what the mapped rates
+allow for the host bytes an op moves per key: find 0.6 * share * row bytes read; find_or_insert
+share * row bytes read (gather) + 0.4 * share * row bytes written (init). Every figure: the
+median of --repeats calls with min and max. HierarchicalKV's H200 figures are stored beside ours.
 """
-import argparse
-import os
 import sys
 import types
 
 import numpy as np
 
-import timing
-from hash_table import HIT_RATE, HKV_H200, keys_of, query_sets
-from rows import load_backend
+import harness
+from hash_table import HIT_RATE, HKV_H200, Snapshot, keys_of, op_figures, rotations
 
-ROWS = 1 << 26
 KEYS_PER_CALL = 1 << 20
-DIM = 64
-LOAD = 0.5
+DIMS = (64, 128)
+LOADS = (0.5, 0.75)
+HOST_SHARES = (0.0, 0.25, 0.5, 0.75)  # 0: var_type "hbm"
+HKV_HYBRID_H200 = {"source": "HierarchicalKV on an H200, dim 64, load 0.5, half the vectors in "
+                             "host memory (issue 21)", "find": 0.200, "find_or_insert": 0.159}
 
 
-def make_table(backend, var_type, rows, dim, rng):
-    """A DynamicTable of `rows` rows (no growth) filled to LOAD; returns (table, held count)."""
+def make_table(backend, host_share, rows, dim, load, rng):
+    """A DynamicTable of `rows` rows (no growth), host_share of its vectors in host memory (0:
+    var_type "hbm"), filled to `load`; returns (table, held count)."""
     from sok1x.backend import random_init
     from sok1x.engine.dynamic_table import DynamicTable, make_dynamic
     from sok1x.engine.step_journal import StepJournal
     spec = random_init.make_spec("uniform", -0.05, 0.05, seed=1)
-    host_gib = rows * dim * 4 / 2 / 2 ** 30 if var_type == "hybrid" else 0.0
-    dynamic = make_dynamic(var_type, rows, rows, "lru", host_gib)
+    var_type = "hybrid" if host_share else "hbm"
+    hbm_gib = rows * (1.0 - host_share) * dim * 4 / 2 ** 30 if host_share else 0.0
+    dynamic = make_dynamic(var_type, rows, rows, "lru", hbm_gib)
     place = types.SimpleNamespace(backend=backend, rank=0, size=1, journal=StepJournal())
     with backend.device_context():
         table = DynamicTable(place, "bench_" + var_type, dim, spec, "hash", dynamic)
-        held = int(LOAD * rows)
-        order = rng.permutation(rows) if var_type == "hybrid" else np.arange(rows)
+        held = int(load * rows)
+        order = rng.permutation(rows) if host_share else np.arange(rows)
         piece = 1 << 22
         for first in range(0, held, piece):
             n = min(piece, held - first)
             table.index.assign(backend.asarray(keys_of(first, n)),
                                backend.asarray(order[first:first + n].astype(np.int64)))
-        table._high_water = rows
-        table._free = np.ascontiguousarray(order[held:][::-1].astype(np.int64))
+        if host_share:  # rows spread over both parts: the unused ones on the free list
+            table._high_water = rows
+            table._free = np.ascontiguousarray(order[held:][::-1].astype(np.int64))
+        else:  # as an hbm table always is: no free list, rows [0, held) handed out
+            table._high_water = held
         backend.synchronize()
     return table, held
 
 
+def mapped_gib_per_s(backend, timer, dim, repeats, rng):
+    """(read, write) GiB/s of the row kernels on page-locked mapped host rows: a gather of 2^20
+    random rows of `dim` floats from 2^22 host rows, and a scatter into them."""
+    rows = 1 << 22
+    with backend.device_context():
+        host = backend.host_mapped_zeros((rows, dim), np.float32)
+        index = backend.asarray(rng.choice(rows, KEYS_PER_CALL, replace=False).astype(np.int64))
+        src = backend.zeros((KEYS_PER_CALL, dim), np.float32)
+        nbytes = KEYS_PER_CALL * dim * 4 / 2 ** 30
+        read = timer.time_ms(lambda: backend.gather_rows(host, index), repeats)
+        write = timer.time_ms(lambda: backend.put_rows(host, index, src), repeats)
+    return tuple(dict(harness.summary(ms, ("ms", "ms_min", "ms_max", "ms_repeats")),
+                      gib_per_s=nbytes / harness.median(ms) * 1e3) for ms in (read, write))
+
+
 def pcie_gib_per_s(backend, timer):
-    """Host-to-device bandwidth from page-locked memory (GiB/s), or None on cpu."""
+    """Host-to-device copy bandwidth from page-locked memory (GiB/s), or None on cpu."""
     if backend.NAME != "cuda":
         return None
     import pycuda.driver as driver
@@ -73,94 +97,104 @@ def pcie_gib_per_s(backend, timer):
 
         def copy():
             driver.memcpy_htod_async(device, host, cuda_context.stream())
-        ms = timing.median(timer.time_ms(copy, 5))
+        ms = harness.median(timer.time_ms(copy, 5))
     return nbytes / 2 ** 30 / (ms / 1e3)
 
 
-def measure(backend, timer, var_type, rows, keys_per_call, dim, repeats, rng):
-    table, held = make_table(backend, var_type, rows, dim, rng)
-    finds, inserts = query_sets(held, keys_per_call, rng)
-    finds = [backend.asarray(k) for k in finds]
-    inserts = [backend.asarray(k) for k in inserts]
-    from sok1x.engine import hybrid_rows
+def measure(backend, timer, host_share, rows, keys_per_call, dim, load, repeats, rng):
+    table, held = make_table(backend, host_share, rows, dim, load, rng)
+    finds, inserts = rotations(backend, held, keys_per_call, rng)
     journal = table.journal
-    turn = [0]
-
-    def next_of(sets):
-        turn[0] += 1
-        return sets[turn[0] % len(sets)]
 
     def find():
-        table.gather(table.index.find(next_of(finds)))
+        table.gather(table.index.find(finds()))
 
     new_per_call = keys_per_call - int(keys_per_call * HIT_RATE)
-    placed = []
+    pool = None  # hbm: the index's own next rows, as the engine's
+    if table._free.shape[0]:
+        pool = backend.asarray(table._free[::-1][:new_per_call].copy())  # the next free rows
+    snapshot = Snapshot(backend, table.index)
 
     def find_or_insert():
-        keys = next_of(inserts)
-        pool, _ = table._take_rows(new_per_call)
-        found, new_keys, new_rows = table.index.find_or_insert(keys,
-                                                               row_pool=backend.asarray(pool))
-        hybrid_rows.init_rows(backend, table.values, new_rows, new_keys, table.spec, 7)
+        found, new_keys, new_rows = table.index.find_or_insert(inserts(), row_pool=pool)
+        table.backend.init_rows(table.values, new_rows, new_keys, table.spec, 7)
         table.gather(found)
-        placed.append(new_keys)
 
     def find_or_insert_engine():
-        keys = next_of(inserts)
+        keys = inserts()
         assert table.capacity_error(keys) is None
         table.gather(table.rows_of(keys, True))
 
-    free_before = (table._free, table._high_water)
-
-    def erase_placed():  # the index path inserts without the journal: erase by hand
-        while placed:
-            table.index.erase(placed.pop())
-        table._free, table._high_water = free_before
+    def restore():  # the bare path inserts without the journal: the slots are put back
+        snapshot.restore()
 
     def new_step():
         journal.rollback()
         journal.begin_step()
 
-    entry = {"var_type": var_type, "rows": rows, "dim": dim, "keys_per_call": keys_per_call,
+    entry = {"var_type": table.dynamic.var_type, "host_share": host_share, "rows": rows,
+             "dim": dim, "load": load, "keys_per_call": keys_per_call,
              "hbm_rows": table.hbm_rows}
     with backend.device_context():
         for name, run, before in (("find", find, None),
-                                  ("find_or_insert", find_or_insert, erase_placed),
+                                  ("find_or_insert", find_or_insert, restore),
                                   ("find_or_insert_engine", find_or_insert_engine, new_step)):
-            ms = timing.median(timer.time_ms(run, repeats, warmup=2, before=before))
-            entry[name] = {"ms": ms, "gkeys_per_s": keys_per_call / ms * 1e3 / 2 ** 30}
+            entry[name] = op_figures(timer.time_ms(run, repeats, warmup=2, before=before),
+                                     keys_per_call)
         journal.rollback()
-        erase_placed()
-    timing.log("%s dim %d: find %.2f, find_or_insert %.2f (engine path %.2f) [2^30 keys/s]" % (
-        var_type, dim, entry["find"]["gkeys_per_s"], entry["find_or_insert"]["gkeys_per_s"],
-        entry["find_or_insert_engine"]["gkeys_per_s"]))
+        restore()
+    entry["engine_over_bare"] = (entry["find_or_insert_engine"]["ms"]
+                                 / entry["find_or_insert"]["ms"])
+    harness.log("%s share %.2f dim %d load %.2f: find %.3f, find_or_insert %.3f (engine %.3f) "
+               "[2^30 keys/s, medians]" % (
+                   entry["var_type"], host_share, dim, load, entry["find"]["gkeys_per_s"],
+                   entry["find_or_insert"]["gkeys_per_s"],
+                   entry["find_or_insert_engine"]["gkeys_per_s"]))
     return entry
 
 
+def pcie_bounds(read, write, host_share, dim):
+    """2^30 keys/s the mapped rates allow for each op's host bytes (module docstring)."""
+    row_gib = dim * 4 / 2 ** 30 * host_share
+    find = read / (0.6 * row_gib)
+    insert = 1.0 / (row_gib / read + 0.4 * row_gib / write)
+    return {"find": find / 2 ** 30, "find_or_insert": insert / 2 ** 30}
+
+
 def main(argv):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--backend", default="cuda", choices=("cuda", "cpu"))
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--scale", type=int, default=1, help="divide the sizes (quick checks)")
-    parser.add_argument("--repeats", type=int, default=7)
+    parser = harness.parser(__doc__, backend=True, out=True, scale=True, repeats=7)
+    parser.add_argument("--rows-log2", type=int, default=26, help="table rows: 2^rows_log2")
+    parser.add_argument("--dims", default=",".join(map(str, DIMS)))
+    parser.add_argument("--loads", default=",".join(map(str, LOADS)))
+    parser.add_argument("--shares", default=",".join(map(str, HOST_SHARES)),
+                        help="shares of the vectors in host memory (0: var_type hbm)")
     args = parser.parse_args(argv)
-    backend = load_backend(args.backend)
-    timer = timing.StreamTimer(backend)
-    rng = np.random.default_rng(int(os.environ.get("SOK1X_BENCH_SEED", "5")))
-    bandwidth = pcie_gib_per_s(backend, timer)
-    results = {"hkv": HKV_H200, "pcie_h2d_gib_per_s": bandwidth, "grid": [],
-               "environment": timing.environment()}
-    for var_type in ("hbm", "hybrid"):
-        entry = measure(backend, timer, var_type, ROWS // args.scale,
-                        KEYS_PER_CALL // args.scale, DIM, args.repeats, rng)
-        if var_type == "hybrid" and bandwidth:
-            entry["pcie_bound_gkeys_per_s"] = bandwidth / (DIM * 4 * 0.5)
-        results["grid"].append(entry)
-        timing.write_json(args.out, results)
+    dims, loads, shares = ([kind(v) for v in text.split(",")] for kind, text in (
+        (int, args.dims), (float, args.loads), (float, args.shares)))
+    backend = harness.backend_module(args.backend)
+    timer = harness.StreamTimer(backend)
+    rng = harness.seeded_rng()
+    rows, keys_per_call = (1 << args.rows_log2) // args.scale, KEYS_PER_CALL // args.scale
+    results = {"hkv": HKV_H200, "hkv_hybrid": HKV_HYBRID_H200, "grid": [],
+               "h2d_gib_per_s": pcie_gib_per_s(backend, timer), "mapped": {},
+               "environment": harness.environment()}
+    for dim in dims:
         if backend.NAME == "cuda":
-            from sok1x.backend import cuda_context
-            backend.synchronize()
-            cuda_context.memory_pool().free_held()
+            read, write = mapped_gib_per_s(backend, timer, dim, args.repeats, rng)
+            results["mapped"][str(dim)] = {"read": read, "write": write}
+            harness.log("dim %d: mapped host rows read %.1f GiB/s, write %.1f GiB/s; page-locked "
+                       "copy %.1f GiB/s" % (dim, read["gib_per_s"], write["gib_per_s"],
+                                            results["h2d_gib_per_s"]))
+        for load in loads:
+            for share in shares:
+                entry = measure(backend, timer, share, rows, keys_per_call, dim, load,
+                                args.repeats, rng)
+                if share and backend.NAME == "cuda":
+                    entry["pcie_bound_gkeys_per_s"] = pcie_bounds(
+                        read["gib_per_s"], write["gib_per_s"], share, dim)
+                results["grid"].append(entry)
+                harness.write_json(args.out, results)
+                harness.release_memory(backend)
 
 
 if __name__ == "__main__":

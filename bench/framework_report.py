@@ -8,10 +8,11 @@ plot, with issue 9's targets checked:
     (c) sok1x_device at least 2x faster than (d) torch_dedup
     weak scaling of dlrm (c) from 1 GPU: at least 85%
 """
-import argparse
 import json
 import os
 import sys
+
+import harness
 
 
 def load(paths):
@@ -143,7 +144,7 @@ def plot(path, runs, table):
 
 
 def main(argv):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.parser(__doc__)
     parser.add_argument("--name", required=True)
     parser.add_argument("--out", required=True, help="folder for NAME.json/.md/.png")
     parser.add_argument("files", nargs="+")
@@ -152,9 +153,8 @@ def main(argv):
     table, checks = summarise(runs)
     os.makedirs(args.out, exist_ok=True)
     base = os.path.join(args.out, args.name)
-    with open(base + ".json", "w") as handle:
-        json.dump({"runs": {str(k): v for k, v in runs.items()}, "checks": checks}, handle,
-                  indent=1, sort_keys=True)
+    harness.write_json(base + ".json", {"runs": {str(k): v for k, v in runs.items()},
+                                        "checks": checks})
     with open(base + ".md", "w") as handle:
         handle.write(markdown(args.name, runs, table, checks))
     try:

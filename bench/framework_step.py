@@ -3,7 +3,8 @@
     mpiexec -n 2 python3 bench/framework_step.py --out results/fw2.json
 
 Per workload (workloads.py: seed, dlrm; dlrm26 = dlrm's 26 features as 26 tables in one fused
-lookup), from one initial table, the same LazyAdam step (forward lookup, top gradient = output,
+lookup; dlrm_dynamic = dlrm on a DynamicVariable, "hbm" beside "hybrid", run_dynamic), from one
+initial table, the same LazyAdam step (forward lookup, top gradient = output,
 backward exchange, update) five ways:
 
     sok1x_dlpack   the zero-copy seam with PyTorch as the framework: keys, outputs, gradients and
@@ -24,46 +25,38 @@ measured in the same run: page-locked host-to-device and device-to-host bandwidt
 of sok1x_device the kernel launches, fills, copies, host waits, NCCL collectives and MPI
 exchanges.
 """
-import argparse
+import functools
 import gc
 import sys
 import time
 
 import numpy as np
 import torch
-import torch.distributed as dist
-from mpi4py import MPI
 from torch.utils import dlpack as torch_dlpack
 
 from sok1x.backend import random_init
 from sok1x.engine import api, runtime
 from sok1x.engine.pooled_lookup import PooledInput
 
+import harness
 import sok_steps
-import timing
 import torch_reference
 import workloads
 
 SPEC = random_init.make_spec("uniform", -1.0, 1.0, seed=5)
-COMM = MPI.COMM_WORLD
 CHECK_STEPS = 2
+SUMMARY_NAMES = ("ms_per_step", "ms_min", "ms_max", "ms_repeats")
 VARIANTS = ("sok1x_dlpack", "sok1x_host", "sok1x_device", "torch_dedup", "torch_plain")
 
 
 def parse_args(argv):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", required=True, help="JSON written by rank 0")
+    parser = harness.parser(__doc__, out=True, steps=True, repeats=True, port=29541,
+                            backend=True, scale=True)
     parser.add_argument("--workloads", default="seed,dlrm,dlrm26")
-    parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--port", type=int, default=29541)
-    parser.add_argument("--backend", default="cuda", choices=("cuda", "cpu"),
-                        help="cpu (with gloo for PyTorch) checks the script on CPU-only hosts")
-    parser.add_argument("--scale", type=int, default=1, help="divide batches and vocabularies")
     return parser.parse_args(argv)
 
 
-say, job_max = timing.say, timing.job_max
+say, job_max = harness.say, harness.job_max
 
 
 class TorchSeam:
@@ -193,17 +186,12 @@ def pinned_bandwidth(device, nbytes=256 << 20, repeats=7):
     """Median GB/s of page-locked host-to-device and device-to-host copies of `nbytes`."""
     host = torch.empty(nbytes, dtype=torch.uint8).pin_memory()
     gpu = torch.empty(nbytes, dtype=torch.uint8, device=device)
+    timer = harness.TorchTimer(device)
     result = {}
     for name, dst, src in (("h2d", gpu, host), ("d2h", host, gpu)):
-        times = []
-        for _ in range(repeats):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            dst.copy_(src, non_blocking=True)
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end))
-        result[name + "_gbps"] = nbytes / (timing.median(times) * 1e6)
+        times = timer.time_ms(functools.partial(dst.copy_, src, non_blocking=True), repeats,
+                              warmup=0)
+        result[name + "_gbps"] = nbytes / (harness.median(times) * 1e6)
     return result
 
 
@@ -271,28 +259,21 @@ def run_workload(rt, name, device, steps, repeats, scale):
         if device.type == "cuda":
             torch.cuda.synchronize(device)
 
-    counter = [CHECK_STEPS]
-
-    def timed(run):
-        def go():
-            run(counter[0])
-            counter[0] += 1
-        return go
-
-    for run in runs.values():  # warm-up
-        timing.wall_ms(timed(run), 2, synchronize)
+    timed = {variant: harness.Steps(run, CHECK_STEPS) for variant, run in runs.items()}
+    for run in timed.values():  # warm-up
+        harness.wall_ms(run, 2, synchronize)
     times = {v: [] for v in runs}
     for _ in range(repeats):
-        for variant, run in runs.items():
-            COMM.Barrier()
-            times[variant].append(job_max(timing.wall_ms(timed(run), steps, synchronize)))
+        for variant, run in timed.items():
+            harness.barrier()
+            times[variant].append(job_max(harness.wall_ms(run, steps, synchronize)))
 
     # Per-step counts of the engine on device arrays.
-    COMM.Barrier()
+    harness.barrier()
     data_calls = (lambda: getattr(rt.data, "collectives_enqueued", 0)) if rt.data is not rt.host \
         else (lambda: 0)
     before = (launch_counts(), data_calls(), rt.host.calls)
-    runs["sok1x_device"](counter[0])
+    timed["sok1x_device"]()
     synchronize()
     after = launch_counts()
     counts = {k: after[k] - before[0].get(k, 0) for k in after}
@@ -303,11 +284,10 @@ def run_workload(rt, name, device, steps, repeats, scale):
 
     entries = []
     for variant in runs:
-        ms = times[variant]
         entry = {"workload": name, "variant": variant, "ranks": rt.size,
                  "tables": len(names), "global_batch": w.global_batch,
-                 "ms_per_step": timing.median(ms), "ms_min": min(ms), "ms_max": max(ms),
-                 "ms_repeats": ms, "max_abs_diff_vs_sok1x_device": diffs[variant]}
+                 "max_abs_diff_vs_sok1x_device": diffs[variant]}
+        entry.update(harness.summary(times[variant], SUMMARY_NAMES))
         if variant == "sok1x_host":
             entry["bytes_crossing_per_step"] = int(job_max(sok.crossed_bytes))
         if variant == "sok1x_device":
@@ -322,20 +302,82 @@ def run_workload(rt, name, device, steps, repeats, scale):
     return entries
 
 
+# Issue 21: dlrm's step on a DynamicVariable, var_type "hbm" beside "hybrid" -------------------
+def run_dynamic(rt, steps, repeats, scale):
+    """dlrm's step (sok1x_device) on one hash-placed DynamicVariable per var_type: "hbm", and
+    "hybrid" whose GPU part holds half of the rows the batches' distinct keys take (later rows,
+    the keys first seen later, in page-locked host memory). Returns entries like run_workload's
+    plus the hybrid / hbm ratio."""
+    from sok1x.engine.dynamic_table import make_dynamic
+    w = workloads.workload("dlrm", rt.size, scale)
+    batches = workloads.Batches(w, rt.rank, rt.size)
+    keys_device = [rt.backend.asarray(k) for k in batches.keys]
+    distinct = len(np.unique(np.concatenate([k.reshape(-1) for k in batches.keys])))
+    per_rank = int(job_max(distinct))  # an upper bound for any owner
+    capacity = 1 << int(np.ceil(np.log2(2 * per_rank)))
+    hbm_gib = per_rank // (2 * rt.size) * w.dim * 4 / 2 ** 30
+    runs, names = {}, {}
+    for var_type, gib in (("hbm", 0.0), ("hybrid", hbm_gib)):
+        name = names[var_type] = "fw_dyn_" + var_type
+        api.create_table(name, w.dim, capacity, True, SPEC, replace=True, placement="hash",
+                         dynamic=make_dynamic(var_type, capacity, capacity, "lru", gib))
+        runs[var_type] = functools.partial(
+            lambda sok, s: sok.device(keys_device[s % 3]), SokVariants(rt, w, [name]))
+
+    def synchronize():
+        rt.backend.synchronize()
+
+    timed = {variant: harness.Steps(run) for variant, run in runs.items()}
+    for run in timed.values():  # warm-up: every batch's keys inserted
+        harness.wall_ms(run, 3, synchronize)
+    times = {v: [] for v in runs}
+    for _ in range(repeats):
+        for variant, run in timed.items():
+            harness.barrier()
+            times[variant].append(job_max(harness.wall_ms(run, steps, synchronize)))
+    table = rt.tables[names["hybrid"]]
+    held = table.index.size
+    host_share = job_max(max(0, held - table.hbm_rows) / max(held, 1))
+    host_rows, held_rows = [], []
+    with runtime.entered():  # a step's distinct host rows: PCIe bytes = rows * row bytes * 7
+        for keys in keys_device:
+            unique_keys, _ = rt.backend.unique(keys.reshape(-1))
+            rows = rt.backend.to_host(table.index.find(unique_keys))
+            host_rows.append(np.count_nonzero(rows >= table.hbm_rows))
+            held_rows.append(np.count_nonzero(rows >= 0))
+    host_rows = int(job_max(np.mean(host_rows)))
+    say("dlrm_dynamic hybrid: %d distinct rows per step in host memory of %d (mean of the "
+        "batches; forward read and LazyAdam's var, m, v read and written: %.1f MB over PCIe)"
+        % (host_rows, int(np.mean(held_rows)), host_rows * w.dim * 4 * 7 / 1e6))
+    entries = []
+    for variant, ms in times.items():
+        entries.append({"workload": "dlrm_dynamic", "variant": "sok1x_device_" + variant,
+                        "ranks": rt.size, "global_batch": w.global_batch,
+                        "capacity_per_rank": capacity,
+                        "hbm_rows": table.hbm_rows if variant == "hybrid" else None,
+                        "host_share_of_held_rows_max": host_share if variant == "hybrid" else 0,
+                        "distinct_keys_per_rank_max": per_rank,
+                        "host_rows_per_step_max": host_rows if variant == "hybrid" else 0})
+        entries[-1].update(harness.summary(ms, SUMMARY_NAMES))
+        say("dlrm_dynamic %-7s %d ranks: %8.3f ms/step (min %.3f, max %.3f)" % (
+            variant, rt.size, entries[-1]["ms_per_step"], min(ms), max(ms)))
+    entries[-1]["hybrid_over_hbm"] = entries[1]["ms_per_step"] / entries[0]["ms_per_step"]
+    say("dlrm_dynamic hybrid / hbm: %.2f (held rows in host memory: %.2f)" % (
+        entries[-1]["hybrid_over_hbm"], host_share))
+    for name in names.values():
+        rt.tables.pop(name, None)
+    return entries
+
+
 def main(argv):
     args = parse_args(argv)
-    rt = runtime.init(backend=args.backend)
-    if args.backend == "cuda":
-        device = torch.device("cuda", rt.device_ordinal)
-        torch.cuda.set_device(device)
-    else:
-        device = torch.device("cpu")
-    torch_reference.init_process_group(rt.rank, rt.size, args.port, device)
-    payload = {"ranks": rt.size, "environment": timing.environment(
+    rt = harness.start_engine(args.backend)
+    device = harness.start_torch(rt, args.port)
+    payload = {"ranks": rt.size, "environment": harness.environment(
         {"torch": torch.__version__, "nccl": getattr(getattr(rt.data, "library", None),
                                                      "version_text", None)}),
         "steps_per_repeat": args.steps, "repeats": args.repeats, "backend": args.backend}
-    payload["pcie"] = {k: COMM.allreduce(v, op=MPI.MIN)
+    payload["pcie"] = {k: harness.job_min(v)
                        for k, v in pinned_bandwidth(device).items()} if device.type == "cuda" \
         else {"h2d_gbps": float("inf"), "d2h_gbps": float("inf")}
     say("page-locked copies: %s GB/s" % payload["pcie"])
@@ -343,20 +385,19 @@ def main(argv):
     for name in args.workloads.split(","):
         started = time.time()
         try:
-            payload["steps"] += run_workload(rt, name, device, args.steps, args.repeats,
-                                             args.scale)
+            if name == "dlrm_dynamic":
+                payload["steps"] += run_dynamic(rt, args.steps, args.repeats, args.scale)
+            else:
+                payload["steps"] += run_workload(rt, name, device, args.steps, args.repeats,
+                                                 args.scale)
         except Exception as exc:  # keep the other workloads' figures; the log has the trace
             import traceback
             traceback.print_exc()
             payload["steps"].append({"workload": name, "ranks": rt.size, "error": repr(exc)})
         gc.collect()
         say("%s took %.1f s" % (name, time.time() - started))
-        if rt.rank == 0:
-            timing.write_json(args.out, payload)
-    COMM.Barrier()
-    if dist.is_initialized():
-        dist.destroy_process_group()
-    runtime.shutdown()
+        harness.write_json(args.out, payload)
+    harness.finish()
 
 
 if __name__ == "__main__":

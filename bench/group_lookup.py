@@ -18,39 +18,30 @@ Each repeat times `--steps` steps on the sok1x stream (CUDA events; host clock o
 ms/step; the figure is the median of `--repeats` (>= 5) repeats, with min and max beside it.
 --backend cpu runs the same on CPU-only hosts (use small --batch) to check the script.
 """
-import argparse
 import sys
 
 import numpy as np
-from mpi4py import MPI
 
 from sok1x.backend import random_init
 from sok1x.engine import api, runtime
 from sok1x.engine.pooled_lookup import PooledInput
 
-import timing
+import harness
 
-COMM = MPI.COMM_WORLD
 SPEC = random_init.make_spec("uniform", -1.0, 1.0, seed=3)
 
 
 def parse_args(argv):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--backend", default="cuda", choices=("cuda", "cpu"))
-    parser.add_argument("--out", required=True, help="JSON file written by rank 0")
+    parser = harness.parser(__doc__, backend=True, out=True, steps=10, repeats=7)
     parser.add_argument("--tables", type=int, default=26)
     parser.add_argument("--dim", type=int, default=32)
     parser.add_argument("--batch", type=int, default=8192, help="samples per rank")
     parser.add_argument("--hotness", type=int, default=1, help="ids per sample and table")
     parser.add_argument("--max-vocabulary", type=int, default=200000)
-    parser.add_argument("--steps", type=int, default=10, help="steps per repeat")
-    parser.add_argument("--repeats", type=int, default=7)
     return parser.parse_args(argv)
 
 
-def say(line):
-    if COMM.Get_rank() == 0:
-        timing.log(line)
+say = harness.say
 
 
 def vocabularies(count, largest):
@@ -91,31 +82,26 @@ def separate_step(names, inputs):
 def max_difference(rt, fused, separate):
     with runtime.entered():
         pairs = [(rt.backend.to_host(a), rt.backend.to_host(b)) for a, b in zip(fused, separate)]
-    local = max(float(np.max(np.abs(a - b))) if a.size else 0.0 for a, b in pairs)
-    return COMM.allreduce(local, op=MPI.MAX)
+    return harness.job_max(max(float(np.max(np.abs(a - b))) if a.size else 0.0
+                               for a, b in pairs))
 
 
 def time_variant(rt, step, args):
     """ms/step of each repeat (job maximum over ranks)."""
-    timer = timing.StreamTimer(rt.backend)
+    timer = harness.StreamTimer(rt.backend)
 
     def steps():
         for _ in range(args.steps):
             step()
     per_repeat = timer.time_ms(steps, args.repeats, warmup=1)
-    return [COMM.allreduce(t / args.steps, op=MPI.MAX) for t in per_repeat]
-
-
-def summary(times):
-    return {"median_ms": timing.median(times), "min_ms": float(min(times)),
-            "max_ms": float(max(times)), "repeats_ms": [float(t) for t in times]}
+    return [harness.job_max(t / args.steps) for t in per_repeat]
 
 
 def main(argv):
     args = parse_args(argv)
     if args.repeats < 5:
         raise SystemExit("--repeats must be at least 5")
-    rt = runtime.init(backend=args.backend)
+    rt = harness.start_engine(args.backend)
     sizes = vocabularies(args.tables, args.max_vocabulary)
     names = ["group_bench_%02d" % t for t in range(args.tables)]
     for name, vocabulary in zip(names, sizes):
@@ -129,19 +115,17 @@ def main(argv):
     results = {}
     for variant, step in (("fused", lambda: fused_step(names, inputs)),
                           ("separate", lambda: separate_step(names, inputs))):
-        results[variant] = summary(time_variant(rt, step, args))
+        results[variant] = harness.summary(time_variant(rt, step, args))
         say("%-8s %8.3f ms/step (min %.3f, max %.3f over %d repeats of %d steps)"
             % (variant, results[variant]["median_ms"], results[variant]["min_ms"],
                results[variant]["max_ms"], args.repeats, args.steps))
     speedup = results["separate"]["median_ms"] / results["fused"]["median_ms"]
     say("fused is %.2fx faster than %d separate lookups" % (speedup, args.tables))
-    if rt.rank == 0:
-        timing.write_json(args.out, {
-            "ranks": rt.size, "backend": args.backend, "args": vars(args),
-            "vocabularies": sizes, "max_abs_difference": difference, "results": results,
-            "speedup": speedup, "environment": timing.environment()})
-    COMM.Barrier()
-    runtime.shutdown()
+    harness.write_json(args.out, {
+        "ranks": rt.size, "backend": args.backend, "args": vars(args),
+        "vocabularies": sizes, "max_abs_difference": difference, "results": results,
+        "speedup": speedup, "environment": harness.environment()})
+    harness.finish()
 
 
 if __name__ == "__main__":

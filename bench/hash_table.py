@@ -14,14 +14,12 @@ the engine runs first to report a full table, EmbeddingTable.capacity_error).
 The slots are restored from a snapshot before each inserting call, so every call starts at the
 load factor. HierarchicalKV's figures (H200, from the issue) are stored beside ours.
 """
-import argparse
-import os
 import sys
 
 import numpy as np
 
-import timing
-from rows import load_backend, random_table
+import harness
+from rows import random_table
 
 SLOT_COUNT = 1 << 26
 KEYS_PER_CALL = 1 << 20
@@ -102,6 +100,24 @@ def query_sets(held, keys_per_call, rng, sets=3):
     return finds, inserts
 
 
+class Rotation:
+    """Hands out device copies of some query sets in turn, one per call."""
+
+    def __init__(self, backend, sets):
+        self.sets = [backend.asarray(keys) for keys in sets]
+        self.turn = 0
+
+    def __call__(self):
+        self.turn += 1
+        return self.sets[self.turn % len(self.sets)]
+
+
+def rotations(backend, held, keys_per_call, rng):
+    """query_sets' find sets and insert sets, each as a Rotation."""
+    finds, inserts = query_sets(held, keys_per_call, rng)
+    return Rotation(backend, finds), Rotation(backend, inserts)
+
+
 def device_values(backend, rows, dim, on_gpu):
     """An uninitialised-but-written [rows, dim] float32 value table (its own allocation)."""
     if not on_gpu:
@@ -115,14 +131,19 @@ def device_values(backend, rows, dim, on_gpu):
         return fill_bytes(values, 0x3C)
 
 
+def op_figures(times, keys_per_call):
+    """{ms (median), ms_min, ms_max, gkeys_per_s (at the median)} of one op's repeats."""
+    figures = harness.summary(times, ("ms", "ms_min", "ms_max"))
+    figures["gkeys_per_s"] = keys_per_call / figures["ms"] * 1e3 / 2 ** 30
+    return figures
+
+
 def measure_load(backend, timer, load, slot_count, keys_per_call, dims, repeats, rng, spec):
     index = new_index(backend, slot_count)
     held = int(load * slot_count)
     fill(backend, index, held)
     snapshot = Snapshot(backend, index)
-    finds, inserts = query_sets(held, keys_per_call, rng)
-    finds = [backend.asarray(k) for k in finds]
-    inserts = [backend.asarray(k) for k in inserts]
+    finds, inserts = rotations(backend, held, keys_per_call, rng)
     return [measure_dim(backend, timer, index, snapshot, finds, inserts, dim, repeats, spec,
                         {"load": load, "dim": dim, "slots": slot_count,
                          "keys_per_call": keys_per_call})
@@ -130,24 +151,20 @@ def measure_load(backend, timer, load, slot_count, keys_per_call, dims, repeats,
 
 
 def measure_dim(backend, timer, index, snapshot, finds, inserts, dim, repeats, spec, entry):
-    """Times every op at one dim; returns `entry` with {op: {ms, gkeys_per_s}} added."""
+    """Times every op at one dim (finds, inserts: Rotations of query sets); returns `entry` with
+    {op: {ms, ms_min, ms_max, gkeys_per_s}} added."""
     keys_per_call = entry["keys_per_call"]
     values = device_values(backend, index.capacity, dim, backend.NAME == "cuda")
     given = random_table(backend, keys_per_call, dim, 6)
-    turn = [0]
-
-    def next_of(sets):
-        turn[0] += 1
-        return sets[turn[0] % len(sets)]
 
     def find():
-        backend.gather_rows(values, index.find(next_of(finds)))
+        backend.gather_rows(values, index.find(finds()))
 
     def find_index_only():
-        index.find(next_of(finds))
+        index.find(finds())
 
     def find_or_insert(count_first=False):
-        keys = next_of(inserts)
+        keys = inserts()
         if count_first:
             index.count_missing(keys)
         found, new_keys, new_rows = index.find_or_insert(keys)
@@ -155,7 +172,7 @@ def measure_dim(backend, timer, index, snapshot, finds, inserts, dim, repeats, s
         backend.gather_rows(values, found)
 
     def insert_or_assign():
-        found, _, _ = index.find_or_insert(next_of(inserts))
+        found, _, _ = index.find_or_insert(inserts())
         backend.put_rows(values, found, given)
 
     ops = {"find": (find, None), "find_index_only": (find_index_only, None),
@@ -163,10 +180,10 @@ def measure_dim(backend, timer, index, snapshot, finds, inserts, dim, repeats, s
            "find_or_insert_engine": (lambda: find_or_insert(True), snapshot.restore),
            "insert_or_assign": (insert_or_assign, snapshot.restore)}
     for name, (run, before) in ops.items():
-        ms = timing.median(timer.time_ms(run, repeats, warmup=2, before=before))
-        entry[name] = {"ms": ms, "gkeys_per_s": keys_per_call / ms * 1e3 / 2 ** 30}
+        entry[name] = op_figures(timer.time_ms(run, repeats, warmup=2, before=before),
+                                 keys_per_call)
     snapshot.restore()
-    timing.log("load %.2f dim %3d: find %.2f (index only %.2f), find_or_insert %.2f "
+    harness.log("load %.2f dim %3d: find %.2f (index only %.2f), find_or_insert %.2f "
                "(engine %.2f), insert_or_assign %.2f  [2^30 keys/s]" % (
                    entry["load"], dim, entry["find"]["gkeys_per_s"],
                    entry["find_index_only"]["gkeys_per_s"],
@@ -177,29 +194,22 @@ def measure_dim(backend, timer, index, snapshot, finds, inserts, dim, repeats, s
 
 
 def main(argv):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--backend", default="cuda", choices=("cuda", "cpu"))
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--scale", type=int, default=1, help="divide the sizes (quick checks)")
-    parser.add_argument("--repeats", type=int, default=7)
+    parser = harness.parser(__doc__, backend=True, out=True, scale=True, repeats=7)
     parser.add_argument("--dims", default=",".join(str(d) for d in DIMS))
     args = parser.parse_args(argv)
-    backend = load_backend(args.backend)
+    backend = harness.backend_module(args.backend)
     from sok1x.backend import random_init
     spec = random_init.make_spec("uniform", -0.05, 0.05, seed=1)
-    timer = timing.StreamTimer(backend)
-    rng = np.random.default_rng(int(os.environ.get("SOK1X_BENCH_SEED", "5")))
+    timer = harness.StreamTimer(backend)
+    rng = harness.seeded_rng()
     dims = [int(d) for d in args.dims.split(",")]
-    results = {"hkv": HKV_H200, "grid": [], "environment": timing.environment()}
+    results = {"hkv": HKV_H200, "grid": [], "environment": harness.environment()}
     for load in LOADS:
         results["grid"] += measure_load(backend, timer, load, SLOT_COUNT // args.scale,
                                         KEYS_PER_CALL // args.scale, dims, args.repeats, rng,
                                         spec)
-        timing.write_json(args.out, results)
-        if backend.NAME == "cuda":
-            from sok1x.backend import cuda_context
-            backend.synchronize()
-            cuda_context.memory_pool().free_held()
+        harness.write_json(args.out, results)
+        harness.release_memory(backend)
 
 
 if __name__ == "__main__":

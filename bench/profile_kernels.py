@@ -6,23 +6,23 @@
 
 Order of launches (the report lists them in this order): gather dim 16 and 128, scatter-add dim 16
 and 128 (each current, then candidate when given), then on a 2^24-slot table at load 0.5 with 1M
-keys (60% held): hash_count_missing, hash_insert_missing, hash_find; unique of 1M owner rows;
+keys (60% held): hash_count_missing, hash_find_or_insert, hash_find; unique of 1M owner rows;
 bucket_by_owner of 1M keys over 4 owners; the LazyAdam update of 1M rows of dim 128.
 """
-import argparse
 import sys
 
 import numpy as np
 
+import harness
 import hash_table
 import rows as rows_bench
 
 
 def main(argv):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.parser(__doc__)
     parser.add_argument("--candidate", default=None)
     args = parser.parse_args(argv)
-    backend = rows_bench.load_backend("cuda")
+    backend = harness.backend_module("cuda")
     rng = np.random.default_rng(2)
     variants = [backend]
     if args.candidate:

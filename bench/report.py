@@ -6,10 +6,11 @@ DIR holds what bench/gpu_pass.sh wrote (w1.json, w2.json, w4.json, hash.json, ro
 cpu_step.py wrote (cpu1.json, cpu2.json, cpu4.json). --rows-label picks which kernels of rows.json
 are reported (its "installed" ones by default). Targets are issue 5's.
 """
-import argparse
 import json
 import os
 import sys
+
+import harness
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 TARGETS = {"gather_of_copy": 0.75, "step_vs_torch": 2.0, "exchange_of_raw": 0.90,
@@ -219,7 +220,7 @@ def plot(path, summary, hash_grid):
 
 
 def main(argv):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.parser(__doc__)
     parser.add_argument("--name", required=True)
     parser.add_argument("--steps", required=True)
     parser.add_argument("--hash", required=True)
@@ -248,8 +249,7 @@ def main(argv):
               "sources": {"steps": args.steps, "hash": args.hash, "rows": args.rows,
                           "rows_label": args.rows_label, "cpu": args.cpu}}
     base = os.path.join(RESULTS, args.name)
-    with open(base + ".json", "w") as handle:
-        json.dump(merged, handle, indent=1, sort_keys=True)
+    harness.write_json(base + ".json", merged)
     with open(base + ".md", "w") as handle:
         handle.write(markdown(args.name, summary, hash_grid))
         if args.note:

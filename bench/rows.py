@@ -10,13 +10,12 @@ table of 2^24 rows (far larger than L2), n so that the gathered rows fill 512 Mi
 --candidate times another version of cuda_kernels/rows.cu (same kernel names and arguments) beside
 the installed one on the same inputs, and checks that both give the same results.
 """
-import argparse
 import os
 import sys
 
 import numpy as np
 
-import timing
+import harness
 
 DIMS = (16, 64, 128)
 TABLE_ROWS = 1 << 24
@@ -25,23 +24,10 @@ COPY_BYTES = 2 << 30
 
 
 def parse_args(argv):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--backend", default="cuda", choices=("cuda", "cpu"))
-    parser.add_argument("--out", required=True)
+    parser = harness.parser(__doc__, backend=True, out=True, scale=True, repeats=10)
     parser.add_argument("--candidate", default=None, help="another rows.cu to time beside")
     parser.add_argument("--candidate-label", default="candidate", help="its name in the results")
-    parser.add_argument("--scale", type=int, default=1, help="divide the sizes (quick checks)")
-    parser.add_argument("--repeats", type=int, default=10)
     return parser.parse_args(argv)
-
-
-def load_backend(name):
-    if name == "cpu":
-        from sok1x.backend import cpu
-        return cpu
-    from sok1x.backend import cuda, cuda_context
-    cuda_context.activate(int(os.environ.get("SOK1X_BENCH_DEVICE", "0")))
-    return cuda
 
 
 class RowKernels:
@@ -112,7 +98,7 @@ def copy_ms(backend, timer, nbytes, repeats):
 
         def run():
             np.copyto(dst, src)
-    return timing.median(timer.time_ms(run, repeats))
+    return harness.median(timer.time_ms(run, repeats))
 
 
 def check_candidate(backend, current, candidate, dim, rng):
@@ -135,27 +121,27 @@ def check_candidate(backend, current, candidate, dim, rng):
 
 def time_ops(timer, ops, table, rows, values, repeats):
     """Median ms of ops.gather_rows(table, rows) and ops.scatter_add_rows(table, rows, values)."""
-    return {"gather": timing.median(timer.time_ms(lambda: ops.gather_rows(table, rows),
-                                                  repeats)),
-            "scatter_add": timing.median(timer.time_ms(
+    return {"gather": harness.median(timer.time_ms(lambda: ops.gather_rows(table, rows),
+                                                   repeats)),
+            "scatter_add": harness.median(timer.time_ms(
                 lambda: ops.scatter_add_rows(table, rows, values), repeats))}
 
 
 def main(argv):
     args = parse_args(argv)
-    backend = load_backend(args.backend)
-    timer = timing.StreamTimer(backend)
+    backend = harness.backend_module(args.backend)
+    timer = harness.StreamTimer(backend)
     rng = np.random.default_rng(11)
     copy_bytes = COPY_BYTES // args.scale
     copy = copy_ms(backend, timer, copy_bytes, args.repeats)
     copy_gbps = 2 * copy_bytes / copy / 1e6
-    timing.log("device-to-device copy: %.3f ms for %d MiB: %.0f GB/s (read + write)"
+    harness.log("device-to-device copy: %.3f ms for %d MiB: %.0f GB/s (read + write)"
                % (copy, copy_bytes >> 20, copy_gbps))
     kernels = {"installed": backend}
     if args.candidate:
         kernels[args.candidate_label] = RowKernels(args.candidate)
     results = {"copy": {"bytes": copy_bytes, "ms": copy, "gbps": copy_gbps}, "ops": [],
-               "environment": timing.environment()}
+               "environment": harness.environment()}
     for dim in DIMS:
         table_rows = TABLE_ROWS // args.scale
         n = GATHERED_BYTES // args.scale // (4 * dim)
@@ -170,20 +156,17 @@ def main(argv):
                 results["ops"].append({"op": op, "kernels": name, "dim": dim, "n": n,
                                        "table_rows": table_rows, "bytes": moved[op], "ms": ms,
                                        "gbps": gbps, "of_copy": gbps / copy_gbps})
-                timing.log("%-11s dim %3d %-9s %.3f ms  %5.0f GB/s  %3.0f%% of copy"
+                harness.log("%-11s dim %3d %-9s %.3f ms  %5.0f GB/s  %3.0f%% of copy"
                            % (op, dim, name, ms, gbps, 100 * gbps / copy_gbps))
         if args.candidate:
             gather_diff, add_diff = check_candidate(backend, backend,
                                                     kernels[args.candidate_label], dim, rng)
             results.setdefault("candidate_check", []).append(
                 {"dim": dim, "gather_max_diff": gather_diff, "scatter_add_max_diff": add_diff})
-            timing.log("candidate check dim %d: gather diff %g, scatter-add diff %g"
+            harness.log("candidate check dim %d: gather diff %g, scatter-add diff %g"
                        % (dim, gather_diff, add_diff))
-        if backend.NAME == "cuda":
-            from sok1x.backend import cuda_context
-            backend.synchronize()
-            cuda_context.memory_pool().free_held()
-    timing.write_json(args.out, results)
+        harness.release_memory(backend)
+    harness.write_json(args.out, results)
 
 
 if __name__ == "__main__":

@@ -10,67 +10,38 @@ graph ops call it), sok1x with device arrays (sok_steps.py), and PyTorch (torch_
 The three must give the same outputs on the first steps (checked and recorded) before each is
 timed. With --backend cpu (and gloo for PyTorch) the script runs on CPU-only hosts, to check it.
 """
-import argparse
-import gc
 import sys
 
 import numpy as np
 import torch
 import torch.distributed as dist
-from mpi4py import MPI
 
 from sok1x.backend import random_init
-from sok1x.engine import api, runtime
+from sok1x.engine import api
 from sok1x.engine.exchange_header import exchange_header
 
+import harness
 import sok_steps
-import timing
 import torch_reference
 import workloads
 
 SPEC = random_init.make_spec("uniform", -1.0, 1.0, seed=5)
 CHECK_STEPS = 3
-COMM = MPI.COMM_WORLD
 
 
 def parse_args(argv):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--backend", default="cuda", choices=("cuda", "cpu"))
-    parser.add_argument("--out", required=True, help="JSON file written by rank 0")
-    parser.add_argument("--scale", type=int, default=1, help="divide batches and vocabularies")
+    parser = harness.parser(__doc__, backend=True, out=True, scale=True, port=29533)
     parser.add_argument("--workloads", default="seed,dlrm")
     parser.add_argument("--exchange-mib", default="16,64,256", help="MiB per rank")
     parser.add_argument("--api-steps", type=int, default=8)
     parser.add_argument("--fast-steps", type=int, default=20)
-    parser.add_argument("--port", type=int, default=29533)
     return parser.parse_args(argv)
 
 
-say, job_max = timing.say, timing.job_max
+say, job_max = harness.say, harness.job_max
 
 
 # -- exchange -----------------------------------------------------------------------------------
-
-def torch_timer(device):
-    """Returns time_ms(run, repeats, warmup) timing torch work on the current stream."""
-    def time_ms(run, repeats, warmup):
-        times = []
-        for index in range(warmup + repeats):
-            if device.type == "cuda":
-                start = torch.cuda.Event(enable_timing=True)
-                end = torch.cuda.Event(enable_timing=True)
-                start.record()
-                run()
-                end.record()
-                end.synchronize()
-                elapsed = start.elapsed_time(end)
-            else:
-                elapsed = timing.wall_ms(run, 1, lambda: None)
-            if index >= warmup:
-                times.append(elapsed)
-        return times
-    return time_ms
-
 
 def exchange_bench(rt, device, sizes_mib):
     """Per size: median ms of the engine's all-to-all, of the engine's exchange with its host
@@ -85,21 +56,21 @@ def exchange_one(rt, device, mib):
     counts = np.full(size, rows_per_peer, dtype=np.int64)
     host = np.full((rows_per_peer * size, width), 0.5 + rt.rank, np.float32)
     send = backend.asarray(host)
-    COMM.Barrier()
-    engine_ms = timing.median(timing.StreamTimer(backend).time_ms(
+    harness.barrier()
+    engine_ms = harness.median(harness.StreamTimer(backend).time_ms(
         lambda: rt.data.all_to_all_v(send, counts, counts), repeats=10, warmup=3))
 
     def with_header():
         exchange_header(rt, "bench_exchange", counts)
         rt.data.all_to_all_v(send, counts, counts)
 
-    COMM.Barrier()
-    header_ms = timing.median([timing.wall_ms(with_header, 1, backend.synchronize)
+    harness.barrier()
+    header_ms = harness.median([harness.wall_ms(with_header, 1, backend.synchronize)
                                for _ in range(10)])
     torch_send = torch.from_numpy(host).to(device)
     torch_recv = torch.empty_like(torch_send)
-    COMM.Barrier()
-    raw_ms = timing.median(torch_timer(device)(
+    harness.barrier()
+    raw_ms = harness.median(harness.TorchTimer(device).time_ms(
         lambda: dist.all_to_all_single(torch_recv, torch_send), repeats=10, warmup=3))
     nbytes = host.nbytes
     entry = {"mib_per_rank": mib, "bytes_per_rank": nbytes,
@@ -131,16 +102,6 @@ def shard_to_torch(backend, values, device):
     return weight
 
 
-def release_memory(backend, device):
-    gc.collect()
-    if backend.NAME == "cuda":
-        from sok1x.backend import cuda_context
-        backend.synchronize()
-        cuda_context.memory_pool().free_held()
-    if device is not None and device.type == "cuda":
-        torch.cuda.empty_cache()
-
-
 class StepCase:
     """One (workload, layer, hash table or not) case on this rank."""
 
@@ -157,7 +118,7 @@ class StepCase:
     def new_table(self):
         """Creates this case's table anew (fresh initial values, no optimizer state)."""
         self.rt.tables.pop(self.table, None)
-        release_memory(self.rt.backend, None)
+        harness.release_memory(self.rt.backend)
         api.create_table(self.table, self.w.dim, self.capacity, self.use_hashtable, SPEC,
                          replace=True)
         return api.shard(self.table)
@@ -190,18 +151,11 @@ def run_api(case, steps, reference_outs):
         outs.append(out)
         if reference_outs is not None:
             diffs.append(float(np.max(np.abs(out - reference_outs[s]))))
-    counter = [CHECK_STEPS]
-
-    def timed_step():
-        s = counter[0]
-        counter[0] += 1
-        stepper.api_step(case.batches(s), case.sparse[s % len(case.sparse)])
-
-    COMM.Barrier()
-    timing.wall_ms(timed_step, 2, backend.synchronize)
-    stepper.start_phases()
-    COMM.Barrier()
-    ms = timing.wall_ms(timed_step, steps, backend.synchronize)
+    timed_step = harness.Steps(
+        lambda s: stepper.api_step(case.batches(s), case.sparse[s % len(case.sparse)]),
+        CHECK_STEPS)
+    ms = harness.step_ms(timed_step, steps, backend.synchronize,
+                         after_warmup=stepper.start_phases)
     phases = {name: job_max(total / steps) for name, total in stepper.phases.items()}
     return outs, diffs, ms, phases
 
@@ -219,16 +173,7 @@ def run_device(case, steps, reference_outs):
     for s in range(CHECK_STEPS):
         out = backend.to_host(one(s)).reshape(reference_outs[s].shape)
         diffs.append(float(np.max(np.abs(out - reference_outs[s]))))
-    counter = [CHECK_STEPS]
-
-    def timed_step():
-        one(counter[0])
-        counter[0] += 1
-
-    COMM.Barrier()
-    timing.wall_ms(timed_step, 2, backend.synchronize)
-    COMM.Barrier()
-    return diffs, timing.wall_ms(timed_step, steps, backend.synchronize)
+    return diffs, harness.step_ms(harness.Steps(one, CHECK_STEPS), steps, backend.synchronize)
 
 
 def run_torch(case, weight, steps, device):
@@ -237,20 +182,13 @@ def run_torch(case, weight, steps, device):
     w = case.w
     shape = (w.batch_per_rank, w.slots) + (() if case.pooled else (w.nnz,)) + (w.dim,)
     outs = [model.step(case.batches(s)).cpu().numpy().reshape(shape) for s in range(CHECK_STEPS)]
-    counter = [CHECK_STEPS]
-
-    def timed_step():
-        model.step(case.batches(counter[0]))
-        counter[0] += 1
 
     def synchronize():
         if device.type == "cuda":
             torch.cuda.synchronize(device)
 
-    COMM.Barrier()
-    timing.wall_ms(timed_step, 2, synchronize)
-    COMM.Barrier()
-    ms = timing.wall_ms(timed_step, steps, synchronize)
+    ms = harness.step_ms(harness.Steps(lambda s: model.step(case.batches(s)), CHECK_STEPS), steps,
+                         synchronize)
     return outs, ms
 
 
@@ -271,7 +209,7 @@ def step_bench(rt, device, names, scale, api_steps, fast_steps):
                 results.append({"workload": w.name, "layer": case.layer, "ranks": rt.size,
                                 "hashtable": case.use_hashtable, "error": repr(exc)})
             rt.tables.pop(case.table, None)
-            release_memory(backend, device)
+            harness.release_memory(backend, device)
     return results
 
 
@@ -286,7 +224,7 @@ def run_case(rt, case, device, api_steps, fast_steps):
     if weight is not None:
         torch_outs, torch_ms = run_torch(case, weight, fast_steps, device)
         del weight
-        release_memory(backend, device)
+        harness.release_memory(backend, device)
         results.append(case.entry("torch", torch_ms, None))
     case.new_table()
     api_outs, diffs, api_ms, phases = run_api(case, api_steps, torch_outs)
@@ -301,33 +239,24 @@ def run_case(rt, case, device, api_steps, fast_steps):
 
 def main(argv):
     args = parse_args(argv)
-    rt = runtime.init(backend=args.backend)
-    if args.backend == "cuda":
-        device = torch.device("cuda", rt.device_ordinal)
-        torch.cuda.set_device(device)
-        lazy_adam_source = sok_steps.ensure_lazy_adam(rt.backend)
-    else:
-        device, lazy_adam_source = torch.device("cpu"), "backend"
-    torch_reference.init_process_group(rt.rank, rt.size, args.port, device)
+    rt = harness.start_engine(args.backend)
+    device = harness.start_torch(rt, args.port)
+    lazy_adam_source = sok_steps.ensure_lazy_adam(rt.backend) if args.backend == "cuda" \
+        else "backend"
     say("%d ranks on %s, LazyAdam from %s" % (rt.size, device, lazy_adam_source))
     payload = {"ranks": rt.size, "backend": args.backend, "scale": args.scale,
                "lazy_adam": lazy_adam_source,
-               "environment": timing.environment({"torch": torch.__version__,
+               "environment": harness.environment({"torch": torch.__version__,
                                                   "nccl": getattr(rt.data, "library", None)
                                                   and rt.data.library.version_text})}
     if rt.size > 1:
         sizes = [float(m) / args.scale for m in args.exchange_mib.split(",")]
         payload["exchange"] = exchange_bench(rt, device, sizes)
-        if rt.rank == 0:
-            timing.write_json(args.out, payload)
+        harness.write_json(args.out, payload)
     payload["steps"] = step_bench(rt, device, args.workloads.split(","), args.scale,
                                   args.api_steps, args.fast_steps)
-    if rt.rank == 0:
-        timing.write_json(args.out, payload)
-    COMM.Barrier()
-    if dist.is_initialized():
-        dist.destroy_process_group()
-    runtime.shutdown()
+    harness.write_json(args.out, payload)
+    harness.finish()
 
 
 if __name__ == "__main__":

@@ -124,12 +124,3 @@ class TorchDedupStep:
         self.v.index_copy_(0, rows, v)
         self.weight.index_add_(0, rows, m.div_(v.sqrt_().add_(hyper["epsilon"])),
                                alpha=-hyper["lr_t"])
-
-
-def init_process_group(rank, size, port, device):
-    """Joins the torch.distributed group (NCCL on GPUs, gloo on cpu) of an mpiexec job."""
-    if size == 1 or dist.is_initialized():
-        return
-    backend = "nccl" if device.type == "cuda" else "gloo"
-    dist.init_process_group(backend, init_method="tcp://127.0.0.1:%d" % port, rank=rank,
-                            world_size=size)

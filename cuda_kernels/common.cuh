@@ -16,6 +16,22 @@ typedef unsigned long long uint64;
 #define TOMBSTONE_KEY (-2LL)
 #define FULL_WARP 0xffffffffu
 
+// A row array that may be split between GPU memory and page-locked host memory mapped into the
+// device's address space (a hybrid DynamicVariable, engine/hybrid_rows.py): element e < split
+// lives at dev[e], the others at host[e - split]; a plain array has split INT64_MAX. The row
+// index picks the part here, on the device, per access. Passed by value, its layout is that of
+// three 8-byte kernel parameters (pointer, pointer, int64): launch format "PPq".
+template <typename T>
+struct SplitRows {
+  T* dev;
+  T* host;
+  int64 split;
+  __device__ __forceinline__ T& operator[](int64 e) const {
+    return e < split ? dev[e] : host[e - split];
+  }
+  __device__ __forceinline__ bool present() const { return dev != nullptr; }
+};
+
 __device__ __forceinline__ int64 global_thread_id() {
   return (int64)blockIdx.x * blockDim.x + threadIdx.x;
 }

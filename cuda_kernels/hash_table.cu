@@ -5,8 +5,8 @@
 // leave it alone, since the key they place may sit further along; the owner rebuilds the index to
 // clear tombstones). Keys are placed with atomicCAS (common.cuh). A new key's row is
 // first_new_row + k, with k taken from a counter by one warp-aggregated atomicAdd per warp, so the
-// rows handed out by one call are consecutive. Rows are read back only by a later kernel
-// (hash_find), so no thread ever waits for another thread's row write.
+// fresh rows handed out by one call are consecutive. A thread that finds a key placed by another thread
+// of the same call waits for that thread's row write (hash_find_or_insert).
 #include "common.cuh"
 
 extern "C" __global__ void hash_find(const int64* slots, uint64 slot_count, const int64* keys,
@@ -33,30 +33,54 @@ extern "C" __global__ void hash_count_missing(const int64* slots, uint64 slot_co
   }
 }
 
-// Places the keys not held yet. new_keys / new_rows get, at k, the k-th key placed by this call
-// and its row: row_pool[k] when row_pool is not null (a table reusing freed rows), else
-// first_new_row + k; *placed (zeroed by the caller) ends as the number placed.
-extern "C" __global__ void hash_insert_missing(int64* slots, uint64 slot_count, const int64* keys,
-                                               int64 n, int64 first_new_row, uint64* placed,
-                                               int64* new_keys, int64* new_rows,
-                                               const int64* row_pool) {
+#define PENDING_ROW (-1LL)   // a slot's row until its placing thread writes it
+#define OVERFLOW_ROW (-3LL)  // a key placed past `limit`: the caller erases the call's keys
+
+// find_or_insert in one pass: rows[i] gets keys[i]'s row, placing the keys not held yet.
+// new_keys / new_rows get, at k, the k-th key placed by this call and its row: row_pool[k] for
+// k < pool_count (a table reusing freed rows), then first_new_row + k - pool_count; *placed
+// (zeroed by the caller) ends as the number placed. Keys placed at k >= limit (more new keys than rows
+// left) get OVERFLOW_ROW, and the caller, seeing *placed > limit, erases new_keys[0, *placed).
+// A key met again in the same call, whose row another thread is still writing, reads
+// PENDING_ROW from its slot: that thread has claimed the slot and writes the row right after its
+// warp's count, so the reader waits for it (after its own warp's writes, never holding back a
+// writer).
+extern "C" __global__ void hash_find_or_insert(int64* slots, uint64 slot_count, const int64* keys,
+                                               int64 n, int64 first_new_row, int64 limit,
+                                               uint64* placed, int64* new_keys, int64* new_rows,
+                                               const int64* row_pool, int64 pool_count,
+                                               int64* rows) {
   for (int64 first = first_of_warp(); first < n; first += global_thread_count()) {
     const int64 i = first + lane_id();
     bool claimed = false;
     int64 slot = -1;
     if (i < n) slot = find_or_claim_slot(slots, 2, slot_count, keys[i], &claimed);
     const unsigned new_here = __ballot_sync(FULL_WARP, claimed);
-    if (new_here == 0) continue;
-    const int leader = __ffs(new_here) - 1;
-    uint64 base = 0;
-    if ((int)lane_id() == leader) base = atomicAdd(placed, (uint64)__popc(new_here));
-    base = __shfl_sync(FULL_WARP, base, leader);
-    if (claimed) {
-      const int64 k = (int64)base + __popc(new_here & lanes_below());
-      const int64 row = row_pool != nullptr ? row_pool[k] : first_new_row + k;
-      slots[2 * slot + 1] = row;
-      new_keys[k] = keys[i];
-      new_rows[k] = row;
+    if (new_here != 0) {
+      const int leader = __ffs(new_here) - 1;
+      uint64 base = 0;
+      if ((int)lane_id() == leader) base = atomicAdd(placed, (uint64)__popc(new_here));
+      base = __shfl_sync(FULL_WARP, base, leader);
+      if (claimed) {
+        const int64 k = (int64)base + __popc(new_here & lanes_below());
+        int64 row = OVERFLOW_ROW;
+        if (k < limit) row = k < pool_count ? row_pool[k] : first_new_row + k - pool_count;
+        *(volatile int64*)(slots + 2 * slot + 1) = row;
+        __threadfence();
+        new_keys[k] = keys[i];
+        new_rows[k] = row;
+        rows[i] = row;
+      }
+    }
+    __syncwarp();
+    if (i < n && !claimed) {
+      int64 row = -1;
+      if (slot >= 0) {
+        const volatile int64* where = slots + 2 * slot + 1;
+        while ((row = *where) == PENDING_ROW) {
+        }
+      }
+      rows[i] = row;
     }
   }
 }

@@ -6,8 +6,11 @@
 // The *_all_rows kernels run once over every element of the shard and find a row's gradient
 // through position_of_row (mark_rows fills it; -1 means no gradient this step), so state that
 // decays on every row (TensorFlow's sparse Adam, Keras' RMSprop without momentum) takes one pass.
-// A state pointer that may be absent (vhat, mg) is 0 when the optimizer does not use it.
+// State arrays are SplitRows (common.cuh): a hybrid table's rows pick their part here. One that
+// may be absent (vhat, mg) has a null dev pointer when the optimizer does not use it.
 #include "common.cuh"
+
+typedef SplitRows<float> Rows;  // a state array, maybe split (common.cuh)
 
 #define FOR_EACH_ELEMENT(e, total) \
   for (int64 e = global_thread_id(); e < (total); e += global_thread_count())
@@ -18,12 +21,12 @@ __device__ __forceinline__ int64 shard_index(const int64* rows, int64 e, int64 d
   return rows[i] * dim + (e - i * dim);
 }
 
-extern "C" __global__ void update_sgd(float* var, const int64* rows, const float* grads, int64 n,
+extern "C" __global__ void update_sgd(Rows var, const int64* rows, const float* grads, int64 n,
                                       int64 dim, float lr) {
   FOR_EACH_ELEMENT(e, n * dim) { var[shard_index(rows, e, dim)] -= lr * grads[e]; }
 }
 
-extern "C" __global__ void update_momentum(float* var, float* accum, const int64* rows,
+extern "C" __global__ void update_momentum(Rows var, Rows accum, const int64* rows,
                                            const float* grads, int64 n, int64 dim, float lr,
                                            float momentum, int nesterov) {
   FOR_EACH_ELEMENT(e, n * dim) {
@@ -35,7 +38,7 @@ extern "C" __global__ void update_momentum(float* var, float* accum, const int64
   }
 }
 
-extern "C" __global__ void update_keras_momentum(float* var, float* accum, const int64* rows,
+extern "C" __global__ void update_keras_momentum(Rows var, Rows accum, const int64* rows,
                                                  const float* grads, int64 n, int64 dim, float lr,
                                                  float momentum, int nesterov) {
   FOR_EACH_ELEMENT(e, n * dim) {
@@ -47,7 +50,7 @@ extern "C" __global__ void update_keras_momentum(float* var, float* accum, const
   }
 }
 
-extern "C" __global__ void update_adagrad(float* var, float* accum, const int64* rows,
+extern "C" __global__ void update_adagrad(Rows var, Rows accum, const int64* rows,
                                           const float* grads, int64 n, int64 dim, float lr,
                                           float epsilon) {
   FOR_EACH_ELEMENT(e, n * dim) {
@@ -63,7 +66,7 @@ __device__ __forceinline__ float accum_power(float accum, float lr_power) {
   return lr_power == -0.5f ? sqrtf(accum) : powf(accum, -lr_power);
 }
 
-extern "C" __global__ void update_ftrl(float* var, float* accum, float* linear, const int64* rows,
+extern "C" __global__ void update_ftrl(Rows var, Rows accum, Rows linear, const int64* rows,
                                        const float* grads, int64 n, int64 dim, float lr,
                                        float lr_power, float l1, float l2, float l2_shrinkage) {
   FOR_EACH_ELEMENT(e, n * dim) {
@@ -82,7 +85,7 @@ extern "C" __global__ void update_ftrl(float* var, float* accum, float* linear, 
   }
 }
 
-extern "C" __global__ void update_rmsprop(float* var, float* ms, float* mom, float* mg,
+extern "C" __global__ void update_rmsprop(Rows var, Rows ms, Rows mom, Rows mg,
                                           const int64* rows, const float* grads, int64 n,
                                           int64 dim, float lr, float rho, float momentum,
                                           float epsilon) {
@@ -93,7 +96,7 @@ extern "C" __global__ void update_rmsprop(float* var, float* ms, float* mom, flo
     const float new_ms = ms[s] * rho + g * g * one_minus_rho;
     ms[s] = new_ms;
     float denominator = new_ms + epsilon;
-    if (mg != 0) {
+    if (mg.present()) {
       const float new_mg = mg[s] * rho + g * one_minus_rho;
       mg[s] = new_mg;
       denominator = new_ms - new_mg * new_mg + epsilon;
@@ -104,7 +107,7 @@ extern "C" __global__ void update_rmsprop(float* var, float* ms, float* mom, flo
   }
 }
 
-extern "C" __global__ void update_lazy_adam(float* var, float* m, float* v, const int64* rows,
+extern "C" __global__ void update_lazy_adam(Rows var, Rows m, Rows v, const int64* rows,
                                             const float* grads, int64 n, int64 dim, float lr_t,
                                             float beta1, float beta2, float epsilon) {
   FOR_EACH_ELEMENT(e, n * dim) {
@@ -118,7 +121,7 @@ extern "C" __global__ void update_lazy_adam(float* var, float* m, float* v, cons
   }
 }
 
-extern "C" __global__ void update_adamax(float* var, float* m, float* u, const int64* rows,
+extern "C" __global__ void update_adamax(Rows var, Rows m, Rows u, const int64* rows,
                                          const float* grads, int64 n, int64 dim, float lr_t,
                                          float beta1, float beta2, float epsilon) {
   FOR_EACH_ELEMENT(e, n * dim) {
@@ -132,7 +135,7 @@ extern "C" __global__ void update_adamax(float* var, float* m, float* u, const i
   }
 }
 
-extern "C" __global__ void update_adadelta(float* var, float* accum, float* accum_update,
+extern "C" __global__ void update_adadelta(Rows var, Rows accum, Rows accum_update,
                                            const int64* rows, const float* grads, int64 n,
                                            int64 dim, float lr, float rho, float epsilon) {
   const float one_minus_rho = 1.0f - rho;
@@ -162,7 +165,7 @@ __device__ __forceinline__ float shard_gradient(const int64* position_of_row, co
   return *has_gradient ? grads[position * dim + (e - row * dim)] : 0.0f;
 }
 
-extern "C" __global__ void update_adam_all_rows(float* var, float* m, float* v, float* vhat,
+extern "C" __global__ void update_adam_all_rows(Rows var, Rows m, Rows v, Rows vhat,
                                                 const int64* position_of_row, const float* grads,
                                                 int64 num_rows, int64 dim, float lr_t,
                                                 float beta1, float beta2, float epsilon) {
@@ -178,7 +181,7 @@ extern "C" __global__ void update_adam_all_rows(float* var, float* m, float* v, 
     m[e] = new_m;
     v[e] = new_v;
     float second = new_v;
-    if (vhat != 0) {
+    if (vhat.present()) {
       second = fmaxf(vhat[e], new_v);
       vhat[e] = second;
     }
@@ -186,7 +189,7 @@ extern "C" __global__ void update_adam_all_rows(float* var, float* m, float* v, 
   }
 }
 
-extern "C" __global__ void update_keras_rmsprop_all_rows(float* var, float* rms, float* mg,
+extern "C" __global__ void update_keras_rmsprop_all_rows(Rows var, Rows rms, Rows mg,
                                                          const int64* position_of_row,
                                                          const float* grads, int64 num_rows,
                                                          int64 dim, float lr, float rho,
@@ -199,7 +202,7 @@ extern "C" __global__ void update_keras_rmsprop_all_rows(float* var, float* rms,
     if (has_gradient) new_rms += g * g * one_minus_rho;
     rms[e] = new_rms;
     float denominator = new_rms;
-    if (mg != 0) {
+    if (mg.present()) {
       float new_mg = mg[e] * rho;
       if (has_gradient) new_mg += g * one_minus_rho;
       mg[e] = new_mg;

@@ -42,9 +42,9 @@ __device__ __forceinline__ double normal01(uint64 stream, uint64 column, uint64 
   return __dmul_rn(radius, cos(__dmul_rn(two_pi, u2)));
 }
 
-// table: [*, dim] float32; writes table[rows[i]] for i < n. a, b: (value, unused) for constant,
+// table: [*, dim] float32, maybe split (common.cuh: split in floats); writes table[rows[i]] for i < n. a, b: (value, unused) for constant,
 // (minval, maxval - minval) for uniform, (mean, stddev) for the normals.
-extern "C" __global__ void init_rows_float32(float* table, const int64* rows, const int64* keys,
+extern "C" __global__ void init_rows_float32(SplitRows<float> table, const int64* rows, const int64* keys,
                                              int64 n, int64 dim, int kind, uint64 seed,
                                              uint64 table_id, double a, double b) {
   const uint64 table_stream = mix64(seed * GOLDEN + table_id);

@@ -2,13 +2,14 @@
 // and widening int32 indices to int64.
 //
 // Row copies work on any dtype: a row is words_per_row words of 1, 4, 8 or 16 bytes (the caller
-// picks the widest word that divides the row size and both base addresses). One thread moves one
-// word.
+// picks the widest word that divides the row size and every base address). One thread moves one
+// word. The table side (take's src, put's dst) is a SplitRows (common.cuh), split in words: a
+// hybrid table's rows are read and written in place in whichever part holds them.
 #include "common.cuh"
 
 // index < 0: a zero row when zero_negative, else counted from the end (NumPy's rule).
 template <typename Word>
-__device__ __forceinline__ void take_rows(const Word* src, int64 src_rows, const int64* index,
+__device__ __forceinline__ void take_rows(SplitRows<Word> src, int64 src_rows, const int64* index,
                                           int64 n, int64 words_per_row, int zero_negative,
                                           Word* dst) {
   const int64 total = n * words_per_row;
@@ -30,7 +31,7 @@ __device__ __forceinline__ void take_rows(const Word* src, int64 src_rows, const
 }
 
 template <typename Word>
-__device__ __forceinline__ void put_rows(Word* dst, int64 dst_rows, const int64* index, int64 n,
+__device__ __forceinline__ void put_rows(SplitRows<Word> dst, int64 dst_rows, const int64* index, int64 n,
                                          int64 words_per_row, const Word* src) {
   const int64 total = n * words_per_row;
   for (int64 w = global_thread_id(); w < total; w += global_thread_count()) {
@@ -43,14 +44,16 @@ __device__ __forceinline__ void put_rows(Word* dst, int64 dst_rows, const int64*
 }
 
 #define ROW_COPY_KERNELS(SUFFIX, WORD)                                                        \
-  extern "C" __global__ void take_rows_##SUFFIX(const WORD* src, int64 src_rows,              \
+  extern "C" __global__ void take_rows_##SUFFIX(SplitRows<WORD> src, int64 src_rows,          \
                                                 const int64* index, int64 n,                  \
                                                 int64 words_per_row, int zero_negative,       \
                                                 WORD* dst) {                                  \
     take_rows<WORD>(src, src_rows, index, n, words_per_row, zero_negative, dst);              \
   }                                                                                           \
-  extern "C" __global__ void put_rows_##SUFFIX(WORD* dst, int64 dst_rows, const int64* index, \
-                                               int64 n, int64 words_per_row, const WORD* src) { \
+  extern "C" __global__ void put_rows_##SUFFIX(SplitRows<WORD> dst, int64 dst_rows,            \
+                                               const int64* index,                             \
+                                               int64 n, int64 words_per_row,                   \
+                                               const WORD* src) {                              \
     put_rows<WORD>(dst, dst_rows, index, n, words_per_row, src);                              \
   }
 

@@ -7,7 +7,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 venv=${SOK1X_VENV:-$root/.venv}
-bash "$root/scripts/setup.sh" "$venv"
+bash "$root/scripts/setup.sh" "$venv" test
 export PATH="$venv/bin:$PATH"
 export TF_CPP_MIN_LOG_LEVEL=2 PYTHONDONTWRITEBYTECODE=1
 results=$(mktemp -d)

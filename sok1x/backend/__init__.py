@@ -8,12 +8,17 @@ Every backend module exposes the same names, and the engine's algorithms call on
     empty(shape, dtype) / zeros(shape, dtype)
     host_mapped_zeros(shape, dtype)        zeros in page-locked host memory the device's kernels
                                            read and write in place (cpu: an ordinary array)
+    split_zeros(shape, dtype, hbm_rows) -> ([device part, host part], whole)
+        a row array split at row hbm_rows (engine/hybrid_rows.SplitRows wraps it); gather_rows,
+        take_rows, put_rows, init_rows and the update_* ops take the wrapper and read each row in
+        its part (cuda: on the device, from both parts' bases; cpu: whole, which both parts view)
     synchronize()                          wait for queued device work
     device_context()                       context manager: device arrays may be made inside
     bucket_by_owner(keys, world_size, owner_rule, fixed_rank) -> (perm, counts)
         perm: int64 array, keys[perm] grouped by owner (ascending owner, stable inside an
-        owner); counts: host int64 array [world_size], keys per owner. owner_rule: OWNER_MOD
-        (key % world_size), OWNER_FIXED (fixed_rank), OWNER_HASH (scramble(key) % world_size)
+        owner); counts: host int64 array [world_size], keys per owner. owner_rule
+        (owner_rules.py): OWNER_MOD (key % world_size), OWNER_FIXED (fixed_rank), OWNER_HASH
+        (scramble(key) % world_size)
     owners_of(keys, world_size, owner_rule, fixed_rank) -> int64 owner of each key
     bucket_by_owner_many(keys_list, world_size, owner_rules), unique_many(keys_list, ordered)
         the same for several arrays at once, with one wait for all their sizes
@@ -33,7 +38,8 @@ Every backend module exposes the same names, and the engine's algorithms call on
     init_rows(table, rows, keys, spec, table_id)       write initial values (random_init.py)
     touch_rows(last_step, counts, rows, step)          access statistics of rows >= 0 (int64)
     HashIndex(capacity)                                key -> row index of a shard (cpu_hash.py):
-        find, count_missing, find_or_insert(keys, row_pool), erase, assign, export
+        find, count_missing, find_or_insert(keys, row_pool, missing, next_row), erase, assign,
+        export
 
 The seam to a framework (graph_ops/boundary.py, DESIGN D1):
     from_dlpack(capsule) -> array       read a framework's tensor in place (consumes the capsule)
@@ -47,7 +53,6 @@ The cpu backend is the reference the cuda backend is tested against.
 from sok1x.errors import InitError
 
 BACKEND_NAMES = ("auto", "cpu", "cuda")
-OWNER_MOD, OWNER_FIXED, OWNER_HASH = 0, 1, 2  # bucket_by_owner's owner rules
 
 
 def cuda_available():

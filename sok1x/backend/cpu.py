@@ -1,23 +1,13 @@
 """The cpu backend: the op set of sok1x.backend on NumPy arrays. It is the reference for cuda."""
 import contextlib
+import functools
 
 import numpy as np
 
 from sok1x.backend.cpu_hash import HashIndex, scramble  # noqa: F401  (part of the op set)
-from sok1x.backend.cpu_optimizers import (  # noqa: F401  (part of the op set: optimizer updates)
-    update_adadelta,
-    update_adagrad,
-    update_adam_all_rows,
-    update_adamax,
-    update_ftrl,
-    update_keras_momentum,
-    update_keras_rmsprop_all_rows,
-    update_lazy_adam,
-    update_momentum,
-    update_rmsprop,
-    update_sgd,
-)
-from sok1x.backend import OWNER_FIXED, OWNER_HASH, OWNER_MOD, dlpack
+from sok1x.backend import cpu_optimizers
+from sok1x.backend import dlpack
+from sok1x.backend.owner_rules import OWNER_FIXED, OWNER_HASH, OWNER_MOD
 from sok1x.backend.cpu_random import initial_values
 
 NAME = "cpu"
@@ -44,6 +34,40 @@ def zeros(shape, dtype):
 def host_mapped_zeros(shape, dtype):
     """Zeros in 'host memory the device reads': on cpu, an ordinary array."""
     return np.zeros(shape, dtype=dtype)
+
+
+def split_zeros(shape, dtype, hbm_rows):
+    """Zeros [shape] split at row hbm_rows: ([device part, host part], whole). On cpu both
+    parts are views of `whole`, the one array every row op indexes (a row is where its index
+    says, in either part)."""
+    whole = np.zeros(shape, dtype=dtype)
+    return [whole[:hbm_rows], whole[hbm_rows:]], whole
+
+
+def _rows(array):
+    """The array a row op indexes: a split array's whole, or the array itself."""
+    return array.whole if hasattr(array, "parts") else array
+
+
+def _on_rows(update):
+    """An optimizer update of cpu_optimizers that also takes split state arrays."""
+    @functools.wraps(update)
+    def on_rows(*args):
+        return update(*(_rows(arg) for arg in args))
+    return on_rows
+
+
+update_adadelta = _on_rows(cpu_optimizers.update_adadelta)
+update_adagrad = _on_rows(cpu_optimizers.update_adagrad)
+update_adam_all_rows = _on_rows(cpu_optimizers.update_adam_all_rows)
+update_adamax = _on_rows(cpu_optimizers.update_adamax)
+update_ftrl = _on_rows(cpu_optimizers.update_ftrl)
+update_keras_momentum = _on_rows(cpu_optimizers.update_keras_momentum)
+update_keras_rmsprop_all_rows = _on_rows(cpu_optimizers.update_keras_rmsprop_all_rows)
+update_lazy_adam = _on_rows(cpu_optimizers.update_lazy_adam)
+update_momentum = _on_rows(cpu_optimizers.update_momentum)
+update_rmsprop = _on_rows(cpu_optimizers.update_rmsprop)
+update_sgd = _on_rows(cpu_optimizers.update_sgd)
 
 
 def synchronize():
@@ -134,12 +158,12 @@ def floor_divide(keys, divisor):
 
 def take_rows(array, index):
     """Returns array[index] along axis 0."""
-    return array[index]
+    return _rows(array)[index]
 
 
 def put_rows(dst, index, src):
     """dst[index] = src along axis 0 (`index` has no repeats)."""
-    dst[index] = src
+    _rows(dst)[index] = src
 
 
 def unique(keys, ordered=True):
@@ -212,6 +236,7 @@ def _add_at_rows(out, rows, values):
 
 def gather_rows(table, rows):
     """Returns table[rows] with a zero vector where rows == -1."""
+    table = _rows(table)
     rows = np.asarray(rows, dtype=np.int64)
     if rows.size == 0 or rows.min() >= 0:
         return np.take(table, rows, axis=0)
@@ -236,7 +261,7 @@ def touch_rows(last_step, counts, rows, step):
 def init_rows(table, rows, keys, spec, table_id):
     """Writes the initial vectors of `keys` (random_init's recipe) into table[rows]."""
     if len(rows):
-        table[rows] = initial_values(spec, table_id, keys, table.shape[1])
+        _rows(table)[rows] = initial_values(spec, table_id, keys, table.shape[1])
 
 
 class _HostMemory:

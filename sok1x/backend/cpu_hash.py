@@ -74,14 +74,16 @@ class HashIndex:
         unique_keys = np.unique(np.asarray(keys, dtype=np.int64))
         return int(np.count_nonzero(self.find(unique_keys) < 0))
 
-    def find_or_insert(self, keys, row_pool=None):
+    def find_or_insert(self, keys, row_pool=None, missing=None, next_row=None):
         """Returns int64 rows for `keys`, giving new keys the next free rows.
 
         Returns (rows, new_keys, new_rows), the last two for the keys inserted by this call.
         row_pool: None (new keys get rows size, size + 1, ...) or int64 rows, at least as many as
-        the new keys: the k-th new key gets row_pool[k] (a table that reuses freed rows).
-        The caller checks count_missing() against the capacity first; raises OverflowError if the
-        index would overflow anyway (and then changes nothing).
+        the new keys: the k-th new key gets row_pool[k] (a table that reuses freed rows); with
+        next_row, rows past the pool are next_row, next_row + 1, ... missing: count_missing(keys)
+        when the caller has it (the cuda index then skips its own count; here it is not
+        needed). The caller checks count_missing() against the capacity first; raises
+        OverflowError if the index would overflow anyway (and then changes nothing).
         """
         keys = np.asarray(keys, dtype=np.int64)
         unique_keys, inverse = np.unique(keys, return_inverse=True)
@@ -95,6 +97,10 @@ class HashIndex:
             new_rows = np.arange(self.size, self.size + missing.size, dtype=np.int64)
         else:
             row_pool = np.asarray(row_pool, dtype=np.int64)
+            if next_row is not None:
+                fresh = max(0, missing.size - row_pool.shape[0])
+                row_pool = np.concatenate([row_pool, np.arange(next_row, next_row + fresh,
+                                                               dtype=np.int64)])
             if row_pool.shape[0] < missing.size:
                 raise OverflowError("%d new keys, %d rows in the pool" % (missing.size,
                                                                          row_pool.shape[0]))

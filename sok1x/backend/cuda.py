@@ -10,7 +10,8 @@ Call cuda_context.activate(device_ordinal) before the first op (sok1x.init does)
 import numpy as np
 from pycuda import gpuarray
 
-from sok1x.backend import OWNER_MOD, cuda_context, dlpack
+from sok1x.backend import cuda_context, dlpack
+from sok1x.backend.owner_rules import OWNER_MOD
 from sok1x.backend import random_init as recipe
 from sok1x.backend.cuda_context import uses_context
 from sok1x.backend.cuda_hash import HashIndex  # noqa: F401  (part of the op set)
@@ -36,10 +37,13 @@ from sok1x.backend.cuda_launch import (
     exclusive_scan,
     fill_bytes,
     index_array,
+    is_split,
     launch,
     memoised_per_context,
     prepared,
     ptr,
+    row_bases,
+    split_args,
     to_device,
     to_host as _copy_to_host,
     is_device_array,
@@ -90,6 +94,15 @@ def host_mapped_zeros(shape, dtype):
     array = gpuarray.GPUArray(shape, np.dtype(dtype), gpudata=host.base.get_device_pointer())
     array.sok1x_host_memory = host
     return array
+
+
+@uses_context
+def split_zeros(shape, dtype, hbm_rows):
+    """Zeros [shape] split at row hbm_rows: ([device part, host part (host_mapped_zeros)], None).
+    The kernels take both parts' bases and pick a row's part on the device (common.cuh)."""
+    shape = tuple(int(n) for n in shape)
+    return [zeros((hbm_rows,) + shape[1:], dtype),
+            host_mapped_zeros((shape[0] - hbm_rows,) + shape[1:], dtype)], None
 
 
 def device_context():
@@ -275,22 +288,29 @@ def _row_shape(array, what):
 
 
 def _word_bytes(row_bytes, *arrays):
+    bases = [base for array in arrays for base in row_bases(array)]
     for word in _ROW_WORDS:
-        if row_bytes % word == 0 and all(ptr(a) % word == 0 for a in arrays):
+        if row_bytes % word == 0 and all(base % word == 0 for base in bases):
             return word
     return 1
 
 
 @memoised_per_context
 def _row_copy_kernels(word_bytes):
-    """(take, put) kernels moving rows in words of `word_bytes` bytes."""
+    """(take, put) kernels moving rows in words of `word_bytes` bytes; the table side is a
+    SplitRows (PPq)."""
     suffix = "w%d" % word_bytes
-    return (prepared("rows.cu", "take_rows_" + suffix, "PqPqqiP"),
-            prepared("rows.cu", "put_rows_" + suffix, "PqPqqP"))
+    return (prepared("rows.cu", "take_rows_" + suffix, "PPqqPqqiP"),
+            prepared("rows.cu", "put_rows_" + suffix, "PPqqPqqP"))
+
+
+def _row_table(array, what):
+    """A row table argument: a split array (read in place, both parts) or a device array."""
+    return array if is_split(array) else device_array(array, what)
 
 
 def _take(array, index, zero_negative):
-    array = device_array(array, "array")
+    array = _row_table(array, "array")
     index = index_array(index, "index")
     row_shape, row_bytes = _row_shape(array, "array")
     out = _pooled_empty((index.shape[0],) + row_shape, array.dtype)
@@ -298,8 +318,9 @@ def _take(array, index, zero_negative):
         word = _word_bytes(row_bytes, array, out)
         take, _ = _row_copy_kernels(word)
         words_per_row = row_bytes // word
-        launch(take, index.shape[0] * words_per_row, ptr(array), array.shape[0], ptr(index),
-               index.shape[0], words_per_row, int(zero_negative), ptr(out))
+        launch(take, index.shape[0] * words_per_row, *split_args(array, words_per_row),
+               array.shape[0], ptr(index), index.shape[0], words_per_row, int(zero_negative),
+               ptr(out))
     return out
 
 
@@ -311,7 +332,8 @@ def take_rows(array, index):
 
 @uses_context
 def put_rows(dst, index, src):
-    """dst[index] = src along axis 0 (`index` has no repeats)."""
+    """dst[index] = src along axis 0 (`index` has no repeats); dst may be a split array."""
+    dst = _row_table(dst, "dst")
     index = index_array(index, "index")
     src = device_array(src, "src", dst.dtype)
     row_shape, row_bytes = _row_shape(dst, "dst")
@@ -322,8 +344,8 @@ def put_rows(dst, index, src):
         word = _word_bytes(row_bytes, dst, src)
         _, put = _row_copy_kernels(word)
         words_per_row = row_bytes // word
-        launch(put, index.shape[0] * words_per_row, ptr(dst), dst.shape[0], ptr(index),
-               index.shape[0], words_per_row, ptr(src))
+        launch(put, index.shape[0] * words_per_row, *split_args(dst, words_per_row),
+               dst.shape[0], ptr(index), index.shape[0], words_per_row, ptr(src))
 
 
 @memoised_per_context
@@ -415,7 +437,7 @@ def segment_sum(values, segment_ids, num_segments):
 
 @uses_context
 def gather_rows(table, rows):
-    """Returns table[rows] with a zero vector where rows == -1."""
+    """Returns table[rows] with a zero vector where rows == -1; table may be a split array."""
     return _take(table, rows, zero_negative=True)
 
 
@@ -442,13 +464,13 @@ def touch_rows(last_step, counts, rows, step):
 
 @memoised_per_context
 def _init_rows_kernel():
-    return prepared("random_init.cu", "init_rows_float32", "PPPqqiQQdd")
+    return prepared("random_init.cu", "init_rows_float32", "PPqPPqqiQQdd")
 
 
 @uses_context
 def init_rows(table, rows, keys, spec, table_id):
     """Writes the initial vectors of `keys` (random_init's recipe) into table[rows]; table is a
-    float32 [rows, dim] GPUArray."""
+    float32 [rows, dim] GPUArray or a split array of them."""
     if table.dtype != np.float32 or table.ndim != 2:
         raise TypeError("init_rows needs a float32 [rows, dim] table, got %s %s" % (
             table.dtype, table.shape))
@@ -463,8 +485,8 @@ def init_rows(table, rows, keys, spec, table_id):
     if spec.kind == "uniform":
         b = float(spec.b) - float(spec.a)
     mask = 0xFFFFFFFFFFFFFFFF
-    launch(_init_rows_kernel(), rows.shape[0] * dim, ptr(table), ptr(rows), ptr(keys),
-           rows.shape[0], dim, _INIT_KINDS[spec.kind], int(spec.seed) & mask,
+    launch(_init_rows_kernel(), rows.shape[0] * dim, *split_args(table, dim), ptr(rows),
+           ptr(keys), rows.shape[0], dim, _INIT_KINDS[spec.kind], int(spec.seed) & mask,
            int(table_id) & mask, a, b)
 
 

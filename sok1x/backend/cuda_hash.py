@@ -8,8 +8,10 @@ find_or_insert, the set of held keys and export() agree with it. The slot count 
 max_load rounded up to a multiple of 32 (at least capacity + 1), so a full shard fills at most
 max_load of the slots (0.5, as on cpu).
 
-find_or_insert counts the distinct missing keys first (one wait for the GPU, which also sizes
-new_keys) and raises OverflowError before changing anything if they do not fit.
+find_or_insert is one kernel that finds and places every key (hash_find_or_insert), then one
+wait for how many it placed, or none when the caller passes the count it just took
+(count_missing: a kernel and a wait). Too many new keys raise OverflowError; the keys placed by
+that call are erased again.
 """
 import numpy as np
 import pycuda.driver as driver
@@ -35,7 +37,7 @@ def _hash_kernels():
     return {
         "find": prepared("hash_table.cu", "hash_find", "PQPqP"),
         "count_missing": prepared("hash_table.cu", "hash_count_missing", "PQPqPQP"),
-        "insert_missing": prepared("hash_table.cu", "hash_insert_missing", "PQPqqPPPP"),
+        "find_or_insert": prepared("hash_table.cu", "hash_find_or_insert", "PQPqqqPPPPqP"),
         "erase": prepared("hash_table.cu", "hash_erase", "PQPqPP"),
         "assign": prepared("hash_table.cu", "hash_assign", "PQPPq"),
         "keys_by_row": prepared("hash_table.cu", "hash_keys_by_row", "PQqPPP"),
@@ -97,35 +99,58 @@ class HashIndex:
         return self._count_missing(index_array(keys, "keys"))
 
     @uses_context
-    def find_or_insert(self, keys, row_pool=None):
+    def find_or_insert(self, keys, row_pool=None, missing=None, next_row=None):
         """Returns int64 rows for `keys`, giving new keys the next free rows.
 
         Returns (rows, new_keys, new_rows), the last two for the keys inserted by this call, in
-        placing order. row_pool: None (rows size, size + 1, ...) or int64 rows, at least as many
-        as the new keys: the k-th key placed gets row_pool[k]. Raises OverflowError, changing
-        nothing, if the new keys do not fit.
+        placing order. row_pool: None (rows size, size + 1, ...) or int64 rows: the k-th key
+        placed gets row_pool[k]; past the pool, rows next_row, next_row + 1, ... (next_row None:
+        the pool must hold every new key). missing: count_missing(keys) when the caller has it
+        (then nothing waits); else one kernel places the keys and the host waits for how many
+        it placed. Raises OverflowError if the new keys do not fit (the index then holds the
+        keys it held, with tombstones where this call placed some).
         """
         keys = index_array(keys, "keys")
-        missing = self._count_missing(keys)
-        if self.size + missing > self.capacity:
-            raise OverflowError("%d new keys do not fit: %d of %d rows used" % (
-                missing, self.size, self.capacity))
-        pool = 0
+        n = keys.shape[0]
+        limit = self.capacity - self.size
+        if missing is not None:
+            missing = int(missing)
+            if missing > limit:
+                raise OverflowError("%d new keys do not fit: %d of %d rows used" % (
+                    missing, self.size, self.capacity))
+            if missing == 0:
+                return self._find(keys), empty((0,), np.int64), empty((0,), np.int64)
+        pool, pool_count, first_new_row = 0, 0, self.size
         if row_pool is not None:
             row_pool = index_array(row_pool, "row_pool")
-            if row_pool.shape[0] < missing:
-                raise OverflowError("%d new keys, %d rows in the pool" % (missing,
-                                                                         row_pool.shape[0]))
-            pool = ptr(row_pool) if missing else 0
-        new_keys = empty((missing,), np.int64)
-        new_rows = empty((missing,), np.int64)
-        if missing:
-            placed = fill_bytes(empty((1,), np.uint64), 0)
-            launch(_hash_kernels()["insert_missing"], keys.shape[0], ptr(self._slots),
-                   self.slot_count, ptr(keys), keys.shape[0], self.size, ptr(placed),
-                   ptr(new_keys), ptr(new_rows), pool)
+            pool, pool_count = ptr(row_pool), row_pool.shape[0]
+            if next_row is None:
+                if missing is not None and pool_count < missing:
+                    raise OverflowError("%d new keys, %d rows in the pool" % (missing,
+                                                                             pool_count))
+                limit = min(limit, pool_count)
+            else:
+                first_new_row = int(next_row)
+        room = n if missing is None else missing
+        new_keys = empty((room,), np.int64)
+        new_rows = empty((room,), np.int64)
+        rows = empty((n,), np.int64)
+        if n == 0:
+            return rows, new_keys, new_rows
+        placed = fill_bytes(empty((1,), np.uint64), 0)
+        launch(_hash_kernels()["find_or_insert"], n, ptr(self._slots), self.slot_count,
+               ptr(keys), n, first_new_row, limit, ptr(placed), ptr(new_keys), ptr(new_rows),
+               pool, pool_count, ptr(rows))
+        if missing is not None:
             self.size += missing
-        return self._find(keys), new_keys, new_rows
+            return rows, new_keys, new_rows
+        count = int(to_host(placed)[0])
+        self.size += count
+        if count > limit:
+            self.erase(new_keys[:count])
+            raise OverflowError("%d new keys do not fit: %d of %d rows used, %d rows to give" % (
+                count, self.size, self.capacity, limit))
+        return rows, new_keys[:count], new_rows[:count]
 
     @uses_context
     def erase(self, keys):

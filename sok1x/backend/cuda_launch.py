@@ -61,6 +61,33 @@ def ptr(array):
     return 0 if array.gpudata is None else int(array.gpudata)
 
 
+NOT_SPLIT = np.iinfo(np.int64).max  # SplitRows.split of a plain array (common.cuh)
+
+
+def is_split(array):
+    """True for a row array split between GPU and mapped host memory (engine/hybrid_rows.py's
+    SplitRows: parts [device part, host part], hbm_rows)."""
+    return hasattr(array, "parts") and hasattr(array, "hbm_rows")
+
+
+def row_bases(array):
+    """The base addresses of a row array: both parts' for a split one, else its own."""
+    return [ptr(part) for part in array.parts] if is_split(array) else [ptr(array)]
+
+
+def split_args(array, units_per_row):
+    """Kernel arguments (device base, host base, split) of common.cuh's SplitRows for a row array
+    indexed in units of 1 / units_per_row rows: a split array's host part starts at unit
+    hbm_rows * units_per_row; a plain GPUArray is (its base, 0, NOT_SPLIT). None gives
+    (0, 0, NOT_SPLIT), an absent array."""
+    if array is None:
+        return 0, 0, NOT_SPLIT
+    if is_split(array):
+        device, host = array.parts
+        return ptr(device), ptr(host), int(array.hbm_rows) * int(units_per_row)
+    return ptr(array), 0, NOT_SPLIT
+
+
 def empty(shape, dtype):
     """A C-contiguous GPUArray from the memory pool."""
     return gpuarray.GPUArray(shape, np.dtype(dtype), allocator=cuda_context.allocate)

@@ -1,7 +1,8 @@
 """The cuda backend's optimizer updates: the kernels of cuda_kernels/optimizers.cu on GPUArrays.
 
 The same functions, arguments and formulas as cpu_optimizers.py (the reference): state arrays are
-float32 [capacity, dim] GPUArrays changed in place, `rows` distinct int64 rows (int32 is widened),
+float32 [capacity, dim] GPUArrays changed in place (or split arrays, engine/hybrid_rows.py, whose
+rows the kernels find in either part), `rows` distinct int64 rows (int32 is widened),
 `grads` float32 [len(rows), dim]; NumPy rows or grads are copied to the GPU first. All work is
 queued on the sok1x stream inside the primary context; nothing waits for the GPU.
 """
@@ -14,13 +15,16 @@ from sok1x.backend.cuda_launch import (
     fill_bytes,
     index_array,
     is_device_array,
+    is_split,
     launch,
     memoised_per_context,
     prepared,
     ptr,
+    split_args,
 )
 
 _ROWS_ARGS = "PPqq"  # rows, grads, n, dim
+_STATE = "PPq"  # a state array: common.cuh's SplitRows (device base, host base, split)
 
 
 @memoised_per_context
@@ -32,9 +36,11 @@ def _state(array, what, like=None):
     """Checks a state array (updated in place, so it must already live on the GPU)."""
     if array is None:
         return None
-    if not is_device_array(array) or array.dtype != np.float32 or array.ndim != 2 or \
-            not array.flags.c_contiguous:
-        raise TypeError("%s must be a C-contiguous float32 [rows, dim] GPUArray, got %s %s"
+    parts = array.parts if is_split(array) else [array]
+    if not all(is_device_array(part) and part.flags.c_contiguous for part in parts) or \
+            array.dtype != np.float32 or len(array.shape) != 2:
+        raise TypeError("%s must be a C-contiguous float32 [rows, dim] GPUArray (or a split "
+                        "array of them), got %s %s"
                         % (what, type(array).__name__, getattr(array, "shape", None)))
     if like is not None and array.shape != like.shape:
         raise ValueError("%s has shape %s, the table %s" % (what, array.shape, like.shape))
@@ -52,10 +58,6 @@ def _gradient(var, rows, grads):
     return rows, grads, rows.shape[0], dim
 
 
-def _optional(array):
-    return 0 if array is None else ptr(array)
-
-
 def _scalars(*values):
     return tuple(float(value) for value in values)
 
@@ -65,8 +67,8 @@ def update_sgd(var, rows, grads, lr):
     """Gradient descent: var[rows] -= lr * g."""
     rows, grads, n, dim = _gradient(var, rows, grads)
     if n * dim:
-        launch(_kernel("update_sgd", "P" + _ROWS_ARGS + "f"), n * dim, ptr(var), ptr(rows),
-               ptr(grads), n, dim, *_scalars(lr))
+        launch(_kernel("update_sgd", _STATE + _ROWS_ARGS + "f"), n * dim, *split_args(var, dim),
+               ptr(rows), ptr(grads), n, dim, *_scalars(lr))
 
 
 @uses_context
@@ -75,9 +77,9 @@ def update_momentum(var, accum, rows, grads, lr, momentum, nesterov):
     rows, grads, n, dim = _gradient(var, rows, grads)
     _state(accum, "accum", var)
     if n * dim:
-        launch(_kernel("update_momentum", "PP" + _ROWS_ARGS + "ffi"), n * dim, ptr(var),
-               ptr(accum), ptr(rows), ptr(grads), n, dim, *_scalars(lr, momentum),
-               int(bool(nesterov)))
+        launch(_kernel("update_momentum", _STATE * 2 + _ROWS_ARGS + "ffi"), n * dim,
+               *split_args(var, dim), *split_args(accum, dim), ptr(rows), ptr(grads), n, dim,
+               *_scalars(lr, momentum), int(bool(nesterov)))
 
 
 @uses_context
@@ -86,9 +88,9 @@ def update_keras_momentum(var, accum, rows, grads, lr, momentum, nesterov):
     rows, grads, n, dim = _gradient(var, rows, grads)
     _state(accum, "accum", var)
     if n * dim:
-        launch(_kernel("update_keras_momentum", "PP" + _ROWS_ARGS + "ffi"), n * dim, ptr(var),
-               ptr(accum), ptr(rows), ptr(grads), n, dim, *_scalars(lr, momentum),
-               int(bool(nesterov)))
+        launch(_kernel("update_keras_momentum", _STATE * 2 + _ROWS_ARGS + "ffi"), n * dim,
+               *split_args(var, dim), *split_args(accum, dim), ptr(rows), ptr(grads), n, dim,
+               *_scalars(lr, momentum), int(bool(nesterov)))
 
 
 @uses_context
@@ -97,8 +99,9 @@ def update_adagrad(var, accum, rows, grads, lr, epsilon):
     rows, grads, n, dim = _gradient(var, rows, grads)
     _state(accum, "accum", var)
     if n * dim:
-        launch(_kernel("update_adagrad", "PP" + _ROWS_ARGS + "ff"), n * dim, ptr(var),
-               ptr(accum), ptr(rows), ptr(grads), n, dim, *_scalars(lr, epsilon))
+        launch(_kernel("update_adagrad", _STATE * 2 + _ROWS_ARGS + "ff"), n * dim,
+               *split_args(var, dim), *split_args(accum, dim), ptr(rows), ptr(grads), n, dim,
+               *_scalars(lr, epsilon))
 
 
 @uses_context
@@ -108,9 +111,9 @@ def update_ftrl(var, accum, linear, rows, grads, lr, lr_power, l1, l2, l2_shrink
     _state(accum, "accum", var)
     _state(linear, "linear", var)
     if n * dim:
-        launch(_kernel("update_ftrl", "PPP" + _ROWS_ARGS + "fffff"), n * dim, ptr(var),
-               ptr(accum), ptr(linear), ptr(rows), ptr(grads), n, dim,
-               *_scalars(lr, lr_power, l1, l2, l2_shrinkage))
+        launch(_kernel("update_ftrl", _STATE * 3 + _ROWS_ARGS + "fffff"), n * dim,
+               *split_args(var, dim), *split_args(accum, dim), *split_args(linear, dim),
+               ptr(rows), ptr(grads), n, dim, *_scalars(lr, lr_power, l1, l2, l2_shrinkage))
 
 
 @uses_context
@@ -121,8 +124,9 @@ def update_rmsprop(var, ms, mom, mg, rows, grads, lr, rho, momentum, epsilon):
     _state(mom, "mom", var)
     _state(mg, "mg", var)
     if n * dim:
-        launch(_kernel("update_rmsprop", "PPPP" + _ROWS_ARGS + "ffff"), n * dim, ptr(var),
-               ptr(ms), ptr(mom), _optional(mg), ptr(rows), ptr(grads), n, dim,
+        launch(_kernel("update_rmsprop", _STATE * 4 + _ROWS_ARGS + "ffff"), n * dim,
+               *split_args(var, dim), *split_args(ms, dim), *split_args(mom, dim),
+               *split_args(mg, dim), ptr(rows), ptr(grads), n, dim,
                *_scalars(lr, rho, momentum, epsilon))
 
 
@@ -133,9 +137,9 @@ def update_lazy_adam(var, m, v, rows, grads, lr_t, beta1, beta2, epsilon):
     _state(m, "m", var)
     _state(v, "v", var)
     if n * dim:
-        launch(_kernel("update_lazy_adam", "PPP" + _ROWS_ARGS + "ffff"), n * dim, ptr(var),
-               ptr(m), ptr(v), ptr(rows), ptr(grads), n, dim,
-               *_scalars(lr_t, beta1, beta2, epsilon))
+        launch(_kernel("update_lazy_adam", _STATE * 3 + _ROWS_ARGS + "ffff"), n * dim,
+               *split_args(var, dim), *split_args(m, dim), *split_args(v, dim), ptr(rows),
+               ptr(grads), n, dim, *_scalars(lr_t, beta1, beta2, epsilon))
 
 
 @uses_context
@@ -145,9 +149,9 @@ def update_adamax(var, m, u, rows, grads, lr_t, beta1, beta2, epsilon):
     _state(m, "m", var)
     _state(u, "u", var)
     if n * dim:
-        launch(_kernel("update_adamax", "PPP" + _ROWS_ARGS + "ffff"), n * dim, ptr(var),
-               ptr(m), ptr(u), ptr(rows), ptr(grads), n, dim,
-               *_scalars(lr_t, beta1, beta2, epsilon))
+        launch(_kernel("update_adamax", _STATE * 3 + _ROWS_ARGS + "ffff"), n * dim,
+               *split_args(var, dim), *split_args(m, dim), *split_args(u, dim), ptr(rows),
+               ptr(grads), n, dim, *_scalars(lr_t, beta1, beta2, epsilon))
 
 
 @uses_context
@@ -157,9 +161,9 @@ def update_adadelta(var, accum, accum_update, rows, grads, lr, rho, epsilon):
     _state(accum, "accum", var)
     _state(accum_update, "accum_update", var)
     if n * dim:
-        launch(_kernel("update_adadelta", "PPP" + _ROWS_ARGS + "fff"), n * dim, ptr(var),
-               ptr(accum), ptr(accum_update), ptr(rows), ptr(grads), n, dim,
-               *_scalars(lr, rho, epsilon))
+        launch(_kernel("update_adadelta", _STATE * 3 + _ROWS_ARGS + "fff"), n * dim,
+               *split_args(var, dim), *split_args(accum, dim), *split_args(accum_update, dim),
+               ptr(rows), ptr(grads), n, dim, *_scalars(lr, rho, epsilon))
 
 
 def _positions_of_rows(num_rows, rows):
@@ -181,8 +185,9 @@ def update_adam_all_rows(var, m, v, vhat, rows, grads, lr_t, beta1, beta2, epsil
     num_rows = var.shape[0]
     if num_rows * dim:
         positions = _positions_of_rows(num_rows, rows)
-        launch(_kernel("update_adam_all_rows", "PPPPPPqqffff"), num_rows * dim, ptr(var),
-               ptr(m), ptr(v), _optional(vhat), ptr(positions), ptr(grads), num_rows, dim,
+        launch(_kernel("update_adam_all_rows", _STATE * 4 + "PPqqffff"), num_rows * dim,
+               *split_args(var, dim), *split_args(m, dim), *split_args(v, dim),
+               *split_args(vhat, dim), ptr(positions), ptr(grads), num_rows, dim,
                *_scalars(lr_t, beta1, beta2, epsilon))
 
 
@@ -195,6 +200,6 @@ def update_keras_rmsprop_all_rows(var, rms, mg, rows, grads, lr, rho, epsilon):
     num_rows = var.shape[0]
     if num_rows * dim:
         positions = _positions_of_rows(num_rows, rows)
-        launch(_kernel("update_keras_rmsprop_all_rows", "PPPPPqqfff"), num_rows * dim,
-               ptr(var), ptr(rms), _optional(mg), ptr(positions), ptr(grads), num_rows, dim,
-               *_scalars(lr, rho, epsilon))
+        launch(_kernel("update_keras_rmsprop_all_rows", _STATE * 3 + "PPqqfff"), num_rows * dim,
+               *split_args(var, dim), *split_args(rms, dim), *split_args(mg, dim), ptr(positions),
+               ptr(grads), num_rows, dim, *_scalars(lr, rho, epsilon))

@@ -14,7 +14,8 @@ host memory that the same kernels read (engine/hybrid_rows.py); optimizer slots 
 Rows of evicted keys go to a free list and are handed out again, last freed first; a new key on a
 reused row gets its initial value (D10) and every slot's initial value. Per row the backend keeps
 last_step (the step journal's counter at the row's last training lookup) and counts (training
-lookups: each rank's lookup of a key counts once), updated by one touch_rows per lookup.
+lookups: each rank's lookup of a key counts once), updated by one touch_rows per lookup; a row's
+count is zeroed when its key leaves (eviction, undo), so a new key's row starts from 0.
 Eviction reads them and the index once, on the host: the cost of a step that evicts, not of the
 others.
 Every insert is recorded in the step journal (engine/step_journal.py): a failed step erases its
@@ -96,6 +97,7 @@ class DynamicTable(EmbeddingTable):
         self.last_step = self.backend.zeros((self.capacity,), np.int64)
         self.counts = self.backend.zeros((self.capacity,), np.int64)
         self._free = np.zeros(0, np.int64)  # rows given back, reused last freed first
+        self._free_uploaded = None  # (host base of the free list, its device copy reversed)
         self._high_water = 0  # rows [0, high_water) were handed out at least once
         self._evicted = []  # (keys, values) host arrays not handed out yet
         self._counted = None  # (keys, index size, missing) from the last capacity_error
@@ -104,6 +106,8 @@ class DynamicTable(EmbeddingTable):
         """Returns TableFullError if this rank's owned `keys` cannot all be held even after
         growing to max_capacity (and, for hybrid, evicting every key the step has not looked
         up), else None. Changes nothing."""
+        if self.index.size + int(keys.shape[0]) <= self.max_capacity:
+            return None  # fits even if every key is new: nothing to count, no wait
         missing = self.index.count_missing(keys)
         self._counted = (keys, self.index.size, missing)  # rows_of's count, one wait fewer
         needed = self.index.size + missing
@@ -124,37 +128,67 @@ class DynamicTable(EmbeddingTable):
 
     def rows_of(self, keys, insert):
         """Returns the rows of owned `keys`; insert=True (a training lookup) adds unseen keys
-        (call capacity_error first), growing or evicting to make room, and counts the lookup."""
-        backend, step = self.backend, self.journal.step
-        found = self.index.find(keys)
+        (call capacity_error first), growing or evicting to make room, and counts the lookup.
+        While every key would fit even if new, nothing is counted first: one kernel finds and
+        places the keys (HashIndex.find_or_insert), the step's one wait is for how many it
+        placed."""
         if not insert:
-            return found
+            return self.index.find(keys)
+        before = (self._free, self._high_water)
         counted, self._counted = self._counted, None
+        if self.index.size + int(keys.shape[0]) <= self.capacity:
+            return self._insert(keys, None, before, None)
         if counted is not None and counted[0] is keys and counted[1] == self.index.size:
             missing = counted[2]  # capacity_error just counted these keys
         else:
             missing = self.index.count_missing(keys)
         if missing == 0:
-            backend.touch_rows(self.last_step, self.counts, found, step)
+            found = self.index.find(keys)
+            self.backend.touch_rows(self.last_step, self.counts, found, self.journal.step)
             return found
         needed = self.index.size + missing
         if needed > self.capacity and self.capacity < self.max_capacity:
             self._grow(needed)
-        free_before, high_water_before = self._free, self._high_water
         evicted = None
         if needed > self.capacity:
-            evicted = self._evict(needed - self.capacity, found)
-        pool, reused = self._take_rows(missing)
-        rows, new_keys, new_rows = self.index.find_or_insert(keys, row_pool=backend.asarray(pool))
-        hybrid_rows.init_rows(backend, self.values, new_rows, new_keys, self.spec, self.table_id)
-        self.stamp(new_rows)
-        if reused:
-            self.reset_slot_rows(backend.asarray(pool[:reused]))
-        backend.put_rows(self.counts, new_rows, backend.zeros((missing,), np.int64))
-        backend.touch_rows(self.last_step, self.counts, rows, step)
-        self.journal.record(lambda: self._undo_insert(new_keys, new_rows, free_before,
-                                                      high_water_before, evicted))
+            evicted = self._evict(needed - self.capacity, self.index.find(keys))
+        return self._insert(keys, missing, before, evicted)
+
+    def _insert(self, keys, missing, before, evicted):
+        """Finds or places `keys` (missing: how many are new, or None when every key fits even
+        if new), new keys taking freed rows (last freed first), then fresh ones; initialises
+        the new rows, counts the lookup and records the undo (before: the free list and high
+        water before this lookup's eviction, `evicted`)."""
+        backend = self.backend
+        plain = self._free.shape[0] == 0 and self._high_water == self.index.size
+        pool = None if plain else self._free_rows_on_device()
+        rows, new_keys, new_rows = self.index.find_or_insert(
+            keys, row_pool=pool, missing=missing, next_row=None if plain else self._high_water)
+        placed = int(new_keys.shape[0])
+        if placed:
+            reused = self._take_rows(placed)
+            hybrid_rows.init_rows(backend, self.values, new_rows, new_keys, self.spec,
+                                  self.table_id)
+            self.stamp(new_rows)
+            if reused:
+                self.reset_slot_rows(new_rows[:reused])
+            self.journal.record(lambda: self._undo_insert(new_keys, new_rows, before[0],
+                                                          before[1], evicted))
+        backend.touch_rows(self.last_step, self.counts, rows, self.journal.step)
         return rows
+
+    def _free_rows_on_device(self):
+        """The free list in taking order (last freed first) as a device array. Taking rows
+        shortens the host list from its end, so one upload serves until the list is rebuilt
+        (an eviction, or an undo to a list of another base)."""
+        free, uploaded = self._free, self._free_uploaded
+        if uploaded is None or not _is_prefix(free, uploaded[0]):
+            base = free.base if _is_prefix(free, free.base) else free
+            uploaded = self._free_uploaded = (base, self.backend.upload_staged(
+                np.ascontiguousarray(base[::-1])))
+        base, device = uploaded
+        start = base.shape[0] - free.shape[0]
+        return device[start:] if start else device
 
     def slot(self, name, initial_value=0.0):
         """Returns the optimizer slot `name` (rows split as the values'), creating it if new."""
@@ -211,6 +245,8 @@ class DynamicTable(EmbeddingTable):
                   for name, s in self.slots.items()},
                  backend.take_rows(self.last_step, device_rows),
                  backend.take_rows(self.counts, device_rows))
+        backend.put_rows(self.counts, device_rows,
+                         backend.zeros((victim_rows.shape[0],), np.int64))
         entry = (victim_keys, to_host(values))
         self._evicted.append(entry)
         self.index.erase(backend.asarray(victim_keys))
@@ -219,19 +255,20 @@ class DynamicTable(EmbeddingTable):
         return saved + (entry,)
 
     def _take_rows(self, count):
-        """Returns (host int64 rows for `count` new keys, how many of them are reused rows)."""
+        """Hands out the rows of `count` new keys: freed rows first (last freed first), then
+        fresh ones; returns how many were freed rows."""
         reused = min(count, self._free.shape[0])
-        taken = self._free[self._free.shape[0] - reused:][::-1]
         self._free = self._free[:self._free.shape[0] - reused]
-        fresh = np.arange(self._high_water, self._high_water + count - reused, dtype=np.int64)
         self._high_water += count - reused
-        return np.concatenate([taken, fresh]), reused
+        return reused
 
     def _undo_insert(self, new_keys, new_rows, free_before, high_water_before, evicted):
         """Undoes one insert of a failed step (engine/step_journal.py)."""
         backend = self.backend
         self.index.erase(new_keys)
         self.reset_slot_rows(new_rows)
+        backend.put_rows(self.counts, new_rows,
+                         backend.zeros((int(new_rows.shape[0]),), np.int64))
         if evicted is not None:
             keys, rows, values, slots, last_step, counts, entry = evicted
             device_rows = backend.asarray(rows)
@@ -262,3 +299,10 @@ class DynamicTable(EmbeddingTable):
             for a in (self.last_step, self.counts, self.times))
         self.index = rebuilt_index(backend, self.index, capacity)
         self.capacity = capacity
+
+
+def _is_prefix(array, base):
+    """True when 1-D `array` is base[:len(array)] (a view of it, or base itself)."""
+    if base is None or not (array is base or array.base is base):
+        return False
+    return array.ctypes.data == base.ctypes.data and array.strides == base.strides

@@ -8,7 +8,7 @@
 """
 import collections
 
-from sok1x.backend import OWNER_FIXED, OWNER_HASH, OWNER_MOD
+from sok1x.backend.owner_rules import OWNER_FIXED, OWNER_HASH, OWNER_MOD
 
 Placement = collections.namedtuple("Placement", "kind rank")
 Placement.__doc__ = "kind: 'mod', 'rank' or 'hash'; rank: the owner for 'rank', else 0."

@@ -3,7 +3,7 @@ exactly tf.compat.v1.train.AdamOptimizer's semantics on IndexedSlices: every row
 each step (one fused pass over the shard on cuda), lr_t = lr * sqrt(1 - beta_2^t) / (1 - beta_1^t),
 var -= lr_t * m / (sqrt(v) + epsilon) for every row.
 """
-from sok1x.embedding_variable import is_embedding_variable
+from sok1x.graph_ops.embedding_tag import is_embedding_variable
 from sok1x.errors import UnsupportedOptimizerError
 from sok1x.graph_ops.tf_compat import tf1
 from sok1x.optimizers.initializer import InitializerMixin

@@ -1,5 +1,5 @@
 """Turns one optimizer step on a sok1x embedding variable into the engine's update op."""
-from sok1x.embedding_variable import table_of
+from sok1x.graph_ops.embedding_tag import table_of
 from sok1x.errors import Sok1xError
 from sok1x.graph_ops import embedding_ops, graph_state, optimizer_ops
 from sok1x.graph_ops.tf_compat import tf1

@@ -13,7 +13,7 @@ variable among them:
 import contextlib
 import functools
 
-from sok1x.embedding_variable import is_embedding_variable
+from sok1x.graph_ops.embedding_tag import is_embedding_variable
 from sok1x.errors import UnsupportedOptimizerError
 from sok1x.graph_ops.tf_compat import keras, tf1
 from sok1x.optimizers import embedding_update, native_rules, scope

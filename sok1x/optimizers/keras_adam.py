@@ -5,7 +5,7 @@ Embedding variables get Keras Adam's sparse update through the engine (every row
 dense variables keep Keras' own update, with repeated IndexedSlices indices summed by sok1x.unique
 and sok1x.unsorted_segment_sum (GPU kernels on cuda) instead of TensorFlow's.
 """
-from sok1x.embedding_variable import is_embedding_variable
+from sok1x.graph_ops.embedding_tag import is_embedding_variable
 from sok1x.graph_ops import sparse_math_ops
 from sok1x.graph_ops.tf_compat import tf1
 from sok1x.optimizers.initializer import InitializerMixin

@@ -9,7 +9,7 @@ Embedding variables update in the engine; dense variables with TensorFlow ops. R
 are summed first with sok1x.unique and sok1x.unsorted_segment_sum. Dense gradients get Adam's
 dense update, as in tf.contrib.
 """
-from sok1x.embedding_variable import is_embedding_variable
+from sok1x.graph_ops.embedding_tag import is_embedding_variable
 from sok1x.graph_ops import sparse_math_ops
 from sok1x.graph_ops.tf_compat import tf1
 from sok1x.optimizers.initializer import InitializerMixin

@@ -1,5 +1,5 @@
 """sok1x.OptimizerScope: where native TensorFlow optimizers may update sok1x embedding variables."""
-from sok1x.embedding_variable import is_embedding_variable
+from sok1x.graph_ops.embedding_tag import is_embedding_variable
 
 _active_scopes = []
 

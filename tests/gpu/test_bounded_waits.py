@@ -18,6 +18,7 @@ import pytest
 
 pytest.importorskip("pycuda")
 
+from conftest import skip_without_gpu  # noqa: E402
 from sok1x.backend import random_init  # noqa: E402
 from sok1x.engine import api, runtime  # noqa: E402
 from sok1x.errors import CommError  # noqa: E402
@@ -34,13 +35,6 @@ extern "C" __global__ void spin_until_set(volatile const int* flag) {
     }
 }
 """
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_gpu():
-    from sok1x.backend import cuda_available
-    if not cuda_available()[0]:
-        pytest.skip("no GPU")
 
 
 def _spin_kernel():
@@ -80,6 +74,7 @@ class Stall:
 def stalled(monkeypatch):
     """Brings the engine up with a TIMEOUT_S limit and stalls its stream; afterwards lets the
     stream run out and shuts the engine down (its communicator is aborted by then)."""
+    skip_without_gpu()
     monkeypatch.setenv("SOK1X_NCCL_TIMEOUT_S", str(TIMEOUT_S))
     rt = runtime.init(backend="cuda")
     assert rt.data.timeout_s == TIMEOUT_S

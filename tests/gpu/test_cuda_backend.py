@@ -8,35 +8,17 @@ import math
 import os
 import threading
 import time
-import zlib
 
 import numpy as np
 import pytest
 
 pytest.importorskip("pycuda")
 
-from sok1x.backend import cpu, cuda_available, cuda_context  # noqa: E402
+from sok1x.backend import cpu, cuda_context  # noqa: E402
 from sok1x.backend import random_init  # noqa: E402
 
-SEED = int(os.environ.get("SOK1X_TEST_SEED", str(int(time.time()) % 100000)))
 DIMS = (1, 8, 16, 128)
 KEY_LIMIT = 2 ** 62
-
-
-@pytest.fixture(scope="module")
-def cuda():
-    ok, reason = cuda_available()
-    if not ok:
-        pytest.skip(reason)
-    cuda_context.activate(int(os.environ.get("SOK1X_TEST_DEVICE", "0")))
-    print("\nsok1x cuda tests: seed %d, GPU %d" % (SEED, cuda_context.device_ordinal()))
-    from sok1x.backend import cuda as backend
-    return backend
-
-
-@pytest.fixture
-def rng(request):
-    return np.random.default_rng([SEED, zlib.crc32(request.node.name.encode())])
 
 
 def random_keys(rng, n, distinct=None, limit=KEY_LIMIT):

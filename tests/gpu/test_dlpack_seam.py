@@ -26,13 +26,10 @@ SLEEP_CYCLES = 400_000_000  # ~0.2 s of a spinning kernel: far longer than the h
 
 
 @pytest.fixture(scope="module")
-def cuda():
-    from sok1x.backend import cuda_available
-    if not cuda_available()[0]:
-        pytest.skip("no GPU")
-    rt = runtime.init(backend="cuda")
-    torch.cuda.set_device(rt.device_ordinal)
-    return rt.backend
+def cuda(engine):
+    """The engine's cuda backend (conftest's engine), with PyTorch on the engine's GPU."""
+    torch.cuda.set_device(engine.device_ordinal)
+    return engine.backend
 
 
 def to_engine(backend, tensor):

@@ -20,27 +20,23 @@ pytest.importorskip("pycuda")
 
 from mpi4py import MPI  # noqa: E402
 
-from sok1x.backend import OWNER_HASH, cpu, random_init  # noqa: E402
+from sok1x.backend import cpu, random_init  # noqa: E402
+from sok1x.backend.owner_rules import OWNER_HASH  # noqa: E402
 from sok1x.engine import api, hybrid_rows, runtime  # noqa: E402
 from sok1x.engine.dynamic_table import DynamicTable, make_dynamic  # noqa: E402
 from sok1x.engine.step_journal import StepJournal  # noqa: E402
 
-pytestmark = pytest.mark.timeout(300, method="thread")
+pytestmark = [pytest.mark.timeout(300, method="thread"), pytest.mark.usefixtures("engine")]
 COMM = MPI.COMM_WORLD
 SPEC = random_init.make_spec("normal", 0.0, 0.5, seed=9)
 DIM = 8
 HYPER = {"adagrad": {"lr": 0.3, "epsilon": 1e-7},
-         "adam": {"lr_t": 0.01, "beta1": 0.9, "beta2": 0.999, "epsilon": 1e-7}}
-
-
-@pytest.fixture(scope="module", autouse=True)
-def engine():
-    from sok1x.backend import cuda_available
-    if not cuda_available()[0]:
-        pytest.skip("no GPU")
-    rt = runtime.init(backend="cuda")
-    assert rt.backend.NAME == "cuda"
-    return rt
+         "adam": {"lr_t": 0.01, "beta1": 0.9, "beta2": 0.999, "epsilon": 1e-7},
+         "lazy_adam": {"lr_t": 0.01, "beta1": 0.9, "beta2": 0.999, "epsilon": 1e-7},
+         "ftrl": {"lr": 0.1, "lr_power": -0.5, "l1": 0.01, "l2": 0.01, "l2_shrinkage": 0.0},
+         "rmsprop": {"lr": 0.01, "rho": 0.9, "momentum": 0.5, "epsilon": 1e-7},
+         "keras_rmsprop": {"lr": 0.01, "rho": 0.9, "epsilon": 1e-7},
+         "sgd": {"lr": 0.1}}
 
 
 def lone_table(backend, name, dynamic):
@@ -91,6 +87,7 @@ SETTINGS = {
     "hybrid_lru": make_dynamic("hybrid", 64, 512, "lru"),
     "hybrid_lfu": make_dynamic("hybrid", 64, 512, "lfu"),
     "hybrid_host_rows": make_dynamic("hybrid", 64, 512, "lru", 100 * 4 * DIM / 2 ** 30),
+    "hybrid_host_rows_lfu": make_dynamic("hybrid", 64, 512, "lfu", 100 * 4 * DIM / 2 ** 30),
 }
 
 
@@ -126,6 +123,64 @@ def test_shard_on_cuda_equals_cpu(setting, rule):
             table.journal.rollback()
     assert_states_close(state(tables[0]), before)
     assert_states_close(state(tables[1]), before)
+
+
+def drive(tables, rule, steps, new_keys, seed):
+    """Feeds `tables` the same steps (hot keys and `new_keys` fresh ones per step) and checks
+    after each that outputs, evictions (order, vectors) and per-key states agree with tables[0]
+    exactly; returns the last states."""
+    rng = np.random.default_rng(seed)
+    hot = rng.integers(0, 2 ** 40, size=100)
+    for _ in range(steps):
+        keys = np.unique(np.concatenate([rng.choice(hot, 60),
+                                         rng.integers(0, 2 ** 40, size=new_keys)]))
+        rng.shuffle(keys)
+        grads = rng.standard_normal((keys.shape[0], DIM)).astype(np.float32)
+        outs = [step(t, keys, rule, grads) for t in tables]
+        evicted = [t.pop_evicted() for t in tables]
+        states = [state(t) for t in tables]
+        for out, (keys_out, values_out), held in zip(outs[1:], evicted[1:], states[1:]):
+            np.testing.assert_array_equal(out, outs[0])
+            np.testing.assert_array_equal(keys_out, evicted[0][0])
+            np.testing.assert_array_equal(values_out, evicted[0][1])
+            assert sorted(held) == sorted(states[0])
+            for key, (vector, slots) in states[0].items():
+                np.testing.assert_array_equal(held[key][0], vector)
+                for name, row in slots.items():
+                    np.testing.assert_array_equal(held[key][1][name], row)
+    return states
+
+
+@pytest.mark.parametrize("rule", sorted(HYPER))
+@pytest.mark.parametrize("strategy", ["lru", "lfu"])
+def test_hybrid_host_rows_equal_hbm_rows(rule, strategy):
+    """The same kernels on rows in host memory give bit-equal results: a hybrid table with most
+    rows in host memory against the same table all in GPU memory (evicting alike), and against
+    var_type "hbm" while nothing is evicted; and against the cpu backend."""
+    from sok1x.backend import cuda
+    host_gib = 50 * 4 * DIM / 2 ** 30
+    evicting = [lone_table(cuda, "dyn_eq", make_dynamic("hybrid", 64, 256, strategy)),
+                lone_table(cuda, "dyn_eq", make_dynamic("hybrid", 64, 256, strategy, host_gib))]
+    states = drive(evicting, rule, 8, 120, seed=11)
+    assert isinstance(evicting[1].values, hybrid_rows.SplitRows)
+    assert evicting[1].capacity == 256 and len(states[1]) <= 256
+    growing = [lone_table(cuda, "dyn_eq", make_dynamic("hbm", 64, 2048)),
+               lone_table(cuda, "dyn_eq", make_dynamic("hybrid", 64, 2048, strategy, host_gib))]
+    drive(growing, rule, 6, 150, seed=12)
+    assert growing[1].capacity > 64
+    twin = [lone_table(cuda, "dyn_eq_cpu", make_dynamic("hybrid", 64, 256, strategy, host_gib)),
+            lone_table(cpu, "dyn_eq_cpu", make_dynamic("hybrid", 64, 256, strategy, host_gib))]
+    rng = np.random.default_rng(13)
+    hot = rng.integers(0, 2 ** 40, size=100)
+    for _ in range(8):
+        keys = np.unique(np.concatenate([rng.choice(hot, 60), rng.integers(0, 2 ** 40, 120)]))
+        grads = rng.standard_normal((keys.shape[0], DIM)).astype(np.float32)
+        got, want = (step(t, keys, rule, grads) for t in twin)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+        (got_keys, got_values), (want_keys, want_values) = (t.pop_evicted() for t in twin)
+        np.testing.assert_array_equal(got_keys, want_keys)
+        np.testing.assert_allclose(got_values, want_values, rtol=1e-5, atol=1e-6)
+        assert_states_close(state(twin[0]), state(twin[1]))
 
 
 def test_host_rows_are_host_memory():

@@ -19,20 +19,10 @@ from sok1x.engine import api, runtime  # noqa: E402
 from sok1x.engine.op_keys import name_key  # noqa: E402
 from sok1x.errors import InvalidInputError, OrderError, TableFullError  # noqa: E402
 
-pytestmark = pytest.mark.timeout(300, method="thread")
+pytestmark = [pytest.mark.timeout(300, method="thread"), pytest.mark.usefixtures("engine")]
 COMM = MPI.COMM_WORLD
 RANK, SIZE = COMM.Get_rank(), COMM.Get_size()
 SPEC = random_init.make_spec("uniform", -1.0, 1.0, seed=3)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def engine():
-    from sok1x.backend import cuda_available
-    if not cuda_available()[0]:
-        pytest.skip("no GPU")
-    rt = runtime.init(backend="cuda")
-    assert rt.backend.NAME == "cuda"
-    return rt
 
 
 def host(array):

@@ -12,7 +12,7 @@ pytest.importorskip("pycuda")
 from mpi4py import MPI  # noqa: E402
 
 from sok1x.backend import random_init  # noqa: E402
-from sok1x.engine import api, runtime  # noqa: E402
+from sok1x.engine import api  # noqa: E402
 
 pytestmark = pytest.mark.timeout(600, method="thread")
 STEPS = 20000
@@ -23,14 +23,6 @@ BATCH, DIM, KEYS = 64, 8, 5000
 def resident_kib():
     with open("/proc/self/statm") as statm:
         return int(statm.read().split()[1]) * 4  # pages of 4 KiB
-
-
-@pytest.fixture(scope="module", autouse=True)
-def engine():
-    from sok1x.backend import cuda_available
-    if not cuda_available()[0]:
-        pytest.skip("no GPU")
-    return runtime.init(backend="cuda")
 
 
 def test_twenty_thousand_steps_keep_memory_flat(engine):

@@ -5,19 +5,15 @@ on the cuda backend against the cpu backend. Needs a GPU and PyCUDA, not TensorF
 
 SOK1X_TEST_SEED fixes the data (the seed in use is printed); SOK1X_TEST_DEVICE picks the GPU.
 """
-import os
-import time
-import zlib
 
 import numpy as np
 import pytest
 
 pytest.importorskip("pycuda")
 
-from sok1x.backend import cpu, cpu_optimizers, cuda_available, cuda_context  # noqa: E402
+from sok1x.backend import cpu, cpu_optimizers  # noqa: E402
 from sok1x.engine import optimizer_updates  # noqa: E402
 
-SEED = int(os.environ.get("SOK1X_TEST_SEED", str(int(time.time()) % 100000)))
 RTOL, ATOL = 2e-5, 2e-6
 UPDATE_NAMES = ["update_sgd", "update_momentum", "update_keras_momentum", "update_adagrad",
                 "update_ftrl", "update_rmsprop", "update_lazy_adam", "update_adam_all_rows",
@@ -25,19 +21,10 @@ UPDATE_NAMES = ["update_sgd", "update_momentum", "update_keras_momentum", "updat
 
 
 @pytest.fixture(scope="module")
-def gpu():
-    ok, reason = cuda_available()
-    if not ok:
-        pytest.skip(reason)
-    cuda_context.activate(int(os.environ.get("SOK1X_TEST_DEVICE", "0")))
-    print("\nsok1x optimizer kernel tests: seed %d, GPU %d" % (SEED, cuda_context.device_ordinal()))
-    from sok1x.backend import cuda, cuda_optimizers
+def gpu(cuda):
+    """The cuda backend (conftest's, GPU current) and its optimizer kernels."""
+    from sok1x.backend import cuda_optimizers
     return cuda, cuda_optimizers
-
-
-@pytest.fixture
-def rng(request):
-    return np.random.default_rng([SEED, zlib.crc32(request.node.name.encode())])
 
 
 def state(rng, kind, shape):

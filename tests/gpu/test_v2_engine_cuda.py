@@ -24,7 +24,7 @@ BACKEND = os.environ.get("SOK1X_TEST_BACKEND", "cuda")
 if BACKEND == "cuda":
     pytest.importorskip("pycuda")
 
-pytestmark = pytest.mark.timeout(300, method="thread")
+pytestmark = [pytest.mark.timeout(300, method="thread"), pytest.mark.usefixtures("engine")]
 COMM = MPI.COMM_WORLD
 RANK, SIZE = COMM.Get_rank(), COMM.Get_size()
 ZERO = random_init.make_spec("constant", 0.0)
@@ -35,17 +35,6 @@ TABLES = {
     "v2gpu_dynamic": (50, 5, "hash", True, "mean", True, 4),
 }
 GLOBAL_BATCH = 8
-
-
-@pytest.fixture(scope="module", autouse=True)
-def engine():
-    if BACKEND == "cuda":
-        from sok1x.backend import cuda_available
-        if not cuda_available()[0]:
-            pytest.skip("no GPU")
-    rt = runtime.init(backend=BACKEND)
-    assert rt.backend.NAME == BACKEND
-    return rt
 
 
 def initial():

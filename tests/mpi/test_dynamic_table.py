@@ -9,7 +9,8 @@ vectors from the initializer recipe (D10).
 import numpy as np
 import pytest
 
-from sok1x.backend import OWNER_HASH, cpu, cpu_random, random_init
+from sok1x.backend import cpu, cpu_random, random_init
+from sok1x.backend.owner_rules import OWNER_HASH
 from sok1x.engine import api, hybrid_rows, runtime
 from sok1x.engine.dynamic_table import make_dynamic
 from sok1x.engine.op_keys import name_key

@@ -9,7 +9,7 @@ from tf_support import session, tf1
 
 import sok1x
 from sok1x.backend import cpu
-from sok1x.embedding_variable import table_of
+from sok1x.graph_ops.embedding_tag import table_of
 from sok1x.engine.op_keys import name_key
 
 GLOBAL_BATCH = 8
@@ -111,7 +111,7 @@ def run_group_lookup(world, weighted, kinds):
         outs = sok1x.group_embedding_lookup_sparse(
             params, [p[0] for p in parts], [c for _, _, c, _ in TABLES],
             sp_weights=[p[1] for p in parts] if weighted else None)
-        handles = [p if table_of(p) is not None else sok1x.group_embedding.handle_of(p)
+        handles = [p if table_of(p) is not None else sok1x.deeprec.group_embedding.handle_of(p)
                    for p in params]
         local_coefficients = [c[rank * per:(rank + 1) * per] for c in coefficients]
         loss = tf1.add_n([tf1.reduce_sum(o * c) for o, c in zip(outs, local_coefficients)])
@@ -175,7 +175,7 @@ def test_initial_values_sok1x_cannot_draw_are_an_error_naming_the_variable():
         glorot = tf1.get_variable("glorot_table", [6, 2])  # a uniform sok1x can draw
         table = tf1.Variable(np.arange(12, dtype=np.float32).reshape(6, 2), name="array_table")
         ids = tf1.SparseTensor([[0, 0]], tf1.constant([1], tf1.int64), [1, 1])
-        spec = table_of(sok1x.group_embedding.shard_plain_variable(glorot)).init_spec
+        spec = table_of(sok1x.deeprec.group_embedding.shard_plain_variable(glorot)).init_spec
         assert spec.kind == "uniform" and spec.a == -spec.b
         np.testing.assert_allclose(spec.b, np.sqrt(6.0 / 8), rtol=1e-6)
         with pytest.raises(sok1x.errors.Sok1xError, match="array_table.*create a sok1x variable"):
@@ -216,7 +216,7 @@ def test_an_id_outside_the_table_fails_the_step_on_every_rank(world):
 def test_group_lookup_of_sok1x_v2_variables(world):
     """sok1x.Variable and sok1x.DynamicVariable (branch v2) in one group lookup with a plain
     variable: values as tf.nn.embedding_lookup_sparse, the Variable's gradient as TF's."""
-    pytest.importorskip("sok1x.variables")
+    pytest.importorskip("sok1x.v2.variables")
     rank, size = world
     per = GLOBAL_BATCH // size
     initial = np.random.default_rng(3).normal(size=(40, 4)).astype(np.float32)

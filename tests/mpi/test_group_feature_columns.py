@@ -10,7 +10,7 @@ from tf_support import session, tf1
 import sok1x
 from sok1x.backend import cpu
 from sok1x.engine.op_keys import name_key
-from sok1x.initializers import spec_from_initializer
+from sok1x.common.initializers import spec_from_initializer
 
 GLOBAL_BATCH = 16
 STEPS = 6  # two batches, alternating
@@ -170,7 +170,7 @@ def test_columns_outside_a_scope_stay_tensorflow_and_bad_combiners_fail():
             tf1.feature_column.embedding_column(ids, 3, combiner="sqrtn")
     outside = tf1.feature_column.embedding_column(ids, 3)
     assert tf1.feature_column.embedding_column is original
-    assert sok1x.group_embedding_columns.is_group_column(inside)
+    assert sok1x.deeprec.group_embedding_columns.is_group_column(inside)
     assert [c.name for c in shared] == ["x_shared_embedding", "y_shared_embedding"]
     assert type(outside) is feature_column_v2.EmbeddingColumn
 

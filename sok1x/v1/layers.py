@@ -1,8 +1,9 @@
 """SOK's v1 embedding layers, as Keras layers usable in graph mode (seeds 000, 001, 004)."""
-from sok1x.embedding_variable import create_handle, table_of
+from sok1x.common.handle_variable import create_handle
+from sok1x.graph_ops.embedding_tag import table_of
 from sok1x.graph_ops import embedding_ops
 from sok1x.graph_ops.tf_compat import keras, layer_compute_dtype, tf1
-from sok1x.initializers import spec_from_initializer
+from sok1x.common.initializers import spec_from_initializer
 
 _KEY_DTYPES = (tf1.int64, tf1.int32)
 _OUTPUT_DTYPES = (tf1.float32, tf1.float16, tf1.bfloat16)

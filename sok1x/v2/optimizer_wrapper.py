@@ -10,7 +10,7 @@ sparse apply to redirect: for sok1x variables the wrapper applies a twin Optimiz
 class and hyper-parameters whose sparse math is the same (the rule follows the twin); dense
 variables keep the optimizer given.
 """
-from sok1x.embedding_variable import is_embedding_variable
+from sok1x.graph_ops.embedding_tag import is_embedding_variable
 from sok1x.errors import UnsupportedOptimizerError
 from sok1x.graph_ops.tf_compat import tf1
 from sok1x.optimizers import native_rules

@@ -12,7 +12,7 @@ restore may run on another number of ranks than the dump.
 """
 import numpy as np
 
-from sok1x import checkpoint_api
+from sok1x.v2 import checkpoint_api
 from sok1x.engine import assign_values
 from sok1x.graph_ops import init_ops
 from sok1x.graph_ops.tf_compat import py_func, tf1

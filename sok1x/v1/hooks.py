@@ -2,7 +2,7 @@
 
 Both build their ops in begin() and run them in after_create_session(), as Horovod's hooks do.
 """
-from sok1x.embedding_variable import is_embedding_variable
+from sok1x.graph_ops.embedding_tag import is_embedding_variable
 from sok1x.graph_ops import collective_ops, init_ops
 from sok1x.graph_ops.tf_compat import tf1
 

@@ -1,6 +1,6 @@
 """sok1x.lookup_sparse (SOK's v2 lookup): tf.nn.embedding_lookup_sparse over sok1x variables,
 several of them in one fused lookup that shares one exchange (DESIGN D11)."""
-from sok1x.embedding_variable import table_of
+from sok1x.graph_ops.embedding_tag import table_of
 from sok1x.graph_ops import pooled_lookup_ops
 from sok1x.graph_ops.tf_compat import tf1
 

@@ -4,7 +4,7 @@ DynamicVariable evicted. All are local (no collective) and not per-step, so they
 engine as host NumPy through py_func; executing eagerly they run at once."""
 import numpy as np
 
-from sok1x.embedding_variable import table_of
+from sok1x.graph_ops.embedding_tag import table_of
 from sok1x.engine import api, shard_rows
 from sok1x.graph_ops import init_ops
 from sok1x.graph_ops.tf_compat import py_func, tf1

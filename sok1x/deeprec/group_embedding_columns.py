@@ -19,22 +19,22 @@ again: columns built outside are TensorFlow's, untouched.
 A scope's name names its group: the columns of scopes of one name are looked up together, and its
 tables are named after it. A member column's table is a sok1x table [num_buckets, dimension]
 sharded over the ranks (no [num_buckets, dimension] TensorFlow variable is made), named <scope
-name>/<column name>/embedding_weights, with its initializer drawn by sok1x (sok1x.initializers;
-TensorFlow's default truncated normal of embedding_column included). Like
-safe_embedding_lookup_sparse, ids < 0 (and, for mean, weights <= 0) are dropped and a row without
-ids gives zeros. Combiners: sum and mean (DeepRec's); max_norm and ckpt_to_load_from are not
-supported (errors name the column). A column of the scope used twice shares its table. Only
+name>/<column name>/embedding_weights, with its initializer drawn by sok1x
+(sok1x.common.initializers; TensorFlow's default truncated normal of embedding_column included).
+Like safe_embedding_lookup_sparse, ids < 0 (and, for mean, weights <= 0) are dropped and a row
+without ids gives zeros. Combiners: sum and mean (DeepRec's); max_norm and ckpt_to_load_from are
+not supported (errors name the column). A column of the scope used twice shares its table. Only
 input_layer's path (the `_get_dense_tensor` of TensorFlow 1.x feature columns) is grouped;
 DenseFeatures raises an error saying so.
 """
 import contextlib
 import sys
 
-from sok1x.embedding_variable import table_of
+from sok1x.graph_ops.embedding_tag import table_of
 from sok1x.graph_ops import pooled_lookup_ops
 from sok1x.graph_ops.tf_compat import tf1
-from sok1x.group_embedding import check_combiner, table_handle, table_input
-from sok1x.initializers import spec_from_initializer
+from sok1x.deeprec.group_embedding import check_combiner, table_handle, table_input
+from sok1x.common.initializers import spec_from_initializer
 
 _PATCHED = ("embedding_column", "shared_embedding_columns")
 _OUTPUTS_ATTR = "_sok1x_group_outputs"

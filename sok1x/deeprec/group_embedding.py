@@ -20,7 +20,8 @@ another initial value (an array, say) is an error naming it: create a sok1x vari
 """
 import numpy as np
 
-from sok1x.embedding_variable import create_graph_handle, table_of
+from sok1x.common.handle_variable import create_graph_handle
+from sok1x.graph_ops.embedding_tag import table_of
 from sok1x.engine import runtime
 from sok1x.errors import Sok1xError
 from sok1x.graph_ops import embedding_ops, pooled_lookup_ops

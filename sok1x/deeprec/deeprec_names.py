@@ -1,4 +1,4 @@
-"""DeepRec's GroupEmbedding names on stock TensorFlow, by one explicit call (DESIGN D12).
+"""install(): DeepRec's GroupEmbedding names on stock TensorFlow, by one explicit call (D12).
 
     import tensorflow as tf
     import sok1x
@@ -15,8 +15,8 @@ install() sets, on the running TensorFlow, the three names DeepRec (a fork of Te
 on tf and tf.compat.v1 alike. Importing sok1x patches nothing; only this call does. Named after
 what it stands in for: a DeepRec program runs with sok1x's implementations of DeepRec's names.
 """
-from sok1x.group_embedding import enable_distributed_strategy, group_embedding_lookup_sparse
-from sok1x.group_embedding_columns import group_embedding_column_scope
+from sok1x.deeprec.group_embedding import enable_distributed_strategy, group_embedding_lookup_sparse
+from sok1x.deeprec.group_embedding_columns import group_embedding_column_scope
 
 INSTALLED_NAMES = (
     ("nn", "group_embedding_lookup_sparse", group_embedding_lookup_sparse),

@@ -1,8 +1,8 @@
 """SOK's dump / load / incremental_model_dump for sok1x tables (DESIGN D8).
 
 `vars` are the tables' variables: the v1 layers' handle variables (layer.var), or any object
-with a table (anything sok1x.embedding_variable.table_of() knows, or with a `table_name`). Files
-do not depend on the number of ranks; see sok1x/engine/checkpoint.py.
+with a table (anything sok1x.graph_ops.embedding_tag.table_of() knows, or with a
+`table_name`). Files do not depend on the number of ranks; see sok1x/engine/checkpoint.py.
 
 optimizer=None saves (and loads) every optimizer slot a table has, so nothing trained is lost;
 an optimizer limits both to that optimizer's slots. In graph mode dump and load return an op
@@ -12,7 +12,7 @@ import datetime
 
 import numpy as np
 
-from sok1x.embedding_variable import table_of
+from sok1x.graph_ops.embedding_tag import table_of
 from sok1x.engine import checkpoint
 from sok1x.graph_ops import init_ops
 from sok1x.graph_ops.tf_compat import py_func, tf1

@@ -7,11 +7,10 @@ split_embedding_variable_from_others() and OptimizerScope recognise.
 """
 import numpy as np
 
-from sok1x.graph_ops import checkpoint_ops, embedding_ops, init_ops
+from sok1x.graph_ops import embedding_ops, init_ops
+from sok1x.graph_ops.embedding_tag import is_embedding_variable, tag
 from sok1x.graph_ops.tf_compat import tf1
-
-EMBEDDING_VARIABLES = "sok1x_embedding_variables"
-_TABLE_ATTR = "_sok1x_table"
+from sok1x.optimizers import guard
 
 
 def create_handle(layer, table_name, dim, capacity, use_hashtable, init_spec, placement="mod",
@@ -22,9 +21,7 @@ def create_handle(layer, table_name, dim, capacity, use_hashtable, init_spec, pl
     variable (sok1x.Variable); executing eagerly, the shard is made at once (sok1x.init() must
     have run). dynamic: a growing table's settings (sok1x.DynamicVariable)."""
     # Native optimizers must not touch this variable outside OptimizerScope; the guard that
-    # enforces it goes in with the first table, whichever way sok1x was imported. (Imported here:
-    # the guard itself asks this module which variables are embedding variables.)
-    from sok1x.optimizers import guard
+    # enforces it goes in with the first table, whichever way sok1x was imported.
     guard.install()
     table = embedding_ops.TableSpec(table_name, dim, capacity, use_hashtable, init_spec,
                                     placement, dynamic)
@@ -47,21 +44,13 @@ def create_handle(layer, table_name, dim, capacity, use_hashtable, init_spec, pl
             handle = layer.add_weight(name=table_name.split("/")[-1], shape=[1],
                                       dtype=tf1.float32, initializer=initial_value,
                                       trainable=trainable, use_resource=True)
-    return _tag(handle, table)
-
-
-def _tag(handle, table):
-    setattr(handle, _TABLE_ATTR, table)
-    tf1.add_to_collection(EMBEDDING_VARIABLES, handle)
-    checkpoint_ops.add_saveable(table)  # tf.train.Saver carries the table (D8)
-    return handle
+    return tag(handle, table)
 
 
 def create_graph_handle(table):
     """Creates and returns the handle variable of `table` (an embedding_ops.TableSpec) outside
     any Keras layer, named table.name (which must be unused) at the graph's top level and out of
     any control-flow or control-dependency context. Its initializer depends on the Init op."""
-    from sok1x.optimizers import guard
     guard.install()
     gate = init_ops.gate()
     scope, _, leaf = table.name.rpartition("/")
@@ -71,17 +60,7 @@ def create_graph_handle(table):
     if handle.op.name != table.name:
         raise ValueError("the name %s is taken in this graph; sok1x needs it for the handle "
                          "variable of table %s" % (table.name, table.name))
-    return _tag(handle, table)
-
-
-def table_of(variable):
-    """Returns the TableSpec of a sok1x embedding variable, or None for any other variable."""
-    return getattr(variable, _TABLE_ATTR, None)
-
-
-def is_embedding_variable(variable):
-    """True for the handle variable of a sok1x table."""
-    return table_of(variable) is not None
+    return tag(handle, table)
 
 
 def split_embedding_variable_from_others(variables):

@@ -1,7 +1,7 @@
 """SOK's v2 variables (DESIGN D6, D11): sok1x.Variable, a dense table spread over the ranks, and
 sok1x.DynamicVariable, a hash table.
 
-Each returns the table's handle variable (sok1x/embedding_variable.py): a small trainable
+Each returns the table's handle variable (sok1x/common/handle_variable.py): a small trainable
 TensorFlow variable tagged as a sok1x embedding variable, so it is in trainable_variables, gets
 IndexedSlices gradients from sok1x.lookup_sparse, is what GradientTape.gradient and
 split_embedding_variable_from_others see, and goes to sok1x.OptimizerWrapper or, inside
@@ -17,10 +17,10 @@ sok1x.OptimizerScope, to a native TensorFlow optimizer. The table itself lives i
 import numpy as np
 
 from sok1x.backend.random_init import make_spec
-from sok1x.embedding_variable import create_handle
+from sok1x.common.handle_variable import create_handle
 from sok1x.engine import runtime, shard_rows
 from sok1x.graph_ops.tf_compat import tf1
-from sok1x.initializers import spec_from_initializer
+from sok1x.common.initializers import spec_from_initializer
 
 VARIABLE, DYNAMIC = "variable", "dynamic"
 _eager_names = {}

@@ -1,0 +1,27 @@
+"""Which TensorFlow variables stand for sok1x tables (DESIGN D1): a handle variable carries its
+table's TableSpec as an attribute and sits in one graph collection. The optimizers, the hooks and
+every front door ask here, below all of them, so none of them imports another to learn it."""
+from sok1x.graph_ops import checkpoint_ops
+from sok1x.graph_ops.tf_compat import tf1
+
+EMBEDDING_VARIABLES = "sok1x_embedding_variables"
+_TABLE_ATTR = "_sok1x_table"
+
+
+def tag(handle, table):
+    """Marks `handle` as the variable of `table` (an embedding_ops.TableSpec), puts it in the
+    EMBEDDING_VARIABLES collection and the table in the Saver's saveables (D8). Returns handle."""
+    setattr(handle, _TABLE_ATTR, table)
+    tf1.add_to_collection(EMBEDDING_VARIABLES, handle)
+    checkpoint_ops.add_saveable(table)
+    return handle
+
+
+def table_of(variable):
+    """Returns the TableSpec of a sok1x embedding variable, or None for any other variable."""
+    return getattr(variable, _TABLE_ATTR, None)
+
+
+def is_embedding_variable(variable):
+    """True for the handle variable of a sok1x table."""
+    return table_of(variable) is not None

@@ -1,0 +1,9 @@
+"""DeepRec's front door: GroupEmbedding (DESIGN D12) on sok1x's engine.
+
+    group_embedding.py          group_embedding_lookup_sparse, enable_distributed_strategy
+    group_embedding_columns.py  group_embedding_column_scope (feature columns looked up together)
+    deeprec_names.py            install(): DeepRec's names on the running TensorFlow
+
+`sok1x.deeprec.install()` is the one explicit opt-in call; importing sok1x patches nothing.
+"""
+from sok1x.deeprec.deeprec_names import INSTALLED_NAMES, install  # noqa: F401
