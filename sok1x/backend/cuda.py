@@ -14,6 +14,7 @@ from sok1x.backend import cuda_context, dlpack
 from sok1x.backend.owner_rules import OWNER_MOD
 from sok1x.backend import random_init as recipe
 from sok1x.backend.cuda_context import uses_context
+from sok1x.backend.cuda_staging import allocate_page_locked
 from sok1x.backend.cuda_hash import HashIndex  # noqa: F401  (part of the op set)
 from sok1x.backend.cuda_optimizers import (  # noqa: F401  (part of the op set: optimizer updates)
     update_adadelta,
@@ -89,8 +90,9 @@ def host_mapped_zeros(shape, dtype):
     shape = tuple(int(n) for n in shape)
     if int(np.prod(shape, dtype=np.int64)) == 0:
         return gpuarray.GPUArray(shape, np.dtype(dtype))
-    host = driver.pagelocked_zeros(shape, np.dtype(dtype),
-                                   mem_flags=driver.host_alloc_flags.DEVICEMAP)
+    host = allocate_page_locked(shape, np.dtype(dtype),
+                                mem_flags=driver.host_alloc_flags.DEVICEMAP)
+    host.fill(0)
     array = gpuarray.GPUArray(shape, np.dtype(dtype), gpudata=host.base.get_device_pointer())
     array.sok1x_host_memory = host
     return array

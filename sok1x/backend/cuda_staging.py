@@ -16,8 +16,10 @@ Why never pageable memory: a copy from or to pageable memory returns only once t
 reached it, so behind an NCCL collective whose peer never joins it blocks inside the driver,
 where no time limit reaches (this is what hung a stalled-peer job on GPUs). A page-locked copy
 returns at once; the host then waits in cuda_context.wait_event, which gives up after
-SOK1X_NCCL_TIMEOUT_S. Blocks are powers of two from 4 KiB up and are kept for the process's life,
-so a steady training loop allocates no page-locked memory after its first steps.
+SOK1X_NCCL_TIMEOUT_S. Allocating page-locked memory may wait for the device as well, so a new
+block is taken only after a bounded wait for the stream. Blocks are powers of two from 4 KiB up
+and are kept for the process's life, so a steady training loop allocates no page-locked memory
+after its first steps.
 """
 import sys
 
@@ -55,7 +57,7 @@ class PinnedBlocks:
             if (block.nbytes == size and sys.getrefcount(block) <= 3
                     and self._events[index].query()):
                 return index, block
-        block = driver.pagelocked_empty(size, np.uint8)
+        block = allocate_page_locked(size, np.uint8)
         self._blocks.append(block)
         self._events.append(driver.Event(flags=driver.event_flags.DISABLE_TIMING))
         return len(self._blocks) - 1, block
@@ -80,6 +82,15 @@ class PinnedBlocks:
     @property
     def total_bytes(self):
         return sum(block.nbytes for block in self._blocks)
+
+
+def allocate_page_locked(shape, dtype, mem_flags=0):
+    """Returns new page-locked host memory (pycuda.driver.pagelocked_empty), after a bounded
+    wait for sok1x's stream: allocating page-locked memory may wait for the device to finish
+    its work, inside the driver where no time limit reaches, so the stream must be idle first
+    (a new block is needed only while a loop warms up, so this wait is rare)."""
+    cuda_context.wait_stream("a wait before allocating page-locked host memory")
+    return driver.pagelocked_empty(shape, dtype, mem_flags=mem_flags)
 
 
 _blocks = PinnedBlocks()

@@ -23,7 +23,7 @@ from sok1x.backend import random_init  # noqa: E402
 from sok1x.engine import api, runtime  # noqa: E402
 from sok1x.errors import CommError  # noqa: E402
 
-pytestmark = pytest.mark.timeout(300, method="thread")
+pytestmark = pytest.mark.timeout(120, method="thread")
 TIMEOUT_S = 2.0
 # The limit, NCCL's abort of the stalled communicator (which waits for the spinning kernel, set
 # free one second after the limit) and start-up noise.
@@ -46,28 +46,40 @@ def _spin_kernel():
 
 
 class Stall:
-    """sok1x's stream held by a spinning kernel and an all-to-all queued behind it; release()
-    sets the flag (a timer does, `release_after_s` after the stall starts)."""
+    """sok1x's stream held by a spinning kernel and an all-to-all queued behind it. The flag is
+    set `release_after_s` after the stall starts, by a timer started first: a call that blocks
+    inside the driver (where no limit reaches) then returns late, and its test fails, not hangs."""
 
     def __init__(self, rt, release_after_s):
         from sok1x.backend import cuda_context
         self.rt = rt
         self.flag = rt.backend.host_mapped_zeros((1,), np.int32)
         kernel = _spin_kernel()
-        kernel(np.intp(int(self.flag.gpudata)), block=(1, 1, 1), grid=(1, 1),
-               stream=cuda_context.stream())
         counts = np.full(rt.size, 4, dtype=np.int64)
         send = rt.backend.asarray(np.ones((4 * rt.size, 2), np.float32))
-        self.received = rt.data.all_to_all_v(send, counts, counts)
+        rt.backend.synchronize()
         self.started = time.monotonic()
         self.timer = threading.Timer(release_after_s, self.release)
         self.timer.start()
+        kernel(np.intp(int(self.flag.gpudata)), block=(1, 1, 1), grid=(1, 1),
+               stream=cuda_context.stream())
+        self.received = rt.data.all_to_all_v(send, counts, counts)
 
     def release(self):
         self.flag.sok1x_host_memory[0] = 1
 
     def elapsed(self):
         return time.monotonic() - self.started
+
+
+def warm_staging(rt):
+    """Takes the page-locked blocks the tests use while stalled (several of each size at once),
+    so that none of them needs a new one: that is a bounded wait of its own (see
+    test_a_new_staging_block_gives_up)."""
+    sizes = [16] * 8 + [100000] * 2
+    uploaded = [rt.backend.asarray(np.zeros(n, np.float32)) for n in sizes]
+    rt.backend.synchronize()
+    del uploaded
 
 
 @pytest.fixture
@@ -79,6 +91,8 @@ def stalled(monkeypatch):
     rt = runtime.init(backend="cuda")
     assert rt.data.timeout_s == TIMEOUT_S
     with runtime.entered():
+        _spin_kernel()  # compiled before the stall
+        warm_staging(rt)
         stall = Stall(rt, TIMEOUT_S + 1.0)
     yield stall
     stall.timer.join()
@@ -143,6 +157,13 @@ def test_the_engine_waits_for_exchange_sizes_give_up(stalled):
     api.create_table("stalled_table", 4, 1000, True, spec)
     keys = np.arange(16, dtype=np.int64).reshape(8, 2)
     assert_timed_out(stalled, lambda: api.dense_lookup("stalled_table", "fwd", keys, True), None)
+
+
+def test_a_new_staging_block_gives_up(stalled):
+    """Page-locked memory is allocated only after a bounded wait for the stream (the driver may
+    wait for the device there): an upload of a size no block has yet gives up like any wait."""
+    assert_timed_out(stalled, lambda: stalled.rt.backend.asarray(np.zeros(3 << 20, np.uint8)),
+                     "allocating page-locked host memory")
 
 
 def test_uploads_do_not_wait_for_the_stream(stalled):
