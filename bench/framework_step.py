@@ -2,10 +2,11 @@
 
     mpiexec -n 2 python3 bench/framework_step.py --out results/fw2.json
 
-Per workload (workloads.py: seed, dlrm; dlrm26 = dlrm's 26 features as 26 tables in one fused
-lookup; dlrm_dynamic = dlrm on a DynamicVariable, "hbm" beside "hybrid", run_dynamic), from one
-initial table, the same LazyAdam step (forward lookup, top gradient = output,
-backward exchange, update) five ways:
+Per workload (workloads.py: seed, dlrm: one table; dlrm26 = dlrm's 26 features as 26 tables in
+one lookup; mlperf26 = MLPerf DLRM-DCNv2's 26 tables, skipped with a message where the job's GPUs
+cannot hold them; dlrm_dynamic = dlrm on a DynamicVariable, "hbm" beside "hybrid", run_dynamic),
+from the same initial tables, the same step (forward lookup, top gradient = output, backward
+exchange, update: LazyAdam, Adagrad for mlperf26) five ways:
 
     sok1x_dlpack   the zero-copy seam with PyTorch as the framework: keys, outputs, gradients and
                    the update's slices cross as DLPack capsules, ordered by wait_for_framework /
@@ -15,18 +16,19 @@ backward exchange, update) five ways:
                    outputs go to host NumPy arrays through page-locked buffers
     sok1x_device   the engine on device arrays, no framework at all
     torch_dedup    the strongest plain-PyTorch step we could write: torch.unique before the
-                   exchange, all_to_all_single, index_select, a LazyAdam on the unique rows
-    torch_plain    the earlier bench/ reference (torch_reference.py: no de-duplication)
+                   exchange, all_to_all_single, index_select, the same optimizer on the unique
+                   rows; for several tables, the tables concatenated with key offsets into one
+                   weight (TorchRec's fused table-batched embedding), one pass for all
+    torch_plain    the earlier bench/ reference (torch_reference.py: no de-duplication; one table)
 
 Each variant is timed as the median of --repeats repeats of --steps steps (wall clock, the GPU
 waited for at the end), the variants interleaved inside each repeat so that the host's load
 drifts over all of them alike. The first steps' outputs are compared across variants. Also
 measured in the same run: page-locked host-to-device and device-to-host bandwidth, and per step
-of sok1x_device the kernel launches, fills, copies, host waits, NCCL collectives and MPI
-exchanges.
+of sok1x_device the kernel launches, fills, copies, host waits (and the microseconds spent in
+them), the host's Python microseconds not spent waiting, NCCL collectives and MPI exchanges.
 """
 import functools
-import gc
 import sys
 import time
 
@@ -52,7 +54,7 @@ VARIANTS = ("sok1x_dlpack", "sok1x_host", "sok1x_device", "torch_dedup", "torch_
 def parse_args(argv):
     parser = harness.parser(__doc__, out=True, steps=True, repeats=True, port=29541,
                             backend=True, scale=True)
-    parser.add_argument("--workloads", default="seed,dlrm,dlrm26")
+    parser.add_argument("--workloads", default="seed,dlrm,dlrm26,mlperf26")
     return parser.parse_args(argv)
 
 
@@ -82,7 +84,8 @@ class TorchSeam:
 
 
 class SokVariants:
-    """The three sok1x ways of one step over tables `names` (one, or one per dlrm feature)."""
+    """The three sok1x ways of one step over tables `names`: one table looked up dense (seed,
+    dlrm), or several in one pooled lookup, keys given per table (dlrm26, mlperf26)."""
 
     def __init__(self, rt, w, names):
         self.rt, self.w, self.names = rt, w, names
@@ -90,51 +93,44 @@ class SokVariants:
         self.seam = TorchSeam(rt.backend)
         self.step_count = 0
         self.crossed_bytes = 0
+        self.rule = w.optimizer
+        self.slot_prefix = "Adam" if w.optimizer == "lazy_adam" else "Adagrad"
+        self._segments = [self.backend.asarray(np.arange(w.batch_per_rank * hot, dtype=np.int64)
+                                               // hot) for hot in (w.hotness or ())]
 
     def _hyper(self):
         self.step_count += 1
+        if self.rule == "adagrad":
+            return {"lr": sok_steps.LEARNING_RATE, "epsilon": sok_steps.EPSILON}
         return sok_steps.lazy_adam_hyper(self.step_count)
 
     # one step on engine arrays, the framework's conversions passed in --------------------------
-    def _forward(self, keys):
+    def _forward(self, *keys):
         w = self.w
-        if len(self.names) == 1:
-            out, token = api.dense_lookup(self.names[0], "fwd", keys, True, (w.slots, w.nnz))
+        if w.tables is None:
+            out, token = api.dense_lookup(self.names[0], "fwd", keys[0], True, (w.slots, w.nnz))
             return [out, token]
-        per_table = self._split(keys.reshape(-1))
-        outs, token = api.pooled_lookup(self.names, "fwd", per_table, True)
-        return outs + [token]
-
-    def _split(self, keys):
-        """dlrm26: feature t's keys [batch] (one per sample) as table t's PooledInput."""
-        batch = self.w.batch_per_rank
-        segments = self._segments
-        return [PooledInput(self.backend.take_rows(keys, index), segments, batch, None, "sum")
-                for index in self._feature_index]
-
-    def prepare(self, keys_host):
-        """Per-table gather indices (dlrm26) for keys [batch, 26, 1] flattened."""
-        batch, slots = keys_host.shape[0], keys_host.shape[1]
-        self._segments = self.backend.asarray(np.arange(batch, dtype=np.int64))
-        self._feature_index = [self.backend.asarray(np.arange(batch, dtype=np.int64) * slots + t)
-                               for t in range(slots)] if len(self.names) > 1 else []
+        inputs = [PooledInput(k, segments, w.batch_per_rank, None, "sum")
+                  for k, segments in zip(keys, self._segments)]
+        outs, token = api.pooled_lookup(self.names, "fwd", inputs, True)
+        return list(outs) + [token]
 
     def _backward(self, token, grads):
-        if len(self.names) == 1:
+        if self.w.tables is None:
             values, rows = api.dense_lookup_grad(self.names[0], "bwd", token, grads[0])
             return [(values, rows)]
         return api.pooled_lookup_grad(self.names, "bwd", token, grads)
 
     def _update(self, pairs, hyper):
-        for name, (values, rows) in zip(self.names, pairs):
-            api.apply_optimizer_update(name, "lazy_adam", "Adam", {}, hyper, values, rows)
+        api.apply_optimizer_updates(self.names, self.rule, self.slot_prefix, {}, hyper,
+                                    [v for v, _ in pairs], [r for _, r in pairs])
 
     def device(self, keys_device):
         with runtime.entered():  # PyCUDA reshapes device arrays only with its context current
             return self._device(keys_device)
 
     def _device(self, keys_device):
-        results = self._forward(keys_device)
+        results = self._forward(*keys_device)
         outs, token = results[:-1], int(results[-1])
         self._update(self._backward(token, outs), self._hyper())
         return outs
@@ -145,7 +141,7 @@ class SokVariants:
 
     def _dlpack(self, keys_torch):
         seam = self.seam
-        results = seam.op(self._forward, keys_torch)
+        results = seam.op(self._forward, *keys_torch)
         outs, token = results[:-1], int(results[-1])
         tops = [o * 1.0 for o in outs]  # the framework's own op: the loss gradient
         grads = seam.op(lambda *g: [a for pair in self._backward(token, list(g)) for a in pair],
@@ -161,8 +157,8 @@ class SokVariants:
 
     def _host(self, keys_host):
         backend = self.backend
-        crossed = keys_host.nbytes
-        results = self._forward(backend.upload_staged(keys_host))
+        crossed = sum(k.nbytes for k in keys_host)
+        results = self._forward(*[backend.upload_staged(k) for k in keys_host])
         outs = [backend.download_staged(o) for o in results[:-1]]
         token = int(results[-1])
         tops = outs  # d(0.5 ||out||^2) / d out: the framework hands the same arrays back
@@ -195,11 +191,47 @@ def pinned_bandwidth(device, nbytes=256 << 20, repeats=7):
     return result
 
 
-def make_tables(rt, w, fused):
-    names = ["fw_%s_%d" % (w.name, t) for t in range(w.slots if fused else 1)]
-    per_table = w.vocab if fused else workloads.total_vocabulary(w)
-    for name in names:
-        api.create_table(name, w.dim, per_table // rt.size, False, SPEC, replace=True)
+def device_bandwidth(device, size, nbytes=256 << 20, repeats=5):
+    """Median GB/s of a device copy (bytes read + written) and, with several ranks, of NCCL's
+    all_to_all_single (bytes each rank sends to the others), both measured here."""
+    timer = harness.TorchTimer(device)
+    src = torch.empty(nbytes, dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    copy_ms = harness.median(timer.time_ms(functools.partial(dst.copy_, src), repeats))
+    result = {"hbm_gbps": 2 * nbytes / (copy_ms * 1e6)}
+    if size > 1:
+        import torch.distributed as dist
+        a2a_ms = harness.job_max(harness.median(timer.time_ms(
+            functools.partial(dist.all_to_all_single, dst, src), repeats)))
+        result["all_to_all_gbps"] = nbytes * (size - 1) / size / (a2a_ms * 1e6)
+    return result
+
+
+def step_floor(w, batches, size, bandwidth):
+    """The least time a step's bytes take at the measured rates (a lower bound, mlperf26): the
+    distinct keys' vectors cross to their owners and back and their gradients out (3 all-to-alls
+    of (size-1)/size of them), and in memory each distinct row is read at the gather and read and
+    written with its Adagrad accumulator at the update, each key's vector read at the pooling and
+    its gradient written at the spread. Returns (ms, the bytes it counts)."""
+    row = w.dim * 4
+    distinct = harness.job_max(max(sum(len(np.unique(k)) for k in batch) for batch in batches))
+    keys = sum(len(k) for k in batches[0])
+    exchanged = 3 * distinct * row * (size - 1) / size
+    memory = distinct * row * (1 + 4) + keys * row * 2
+    ms = memory / (bandwidth["hbm_gbps"] * 1e6)
+    if size > 1:
+        ms += exchanged / (bandwidth["all_to_all_gbps"] * 1e6)
+    return ms, {"exchanged_bytes": exchanged, "memory_bytes": memory}
+
+
+def make_tables(rt, w):
+    """The workload's tables, made anew: one (seed, dlrm) or one per feature."""
+    if w.tables is None:
+        names, sizes = ["fw_%s_0" % w.name], [workloads.total_vocabulary(w)]
+    else:
+        names, sizes = ["fw_%s_%d" % (w.name, t) for t in range(len(w.tables))], w.tables
+    for name, keys in zip(names, sizes):
+        api.create_table(name, w.dim, -(-keys // rt.size), False, SPEC, replace=True)
         api.shard(name)
     return names
 
@@ -212,32 +244,67 @@ def launch_counts():
     return dict(COUNTS)
 
 
-def run_workload(rt, name, device, steps, repeats, scale):
-    fused = name == "dlrm26"
-    w = workloads.workload("dlrm" if fused else name, rt.size, scale)
+def too_big(w, rt, device):
+    """Why mlperf26 cannot run in this job (a sentence), or None."""
+    if w.name != "mlperf26" or device.type != "cuda":
+        return None
+    need = sum(w.tables) * w.dim * 4 * 2 * 2  # rows and accumulators, sok1x's and PyTorch's
+    have = harness.job_min(torch.cuda.get_device_properties(device).total_memory) * rt.size
+    if need <= 0.8 * have:
+        return None
+    return ("mlperf26 skipped: its rows and Adagrad accumulators take %.0f GB for sok1x and as "
+            "much again for the PyTorch peer (%.0f GB in all), and this job's %d GPU(s) hold "
+            "%.0f GB: it needs 4 H200s (nvidia-h200-x4) or more"
+            % (need / 2e9, need / 1e9, rt.size, have / 1e9))
+
+
+def _single_table_runs(rt, w, device, sok, names):
     batches = workloads.Batches(w, rt.rank, rt.size)
-    if fused:  # 26 tables of w.vocab keys each: feature t's keys relative to its own table
-        batches.keys = [k - np.arange(w.slots).reshape(1, -1, 1) * w.vocab for k in batches.keys]
     backend = rt.backend
     keys_device = [backend.asarray(k) for k in batches.keys]
     keys_torch = [torch.from_numpy(k).to(device) for k in batches.keys]
-    names = make_tables(rt, w, fused)
     weight = shard_weight(rt, names, device)
-    sok = SokVariants(rt, w, names)
-    sok.prepare(batches.keys[0])
-    torch_dedup = None if fused else torch_reference.TorchDedupStep(weight.clone(), rt.rank,
-                                                                    rt.size)
-    torch_plain = None if fused else torch_reference.TorchShardedEmbedding(
-        weight.clone(), rt.rank, rt.size, False, w.nnz)
+    dedup = torch_reference.TorchDedupStep(weight.clone(), rt.rank, rt.size)
+    plain = torch_reference.TorchShardedEmbedding(weight.clone(), rt.rank, rt.size, False, w.nnz)
     del weight
-    runs = {
+    return {
+        "sok1x_device": lambda s: sok.device([keys_device[s % 3]]),
+        "sok1x_dlpack": lambda s: sok.dlpack([keys_torch[s % 3]]),
+        "sok1x_host": lambda s: sok.host([batches.keys[s % 3]]),
+        "torch_dedup": lambda s: [dedup.step(keys_torch[s % 3].reshape(-1))],
+        "torch_plain": lambda s: [plain.step(batches.keys[s % 3])],
+    }
+
+
+def _table_runs(rt, w, device, sok, names):
+    batches = workloads.table_batches(w, rt.rank, rt.size)
+    backend = rt.backend
+    keys_device = [[backend.asarray(k) for k in batch] for batch in batches]
+    keys_torch = [[torch.from_numpy(k).to(device) for k in batch] for batch in batches]
+    weight = shard_weight(rt, names, device)
+    offsets = np.concatenate([[0], np.cumsum([-(-v // rt.size) * rt.size
+                                              for v in w.tables])[:-1]])
+    group = torch_reference.TorchGroupStep(weight, rt.rank, rt.size, offsets.tolist(),
+                                           w.hotness, w.batch_per_rank, w.optimizer)
+    del weight
+    return {
         "sok1x_device": lambda s: sok.device(keys_device[s % 3]),
         "sok1x_dlpack": lambda s: sok.dlpack(keys_torch[s % 3]),
-        "sok1x_host": lambda s: sok.host(batches.keys[s % 3]),
+        "sok1x_host": lambda s: sok.host(batches[s % 3]),
+        "torch_dedup": lambda s: group.step(keys_torch[s % 3]),
     }
-    if torch_dedup is not None:
-        runs["torch_dedup"] = lambda s: [torch_dedup.step(keys_torch[s % 3].reshape(-1))]
-        runs["torch_plain"] = lambda s: [torch_plain.step(batches.keys[s % 3])]
+
+
+def run_workload(rt, name, device, steps, repeats, scale):
+    w = workloads.workload(name, rt.size, scale)
+    reason = too_big(w, rt, device)
+    if reason is not None:
+        say(reason)
+        return [{"workload": name, "ranks": rt.size, "skipped": reason}]
+    backend = rt.backend
+    names = make_tables(rt, w)
+    sok = SokVariants(rt, w, names)
+    runs = (_single_table_runs if w.tables is None else _table_runs)(rt, w, device, sok, names)
 
     def host_out(outs):
         return np.concatenate([(o.cpu().numpy() if torch.is_tensor(o) else np.asarray(
@@ -247,7 +314,7 @@ def run_workload(rt, name, device, steps, repeats, scale):
     first = {}
     for variant, run in runs.items():
         if variant.startswith("sok1x"):
-            make_tables(rt, w, fused)
+            make_tables(rt, w)
             sok.step_count = 0
         first[variant] = [host_out(run(s)) for s in range(CHECK_STEPS)]
     reference = first["sok1x_device"]
@@ -267,20 +334,7 @@ def run_workload(rt, name, device, steps, repeats, scale):
         for variant, run in timed.items():
             harness.barrier()
             times[variant].append(job_max(harness.wall_ms(run, steps, synchronize)))
-
-    # Per-step counts of the engine on device arrays.
-    harness.barrier()
-    data_calls = (lambda: getattr(rt.data, "collectives_enqueued", 0)) if rt.data is not rt.host \
-        else (lambda: 0)
-    before = (launch_counts(), data_calls(), rt.host.calls)
-    timed["sok1x_device"]()
-    synchronize()
-    after = launch_counts()
-    counts = {k: after[k] - before[0].get(k, 0) for k in after}
-    if "host_waits" in counts:
-        counts["host_waits"] -= 1  # the synchronize() above
-    counts["data_collectives"] = data_calls() - before[1]
-    counts["mpi_exchanges"] = rt.host.calls - before[2]
+    counts = per_step_counts(rt, timed["sok1x_device"], synchronize)
 
     entries = []
     for variant in runs:
@@ -293,10 +347,18 @@ def run_workload(rt, name, device, steps, repeats, scale):
         if variant == "sok1x_device":
             entry["per_step_counts"] = counts
         entries.append(entry)
-        say("%-7s %-13s %d ranks: %8.3f ms/step (min %.3f, max %.3f)  diff %.1e" % (
+        say("%-8s %-13s %d ranks: %8.3f ms/step (min %.3f, max %.3f)  diff %.1e" % (
             name, variant, rt.size, entry["ms_per_step"], entry["ms_min"], entry["ms_max"],
             diffs[variant]))
-    say("%-7s per step of sok1x_device: %s" % (name, counts))
+    say("%-8s per step of sok1x_device: %s" % (name, counts))
+    if name == "mlperf26" and device.type == "cuda":
+        bandwidth = device_bandwidth(device, rt.size)
+        floor_ms, floor_bytes = step_floor(w, workloads.table_batches(w, rt.rank, rt.size),
+                                           rt.size, bandwidth)
+        for entry in entries:
+            entry.update(bandwidth, floor_ms=floor_ms, over_floor=entry["ms_per_step"] / floor_ms,
+                         **floor_bytes)
+        say("mlperf26 floor %.3f ms at %s (%s)" % (floor_ms, bandwidth, floor_bytes))
     for table in names:
         rt.tables.pop(table, None)
     return entries
@@ -322,7 +384,7 @@ def run_dynamic(rt, steps, repeats, scale):
         api.create_table(name, w.dim, capacity, True, SPEC, replace=True, placement="hash",
                          dynamic=make_dynamic(var_type, capacity, capacity, "lru", gib))
         runs[var_type] = functools.partial(
-            lambda sok, s: sok.device(keys_device[s % 3]), SokVariants(rt, w, [name]))
+            lambda sok, s: sok.device([keys_device[s % 3]]), SokVariants(rt, w, [name]))
 
     def synchronize():
         rt.backend.synchronize()
@@ -369,6 +431,32 @@ def run_dynamic(rt, steps, repeats, scale):
     return entries
 
 
+def per_step_counts(rt, run, synchronize, steps=5):
+    """Per step of `run` (sok1x_device), averaged over `steps`: kernel launches, fills, copies,
+    host waits, NCCL collectives, MPI exchanges, and python_us: the host's time in the step not
+    spent waiting for the GPU (wall clock less the waits)."""
+    harness.barrier()
+    synchronize()
+    before = (launch_counts(), rt.stats())
+    started = time.perf_counter()
+    for _ in range(steps):
+        run()
+    wall_us = (time.perf_counter() - started) * 1e6
+    stats = rt.stats()  # the engine's own count of its host waits (before synchronize below)
+    waited_us = launch_counts().get("wait_us", 0) - before[0].get("wait_us", 0)
+    synchronize()
+    after = launch_counts()
+    counts = {k: (after[k] - before[0].get(k, 0)) / steps for k in after}
+    if "wait_us" in counts:
+        counts["wait_us"] = waited_us / steps
+        counts["python_us"] = (wall_us - waited_us) / steps
+    counts["host_waits"] = (stats["host_waits"] - before[1]["host_waits"]) / steps
+    counts["data_collectives"] = (stats["data_collectives"]
+                                  - before[1]["data_collectives"]) / steps
+    counts["mpi_exchanges"] = (stats["host_collectives"] - before[1]["host_collectives"]) / steps
+    return counts
+
+
 def main(argv):
     args = parse_args(argv)
     rt = harness.start_engine(args.backend)
@@ -394,7 +482,7 @@ def main(argv):
             import traceback
             traceback.print_exc()
             payload["steps"].append({"workload": name, "ranks": rt.size, "error": repr(exc)})
-        gc.collect()
+        harness.release_memory(rt.backend, device)
         say("%s took %.1f s" % (name, time.time() - started))
         harness.write_json(args.out, payload)
     harness.finish()

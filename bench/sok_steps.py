@@ -19,6 +19,7 @@ from sok1x.engine import runtime as engine_runtime
 from sok1x.engine.key_exchange import exchange_gradients, lookup_forward
 
 BETA1, BETA2, EPSILON, LEARNING_RATE = 0.9, 0.999, 1e-8, 1e-3
+ADAGRAD_INITIAL = 0.1  # the accumulator's initial value (the engine's default)
 SLOT_PREFIX = "Adam"
 
 

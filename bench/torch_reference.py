@@ -15,7 +15,8 @@ which is as fast as PyTorch gets for this step.
 import torch
 import torch.distributed as dist
 
-from sok_steps import BETA1, BETA2, EPSILON, LEARNING_RATE, lazy_adam_hyper
+from sok_steps import (ADAGRAD_INITIAL, BETA1, BETA2, EPSILON, LEARNING_RATE,
+                       lazy_adam_hyper)
 
 
 def route(keys, size):
@@ -116,11 +117,79 @@ class TorchDedupStep:
 
     def _lazy_adam(self, rows, grads):
         self.count += 1
-        hyper = lazy_adam_hyper(self.count)
-        m = self.m.index_select(0, rows).mul_(hyper["beta1"]).add_(grads, alpha=1 - hyper["beta1"])
-        v = self.v.index_select(0, rows).mul_(hyper["beta2"]).addcmul_(
-            grads, grads, value=1 - hyper["beta2"])
-        self.m.index_copy_(0, rows, m)
-        self.v.index_copy_(0, rows, v)
-        self.weight.index_add_(0, rows, m.div_(v.sqrt_().add_(hyper["epsilon"])),
-                               alpha=-hyper["lr_t"])
+        _lazy_adam(self.weight, self.m, self.v, rows, grads, self.count)
+
+
+class TorchGroupStep:
+    """The strongest plain-PyTorch step for several tables of one dim, as TorchRec's fused
+    table-batched embedding runs them: the tables' shards concatenated into one weight, each
+    table's keys offset into one id space (table t's key k is key_offsets[t] + k, owned by rank
+    (key_offsets[t] + k) % size at its row // size), one torch.unique before the exchange,
+    all_to_all_single, index_select, sum pooling of each (table, sample) with one index_add_, and
+    the optimizer ("lazy_adam" or "adagrad") on the distinct rows. The top gradient is the output.
+    keys_list: per table int64 [batch * hotness_t] (sample-major); returns per table [batch, dim].
+    """
+
+    def __init__(self, weight, rank, size, key_offsets, hotness, batch, optimizer):
+        device = weight.device
+        self.weight, self.rank, self.size, self.batch = weight, rank, size, batch
+        self.optimizer, self.count = optimizer, 0
+        counts = torch.tensor([batch * h for h in hotness], device=device)
+        self.position_offsets = torch.repeat_interleave(
+            torch.tensor(key_offsets, dtype=torch.int64, device=device), counts)
+        self.segments = torch.cat([
+            t * batch + torch.div(torch.arange(batch * h, device=device), h,
+                                  rounding_mode="floor")
+            for t, h in enumerate(hotness)])
+        self.tables = len(hotness)
+        self.slots = [torch.zeros_like(weight)] + (
+            [torch.zeros_like(weight)] if optimizer == "lazy_adam" else [])
+        if optimizer == "adagrad":
+            self.slots[0].fill_(ADAGRAD_INITIAL)
+
+    @torch.no_grad()
+    def step(self, keys_list):
+        keys = torch.cat(keys_list) + self.position_offsets
+        distinct, inverse = torch.unique(keys, return_inverse=True)
+        if self.size == 1:
+            rows = distinct
+            per_distinct = self.weight.index_select(0, rows)
+        else:
+            order, send_split, recv_split = route(distinct, self.size)
+            owned = exchange(distinct[order], send_split, recv_split)
+            rows = torch.div(owned, self.size, rounding_mode="floor")
+            back = exchange(self.weight.index_select(0, rows), recv_split, send_split)
+            per_distinct = torch.empty_like(back)
+            per_distinct[order] = back
+        per_key = per_distinct.index_select(0, inverse)
+        pooled = per_key.new_zeros((self.tables * self.batch, per_key.shape[1]))
+        pooled.index_add_(0, self.segments, per_key)
+        summed = torch.zeros_like(per_distinct).index_add_(
+            0, inverse, pooled.index_select(0, self.segments))
+        if self.size == 1:
+            grads = summed
+        else:
+            received = exchange(summed[order], send_split, recv_split)
+            rows, row_inverse = torch.unique(rows, return_inverse=True)
+            grads = received.new_zeros((rows.shape[0], received.shape[1]))
+            grads.index_add_(0, row_inverse, received)
+        self.count += 1
+        if self.optimizer == "adagrad":
+            accumulator = self.slots[0].index_select(0, rows).addcmul_(grads, grads)
+            self.slots[0].index_copy_(0, rows, accumulator)
+            self.weight.index_add_(0, rows, grads.div_(accumulator.sqrt_().add_(EPSILON)),
+                                   alpha=-LEARNING_RATE)
+        else:
+            _lazy_adam(self.weight, self.slots[0], self.slots[1], rows, grads, self.count)
+        return list(pooled.split(self.batch))
+
+
+def _lazy_adam(weight, m_all, v_all, rows, grads, count):
+    hyper = lazy_adam_hyper(count)
+    m = m_all.index_select(0, rows).mul_(hyper["beta1"]).add_(grads, alpha=1 - hyper["beta1"])
+    v = v_all.index_select(0, rows).mul_(hyper["beta2"]).addcmul_(
+        grads, grads, value=1 - hyper["beta2"])
+    m_all.index_copy_(0, rows, m)
+    v_all.index_copy_(0, rows, v)
+    weight.index_add_(0, rows, m.div_(v.sqrt_().add_(hyper["epsilon"])), alpha=-hyper["lr_t"])
+

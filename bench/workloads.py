@@ -8,6 +8,13 @@ dlrm: 26 categorical features of one key each, dim 128, 16384 samples per rank (
     one embedding layer; a feature's popular keys are spread over the range (and so over the
     owners) by a fixed odd multiplier.
 
+dlrm26: dlrm's keys in 26 tables (feature t's keys relative to its own table of 2^20 rows), one
+    lookup of all 26 (sum pooling of one key per sample), LazyAdam.
+mlperf26: the embedding of MLPerf's DLRM-DCNv2 benchmark: 26 tables with the Criteo 1TB
+    cardinalities and multi-hot sizes below (keys uniform within a table), dim 128, sum pooling,
+    Adagrad, global batch 55296 split over the ranks (strong scaling). Its rows and accumulators
+    take about 209 GB (MLPERF_BYTES): four H200s.
+
 Both frameworks shard rows the same way: global key k lives on rank k % size at row k // size.
 `scale` divides batch and vocabulary for quick runs on the cpu backend.
 """
@@ -16,7 +23,17 @@ import collections
 import numpy as np
 
 Workload = collections.namedtuple(
-    "Workload", "name slots nnz dim vocab batch_per_rank global_batch weak alpha")
+    "Workload", "name slots nnz dim vocab batch_per_rank global_batch weak alpha tables hotness "
+    "optimizer", defaults=(None, None, "lazy_adam"))
+Workload.__doc__ = """tables: per table its number of keys (None: one table, keys below vocab);
+hotness: per table keys per sample; optimizer: the engine rule of the step."""
+
+MLPERF_CARDINALITIES = (40000000, 39060, 17295, 7424, 20265, 3, 7122, 1543, 63, 40000000,
+                        3067956, 405282, 10, 2209, 11938, 155, 4, 976, 14, 40000000, 40000000,
+                        40000000, 590152, 12973, 108, 36)
+MLPERF_HOTNESS = (3, 2, 1, 2, 6, 1, 1, 1, 1, 7, 3, 8, 1, 6, 9, 5, 1, 1, 1, 12, 100, 27, 10, 3, 1,
+                  1)
+MLPERF_BYTES = sum(MLPERF_CARDINALITIES) * 128 * 4 * 2  # rows and Adagrad accumulators
 
 SPREAD = 0x9E3779B1  # odd: k -> k * SPREAD mod 2^m is a bijection of [0, 2^m)
 
@@ -31,7 +48,31 @@ def workload(name, size, scale=1):
         per_rank = 16384 // scale
         return Workload("dlrm", 26, 1, 128, (1 << 20) // scale, per_rank, per_rank * size, True,
                         1.05)
+    if name == "dlrm26":
+        dlrm = workload("dlrm", size, scale)
+        return dlrm._replace(name="dlrm26", tables=(dlrm.vocab,) * dlrm.slots,
+                             hotness=(1,) * dlrm.slots)
+    if name == "mlperf26":
+        global_batch = 55296 // scale
+        vocabs = tuple(max(1, c // scale) for c in MLPERF_CARDINALITIES)
+        return Workload("mlperf26", 26, None, 128, None, global_batch // size, global_batch,
+                        False, None, vocabs, MLPERF_HOTNESS, "adagrad")
     raise ValueError("unknown workload %r" % (name,))
+
+
+def table_batches(w, rank, size, count=3, seed=99):
+    """For a workload of several tables: `count` batches, each per table its int64 keys
+    [batch_per_rank * hotness_t] (sample-major, relative to the table). dlrm26 takes dlrm's
+    keys; mlperf26 draws keys uniformly within each table."""
+    if w.name == "dlrm26":
+        out = []
+        for keys in Batches(w, rank, size, count).keys:  # dlrm's keys
+            keys = keys - np.arange(w.slots).reshape(1, -1, 1) * w.vocab
+            out.append([np.ascontiguousarray(keys[:, t, 0]) for t in range(w.slots)])
+        return out
+    rng = np.random.default_rng([seed, rank])
+    return [[rng.integers(0, vocab, size=w.batch_per_rank * hot, dtype=np.int64)
+             for vocab, hot in zip(w.tables, w.hotness)] for _ in range(count)]
 
 
 def total_vocabulary(w):

@@ -1,27 +1,7 @@
-// What a pooled lookup needs besides row moves and row sums: the bounds of index arrays (one small
-// result for all of a step's checks), one column of an index matrix, ids per segment, and rows
+// What a pooled lookup needs besides row moves and row sums (the bounds of index arrays are in
+// table_groups.cu): one column of an index matrix, ids per segment, and rows
 // scaled by a factor each (weights, and the mean's division).
 #include "common.cuh"
-
-// bounds: [2] = (min, max), set by the caller to (INT64_MAX, INT64_MIN) first.
-extern "C" __global__ void index_bounds_int64(const int64* values, int64 n, int64* bounds) {
-  int64 low = 0x7fffffffffffffffLL, high = (-0x7fffffffffffffffLL - 1);
-  for (int64 i = global_thread_id(); i < n; i += global_thread_count()) {
-    const int64 v = values[i];
-    low = v < low ? v : low;
-    high = v > high ? v : high;
-  }
-  for (int offset = 16; offset > 0; offset >>= 1) {
-    const int64 other_low = __shfl_down_sync(FULL_WARP, low, offset);
-    const int64 other_high = __shfl_down_sync(FULL_WARP, high, offset);
-    low = other_low < low ? other_low : low;
-    high = other_high > high ? other_high : high;
-  }
-  if (lane_id() == 0) {
-    atomicMin(bounds, low);
-    atomicMax(bounds + 1, high);
-  }
-}
 
 extern "C" __global__ void column_int64(const int64* matrix, int64 n, int64 columns, int64 index,
                                         int64* out) {

@@ -12,6 +12,10 @@
 //   3. owner_counts_from_offsets reads the per-owner totals off the scan;
 //   4. owner_scatter writes each position to its run, in tile order, so equal owners keep their
 //      input order (stable).
+// valid (may be null): a device count of the leading keys to bucket; the keys after it are
+// ignored (unique's padded output, whose size the host has not read). A key's owner under rule 0
+// is taken unsigned, so any key (even a negative one, which the step then rejects) has an owner
+// in [0, world_size) and no kernel writes out of place.
 #include "common.cuh"
 
 struct OwnerRule {
@@ -24,7 +28,7 @@ __device__ __forceinline__ int owner_of(const int64* keys, int64 i, int64 end, O
   if (i >= end) return -1;
   if (owner.rule == 1) return (int)owner.fixed_rank;
   if (owner.rule == 2) return (int)(scramble_key((uint64)keys[i]) % (uint64)owner.world_size);
-  return (int)(keys[i] % owner.world_size);
+  return (int)((uint64)keys[i] % (uint64)owner.world_size);
 }
 
 extern "C" __global__ void owners_of_keys(const int64* keys, int64 n, int64 world_size,
@@ -38,8 +42,10 @@ extern "C" __global__ void owners_of_keys(const int64* keys, int64 n, int64 worl
 // tile_counts: [world_size * num_tiles], zeroed by the caller.
 extern "C" __global__ void owner_tile_counts(const int64* keys, int64 n, int64 world_size,
                                              int64 rule, int64 fixed_rank, int64 keys_per_tile,
-                                             int64 num_tiles, int64* tile_counts) {
+                                             int64 num_tiles, const int64* valid,
+                                             int64* tile_counts) {
   const OwnerRule owner_rule = {world_size, rule, fixed_rank};
+  if (valid != nullptr) n = min(n, *valid);
   const unsigned lane = lane_id();
   const int64 warp = global_thread_id() >> 5;
   const int64 warp_count = global_thread_count() >> 5;
@@ -68,8 +74,10 @@ extern "C" __global__ void owner_counts_from_offsets(const int64* offsets, int64
 // Writes perm; advances offsets as it goes (they are used up).
 extern "C" __global__ void owner_scatter(const int64* keys, int64 n, int64 world_size,
                                          int64 rule, int64 fixed_rank, int64 keys_per_tile,
-                                         int64 num_tiles, int64* offsets, int64* perm) {
+                                         int64 num_tiles, const int64* valid, int64* offsets,
+                                         int64* perm) {
   const OwnerRule owner_rule = {world_size, rule, fixed_rank};
+  if (valid != nullptr) n = min(n, *valid);
   const unsigned lane = lane_id();
   const int64 warp = global_thread_id() >> 5;
   const int64 warp_count = global_thread_count() >> 5;

@@ -10,16 +10,21 @@ A tower is a chain. A new one starts when a forward op is created after backward
 inference tower built after the training op, so fetching it runs no training op and needs no
 training feed), or explicitly inside `with new_tower():`. Lookups that Keras makes on symbolic
 inputs while building a functional model have a tower of their own, and a backward op always
-joins the tower of its forward op. At run time the engine checks that each
+joins the tower of its forward op. A tower's first op waits for the tower's ticker, a tiny op
+with no inputs that counts the tower's calls (engine/op_order.py's clock): it starts with the
+sess.run, so it has counted the call even when TensorFlow fails the step on this rank before any
+sok1x op runs. At run time the engine checks that each
 op directly follows its predecessor in its tower and that all ranks are in the same op
 (sok1x.engine.op_order, exchange_header); what cannot be made safe, such as a training and an
 evaluation tower fetched in one sess.run, raises OrderError on every rank.
 """
 import contextlib
 
-from sok1x.engine.op_order import OpId
+import numpy as np
+
+from sok1x.engine.op_order import CLOCK, OpId
 from sok1x.graph_ops.graph_state import per_graph
-from sok1x.graph_ops.tf_compat import tf1
+from sok1x.graph_ops.tf_compat import py_func, tf1
 
 FORWARD, BACKWARD, OTHER = "forward", "backward", "other"
 
@@ -88,11 +93,23 @@ def chained(kind, name, build, tower=None, symbolic_input=False):
         tower = _forward_tower(state, symbolic_input)
     elif tower is None:
         tower = state.tower
-    op_id = OpId("%s/%s" % (tower.name, name), tower.name, tower.length)
+    ticked = tower.length == 0 and not tf1.executing_eagerly()
+    op_id = OpId("%s/%s" % (tower.name, name), tower.name, tower.length, ticked)
     deps = [] if tower.last_op is None else [tower.last_op]
+    if ticked:
+        deps = [_ticker(tower.name)]
     with tf1.control_dependencies(deps):
         outputs, operation = build(op_id)
     tower.last_op = operation
     tower.length += 1
     tower.has_backward = tower.has_backward or kind == BACKWARD
     return outputs, tower
+
+
+def _ticker(tower_name):
+    """Returns an op that counts one call of tower `tower_name` each time it runs. It has no
+    inputs, so TensorFlow starts it with the sess.run, before any op that could fail the step."""
+    def tick():
+        return np.int64(CLOCK.tick(tower_name))
+    with tf1.control_dependencies(None):
+        return py_func(tick, [], tf1.int64, name=tower_name + "_ticker").op

@@ -5,7 +5,11 @@ Every backend module exposes the same names, and the engine's algorithms call on
     NAME                                   "cpu" or "cuda"
     asarray(host_array) -> array           copy a NumPy array to the device
     to_host(array) -> np.ndarray           copy back (blocking)
+    to_host_many(arrays) -> [np.ndarray]   copy several back with one wait
+    counts() -> dict                       what this process queued and waited for; "host_waits"
+                                           (cpu counts the calls at which cuda would wait)
     empty(shape, dtype) / zeros(shape, dtype)
+    fill_value(array, value)               every element = value (float32, or 0 for any dtype)
     host_mapped_zeros(shape, dtype)        zeros in page-locked host memory the device's kernels
                                            read and write in place (cpu: an ordinary array)
     split_zeros(shape, dtype, hbm_rows) -> ([device part, host part], whole)
@@ -13,6 +17,7 @@ Every backend module exposes the same names, and the engine's algorithms call on
         take_rows, put_rows, init_rows and the update_* ops take the wrapper and read each row in
         its part (cuda: on the device, from both parts' bases; cpu: whole, which both parts view)
     synchronize()                          wait for queued device work
+    release_unused()                       give the device memory pool's unused blocks back
     device_context()                       context manager: device arrays may be made inside
     bucket_by_owner(keys, world_size, owner_rule, fixed_rank) -> (perm, counts)
         perm: int64 array, keys[perm] grouped by owner (ascending owner, stable inside an
@@ -23,11 +28,32 @@ Every backend module exposes the same names, and the engine's algorithms call on
     bucket_by_owner_many(keys_list, world_size, owner_rules), unique_many(keys_list, ordered)
         the same for several arrays at once, with one wait for all their sizes
     index_bounds(arrays) -> host int64 [len(arrays), 2]   (min, max) of each, one wait for all
+    join_keys(arrays, offsets) -> int64        the int arrays plus an offset each, joined (one
+                                               launch on cuda: a table group's keys)
+    join_rows(arrays) -> float32               float32 arrays joined along axis 0 (one launch)
+    distinct_rows_many(items) -> [(distinct, inverse, ranks)]   per (rows in [0, bound), bound,
+        boundaries ending at bound): distinct rows ascending, each row's place among them, and
+        how many lie below each boundary; one wait for all items
+    local_rows(rows, row_starts, moves, length) -> int64   distinct rows ascending, less the
+        start of the range t holding each, table t's moved by moves[t] (to an aligned place)
+    Sizes left on the device for an op header to carry and read (engine/exchange_header.py):
+    bucket_by_owner_many_deferred(keys_list, world_size, owner_rules, valid_counts=None)
+        -> (perms, counts [tables, world_size]), no wait; valid_counts: device counts of the
+        leading keys to bucket (unique_many_padded's output)
+    index_bounds_deferred(arrays) -> int64 [len(arrays), 2]                      no wait
+    unique_many_start(keys_list, ordered) -> (started, counts); unique_many_finish(started,
+        host_counts) -> [(unique_keys, inverse)]; distinct_rows_many_start(items) -> (started,
+        sizes); distinct_rows_many_finish(started, host_sizes): the two halves around the wait;
+        unique_many_padded(started): the second half without the counts (keys-long outputs)
+    header_records(fields, size, counts, flag, width) -> int64 [size, width]   an op header's
+        records (op, tower, call, place, error | flag[0], tables, counts[t, peer]...)
+    flag_outside(bounds, ranges) -> int64 [1]          1 if a (min, max) row leaves its range
     column(matrix, index) -> [n]                       one column of an int64 [n, k] matrix
     segment_counts(segment_ids, n) -> float32 [n]      ids per segment
     scale_rows(values, factors, divide) -> values * (or /, 0 where 0) factors per row
     fill_rows(array, rows, value)                      array[rows] = value (float64 1-D)
     floor_divide(keys, divisor) -> keys // divisor     int64, rows of a table without hash table
+    row_view(array, start, stop)                       rows [start, stop) sharing array's memory
     take_rows(array, index) -> array[index]            gather along axis 0
     put_rows(dst, index, src)                          dst[index] = src (index has no repeats)
     unique(keys, ordered) -> (unique_keys, inverse)    first-occurrence order, like tf.unique
@@ -44,6 +70,7 @@ Every backend module exposes the same names, and the engine's algorithms call on
 The seam to a framework (graph_ops/boundary.py, DESIGN D1):
     from_dlpack(capsule) -> array       read a framework's tensor in place (consumes the capsule)
     to_dlpack(array) -> capsule         hand an array to a framework without a copy
+    exportable(array) -> array          the array as to_dlpack hands it over uncopied (aligned)
     wait_for_framework()                order sok1x's work after the framework's queued work
     release_to_framework()              order the framework's later work after sok1x's
     upload_staged(host) / download_staged(array)   host staging (page-locked buffers on cuda)

@@ -1,4 +1,10 @@
-"""The cpu backend: the op set of sok1x.backend on NumPy arrays. It is the reference for cuda."""
+"""The cpu backend: the op set of sok1x.backend on NumPy arrays. It is the reference for cuda.
+
+COUNTS["host_waits"] counts the calls at which the cuda backend's host waits for the device (the
+ops that return sizes or bounds, to_host_many, synchronize), so the CPU tests check how often a
+step would wait on a GPU.
+"""
+import collections
 import contextlib
 import functools
 
@@ -11,6 +17,12 @@ from sok1x.backend.owner_rules import OWNER_FIXED, OWNER_HASH, OWNER_MOD
 from sok1x.backend.cpu_random import initial_values
 
 NAME = "cpu"
+COUNTS = collections.Counter()
+
+
+def counts():
+    """Returns a copy of COUNTS (what this process's steps did, since it started)."""
+    return dict(COUNTS)
 
 
 def asarray(host_array):
@@ -31,9 +43,21 @@ def zeros(shape, dtype):
     return np.zeros(shape, dtype=dtype)
 
 
+def fill_value(array, value):
+    """Sets every element of `array` to `value`."""
+    array.fill(value)
+    return array
+
+
 def host_mapped_zeros(shape, dtype):
     """Zeros in 'host memory the device reads': on cpu, an ordinary array."""
     return np.zeros(shape, dtype=dtype)
+
+
+def to_host_many(arrays):
+    """Returns each array as a NumPy array: where cuda waits once for all of them."""
+    COUNTS["host_waits"] += 1
+    return [np.asarray(array) for array in arrays]
 
 
 def split_zeros(shape, dtype, hbm_rows):
@@ -70,8 +94,14 @@ update_rmsprop = _on_rows(cpu_optimizers.update_rmsprop)
 update_sgd = _on_rows(cpu_optimizers.update_sgd)
 
 
+def release_unused():
+    """NumPy gives memory back by itself; counted as the wait it is on cuda."""
+    COUNTS["host_waits"] += 1
+
+
 def synchronize():
     """Nothing is queued on the host."""
+    COUNTS["host_waits"] += 1
 
 
 def device_context():
@@ -104,24 +134,154 @@ def bucket_by_owner(keys, world_size, owner_rule=OWNER_MOD, fixed_rank=0):
 
 def bucket_by_owner_many(keys_list, world_size, owner_rules):
     """bucket_by_owner() of each array, owner_rules one (rule, fixed_rank) each."""
+    COUNTS["host_waits"] += 1
     return [bucket_by_owner(keys, world_size, rule, fixed)
             for keys, (rule, fixed) in zip(keys_list, owner_rules)]
 
 
+def bucket_by_owner_many_deferred(keys_list, world_size, owner_rules, valid_counts=None):
+    """bucket_by_owner_many() leaving the counts where cuda leaves them, for an op header:
+    returns (perms, counts int64 [len(keys_list), world_size]). valid_counts: None, or how many
+    leading keys of each array to bucket (unique_many_padded's output); perm i then has one
+    entry per key, the first sum(counts[i]) of them meaningful and the rest 0."""
+    perms = []
+    counts = np.zeros((len(keys_list), int(world_size)), dtype=np.int64)
+    for i, (keys, (rule, fixed)) in enumerate(zip(keys_list, owner_rules)):
+        keys = np.asarray(keys, dtype=np.int64)
+        valid = keys.shape[0] if valid_counts is None else int(valid_counts[i])
+        perm, counts[i] = bucket_by_owner(keys[:valid], world_size, rule, fixed)
+        padded = np.zeros(keys.shape[0], dtype=np.int64)
+        padded[:valid] = perm
+        perms.append(padded)
+    return perms, counts
+
+
 def unique_many(keys_list, ordered=True):
     """unique() of each array."""
-    return [unique(keys, ordered) for keys in keys_list]
+    COUNTS["host_waits"] += 1
+    return [_unique(keys, ordered) for keys in keys_list]
+
+
+def unique_many_start(keys_list, ordered=False):
+    """unique_many() in two halves, as cuda waits between them: returns (started, counts int64
+    [len(keys_list)] of distinct counts) for unique_many_finish(started, counts)."""
+    results = [_unique(keys, ordered) for keys in keys_list]
+    return results, np.array([keys.shape[0] for keys, _ in results], dtype=np.int64)
+
+
+def unique_many_finish(started, host_counts):
+    """Returns unique_many_start's list of (unique_keys, inverse)."""
+    return started
+
+
+def unique_many_padded(started):
+    """unique_many_start's list of (unique_keys, inverse), unique_keys padded with zeros to the
+    length of the keys, as cuda makes them without reading the counts."""
+    out = []
+    for unique_keys, inverse in started:
+        padded = np.zeros(inverse.shape[0], dtype=np.int64)
+        padded[:unique_keys.shape[0]] = unique_keys
+        out.append((padded, inverse))
+    return out
+
+
+def header_records(fields, size, counts, flag, width):
+    """Returns int64 [size, width]: per peer j, the 6 `fields` (op, tower, call, place, error,
+    tables; error or-ed with flag[0]), then counts[t, j] for t < tables (counts [tables, size]
+    or None; flag int64 [1] or None)."""
+    records = np.zeros((int(size), int(width)), dtype=np.int64)
+    records[:, :6] = np.asarray(fields, dtype=np.int64)[:6]
+    if flag is not None and flag[0]:
+        records[:, 4] = 1
+    if counts is None:
+        records[:, 5] = 0
+    else:
+        inline = min(counts.shape[0], int(width) - 6)
+        records[:, 6:6 + inline] = np.asarray(counts, dtype=np.int64)[:inline].T
+    return records
+
+
+def flag_outside(bounds, ranges):
+    """Returns int64 [1]: 1 if a (min, max) row of bounds falls outside its row of ranges
+    (lowest, highest allowed), else 0; an empty array's (INT64_MAX, INT64_MIN) never does."""
+    bounds = np.asarray(bounds, dtype=np.int64).reshape(-1, 2)
+    ranges = np.asarray(ranges, dtype=np.int64).reshape(-1, 2)
+    filled = bounds[:, 0] <= bounds[:, 1]
+    outside = (bounds[:, 0] < ranges[:, 0]) | (bounds[:, 1] > ranges[:, 1])
+    return np.array([int(np.any(filled & outside))], dtype=np.int64)
 
 
 def index_bounds(arrays):
     """Returns int64 [len(arrays), 2]: (min, max) of each integer array, (INT64_MAX, INT64_MIN)
     for an empty one: one look at the data for all of a step's keys and indices."""
+    COUNTS["host_waits"] += 1
+    return index_bounds_deferred(arrays)
+
+
+def index_bounds_deferred(arrays):
+    """index_bounds() where cuda leaves it on the device, for one read with other sizes."""
     bounds = np.empty((len(arrays), 2), dtype=np.int64)
     bounds[:, 0], bounds[:, 1] = np.iinfo(np.int64).max, np.iinfo(np.int64).min
     for i, array in enumerate(arrays):
         if np.size(array):
             bounds[i] = (np.min(array), np.max(array))
     return bounds
+
+
+def row_view(array, start, stop):
+    """Returns rows [start, stop) of `array` as a view sharing its memory."""
+    return array[start:stop]
+
+
+def join_keys(arrays, offsets):
+    """Returns int64 [sum n_t]: each int array t plus offsets[t], joined in order."""
+    if not arrays:
+        return np.zeros(0, np.int64)
+    return np.concatenate([np.asarray(a, dtype=np.int64) + np.int64(o)
+                           for a, o in zip(arrays, offsets)])
+
+
+def join_rows(arrays):
+    """Returns float32 [sum n_t, *row]: the arrays joined along axis 0."""
+    return np.concatenate([np.asarray(a, dtype=np.float32) for a in arrays])
+
+
+def distinct_rows_many(items):
+    """items: (rows int64 [n] in [0, bound), bound, boundaries int64 [k] ascending, the last one
+    bound). Returns per item (distinct rows ascending [u], inverse [n], int64 [k]: how many
+    distinct rows lie below each boundary)."""
+    COUNTS["host_waits"] += 1
+    return distinct_rows_many_start(items)[0]
+
+
+def distinct_rows_many_start(items):
+    """distinct_rows_many() in two halves, as cuda waits between them: returns (started, sizes
+    int64 [sum k]) for distinct_rows_many_finish(started, sizes)."""
+    out = []
+    for rows, _, boundaries in items:
+        rows = np.asarray(rows, dtype=np.int64)
+        distinct, inverse = _unique_ascending(rows) if rows.size else (rows[:0], rows[:0])
+        ranks = np.searchsorted(distinct, np.asarray(boundaries, dtype=np.int64))
+        out.append((distinct, inverse.astype(np.int64, copy=False), ranks.astype(np.int64)))
+    sizes = np.concatenate([ranks for _, _, ranks in out]) if out else np.zeros(0, np.int64)
+    return out, sizes
+
+
+def distinct_rows_many_finish(started, host_sizes):
+    """Returns distinct_rows_many_start's list of (distinct, inverse, ranks)."""
+    return started
+
+
+def local_rows(rows, row_starts, moves, length):
+    """Returns int64 [length]: for distinct rows ascending, out[i + moves[t]] = rows[i] -
+    row_starts[t] for the range t (row_starts: int64 [T + 1]) holding rows[i]; moves: int64 [T],
+    how far table t's piece moves; places between pieces are zeros."""
+    rows = np.asarray(rows, dtype=np.int64)
+    starts = np.asarray(row_starts, dtype=np.int64)
+    table = np.searchsorted(starts[:-1], rows, side="right") - 1
+    out = np.zeros(int(length), np.int64)
+    out[np.arange(rows.shape[0]) + np.asarray(moves, dtype=np.int64)[table]] = rows - starts[table]
+    return out
 
 
 def column(matrix, index):
@@ -170,6 +330,11 @@ def unique(keys, ordered=True):
     """Returns (unique_keys, inverse): with ordered=True in first-occurrence order, as tf.unique;
     with ordered=False in any order (ascending here), which the engine's own de-duplication
     needs and which costs no sort when the keys are small non-negative integers (shard rows)."""
+    COUNTS["host_waits"] += 1
+    return _unique(keys, ordered)
+
+
+def _unique(keys, ordered):
     keys = np.asarray(keys)
     if not ordered:
         return _unique_ascending(keys)
@@ -288,9 +453,10 @@ def from_dlpack(capsule):
 _ALIGNMENT = 64  # TensorFlow refuses (aborts on) tensors whose data is not 64-byte aligned
 
 
-def to_dlpack(array):
-    """Returns a DLPack capsule over `array` (copied only if it is not C-contiguous and 64-byte
-    aligned, which TensorFlow requires); the array lives until the consumer drops it."""
+def exportable(array):
+    """Returns `array` as to_dlpack hands it over without a copy: C-contiguous and 64-byte
+    aligned (copied if it is not). The engine passes rows it will recognise (distinct_rows)
+    through it, so the framework hands the same memory back."""
     array = np.asarray(array)
     if not array.flags.c_contiguous or array.ctypes.data % _ALIGNMENT:
         raw = np.empty(array.nbytes + _ALIGNMENT, dtype=np.uint8)
@@ -298,6 +464,13 @@ def to_dlpack(array):
         aligned = raw[start:start + array.nbytes].view(array.dtype).reshape(array.shape)
         aligned[...] = array
         array = aligned
+    return array
+
+
+def to_dlpack(array):
+    """Returns a DLPack capsule over `array` (copied only if it is not C-contiguous and 64-byte
+    aligned, which TensorFlow requires); the array lives until the consumer drops it."""
+    array = exportable(array)
     return dlpack.export_capsule(array.ctypes.data, array.shape, array.dtype, dlpack.DEVICE_CPU,
                                  0, array)
 

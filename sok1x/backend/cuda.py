@@ -3,8 +3,11 @@
 Every op enters the device's primary context (cuda_context.entered()) and queues its work on the
 one sok1x stream; buffers come from the memory pool. An op waits for the GPU only where a result
 must reach the host: bucket_by_owner's counts, unique's number of distinct keys (it sizes the
-outputs), HashIndex.count_missing / find_or_insert / export, and to_host. Index arrays (keys, rows,
-segment ids) are int64 (int32 is widened); NumPy inputs are copied to the GPU first.
+outputs), HashIndex.count_missing / find_or_insert / export, and to_host. The *_deferred and
+*_start variants queue the same work and leave the sizes on the device, for an op header to
+read with its own (engine/exchange_header.py); header_records writes that header's records.
+Index arrays (keys, rows, segment ids) are int64 (int32 is widened); NumPy inputs are copied to
+the GPU first.
 Call cuda_context.activate(device_ordinal) before the first op (sok1x.init does).
 """
 import numpy as np
@@ -14,8 +17,26 @@ from sok1x.backend import cuda_context, dlpack
 from sok1x.backend.owner_rules import OWNER_MOD
 from sok1x.backend import random_init as recipe
 from sok1x.backend.cuda_context import uses_context
-from sok1x.backend.cuda_staging import allocate_page_locked
+from sok1x.backend.cuda_groups import (  # noqa: F401  (part of the op set: table groups)
+    distinct_rows_many,
+    distinct_rows_many_finish,
+    distinct_rows_many_start,
+    index_bounds,
+    index_bounds_deferred,
+    join_keys,
+    join_rows,
+    local_rows,
+)
 from sok1x.backend.cuda_hash import HashIndex  # noqa: F401  (part of the op set)
+from sok1x.backend.cuda_staging import allocate_page_locked
+from sok1x.backend.cuda_sizes import flag_outside, header_records  # noqa: F401  (the op set)
+from sok1x.backend.cuda_unique import (  # noqa: F401  (part of the op set)
+    unique,
+    unique_many,
+    unique_many_finish,
+    unique_many_padded,
+    unique_many_start,
+)
 from sok1x.backend.cuda_optimizers import (  # noqa: F401  (part of the op set: optimizer updates)
     update_adadelta,
     update_adagrad,
@@ -37,6 +58,7 @@ from sok1x.backend.cuda_launch import (
     empty as _pooled_empty,
     exclusive_scan,
     fill_bytes,
+    fill_float32,
     index_array,
     is_split,
     launch,
@@ -47,7 +69,10 @@ from sok1x.backend.cuda_launch import (
     split_args,
     to_device,
     to_host as _copy_to_host,
+    to_host_many as _copy_many_to_host,
     is_device_array,
+    waited_stream,
+    wrap,
 )
 
 NAME = "cuda"
@@ -72,6 +97,22 @@ def to_host(array):
 
 
 @uses_context
+def to_host_many(arrays):
+    """Returns each array as a NumPy array, with one wait for all the device arrays among them."""
+    positions = [i for i, array in enumerate(arrays) if is_device_array(array)]
+    copies = _copy_many_to_host([arrays[i] for i in positions])
+    hosts = [np.asarray(array) for array in arrays]
+    for i, copy in zip(positions, copies):
+        hosts[i] = copy
+    return hosts
+
+
+def counts():
+    """Returns a copy of the counts of what the backend queued and waited for (cuda_launch)."""
+    return dict(COUNTS)
+
+
+@uses_context
 def empty(shape, dtype):
     return _pooled_empty(shape, dtype)
 
@@ -79,6 +120,14 @@ def empty(shape, dtype):
 @uses_context
 def zeros(shape, dtype):
     return fill_bytes(_pooled_empty(shape, dtype), 0)
+
+
+@uses_context
+def fill_value(array, value):
+    """Sets every element of `array` to `value` (a float32 array, or any array for 0), queued."""
+    if not value:
+        return fill_bytes(array, 0)
+    return fill_float32(array, value)
 
 
 @uses_context
@@ -114,17 +163,24 @@ def device_context():
 
 
 @uses_context
+def release_unused():
+    """Waits for the stream and gives the memory pool's unused blocks back to the driver (after
+    a one-time move of large arrays, so that their old blocks do not stay held)."""
+    waited_stream()
+    cuda_context.memory_pool().free_held()
+
+
+@uses_context
 def synchronize():
     """Waits until every op queued on the sok1x stream is done."""
-    cuda_context.wait_stream()
-    COUNTS["host_waits"] += 1
+    waited_stream()
 
 
 @memoised_per_context
 def _routing_kernels():
-    return (prepared("routing.cu", "owner_tile_counts", "PqqqqqqP"),
+    return (prepared("routing.cu", "owner_tile_counts", "PqqqqqqPP"),
             prepared("routing.cu", "owner_counts_from_offsets", "PqqP"),
-            prepared("routing.cu", "owner_scatter", "PqqqqqqPP"),
+            prepared("routing.cu", "owner_scatter", "PqqqqqqPPP"),
             prepared("routing.cu", "owners_of_keys", "PqqqqP"))
 
 
@@ -150,6 +206,18 @@ def bucket_by_owner(keys, world_size, owner_rule=OWNER_MOD, fixed_rank=0):
 def bucket_by_owner_many(keys_list, world_size, owner_rules):
     """bucket_by_owner() of each array (owner_rules: one (rule, fixed_rank) each), with one wait
     for all the per-owner counts. Returns a list of (perm, counts)."""
+    perms, counts = bucket_by_owner_many_deferred(keys_list, world_size, owner_rules)
+    counts = _copy_to_host(counts)
+    return [(perm, counts[i].copy()) for i, perm in enumerate(perms)]
+
+
+@uses_context
+def bucket_by_owner_many_deferred(keys_list, world_size, owner_rules, valid_counts=None):
+    """bucket_by_owner_many() without the wait: returns (perms, counts), counts an int64
+    GPUArray [len(keys_list), world_size] that an op header carries (no host copy).
+    valid_counts: None, or an int64 GPUArray [len(keys_list)]: bucket only the first
+    valid_counts[i] keys of array i (unique_many_padded's output); perm i then has one entry per
+    key, the first sum(counts[i]) of them meaningful and the rest 0."""
     tile_counts_kernel, counts_kernel, scatter_kernel, _ = _routing_kernels()
     world_size = int(world_size)
     all_counts = fill_bytes(_pooled_empty((max(len(keys_list), 1) * world_size,), np.int64), 0)
@@ -161,54 +229,30 @@ def bucket_by_owner_many(keys_list, world_size, owner_rules):
         perms.append(perm)
         if n == 0:
             continue
+        valid = 0
+        if valid_counts is not None:
+            valid = ptr(valid_counts) + 8 * i
+            fill_bytes(perm, 0)
         rule = (world_size, int(owner_rule), int(fixed_rank))
         keys_per_tile = 32 * min(max(world_size, 8), 256)
         num_tiles = -(-n // keys_per_tile)
         tile_counts = fill_bytes(_pooled_empty((world_size * num_tiles,), np.int64), 0)
         launch(tile_counts_kernel, 32 * num_tiles, ptr(keys), n, *rule, keys_per_tile,
-               num_tiles, ptr(tile_counts))
+               num_tiles, valid, ptr(tile_counts))
         offsets = exclusive_scan(tile_counts, world_size * num_tiles)
         launch(counts_kernel, world_size, ptr(offsets), world_size, num_tiles,
                ptr(all_counts) + 8 * world_size * i)
         launch(scatter_kernel, 32 * num_tiles, ptr(keys), n, *rule, keys_per_tile, num_tiles,
-               ptr(offsets), ptr(perm))
-    counts = _copy_to_host(all_counts).reshape(-1, world_size)
-    return [(perm, counts[i].copy()) for i, perm in enumerate(perms)]
+               valid, ptr(offsets), ptr(perm))
+    return perms, all_counts[:len(keys_list) * world_size].reshape(len(keys_list), world_size)
 
 
 @memoised_per_context
 def _pooling_kernels():
-    return {"bounds": prepared("pooling.cu", "index_bounds_int64", "PqP"),
-            "column": prepared("pooling.cu", "column_int64", "PqqqP"),
+    return {"column": prepared("pooling.cu", "column_int64", "PqqqP"),
             "counts": prepared("pooling.cu", "segment_counts_float32", "PqP"),
             "scale": prepared("pooling.cu", "scale_rows_float32", "PPqqiP"),
             "fill_rows": prepared("pooling.cu", "fill_rows_float64", "PPqd")}
-
-
-_BOUNDS_START = np.array([np.iinfo(np.int64).max, np.iinfo(np.int64).min], dtype=np.int64)
-
-
-@memoised_per_context
-def _bounds_starts(count):
-    """A device array of `count` (INT64_MAX, INT64_MIN) rows, made once: copying it on the device
-    is asynchronous, where an upload from pageable memory would wait for the stream."""
-    return to_device(np.tile(_BOUNDS_START, (count, 1)))
-
-
-@uses_context
-def index_bounds(arrays):
-    """Returns host int64 [len(arrays), 2]: (min, max) of each integer array, (INT64_MAX,
-    INT64_MIN) for an empty one; one wait for all of them."""
-    count = len(arrays)
-    bounds = _pooled_empty((count, 2), np.int64)
-    starts = _bounds_starts(1 << max(count - 1, 0).bit_length())
-    copy_rows_async(bounds, 0, starts, 0, count)
-    kernel = _pooling_kernels()["bounds"]
-    for i, array in enumerate(arrays):
-        array = index_array(array, "indices")
-        if array.shape[0]:
-            launch(kernel, array.shape[0], ptr(array), array.shape[0], ptr(bounds) + 16 * i)
-    return _copy_to_host(bounds)
 
 
 @uses_context
@@ -333,6 +377,15 @@ def take_rows(array, index):
 
 
 @uses_context
+def row_view(array, start, stop):
+    """Returns rows [start, stop) of a C-contiguous GPUArray as a GPUArray over the same memory
+    (it keeps `array` alive)."""
+    row_shape, row_bytes = _row_shape(array, "array")
+    return wrap((int(stop) - int(start),) + row_shape, array.dtype,
+                ptr(array) + int(start) * row_bytes, base=array)
+
+
+@uses_context
 def put_rows(dst, index, src):
     """dst[index] = src along axis 0 (`index` has no repeats); dst may be a split array."""
     dst = _row_table(dst, "dst")
@@ -348,63 +401,6 @@ def put_rows(dst, index, src):
         words_per_row = row_bytes // word
         launch(put, index.shape[0] * words_per_row, *split_args(dst, words_per_row),
                dst.shape[0], ptr(index), index.shape[0], words_per_row, ptr(src))
-
-
-@memoised_per_context
-def _unique_kernels():
-    return (prepared("unique.cu", "unique_claim", "PqPPQP"),
-            prepared("unique.cu", "unique_flags", "PPqP"),
-            prepared("unique.cu", "unique_emit", "PPPPqPP"),
-            prepared("unique.cu", "unique_inverse", "PPqP"))
-
-
-@uses_context
-def unique(keys, ordered=True):
-    """Returns (unique_keys, inverse): distinct int64 keys in first-occurrence order (tf.unique;
-    also with ordered=False, which allows any order) and, per key, its position in unique_keys.
-    Waits for the number of distinct keys."""
-    return unique_many([keys], ordered)[0]
-
-
-@uses_context
-def unique_many(keys_list, ordered=True):
-    """unique() of each array of `keys_list`, with one wait for all their distinct counts (a
-    fused lookup of many tables waits once, not once per table). Returns a list of pairs."""
-    claim, flags, emit, inverse_kernel = _unique_kernels()
-    arrays = [index_array(keys, "keys") for keys in keys_list]
-    counts = fill_bytes(_pooled_empty((max(len(arrays), 1),), np.int64), 0)
-    pending = []
-    for i, keys in enumerate(arrays):
-        n = keys.shape[0]
-        if n == 0:
-            pending.append(None)
-            continue
-        slot_count = 2 * n + 32
-        slot_keys = fill_bytes(_pooled_empty((slot_count,), np.int64), 0xFF)
-        slot_first = fill_bytes(_pooled_empty((slot_count,), np.int64), 0x7F)
-        slot_of = _pooled_empty((n,), np.int64)
-        launch(claim, n, ptr(keys), n, ptr(slot_keys), ptr(slot_first), slot_count,
-               ptr(slot_of))
-        is_first = _pooled_empty((n,), np.int64)
-        launch(flags, n, ptr(slot_of), ptr(slot_first), n, ptr(is_first))
-        positions = exclusive_scan(is_first, n)
-        copy_rows_async(counts, i, positions, n, 1)
-        pending.append((slot_first, slot_of, is_first, positions))
-    host_counts = _copy_to_host(counts)
-    results = []
-    for i, (keys, state) in enumerate(zip(arrays, pending)):
-        if state is None:
-            results.append((_pooled_empty((0,), np.int64), _pooled_empty((0,), np.int64)))
-            continue
-        slot_first, slot_of, is_first, positions = state
-        n = keys.shape[0]
-        unique_keys = _pooled_empty((int(host_counts[i]),), np.int64)
-        launch(emit, n, ptr(keys), ptr(slot_of), ptr(is_first), ptr(positions), n,
-               ptr(unique_keys), ptr(slot_first))
-        inverse = _pooled_empty((n,), np.int64)
-        launch(inverse_kernel, n, ptr(slot_of), ptr(slot_first), n, ptr(inverse))
-        results.append((unique_keys, inverse))
-    return results
 
 
 @memoised_per_context
@@ -510,14 +506,13 @@ def from_dlpack(capsule):
             "id %d): place the op on this rank's GPU" % (ordinal, where[0], where[1]))
     if imported.nbytes == 0:
         return _pooled_empty(imported.shape, imported.dtype)
-    return gpuarray.GPUArray(imported.shape, imported.dtype,
-                             gpudata=cuda_context.foreign_block(imported))
+    return wrap(tuple(imported.shape), imported.dtype, cuda_context.foreign_block(imported))
 
 
 @uses_context
-def to_dlpack(array):
-    """Returns a DLPack capsule over the GPUArray `array` (copied on the device only if it is not
-    C-contiguous and 64-byte aligned); the array lives until the consumer drops the tensor."""
+def exportable(array):
+    """Returns the GPUArray `array` as to_dlpack hands it over without a copy: C-contiguous and
+    64-byte aligned (copied on the device if it is not)."""
     array = device_array(array, "array") if not is_device_array(array) else array
     if not array.flags.c_contiguous:
         array = to_device(_download(array, "a copy of a strided array for DLPack"))
@@ -525,6 +520,14 @@ def to_dlpack(array):
         aligned = _pooled_empty(array.shape, array.dtype)
         copy_rows_async(aligned.reshape(-1), 0, array.reshape(-1), 0, array.size)
         array = aligned
+    return array
+
+
+@uses_context
+def to_dlpack(array):
+    """Returns a DLPack capsule over the GPUArray `array` (copied on the device only if it is not
+    C-contiguous and 64-byte aligned); the array lives until the consumer drops the tensor."""
+    array = exportable(array)
     if array.size == 0 and ptr(array) == 0:
         array = _pooled_empty((1,), array.dtype)[:0]
     return dlpack.export_capsule(ptr(array), array.shape, array.dtype, dlpack.DEVICE_CUDA,

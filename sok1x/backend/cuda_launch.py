@@ -5,10 +5,12 @@ Everything here expects to run inside cuda_context.entered() (the public ops ent
 """
 import collections
 import functools
+import time
 
 import numpy as np
 import pycuda.driver as driver
 from pycuda import gpuarray
+from pycuda.compyte.array import c_contiguous_strides
 
 from sok1x import cuda_kernels as kernels
 from sok1x.backend import cuda_context, cuda_staging
@@ -20,8 +22,16 @@ _BLOCKS_PER_MULTIPROCESSOR = 16
 
 # What the cuda backend has queued and waited for since the process started (the benchmarks read
 # per-step figures off it): "launches" (kernels), "fills" (memsets), "copies" (host <-> device),
-# "host_waits" (the host blocked until the stream caught up).
+# "host_waits" (the host blocked until the stream caught up), "wait_us" (microseconds spent so).
 COUNTS = collections.Counter()
+
+
+def waited_stream():
+    """cuda_context.wait_stream(), counted as one host wait and timed into COUNTS."""
+    started = time.perf_counter()
+    cuda_context.wait_stream()
+    COUNTS["host_waits"] += 1
+    COUNTS["wait_us"] += int((time.perf_counter() - started) * 1e6)
 
 
 def memoised_per_context(builder):
@@ -90,13 +100,55 @@ def split_args(array, units_per_row):
 
 def empty(shape, dtype):
     """A C-contiguous GPUArray from the memory pool."""
-    return gpuarray.GPUArray(shape, np.dtype(dtype), allocator=cuda_context.allocate)
+    shape = (int(shape),) if np.ndim(shape) == 0 else tuple(int(n) for n in shape)
+    dtype = np.dtype(dtype)
+    nbytes = dtype.itemsize * int(np.prod(shape, dtype=np.int64))
+    return wrap(shape, dtype, cuda_context.allocate(nbytes) if nbytes else None)
+
+
+def wrap(shape, dtype, gpudata, base=None):
+    """A C-contiguous GPUArray of `shape` over `gpudata` (an allocation or an address), keeping
+    `base` alive. It sets what GPUArray's constructor sets, without the constructor, which asks
+    the driver for the current device and works out a launch shape for every array made (a
+    step makes dozens); the launch shape of PyCUDA's elementwise methods is read once per
+    context instead (their kernels stride over the grid, so one shape serves any size)."""
+    array = gpuarray.GPUArray.__new__(gpuarray.GPUArray)
+    dtype, shape = np.dtype(dtype), tuple(int(n) for n in shape)
+    size = 1
+    for n in shape:
+        size *= n
+    array.shape, array.dtype = shape, dtype
+    array.strides = c_contiguous_strides(dtype.itemsize, array.shape)
+    array.mem_size = array.size = size
+    array.nbytes = dtype.itemsize * size
+    array.itemsize = dtype.itemsize
+    array.allocator = cuda_context.allocate
+    array.gpudata, array.base = gpudata, base
+    array._grid, array._block = _elementwise_launch_shape()
+    return array
+
+
+@memoised_per_context
+def _elementwise_launch_shape():
+    return gpuarray.splay(1 << 30)
 
 
 def fill_bytes(array, byte):
     """Sets every byte of `array` to `byte` (0 gives zeros, 0xFF gives -1 for ints), queued."""
     if array.size:
         driver.memset_d8_async(ptr(array), byte, array.nbytes, cuda_context.stream())
+        COUNTS["fills"] += 1
+    return array
+
+
+def fill_float32(array, value):
+    """Sets every element of a float32 GPUArray to `value`, queued on the sok1x stream (one
+    32-bit memset; PyCUDA's own fill compiles a kernel at run time, on the default stream)."""
+    if array.dtype != np.float32:
+        raise TypeError("fill_float32 needs a float32 array, got %s" % array.dtype)
+    if array.size:
+        bits = int(np.array(value, dtype=np.float32).view(np.uint32))
+        driver.memset_d32_async(ptr(array), bits, array.size, cuda_context.stream())
         COUNTS["fills"] += 1
     return array
 
@@ -124,17 +176,30 @@ def to_device(host_array):
 def download(array, what="a copy to the host"):
     """Returns a GPUArray as a NumPy view of a reused page-locked block, after the work queued
     before it (one copy, one bounded wait that names `what` if it times out)."""
-    if array.size == 0:
-        return np.empty(array.shape, array.dtype)
-    host = cuda_staging.download(array, what)
-    COUNTS["copies"] += 1
-    COUNTS["host_waits"] += 1
-    return host
+    return download_many([array], what)[0]
+
+
+def download_many(arrays, what="a copy to the host"):
+    """download() of several GPUArrays with one wait for all of them."""
+    started = time.perf_counter()
+    hosts = cuda_staging.download_many(arrays, what)
+    copied = sum(1 for array in arrays if array.size)
+    if copied:
+        COUNTS["wait_us"] += int((time.perf_counter() - started) * 1e6)
+        COUNTS["host_waits"] += 1
+        COUNTS["copies"] += copied
+    return hosts
 
 
 def to_host(array, what="a copy to the host"):
     """Returns a NumPy copy of a GPUArray the caller owns, after the work queued before it."""
-    return np.array(download(array, what), copy=True)
+    return to_host_many([array], what)[0]
+
+
+def to_host_many(arrays, what="a copy to the host"):
+    """Copies several GPUArrays back with one wait for all of them (blocks the host, bounded);
+    returns NumPy copies the caller owns."""
+    return [np.array(host, copy=True) for host in download_many(arrays, what)]
 
 
 def is_device_array(value):

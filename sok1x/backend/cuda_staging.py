@@ -120,15 +120,28 @@ def download(array, what):
     """Returns the GPUArray `array` as a NumPy view of a page-locked block once the work queued
     before it is done (one copy, one bounded wait, named `what` if it times out). Call inside
     cuda_context.entered()."""
-    index, block = _blocks.take(array.nbytes)
-    host = _view(block, array.shape, array.dtype)
+    return download_many([array], what)[0]
+
+
+def download_many(arrays, what):
+    """download() of several GPUArrays: every copy queued, then one bounded wait."""
     stream = cuda_context.stream()
-    if array.flags.c_contiguous:
-        driver.memcpy_dtoh_async(host, int(array.gpudata), stream)
-    else:
-        array.get(ary=host, async_=True, stream=stream)
-    cuda_context.wait_event(_blocks.queued(index, stream), what)
-    return host
+    hosts, last = [], None
+    for array in arrays:
+        if array.size == 0:
+            hosts.append(np.empty(array.shape, array.dtype))
+            continue
+        index, block = _blocks.take(array.nbytes)
+        host = _view(block, array.shape, array.dtype)
+        if array.flags.c_contiguous:
+            driver.memcpy_dtoh_async(host, int(array.gpudata), stream)
+        else:
+            array.get(ary=host, async_=True, stream=stream)
+        last = _blocks.queued(index, stream)
+        hosts.append(host)
+    if last is not None:
+        cuda_context.wait_event(last, what)
+    return hosts
 
 
 def pinned_bytes():

@@ -1,7 +1,8 @@
 """Collectives over MPI on NumPy buffers.
 
-Used as the data path of the cpu backend and, on every backend, for the small host-side exchanges
-(per-owner counts, error flags, op ids) that decide the sizes of the data exchanges. Counts are in
+Used as the data path of the cpu backend (op headers included) and, on every backend, for what
+happens outside a step's path: bringing sok1x up, checkpoints, and the messages of an error every
+rank raises together. Counts are in
 rows of the leading dimension; every rank calls each collective with the same dtype and row shape.
 """
 import numpy as np
@@ -27,7 +28,7 @@ class MpiCommunicator:
         self.comm = group.world
         self.rank = group.rank
         self.size = group.size
-        self.calls = 0  # host exchanges made, for the benchmarks' per-step counts
+        self.calls = 0  # collectives made, for the benchmarks' per-step counts
 
     def _mpi_op(self, op):
         from mpi4py import MPI
@@ -144,6 +145,9 @@ class MpiCommunicator:
         buf = np.array(array, copy=True, order="C")
         self._call("Bcast", self.comm.Bcast, buf, root)
         return buf
+
+    def close(self):
+        """Nothing to free: the MPI communicator belongs to the ProcessGroup."""
 
     def barrier(self):
         """Blocks until every rank has called barrier()."""

@@ -204,11 +204,11 @@ def sparse_lookup(table_name, op, indices, values, dense_shape, slot_num, max_nn
                     return InvalidInputError("%s: an index lies outside dense_shape %s"
                                              % (table.name, [rows, width]))
                 return None
-            checks.append((backend.column(indices, 1), position_check))
+            checks.append((backend.column(indices, 1), position_check, (0, width - 1)))
         item = PooledInput(keys, segment_ids, rows, None, combiner)
-        (pooled,), (pooling,) = pooled_forward_many(rt, [table], op, [item], training, error,
-                                                    checks)
-        token = rt.stash.put(_forward_key(op), pooling)
+        (pooled,), state = pooled_forward_many(rt, [table], op, [item], training, error,
+                                               checks)
+        token = rt.stash.put(_forward_key(op), state)
         return pooled.reshape(rows // slot_num, slot_num, table.dim), np.int64(token)
 
 
@@ -216,8 +216,8 @@ def sparse_lookup_grad(table_name, op, token, grads):
     """Collective. grads: float32 [batch, slot_num, dim]. Returns (values, rows) as above."""
     with _step() as rt:
         table = _table_for_collective(rt, table_name, op)
-        pooling = _forward_state(rt, table_name, token, op)
-        return pooled_backward_many(rt, [table], op, [pooling], [grads])[0]
+        state = _forward_state(rt, table_name, token, op)
+        return pooled_backward_many(rt, [table], op, state, [grads])[0]
 
 
 def pooled_lookup(table_names, op, inputs, training, key_limits=None):
@@ -227,9 +227,9 @@ def pooled_lookup(table_names, op, inputs, training, key_limits=None):
     [num_segments_t, dim_t], token for pooled_lookup_grad)."""
     with _step() as rt:
         tables = _tables_for_collective(rt, list(table_names), op)
-        outputs, poolings = pooled_forward_many(rt, tables, op, list(inputs), training,
-                                                key_limits=key_limits)
-        return outputs, np.int64(rt.stash.put(_forward_key(op), poolings))
+        outputs, state = pooled_forward_many(rt, tables, op, list(inputs), training,
+                                             key_limits=key_limits)
+        return outputs, np.int64(rt.stash.put(_forward_key(op), state))
 
 
 def pooled_lookup_grad(table_names, op, token, grads):
@@ -238,8 +238,8 @@ def pooled_lookup_grad(table_names, op, token, grads):
     names = list(table_names)
     with _step() as rt:
         tables = _tables_for_collective(rt, names, op)
-        poolings = _forward_state(rt, ",".join(names), token, op)
-        return pooled_backward_many(rt, tables, op, poolings, list(grads))
+        state = _forward_state(rt, ",".join(names), token, op)
+        return pooled_backward_many(rt, tables, op, state, list(grads))
 
 
 def allreduce(op, arrays, average):
@@ -298,6 +298,18 @@ def apply_optimizer_update(table_name, rule, slot_prefix, options, hyper, values
     with _runtime.entered() as rt:
         return optimizer_updates.apply_update(rt.backend, _table(rt, table_name), rule,
                                               slot_prefix, options, hyper, values, rows)
+
+
+def apply_optimizer_updates(table_names, rule, slot_prefix, options, hyper, values_list,
+                            rows_list):
+    """Local. apply_optimizer_update for several tables at once: the tables of one group whose
+    gradients come unchanged from their lookup's backward pass are updated in one pass
+    (engine/table_group.py). Returns per table the number of distinct rows updated."""
+    from sok1x.engine import optimizer_updates
+    with _runtime.entered() as rt:
+        tables = [_table(rt, name) for name in table_names]
+        return optimizer_updates.apply_updates(rt.backend, tables, rule, slot_prefix, options,
+                                               hyper, list(values_list), list(rows_list))
 
 
 def unique(values):

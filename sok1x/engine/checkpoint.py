@@ -16,6 +16,7 @@ from sok1x.backend import cpu as host_ops
 from sok1x.engine import checkpoint_format, hybrid_rows
 from sok1x.engine import placement as placements
 from sok1x.engine import runtime as _runtime
+from sok1x.engine.exchange_header import confirm_same_op
 from sok1x.errors import CheckpointError
 
 SUFFIX = ".sok1x"
@@ -243,6 +244,7 @@ def dump_tables(path, table_names, slot_prefixes=None):
     when None). Each file appears complete or not at all; the previous one stays until then."""
     files = _check_names(path, table_names)
     with _runtime.entered() as rt:
+        confirm_same_op(rt, "sok1x.dump")  # a training step on another rank: OrderError
         tables = _ready_tables(rt, table_names, "sok1x.dump")
         for table, target in zip(tables, files):
             data = _snapshot(rt, table, slot_prefixes)
@@ -263,6 +265,7 @@ def load_tables(path, table_names, slot_prefixes=None):
     corrupt or truncated file, or a table of another dim."""
     files = _check_names(path, table_names)
     with _runtime.entered() as rt:
+        confirm_same_op(rt, "sok1x.load")  # a training step on another rank: OrderError
         tables = _ready_tables(rt, table_names, "sok1x.load")
         for table, source in zip(tables, files):
             content, error = None, None
@@ -284,6 +287,7 @@ def incremental_tables(table_names, since_utc):
     the rows inserted or updated at or after `since_utc` (seconds since the epoch)."""
     out = []
     with _runtime.entered() as rt:
+        confirm_same_op(rt, "sok1x.incremental_model_dump")  # against a step: OrderError
         tables = _ready_tables(rt, table_names, "sok1x.incremental_model_dump")
         for table in tables:
             keys, rows = _held_rows(rt, table)

@@ -12,6 +12,11 @@ _known = {}  # (address, rows) -> weak reference to the array that holds them
 _lock = threading.Lock()
 
 
+def address(array):
+    """(device or host address, length) of an array: what this module knows arrays by."""
+    return _key(array)
+
+
 def _key(array):
     gpudata = getattr(array, "gpudata", None)
     address = int(gpudata) if gpudata is not None else array.__array_interface__["data"][0]
@@ -30,6 +35,22 @@ def remember(array):
                 del _known[key]
     with _lock:
         _known[key] = weakref.ref(array, forget)
+
+
+def remember_all(holder, arrays):
+    """remember() for arrays that all live in `holder`'s memory (row views of it), with one weak
+    reference to `holder` for all of them."""
+    keys = [_key(array) for array in arrays if len(array.shape) == 1 and array.shape[0]]
+
+    def forget(reference, keys=keys):
+        with _lock:
+            for key in keys:
+                if _known.get(key) is reference:
+                    del _known[key]
+    with _lock:
+        reference = weakref.ref(holder, forget)
+        for key in keys:
+            _known[key] = reference
 
 
 def is_known(array):

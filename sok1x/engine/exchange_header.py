@@ -1,70 +1,161 @@
-"""The small host-side exchange that opens every communicating op.
+"""The header that opens every communicating op (DESIGN D3, D7, D13).
 
-Each rank sends each other rank one record: how many rows it will send it, the id of the op it is
-in, and whether it found bad input. Receiving it tells every rank the sizes of the data exchange,
-whether all ranks are in the same op (else OrderError on every rank, naming the ops), and whether
-any rank must fail the step (then every rank raises that rank's error, D7).
+Each rank sends each other rank one record of RECORD_WIDTH int64:
+
+    0 op      the 63-bit id of the op's name            (op_order.op_key)
+    1 tower   the id of its tower                       (op_order.tower_key)
+    2 call    which call of the tower this is           (op_order.CLOCK)
+    3 place   the op's position in its tower
+    4 error   1 if this rank found bad input or cannot run the op (D7)
+    5 tables  how many per-table row counts follow
+    6...      rows this rank sends that peer, per table (INLINE_TABLES of them)
+
+The records are written on the device (backend.header_records: the per-owner counts and the
+input checks' flag come from kernels, never through the host), travel in ONE all-to-all of the
+data channel (NCCL on cuda, the MPI data path on cpu), and the host reads them, with its own and
+any other sizes the op needs (also_read), in one wait: that gives the sizes of the op's data
+exchange, tells whether every rank is in the same op of the same call (else OrderError on every
+rank, naming each rank's op and call), and whether a rank must fail the step (then every rank
+raises that rank's error, before any table changes). The record has one size whatever the op,
+so ranks in different ops still meet here and can tell. A fused exchange of more than
+INLINE_TABLES tables sends its per-table counts in a second all-to-all, once every rank is known
+to be in the same op.
 """
+import collections
 import os
 
 import numpy as np
 
+from sok1x.backend import cpu as host_ops
 from sok1x.engine.checks import first_error
-from sok1x.engine.op_order import as_op_id, op_key
+from sok1x.engine.op_order import CLOCK, as_op_id, op_key, tower_key
 from sok1x.errors import OrderError
 
 ORDER_CHECK_ENV = "SOK1X_ORDER_CHECK"
+_OP, _TOWER, _CALL, _PLACE, _ERROR, _TABLES = range(6)
+_FIELDS = 6
+INLINE_TABLES = 58
+RECORD_WIDTH = _FIELDS + INLINE_TABLES  # 64 int64: 512 bytes per peer
 
 
 def order_check_enabled():
     """False only when SOK1X_ORDER_CHECK=0. Then collectives whose sizes are static (dense
-    all-reduce, broadcast) skip their header, saving one small host exchange each, and a rank
+    all-reduce, broadcast) skip their header, saving one small exchange each, and a rank
     that reaches a different collective may hang instead of raising."""
     return os.environ.get(ORDER_CHECK_ENV, "1") not in ("0", "false", "False")
 
 
-def exchange_header(runtime, op, send_counts=None, local_error=None):
-    """Collective on every rank. op: an OpId (or a name); send_counts: int64 [size] rows this rank
-    sends to each rank, or [size, tables] for a fused exchange of several tables (None: no data
-    exchange follows, or this rank found an error). Returns recv_counts of send_counts' shape;
-    raises OrderError or the reported input error on every rank.
+def _records(runtime, fields, counts, error_flag, also_read):
+    """Returns (host records this rank sends [size, RECORD_WIDTH], host records received, host
+    copies of also_read): the one exchange on the data channel and the one wait."""
+    backend, size = runtime.backend, runtime.size
+    on_host = counts is None or isinstance(counts, np.ndarray)
+    if size == 1 and on_host and error_flag is None:  # alone: the sizes are this rank's own
+        records = host_ops.header_records(fields, size, counts, None, RECORD_WIDTH)
+        return records, records, backend.to_host_many(also_read) if also_read else []
+    if on_host and counts is not None:
+        counts = backend.asarray(np.ascontiguousarray(counts, dtype=np.int64))
+    records = backend.header_records(fields, size, counts, error_flag, RECORD_WIDTH)
+    received = records
+    if size > 1:
+        ones = np.ones(size, dtype=np.int64)
+        received = runtime.data.all_to_all_v(records, ones, ones)
+    hosts = backend.to_host_many([records, received] + list(also_read))
+    return hosts[0], hosts[1], hosts[2:]
 
-    The record every rank sends has one size whatever the op, so ranks in different ops still
-    meet here and can tell; the per-table counts of a fused exchange of several tables follow in
-    a second small exchange once every rank is known to be in the same op."""
-    op = as_op_id(op)
-    op_name = op.name
-    if op.position == 0:  # a tower's first op opens a step (engine/step_journal.py)
-        runtime.journal.begin_step()
-    local_error = first_error(runtime.towers.check(op), local_error)
-    size = runtime.size
-    counts = None if send_counts is None else np.asarray(send_counts, dtype=np.int64)
-    fused = counts is not None and counts.ndim == 2
-    record = np.zeros((size, 3), dtype=np.int64)
-    record[:, 0] = op_key(op)
-    record[:, 1] = 0 if local_error is None else 1
-    if counts is not None and local_error is None and counts.size == size:
-        record[:, 2] = counts.reshape(size)
-    ones = np.ones(size, dtype=np.int64)
-    received = runtime.host.all_to_all_v(record, ones, ones)
-    keys = received[:, 0]
-    if np.any(keys != keys[0]):
-        # Every rank sees the same keys, so every rank is here: the names can be gathered.
-        names = runtime.host.all_gather_object(op_name)
-        lines = ["rank %d: %s" % (r, n) for r, n in enumerate(names)]
-        raise OrderError(
-            "ranks reached different sok1x collectives (rank %d is in %s):\n  %s\n"
+
+def _raise_order_error(runtime, op, call, received):
+    """Every rank sees the same records, so every rank is here: gathers each rank's op and call
+    and raises OrderError naming them. Ranks in the same op whose calls differ (one skipped a
+    step) re-align their tower's count first, so the next call meets again; ranks in different
+    ops take back the call a tower's first op counted, as that call failed everywhere."""
+    names = runtime.host.all_gather_object((op.name, int(call)))
+    lines = ["rank %d: %s (call %d of its tower)" % (r, n, c) for r, (n, c) in enumerate(names)]
+    same_op = np.all(received[:, _OP] == received[0, _OP]) and np.all(
+        received[:, _PLACE] == received[0, _PLACE])
+    if same_op:
+        CLOCK.catch_up(op.tower, int(received[:, _CALL].max()))
+        advice = (
+            "The ranks are in different steps: a step failed on some ranks before sok1x ran "
+            "(for example TensorFlow rejected one rank's input) while the others went on. This "
+            "step fails on every rank; the ranks are in step again from the next one.")
+    else:
+        if op.position == 0:
+            CLOCK.take_back(op.tower)
+        advice = (
             "Every rank must run the same communicating ops in the same order. Usual causes: a "
             "train and an eval tower fetched in one sess.run (fetch them in separate sess.run "
-            "calls), or ranks fetching different ops. Build an independent tower inside "
-            "`with sok1x.new_tower():`." % (runtime.rank, op_name, "\n  ".join(lines)))
-    if np.any(received[:, 1]):
-        runtime.host.raise_together(local_error, op_name)
-    if not fused:
-        return received[:, 2].copy()
-    if counts.shape[1] == 1:
-        return received[:, 2:3].copy()
-    return runtime.host.all_to_all_v(counts, ones, ones)
+            "calls), ranks fetching different ops, or sok1x.dump on some ranks only. Build an "
+            "independent tower inside `with sok1x.new_tower():`.")
+    raise OrderError("ranks reached different sok1x collectives (rank %d is in %s, call %d):"
+                     "\n  %s\n%s" % (runtime.rank, op.name, call, "\n  ".join(lines), advice))
+
+
+Sizes = collections.namedtuple("Sizes", "sent received extra")
+Sizes.__doc__ = """What an op header told the host: sent and received (host int64 [size, tables],
+rows this rank sends each rank and receives from each, per table; None when no counts went),
+extra (host copies of the arrays passed as also_read)."""
+
+
+def exchange_sizes(runtime, op, counts=None, local_error=None, error_flag=None, also_read=(),
+                   describe_error=None):
+    """Collective on every rank: the op header. op: an OpId (or a name); counts: backend int64
+    [tables, size], rows this rank sends each rank per table (on the device on cuda; None: no
+    data exchange follows); local_error: an error this rank found; error_flag: backend int64
+    [1], set on the device when this rank's input is bad, and describe_error() returns that
+    error; also_read: backend arrays whose host copies the caller needs now (read in the same
+    wait). Returns Sizes; raises OrderError or the input error of any rank on every rank."""
+    op = as_op_id(op)
+    if op.position == 0:  # a tower's first op opens a step (engine/step_journal.py)
+        runtime.journal.begin_step()
+    call = CLOCK.call_of(op)
+    local_error = first_error(runtime.towers.check(op), local_error)
+    if local_error is not None:
+        counts = None
+    tables = 0 if counts is None else int(counts.shape[0])
+    fields = [op_key(op), tower_key(op), call, op.position, int(local_error is not None), tables]
+    sent, received, extra = _records(runtime, fields, counts, error_flag, also_read)
+    agree = [_OP, _TOWER, _CALL, _PLACE]
+    if np.any(received[:, agree] != received[0, agree]):
+        _raise_order_error(runtime, op, call, received)
+    if np.any(received[:, _ERROR]):
+        if local_error is None and sent[0, _ERROR] and describe_error is not None:
+            local_error = describe_error()
+        runtime.host.raise_together(local_error, op.name)
+    if counts is None:
+        return Sizes(None, None, extra)
+    if tables > INLINE_TABLES:
+        return _exchange_all_counts(runtime, counts, extra)
+    columns = slice(_FIELDS, _FIELDS + tables)
+    return Sizes(sent[:, columns].copy(), received[:, columns].copy(), extra)
+
+
+def exchange_header(runtime, op, send_counts=None, local_error=None):
+    """Collective on every rank: exchange_sizes with host counts. send_counts: int64 [size] rows
+    this rank sends to each rank, or [size, tables] for a fused exchange (None: no data exchange
+    follows, or this rank found an error). Returns recv_counts of send_counts' shape (None
+    without counts); raises OrderError or the reported input error on every rank."""
+    counts = None if send_counts is None else np.asarray(send_counts, dtype=np.int64)
+    fused = counts is not None and counts.ndim == 2
+    if counts is not None:
+        counts = np.ascontiguousarray(counts.reshape(counts.shape[0], -1).T)
+    received = exchange_sizes(runtime, op, counts, local_error).received
+    if received is None or fused:
+        return received
+    return received.reshape(-1)
+
+
+def _exchange_all_counts(runtime, counts, extra):
+    """The per-table counts of a fused exchange of more than INLINE_TABLES tables (counts:
+    backend [tables, size]), once every rank is known to be in the same op: one more all-to-all
+    on the data channel and two more waits. Returns Sizes."""
+    backend = runtime.backend
+    sent = np.ascontiguousarray(np.asarray(backend.to_host_many([counts])[0], np.int64).T)
+    if runtime.size == 1:
+        return Sizes(sent, sent.copy(), extra)
+    ones = np.ones(runtime.size, dtype=np.int64)
+    received = runtime.data.all_to_all_v(backend.asarray(sent), ones, ones)
+    return Sizes(sent, backend.to_host_many([received])[0], extra)
 
 
 def confirm_same_op(runtime, op):

@@ -1,5 +1,6 @@
 """The all-to-all lookup every front door is built on (SOK's All2All exchange), for one table or
-several at once (SOK's fused lookup: one exchange whatever the number of tables).
+several at once (SOK's fused lookup: one exchange whatever the number of tables). A "table" here
+may be a TableGroup (engine/table_group.py): many tables in one id space, one pass for all.
 
 Forward, on each rank and for each table: de-duplicate the keys, bucket the distinct ones by
 owner (the table's placement), exchange the per-owner counts of every table in the op header,
@@ -17,9 +18,10 @@ added (unique + segment-sum); the result is (values, local rows) per table for I
     before backward: rank r holds d loss / d table_t[k] for each of its keys
     after backward:  owner o holds, per row of t it owns that was used, the sum of those gradients
 
-Keys and gradients are backend arrays (device arrays on cuda); the host waits of a step are the
-bounds of its keys (one for all tables), each table's distinct-key count and per-owner counts,
-and the header exchange.
+Keys and gradients are backend arrays (device arrays on cuda); a step waits on the host twice,
+whatever the number of tables: for the forward's header (the keys' checks flag, distinct keys and
+per-owner counts are left on the device and ride in it) and for the backward's (the owners'
+distinct rows are counted on the device before it, and read with it).
 """
 import collections
 
@@ -33,7 +35,7 @@ from sok1x.engine.checks import (
     check_keys_by_bounds,
     first_error,
 )
-from sok1x.engine.exchange_header import exchange_header
+from sok1x.engine.exchange_header import exchange_sizes
 from sok1x.engine.op_order import as_op_id
 from sok1x.errors import InvalidInputError
 
@@ -48,43 +50,103 @@ lookup without insert missed), count (keys in), may_miss (rows may be -1: a hash
 without insert)."""
 
 
-def check_step_keys(runtime, tables, keys_list, extra_checks=(), key_limits=None):
-    """Returns the first input error of a step's keys (dtype, negative, beyond the table), or
-    None. extra_checks: (array, check(bounds) -> error or None) pairs whose bounds are read in the
-    same single wait. key_limits: per table None or its number of keys (a sok1x.Variable's
-    rows), tighter than its shards' capacity."""
+KeyCheck = collections.namedtuple("KeyCheck", "bounds judge flag error")
+KeyCheck.__doc__ = """A step's key checks started on the device: bounds (backend int64 [n, 2], the
+(min, max) of each checked array), judge(host bounds) -> the first input error or None, flag
+(backend int64 [1], 1 where a bound leaves its range: the op header carries it, so no rank reads
+the bounds unless some rank's input is bad), error (what is wrong without looking at the data,
+a dtype, or None)."""
+
+_KEY_MAX = np.iinfo(np.int64).max
+
+
+def start_key_checks(runtime, tables, keys_list, extra_checks=(), key_limits=None):
+    """check_step_keys without its wait: the bounds are computed and compared on the device.
+    extra_checks: (array, check(bounds) -> error or None, (lowest, highest) allowed) triples.
+    Returns a KeyCheck."""
     backend = runtime.backend
-    arrays = [keys for keys in keys_list if keys.dtype in KEY_DTYPES]
-    arrays += [array for array, _ in extra_checks]
-    bounds = backend.index_bounds(arrays) if arrays else np.zeros((0, 2), np.int64)
-    errors, position = [], 0
     key_limits = key_limits or [None] * len(tables)
+    arrays, ranges = [], []
     for table, keys, key_count in zip(tables, keys_list, key_limits):
         if keys.dtype in KEY_DTYPES:
-            limit, limit_name = table.key_limit, V1_LIMIT
-            if key_count is not None:
-                limit, limit_name = key_count, VARIABLE_LIMIT
-            errors.append(check_keys_by_bounds(table.name, keys, bounds[position], limit,
-                                               backend.to_host, limit_name))
+            limit = table.key_limit if key_count is None else key_count
+            arrays.append(keys)
+            ranges.append((0, _KEY_MAX if limit is None else int(limit) - 1))
+    for array, _, allowed in extra_checks:
+        arrays.append(array)
+        ranges.append(allowed)
+    bounds = backend.index_bounds_deferred(arrays)
+    flag = backend.flag_outside(bounds, np.array(ranges, dtype=np.int64).reshape(-1, 2))
+
+    def judge(host_bounds):
+        errors, position = [], 0
+        for table, keys, key_count in zip(tables, keys_list, key_limits):
+            if keys.dtype in KEY_DTYPES:
+                limit, limit_name = table.key_limit, V1_LIMIT
+                if key_count is not None:
+                    limit, limit_name = key_count, VARIABLE_LIMIT
+                errors.append(check_keys_by_bounds(table.name, keys, host_bounds[position],
+                                                   limit, backend.to_host, limit_name))
+                position += 1
+            else:
+                errors.append(InvalidInputError("%s: keys must be int64 or int32, got %s"
+                                                % (table.name, keys.dtype)))
+        for _, check, _ in extra_checks:
+            errors.append(check(host_bounds[position]))
             position += 1
-        else:
-            errors.append(InvalidInputError("%s: keys must be int64 or int32, got %s"
-                                            % (table.name, keys.dtype)))
-    for _, check in extra_checks:
-        errors.append(check(bounds[position]))
-        position += 1
-    return first_error(*errors)
+        return first_error(*errors)
+    dtype_errors = [InvalidInputError("%s: keys must be int64 or int32, got %s"
+                                      % (table.name, keys.dtype))
+                    for table, keys in zip(tables, keys_list) if keys.dtype not in KEY_DTYPES]
+    return KeyCheck(bounds, judge, flag, first_error(*dtype_errors))
 
 
-def lookup_forward_many(runtime, tables, op, keys_list, training, local_error=None):
-    """Collective. tables: EmbeddingTables; keys_list: one backend int 1-D array per table.
-    Returns (vectors, routings): per table backend float32 [n_t, dim_t] in input order, and the
-    Routing its backward pass needs. Raises the step's input errors on every rank before any
-    table changes."""
+def check_step_keys(runtime, tables, keys_list, extra_checks=(), key_limits=None):
+    """Returns the first input error of a step's keys (dtype, negative, beyond the table), or
+    None. extra_checks: (array, check(bounds) -> error or None, (lowest, highest)) triples whose
+    bounds are read in the same single wait. key_limits: per table None or its number of keys
+    (a sok1x.Variable's rows), tighter than its shards' capacity."""
+    check = start_key_checks(runtime, tables, keys_list, extra_checks, key_limits)
+    return _judged(runtime.backend, check, [])[0]
+
+
+def _judged(backend, check, sizes):
+    """Reads the check's bounds and `sizes` (backend arrays) in one wait; returns (the check's
+    error or None, host copies of sizes)."""
+    if check is None:
+        return None, backend.to_host_many(sizes) if sizes else []
+    hosts = backend.to_host_many([check.bounds] + list(sizes))
+    return check.judge(hosts[0]), hosts[1:]
+
+
+def _described(backend, check):
+    """The error of a check whose flag the device set (read now: a failing step may wait)."""
+    error = _judged(backend, check, [])[0]
+    return error or InvalidInputError("an index of this step lies outside its range")
+
+
+def lookup_forward_many(runtime, tables, op, keys_list, training, local_error=None,
+                        key_check=None):
+    """Collective. tables: EmbeddingTables (or TableGroups, engine/table_group.py); keys_list:
+    one backend int 1-D array per table. Returns (vectors, routings): per table backend float32
+    [n_t, dim_t] in input order, and the Routing its backward pass needs. Raises the step's input
+    errors on every rank before any table changes. key_check: the caller's KeyCheck of the
+    step's inputs (start_key_checks; default: one of keys_list).
+
+    The host waits once, for the op header: the keys are de-duplicated and bucketed by owner
+    before anything is read (the kernels read nothing out of place whatever the keys), and the
+    per-owner counts and the checks' flag ride in the header; a rank reads its bounds only when
+    some rank's flag is set, to name the bad input."""
     backend, size = runtime.backend, runtime.size
     error = local_error
+    if error is None and key_check is None:
+        key_check = start_key_checks(runtime, tables, keys_list)
     if error is None:
-        error = check_step_keys(runtime, tables, keys_list)
+        error = key_check.error
+    flag = None if error is not None else key_check.flag
+
+    def describe():
+        return _described(backend, key_check)
     send_counts = np.zeros((size, len(tables)), dtype=np.int64)
     prepared = []
     if error is None and size == 1:  # alone, nothing crosses a network: no de-duplication
@@ -92,14 +154,24 @@ def lookup_forward_many(runtime, tables, op, keys_list, training, local_error=No
             keys = backend.asarray(keys)
             send_counts[0, t] = keys.shape[0]
             prepared.append((keys, None, None, keys))
-    elif error is None:  # one wait for every table's distinct keys, one for their owners
-        distinct = backend.unique_many([backend.asarray(k) for k in keys_list], ordered=False)
-        buckets = backend.bucket_by_owner_many([d for d, _ in distinct], size,
-                                               [table.owner_rule for table in tables])
-        for t, ((keys, inverse), (perm, counts)) in enumerate(zip(distinct, buckets)):
-            send_counts[:, t] = counts
-            prepared.append((keys, inverse, perm, backend.take_rows(keys, perm)))
-    recv_counts = exchange_header(runtime, op, send_counts, error)
+        exchange_sizes(runtime, op, None, error, flag, describe_error=describe)
+        recv_counts = send_counts
+    else:
+        owner_counts = None
+        if error is None:  # distinct keys and owner counts stay on the device: the header
+            # carries the counts, and its one wait tells how many distinct keys there are
+            started, distinct_counts = backend.unique_many_start(
+                [backend.asarray(k) for k in keys_list], ordered=False)
+            distinct = backend.unique_many_padded(started)
+            perms, owner_counts = backend.bucket_by_owner_many_deferred(
+                [d for d, _ in distinct], size, [table.owner_rule for table in tables],
+                distinct_counts)
+            for (keys, inverse), perm in zip(distinct, perms):
+                prepared.append((keys, inverse, perm, backend.take_rows(keys, perm)))
+        sizes = exchange_sizes(runtime, op, owner_counts, error, flag, describe_error=describe)
+        send_counts, recv_counts = sizes.sent, sizes.received
+        prepared = [_cut(backend, p, int(send_counts[:, t].sum()))
+                    for t, p in enumerate(prepared)]
     owned = _exchange(runtime, [p[3] for p in prepared], send_counts, recv_counts)
     if training and any(table.use_hashtable for table in tables):
         runtime.host.raise_together(
@@ -125,6 +197,14 @@ def lookup_forward_many(runtime, tables, op, keys_list, training, local_error=No
     return outs, routings
 
 
+def _cut(backend, prepared, distinct):
+    """A table's (padded distinct keys, inverse, perm, keys to send) cut to its `distinct` keys
+    (every distinct key goes to one owner: the sum of the header's send counts)."""
+    keys, inverse, perm, sends = prepared
+    return (backend.row_view(keys, 0, distinct), inverse, backend.row_view(perm, 0, distinct),
+            backend.row_view(sends, 0, distinct))
+
+
 def _exchange(runtime, sends, send_counts, recv_counts):
     """One all-to-all of every table's rows (counts [size, tables]); alone, the rows themselves."""
     if runtime.size == 1:
@@ -140,9 +220,9 @@ def lookup_forward(runtime, table, op, keys, training, local_error=None):
 
 def exchange_gradients_many(runtime, tables, op, routings, grads_list):
     """Collective. grads_list: per table backend float32 [routing.count, dim] in the forward's
-    input order. Returns per table backend (rows [u], summed [u, dim]) of this rank's shard: per
-    row used, the sum of its gradients over the job (a row -1 collects keys an inference lookup
-    missed)."""
+    input order. Returns per table backend (rows [u], summed [u, dim], ranks) of this rank's
+    shard: per row used, the sum of its gradients over the job (a row -1 collects keys an
+    inference lookup missed); ranks: see _owned_rows."""
     backend = runtime.backend
     error = None
     for table, routing, grads in zip(tables, routings, grads_list):
@@ -152,7 +232,9 @@ def exchange_gradients_many(runtime, tables, op, routings, grads_list):
                 % (as_op_id(op).name, list(grads.shape), routing.count, table.dim))
     send_counts = np.stack([routing.send_counts for routing in routings], axis=1)
     recv_counts = np.stack([routing.recv_counts for routing in routings], axis=1)
-    exchange_header(runtime, op, send_counts, error)
+    # The owners' distinct rows are counted before the header, and read in its one wait.
+    started, sizes = _owned_rows_start(backend, tables, routings)
+    host_sizes = exchange_sizes(runtime, op, None, error, also_read=sizes).extra
     bucketed = []
     for routing, grads in zip(routings, grads_list):
         grads = backend.asarray(grads)
@@ -161,19 +243,51 @@ def exchange_gradients_many(runtime, tables, op, routings, grads_list):
         bucketed.append(per_key if routing.perm is None else backend.take_rows(per_key,
                                                                                routing.perm))
     owned = _exchange(runtime, bucketed, send_counts, recv_counts)
-    out = []
-    distinct = backend.unique_many([routing.owner_rows for routing in routings], ordered=False)
-    for (rows, inverse), received in zip(distinct, owned):
-        out.append((rows, backend.segment_sum(received, inverse, rows.shape[0])))
-    return out
+    return [(rows, backend.segment_sum(received, inverse, rows.shape[0]), ranks)
+            for (rows, inverse, ranks), received in zip(
+                _owned_rows_finish(backend, started, host_sizes), owned)]
+
+
+def _owned_rows_start(backend, tables, routings):
+    """Queues the distinct owner rows of each routing and leaves their sizes on the device.
+    Returns (started, sizes): sizes, backend arrays for the host to read (with the op header)
+    and hand to _owned_rows_finish. A table whose rows follow from its keys (a TableGroup
+    included) gets them in ascending order with ranks: host int64, how many lie below each
+    start of a member's rows and the end (row_starts). A hash table (rows may be -1) gets them in
+    any order with ranks None."""
+    bounded = [not table.use_hashtable for table in tables]
+    found = [(routing.owner_rows, _held_rows(table), _row_starts(table))
+             for table, routing, b in zip(tables, routings, bounded) if b]
+    hashed = [routing.owner_rows for routing, b in zip(routings, bounded) if not b]
+    found_started, found_sizes = backend.distinct_rows_many_start(found)
+    hashed_started, hashed_sizes = backend.unique_many_start(hashed, ordered=False)
+    return (bounded, found_started, hashed_started), [found_sizes, hashed_sizes]
+
+
+def _owned_rows_finish(backend, started, host_sizes):
+    """Per table (distinct rows, inverse, ranks) from _owned_rows_start's state and the host
+    copies of its sizes."""
+    bounded, found_started, hashed_started = started
+    found = iter(backend.distinct_rows_many_finish(found_started, host_sizes[0]))
+    hashed = iter(backend.unique_many_finish(hashed_started, host_sizes[1]))
+    return [next(found) if b else next(hashed) + (None,) for b in bounded]
+
+
+def _held_rows(table):
+    return int(table.values.shape[0])
+
+
+def _row_starts(table):
+    starts = getattr(table, "row_starts", None)
+    return starts if starts is not None else np.array([0, _held_rows(table)], np.int64)
 
 
 def lookup_backward_many(runtime, tables, op, routings, grads_list):
     """Collective. As exchange_gradients_many, but returns per table backend (values [u, dim],
-    rows [u]) of the rows that exist, for an IndexedSlices."""
+    rows [u], ranks) of the rows that exist, for an IndexedSlices (ranks: see _owned_rows)."""
     backend = runtime.backend
     out = []
-    for routing, (rows, summed) in zip(routings, exchange_gradients_many(
+    for routing, (rows, summed, ranks) in zip(routings, exchange_gradients_many(
             runtime, tables, op, routings, grads_list)):
         if routing.may_miss:  # rare: the gradient of an inference lookup; drop the misses
             host_rows = backend.to_host(rows)
@@ -181,16 +295,17 @@ def lookup_backward_many(runtime, tables, op, routings, grads_list):
             if not used.all():
                 index = backend.asarray(np.flatnonzero(used).astype(np.int64))
                 rows, summed = backend.take_rows(rows, index), backend.take_rows(summed, index)
+        rows = backend.exportable(rows)  # handed to the framework as it is, and back
         distinct_rows.remember(rows)
-        out.append((summed, rows))
+        out.append((summed, rows, ranks))
     return out
 
 
 def lookup_backward(runtime, table, op, routing, grads):
     """Collective. lookup_backward_many for one table: returns backend (values, rows)."""
-    return lookup_backward_many(runtime, [table], op, [routing], [grads])[0]
+    return lookup_backward_many(runtime, [table], op, [routing], [grads])[0][:2]
 
 
 def exchange_gradients(runtime, table, op, routing, grads):
     """Collective. exchange_gradients_many for one table: returns backend (rows, summed)."""
-    return exchange_gradients_many(runtime, [table], op, [routing], [grads])[0]
+    return exchange_gradients_many(runtime, [table], op, [routing], [grads])[0][:2]

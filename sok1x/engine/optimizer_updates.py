@@ -34,7 +34,7 @@ import collections
 
 import numpy as np
 
-from sok1x.engine import distinct_rows
+from sok1x.engine import distinct_rows, table_group
 from sok1x.errors import InvalidInputError, Sok1xError
 
 Rule = collections.namedtuple("Rule", "hyper_names slots update")
@@ -154,6 +154,14 @@ def _rule(name):
     return rule
 
 
+def _checked_rule(rule_name, hyper):
+    rule = _rule(rule_name)
+    missing = [name for name in rule.hyper_names if name not in hyper]
+    if missing:
+        raise Sok1xError("optimizer rule %r needs hyper-parameters %s" % (rule_name, missing))
+    return rule
+
+
 def _checked_gradient(backend, table, values, rows):
     """Returns backend (values float32 [n, dim], rows int64 [n], whether the rows are known
     distinct); raises InvalidInputError. Rows a lookup's backward pass made (distinct_rows) are
@@ -182,10 +190,7 @@ def apply_update(backend, table, rule_name, slot_prefix, options, hyper, values,
     options: dict of constants (see the table above); hyper: dict name -> float for this step.
     Returns the number of distinct rows that had a gradient. Raises InvalidInputError for a
     gradient that does not fit the shard, before anything changes."""
-    rule = _rule(rule_name)
-    missing = [name for name in rule.hyper_names if name not in hyper]
-    if missing:
-        raise Sok1xError("optimizer rule %r needs hyper-parameters %s" % (rule_name, missing))
+    rule = _checked_rule(rule_name, hyper)
     options = dict(options or {})
     values, rows, known_distinct = _checked_gradient(backend, table, values, rows)
     if known_distinct:  # the lookup's own backward rows: nothing to sum
@@ -199,3 +204,29 @@ def apply_update(backend, table, rule_name, slot_prefix, options, hyper, values,
     table.apply_update(rule.update, slots, unique_rows, summed, hyper, options)
     table.stamp(unique_rows)
     return count
+
+
+def apply_updates(backend, tables, rule_name, slot_prefix, options, hyper, values_list,
+                  rows_list):
+    """apply_update for several tables with one rule and hyper-parameters. The members of a
+    table group (engine/table_group.py), when all are here, are updated in one pass over the
+    group's rows and slots; any other table alone. Returns per table the number of distinct rows
+    that had a gradient. Raises InvalidInputError for a gradient that does not fit, before any
+    group changes."""
+    rule = _checked_rule(rule_name, hyper)
+    options = dict(options or {})
+    counts = [None] * len(tables)
+    joined = table_group.group_gradients(backend, tables, values_list, rows_list)
+    for group, rows, summed, positions, distinct_counts in joined:
+        slots = {name: group.slot(slot_key(slot_prefix, name), initial)
+                 for name, initial in rule.slots(options)}
+        rule.update(backend, group.values, slots, rows, summed, hyper, options)
+        group.stamp(rows)
+        for position, count in zip(positions, distinct_counts):
+            counts[position] = count
+    for position, count in enumerate(counts):
+        if count is None:
+            counts[position] = apply_update(backend, tables[position], rule_name, slot_prefix,
+                                            options, hyper, values_list[position],
+                                            rows_list[position])
+    return counts

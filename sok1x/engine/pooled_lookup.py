@@ -9,13 +9,19 @@ with w_i = 1 when there are no weights. The keys cross in key_exchange's fused e
 pooling happens after the vectors come back, on the rank that asked (SOK all-gathers keys and
 reduce-scatters partial sums instead): it reuses the one exchange every front door shares and
 moves nnz * dim floats each way, against world_size * segments * dim for the reduce-scatter.
+
+The tables of a lookup pass in units (engine/table_group.py): a group's keys are joined in its id
+space and looked up, pooled (its members' output rows one after the other) and, backward,
+spread and summed in one pass; the members get row views of the group's outputs and gradients.
+Members with different combiners or weighting share the lookup and are pooled apart.
 """
 import collections
 
 import numpy as np
 
+from sok1x.engine import table_group
 from sok1x.engine.checks import first_error
-from sok1x.engine.key_exchange import check_step_keys, lookup_backward_many, lookup_forward_many
+from sok1x.engine.key_exchange import lookup_backward_many, lookup_forward_many, start_key_checks
 from sok1x.errors import InvalidInputError
 
 COMBINERS = ("sum", "mean")
@@ -26,9 +32,14 @@ PooledInput.__doc__ = """One table's share of a pooled lookup: keys (int [nnz]),
 (int64 [nnz], the output row of each key), num_segments (int), weights (float32 [nnz] or None),
 combiner ("sum" or "mean"). Arrays are backend arrays (or NumPy)."""
 
-Pooling = collections.namedtuple(
-    "Pooling", "routing segment_ids num_segments weights denominators")
+Pool = collections.namedtuple("Pool", "segment_ids num_segments weights denominators")
+Pool.__doc__ = """One pooling pass: the keys' output rows, how many rows, weights or None, and the
+mean's per-row divisors or None."""
 
+UnitPooling = collections.namedtuple("UnitPooling", "unit routing pools key_counts segments")
+UnitPooling.__doc__ = """What the backward pass needs of one unit (engine/table_group.py): the
+Unit, its Routing, its Pools (one over all members' keys joined, or one per member when their
+combiners or weighting differ), and per member its number of keys and of output rows."""
 
 def _check_input(runtime, table, item):
     """Returns (error or None, extra bound checks) for one table's PooledInput."""
@@ -54,16 +65,17 @@ def _check_input(runtime, table, item):
                                      % (name, bounds[0] if bounds[0] < 0 else bounds[1],
                                         segments))
         return None
-    return None, [(item.segment_ids, segment_check)]
+    return None, [(item.segment_ids, segment_check, (0, segments - 1))]
 
 
 def pooled_forward_many(runtime, tables, op, inputs, training, local_error=None,
                         extra_checks=(), key_limits=None):
-    """Collective. inputs: one PooledInput per table. Returns (outputs, poolings): per table
-    backend float32 [num_segments, dim], and the state its backward pass needs. Every input error,
-    on any rank, raises on every rank before any table changes. extra_checks: more (array,
-    check(bounds)) pairs read in the same wait; key_limits: per table None or its number of keys
-    (see key_exchange.check_step_keys)."""
+    """Collective. inputs: one PooledInput per table. Returns (outputs, state): per table backend
+    float32 [num_segments, dim], and what pooled_backward_many needs. The tables pass in units
+    (engine/table_group.py): a group's keys are joined, looked up and pooled in one pass. Every
+    input error, on any rank, raises on every rank before any table changes. extra_checks: more
+    (array, check(bounds)) pairs read in the same wait; key_limits: per table None or its number
+    of keys (see key_exchange.check_step_keys)."""
     backend = runtime.backend
     inputs = [item._replace(keys=backend.asarray(item.keys),
                             segment_ids=backend.asarray(item.segment_ids),
@@ -75,44 +87,120 @@ def pooled_forward_many(runtime, tables, op, inputs, training, local_error=None,
         if error is None:
             error, more = _check_input(runtime, table, item)
             checks += more
-    if error is None:
-        error = check_step_keys(runtime, tables, [item.keys for item in inputs], checks,
-                                key_limits)
-    vectors, routings = lookup_forward_many(runtime, tables, op,
-                                            [item.keys for item in inputs], training,
-                                            first_error(error))
-    outputs, poolings = [], []
-    for item, found, routing in zip(inputs, vectors, routings):
-        weighted = found if item.weights is None else backend.scale_rows(found, item.weights)
-        pooled = backend.segment_sum(weighted, item.segment_ids, int(item.num_segments))
-        denominators = None
-        if item.combiner == "mean":
-            denominators = (backend.segment_counts(item.segment_ids, item.num_segments)
-                            if item.weights is None else backend.segment_sum(
-                                item.weights, item.segment_ids, int(item.num_segments)))
-            pooled = backend.scale_rows(pooled, denominators, divide=True)
-        outputs.append(pooled)
-        poolings.append(Pooling(routing, item.segment_ids, int(item.num_segments), item.weights,
-                                denominators))
-    return outputs, poolings
+    key_check = None
+    if error is None:  # judged with the distinct-key counts, in one wait
+        key_check = start_key_checks(runtime, tables, [item.keys for item in inputs], checks,
+                                     key_limits)
+    units = table_group.plan(runtime, tables)
+    unit_keys = [_joined_keys(backend, unit, [inputs[p] for p in unit.positions], error)
+                 for unit in units]
+    vectors, routings = lookup_forward_many(runtime, [unit.table for unit in units], op,
+                                            unit_keys, training, first_error(error),
+                                            key_check=key_check)
+    outputs, state = [None] * len(tables), []
+    for unit, found, routing in zip(units, vectors, routings):
+        items = [inputs[p] for p in unit.positions]
+        key_counts = [int(item.keys.shape[0]) for item in items]
+        segments = [int(item.num_segments) for item in items]
+        if len(items) == 1 or len({(item.combiner, item.weights is None) for item in items}) == 1:
+            pools = [_pool_of(backend, items, segments)]
+            pooled = [_pooled(backend, found, pools[0])]
+            if len(items) > 1:
+                pooled = _pieces(backend, pooled[0], segments)
+        else:  # members pooled apart, each over its share of the unit's vectors
+            pools = [_pool_of(backend, [item], [count]) for item, count in zip(items, segments)]
+            pooled = [_pooled(backend, part, pool) for part, pool in zip(
+                _pieces(backend, found, key_counts), pools)]
+        for p, out in zip(unit.positions, pooled):
+            outputs[p] = out
+        state.append(UnitPooling(unit, routing, pools, key_counts, segments))
+    return outputs, state
 
 
-def pooled_backward_many(runtime, tables, op, poolings, grads_list):
-    """Collective. grads_list: per table float32 [num_segments, dim] (backend or NumPy).
-    Returns per table backend (values [u, dim], rows [u]) of this rank's shard."""
+def _joined_keys(backend, unit, items, error):
+    """The unit's keys: a group's members' keys in its id space, joined; a table's own keys."""
+    if len(items) == 1:
+        return items[0].keys
+    if error is not None:  # not looked at: the step fails in the first exchange
+        return backend.asarray(np.zeros(0, np.int64))
+    return backend.join_keys([item.keys for item in items], unit.table.key_starts[:-1])
+
+
+def _pieces(backend, array, counts):
+    """Row views of `array`, counts[i] rows each, in order."""
+    starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    return [backend.row_view(array, int(a), int(b)) for a, b in zip(starts[:-1], starts[1:])]
+
+
+def _pool_of(backend, items, segments):
+    """The Pool of `items` (one combiner and weighting) joined: member i's output rows follow
+    member i - 1's."""
+    num_segments = int(sum(segments))
+    if len(items) == 1:
+        segment_ids, weights = items[0].segment_ids, items[0].weights
+    else:
+        starts = np.concatenate([[0], np.cumsum(segments)[:-1]]).astype(np.int64)
+        segment_ids = backend.join_keys([item.segment_ids for item in items], starts)
+        weights = None if items[0].weights is None else backend.join_rows(
+            [item.weights for item in items])
+    denominators = None
+    if items[0].combiner == "mean":
+        denominators = (backend.segment_counts(segment_ids, num_segments) if weights is None
+                        else backend.segment_sum(weights, segment_ids, num_segments))
+    return Pool(segment_ids, num_segments, weights, denominators)
+
+
+def _pooled(backend, vectors, pool):
+    """out[s] = sum of the (weighted) vectors of segment s, over its divisor for a mean."""
+    weighted = vectors if pool.weights is None else backend.scale_rows(vectors, pool.weights)
+    pooled = backend.segment_sum(weighted, pool.segment_ids, pool.num_segments)
+    if pool.denominators is not None:
+        pooled = backend.scale_rows(pooled, pool.denominators, divide=True)
+    return pooled
+
+
+def _spread(backend, grads, pool):
+    """The gradient of each key from its output row's gradient grads [num_segments, dim]."""
+    if pool.denominators is not None:
+        grads = backend.scale_rows(grads, pool.denominators, divide=True)
+    spread = backend.take_rows(grads, pool.segment_ids)
+    if pool.weights is not None:
+        spread = backend.scale_rows(spread, pool.weights)
+    return spread
+
+
+def pooled_backward_many(runtime, tables, op, state, grads_list):
+    """Collective. state: pooled_forward_many's; grads_list: per table float32 [num_segments,
+    dim] (backend or NumPy). Returns per table backend (values [u, dim], rows [u]) of this rank's
+    shard. A gradient that does not fit, in any table, fails the step on every rank."""
     backend = runtime.backend
     per_key = []
-    for table, pooling, grads in zip(tables, poolings, grads_list):
-        grads = backend.asarray(grads)
-        if grads.dtype != np.float32 or grads.size != pooling.num_segments * table.dim:
-            # a gradient that does not fit: exchange_gradients_many reports it on every rank
-            per_key.append(backend.empty((0, table.dim), np.float32))
+    for pooling in state:
+        unit = pooling.unit
+        dim = unit.table.dim
+        grads = [backend.asarray(grads_list[p]) for p in unit.positions]
+        if any(g.dtype != np.float32 or g.size != count * dim
+               for g, count in zip(grads, pooling.segments)):
+            # exchange_gradients_many reports the mismatch on every rank
+            per_key.append(backend.empty((0, dim), np.float32))
             continue
-        grads = grads.reshape(pooling.num_segments, table.dim)
-        if pooling.denominators is not None:
-            grads = backend.scale_rows(grads, pooling.denominators, divide=True)
-        spread = backend.take_rows(grads, pooling.segment_ids)
-        if pooling.weights is not None:
-            spread = backend.scale_rows(spread, pooling.weights)
-        per_key.append(spread)
-    return lookup_backward_many(runtime, tables, op, [p.routing for p in poolings], per_key)
+        grads = [g if tuple(g.shape) == (count, dim) else g.reshape(count, dim)
+                 for g, count in zip(grads, pooling.segments)]
+        if len(pooling.pools) == 1:
+            joined = grads[0] if len(grads) == 1 else backend.join_rows(grads)
+            per_key.append(_spread(backend, joined, pooling.pools[0]))
+        else:
+            per_key.append(backend.join_rows([_spread(backend, g, pool)
+                                              for g, pool in zip(grads, pooling.pools)]))
+    units = [pooling.unit for pooling in state]
+    results = lookup_backward_many(runtime, [unit.table for unit in units], op,
+                                   [pooling.routing for pooling in state], per_key)
+    out = [None] * len(tables)
+    for unit, (summed, rows, ranks) in zip(units, results):
+        if len(unit.positions) == 1:
+            out[unit.positions[0]] = (summed, rows)
+            continue
+        for p, pair in zip(unit.positions, table_group.split_gradient(
+                backend, unit.table, summed, rows, ranks)):
+            out[p] = pair
+    return out

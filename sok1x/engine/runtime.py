@@ -26,7 +26,8 @@ class Runtime:
     EmbeddingTable), pending_tables (name -> settings of shards declared but not made yet),
     stash (forward state kept for the backward pass), towers (the last communicating op, for
     the run-time order check) and journal (the current step's undo actions,
-    engine/step_journal.py)."""
+    engine/step_journal.py). On cpu, `data` is an MpiCommunicator of its own over the same
+    communicator as `host`, so each counts its own calls (stats())."""
 
     def __init__(self, group, host, backend, data, global_batch_size, device_ordinal):
         from sok1x.engine.op_order import TowerTracker
@@ -45,6 +46,16 @@ class Runtime:
         self.stash = Stash()
         self.towers = TowerTracker()
         self.journal = StepJournal()
+
+    def stats(self):
+        """Returns counts since init, for benchmarks and tests: host_waits (the host blocked
+        until the device caught up or read sizes; on cpu, where cuda would block),
+        data_collectives (collectives on the data channel: NCCL on cuda) and host_collectives
+        (MPI calls outside it)."""
+        data_calls = getattr(self.data, "collectives_enqueued", None)
+        return {"host_waits": int(self.backend.counts().get("host_waits", 0)),
+                "data_collectives": int(self.data.calls if data_calls is None else data_calls),
+                "host_collectives": int(self.host.calls)}
 
 
 def is_initialized():
@@ -106,7 +117,7 @@ def _bring_up_backend(group, host, backend_name):
             "or none. Pass backend='cpu' or 'cuda' explicitly." % ", ".join(
                 "rank %d: %s" % (r, n) for r, n in enumerate(names)))
     if backend.NAME == "cpu":
-        return backend, host, None
+        return backend, MpiCommunicator(group), None
     from sok1x.comm.nccl import NcclCommunicator
     from sok1x.backend import cuda_context
     error, data = None, None
@@ -149,7 +160,7 @@ def shutdown():
     """Drops the Runtime (tables included) and closes an NCCL communicator; for tests and exit."""
     global _runtime
     with LOCK:
-        if _runtime is not None and _runtime.data is not _runtime.host:
+        if _runtime is not None and _runtime.backend.NAME != "cpu":
             from sok1x.backend import cuda_context
             cuda_context.set_stream_waiter(None)
             _runtime.data.close()

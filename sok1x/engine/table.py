@@ -37,6 +37,7 @@ class EmbeddingTable:
         self.journal = runtime.journal
         self.settings = (self.dim, self.capacity, self.use_hashtable, spec, self.placement)
         self.slot_initial = {}
+        self.group = None  # the TableGroup holding this table's arrays (engine/table_group.py)
         # A table placed on one rank holds no rows on the others.
         held = self.capacity if placements.holds_rows(self.placement, self.rank) else 0
         self.values = backend.zeros((held, self.dim), np.float32)
@@ -120,7 +121,7 @@ class EmbeddingTable:
         for name, values in self.slots.items():
             fill = self.backend.zeros((count, self.dim), np.float32)
             if self.slot_initial[name]:
-                fill.fill(float(self.slot_initial[name]))
+                self.backend.fill_value(fill, float(self.slot_initial[name]))
             hybrid_rows.put_rows(self.backend, values, rows, fill)
 
     def stamp(self, rows):
@@ -130,11 +131,13 @@ class EmbeddingTable:
 
     def slot(self, name, initial_value=0.0):
         """Returns the optimizer slot `name` ([capacity, dim] float32, every row starting at
-        `initial_value`), creating it if new."""
+        `initial_value`), creating it if new (in a group: a view of the group's slot)."""
+        if name not in self.slots and self.group is not None:
+            self.group.slot(name, initial_value)
         if name not in self.slots:
             values = self.backend.zeros(self.values.shape, np.float32)
             if initial_value:
-                values.fill(float(initial_value))
+                self.backend.fill_value(values, float(initial_value))
             self.slots[name] = values
             self.slot_initial[name] = float(initial_value)
         return self.slots[name]

@@ -22,8 +22,11 @@ fi
 export PYTHONPATH="$site"
 cd /tmp
 status=0
+ran=
 suite() {  # name, ranks, test path, extra pytest args
   local name=$1 ranks=$2 path=$3; shift 3
+  case " $ran " in *" $name "*) return ;; esac  # at 1 GPU the N-GPU suites are the 1-GPU ones
+  ran="$ran $name"
   if [ "$ranks" = serial ]; then
     python3 -m pytest -q -p no:cacheprovider --color=no "$@" "$repo/$path" >"$logs/$name.log" 2>&1
   else
@@ -48,6 +51,8 @@ suite seam-${gpus}gpu "$gpus" tests/gpu/test_dlpack_seam.py
 suite soak-1gpu 1 tests/gpu/test_engine_soak_cuda.py -s
 suite soak-${gpus}gpu "$gpus" tests/gpu/test_engine_soak_cuda.py -s
 suite v2-engine-1gpu 1 tests/gpu/test_v2_engine_cuda.py
+suite table-groups-1gpu 1 tests/gpu/test_table_groups_cuda.py
+suite table-groups-${gpus}gpu "$gpus" tests/gpu/test_table_groups_cuda.py
 suite v2-engine-${gpus}gpu "$gpus" tests/gpu/test_v2_engine_cuda.py
 suite nccl-${gpus}gpu "$gpus" tests/gpu/test_nccl_collectives.py -s
 # The path ranks on different hosts take: no NVLink/PCIe peer access, no shared memory.

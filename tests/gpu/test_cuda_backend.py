@@ -143,11 +143,100 @@ def test_many_at_once_equals_one_by_one(cuda, rng):
         assert np.array_equal(host(cuda, perm), want_perm)
 
 
+@pytest.mark.parametrize("world_size", [1, 2, 8])
+def test_sizes_left_on_the_device_match_the_cpu(cuda, rng, world_size):
+    """What an op header carries (engine/exchange_header.py): padded distinct keys bucketed by a
+    device count, their per-owner counts, the checks' flag and the header's records."""
+    arrays = [random_keys(rng, n) for n in (1000, 0, 77777, 1)]
+    arrays[0][:5] = -np.arange(2, 7)  # bad keys: every kernel still stays in place
+    started, counts = cuda.unique_many_start([cuda.asarray(a) for a in arrays])
+    padded = cuda.unique_many_padded(started)
+    rules = [(0, 0), (2, 0), (1, world_size - 1), (0, 0)]
+    perms, owner_counts = cuda.bucket_by_owner_many_deferred(
+        [keys for keys, _ in padded], world_size, rules, counts)
+    host_counts, host_owner_counts = cuda.to_host_many([counts, owner_counts])
+    for i, (keys, (unique_keys, inverse), perm, rule) in enumerate(
+            zip(arrays, padded, perms, rules)):
+        distinct = int(host_counts[i])
+        got_keys = host(cuda, unique_keys)[:distinct]
+        assert sorted(got_keys.tolist()) == sorted(set(keys.tolist()))
+        np.testing.assert_array_equal(got_keys[host(cuda, inverse)], keys)
+        want_perm, want_counts = cpu.bucket_by_owner(got_keys, world_size, *rule)
+        np.testing.assert_array_equal(host_owner_counts[i], want_counts)
+        assert host_owner_counts[i].sum() == distinct
+        np.testing.assert_array_equal(host(cuda, perm)[:distinct], want_perm)
+        assert not host(cuda, perm)[distinct:].any()
+    bounds = cuda.index_bounds_deferred([cuda.asarray(a) for a in arrays])
+    for ranges, flagged in [([[0, KEY_LIMIT]] * 4, True), ([[-6, KEY_LIMIT]] * 4, False)]:
+        flag = cuda.flag_outside(bounds, np.array(ranges, np.int64))
+        assert int(host(cuda, flag)[0]) == int(flagged)
+        want = cpu.flag_outside(cpu.index_bounds_deferred(arrays), np.array(ranges, np.int64))
+        assert int(want[0]) == int(flagged)
+    fields = [11, 22, 33, 1, 0, 4]
+    records = cuda.header_records(fields, world_size, owner_counts, cuda.asarray(
+        np.ones(1, np.int64)), 64)
+    want = cpu.header_records(fields, world_size, host_owner_counts, np.ones(1, np.int64), 64)
+    np.testing.assert_array_equal(host(cuda, records), want)
+    assert want[0, 4] == 1 and (want[:, 6:10] == host_owner_counts.T).all()
+
+
+def test_the_halves_of_unique_and_distinct_rows_equal_the_whole(cuda, rng):
+    arrays = [random_keys(rng, n) for n in (1000, 0, 777)]
+    started, counts = cuda.unique_many_start([cuda.asarray(a) for a in arrays], ordered=True)
+    halves = cuda.unique_many_finish(started, host(cuda, counts))
+    for (got_keys, got_inverse), keys in zip(halves, arrays):
+        want_keys, want_inverse = cpu.unique(keys)
+        np.testing.assert_array_equal(host(cuda, got_keys), want_keys)
+        np.testing.assert_array_equal(host(cuda, got_inverse), want_inverse)
+    rows = [rng.integers(0, 5000, size=n).astype(np.int64) for n in (3000, 0, 10)]
+    items = [(cuda.asarray(r), 5000, np.array([0, 2500, 5000], np.int64)) for r in rows]
+    started, sizes = cuda.distinct_rows_many_start(items)
+    got = cuda.distinct_rows_many_finish(started, host(cuda, sizes))
+    want = cpu.distinct_rows_many([(r, 5000, np.array([0, 2500, 5000], np.int64)) for r in rows])
+    for (g_rows, g_inverse, g_ranks), (w_rows, w_inverse, w_ranks) in zip(got, want):
+        np.testing.assert_array_equal(host(cuda, g_rows), w_rows)
+        np.testing.assert_array_equal(host(cuda, g_inverse), w_inverse)
+        np.testing.assert_array_equal(g_ranks, w_ranks)
+
+
 def test_index_bounds(cuda, rng):
     arrays = [random_keys(rng, 100003, limit=2 ** 40) - 2 ** 39, np.zeros(0, np.int64),
               np.array([5], np.int64), rng.integers(-3, 3, size=77).astype(np.int32)]
     got = cuda.index_bounds([cuda.asarray(a) for a in arrays])
     np.testing.assert_array_equal(got, cpu.index_bounds(arrays))
+
+
+def test_table_group_ops(cuda, rng):
+    """join_keys, join_rows, row_view, local_rows and distinct_rows_many against the cpu's."""
+    parts = [rng.integers(0, 1000, size=n).astype(np.int64) for n in (0, 5, 4099, 1, 0, 300)]
+    offsets = np.array([0, 10, 2000, 9000, 9500, 123456], np.int64)
+    got = cuda.join_keys([cuda.asarray(p) for p in parts], offsets)
+    np.testing.assert_array_equal(host(cuda, got), cpu.join_keys(parts, offsets))
+    rows = [rng.standard_normal((n, 3)).astype(np.float32) for n in (7, 0, 1000)]
+    np.testing.assert_array_equal(host(cuda, cuda.join_rows([cuda.asarray(r) for r in rows])),
+                                  cpu.join_rows(rows))
+    flat = cuda.asarray(rows[2])
+    view = cuda.row_view(flat, 10, 20)
+    np.testing.assert_array_equal(host(cuda, view), rows[2][10:20])
+    cuda.fill_value(view, 2.5)
+    np.testing.assert_array_equal(host(cuda, flat)[10:20], 2.5)
+    row_starts = np.array([0, 100, 100, 5000, 70001], np.int64)
+    for n, bound in ((0, 70001), (50000, 70001), (3, 70001), (200000, 33)):
+        values = rng.integers(0, min(bound, row_starts[-1]), size=n).astype(np.int64)
+        bounds = row_starts if bound == 70001 else np.array([0, 10, 33], np.int64)
+        (d, i, r), = cuda.distinct_rows_many([(cuda.asarray(values), bound, bounds)])
+        (wd, wi, wr), = cpu.distinct_rows_many([(values, bound, bounds)])
+        np.testing.assert_array_equal(host(cuda, d), wd)
+        np.testing.assert_array_equal(host(cuda, i), wi)
+        np.testing.assert_array_equal(r, wr)
+        if bound == 70001:
+            moves = np.arange(4, dtype=np.int64) * 3
+            length = len(wd) + 9
+            got = host(cuda, cuda.local_rows(d, row_starts, moves, length))
+            want = cpu.local_rows(wd, row_starts, moves, length)
+            table = np.searchsorted(row_starts[:-1], wd, side="right") - 1
+            places = np.arange(len(wd)) + moves[table]
+            np.testing.assert_array_equal(got[places], want[places])
 
 
 def test_pooling_ops(cuda, rng):

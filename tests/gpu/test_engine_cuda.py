@@ -186,3 +186,63 @@ def test_full_gpu_fails_the_step_on_every_rank_and_says_what_to_do():
         api.dense_lookup("too_big_for_the_gpu", "huge", np.array([[[RANK]]]), True, (1, 1))
     # The engine still works afterwards.
     test_allreduce_over_nccl()
+
+
+def test_a_rank_that_skipped_a_call_raises_order_error_not_a_silent_pairing():
+    """A rank whose step failed before sok1x ran (TensorFlow rejected its input) has counted the
+    tower's call anyway (graph_ops/ordering.py's ticker): its next lookup meets the others'
+    current one, and every rank raises OrderError naming both calls, then goes on in step."""
+    if SIZE == 1:
+        pytest.skip("needs two ranks")
+    from sok1x.engine.op_order import CLOCK, OpId
+    api.create_table("skew", 4, 64, False, SPEC)
+    op = OpId("skew-tower/lookup", "skew-tower", 0, True)
+    keys = np.array([[[RANK]]])
+    CLOCK.tick("skew-tower")
+    if RANK == SIZE - 1:
+        CLOCK.tick("skew-tower")  # the call whose step failed on this rank alone
+    with pytest.raises(OrderError, match="different steps"):
+        api.dense_lookup("skew", op, keys, True, (1, 1))
+    CLOCK.tick("skew-tower")
+    out, _ = api.dense_lookup("skew", op, keys, True, (1, 1))
+    np.testing.assert_array_equal(host(out).reshape(-1), expected_vectors("skew", [RANK], 4)[0])
+
+
+def _waits_of_a_step(tables, update):
+    """Host waits and MPI calls of one step (lookup, gradient and, if `update`, SGD) of a fused
+    lookup of `tables` tables, after a warm-up step."""
+    rt = runtime.get()
+    names = ["waits_%d_%d" % (tables, t) for t in range(tables)]
+    for name in names:
+        api.create_table(name, 16, 4096, False, SPEC)
+    rng = np.random.default_rng(7 + RANK)
+    inputs = [api.PooledInput(rt.backend.asarray(rng.integers(0, 4096 * SIZE, size=300)),
+                              rt.backend.asarray(np.sort(rng.integers(0, 64, size=300))), 64,
+                              None, "sum") for _ in names]
+    grads = [rt.backend.asarray(np.ones((64, 16), np.float32)) for _ in names]
+
+    def step():
+        _, token = api.pooled_lookup(names, "waits_fwd", inputs, True)
+        for name, (values, rows) in zip(names, api.pooled_lookup_grad(names, "waits_bwd",
+                                                                      token, grads)):
+            if update:
+                api.apply_optimizer_update(name, "sgd", "SGD", {}, {"lr": 0.1}, values, rows)
+    step()
+    rt.backend.synchronize()
+    before = rt.stats()
+    step()
+    after = rt.stats()
+    return {key: after[key] - before[key] for key in after}
+
+
+def test_a_training_step_waits_on_the_host_twice():
+    """Forward, backward and update wait on the host twice at any number of GPUs (the two op
+    headers), and make no MPI call: the sizes travel over NCCL."""
+    counts = _waits_of_a_step(1, update=True)
+    assert counts["host_waits"] <= 2 and counts["host_collectives"] == 0, counts
+
+
+def test_a_lookup_of_26_tables_waits_as_often_as_one():
+    one, many = _waits_of_a_step(1, update=False), _waits_of_a_step(26, update=False)
+    assert many["host_waits"] == one["host_waits"] <= 2, (one, many)
+    assert many["host_collectives"] == 0, many

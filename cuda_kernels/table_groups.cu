@@ -1,0 +1,132 @@
+// What a group of tables needs to be looked up in one pass (as FBGEMM's table-batched embedding):
+// many small arrays made one in one launch, and the distinct rows of a bounded index in
+// ascending order, counted per table.
+//
+// A "part list" describes `count` arrays in one int64 device array, built once per set of
+// arrays: parts[0 .. count) their device addresses, parts[count .. 2 count] their start positions
+// in the joined array (the last one is the total), parts[2 count + 1 .. 3 count + 1) a value
+// added to every element of part t (the table's key or row offset in the group's id space).
+//
+// Distinct rows of [0, bound): a bitmap of `bound` bits marks the rows present, per-word popcounts
+// scanned give each word's first rank, and a row's rank (its place among the distinct rows,
+// ascending) is its word's rank plus the marked bits below it. Ascending means table-major when
+// rows are offset by table, so the number of distinct rows of table t is the rank at its end
+// minus the rank at its start: read with the total, in the same single wait.
+#include "common.cuh"
+
+// The part holding position i: the last t with starts[t] <= i (empty parts are skipped over).
+__device__ __forceinline__ int64 part_of(const int64* starts, int64 count, int64 i) {
+  int64 low = 0, high = count - 1;
+  while (low < high) {
+    const int64 middle = (low + high + 1) >> 1;
+    if (starts[middle] <= i) low = middle; else high = middle - 1;
+  }
+  return low;
+}
+
+// out[i] = part_t[i - starts[t]] + offsets[t] for the int64 parts.
+extern "C" __global__ void join_int64_parts(const int64* parts, int64 count, int64* out) {
+  const int64* starts = parts + count;
+  const int64* offsets = parts + 2 * count + 1;
+  const int64 total = starts[count];
+  for (int64 i = global_thread_id(); i < total; i += global_thread_count()) {
+    const int64 t = part_of(starts, count, i);
+    const int64* source = (const int64*)parts[t];
+    out[i] = source[i - starts[t]] + offsets[t];
+  }
+}
+
+// Rows of `width` 4-byte words: out row i = row (i - starts[t]) of part t (offsets unused).
+extern "C" __global__ void join_word_rows(const int64* parts, int64 count, int64 width,
+                                          unsigned* out) {
+  const int64* starts = parts + count;
+  const int64 words = starts[count] * width;
+  for (int64 w = global_thread_id(); w < words; w += global_thread_count()) {
+    const int64 i = w / width;
+    const int64 t = part_of(starts, count, i);
+    const unsigned* source = (const unsigned*)parts[t];
+    out[w] = source[(i - starts[t]) * width + (w - i * width)];
+  }
+}
+
+// bits: [ceil(bound / 32)] zeroed by the caller; rows in [0, bound).
+extern "C" __global__ void mark_rows(const int64* rows, int64 n, unsigned* bits) {
+  for (int64 i = global_thread_id(); i < n; i += global_thread_count()) {
+    const int64 row = rows[i];
+    atomicOr(bits + (row >> 5), 1u << (row & 31));
+  }
+}
+
+extern "C" __global__ void word_popcounts(const unsigned* bits, int64 words, int64* counts) {
+  for (int64 w = global_thread_id(); w < words; w += global_thread_count()) {
+    counts[w] = __popc(bits[w]);
+  }
+}
+
+// word_ranks: the exclusive scan of word_popcounts, [words + 1].
+__device__ __forceinline__ int64 rank_of(const unsigned* bits, const int64* word_ranks,
+                                         int64 words, int64 row) {
+  const int64 word = row >> 5;
+  if (word >= words) return word_ranks[words];
+  return word_ranks[word] + __popc(bits[word] & ((1u << (row & 31)) - 1u));
+}
+
+// distinct[rank] = row, inverse[i] = rank of rows[i] (equal rows write the same value).
+extern "C" __global__ void emit_distinct_rows(const int64* rows, int64 n, const unsigned* bits,
+                                              const int64* word_ranks, int64 words,
+                                              int64* distinct, int64* inverse) {
+  for (int64 i = global_thread_id(); i < n; i += global_thread_count()) {
+    const int64 row = rows[i];
+    const int64 rank = rank_of(bits, word_ranks, words, row);
+    inverse[i] = rank;
+    distinct[rank] = row;
+  }
+}
+
+// ranks[j] = how many distinct rows lie below bounds[j] (j < count); bounds ascending.
+extern "C" __global__ void ranks_at(const unsigned* bits, const int64* word_ranks, int64 words,
+                                    const int64* bounds, int64 count, int64* ranks) {
+  for (int64 j = global_thread_id(); j < count; j += global_thread_count()) {
+    ranks[j] = rank_of(bits, word_ranks, words, bounds[j]);
+  }
+}
+
+// For distinct rows ascending (rows[i] is the i-th): local[i + moves[t]] = rows[i] - row_starts[t]
+// for the table t whose range [row_starts[t], row_starts[t+1]) holds rows[i] (row_starts:
+// [count + 1], ascending; moves[t]: where table t's piece starts in `local` less where its rows
+// start in `rows`, so that every piece can start at an aligned place).
+extern "C" __global__ void local_rows(const int64* rows, int64 n, const int64* row_starts,
+                                      int64 count, const int64* moves, int64* local) {
+  for (int64 i = global_thread_id(); i < n; i += global_thread_count()) {
+    const int64 t = part_of(row_starts, count, rows[i]);
+    local[i + moves[t]] = rows[i] - row_starts[t];
+  }
+}
+
+// bounds[2 t], bounds[2 t + 1] = min, max of int64 part t; set to (INT64_MAX, INT64_MIN) first.
+// Every thread walks every part, reducing in registers and then over its warp, so each warp makes
+// two atomics per part, not one per element.
+extern "C" __global__ void part_bounds(const int64* parts, int64 count, int64* bounds) {
+  const int64* starts = parts + count;
+  for (int64 t = 0; t < count; ++t) {
+    const int64* values = (const int64*)parts[t];
+    const int64 n = starts[t + 1] - starts[t];
+    if (n == 0) continue;
+    int64 low = 0x7fffffffffffffffLL, high = (-0x7fffffffffffffffLL - 1);
+    for (int64 i = global_thread_id(); i < n; i += global_thread_count()) {
+      const int64 v = values[i];
+      low = v < low ? v : low;
+      high = v > high ? v : high;
+    }
+    for (int offset = 16; offset > 0; offset >>= 1) {
+      const int64 other_low = __shfl_down_sync(FULL_WARP, low, offset);
+      const int64 other_high = __shfl_down_sync(FULL_WARP, high, offset);
+      low = other_low < low ? other_low : low;
+      high = other_high > high ? other_high : high;
+    }
+    if (lane_id() == 0) {
+      atomicMin(bounds + 2 * t, low);
+      atomicMax(bounds + 2 * t + 1, high);
+    }
+  }
+}

@@ -1,0 +1,47 @@
+"""The cuda backend's part of the op header (engine/exchange_header.py): kernels that write the
+header's records and input-error flags on the device, so counts and flags that kernels produced
+reach the other ranks without a host copy first. The host reads them once, after the exchange."""
+import numpy as np
+
+from sok1x.backend.cuda_context import uses_context
+from sok1x.backend.cuda_launch import (
+    empty,
+    fill_bytes,
+    launch,
+    memoised_per_context,
+    prepared,
+    ptr,
+)
+from sok1x.backend.cuda_groups import _device_constant
+
+
+@memoised_per_context
+def _header_kernels():
+    return (prepared("header.cu", "header_records", "qqqqqqPPqqP"),
+            prepared("header.cu", "flag_outside", "PPqP"))
+
+
+@uses_context
+def header_records(fields, size, counts, flag, width):
+    """Returns int64 GPUArray [size, width]: per peer j, the 6 host `fields` (op, tower, call,
+    place, error, tables; error or-ed with flag[0]), then counts[t, j] for t < tables (counts:
+    int64 GPUArray [tables, size] or None; flag: int64 GPUArray [1] or None). No wait."""
+    op, tower, call, place, error, tables = (int(f) for f in fields)
+    records = empty((int(size), int(width)), np.int64)
+    launch(_header_kernels()[0], int(size) * int(width), op, tower, call, place, error,
+           tables if counts is not None else 0, 0 if counts is None else ptr(counts),
+           0 if flag is None else ptr(flag), int(size), int(width), ptr(records))
+    return records
+
+
+@uses_context
+def flag_outside(bounds, ranges):
+    """Returns an int64 GPUArray [1]: 1 if a (min, max) row of bounds (int64 GPUArray [n, 2], as
+    index_bounds_deferred makes) falls outside its row of `ranges` (host int64 [n, 2], lowest and
+    highest allowed), else 0. One launch, no wait (the ranges are uploaded once per content)."""
+    flag = fill_bytes(empty((1,), np.int64), 0)
+    count = int(bounds.shape[0])
+    if count:
+        launch(_header_kernels()[1], count, ptr(bounds), ptr(_device_constant(ranges)), count,
+               ptr(flag))
+    return flag

@@ -1,0 +1,105 @@
+"""unique() on the GPU (cuda_kernels/unique.cu), whole or in two halves around the host's wait
+for the distinct counts, so an op header can read those counts with its own (unique_many_start,
+then unique_many_finish with the host counts, or unique_many_padded without them)."""
+import numpy as np
+
+from sok1x.backend.cuda_context import uses_context
+from sok1x.backend.cuda_launch import (
+    copy_rows_async,
+    empty,
+    exclusive_scan,
+    fill_bytes,
+    index_array,
+    launch,
+    memoised_per_context,
+    prepared,
+    ptr,
+    to_host,
+)
+
+
+@memoised_per_context
+def _unique_kernels():
+    return (prepared("unique.cu", "unique_claim", "PqPPQP"),
+            prepared("unique.cu", "unique_flags", "PPqP"),
+            prepared("unique.cu", "unique_emit", "PPPPqPP"),
+            prepared("unique.cu", "unique_inverse", "PPqP"))
+
+
+@uses_context
+def unique(keys, ordered=True):
+    """Returns (unique_keys, inverse): distinct int64 keys in first-occurrence order (tf.unique;
+    also with ordered=False, which allows any order) and, per key, its position in unique_keys.
+    Waits for the number of distinct keys."""
+    return unique_many([keys], ordered)[0]
+
+
+@uses_context
+def unique_many(keys_list, ordered=True):
+    """unique() of each array of `keys_list`, with one wait for all their distinct counts (a
+    fused lookup of many tables waits once, not once per table). Returns a list of pairs."""
+    started, counts = unique_many_start(keys_list, ordered)
+    return unique_many_finish(started, to_host(counts))
+
+
+@uses_context
+def unique_many_start(keys_list, ordered=False):
+    """The first half of unique_many(), queued without a wait: returns (started, counts), counts
+    an int64 GPUArray [len(keys_list)] of distinct counts for the host to read (alone, or with
+    an op header) and pass to unique_many_finish(started, host_counts)."""
+    claim, flags, _, _ = _unique_kernels()
+    arrays = [index_array(keys, "keys") for keys in keys_list]
+    counts = fill_bytes(empty((max(len(arrays), 1),), np.int64), 0)
+    pending = []
+    for i, keys in enumerate(arrays):
+        n = keys.shape[0]
+        if n == 0:
+            pending.append(None)
+            continue
+        slot_count = 2 * n + 32
+        slot_keys = fill_bytes(empty((slot_count,), np.int64), 0xFF)
+        slot_first = fill_bytes(empty((slot_count,), np.int64), 0x7F)
+        slot_of = empty((n,), np.int64)
+        launch(claim, n, ptr(keys), n, ptr(slot_keys), ptr(slot_first), slot_count,
+               ptr(slot_of))
+        is_first = empty((n,), np.int64)
+        launch(flags, n, ptr(slot_of), ptr(slot_first), n, ptr(is_first))
+        positions = exclusive_scan(is_first, n)
+        copy_rows_async(counts, i, positions, n, 1)
+        pending.append((slot_first, slot_of, is_first, positions))
+    return (arrays, pending), counts[:len(arrays)]
+
+
+@uses_context
+def unique_many_finish(started, host_counts):
+    """The second half of unique_many(): host_counts, the host copy of unique_many_start's
+    counts. Returns the list of (unique_keys, inverse)."""
+    return _unique_emit(started, host_counts)
+
+
+@uses_context
+def unique_many_padded(started):
+    """The second half of unique_many() without the counts: returns the list of (unique_keys,
+    inverse), unique_keys as long as the keys, the first counts[i] of them meaningful (the
+    start's device counts say how many; bucket_by_owner_many_deferred takes them)."""
+    return _unique_emit(started, None)
+
+
+def _unique_emit(started, host_counts):
+    _, _, emit, inverse_kernel = _unique_kernels()
+    arrays, pending = started
+    results = []
+    for i, (keys, state) in enumerate(zip(arrays, pending)):
+        if state is None:
+            results.append((empty((0,), np.int64), empty((0,), np.int64)))
+            continue
+        slot_first, slot_of, is_first, positions = state
+        n = keys.shape[0]
+        unique_keys = empty((n if host_counts is None else int(host_counts[i]),),
+                                    np.int64)
+        launch(emit, n, ptr(keys), ptr(slot_of), ptr(is_first), ptr(positions), n,
+               ptr(unique_keys), ptr(slot_first))
+        inverse = empty((n,), np.int64)
+        launch(inverse_kernel, n, ptr(slot_of), ptr(slot_first), n, ptr(inverse))
+        results.append((unique_keys, inverse))
+    return results

@@ -1,0 +1,288 @@
+"""Table groups (DESIGN D13): the tables of one lookup go through the engine as one table, as in
+FBGEMM's table-batched embedding, so a step costs the same kernel launches, host waits and Python
+whatever the number of tables.
+
+A group keeps its members' rows in one flat array, table after table (row_starts[t] is where
+table t's rows begin), and likewise their update times and each optimizer slot; every member's
+own arrays become views of its rows there, so everything that reads or writes one table
+(single-table lookups, checkpoints, assign, export, per-table updates) works as before. Table t's
+key k is key key_starts[t] + k of the group. With "mod" placement key_starts[t] is
+row_starts[t] * world_size, so the group's key g is owned by rank g % world_size at its flat row
+g // world_size, exactly as one table's key would be; with ("rank", r) placement the flat row is
+g itself. The group is then ONE unit of the lookup (engine/key_exchange.py): one
+de-duplication, one owner bucketing, one exchange each way, one gather, one pooling, one backward
+segment-sum, and one optimizer update over all of its rows when all members are updated in one
+call (engine.api.apply_optimizer_updates; TensorFlow's optimizers update the members one by one,
+each on its own rows). The layout (offsets, views) is made once, at the first lookup that names
+the tables together, never per step.
+
+What separates groups (tables that cannot share a pass are looked up as units of their own, in
+the same exchange):
+  - the dim (rows are joined into one [rows, dim] array);
+  - the placement ("mod", or the rank of ("rank", r)): it decides owner and row of a key;
+  - storage: only fixed tables whose rows follow from their keys join a group. A hash table
+    (use_hashtable=True) and a sok1x.DynamicVariable (hbm or hybrid) find rows through their own
+    key index, and a DynamicVariable replaces its arrays when it grows: each is a unit of its own;
+  - optimizer and dtype separate nothing today: values are float32 everywhere, and a group's
+    slots are made per slot name, so an optimizer touches only the slots it keeps;
+  - a table belongs to one group: the first lookup naming it with others makes its group; a
+    lookup naming it with another set of tables looks it up as a unit of its own (a group whose
+    member was re-made, by re-running its initializer, is dissolved first).
+"""
+import collections
+import time
+
+import numpy as np
+
+from sok1x.engine import distinct_rows
+from sok1x.engine import placement as placements
+from sok1x.engine.table import EmbeddingTable
+from sok1x.errors import InvalidInputError
+
+Unit = collections.namedtuple("Unit", "table positions")
+Unit.__doc__ = """One pass of a lookup: table (an EmbeddingTable or a TableGroup) and positions
+(the places in the lookup's table list of its members, in the unit's order)."""
+
+
+class TableGroup:
+    """The tables `members` (EmbeddingTables without hash table, of one dim and placement) as
+    one. Reads to key_exchange like an EmbeddingTable: name, dim, owner_rule, use_hashtable,
+    rows_of, gather, capacity_error. key_starts / row_starts: host int64 [T + 1]."""
+
+    use_hashtable = False
+
+    def __init__(self, runtime, members):
+        self.backend = runtime.backend
+        first = members[0]
+        self.members = list(members)
+        self.name = "group of %s" % ", ".join(table.name for table in members)
+        self.dim, self.placement, self.owner_rule = first.dim, first.placement, first.owner_rule
+        self.size = runtime.size
+        held = [int(table.values.shape[0]) for table in members]
+        self.row_starts = np.concatenate([[0], np.cumsum(held)]).astype(np.int64)
+        self.key_starts = np.concatenate(
+            [[0], np.cumsum([table.key_limit for table in members])]).astype(np.int64)
+        self.values = self._joined([table.values for table in members], 0.0)
+        self.times = self._joined([table.times for table in members], 0.0)
+        self.slots, self.slot_initial = {}, {}
+        self.last_gradient = None  # (flat rows, summed, member pieces): split_gradient
+        self.planned = (None, None)  # (table ids, units) of the last lookup of exactly this group
+        for t, table in enumerate(members):
+            table.values, table.times = self._view(self.values, t), self._view(self.times, t)
+            table.group = self
+        for table in members:
+            for name in list(table.slots):
+                self.slot(name, table.slot_initial[name])
+        # The members' own arrays are gone now: their memory must not stay held by the pool
+        # (a group of large tables would need twice their memory), once per group.
+        self.backend.release_unused()
+
+    def _view(self, array, t):
+        return self.backend.row_view(array, int(self.row_starts[t]), int(self.row_starts[t + 1]))
+
+    def _joined(self, arrays, initial, row_shape=None, dtype=np.float32):
+        """A flat array holding `arrays` one after the other; None entries get `initial`
+        (rows of row_shape, default the arrays' own)."""
+        backend = self.backend
+        known = [a for a in arrays if a is not None]
+        if known:
+            row_shape, dtype = tuple(known[0].shape[1:]), known[0].dtype
+        flat = backend.zeros((int(self.row_starts[-1]),) + tuple(row_shape), dtype)
+        if initial:
+            backend.fill_value(flat, initial)
+        for t, array in enumerate(arrays):
+            if array is not None and array.shape[0]:
+                rows = np.arange(self.row_starts[t], self.row_starts[t + 1], dtype=np.int64)
+                backend.put_rows(flat, backend.asarray(rows), array)
+        return flat
+
+    def slot(self, name, initial_value=0.0):
+        """Returns the group's flat slot `name`, making it (and every member's view of it) if
+        new; a member that had the slot already keeps its values."""
+        if name not in self.slots:
+            flat = self._joined([table.slots.get(name) for table in self.members],
+                                float(initial_value), (self.dim,))
+            self.slots[name], self.slot_initial[name] = flat, float(initial_value)
+            for t, table in enumerate(self.members):
+                table.slots[name] = self._view(flat, t)
+                table.slot_initial[name] = float(initial_value)
+        return self.slots[name]
+
+    def live(self, runtime):
+        """True while every member is still the runtime's table of its name."""
+        return all(runtime.tables.get(table.name) is table and table.group is self
+                   for table in self.members)
+
+    def dissolve(self):
+        """Leaves the members as tables of their own (their views stay their arrays)."""
+        for table in self.members:
+            if table.group is self:
+                table.group = None
+
+    # -- what key_exchange asks of a table ------------------------------------------------------
+
+    def capacity_error(self, keys):
+        return None
+
+    def rows_of(self, keys, insert):
+        """Flat rows of owned group keys."""
+        return placements.direct_rows(self.backend, self.placement, keys, self.size)
+
+    def gather(self, rows):
+        return self.backend.gather_rows(self.values, rows)
+
+    def stamp(self, rows):
+        """Records now as the update time of flat `rows`."""
+        if int(rows.shape[0]):
+            self.backend.fill_rows(self.times, rows, time.time())
+
+
+def groupable(table):
+    """True for a table whose rows follow from its keys and whose arrays never move."""
+    return type(table) is EmbeddingTable and not table.use_hashtable
+
+
+def plan(runtime, tables):
+    """Returns the lookup of `tables` as [Unit]: the groupable tables of one (dim, placement)
+    as one TableGroup (made now, once, if they have none), every other table as a unit of its
+    own. The units keep the order of their first table in `tables`."""
+    lookup = tuple(id(table) for table in tables)
+    group = getattr(tables[0], "group", None) if tables else None
+    if group is not None and group.planned[0] == lookup and group.live(runtime):
+        return group.planned[1]
+    classes = collections.OrderedDict()
+    for position, table in enumerate(tables):
+        kind = ("group", table.dim, table.placement) if groupable(table) else ("alone", position)
+        classes.setdefault(kind, []).append(position)
+    units = []
+    for positions in classes.values():
+        group = _group_of(runtime, [tables[p] for p in positions]) if len(positions) > 1 else None
+        if group is None:
+            units += [Unit(tables[p], [p]) for p in positions]
+            continue
+        place = {id(tables[p]): p for p in positions}
+        units.append(Unit(group, [place[id(member)] for member in group.members]))
+    if len(units) == 1 and isinstance(units[0].table, TableGroup):
+        units[0].table.planned = (lookup, units)  # the same lookup next step: no planning
+    return units
+
+
+def _group_of(runtime, members):
+    """The live TableGroup of exactly `members`, a new one if none of them is in a live group,
+    else None (a table named twice, or grouped with other tables)."""
+    if len({id(table) for table in members}) != len(members):
+        return None
+    groups = {id(table.group): table.group for table in members if table.group is not None}
+    for group in list(groups.values()):
+        if not group.live(runtime):
+            group.dissolve()
+            del groups[id(group)]
+    if not groups:
+        return TableGroup(runtime, members)
+    if len(groups) == 1:
+        group = next(iter(groups.values()))
+        if len(group.members) == len(members) and all(t.group is group for t in members):
+            return group
+    return None
+
+
+ALIGN_ROWS = 8  # int64 rows per 64 bytes: TensorFlow takes no tensor less aligned than that
+
+
+def split_gradient(backend, group, summed, rows, ranks):
+    """Returns per member (values [u_t, dim], rows [u_t] of its own) as views of the group's
+    backward result: summed [u, dim] for flat rows [u] ascending; ranks (host): how many rows lie
+    below each of group.row_starts. Each member's rows start 64-byte aligned, so a framework
+    takes them without a copy. Remembers the result for a whole-group update."""
+    counts = np.diff(ranks)
+    piece_starts = np.concatenate(
+        [[0], np.cumsum(-(-counts // ALIGN_ROWS) * ALIGN_ROWS)]).astype(np.int64)
+    own_rows = backend.local_rows(rows, group.row_starts, piece_starts[:-1] - ranks[:-1],
+                                  int(piece_starts[-1]))
+    pieces = []
+    for t in range(len(group.members)):
+        start, count, first = int(piece_starts[t]), int(counts[t]), int(ranks[t])
+        pieces.append((backend.row_view(summed, first, first + count),
+                       backend.row_view(own_rows, start, start + count)))
+    distinct_rows.remember_all(own_rows, [r for _, r in pieces])
+    group.last_gradient = (rows, summed, pieces)
+    return pieces
+
+
+def _same_memory(arrays, pieces):
+    """True if each array is its piece, or lies on the same memory (a framework handed it back
+    through DLPack); empty arrays match empty pieces."""
+    if all(a is b for a, b in zip(arrays, pieces)):
+        return True
+    return [_address(a) for a in arrays] == [_address(b) for b in pieces]
+
+
+def _address(array):
+    return distinct_rows.address(array) if array.shape[0] else (None, 0)
+
+
+def group_gradients(backend, tables, values_list, rows_list):
+    """Returns [(group, flat rows, values, positions, counts)] for each group all of whose
+    members are in `tables` once: the group's distinct flat rows, their gradient values, the
+    members' places in `tables` (group order) and how many distinct rows each has. The gradient
+    of the group's last backward pass, handed back unchanged (the same memory), is used as it
+    is (with the members' values joined where any was replaced, e.g. clipped); any other is
+    checked (one wait for all members' bounds), joined into the group's rows and summed per row
+    (one wait). Raises InvalidInputError naming the table for a gradient that does not fit,
+    before anything changes."""
+    out = []
+    for group, positions in _complete_groups(tables):
+        values = [_float32(backend, values_list[p]) for p in positions]
+        rows = [backend.asarray(rows_list[p]) for p in positions]
+        for table, v, r in zip(group.members, values, rows):
+            if len(r.shape) != 1 or tuple(v.shape) != (r.shape[0], group.dim) or (
+                    r.dtype not in (np.int64, np.int32)):
+                raise InvalidInputError(
+                    "%s: an update needs gradient values [n, %d] and int rows [n], got %s and "
+                    "%s %s" % (table.name, group.dim, list(v.shape), r.dtype, list(r.shape)))
+        last = group.last_gradient
+        if last is not None and _same_memory(rows, [r for _, r in last[2]]):
+            same = _same_memory(values, [v for v, _ in last[2]])
+            out.append((group, last[0], last[1] if same else backend.join_rows(values),
+                        positions, [int(r.shape[0]) for r in rows]))
+        else:
+            distinct, summed, counts = _joined_gradient(backend, group, values, rows)
+            out.append((group, distinct, summed, positions, counts))
+    return out
+
+
+def _complete_groups(tables):
+    """(group, positions in group order) for each group whose members are all in `tables`."""
+    groups = collections.OrderedDict()
+    for position, table in enumerate(tables):
+        if getattr(table, "group", None) is not None:
+            groups.setdefault(id(table.group), (table.group, {}))[1][id(table)] = position
+    for group, places in groups.values():
+        positions = [places.get(id(member)) for member in group.members]
+        if len(places) == len(group.members) and None not in positions:
+            yield group, positions
+
+
+def _float32(backend, values):
+    values = backend.asarray(values)
+    if values.dtype != np.float32:
+        values = backend.asarray(backend.to_host(values).astype(np.float32))
+    return values
+
+
+def _joined_gradient(backend, group, values, rows):
+    """(distinct flat rows, summed values, distinct rows per member) of the members'
+    gradients (values, own rows), checked."""
+    bounds = backend.index_bounds(rows)
+    for t, (table, r) in enumerate(zip(group.members, rows)):
+        held = int(group.row_starts[t + 1] - group.row_starts[t])
+        low, high = (int(b) for b in bounds[t])
+        if r.shape[0] and (low < 0 or high >= held):
+            raise InvalidInputError(
+                "%s: gradient rows must be in [0, %d) (this rank's shard), got %d..%d. Apply "
+                "the gradient of this table's own lookup." % (table.name, held, low, high))
+    total = int(group.row_starts[-1])
+    flat = backend.join_keys(rows, group.row_starts[:-1])
+    (distinct, inverse, ranks), = backend.distinct_rows_many([(flat, total, group.row_starts)])
+    summed = backend.segment_sum(backend.join_rows(values), inverse, int(distinct.shape[0]))
+    return distinct, summed, [int(c) for c in np.diff(ranks)]

@@ -1,0 +1,136 @@
+"""Table groups (DESIGN D13) on the cuda engine, at any number of GPUs: a lookup of several
+tables of one dim in one pass equals the same tables looked up one by one (forward, gradients,
+updated rows and optimizer slots), and costs the kernel launches and host waits of one table;
+bad input in one member fails the step on every rank and changes no table.
+
+    mpiexec --allow-run-as-root -n 2 python3 -m pytest -q tests/gpu/test_table_groups_cuda.py
+"""
+import numpy as np
+import pytest
+
+pytest.importorskip("pycuda")
+
+from mpi4py import MPI  # noqa: E402
+
+from sok1x.backend import random_init  # noqa: E402
+from sok1x.engine import api, runtime, table_group  # noqa: E402
+from sok1x.engine.pooled_lookup import PooledInput  # noqa: E402
+from sok1x.errors import InvalidInputError  # noqa: E402
+
+pytestmark = [pytest.mark.timeout(300, method="thread"), pytest.mark.usefixtures("engine")]
+COMM = MPI.COMM_WORLD
+RANK, SIZE = COMM.Get_rank(), COMM.Get_size()
+SPEC = random_init.make_spec("uniform", -1.0, 1.0, seed=17)
+DIM, CAPACITY = 16, 3000
+
+
+def host(array):
+    return runtime.get().backend.to_host(array)
+
+
+def make_tables(prefix, count):
+    names = ["%s_%d" % (prefix, t) for t in range(count)]
+    for name in names:
+        api.create_table(name, DIM, CAPACITY, False, SPEC, replace=True)
+        api.shard(name)
+    return names
+
+
+def copy_rows(source, target):
+    backend = runtime.get().backend
+    shard = api.shard(target)
+    rows = backend.asarray(np.arange(shard.values.shape[0], dtype=np.int64))
+    backend.put_rows(shard.values, rows, backend.asarray(host(api.shard(source).values)))
+
+
+def batch(rng, count, mixed):
+    inputs, tops = [], []
+    for t in range(count):
+        rows = 64 + t
+        nnz = 500 + 37 * t
+        keys = rng.integers(0, CAPACITY * SIZE, size=nnz)
+        segments = np.sort(rng.integers(0, rows, size=nnz))
+        weights, combiner = None, "sum"
+        if mixed and t % 2:
+            weights, combiner = rng.random(nnz).astype(np.float32), "mean"
+        inputs.append(PooledInput(keys, segments, rows, weights, combiner))
+        tops.append(rng.standard_normal((rows, DIM)).astype(np.float32))
+    return inputs, tops
+
+
+def dense(values, rows):
+    out = np.zeros((CAPACITY, DIM))
+    np.add.at(out, host(rows), host(values).astype(np.float64))
+    return out
+
+
+@pytest.mark.parametrize("mixed", [False, True])
+def test_a_group_equals_its_tables_one_by_one(mixed):
+    together = make_tables("cuda_group_%s" % mixed, 6)
+    alone = make_tables("cuda_alone_%s" % mixed, 6)
+    for a, b in zip(together, alone):
+        copy_rows(a, b)
+    rng = np.random.default_rng([11, RANK])
+    hyper = {"lr_t": 0.01, "beta1": 0.9, "beta2": 0.999, "epsilon": 1e-8}
+    for _ in range(2):
+        inputs, tops = batch(rng, len(together), mixed)
+        outs, token = api.pooled_lookup(together, "cg_fwd", inputs, True)
+        grads = api.pooled_lookup_grad(together, "cg_bwd", token, tops)
+        values, rows = [g[0] for g in grads], [g[1] for g in grads]
+        tables = [api.shard(name) for name in together]
+        (found,) = table_group.group_gradients(runtime.get().backend, tables, values, rows)
+        assert found[1] is tables[0].group.last_gradient[0]  # the backward's own rows
+        api.apply_optimizer_updates(together, "lazy_adam", "Adam", {}, hyper, values, rows)
+        for t, name in enumerate(alone):
+            (out,), one = api.pooled_lookup([name], "ca_fwd_%d" % t, [inputs[t]], True)
+            (want_values, want_rows), = api.pooled_lookup_grad([name], "ca_bwd_%d" % t, one,
+                                                                [tops[t]])
+            np.testing.assert_allclose(host(outs[t]), host(out), rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(dense(values[t], rows[t]),
+                                       dense(want_values, want_rows), rtol=1e-5, atol=1e-5)
+            api.apply_optimizer_update(name, "lazy_adam", "Adam", {}, hyper, want_values,
+                                       want_rows)
+    for a, b in zip(together, alone):
+        np.testing.assert_allclose(host(api.shard(a).values), host(api.shard(b).values),
+                                   rtol=1e-5, atol=1e-6)
+        for slot in ("Adam/m", "Adam/v"):
+            np.testing.assert_allclose(host(api.shard(a).slots[slot]),
+                                       host(api.shard(b).slots[slot]), rtol=1e-5, atol=1e-7)
+
+
+def test_launches_and_waits_do_not_grow_with_the_tables():
+    from sok1x.backend.cuda_launch import COUNTS
+    rng = np.random.default_rng([12, RANK])
+    hyper = {"lr_t": 0.01, "beta1": 0.9, "beta2": 0.999, "epsilon": 1e-8}
+    counts = {}
+    for count in (2, 26):
+        names = make_tables("cuda_count_%d" % count, count)
+        for _ in range(2):  # the first step makes the group
+            inputs, tops = batch(rng, count, False)
+            before = dict(COUNTS)
+            _, token = api.pooled_lookup(names, "cc_fwd_%d" % count, inputs, True)
+            grads = api.pooled_lookup_grad(names, "cc_bwd_%d" % count, token, tops)
+            api.apply_optimizer_updates(names, "lazy_adam", "Adam", {}, hyper,
+                                        [g[0] for g in grads], [g[1] for g in grads])
+            counts[count] = {k: COUNTS[k] - before.get(k, 0) for k in ("launches", "host_waits")}
+    print("\nper step, 2 tables: %s; 26 tables: %s" % (counts[2], counts[26]))
+    assert counts[26]["launches"] <= 1.25 * counts[2]["launches"]
+    assert counts[26]["host_waits"] == counts[2]["host_waits"]
+
+
+def test_bad_input_in_one_member_fails_every_rank_and_changes_no_table():
+    names = make_tables("cuda_bad", 4)
+    rng = np.random.default_rng([13, RANK])
+    inputs, tops = batch(rng, len(names), False)
+    _, token = api.pooled_lookup(names, "cb_fwd_ok", inputs, True)
+    api.pooled_lookup_grad(names, "cb_bwd_ok", token, tops)
+    before = [host(api.shard(name).values).copy() for name in names]
+    bad = list(inputs)
+    if RANK == SIZE - 1:
+        keys = bad[2].keys.copy()
+        keys[0] = -4
+        bad[2] = bad[2]._replace(keys=keys)
+    with pytest.raises(InvalidInputError, match="cuda_bad_2"):
+        api.pooled_lookup(names, "cb_fwd", bad, True)
+    for name, values in zip(names, before):
+        np.testing.assert_array_equal(host(api.shard(name).values), values)
