@@ -41,12 +41,15 @@ suite() {  # name, ranks, test path, extra pytest args
 suite cuda-backend serial tests/gpu/test_cuda_backend.py -s
 suite optimizer-kernels serial tests/gpu/test_optimizer_kernels.py
 suite init-failures serial tests/gpu/serial
+suite bounded-waits-1gpu serial tests/gpu/test_bounded_waits.py
 suite seam-1gpu serial tests/gpu/test_dlpack_seam.py
 suite engine-1gpu 1 tests/gpu/test_engine_cuda.py
 suite engine-${gpus}gpu "$gpus" tests/gpu/test_engine_cuda.py
 suite dynamic-1gpu 1 tests/gpu/test_dynamic_cuda.py
 suite dynamic-${gpus}gpu "$gpus" tests/gpu/test_dynamic_cuda.py
 suite seam-${gpus}gpu "$gpus" tests/gpu/test_dlpack_seam.py
+suite soak-1gpu 1 tests/gpu/test_engine_soak_cuda.py -s
+suite soak-${gpus}gpu "$gpus" tests/gpu/test_engine_soak_cuda.py -s
 suite v2-engine-1gpu 1 tests/gpu/test_v2_engine_cuda.py
 suite table-groups-1gpu 1 tests/gpu/test_table_groups_cuda.py
 suite table-groups-${gpus}gpu "$gpus" tests/gpu/test_table_groups_cuda.py
