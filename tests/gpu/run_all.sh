@@ -54,6 +54,11 @@ suite v2-engine-1gpu 1 tests/gpu/test_v2_engine_cuda.py
 suite table-groups-1gpu 1 tests/gpu/test_table_groups_cuda.py
 suite table-groups-${gpus}gpu "$gpus" tests/gpu/test_table_groups_cuda.py
 suite v2-engine-${gpus}gpu "$gpus" tests/gpu/test_v2_engine_cuda.py
+# The checkpoint specification of tests/mpi (engine only, no TensorFlow) on the cuda backend.
+SOK1X_TEST_BACKEND=cuda suite checkpoint-1gpu 1 tests/mpi/test_sharded_checkpoint.py \
+  "$repo/tests/mpi/test_checkpoint.py"
+SOK1X_TEST_BACKEND=cuda suite checkpoint-${gpus}gpu "$gpus" tests/mpi/test_sharded_checkpoint.py \
+  "$repo/tests/mpi/test_checkpoint.py"
 suite nccl-${gpus}gpu "$gpus" tests/gpu/test_nccl_collectives.py -s
 # The path ranks on different hosts take: no NVLink/PCIe peer access, no shared memory.
 NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 suite nccl-net-${gpus}gpu "$gpus" \

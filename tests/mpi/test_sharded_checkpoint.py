@@ -28,7 +28,8 @@ TABLES = {  # name: (dim, use_hashtable, extra settings)
 
 @pytest.fixture(scope="module", autouse=True)
 def up():
-    sok1x.init(backend="cpu")
+    # SOK1X_TEST_BACKEND=cuda runs the same specification on GPUs (tests/gpu/run_all.sh does)
+    sok1x.init(backend=os.environ.get("SOK1X_TEST_BACKEND", "cpu"))
 
 
 @pytest.fixture
