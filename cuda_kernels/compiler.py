@@ -11,6 +11,13 @@ and loaded with pycuda.driver.module_from_buffer. Two caches:
   cut short or altered is a miss (compiled again and rewritten), never a crash. A cache folder
   that cannot be written only costs the write.
 
+The disk cache is private, as CuPy's is: a cubin found there is loaded into the job, so whoever
+can write the folder could run code in it. The root and the versioned folder are made readable
+and writable by their owner only (0700); a root or versioned folder that another user owns, or
+that others can write, is refused with a RuntimeWarning saying why and what to do, and kernels
+are compiled in memory instead; an entry file that is not this user's, or that others can
+write, is a miss.
+
 Environment:
     SOK1X_KERNEL_CACHE=0        no disk cache (still cached in memory)
     SOK1X_KERNEL_CACHE_DIR      the root (default $XDG_CACHE_HOME/sok1x/kernels, or
@@ -22,9 +29,11 @@ Compile errors raise KernelCompileError with the nvcc command, its output and th
 import hashlib
 import os
 import shutil
+import stat
 import subprocess
 import tempfile
 import threading
+import warnings
 
 from sok1x.errors import Sok1xError
 
@@ -34,6 +43,7 @@ _CACHE_MAGIC = b"sok1x-cubin-v1\n"
 _lock = threading.RLock()
 _nvcc_facts = {}
 _modules = {}
+_refused_folders = set()  # warned about once per process
 
 
 class KernelCompileError(Sok1xError):
@@ -107,6 +117,62 @@ def cache_folder():
     return os.path.join(root, package_version())
 
 
+def _not_private(path, status):
+    """Returns why a file or folder with os.stat() `status` may not feed the cache, or None."""
+    if status.st_uid != os.getuid():
+        return "%s belongs to user %d, not to this user (%d)" % (path, status.st_uid,
+                                                                os.getuid())
+    if status.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return "%s can be written by other users (mode %03o)" % (
+            path, stat.S_IMODE(status.st_mode))
+    return None
+
+
+def _make_private_folders(folder):
+    """Creates `folder` and its missing parents with mode 0700 (the umask can only narrow it)."""
+    missing = []
+    while folder and not os.path.isdir(folder):
+        missing.append(folder)
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            break
+        folder = parent
+    for path in reversed(missing):
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            pass
+
+
+def private_cache_folder():
+    """Returns the versioned disk cache folder, made 0700 where missing, if it and its root are
+    private to this user; else None (SOK1X_KERNEL_CACHE=0, a folder that cannot be made, or one
+    refused with a RuntimeWarning, once per folder: kernels are then compiled in memory)."""
+    folder = cache_folder()
+    if folder is None:
+        return None
+    try:
+        _make_private_folders(folder)
+        reasons = [_not_private(path, os.stat(path)) for path in (os.path.dirname(folder),
+                                                                  folder)]
+    except OSError:
+        return None  # not usable: only the write is lost, as before
+    reasons = [reason for reason in reasons if reason]
+    if not reasons:
+        return folder
+    with _lock:
+        first = folder not in _refused_folders
+        _refused_folders.add(folder)
+    if first:
+        warnings.warn(
+            "sok1x does not use the kernel cache folder %s: %s. Kernels it held would be loaded "
+            "into this job, so it must be a folder only you can write; kernels are compiled in "
+            "memory instead. Make it yours with `chmod 700` (and chown), point "
+            "SOK1X_KERNEL_CACHE_DIR at a private folder, or set SOK1X_KERNEL_CACHE=0." % (
+                folder, "; ".join(reasons)), RuntimeWarning, stacklevel=3)
+    return None
+
+
 def _read_text(name):
     with open(os.path.join(KERNEL_DIR, name), "r") as handle:
         return handle.read()
@@ -130,6 +196,8 @@ def _cache_read(path):
     """Returns the cubin stored at path, or None if absent, unreadable or corrupt."""
     try:
         with open(path, "rb") as handle:
+            if _not_private(path, os.fstat(handle.fileno())):
+                return None
             blob = handle.read()
     except OSError:
         return None
@@ -141,11 +209,11 @@ def _cache_read(path):
 
 
 def _cache_write(path, cubin):
-    """Writes atomically (temporary file + rename); gives up quietly if the folder is not usable."""
+    """Writes atomically (temporary file + rename, mode 0600); gives up quietly if the folder is
+    not usable."""
     folder = os.path.dirname(path)
     temporary = None
     try:
-        os.makedirs(folder, exist_ok=True)
         handle, temporary = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".cubin")
         with os.fdopen(handle, "wb") as stream:
             stream.write(_CACHE_MAGIC + hashlib.sha256(cubin).digest() + cubin)
@@ -187,7 +255,7 @@ def compile_text(text, label, arch, options=()):
     """
     nvcc = _require_nvcc()
     options = tuple(options)
-    folder = cache_folder()
+    folder = private_cache_folder()
     path = None
     if folder is not None:
         path = os.path.join(folder, _cache_key(text, arch, options, nvcc) + ".cubin")

@@ -89,13 +89,11 @@ def _inputs_to_engine(path, backend, values, host_positions):
     staging) become backend arrays; those at host_positions NumPy values."""
     arrays = []
     for i, value in enumerate(values):
+        if path == ZERO_COPY and i not in host_positions:
+            arrays.append(_tensor_to_engine(backend, value))  # never through the host
+            continue
         host = value.numpy() if hasattr(value, "numpy") else value
-        if i in host_positions:
-            arrays.append(host)
-        elif path == ZERO_COPY:
-            arrays.append(_tensor_to_engine(backend, value))
-        else:
-            arrays.append(backend.upload_staged(host))
+        arrays.append(host if i in host_positions else backend.upload_staged(host))
     return arrays
 
 

@@ -2,69 +2,109 @@
 GraphKeys.SAVEABLE_OBJECTS, so tf.compat.v1.train.Saver, Scaffold and MonitoredTrainingSession's
 checkpoint_dir save and restore the table's rows and optimizer slots with no new call.
 
-The saveable carries one string tensor: the table in the engine's file format
-(engine/checkpoint_format.py: keys, values, every slot, update times, a checksum), which does not
-depend on the number of ranks. Saving is collective: it first meets every rank with a deadline
-(engine.checkpoint.meet), so a save run by some ranks only fails with advice instead of hanging,
-then gathers the table to rank 0 and hands the bytes to every rank: every rank's Saver writes the
-same file, so ranks that share one checkpoint directory write identical bytes. Restoring reads
-rank 0's copy and redistributes its rows over this job's ranks.
+A table's saveable carries one small string tensor: its manifest entry (engine/
+checkpoint_manifest.py: dims, slots, placement, each rank's shard file with size and checksum).
+The rows are in shard files beside the checkpoint prefix, one per table and rank, written by
+every rank in parallel (engine/checkpoint.py), named so that TensorFlow deletes them with their
+checkpoint (checkpoint.saver_shard_name). TensorFlow writes the entries last, in its own index
+file, so a checkpoint is whole or absent. A Saver run on rank 0 only (the Horovod idiom) saves
+and restores every rank's rows: the other ranks take part at their next op
+(engine/checkpoint_join.py).
+
+All the sok1x tables of one Saver save together: their save ops are chained (control
+dependencies, in the Saver's order, the same on every rank) and the first to run saves every
+table of that Saver in one pass (a marker that names them all, then the shards); the others hand
+out its entries. The restore ops are chained alike and the last loads every table at once, all or
+nothing. So any number of tables saves at any inter_op_parallelism_threads, never crossing.
 """
 import os
 
 import numpy as np
 
-from sok1x.engine import checkpoint
+from sok1x.engine import checkpoint, checkpoint_join, checkpoint_manifest, runtime
+from sok1x.errors import CheckpointError
 from sok1x.graph_ops import init_ops, shared_checkpoint_dir
 from sok1x.graph_ops.tf_compat import py_func, saveable_classes, tf1
 
-TIMEOUT_ENV = "SOK1X_CHECKPOINT_TIMEOUT"
-_DEFAULT_TIMEOUT = 60.0
+class _SaverTables:
+    """The sok1x tables of one Saver (one prefix tensor), in the order its ops were built, and
+    what its save and restore ops hand each other at run time."""
+
+    def __init__(self):
+        self.save_tables, self.restore_tables = {}, {}  # name -> TableSpec, build order
+        self.last_save_op = self.last_restore_op = None
+        self.saved, self.restored = {}, {}  # name -> manifest bytes
 
 
-def timeout():
-    """Seconds a save waits for every rank to join it (SOK1X_CHECKPOINT_TIMEOUT, default 60)."""
-    return float(os.environ.get(TIMEOUT_ENV, _DEFAULT_TIMEOUT))
+_GROUPS = {}  # (graph id, prefix tensor name) -> _SaverTables
 
 
-def _prepare(table, ensure_up):
+def _prefix_tensor(graph):
+    """The Saver's checkpoint prefix tensor ('<saver scope>/Const'), found from the name scope
+    the Saver builds its ops in; raises CheckpointError outside a Saver."""
+    parts = graph.get_name_scope().split("/")
+    for end in range(len(parts), 0, -1):
+        try:
+            op = graph.get_operation_by_name("/".join(parts[:end] + ["Const"]))
+        except KeyError:
+            continue
+        if op.type == "PlaceholderWithDefault":
+            return op.outputs[0]
+    raise CheckpointError("a sok1x table is saved outside a tf.compat.v1.train.Saver (name "
+                          "scope %r): save tables with a Saver or sok1x.dump"
+                          % graph.get_name_scope())
+
+
+def _group(graph, prefix):
+    return _GROUPS.setdefault((id(graph), prefix.name), _SaverTables())
+
+
+def _bring_up(tables, ensure_up):
     from sok1x.graph_ops.embedding_ops import create_table_now
     ensure_up()
-    create_table_now(table)
+    for table in tables:
+        create_table_now(table)
 
 
-def table_bytes_everywhere(table, ensure_up, sharded_filename=b""):
-    """Collective: returns table's checkpoint bytes on every rank; when ranks share the
-    checkpoint directory, returns on each in its turn (shared_checkpoint_dir.py)."""
-    from sok1x.engine import runtime
-    _prepare(table, ensure_up)
-    checkpoint.meet("saving sok1x table %s" % table.name, timeout())
-    data = checkpoint.save_table_bytes(table.name)
-    rt = runtime.get()
-    data = _broadcast_bytes(rt.host, data)
-    shared_checkpoint_dir.take_turns(rt, sharded_filename, timeout())
-    return data
+def save_tables(group, ensure_up, prefix, sharded_filename):
+    """Collective, run by a Saver's first table op: opens the save (engine/checkpoint_join.py:
+    ranks that do not run it themselves take part at their next op), writes every rank's shard
+    of every table of `group` beside checkpoint `prefix`, and, when every rank saves, takes
+    turns with ranks that share the directory; fills group.saved."""
+    tables = list(group.save_tables.values())
+    names = [table.name for table in tables]
+    prefix = os.fsdecode(prefix)
+    with runtime.LOCK:
+        _bring_up(tables, ensure_up)
+        rt = runtime.get()
+        if len(names) > checkpoint.MOST_SAVER_SHARDS or rt.size > checkpoint.MOST_SAVER_SHARDS:
+            raise CheckpointError("a Saver carries at most %d sok1x tables on at most %d ranks"
+                                  % (checkpoint.MOST_SAVER_SHARDS, checkpoint.MOST_SAVER_SHARDS))
+        description, everyone = checkpoint_join.open_checkpoint(rt, {
+            "kind": "save", "names": names, "directory": os.path.dirname(os.path.abspath(prefix)),
+            "stem": os.path.basename(prefix)})
+        manifest = checkpoint_join.perform(description)
+        group.saved = {name: checkpoint_manifest.encode(checkpoint_manifest.make(
+            manifest["world_size"], {name: manifest["tables"][name]})) for name in names}
+        if everyone:
+            shared_checkpoint_dir.take_turns(rt, sharded_filename, checkpoint_join.timeout())
 
 
-def _broadcast_bytes(host, data, chunk=1 << 30):
-    """Returns rank 0's bytes on every rank, sent in pieces of at most `chunk` bytes (a pickled
-    broadcast stops at 2 GiB)."""
-    length = host.broadcast_object(len(data) if host.rank == 0 else None)
-    buffer = np.frombuffer(data, np.uint8) if host.rank == 0 else np.empty(length, np.uint8)
-    if host.size == 1:
-        return data
-    for start in range(0, length, chunk):
-        piece = buffer[start:start + chunk]
-        received = host.broadcast(piece, 0)
-        if host.rank != 0:
-            buffer[start:start + chunk] = received
-    return data if host.rank == 0 else buffer.tobytes()
-
-
-def restore_from_bytes(table, ensure_up, data, where):
-    """Collective: replaces the table with the checkpoint bytes (rank 0's are used)."""
-    _prepare(table, ensure_up)
-    checkpoint.restore_table_bytes(table.name, data, where)
+def restore_tables(group, ensure_up, prefix):
+    """Collective, run by a Saver's last table restore op: loads every table of `group` from the
+    entries its restore ops left in group.restored and the shards beside `prefix` (ranks that do
+    not restore themselves take part at their next op, with this rank's checkpoint)."""
+    tables = list(group.restore_tables.values())
+    names = [table.name for table in tables]
+    prefix = os.fsdecode(prefix)
+    with runtime.LOCK:
+        _bring_up(tables, ensure_up)
+        description, _ = checkpoint_join.open_checkpoint(runtime.get(), {
+            "kind": "restore", "names": names,
+            "directory": os.path.dirname(os.path.abspath(prefix)),
+            "manifests": [group.restored.get(name) for name in names],
+            "where": "the TensorFlow checkpoint %s" % prefix})
+        checkpoint_join.perform(description)
 
 
 def add_saveable(table):
@@ -76,6 +116,10 @@ def add_saveable(table):
     return saveable
 
 
+def _chained(previous):
+    return tf1.control_dependencies([] if previous is None else [previous])
+
+
 def _table_saveable(table):
     SaveableObject, SaveSpec = saveable_classes()
     ensure_up = init_ops.bring_up_on_first_use()
@@ -85,31 +129,46 @@ def _table_saveable(table):
 
         def __init__(self):
             name = "%s/sok1x_table" % table.name
-            # A callable: the Saver makes the tensor while it builds its save ops, so the
-            # tensor can read the shard file name it is saved to.
+            # A callable: the Saver makes the tensor while it builds its save ops, in its scope,
+            # so the tensor can find the Saver's prefix and the tables saved with it.
             spec = SaveSpec(_save_tensor, "", name, dtype=tf1.string, device="")
             super().__init__(table.name, [spec], name)
 
         def restore(self, restored_tensors, restored_shapes):
-            def run(data):
-                restore_from_bytes(table, ensure_up, data,
-                                   "the TensorFlow checkpoint entry %s" % self.name)
+            graph = tf1.get_default_graph()
+            prefix = _prefix_tensor(graph)
+            group = _group(graph, prefix)
+            group.restore_tables[table.name] = table
+            count = len(group.restore_tables)
+
+            def run(prefix_value, data):
+                group.restored[table.name] = bytes(data)
+                if count == len(group.restore_tables):  # the last of the chain: load them all
+                    restore_tables(group, ensure_up, prefix_value)
                 return np.int64(0)
-            with tf1.name_scope(None):
-                done = py_func(run, [restored_tensors[0]], tf1.int64, name="sok1x_restore_table")
+            with tf1.name_scope(None), _chained(group.last_restore_op):
+                done = py_func(run, [prefix, restored_tensors[0]], tf1.int64,
+                               name="sok1x_restore_table")
+            group.last_restore_op = done.op
             return done.op
 
     def _save_tensor():
         graph = tf1.get_default_graph()
+        prefix = _prefix_tensor(graph)
+        group = _group(graph, prefix)
+        first = not group.save_tables
+        group.save_tables[table.name] = table
         filename = _last_sharded_filename(graph, graph.get_name_scope())
-        inputs = [] if filename is None else [filename]
+        inputs = [prefix] + ([] if filename is None else [filename])
 
-        def run(*name):
-            data = table_bytes_everywhere(table, ensure_up, name[0] if name else b"")
-            return np.array(data, dtype=object)
-        with tf1.name_scope(None):
+        def run(prefix_value, *sharded):
+            if first:
+                save_tables(group, ensure_up, prefix_value, sharded[0] if sharded else b"")
+            return np.array(group.saved[table.name], dtype=object)
+        with tf1.name_scope(None), _chained(group.last_save_op):
             data = py_func(run, inputs, tf1.string, name="sok1x_save_table")
         data.set_shape([])
+        group.last_save_op = data.op
         return data
 
     return TableSaveable()

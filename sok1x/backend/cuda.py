@@ -13,7 +13,7 @@ Call cuda_context.activate(device_ordinal) before the first op (sok1x.init does)
 import numpy as np
 from pycuda import gpuarray
 
-from sok1x.backend import cuda_context, cuda_staging, dlpack
+from sok1x.backend import cuda_context, dlpack
 from sok1x.backend.owner_rules import OWNER_MOD
 from sok1x.backend import random_init as recipe
 from sok1x.backend.cuda_context import uses_context
@@ -28,6 +28,7 @@ from sok1x.backend.cuda_groups import (  # noqa: F401  (part of the op set: tabl
     local_rows,
 )
 from sok1x.backend.cuda_hash import HashIndex  # noqa: F401  (part of the op set)
+from sok1x.backend.cuda_staging import allocate_page_locked
 from sok1x.backend.cuda_sizes import flag_outside, header_records  # noqa: F401  (the op set)
 from sok1x.backend.cuda_unique import (  # noqa: F401  (part of the op set)
     unique,
@@ -53,6 +54,7 @@ from sok1x.backend.cuda_launch import (
     COUNTS,
     copy_rows_async,
     device_array,
+    download as _download,
     empty as _pooled_empty,
     exclusive_scan,
     fill_bytes,
@@ -137,8 +139,9 @@ def host_mapped_zeros(shape, dtype):
     shape = tuple(int(n) for n in shape)
     if int(np.prod(shape, dtype=np.int64)) == 0:
         return gpuarray.GPUArray(shape, np.dtype(dtype))
-    host = driver.pagelocked_zeros(shape, np.dtype(dtype),
-                                   mem_flags=driver.host_alloc_flags.DEVICEMAP)
+    host = allocate_page_locked(shape, np.dtype(dtype),
+                                mem_flags=driver.host_alloc_flags.DEVICEMAP)
+    host.fill(0)
     array = gpuarray.GPUArray(shape, np.dtype(dtype), gpudata=host.base.get_device_pointer())
     array.sok1x_host_memory = host
     return array
@@ -512,7 +515,7 @@ def exportable(array):
     64-byte aligned (copied on the device if it is not)."""
     array = device_array(array, "array") if not is_device_array(array) else array
     if not array.flags.c_contiguous:
-        array = to_device(np.ascontiguousarray(array.get()))
+        array = to_device(_download(array, "a copy of a strided array for DLPack"))
     elif ptr(array) % _ALIGNMENT:
         aligned = _pooled_empty(array.shape, array.dtype)
         copy_rows_async(aligned.reshape(-1), 0, array.reshape(-1), 0, array.size)
@@ -546,7 +549,7 @@ def release_to_framework():
 @uses_context
 def upload_staged(host_array):
     """Returns a GPUArray copy of a host array through page-locked staging (queued)."""
-    return cuda_staging.upload(host_array)
+    return to_device(host_array)
 
 
 @uses_context
@@ -554,4 +557,4 @@ def download_staged(array):
     """Returns `array` as a NumPy view of a reused page-locked buffer (one copy, one wait)."""
     if not is_device_array(array):
         return np.asarray(array)
-    return cuda_staging.download(array)
+    return _download(array, "a staged copy to the host")

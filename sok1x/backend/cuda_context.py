@@ -12,6 +12,9 @@ current and pops it again on the way out.
                                this thread inside (nesting is cheap: only the outermost pushes)
     uses_context               decorator form of entered(), for every public GPU op
     stream()                   the pycuda Stream every sok1x kernel runs on (one stream)
+    wait_until(what, is_done), wait_stream(what), wait_event(event, what)
+                               the host waits, bounded once a communicator set its waiter
+                               (set_stream_waiter): never a plain synchronize
     stream_handle()            the same stream as an int CUstream (for NCCL's ncclAllToAll etc.)
     allocate(nbytes)           a block of the memory pool, usable as a GPUArray allocator
     memory_pool()              the pool (a pycuda.tools.DeviceMemoryPool behind a wrapper): its
@@ -107,29 +110,40 @@ def stream():
 
 
 def set_stream_waiter(waiter):
-    """Makes wait_stream() call `waiter()` (the NCCL communicator's synchronize, which polls the
-    stream and NCCL's asynchronous error and gives up after SOK1X_NCCL_TIMEOUT_S), or a plain
-    stream synchronize again with None. Without it, a host wait behind an NCCL collective whose
-    peer never joins would block forever."""
+    """Makes wait_until() call `waiter(what, is_done)` (the NCCL communicator's wait_until, which
+    polls `is_done` and NCCL's asynchronous error and gives up after SOK1X_NCCL_TIMEOUT_S), or
+    poll without limit again with None (no communicator: nothing on the stream waits for a
+    peer). Without it, a host wait behind a collective whose peer never joins would not end."""
     _waiter["wait"] = waiter
 
 
-def wait_stream():
-    """Blocks until the work queued on stream() has finished: bounded when a communicator set a
-    waiter (raises its CommError), else a plain synchronize."""
-    waiter = _waiter.get("wait")
-    stream = _get("stream")
-    if waiter is None:
-        stream.synchronize()
-        return
+def wait_until(what, is_done):
+    """The one host wait of the cuda backend: returns once `is_done()` (a stream's or an event's
+    query) is True. Bounded where a communicator set a waiter (raises its CommError naming
+    `what`). Never call a blocking CUDA call (a synchronize, a copy to pageable memory, PyCUDA's
+    GPUArray.get()) behind a collective instead: it cannot be bounded or interrupted."""
     # Most waits end within microseconds: query at full speed first (as synchronize spins), and
     # only a longer wait goes to the communicator's polling, which backs off to 1 ms pauses.
     deadline = time.monotonic() + _SPIN_S
-    while not stream.is_done():
+    while not is_done():
         if time.monotonic() > deadline:
-            waiter()
-            return
-        time.sleep(0)  # let TensorFlow's other Python threads run
+            waiter = _waiter.get("wait")
+            if waiter is not None:
+                waiter(what, is_done)
+                return
+            time.sleep(_SPIN_S / 2)
+        else:
+            time.sleep(0)  # let TensorFlow's other Python threads run
+
+
+def wait_stream(what="a wait for the sok1x stream"):
+    """Blocks until the work queued on stream() has finished (wait_until)."""
+    wait_until(what, _get("stream").is_done)
+
+
+def wait_event(event, what):
+    """Blocks until the pycuda Event `event` has passed (wait_until)."""
+    wait_until(what, event.query)
 
 
 def stream_handle():
@@ -360,8 +374,8 @@ def release():
             return
         try:
             with _ENTERED:
-                _state["stream"].synchronize()
+                wait_stream("the wait for the sok1x stream at release")
                 _state["pool"].free_held()
-        except Exception:  # at interpreter exit the driver may already be gone
+        except Exception:  # at interpreter exit the driver (or NCCL) may already be gone
             pass
         _state.clear()

@@ -13,7 +13,7 @@ from pycuda import gpuarray
 from pycuda.compyte.array import c_contiguous_strides
 
 from sok1x import cuda_kernels as kernels
-from sok1x.backend import cuda_context
+from sok1x.backend import cuda_context, cuda_staging
 
 BLOCK = 256
 SCAN_THREADS = 256
@@ -163,41 +163,43 @@ def copy_rows_async(dst, dst_row, src, src_row, rows):
 
 
 def to_device(host_array):
+    """Returns a GPUArray copy of a host array: one queued copy through page-locked staging (the
+    host never waits for the stream, see cuda_staging)."""
     host_array = np.ascontiguousarray(host_array)
     out = empty(host_array.shape, host_array.dtype)
     if host_array.size:
-        driver.memcpy_htod_async(ptr(out), host_array, cuda_context.stream())
+        cuda_staging.upload(ptr(out), host_array)
         COUNTS["copies"] += 1
     return out
 
 
-def to_host(array):
-    """Copies a GPUArray back after the work queued before it (blocks the host)."""
-    host = np.empty(array.shape, dtype=array.dtype)
-    if array.size:
-        started = time.perf_counter()
-        driver.memcpy_dtoh_async(host, ptr(array), cuda_context.stream())
-        # A copy into pageable memory returns once the stream has reached it: waiting too.
-        COUNTS["wait_us"] += int((time.perf_counter() - started) * 1e6)
-        waited_stream()
-        COUNTS["copies"] += 1
-    return host
+def download(array, what="a copy to the host"):
+    """Returns a GPUArray as a NumPy view of a reused page-locked block, after the work queued
+    before it (one copy, one bounded wait that names `what` if it times out)."""
+    return download_many([array], what)[0]
 
 
-def to_host_many(arrays):
-    """Copies several GPUArrays back with one wait for all of them (blocks the host)."""
-    hosts = [np.empty(array.shape, dtype=array.dtype) for array in arrays]
-    copied, started = 0, time.perf_counter()
-    for host, array in zip(hosts, arrays):
-        if array.size:
-            driver.memcpy_dtoh_async(host, ptr(array), cuda_context.stream())
-            copied += 1
+def download_many(arrays, what="a copy to the host"):
+    """download() of several GPUArrays with one wait for all of them."""
+    started = time.perf_counter()
+    hosts = cuda_staging.download_many(arrays, what)
+    copied = sum(1 for array in arrays if array.size)
     if copied:
-        # A copy into pageable memory returns once the stream has reached it: waiting too.
         COUNTS["wait_us"] += int((time.perf_counter() - started) * 1e6)
-        waited_stream()
+        COUNTS["host_waits"] += 1
         COUNTS["copies"] += copied
     return hosts
+
+
+def to_host(array, what="a copy to the host"):
+    """Returns a NumPy copy of a GPUArray the caller owns, after the work queued before it."""
+    return to_host_many([array], what)[0]
+
+
+def to_host_many(arrays, what="a copy to the host"):
+    """Copies several GPUArrays back with one wait for all of them (blocks the host, bounded);
+    returns NumPy copies the caller owns."""
+    return [np.array(host, copy=True) for host in download_many(arrays, what)]
 
 
 def is_device_array(value):

@@ -1,18 +1,25 @@
-"""Host staging for frameworks without DLPack (TensorFlow 1.15's py_func): page-locked host
-buffers reused across steps, and one asynchronous copy each way on sok1x's stream (DESIGN D1).
+"""Every copy between host and device memory of the cuda backend, through page-locked buffers
+reused across steps: one asynchronous copy each way on sok1x's stream (DESIGN D1), and no CUDA
+call that blocks the host behind the stream.
 
-    upload(host_array) -> GPUArray      one host-to-device copy queued on the stream: straight
+    upload(device_ptr, host_array)      one host-to-device copy queued on the stream: straight
                                         from the array when it lies in one of these blocks (an
-                                        output handed back as the next op's input), else from
-                                        pageable memory through the driver's own staging (no
-                                        host copy of ours in between)
-    download(array) -> np.ndarray       one device-to-host copy into a page-locked block, then a
-                                        wait; the result is a view of the block, which is handed
-                                        out again only once no view of it is alive (a framework
-                                        that adopts the array keeps the block until it drops it)
+                                        output handed back as the next op's input), else through
+                                        a block (one host copy, then the queued transfer)
+    download(array, what) -> ndarray    one device-to-host copy into a block, then the bounded
+                                        wait (cuda_context.wait_event); the result is a view of
+                                        the block, which is handed out again only once no view
+                                        of it is alive (a framework that adopts the array keeps
+                                        the block until it drops it)
 
-Blocks are powers of two from 4 KiB up and are kept for the process's life, so a steady training
-loop allocates no page-locked memory after its first steps.
+Why never pageable memory: a copy from or to pageable memory returns only once the stream has
+reached it, so behind an NCCL collective whose peer never joins it blocks inside the driver,
+where no time limit reaches (this is what hung a stalled-peer job on GPUs). A page-locked copy
+returns at once; the host then waits in cuda_context.wait_event, which gives up after
+SOK1X_NCCL_TIMEOUT_S. Allocating page-locked memory may wait for the device as well, so a new
+block is taken only after a bounded wait for the stream. Blocks are powers of two from 4 KiB up
+and are kept for the process's life, so a steady training loop allocates no page-locked memory
+after its first steps.
 """
 import sys
 
@@ -20,7 +27,6 @@ import numpy as np
 import pycuda.driver as driver
 
 from sok1x.backend import cuda_context
-from sok1x.backend.cuda_launch import COUNTS, empty, ptr, waited_stream
 
 _MIN_BLOCK = 4096
 
@@ -33,37 +39,58 @@ def _block_size(nbytes):
 
 
 class PinnedBlocks:
-    """Page-locked host blocks. A block is free when nothing but this pool refers to it: every
-    copy into or out of a block is queued on sok1x's one stream, so a block taken again is
-    written only after the copies queued before."""
+    """Page-locked host blocks, each with an event recorded after the last copy queued on it. A
+    block is free when nothing but this pool refers to it and that copy has run: the host never
+    writes a block a queued copy still reads, nor hands out one a queued copy still fills."""
 
     def __init__(self):
         self._blocks = []
+        self._events = []
 
     def take(self, nbytes):
-        """Returns a free page-locked np.uint8 block of at least `nbytes`."""
+        """Returns (index, a free page-locked np.uint8 block of at least `nbytes`)."""
         size = _block_size(nbytes)
-        for block in self._blocks:
-            # References: the list, the loop variable, getrefcount's argument.
-            if block.nbytes == size and sys.getrefcount(block) <= 3:
-                return block
-        block = driver.pagelocked_empty(size, np.uint8)
+        for index in range(len(self._blocks)):
+            block = self._blocks[index]
+            # References: the list, `block`, getrefcount's argument (not enumerate(), whose
+            # reused tuple would hold one more).
+            if (block.nbytes == size and sys.getrefcount(block) <= 3
+                    and self._events[index].query()):
+                return index, block
+        block = allocate_page_locked(size, np.uint8)
         self._blocks.append(block)
-        return block
+        self._events.append(driver.Event(flags=driver.event_flags.DISABLE_TIMING))
+        return len(self._blocks) - 1, block
 
-    def holds(self, host_array):
-        """True if `host_array` (C-contiguous) lies inside one of the blocks."""
+    def queued(self, index, stream):
+        """Records that a copy from or into block `index` is queued on `stream`; returns the
+        event that passes once it has run."""
+        event = self._events[index]
+        event.record(stream)
+        return event
+
+    def index_holding(self, host_array):
+        """Returns the index of the block `host_array` (C-contiguous) lies in, or None."""
         start = host_array.ctypes.data
         end = start + host_array.nbytes
-        for block in self._blocks:
+        for index, block in enumerate(self._blocks):
             base = block.ctypes.data
             if base <= start and end <= base + block.nbytes:
-                return True
-        return False
+                return index
+        return None
 
     @property
     def total_bytes(self):
         return sum(block.nbytes for block in self._blocks)
+
+
+def allocate_page_locked(shape, dtype, mem_flags=0):
+    """Returns new page-locked host memory (pycuda.driver.pagelocked_empty), after a bounded
+    wait for sok1x's stream: allocating page-locked memory may wait for the device to finish
+    its work, inside the driver where no time limit reaches, so the stream must be idle first
+    (a new block is needed only while a loop warms up, so this wait is rare)."""
+    cuda_context.wait_stream("a wait before allocating page-locked host memory")
+    return driver.pagelocked_empty(shape, dtype, mem_flags=mem_flags)
 
 
 _blocks = PinnedBlocks()
@@ -74,31 +101,47 @@ def _view(block, shape, dtype):
     return block[:nbytes].view(dtype).reshape(shape)
 
 
-def upload(host_array):
-    """Returns a GPUArray copy of `host_array` (one copy, queued; from pageable memory the driver
-    returns once it has staged the data)."""
-    host_array = np.ascontiguousarray(host_array)
-    out = empty(host_array.shape, host_array.dtype)
-    if host_array.size:
-        driver.memcpy_htod_async(ptr(out), host_array, cuda_context.stream())
-        COUNTS["copies"] += 1
-        if not _blocks.holds(host_array):
-            COUNTS["host_waits"] += 1  # a pageable copy waits for the stream first
-    return out
-
-
-def download(array):
-    """Returns the GPUArray `array` as a NumPy view of a page-locked block, after the work queued
-    before it (one copy, one wait)."""
-    if array.size == 0:
-        return np.empty(array.shape, array.dtype)
-    block = _blocks.take(array.nbytes)
-    host = _view(block, array.shape, array.dtype)
+def upload(device_ptr, host_array):
+    """Queues a copy of the C-contiguous, non-empty `host_array` to `device_ptr`; the host does
+    not wait for the stream. Call inside cuda_context.entered()."""
     stream = cuda_context.stream()
-    driver.memcpy_dtoh_async(host, ptr(array), stream)
-    waited_stream()
-    COUNTS["copies"] += 1
-    return host
+    index = _blocks.index_holding(host_array)
+    if index is None:
+        index, block = _blocks.take(host_array.nbytes)
+        source = _view(block, host_array.shape, host_array.dtype)
+        np.copyto(source, host_array)
+    else:
+        source = host_array
+    driver.memcpy_htod_async(device_ptr, source, stream)
+    _blocks.queued(index, stream)
+
+
+def download(array, what):
+    """Returns the GPUArray `array` as a NumPy view of a page-locked block once the work queued
+    before it is done (one copy, one bounded wait, named `what` if it times out). Call inside
+    cuda_context.entered()."""
+    return download_many([array], what)[0]
+
+
+def download_many(arrays, what):
+    """download() of several GPUArrays: every copy queued, then one bounded wait."""
+    stream = cuda_context.stream()
+    hosts, last = [], None
+    for array in arrays:
+        if array.size == 0:
+            hosts.append(np.empty(array.shape, array.dtype))
+            continue
+        index, block = _blocks.take(array.nbytes)
+        host = _view(block, array.shape, array.dtype)
+        if array.flags.c_contiguous:
+            driver.memcpy_dtoh_async(host, int(array.gpudata), stream)
+        else:
+            array.get(ary=host, async_=True, stream=stream)
+        last = _blocks.queued(index, stream)
+        hosts.append(host)
+    if last is not None:
+        cuda_context.wait_event(last, what)
+    return hosts
 
 
 def pinned_bytes():

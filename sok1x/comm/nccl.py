@@ -9,7 +9,8 @@ Ordering: each collective is enqueued on the communicator's stream and returns w
 them from another non-blocking stream. Input and output buffers are kept alive until the stream
 has passed them.
 
-Waiting never hangs on a failed peer: `synchronize()`, `barrier()` and `close()` poll the stream
+Waiting never hangs on a failed peer: `synchronize()`, `barrier()`, `close()` and `wait_until()`
+(the cuda backend's every host wait: sok1x.backend.cuda_context) poll the stream or an event
 and ncclCommGetAsyncError; on an asynchronous NCCL error, or after `timeout_s` seconds
 (environment variable SOK1X_NCCL_TIMEOUT_S, default 300, 0 = no limit), the communicator is
 aborted and CommError names the collectives that were in flight. Within a host, ncclCommAbort
@@ -312,13 +313,20 @@ class NcclCommunicator:
             self.library.all_reduce(flag.ptr, flag.ptr, 1, nccl_library.NCCL_DTYPES[flag.dtype],
                                     nccl_library.NCCL_OPS["sum"], comm, self._stream_handle)
             self._enqueued(name)
-            self._wait(name)
+            self._wait(name, self.stream.is_done)
 
     def synchronize(self):
         """Waits until everything enqueued on the stream has finished; raises CommError naming
         the collectives in flight if NCCL reports an error or `timeout_s` passes."""
-        with self._collective("synchronize"):
-            self._wait("synchronize")
+        self.wait_until("synchronize", self.stream.is_done)
+
+    def wait_until(self, what, is_done):
+        """The bounded host wait behind collectives: polls `is_done()` (a stream's or an event's
+        query) and NCCL's asynchronous error until it returns True; on an error, or after
+        `timeout_s`, aborts the communicator and raises CommError naming `what` and the
+        collectives in flight. Every host wait of the cuda backend comes here."""
+        with self._collective(what):
+            self._wait(what, is_done)
 
     # -- life cycle -------------------------------------------------------------------------
 
@@ -329,7 +337,7 @@ class NcclCommunicator:
             if self._comm is None:
                 return
             with self._context():
-                self._wait("close")
+                self._wait("close", self.stream.is_done)
                 comm, self._comm = self._comm, None
                 self._state = "closed"
                 self._barrier_flag = None
@@ -485,14 +493,14 @@ class NcclCommunicator:
                 names.append(name)
         return "%s (in flight: %s)" % (what, ", ".join(names)) if names else what
 
-    def _wait(self, what):
-        """Waits for the stream, polling NCCL's asynchronous error; aborts and raises CommError
-        on an error or after `timeout_s`."""
+    def _wait(self, what, is_done):
+        """Polls `is_done()` and NCCL's asynchronous error; aborts and raises CommError on an
+        error or after `timeout_s`."""
         started = time.monotonic()
         pause = _POLL_FIRST_S
         while True:
             try:
-                done = self.stream.is_done()
+                done = is_done()
             except self._driver.Error as exc:
                 described = self._in_flight(what)
                 self._abort("the CUDA stream failed: %s" % exc)
@@ -508,7 +516,7 @@ class NcclCommunicator:
                     "failed). The communicator was aborted; restart the job." % (
                         described, self.rank, reason, result))
             if done:
-                self._pending = []
+                self._prune()
                 return
             if self.timeout_s is not None and time.monotonic() - started > self.timeout_s:
                 described = self._in_flight(what)

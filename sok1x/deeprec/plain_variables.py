@@ -16,7 +16,7 @@ gets the table's gradient. The variable stays the table's face to TensorFlow:
 import numpy as np
 
 from sok1x.engine import runtime, shard_rows
-from sok1x.graph_ops import checkpoint_ops, embedding_ops, init_ops
+from sok1x.graph_ops import init_ops
 from sok1x.graph_ops.embedding_tag import table_of
 from sok1x.graph_ops.graph_state import per_graph
 from sok1x.graph_ops.tf_compat import py_func, replace_input, tf1
@@ -105,7 +105,7 @@ def _load_rows_op(table, variable):
             lambda: tf1.constant(0, tf1.int64)).op
 
 
-def _gathered_rows(pairs, what):
+def _gathered_rows(pairs):
     """A py_func returning every row of each (table name, variable) table on every rank
     (collective, one op so every rank gathers the tables in one order). A table that has not
     taken its rows from its variable yet (no lookup since the initializer ran; a Saver saves
@@ -116,22 +116,21 @@ def _gathered_rows(pairs, what):
 
     def run(*values):
         ensure_up()
-        from sok1x.engine import checkpoint
         for (name, _), size, value in zip(pairs, sizes, values):
             if name in _NEED_ROWS:
                 _take_rows(name, size, value)
-        checkpoint.meet(what, checkpoint_ops.timeout())
+        # A host all-gather: a rank that never comes ends the job after SOK1X_MPI_TIMEOUT_S.
         return [shard_rows.gather_all(name, size) for (name, _), size in zip(pairs, sizes)]
     return py_func(run, [variable.read_value() for _, variable in pairs],
                    [tf1.float32] * len(pairs), name="sok1x_rows_out")
 
 
-def _write_back(pairs, what, after=()):
+def _write_back(pairs, after=()):
     """Op writing each (table name, variable) table back into its variable (collective), run
     after the ops `after`."""
     with tf1.name_scope(None), tf1.control_dependencies(None):
         with tf1.control_dependencies(list(after)):
-            rows = _gathered_rows(pairs, what)
+            rows = _gathered_rows(pairs)
         assigns = []
         for tensor, (_, variable) in zip(rows, pairs):
             tensor.set_shape(variable.shape)
@@ -157,7 +156,7 @@ def sync_to_variables(variables=None):
         plain = [(name, v) for name, v in plain if any(v is w for w in wanted)]
     if not plain:
         return tf1.no_op(name="sok1x_sync_to_variables")
-    return _write_back(plain, "sync_to_variables")
+    return _write_back(plain)
 
 
 def _hook_saveable(table, variable):
@@ -187,8 +186,7 @@ def _syncing_saveable(inner, table, variable):
             def tensor():
                 data = inner_tensor() if callable(inner_tensor) else inner_tensor
                 # After the table's own save (same order on every rank), rows go back.
-                sync = _write_back([(table.name, variable)], "saving " + variable.name,
-                                   after=[data.op])
+                sync = _write_back([(table.name, variable)], after=[data.op])
                 self._write_backs[_saver_scope()] = sync
                 with tf1.control_dependencies([sync]):
                     return tf1.identity(data)

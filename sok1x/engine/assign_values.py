@@ -5,6 +5,7 @@ of other keys keep what they hold. Framework-free; collective.
 """
 import numpy as np
 
+from sok1x.backend import cpu as host_ops
 from sok1x.engine import checkpoint
 from sok1x.engine import runtime as _runtime
 from sok1x.errors import InvalidInputError
@@ -38,23 +39,40 @@ def assign_values(table_name, keys, values, where="load_embedding_values"):
     InvalidInputError (or TableFullError) on every rank, changing nothing, for a wrong shape, a
     key the table cannot hold, or a full shard."""
     with _runtime.entered() as rt:
-        table, = checkpoint._ready_tables(rt, [table_name], where)
-        content, error = None, None
+        table, = checkpoint.ready_tables(rt, [table_name], where)
+        error = None
         if rt.rank == 0:
             keys = np.asarray(keys, dtype=np.int64).reshape(-1)
             values = np.asarray(values, dtype=np.float32)
             error = _check(table, keys, values, where)
-            if error is None:
-                content = {"dim": table.dim, "keys": keys, "values": values, "slots": [],
-                           "times": np.zeros(keys.shape[0], np.float64)}
         rt.host.raise_together(error, where)
-        owned_keys, owned_values, _, _ = checkpoint._route(rt, table, content, where)
+        owned_keys, owned_values = _scatter_from_root(rt, table, keys, values)
         backend = rt.backend
         keys_b = backend.asarray(owned_keys)
         rt.host.raise_together(table.capacity_error(keys_b), where)
         rows = table.rows_of(keys_b, insert=True)
         table.put(rows, backend.asarray(owned_values))
         table.stamp(rows)
+
+
+def _scatter_from_root(rt, table, keys, values):
+    """Collective: sends each rank the rows of rank 0's (keys, values) that it owns."""
+    if rt.size == 1:
+        return keys, values
+    host = rt.host
+    counts = None
+    if rt.rank == 0:
+        order, counts = host_ops.bucket_by_owner(keys, rt.size, *table.owner_rule)
+        keys, values = keys[order], values[order]
+    counts = np.asarray(host.broadcast_object(None if counts is None else np.asarray(counts)),
+                        np.int64)
+    send_counts = counts if rt.rank == 0 else np.zeros(rt.size, np.int64)
+    recv_counts = np.zeros(rt.size, np.int64)
+    recv_counts[0] = counts[rt.rank]
+    if rt.rank != 0:
+        keys, values = np.zeros(0, np.int64), np.zeros((0, table.dim), np.float32)
+    return (host.all_to_all_v(keys, send_counts, recv_counts),
+            host.all_to_all_v(values, send_counts, recv_counts))
 
 
 def sequential_keys(count):

@@ -1,100 +1,123 @@
-"""The file format of one table's checkpoint (DESIGN D8), independent of the number of ranks.
+"""The file format of one rank's shard of one table (DESIGN D8).
 
-    magic  b"SOK1XTBL"                    8 bytes
+    magic  b"SOK1XSHD"                    8 bytes
     header length                          uint32 little-endian
-    header                                 UTF-8 JSON: version, table, dtype, dim, count,
-                                           slots [[name, initial value], ...]
-    keys                                   int64 [count] (global keys)
-    values                                 float32 [count, dim]
-    one array per slot, in header order    float32 [count, dim]
-    update times                           float64 [count] (seconds since the epoch, 0 = never)
-    checksum                               uint32 little-endian: zlib.crc32 of header + arrays
+    header                                 UTF-8 JSON: version, table, dtype, dim, rows, slots
+                                           [[name, initial value], ...], rank, world_size,
+                                           chunk_rows
+    chunks of up to chunk_rows rows, each:
+        keys                               int64 [n] (global keys)
+        values                             float32 [n, dim]
+        one array per slot, in header order float32 [n, dim]
+        update times                       float64 [n] (seconds since the epoch, 0 = never)
 
-Everything is little-endian. decode() checks the magic, the version, the lengths and the checksum
-before it trusts a byte, so a truncated or altered file is an error naming it.
+Everything is little-endian. A chunk holds every array of its rows, so a reader streams a file
+chunk by chunk in bounded memory. The file's size and crc32 are in the checkpoint's manifest
+(engine/checkpoint_manifest.py), which is written after every shard, so the shard itself carries
+no checksum.
 """
 import json
 import struct
-import zlib
 
 import numpy as np
 
 from sok1x.errors import CheckpointError
 
-MAGIC = b"SOK1XTBL"
-VERSION = 1
+MAGIC = b"SOK1XSHD"
+VERSION = 2
+DTYPE = "float32"
 _LENGTH = struct.Struct("<I")
 
 
-def encode_parts(table_name, dim, keys, values, slots, times):
-    """Returns one table's checkpoint as a list of buffers (bytes and array memoryviews, no
-    copy of the arrays) whose concatenation is the file. keys int64 [n]; values float32 [n, dim];
-    slots: list of (name, initial value, float32 [n, dim]); times float64 [n]."""
-    count = int(len(keys))
+def row_bytes(dim, slot_count):
+    """Bytes one row takes in a shard file: key, values, each slot, update time."""
+    return 8 + 4 * int(dim) * (1 + int(slot_count)) + 8
+
+
+def chunk_rows(dim, slot_count, chunk_bytes):
+    """Rows per chunk so that one chunk's arrays take at most `chunk_bytes` (at least 1 row)."""
+    return max(1, int(chunk_bytes) // row_bytes(dim, slot_count))
+
+
+def encode_header(table_name, dim, rows, slots, rank, world_size, rows_per_chunk):
+    """Returns the bytes that open a shard file (magic, length, JSON header). slots: list of
+    (name, initial value)."""
     header = json.dumps({
-        "version": VERSION, "table": table_name, "dtype": "float32", "dim": int(dim),
-        "count": count, "slots": [[name, float(initial)] for name, initial, _ in slots],
+        "version": VERSION, "table": table_name, "dtype": DTYPE, "dim": int(dim),
+        "rows": int(rows), "slots": [[name, float(initial)] for name, initial in slots],
+        "rank": int(rank), "world_size": int(world_size), "chunk_rows": int(rows_per_chunk),
     }, sort_keys=True).encode("utf-8")
-    arrays = [np.ascontiguousarray(keys, "<i8"),
-              np.ascontiguousarray(values, "<f4").reshape(count, dim)]
-    arrays += [np.ascontiguousarray(array, "<f4").reshape(count, dim) for _, _, array in slots]
-    arrays.append(np.ascontiguousarray(times, "<f8").reshape(count))
-    views = [array.reshape(-1).view(np.uint8) for array in arrays]
-    checksum = zlib.crc32(header)
-    for view in views:
-        checksum = zlib.crc32(view, checksum)
-    return ([MAGIC, _LENGTH.pack(len(header)), header] + [memoryview(v) for v in views]
-            + [_LENGTH.pack(checksum & 0xFFFFFFFF)])
+    return MAGIC + _LENGTH.pack(len(header)) + header
 
 
-def encode(table_name, dim, keys, values, slots, times):
-    """Returns the bytes of one table's checkpoint (see encode_parts)."""
-    return b"".join(encode_parts(table_name, dim, keys, values, slots, times))
+def file_size(header_bytes, dim, slot_count, rows):
+    """The size of a shard file whose encoded header takes `header_bytes`."""
+    return int(header_bytes) + int(rows) * row_bytes(dim, slot_count)
 
 
-def decode(data, where):
-    """Returns dict(table, dim, keys, values, slots [(name, initial, array)], times) from the
-    bytes of one checkpoint; raises CheckpointError naming `where` (the file) if they are not a
-    whole, unaltered checkpoint."""
-    data = memoryview(data).cast("B") if not isinstance(data, bytes) else memoryview(data)
+def read_header(read, where):
+    """Returns (header dict, its encoded length in bytes) read through `read(n) -> bytes`;
+    raises CheckpointError naming `where` if it is not a sok1x shard of this version."""
     start = len(MAGIC) + _LENGTH.size
-    if len(data) < start or bytes(data[:len(MAGIC)]) != MAGIC:
-        raise CheckpointError("%s is not a sok1x table checkpoint (no %r header): wrong file, or "
-                              "it was cut short" % (where, MAGIC))
-    header_length = _LENGTH.unpack_from(data, len(MAGIC))[0]
-    if len(data) < start + header_length:
-        raise CheckpointError("%s is %d bytes, shorter than its own header: the file is "
-                              "truncated" % (where, len(data)))
+    opening = read(start)
+    if len(opening) < start or opening[:len(MAGIC)] != MAGIC:
+        raise CheckpointError("%s is not a sok1x checkpoint shard (no %r header): wrong file, "
+                              "or it was cut short" % (where, MAGIC))
+    length = _LENGTH.unpack_from(opening, len(MAGIC))[0]
+    text = read(length)
+    if len(text) != length:
+        raise CheckpointError("%s is shorter than its own header: the file is truncated"
+                              % where)
     try:
-        header = json.loads(bytes(data[start:start + header_length]).decode("utf-8"))
-        version, dim, count = header["version"], int(header["dim"]), int(header["count"])
-        slot_list = [(str(name), float(initial)) for name, initial in header["slots"]]
+        header = json.loads(text.decode("utf-8"))
+        header["dim"], header["rows"] = int(header["dim"]), int(header["rows"])
+        header["chunk_rows"] = int(header["chunk_rows"])
+        header["slots"] = [(str(name), float(initial)) for name, initial in header["slots"]]
+        version, table, dtype = header["version"], header["table"], header["dtype"]
     except (ValueError, KeyError, TypeError) as exc:
         raise CheckpointError("%s: its header is damaged (%s): the file is corrupt"
                               % (where, exc)) from None
     if version != VERSION:
         raise CheckpointError("%s has format version %r; this sok1x reads version %d"
                               % (where, version, VERSION))
-    row = 4 * dim
-    expected = start + header_length + count * (8 + row * (1 + len(slot_list)) + 8) + 4
-    if len(data) != expected:
-        raise CheckpointError("%s is %d bytes, its header promises %d: the file is truncated or "
-                              "corrupt" % (where, len(data), expected))
-    body = data[start:expected - 4]
-    stored = _LENGTH.unpack_from(data, expected - 4)[0]
-    if zlib.crc32(body) & 0xFFFFFFFF != stored:
-        raise CheckpointError("%s fails its checksum: the file is corrupt (changed after it was "
-                              "written); restore an older checkpoint" % where)
-    offset = start + header_length
+    if header["chunk_rows"] < 1 or header["rows"] < 0 or header["dim"] < 1:
+        raise CheckpointError("%s: its header is damaged (rows %d, dim %d, chunk_rows %d)"
+                              % (where, header["rows"], header["dim"], header["chunk_rows"]))
+    del table, dtype
+    return header, start + length
 
-    def take(dtype, shape):
-        nonlocal offset
-        array = np.frombuffer(data, dtype=dtype, count=int(np.prod(shape)), offset=offset)
+
+def check_header(header, where, table_name, dim, slots):
+    """Raises CheckpointError naming `where` unless the header is of table `table_name`, dtype
+    float32, `dim` and the slots (name, initial) the manifest lists."""
+    if header["table"] != table_name:
+        raise CheckpointError("%s holds table %r, not %r: the checkpoint's files are mixed up"
+                              % (where, header["table"], table_name))
+    if header["dtype"] != DTYPE:
+        raise CheckpointError("%s holds %s rows; table %s holds %s" % (
+            where, header["dtype"], table_name, DTYPE))
+    if header["dim"] != int(dim):
+        raise CheckpointError("%s holds rows of dim %d; table %s has dim %d"
+                              % (where, header["dim"], table_name, dim))
+    if [tuple(s) for s in header["slots"]] != [tuple(s) for s in slots]:
+        raise CheckpointError("%s holds slots %s; its manifest lists %s"
+                              % (where, header["slots"], slots))
+
+
+def chunk_layout(rows, dim, slot_count):
+    """Returns [(dtype, shape)] of the arrays of a chunk of `rows` rows, in file order."""
+    rows, dim = int(rows), int(dim)
+    return ([("<i8", (rows,)), ("<f4", (rows, dim))] + [("<f4", (rows, dim))] * int(slot_count)
+            + [("<f8", (rows,))])
+
+
+def split_chunk(buffer, rows, dim, slot_count):
+    """Returns (keys, values, [slot arrays], times): views into `buffer` (uint8, exactly one
+    chunk of `rows` rows)."""
+    arrays, offset = [], 0
+    for dtype, shape in chunk_layout(rows, dim, slot_count):
+        count = int(np.prod(shape))
+        array = np.frombuffer(buffer, dtype=dtype, count=count, offset=offset).reshape(shape)
         offset += array.nbytes
-        return array.reshape(shape)
-    keys = take("<i8", (count,)).astype(np.int64)
-    values = take("<f4", (count, dim))
-    slots = [(name, initial, take("<f4", (count, dim))) for name, initial in slot_list]
-    times = take("<f8", (count,))
-    return {"table": header.get("table"), "dim": dim, "keys": keys, "values": values,
-            "slots": slots, "times": times}
+        arrays.append(array)
+    return arrays[0], arrays[1], arrays[2:-1], arrays[-1]

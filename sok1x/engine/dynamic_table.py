@@ -63,11 +63,12 @@ def make_dynamic(var_type="hbm", init_capacity=1024, max_capacity=None, evict_st
 
 
 def make_table(runtime, name, dim, capacity, use_hashtable, spec, placement=placements.MOD,
-               dynamic=None):
+               dynamic=None, initialize=True):
     """Returns the shard for api.create_table's settings: a DynamicTable when `dynamic` is set,
-    else an EmbeddingTable."""
+    else an EmbeddingTable (initialize: see EmbeddingTable)."""
     if dynamic is None:
-        return EmbeddingTable(runtime, name, dim, capacity, use_hashtable, spec, placement)
+        return EmbeddingTable(runtime, name, dim, capacity, use_hashtable, spec, placement,
+                              initialize)
     return DynamicTable(runtime, name, dim, spec, placement, dynamic)
 
 

@@ -115,6 +115,8 @@ def exchange_sizes(runtime, op, counts=None, local_error=None, error_flag=None, 
     tables = 0 if counts is None else int(counts.shape[0])
     fields = [op_key(op), tower_key(op), call, op.position, int(local_error is not None), tables]
     sent, received, extra = _records(runtime, fields, counts, error_flag, also_read)
+    while _joined_checkpoint(runtime, op, received[:, _OP], fields[_OP]):
+        sent, received, extra = _records(runtime, fields, counts, error_flag, also_read)
     agree = [_OP, _TOWER, _CALL, _PLACE]
     if np.any(received[:, agree] != received[0, agree]):
         _raise_order_error(runtime, op, call, received)
@@ -156,6 +158,39 @@ def _exchange_all_counts(runtime, counts, extra):
     ones = np.ones(runtime.size, dtype=np.int64)
     received = runtime.data.all_to_all_v(backend.asarray(sent), ones, ones)
     return Sizes(sent, backend.to_host_many([received])[0], extra)
+
+
+# Checkpoints (DESIGN D8, engine/checkpoint_join.py): a save or restore opens with a marker in
+# an op header's place, and ranks in an op take part in rank 0's before their own op goes on.
+def exchange_marker(runtime, key):
+    """Collective: sends every rank a header record whose op is `key` (a checkpoint marker), on
+    the op headers' channel; returns the op keys every rank sent (host int64 [size]). No step,
+    tower or call bookkeeping."""
+    _, received, _ = _records(runtime, [key, 0, 0, 0, 0, 0], None, None, ())
+    return received[:, _OP].copy()
+
+
+_MARKER_HANDLER = []  # checkpoint_join.join_if_asked, set when that module is imported
+
+
+def handle_markers_with(handler):
+    """Makes handler(runtime, keys, own_key) -> bool see every header's op keys (the checkpoint
+    module registers itself: importing it from here would close an import circle)."""
+    _MARKER_HANDLER[:] = [handler]
+
+
+def _joined_checkpoint(runtime, op, keys, own_key):
+    """Takes part in rank 0's checkpoint if it asks (True: repeat the header). A rank other than
+    0 checkpointing alone fails this call of the op everywhere: its tower's count is taken back,
+    as for ranks in different ops."""
+    if runtime.size == 1 or not _MARKER_HANDLER:
+        return False
+    try:
+        return _MARKER_HANDLER[0](runtime, keys, own_key)
+    except Exception:
+        if op is not None and op.position == 0:
+            CLOCK.take_back(op.tower)
+        raise
 
 
 def confirm_same_op(runtime, op):

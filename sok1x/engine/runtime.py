@@ -126,7 +126,7 @@ def _bring_up_backend(group, host, backend_name):
     except Exception as exc:  # NCCL reports through its own error types; fail on every rank
         error = InitError("NCCL communicator on rank %d failed: %s" % (group.rank, exc))
     host.raise_together(error, "sok1x.Init (NCCL)")
-    cuda_context.set_stream_waiter(data.synchronize)  # host waits bounded like NCCL's own
+    cuda_context.set_stream_waiter(data.wait_until)  # host waits bounded like NCCL's own
     return backend, data, device
 
 

@@ -14,6 +14,8 @@ only), and the access statistics of keys that were looked up.
 """
 import contextlib
 
+from sok1x.errors import CommError
+
 
 class StepJournal:
     """Undo actions of the current step. Attributes: step (a counter, +1 per step opened)."""
@@ -39,9 +41,15 @@ class StepJournal:
 
     @contextlib.contextmanager
     def guard(self):
-        """Rolls the step back if the body raises, then lets the exception go on."""
+        """Rolls the step back if the body raises, then lets the exception go on. After a
+        CommError the communicator is aborted and the job must restart: an undo that fails
+        then (it waits on the aborted stream) must not hide the error that says why."""
         try:
             yield
-        except BaseException:
-            self.rollback()
+        except BaseException as exc:
+            try:
+                self.rollback()
+            except Exception:
+                if not isinstance(exc, CommError):
+                    raise
             raise

@@ -18,10 +18,11 @@ from sok1x.errors import TableFullError
 class EmbeddingTable:
     """A shard. name: the variable's name (its hash seeds the initial values); dim; capacity:
     max_vocabulary_size_per_gpu; use_hashtable; spec: backend.random_init.InitializerSpec;
-    placement: an engine.placement value ("mod" by default)."""
+    placement: an engine.placement value ("mod" by default); initialize=False leaves the rows of
+    a table without a hash table zero, for a caller that writes them all (a checkpoint load)."""
 
     def __init__(self, runtime, name, dim, capacity, use_hashtable, spec,
-                 placement=placements.MOD):
+                 placement=placements.MOD, initialize=True):
         backend = runtime.backend
         self.backend = backend
         self.name = name
@@ -49,10 +50,14 @@ class EmbeddingTable:
             self.index = backend.HashIndex(self.capacity)
         else:
             self.index = None
-            rows = np.arange(held, dtype=np.int64)
-            keys = placements.global_keys(self.placement, rows, self.rank, self.size)
-            backend.init_rows(self.values, backend.asarray(rows), backend.asarray(keys), spec,
-                              self.table_id)
+            if initialize:
+                self.initialize_rows(np.arange(held, dtype=np.int64))
+
+    def initialize_rows(self, rows):
+        """Writes the initial values of host int64 `rows` of a table without a hash table."""
+        keys = placements.global_keys(self.placement, rows, self.rank, self.size)
+        self.backend.init_rows(self.values, self.backend.asarray(rows),
+                               self.backend.asarray(keys), self.spec, self.table_id)
 
     @property
     def key_limit(self):

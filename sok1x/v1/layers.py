@@ -2,6 +2,7 @@
 from sok1x.common.handle_variable import create_handle
 from sok1x.graph_ops.embedding_tag import table_of
 from sok1x.graph_ops import embedding_ops
+from sok1x.graph_ops.table_names import claim_table_name
 from sok1x.graph_ops.tf_compat import keras, layer_compute_dtype, tf1
 from sok1x.common.initializers import spec_from_initializer
 from sok1x.v1 import sok_files
@@ -38,7 +39,8 @@ def _check_positive(layer, **values):
 def _set_up_table(layer, max_vocabulary_size_per_gpu, embedding_vec_size, use_hashtable,
                   key_dtype, embedding_initializer):
     """Checks and stores the settings both layers share and creates the layer's handle variable
-    (layer.var); raises ValueError naming the layer."""
+    (layer.var) over a table of its own (layer.table_name, graph_ops/table_names.py); raises
+    ValueError naming the layer."""
     _check_positive(layer.name, max_vocabulary_size_per_gpu=max_vocabulary_size_per_gpu,
                     embedding_vec_size=embedding_vec_size)
     key_dtype = _check_key_dtype(layer.name, key_dtype)
@@ -51,7 +53,8 @@ def _set_up_table(layer, max_vocabulary_size_per_gpu, embedding_vec_size, use_ha
         raise ValueError("%s: embedding outputs can be float32, float16 or bfloat16, not %s "
                          "(from dtype=/the Keras dtype policy)" % (layer.name, compute_dtype.name))
     layer.init_spec = spec_from_initializer(embedding_initializer, layer.name)
-    layer.var = create_handle(layer, layer.name + "/EmbeddingVariable", layer.embedding_vec_size,
+    layer.table_name = claim_table_name(layer.name, "EmbeddingVariable")
+    layer.var = create_handle(layer, layer.table_name, layer.embedding_vec_size,
                               layer.max_vocabulary_size_per_gpu, layer.use_hashtable,
                               layer.init_spec)
     layer.var.m_var_name = sok_files.m_var_name(layer.var)  # SOK v1's name (its dump files')

@@ -6,9 +6,9 @@
     saver.load_embedding_values(layer.embedding_variable, [array, ...])        # op
 
 In graph mode each returns an op to run on every rank at the same point (they are collective);
-eagerly each runs at once and returns None. The files are sok1x.dump's (D8): one per table in the
-directory, with keys, values and every optimizer slot, independent of the number of ranks, so a
-restore may run on another number of ranks than the dump.
+eagerly each runs at once and returns None. The files are sok1x.dump's (D8): every rank's shard of
+the table (keys, values, every optimizer slot) and the folder's manifest, so a restore may run on
+another number of ranks than the dump, and other tables dumped into the folder stay.
 """
 import numpy as np
 
@@ -27,8 +27,9 @@ class Saver:
 
     def dump_to_file(self, embedding_variable, filepath):
         """Writes the variable's table (keys, values, optimizer slots) into directory
-        `filepath` (made if missing; rank 0 writes), and SOK's own two files of its keys and
-        values beside it (sok_files.py). Returns an op in graph mode."""
+        `filepath` (made if missing; every rank writes its shard), and SOK's own two files of
+        its keys and values beside it (sok_files.py, from rank 0). Returns an op in graph
+        mode."""
         dumped = checkpoint_api.dump(filepath, [embedding_variable])
         if tf1.executing_eagerly():
             sok_files.write(filepath, embedding_variable)

@@ -2,7 +2,10 @@
 
 `vars` are the tables' variables: the v1 layers' handle variables (layer.var), or any object
 with a table (anything sok1x.graph_ops.embedding_tag.table_of() knows, or with a
-`table_name`). Files do not depend on the number of ranks; see sok1x/engine/checkpoint.py.
+`table_name`). A dump is sharded: every rank writes its own rows of each table to a file of its
+own in the folder, in parallel, then the folder's manifest (sok1x-checkpoint.json) is written;
+the tables of one call load whole or not at all, on any number of ranks (sok1x/engine/
+checkpoint.py). The folder must be one that every rank sees (a shared file system).
 
 optimizer=None saves (and loads) every optimizer slot a table has, so nothing trained is lost;
 an optimizer limits both to that optimizer's slots. In graph mode dump and load return an op
@@ -59,7 +62,7 @@ _DONE = np.int64(0)
 
 def dump(path, vars, optimizer=None):  # noqa: A002  (SOK's parameter name)
     """Writes each variable's table (keys, values, slots of `optimizer`, or every slot when
-    None) to one file in directory `path`, from rank 0, through a temporary name. Collective."""
+    None) into folder `path`: every rank its own shard, then the manifest. Collective."""
     names, prefixes = table_names(vars), _slot_prefixes(optimizer)
     return _run_or_op(lambda: checkpoint.dump_tables(path, names, prefixes), "sok1x_dump")
 

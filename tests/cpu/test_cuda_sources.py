@@ -6,6 +6,7 @@ not on sys.path:
     pip install . && cd /tmp && python -m pytest -q <repo>/tests/cpu/test_cuda_sources.py
 """
 import os
+import warnings
 
 import pytest
 
@@ -93,3 +94,72 @@ def test_compile_error_shows_numbered_source(cache_dir):
     assert "not_declared" in message and "undefined" in message
     assert "    3 |   out[0] = not_declared;" in message
     assert not list(cache_dir.rglob("*.cubin"))
+
+
+# -- the disk cache is private -----------------------------------------------------------------
+
+def _mode(path):
+    return os.stat(str(path)).st_mode & 0o777
+
+
+@pytest.fixture
+def cache_root(tmp_path, monkeypatch):
+    """A cache root that does not exist yet, under a folder only this user can write."""
+    monkeypatch.setenv("SOK1X_KERNEL_CACHE", "1")
+    monkeypatch.setenv("SOK1X_KERNEL_CACHE_DIR", str(tmp_path / "shared" / "kernels"))
+    monkeypatch.setattr(compiler, "_refused_folders", set())
+    return tmp_path / "shared" / "kernels"
+
+
+def test_cache_folders_are_created_for_their_owner_only(cache_root, monkeypatch):
+    old_umask = os.umask(0)  # even a permissive umask gives 0700
+    try:
+        folder = compiler.private_cache_folder()
+    finally:
+        os.umask(old_umask)
+    assert folder == os.path.join(str(cache_root), compiler.package_version())
+    for path in (cache_root.parent, cache_root, folder):
+        assert _mode(path) == 0o700 and os.stat(str(path)).st_uid == os.getuid(), path
+
+
+@pytest.mark.parametrize("which", ["root", "versioned"])
+@pytest.mark.parametrize("mode", [0o777, 0o770, 0o1777])
+def test_a_folder_others_can_write_is_refused(cache_root, which, mode):
+    folder = compiler.private_cache_folder()
+    target = cache_root if which == "root" else folder
+    os.chmod(str(target), mode)
+    with pytest.warns(RuntimeWarning, match="can be written by other users") as caught:
+        assert compiler.private_cache_folder() is None
+    message = str(caught[0].message)
+    assert str(target) in message and "compiled in memory" in message and "chmod 700" in message
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert compiler.private_cache_folder() is None  # said once, refused every time
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="only root can give a folder to another user")
+def test_a_folder_someone_else_owns_is_refused(cache_root):
+    folder = compiler.private_cache_folder()
+    os.chown(folder, os.getuid() + 4242, -1)
+    with pytest.warns(RuntimeWarning, match="belongs to user %d" % (os.getuid() + 4242)):
+        assert compiler.private_cache_folder() is None
+
+
+def test_an_entry_file_others_can_write_is_a_miss(cache_root):
+    folder = compiler.private_cache_folder()
+    entry = os.path.join(folder, "0" * 64 + ".cubin")
+    compiler._cache_write(entry, b"\x7fELF planted")
+    assert _mode(entry) == 0o600
+    assert compiler._cache_read(entry) == b"\x7fELF planted"
+    os.chmod(entry, 0o666)
+    assert compiler._cache_read(entry) is None
+
+
+@needs_nvcc
+def test_a_refused_folder_compiles_in_memory_and_writes_nothing(cache_root):
+    folder = compiler.private_cache_folder()
+    os.chmod(str(cache_root), 0o777)
+    with pytest.warns(RuntimeWarning, match="compiled in memory"):
+        cubin = cuda_kernels.compile_cubin("scan.cu", "sm_90")
+    assert cubin[:4] == b"\x7fELF"
+    assert not os.listdir(folder)

@@ -147,10 +147,10 @@ def test_a_long_engine_run_keeps_its_memory_flat():
 
 
 def test_a_long_session_loop_keeps_its_memory_flat():
-    """1000 MonitoredTrainingSession steps of 256 keys per rank. TensorFlow and its py_func ops
-    grow a little on their own (measured: ~0.1 KiB a step for plain TensorFlow with one py_func,
-    0.6 to 0.9 KiB a step with sok1x's ops); keeping a step's keys or routing would add 5 KiB a
-    step or more."""
+    """1000 MonitoredTrainingSession steps of 256 keys per rank; keeping a step's keys or
+    routing would add 5 KiB a step or more. (The 0.6 to 0.9 KiB a step once seen here came from
+    UCX's memory hooks, now off: sok1x/comm/process_group.py; test_memory_soak.py holds the
+    tight bound.)"""
     steps = 1000
     growth = resident_growth(run_job("mpiexec", 2, "failing_session.py", "soak", steps), steps)
     assert max(growth) < 2048, "resident memory grew by %s KiB" % growth

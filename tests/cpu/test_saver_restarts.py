@@ -51,9 +51,9 @@ def test_one_changed_byte_in_a_table_entry_fails_the_restore_naming_the_checkpoi
     data_file = os.path.join(copy, "lazy_adam", "rank0", "model-5.data-00000-of-00001")
     with open(data_file, "rb") as handle:
         data = bytearray(handle.read())
-    table_entry = data.find(b"SOK1XTBL")  # the table's bytes in the TensorFlow checkpoint
+    table_entry = data.find(b"sok1x-checkpoint")  # the table's entry in the TF checkpoint
     assert table_entry >= 0
-    data[table_entry + 200] ^= 0x01
+    data[table_entry + 20] ^= 0x01
     with open(data_file, "wb") as handle:
         handle.write(bytes(data))
     job = run_job(1, JOB, "restore", copy, os.path.join(copy, "out.json"))

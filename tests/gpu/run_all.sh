@@ -22,8 +22,11 @@ fi
 export PYTHONPATH="$site"
 cd /tmp
 status=0
+ran=
 suite() {  # name, ranks, test path, extra pytest args
   local name=$1 ranks=$2 path=$3; shift 3
+  case " $ran " in *" $name "*) return ;; esac  # at 1 GPU the N-GPU suites are the 1-GPU ones
+  ran="$ran $name"
   if [ "$ranks" = serial ]; then
     python3 -m pytest -q -p no:cacheprovider --color=no "$@" "$repo/$path" >"$logs/$name.log" 2>&1
   else
@@ -38,16 +41,24 @@ suite() {  # name, ranks, test path, extra pytest args
 suite cuda-backend serial tests/gpu/test_cuda_backend.py -s
 suite optimizer-kernels serial tests/gpu/test_optimizer_kernels.py
 suite init-failures serial tests/gpu/serial
+suite bounded-waits-1gpu serial tests/gpu/test_bounded_waits.py
 suite seam-1gpu serial tests/gpu/test_dlpack_seam.py
 suite engine-1gpu 1 tests/gpu/test_engine_cuda.py
 suite engine-${gpus}gpu "$gpus" tests/gpu/test_engine_cuda.py
 suite dynamic-1gpu 1 tests/gpu/test_dynamic_cuda.py
 suite dynamic-${gpus}gpu "$gpus" tests/gpu/test_dynamic_cuda.py
 suite seam-${gpus}gpu "$gpus" tests/gpu/test_dlpack_seam.py
+suite soak-1gpu 1 tests/gpu/test_engine_soak_cuda.py -s
+suite soak-${gpus}gpu "$gpus" tests/gpu/test_engine_soak_cuda.py -s
 suite v2-engine-1gpu 1 tests/gpu/test_v2_engine_cuda.py
 suite table-groups-1gpu 1 tests/gpu/test_table_groups_cuda.py
 suite table-groups-${gpus}gpu "$gpus" tests/gpu/test_table_groups_cuda.py
 suite v2-engine-${gpus}gpu "$gpus" tests/gpu/test_v2_engine_cuda.py
+# The checkpoint specification of tests/mpi (engine only, no TensorFlow) on the cuda backend.
+SOK1X_TEST_BACKEND=cuda suite checkpoint-1gpu 1 tests/mpi/test_sharded_checkpoint.py \
+  "$repo/tests/mpi/test_checkpoint.py"
+SOK1X_TEST_BACKEND=cuda suite checkpoint-${gpus}gpu "$gpus" tests/mpi/test_sharded_checkpoint.py \
+  "$repo/tests/mpi/test_checkpoint.py"
 suite nccl-${gpus}gpu "$gpus" tests/gpu/test_nccl_collectives.py -s
 # The path ranks on different hosts take: no NVLink/PCIe peer access, no shared memory.
 NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 suite nccl-net-${gpus}gpu "$gpus" \

@@ -1,6 +1,7 @@
 """Checkpoints of tables (D8), rank-agnostic: dump / load round trips with optimizer slots, a
 corrupt file, a dim mismatch and incremental_model_dump, checked against every rank's rows
 gathered independently (allgather of each shard), at any number of ranks."""
+import json
 import os
 import tempfile
 import time
@@ -21,7 +22,8 @@ DIM = 4
 
 @pytest.fixture(scope="module", autouse=True)
 def up():
-    sok1x.init(backend="cpu")
+    # SOK1X_TEST_BACKEND=cuda runs the same specification on GPUs (tests/gpu/run_all.sh does)
+    sok1x.init(backend=os.environ.get("SOK1X_TEST_BACKEND", "cpu"))
 
 
 @pytest.fixture
@@ -62,6 +64,11 @@ def _whole(name):
     return merged
 
 
+def _manifest(path):
+    with open(os.path.join(path, checkpoint.MANIFEST_NAME)) as handle:
+        return json.load(handle)
+
+
 def _assert_same(got, want):
     assert sorted(got) == sorted(want)
     for key in want:
@@ -78,7 +85,10 @@ def test_dump_load_round_trip_with_slots(shared_dir, use_hashtable):
     _train(name, keys[::2], 1, use_hashtable)
     saved = _whole(name)
     checkpoint.dump_tables(shared_dir, [name])
-    assert os.path.exists(os.path.join(shared_dir, checkpoint.file_name(name)))
+    manifest = _manifest(shared_dir)
+    assert [s["rank"] for s in manifest["tables"][name]["shards"]] == list(range(COMM.size))
+    for shard in manifest["tables"][name]["shards"]:
+        assert os.path.exists(os.path.join(shared_dir, shard["file"]))
     _train(name, keys, 2, use_hashtable)  # changes rows and slots after the dump
     assert sorted(_whole(name)) == sorted(saved)
     checkpoint.load_tables(shared_dir, [name])
@@ -96,7 +106,8 @@ def test_changed_byte_raises_naming_the_file(shared_dir):
     api.create_table(name, DIM, 16, True, make_spec("uniform", -1, 1, 5), replace=True)
     _train(name, np.arange(2 * COMM.size, dtype=np.int64), 0, True)
     checkpoint.dump_tables(shared_dir, [name])
-    path = os.path.join(shared_dir, checkpoint.file_name(name))
+    last = _manifest(shared_dir)["tables"][name]["shards"][-1]
+    path = os.path.join(shared_dir, last["file"])
     if COMM.rank == 0:
         data = bytearray(open(path, "rb").read())
         data[-20] ^= 0x01
@@ -113,6 +124,13 @@ def test_changed_byte_raises_naming_the_file(shared_dir):
     with pytest.raises(CheckpointError, match="truncated") as info:
         checkpoint.load_tables(shared_dir, [name])
     assert path in str(info.value)
+    if COMM.rank == 0:
+        os.remove(path)
+    COMM.barrier()
+    with pytest.raises(CheckpointError, match="missing") as info:
+        checkpoint.load_tables(shared_dir, [name])
+    assert path in str(info.value)
+    _assert_same(_whole(name), before)
 
 
 def test_other_dim_names_both(shared_dir):
@@ -123,7 +141,7 @@ def test_other_dim_names_both(shared_dir):
     api.create_table(name, DIM + 2, 16, True, make_spec("uniform", -1, 1, 5), replace=True)
     with pytest.raises(CheckpointError, match="dim %d.*dim %d" % (DIM, DIM + 2)):
         checkpoint.load_tables(shared_dir, [name])
-    with pytest.raises(CheckpointError, match="cannot read"):
+    with pytest.raises(CheckpointError, match="no sok1x checkpoint manifest"):
         checkpoint.load_tables(shared_dir + "-missing", [name])
 
 

@@ -5,7 +5,10 @@ MonitoredTrainingSession with checkpoint_dir (a checkpoint every 5 steps), once 
                                                       (no checkpoints), then 10 steps saving to
                                                       <ckpt_root>/<optimizer>
     checkpoint_job.py resume <ckpt_root> <out.json>   per optimizer: restores, trains 10 more
-    checkpoint_job.py rank0_only <ckpt_root> <out.json>  checkpoint_dir on rank 0 alone
+    checkpoint_job.py horovod_first | horovod_resume <ckpt_root> <out.json>
+                                                      as first and resume, for sok_adam and
+                                                      lazy_adam, with checkpoint_dir on rank 0
+                                                      alone (the Horovod idiom)
 
 The global batch (8 samples) is the same on any number of ranks, each rank feeding its share, the
 loss summed over ranks: so the losses do not depend on the number of ranks. Rank 0 writes
@@ -33,6 +36,9 @@ OPTIMIZERS = {
     "scope_ftrl": (False, lambda: tf1.train.FtrlOptimizer(0.2, l1_regularization_strength=0.01),
                    True),
 }
+
+
+HOROVOD_OPTIMIZERS = ("sok_adam", "lazy_adam")
 
 
 def data(step):
@@ -70,13 +76,19 @@ def build(name):
     return tf1.group(emb_op, dense_op), loss, keys, labels
 
 
-def run(name, steps, checkpoint_dir, first_step):
+def run(name, steps, checkpoint_dir, first_step, horovod=False):
+    """horovod: the loss is summed over ranks in the graph (sok1x.allreduce: no collective of
+    the program between steps, where rank 0 alone may be saving) and the dense variables start
+    as rank 0's (sok1x.BroadcastGlobalVariablesHook), as a Horovod program does."""
     rank, size = MPI.COMM_WORLD.rank, MPI.COMM_WORLD.size
     per = GLOBAL_BATCH // size
     losses = []
     with tf1.Graph().as_default():
         train, loss, keys, labels = build(name)
         hooks = [sok1x.InitHook(global_batch_size=GLOBAL_BATCH, backend="cpu")]
+        if horovod:
+            loss, = sok1x.allreduce([loss], average=False)
+            hooks.append(sok1x.BroadcastGlobalVariablesHook(0))
         config = tf1.ConfigProto(inter_op_parallelism_threads=2, intra_op_parallelism_threads=1)
         with tf1.train.MonitoredTrainingSession(
                 checkpoint_dir=checkpoint_dir, save_checkpoint_steps=EVERY,
@@ -87,7 +99,7 @@ def run(name, steps, checkpoint_dir, first_step):
                 mine = slice(rank * per, (rank + 1) * per)
                 local, _ = sess.run([loss, train], {keys: step_keys[mine],
                                                     labels: step_labels[mine]})
-                losses.append(MPI.COMM_WORLD.allreduce(float(local)))
+                losses.append(float(local) if horovod else MPI.COMM_WORLD.allreduce(float(local)))
     return losses
 
 
@@ -101,10 +113,15 @@ def main(phase, root, out):
             results[name] = run(name, STEPS // 2, directory, 0)
         elif phase == "resume":
             results[name] = run(name, STEPS // 2, directory, STEPS // 2)
-        else:  # rank0_only: the Horovod idiom
+        else:  # the Horovod idiom: checkpoint_dir on rank 0 only
+            if name not in HOROVOD_OPTIMIZERS:
+                continue
             mine = directory if MPI.COMM_WORLD.rank == 0 else None
-            results[name] = run(name, STEPS // 2, mine, 0)
-            break
+            if phase == "horovod_first":
+                results[name + "/whole"] = run(name, STEPS, None, 0, horovod=True)
+                results[name] = run(name, STEPS // 2, mine, 0, horovod=True)
+            else:
+                results[name] = run(name, STEPS // 2, mine, STEPS // 2, horovod=True)
     if MPI.COMM_WORLD.rank == 0:
         with open(out, "w") as handle:
             json.dump(results, handle)

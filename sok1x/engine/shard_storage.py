@@ -1,0 +1,195 @@
+"""Storage of checkpoint files in a folder (DESIGN D8): a streaming writer and reader of shard
+files, each checksummed as it goes, and the atomic write of small files (the manifest).
+
+A file is written under a temporary name and renamed into place once complete and on disk
+(fsync), so a crash leaves either the whole file or none. The reader checks the size the manifest
+promises before it reads a byte, and the checksum once it has read the last.
+"""
+import os
+import uuid
+import threading
+import zlib
+
+import numpy as np
+
+from sok1x.errors import CheckpointError
+
+
+def _temporary_name(path):
+    return "%s.tmp-%s" % (path, uuid.uuid4().hex[:12])
+
+
+class ShardWriter:
+    """Appends buffers to `path` through a temporary file; commit() makes it appear whole.
+    A thread writes each buffer while the caller checksums and prepares the next (both release
+    the GIL), so at most two buffers are alive: the one being written and the next."""
+
+    def __init__(self, path):
+        self.path = path
+        self._temporary = _temporary_name(path)
+        self._handle = open(self._temporary, "wb", buffering=0)
+        self._pending = None  # (thread, [error]) of the write in flight
+        self.size = 0
+        self.crc32 = 0
+
+    def write(self, data):
+        """Appends `data` (bytes or a NumPy array, written without a copy; it must not change
+        until the next write or commit returns)."""
+        if isinstance(data, np.ndarray):
+            data = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+        view = memoryview(data)
+        self.crc32 = zlib.crc32(view, self.crc32)
+        self.size += view.nbytes
+        self._wait()
+        errors = []
+        thread = threading.Thread(target=self._write_all, args=(view, errors),
+                                  name="sok1x-shard-write", daemon=True)
+        try:
+            thread.start()
+        except RuntimeError:  # no new threads at interpreter exit (a save from atexit)
+            self._write_all(view, errors)
+            thread = None
+        self._pending = (thread, errors)
+
+    def _write_all(self, view, errors):
+        try:
+            while view.nbytes:
+                view = view[self._handle.write(view):]
+        except OSError as exc:
+            errors.append(exc)
+
+    def _wait(self):
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            thread, errors = pending
+            if thread is not None:
+                thread.join()
+            if errors:
+                raise errors[0]
+
+    def commit(self):
+        """Flushes to disk and renames the file into place; returns (size, crc32)."""
+        self._wait()
+        os.fsync(self._handle.fileno())
+        self._handle.close()
+        os.replace(self._temporary, self.path)
+        return self.size, self.crc32 & 0xFFFFFFFF
+
+    def discard(self):
+        """Drops the temporary file (after a failure)."""
+        try:
+            self._wait()
+        except OSError:
+            pass
+        if not self._handle.closed:
+            self._handle.close()
+        if os.path.exists(self._temporary):
+            os.remove(self._temporary)
+
+
+class ShardReader:
+    """Reads `path` front to back, checksumming what it reads. Raises CheckpointError naming the
+    file if it is missing or not `size` bytes (at open) or fails crc32 `crc32` (at finish())."""
+
+    def __init__(self, path, size, crc32):
+        self.path = path
+        self._expected = (int(size), int(crc32))
+        try:
+            actual = os.stat(path).st_size
+        except OSError as exc:
+            raise CheckpointError("checkpoint shard %s is missing or unreadable (%s): the "
+                                  "checkpoint is incomplete; restore another one" % (path, exc)
+                                  ) from None
+        if actual != int(size):
+            raise CheckpointError("checkpoint shard %s is %d bytes; the manifest says %d: the "
+                                  "file is truncated or was replaced" % (path, actual, size))
+        self._handle = open(path, "rb")
+        self._crc32 = 0
+        self._read = 0
+
+    def read(self, count):
+        """Returns the next `count` bytes (fewer only at the end of the file)."""
+        data = self._handle.read(int(count))
+        self._crc32 = zlib.crc32(data, self._crc32)
+        self._read += len(data)
+        return data
+
+    def read_into(self, buffer):
+        """Fills `buffer` (a uint8 NumPy array) with the next bytes; raises CheckpointError if
+        the file ends first."""
+        got = self._handle.readinto(memoryview(buffer))
+        if got != buffer.nbytes:
+            raise CheckpointError("checkpoint shard %s ended early: the file is truncated"
+                                  % self.path)
+        self._crc32 = zlib.crc32(memoryview(buffer), self._crc32)
+        self._read += got
+
+    def chunks(self, sizes):
+        """Yields the file's next pieces of `sizes` bytes, as uint8 arrays, each valid until the
+        next is asked for. A thread reads (and checksums) the next piece while the caller works
+        on this one: two buffers of the largest size."""
+        if not sizes:
+            return
+        largest = max(sizes)
+        buffers = [np.empty(largest, np.uint8), np.empty(largest if len(sizes) > 1 else 0,
+                                                         np.uint8)]
+        errors = []
+
+        def fill(index):
+            try:
+                self.read_into(buffers[index % 2][:sizes[index]])
+            except (CheckpointError, OSError) as exc:
+                errors.append(exc)
+        fill(0)
+        for index in range(len(sizes)):
+            if errors:
+                raise errors[0]
+            ahead = None
+            if index + 1 < len(sizes):
+                ahead = threading.Thread(target=fill, args=(index + 1,), daemon=True,
+                                         name="sok1x-shard-read")
+                try:
+                    ahead.start()
+                except RuntimeError:  # no new threads at interpreter exit
+                    ahead = None
+            try:
+                yield buffers[index % 2][:sizes[index]]
+            finally:
+                if ahead is not None:
+                    ahead.join()
+            if ahead is None and index + 1 < len(sizes):
+                fill(index + 1)
+
+    def finish(self):
+        """Checks that the whole file was read and its checksum; closes it."""
+        self._handle.close()
+        size, crc32 = self._expected
+        if self._read != size:
+            raise CheckpointError("checkpoint shard %s holds %d bytes past its rows: the file is "
+                                  "corrupt" % (self.path, size - self._read))
+        if self._crc32 & 0xFFFFFFFF != crc32:
+            raise CheckpointError("checkpoint shard %s fails its checksum: the file is corrupt "
+                                  "(changed after it was written); restore an older checkpoint"
+                                  % self.path)
+
+    def close(self):
+        """Closes the file (after a failure)."""
+        self._handle.close()
+
+
+def write_atomically(path, data):
+    """Writes bytes `data` to `path` through a temporary file renamed over it once on disk."""
+    writer = ShardWriter(path)
+    try:
+        writer.write(data)
+        writer.commit()
+    finally:
+        writer.discard()
+
+
+def remove_quietly(path):
+    """Removes file `path` if it is there."""
+    try:
+        os.remove(path)
+    except OSError:
+        pass

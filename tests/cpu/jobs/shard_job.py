@@ -1,0 +1,146 @@
+"""An MPI job for test_sharded_restarts: sharded dumps (D8) across jobs of different sizes, ranks
+killed in the middle of a dump, and the memory a dump adds.
+
+    shard_job.py save <dir> <ref.npz>         trains two tables (dims 4 and 6, hash table off and
+                                              on, Adam), dumps them, rank 0 writes every row and
+                                              slot (by key) to ref.npz
+    shard_job.py load <dir> <ref.npz>         fresh tables load <dir>; every row and slot must
+                                              equal ref.npz (exit 0), else the job fails
+    shard_job.py kill <dir> <where>           trains a step more and dumps again, and SIGKILLs
+                                              itself: where = "between" (rank 0, after its shard
+                                              of the first table) or "inside" (the last rank,
+                                              half-way through its first shard file)
+    shard_job.py rss <dir> <rows>             dumps a <rows> x 128 float32 table; prints each
+                                              rank's peak resident memory added by the dump
+"""
+import os
+import signal
+import sys
+
+import numpy as np
+from mpi4py import MPI
+
+import sok1x
+from sok1x.backend.random_init import make_spec
+from sok1x.engine import api, checkpoint, shard_storage
+
+COMM = MPI.COMM_WORLD
+TABLES = {"job/a": (4, False), "job/b": (6, True)}
+CAPACITY = 32
+
+
+def make_tables():
+    for name, (dim, use_hashtable) in TABLES.items():
+        api.create_table(name, dim, CAPACITY, use_hashtable, make_spec("uniform", -1, 1, 7),
+                         replace=True)
+
+
+def train(step):
+    """One Adam step on keys that do not depend on the number of ranks."""
+    keys = np.arange(step, step + 24, dtype=np.int64)
+    for name in TABLES:
+        op = "job_%s_%d" % (name, step)
+        vectors, token = api.dense_lookup(name, op, keys[COMM.rank::COMM.size], True)
+        values, rows = api.dense_lookup_grad(name, op, token, np.full_like(vectors, 0.1))
+        api.apply_optimizer_update(name, "adam", "Adam", {}, dict(
+            lr_t=0.01, beta1=0.9, beta2=0.999, epsilon=1e-7), values, rows)
+
+
+def whole(name):
+    """(keys, values, m, v) of every trained key (time > 0) over all ranks, sorted by key."""
+    table = api.shard(name)
+    if table.use_hashtable:
+        keys, rows = table.index.export()
+    else:
+        rows = np.arange(table.values.shape[0])
+        keys = rows * table.size + table.rank
+    trained = table.times[rows] > 0
+    keys, rows = keys[trained], rows[trained]
+    parts = [keys, table.values[rows]] + [table.slots["Adam/" + s][rows] for s in "mv"]
+    gathered = COMM.allgather(parts)
+    joined = [np.concatenate([g[i] for g in gathered]) for i in range(4)]
+    order = np.argsort(joined[0])
+    return [array[order] for array in joined]
+
+
+def reference(name):
+    return {"%s/%d" % (name, i): array for i, array in enumerate(whole(name))}
+
+
+def peak_reset():
+    """Resets this process's peak resident memory (VmHWM) to its current size."""
+    with open("/proc/self/clear_refs", "w") as handle:
+        handle.write("5")
+
+
+def status_kib(field):
+    with open("/proc/self/status") as handle:
+        for line in handle:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise KeyError(field)
+
+
+def kill_at(where):
+    if where == "between" and COMM.rank == 0:
+        real = checkpoint._write_shard
+
+        def dying(*args):
+            entry = real(*args)
+            os.kill(os.getpid(), signal.SIGKILL)
+            return entry
+        checkpoint._write_shard = dying
+    if where == "inside" and COMM.rank == COMM.size - 1:
+        real_write = shard_storage.ShardWriter.write
+
+        def dying_write(self, data):
+            real_write(self, data)
+            if self.size > 200:
+                os.kill(os.getpid(), signal.SIGKILL)
+        shard_storage.ShardWriter.write = dying_write
+
+
+def main(mode, path, arg):
+    sok1x.init(backend="cpu")
+    if mode == "rss":
+        rows = int(arg)
+        api.create_table("job/big", 128, rows // COMM.size, False,
+                         make_spec("uniform", -1, 1, 7), replace=True)
+        api.shard("job/big")
+        COMM.barrier()
+        peak_reset()
+        before = status_kib("VmRSS")
+        checkpoint.dump_tables(path, ["job/big"])
+        added = status_kib("VmHWM") - before
+        print("rank %d: shard %d MiB, dump added %d KiB of peak resident memory"
+              % (COMM.rank, api.shard("job/big").values.nbytes >> 20, added), flush=True)
+        return
+    make_tables()
+    if mode == "save":
+        for step in range(3):
+            train(step)
+        checkpoint.dump_tables(path, list(TABLES))
+        saved = {}
+        for name in TABLES:
+            saved.update(reference(name))
+        if COMM.rank == 0:
+            np.savez(arg, **saved)
+    elif mode == "load":
+        checkpoint.load_tables(path, list(TABLES))
+        want = np.load(arg)
+        for name in TABLES:
+            for i, array in enumerate(whole(name)):
+                np.testing.assert_array_equal(array, want["%s/%d" % (name, i)],
+                                              err_msg="%s part %d" % (name, i))
+        print("rank %d: loaded equal" % COMM.rank, flush=True)
+    elif mode == "kill":
+        for step in range(4):
+            train(step)
+        kill_at(arg)
+        COMM.barrier()
+        checkpoint.dump_tables(path, list(TABLES))
+        raise SystemExit("the dump was to be killed")
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:4])

@@ -1,0 +1,223 @@
+"""Sharded checkpoints (D8), rank-agnostic: several tables of different dims and kinds in one
+dump streamed in many small chunks, all-or-nothing loads, and files that are wrong in every way a
+checksum cannot see (negative, duplicated or out-of-range keys, another table's or dtype's
+header), each an error naming the file, on every rank, with no table changed. The reference is
+every rank's rows gathered before the dump (the engine's own view, allgathered)."""
+import json
+import os
+import tempfile
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+import sok1x
+from sok1x.backend.random_init import make_spec
+from sok1x.engine import api, checkpoint, checkpoint_format
+from sok1x.engine.dynamic_table import make_dynamic
+from sok1x.engine.shard_storage import ShardWriter
+from sok1x.errors import CheckpointError
+
+COMM = MPI.COMM_WORLD
+TABLES = {  # name: (dim, use_hashtable, extra settings)
+    "shard/dense": (3, False, {}),
+    "shard/hash": (5, True, {}),
+    "shard/dynamic": (8, True, dict(placement="hash", dynamic=make_dynamic("hbm", 2, 64))),
+}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def up():
+    # SOK1X_TEST_BACKEND=cuda runs the same specification on GPUs (tests/gpu/run_all.sh does)
+    sok1x.init(backend=os.environ.get("SOK1X_TEST_BACKEND", "cpu"))
+
+
+@pytest.fixture
+def shared_dir():
+    path = COMM.bcast(tempfile.mkdtemp(prefix="sok1x-shards-") if COMM.rank == 0 else None)
+    yield path
+    COMM.barrier()
+
+
+@pytest.fixture
+def small_chunks(monkeypatch):
+    """Chunks of a few rows, so every shard streams through many."""
+    monkeypatch.setenv(checkpoint.CHUNK_ENV, str(200.0 / 2 ** 20))
+
+
+def _make(name):
+    dim, use_hashtable, extra = TABLES[name]
+    api.create_table(name, dim, 64, use_hashtable, make_spec("uniform", -1, 1, 3), replace=True,
+                     **extra)
+
+
+def _train(name, keys, step):
+    mine = keys[COMM.rank::COMM.size]
+    op = "shard_%s_%d" % (name, step)
+    vectors, token = api.dense_lookup(name, op, mine, True)
+    values, rows = api.dense_lookup_grad(name, op, token,
+                                         np.full_like(vectors, 0.1 * (step + 1)))
+    api.apply_optimizer_update(name, "adam", "Adam", {}, dict(
+        lr_t=0.01, beta1=0.9, beta2=0.999, epsilon=1e-7), values, rows)
+
+
+def _whole(name):
+    """{key: [value, m, v, time]} over every rank."""
+    table = api.shard(name)
+    if table.use_hashtable:
+        keys, rows = table.index.export()
+    else:
+        rows = np.arange(table.values.shape[0])
+        keys = rows * table.size + table.rank
+    local = [(int(k), [table.values[r].copy()] + [table.slots[s][r].copy() for s in sorted(
+        table.slots)] + [table.times[r]]) for k, r in zip(keys, rows)]
+    merged = {}
+    for part in COMM.allgather(local):
+        merged.update(dict(part))
+    return merged
+
+
+def _assert_same(got, want):
+    assert sorted(got) == sorted(want)
+    for key in want:
+        for a, b in zip(got[key], want[key]):
+            np.testing.assert_array_equal(a, b)
+
+
+def _manifest(path):
+    with open(os.path.join(path, checkpoint.MANIFEST_NAME)) as handle:
+        return json.load(handle)
+
+
+def _trained_set():
+    keys = np.arange(3 * COMM.size + 5, dtype=np.int64)
+    for name in TABLES:
+        _make(name)
+        _train(name, keys * (7 if "dynamic" in name else 1), 0)
+        _train(name, keys[::3], 1)
+    return {name: _whole(name) for name in TABLES}
+
+
+def test_three_tables_stream_in_chunks_and_load_whole(shared_dir, small_chunks):
+    saved = _trained_set()
+    checkpoint.dump_tables(shared_dir, list(TABLES))
+    manifest = _manifest(shared_dir)
+    assert manifest["world_size"] == COMM.size
+    for name, (dim, _, _) in TABLES.items():
+        entry = manifest["tables"][name]
+        assert entry["dim"] == dim and len(entry["shards"]) == COMM.size
+        assert [s[0] for s in entry["slots"]] == ["Adam/m", "Adam/v"]
+    mine = manifest["tables"]["shard/dense"]["shards"][COMM.rank]
+    with open(os.path.join(shared_dir, mine["file"]), "rb") as handle:
+        header, _ = checkpoint_format.read_header(handle.read, mine["file"])
+    assert header["rows"] > header["chunk_rows"]  # many chunks
+    for name in TABLES:
+        _train(name, np.arange(4, dtype=np.int64), 2)
+    checkpoint.load_tables(shared_dir, list(TABLES))
+    for name in TABLES:
+        _assert_same(_whole(name), saved[name])
+    # A second dump of one table replaces only its shards; the others stay loadable.
+    old_files = {s["file"] for s in manifest["tables"]["shard/hash"]["shards"]}
+    _train("shard/hash", np.arange(6, dtype=np.int64), 3)
+    again = _whole("shard/hash")
+    checkpoint.dump_tables(shared_dir, ["shard/hash"])
+    COMM.barrier()
+    assert not any(os.path.exists(os.path.join(shared_dir, f)) for f in old_files)
+    checkpoint.load_tables(shared_dir, list(TABLES))
+    _assert_same(_whole("shard/hash"), again)
+    _assert_same(_whole("shard/dense"), saved["shard/dense"])
+
+
+def _rewrite_shard(path, rank, name, change):
+    """Rank 0 rewrites `rank`'s shard of `name` in folder `path`: change(header, keys, values,
+    slots, times) alters the arrays or header in place; the manifest gets the new size and
+    checksum, so only the content is wrong."""
+    if COMM.rank == 0:
+        manifest = _manifest(path)
+        shard = manifest["tables"][name]["shards"][rank]
+        file_path = os.path.join(path, shard["file"])
+        with open(file_path, "rb") as handle:
+            data = handle.read()
+        header, start = checkpoint_format.read_header(memoryview_reader(data), file_path)
+        assert header["chunk_rows"] >= header["rows"]  # one chunk
+        body = np.frombuffer(data, np.uint8, offset=start).copy()
+        keys, values, slots, times = checkpoint_format.split_chunk(
+            body, header["rows"], header["dim"], len(header["slots"]))
+        keys, values, times = keys.copy(), values.copy(), times.copy()
+        slots = [s.copy() for s in slots]
+        change(header, keys, values, slots, times)
+        writer = ShardWriter(file_path)
+        writer.write(checkpoint_format.encode_header(
+            header["table"], header["dim"], header["rows"], header["slots"], rank, COMM.size,
+            header["chunk_rows"]).replace(b'"float32"', header.get("dtype_bytes", b'"float32"')))
+        for array in [keys, values] + slots + [times]:
+            writer.write(array)
+        shard["size"], shard["crc32"] = writer.commit()
+        with open(os.path.join(path, checkpoint.MANIFEST_NAME), "w") as handle:
+            json.dump(manifest, handle)
+    COMM.barrier()
+
+
+def memoryview_reader(data):
+    position = [0]
+
+    def read(count):
+        piece = data[position[0]:position[0] + count]
+        position[0] += count
+        return piece
+    return read
+
+
+def _set_key(index, value):
+    def change(header, keys, values, slots, times):
+        keys[index] = keys[0] if value == "repeat" else value
+    return change
+
+
+def _set_header(field, value):
+    def change(header, keys, values, slots, times):
+        if field == "dtype":
+            header["dtype_bytes"] = value
+        else:
+            header[field] = value
+    return change
+
+
+@pytest.mark.parametrize("name, change, message", [
+    ("shard/hash", _set_key(1, -5), "negative key -5"),
+    ("shard/dense", _set_key(1, -5), "negative key -5"),
+    ("shard/hash", _set_key(1, "repeat"), "a key twice"),
+    ("shard/dense", _set_key(1, "repeat"), "twice"),
+    ("shard/dense", _set_key(1, 10 ** 9), "trained key 1000000000"),
+    ("shard/dense", _set_header("table", "shard/other"), "holds table 'shard/other'"),
+    ("shard/dense", _set_header("dtype", b'"float16"'), "holds float16 rows"),
+])
+def test_wrong_content_is_an_error_naming_the_file(shared_dir, name, change, message):
+    saved = _trained_set()
+    checkpoint.dump_tables(shared_dir, list(TABLES))
+    victim = COMM.size - 1
+    _rewrite_shard(shared_dir, victim, name, change)
+    path = os.path.join(shared_dir, _manifest(shared_dir)["tables"][name]["shards"][victim][
+        "file"])
+    for name_ in TABLES:
+        _train(name_, np.arange(3, dtype=np.int64), 5)
+    before = {n: _whole(n) for n in TABLES}
+    with pytest.raises(CheckpointError, match=message) as info:
+        checkpoint.load_tables(shared_dir, list(TABLES))
+    assert path in str(info.value)
+    for name_ in TABLES:  # all or nothing: no table changed
+        _assert_same(_whole(name_), before[name_])
+    assert saved
+
+
+def test_a_set_that_lacks_a_table_loads_nothing(shared_dir):
+    _trained_set()
+    checkpoint.dump_tables(shared_dir, ["shard/dense"])
+    before = _whole("shard/dense")
+    _train("shard/dense", np.arange(3, dtype=np.int64), 6)
+    changed = _whole("shard/dense")
+    with pytest.raises(CheckpointError, match="holds no table 'shard/hash'"):
+        checkpoint.load_tables(shared_dir, ["shard/dense", "shard/hash"])
+    _assert_same(_whole("shard/dense"), changed)
+    checkpoint.load_tables(shared_dir, ["shard/dense"])
+    _assert_same(_whole("shard/dense"), before)
