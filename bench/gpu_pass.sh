@@ -30,7 +30,8 @@ wheels=$repo/${SOK1X_BENCH_WHEELS:-.device-wheels}
 if ls "$wheels"/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --target /tmp/site "$wheels"/*.whl
 fi
-python3 -c "import sys; sys.path.insert(0, '/tmp/site'); import sok1x" 2>/dev/null || {
+# Asked from /tmp: from the repository root the sources would import and hide a missing install.
+(cd /tmp && python3 -c "import sys; sys.path.insert(0, '/tmp/site'); import sok1x") 2>/dev/null || {
   python3 -m pip install -q --no-index --no-deps --no-build-isolation --target /tmp/site \
     "$repo" || exit 1; }
 export PYTHONPATH=/tmp/site

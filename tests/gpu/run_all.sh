@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Runs every GPU test on a GPU machine (no TensorFlow needed): bash tests/gpu/run_all.sh [GPUS]
+# SOK1X_SUITE_TIMEOUT_S bounds each suite (default 600 s).
 # Installs sok1x from this checkout (or its wheel in .device-wheels/, beside e.g. PyCUDA's) into a
 # private folder, then runs the suites from outside the checkout so that the installed package,
 # not the sources, is imported. Logs go to $OUT (or /tmp/sok1x-gpu-logs); prints a summary.
@@ -27,10 +28,13 @@ suite() {  # name, ranks, test path, extra pytest args
   local name=$1 ranks=$2 path=$3; shift 3
   case " $ran " in *" $name "*) return ;; esac  # at 1 GPU the N-GPU suites are the 1-GPU ones
   ran="$ran $name"
+  local limit=${SOK1X_SUITE_TIMEOUT_S:-600}
   if [ "$ranks" = serial ]; then
-    python3 -m pytest -q -p no:cacheprovider --color=no "$@" "$repo/$path" >"$logs/$name.log" 2>&1
+    timeout "$limit" python3 -m pytest -q -p no:cacheprovider --color=no "$@" "$repo/$path" \
+      >"$logs/$name.log" 2>&1
   else
-    mpiexec -n "$ranks" python3 -m pytest -q -p no:cacheprovider --color=no "$@" "$repo/$path" \
+    timeout "$limit" mpiexec -n "$ranks" python3 -m pytest -q -p no:cacheprovider --color=no "$@" \
+      "$repo/$path" \
       >"$logs/$name.log" 2>&1
   fi
   local rc=$?
@@ -41,7 +45,6 @@ suite() {  # name, ranks, test path, extra pytest args
 suite cuda-backend serial tests/gpu/test_cuda_backend.py -s
 suite optimizer-kernels serial tests/gpu/test_optimizer_kernels.py
 suite init-failures serial tests/gpu/serial
-suite bounded-waits-1gpu serial tests/gpu/test_bounded_waits.py
 suite seam-1gpu serial tests/gpu/test_dlpack_seam.py
 suite engine-1gpu 1 tests/gpu/test_engine_cuda.py
 suite engine-${gpus}gpu "$gpus" tests/gpu/test_engine_cuda.py
@@ -65,5 +68,7 @@ NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 suite nccl-net-${gpus}gpu "$gpus" \
   tests/gpu/test_nccl_collectives.py
 NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 suite engine-net-${gpus}gpu "$gpus" \
   tests/gpu/test_engine_cuda.py
+# Last: a wait that is not bounded hangs here, and must not keep the other suites from running.
+suite bounded-waits-1gpu serial tests/gpu/test_bounded_waits.py -v -s
 grep -hE "keys/s|GB/s|max abs" "$logs"/cuda-backend.log "$logs"/nccl-*.log 2>/dev/null | head -20
 exit $status
