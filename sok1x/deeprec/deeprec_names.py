@@ -15,8 +15,9 @@ install() sets, on the running TensorFlow, the names DeepRec (a fork of TensorFl
 
 on tf and tf.compat.v1 alike, and the same functions in the internal modules DeepRec's own
 programs and tests import them from (tensorflow.python.ops.embedding_ops,
-tensorflow.python.feature_column.feature_column_v2, tensorflow.python.framework.config). Importing sok1x patches nothing; only this call does. Named after
-what it stands in for: a DeepRec program runs with sok1x's implementations of DeepRec's names.
+tensorflow.python.feature_column.feature_column_v2, tensorflow.python.framework.config).
+Importing sok1x patches nothing; only this call does. Named after what it stands in for: a
+DeepRec program runs with sok1x's implementations of DeepRec's names.
 """
 import importlib
 

@@ -3,7 +3,6 @@ several of them in one fused lookup that shares one exchange (DESIGN D11)."""
 from sok1x.common.sparse_ids import ids_parts, weight_values
 from sok1x.graph_ops.embedding_tag import table_of
 from sok1x.graph_ops import pooled_lookup_ops
-from sok1x.graph_ops.tf_compat import tf1
 
 _COMBINERS = ("sum", "mean")
 

@@ -1,7 +1,8 @@
 """sok1x.export, sok1x.assign and the evicted keys of sok1x.sparse_read_and_evict (SOK's v2
 names): this rank's shard of a sok1x variable as (keys, values) tensors, writing rows of it by
-global key, and the keys a DynamicVariable evicted. All are local (no collective) and not per-step, so they cross to the
-engine as host NumPy through py_func; executing eagerly they run at once."""
+global key, and the keys a DynamicVariable evicted. All are local (no collective) and not
+per-step, so they cross to the engine as host NumPy through py_func; executing eagerly they run
+at once."""
 import numpy as np
 
 from sok1x.graph_ops.embedding_tag import table_of
