@@ -115,7 +115,7 @@ def test_sparse_dense_shape_that_disagrees_with_slot_num(world):
 def test_graph_time_errors_name_the_layer(world):
     with tf1.Graph().as_default():
         layer = sok1x.All2AllDenseEmbedding(16, 4, 2, 1, name="typed")
-        with pytest.raises(ValueError, match="typed: keys must be int64 or int32"):
+        with pytest.raises(ValueError, match="typed: keys must be int64, int32 or uint32"):
             layer(tf1.constant([[[1.0], [2.0]]]))
         with pytest.raises(ValueError, match=r"typed: keys must have shape \[batch, 2, 1\]"):
             layer(tf1.constant([[1, 2]], dtype=tf1.int64))
