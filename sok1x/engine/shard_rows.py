@@ -57,14 +57,20 @@ def assign(table_name, keys, values, key_limit=None):
         keys, values = keys[mine], values[mine]
         if keys.size == 0:
             return 0
-        keys_on_device = backend.asarray(keys)
-        if table.use_hashtable:
-            error = table.capacity_error(keys_on_device)
-            if error is not None:
-                raise error
-        rows = table.rows_of(keys_on_device, insert=True)
+        rows = _rows_inserting(table, keys)
         table.put(rows, backend.asarray(values))
         return int(keys.shape[0])
+
+
+def _rows_inserting(table, keys):
+    """Returns the shard rows of `keys` (int64 NumPy, all held here), inserting the new ones;
+    raises the table's capacity error, changing nothing, when they do not fit."""
+    keys_on_device = table.backend.asarray(keys)
+    if table.use_hashtable:
+        error = table.capacity_error(keys_on_device)
+        if error is not None:
+            raise error
+    return table.rows_of(keys_on_device, insert=True)
 
 
 def export(table_name, key_limit=None):
@@ -118,11 +124,6 @@ def read_local(table_name, keys, key_limit=None):
             raise InvalidInputError("%s: rank %d read keys it does not hold (%s...); only the "
                                     "rank holding a table's rows reads them directly"
                                     % (table_name, table.rank, keys[~mine][:3].tolist()))
-        keys_on_device = backend.asarray(keys)
-        if table.use_hashtable:
-            error = table.capacity_error(keys_on_device)
-            if error is not None:
-                raise error
-        rows = table.rows_of(keys_on_device, insert=True)
+        rows = _rows_inserting(table, keys)
         vectors = np.asarray(backend.to_host(table.gather(rows)), np.float32)
         return vectors.reshape(-1, table.dim), np.asarray(backend.to_host(rows), np.int64)

@@ -70,7 +70,16 @@ def _in_compute_dtype(layer, outputs):
     return outputs if dtype == tf1.float32 else tf1.cast(outputs, dtype)
 
 
-class All2AllDenseEmbedding(keras.layers.Layer):
+class _TableLayer(keras.layers.Layer):
+    """What SOK's v1 layers share: one table, whose handle variable is `var`."""
+
+    @property
+    def embedding_variable(self):
+        """SOK v1's name for the layer's embedding variable (the same as layer.var)."""
+        return self.var
+
+
+class All2AllDenseEmbedding(_TableLayer):
     """Model-parallel equivalent of tf.nn.embedding_lookup over one table spread on all ranks.
 
     Keys (owner rank = key % world_size) are sent to their owners all-to-all, looked up (inserted
@@ -92,11 +101,6 @@ class All2AllDenseEmbedding(keras.layers.Layer):
         _set_up_table(self, max_vocabulary_size_per_gpu, embedding_vec_size, use_hashtable,
                       key_dtype, embedding_initializer)
 
-    @property
-    def embedding_variable(self):
-        """SOK v1's name for the layer's embedding variable (the same as layer.var)."""
-        return self.var
-
     def call(self, inputs, training=True):
         """inputs: int keys; training: Python bool (False: unknown keys give zero vectors)."""
         keys = _engine_keys(self, tf1.convert_to_tensor(inputs))
@@ -113,7 +117,7 @@ class All2AllDenseEmbedding(keras.layers.Layer):
             self.name + "_lookup"))
 
 
-class DistributedEmbedding(keras.layers.Layer):
+class DistributedEmbedding(_TableLayer):
     """Model-parallel equivalent of tf.nn.embedding_lookup_sparse over one table on all ranks.
 
     Input: a SparseTensor of int keys with dense shape [batch * slot_num, max_nnz].
@@ -136,11 +140,6 @@ class DistributedEmbedding(keras.layers.Layer):
         self.max_feature_num = int(max_feature_num)
         _set_up_table(self, max_vocabulary_size_per_gpu, embedding_vec_size, use_hashtable,
                       key_dtype, embedding_initializer)
-
-    @property
-    def embedding_variable(self):
-        """SOK v1's name for the layer's embedding variable (the same as layer.var)."""
-        return self.var
 
     def call(self, inputs, training=True):
         """inputs: tf.SparseTensor of int keys; training: Python bool."""
