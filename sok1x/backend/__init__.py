@@ -34,6 +34,10 @@ Every backend module exposes the same names, and the engine's algorithms call on
     distinct_rows_many(items) -> [(distinct, inverse, ranks)]   per (rows in [0, bound), bound,
         boundaries ending at bound): distinct rows ascending, each row's place among them, and
         how many lie below each boundary; one wait for all items
+    Arrays holding several tables' parts one after the other (cut at host cuts [P + 1]):
+    part_bounds(arrays, cuts) -> host int64 [len(arrays) * P, 2]   (min, max) of each part, one
+        wait; part_bounds_deferred(arrays, cuts) leaves them on the device
+    offset_parts(array, cuts, offsets) -> int64    part t plus offsets[t] (one launch on cuda)
     local_rows(rows, row_starts, moves, length) -> int64   distinct rows ascending, less the
         start of the range t holding each, table t's moved by moves[t] (to an aligned place)
     Sizes left on the device for an op header to carry and read (engine/exchange_header.py):

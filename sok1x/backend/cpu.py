@@ -228,6 +228,39 @@ def index_bounds_deferred(arrays):
     return bounds
 
 
+def part_bounds(arrays, cuts):
+    """Returns host int64 [len(arrays) * P, 2]: the (min, max) of each part of each array, the
+    arrays all cut at host `cuts` [P + 1] (ascending, the last one their length); (INT64_MAX,
+    INT64_MIN) for an empty part. One wait for all."""
+    COUNTS["host_waits"] += 1
+    return part_bounds_deferred(arrays, cuts)
+
+
+def part_bounds_deferred(arrays, cuts):
+    """part_bounds() where cuda leaves it on the device (no wait)."""
+    cuts = np.asarray(cuts, dtype=np.int64)
+    parts = cuts.shape[0] - 1
+    bounds = np.empty((len(arrays) * parts, 2), dtype=np.int64)
+    bounds[:, 0], bounds[:, 1] = np.iinfo(np.int64).max, np.iinfo(np.int64).min
+    filled = np.flatnonzero(np.diff(cuts) > 0)
+    if filled.size:
+        for j, array in enumerate(arrays):
+            array = np.asarray(array, dtype=np.int64)
+            rows = j * parts + filled
+            bounds[rows, 0] = np.minimum.reduceat(array, cuts[filled])
+            bounds[rows, 1] = np.maximum.reduceat(array, cuts[filled])
+    return bounds
+
+
+def offset_parts(array, cuts, offsets):
+    """Returns int64 [n]: each element of part t of int `array` (cut at host `cuts` [P + 1])
+    plus host offsets[t]: the keys of several tables, given as one array, in a group's id
+    space."""
+    counts = np.diff(np.asarray(cuts, dtype=np.int64))
+    return np.asarray(array, dtype=np.int64) + np.repeat(
+        np.asarray(offsets, dtype=np.int64), counts)
+
+
 def row_view(array, start, stop):
     """Returns rows [start, stop) of `array` as a view sharing its memory."""
     return array[start:stop]

@@ -26,6 +26,9 @@ from sok1x.backend.cuda_groups import (  # noqa: F401  (part of the op set: tabl
     join_keys,
     join_rows,
     local_rows,
+    offset_parts,
+    part_bounds,
+    part_bounds_deferred,
 )
 from sok1x.backend.cuda_hash import HashIndex  # noqa: F401  (part of the op set)
 from sok1x.backend.cuda_staging import allocate_page_locked
