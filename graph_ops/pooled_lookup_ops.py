@@ -114,7 +114,8 @@ def _forward_op(tables, inputs, host, items, key_limits, name, prepare, gradient
     def build(op_id):
         outputs = boundary.engine_op(_forward_function(tables, items, key_limits, op_id),
                                      inputs, [tf1.float32] * len(tables) + [tf1.int64], name,
-                                     gradient=gradient, host_inputs=host, prepare=prepare)
+                                     gradient=gradient, host_inputs=host, prepare=prepare,
+                                     unread_inputs=range(len(tables)))
         for pooled, table in zip(outputs, tables):
             pooled.set_shape([None, table.dim])
         outputs[-1].set_shape([])
@@ -183,7 +184,7 @@ def _eager_lookup(tables, inputs, host, items, key_limits, name, prepare):
         outputs = boundary.engine_op(_forward_function(tables, items, key_limits, forward_id),
                                      list(handle_values) + others,
                                      [tf1.float32] * count + [tf1.int64], name, host_inputs=host,
-                                     prepare=prepare)
+                                     prepare=prepare, unread_inputs=range(count))
         # The gradient function keeps no output tensor: the tape's records of it live until
         # the interpreter exits, and an output the engine lent TensorFlow (DLPack) must be
         # released while Python still runs.
