@@ -220,12 +220,11 @@ def index_bounds(arrays):
 
 def index_bounds_deferred(arrays):
     """index_bounds() where cuda leaves it on the device, for one read with other sizes."""
-    bounds = np.empty((len(arrays), 2), dtype=np.int64)
-    bounds[:, 0], bounds[:, 1] = np.iinfo(np.int64).max, np.iinfo(np.int64).min
-    for i, array in enumerate(arrays):
-        if np.size(array):
-            bounds[i] = (np.min(array), np.max(array))
-    return bounds
+    if not arrays:
+        return np.zeros((0, 2), dtype=np.int64)
+    flat = [np.asarray(array, dtype=np.int64).reshape(-1) for array in arrays]
+    cuts = np.concatenate([[0], np.cumsum([a.shape[0] for a in flat])]).astype(np.int64)
+    return part_bounds_deferred([np.concatenate(flat)], cuts)  # two reductions for all
 
 
 def part_bounds(arrays, cuts):
