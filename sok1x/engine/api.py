@@ -260,15 +260,16 @@ def keyed_lookup(table_names, op, keyed, training, key_limits=None):
         return out, np.int64(rt.stash.put(_forward_key(op), state))
 
 
-def keyed_lookup_grad(table_names, op, token, grads):
+def keyed_lookup_grad(table_names, op, token, grads, rows_per_table=False):
     """Collective. grads: float32 shaped like keyed_lookup's output. Returns (values [u, dim],
     rows int64 [u]: each table's own shard rows, table after table, counts host int64 [T]: rows
-    per table)."""
+    per table). rows_per_table: rows as a list of per-table arrays instead, for per-table
+    updates (apply_optimizer_update(s)), which know them for the backward's own rows."""
     names = list(table_names)
     with _step() as rt:
         tables = _tables_for_collective(rt, names, op)
         state = _forward_state(rt, ",".join(names), token, op)
-        return keyed_lookup_module.keyed_backward(rt, tables, op, state, grads)
+        return keyed_lookup_module.keyed_backward(rt, tables, op, state, grads, rows_per_table)
 
 
 def apply_keyed_update(table_names, rule, slot_prefix, options, hyper, values, rows, counts):

@@ -202,9 +202,11 @@ def _forward_by_table(runtime, tables, op, item, training, key_limits, error, cu
     return backend.join_rows(outputs), KeyedState(state, cuts, segment_cuts, True)
 
 
-def keyed_backward(runtime, tables, op, state, grads):
+def keyed_backward(runtime, tables, op, state, grads, rows_per_table=False):
     """Collective. grads: float32 [sum(num_segments), dim] like the forward's output. Returns
-    (values [u, dim], rows int64 [u], counts host int64 [T]) of this rank's shards."""
+    (values [u, dim], rows int64 [u], counts host int64 [T]) of this rank's shards; with
+    rows_per_table, rows is a list of each table's rows (64-byte aligned, known distinct when
+    handed back to a per-table update: engine/distinct_rows.py)."""
     backend = runtime.backend
     grads = backend.asarray(grads)
     dim = tables[0].dim
@@ -217,9 +219,10 @@ def keyed_backward(runtime, tables, op, state, grads):
                   for a, b in zip(state.segment_cuts[:-1], state.segment_cuts[1:])]
         pairs = pooled_backward_many(runtime, tables, op, state.pooling, pieces)
         counts = np.array([int(rows.shape[0]) for _, rows in pairs], dtype=np.int64)
-        return (backend.join_rows([v for v, _ in pairs]),
-                backend.join_keys([r for _, r in pairs], np.zeros(len(pairs), np.int64)),
-                counts)
+        rows = [r for _, r in pairs]
+        if not rows_per_table:
+            rows = backend.join_keys(rows, np.zeros(len(pairs), np.int64))
+        return backend.join_rows([v for v, _ in pairs]), rows, counts
     pooling = state.pooling
     unit = pooling.unit
     # a gradient that does not fit: exchange_gradients_many reports it on every rank
@@ -229,8 +232,12 @@ def keyed_backward(runtime, tables, op, state, grads):
                                                   [per_key])
     group = unit.table
     if not isinstance(group, table_group.TableGroup):
-        return summed, rows, np.array([int(rows.shape[0])], dtype=np.int64)
+        return summed, [rows] if rows_per_table else rows, np.array([int(rows.shape[0])],
+                                                                    dtype=np.int64)
     counts = np.diff(ranks).astype(np.int64)
+    if rows_per_table:  # the values' pieces are row views of summed: joined, they are summed
+        pieces = table_group.split_gradient(backend, group, summed, rows, ranks)
+        return summed, [r for _, r in pieces], counts
     own = backend.local_rows(rows, group.row_starts, np.zeros(len(tables), np.int64),
                              int(rows.shape[0]))
     group.last_keyed = (own, summed, rows)
