@@ -46,6 +46,38 @@ def copy_rows(source, target):
     backend.put_rows(shard.values, rows, backend.asarray(host(api.shard(source).values)))
 
 
+HYPER = {"lr_t": 0.01, "beta1": 0.9, "beta2": 0.999, "epsilon": 1e-8}  # LazyAdam's
+
+
+def paired_tables(prefix, copy_prefix, count=6):
+    """Tables looked up together and copies looked up one by one, with the same rows."""
+    together, alone = make_tables(prefix, count), make_tables(copy_prefix, count)
+    for a, b in zip(together, alone):
+        copy_rows(a, b)
+    return together, alone
+
+
+def step_alone_and_compare(name, tag, item, top, out, values, rows):
+    """Looks table `name` up alone (item, top gradient), checks the grouped lookup's output and
+    gradient (values, rows) against it, and applies its own LazyAdam update."""
+    (want,), one = api.pooled_lookup([name], tag + "_fwd", [item], True)
+    (want_values, want_rows), = api.pooled_lookup_grad([name], tag + "_bwd", one, [top])
+    np.testing.assert_allclose(host(out), host(want), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(dense(values, rows), dense(want_values, want_rows), rtol=1e-5,
+                               atol=1e-5)
+    api.apply_optimizer_update(name, "lazy_adam", "Adam", {}, HYPER, want_values, want_rows)
+
+
+def assert_same_tables(together, alone):
+    """The grouped tables' rows and LazyAdam slots equal their copies'."""
+    for a, b in zip(together, alone):
+        np.testing.assert_allclose(host(api.shard(a).values), host(api.shard(b).values),
+                                   rtol=1e-5, atol=1e-6)
+        for slot in ("Adam/m", "Adam/v"):
+            np.testing.assert_allclose(host(api.shard(a).slots[slot]),
+                                       host(api.shard(b).slots[slot]), rtol=1e-5, atol=1e-7)
+
+
 def batch(rng, count, mixed):
     inputs, tops = [], []
     for t in range(count):
@@ -69,12 +101,8 @@ def dense(values, rows):
 
 @pytest.mark.parametrize("mixed", [False, True])
 def test_a_group_equals_its_tables_one_by_one(mixed):
-    together = make_tables("cuda_group_%s" % mixed, 6)
-    alone = make_tables("cuda_alone_%s" % mixed, 6)
-    for a, b in zip(together, alone):
-        copy_rows(a, b)
+    together, alone = paired_tables("cuda_group_%s" % mixed, "cuda_alone_%s" % mixed)
     rng = np.random.default_rng([11, RANK])
-    hyper = {"lr_t": 0.01, "beta1": 0.9, "beta2": 0.999, "epsilon": 1e-8}
     for _ in range(2):
         inputs, tops = batch(rng, len(together), mixed)
         outs, token = api.pooled_lookup(together, "cg_fwd", inputs, True)
@@ -83,22 +111,11 @@ def test_a_group_equals_its_tables_one_by_one(mixed):
         tables = [api.shard(name) for name in together]
         (found,) = table_group.group_gradients(runtime.get().backend, tables, values, rows)
         assert found[1] is tables[0].group.last_gradient[0]  # the backward's own rows
-        api.apply_optimizer_updates(together, "lazy_adam", "Adam", {}, hyper, values, rows)
+        api.apply_optimizer_updates(together, "lazy_adam", "Adam", {}, HYPER, values, rows)
         for t, name in enumerate(alone):
-            (out,), one = api.pooled_lookup([name], "ca_fwd_%d" % t, [inputs[t]], True)
-            (want_values, want_rows), = api.pooled_lookup_grad([name], "ca_bwd_%d" % t, one,
-                                                                [tops[t]])
-            np.testing.assert_allclose(host(outs[t]), host(out), rtol=1e-5, atol=1e-5)
-            np.testing.assert_allclose(dense(values[t], rows[t]),
-                                       dense(want_values, want_rows), rtol=1e-5, atol=1e-5)
-            api.apply_optimizer_update(name, "lazy_adam", "Adam", {}, hyper, want_values,
-                                       want_rows)
-    for a, b in zip(together, alone):
-        np.testing.assert_allclose(host(api.shard(a).values), host(api.shard(b).values),
-                                   rtol=1e-5, atol=1e-6)
-        for slot in ("Adam/m", "Adam/v"):
-            np.testing.assert_allclose(host(api.shard(a).slots[slot]),
-                                       host(api.shard(b).slots[slot]), rtol=1e-5, atol=1e-7)
+            step_alone_and_compare(name, "ca_%d" % t, inputs[t], tops[t], outs[t], values[t],
+                                   rows[t])
+    assert_same_tables(together, alone)
 
 
 def test_launches_and_waits_do_not_grow_with_the_tables():
@@ -170,12 +187,8 @@ def _compare_part_ops(cuda, cpu, keys, cuts, offsets):
 
 @pytest.mark.parametrize("combiner,weighted", [("sum", False), ("mean", True)])
 def test_a_keyed_lookup_equals_the_tables_one_by_one(combiner, weighted):
-    together = make_tables("cuda_keyed_%s" % combiner, 6)
-    alone = make_tables("cuda_keyed_alone_%s" % combiner, 6)
-    for a, b in zip(together, alone):
-        copy_rows(a, b)
+    together, alone = paired_tables("cuda_keyed_%s" % combiner, "cuda_keyed_alone_%s" % combiner)
     rng = np.random.default_rng([14, RANK])
-    hyper = {"lr_t": 0.01, "beta1": 0.9, "beta2": 0.999, "epsilon": 1e-8}
     for _ in range(2):
         inputs, tops = batch(rng, len(together), False)
         if weighted:
@@ -187,21 +200,13 @@ def test_a_keyed_lookup_equals_the_tables_one_by_one(combiner, weighted):
         cuts = np.concatenate([[0], np.cumsum(counts)])
         segment_cuts = np.concatenate([[0], np.cumsum([i.num_segments for i in inputs])])
         out_host, values_host, rows_host = host(out), host(values), host(rows)
-        api.apply_keyed_update(together, "lazy_adam", "Adam", {}, hyper, values, rows, counts)
+        api.apply_keyed_update(together, "lazy_adam", "Adam", {}, HYPER, values, rows, counts)
         for t, name in enumerate(alone):
-            (want,), one = api.pooled_lookup([name], "cka_fwd_%d" % t, [inputs[t]], True)
-            (want_values, want_rows), = api.pooled_lookup_grad([name], "cka_bwd_%d" % t, one,
-                                                                [tops[t]])
-            np.testing.assert_allclose(out_host[segment_cuts[t]:segment_cuts[t + 1]],
-                                       host(want), rtol=1e-5, atol=1e-5)
-            np.testing.assert_allclose(dense(values_host[cuts[t]:cuts[t + 1]],
-                                             rows_host[cuts[t]:cuts[t + 1]]),
-                                       dense(want_values, want_rows), rtol=1e-5, atol=1e-5)
-            api.apply_optimizer_update(name, "lazy_adam", "Adam", {}, hyper, want_values,
-                                       want_rows)
-    for a, b in zip(together, alone):
-        np.testing.assert_allclose(host(api.shard(a).values), host(api.shard(b).values),
-                                   rtol=1e-5, atol=1e-6)
+            step_alone_and_compare(name, "cka_%d" % t, inputs[t], tops[t],
+                                   out_host[segment_cuts[t]:segment_cuts[t + 1]],
+                                   values_host[cuts[t]:cuts[t + 1]],
+                                   rows_host[cuts[t]:cuts[t + 1]])
+    assert_same_tables(together, alone)
 
 
 def test_a_keyed_step_launches_and_waits_as_for_one_table():
