@@ -170,7 +170,23 @@ class _KeyedForm(_ListForm):
         for rows in outputs[2:]:
             rows.set_shape([None])
         values = tf1.split(outputs[0], outputs[1], num=count)
+        per_graph(values[0].graph, "keyed_gradients", dict)[values[0].op.name] = KeyedGradient(
+            names, outputs[0], outputs[1], outputs[2:], values)
         return list(zip(values, outputs[2:])), outputs[0].op
+
+
+KeyedGradient = collections.namedtuple("KeyedGradient", "names values counts rows pieces")
+KeyedGradient.__doc__ = """The outputs of one keyed backward op: the tables' names, values
+[u, dim] of all tables, counts [T], each table's rows, and the values' per-table pieces (the
+graph's split): an update of all tables at once hands values, counts and rows back."""
+
+
+def keyed_gradient_of(values):
+    """The KeyedGradient one of whose per-table pieces is `values`, or None."""
+    op = getattr(values, "op", None)
+    if op is None or op.type != "SplitV":
+        return None
+    return per_graph(op.graph, "keyed_gradients", dict).get(op.name)
 
 
 def _form(tables, items, key_limits, eager=False):

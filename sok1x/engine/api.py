@@ -274,7 +274,8 @@ def keyed_lookup_grad(table_names, op, token, grads, rows_per_table=False):
 
 def apply_keyed_update(table_names, rule, slot_prefix, options, hyper, values, rows, counts):
     """Local. apply_optimizer_updates for a keyed_lookup_grad's (values, rows, counts): one pass
-    over the rows of a table group. Returns per table the number of distinct rows updated."""
+    over the rows of a table group. rows: joined, or a list of per-table arrays (its
+    rows_per_table form). Returns per table the number of distinct rows updated."""
     with _runtime.entered() as rt:
         tables = [rt.tables.get(name) for name in table_names]
         if rt.pending_tables or None in tables:

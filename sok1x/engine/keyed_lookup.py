@@ -250,6 +250,9 @@ def keyed_update(backend, tables, rule_name, slot_prefix, options, hyper, values
     updated. Raises InvalidInputError for a gradient that does not fit, before anything
     changes."""
     counts = np.asarray(counts, dtype=np.int64).reshape(-1)
+    if isinstance(rows, (list, tuple)):  # each table's rows (keyed_backward's rows_per_table)
+        return _update_by_table(backend, tables, rule_name, slot_prefix, options, hyper,
+                                backend.asarray(values), list(rows), counts)
     values, rows = backend.asarray(values), backend.asarray(rows)
     dims = {table.dim for table in tables}
     if counts.shape != (len(tables),) or np.any(counts < 0) or len(dims) != 1 or (
@@ -276,3 +279,20 @@ def keyed_update(backend, tables, rule_name, slot_prefix, options, hyper, values
     optimizer_updates.apply_group_update(backend, group, rule_name, slot_prefix, options, hyper,
                                          flat, summed)
     return distinct_counts
+
+
+def _update_by_table(backend, tables, rule_name, slot_prefix, options, hyper, values, rows,
+                     counts):
+    """keyed_update with each table's rows apart: values cut into row views by counts, which
+    are the backward's own pieces when handed back unchanged (one pass over a group)."""
+    if counts.shape != (len(tables),) or len(rows) != len(tables) or np.any(counts < 0) or (
+            len(values.shape) != 2 or int(counts.sum()) != values.shape[0]):
+        raise InvalidInputError(
+            "an update of %s needs values [n, dim], one rows array per table and counts per "
+            "table adding up to n; got values %s, %d rows arrays, counts %s"
+            % (", ".join(table.name for table in tables), list(values.shape), len(rows),
+               counts.tolist()))
+    cuts = _cuts(counts)
+    pieces = [backend.row_view(values, int(a), int(b)) for a, b in zip(cuts[:-1], cuts[1:])]
+    return optimizer_updates.apply_updates(backend, tables, rule_name, slot_prefix, options,
+                                           hyper, pieces, rows)

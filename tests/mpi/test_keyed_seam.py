@@ -24,13 +24,15 @@ def _gathered(keys_and_values):
     return table
 
 
-@pytest.mark.parametrize("combiner,weighted,optimizer", [
-    ("sum", False, "sgd"), ("mean", True, "adagrad")])
-def test_keyed_lookup_equals_tensorflow(combiner, weighted, optimizer):
+@pytest.mark.parametrize("combiner,weighted,optimizer,clipped", [
+    ("sum", False, "sgd", False), ("mean", True, "adagrad", False),
+    ("sum", True, "keras_adam", False), ("sum", False, "sgd", True)])
+def test_keyed_lookup_equals_tensorflow(combiner, weighted, optimizer, clipped):
     rng = np.random.default_rng(21)  # every rank looks up the same ids
     initial = [rng.uniform(-1, 1, size=(ROWS, DIM)).astype(np.float32) for _ in range(TABLES)]
     make = {"sgd": lambda lr: tf1.train.GradientDescentOptimizer(lr),
-            "adagrad": lambda lr: tf1.train.AdagradOptimizer(lr)}[optimizer]
+            "adagrad": lambda lr: tf1.train.AdagradOptimizer(lr),
+            "keras_adam": lambda lr: tf1.keras.optimizers.Adam(lr)}[optimizer]
     graph = tf1.Graph()
     with graph.as_default():
         variables = [sok.Variable(values) for values in initial]
@@ -47,9 +49,22 @@ def test_keyed_lookup_equals_tensorflow(combiner, weighted, optimizer):
         loss = tf1.add_n([tf1.reduce_sum(pooled[t] * pooled[t]) for t in used])
         want_loss = tf1.add_n([tf1.reduce_sum(want[t] * want[t]) for t in used])
         grads = tf1.gradients(loss, variables)
+        want_grads = tf1.gradients(want_loss * SIZE, dense)  # each rank's gradient is summed
+        if clipped:  # a changed gradient: each table's own update op
+            grads = [tf1.IndexedSlices(tf1.clip_by_value(g.values, -0.5, 0.5), g.indices,
+                                       g.dense_shape) for g in grads]
+            want_grads = [None if g is None else tf1.clip_by_value(
+                tf1.convert_to_tensor(g), -0.5, 0.5) for g in want_grads]
         train = sok.OptimizerWrapper(make(0.1)).apply_gradients(zip(grads, variables))
-        # each rank's gradient reaches the shards summed: the dense model sees SIZE times it
-        want_train = make(0.1).minimize(want_loss * SIZE, var_list=dense)
+        want_train = make(0.1).apply_gradients(
+            [(g, d) for g, d in zip(want_grads, dense) if g is not None])
+        updates = [op for op in graph.get_operations() if op.type in ("PyFunc", "EagerPyFunc")
+                   and op.name.split("/")[-1].startswith("sok1x_")
+                   and op.name.split("/")[-1].endswith("update")]
+        keyed_updates = [op for op in updates if "keyed_update" in op.name]
+        if optimizer != "keras_adam":  # Keras copies the gradients it aggregates
+            assert len(keyed_updates) == (0 if clipped else 1), [op.name for op in updates]
+            assert len(updates) == (TABLES if clipped else 1), [op.name for op in updates]
         exports = [sok.export(v) for v in variables]
     with tf_support.session(graph) as sess:
         sess.run(sok.Init(backend="cpu"))
