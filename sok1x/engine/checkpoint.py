@@ -178,14 +178,13 @@ def load_shards(directory, manifests, where, table_names, slot_prefixes=None):
     """Collective. Replaces each table with the rows of the checkpoint whose shards are in
     `directory` and whose manifest is `manifests` (this rank's copy, as a list of byte strings
     whose tables together are the set; None for one that could not be read), redistributed over
-    this job's ranks; only the slots matching `slot_prefixes` (all when None). All tables
-    change, or none: any error (named after the file) is raised on every rank first. `where`
-    names the manifest in errors."""
-    from sok1x.engine.dynamic_table import make_table
+    this job's ranks; only the slots matching `slot_prefixes` (all when None). Every file is
+    checked (checksum, header, keys) before any table changes: any error, named after the
+    file, is raised on every rank first, changing nothing. `where` names the manifest."""
     what = "restoring sok1x tables %s" % list(table_names)
     with _runtime.entered() as rt:
         tables = ready_tables(rt, table_names, what)
-        fresh, error = [], None
+        plans, error = [], None
         try:
             if any(data is None for data in manifests):
                 raise CheckpointError("no sok1x checkpoint manifest at %s" % where)
@@ -193,17 +192,24 @@ def load_shards(directory, manifests, where, table_names, slot_prefixes=None):
                 [checkpoint_manifest.decode(data, where) for data in manifests])
             for table in tables:
                 entry = checkpoint_manifest.entry_of(manifest, table.name, where)
-                shard = make_table(rt, table.name, *table.settings, initialize=False)
-                checkpoint_load.read_table(rt, table, entry, directory, slot_prefixes, shard)
-                fresh.append(shard)
+                plans.append(checkpoint_load.check_table(rt, table, entry, directory,
+                                                         slot_prefixes))
         except CheckpointError as exc:
             error = exc
         except (OSError, MemoryError) as exc:
             error = CheckpointError("rank %d cannot read the checkpoint %s: %s"
                                     % (rt.rank, where, exc))
         rt.host.raise_together(error, what)
-        for shard in fresh:
-            rt.tables[shard.name] = shard
+        tables = table = None  # a hash table's old shard is dropped before its new one is made
+        try:
+            for plan in plans:
+                checkpoint_load.read_table(rt, plan)
+        except (CheckpointError, OSError, MemoryError) as exc:
+            error = CheckpointError(
+                "rank %d could not read the checkpoint %s after checking it (%s): tables %s "
+                "may be partly restored; restore them again" % (
+                    rt.rank, where, exc, list(table_names)))
+        rt.host.raise_together(error, what)
 
 
 def _read_quietly(path):

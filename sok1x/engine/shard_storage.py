@@ -88,12 +88,14 @@ class ShardWriter:
 
 
 class ShardReader:
-    """Reads `path` front to back, checksumming what it reads. Raises CheckpointError naming the
-    file if it is missing or not `size` bytes (at open) or fails crc32 `crc32` (at finish())."""
+    """Reads `path` front to back, checksumming what it reads (unless verify=False: a second
+    read of a file checked already). Raises CheckpointError naming the file if it is missing or
+    not `size` bytes (at open) or fails crc32 `crc32` (at finish())."""
 
-    def __init__(self, path, size, crc32):
+    def __init__(self, path, size, crc32, verify=True):
         self.path = path
         self._expected = (int(size), int(crc32))
+        self._verify = verify
         try:
             actual = os.stat(path).st_size
         except OSError as exc:
@@ -110,7 +112,8 @@ class ShardReader:
     def read(self, count):
         """Returns the next `count` bytes (fewer only at the end of the file)."""
         data = self._handle.read(int(count))
-        self._crc32 = zlib.crc32(data, self._crc32)
+        if self._verify:
+            self._crc32 = zlib.crc32(data, self._crc32)
         self._read += len(data)
         return data
 
@@ -121,7 +124,8 @@ class ShardReader:
         if got != buffer.nbytes:
             raise CheckpointError("checkpoint shard %s ended early: the file is truncated"
                                   % self.path)
-        self._crc32 = zlib.crc32(memoryview(buffer), self._crc32)
+        if self._verify:
+            self._crc32 = zlib.crc32(memoryview(buffer), self._crc32)
         self._read += got
 
     def chunks(self, sizes):
@@ -167,7 +171,7 @@ class ShardReader:
         if self._read != size:
             raise CheckpointError("checkpoint shard %s holds %d bytes past its rows: the file is "
                                   "corrupt" % (self.path, size - self._read))
-        if self._crc32 & 0xFFFFFFFF != crc32:
+        if self._verify and self._crc32 & 0xFFFFFFFF != crc32:
             raise CheckpointError("checkpoint shard %s fails its checksum: the file is corrupt "
                                   "(changed after it was written); restore an older checkpoint"
                                   % self.path)

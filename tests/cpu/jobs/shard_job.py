@@ -10,8 +10,10 @@ killed in the middle of a dump, and the memory a dump adds.
                                               itself: where = "between" (rank 0, after its shard
                                               of the first table) or "inside" (the last rank,
                                               half-way through its first shard file)
-    shard_job.py rss <dir> <rows>             dumps a <rows> x 128 float32 table; prints each
-                                              rank's peak resident memory added by the dump
+    shard_job.py rss <dir> <rows> <chunk MB>  dumps a <rows> x 128 float32 table, then dumps
+                                              it again in chunks of <chunk MB> and loads that;
+                                              prints each rank's peak resident memory added by
+                                              the first dump and by the load
 """
 import os
 import signal
@@ -100,20 +102,35 @@ def kill_at(where):
         shard_storage.ShardWriter.write = dying_write
 
 
-def main(mode, path, arg):
+def added_kib(run):
+    """Peak resident memory (KiB) that run() adds to this process."""
+    COMM.barrier()
+    peak_reset()
+    before = status_kib("VmRSS")
+    run()
+    return status_kib("VmHWM") - before
+
+
+def rss(path, rows, chunk_mb):
+    api.create_table("job/big", 128, rows // COMM.size, False,
+                     make_spec("uniform", -1, 1, 7), replace=True)
+    shard = api.shard("job/big")
+    dump = added_kib(lambda: checkpoint.dump_tables(path, ["job/big"]))
+    os.environ[checkpoint.CHUNK_ENV] = chunk_mb
+    checkpoint.dump_tables(path, ["job/big"])
+    want = shard.values[::997].copy()
+    shard.values[::2] = 0.0  # the load must bring the rows back
+    load = added_kib(lambda: checkpoint.load_tables(path, ["job/big"]))
+    np.testing.assert_array_equal(api.shard("job/big").values[::997], want)
+    print("rank %d: shard %d KiB, chunk %d KiB, dump added %d KiB, load added %d KiB of peak "
+          "resident memory" % (COMM.rank, shard.values.nbytes >> 10,
+                               checkpoint.chunk_bytes() >> 10, dump, load), flush=True)
+
+
+def main(mode, path, arg, chunk_mb=None):
     sok1x.init(backend="cpu")
     if mode == "rss":
-        rows = int(arg)
-        api.create_table("job/big", 128, rows // COMM.size, False,
-                         make_spec("uniform", -1, 1, 7), replace=True)
-        api.shard("job/big")
-        COMM.barrier()
-        peak_reset()
-        before = status_kib("VmRSS")
-        checkpoint.dump_tables(path, ["job/big"])
-        added = status_kib("VmHWM") - before
-        print("rank %d: shard %d MiB, dump added %d KiB of peak resident memory"
-              % (COMM.rank, api.shard("job/big").values.nbytes >> 20, added), flush=True)
+        rss(path, int(arg), chunk_mb)
         return
     make_tables()
     if mode == "save":
@@ -143,4 +160,4 @@ def main(mode, path, arg):
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:4])
+    main(*sys.argv[1:5])
