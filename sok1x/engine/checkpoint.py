@@ -8,7 +8,8 @@ writes last: a dump's manifest file, or the Saver's checkpoint entry. Load reads
 each rank streams the files its placement needs (engine/checkpoint_load.py), so a checkpoint
 written on one number of ranks loads on any other. Every function here is collective: all ranks
 call it, in the same order, and an error on any rank is raised on every rank
-(host.raise_together) before any table changes. No MPI call carries rows: only small objects.
+(host.raise_together) before any table changes. Rows travel through MPI only in
+incremental_tables, in calls of bounded size (engine/bounded_collectives.py).
 """
 import os
 import re
@@ -20,6 +21,7 @@ import numpy as np
 from sok1x.engine import checkpoint_format, checkpoint_load, checkpoint_manifest, hybrid_rows
 from sok1x.engine import placement as placements
 from sok1x.engine import runtime as _runtime
+from sok1x.engine.bounded_collectives import all_gather_rows
 from sok1x.engine.exchange_header import confirm_same_op
 from sok1x.engine.shard_storage import ShardWriter, remove_quietly, write_atomically
 from sok1x.errors import CheckpointError
@@ -284,7 +286,7 @@ def incremental_tables(table_names, since_utc):
             times = np.asarray(rt.backend.to_host(table.times))[rows]
             chosen = rows[times >= float(since_utc)]
             values = np.asarray(rt.backend.to_host(table.gather(rt.backend.asarray(chosen))))
-            all_keys, _ = rt.host.all_gather_v(keys[times >= float(since_utc)])
-            all_values, _ = rt.host.all_gather_v(values.reshape(-1, table.dim))
+            all_keys, _ = all_gather_rows(rt.host, keys[times >= float(since_utc)])
+            all_values, _ = all_gather_rows(rt.host, values.reshape(-1, table.dim))
             out.append((all_keys, all_values))
     return out
