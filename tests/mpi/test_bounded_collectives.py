@@ -14,6 +14,8 @@ import sok1x
 from sok1x.backend.random_init import make_spec
 from sok1x.engine import api, assign_values, bounded_collectives, checkpoint, runtime, shard_rows
 
+from checkpoint_reference import train_step
+
 COMM = MPI.COMM_WORLD
 TINY = "7"  # elements per call: a round moves one or two rows of dim 3
 
@@ -77,16 +79,12 @@ def test_all_to_all_rows_equals_an_exchange_of_everything(monkeypatch):
 
 
 def _train_table(name, use_hashtable):
-    """Returns a time after the table was made and before one SGD step on its even keys."""
+    """Returns a time after the table was made and before one Adam step on its even keys."""
     api.create_table(name, 3, 32, use_hashtable, make_spec("uniform", -1, 1, 4), replace=True)
     time.sleep(0.01)
     since = COMM.bcast(time.time())
     time.sleep(0.01)
-    keys = np.arange(0, 6 * COMM.size, 2, dtype=np.int64)[COMM.rank::COMM.size]
-    vectors, token = api.dense_lookup(name, "bounded_%s" % name, keys, True)
-    values, rows = api.dense_lookup_grad(name, "bounded_%s" % name, token,
-                                         np.full_like(vectors, 0.5))
-    api.apply_optimizer_update(name, "sgd", "SGD", {}, dict(lr=0.1), values, rows)
+    train_step(name, np.arange(0, 6 * COMM.size, 2), "bounded_%s" % name, 0.5)
     return since
 
 

@@ -22,9 +22,11 @@ import sys
 import numpy as np
 from mpi4py import MPI
 
-import sok1x
-from sok1x.backend.random_init import make_spec
-from sok1x.engine import api, checkpoint, shard_storage
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "mpi"))
+import sok1x  # noqa: E402
+from checkpoint_reference import as_arrays, every_row, train_step  # noqa: E402
+from sok1x.backend.random_init import make_spec  # noqa: E402
+from sok1x.engine import api, checkpoint, shard_storage  # noqa: E402
 
 COMM = MPI.COMM_WORLD
 TABLES = {"job/a": (4, False), "job/b": (6, True)}
@@ -39,30 +41,13 @@ def make_tables():
 
 def train(step):
     """One Adam step on keys that do not depend on the number of ranks."""
-    keys = np.arange(step, step + 24, dtype=np.int64)
     for name in TABLES:
-        op = "job_%s_%d" % (name, step)
-        vectors, token = api.dense_lookup(name, op, keys[COMM.rank::COMM.size], True)
-        values, rows = api.dense_lookup_grad(name, op, token, np.full_like(vectors, 0.1))
-        api.apply_optimizer_update(name, "adam", "Adam", {}, dict(
-            lr_t=0.01, beta1=0.9, beta2=0.999, epsilon=1e-7), values, rows)
+        train_step(name, np.arange(step, step + 24), "job_%s_%d" % (name, step), 0.1)
 
 
 def whole(name):
     """(keys, values, m, v) of every trained key (time > 0) over all ranks, sorted by key."""
-    table = api.shard(name)
-    if table.use_hashtable:
-        keys, rows = table.index.export()
-    else:
-        rows = np.arange(table.values.shape[0])
-        keys = rows * table.size + table.rank
-    trained = table.times[rows] > 0
-    keys, rows = keys[trained], rows[trained]
-    parts = [keys, table.values[rows]] + [table.slots["Adam/" + s][rows] for s in "mv"]
-    gathered = COMM.allgather(parts)
-    joined = [np.concatenate([g[i] for g in gathered]) for i in range(4)]
-    order = np.argsort(joined[0])
-    return [array[order] for array in joined]
+    return as_arrays(every_row(name, trained_only=True))
 
 
 def reference(name):
