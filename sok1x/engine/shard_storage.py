@@ -1,17 +1,18 @@
 """Storage of checkpoint files in a folder (DESIGN D8): a streaming writer and reader of shard
 files, each checksummed as it goes, and the atomic write of small files (the manifest).
 
-A file is written under a temporary name and renamed into place once complete and on disk
+Checksums are zlib's crc32, taken on several threads (engine/shard_checksum.py). A file is
+written under a temporary name and renamed into place once complete and on disk
 (fsync), so a crash leaves either the whole file or none. The reader checks the size the manifest
 promises before it reads a byte, and the checksum once it has read the last.
 """
 import os
 import uuid
 import threading
-import zlib
 
 import numpy as np
 
+from sok1x.engine import shard_checksum
 from sok1x.errors import CheckpointError
 
 
@@ -38,7 +39,7 @@ class ShardWriter:
         if isinstance(data, np.ndarray):
             data = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
         view = memoryview(data)
-        self.crc32 = zlib.crc32(view, self.crc32)
+        self.crc32 = shard_checksum.crc32(view, self.crc32)
         self.size += view.nbytes
         self._wait()
         errors = []
@@ -113,7 +114,7 @@ class ShardReader:
         """Returns the next `count` bytes (fewer only at the end of the file)."""
         data = self._handle.read(int(count))
         if self._verify:
-            self._crc32 = zlib.crc32(data, self._crc32)
+            self._crc32 = shard_checksum.crc32(data, self._crc32)
         self._read += len(data)
         return data
 
@@ -125,7 +126,7 @@ class ShardReader:
             raise CheckpointError("checkpoint shard %s ended early: the file is truncated"
                                   % self.path)
         if self._verify:
-            self._crc32 = zlib.crc32(memoryview(buffer), self._crc32)
+            self._crc32 = shard_checksum.crc32(memoryview(buffer), self._crc32)
         self._read += got
 
     def chunks(self, sizes):
