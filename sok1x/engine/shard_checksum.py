@@ -1,5 +1,7 @@
-"""The crc32 of checkpoint shard files (DESIGN D8), on several threads: one thread's zlib.crc32
-(2 to 4 GB/s) is slower than a disk or /dev/shm, and a save or load streams every byte through it.
+"""The crc32 of checkpoint shard files (DESIGN D8), and the small pool of threads that shard
+bytes move and are checksummed on: one thread's zlib.crc32 (2 to 6 GB/s), or one thread's
+copies into and out of the page cache, are slower than a disk or /dev/shm, and a save or load
+streams every byte through them (engine/shard_storage.py cuts its buffers with pieces()).
 
 A large buffer is cut into pieces whose crc32s are taken at once on a small thread pool
 (zlib.crc32 releases the GIL) and joined as zlib's crc32_combine joins them: the crc32 of A + B
@@ -11,7 +13,7 @@ import functools
 import os
 import threading
 import zlib
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 
 THREADS_ENV = "SOK1X_CHECKPOINT_THREADS"
 DEFAULT_THREADS = 4
@@ -69,24 +71,51 @@ def _executor(count):
             if _pool["executor"] is not None:
                 _pool["executor"].shutdown(wait=False)
             _pool.update(threads=count, executor=ThreadPoolExecutor(
-                count, thread_name_prefix="sok1x-checksum"))
+                count, thread_name_prefix="sok1x-shard-io"))
         return _pool["executor"]
 
 
-def crc32(data, running=0):
-    """zlib.crc32(data, running) of a bytes-like `data` (a memoryview of bytes), its pieces on
-    threads() threads when it is large."""
-    view = memoryview(data).cast("B")
+def pieces(view):
+    """[(offset, piece)] of uint8 memoryview `view`: itself alone when small, else threads()
+    pieces of about equal size (at least PIECE_BYTES each)."""
     count = threads()
     if count == 1 or view.nbytes < 2 * PIECE_BYTES:
-        return zlib.crc32(view, running)
+        return [(0, view)]
     size = max(PIECE_BYTES, -(-view.nbytes // count))
-    pieces = [view[start:start + size] for start in range(0, view.nbytes, size)]
+    return [(start, view[start:start + size]) for start in range(0, view.nbytes, size)]
+
+
+def submit(function, *args):
+    """A Future of function(*args) run on the pool of threads() threads (on this thread, done
+    already, with one thread or when no thread can start, as at interpreter exit)."""
+    count = threads()
+    if count > 1:
+        try:
+            return _executor(count).submit(function, *args)
+        except RuntimeError:
+            pass
+    done = Future()
     try:
-        crcs = list(_executor(count).map(zlib.crc32, pieces))
-    except RuntimeError:  # no new threads at interpreter exit (a save from atexit)
+        done.set_result(function(*args))
+    except Exception as exc:  # handed to whoever waits on the Future, as the pool would
+        done.set_exception(exc)
+    return done
+
+
+def joined(running, piece_crcs):
+    """The crc32 of running's bytes followed by pieces whose (crc32, length) are
+    `piece_crcs`."""
+    for piece_crc, length in piece_crcs:
+        running = combine(running, piece_crc, length)
+    return running
+
+
+def crc32(data, running=0):
+    """zlib.crc32(data, running) of a bytes-like `data`, its pieces on threads() threads when it
+    is large."""
+    view = memoryview(data).cast("B")
+    parts = pieces(view)
+    if len(parts) == 1:
         return zlib.crc32(view, running)
-    total = running
-    for piece, piece_crc in zip(pieces, crcs):
-        total = combine(total, piece_crc, piece.nbytes)
-    return total
+    futures = [submit(zlib.crc32, piece) for _, piece in parts]
+    return joined(running, [(f.result(), piece.nbytes) for f, (_, piece) in zip(futures, parts)])

@@ -9,6 +9,7 @@ promises before it reads a byte, and the checksum once it has read the last.
 import os
 import uuid
 import threading
+import zlib
 
 import numpy as np
 
@@ -20,16 +21,38 @@ def _temporary_name(path):
     return "%s.tmp-%s" % (path, uuid.uuid4().hex[:12])
 
 
+def _write_piece(descriptor, piece, offset):
+    """Writes uint8 memoryview `piece` at `offset`; returns its zlib.crc32."""
+    crc = zlib.crc32(piece)
+    while piece.nbytes:
+        written = os.pwrite(descriptor, piece, offset)
+        piece, offset = piece[written:], offset + written
+    return crc
+
+
+def _read_piece(descriptor, piece, offset, verify):
+    """Fills uint8 memoryview `piece` from `offset`; returns (bytes read, its zlib.crc32 or
+    0 when not `verify`). Fewer bytes only at the end of the file."""
+    got = 0
+    while got < piece.nbytes:
+        count = os.preadv(descriptor, [piece[got:]], offset + got)
+        if not count:
+            break
+        got += count
+    return got, zlib.crc32(piece[:got]) if verify else 0
+
+
 class ShardWriter:
     """Appends buffers to `path` through a temporary file; commit() makes it appear whole.
-    A thread writes each buffer while the caller checksums and prepares the next (both release
-    the GIL), so at most two buffers are alive: the one being written and the next."""
+    Each buffer is written and checksummed in pieces on the shard I/O threads
+    (engine/shard_checksum.py) while the caller prepares the next, so at most two buffers are
+    alive: the one being written and the next."""
 
     def __init__(self, path):
         self.path = path
         self._temporary = _temporary_name(path)
         self._handle = open(self._temporary, "wb", buffering=0)
-        self._pending = None  # (thread, [error]) of the write in flight
+        self._pending = []  # (Future of a piece's crc32, its length) of the buffer in flight
         self.size = 0
         self.crc32 = 0
 
@@ -38,35 +61,17 @@ class ShardWriter:
         until the next write or commit returns)."""
         if isinstance(data, np.ndarray):
             data = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
-        view = memoryview(data)
-        self.crc32 = shard_checksum.crc32(view, self.crc32)
-        self.size += view.nbytes
+        view = memoryview(data).cast("B")
         self._wait()
-        errors = []
-        thread = threading.Thread(target=self._write_all, args=(view, errors),
-                                  name="sok1x-shard-write", daemon=True)
-        try:
-            thread.start()
-        except RuntimeError:  # no new threads at interpreter exit (a save from atexit)
-            self._write_all(view, errors)
-            thread = None
-        self._pending = (thread, errors)
-
-    def _write_all(self, view, errors):
-        try:
-            while view.nbytes:
-                view = view[self._handle.write(view):]
-        except OSError as exc:
-            errors.append(exc)
+        descriptor, offset = self._handle.fileno(), self.size
+        self.size += view.nbytes
+        self._pending = [(shard_checksum.submit(_write_piece, descriptor, piece, offset + start),
+                          piece.nbytes) for start, piece in shard_checksum.pieces(view)]
 
     def _wait(self):
-        pending, self._pending = self._pending, None
-        if pending is not None:
-            thread, errors = pending
-            if thread is not None:
-                thread.join()
-            if errors:
-                raise errors[0]
+        pending, self._pending = self._pending, []
+        crcs = [(future.result(), length) for future, length in pending]  # raises OSError
+        self.crc32 = shard_checksum.joined(self.crc32, crcs)
 
     def commit(self):
         """Flushes to disk and renames the file into place; returns (size, crc32)."""
@@ -112,21 +117,28 @@ class ShardReader:
 
     def read(self, count):
         """Returns the next `count` bytes (fewer only at the end of the file)."""
-        data = self._handle.read(int(count))
+        data = os.pread(self._handle.fileno(), int(count), self._read)
         if self._verify:
             self._crc32 = shard_checksum.crc32(data, self._crc32)
         self._read += len(data)
         return data
 
     def read_into(self, buffer):
-        """Fills `buffer` (a uint8 NumPy array) with the next bytes; raises CheckpointError if
-        the file ends first."""
-        got = self._handle.readinto(memoryview(buffer))
-        if got != buffer.nbytes:
+        """Fills `buffer` (a uint8 NumPy array) with the next bytes, in pieces on the shard I/O
+        threads; raises CheckpointError if the file ends first."""
+        view = memoryview(buffer).cast("B")
+        descriptor, offset = self._handle.fileno(), self._read
+        parts = shard_checksum.pieces(view)
+        futures = [shard_checksum.submit(_read_piece, descriptor, piece, offset + start,
+                                         self._verify) for start, piece in parts]
+        results = [future.result() for future in futures]
+        got = sum(count for count, _ in results)
+        if got != view.nbytes:
             raise CheckpointError("checkpoint shard %s ended early: the file is truncated"
                                   % self.path)
         if self._verify:
-            self._crc32 = shard_checksum.crc32(memoryview(buffer), self._crc32)
+            self._crc32 = shard_checksum.joined(self._crc32, [
+                (crc, count) for count, crc in results])
         self._read += got
 
     def chunks(self, sizes):
