@@ -16,9 +16,10 @@ median of --repeats (default 5) with min and max:
            checksummed, fsync, rename; then the manifest
     load   load_tables, after every shard's rows were zeroed: every rank reads the files its
            placement needs through their checksums and keys, then again into the table
-    write  every rank writes as many bytes as its shard file to a file of its own, in chunks of
-           the same size, fsync (the folder's parallel write bandwidth for this job)
-    read   every rank reads its file back
+    write  every rank writes as many bytes as its shard file to a file of its own, on as many
+           threads as the checkpoint's I/O (--io-threads), each its own region, fsync (the
+           folder's parallel write bandwidth for this job)
+    read   every rank reads its file back the same way
 Before each read (the checkpoint's and the plain one) the files' pages are dropped from the page
 cache with posix_fadvise(DONTNEED), so both read the disk alike where the system honours it
 (/dev/shm keeps them: there both read memory). Only one copy of the bytes is on --dir at a time
@@ -61,6 +62,9 @@ def parse_args(argv):
                         help="SOK1X_CHECKPOINT_CHUNK_MB for the run (default: its default)")
     parser.add_argument("--sample", type=int, default=200_000,
                         help="rows per rank checked against the cpu backend's values")
+    parser.add_argument("--io-threads", type=int, default=None,
+                        help="threads of the plain write and read, and SOK1X_CHECKPOINT_THREADS "
+                             "of the checkpoint (default: its default, 4)")
     parser.add_argument("--digest", action="store_true")
     return parser.parse_args(argv)
 
@@ -104,22 +108,53 @@ def _timed(run, before=None):
     return harness.job_max(seconds), added
 
 
-def _plain_write(path, size, chunk):
-    with open(path, "wb") as out:
-        for start in range(0, size, chunk.size):
-            out.write(memoryview(chunk)[:min(chunk.size, size - start)])
-        out.flush()
-        os.fsync(out.fileno())
+def _regions(size, threads):
+    """[(start, stop)] of `threads` contiguous regions of a file of `size` bytes."""
+    step = -(-size // threads) or 1
+    return [(start, min(size, start + step)) for start in range(0, size, step)]
 
 
-def _plain_read(path, buffer):
-    total = 0
-    with open(path, "rb") as handle:
-        while True:
-            got = handle.readinto(buffer)
-            if not got:
-                return total
-            total += got
+def _plain_write(path, size, chunk, threads):
+    """Writes `size` bytes of `chunk` to `path`, each of `threads` threads its own region of the
+    file (pwrite), then fsync."""
+    from concurrent.futures import ThreadPoolExecutor
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    piece = memoryview(chunk)[:max(1, chunk.size // threads)]
+
+    def region(bounds):
+        for offset in range(bounds[0], bounds[1], piece.nbytes):
+            part = piece[:min(piece.nbytes, bounds[1] - offset)]
+            while part.nbytes:
+                written = os.pwrite(descriptor, part, offset)
+                part, offset = part[written:], offset + written
+    try:
+        with ThreadPoolExecutor(threads) as pool:
+            list(pool.map(region, _regions(size, threads)))
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+def _plain_read(path, buffer, threads):
+    """Reads `path` back, each of `threads` threads its own region into its part of
+    `buffer`; returns the bytes read."""
+    from concurrent.futures import ThreadPoolExecutor
+    size = os.stat(path).st_size
+    descriptor = os.open(path, os.O_RDONLY)
+    step = max(1, buffer.size // threads)
+    parts = [memoryview(buffer)[i * step:(i + 1) * step] for i in range(threads)]
+
+    def region(index):
+        start, stop = _regions(size, threads)[index]
+        total = 0
+        for offset in range(start, stop, step):
+            total += os.preadv(descriptor, [parts[index][:min(step, stop - offset)]], offset)
+        return total
+    try:
+        with ThreadPoolExecutor(threads) as pool:
+            return sum(pool.map(region, range(len(_regions(size, threads)))))
+    finally:
+        os.close(descriptor)
 
 
 def _emptied(folder):
@@ -171,12 +206,17 @@ def _table():
 
 def _sampled_rows(rt, table, sample):
     """Host (keys, values) of `sample` rows spread over this shard (every row if fewer)."""
+    from sok1x.engine import placement
     from sok1x.engine.checkpoint import _held_rows
     with _entered():
-        keys, rows = _held_rows(rt, table)
-        if keys.size > sample:
-            pick = np.linspace(0, keys.size - 1, num=sample).astype(np.int64)
-            keys, rows = keys[pick], rows[pick]
+        if table.use_hashtable:
+            keys, rows = _held_rows(rt, table)
+        else:  # only the sampled rows' keys: a big shard's would take GBs
+            rows = np.arange(table.values.shape[0], dtype=np.int64)
+        pick = np.linspace(0, rows.size - 1, num=min(sample, rows.size)).astype(np.int64)
+        rows = rows[pick]
+        keys = keys[pick] if table.use_hashtable else placement.global_keys(
+            table.placement, rows, table.rank, table.size)
         values = rt.backend.to_host(rt.backend.take_rows(table.values,
                                                          rt.backend.asarray(rows)))
     return keys, np.asarray(values)
@@ -235,11 +275,14 @@ def main(argv):
     args = parse_args(argv)
     if args.chunk_mb is not None:
         os.environ["SOK1X_CHECKPOINT_CHUNK_MB"] = str(args.chunk_mb)
-    from sok1x.engine import checkpoint, checkpoint_format
+    if args.io_threads is not None:
+        os.environ["SOK1X_CHECKPOINT_THREADS"] = str(args.io_threads)
+    from sok1x.engine import checkpoint, checkpoint_format, shard_checksum
+    threads = shard_checksum.threads()
     started = time.perf_counter()
     rt = harness.start_engine(args.backend)
-    table = build_table(rt, args)
-    sampled = check_cpu_equal(rt, table, args.sample)
+    # No reference to the table object is kept: a load drops a hash table's old shard.
+    sampled = check_cpu_equal(rt, build_table(rt, args), args.sample)
     work = os.path.join(args.dir, "sok1x-checkpoint-io")
     _emptied(work)
     per_row = checkpoint_format.row_bytes(args.dim, args.slots)
@@ -270,8 +313,9 @@ def main(argv):
     plain = os.path.join(work, "plain_io.%d.bin" % rt.rank)
     chunk = harness.seeded_rng(rt.rank).integers(
         0, 255, size=min(mine, checkpoint.chunk_bytes()) or 1, dtype=np.uint8)
-    writes = [_timed(lambda: _plain_write(plain, mine, chunk)) for _ in range(args.repeats)]
-    reads = [_timed(lambda: _plain_read(plain, chunk), before=lambda: _drop_cache(plain))
+    writes = [_timed(lambda: _plain_write(plain, mine, chunk, threads))
+              for _ in range(args.repeats)]
+    reads = [_timed(lambda: _plain_read(plain, chunk, threads), before=lambda: _drop_cache(plain))
              for _ in range(args.repeats)]
     os.remove(plain)
     shard_mib = mine / 2 ** 20
@@ -283,7 +327,7 @@ def main(argv):
         "environment": harness.environment({"backend": args.backend, "ranks": rt.size}),
         "rows": args.rows, "dim": args.dim, "slots": args.slots, "hashtable": args.hashtable,
         "dir": os.path.abspath(args.dir), "chunk_bytes": checkpoint.chunk_bytes(),
-        "file_bytes": total, "repeats": args.repeats,
+        "file_bytes": total, "repeats": args.repeats, "io_threads": threads,
         "dump": _rate(total, [s for s, _ in dumps]), "load": _rate(total, [s for s, _ in loads]),
         "plain_write": _rate(total, [s for s, _ in writes]),
         "plain_read": _rate(total, [s for s, _ in reads]),
