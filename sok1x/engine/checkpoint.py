@@ -109,11 +109,13 @@ def _rows_to_host(backend, array, rows, start, stop, contiguous, fill):
         return fill
     if contiguous and isinstance(array, np.ndarray):  # a view: no copy
         return array[rows[start]:rows[start] + (stop - start)] if stop > start else array[:0]
-    index = rows[start:stop]
+    index = backend.asarray(rows[start:stop])
     if len(array.shape) == 1:
-        return np.asarray(backend.to_host(backend.take_rows(array, backend.asarray(index))))
-    return np.asarray(backend.to_host(hybrid_rows.gather_rows(backend, array,
-                                                              backend.asarray(index))))
+        picked = backend.take_rows(array, index)
+    else:
+        picked = hybrid_rows.gather_rows(backend, array, index)
+    # A view of a reused page-locked block on cuda, held by the writer until it is written.
+    return np.asarray(backend.download_staged(picked))
 
 
 def _write_shard(rt, table, slots, path, rows_per_chunk):
