@@ -135,7 +135,7 @@ def check_table(rt, table, entry, directory, slot_prefixes):
                 keys = keys[_owned(rt, table, keys, times, shard["where"])]
                 if held is not None:
                     rows = _direct_rows(rt, table, keys)
-                    if np.unique(rows).size != rows.size or held[rows].any():
+                    if _repeats_any(rows) or held[rows].any():
                         raise CheckpointError(
                             "%s holds key %d twice (table %s): the file is corrupt"
                             % (shard["where"], _repeated(keys, held, rows), table.name))
@@ -275,6 +275,13 @@ def _contiguous(rows):
     """True if host rows are first, first + 1, ..., first + n - 1 (n >= 1)."""
     return bool(rows.size) and int(rows[-1]) - int(rows[0]) == rows.size - 1 and (
         rows.size < 3 or bool(np.all(np.diff(rows) == 1)))
+
+
+def _repeats_any(rows):
+    """True if host int64 `rows` hold a value twice (a file's rows ascend: no sort then)."""
+    if rows.size < 2 or bool(np.all(rows[1:] > rows[:-1])):
+        return False
+    return np.unique(rows).size != rows.size
 
 
 def _repeated(keys, seen, rows):
