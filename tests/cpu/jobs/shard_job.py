@@ -13,7 +13,8 @@ killed in the middle of a dump, and the memory a dump adds.
     shard_job.py rss <dir> <rows> <chunk MB>  dumps a <rows> x 128 float32 table, then dumps
                                               it again in chunks of <chunk MB> and loads that;
                                               prints each rank's peak resident memory added by
-                                              the first dump and by the load
+                                              the first dump and by the load; then the same load
+                                              of a hash table of <rows> / 2 keys
 """
 import os
 import signal
@@ -26,7 +27,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import sok1x  # noqa: E402
 from checkpoint_reference import as_arrays, every_row, train_step  # noqa: E402
 from sok1x.backend.random_init import make_spec  # noqa: E402
-from sok1x.engine import api, checkpoint, shard_storage  # noqa: E402
+from sok1x.engine import api, checkpoint, runtime, shard_storage  # noqa: E402
 
 COMM = MPI.COMM_WORLD
 TABLES = {"job/a": (4, False), "job/b": (6, True)}
@@ -110,6 +111,32 @@ def rss(path, rows, chunk_mb):
     print("rank %d: shard %d KiB, chunk %d KiB, dump added %d KiB, load added %d KiB of peak "
           "resident memory" % (COMM.rank, shard.values.nbytes >> 10,
                                checkpoint.chunk_bytes() >> 10, dump, load), flush=True)
+    del shard
+    api.create_table("job/big", 128, 1, False, make_spec("uniform", -1, 1, 7), replace=True)
+    hash_rss(path, rows // 2)
+
+
+def _rows_by_key(name, keys):
+    with runtime.entered():
+        table = api.shard(name)
+        return table.gather(table.rows_of(keys, insert=False)).copy()
+
+
+def hash_rss(path, rows):
+    """A hash table of `rows` keys: a load drops its old shard before it fills the new one."""
+    name = "job/bighash"
+    api.create_table(name, 128, rows // COMM.size + 64, True, make_spec("uniform", -1, 1, 7),
+                     replace=True)
+    keys = np.arange(COMM.rank, rows, COMM.size, dtype=np.int64)
+    with runtime.entered():
+        api.shard(name).rows_of(keys, insert=True)
+    checkpoint.dump_tables(path, [name])
+    want = _rows_by_key(name, keys[::997])
+    shard_kib = api.shard(name).values.nbytes >> 10
+    load = added_kib(lambda: checkpoint.load_tables(path, [name]))
+    np.testing.assert_array_equal(_rows_by_key(name, keys[::997]), want)
+    print("rank %d: hash shard %d KiB, chunk %d KiB, load added %d KiB of peak resident memory"
+          % (COMM.rank, shard_kib, checkpoint.chunk_bytes() >> 10, load), flush=True)
 
 
 def main(mode, path, arg, chunk_mb=None):
