@@ -47,9 +47,9 @@ def memory_job(tmp_path_factory):
     rows = (512 << 20) // (128 * 4)
     job = run_job(2, JOB, "rss", tmp_path_factory.mktemp("big"), rows, 8, timeout=600)
     _ok(job)
-    found = re.findall(r"shard (\d+) KiB, chunk (\d+) KiB, dump added (\d+) KiB, "
-                       r"load added (\d+) KiB", job.stdout)
-    hashed = re.findall(r"hash shard (\d+) KiB, chunk (\d+) KiB, load added (\d+) KiB",
+    found = re.findall(r"shard (\d+) KiB, chunk (\d+) KiB, dump added (-?\d+) KiB, "
+                       r"load added (-?\d+) KiB", job.stdout)
+    hashed = re.findall(r"hash shard (\d+) KiB, chunk (\d+) KiB, load added (-?\d+) KiB",
                         job.stdout)
     assert len(found) == 2 and len(hashed) == 2, job.stdout
     return ([[int(kib) for kib in rank] for rank in found],
