@@ -141,7 +141,7 @@ def check_table(rt, table, entry, directory, slot_prefixes):
                             % (shard["where"], _repeated(keys, held, rows), table.name))
                     held[rows] = True
                 else:
-                    hash_keys.append(keys.copy())
+                    hash_keys.append(keys)  # a copy: boolean indexing made it
                 count += keys.size
             reader.finish()
         finally:
@@ -179,6 +179,8 @@ def read_table(rt, plan):
         rt.backend.release_unused()
         table = make_table(rt, plan.name, *settings, initialize=False)
         rt.tables[plan.name] = table
+        if plan.rows > table.capacity:  # a DynamicTable: grown once, while it is empty
+            table._grow(plan.rows)
     sink = _RowSink(rt, table, plan)
     per_row = checkpoint_format.row_bytes(table.dim, len(plan.slots))
     for shard in plan.shards:
