@@ -13,7 +13,7 @@ from mpi4py import MPI
 
 import sok1x
 from sok1x.backend.random_init import make_spec
-from sok1x.engine import api, checkpoint, checkpoint_format, shard_checksum
+from sok1x.engine import api, checkpoint, checkpoint_format, checkpoint_load, shard_checksum
 from sok1x.engine.dynamic_table import make_dynamic
 from sok1x.engine.shard_storage import ShardWriter
 from sok1x.errors import CheckpointError
@@ -126,6 +126,28 @@ def test_buffers_cut_into_pieces_on_threads_round_trip(shared_dir, monkeypatch):
         open(path, "wb").write(bytes(data))
     COMM.barrier()
     with pytest.raises(CheckpointError, match="checksum"):
+        checkpoint.load_tables(shared_dir, list(TABLES))
+
+
+def test_a_file_changed_between_check_and_read_fails_on_every_rank(shared_dir, monkeypatch):
+    """A file cut short after the check: every rank raises, saying the tables may be partly
+    restored (the check read it whole; only a change in between gets this far)."""
+    _trained_set()
+    checkpoint.dump_tables(shared_dir, list(TABLES))
+    last = _manifest(shared_dir)["tables"]["shard/hash"]["shards"][-1]
+    path = os.path.join(shared_dir, last["file"])
+    checked = checkpoint_load.check_table
+
+    def check_then_cut(rt, table, *args):
+        plan = checked(rt, table, *args)
+        if table.name == "shard/hash":
+            COMM.barrier()  # every rank checked its files
+            if COMM.rank == 0:
+                os.truncate(path, 100)
+            COMM.barrier()
+        return plan
+    monkeypatch.setattr(checkpoint_load, "check_table", check_then_cut)
+    with pytest.raises(CheckpointError, match="after checking it.*may be partly restored"):
         checkpoint.load_tables(shared_dir, list(TABLES))
 
 
