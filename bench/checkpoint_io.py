@@ -1,7 +1,7 @@
 """Sharded checkpoint dump + load of one big table (DESIGN D8) beside a plain parallel write and
 read of the same bytes to the same folder, in the same run.
 
-    mpiexec -n 1 python3 bench/checkpoint_io.py --dir /dev/shm/ckpt-bench --rows 100000000 \
+    mpiexec -n 1 python3 bench/checkpoint_io.py --dir /dev/shm --rows 100000000 \
         --out bench/results/checkpoint_io-1gpu.json
     mpiexec -n 2 python3 bench/checkpoint_io.py --dir ... --rows 10000000 --out ...-2gpu.json
     mpiexec -n 2 python3 bench/checkpoint_io.py --backend cpu --rows 1000000 --dir /tmp/ckb \
@@ -11,7 +11,8 @@ The table: --rows keys (default 10M) x --dim (128) float32, no hash table (or --
 key inserted), --slots zero-filled optimizer slots (default 0), initial values from a fixed
 uniform initializer. Timed, with a barrier before and after (the slowest rank's time), each the
 median of --repeats (default 5) with min and max:
-    dump   sok1x.engine.checkpoint.dump_tables into an emptied --dir: every rank streams its
+    dump   sok1x.engine.checkpoint.dump_tables into <--dir>/sok1x-checkpoint-io, emptied before
+           each repeat (and removed at the end): every rank streams its
            shard to its own file in chunks of SOK1X_CHECKPOINT_CHUNK_MB (--chunk-mb),
            checksummed, fsync, rename; then the manifest
     load   load_tables, after every shard's rows were zeroed: every rank reads the files its
