@@ -242,6 +242,7 @@ def _pinned_block(nbytes):
     from sok1x.backend.cuda_staging import allocate_page_locked
     host = allocate_page_locked((int(nbytes),), np.uint8,
                                 mem_flags=driver.host_alloc_flags.DEVICEMAP)
+    host.fill(0)
     return HostBlock(nbytes, host.base.get_device_pointer(), host.ctypes.data, host, "pinned",
                      None)
 
