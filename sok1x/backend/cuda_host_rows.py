@@ -176,12 +176,11 @@ def _vmm_block(nbytes):
     try:
         _call("cuMemMap", address, size, 0, handle, 0)
         mapped.append(True)
-        access = (_AccessDesc * 2)()
-        access[0].location.type, access[0].location.id = _LOCATION_DEVICE, device
-        access[1].location.type, access[1].location.id = _LOCATION_HOST_NUMA, node
-        for desc in access:
-            desc.flags = _PROT_READWRITE
-        _call("cuMemSetAccess", address, size, access, 2)
+        for where, which in ((_LOCATION_DEVICE, device), (_LOCATION_HOST_NUMA, node)):
+            access = _AccessDesc()  # the device's access, then the CPU's, one call each
+            access.location.type, access.location.id, access.flags = (where, which,
+                                                                      _PROT_READWRITE)
+            _call("cuMemSetAccess", address, size, ctypes.byref(access), 1)
     except RuntimeError:
         release()
         raise
