@@ -119,11 +119,16 @@ class HostBlock:
 
     def __init__(self, nbytes, address, host_address, keep, method_name, release):
         self.nbytes, self.address, self.method = int(nbytes), int(address), method_name
-        self._keep, self._release = keep, release
-        raw = (ctypes.c_uint8 * self.nbytes).from_address(host_address)
-        raw.sok1x_block = self  # every view of `host` keeps the block, so the memory, alive
-        self.host = np.frombuffer(raw, np.uint8)
+        self._host_address, self._keep, self._release = int(host_address), keep, release
         self.huge_bytes = 0
+
+    @property
+    def host(self):
+        """A NumPy uint8 view of the block that keeps the block, so the memory, alive (the
+        block holds no view: no reference cycle delays the release)."""
+        raw = (ctypes.c_uint8 * self.nbytes).from_address(self._host_address)
+        raw.sok1x_block = self
+        return np.frombuffer(raw, np.uint8)
 
     def __int__(self):
         return self.address
