@@ -9,7 +9,8 @@ Events recorded on the sok1x stream split each call into: `to_kernel` (from the 
 the GPU passing the insert kernel: the Python before the launch plus the kernel),
 `queued_and_wait` (the work queued before the wait, or the host's wait and return if longer),
 `rest` (what follows: gather, and touch_rows on the engine path); host clock: `host_to_return`
-(start to find_or_insert / rows_of returning) and `host_all`. Medians of --repeats calls (ms), with min and max.
+(start to find_or_insert / rows_of returning) and `host_all`. Medians of --repeats calls (ms),
+with min and max.
 """
 import sys
 import time
