@@ -126,10 +126,11 @@ class HashIndex:
                 raise OverflowError("%d new keys do not fit: %d of %d rows used" % (
                     missing, self.size, self.capacity))
             if missing == 0:
-                found, none = self._find(keys), empty((0,), np.int64)
+                found, new_keys, new_rows = (self._find(keys), empty((0,), np.int64),
+                                             empty((0,), np.int64))
                 if queue_first is not None:
-                    queue_first(none, none, None)
-                return found, none, none
+                    queue_first(new_keys, new_rows, None)
+                return found, new_keys, new_rows
         pool, pool_count, first_new_row = 0, 0, self.size
         if row_pool is not None:
             row_pool = index_array(row_pool, "row_pool")
