@@ -15,6 +15,7 @@
 #            table on cuda and on cpu, whose value digests must agree
 #   framework  framework_step.py on 1 and every GPU count up to the machine's (1, 2, 4, 8), then
 #            framework_report.py -> $OUT/framework.{json,md,png}
+#            ($SOK1X_FRAMEWORK_WORKLOADS: which workloads; $SOK1X_FRAMEWORK_LIMIT_S: s per count)
 # Installs the wheels in $SOK1X_BENCH_WHEELS (default .device-wheels/: PyCUDA and its needs, and a
 # sok1x wheel; without one, sok1x from this checkout) into /tmp/site and runs from /tmp, so that
 # the installed package is imported. JSON and logs go to $OUT (or /tmp/sok1x-bench).
@@ -81,8 +82,9 @@ for what in "$@"; do
       files=()
       for n in 1 2 4 8; do
         [ "$n" -le "$gpus" ] || continue
-        stage "framework-$n" 240 mpiexec -n "$n" python3 "$bench/framework_step.py" \
-          --out "$out/fw$n.json"
+        stage "framework-$n" "${SOK1X_FRAMEWORK_LIMIT_S:-240}" mpiexec -n "$n" python3 \
+          "$bench/framework_step.py" --out "$out/fw$n.json" \
+          --workloads "${SOK1X_FRAMEWORK_WORKLOADS:-seed,dlrm,dlrm26,mlperf26}"
         files+=("$out/fw$n.json")
       done
       stage framework-report 60 python3 "$bench/framework_report.py" --name framework \

@@ -26,6 +26,13 @@ _BLOCKS_PER_MULTIPROCESSOR = 16
 COUNTS = collections.Counter()
 
 
+def load_every_kernel():
+    """Loads all of sok1x's kernels on the active device (once, at init); returns their number.
+    See cuda_kernels.load_every_kernel for why no kernel may be loaded during a step."""
+    with cuda_context.entered():
+        return kernels.load_every_kernel(kernels.source_names())
+
+
 def waited_stream():
     """cuda_context.wait_stream(), counted as one host wait and timed into COUNTS."""
     started = time.perf_counter()
