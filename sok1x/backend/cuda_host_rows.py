@@ -1,11 +1,10 @@
 """Page-locked host memory that kernels read and write in place (a hybrid table's host rows).
 
-The GPU reaches mapped host memory through its own page tables. On the driver's 4 KiB pages a
-gather of random rows from GiBs of host memory misses the GPU's translation caches on almost
-every row, and the mapped read rate falls as the region grows (46.9 GiB/s from 0.25 GiB, 27.4
-from 1 GiB on one H100: bench/NOTES.md, issue 21). Memory on 2 MiB pages keeps the translations
-cached. $SOK1X_HOST_ROWS names how host rows are allocated; each way falls back to the next
-when the system refuses it:
+The GPU reaches mapped host memory through its own page tables, and a gather of random rows
+reads slower the larger the region (46 GiB/s from 0.25 GiB, 25 from 1 GiB, 10 from 4 GiB on one
+H100). 2 MiB pages were expected to keep the translations cached; measured, they do not change
+those rates (bench/NOTES.md, issue 21). $SOK1X_HOST_ROWS names how host rows are allocated; each way falls back to the next
+when the system refuses it (pinned is the default: see _DEFAULT):
 
     vmm     cuMemCreate of host memory (CU_MEM_LOCATION_TYPE_HOST_NUMA, the GPU's NUMA node) in
             2 MiB-granular pieces, mapped with cuMemMap and opened to the device and the CPU with
@@ -27,6 +26,11 @@ import numpy as np
 
 _HUGE = 2 << 20
 _METHODS = ("vmm", "thp", "pinned")
+# Measured on one H100 (bench/host_rows.py, 2026-11-23): neither 2 MiB way reads faster than
+# pinned at any region size (46 / 25 / 10 GiB/s from 0.25 / 1 / 4 GiB, all three alike), and
+# vmm's CPU view disagreed with the kernels' in the probe: pinned is the default, the others
+# are opt-in for further measurement.
+_DEFAULT = "pinned"
 _LOCATION_HOST_NUMA = 3
 _LOCATION_DEVICE = 1
 _ALLOCATION_PINNED = 1
@@ -106,7 +110,7 @@ def _call(name, *args):
 def method():
     """The first way of allocating host rows that $SOK1X_HOST_ROWS asks for (module docstring);
     raises ValueError naming the variable for an unknown one."""
-    wanted = os.environ.get("SOK1X_HOST_ROWS", _METHODS[0])
+    wanted = os.environ.get("SOK1X_HOST_ROWS", _DEFAULT)
     if wanted not in _METHODS:
         raise ValueError("SOK1X_HOST_ROWS must be one of %s, got %r" % (_METHODS, wanted))
     return wanted
