@@ -203,6 +203,22 @@ def to_host(array, what="a copy to the host"):
     return to_host_many([array], what)[0]
 
 
+def to_host_later(array, what="a copy to the host"):
+    """Queues a copy of a GPUArray to the host; returns a function that waits for it and
+    returns a NumPy copy the caller owns (work queued in between runs during the wait)."""
+    collect = cuda_staging.download_later([array], what)
+
+    def wait():
+        started = time.perf_counter()
+        host = np.array(collect()[0], copy=True)
+        if array.size:
+            COUNTS["wait_us"] += int((time.perf_counter() - started) * 1e6)
+            COUNTS["host_waits"] += 1
+            COUNTS["copies"] += 1
+        return host
+    return wait
+
+
 def to_host_many(arrays, what="a copy to the host"):
     """Copies several GPUArrays back with one wait for all of them (blocks the host, bounded);
     returns NumPy copies the caller owns."""
