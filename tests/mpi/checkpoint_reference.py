@@ -18,7 +18,9 @@ def train_step(name, keys, op, gradient):
     op `op` and applies one Adam update with every gradient element equal to `gradient`."""
     mine = np.asarray(keys, np.int64)[COMM.rank::COMM.size]
     vectors, token = api.dense_lookup(name, op, mine, True)
-    values, rows = api.dense_lookup_grad(name, op, token, np.full_like(vectors, gradient))
+    # Made on the table's backend (device arrays on cuda: SOK1X_TEST_BACKEND=cuda).
+    top = api.shard(name).backend.asarray(np.full(vectors.shape, gradient, vectors.dtype))
+    values, rows = api.dense_lookup_grad(name, op, token, top)
     api.apply_optimizer_update(name, "adam", "Adam", {}, ADAM, values, rows)
 
 
