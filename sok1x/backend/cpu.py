@@ -327,9 +327,16 @@ def segment_counts(segment_ids, num_segments):
                        minlength=int(num_segments)).astype(np.float32)
 
 
-def fill_rows(array, rows, value):
-    """array[rows] = value."""
-    array[np.asarray(rows, dtype=np.int64)] = value
+def fill_rows(array, rows, value, count=None):
+    """array[rows] = value; count: None, or a [1] array: only the first count[0] rows, negative
+    rows skipped (cuda's fill_rows)."""
+    rows = _counted_rows(rows, count)
+    array[rows[rows >= 0]] = value
+
+
+def _counted_rows(rows, count):
+    rows = np.asarray(rows, dtype=np.int64)
+    return rows if count is None else rows[:int(np.asarray(count).reshape(-1)[0])]
 
 
 def scale_rows(values, factors, divide=False):
@@ -455,8 +462,14 @@ def touch_rows(last_step, counts, rows, step):
     counts += np.bincount(rows, minlength=counts.shape[0]).astype(counts.dtype)
 
 
-def init_rows(table, rows, keys, spec, table_id):
-    """Writes the initial vectors of `keys` (random_init's recipe) into table[rows]."""
+def init_rows(table, rows, keys, spec, table_id, count=None):
+    """Writes the initial vectors of `keys` (random_init's recipe) into table[rows]; count: as
+    fill_rows'."""
+    rows = _counted_rows(rows, count)
+    keys = np.asarray(keys, dtype=np.int64)[:rows.shape[0]]
+    kept = rows >= 0
+    if not kept.all():
+        rows, keys = rows[kept], keys[kept]
     if len(rows):
         _rows(table)[rows] = initial_values(spec, table_id, keys, table.shape[1])
 
