@@ -3,8 +3,8 @@
 The GPU reaches mapped host memory through its own page tables, and a gather of random rows
 reads slower the larger the region (46 GiB/s from 0.25 GiB, 25 from 1 GiB, 10 from 4 GiB on one
 H100). 2 MiB pages were expected to keep the translations cached; measured, they do not change
-those rates (bench/NOTES.md, issue 21). $SOK1X_HOST_ROWS names how host rows are allocated; each way falls back to the next
-when the system refuses it (pinned is the default: see _DEFAULT):
+those rates (bench/NOTES.md, issue 21). $SOK1X_HOST_ROWS names how host rows are allocated; each
+way falls back to the next when the system refuses it (pinned is the default: see _DEFAULT):
 
     vmm     cuMemCreate of host memory (CU_MEM_LOCATION_TYPE_HOST_NUMA, the GPU's NUMA node) in
             2 MiB-granular pieces, mapped with cuMemMap and opened to the device and the CPU with
