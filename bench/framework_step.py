@@ -27,8 +27,10 @@ drifts over all of them alike. The first steps' outputs are compared across vari
 measured in the same run: page-locked host-to-device and device-to-host bandwidth, and per step
 of sok1x_device the kernel launches, fills, copies, host waits (and the microseconds spent in
 them), the host's Python microseconds not spent waiting, NCCL collectives and MPI exchanges.
+With SOK1X_BENCH_PROFILE=FILE, rank 0 appends a cProfile of 20 sok1x_device steps per workload.
 """
 import functools
+import os
 import sys
 import time
 
@@ -349,6 +351,7 @@ def run_workload(rt, name, device, steps, repeats, scale):
             harness.barrier()
             times[variant].append(job_max(harness.wall_ms(run, steps, synchronize)))
     counts = per_step_counts(rt, timed["sok1x_device"], synchronize)
+    profile_steps(rt, timed["sok1x_device"], synchronize, "%s, %d GPU(s)" % (name, rt.size))
 
     entries = []
     for variant in runs:
@@ -443,6 +446,31 @@ def run_dynamic(rt, steps, repeats, scale):
     for name in names.values():
         rt.tables.pop(name, None)
     return entries
+
+
+def profile_steps(rt, run, synchronize, label, steps=20, lines=30):
+    """With $SOK1X_BENCH_PROFILE set to a file, appends to it (rank 0) the cProfile of `steps`
+    steps of `run` (sok1x_device): the host functions by their own time, where a step whose
+    host time exceeds its GPU time spends it."""
+    path = os.environ.get("SOK1X_BENCH_PROFILE")
+    if not path:
+        return
+    import cProfile
+    import io
+    import pstats
+    harness.barrier()
+    synchronize()
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(steps):
+        run()
+    synchronize()
+    profiler.disable()
+    if rt.rank == 0:
+        text = io.StringIO()
+        pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(lines)
+        with open(path, "a") as handle:
+            handle.write("# %s, %d steps\n%s\n" % (label, steps, text.getvalue()))
 
 
 def per_step_counts(rt, run, synchronize, steps=5):

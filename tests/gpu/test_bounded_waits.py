@@ -10,6 +10,7 @@ not bounded would end by the kernel finishing instead, with no error, and fail t
 must not wait at all. Run with one rank (`python3 -m pytest`, or mpiexec -n 1): each test aborts
 its communicator, and the next one brings the engine up again.
 """
+import gc
 import threading
 import time
 
@@ -98,13 +99,23 @@ def stalled(monkeypatch):
     with runtime.entered():
         _spin_kernel()  # compiled before the stall
         warm_staging(rt)
+        # No collection while the stream is stalled: freeing page-locked memory or a module
+        # (an earlier test's Stall, which its timer keeps in a reference cycle) waits for the
+        # device inside the driver, holding the GIL, so the timer could never end the stall.
+        gc.collect()
+        gc.disable()
         stall = Stall(rt, TIMEOUT_S + 1.0)
-    yield stall
-    stall.timer.join()
-    runtime.shutdown()
-    from sok1x.backend import cuda_context
-    with cuda_context.entered():
-        cuda_context.wait_stream()  # unbounded now, and the kernel has ended
+    try:
+        yield stall
+    finally:
+        stall.timer.join()
+        runtime.shutdown()
+        from sok1x.backend import cuda_context
+        with cuda_context.entered():
+            cuda_context.wait_stream()  # unbounded now, and the kernel has ended
+        gc.enable()
+        stall.timer = None  # the cycle goes, and the collection frees its memory now
+        gc.collect()
 
 
 def assert_timed_out(stall, wait, what):
