@@ -70,13 +70,49 @@ def _twin_of(optimizer):
     return twin
 
 
-class OptimizerWrapper:
-    """Wraps a TensorFlow optimizer so that it updates sok1x.Variable / DynamicVariable handles
-    (and v1 embedding variables) beside dense variables. Raises UnsupportedOptimizerError for an
-    optimizer whose math sok1x does not reproduce."""
+class _OwnStepState:
+    """As SOK's wrapper: the steps applied through it count on a step counter of its own, not on
+    the wrapped optimizer's (a Keras OptimizerV2's `iterations`, a tf.compat.v1.train
+    optimizer's non-slot variables such as Adam's beta powers), so a program may apply the same
+    optimizer object to its dense variables too without advancing the wrapper's bias
+    corrections twice a step."""
 
     def __init__(self, optimizer):
         self._optimizer = optimizer
+        self._iterations = None
+        self._non_slot_dict = {}
+
+    def __enter__(self):
+        opt = self._optimizer
+        if isinstance(opt, tf1.keras.optimizers.Optimizer):
+            if self._iterations is None:
+                with tf1.init_scope():
+                    self._iterations = tf1.Variable(
+                        0, dtype=tf1.int64, trainable=False, use_resource=True,
+                        name="sok1x_wrapper_iterations")
+            self._saved = ("_iterations", opt._iterations)
+            opt._iterations = self._iterations
+        elif isinstance(opt, tf1.train.Optimizer):
+            self._saved = ("_non_slot_dict", opt._non_slot_dict)
+            opt._non_slot_dict = self._non_slot_dict
+        else:
+            self._saved = None
+        return self
+
+    def __exit__(self, *exc):
+        if self._saved is not None:
+            setattr(self._optimizer, *self._saved)
+
+
+class OptimizerWrapper:
+    """Wraps a TensorFlow optimizer so that it updates sok1x.Variable / DynamicVariable handles
+    (and v1 embedding variables) beside dense variables. Steps applied through the wrapper
+    count on its own step counter (SOK's). Raises UnsupportedOptimizerError for an optimizer
+    whose math sok1x does not reproduce."""
+
+    def __init__(self, optimizer):
+        self._optimizer = optimizer
+        self._own_steps = _OwnStepState(optimizer)
         self._twin = _twin_of(optimizer)
         applied = self._twin if self._twin is not None else optimizer
         if native_rules.builder_for(applied) is None:
@@ -98,7 +134,7 @@ class OptimizerWrapper:
         if global_step is not None:
             kwargs["global_step"] = global_step
         if self._twin is None:
-            with OptimizerScope(embedding):
+            with OptimizerScope(embedding), self._own_steps:
                 return self._optimizer.apply_gradients(pairs, **kwargs)
         dense = [(g, v) for g, v in pairs if not is_embedding_variable(v)]
         sparse = [(g, v) for g, v in pairs if is_embedding_variable(v)]
