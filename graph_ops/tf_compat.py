@@ -84,3 +84,10 @@ def replace_input(op, index, tensor):
     not public API in TensorFlow 1.15 or 2.x; both have it). Used where TensorFlow built the op
     (a Saver's save op) and sok1x must give it a value read after its own op."""
     op._update_input(index, tensor)  # pylint: disable=protected-access
+
+
+def is_partitioned_variable(value):
+    """True for a tf.compat.v1 PartitionedVariable (what get_variable returns given a
+    partitioner; its class is not public API in TensorFlow 1.15 or 2.x, both keep it here)."""
+    from tensorflow.python.ops import variables
+    return isinstance(value, variables.PartitionedVariable)
