@@ -18,7 +18,7 @@ import numpy as np
 
 from sok1x.deeprec.variable_faces import face_of
 from sok1x.engine import runtime, shard_rows
-from sok1x.graph_ops import init_ops
+from sok1x.graph_ops import checkpoint_ops, init_ops
 from sok1x.graph_ops.embedding_tag import table_of
 from sok1x.graph_ops.graph_state import per_graph
 from sok1x.graph_ops.tf_compat import py_func, replace_input, tf1
@@ -109,32 +109,39 @@ def _load_rows_op(table, face):
             lambda: tf1.constant(0, tf1.int64)).op
 
 
-def _gathered_rows(pairs):
+def _gathered_rows(pairs, saved=None):
     """A py_func returning every row of each (table name, face) table on every rank
     (collective, one op so every rank gathers the tables in one order). A table that has not
     taken its rows from its variable yet (no lookup since the initializer ran; a Saver saves
     once before the first step) takes them first, so the variable is never overwritten by an
-    empty table."""
+    empty table. saved: {table name: take()} of a Saver whose save gathered the rows
+    (checkpoint_ops.rows_gathered_by_save): those are used, with no collective here, so a save
+    that rank 0 runs alone writes back too."""
     ensure_up = init_ops.bring_up_on_first_use()
     sizes = [int(face.variable.get_shape()[0]) for _, face in pairs]
+    saved = saved or {}
 
     def run(*values):
         ensure_up()
+        rows = {name: saved[name]() if name in saved else None for name, _ in pairs}
         for (name, _), size, value in zip(pairs, sizes, values):
             if name in _NEED_ROWS:
                 _take_rows(name, size, value)
+                if rows[name] is not None:  # the save gathered the table before it took them
+                    rows[name] = np.asarray(value, np.float32)
         # A host all-gather: a rank that never comes ends the job after SOK1X_MPI_TIMEOUT_S.
-        return [shard_rows.gather_all(name, size) for (name, _), size in zip(pairs, sizes)]
+        return [rows[name] if rows[name] is not None else shard_rows.gather_all(name, size)
+                for (name, _), size in zip(pairs, sizes)]
     return py_func(run, [face.read() for _, face in pairs],
                    [tf1.float32] * len(pairs), name="sok1x_rows_out")
 
 
-def _write_back(pairs, after=()):
-    """Op writing each (table name, face) table back into its variable (collective), run
-    after the ops `after`."""
+def _write_back(pairs, after=(), saved=None):
+    """Op writing each (table name, face) table back into its variable (collective unless
+    `saved` holds the rows: _gathered_rows), run after the ops `after`."""
     with tf1.name_scope(None), tf1.control_dependencies(None):
         with tf1.control_dependencies(list(after)):
-            rows = _gathered_rows(pairs)
+            rows = _gathered_rows(pairs, saved)
         assigns = []
         for tensor, (_, face) in zip(rows, pairs):
             tensor.set_shape(face.variable.get_shape())
@@ -189,8 +196,11 @@ def _syncing_saveable(inner, table, face):
 
             def tensor():
                 data = inner_tensor() if callable(inner_tensor) else inner_tensor
-                # After the table's own save (same order on every rank), rows go back.
-                sync = _write_back([(table.name, face)], after=[data.op])
+                # After the table's own save, which gathered its rows, they go back.
+                take = checkpoint_ops.rows_gathered_by_save(
+                    table.name, face.variable.get_shape()[0])
+                sync = _write_back([(table.name, face)], after=[data.op],
+                                   saved={table.name: take})
                 self._write_backs[_saver_scope()] = sync
                 with tf1.control_dependencies([sync]):
                     return tf1.identity(data)

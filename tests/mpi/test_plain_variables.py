@@ -164,6 +164,31 @@ def test_trained_rows_reach_the_variable_and_the_checkpoint_as_stock_tf(world, u
                                rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("partitions", [0, 3], ids=["whole", "3_partitions"])
+def test_a_save_on_rank_0_alone_holds_the_trained_rows(world, partitions):
+    """The Horovod idiom: only rank 0 runs saver.save; the other ranks take part in it at their
+    next step (engine/checkpoint_join.py), write-back included."""
+    rank, size = world
+    batches = [global_ids(40 + step) for step in range(STEPS + 1)]
+    want = stock_trained_rows(batches[:STEPS], partitions)
+    prefix = os.path.join(rank_dir(), "model.ckpt")
+    with tf1.Graph().as_default() as graph:
+        table, train, feeds = training_graph(rank, size, batches, partitions=partitions)
+        saver = tf1.train.Saver()
+        value = whole(table)
+        with session(graph) as sess:
+            sess.run(tf1.global_variables_initializer())
+            for feed in feeds[:STEPS]:
+                sess.run(train, feed)
+            if rank == 0:
+                saver.save(sess, prefix)
+                np.testing.assert_allclose(sess.run(value), want, rtol=1e-5, atol=1e-6)
+            sess.run(train, feeds[STEPS])  # where the other ranks meet rank 0's save
+    if rank == 0:
+        np.testing.assert_allclose(tf1.train.load_variable(prefix, "model/table"), want,
+                                   rtol=1e-5, atol=1e-6)
+
+
 def test_monitored_training_session_checkpoints_hold_the_trained_rows(world):
     """Scaffold's sharded Saver, through MonitoredTrainingSession's checkpoint_dir (every rank
     its own directory), saves the trained rows under the variable's name."""
