@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every GPU test on a GPU machine (no TensorFlow needed): bash tests/gpu/run_all.sh [GPUS]
-# SOK1X_SUITE_TIMEOUT_S bounds each suite (default 600 s).
+# SOK1X_SUITE_TIMEOUT_S bounds each suite (default 600 s); SOK1X_SUITES="a b" runs only those.
 # Installs sok1x from this checkout (or its wheel in .device-wheels/, beside e.g. PyCUDA's) into a
 # private folder, then runs the suites from outside the checkout so that the installed package,
 # not the sources, is imported. Logs go to $OUT (or /tmp/sok1x-gpu-logs); prints a summary.
@@ -27,6 +27,9 @@ ran=
 suite() {  # name, ranks, test path, extra pytest args
   local name=$1 ranks=$2 path=$3; shift 3
   case " $ran " in *" $name "*) return ;; esac  # at 1 GPU the N-GPU suites are the 1-GPU ones
+  if [ -n "${SOK1X_SUITES:-}" ]; then  # only the suites named (space-separated), e.g. "seam-2gpu"
+    case " $SOK1X_SUITES " in *" $name "*) ;; *) return ;; esac
+  fi
   ran="$ran $name"
   local limit=${SOK1X_SUITE_TIMEOUT_S:-600}
   if [ "$ranks" = serial ]; then

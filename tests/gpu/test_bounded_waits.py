@@ -38,11 +38,16 @@ extern "C" __global__ void spin_until_set(volatile const int* flag) {
 
 
 def _spin_kernel():
+    """Returns (module, the spinning kernel). Whoever launches it keeps the module until the
+    kernel has ended: unloading a module whose kernel runs blocks inside the driver holding the
+    GIL, so the timer that would set the flag never runs (the fixture hung so on one H100 and on
+    2 H200s when the module went with Stall.__init__'s local variable)."""
     import pycuda.driver as driver
     from sok1x.cuda_kernels import compiler
     major, minor = driver.Context.get_device().compute_capability()
     cubin = compiler.compile_text(SPIN_SOURCE, "spin_until_set.cu", "sm_%d%d" % (major, minor))
-    return driver.module_from_buffer(cubin).get_function("spin_until_set")
+    module = driver.module_from_buffer(cubin)
+    return module, module.get_function("spin_until_set")
 
 
 class Stall:
@@ -54,7 +59,7 @@ class Stall:
         from sok1x.backend import cuda_context
         self.rt = rt
         self.flag = rt.backend.host_mapped_zeros((1,), np.int32)
-        kernel = _spin_kernel()
+        self.module, kernel = _spin_kernel()
         counts = np.full(rt.size, 4, dtype=np.int64)
         send = rt.backend.asarray(np.ones((4 * rt.size, 2), np.float32))
         rt.backend.synchronize()
