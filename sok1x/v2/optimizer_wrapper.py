@@ -12,7 +12,7 @@ variables keep the optimizer given.
 """
 from sok1x.graph_ops.embedding_tag import is_embedding_variable
 from sok1x.errors import UnsupportedOptimizerError
-from sok1x.graph_ops.tf_compat import tf1
+from sok1x.graph_ops.tf_compat import keras_optimizer_base, tf1
 from sok1x.optimizers import native_rules
 from sok1x.optimizers.scope import OptimizerScope
 
@@ -45,11 +45,18 @@ _TWINS = {
 
 
 def _new_keras_base():
-    import tensorflow as tf
-    optimizers = getattr(tf.keras, "optimizers", None)
-    base = getattr(optimizers, "Optimizer", None)
+    base = keras_optimizer_base()
     legacy_base = tf1.keras.optimizers.Optimizer
     return None if base is None or base is legacy_base else base
+
+
+def has_twin(optimizer):
+    """True for a TF 2.11+ Keras optimizer that sok1x applies to its variables through a twin
+    OptimizerV2 (see _TWINS)."""
+    try:
+        return _twin_of(optimizer) is not None
+    except UnsupportedOptimizerError:
+        return False
 
 
 def _twin_of(optimizer):

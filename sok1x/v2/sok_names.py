@@ -14,7 +14,7 @@
 """
 from sok1x.engine import placement as placements
 from sok1x.engine import shard_rows
-from sok1x.graph_ops import embedding_ops, init_ops, ordering
+from sok1x.graph_ops import embedding_ops, init_ops, ordering, pooled_lookup_ops
 from sok1x.graph_ops.embedding_tag import is_embedding_variable, table_of
 from sok1x.graph_ops.tf_compat import py_func, tf1
 
@@ -29,14 +29,28 @@ def _lookup(variable, ids, name):
     ids = tf1.convert_to_tensor(ids)
     if ids.dtype in (tf1.uint32, tf1.uint64):
         ids = tf1.cast(ids, tf1.int64)
-    if placements.parse(table.placement).kind == "rank" and not tf1.executing_eagerly():
+    if tf1.executing_eagerly():
+        return _eager_lookup(variable, table, ids, name)
+    if placements.parse(table.placement).kind == "rank":
         return _local_lookup(variable, table, ids, name)
-    if tf1.executing_eagerly() or not ordering.after_backward():
+    if not ordering.after_backward():
         return embedding_ops.dense_lookup(table, variable.read_value(), ids, True, None, name)
     # A read built after the training step (SOK programs read variables this way to check
     # them, one sess.run each) is a tower of its own, needing no other read's feed.
     with ordering.new_tower(name):
         return embedding_ops.dense_lookup(table, variable.read_value(), ids, True, None, name)
+
+
+def _eager_lookup(variable, table, ids, name):
+    """Executing eagerly (a tf.GradientTape step or a check): the pooled lookup of
+    pooled_lookup_ops with every key a segment of its own, summed, which gives the dense
+    lookup's rows and gradient (collective, as SOK's eager reads)."""
+    keys = tf1.reshape(ids, [-1])
+    count = tf1.size(keys, out_type=tf1.int64)
+    item = pooled_lookup_ops.TableInput(keys, tf1.range(count), count, None, "sum")
+    vectors, = pooled_lookup_ops.pooled_lookup(
+        [table], [variable], [item], [getattr(variable, "num_rows", None)], name)
+    return tf1.reshape(vectors, tf1.concat([tf1.shape(ids, out_type=tf1.int32), [table.dim]], 0))
 
 
 def _local_lookup(variable, table, ids, name):
@@ -108,6 +122,38 @@ def attach_reads(handle, local_rows):
 
     handle.sparse_read = sparse_read
     handle.eval = evaluate
+    return handle
+
+
+_local_view_classes = {}
+
+
+def eager_value_is_local_rows(handle, local_rows):
+    """Executing eagerly, makes the value of a sok1x.Variable's handle (what its arithmetic,
+    tf.convert_to_tensor and numpy() read) this rank's rows, local_rows() [local rows, dim], as
+    SOK's distributed variable's value is. Its reads for lookups and gradients (read_value) stay
+    the handle's own. Returns handle."""
+    if not tf1.executing_eagerly():
+        return handle
+    base = type(handle)
+    if base not in _local_view_classes:
+        class LocalRowsVariable(base):
+            """A sok1x.Variable's handle whose eager value is this rank's rows."""
+
+            def value(self):
+                return self._sok1x_local_rows()
+
+            def numpy(self):
+                return self.value().numpy()
+
+            def _dense_var_to_tensor(self, dtype=None, name=None, as_ref=False):
+                if as_ref:
+                    return super()._dense_var_to_tensor(dtype, name, as_ref)
+                value = self.value()
+                return value if dtype is None else tf1.cast(value, dtype)
+        _local_view_classes[base] = LocalRowsVariable
+    handle._sok1x_local_rows = local_rows
+    handle.__class__ = _local_view_classes[base]  # the same object, its value read otherwise
     return handle
 
 
