@@ -125,21 +125,30 @@ def attach_reads(handle, local_rows):
     return handle
 
 
-_local_view_classes = {}
+_eager_view_classes = {}
 
 
-def eager_value_is_local_rows(handle, local_rows):
-    """Executing eagerly, makes the value of a sok1x.Variable's handle (what its arithmetic,
-    tf.convert_to_tensor and numpy() read) this rank's rows, local_rows() [local rows, dim], as
-    SOK's distributed variable's value is. Its reads for lookups and gradients (read_value) stay
-    the handle's own. Returns handle."""
+def eager_view(handle, local_rows=None, key_count=None):
+    """Executing eagerly, gives a v2 variable's handle what SOK's variable shows there: with
+    local_rows() ([local rows, dim]), its value (what its arithmetic, tf.convert_to_tensor and
+    numpy() read) is this rank's rows, as SOK's distributed variable's; with key_count() (int64
+    [1]), `size` is read anew each time (SOK's DynamicVariable.size). Its reads for lookups and
+    gradients (read_value) stay the handle's own. Returns handle (the same object)."""
     if not tf1.executing_eagerly():
         return handle
-    base = type(handle)
-    if base not in _local_view_classes:
-        class LocalRowsVariable(base):
-            """A sok1x.Variable's handle whose eager value is this rank's rows."""
+    key = (type(handle), local_rows is not None, key_count is not None)
+    if key not in _eager_view_classes:
+        _eager_view_classes[key] = _view_class(*key)
+    handle._sok1x_local_rows, handle._sok1x_key_count = local_rows, key_count
+    handle.__class__ = _eager_view_classes[key]
+    return handle
 
+
+def _view_class(base, rows, count):
+    class EagerView(base):
+        """A v2 variable's handle as SOK's variable looks executing eagerly."""
+
+        if rows:
             def value(self):
                 return self._sok1x_local_rows()
 
@@ -151,25 +160,8 @@ def eager_value_is_local_rows(handle, local_rows):
                     return super()._dense_var_to_tensor(dtype, name, as_ref)
                 value = self.value()
                 return value if dtype is None else tf1.cast(value, dtype)
-        _local_view_classes[base] = LocalRowsVariable
-    handle._sok1x_local_rows = local_rows
-    handle.__class__ = _local_view_classes[base]  # the same object, its value read otherwise
-    return handle
-
-
-def filter_variables(variables):
-    """SOK v2's filter_variables: returns ([sok1x variables], [other variables]) of
-    `variables`, each in the given order."""
-    variables = list(variables)
-    return ([v for v in variables if is_embedding_variable(v)],
-            [v for v in variables if not is_embedding_variable(v)])
-
-
-def SGD(lr=0.01, learning_rate=None, name="SGD", **kwargs):  # noqa: N802  (SOK's name)
-    """SOK v2's own optimizer: plain SGD, rows -= lr * gradient, on sok1x variables (their rows
-    touched this step) and any other variable alike. Returns an optimizer whose
-    apply_gradients(zip(grads, vars)) returns the update op."""
-    del kwargs
-    rate = lr if learning_rate is None else learning_rate
-    return tf1.train.GradientDescentOptimizer(rate, name=name)
-
+        if count:
+            @property
+            def size(self):
+                return self._sok1x_key_count()
+    return EagerView

@@ -24,7 +24,7 @@ from sok1x.graph_ops.tf_compat import tf1
 from sok1x.common.initializers import spec_from_initializer
 from sok1x.optimizers.scope import mark_without_scope
 from sok1x.v2 import shard_access
-from sok1x.v2.sok_names import attach_reads, eager_value_is_local_rows
+from sok1x.v2.sok_names import attach_reads, eager_view
 
 VARIABLE, DYNAMIC = "variable", "dynamic"
 _eager_names = {}
@@ -157,7 +157,7 @@ def Variable(initial_value, dtype=None, mode="distributed", name=None, trainable
     mark_without_scope(handle)  # SOK v2 programs apply native optimizers to it directly
     _describe(handle, table_name, VARIABLE, dim, num_rows)
     attach_reads(handle, lambda: shard_access.export(handle)[1])
-    eager_value_is_local_rows(handle, lambda: shard_access.export(handle)[1])
+    eager_view(handle, local_rows=lambda: shard_access.export(handle)[1])
     handle.mode = mode or "distributed"
     return handle
 
@@ -256,10 +256,13 @@ def DynamicVariable(dimension, initializer=None, var_type=None, name=None,  # no
     _describe(handle, table_name, DYNAMIC, int(dimension), None)
     handle.mode = mode or "distributed"
     attach_reads(handle, lambda: shard_access.export(handle)[1])
-    if not tf1.executing_eagerly():
-        # SOK's DynamicVariable.size: int64 [1], the number of keys this rank holds.
-        handle.size = tf1.reshape(tf1.size(shard_access.export(handle)[0], out_type=tf1.int64),
-                                  [1])
+    # SOK's DynamicVariable.size: int64 [1], the number of keys this rank holds.
+    def key_count():
+        return tf1.reshape(tf1.size(shard_access.export(handle)[0], out_type=tf1.int64), [1])
+    if tf1.executing_eagerly():
+        eager_view(handle, key_count=key_count)
+    else:
+        handle.size = key_count()
     handle.var_type = dynamic.var_type
     handle.key_type = tf1.as_dtype(key_type or tf1.int64)
     handle.init_capacity, handle.max_capacity = dynamic.init_capacity, dynamic.max_capacity

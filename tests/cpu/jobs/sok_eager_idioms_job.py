@@ -3,7 +3,7 @@ checked against stock TensorFlow on a tf.Variable of the same rows fed the globa
 "SOK EAGER IDIOMS OK" on success.
 
 1. A DynamicVariable made before any sok.init() (SOK's sok_sgd_test never calls it) brings
-   sok1x up with its defaults.
+   sok1x up with its defaults; its `size` counts the keys this rank holds at each read.
 2. sok.init() makes tf.keras.optimizers / tf.optimizers the legacy OptimizerV2 modules, as
    SOK's init(use_legacy_optimizer=True) does; use_legacy_optimizer=False puts them back.
 3. tf.nn.embedding_lookup(sok_var, ids) under tf.GradientTape, the (legacy) Keras optimizer
@@ -31,6 +31,11 @@ def never_initialized():
     variable = sok.DynamicVariable(dimension=DIM, var_type="hbm", initializer="13")
     rows = tf.nn.embedding_lookup(variable, tf.constant([0, 7], tf.int64))
     np.testing.assert_array_equal(rows.numpy(), np.full([2, DIM], 13.0))
+    # size: the keys this rank holds, read anew (SOK's assign_and_export_test)
+    sok.assign(variable, tf.range(100, 140, dtype=tf.int64), tf.ones([40, DIM]))
+    held = int(variable.size[0])
+    assert held == sok.export(variable)[0].shape[0]
+    assert COMM.allreduce(held) == 2 + 40
 
 
 def legacy_keras_optimizers():
