@@ -165,3 +165,21 @@ def _view_class(base, rows, count):
             def size(self):
                 return self._sok1x_key_count()
     return EagerView
+
+
+def filter_variables(variables):
+    """SOK v2's filter_variables: returns ([sok1x variables], [other variables]) of
+    `variables`, each in the given order."""
+    variables = list(variables)
+    return ([v for v in variables if is_embedding_variable(v)],
+            [v for v in variables if not is_embedding_variable(v)])
+
+
+def SGD(lr=0.01, learning_rate=None, name="SGD", **kwargs):  # noqa: N802  (SOK's name)
+    """SOK v2's own optimizer: plain SGD, rows -= lr * gradient, on sok1x variables (their rows
+    touched this step) and any other variable alike. Returns an optimizer whose
+    apply_gradients(zip(grads, vars)) returns the update op."""
+    del kwargs
+    rate = lr if learning_rate is None else learning_rate
+    return tf1.train.GradientDescentOptimizer(rate, name=name)
+
