@@ -11,7 +11,8 @@ gets the table's gradient. The variable stays the table's face to TensorFlow:
   it) and after a tf.compat.v1.train.Saver restore: never a draw of sok1x's own.
 - Rows out: `sync_to_variables()` (collective) writes every such table back into its variable,
   and every Saver save does the same before it reads the variable, so a checkpoint or SavedModel
-  holds the trained rows under the variable's own name. Between two of those, the variable
+  holds the trained rows under the variable's own name. A save gathers the rows inside itself
+  (checkpoint_ops.rows_gathered_by_save), so a save that rank 0 runs alone writes back too. Between two of those, the variable
   itself holds the rows of the last write-back: `sess.run(variable)` wants a sync first.
 """
 import numpy as np

@@ -29,10 +29,10 @@ def _lookup(variable, ids, name):
     ids = tf1.convert_to_tensor(ids)
     if ids.dtype in (tf1.uint32, tf1.uint64):
         ids = tf1.cast(ids, tf1.int64)
-    if tf1.executing_eagerly():
-        return _eager_lookup(variable, table, ids, name)
     if placements.parse(table.placement).kind == "rank":
         return _local_lookup(variable, table, ids, name)
+    if tf1.executing_eagerly():
+        return _eager_lookup(variable, table, ids, name)
     if not ordering.after_backward():
         return embedding_ops.dense_lookup(table, variable.read_value(), ids, True, None, name)
     # A read built after the training step (SOK programs read variables this way to check

@@ -11,6 +11,7 @@ checked against stock TensorFlow on a tf.Variable of the same rows fed the globa
    rows (`sok_var - tf_rows`, as SOK's scripts check it) and a lookup of every key is the
    stock table.
 4. A TF 2.11+ Keras optimizer (not the legacy one) applied directly to a sok1x.Variable.
+5. A "localized:r" variable read eagerly on rank r alone.
 """
 import os
 import sys
@@ -89,8 +90,19 @@ def directly_applied_optimizers():
     sok.init(backend="cpu")
 
 
+def localized_read_on_its_rank_alone():
+    """A "localized:r" variable is read eagerly on rank r alone (no collective), as SOK's."""
+    initial = np.arange(ROWS * DIM, dtype=np.float32).reshape(ROWS, DIM)
+    variable = sok.Variable(initial, mode="localized:%d" % (SIZE - 1))
+    if RANK == SIZE - 1:
+        ids = tf.constant([3, 0, 3, ROWS - 1], tf.int64)
+        np.testing.assert_array_equal(tf.nn.embedding_lookup(variable, ids).numpy(),
+                                      initial[ids.numpy()])
+
+
 def main():
     never_initialized()
+    localized_read_on_its_rank_alone()
     legacy_keras_optimizers()
     directly_applied_optimizers()
     COMM.Barrier()
