@@ -12,8 +12,9 @@ gets the table's gradient. The variable stays the table's face to TensorFlow:
 - Rows out: `sync_to_variables()` (collective) writes every such table back into its variable,
   and every Saver save does the same before it reads the variable, so a checkpoint or SavedModel
   holds the trained rows under the variable's own name. A save gathers the rows inside itself
-  (checkpoint_ops.rows_gathered_by_save), so a save that rank 0 runs alone writes back too. Between two of those, the variable
-  itself holds the rows of the last write-back: `sess.run(variable)` wants a sync first.
+  (checkpoint_ops.rows_gathered_by_save), so a save that rank 0 runs alone writes back too.
+  Between two of those, the variable itself holds the rows of the last write-back:
+  `sess.run(variable)` wants a sync first.
 """
 import numpy as np
 
