@@ -1,37 +1,44 @@
 """Sharded checkpoint dump + load of one big table (DESIGN D8) beside a plain parallel write and
 read of the same bytes to the same folder, in the same run.
 
-    mpiexec -n 1 python3 bench/checkpoint_io.py --dir /local/disk/ckpt-bench \\
+    mpiexec -n 1 python3 bench/checkpoint_io.py --dir /dev/shm --rows 100000000 \
         --out bench/results/checkpoint_io-1gpu.json
-    mpiexec -n 4 python3 bench/checkpoint_io.py --dir ... --rows 100000000 --out ...-4gpu.json
-    mpiexec -n 2 python3 bench/checkpoint_io.py --backend cpu --rows 1000000 --dir /tmp/ckb \\
+    mpiexec -n 2 python3 bench/checkpoint_io.py --dir ... --rows 10000000 --out ...-2gpu.json
+    mpiexec -n 2 python3 bench/checkpoint_io.py --backend cpu --rows 1000000 --dir /tmp/ckb \
         --out /tmp/ckb.json                                                   # a quick check
 
 The table: --rows keys (default 10M) x --dim (128) float32, no hash table (or --hashtable: every
 key inserted), --slots zero-filled optimizer slots (default 0), initial values from a fixed
 uniform initializer. Timed, with a barrier before and after (the slowest rank's time), each the
-median of --repeats with min and max:
-    dump   sok1x.engine.checkpoint.dump_tables: every rank streams its shard to its own file in
-           chunks of SOK1X_CHECKPOINT_CHUNK_MB (--chunk-mb), checksummed, fsync, rename; then the
-           manifest
-    load   load_tables: every rank streams the files its placement needs into a fresh shard
-    write  every rank writes as many bytes as its shard file to a file of its own, in chunks of
-           the same size, fsync (the disk's parallel write bandwidth for this job)
-    read   every rank reads its file back
+median of --repeats (default 5) with min and max:
+    dump   sok1x.engine.checkpoint.dump_tables into <--dir>/sok1x-checkpoint-io, emptied before
+           each repeat (and removed at the end): every rank streams its
+           shard to its own file in chunks of SOK1X_CHECKPOINT_CHUNK_MB (--chunk-mb),
+           checksummed, fsync, rename; then the manifest
+    load   load_tables, after every shard's rows were zeroed: every rank reads the files its
+           placement needs through their checksums and keys, then again into the table
+    write  every rank writes as many bytes as its shard file to a file of its own, on as many
+           threads as the checkpoint's I/O (--io-threads), each its own region, fsync (the
+           folder's parallel write bandwidth for this job)
+    read   every rank reads its file back the same way
 Before each read (the checkpoint's and the plain one) the files' pages are dropped from the page
-cache with posix_fadvise(DONTNEED), so both read the disk alike where the system honours it.
-Each rank's peak resident memory added by a dump and by a load is reported (VmHWM, reset before
-each through /proc/self/clear_refs).
+cache with posix_fadvise(DONTNEED), so both read the disk alike where the system honours it
+(/dev/shm keeps them: there both read memory). Only one copy of the bytes is on --dir at a time
+(100M x 128 rows: 52.8 GB); the run stops at once if the folder has less room.
+Each rank's peak resident memory added by a dump and by a load (VmHWM, reset before each through
+/proc/self/clear_refs) is printed beside D8's bound: the chunk plus a tenth of the rank's shard.
 
-Checks (the run fails if one does not hold): after a load that follows zeroing every shard, each
-rank's rows equal what it held before the dump, bit for bit; and a sample of rows equals
-cpu_random.initial_values of their keys (the cpu backend's values), so the cuda result is the
-cpu one. --digest prints a SHA-256 of the values ordered by key (rank-count independent): a cpu
-and a cuda run of the same --rows/--dim must print the same digest.
+Checks (the run fails if one does not hold): after the last load, a sample of every rank's rows
+(--sample, spread over the whole shard) equals cpu_random.initial_values of their keys (the cpu
+backend's values), so the load brought back every chunk it zeroed, and the cuda result is the cpu
+one. --digest (small tables: it gathers the table on rank 0) prints a SHA-256 of the values
+ordered by key (rank-count independent): a cpu and a cuda run of the same --rows/--dim must print
+the same digest.
 """
 import hashlib
 import json
 import os
+import shutil
 import sys
 import time
 
@@ -45,15 +52,27 @@ TABLE = "bench_checkpoint_io/EmbeddingVariable"
 
 def parse_args(argv):
     parser = harness.parser(__doc__, out=True, backend=True, repeats=True)
-    parser.add_argument("--dir", required=True, help="folder on the disk to measure")
+    parser.add_argument("--dir", required=True,
+                        help="folder on the disk to measure (the run writes in a folder "
+                             "sok1x-checkpoint-io there, removed at the end)")
     parser.add_argument("--rows", type=int, default=10_000_000)
     parser.add_argument("--dim", type=int, default=128)
     parser.add_argument("--slots", type=int, default=0, help="optimizer slots to carry")
     parser.add_argument("--hashtable", action="store_true")
     parser.add_argument("--chunk-mb", type=float, default=None,
                         help="SOK1X_CHECKPOINT_CHUNK_MB for the run (default: its default)")
+    parser.add_argument("--sample", type=int, default=200_000,
+                        help="rows per rank checked against the cpu backend's values")
+    parser.add_argument("--io-threads", type=int, default=None,
+                        help="threads of the plain write and read, and SOK1X_CHECKPOINT_THREADS "
+                             "of the checkpoint (default: its default, 4)")
     parser.add_argument("--digest", action="store_true")
     return parser.parse_args(argv)
+
+
+def _all(value):
+    from mpi4py import MPI
+    return MPI.COMM_WORLD.allgather(value)
 
 
 def _drop_cache(path):
@@ -76,7 +95,7 @@ def _status_kib(field):
 
 def _timed(run, before=None):
     """(seconds of run() on the slowest rank, barriers around it; peak resident MiB it added on
-    the rank that added most)."""
+    this rank)."""
     if before is not None:
         before()
     harness.barrier()
@@ -87,25 +106,75 @@ def _timed(run, before=None):
     seconds = time.perf_counter() - start
     added = (_status_kib("VmHWM") - resident) / 1024.0
     harness.barrier()
-    return harness.job_max(seconds), harness.job_max(added)
+    return harness.job_max(seconds), added
 
 
-def _plain_write(path, size, chunk):
-    with open(path, "wb") as out:
-        for start in range(0, size, chunk.size):
-            out.write(memoryview(chunk)[:min(chunk.size, size - start)])
-        out.flush()
-        os.fsync(out.fileno())
+def _regions(size, threads):
+    """[(start, stop)] of `threads` contiguous regions of a file of `size` bytes."""
+    step = -(-size // threads) or 1
+    return [(start, min(size, start + step)) for start in range(0, size, step)]
 
 
-def _plain_read(path, buffer):
-    total = 0
-    with open(path, "rb") as handle:
-        while True:
-            got = handle.readinto(buffer)
-            if not got:
-                return total
-            total += got
+def _plain_write(path, size, chunk, threads):
+    """Writes `size` bytes of `chunk` to `path`, each of `threads` threads its own region of the
+    file (pwrite), then fsync."""
+    from concurrent.futures import ThreadPoolExecutor
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    piece = memoryview(chunk)[:max(1, chunk.size // threads)]
+
+    def region(bounds):
+        for offset in range(bounds[0], bounds[1], piece.nbytes):
+            part = piece[:min(piece.nbytes, bounds[1] - offset)]
+            while part.nbytes:
+                written = os.pwrite(descriptor, part, offset)
+                part, offset = part[written:], offset + written
+    try:
+        with ThreadPoolExecutor(threads) as pool:
+            list(pool.map(region, _regions(size, threads)))
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+def _plain_read(path, buffer, threads):
+    """Reads `path` back, each of `threads` threads its own region into its part of
+    `buffer`; returns the bytes read."""
+    from concurrent.futures import ThreadPoolExecutor
+    size = os.stat(path).st_size
+    descriptor = os.open(path, os.O_RDONLY)
+    step = max(1, buffer.size // threads)
+    parts = [memoryview(buffer)[i * step:(i + 1) * step] for i in range(threads)]
+
+    def region(index):
+        start, stop = _regions(size, threads)[index]
+        total = 0
+        for offset in range(start, stop, step):
+            total += os.preadv(descriptor, [parts[index][:min(step, stop - offset)]], offset)
+        return total
+    try:
+        with ThreadPoolExecutor(threads) as pool:
+            return sum(pool.map(region, range(len(_regions(size, threads)))))
+    finally:
+        os.close(descriptor)
+
+
+def _emptied(folder):
+    """Empties `folder` (made if missing; rank 0 does it), so only one copy of the bytes is
+    there at once."""
+    if harness.rank() == 0:
+        shutil.rmtree(folder, ignore_errors=True)
+        os.makedirs(folder)
+    harness.barrier()
+
+
+def _check_room(folder, needed):
+    """Stops the run at once if `folder` has less than `needed` bytes free."""
+    stat = os.statvfs(folder)
+    free = stat.f_bavail * stat.f_frsize
+    if harness.job_min(free - needed) < 0:
+        raise SystemExit("%s has %.1f GB free; the run writes %.1f GB there at once: pick "
+                         "another --dir (a local disk or /dev/shm with room), or fewer --rows"
+                         % (folder, free / 1e9, needed / 1e9))
 
 
 def build_table(rt, args):
@@ -131,32 +200,47 @@ def _entered():
     return runtime.entered()
 
 
-def held(rt, table):
-    """Host (keys, values) of every row this shard holds, ordered by key."""
+def _table():
+    from sok1x.engine import runtime
+    return runtime.get().tables[TABLE]
+
+
+def _sampled_rows(rt, table, sample):
+    """Host (keys, values) of `sample` rows spread over this shard (every row if fewer)."""
+    from sok1x.engine import placement
     from sok1x.engine.checkpoint import _held_rows
     with _entered():
-        keys, rows = _held_rows(rt, table)
-        order = np.argsort(keys, kind="stable")
+        if table.use_hashtable:
+            keys, rows = _held_rows(rt, table)
+        else:  # only the sampled rows' keys: a big shard's would take GBs
+            rows = np.arange(table.values.shape[0], dtype=np.int64)
+        pick = np.linspace(0, rows.size - 1, num=min(sample, rows.size)).astype(np.int64)
+        rows = rows[pick]
+        keys = keys[pick] if table.use_hashtable else placement.global_keys(
+            table.placement, rows, table.rank, table.size)
         values = rt.backend.to_host(rt.backend.take_rows(table.values,
-                                                         rt.backend.asarray(rows[order])))
-    return keys[order], np.asarray(values)
+                                                         rt.backend.asarray(rows)))
+    return keys, np.asarray(values)
 
 
-def check_cpu_equal(table, keys, values, sample=100_000):
-    """Raises AssertionError unless a sample of rows equals the cpu backend's initial values."""
+def check_cpu_equal(rt, table, sample):
+    """Raises AssertionError unless a sample of rows equals the cpu backend's initial values;
+    returns the rows checked."""
     from sok1x.backend.cpu_random import initial_values
+    keys, values = _sampled_rows(rt, table, sample)
     if not keys.size:
         return 0
-    pick = np.linspace(0, keys.size - 1, num=min(sample, keys.size)).astype(np.int64)
-    want = initial_values(table.spec, table.table_id, keys[pick], table.dim)
-    mismatched = int(np.count_nonzero(np.any(values[pick] != want, axis=1)))
+    want = initial_values(table.spec, table.table_id, keys, table.dim)
+    mismatched = int(np.count_nonzero(np.any(values != want, axis=1)))
     assert mismatched == 0, "%d of %d sampled rows differ from the cpu backend" % (
-        mismatched, pick.size)
-    return int(pick.size)
+        mismatched, keys.size)
+    return int(keys.size)
 
 
-def digest(rt, keys, values):
-    """SHA-256 of every rank's values ordered by key (rank 0; None elsewhere)."""
+def digest(rt, table):
+    """SHA-256 of every rank's values ordered by key (rank 0; None elsewhere). Gathers the
+    table on rank 0: for small tables."""
+    keys, values = _sampled_rows(rt, table, 1 << 62)
     parts = rt.host.all_gather_object((keys, values)) if rt.size > 1 else [(keys, values)]
     if rt.rank != 0:
         return None
@@ -183,59 +267,87 @@ def _rate(size, timings):
             "seconds": [float(s) for s in timings]}
 
 
+def _say(text):
+    if harness.rank() == 0:
+        print(text, flush=True)
+
+
 def main(argv):
     args = parse_args(argv)
     if args.chunk_mb is not None:
         os.environ["SOK1X_CHECKPOINT_CHUNK_MB"] = str(args.chunk_mb)
-    from sok1x.engine import checkpoint, runtime
+    if args.io_threads is not None:
+        os.environ["SOK1X_CHECKPOINT_THREADS"] = str(args.io_threads)
+    from sok1x.engine import checkpoint, checkpoint_format, shard_checksum
+    threads = shard_checksum.threads()
+    started = time.perf_counter()
     rt = harness.start_engine(args.backend)
-    table = build_table(rt, args)
-    before_keys, before_values = held(rt, table)
-    sampled = check_cpu_equal(table, before_keys, before_values)
-    os.makedirs(args.dir, exist_ok=True)
+    # No reference to the table object is kept: a load drops a hash table's old shard.
+    sampled = check_cpu_equal(rt, build_table(rt, args), args.sample)
+    work = os.path.join(args.dir, "sok1x-checkpoint-io")
+    _emptied(work)
+    per_row = checkpoint_format.row_bytes(args.dim, args.slots)
+    _check_room(work, int(args.rows * per_row * 1.02) + (64 << 20))
+    _say("table of %d x %d made in %.1f s" % (args.rows, args.dim,
+                                              time.perf_counter() - started))
 
-    dumps = [_timed(lambda: checkpoint.dump_tables(args.dir, [TABLE]))
-             for _ in range(args.repeats)]
-    files = _shard_files(args.dir)
+    dumps = [_timed(lambda: checkpoint.dump_tables(work, [TABLE]),
+                    before=lambda: _emptied(work)) for _ in range(args.repeats)]
+    files = _shard_files(work)
     total = sum(size for _, _, size in files)
     mine = [size for rank, _, size in files if rank == rt.rank][0]
+    _say("dumps done at %.1f s" % (time.perf_counter() - started))
 
     def zero_and_drop():
         with _entered():
-            runtime.get().tables[TABLE].values.fill(0.0)
+            rt.backend.fill_value(_table().values, 0.0)
+            rt.backend.synchronize()
         for _, path, _ in files:
             _drop_cache(path)
-    loads = [_timed(lambda: checkpoint.load_tables(args.dir, [TABLE]), before=zero_and_drop)
+    loads = [_timed(lambda: checkpoint.load_tables(work, [TABLE]), before=zero_and_drop)
              for _ in range(args.repeats)]
-    after_keys, after_values = held(rt, runtime.get().tables[TABLE])
-    assert np.array_equal(after_keys, before_keys), "the load brought back other keys"
-    assert np.array_equal(after_values, before_values), "the load brought back other values"
+    sampled = min(sampled, check_cpu_equal(rt, _table(), args.sample))
+    key_digest = digest(rt, _table()) if args.digest else None
+    _say("loads done at %.1f s" % (time.perf_counter() - started))
 
-    plain = os.path.join(args.dir, "plain_io.%d.bin" % rt.rank)
+    _emptied(work)
+    plain = os.path.join(work, "plain_io.%d.bin" % rt.rank)
     chunk = harness.seeded_rng(rt.rank).integers(
         0, 255, size=min(mine, checkpoint.chunk_bytes()) or 1, dtype=np.uint8)
-    writes = [_timed(lambda: _plain_write(plain, mine, chunk)) for _ in range(args.repeats)]
-    reads = [_timed(lambda: _plain_read(plain, chunk), before=lambda: _drop_cache(plain))
+    writes = [_timed(lambda: _plain_write(plain, mine, chunk, threads))
+              for _ in range(args.repeats)]
+    reads = [_timed(lambda: _plain_read(plain, chunk, threads), before=lambda: _drop_cache(plain))
              for _ in range(args.repeats)]
     os.remove(plain)
-    key_digest = digest(rt, after_keys, after_values) if args.digest else None
+    shard_mib = mine / 2 ** 20
+    bound_mib = checkpoint.chunk_bytes() / 2 ** 20 + shard_mib / 10
+    per_rank = _all({"rank": rt.rank, "shard_MiB": shard_mib, "bound_MiB": bound_mib,
+                     "dump_peak_added_MiB": max(m for _, m in dumps),
+                     "load_peak_added_MiB": max(m for _, m in loads)})
     result = {
         "environment": harness.environment({"backend": args.backend, "ranks": rt.size}),
         "rows": args.rows, "dim": args.dim, "slots": args.slots, "hashtable": args.hashtable,
-        "chunk_bytes": checkpoint.chunk_bytes(), "file_bytes": total,
+        "dir": os.path.abspath(args.dir), "chunk_bytes": checkpoint.chunk_bytes(),
+        "file_bytes": total, "repeats": args.repeats, "io_threads": threads,
         "dump": _rate(total, [s for s, _ in dumps]), "load": _rate(total, [s for s, _ in loads]),
         "plain_write": _rate(total, [s for s, _ in writes]),
         "plain_read": _rate(total, [s for s, _ in reads]),
-        "dump_peak_added_MiB": max(m for _, m in dumps),
-        "load_peak_added_MiB": max(m for _, m in loads),
-        "shard_MiB": mine / 2 ** 20,
+        "peak_added_host_memory": per_rank,
         "sampled_rows_equal_cpu": sampled, "values_digest": key_digest,
+        "seconds_in_all": time.perf_counter() - started,
     }
     result["dump_vs_write"] = result["dump"]["GBps"] / result["plain_write"]["GBps"]
     result["load_vs_read"] = result["load"]["GBps"] / result["plain_read"]["GBps"]
     if rt.rank == 0:
         print(json.dumps({k: v for k, v in result.items() if k != "environment"}, indent=1))
+        for entry in per_rank:
+            print("rank %d: peak host memory added: dump %.1f MiB, load %.1f MiB (bound: chunk "
+                  "+ 10%% of its %.0f MiB shard = %.1f MiB)" % (
+                      entry["rank"], entry["dump_peak_added_MiB"],
+                      entry["load_peak_added_MiB"], entry["shard_MiB"], entry["bound_MiB"]))
     harness.write_json(args.out, result)
+    if rt.rank == 0:
+        shutil.rmtree(work, ignore_errors=True)
     harness.finish()
     return 0
 

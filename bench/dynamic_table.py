@@ -14,8 +14,11 @@ key's row is in host memory with the host share's probability. Each call handles
                             new rows + gather (60% held, 40% new)
     find_or_insert_engine   the engine's training path for those keys: DynamicTable.capacity_error
                             + rows_of (free list, statistics, step journal) + gather
-Each inserting call is undone (untimed: the step journal's rollback, or for the bare path the
-index's slots copied back) so every call starts at the load. An hbm table has no free list (it
+Each inserting call is undone (untimed: the index's slots copied back, after the step journal's
+rollback for the engine path; --keep-tombstones: the rollback alone, whose erased keys leave
+tombstones that lengthen later probes) so every call starts at the load. The bare path queues
+the new rows' init before its one wait (HashIndex.find_or_insert's queue_first), as the engine
+does. An hbm table has no free list (it
 never evicts), so its new keys take the index's next rows; hybrid's take the free list's.
 Beside them, measured in the same run: `mapped` (per dim), a gather from and a scatter into
 page-locked mapped host rows (2^20 random rows of 2^22, the kernels hybrid uses), and
@@ -101,7 +104,8 @@ def pcie_gib_per_s(backend, timer):
     return nbytes / 2 ** 30 / (ms / 1e3)
 
 
-def measure(backend, timer, host_share, rows, keys_per_call, dim, load, repeats, rng):
+def measure(backend, timer, host_share, rows, keys_per_call, dim, load, repeats, rng,
+            keep_tombstones=False):
     table, held = make_table(backend, host_share, rows, dim, load, rng)
     finds, inserts = rotations(backend, held, keys_per_call, rng)
     journal = table.journal
@@ -115,9 +119,12 @@ def measure(backend, timer, host_share, rows, keys_per_call, dim, load, repeats,
         pool = backend.asarray(table._free[::-1][:new_per_call].copy())  # the next free rows
     snapshot = Snapshot(backend, table.index)
 
+    def init_new_rows(new_keys, new_rows, count):
+        table.backend.init_rows(table.values, new_rows, new_keys, table.spec, 7, count)
+
     def find_or_insert():
-        found, new_keys, new_rows = table.index.find_or_insert(inserts(), row_pool=pool)
-        table.backend.init_rows(table.values, new_rows, new_keys, table.spec, 7)
+        found, _, _ = table.index.find_or_insert(inserts(), row_pool=pool,
+                                                 queue_first=init_new_rows)
         table.gather(found)
 
     def find_or_insert_engine():
@@ -130,11 +137,13 @@ def measure(backend, timer, host_share, rows, keys_per_call, dim, load, repeats,
 
     def new_step():
         journal.rollback()
+        if not keep_tombstones:  # the slots as the bare path's calls find them
+            snapshot.restore()
         journal.begin_step()
 
     entry = {"var_type": table.dynamic.var_type, "host_share": host_share, "rows": rows,
              "dim": dim, "load": load, "keys_per_call": keys_per_call,
-             "hbm_rows": table.hbm_rows}
+             "hbm_rows": table.hbm_rows, "engine_keeps_tombstones": keep_tombstones}
     with backend.device_context():
         for name, run, before in (("find", find, None),
                                   ("find_or_insert", find_or_insert, restore),
@@ -168,6 +177,9 @@ def main(argv):
     parser.add_argument("--loads", default=",".join(map(str, LOADS)))
     parser.add_argument("--shares", default=",".join(map(str, HOST_SHARES)),
                         help="shares of the vectors in host memory (0: var_type hbm)")
+    parser.add_argument("--keep-tombstones", action="store_true",
+                        help="the engine path's undo leaves the erased keys' tombstones in the "
+                             "index (as before 2026-11-23) instead of restoring the slots")
     args = parser.parse_args(argv)
     dims, loads, shares = ([kind(v) for v in text.split(",")] for kind, text in (
         (int, args.dims), (float, args.loads), (float, args.shares)))
@@ -188,7 +200,7 @@ def main(argv):
         for load in loads:
             for share in shares:
                 entry = measure(backend, timer, share, rows, keys_per_call, dim, load,
-                                args.repeats, rng)
+                                args.repeats, rng, args.keep_tombstones)
                 if share and backend.NAME == "cuda":
                     entry["pcie_bound_gkeys_per_s"] = pcie_bounds(
                         read["gib_per_s"], write["gib_per_s"], share, dim)

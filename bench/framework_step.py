@@ -38,7 +38,7 @@ from torch.utils import dlpack as torch_dlpack
 
 from sok1x.backend import random_init
 from sok1x.engine import api, runtime
-from sok1x.engine.pooled_lookup import PooledInput
+from sok1x.engine.keyed_lookup import KeyedInput
 
 import harness
 import sok_steps
@@ -85,7 +85,9 @@ class TorchSeam:
 
 class SokVariants:
     """The three sok1x ways of one step over tables `names`: one table looked up dense (seed,
-    dlrm), or several in one pooled lookup, keys given per table (dlrm26, mlperf26)."""
+    dlrm), or several in one keyed lookup (dlrm26, mlperf26): the keys of all tables in one
+    array with per-table lengths, one output array, one gradient (engine/keyed_lookup.py, as
+    TorchRec's KeyedJaggedTensor), so no framework tensor and no engine object per table."""
 
     def __init__(self, rt, w, names):
         self.rt, self.w, self.names = rt, w, names
@@ -95,8 +97,12 @@ class SokVariants:
         self.crossed_bytes = 0
         self.rule = w.optimizer
         self.slot_prefix = "Adam" if w.optimizer == "lazy_adam" else "Adagrad"
-        self._segments = [self.backend.asarray(np.arange(w.batch_per_rank * hot, dtype=np.int64)
-                                               // hot) for hot in (w.hotness or ())]
+        hotness = w.hotness or ()
+        self._lengths = np.array([w.batch_per_rank * hot for hot in hotness], dtype=np.int64)
+        self._segments = self.backend.asarray(np.concatenate(
+            [np.arange(w.batch_per_rank * hot, dtype=np.int64) // hot for hot in hotness]
+            or [np.zeros(0, np.int64)]))
+        self._counts = None  # the keyed backward's rows per table, for the update
 
     def _hyper(self):
         self.step_count += 1
@@ -110,20 +116,26 @@ class SokVariants:
         if w.tables is None:
             out, token = api.dense_lookup(self.names[0], "fwd", keys[0], True, (w.slots, w.nnz))
             return [out, token]
-        inputs = [PooledInput(k, segments, w.batch_per_rank, None, "sum")
-                  for k, segments in zip(keys, self._segments)]
-        outs, token = api.pooled_lookup(self.names, "fwd", inputs, True)
-        return list(outs) + [token]
+        keyed = KeyedInput(keys[0], self._lengths, self._segments,
+                           [w.batch_per_rank] * len(self.names), None, "sum")
+        out, token = api.keyed_lookup(self.names, "fwd", keyed, True)
+        return [out, token]
 
     def _backward(self, token, grads):
         if self.w.tables is None:
             values, rows = api.dense_lookup_grad(self.names[0], "bwd", token, grads[0])
             return [(values, rows)]
-        return api.pooled_lookup_grad(self.names, "bwd", token, grads)
+        values, rows, self._counts = api.keyed_lookup_grad(self.names, "bwd", token, grads[0])
+        return [(values, rows)]
 
     def _update(self, pairs, hyper):
-        api.apply_optimizer_updates(self.names, self.rule, self.slot_prefix, {}, hyper,
-                                    [v for v, _ in pairs], [r for _, r in pairs])
+        if self.w.tables is None:
+            api.apply_optimizer_updates(self.names, self.rule, self.slot_prefix, {}, hyper,
+                                        [v for v, _ in pairs], [r for _, r in pairs])
+            return
+        (values, rows), = pairs
+        api.apply_keyed_update(self.names, self.rule, self.slot_prefix, {}, hyper, values, rows,
+                               self._counts)
 
     def device(self, keys_device):
         with runtime.entered():  # PyCUDA reshapes device arrays only with its context current
@@ -279,8 +291,10 @@ def _single_table_runs(rt, w, device, sok, names):
 def _table_runs(rt, w, device, sok, names):
     batches = workloads.table_batches(w, rt.rank, rt.size)
     backend = rt.backend
-    keys_device = [[backend.asarray(k) for k in batch] for batch in batches]
+    joined = [np.concatenate(batch) for batch in batches]  # the batch as one keyed array
+    keys_device = [[backend.asarray(k)] for k in joined]
     keys_torch = [[torch.from_numpy(k).to(device) for k in batch] for batch in batches]
+    joined_torch = [[torch.from_numpy(k).to(device)] for k in joined]
     weight = shard_weight(rt, names, device)
     offsets = np.concatenate([[0], np.cumsum([-(-v // rt.size) * rt.size
                                               for v in w.tables])[:-1]])
@@ -289,8 +303,8 @@ def _table_runs(rt, w, device, sok, names):
     del weight
     return {
         "sok1x_device": lambda s: sok.device(keys_device[s % 3]),
-        "sok1x_dlpack": lambda s: sok.dlpack(keys_torch[s % 3]),
-        "sok1x_host": lambda s: sok.host(batches[s % 3]),
+        "sok1x_dlpack": lambda s: sok.dlpack(joined_torch[s % 3]),
+        "sok1x_host": lambda s: sok.host([joined[s % 3]]),
         "torch_dedup": lambda s: group.step(keys_torch[s % 3]),
     }
 

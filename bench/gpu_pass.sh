@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # One benchmark pass on a GPU machine (no TensorFlow needed), from the repository root:
-#     bash bench/gpu_pass.sh STAGE...      stages: micro profile steps1 steps group tests framework checkpoint
+#     bash bench/gpu_pass.sh STAGE...      stages: micro hybrid profile steps1 steps group tests
+#                                          framework checkpoint
 #   micro    rows.py (gather / scatter-add vs copy, candidate kernels beside) and hash_table.py
+#   hybrid   host_rows.py (mapped host-row rates per allocation way and region size) and
+#            dynamic_breakdown.py (where one find_or_insert call's time goes, bare and engine)
 #   profile  Nsight Compute over profile_kernels.py (SpeedOfLight, Occupancy) -> ncu.txt
 #   steps1   step_and_exchange.py on 1 GPU
 #   steps    step_and_exchange.py on 1, 2 and 4 GPUs (as many as there are, up to 4)
@@ -12,6 +15,7 @@
 #            table on cuda and on cpu, whose value digests must agree
 #   framework  framework_step.py on 1 and every GPU count up to the machine's (1, 2, 4, 8), then
 #            framework_report.py -> $OUT/framework.{json,md,png}
+#            ($SOK1X_FRAMEWORK_WORKLOADS: which workloads; $SOK1X_FRAMEWORK_LIMIT_S: s per count)
 # Installs the wheels in $SOK1X_BENCH_WHEELS (default .device-wheels/: PyCUDA and its needs, and a
 # sok1x wheel; without one, sok1x from this checkout) into /tmp/site and runs from /tmp, so that
 # the installed package is imported. JSON and logs go to $OUT (or /tmp/sok1x-bench).
@@ -53,6 +57,9 @@ for what in "$@"; do
         --candidate-label "${SOK1X_ROWS_LABEL:-candidate}"
       stage hash 100 python3 "$bench/hash_table.py" --out "$out/hash.json"
       stage dynamic 150 python3 "$bench/dynamic_table.py" --out "$out/dynamic.json" ;;
+    hybrid)
+      stage host-rows 150 python3 "$bench/host_rows.py" --out "$out/host_rows.json"
+      stage breakdown 60 python3 "$bench/dynamic_breakdown.py" --out "$out/breakdown.json" ;;
     profile)
       echo "== profile" >>"$log"
       ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu \
@@ -75,8 +82,9 @@ for what in "$@"; do
       files=()
       for n in 1 2 4 8; do
         [ "$n" -le "$gpus" ] || continue
-        stage "framework-$n" 240 mpiexec -n "$n" python3 "$bench/framework_step.py" \
-          --out "$out/fw$n.json"
+        stage "framework-$n" "${SOK1X_FRAMEWORK_LIMIT_S:-240}" mpiexec -n "$n" python3 \
+          "$bench/framework_step.py" --out "$out/fw$n.json" \
+          --workloads "${SOK1X_FRAMEWORK_WORKLOADS:-seed,dlrm,dlrm26,mlperf26}"
         files+=("$out/fw$n.json")
       done
       stage framework-report 60 python3 "$bench/framework_report.py" --name framework \

@@ -6,8 +6,8 @@ A table of 2^26 slots (HKV's 64M capacity) is filled to each load factor, then e
 1M keys per call (2^20), in 2^30 keys/s. As in HKV each op moves values of `dim` floats, so here
 it is the HashIndex op followed by the row op the engine pairs it with:
     find             index.find + gather_rows (60% of the keys held, 40% not: zero rows)
-    find_or_insert   index.find_or_insert + init_rows of the new rows + gather_rows
-                     (60% held, 40% new)
+    find_or_insert   index.find_or_insert + init_rows of the new rows (queued before the
+                     wait for their count: queue_first) + gather_rows (60% held, 40% new)
     insert_or_assign index.find_or_insert + put_rows of the given values (60% held, 40% new)
 also: find_index_only (index.find alone) and find_or_insert_engine (with the extra count_missing
 the engine runs first to report a full table, EmbeddingTable.capacity_error).
@@ -47,6 +47,7 @@ class Snapshot:
 
     def __init__(self, backend, index):
         self.backend, self.index, self.size = backend, index, index.size
+        self.tombstones = getattr(index, "tombstones", 0)
         if backend.NAME == "cuda":
             import pycuda.driver as driver
             from sok1x.backend import cuda_context
@@ -68,7 +69,7 @@ class Snapshot:
         else:
             index._slot_keys[:] = self.copy[0]
             index._slot_rows[:] = self.copy[1]
-        index.size = self.size
+        index.size, index.tombstones = self.size, self.tombstones
 
 
 def new_index(backend, slot_count):
@@ -163,12 +164,14 @@ def measure_dim(backend, timer, index, snapshot, finds, inserts, dim, repeats, s
     def find_index_only():
         index.find(finds())
 
+    def init_new_rows(new_keys, new_rows, count):
+        backend.init_rows(values, new_rows, new_keys, spec, 7, count)
+
     def find_or_insert(count_first=False):
         keys = inserts()
         if count_first:
             index.count_missing(keys)
-        found, new_keys, new_rows = index.find_or_insert(keys)
-        backend.init_rows(values, new_rows, new_keys, spec, 7)
+        found, _, _ = index.find_or_insert(keys, queue_first=init_new_rows)
         backend.gather_rows(values, found)
 
     def insert_or_assign():

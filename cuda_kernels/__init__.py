@@ -7,6 +7,7 @@ load_module() does), so CPU-only tools can list and compile the sources.
     source_names()          the kernel families, e.g. ["hash_table.cu", "routing.cu", ...]
     compile_cubin(name, arch, options=())      nvcc -> cubin bytes, through the disk cache
     load_module(name, options=())              pycuda Module for the current context's device
+    load_every_kernel(names)                   every kernel of those families loaded, at init
 """
 import os
 
@@ -16,6 +17,7 @@ from .compiler import (  # noqa: F401  (the package's API)
     compile_cubin,
     compile_text,
     find_nvcc,
+    load_every_kernel,
     load_module,
     nvcc_architectures,
 )

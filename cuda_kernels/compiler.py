@@ -293,3 +293,22 @@ def load_module(source_name, options=()):
             module = driver.module_from_buffer(cubin)
             _modules[key] = module
         return module
+
+
+def load_every_kernel(source_names):
+    """Loads each family of `source_names` and every kernel in it for the current context, so
+    that no module or kernel is loaded while a step runs: a load may wait inside the driver for
+    the device (CUDA loads kernels lazily, at cuModuleGetFunction), and behind a collective whose
+    peer never joins that wait has no end and holds the GIL. Returns the number of kernels."""
+    import pycuda.driver as driver
+
+    from .cubin_symbols import kernel_names
+
+    count = 0
+    for source_name in source_names:
+        module = load_module(source_name)
+        major, minor = driver.Context.get_device().compute_capability()
+        for name in kernel_names(compile_cubin(source_name, "sm_%d%d" % (major, minor))):
+            module.get_function(name)
+            count += 1
+    return count

@@ -65,8 +65,9 @@ extern "C" __global__ void hash_find_or_insert(int64* slots, uint64 slot_count, 
         const int64 k = (int64)base + __popc(new_here & lanes_below());
         int64 row = OVERFLOW_ROW;
         if (k < limit) row = k < pool_count ? row_pool[k] : first_new_row + k - pool_count;
+        // Volatile, so a reader spinning on this slot sees it; no fence: the spinner reads
+        // nothing else this thread wrote.
         *(volatile int64*)(slots + 2 * slot + 1) = row;
-        __threadfence();
         new_keys[k] = keys[i];
         new_rows[k] = row;
         rows[i] = row;

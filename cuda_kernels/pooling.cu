@@ -32,10 +32,13 @@ extern "C" __global__ void scale_rows_float32(const float* values, const float* 
   }
 }
 
-// dst[rows[i]] = value for every i (a float64 per row, e.g. the time a row was last updated).
+// dst[rows[i]] = value for every i < n, or i < min(n, *count) when count is given (a float64
+// per row, e.g. the time a row was last updated); a negative row is skipped.
 extern "C" __global__ void fill_rows_float64(double* dst, const int64* rows, int64 n,
-                                             double value) {
+                                             const uint64* count, double value) {
+  if (count != nullptr && (int64)*count < n) n = (int64)*count;
   for (int64 i = global_thread_id(); i < n; i += global_thread_count()) {
-    dst[rows[i]] = value;
+    const int64 row = rows[i];
+    if (row >= 0) dst[row] = value;
   }
 }

@@ -42,30 +42,42 @@ __device__ __forceinline__ double normal01(uint64 stream, uint64 column, uint64 
   return __dmul_rn(radius, cos(__dmul_rn(two_pi, u2)));
 }
 
-// table: [*, dim] float32, maybe split (common.cuh: split in floats); writes table[rows[i]] for i < n. a, b: (value, unused) for constant,
-// (minval, maxval - minval) for uniform, (mean, stddev) for the normals.
-extern "C" __global__ void init_rows_float32(SplitRows<float> table, const int64* rows, const int64* keys,
-                                             int64 n, int64 dim, int kind, uint64 seed,
+// table: [*, dim] float32, maybe split (common.cuh: split in floats); writes table[rows[i]] for
+// i < n, or for i < min(n, *count) when count is given (the rows a find_or_insert placed, counted
+// on the device); a negative row is skipped. a, b: (value, unused) for constant,
+// (minval, maxval - minval) for uniform, (mean, stddev) for the normals. 2^lane_shift threads
+// share a row (the caller picks the smallest power of two >= dim, at most 32), each taking every
+// 2^lane_shift-th column: the key's stream is mixed once per row and no index is divided.
+extern "C" __global__ void init_rows_float32(SplitRows<float> table, const int64* rows,
+                                             const int64* keys, int64 n, const uint64* count,
+                                             int64 dim, int lane_shift, int kind, uint64 seed,
                                              uint64 table_id, double a, double b) {
+  if (count != nullptr && (int64)*count < n) n = (int64)*count;
   const uint64 table_stream = mix64(seed * GOLDEN + table_id);
-  const int64 total = n * dim;
-  for (int64 e = global_thread_id(); e < total; e += global_thread_count()) {
-    const int64 i = e / dim;
-    const uint64 column = (uint64)(e - i * dim);
+  const int64 lanes = 1LL << lane_shift;
+  const int64 lane = global_thread_id() & (lanes - 1);
+  const int64 stride = global_thread_count() >> lane_shift;
+  for (int64 i = global_thread_id() >> lane_shift; i < n; i += stride) {
+    const int64 row = rows[i];
+    if (row < 0) continue;
     const uint64 stream = mix64(table_stream ^ (uint64)keys[i]);
-    double value;
-    if (kind == KIND_CONSTANT) {
-      value = a;
-    } else if (kind == KIND_UNIFORM) {
-      value = __dadd_rn(a, __dmul_rn(b, uniform01(stream, column, 0)));
-    } else if (kind == KIND_NORMAL) {
-      value = __dadd_rn(a, __dmul_rn(b, normal01(stream, column, 0)));
-    } else {
-      double z = normal01(stream, column, 0);
-      for (uint64 k = 1; k < TRUNCATED_TRIES && fabs(z) > 2.0; ++k) z = normal01(stream, column, k);
-      z = fmin(fmax(z, -2.0), 2.0);
-      value = __dadd_rn(a, __dmul_rn(b, z));
+    for (int64 column = lane; column < dim; column += lanes) {
+      double value;
+      if (kind == KIND_CONSTANT) {
+        value = a;
+      } else if (kind == KIND_UNIFORM) {
+        value = __dadd_rn(a, __dmul_rn(b, uniform01(stream, (uint64)column, 0)));
+      } else if (kind == KIND_NORMAL) {
+        value = __dadd_rn(a, __dmul_rn(b, normal01(stream, (uint64)column, 0)));
+      } else {
+        double z = normal01(stream, (uint64)column, 0);
+        for (uint64 k = 1; k < TRUNCATED_TRIES && fabs(z) > 2.0; ++k) {
+          z = normal01(stream, (uint64)column, k);
+        }
+        z = fmin(fmax(z, -2.0), 2.0);
+        value = __dadd_rn(a, __dmul_rn(b, z));
+      }
+      table[row * dim + column] = __double2float_rn(value);
     }
-    table[rows[i] * dim + column] = __double2float_rn(value);
   }
 }

@@ -84,11 +84,15 @@ def _result_to_host(backend, result, dtype):
     return backend.download_staged(result)
 
 
-def _inputs_to_engine(path, backend, values, host_positions):
+def _inputs_to_engine(path, backend, values, host_positions, unread=frozenset()):
     """An op's inputs as the engine takes them: eager tensors (zero-copy) or NumPy values (host
-    staging) become backend arrays; those at host_positions NumPy values."""
+    staging) become backend arrays; those at host_positions NumPy values; those at `unread`
+    None (inputs only for the graph's gradients: nothing crosses)."""
     arrays = []
     for i, value in enumerate(values):
+        if i in unread:
+            arrays.append(None)
+            continue
         if path == ZERO_COPY and i not in host_positions:
             arrays.append(_tensor_to_engine(backend, value))  # never through the host
             continue
@@ -97,7 +101,7 @@ def _inputs_to_engine(path, backend, values, host_positions):
     return arrays
 
 
-def _call_now(path, function, inputs, dtypes, host_positions, prepare):
+def _call_now(path, function, inputs, dtypes, host_positions, prepare, unread):
     """Executing eagerly there is no op to build: runs `function` at once on the inputs' values
     and returns tensors of its results. (tf.py_function executed eagerly would keep every call,
     its inputs and outputs in TensorFlow's registry of the default graph for good.) Results are
@@ -108,7 +112,7 @@ def _call_now(path, function, inputs, dtypes, host_positions, prepare):
         prepare()
     backend = runtime.get().backend
     tensors = [tf1.convert_to_tensor(t) for t in inputs]
-    arrays = _inputs_to_engine(path, backend, tensors, host_positions)
+    arrays = _inputs_to_engine(path, backend, tensors, host_positions, unread)
     backend.wait_for_framework()
     results = function(*arrays)
     backend.release_to_framework()
@@ -118,7 +122,7 @@ def _call_now(path, function, inputs, dtypes, host_positions, prepare):
 
 
 def engine_op(function, inputs, output_dtypes, name, gradient=None, host_inputs=(),
-              prepare=None):
+              prepare=None, unread_inputs=()):
     """Returns the outputs of a new op that runs `function` in the engine.
 
     function(*arrays) takes backend arrays (NumPy on cpu, device arrays on cuda) and returns one
@@ -126,13 +130,15 @@ def engine_op(function, inputs, output_dtypes, name, gradient=None, host_inputs=
     inputs: tensors; host_inputs: positions of inputs to hand over as NumPy values (tokens and
     other small control values); prepare(): runs first, before any conversion (brings sok1x up,
     makes tables). gradient: the name of a registered gradient for this op (graph mode; executing
-    eagerly the function runs at once, and a gradient comes from tf.custom_gradient)."""
+    eagerly the function runs at once, and a gradient comes from tf.custom_gradient).
+    unread_inputs: positions of inputs the function does not read (a lookup's handle variables,
+    there for the gradient): they do not cross, and the function gets None."""
     path = seam_path()
     single = not isinstance(output_dtypes, (list, tuple))
     dtypes = [tf1.as_dtype(d) for d in ([output_dtypes] if single else output_dtypes)]
-    host_positions = frozenset(host_inputs)
+    host_positions, unread = frozenset(host_inputs), frozenset(unread_inputs)
     if tf1.executing_eagerly():
-        outputs = _call_now(path, function, inputs, dtypes, host_positions, prepare)
+        outputs = _call_now(path, function, inputs, dtypes, host_positions, prepare, unread)
         return outputs[0] if single else outputs
 
     def finish(backend, results, convert):
@@ -144,7 +150,7 @@ def engine_op(function, inputs, output_dtypes, name, gradient=None, host_inputs=
             if prepare is not None:
                 prepare()
             backend = runtime.get().backend
-            arrays = _inputs_to_engine(path, backend, tensors, host_positions)
+            arrays = _inputs_to_engine(path, backend, tensors, host_positions, unread)
             backend.wait_for_framework()
             results = function(*arrays)
             backend.release_to_framework()
@@ -155,7 +161,7 @@ def engine_op(function, inputs, output_dtypes, name, gradient=None, host_inputs=
             if prepare is not None:
                 prepare()
             backend = runtime.get().backend
-            arrays = _inputs_to_engine(path, backend, values, host_positions)
+            arrays = _inputs_to_engine(path, backend, values, host_positions, unread)
             return finish(backend, function(*arrays), _result_to_host)
         make = tf_compat.py_func
     graph = tf1.get_default_graph()

@@ -184,7 +184,7 @@ def dense_lookup(table, handle, keys, training, row_shape, name):
         def run(keys_value, _handle):
             return api.dense_lookup(table.name, op_id, keys_value, training, row_shape)
         vectors, token = boundary.engine_op(run, [keys, handle], [tf1.float32, tf1.int64], name,
-                                            gradient=_DENSE_GRAD,
+                                            gradient=_DENSE_GRAD, unread_inputs=(1,),
                                             prepare=_bring_up(ensure_up, table))
         vectors.set_shape(keys.shape.concatenate([table.dim]))
         token.set_shape([])
@@ -210,7 +210,7 @@ def sparse_lookup(table, handle, sp_keys, slot_num, max_nnz, combiner, training,
         inputs = [sp_keys.indices, sp_keys.values, sp_keys.dense_shape, handle]
         pooled, token = boundary.engine_op(run, inputs, [tf1.float32, tf1.int64], name,
                                            gradient=_SPARSE_GRAD, host_inputs=(2,),
-                                           prepare=_bring_up(ensure_up, table))
+                                           unread_inputs=(3,), prepare=_bring_up(ensure_up, table))
         pooled.set_shape([None, slot_num, table.dim])
         token.set_shape([])
         return pooled, pooled.op

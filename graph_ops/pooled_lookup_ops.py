@@ -11,10 +11,19 @@ order, the same on every rank; the same engine calls are made at once under tf.c
 whose gradient function the tape calls. Each eager call is a tower of its own, named after its
 tables and how many lookups of them await a gradient. Inside a tf.function the ops are the
 chained graph ops, made differentiable for the tape by tf.custom_gradient as well.
+
+Tables of one dim and one pooling (combiner, weighted or not) cross in keyed form (graph mode and
+tf.function): the graph joins their keys, segment ids and weights (tf.concat) and the engine
+takes them as one array (engine/keyed_lookup.py), returns one pooled output that the graph splits
+(tf.split, whose gradient joins the tables' gradients again), and one values output beside each
+table's rows on the way back; so a step crosses the seam a few times, not a few times per table.
+Each table's rows stay an output of their own: its update op hands them back, and the engine
+knows them as its backward's own rows (engine/distinct_rows.py).
 """
 import collections
 
 from sok1x.engine import api
+from sok1x.engine.keyed_lookup import KeyedInput
 from sok1x.engine.op_order import as_op_id
 from sok1x.engine.pooled_lookup import PooledInput
 from sok1x.graph_ops import boundary, embedding_ops, init_ops, ordering, tf_compat
@@ -62,6 +71,129 @@ def _forward_function(tables, items, key_limits, op_id):
     return run
 
 
+class _ListForm:
+    """Per table its own tensors in and out of the engine (tables of several dims or
+    poolings, and eager lookups)."""
+
+    def __init__(self, tables, items, key_limits):
+        self.tables, self.items, self.key_limits = tables, items, key_limits
+        self.dtypes = [tf1.float32] * len(tables) + [tf1.int64]
+
+    def inputs(self, handle_values):
+        """The forward op's inputs (the handles' values first) and its host input positions."""
+        return _flat_inputs(handle_values, self.items)
+
+    def function(self, op_id):
+        return _forward_function(self.tables, self.items, self.key_limits, op_id)
+
+    def pooled(self, outputs):
+        """Per table float32 [num_segments_t, dim_t] of the forward op's outputs."""
+        for pooled, table in zip(outputs, self.tables):
+            pooled.set_shape([None, table.dim])
+        return outputs[:-1]
+
+    def tops(self, outputs, grads):
+        """The backward op's gradient inputs from the gradients of the forward op's outputs
+        (graph mode) or of the per-table pooled outputs (tf.function): per table."""
+        return [tf1.zeros_like(outputs[t]) if grads[t] is None else grads[t]
+                for t in range(len(self.tables))]
+
+    def backward(self, token, tops, op_id, name):
+        """Makes the engine's backward op; returns (per table (values, rows), the op)."""
+        pairs = _backward_op(self.tables, token, tops, op_id, name)
+        return pairs, pairs[0][0].op
+
+
+class _KeyedForm(_ListForm):
+    """All tables' keys in one tensor (tf.concat), one pooled output split in the graph."""
+
+    def __init__(self, tables, items, key_limits):
+        _ListForm.__init__(self, tables, items, key_limits)
+        self.dtypes = [tf1.float32, tf1.int64]
+        self.num_segments = None
+
+    @staticmethod
+    def fits(tables, items):
+        """True for tables of one dim and items of one pooling with int keys, more than one."""
+        return len(tables) > 1 and len({table.dim for table in tables}) == 1 and len(
+            {(item.combiner, item.weights is None) for item in items}) == 1 and all(
+            item.keys.dtype in (tf1.int32, tf1.int64) for item in items)
+
+    def inputs(self, handle_values):
+        items, count = self.items, len(self.items)
+        keys = [item.keys for item in items]
+        if len({k.dtype for k in keys}) > 1:
+            keys = [tf1.cast(k, tf1.int64) for k in keys]
+        self.num_segments = tf1.stack([tf1.cast(item.num_segments, tf1.int64) for item in items])
+        inputs = list(handle_values) + [
+            tf1.concat(keys, 0), tf1.stack([tf1.size(k, out_type=tf1.int64) for k in keys]),
+            tf1.concat([tf1.cast(item.segment_ids, tf1.int64) for item in items], 0),
+            self.num_segments]
+        if items[0].weights is not None:
+            inputs.append(tf1.concat([item.weights for item in items], 0))
+        return inputs, [count + 1, count + 3]
+
+    def function(self, op_id):
+        names = [table.name for table in self.tables]
+        count, combiner, key_limits = len(names), self.items[0].combiner, self.key_limits
+        weighted = self.items[0].weights is not None
+
+        def run(*arrays):
+            keys, lengths, segment_ids, num_segments = arrays[count:count + 4]
+            weights = arrays[count + 4] if weighted else None
+            out, token = api.keyed_lookup(names, op_id, KeyedInput(
+                keys, lengths, segment_ids, num_segments, weights, combiner), True, key_limits)
+            return [out, token]
+        return run
+
+    def pooled(self, outputs):
+        outputs[0].set_shape([None, self.tables[0].dim])
+        return tf1.split(outputs[0], self.num_segments, num=len(self.tables))
+
+    def tops(self, outputs, grads):
+        if len(outputs) == len(self.tables):  # the per-table pooled outputs (tf.function)
+            return [tf1.concat(_ListForm.tops(self, outputs, grads), 0)]
+        return [tf1.zeros_like(outputs[0]) if grads[0] is None else grads[0]]
+
+    def backward(self, token, tops, op_id, name):
+        names = [table.name for table in self.tables]
+        count = len(names)
+
+        def run(token_now, grads_now):
+            values, rows, counts = api.keyed_lookup_grad(names, op_id, token_now, grads_now,
+                                                         rows_per_table=True)
+            return [values, counts] + list(rows)
+        outputs = boundary.engine_op(run, [token, tops[0]],
+                                     [tf1.float32, tf1.int64] + [tf1.int64] * count, name,
+                                     host_inputs=(0,))
+        outputs[0].set_shape([None, self.tables[0].dim])
+        for rows in outputs[2:]:
+            rows.set_shape([None])
+        values = tf1.split(outputs[0], outputs[1], num=count)
+        per_graph(values[0].graph, "keyed_gradients", dict)[values[0].op.name] = KeyedGradient(
+            names, outputs[0], outputs[1], outputs[2:], values)
+        return list(zip(values, outputs[2:])), outputs[0].op
+
+
+KeyedGradient = collections.namedtuple("KeyedGradient", "names values counts rows pieces")
+KeyedGradient.__doc__ = """The outputs of one keyed backward op: the tables' names, values
+[u, dim] of all tables, counts [T], each table's rows, and the values' per-table pieces (the
+graph's split): an update of all tables at once hands values, counts and rows back."""
+
+
+def keyed_gradient_of(values):
+    """The KeyedGradient one of whose per-table pieces is `values`, or None."""
+    op = getattr(values, "op", None)
+    if op is None or op.type != "SplitV":
+        return None
+    return per_graph(op.graph, "keyed_gradients", dict).get(op.name)
+
+
+def _form(tables, items, key_limits, eager=False):
+    keyed = not eager and _KeyedForm.fits(tables, items)
+    return (_KeyedForm if keyed else _ListForm)(tables, items, key_limits)
+
+
 def _prepare(tables, ensure_up):
     def prepare():
         ensure_up()
@@ -98,71 +230,72 @@ def pooled_lookup(tables, handles, items, key_limits, name):
     tables: TableSpecs; handles: their handle variables; items: TableInputs; key_limits: per
     table None or its number of keys."""
     prepare = _prepare(tables, init_ops.bring_up_on_first_use())
-    inputs, host = _flat_inputs([h.read_value() for h in handles], items)
+    handle_values = [h.read_value() for h in handles]
     if tf1.executing_eagerly():
+        inputs, host = _flat_inputs(handle_values, items)
         return _eager_lookup(tables, inputs, host, items, key_limits, name, prepare)
+    form = _form(tables, items, key_limits)
+    inputs, host = form.inputs(handle_values)
     if tf_compat.inside_function():
-        return _function_lookup(tables, inputs, host, items, key_limits, name, prepare)
-    outputs, tower = _forward_op(tables, inputs, host, items, key_limits, name, prepare, _GRAD)
-    per_graph(outputs[0].graph, "pooled_lookups", dict)[outputs[0].op.name] = (tables, tower)
-    return outputs[:-1]
+        return _function_lookup(form, inputs, host, name, prepare)
+    outputs, tower = _forward_op(form, inputs, host, name, prepare, _GRAD)
+    per_graph(outputs[0].graph, "pooled_lookups", dict)[outputs[0].op.name] = (form, tower)
+    return form.pooled(outputs)
 
 
-def _forward_op(tables, inputs, host, items, key_limits, name, prepare, gradient):
-    """Makes the chained forward op; returns (its outputs: pooled per table, then the token;
-    its tower)."""
+def _forward_op(form, inputs, host, name, prepare, gradient):
+    """Makes the chained forward op; returns (its outputs: pooled per table, or joined in keyed
+    form, then the token; its tower)."""
+    count = len(form.tables)
+
     def build(op_id):
-        outputs = boundary.engine_op(_forward_function(tables, items, key_limits, op_id),
-                                     inputs, [tf1.float32] * len(tables) + [tf1.int64], name,
-                                     gradient=gradient, host_inputs=host, prepare=prepare)
-        for pooled, table in zip(outputs, tables):
-            pooled.set_shape([None, table.dim])
+        outputs = boundary.engine_op(form.function(op_id), inputs, form.dtypes, name,
+                                     gradient=gradient, host_inputs=host, prepare=prepare,
+                                     unread_inputs=range(count))
         outputs[-1].set_shape([])
         return outputs, outputs[0].op
 
     return ordering.chained(ordering.FORWARD, name, build)
 
 
-def _function_lookup(tables, inputs, host, items, key_limits, name, prepare):
+def _function_lookup(form, inputs, host, name, prepare):
     """The lookup inside a tf.function: chained graph ops as in graph mode, but differentiable by
     tf.GradientTape, which looks gradients up by op type and ignores gradient_override_map."""
-    count = len(tables)
+    count = len(form.tables)
     others = inputs[count:]
 
     @tf1.custom_gradient
     def lookup(*handle_values):
-        outputs, tower = _forward_op(tables, list(handle_values) + others, host, items,
-                                     key_limits, name, prepare, None)
+        outputs, tower = _forward_op(form, list(handle_values) + others, host, name, prepare,
+                                     None)
+        pooled = form.pooled(outputs)
 
         def gradient(*upstream):
-            upstream = [tf1.zeros_like(outputs[t]) if upstream[t] is None else upstream[t]
-                        for t in range(count)]
-            return _chained_backward(tables, outputs[count], upstream, tower, name + "_grad")
-        return list(outputs[:-1]), gradient
+            return _chained_backward(form, outputs[-1], form.tops(pooled, upstream), tower,
+                                     name + "_grad")
+        return list(pooled), gradient
 
     return list(lookup(*inputs[:count]))
 
 
-def _chained_backward(tables, token, grads, tower, name):
+def _chained_backward(form, token, tops, tower, name):
     """Makes the chained backward op in `tower`; returns the handles' IndexedSlices."""
     def build(op_id):
-        pairs = _backward_op(tables, token, grads, op_id, name)
-        return pairs, pairs[0][0].op
+        return form.backward(token, tops, op_id, name)
 
     pairs, _ = ordering.chained(ordering.BACKWARD, name, build, tower=tower)
-    embedding_ops.mark_backward_op(pairs[0][0].op)
-    return [_indexed_slices(table, values, rows) for table, (values, rows) in zip(tables, pairs)]
+    for op in {tower.last_op, pairs[0][0].op}:  # in keyed form the values come from a split
+        embedding_ops.mark_backward_op(op)
+    return [_indexed_slices(table, values, rows)
+            for table, (values, rows) in zip(form.tables, pairs)]
 
 
 @tf1.RegisterGradient(_GRAD)
 def _pooled_lookup_grad(op, *grads):
-    tables, tower = per_graph(op.graph, "pooled_lookups", dict)[op.name]
-    count = len(tables)
-    grads = [tf1.zeros_like(op.outputs[t]) if grads[t] is None else grads[t]
-             for t in range(count)]
-    slices = _chained_backward(tables, op.outputs[count], grads, tower,
+    form, tower = per_graph(op.graph, "pooled_lookups", dict)[op.name]
+    slices = _chained_backward(form, op.outputs[-1], form.tops(op.outputs[:-1], grads), tower,
                                op.name.split("/")[-1] + "_grad")
-    return slices + [None] * (len(op.inputs) - count)
+    return slices + [None] * (len(op.inputs) - len(form.tables))
 
 
 def _eager_lookup(tables, inputs, host, items, key_limits, name, prepare):
@@ -183,7 +316,7 @@ def _eager_lookup(tables, inputs, host, items, key_limits, name, prepare):
         outputs = boundary.engine_op(_forward_function(tables, items, key_limits, forward_id),
                                      list(handle_values) + others,
                                      [tf1.float32] * count + [tf1.int64], name, host_inputs=host,
-                                     prepare=prepare)
+                                     prepare=prepare, unread_inputs=range(count))
         # The gradient function keeps no output tensor: the tape's records of it live until
         # the interpreter exits, and an output the engine lent TensorFlow (DLPack) must be
         # released while Python still runs.

@@ -34,6 +34,10 @@ Every backend module exposes the same names, and the engine's algorithms call on
     distinct_rows_many(items) -> [(distinct, inverse, ranks)]   per (rows in [0, bound), bound,
         boundaries ending at bound): distinct rows ascending, each row's place among them, and
         how many lie below each boundary; one wait for all items
+    Arrays holding several tables' parts one after the other (cut at host cuts [P + 1]):
+    part_bounds(arrays, cuts) -> host int64 [len(arrays) * P, 2]   (min, max) of each part, one
+        wait; part_bounds_deferred(arrays, cuts) leaves them on the device
+    offset_parts(array, cuts, offsets) -> int64    part t plus offsets[t] (one launch on cuda)
     local_rows(rows, row_starts, moves, length) -> int64   distinct rows ascending, less the
         start of the range t holding each, table t's moved by moves[t] (to an aligned place)
     Sizes left on the device for an op header to carry and read (engine/exchange_header.py):
@@ -51,7 +55,7 @@ Every backend module exposes the same names, and the engine's algorithms call on
     column(matrix, index) -> [n]                       one column of an int64 [n, k] matrix
     segment_counts(segment_ids, n) -> float32 [n]      ids per segment
     scale_rows(values, factors, divide) -> values * (or /, 0 where 0) factors per row
-    fill_rows(array, rows, value)                      array[rows] = value (float64 1-D)
+    fill_rows(array, rows, value, count=None)          array[rows] = value (float64 1-D)
     floor_divide(keys, divisor) -> keys // divisor     int64, rows of a table without hash table
     row_view(array, start, stop)                       rows [start, stop) sharing array's memory
     take_rows(array, index) -> array[index]            gather along axis 0
@@ -61,11 +65,11 @@ Every backend module exposes the same names, and the engine's algorithms call on
     segment_sum(values, segment_ids, num_segments)     like tf.math.unsorted_segment_sum
     gather_rows(table, rows) -> [n, dim]               row -1 gives a zero vector
     scatter_add_rows(table, rows, values)              table[rows] += values, repeats summed
-    init_rows(table, rows, keys, spec, table_id)       write initial values (random_init.py)
+    init_rows(table, rows, keys, spec, table_id, count=None)   initial values (random_init.py)
     touch_rows(last_step, counts, rows, step)          access statistics of rows >= 0 (int64)
     HashIndex(capacity)                                key -> row index of a shard (cpu_hash.py):
-        find, count_missing, find_or_insert(keys, row_pool, missing, next_row), erase, assign,
-        export
+        find, count_missing, find_or_insert(keys, row_pool, missing, next_row, queue_first),
+        erase, assign, export
 
 The seam to a framework (graph_ops/boundary.py, DESIGN D1):
     from_dlpack(capsule) -> array       read a framework's tensor in place (consumes the capsule)

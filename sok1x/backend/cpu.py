@@ -220,12 +220,44 @@ def index_bounds(arrays):
 
 def index_bounds_deferred(arrays):
     """index_bounds() where cuda leaves it on the device, for one read with other sizes."""
-    bounds = np.empty((len(arrays), 2), dtype=np.int64)
+    if not arrays:
+        return np.zeros((0, 2), dtype=np.int64)
+    flat = [np.asarray(array, dtype=np.int64).reshape(-1) for array in arrays]
+    cuts = np.concatenate([[0], np.cumsum([a.shape[0] for a in flat])]).astype(np.int64)
+    return part_bounds_deferred([np.concatenate(flat)], cuts)  # two reductions for all
+
+
+def part_bounds(arrays, cuts):
+    """Returns host int64 [len(arrays) * P, 2]: the (min, max) of each part of each array, the
+    arrays all cut at host `cuts` [P + 1] (ascending, the last one their length); (INT64_MAX,
+    INT64_MIN) for an empty part. One wait for all."""
+    COUNTS["host_waits"] += 1
+    return part_bounds_deferred(arrays, cuts)
+
+
+def part_bounds_deferred(arrays, cuts):
+    """part_bounds() where cuda leaves it on the device (no wait)."""
+    cuts = np.asarray(cuts, dtype=np.int64)
+    parts = cuts.shape[0] - 1
+    bounds = np.empty((len(arrays) * parts, 2), dtype=np.int64)
     bounds[:, 0], bounds[:, 1] = np.iinfo(np.int64).max, np.iinfo(np.int64).min
-    for i, array in enumerate(arrays):
-        if np.size(array):
-            bounds[i] = (np.min(array), np.max(array))
+    filled = np.flatnonzero(np.diff(cuts) > 0)
+    if filled.size:
+        for j, array in enumerate(arrays):
+            array = np.asarray(array, dtype=np.int64)
+            rows = j * parts + filled
+            bounds[rows, 0] = np.minimum.reduceat(array, cuts[filled])
+            bounds[rows, 1] = np.maximum.reduceat(array, cuts[filled])
     return bounds
+
+
+def offset_parts(array, cuts, offsets):
+    """Returns int64 [n]: each element of part t of int `array` (cut at host `cuts` [P + 1])
+    plus host offsets[t]: the keys of several tables, given as one array, in a group's id
+    space."""
+    counts = np.diff(np.asarray(cuts, dtype=np.int64))
+    return np.asarray(array, dtype=np.int64) + np.repeat(
+        np.asarray(offsets, dtype=np.int64), counts)
 
 
 def row_view(array, start, stop):
@@ -295,9 +327,16 @@ def segment_counts(segment_ids, num_segments):
                        minlength=int(num_segments)).astype(np.float32)
 
 
-def fill_rows(array, rows, value):
-    """array[rows] = value."""
-    array[np.asarray(rows, dtype=np.int64)] = value
+def fill_rows(array, rows, value, count=None):
+    """array[rows] = value; count: None, or a [1] array: only the first count[0] rows, negative
+    rows skipped (cuda's fill_rows)."""
+    rows = _counted_rows(rows, count)
+    array[rows[rows >= 0]] = value
+
+
+def _counted_rows(rows, count):
+    rows = np.asarray(rows, dtype=np.int64)
+    return rows if count is None else rows[:int(np.asarray(count).reshape(-1)[0])]
 
 
 def scale_rows(values, factors, divide=False):
@@ -423,8 +462,14 @@ def touch_rows(last_step, counts, rows, step):
     counts += np.bincount(rows, minlength=counts.shape[0]).astype(counts.dtype)
 
 
-def init_rows(table, rows, keys, spec, table_id):
-    """Writes the initial vectors of `keys` (random_init's recipe) into table[rows]."""
+def init_rows(table, rows, keys, spec, table_id, count=None):
+    """Writes the initial vectors of `keys` (random_init's recipe) into table[rows]; count: as
+    fill_rows'."""
+    rows = _counted_rows(rows, count)
+    keys = np.asarray(keys, dtype=np.int64)[:rows.shape[0]]
+    kept = rows >= 0
+    if not kept.all():
+        rows, keys = rows[kept], keys[kept]
     if len(rows):
         _rows(table)[rows] = initial_values(spec, table_id, keys, table.shape[1])
 

@@ -74,7 +74,8 @@ class HashIndex:
         unique_keys = np.unique(np.asarray(keys, dtype=np.int64))
         return int(np.count_nonzero(self.find(unique_keys) < 0))
 
-    def find_or_insert(self, keys, row_pool=None, missing=None, next_row=None):
+    def find_or_insert(self, keys, row_pool=None, missing=None, next_row=None,
+                       queue_first=None):
         """Returns int64 rows for `keys`, giving new keys the next free rows.
 
         Returns (rows, new_keys, new_rows), the last two for the keys inserted by this call.
@@ -84,6 +85,8 @@ class HashIndex:
         when the caller has it (the cuda index then skips its own count; here it is not
         needed). The caller checks count_missing() against the capacity first; raises
         OverflowError if the index would overflow anyway (and then changes nothing).
+        queue_first: None, or queue_first(new_keys, new_rows, None), called once the keys are
+        placed (cuda's calls it before its one wait, with a device count).
         """
         keys = np.asarray(keys, dtype=np.int64)
         unique_keys, inverse = np.unique(keys, return_inverse=True)
@@ -108,6 +111,8 @@ class HashIndex:
         self._insert(new_keys, new_rows)
         self.size += missing.size
         unique_rows[missing] = new_rows
+        if queue_first is not None:
+            queue_first(new_keys, new_rows, None)
         return unique_rows[inverse], new_keys, new_rows
 
     def assign(self, keys, rows):

@@ -13,7 +13,7 @@ Call cuda_context.activate(device_ordinal) before the first op (sok1x.init does)
 import numpy as np
 from pycuda import gpuarray
 
-from sok1x.backend import cuda_context, dlpack
+from sok1x.backend import cuda_context, cuda_host_rows, dlpack
 from sok1x.backend.owner_rules import OWNER_MOD
 from sok1x.backend import random_init as recipe
 from sok1x.backend.cuda_context import uses_context
@@ -26,9 +26,11 @@ from sok1x.backend.cuda_groups import (  # noqa: F401  (part of the op set: tabl
     join_keys,
     join_rows,
     local_rows,
+    offset_parts,
+    part_bounds,
+    part_bounds_deferred,
 )
 from sok1x.backend.cuda_hash import HashIndex  # noqa: F401  (part of the op set)
-from sok1x.backend.cuda_staging import allocate_page_locked
 from sok1x.backend.cuda_sizes import flag_outside, header_records  # noqa: F401  (the op set)
 from sok1x.backend.cuda_unique import (  # noqa: F401  (part of the op set)
     unique,
@@ -132,18 +134,18 @@ def fill_value(array, value):
 
 @uses_context
 def host_mapped_zeros(shape, dtype):
-    """A GPUArray over zeroed page-locked host memory mapped into the device's address space
-    (DEVICEMAP; its device pointer under unified addressing): kernels read and write its rows in
-    place over PCIe. The array keeps the host memory alive."""
-    import pycuda.driver as driver
-    shape = tuple(int(n) for n in shape)
-    if int(np.prod(shape, dtype=np.int64)) == 0:
-        return gpuarray.GPUArray(shape, np.dtype(dtype))
-    host = allocate_page_locked(shape, np.dtype(dtype),
-                                mem_flags=driver.host_alloc_flags.DEVICEMAP)
-    host.fill(0)
-    array = gpuarray.GPUArray(shape, np.dtype(dtype), gpudata=host.base.get_device_pointer())
-    array.sok1x_host_memory = host
+    """A GPUArray over zeroed page-locked host memory mapped into the device's address space,
+    on 2 MiB pages where the system grants them (cuda_host_rows): kernels read and write its
+    rows in place over PCIe. sok1x_host_memory is a NumPy view of the same memory; the array
+    and that view keep it alive."""
+    shape, dtype = tuple(int(n) for n in shape), np.dtype(dtype)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if nbytes == 0:
+        return gpuarray.GPUArray(shape, dtype)
+    block = cuda_host_rows.mapped_host_block(nbytes)
+    array = gpuarray.GPUArray(shape, dtype, gpudata=block.address)
+    array.sok1x_host_memory = block.host[:nbytes].view(dtype).reshape(shape)
+    array.sok1x_host_block = block
     return array
 
 
@@ -252,7 +254,7 @@ def _pooling_kernels():
     return {"column": prepared("pooling.cu", "column_int64", "PqqqP"),
             "counts": prepared("pooling.cu", "segment_counts_float32", "PqP"),
             "scale": prepared("pooling.cu", "scale_rows_float32", "PPqqiP"),
-            "fill_rows": prepared("pooling.cu", "fill_rows_float64", "PPqd")}
+            "fill_rows": prepared("pooling.cu", "fill_rows_float64", "PPqPd")}
 
 
 @uses_context
@@ -278,15 +280,16 @@ def segment_counts(segment_ids, num_segments):
 
 
 @uses_context
-def fill_rows(array, rows, value):
-    """array[rows] = value for a float64 1-D GPUArray, queued (no upload of the value per row)."""
+def fill_rows(array, rows, value, count=None):
+    """array[rows] = value for a float64 1-D GPUArray, queued (no upload of the value per row);
+    count: as init_rows' (only the first count[0] rows, negative rows skipped)."""
     rows = index_array(rows, "rows")
     if array.dtype != np.float64 or array.ndim != 1:
         raise TypeError("fill_rows needs a float64 1-D array, got %s %s" % (array.dtype,
                                                                            array.shape))
     if rows.shape[0]:
         launch(_pooling_kernels()["fill_rows"], rows.shape[0], ptr(array), ptr(rows),
-               rows.shape[0], float(value))
+               rows.shape[0], _count_ptr(count), float(value))
 
 
 @uses_context
@@ -462,13 +465,15 @@ def touch_rows(last_step, counts, rows, step):
 
 @memoised_per_context
 def _init_rows_kernel():
-    return prepared("random_init.cu", "init_rows_float32", "PPqPPqqiQQdd")
+    return prepared("random_init.cu", "init_rows_float32", "PPqPPqPqiiQQdd")
 
 
 @uses_context
-def init_rows(table, rows, keys, spec, table_id):
+def init_rows(table, rows, keys, spec, table_id, count=None):
     """Writes the initial vectors of `keys` (random_init's recipe) into table[rows]; table is a
-    float32 [rows, dim] GPUArray or a split array of them."""
+    float32 [rows, dim] GPUArray or a split array of them. count: None, or a uint64 [1] device
+    array: only the first count[0] rows are written (HashIndex.find_or_insert's queue_first),
+    negative rows skipped."""
     if table.dtype != np.float32 or table.ndim != 2:
         raise TypeError("init_rows needs a float32 [rows, dim] table, got %s %s" % (
             table.dtype, table.shape))
@@ -483,9 +488,29 @@ def init_rows(table, rows, keys, spec, table_id):
     if spec.kind == "uniform":
         b = float(spec.b) - float(spec.a)
     mask = 0xFFFFFFFFFFFFFFFF
-    launch(_init_rows_kernel(), rows.shape[0] * dim, *split_args(table, dim), ptr(rows),
-           ptr(keys), rows.shape[0], dim, _INIT_KINDS[spec.kind], int(spec.seed) & mask,
-           int(table_id) & mask, a, b)
+    lane_shift = _lane_shift(dim)
+    launch(_init_rows_kernel(), rows.shape[0] << lane_shift, *split_args(table, dim), ptr(rows),
+           ptr(keys), rows.shape[0], _count_ptr(count), dim, lane_shift, _INIT_KINDS[spec.kind],
+           int(spec.seed) & mask, int(table_id) & mask, a, b)
+
+
+def _lane_shift(units_per_row):
+    """log2 of the threads that share a row: the smallest power of two >= units_per_row, at
+    most a warp (32)."""
+    shift = 0
+    while shift < 5 and (1 << shift) < units_per_row:
+        shift += 1
+    return shift
+
+
+def _count_ptr(count):
+    """Device address of an optional uint64 [1] count array (0: none)."""
+    if count is None:
+        return 0
+    count = device_array(count, "count", np.uint64)
+    if count.shape != (1,):
+        raise ValueError("count must be a uint64 [1] array, got shape %s" % (count.shape,))
+    return ptr(count)
 
 
 _ALIGNMENT = 64  # TensorFlow refuses tensors whose data is not 64-byte aligned

@@ -70,6 +70,56 @@ def _part_list(arrays, offsets=None):
     return _device_constant(listing), int(starts[-1])
 
 
+def _cut_part_list(arrays, cuts, offsets=None):
+    """Returns (device part list, parts) for int64 device arrays each cut at host `cuts`
+    [P + 1] into P parts (array after array), made from the cuts without a Python object per
+    part."""
+    cuts = np.asarray(cuts, dtype=np.int64)
+    total, parts = int(cuts[-1]), cuts.shape[0] - 1
+    addresses = np.concatenate([ptr(a) + 8 * cuts[:-1] for a in arrays])
+    starts = np.concatenate([j * total + cuts[:-1] for j in range(len(arrays))]
+                            + [[len(arrays) * total]])
+    offsets = np.zeros(len(arrays) * parts, np.int64) if offsets is None else offsets
+    listing = np.concatenate([addresses, starts, np.asarray(offsets, dtype=np.int64)])
+    return _device_constant(listing), len(arrays) * parts
+
+
+@uses_context
+def offset_parts(array, cuts, offsets):
+    """Returns int64 [n]: each element of part t of int `array` (cut at host `cuts` [P + 1])
+    plus host offsets[t], in one launch."""
+    array = index_array(array, "keys")
+    out = empty((array.shape[0],), np.int64)
+    if array.shape[0]:
+        parts, count = _cut_part_list([array], cuts, offsets)
+        launch(_kernels()["join_int64"], array.shape[0], ptr(parts), count, ptr(out))
+    return out
+
+
+@uses_context
+def part_bounds(arrays, cuts):
+    """Returns host int64 [len(arrays) * P, 2]: (min, max) of each part of each array (cut at
+    host `cuts` [P + 1]), (INT64_MAX, INT64_MIN) for an empty part: one launch, one wait."""
+    return to_host(part_bounds_deferred(arrays, cuts))
+
+
+@uses_context
+def part_bounds_deferred(arrays, cuts):
+    """part_bounds() left on the device (int64 GPUArray [len(arrays) * P, 2])."""
+    arrays = [index_array(a, "indices") for a in arrays]
+    count = len(arrays) * (len(cuts) - 1)
+    bounds = empty((max(count, 1), 2), np.int64)
+    if not count:
+        return bounds[:0]
+    starts = _device_constant(np.tile(_BOUNDS_START, (count, 1)).reshape(-1))
+    copy_rows_async(bounds.reshape(-1), 0, starts, 0, 2 * count)
+    total = sum(int(a.shape[0]) for a in arrays)
+    if total:
+        parts, count = _cut_part_list(arrays, cuts)
+        launch(_kernels()["bounds"], max(total // count, 1), ptr(parts), count, ptr(bounds))
+    return bounds
+
+
 @uses_context
 def join_keys(arrays, offsets):
     """Returns int64 [sum n_t]: each int array t plus offsets[t], joined in order, in one

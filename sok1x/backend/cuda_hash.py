@@ -29,6 +29,7 @@ from sok1x.backend.cuda_launch import (
     prepared,
     ptr,
     to_host,
+    to_host_later,
 )
 
 
@@ -99,7 +100,8 @@ class HashIndex:
         return self._count_missing(index_array(keys, "keys"))
 
     @uses_context
-    def find_or_insert(self, keys, row_pool=None, missing=None, next_row=None):
+    def find_or_insert(self, keys, row_pool=None, missing=None, next_row=None,
+                       queue_first=None):
         """Returns int64 rows for `keys`, giving new keys the next free rows.
 
         Returns (rows, new_keys, new_rows), the last two for the keys inserted by this call, in
@@ -108,7 +110,12 @@ class HashIndex:
         the pool must hold every new key). missing: count_missing(keys) when the caller has it
         (then nothing waits); else one kernel places the keys and the host waits for how many
         it placed. Raises OverflowError if the new keys do not fit (the index then holds the
-        keys it held, with tombstones where this call placed some).
+        keys it held, with tombstones where this call placed some). queue_first: None, or
+        queue_first(new_keys, new_rows, placed), called once the keys are placed and before the
+        host waits for their count, to queue work on the new rows that then runs during the
+        wait: placed is None where the arrays hold exactly the placed keys, else a uint64 [1]
+        device array counting them, the arrays' entries past it unset (backend ops take it as
+        `count`: init_rows, fill_rows).
         """
         keys = index_array(keys, "keys")
         n = keys.shape[0]
@@ -119,7 +126,11 @@ class HashIndex:
                 raise OverflowError("%d new keys do not fit: %d of %d rows used" % (
                     missing, self.size, self.capacity))
             if missing == 0:
-                return self._find(keys), empty((0,), np.int64), empty((0,), np.int64)
+                found, new_keys, new_rows = (self._find(keys), empty((0,), np.int64),
+                                             empty((0,), np.int64))
+                if queue_first is not None:
+                    queue_first(new_keys, new_rows, None)
+                return found, new_keys, new_rows
         pool, pool_count, first_new_row = 0, 0, self.size
         if row_pool is not None:
             row_pool = index_array(row_pool, "row_pool")
@@ -136,6 +147,8 @@ class HashIndex:
         new_rows = empty((room,), np.int64)
         rows = empty((n,), np.int64)
         if n == 0:
+            if queue_first is not None:
+                queue_first(new_keys, new_rows, None)
             return rows, new_keys, new_rows
         placed = fill_bytes(empty((1,), np.uint64), 0)
         launch(_hash_kernels()["find_or_insert"], n, ptr(self._slots), self.slot_count,
@@ -143,8 +156,13 @@ class HashIndex:
                pool, pool_count, ptr(rows))
         if missing is not None:
             self.size += missing
+            if queue_first is not None:
+                queue_first(new_keys, new_rows, None)
             return rows, new_keys, new_rows
-        count = int(to_host(placed)[0])
+        counted = to_host_later(placed, "the count of keys find_or_insert placed")
+        if queue_first is not None:
+            queue_first(new_keys, new_rows, placed)
+        count = int(counted()[0])
         self.size += count
         if count > limit:
             self.erase(new_keys[:count])

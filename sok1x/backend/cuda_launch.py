@@ -26,6 +26,13 @@ _BLOCKS_PER_MULTIPROCESSOR = 16
 COUNTS = collections.Counter()
 
 
+def load_every_kernel():
+    """Loads all of sok1x's kernels on the active device (once, at init); returns their number.
+    See cuda_kernels.load_every_kernel for why no kernel may be loaded during a step."""
+    with cuda_context.entered():
+        return kernels.load_every_kernel(kernels.source_names())
+
+
 def waited_stream():
     """cuda_context.wait_stream(), counted as one host wait and timed into COUNTS."""
     started = time.perf_counter()
@@ -194,6 +201,22 @@ def download_many(arrays, what="a copy to the host"):
 def to_host(array, what="a copy to the host"):
     """Returns a NumPy copy of a GPUArray the caller owns, after the work queued before it."""
     return to_host_many([array], what)[0]
+
+
+def to_host_later(array, what="a copy to the host"):
+    """Queues a copy of a GPUArray to the host; returns a function that waits for it and
+    returns a NumPy copy the caller owns (work queued in between runs during the wait)."""
+    collect = cuda_staging.download_later([array], what)
+
+    def wait():
+        started = time.perf_counter()
+        host = np.array(collect()[0], copy=True)
+        if array.size:
+            COUNTS["wait_us"] += int((time.perf_counter() - started) * 1e6)
+            COUNTS["host_waits"] += 1
+            COUNTS["copies"] += 1
+        return host
+    return wait
 
 
 def to_host_many(arrays, what="a copy to the host"):

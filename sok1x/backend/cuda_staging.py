@@ -125,6 +125,12 @@ def download(array, what):
 
 def download_many(arrays, what):
     """download() of several GPUArrays: every copy queued, then one bounded wait."""
+    return download_later(arrays, what)()
+
+
+def download_later(arrays, what):
+    """Queues download_many()'s copies and returns a function that waits for them and returns
+    the host views: work queued on the stream in between runs while the host waits."""
     stream = cuda_context.stream()
     hosts, last = [], None
     for array in arrays:
@@ -139,9 +145,12 @@ def download_many(arrays, what):
             array.get(ary=host, async_=True, stream=stream)
         last = _blocks.queued(index, stream)
         hosts.append(host)
-    if last is not None:
-        cuda_context.wait_event(last, what)
-    return hosts
+
+    def collect():
+        if last is not None:
+            cuda_context.wait_event(last, what)
+        return hosts
+    return collect
 
 
 def pinned_bytes():

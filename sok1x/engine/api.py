@@ -13,6 +13,7 @@ import numpy as np
 
 from sok1x.backend.random_init import InitializerSpec
 from sok1x.engine import placement as placements
+from sok1x.engine import keyed_lookup as keyed_lookup_module
 from sok1x.engine import runtime as _runtime
 from sok1x.engine.checks import check_dense_shape, check_sparse_shape, first_error
 from sok1x.engine.exchange_header import confirm_same_op, exchange_header
@@ -25,6 +26,7 @@ from sok1x.engine.pooled_lookup import (  # noqa: F401  (PooledInput: part of th
     pooled_forward_many,
 )
 from sok1x.engine.dynamic_table import Dynamic, make_table
+from sok1x.engine.keyed_lookup import KeyedInput  # noqa: F401  (part of the API)
 from sok1x.errors import DeviceMemoryError, InvalidInputError, Sok1xError
 
 
@@ -77,6 +79,10 @@ def _table_for_collective(runtime, name, op):
 
 def _tables_for_collective(runtime, names, op):
     """Returns the tables `names` for one collective op, as _table_for_collective."""
+    if not runtime.pending_tables:  # the usual step: every table made already
+        tables = [runtime.tables.get(name) for name in names]
+        if None not in tables:
+            return tables
     tables, errors = zip(*[_ready_table(runtime, name) for name in names]) if names else ((), ())
     error = first_error(*errors)
     if error is not None:
@@ -240,6 +246,42 @@ def pooled_lookup_grad(table_names, op, token, grads):
         tables = _tables_for_collective(rt, names, op)
         state = _forward_state(rt, ",".join(names), token, op)
         return pooled_backward_many(rt, tables, op, state, list(grads))
+
+
+def keyed_lookup(table_names, op, keyed, training, key_limits=None):
+    """Collective: one pooled lookup of several tables of one dim whose keys come as ONE array
+    (engine/keyed_lookup.py; TorchRec's KeyedJaggedTensor). keyed: a KeyedInput; key_limits: as
+    pooled_lookup's. Returns (float32 [sum(num_segments), dim], the tables' outputs one after
+    the other; token for keyed_lookup_grad)."""
+    with _step() as rt:
+        tables = _tables_for_collective(rt, list(table_names), op)
+        out, state = keyed_lookup_module.keyed_forward(rt, tables, op, keyed, training,
+                                                       key_limits)
+        return out, np.int64(rt.stash.put(_forward_key(op), state))
+
+
+def keyed_lookup_grad(table_names, op, token, grads, rows_per_table=False):
+    """Collective. grads: float32 shaped like keyed_lookup's output. Returns (values [u, dim],
+    rows int64 [u]: each table's own shard rows, table after table, counts host int64 [T]: rows
+    per table). rows_per_table: rows as a list of per-table arrays instead, for per-table
+    updates (apply_optimizer_update(s)), which know them for the backward's own rows."""
+    names = list(table_names)
+    with _step() as rt:
+        tables = _tables_for_collective(rt, names, op)
+        state = _forward_state(rt, ",".join(names), token, op)
+        return keyed_lookup_module.keyed_backward(rt, tables, op, state, grads, rows_per_table)
+
+
+def apply_keyed_update(table_names, rule, slot_prefix, options, hyper, values, rows, counts):
+    """Local. apply_optimizer_updates for a keyed_lookup_grad's (values, rows, counts): one pass
+    over the rows of a table group. rows: joined, or a list of per-table arrays (its
+    rows_per_table form). Returns per table the number of distinct rows updated."""
+    with _runtime.entered() as rt:
+        tables = [rt.tables.get(name) for name in table_names]
+        if rt.pending_tables or None in tables:
+            tables = [_table(rt, name) for name in table_names]
+        return keyed_lookup_module.keyed_update(rt.backend, tables, rule, slot_prefix, options,
+                                                hyper, values, rows, counts)
 
 
 def allreduce(op, arrays, average):

@@ -8,6 +8,7 @@ import numpy as np
 from sok1x.backend import cpu as host_ops
 from sok1x.engine import checkpoint
 from sok1x.engine import runtime as _runtime
+from sok1x.engine.bounded_collectives import all_to_all_rows
 from sok1x.errors import InvalidInputError
 
 
@@ -71,8 +72,8 @@ def _scatter_from_root(rt, table, keys, values):
     recv_counts[0] = counts[rt.rank]
     if rt.rank != 0:
         keys, values = np.zeros(0, np.int64), np.zeros((0, table.dim), np.float32)
-    return (host.all_to_all_v(keys, send_counts, recv_counts),
-            host.all_to_all_v(values, send_counts, recv_counts))
+    return (all_to_all_rows(host, keys, send_counts, recv_counts),
+            all_to_all_rows(host, values, send_counts, recv_counts))
 
 
 def sequential_keys(count):

@@ -8,7 +8,8 @@ writes last: a dump's manifest file, or the Saver's checkpoint entry. Load reads
 each rank streams the files its placement needs (engine/checkpoint_load.py), so a checkpoint
 written on one number of ranks loads on any other. Every function here is collective: all ranks
 call it, in the same order, and an error on any rank is raised on every rank
-(host.raise_together) before any table changes. No MPI call carries rows: only small objects.
+(host.raise_together) before any table changes. Rows travel through MPI only in
+incremental_tables, in calls of bounded size (engine/bounded_collectives.py).
 """
 import os
 import re
@@ -20,6 +21,7 @@ import numpy as np
 from sok1x.engine import checkpoint_format, checkpoint_load, checkpoint_manifest, hybrid_rows
 from sok1x.engine import placement as placements
 from sok1x.engine import runtime as _runtime
+from sok1x.engine.bounded_collectives import all_gather_rows
 from sok1x.engine.exchange_header import confirm_same_op
 from sok1x.engine.shard_storage import ShardWriter, remove_quietly, write_atomically
 from sok1x.errors import CheckpointError
@@ -107,11 +109,13 @@ def _rows_to_host(backend, array, rows, start, stop, contiguous, fill):
         return fill
     if contiguous and isinstance(array, np.ndarray):  # a view: no copy
         return array[rows[start]:rows[start] + (stop - start)] if stop > start else array[:0]
-    index = rows[start:stop]
+    index = backend.asarray(rows[start:stop])
     if len(array.shape) == 1:
-        return np.asarray(backend.to_host(backend.take_rows(array, backend.asarray(index))))
-    return np.asarray(backend.to_host(hybrid_rows.gather_rows(backend, array,
-                                                              backend.asarray(index))))
+        picked = backend.take_rows(array, index)
+    else:
+        picked = hybrid_rows.gather_rows(backend, array, index)
+    # A view of a reused page-locked block on cuda, held by the writer until it is written.
+    return np.asarray(backend.download_staged(picked))
 
 
 def _write_shard(rt, table, slots, path, rows_per_chunk):
@@ -178,14 +182,13 @@ def load_shards(directory, manifests, where, table_names, slot_prefixes=None):
     """Collective. Replaces each table with the rows of the checkpoint whose shards are in
     `directory` and whose manifest is `manifests` (this rank's copy, as a list of byte strings
     whose tables together are the set; None for one that could not be read), redistributed over
-    this job's ranks; only the slots matching `slot_prefixes` (all when None). All tables
-    change, or none: any error (named after the file) is raised on every rank first. `where`
-    names the manifest in errors."""
-    from sok1x.engine.dynamic_table import make_table
+    this job's ranks; only the slots matching `slot_prefixes` (all when None). Every file is
+    checked (checksum, header, keys) before any table changes: any error, named after the
+    file, is raised on every rank first, changing nothing. `where` names the manifest."""
     what = "restoring sok1x tables %s" % list(table_names)
     with _runtime.entered() as rt:
         tables = ready_tables(rt, table_names, what)
-        fresh, error = [], None
+        plans, error = [], None
         try:
             if any(data is None for data in manifests):
                 raise CheckpointError("no sok1x checkpoint manifest at %s" % where)
@@ -193,17 +196,24 @@ def load_shards(directory, manifests, where, table_names, slot_prefixes=None):
                 [checkpoint_manifest.decode(data, where) for data in manifests])
             for table in tables:
                 entry = checkpoint_manifest.entry_of(manifest, table.name, where)
-                shard = make_table(rt, table.name, *table.settings, initialize=False)
-                checkpoint_load.read_table(rt, table, entry, directory, slot_prefixes, shard)
-                fresh.append(shard)
+                plans.append(checkpoint_load.check_table(rt, table, entry, directory,
+                                                         slot_prefixes))
         except CheckpointError as exc:
             error = exc
         except (OSError, MemoryError) as exc:
             error = CheckpointError("rank %d cannot read the checkpoint %s: %s"
                                     % (rt.rank, where, exc))
         rt.host.raise_together(error, what)
-        for shard in fresh:
-            rt.tables[shard.name] = shard
+        tables = table = None  # a hash table's old shard is dropped before its new one is made
+        try:
+            for plan in plans:
+                checkpoint_load.read_table(rt, plan)
+        except (CheckpointError, OSError, MemoryError) as exc:
+            error = CheckpointError(
+                "rank %d could not read the checkpoint %s after checking it (%s): tables %s "
+                "may be partly restored; restore them again" % (
+                    rt.rank, where, exc, list(table_names)))
+        rt.host.raise_together(error, what)
 
 
 def _read_quietly(path):
@@ -278,7 +288,7 @@ def incremental_tables(table_names, since_utc):
             times = np.asarray(rt.backend.to_host(table.times))[rows]
             chosen = rows[times >= float(since_utc)]
             values = np.asarray(rt.backend.to_host(table.gather(rt.backend.asarray(chosen))))
-            all_keys, _ = rt.host.all_gather_v(keys[times >= float(since_utc)])
-            all_values, _ = rt.host.all_gather_v(values.reshape(-1, table.dim))
+            all_keys, _ = all_gather_rows(rt.host, keys[times >= float(since_utc)])
+            all_values, _ = all_gather_rows(rt.host, values.reshape(-1, table.dim))
             out.append((all_keys, all_values))
     return out

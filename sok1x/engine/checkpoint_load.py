@@ -1,12 +1,21 @@
-"""Loading a sharded checkpoint into a table (DESIGN D8): a read plan, then a stream of chunks.
+"""Loading a sharded checkpoint into a table (DESIGN D8): a read plan, a check, then a stream of
+chunks into the table itself.
 
 Each rank reads the shard files that can hold rows its placement gives it: only its own when
 the checkpoint was saved on this many ranks with this placement, else every file (resharding is
-a read plan, not a gather: no collective moves rows). It keeps the rows it owns and writes them
-into a FRESH shard; the caller installs the fresh shards only once every rank read every table
-without an error, so a bad file changes nothing. Host memory: one chunk's buffer (the chunks the
-writer made, engine/checkpoint_format.py).
+a read plan, not a gather: no collective moves rows). A load reads those files twice:
+  1. check_table streams each one through its checksum and checks its header and every key it
+     holds (negative, duplicated, beyond the table, more rows than the shard can hold). The
+     caller changes no table unless every rank checked every table without an error.
+  2. read_table streams them again (from the page cache, where they fit) into the table. A table
+     without a hash table is written in place: its rows follow from the keys, and rows no file
+     holds get their initial values. A hash table's old shard is dropped and a new one filled
+     (its rows are handed out anew), so the two never coexist.
+Host memory: one chunk's buffers (the chunks the writer made, engine/checkpoint_format.py), plus
+one byte per row (which rows a file held) or, for a hash table during the check, its keys; never
+a second copy of the shard, on the host or the device.
 """
+import collections
 import os
 
 import numpy as np
@@ -16,6 +25,8 @@ from sok1x.engine import checkpoint_format, hybrid_rows
 from sok1x.engine import placement as placements
 from sok1x.engine.shard_storage import ShardReader
 from sok1x.errors import CheckpointError
+
+FILL_ROWS = 1 << 16  # rows per upload when rows no file held get their initial slot values
 
 
 def files_to_read(rank, size, table, entry):
@@ -43,34 +54,164 @@ def shard_path(directory, shard):
     return beside
 
 
-class _RowSink:
-    """Writes the owned rows of streamed chunks into `fresh` (a new shard of `table`)."""
+LoadPlan = collections.namedtuple("LoadPlan", "name slots kept shards held rows")
+LoadPlan.__doc__ = """What check_table found for one table on this rank: slots (name, initial) in
+the files' order, kept (the same, (None, None) for a slot not restored), shards (manifest dicts of
+the files to read, with "where": the path), held (a table without a hash table: bool per shard row,
+True for rows a file holds; else None) and rows (how many rows this rank gets)."""
 
-    def __init__(self, rt, fresh, slot_names):
-        self.rt, self.fresh, self.backend = rt, fresh, rt.backend
-        self.slot_names = slot_names  # (name, initial) to keep, in the file's slot order or None
+
+def _owned(rt, table, keys, times, where):
+    """Returns the mask of `keys` (host int64) that this rank keeps; raises CheckpointError naming
+    `where` for a negative key, or a trained one (time > 0) beyond a table without hash table."""
+    if keys.size and int(keys.min()) < 0:
+        raise CheckpointError("%s holds negative key %d (table %s): the file is corrupt"
+                              % (where, int(keys.min()), table.name))
+    keep = host_ops.owners_of(keys, rt.size, *table.owner_rule) == rt.rank
+    limit = table.key_limit
+    if limit is not None:
+        beyond = keys >= limit
+        trained = beyond & (times > 0)
+        if trained.any():
+            raise CheckpointError(
+                "%s holds trained key %d, but table %s on %d ranks holds keys below %d "
+                "(max_vocabulary_size_per_gpu x ranks): raise max_vocabulary_size_per_gpu "
+                "or restore on more ranks" % (where, int(keys[trained][0]), table.name,
+                                              rt.size, limit))
+        keep &= ~beyond  # untrained rows beyond the limit are fresh rows: the same anyway
+    return keep
+
+
+def _direct_rows(rt, table, keys):
+    return np.asarray(rt.backend.to_host(placements.direct_rows(
+        host_ops, table.placement, keys, rt.size)), np.int64)
+
+
+def _chunks(reader, header, per_row, dim, slot_count):
+    """Yields (keys, values, [slots], times) of each chunk of an opened shard file."""
+    step = max(1, min(header["chunk_rows"], header["rows"]))  # the writer's chunks
+    counts = [min(step, header["rows"] - start) for start in range(0, header["rows"], step)]
+    for count, piece in zip(counts, reader.chunks([c * per_row for c in counts])):
+        yield checkpoint_format.split_chunk(piece, count, dim, slot_count)
+
+
+def _opened(shard, table, slots, verify):
+    """A ShardReader past the header of manifest dict `shard`, and the header."""
+    path = shard["where"]
+    reader = ShardReader(path, shard["size"], shard["crc32"], verify)
+    try:
+        header, _ = checkpoint_format.read_header(reader.read, path)
+        checkpoint_format.check_header(header, path, table.name, table.dim, slots)
+        if header["rows"] != int(shard["rows"]):
+            raise CheckpointError("%s holds %d rows; the manifest says %d" % (
+                path, header["rows"], int(shard["rows"])))
+    except BaseException:
+        reader.close()
+        raise
+    return reader, header
+
+
+def check_table(rt, table, entry, directory, slot_prefixes):
+    """Reads this rank's share of `entry`'s shard files (in `directory`) through their checksums
+    and checks every key; returns the LoadPlan for read_table. slot_prefixes: restore only slots
+    whose names start with one of them + "/" (None: all). Raises CheckpointError naming the file
+    for anything wrong with it; changes nothing."""
+    if int(entry["dim"]) != table.dim:
+        raise CheckpointError("the checkpoint in %s holds rows of dim %d; table %s has dim %d"
+                              % (directory, int(entry["dim"]), table.name, table.dim))
+    slots = [(str(name), float(initial)) for name, initial in entry["slots"]]
+    kept = [(name, initial) if slot_prefixes is None or any(
+        name.startswith(prefix + "/") for prefix in slot_prefixes) else (None, None)
+        for name, initial in slots]
+    per_row = checkpoint_format.row_bytes(table.dim, len(slots))
+    held = None if table.use_hashtable else np.zeros(table.values.shape[0], bool)
+    shards, hash_keys, count = [], [], 0
+    for shard in files_to_read(rt.rank, rt.size, table, entry):
+        shard = dict(shard, where=shard_path(directory, shard))
+        shards.append(shard)
+        reader, header = _opened(shard, table, slots, True)
+        try:
+            for keys, _, _, times in _chunks(reader, header, per_row, table.dim, len(slots)):
+                keys = keys[_owned(rt, table, keys, times, shard["where"])]
+                if held is not None:
+                    rows = _direct_rows(rt, table, keys)
+                    if _repeats_any(rows) or held[rows].any():
+                        raise CheckpointError(
+                            "%s holds key %d twice (table %s): the file is corrupt"
+                            % (shard["where"], _repeated(keys, held, rows), table.name))
+                    held[rows] = True
+                else:
+                    hash_keys.append(keys)  # a copy: boolean indexing made it
+                count += keys.size
+            reader.finish()
+        finally:
+            reader.close()
+    if hash_keys:
+        _check_hash_keys(rt, table, np.concatenate(hash_keys), shards)
+    return LoadPlan(table.name, slots, kept, shards, held, count)
+
+
+def _check_hash_keys(rt, table, keys, shards):
+    """Raises CheckpointError for a key held twice, or more keys than the shard can hold."""
+    keys.sort()
+    twice = keys[1:][keys[1:] == keys[:-1]]
+    files = ", ".join(shard["where"] for shard in shards)
+    if twice.size:
+        raise CheckpointError("%s holds a key twice (%d, table %s): the file is corrupt"
+                              % (files, int(twice[0]), table.name))
+    room = getattr(table, "max_capacity", table.capacity)
+    if keys.size > room:
+        raise CheckpointError(
+            "%s: table %s gets %d rows on rank %d, more than its capacity %d "
+            "(max_vocabulary_size_per_gpu or max_capacity): raise it or restore on more ranks"
+            % (files, table.name, keys.size, rt.rank, room))
+
+
+def read_table(rt, plan):
+    """Streams the files of `plan` (check_table's) into the runtime's table plan.name: a table
+    without a hash table in place; for a hash table, the runtime's shard is dropped (the caller
+    holds no reference to it) and a new one made and filled."""
+    table = rt.tables[plan.name]
+    if table.use_hashtable:
+        from sok1x.engine.dynamic_table import make_table
+        settings = table.settings
+        del rt.tables[plan.name], table  # the old shard's memory goes before the new one's comes
+        rt.backend.release_unused()
+        table = make_table(rt, plan.name, *settings, initialize=False)
+        rt.tables[plan.name] = table
+        if plan.rows > table.capacity:  # a DynamicTable: grown once, while it is empty
+            table._grow(plan.rows)
+    sink = _RowSink(rt, table, plan)
+    per_row = checkpoint_format.row_bytes(table.dim, len(plan.slots))
+    for shard in plan.shards:
+        reader, header = _opened(shard, table, plan.slots, False)
+        try:
+            for keys, values, slot_arrays, times in _chunks(reader, header, per_row, table.dim,
+                                                            len(plan.slots)):
+                sink.add(keys, values, slot_arrays, times, shard["where"])
+            reader.finish()
+        finally:
+            reader.close()
+    sink.finish()
+
+
+class _RowSink:
+    """Writes the owned rows of streamed chunks into `table`: in place (no hash table), or into
+    a new hash table shard, handing out its rows in order."""
+
+    def __init__(self, rt, table, plan):
+        self.rt, self.table, self.backend, self.plan = rt, table, rt.backend, plan
         self.used = 0
-        self.seen = None if fresh.use_hashtable else np.zeros(fresh.values.shape[0], bool)
+        if plan.held is not None:  # slots the table has and the checkpoint does not restore
+            restored = {name for name, _ in plan.kept if name is not None}
+            for name, array in table.slots.items():
+                if name not in restored:
+                    self.backend.fill_value(array, table.slot_initial[name])
 
     def add(self, keys, values, slots, times, where):
-        """Keeps the rows of this chunk that this rank owns; raises CheckpointError naming
-        `where` for a negative, duplicated or out-of-range key."""
-        fresh = self.fresh
-        if keys.size and int(keys.min()) < 0:
-            raise CheckpointError("%s holds negative key %d (table %s): the file is corrupt"
-                                  % (where, int(keys.min()), fresh.name))
-        keep = host_ops.owners_of(keys, self.rt.size, *fresh.owner_rule) == self.rt.rank
-        limit = fresh.key_limit
-        if limit is not None:
-            beyond = keys >= limit
-            trained = beyond & (times > 0)
-            if trained.any():
-                raise CheckpointError(
-                    "%s holds trained key %d, but table %s on %d ranks holds keys below %d "
-                    "(max_vocabulary_size_per_gpu x ranks): raise max_vocabulary_size_per_gpu "
-                    "or restore on more ranks" % (where, int(keys[trained][0]), fresh.name,
-                                                  self.rt.size, limit))
-            keep &= ~beyond  # untrained rows beyond the limit are fresh rows: the same anyway
+        """Keeps the rows of this chunk that this rank owns (checked by check_table)."""
+        table = self.table
+        keep = _owned(self.rt, table, keys, times, where)
         if keep.all():  # a shard read by its own rank: every row, no copies
 
             def mine(array):
@@ -82,7 +223,7 @@ class _RowSink:
 
             def mine(array):
                 return np.ascontiguousarray(array[chosen])
-        rows = self._rows_for(mine(keys), where)
+        rows = self._rows_for(mine(keys))
         first = int(rows[0]) if _contiguous(rows) else None
         device_rows = None if first is not None else self.backend.asarray(rows)
 
@@ -93,47 +234,42 @@ class _RowSink:
                 hybrid_rows.put_rows(self.backend, array, device_rows if device_rows is not None
                                      else self.backend.asarray(rows),
                                      self.backend.asarray(source))
-        put(fresh.values, mine(values))
-        for (name, initial), array in zip(self.slot_names, slots):
+        put(table.values, mine(values))
+        for (name, initial), array in zip(self.plan.kept, slots):
             if name is not None:
-                put(fresh.slot(name, initial), mine(array))
-        put(fresh.times, mine(times))
+                put(table.slot(name, initial), mine(array))
+        put(table.times, mine(times))
 
     def finish(self):
         """Gives the rows of a table without a hash table that no file held their initial
-        values (the fresh shard was made without them)."""
-        if self.seen is not None and not self.seen.all():
-            self.fresh.initialize_rows(np.flatnonzero(~self.seen))
+        values, slots and no update time."""
+        held = self.plan.held
+        if held is None or held.all():
+            return
+        table, backend = self.table, self.backend
+        rows = np.flatnonzero(~held)
+        table.initialize_rows(rows)
+        backend.fill_rows(table.times, backend.asarray(rows), 0.0)
+        for name, initial in self.plan.kept:
+            if name is not None:
+                array = table.slot(name, initial)
+                for start in range(0, rows.size, FILL_ROWS):
+                    part = rows[start:start + FILL_ROWS]
+                    backend.put_rows(array, backend.asarray(part), backend.asarray(
+                        np.full((part.size, table.dim), initial, np.float32)))
 
-    def _rows_for(self, keys, where):
-        fresh, backend = self.fresh, self.backend
-        if not fresh.use_hashtable:
-            rows = np.asarray(backend.to_host(placements.direct_rows(
-                host_ops, fresh.placement, keys, self.rt.size)), np.int64)
-            if np.unique(rows).size != rows.size or self.seen[rows].any():
-                raise CheckpointError("%s holds key %d twice (table %s): the file is corrupt"
-                                      % (where, _repeated(keys, self.seen, rows), fresh.name))
-            self.seen[rows] = True
-            return rows
-        count = keys.size
-        if np.unique(keys).size != count or fresh.index.count_missing(
-                backend.asarray(keys)) != count:
-            raise CheckpointError("%s holds a key twice (table %s): the file is corrupt"
-                                  % (where, fresh.name))
-        needed = self.used + count
-        room = getattr(fresh, "max_capacity", fresh.capacity)
-        if needed > room:
-            raise CheckpointError(
-                "%s: table %s gets more than %d rows on rank %d, its capacity "
-                "(max_vocabulary_size_per_gpu or max_capacity): raise it or restore on more "
-                "ranks" % (where, fresh.name, room, self.rt.rank))
-        if needed > fresh.capacity:
-            fresh._grow(needed)  # a DynamicTable: capacity doubles up to max_capacity
+    def _rows_for(self, keys):
+        table, backend = self.table, self.backend
+        if not table.use_hashtable:
+            return _direct_rows(self.rt, table, keys)
+        needed = self.used + keys.size
+        if needed > table.capacity:
+            table._grow(needed)  # a DynamicTable: capacity doubles up to max_capacity
         rows = np.arange(self.used, needed, dtype=np.int64)
-        fresh.index.assign(backend.asarray(keys), backend.asarray(rows))
+        table.index.assign(backend.asarray(keys), backend.asarray(rows))
         self.used = needed
-        if hasattr(fresh, "_high_water"):
-            fresh._high_water = needed
+        if hasattr(table, "_high_water"):
+            table._high_water = needed
         return rows
 
 
@@ -143,42 +279,14 @@ def _contiguous(rows):
         rows.size < 3 or bool(np.all(np.diff(rows) == 1)))
 
 
+def _repeats_any(rows):
+    """True if host int64 `rows` hold a value twice (a file's rows ascend: no sort then)."""
+    if rows.size < 2 or bool(np.all(rows[1:] > rows[:-1])):
+        return False
+    return np.unique(rows).size != rows.size
+
+
 def _repeated(keys, seen, rows):
     values, counts = np.unique(rows, return_counts=True)
     twice = set(values[counts > 1].tolist()) | set(rows[seen[rows]].tolist())
     return int(keys[np.isin(rows, list(twice))][0])
-
-
-def read_table(rt, table, entry, directory, slot_prefixes, fresh):
-    """Streams this rank's share of `entry`'s shard files (in `directory`) into `fresh`.
-    slot_prefixes: keep only slots whose names start with one of them + "/" (None: all).
-    Raises CheckpointError naming the file for anything wrong with it."""
-    if int(entry["dim"]) != table.dim:
-        raise CheckpointError("the checkpoint in %s holds rows of dim %d; table %s has dim %d"
-                              % (directory, int(entry["dim"]), table.name, table.dim))
-    slots = [(str(name), float(initial)) for name, initial in entry["slots"]]
-    kept = [(name, initial) if slot_prefixes is None or any(
-        name.startswith(prefix + "/") for prefix in slot_prefixes) else (None, None)
-        for name, initial in slots]
-    sink = _RowSink(rt, fresh, kept)
-    per_row = checkpoint_format.row_bytes(table.dim, len(slots))
-    for shard in files_to_read(rt.rank, rt.size, table, entry):
-        path = shard_path(directory, shard)
-        reader = ShardReader(path, shard["size"], shard["crc32"])
-        try:
-            header, _ = checkpoint_format.read_header(reader.read, path)
-            checkpoint_format.check_header(header, path, table.name, table.dim, slots)
-            if header["rows"] != int(shard["rows"]):
-                raise CheckpointError("%s holds %d rows; the manifest says %d" % (
-                    path, header["rows"], int(shard["rows"])))
-            step = max(1, min(header["chunk_rows"], header["rows"]))  # the writer's chunks
-            counts = [min(step, header["rows"] - start)
-                      for start in range(0, header["rows"], step)]
-            for count, piece in zip(counts, reader.chunks([c * per_row for c in counts])):
-                keys, values, slot_arrays, times = checkpoint_format.split_chunk(
-                    piece, count, table.dim, len(slots))
-                sink.add(keys, values, slot_arrays, times, path)
-            reader.finish()
-        finally:
-            reader.close()
-    sink.finish()

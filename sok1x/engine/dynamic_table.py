@@ -163,14 +163,18 @@ class DynamicTable(EmbeddingTable):
         backend = self.backend
         plain = self._free.shape[0] == 0 and self._high_water == self.index.size
         pool = None if plain else self._free_rows_on_device()
+
+        def queue_new_rows(new_keys, new_rows, count):  # runs while the host waits for count
+            hybrid_rows.init_rows(backend, self.values, new_rows, new_keys, self.spec,
+                                  self.table_id, count)
+            self.stamp(new_rows, count)
+
         rows, new_keys, new_rows = self.index.find_or_insert(
-            keys, row_pool=pool, missing=missing, next_row=None if plain else self._high_water)
+            keys, row_pool=pool, missing=missing, next_row=None if plain else self._high_water,
+            queue_first=queue_new_rows)
         placed = int(new_keys.shape[0])
         if placed:
             reused = self._take_rows(placed)
-            hybrid_rows.init_rows(backend, self.values, new_rows, new_keys, self.spec,
-                                  self.table_id)
-            self.stamp(new_rows)
             if reused:
                 self.reset_slot_rows(new_rows[:reused])
             self.journal.record(lambda: self._undo_insert(new_keys, new_rows, before[0],

@@ -61,9 +61,10 @@ def put_rows(backend, array, rows, src):
     backend.put_rows(array, rows, backend.asarray(src))
 
 
-def init_rows(backend, array, rows, keys, spec, table_id):
-    """Writes the initial vectors of `keys` into array[rows] (random_init's recipe)."""
-    backend.init_rows(array, rows, keys, spec, table_id)
+def init_rows(backend, array, rows, keys, spec, table_id, count=None):
+    """Writes the initial vectors of `keys` into array[rows] (random_init's recipe); count: see
+    backend.init_rows."""
+    backend.init_rows(array, rows, keys, spec, table_id, count)
 
 
 def apply_update(backend, update, var, slots, rows, grads, hyper, options):

@@ -213,15 +213,12 @@ def apply_updates(backend, tables, rule_name, slot_prefix, options, hyper, value
     group's rows and slots; any other table alone. Returns per table the number of distinct rows
     that had a gradient. Raises InvalidInputError for a gradient that does not fit, before any
     group changes."""
-    rule = _checked_rule(rule_name, hyper)
+    _checked_rule(rule_name, hyper)
     options = dict(options or {})
     counts = [None] * len(tables)
     joined = table_group.group_gradients(backend, tables, values_list, rows_list)
     for group, rows, summed, positions, distinct_counts in joined:
-        slots = {name: group.slot(slot_key(slot_prefix, name), initial)
-                 for name, initial in rule.slots(options)}
-        rule.update(backend, group.values, slots, rows, summed, hyper, options)
-        group.stamp(rows)
+        apply_group_update(backend, group, rule_name, slot_prefix, options, hyper, rows, summed)
         for position, count in zip(positions, distinct_counts):
             counts[position] = count
     for position, count in enumerate(counts):
@@ -230,3 +227,14 @@ def apply_updates(backend, tables, rule_name, slot_prefix, options, hyper, value
                                             options, hyper, values_list[position],
                                             rows_list[position])
     return counts
+
+
+def apply_group_update(backend, group, rule_name, slot_prefix, options, hyper, rows, summed):
+    """Applies optimizer `rule_name` to a TableGroup's flat rows: rows distinct (flat row ids),
+    summed their gradient values."""
+    rule = _checked_rule(rule_name, hyper)
+    options = dict(options or {})
+    slots = {name: group.slot(slot_key(slot_prefix, name), initial)
+             for name, initial in rule.slots(options)}
+    rule.update(backend, group.values, slots, rows, summed, hyper, options)
+    group.stamp(rows)

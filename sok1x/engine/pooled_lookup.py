@@ -104,12 +104,12 @@ def pooled_forward_many(runtime, tables, op, inputs, training, local_error=None,
         segments = [int(item.num_segments) for item in items]
         if len(items) == 1 or len({(item.combiner, item.weights is None) for item in items}) == 1:
             pools = [_pool_of(backend, items, segments)]
-            pooled = [_pooled(backend, found, pools[0])]
+            pooled = [pooled_rows(backend, found, pools[0])]
             if len(items) > 1:
                 pooled = _pieces(backend, pooled[0], segments)
         else:  # members pooled apart, each over its share of the unit's vectors
             pools = [_pool_of(backend, [item], [count]) for item, count in zip(items, segments)]
-            pooled = [_pooled(backend, part, pool) for part, pool in zip(
+            pooled = [pooled_rows(backend, part, pool) for part, pool in zip(
                 _pieces(backend, found, key_counts), pools)]
         for p, out in zip(unit.positions, pooled):
             outputs[p] = out
@@ -143,14 +143,19 @@ def _pool_of(backend, items, segments):
         segment_ids = backend.join_keys([item.segment_ids for item in items], starts)
         weights = None if items[0].weights is None else backend.join_rows(
             [item.weights for item in items])
+    return make_pool(backend, segment_ids, num_segments, weights, items[0].combiner)
+
+
+def make_pool(backend, segment_ids, num_segments, weights, combiner):
+    """The Pool of keys with output rows `segment_ids`, their weights (or None), `combiner`."""
     denominators = None
-    if items[0].combiner == "mean":
+    if combiner == "mean":
         denominators = (backend.segment_counts(segment_ids, num_segments) if weights is None
                         else backend.segment_sum(weights, segment_ids, num_segments))
     return Pool(segment_ids, num_segments, weights, denominators)
 
 
-def _pooled(backend, vectors, pool):
+def pooled_rows(backend, vectors, pool):
     """out[s] = sum of the (weighted) vectors of segment s, over its divisor for a mean."""
     weighted = vectors if pool.weights is None else backend.scale_rows(vectors, pool.weights)
     pooled = backend.segment_sum(weighted, pool.segment_ids, pool.num_segments)
@@ -159,7 +164,7 @@ def _pooled(backend, vectors, pool):
     return pooled
 
 
-def _spread(backend, grads, pool):
+def spread_rows(backend, grads, pool):
     """The gradient of each key from its output row's gradient grads [num_segments, dim]."""
     if pool.denominators is not None:
         grads = backend.scale_rows(grads, pool.denominators, divide=True)
@@ -188,9 +193,9 @@ def pooled_backward_many(runtime, tables, op, state, grads_list):
                  for g, count in zip(grads, pooling.segments)]
         if len(pooling.pools) == 1:
             joined = grads[0] if len(grads) == 1 else backend.join_rows(grads)
-            per_key.append(_spread(backend, joined, pooling.pools[0]))
+            per_key.append(spread_rows(backend, joined, pooling.pools[0]))
         else:
-            per_key.append(backend.join_rows([_spread(backend, g, pool)
+            per_key.append(backend.join_rows([spread_rows(backend, g, pool)
                                               for g, pool in zip(grads, pooling.pools)]))
     units = [pooling.unit for pooling in state]
     results = lookup_backward_many(runtime, [unit.table for unit in units], op,

@@ -98,6 +98,17 @@ def _check_global_batch_size(host, global_batch_size):
             % (global_batch_size, host.size))
 
 
+def _load_kernels(rank):
+    """Loads every CUDA kernel now, not during a step (cuda_launch.load_every_kernel says why);
+    raises InitError."""
+    from sok1x.backend import cuda_launch
+    try:
+        cuda_launch.load_every_kernel()
+    except Exception as exc:  # a compile or driver error: fail every rank at init, not later
+        raise InitError("loading sok1x's CUDA kernels on rank %d failed: %s" % (rank, exc)) \
+            from exc
+
+
 def _bring_up_backend(group, host, backend_name):
     """Loads the backend on every rank and agrees on it; returns (backend, data, device)."""
     backend, device, error = None, None, None
@@ -107,6 +118,7 @@ def _bring_up_backend(group, host, backend_name):
             from sok1x.backend import cuda_context
             device = group.device_for_local_rank(cuda_context.visible_device_count())
             cuda_context.activate(device)
+            _load_kernels(group.rank)
     except InitError as exc:
         error = exc
     host.raise_together(error, "sok1x.Init (backend=%r)" % backend_name)

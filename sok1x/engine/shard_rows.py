@@ -9,6 +9,7 @@ import numpy as np
 
 from sok1x.engine import api
 from sok1x.engine import placement as placements
+from sok1x.engine.bounded_collectives import all_gather_rows
 from sok1x.engine import runtime as _runtime
 from sok1x.errors import InvalidInputError
 
@@ -96,8 +97,8 @@ def gather_rows(table_name, key_limit=None):
     of the table on every rank, in rank order (each rank's rows as export() gives them)."""
     keys, values = export(table_name, key_limit)
     with _runtime.entered() as rt:
-        all_keys, _ = rt.host.all_gather_v(keys)
-        all_values, _ = rt.host.all_gather_v(values)
+        all_keys, _ = all_gather_rows(rt.host, keys)
+        all_values, _ = all_gather_rows(rt.host, values)
     return all_keys, all_values
 
 

@@ -1,7 +1,8 @@
 """Storage of checkpoint files in a folder (DESIGN D8): a streaming writer and reader of shard
 files, each checksummed as it goes, and the atomic write of small files (the manifest).
 
-A file is written under a temporary name and renamed into place once complete and on disk
+Checksums are zlib's crc32, taken on several threads (engine/shard_checksum.py). A file is
+written under a temporary name and renamed into place once complete and on disk
 (fsync), so a crash leaves either the whole file or none. The reader checks the size the manifest
 promises before it reads a byte, and the checksum once it has read the last.
 """
@@ -12,6 +13,7 @@ import zlib
 
 import numpy as np
 
+from sok1x.engine import shard_checksum
 from sok1x.errors import CheckpointError
 
 
@@ -19,16 +21,38 @@ def _temporary_name(path):
     return "%s.tmp-%s" % (path, uuid.uuid4().hex[:12])
 
 
+def _write_piece(descriptor, piece, offset):
+    """Writes uint8 memoryview `piece` at `offset`; returns its zlib.crc32."""
+    crc = zlib.crc32(piece)
+    while piece.nbytes:
+        written = os.pwrite(descriptor, piece, offset)
+        piece, offset = piece[written:], offset + written
+    return crc
+
+
+def _read_piece(descriptor, piece, offset, verify):
+    """Fills uint8 memoryview `piece` from `offset`; returns (bytes read, its zlib.crc32 or
+    0 when not `verify`). Fewer bytes only at the end of the file."""
+    got = 0
+    while got < piece.nbytes:
+        count = os.preadv(descriptor, [piece[got:]], offset + got)
+        if not count:
+            break
+        got += count
+    return got, zlib.crc32(piece[:got]) if verify else 0
+
+
 class ShardWriter:
     """Appends buffers to `path` through a temporary file; commit() makes it appear whole.
-    A thread writes each buffer while the caller checksums and prepares the next (both release
-    the GIL), so at most two buffers are alive: the one being written and the next."""
+    Each buffer is written and checksummed in pieces on the shard I/O threads
+    (engine/shard_checksum.py) while the caller prepares the next, so at most two buffers are
+    alive: the one being written and the next."""
 
     def __init__(self, path):
         self.path = path
         self._temporary = _temporary_name(path)
         self._handle = open(self._temporary, "wb", buffering=0)
-        self._pending = None  # (thread, [error]) of the write in flight
+        self._pending = []  # (Future of a piece's crc32, its length) of the buffer in flight
         self.size = 0
         self.crc32 = 0
 
@@ -37,35 +61,17 @@ class ShardWriter:
         until the next write or commit returns)."""
         if isinstance(data, np.ndarray):
             data = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
-        view = memoryview(data)
-        self.crc32 = zlib.crc32(view, self.crc32)
-        self.size += view.nbytes
+        view = memoryview(data).cast("B")
         self._wait()
-        errors = []
-        thread = threading.Thread(target=self._write_all, args=(view, errors),
-                                  name="sok1x-shard-write", daemon=True)
-        try:
-            thread.start()
-        except RuntimeError:  # no new threads at interpreter exit (a save from atexit)
-            self._write_all(view, errors)
-            thread = None
-        self._pending = (thread, errors)
-
-    def _write_all(self, view, errors):
-        try:
-            while view.nbytes:
-                view = view[self._handle.write(view):]
-        except OSError as exc:
-            errors.append(exc)
+        descriptor, offset = self._handle.fileno(), self.size
+        self.size += view.nbytes
+        self._pending = [(shard_checksum.submit(_write_piece, descriptor, piece, offset + start),
+                          piece.nbytes) for start, piece in shard_checksum.pieces(view)]
 
     def _wait(self):
-        pending, self._pending = self._pending, None
-        if pending is not None:
-            thread, errors = pending
-            if thread is not None:
-                thread.join()
-            if errors:
-                raise errors[0]
+        pending, self._pending = self._pending, []
+        crcs = [(future.result(), length) for future, length in pending]  # raises OSError
+        self.crc32 = shard_checksum.joined(self.crc32, crcs)
 
     def commit(self):
         """Flushes to disk and renames the file into place; returns (size, crc32)."""
@@ -88,12 +94,14 @@ class ShardWriter:
 
 
 class ShardReader:
-    """Reads `path` front to back, checksumming what it reads. Raises CheckpointError naming the
-    file if it is missing or not `size` bytes (at open) or fails crc32 `crc32` (at finish())."""
+    """Reads `path` front to back, checksumming what it reads (unless verify=False: a second
+    read of a file checked already). Raises CheckpointError naming the file if it is missing or
+    not `size` bytes (at open) or fails crc32 `crc32` (at finish())."""
 
-    def __init__(self, path, size, crc32):
+    def __init__(self, path, size, crc32, verify=True):
         self.path = path
         self._expected = (int(size), int(crc32))
+        self._verify = verify
         try:
             actual = os.stat(path).st_size
         except OSError as exc:
@@ -109,19 +117,28 @@ class ShardReader:
 
     def read(self, count):
         """Returns the next `count` bytes (fewer only at the end of the file)."""
-        data = self._handle.read(int(count))
-        self._crc32 = zlib.crc32(data, self._crc32)
+        data = os.pread(self._handle.fileno(), int(count), self._read)
+        if self._verify:
+            self._crc32 = shard_checksum.crc32(data, self._crc32)
         self._read += len(data)
         return data
 
     def read_into(self, buffer):
-        """Fills `buffer` (a uint8 NumPy array) with the next bytes; raises CheckpointError if
-        the file ends first."""
-        got = self._handle.readinto(memoryview(buffer))
-        if got != buffer.nbytes:
+        """Fills `buffer` (a uint8 NumPy array) with the next bytes, in pieces on the shard I/O
+        threads; raises CheckpointError if the file ends first."""
+        view = memoryview(buffer).cast("B")
+        descriptor, offset = self._handle.fileno(), self._read
+        parts = shard_checksum.pieces(view)
+        futures = [shard_checksum.submit(_read_piece, descriptor, piece, offset + start,
+                                         self._verify) for start, piece in parts]
+        results = [future.result() for future in futures]
+        got = sum(count for count, _ in results)
+        if got != view.nbytes:
             raise CheckpointError("checkpoint shard %s ended early: the file is truncated"
                                   % self.path)
-        self._crc32 = zlib.crc32(memoryview(buffer), self._crc32)
+        if self._verify:
+            self._crc32 = shard_checksum.joined(self._crc32, [
+                (crc, count) for count, crc in results])
         self._read += got
 
     def chunks(self, sizes):
@@ -167,7 +184,7 @@ class ShardReader:
         if self._read != size:
             raise CheckpointError("checkpoint shard %s holds %d bytes past its rows: the file is "
                                   "corrupt" % (self.path, size - self._read))
-        if self._crc32 & 0xFFFFFFFF != crc32:
+        if self._verify and self._crc32 & 0xFFFFFFFF != crc32:
             raise CheckpointError("checkpoint shard %s fails its checksum: the file is corrupt "
                                   "(changed after it was written); restore an older checkpoint"
                                   % self.path)

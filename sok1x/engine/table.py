@@ -86,13 +86,16 @@ class EmbeddingTable:
             return placements.direct_rows(self.backend, self.placement, keys, self.size)
         if not insert:
             return self.index.find(keys)
-        rows, new_keys, new_rows = self.index.find_or_insert(keys)
+        # A row is handed out again only after a failed step gave it back (_undo_insert resets
+        # its slots then), so the slots' rows hold their initial value: only the values need
+        # initialising (queued before the host waits for how many keys were placed).
+        def queue_new_rows(new_keys, new_rows, count):
+            self.backend.init_rows(self.values, new_rows, new_keys, self.spec, self.table_id,
+                                   count)
+            self.stamp(new_rows, count)
+
+        rows, new_keys, new_rows = self.index.find_or_insert(keys, queue_first=queue_new_rows)
         if len(new_rows):
-            # A row is handed out again only after a failed step gave it back (_undo_insert
-            # resets its slots then), so the slots' rows hold their initial value: only the
-            # values need initialising.
-            self.backend.init_rows(self.values, new_rows, new_keys, self.spec, self.table_id)
-            self.stamp(new_rows)
             self.journal.record(lambda: self._undo_insert(new_keys, new_rows))
         return rows
 
@@ -129,10 +132,11 @@ class EmbeddingTable:
                 self.backend.fill_value(fill, float(self.slot_initial[name]))
             hybrid_rows.put_rows(self.backend, values, rows, fill)
 
-    def stamp(self, rows):
-        """Records now as the update time of shard `rows` (backend int array, no repeats)."""
+    def stamp(self, rows, count=None):
+        """Records now as the update time of shard `rows` (backend int array, no repeats; count:
+        see backend.fill_rows)."""
         if int(rows.shape[0]):
-            self.backend.fill_rows(self.times, rows, time.time())
+            self.backend.fill_rows(self.times, rows, time.time(), count)
 
     def slot(self, name, initial_value=0.0):
         """Returns the optimizer slot `name` ([capacity, dim] float32, every row starting at

@@ -66,6 +66,8 @@ class TableGroup:
         self.times = self._joined([table.times for table in members], 0.0)
         self.slots, self.slot_initial = {}, {}
         self.last_gradient = None  # (flat rows, summed, member pieces): split_gradient
+        self.last_keyed = None  # (own rows, summed, flat rows): engine/keyed_lookup.py
+        self.keyed_limits = {}  # key_limits -> (limits, highest keys): engine/keyed_lookup.py
         self.planned = (None, None)  # (table ids, units) of the last lookup of exactly this group
         for t, table in enumerate(members):
             table.values, table.times = self._view(self.values, t), self._view(self.times, t)
@@ -146,7 +148,7 @@ def plan(runtime, tables):
     """Returns the lookup of `tables` as [Unit]: the groupable tables of one (dim, placement)
     as one TableGroup (made now, once, if they have none), every other table as a unit of its
     own. The units keep the order of their first table in `tables`."""
-    lookup = tuple(id(table) for table in tables)
+    lookup = tuple(map(id, tables))
     group = getattr(tables[0], "group", None) if tables else None
     if group is not None and group.planned[0] == lookup and group.live(runtime):
         return group.planned[1]
@@ -286,3 +288,31 @@ def _joined_gradient(backend, group, values, rows):
     (distinct, inverse, ranks), = backend.distinct_rows_many([(flat, total, group.row_starts)])
     summed = backend.segment_sum(backend.join_rows(values), inverse, int(distinct.shape[0]))
     return distinct, summed, [int(c) for c in np.diff(ranks)]
+
+
+def keyed_gradient(backend, group, values, rows, cuts):
+    """Returns (distinct flat rows, their summed values, host distinct rows per member) of a
+    keyed gradient: values [n, dim], rows [n] each member's own rows, member t's at cuts[t] :
+    cuts[t + 1]. The group's last keyed backward result handed back unchanged (the same memory)
+    is used as it is (its values may be replaced); any other is checked (one wait for all
+    members' bounds), moved into the group's rows and summed per row (one wait). Raises
+    InvalidInputError naming the table for rows that do not fit, before anything changes."""
+    values = _float32(backend, values)
+    last = group.last_keyed
+    if last is not None and _same_memory([rows], [last[0]]):
+        counts = np.diff(cuts)
+        return last[2], (last[1] if _same_memory([values], [last[1]]) else values), counts
+    bounds = backend.part_bounds([rows], cuts)
+    held = np.diff(group.row_starts)
+    bad = (np.diff(cuts) > 0) & ((bounds[:, 0] < 0) | (bounds[:, 1] >= held))
+    if np.any(bad):
+        t = int(np.argmax(bad))
+        raise InvalidInputError(
+            "%s: gradient rows must be in [0, %d) (this rank's shard), got %d..%d. Apply the "
+            "gradient of this table's own lookup." % (group.members[t].name, int(held[t]),
+                                                     int(bounds[t, 0]), int(bounds[t, 1])))
+    flat = backend.offset_parts(rows, cuts, group.row_starts[:-1])
+    (distinct, inverse, ranks), = backend.distinct_rows_many(
+        [(flat, int(group.row_starts[-1]), group.row_starts)])
+    summed = backend.segment_sum(values, inverse, int(distinct.shape[0]))
+    return distinct, summed, np.diff(ranks).astype(np.int64)

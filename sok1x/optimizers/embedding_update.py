@@ -1,7 +1,7 @@
 """Turns one optimizer step on a sok1x embedding variable into the engine's update op."""
 from sok1x.graph_ops.embedding_tag import table_of
 from sok1x.errors import Sok1xError
-from sok1x.graph_ops import embedding_ops, graph_state, optimizer_ops
+from sok1x.graph_ops import embedding_ops, graph_state, optimizer_ops, pooled_lookup_ops
 from sok1x.graph_ops.tf_compat import tf1
 
 
@@ -45,9 +45,10 @@ def slot_prefix(optimizer):
     return prefixes.prefix_of(optimizer)
 
 
-def update_op(optimizer, handle, values, indices, update):
+def update_op(optimizer, handle, values, indices, update, keyed=None):
     """Returns the op applying `update` (a native_rules.Update built from `optimizer`) to the
-    table of embedding variable `handle`, with gradient IndexedSlices parts (values, indices)."""
+    table of embedding variable `handle`, with gradient IndexedSlices parts (values, indices).
+    keyed: the KeyedUpdates of the apply_gradients call, or None."""
     table = table_of(handle)
     # Executing eagerly there is no graph to search (and no Horovod op in it).
     crossing = None if tf1.executing_eagerly() else embedding_ops.collective_on_the_way(indices)
@@ -60,9 +61,61 @@ def update_op(optimizer, handle, values, indices, update):
             "hvd.allreduce: split the variables with sok1x.split_embedding_variable_from_others "
             "and reduce only the dense gradients."
             % (describe(handle), crossing.name, crossing.type))
+    grouped = None if keyed is None else keyed.update_op(optimizer, handle, values, indices,
+                                                         update)
+    if grouped is not None:
+        return grouped
     return optimizer_ops.apply_rows_update(
         table.name, values, indices, update.rule, update.hyper, update.options,
         slot_prefix=slot_prefix(optimizer), name="sok1x_%s_update" % update.rule)
+
+
+class KeyedUpdates:
+    """The embedding gradients of one apply_gradients call that are, all of them, the unchanged
+    gradients of one keyed backward op (graph_ops/pooled_lookup_ops.py): their tables are
+    updated by ONE op (made at the first of them; the others get the same op), not one op per
+    table. A gradient the optimizer hands over changed (clipped, say) leaves its tables to
+    per-table ops."""
+
+    def __init__(self, pairs):
+        self._members = {}  # id(handle) -> (group entry [keyed, op or None, usable], place)
+        found = {}
+        for grad, handle in pairs:
+            values = getattr(grad, "values", None)
+            keyed = pooled_lookup_ops.keyed_gradient_of(values)
+            if keyed is None:
+                continue
+            place, table = values.value_index, table_of(handle)
+            if table is None or table.name != keyed.names[place] or (
+                    grad.indices is not keyed.rows[place]):
+                continue
+            found.setdefault(id(keyed), (keyed, {}))[1].setdefault(place, handle)
+        for keyed, members in found.values():
+            if len(members) == len(keyed.names):
+                entry = [keyed, None, True]
+                for place, handle in members.items():
+                    self._members[id(handle)] = (entry, place)
+
+    def update_op(self, optimizer, handle, values, indices, update):
+        """The one update op of `handle`'s group, or None where it has none."""
+        found = self._members.get(id(handle))
+        if found is None or not found[0][2]:
+            return None
+        entry, place = found
+        keyed = entry[0]
+        if values is not keyed.pieces[place] or indices is not keyed.rows[place]:
+            if entry[1] is not None:
+                raise Sok1xError(
+                    "%s changed the gradient of %s after it had updated the other tables of its "
+                    "lookup with theirs; sok1x cannot apply that" % (optimizer_name(optimizer),
+                                                                     describe(handle)))
+            entry[2] = False  # the optimizer changes gradients: per-table ops
+            return None
+        if entry[1] is None:
+            entry[1] = optimizer_ops.apply_keyed_update(
+                keyed, update.rule, update.hyper, update.options, slot_prefix(optimizer),
+                name="sok1x_%s_keyed_update" % update.rule)
+        return entry[1]
 
 
 def describe(variable):

@@ -45,13 +45,15 @@ def _outside_scope(optimizer, variable):
 
 
 @contextlib.contextmanager
-def _redirected(optimizer, build):
-    """Inside, `optimizer` sends the sparse update of embedding variables to the engine."""
+def _redirected(optimizer, build, keyed=None):
+    """Inside, `optimizer` sends the sparse update of embedding variables to the engine (the
+    tables of one keyed lookup in one op: keyed, embedding_update.KeyedUpdates)."""
     cls = type(optimizer)
 
     def sparse_update(values, handle, indices, **kwargs):
         if is_embedding_variable(handle):
-            return embedding_update.update_op(optimizer, handle, values, indices, build(optimizer))
+            return embedding_update.update_op(optimizer, handle, values, indices, build(optimizer),
+                                              keyed)
         return cls._resource_apply_sparse_duplicate_indices(optimizer, values, handle, indices,
                                                             **kwargs)
 
@@ -89,7 +91,8 @@ def _guarded(apply_gradients):
         outside = [v for v in embedding if not scope.covers(v)]
         if outside:
             raise _outside_scope(self, outside[0])
-        with _redirected(self, build):
+        keyed = None if tf1.executing_eagerly() else embedding_update.KeyedUpdates(pairs)
+        with _redirected(self, build, keyed):
             return apply_gradients(self, pairs, *args, **kwargs)
 
     setattr(guarded_apply_gradients, _GUARD_ATTR, True)

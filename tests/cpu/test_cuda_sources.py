@@ -6,6 +6,7 @@ not on sys.path:
     pip install . && cd /tmp && python -m pytest -q <repo>/tests/cpu/test_cuda_sources.py
 """
 import os
+import re
 import warnings
 
 import pytest
@@ -54,6 +55,24 @@ def test_source_compiles(source, arch, cache_dir):
             arch, " ".join(sorted(known))))
     cubin = cuda_kernels.compile_cubin(source, arch)
     assert cubin[:4] == b"\x7fELF"
+
+
+@needs_nvcc
+@pytest.mark.parametrize("source", cuda_kernels.source_names())
+def test_kernel_names_are_read_from_the_cubin(source, cache_dir):
+    """What init loads (cuda_kernels.load_every_kernel): every kernel the source declares, those
+    a macro stamps out included, and nothing else."""
+    from sok1x.cuda_kernels.cubin_symbols import kernel_names
+    text = open(os.path.join(cuda_kernels.KERNEL_DIR, source)).read()
+    declared = set(re.findall(r"__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s+)?(\w+)\(",
+                              text))
+    stamped = set(re.findall(r"__global__ void (\w+)##SUFFIX", text))
+    names = kernel_names(cuda_kernels.compile_cubin(source, "sm_90"))
+    assert names and declared <= set(names), declared - set(names)
+    plain = [name for name in names if name not in declared]
+    assert all(any(name.startswith(stem) for stem in stamped) for name in plain), plain
+    with pytest.raises(ValueError):
+        kernel_names(b"not a cubin" * 8)
 
 
 @needs_nvcc

@@ -1,7 +1,8 @@
 """Sharded dumps (D8, issue 18) as real MPI jobs (jobs/shard_job.py): a 4-rank dump of two
 tables loads equal on 3 ranks (and on 1); a rank SIGKILLed inside a shard file, or between two
-tables' shards, leaves the previous dump loadable, both tables as they were; and a 2-rank dump
-of a 512 MB table grows no rank's peak resident memory by more than 128 MB."""
+tables' shards, leaves the previous dump loadable, both tables as they were; a 2-rank dump
+of a 512 MB table grows no rank's peak resident memory by more than 128 MB, and its load (in
+chunks of 8 MB), or a hash table's, by more than a chunk and a tenth of the rank's shard."""
 import re
 import shutil
 
@@ -39,10 +40,30 @@ def test_a_rank_killed_mid_dump_leaves_the_previous_dump(saved, tmp_path, where)
     _ok(run_job(2, JOB, "load", copy, saved / "ref.npz"))
 
 
-def test_a_dump_of_a_512_mb_table_adds_at_most_128_mb_per_rank(tmp_path):
+@pytest.fixture(scope="module")
+def memory_job(tmp_path_factory):
+    """A 2-rank dump of a 512 MB table, then a load of it in chunks of 8 MB; then a load of a
+    256 MB hash table."""
     rows = (512 << 20) // (128 * 4)
-    job = run_job(2, JOB, "rss", tmp_path / "big", rows, timeout=600)
+    job = run_job(2, JOB, "rss", tmp_path_factory.mktemp("big"), rows, 8, timeout=600)
     _ok(job)
-    added = [int(kib) for kib in re.findall(r"dump added (\d+) KiB", job.stdout)]
-    assert len(added) == 2, job.stdout
-    assert max(added) <= 128 * 1024, job.stdout
+    found = re.findall(r"shard (\d+) KiB, chunk (\d+) KiB, dump added (-?\d+) KiB, "
+                       r"load added (-?\d+) KiB", job.stdout)
+    hashed = re.findall(r"hash shard (\d+) KiB, chunk (\d+) KiB, load added (-?\d+) KiB",
+                        job.stdout)
+    assert len(found) == 2 and len(hashed) == 2, job.stdout
+    return ([[int(kib) for kib in rank] for rank in found],
+            [[int(kib) for kib in rank] for rank in hashed], job.stdout)
+
+
+def test_a_dump_of_a_512_mb_table_adds_at_most_128_mb_per_rank(memory_job):
+    per_rank, _, out = memory_job
+    assert max(dump for _, _, dump, _ in per_rank) <= 128 * 1024, out
+
+
+def test_a_load_adds_at_most_a_chunk_and_a_tenth_of_the_shard(memory_job):
+    per_rank, hashed, out = memory_job
+    for shard, chunk, _, load in per_rank:
+        assert load <= chunk + shard // 10, out
+    for shard, chunk, load in hashed:  # the old shard goes before the new one comes
+        assert load <= chunk + shard // 10, out

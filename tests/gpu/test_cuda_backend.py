@@ -410,6 +410,74 @@ def test_hash_index_agrees_with_cpu(cuda, rng):
     assert gpu_index.count_missing(cuda.asarray(too_many)) == too_many.shape[0]
 
 
+@pytest.mark.parametrize("dim", [8, 64])
+def test_rows_queued_before_the_count_equal_the_cpu(cuda, rng, dim):
+    """find_or_insert's queue_first: init_rows and fill_rows bounded by the device count write
+    exactly the placed keys' rows, as cpu's unbounded ops do; an overflowing call writes no row
+    past the rows it was given."""
+    spec = random_init.make_spec("uniform", -0.05, 0.05, 7)
+    capacity = 4000
+    index = cuda.HashIndex(capacity)
+    table = rng.standard_normal((capacity, dim)).astype(np.float32)
+    times = np.full(capacity, -1.0)
+    device_table, device_times = cuda.asarray(table), cuda.asarray(times)
+    queued = []
+
+    def queue(new_keys, new_rows, count):
+        queued.append(count is not None)
+        cuda.init_rows(device_table, new_rows, new_keys, spec, 5, count)
+        cuda.fill_rows(device_times, new_rows, 2.5, count)
+
+    keys = random_keys(rng, 3000, 1500)
+    rows, new_keys, new_rows = (host(cuda, a) for a in index.find_or_insert(
+        cuda.asarray(keys), queue_first=queue))
+    assert queued == [True] and new_keys.shape[0] == np.unique(keys).shape[0]
+    cpu.init_rows(table, new_rows, new_keys, spec, 5)
+    cpu.fill_rows(times, new_rows, 2.5)
+    np.testing.assert_allclose(host(cuda, device_table), table, rtol=0, atol=1e-8)  # an ulp
+    assert np.array_equal(host(cuda, device_times), times)
+
+    too_many = np.setdiff1d(rng.integers(0, KEY_LIMIT, size=3 * capacity), keys)[:capacity]
+    pool = np.arange(capacity - 10, capacity, dtype=np.int64)  # 10 rows for thousands of keys
+    with pytest.raises(OverflowError):
+        index.find_or_insert(cuda.asarray(too_many), row_pool=cuda.asarray(pool),
+                             queue_first=queue)
+    got, got_times = host(cuda, device_table), host(cuda, device_times)
+    assert np.array_equal(got[:capacity - 10], table[:capacity - 10])
+    assert (got_times[capacity - 10:] == 2.5).all()
+    assert np.array_equal(got_times[:capacity - 10], times[:capacity - 10])
+
+
+@pytest.mark.parametrize("way", ["vmm", "thp", "pinned"])
+def test_mapped_host_rows_are_shared_with_the_cpu(cuda, rng, way):
+    """Each way of allocating host rows (or the one it falls back to) gives memory whose bytes
+    the CPU view and the kernels agree on, zeroed at first."""
+    from sok1x.backend import cuda_host_rows
+    with cuda_context.entered():
+        block = cuda_host_rows.mapped_host_block(3 << 20, first=way)
+        print("\n%s: got %s, %d bytes on huge pages" % (way, block.method, block.huge_bytes))
+    view = block.host.view(np.float32).reshape(-1, 16)
+    device = rows_over(cuda, block, view.shape)
+    cuda.synchronize()
+    assert not view.any()
+    probe = rng.choice(view.shape[0], 100, replace=False)
+    view[probe] = rng.standard_normal((100, 16)).astype(np.float32)
+    assert np.array_equal(host(cuda, cuda.gather_rows(device, cuda.asarray(probe))), view[probe])
+    written = rng.standard_normal((100, 16)).astype(np.float32)
+    cuda.put_rows(device, cuda.asarray(probe), cuda.asarray(written))
+    cuda.synchronize()
+    assert np.array_equal(view[probe], written)
+
+
+def rows_over(cuda, block, shape):
+    """A float32 GPUArray of `shape` over a HostBlock's device address (kept alive with it)."""
+    from pycuda import gpuarray
+    with cuda_context.entered():
+        array = gpuarray.GPUArray(shape, np.float32, gpudata=block.address)
+    array.sok1x_host_block = block
+    return array
+
+
 def seen_rows(export_keys, keys):
     """Rows of `keys` given export's keys-by-row table."""
     order = np.argsort(export_keys)

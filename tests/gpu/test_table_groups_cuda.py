@@ -1,7 +1,9 @@
 """Table groups (DESIGN D13) on the cuda engine, at any number of GPUs: a lookup of several
 tables of one dim in one pass equals the same tables looked up one by one (forward, gradients,
 updated rows and optimizer slots), and costs the kernel launches and host waits of one table;
-bad input in one member fails the step on every rank and changes no table.
+bad input in one member fails the step on every rank and changes no table. The keyed lookup
+(all tables' keys in one array, engine/keyed_lookup.py) gives the same, and its backend ops the
+cpu backend's.
 
     mpiexec --allow-run-as-root -n 2 python3 -m pytest -q tests/gpu/test_table_groups_cuda.py
 """
@@ -14,6 +16,7 @@ from mpi4py import MPI  # noqa: E402
 
 from sok1x.backend import random_init  # noqa: E402
 from sok1x.engine import api, runtime, table_group  # noqa: E402
+from sok1x.engine.keyed_lookup import KeyedInput  # noqa: E402
 from sok1x.engine.pooled_lookup import PooledInput  # noqa: E402
 from sok1x.errors import InvalidInputError  # noqa: E402
 
@@ -43,6 +46,38 @@ def copy_rows(source, target):
     backend.put_rows(shard.values, rows, backend.asarray(host(api.shard(source).values)))
 
 
+HYPER = {"lr_t": 0.01, "beta1": 0.9, "beta2": 0.999, "epsilon": 1e-8}  # LazyAdam's
+
+
+def paired_tables(prefix, copy_prefix, count=6):
+    """Tables looked up together and copies looked up one by one, with the same rows."""
+    together, alone = make_tables(prefix, count), make_tables(copy_prefix, count)
+    for a, b in zip(together, alone):
+        copy_rows(a, b)
+    return together, alone
+
+
+def step_alone_and_compare(name, tag, item, top, out, values, rows):
+    """Looks table `name` up alone (item, top gradient), checks the grouped lookup's output and
+    gradient (values, rows) against it, and applies its own LazyAdam update."""
+    (want,), one = api.pooled_lookup([name], tag + "_fwd", [item], True)
+    (want_values, want_rows), = api.pooled_lookup_grad([name], tag + "_bwd", one, [top])
+    np.testing.assert_allclose(host(out), host(want), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(dense(values, rows), dense(want_values, want_rows), rtol=1e-5,
+                               atol=1e-5)
+    api.apply_optimizer_update(name, "lazy_adam", "Adam", {}, HYPER, want_values, want_rows)
+
+
+def assert_same_tables(together, alone):
+    """The grouped tables' rows and LazyAdam slots equal their copies'."""
+    for a, b in zip(together, alone):
+        np.testing.assert_allclose(host(api.shard(a).values), host(api.shard(b).values),
+                                   rtol=1e-5, atol=1e-6)
+        for slot in ("Adam/m", "Adam/v"):
+            np.testing.assert_allclose(host(api.shard(a).slots[slot]),
+                                       host(api.shard(b).slots[slot]), rtol=1e-5, atol=1e-7)
+
+
 def batch(rng, count, mixed):
     inputs, tops = [], []
     for t in range(count):
@@ -66,12 +101,8 @@ def dense(values, rows):
 
 @pytest.mark.parametrize("mixed", [False, True])
 def test_a_group_equals_its_tables_one_by_one(mixed):
-    together = make_tables("cuda_group_%s" % mixed, 6)
-    alone = make_tables("cuda_alone_%s" % mixed, 6)
-    for a, b in zip(together, alone):
-        copy_rows(a, b)
+    together, alone = paired_tables("cuda_group_%s" % mixed, "cuda_alone_%s" % mixed)
     rng = np.random.default_rng([11, RANK])
-    hyper = {"lr_t": 0.01, "beta1": 0.9, "beta2": 0.999, "epsilon": 1e-8}
     for _ in range(2):
         inputs, tops = batch(rng, len(together), mixed)
         outs, token = api.pooled_lookup(together, "cg_fwd", inputs, True)
@@ -80,22 +111,11 @@ def test_a_group_equals_its_tables_one_by_one(mixed):
         tables = [api.shard(name) for name in together]
         (found,) = table_group.group_gradients(runtime.get().backend, tables, values, rows)
         assert found[1] is tables[0].group.last_gradient[0]  # the backward's own rows
-        api.apply_optimizer_updates(together, "lazy_adam", "Adam", {}, hyper, values, rows)
+        api.apply_optimizer_updates(together, "lazy_adam", "Adam", {}, HYPER, values, rows)
         for t, name in enumerate(alone):
-            (out,), one = api.pooled_lookup([name], "ca_fwd_%d" % t, [inputs[t]], True)
-            (want_values, want_rows), = api.pooled_lookup_grad([name], "ca_bwd_%d" % t, one,
-                                                                [tops[t]])
-            np.testing.assert_allclose(host(outs[t]), host(out), rtol=1e-5, atol=1e-5)
-            np.testing.assert_allclose(dense(values[t], rows[t]),
-                                       dense(want_values, want_rows), rtol=1e-5, atol=1e-5)
-            api.apply_optimizer_update(name, "lazy_adam", "Adam", {}, hyper, want_values,
-                                       want_rows)
-    for a, b in zip(together, alone):
-        np.testing.assert_allclose(host(api.shard(a).values), host(api.shard(b).values),
-                                   rtol=1e-5, atol=1e-6)
-        for slot in ("Adam/m", "Adam/v"):
-            np.testing.assert_allclose(host(api.shard(a).slots[slot]),
-                                       host(api.shard(b).slots[slot]), rtol=1e-5, atol=1e-7)
+            step_alone_and_compare(name, "ca_%d" % t, inputs[t], tops[t], outs[t], values[t],
+                                   rows[t])
+    assert_same_tables(together, alone)
 
 
 def test_launches_and_waits_do_not_grow_with_the_tables():
@@ -134,3 +154,77 @@ def test_bad_input_in_one_member_fails_every_rank_and_changes_no_table():
         api.pooled_lookup(names, "cb_fwd", bad, True)
     for name, values in zip(names, before):
         np.testing.assert_array_equal(host(api.shard(name).values), values)
+
+
+def keyed_of(inputs):
+    """The KeyedInput of per-table PooledInputs (one combiner and weighting)."""
+    weights = None if inputs[0].weights is None else np.concatenate([i.weights for i in inputs])
+    return KeyedInput(np.concatenate([i.keys for i in inputs]),
+                      [i.keys.shape[0] for i in inputs],
+                      np.concatenate([i.segment_ids for i in inputs]),
+                      [i.num_segments for i in inputs], weights, inputs[0].combiner)
+
+
+def test_part_ops_equal_the_cpu_backend():
+    from sok1x.backend import cpu
+    rng = np.random.default_rng([15, RANK])
+    cuts = np.array([0, 0, 7, 7, 20, 21, 21], np.int64)  # empty parts among them
+    keys = rng.integers(-50, 50, size=21)
+    offsets = rng.integers(0, 1000, size=6)
+    with runtime.entered() as rt:
+        _compare_part_ops(rt.backend, cpu, keys, cuts, offsets)
+
+
+def _compare_part_ops(cuda, cpu, keys, cuts, offsets):
+    for array in (keys, keys.astype(np.int32)):
+        np.testing.assert_array_equal(
+            cuda.to_host(cuda.offset_parts(cuda.asarray(array), cuts, offsets)),
+            cpu.offset_parts(array, cuts, offsets))
+        both = [cuda.asarray(array), cuda.asarray(array[::-1].copy())]
+        np.testing.assert_array_equal(cuda.part_bounds(both, cuts),
+                                      cpu.part_bounds([array, array[::-1].copy()], cuts))
+
+
+@pytest.mark.parametrize("combiner,weighted", [("sum", False), ("mean", True)])
+def test_a_keyed_lookup_equals_the_tables_one_by_one(combiner, weighted):
+    together, alone = paired_tables("cuda_keyed_%s" % combiner, "cuda_keyed_alone_%s" % combiner)
+    rng = np.random.default_rng([14, RANK])
+    for _ in range(2):
+        inputs, tops = batch(rng, len(together), False)
+        if weighted:
+            inputs = [i._replace(weights=rng.random(i.keys.shape[0]).astype(np.float32),
+                                 combiner=combiner) for i in inputs]
+        out, token = api.keyed_lookup(together, "ck_fwd", keyed_of(inputs), True)
+        values, rows, counts = api.keyed_lookup_grad(together, "ck_bwd", token,
+                                                     np.concatenate(tops))
+        cuts = np.concatenate([[0], np.cumsum(counts)])
+        segment_cuts = np.concatenate([[0], np.cumsum([i.num_segments for i in inputs])])
+        out_host, values_host, rows_host = host(out), host(values), host(rows)
+        api.apply_keyed_update(together, "lazy_adam", "Adam", {}, HYPER, values, rows, counts)
+        for t, name in enumerate(alone):
+            step_alone_and_compare(name, "cka_%d" % t, inputs[t], tops[t],
+                                   out_host[segment_cuts[t]:segment_cuts[t + 1]],
+                                   values_host[cuts[t]:cuts[t + 1]],
+                                   rows_host[cuts[t]:cuts[t + 1]])
+    assert_same_tables(together, alone)
+
+
+def test_a_keyed_step_launches_and_waits_as_for_one_table():
+    from sok1x.backend.cuda_launch import COUNTS
+    rng = np.random.default_rng([16, RANK])
+    counts = {}
+    for count in (1, 26):
+        names = make_tables("cuda_keyed_count_%d" % count, count)
+        for _ in range(2):  # the first step makes the group
+            inputs, tops = batch(rng, count, False)
+            item, grads = keyed_of(inputs), np.concatenate(tops)
+            before = dict(COUNTS)
+            _, token = api.keyed_lookup(names, "ckc_fwd_%d" % count, item, True)
+            values, rows, per_table = api.keyed_lookup_grad(names, "ckc_bwd_%d" % count, token,
+                                                            grads)
+            api.apply_keyed_update(names, "sgd", "SGD", {}, {"lr": 0.1}, values, rows,
+                                   per_table)
+            counts[count] = {k: COUNTS[k] - before.get(k, 0) for k in ("launches", "host_waits")}
+    print("\nper keyed step, 1 table: %s; 26 tables: %s" % (counts[1], counts[26]))
+    assert counts[26]["launches"] <= 1.25 * counts[1]["launches"]
+    assert counts[26]["host_waits"] == counts[1]["host_waits"]

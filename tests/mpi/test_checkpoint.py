@@ -16,6 +16,8 @@ from sok1x.engine import api, checkpoint
 from sok1x.engine.dynamic_table import make_dynamic
 from sok1x.errors import CheckpointError
 
+from checkpoint_reference import assert_same, every_row, train_step
+
 COMM = MPI.COMM_WORLD
 DIM = 4
 
@@ -34,34 +36,8 @@ def shared_dir():
     COMM.barrier()
 
 
-def _train(name, keys, step, use_hashtable):
-    """Looks `keys` (the same on every rank) up and applies one Adam update to this rank's rows."""
-    rank = COMM.rank
-    mine = keys[rank::COMM.size]
-    vectors, token = api.dense_lookup(name, "ckpt_%s_%d" % (name, step), mine, True)
-    values, rows = api.dense_lookup_grad(name, "ckpt_%s_%d" % (name, step), token,
-                                         np.ones_like(vectors) * (step + 1) * 0.1)
-    api.apply_optimizer_update(name, "adam", "Adam", {}, dict(
-        lr_t=0.01, beta1=0.9, beta2=0.999, epsilon=1e-7), values, rows)
-
-
-def _whole(name):
-    """{key: (value, m, v)} of every key held on any rank (the engine's own view per rank)."""
-    table = api.shard(name)
-    if table.use_hashtable:
-        keys, rows = table.index.export()
-    else:
-        rows = np.arange(table.values.shape[0])
-        keys = rows * table.size + table.rank
-    slots = [table.slots.get("Adam/m"), table.slots.get("Adam/v")]
-    local = [(int(k), table.values[r].copy(), *(None if s is None else s[r].copy()
-                                               for s in slots))
-             for k, r in zip(keys, rows)]
-    merged = {}
-    for part in COMM.allgather(local):
-        for key, *arrays in part:
-            merged[key] = arrays
-    return merged
+def _train(name, keys, step):
+    train_step(name, keys, "ckpt_%s_%d" % (name, step), (step + 1) * 0.1)
 
 
 def _manifest(path):
@@ -69,42 +45,35 @@ def _manifest(path):
         return json.load(handle)
 
 
-def _assert_same(got, want):
-    assert sorted(got) == sorted(want)
-    for key in want:
-        for a, b in zip(got[key], want[key]):
-            np.testing.assert_array_equal(a, b)
-
-
 @pytest.mark.parametrize("use_hashtable", [True, False])
 def test_dump_load_round_trip_with_slots(shared_dir, use_hashtable):
     name = "ckpt/round_%d" % use_hashtable
     api.create_table(name, DIM, 16, use_hashtable, make_spec("uniform", -1, 1, 5), replace=True)
     keys = np.array([3, 7, 1, 12, 5, 9, 2, 8, 11, 4, 6, 0][:4 * COMM.size], np.int64)
-    _train(name, keys, 0, use_hashtable)
-    _train(name, keys[::2], 1, use_hashtable)
-    saved = _whole(name)
+    _train(name, keys, 0)
+    _train(name, keys[::2], 1)
+    saved = every_row(name)
     checkpoint.dump_tables(shared_dir, [name])
     manifest = _manifest(shared_dir)
     assert [s["rank"] for s in manifest["tables"][name]["shards"]] == list(range(COMM.size))
     for shard in manifest["tables"][name]["shards"]:
         assert os.path.exists(os.path.join(shared_dir, shard["file"]))
-    _train(name, keys, 2, use_hashtable)  # changes rows and slots after the dump
-    assert sorted(_whole(name)) == sorted(saved)
+    _train(name, keys, 2)  # changes rows and slots after the dump
+    assert sorted(every_row(name)) == sorted(saved)
     checkpoint.load_tables(shared_dir, [name])
-    _assert_same(_whole(name), saved)
+    assert_same(every_row(name), saved)
     if use_hashtable:
         # A fresh table (its initializer run again) loads the same rows.
         api.create_table(name, DIM, 16, use_hashtable, make_spec("uniform", -1, 1, 5),
                          replace=True)
         checkpoint.load_tables(shared_dir, [name], slot_prefixes=["Adam"])
-        _assert_same(_whole(name), saved)
+        assert_same(every_row(name), saved)
 
 
 def test_changed_byte_raises_naming_the_file(shared_dir):
     name = "ckpt/corrupt"
     api.create_table(name, DIM, 16, True, make_spec("uniform", -1, 1, 5), replace=True)
-    _train(name, np.arange(2 * COMM.size, dtype=np.int64), 0, True)
+    _train(name, np.arange(2 * COMM.size, dtype=np.int64), 0)
     checkpoint.dump_tables(shared_dir, [name])
     last = _manifest(shared_dir)["tables"][name]["shards"][-1]
     path = os.path.join(shared_dir, last["file"])
@@ -113,11 +82,11 @@ def test_changed_byte_raises_naming_the_file(shared_dir):
         data[-20] ^= 0x01
         open(path, "wb").write(bytes(data))
     COMM.barrier()
-    before = _whole(name)
+    before = every_row(name)
     with pytest.raises(CheckpointError, match="checksum") as info:
         checkpoint.load_tables(shared_dir, [name])
     assert path in str(info.value)
-    _assert_same(_whole(name), before)  # nothing changed
+    assert_same(every_row(name), before)  # nothing changed
     if COMM.rank == 0:
         open(path, "wb").write(bytes(data[:100]))
     COMM.barrier()
@@ -130,13 +99,13 @@ def test_changed_byte_raises_naming_the_file(shared_dir):
     with pytest.raises(CheckpointError, match="missing") as info:
         checkpoint.load_tables(shared_dir, [name])
     assert path in str(info.value)
-    _assert_same(_whole(name), before)
+    assert_same(every_row(name), before)
 
 
 def test_other_dim_names_both(shared_dir):
     name = "ckpt/dims"
     api.create_table(name, DIM, 16, True, make_spec("uniform", -1, 1, 5), replace=True)
-    _train(name, np.arange(COMM.size, dtype=np.int64), 0, True)
+    _train(name, np.arange(COMM.size, dtype=np.int64), 0)
     checkpoint.dump_tables(shared_dir, [name])
     api.create_table(name, DIM + 2, 16, True, make_spec("uniform", -1, 1, 5), replace=True)
     with pytest.raises(CheckpointError, match="dim %d.*dim %d" % (DIM, DIM + 2)):
@@ -149,15 +118,15 @@ def test_incremental_dump_returns_exactly_the_updated_keys():
     name = "ckpt/incremental"
     api.create_table(name, DIM, 32, True, make_spec("uniform", -1, 1, 5), replace=True)
     everything = np.arange(8 * COMM.size, dtype=np.int64)
-    _train(name, everything, 0, True)
+    _train(name, everything, 0)
     time.sleep(0.01)
     since = COMM.bcast(time.time())
     time.sleep(0.01)
     touched = np.array([5, 2, 8 * COMM.size - 1], np.int64)
-    _train(name, np.repeat(touched, COMM.size), 1, True)
+    _train(name, np.repeat(touched, COMM.size), 1)
     keys, values = sok1x.incremental_model_dump([_Named(name)], since)
     assert sorted(keys[0].tolist()) == sorted(touched.tolist())
-    whole = _whole(name)
+    whole = every_row(name)
     for key, row in zip(keys[0].tolist(), values[0]):
         np.testing.assert_array_equal(row, whole[key][0])
     none, _ = sok1x.incremental_model_dump([_Named(name)], time.time() + 60)
@@ -177,14 +146,14 @@ def test_dynamic_table_grows_and_round_trips_with_hash_placement(shared_dir):
     settings = dict(placement="hash", dynamic=make_dynamic("hbm", 2, 64))
     api.create_table(name, DIM, 64, True, make_spec("normal", 0, 1, 9), replace=True, **settings)
     keys = np.arange(100, 100 + 6 * COMM.size, dtype=np.int64) * 7919
-    _train(name, keys, 0, True)
-    saved = _whole(name)
+    _train(name, keys, 0)
+    saved = every_row(name)
     assert api.shard(name).capacity > 2
     checkpoint.dump_tables(shared_dir, [name])
     api.create_table(name, DIM, 64, True, make_spec("normal", 0, 1, 9), replace=True, **settings)
     checkpoint.load_tables(shared_dir, [name])
-    _assert_same(_whole(name), saved)
+    assert_same(every_row(name), saved)
     since = COMM.bcast(time.time())
-    _train(name, keys[:COMM.size], 1, True)  # keeps working after the load
+    _train(name, keys[:COMM.size], 1)  # keeps working after the load
     got, _ = sok1x.incremental_model_dump([_Named(name)], since)
     assert sorted(got[0].tolist()) == sorted(keys[:COMM.size].tolist())

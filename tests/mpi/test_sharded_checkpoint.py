@@ -13,10 +13,12 @@ from mpi4py import MPI
 
 import sok1x
 from sok1x.backend.random_init import make_spec
-from sok1x.engine import api, checkpoint, checkpoint_format
+from sok1x.engine import api, checkpoint, checkpoint_format, checkpoint_load, shard_checksum
 from sok1x.engine.dynamic_table import make_dynamic
 from sok1x.engine.shard_storage import ShardWriter
 from sok1x.errors import CheckpointError
+
+from checkpoint_reference import assert_same, every_row, train_step
 
 COMM = MPI.COMM_WORLD
 TABLES = {  # name: (dim, use_hashtable, extra settings)
@@ -52,36 +54,12 @@ def _make(name):
 
 
 def _train(name, keys, step):
-    mine = keys[COMM.rank::COMM.size]
-    op = "shard_%s_%d" % (name, step)
-    vectors, token = api.dense_lookup(name, op, mine, True)
-    values, rows = api.dense_lookup_grad(name, op, token,
-                                         np.full_like(vectors, 0.1 * (step + 1)))
-    api.apply_optimizer_update(name, "adam", "Adam", {}, dict(
-        lr_t=0.01, beta1=0.9, beta2=0.999, epsilon=1e-7), values, rows)
+    train_step(name, keys, "shard_%s_%d" % (name, step), 0.1 * (step + 1))
 
 
 def _whole(name):
     """{key: [value, m, v, time]} over every rank."""
-    table = api.shard(name)
-    if table.use_hashtable:
-        keys, rows = table.index.export()
-    else:
-        rows = np.arange(table.values.shape[0])
-        keys = rows * table.size + table.rank
-    local = [(int(k), [table.values[r].copy()] + [table.slots[s][r].copy() for s in sorted(
-        table.slots)] + [table.times[r]]) for k, r in zip(keys, rows)]
-    merged = {}
-    for part in COMM.allgather(local):
-        merged.update(dict(part))
-    return merged
-
-
-def _assert_same(got, want):
-    assert sorted(got) == sorted(want)
-    for key in want:
-        for a, b in zip(got[key], want[key]):
-            np.testing.assert_array_equal(a, b)
+    return every_row(name, slots=None, times=True)
 
 
 def _manifest(path):
@@ -115,7 +93,7 @@ def test_three_tables_stream_in_chunks_and_load_whole(shared_dir, small_chunks):
         _train(name, np.arange(4, dtype=np.int64), 2)
     checkpoint.load_tables(shared_dir, list(TABLES))
     for name in TABLES:
-        _assert_same(_whole(name), saved[name])
+        assert_same(_whole(name), saved[name])
     # A second dump of one table replaces only its shards; the others stay loadable.
     old_files = {s["file"] for s in manifest["tables"]["shard/hash"]["shards"]}
     _train("shard/hash", np.arange(6, dtype=np.int64), 3)
@@ -124,8 +102,53 @@ def test_three_tables_stream_in_chunks_and_load_whole(shared_dir, small_chunks):
     COMM.barrier()
     assert not any(os.path.exists(os.path.join(shared_dir, f)) for f in old_files)
     checkpoint.load_tables(shared_dir, list(TABLES))
-    _assert_same(_whole("shard/hash"), again)
-    _assert_same(_whole("shard/dense"), saved["shard/dense"])
+    assert_same(_whole("shard/hash"), again)
+    assert_same(_whole("shard/dense"), saved["shard/dense"])
+
+
+def test_buffers_cut_into_pieces_on_threads_round_trip(shared_dir, monkeypatch):
+    """Every buffer written and read in pieces of 64 bytes on 3 threads: the same rows come
+    back, and a changed byte still fails the checksum."""
+    monkeypatch.setattr(shard_checksum, "PIECE_BYTES", 64)
+    monkeypatch.setenv(shard_checksum.THREADS_ENV, "3")
+    saved = _trained_set()
+    checkpoint.dump_tables(shared_dir, list(TABLES))
+    for name in TABLES:
+        _train(name, np.arange(5, dtype=np.int64), 2)
+    checkpoint.load_tables(shared_dir, list(TABLES))
+    for name in TABLES:
+        assert_same(_whole(name), saved[name])
+    shard = _manifest(shared_dir)["tables"]["shard/dense"]["shards"][-1]
+    path = os.path.join(shared_dir, shard["file"])
+    if COMM.rank == 0:
+        data = bytearray(open(path, "rb").read())
+        data[len(data) // 2] ^= 0x10
+        open(path, "wb").write(bytes(data))
+    COMM.barrier()
+    with pytest.raises(CheckpointError, match="checksum"):
+        checkpoint.load_tables(shared_dir, list(TABLES))
+
+
+def test_a_file_changed_between_check_and_read_fails_on_every_rank(shared_dir, monkeypatch):
+    """A file cut short after the check: every rank raises, saying the tables may be partly
+    restored (the check read it whole; only a change in between gets this far)."""
+    _trained_set()
+    checkpoint.dump_tables(shared_dir, list(TABLES))
+    last = _manifest(shared_dir)["tables"]["shard/hash"]["shards"][-1]
+    path = os.path.join(shared_dir, last["file"])
+    checked = checkpoint_load.check_table
+
+    def check_then_cut(rt, table, *args):
+        plan = checked(rt, table, *args)
+        if table.name == "shard/hash":
+            COMM.barrier()  # every rank checked its files
+            if COMM.rank == 0:
+                os.truncate(path, 100)
+            COMM.barrier()
+        return plan
+    monkeypatch.setattr(checkpoint_load, "check_table", check_then_cut)
+    with pytest.raises(CheckpointError, match="after checking it.*may be partly restored"):
+        checkpoint.load_tables(shared_dir, list(TABLES))
 
 
 def _rewrite_shard(path, rank, name, change):
@@ -206,7 +229,7 @@ def test_wrong_content_is_an_error_naming_the_file(shared_dir, name, change, mes
         checkpoint.load_tables(shared_dir, list(TABLES))
     assert path in str(info.value)
     for name_ in TABLES:  # all or nothing: no table changed
-        _assert_same(_whole(name_), before[name_])
+        assert_same(_whole(name_), before[name_])
     assert saved
 
 
@@ -218,6 +241,6 @@ def test_a_set_that_lacks_a_table_loads_nothing(shared_dir):
     changed = _whole("shard/dense")
     with pytest.raises(CheckpointError, match="holds no table 'shard/hash'"):
         checkpoint.load_tables(shared_dir, ["shard/dense", "shard/hash"])
-    _assert_same(_whole("shard/dense"), changed)
+    assert_same(_whole("shard/dense"), changed)
     checkpoint.load_tables(shared_dir, ["shard/dense"])
-    _assert_same(_whole("shard/dense"), before)
+    assert_same(_whole("shard/dense"), before)

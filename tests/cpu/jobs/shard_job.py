@@ -10,8 +10,11 @@ killed in the middle of a dump, and the memory a dump adds.
                                               itself: where = "between" (rank 0, after its shard
                                               of the first table) or "inside" (the last rank,
                                               half-way through its first shard file)
-    shard_job.py rss <dir> <rows>             dumps a <rows> x 128 float32 table; prints each
-                                              rank's peak resident memory added by the dump
+    shard_job.py rss <dir> <rows> <chunk MB>  dumps a <rows> x 128 float32 table, then dumps
+                                              it again in chunks of <chunk MB> and loads that;
+                                              prints each rank's peak resident memory added by
+                                              the first dump and by the load; then the same load
+                                              of a hash table of <rows> / 2 keys
 """
 import os
 import signal
@@ -20,9 +23,11 @@ import sys
 import numpy as np
 from mpi4py import MPI
 
-import sok1x
-from sok1x.backend.random_init import make_spec
-from sok1x.engine import api, checkpoint, shard_storage
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "mpi"))
+import sok1x  # noqa: E402
+from checkpoint_reference import as_arrays, every_row, train_step  # noqa: E402
+from sok1x.backend.random_init import make_spec  # noqa: E402
+from sok1x.engine import api, checkpoint, runtime, shard_storage  # noqa: E402
 
 COMM = MPI.COMM_WORLD
 TABLES = {"job/a": (4, False), "job/b": (6, True)}
@@ -37,30 +42,13 @@ def make_tables():
 
 def train(step):
     """One Adam step on keys that do not depend on the number of ranks."""
-    keys = np.arange(step, step + 24, dtype=np.int64)
     for name in TABLES:
-        op = "job_%s_%d" % (name, step)
-        vectors, token = api.dense_lookup(name, op, keys[COMM.rank::COMM.size], True)
-        values, rows = api.dense_lookup_grad(name, op, token, np.full_like(vectors, 0.1))
-        api.apply_optimizer_update(name, "adam", "Adam", {}, dict(
-            lr_t=0.01, beta1=0.9, beta2=0.999, epsilon=1e-7), values, rows)
+        train_step(name, np.arange(step, step + 24), "job_%s_%d" % (name, step), 0.1)
 
 
 def whole(name):
     """(keys, values, m, v) of every trained key (time > 0) over all ranks, sorted by key."""
-    table = api.shard(name)
-    if table.use_hashtable:
-        keys, rows = table.index.export()
-    else:
-        rows = np.arange(table.values.shape[0])
-        keys = rows * table.size + table.rank
-    trained = table.times[rows] > 0
-    keys, rows = keys[trained], rows[trained]
-    parts = [keys, table.values[rows]] + [table.slots["Adam/" + s][rows] for s in "mv"]
-    gathered = COMM.allgather(parts)
-    joined = [np.concatenate([g[i] for g in gathered]) for i in range(4)]
-    order = np.argsort(joined[0])
-    return [array[order] for array in joined]
+    return as_arrays(every_row(name, trained_only=True))
 
 
 def reference(name):
@@ -100,20 +88,61 @@ def kill_at(where):
         shard_storage.ShardWriter.write = dying_write
 
 
-def main(mode, path, arg):
+def added_kib(run):
+    """Peak resident memory (KiB) that run() adds to this process."""
+    COMM.barrier()
+    peak_reset()
+    before = status_kib("VmRSS")
+    run()
+    return status_kib("VmHWM") - before
+
+
+def rss(path, rows, chunk_mb):
+    api.create_table("job/big", 128, rows // COMM.size, False,
+                     make_spec("uniform", -1, 1, 7), replace=True)
+    shard = api.shard("job/big")
+    dump = added_kib(lambda: checkpoint.dump_tables(path, ["job/big"]))
+    os.environ[checkpoint.CHUNK_ENV] = chunk_mb
+    checkpoint.dump_tables(path, ["job/big"])
+    want = shard.values[::997].copy()
+    shard.values[::2] = 0.0  # the load must bring the rows back
+    load = added_kib(lambda: checkpoint.load_tables(path, ["job/big"]))
+    np.testing.assert_array_equal(api.shard("job/big").values[::997], want)
+    print("rank %d: shard %d KiB, chunk %d KiB, dump added %d KiB, load added %d KiB of peak "
+          "resident memory" % (COMM.rank, shard.values.nbytes >> 10,
+                               checkpoint.chunk_bytes() >> 10, dump, load), flush=True)
+    del shard
+    api.create_table("job/big", 128, 1, False, make_spec("uniform", -1, 1, 7), replace=True)
+    hash_rss(path, rows // 2)
+
+
+def _rows_by_key(name, keys):
+    with runtime.entered():
+        table = api.shard(name)
+        return table.gather(table.rows_of(keys, insert=False)).copy()
+
+
+def hash_rss(path, rows):
+    """A hash table of `rows` keys: a load drops its old shard before it fills the new one."""
+    name = "job/bighash"
+    api.create_table(name, 128, rows // COMM.size + 64, True, make_spec("uniform", -1, 1, 7),
+                     replace=True)
+    keys = np.arange(COMM.rank, rows, COMM.size, dtype=np.int64)
+    with runtime.entered():
+        api.shard(name).rows_of(keys, insert=True)
+    checkpoint.dump_tables(path, [name])
+    want = _rows_by_key(name, keys[::997])
+    shard_kib = api.shard(name).values.nbytes >> 10
+    load = added_kib(lambda: checkpoint.load_tables(path, [name]))
+    np.testing.assert_array_equal(_rows_by_key(name, keys[::997]), want)
+    print("rank %d: hash shard %d KiB, chunk %d KiB, load added %d KiB of peak resident memory"
+          % (COMM.rank, shard_kib, checkpoint.chunk_bytes() >> 10, load), flush=True)
+
+
+def main(mode, path, arg, chunk_mb=None):
     sok1x.init(backend="cpu")
     if mode == "rss":
-        rows = int(arg)
-        api.create_table("job/big", 128, rows // COMM.size, False,
-                         make_spec("uniform", -1, 1, 7), replace=True)
-        api.shard("job/big")
-        COMM.barrier()
-        peak_reset()
-        before = status_kib("VmRSS")
-        checkpoint.dump_tables(path, ["job/big"])
-        added = status_kib("VmHWM") - before
-        print("rank %d: shard %d MiB, dump added %d KiB of peak resident memory"
-              % (COMM.rank, api.shard("job/big").values.nbytes >> 20, added), flush=True)
+        rss(path, int(arg), chunk_mb)
         return
     make_tables()
     if mode == "save":
@@ -143,4 +172,4 @@ def main(mode, path, arg):
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:4])
+    main(*sys.argv[1:5])

@@ -7,7 +7,7 @@ in a process of its own (the MPI tests run in graph mode). Prints "V2 EAGER OK" 
 2. SOK's own v2 SGD check (tests/mpi/v2_check.py) against a single-process model.
 3. OptimizerWrapper around TF 2.11+ Keras optimizers against them on a dense table.
 4. A table looked up twice in a step; a bad key on one rank fails every rank, changing nothing.
-5. The training step inside a tf.function.
+5. The training step inside a tf.function, and one whose tables cross the seam in keyed form.
 """
 import os
 import sys
@@ -235,12 +235,47 @@ def in_a_tf_function():
             np.testing.assert_allclose(got[k], expected.numpy()[k], rtol=1e-5, atol=1e-6)
 
 
+def keyed_in_a_tf_function():
+    """Tables of one dim and pooling inside a tf.function cross the seam in keyed form (one
+    pooled output split in the graph); one table's output unused: a zero gradient."""
+    rng = np.random.default_rng(8)
+    initial = [rng.uniform(-1, 1, size=(12, 3)).astype(np.float32) for _ in range(2)]
+    tables = [sok.Variable(values, name="keyed_function_%d" % t)
+              for t, values in enumerate(initial)]
+    dense = [tf.Variable(values) for values in initial]
+    optimizer = sok.OptimizerWrapper(tf.keras.optimizers.SGD(0.1))
+    reference = tf.keras.optimizers.SGD(0.1 * SIZE)
+
+    @tf.function
+    def step(ids):
+        with tf.GradientTape() as tape:
+            pooled = sok.lookup_sparse(tables, [ids, ids], None, ["sum", "sum"])
+            loss = tf.reduce_sum(pooled[0] * pooled[0])
+        grads = tape.gradient(loss, tables)
+        optimizer.apply_gradients(zip(grads, tables))
+        return loss
+
+    for _ in range(3):
+        ids = tf.RaggedTensor.from_tensor(rng.integers(0, 12, size=(4, 3))).to_sparse()
+        loss = step(ids)
+        with tf.GradientTape() as tape:
+            first = tf.nn.embedding_lookup_sparse(dense[0], ids, None, combiner="sum")
+            want = tf.reduce_sum(first * first)
+        reference.apply_gradients(zip(tape.gradient(want, dense[:1]), dense[:1]))
+        np.testing.assert_allclose(float(loss), float(want), rtol=1e-5)
+    for variable, expected in zip(tables, dense):
+        got = gathered(variable)
+        for k in got:
+            np.testing.assert_allclose(got[k], expected.numpy()[k], rtol=1e-5, atol=1e-6)
+
+
 def main(steps):
     seed_003()
     sgd_check(steps)
     keras_optimizers()
     twice_in_a_step_and_bad_input()
     in_a_tf_function()
+    keyed_in_a_tf_function()
     COMM.Barrier()
     if RANK == 0:
         print("V2 EAGER OK")

@@ -1,0 +1,100 @@
+"""Where one find_or_insert call of bench/dynamic_table.py goes: GPU and host time per phase.
+
+    python3 bench/dynamic_breakdown.py --out results/breakdown.json [--rows-log2 24] [--dim 64]
+
+The bare table path (index.find_or_insert with the new rows' init queued before the count's
+wait, then the gather) and the engine path (DynamicTable.rows_of, then the gather), on an hbm
+table filled to load 0.5, 2^20 keys per call (60% held, 40% new), slots restored between calls.
+Events recorded on the sok1x stream split each call into: `to_kernel` (from the call's start to
+the GPU passing the insert kernel: the Python before the launch plus the kernel),
+`queued_and_wait` (the work queued before the wait, or the host's wait and return if longer),
+`rest` (what follows: gather, and touch_rows on the engine path); host clock: `host_to_return`
+(start to find_or_insert / rows_of returning) and `host_all`. Medians of --repeats calls (ms),
+with min and max.
+"""
+import sys
+import time
+
+import harness
+from dynamic_table import make_table
+from hash_table import Snapshot, rotations
+
+
+def main(argv):
+    parser = harness.parser(__doc__, out=True, repeats=9)
+    parser.add_argument("--rows-log2", type=int, default=24)
+    parser.add_argument("--dim", type=int, default=64)
+    args = parser.parse_args(argv)
+    backend = harness.backend_module("cuda")
+    import pycuda.driver as driver
+    from sok1x.backend import cuda_context
+    rng = harness.seeded_rng()
+    rows, keys_per_call = 1 << args.rows_log2, 1 << 20
+    table, held = make_table(backend, 0.0, rows, args.dim, 0.5, rng)
+    _, inserts = rotations(backend, held, keys_per_call, rng)
+    snapshot = Snapshot(backend, table.index)
+    results = {"environment": harness.environment(), "dim": args.dim, "rows": rows}
+    with cuda_context.entered():
+        stream = cuda_context.stream()
+        marks = [driver.Event() for _ in range(4)]
+
+        def bare(keys):
+            def queue(new_keys, new_rows, count):
+                marks[1].record(stream)
+                backend.init_rows(table.values, new_rows, new_keys, table.spec, 7, count)
+            found, _, _ = table.index.find_or_insert(keys, queue_first=queue)
+            return found
+
+        def engine(keys):
+            table.journal.begin_step()
+            index = table.index
+            real = index.find_or_insert
+
+            def find_or_insert(*args, queue_first=None, **options):
+                def queue(new_keys, new_rows, count):
+                    marks[1].record(stream)
+                    queue_first(new_keys, new_rows, count)
+                return real(*args, queue_first=queue, **options)
+            index.find_or_insert = find_or_insert
+            try:
+                assert table.capacity_error(keys) is None
+                return table.rows_of(keys, True)
+            finally:
+                del index.find_or_insert
+
+        for name, call in (("bare", bare), ("engine", engine)):
+            phases = {p: [] for p in ("to_kernel", "queued_and_wait", "rest", "gpu_all",
+                                      "host_to_return", "host_all")}
+            for repeat in range(args.repeats + 2):
+                table.journal.rollback()
+                snapshot.restore()
+                keys = inserts()
+                backend.synchronize()
+                start = time.perf_counter()
+                marks[0].record(stream)
+                found = call(keys)
+                returned = time.perf_counter()
+                marks[2].record(stream)
+                table.gather(found)
+                marks[3].record(stream)
+                marks[3].synchronize()
+                done = time.perf_counter()
+                if repeat < 2:
+                    continue
+                # Events: 0 start, 1 after the kernel (queue_first's start), 2 host back, 3 end.
+                phases["to_kernel"].append(marks[0].time_till(marks[1]))
+                phases["queued_and_wait"].append(marks[1].time_till(marks[2]))
+                phases["rest"].append(marks[2].time_till(marks[3]))
+                phases["host_to_return"].append((returned - start) * 1e3)
+                phases["host_all"].append((done - start) * 1e3)
+                phases["gpu_all"].append(marks[0].time_till(marks[3]))
+            results[name] = {p: harness.summary(v, ("ms", "ms_min", "ms_max"))
+                             for p, v in phases.items()}
+            harness.log("%s dim %d: %s" % (name, args.dim, ", ".join(
+                "%s %.3f" % (p, results[name][p]["ms"]) for p in phases)))
+        table.journal.rollback()
+    harness.write_json(args.out, results)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,121 @@
+"""The crc32 of checkpoint shard files (DESIGN D8), and the small pool of threads that shard
+bytes move and are checksummed on: one thread's zlib.crc32 (2 to 6 GB/s), or one thread's
+copies into and out of the page cache, are slower than a disk or /dev/shm, and a save or load
+streams every byte through them (engine/shard_storage.py cuts its buffers with pieces()).
+
+A large buffer is cut into pieces whose crc32s are taken at once on a small thread pool
+(zlib.crc32 releases the GIL) and joined as zlib's crc32_combine joins them: the crc32 of A + B
+is crc32(A) carried through len(B) zero bytes, XOR crc32(B). Carrying a crc through n zero bytes
+is a 32 x 32 matrix over GF(2), made once per length (pieces mostly share one). The result is
+zlib.crc32's, bit for bit; SOK1X_CHECKPOINT_THREADS=1 takes it on the caller's thread alone.
+"""
+import functools
+import os
+import threading
+import zlib
+from concurrent.futures import Future, ThreadPoolExecutor
+
+THREADS_ENV = "SOK1X_CHECKPOINT_THREADS"
+DEFAULT_THREADS = 4
+PIECE_BYTES = 16 << 20  # below this a buffer is one piece: a thread costs more than it saves
+_POLYNOMIAL = 0xEDB88320  # crc32's, bit-reflected
+_pool = {"threads": 0, "executor": None}
+_pool_lock = threading.Lock()
+
+
+def threads():
+    """Threads that checksum one buffer (SOK1X_CHECKPOINT_THREADS, default 4)."""
+    return max(1, int(os.environ.get(THREADS_ENV, DEFAULT_THREADS)))
+
+
+def _times(matrix, vector):
+    """matrix (32 columns, ints) times vector (an int), over GF(2)."""
+    total, column = 0, 0
+    while vector:
+        if vector & 1:
+            total ^= matrix[column]
+        vector >>= 1
+        column += 1
+    return total
+
+
+def _compose(first, second):
+    """The matrix of applying `second`, then `first`."""
+    return [_times(first, column) for column in second]
+
+
+@functools.lru_cache(maxsize=64)
+def _zero_bytes(count):
+    """The matrix that carries a crc32 register through `count` zero bytes."""
+    bit = [_POLYNOMIAL] + [1 << n for n in range(31)]  # one zero bit
+    step = bit
+    for _ in range(3):
+        step = _compose(step, step)  # one zero byte: eight bits
+    result = [1 << n for n in range(32)]
+    while count:
+        if count & 1:
+            result = _compose(step, result)
+        step = _compose(step, step)
+        count >>= 1
+    return result
+
+
+def combine(crc_first, crc_second, second_bytes):
+    """The crc32 of A + B from crc32(A), crc32(B) and len(B), as zlib's crc32_combine."""
+    return _times(_zero_bytes(int(second_bytes)), crc_first) ^ crc_second
+
+
+def _executor(count):
+    with _pool_lock:
+        if _pool["threads"] != count:
+            if _pool["executor"] is not None:
+                _pool["executor"].shutdown(wait=False)
+            _pool.update(threads=count, executor=ThreadPoolExecutor(
+                count, thread_name_prefix="sok1x-shard-io"))
+        return _pool["executor"]
+
+
+def pieces(view):
+    """[(offset, piece)] of uint8 memoryview `view`: itself alone when small, else threads()
+    pieces of about equal size (at least PIECE_BYTES each)."""
+    count = threads()
+    if count == 1 or view.nbytes < 2 * PIECE_BYTES:
+        return [(0, view)]
+    size = max(PIECE_BYTES, -(-view.nbytes // count))
+    return [(start, view[start:start + size]) for start in range(0, view.nbytes, size)]
+
+
+def submit(function, *args):
+    """A Future of function(*args) run on the pool of threads() threads (on this thread, done
+    already, with one thread or when no thread can start, as at interpreter exit)."""
+    count = threads()
+    if count > 1:
+        try:
+            return _executor(count).submit(function, *args)
+        except RuntimeError:
+            pass
+    done = Future()
+    try:
+        done.set_result(function(*args))
+    except Exception as exc:  # handed to whoever waits on the Future, as the pool would
+        done.set_exception(exc)
+    return done
+
+
+def joined(running, piece_crcs):
+    """The crc32 of running's bytes followed by pieces whose (crc32, length) are
+    `piece_crcs`."""
+    for piece_crc, length in piece_crcs:
+        running = combine(running, piece_crc, length)
+    return running
+
+
+def crc32(data, running=0):
+    """zlib.crc32(data, running) of a bytes-like `data`, its pieces on threads() threads when it
+    is large."""
+    view = memoryview(data).cast("B")
+    parts = pieces(view)
+    if len(parts) == 1:
+        return zlib.crc32(view, running)
+    futures = [submit(zlib.crc32, piece) for _, piece in parts]
+    return joined(running, [(f.result(), piece.nbytes) for f, (_, piece) in zip(futures, parts)])

@@ -1,0 +1,217 @@
+"""The keyed lookup (engine/keyed_lookup.py: the keys of all tables as one array, one output array
+back, TorchRec's KeyedJaggedTensor) on the cpu backend, at any number of ranks: it equals the same
+tables looked up one by one through the per-table pooled lookup (forward, gradients, updated rows
+and optimizer slots), for a table group, one table, and tables that cannot share a pass; a step
+waits on the host as often for many tables as for one; bad input in one table fails the step on
+every rank, names the table and changes no table."""
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+from sok1x.backend import random_init
+from sok1x.engine import api, runtime
+from sok1x.engine.keyed_lookup import KeyedInput
+from sok1x.engine.pooled_lookup import PooledInput
+from sok1x.errors import InvalidInputError
+
+COMM = MPI.COMM_WORLD
+RANK, SIZE = COMM.Get_rank(), COMM.Get_size()
+SPEC = random_init.make_spec("uniform", -1.0, 1.0, seed=23)
+HASHED_SPEC = random_init.make_spec("constant", 0.25)  # the same rows whatever the table's name
+DIM, CAPACITY = 8, 30
+
+
+@pytest.fixture(scope="module", autouse=True)
+def engine():
+    return runtime.init(backend="cpu")
+
+
+def make_pair(tag, count, placement="mod", hashed=()):
+    """Tables looked up keyed and copies looked up one by one, with the same rows."""
+    keyed = ["keyed_%s_%d" % (tag, t) for t in range(count)]
+    alone = ["single_%s_%d" % (tag, t) for t in range(count)]
+    for names in (keyed, alone):
+        for t, name in enumerate(names):
+            spec = HASHED_SPEC if t in hashed else SPEC  # a hash table's rows: made on sight
+            api.create_table(name, DIM, CAPACITY + 4 * (t % 3), t in hashed, spec, replace=True,
+                             placement=placement)
+    for a, b in zip(keyed, alone):
+        if not api.shard(a).use_hashtable:
+            api.shard(b).values[...] = api.shard(a).values
+    return keyed, alone
+
+
+def batch(rng, count, step, combiner, weighted, key_range):
+    """Per table PooledInputs (keys relative to the table) and their top gradients."""
+    inputs, tops = [], []
+    for t in range(count):
+        rows = 2 + t % 4
+        nnz = 3 + (5 * t + step) % 9
+        keys = rng.integers(0, key_range, size=nnz)
+        segments = np.sort(rng.integers(0, rows, size=nnz))
+        weights = rng.random(nnz).astype(np.float32) if weighted else None
+        inputs.append(PooledInput(keys, segments, rows, weights, combiner))
+        tops.append(rng.standard_normal((rows, DIM)).astype(np.float32))
+    return inputs, tops
+
+
+def keyed_of(inputs):
+    weights = None if inputs[0].weights is None else np.concatenate([i.weights for i in inputs])
+    return KeyedInput(np.concatenate([i.keys for i in inputs]),
+                      np.array([i.keys.shape[0] for i in inputs]),
+                      np.concatenate([i.segment_ids for i in inputs]),
+                      np.array([i.num_segments for i in inputs]), weights, inputs[0].combiner)
+
+
+def dense(values, rows, count):
+    out = np.zeros((count, DIM))
+    np.add.at(out, np.asarray(rows), np.asarray(values, dtype=np.float64))
+    return out
+
+
+def by_table(array, counts):
+    cuts = np.concatenate([[0], np.cumsum(counts)])
+    return [np.asarray(array)[a:b] for a, b in zip(cuts[:-1], cuts[1:])]
+
+
+HYPER = {"adagrad": ("Adagrad", {"lr": 0.1, "epsilon": 1e-7}, ("accumulator",)),
+         "lazy_adam": ("Adam", {"lr_t": 0.01, "beta1": 0.9, "beta2": 0.999, "epsilon": 1e-8},
+                       ("m", "v"))}
+
+
+@pytest.mark.parametrize("count,placement,combiner,weighted,rule,hashed", [
+    (6, "mod", "sum", False, "lazy_adam", ()),
+    (5, "rank", "mean", True, "adagrad", ()),
+    (1, "mod", "mean", False, "adagrad", ()),
+    (4, "mod", "sum", True, "lazy_adam", (1,)),  # a hash table beside a group: per table
+])
+def test_keyed_equals_the_tables_one_by_one(count, placement, combiner, weighted, rule, hashed):
+    if placement == "rank":
+        placement = ("rank", SIZE - 1)
+    tag = "%d_%s_%s_%s" % (count, placement[0], combiner, rule)
+    keyed, alone = make_pair(tag, count, placement, hashed)
+    key_range = CAPACITY if placement != "mod" else CAPACITY * SIZE
+    rng = np.random.default_rng([11, RANK])
+    prefix, hyper, slots = HYPER[rule]
+    for step in range(3):
+        inputs, tops = batch(rng, count, step, combiner, weighted, key_range)
+        out, token = api.keyed_lookup(keyed, "keyed_fwd", keyed_of(inputs), True)
+        values, rows, counts = api.keyed_lookup_grad(keyed, "keyed_bwd", token,
+                                                     np.concatenate(tops))
+        assert counts.shape == (count,) and int(counts.sum()) == rows.shape[0]
+        outs = by_table(out, [i.num_segments for i in inputs])
+        grads = list(zip(by_table(values, counts), by_table(rows, counts)))
+        updated = api.apply_keyed_update(keyed, rule, prefix, {}, hyper, values, rows, counts)
+        for t, name in enumerate(alone):
+            (want,), one = api.pooled_lookup([name], "single_fwd_%d" % t, [inputs[t]], True)
+            (want_values, want_rows), = api.pooled_lookup_grad([name], "single_bwd_%d" % t, one,
+                                                                [tops[t]])
+            np.testing.assert_allclose(outs[t], want, rtol=1e-5, atol=1e-6)
+            held = api.shard(name).values.shape[0]
+            np.testing.assert_allclose(dense(grads[t][0], grads[t][1], held),
+                                       dense(want_values, want_rows, held), rtol=1e-5,
+                                       atol=1e-6)
+            assert updated[t] == len(np.unique(want_rows))
+            api.apply_optimizer_update(name, rule, prefix, {}, hyper, want_values, want_rows)
+    for a, b in zip(keyed, alone):
+        np.testing.assert_allclose(api.shard(a).values, api.shard(b).values, rtol=1e-5,
+                                   atol=1e-6)
+        for slot in slots:
+            np.testing.assert_allclose(api.shard(a).slots["%s/%s" % (prefix, slot)],
+                                       api.shard(b).slots["%s/%s" % (prefix, slot)], rtol=1e-5,
+                                       atol=1e-6)
+
+
+def test_a_keyed_update_takes_changed_values_and_checks_other_rows():
+    keyed, alone = make_pair("update", 4)
+    rng = np.random.default_rng([12, RANK])
+    inputs, tops = batch(rng, 4, 0, "sum", False, CAPACITY * SIZE)
+    hyper = {"lr": 0.5}
+    _, token = api.keyed_lookup(keyed, "update_fwd", keyed_of(inputs), True)
+    values, rows, counts = api.keyed_lookup_grad(keyed, "update_bwd", token,
+                                                 np.concatenate(tops))
+    api.apply_keyed_update(keyed, "sgd", "SGD", {}, hyper, np.clip(values, -0.01, 0.01), rows,
+                           counts)
+    own = [rng.integers(0, CAPACITY, size=5) for _ in keyed]  # repeats are summed
+    own_values = rng.standard_normal((20, DIM)).astype(np.float32)
+    api.apply_keyed_update(keyed, "sgd", "SGD", {}, hyper, own_values, np.concatenate(own),
+                           [5] * 4)
+    for t, name in enumerate(alone):
+        (_,), one = api.pooled_lookup([name], "update_one_fwd_%d" % t, [inputs[t]], True)
+        (v, r), = api.pooled_lookup_grad([name], "update_one_bwd_%d" % t, one, [tops[t]])
+        api.apply_optimizer_update(name, "sgd", "SGD", {}, hyper, np.clip(v, -0.01, 0.01), r)
+        api.apply_optimizer_update(name, "sgd", "SGD", {}, hyper, own_values[5 * t:5 * t + 5],
+                                   own[t])
+        np.testing.assert_allclose(api.shard(keyed[t]).values, api.shard(name).values,
+                                   rtol=1e-6, atol=1e-7)
+    before = [api.shard(name).values.copy() for name in keyed]
+    bad = np.concatenate(own)
+    bad[13] = CAPACITY + 4 * 2  # table 2 holds CAPACITY + 8 rows, this is row CAPACITY + 8
+    with pytest.raises(InvalidInputError, match="keyed_update_2"):
+        api.apply_keyed_update(keyed, "sgd", "SGD", {}, hyper, own_values, bad, [5] * 4)
+    with pytest.raises(InvalidInputError, match="counts"):
+        api.apply_keyed_update(keyed, "sgd", "SGD", {}, hyper, own_values, bad, [5, 5, 5])
+    for name, values_before in zip(keyed, before):
+        np.testing.assert_array_equal(api.shard(name).values, values_before)
+
+
+def test_tables_of_other_dims_are_refused():
+    for t, dim in enumerate((8, 16)):
+        api.create_table("keyed_dims_%d" % t, dim, CAPACITY, False, SPEC, replace=True)
+    item = KeyedInput(np.zeros(2, np.int64), [1, 1], np.zeros(2, np.int64), [1, 1], None, "sum")
+    with pytest.raises(ValueError, match="one dim"):
+        api.keyed_lookup(["keyed_dims_0", "keyed_dims_1"], "dims_fwd", item, True)
+
+
+def test_a_keyed_step_waits_as_often_for_many_tables_as_for_one():
+    per_table = {}
+    for count in (1, 12):
+        keyed, _ = make_pair("waits_%d" % count, count)
+        rng = np.random.default_rng([13, RANK])
+        item = keyed_of(batch(rng, count, 0, "sum", False, CAPACITY * SIZE)[0])
+        for _ in range(3):
+            before = runtime.get().stats()
+            out, token = api.keyed_lookup(keyed, "waits_fwd_%d" % count, item, True)
+            values, rows, counts = api.keyed_lookup_grad(keyed, "waits_bwd_%d" % count, token,
+                                                         np.ones_like(out))
+            api.apply_keyed_update(keyed, "sgd", "SGD", {}, {"lr": 0.1}, values, rows, counts)
+            after = runtime.get().stats()
+        per_table[count] = {k: after[k] - before[k] for k in ("host_waits", "data_collectives",
+                                                              "host_collectives")}
+    assert per_table[12] == per_table[1], per_table
+    assert per_table[1]["host_waits"] <= 2, per_table
+
+
+@pytest.mark.parametrize("what", ["key", "segment", "lengths"])
+def test_bad_input_in_one_table_fails_every_rank_and_changes_no_table(what):
+    keyed, _ = make_pair("bad_%s" % what, 5)
+    rng = np.random.default_rng([14, RANK])
+    inputs, tops = batch(rng, 5, 0, "sum", False, CAPACITY * SIZE)
+    _, token = api.keyed_lookup(keyed, "bad_fwd_ok", keyed_of(inputs), True)
+    values, rows, counts = api.keyed_lookup_grad(keyed, "bad_bwd_ok", token,
+                                                 np.concatenate(tops))
+    before = [api.shard(name).values.copy() for name in keyed]
+    item = keyed_of(inputs)
+    if RANK == SIZE - 1:
+        position = int(np.sum([i.keys.shape[0] for i in inputs[:3]]))  # table 3's first key
+        if what == "key":
+            keys = item.keys.copy()
+            keys[position] = -1
+            item = item._replace(keys=keys)
+        elif what == "segment":
+            segments = item.segment_ids.copy()
+            segments[position] = inputs[3].num_segments
+            item = item._replace(segment_ids=segments)
+        else:
+            item = item._replace(lengths=item.lengths + 1)
+    match = "keyed_bad_%s_3" % what if what != "lengths" else "lengths"
+    with pytest.raises(InvalidInputError, match=match):
+        api.keyed_lookup(keyed, "bad_fwd", item, True)
+    _, token = api.keyed_lookup(keyed, "bad_fwd_2", keyed_of(inputs), True)
+    wrong = np.concatenate(tops)
+    if RANK == 0:
+        wrong = wrong[1:]
+    with pytest.raises(InvalidInputError):
+        api.keyed_lookup_grad(keyed, "bad_bwd", token, wrong)
+    for name, values_before in zip(keyed, before):
+        np.testing.assert_array_equal(api.shard(name).values, values_before)
