@@ -34,6 +34,8 @@ class _SaverTables:
         self.save_tables, self.restore_tables = {}, {}  # name -> TableSpec, build order
         self.last_save_op = self.last_restore_op = None
         self.saved, self.restored = {}, {}  # name -> manifest bytes
+        self.gather = {}  # name -> number of keys: tables whose rows the save gathers
+        self.gathered = {}  # name -> float32 [keys, dim] the last save gathered
 
 
 _GROUPS = {}  # (graph id, prefix tensor name) -> _SaverTables
@@ -82,8 +84,9 @@ def save_tables(group, ensure_up, prefix, sharded_filename):
                                   % (checkpoint.MOST_SAVER_SHARDS, checkpoint.MOST_SAVER_SHARDS))
         description, everyone = checkpoint_join.open_checkpoint(rt, {
             "kind": "save", "names": names, "directory": os.path.dirname(os.path.abspath(prefix)),
-            "stem": os.path.basename(prefix)})
+            "stem": os.path.basename(prefix), "gather": sorted(group.gather.items())})
         manifest = checkpoint_join.perform(description)
+        group.gathered = manifest["gathered"]
         group.saved = {name: checkpoint_manifest.encode(checkpoint_manifest.make(
             manifest["world_size"], {name: manifest["tables"][name]})) for name in names}
         if everyone:
@@ -105,6 +108,17 @@ def restore_tables(group, ensure_up, prefix):
             "manifests": [group.restored.get(name) for name in names],
             "where": "the TensorFlow checkpoint %s" % prefix})
         checkpoint_join.perform(description)
+
+
+def rows_gathered_by_save(table_name, num_keys):
+    """Called while a Saver builds its save ops (in its name scope): that Saver's saves also
+    gather every row of table `table_name` (without hash table, `num_keys` keys) onto each
+    saving rank, inside the save (so a save rank 0 runs alone gets them too). Returns take():
+    the rows [num_keys, dim] the last save gathered, then forgotten, or None."""
+    graph = tf1.get_default_graph()
+    group = _group(graph, _prefix_tensor(graph))
+    group.gather[table_name] = int(num_keys)
+    return lambda: group.gathered.pop(table_name, None)
 
 
 def add_saveable(table):

@@ -169,7 +169,7 @@ def _bring_up(ensure_up, table):
     return prepare
 
 
-def _is_symbolic(keys):
+def is_symbolic(keys):
     """True for a tensor Keras made while building a functional model (it carries the Keras
     history of the layer calls that made it); a model called on real keys passes plain ones."""
     return getattr(keys, "_keras_history", None) is not None
@@ -191,14 +191,16 @@ def dense_lookup(table, handle, keys, training, row_shape, name):
         return vectors, vectors.op
 
     vectors, tower = ordering.chained(ordering.FORWARD, name, build,
-                                      symbolic_input=_is_symbolic(keys))
+                                      symbolic_input=is_symbolic(keys))
     _remember(vectors.op, table, tower)
     return vectors
 
 
-def sparse_lookup(table, handle, sp_keys, slot_num, max_nnz, combiner, training, name):
+def sparse_lookup(table, handle, sp_keys, slot_num, max_nnz, combiner, training, name,
+                  symbolic_input=False):
     """Returns float32 [batch, slot_num, dim]: per (sample, slot) row of the SparseTensor
-    `sp_keys` ([batch * slot_num, max_nnz]), its keys' vectors combined by sum or mean."""
+    `sp_keys` ([batch * slot_num, max_nnz]), its keys' vectors combined by sum or mean.
+    symbolic_input: the keys are (made from) a Keras model's symbolic input."""
     ensure_up = init_ops.bring_up_on_first_use()
 
     def build(op_id):
@@ -213,7 +215,7 @@ def sparse_lookup(table, handle, sp_keys, slot_num, max_nnz, combiner, training,
         token.set_shape([])
         return pooled, pooled.op
 
-    symbolic = _is_symbolic(sp_keys) or _is_symbolic(sp_keys.values)
+    symbolic = symbolic_input or is_symbolic(sp_keys) or is_symbolic(sp_keys.values)
     pooled, tower = ordering.chained(ordering.FORWARD, name, build, symbolic_input=symbolic)
     _remember(pooled.op, table, tower)
     return pooled

@@ -84,3 +84,45 @@ def replace_input(op, index, tensor):
     not public API in TensorFlow 1.15 or 2.x; both have it). Used where TensorFlow built the op
     (a Saver's save op) and sok1x must give it a value read after its own op."""
     op._update_input(index, tensor)  # pylint: disable=protected-access
+
+
+def is_partitioned_variable(value):
+    """True for a tf.compat.v1 PartitionedVariable (what get_variable returns given a
+    partitioner; its class is not public API in TensorFlow 1.15 or 2.x, both keep it here)."""
+    from tensorflow.python.ops import variables
+    return isinstance(value, variables.PartitionedVariable)
+
+
+_keras_modules = {}
+
+
+def keras_optimizer_base():
+    """The base class of tf.keras.optimizers as TensorFlow installed it (TF 2.11+: the new Keras
+    optimizer; before: OptimizerV2), as it was before sok1x.init() swapped the module for its
+    legacy one (use_legacy_keras_optimizers)."""
+    _remember_keras_modules()
+    return getattr(_keras_modules["keras"], "Optimizer", None)
+
+
+def _remember_keras_modules():
+    if not _keras_modules:
+        import tensorflow as tf
+        _keras_modules["keras"] = getattr(tf.keras, "optimizers", None)
+        _keras_modules["tf"] = getattr(tf, "optimizers", None)
+
+
+def use_legacy_keras_optimizers(legacy=True):
+    """SOK's sok.init(use_legacy_optimizer=True): where TensorFlow (2.11+) has the legacy
+    OptimizerV2 module, tf.keras.optimizers and tf.optimizers become it, so a program's
+    tf.keras.optimizers.SGD is the OptimizerV2 SOK's programs expect (its _slots, its sparse
+    apply). legacy=False puts TensorFlow's own modules back."""
+    import tensorflow as tf
+    _remember_keras_modules()
+    own_keras, own_tf = _keras_modules["keras"], _keras_modules["tf"]
+    old = getattr(own_keras, "legacy", None)
+    if old is None or getattr(getattr(old, "Optimizer", None), "__name__", "") != "OptimizerV2":
+        return
+    tf.keras.optimizers = old if legacy else own_keras  # tf.keras: the loaded module, not
+    # the lazy loader `keras` above may still be
+    if own_tf is not None:
+        tf.optimizers = getattr(own_tf, "legacy", old) if legacy else own_tf

@@ -79,9 +79,15 @@ def Init(**kwargs):  # noqa: N802  (SOK's v1 name)
     return init_ops.init_op(**kwargs)
 
 
-def init(**kwargs):
-    """Brings sok1x up now (SOK's v2 name); same options as Init. Collective and idempotent."""
+def init(comm_tool="horovod", use_legacy_optimizer=True, **kwargs):
+    """Brings sok1x up now (SOK's v2 name); same options as Init. Collective and idempotent.
+    comm_tool: SOK's (sok1x talks MPI whatever it says). use_legacy_optimizer: as SOK's, on
+    TensorFlow 2.11+ tf.keras.optimizers and tf.optimizers become their legacy (OptimizerV2)
+    modules; False keeps (or puts back) TensorFlow's own."""
+    del comm_tool
+    from sok1x.graph_ops.tf_compat import use_legacy_keras_optimizers
     _runtime.init(**kwargs)
+    use_legacy_keras_optimizers(bool(use_legacy_optimizer))
 
 
 def rank():

@@ -15,11 +15,12 @@ without any call, is "localized"):
 from sok1x.common.handle_variable import create_graph_handle
 from sok1x.common.sparse_ids import ids_parts, weight_values
 from sok1x.deeprec import plain_variables
+from sok1x.deeprec.variable_faces import is_plain_table
 from sok1x.graph_ops.embedding_tag import table_of
 from sok1x.engine import runtime
 from sok1x.graph_ops import embedding_ops, pooled_lookup_ops
 from sok1x.graph_ops.graph_state import per_graph
-from sok1x.graph_ops.tf_compat import tf1
+from sok1x.graph_ops.tf_compat import is_partitioned_variable, tf1
 from sok1x.optimizers.scope import mark_without_scope
 
 COLLECTIVE, LOCALIZED = "collective", "localized"
@@ -134,7 +135,7 @@ def table_input(sp_ids, sp_weights, combiner, where="group_embedding_lookup_spar
 
 
 def _is_plain_variable(param):
-    return table_of(param) is None and hasattr(param, "initial_value") and hasattr(param, "op")
+    return table_of(param) is None and is_plain_table(param)
 
 
 def _handle_of_param(param, index):
@@ -142,9 +143,10 @@ def _handle_of_param(param, index):
     if table_of(param) is not None:
         return param, getattr(param, "num_rows", None)
     if _is_plain_variable(param):
-        return shard_plain_variable(param), int(param.shape[0])
+        return shard_plain_variable(param), int(param.get_shape()[0])
     raise TypeError("group_embedding_lookup_sparse: params[%d] must be a sok1x embedding "
-                    "variable or a tf.Variable [vocabulary_size, dim], got %r"
+                    "variable or a tf.Variable [vocabulary_size, dim] (partitioned or not), "
+                    "got %r"
                     % (index, type(param).__name__))
 
 
@@ -221,14 +223,18 @@ def _fused_lookup(params, sp_ids, weights, combiners, positions, name):
 def localized_lookup(variable, ids, weights, combiner, index=0):
     """The "localized" lookup of one plain variable: TensorFlow's gather and segment sums over
     the variable itself on this rank (its gradient is TensorFlow's IndexedSlices of the
-    variable), pooled as the collective path pools: every row of the batch, zeros for a row
+    variable; a PartitionedVariable is read as tf.nn.embedding_lookup's default "mod" reads
+    it), pooled as the collective path pools: every row of the batch, zeros for a row
     without ids, "mean" dividing by the row's weight sum."""
     where = "group_embedding_lookup_sparse: sp_ids[%d]" % index
     if ids is None:
         raise TypeError("%s is None" % where)
     keys, segment_ids, rows = ids_parts(ids, where)
     weight = weight_values(weights, ids, where)
-    vectors = tf1.gather(variable, keys)
+    if is_partitioned_variable(variable):
+        vectors = tf1.nn.embedding_lookup(list(variable), keys, partition_strategy="mod")
+    else:
+        vectors = tf1.gather(variable, keys)
     if weight is not None:
         vectors = vectors * tf1.expand_dims(tf1.cast(weight, vectors.dtype), 1)
     pooled = tf1.math.unsorted_segment_sum(vectors, segment_ids, rows)

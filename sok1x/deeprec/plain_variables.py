@@ -1,6 +1,7 @@
 """A plain tf.Variable passed to a group lookup is its own values (DESIGN D12).
 
-Under the "collective" strategy a plain variable [vocab, dim] is sharded into a sok1x table (row
+Under the "collective" strategy a plain variable [vocab, dim] (or a PartitionedVariable, read
+as TensorFlow's "mod" lookups read it: variable_faces.py) is sharded into a sok1x table (row
 i on rank i % world_size) with a small trainable handle variable beside it (`handle_of`), which
 gets the table's gradient. The variable stays the table's face to TensorFlow:
 
@@ -10,13 +11,16 @@ gets the table's gradient. The variable stays the table's face to TensorFlow:
   it) and after a tf.compat.v1.train.Saver restore: never a draw of sok1x's own.
 - Rows out: `sync_to_variables()` (collective) writes every such table back into its variable,
   and every Saver save does the same before it reads the variable, so a checkpoint or SavedModel
-  holds the trained rows under the variable's own name. Between two of those, the variable
-  itself holds the rows of the last write-back: `sess.run(variable)` wants a sync first.
+  holds the trained rows under the variable's own name. A save gathers the rows inside itself
+  (checkpoint_ops.rows_gathered_by_save), so a save that rank 0 runs alone writes back too.
+  Between two of those, the variable itself holds the rows of the last write-back:
+  `sess.run(variable)` wants a sync first.
 """
 import numpy as np
 
+from sok1x.deeprec.variable_faces import face_of
 from sok1x.engine import runtime, shard_rows
-from sok1x.graph_ops import init_ops
+from sok1x.graph_ops import checkpoint_ops, init_ops
 from sok1x.graph_ops.embedding_tag import table_of
 from sok1x.graph_ops.graph_state import per_graph
 from sok1x.graph_ops.tf_compat import py_func, replace_input, tf1
@@ -33,7 +37,8 @@ def handle_of(variable):
 
 
 def _plain(graph):
-    """{table name: plain variable} of the tables that stand for plain variables in `graph`."""
+    """{table name: face (variable_faces) of its plain variable} of the tables that stand for
+    plain variables in `graph`."""
     return per_graph(graph, "plain_variables", dict)
 
 
@@ -45,20 +50,21 @@ def shard_plain_variable(variable, table_handle, unique_table_name):
     handle = handle_of(variable)
     if handle is not None:
         return handle
-    shape = variable.shape
+    shape = variable.get_shape()
     if shape.ndims != 2 or not shape.is_fully_defined():
         raise ValueError("group_embedding_lookup_sparse: %s has shape %s; a table must be "
                          "[vocabulary_size, dim] with both known" % (variable.name, shape))
     if variable.dtype.base_dtype != tf1.float32:
         raise ValueError("group_embedding_lookup_sparse: %s holds %s; sok1x tables are float32"
                          % (variable.name, variable.dtype.base_dtype.name))
+    face = face_of(variable)
     from sok1x.backend.random_init import make_spec
-    name = unique_table_name(variable.op.name + "/sok1x_shards")
+    name = unique_table_name(face.name + "/sok1x_shards")
     handle = table_handle(name, int(shape[1]), int(shape[0]), make_spec("constant", 0.0),
                           lambda: _NEED_ROWS.add(name))
     setattr(variable, _HANDLE_ATTR, handle)
-    _plain(handle.graph)[name] = variable
-    _hook_saveable(table_of(handle), variable)
+    _plain(handle.graph)[name] = face
+    _hook_saveable(table_of(handle), face)
     return handle
 
 
@@ -70,10 +76,10 @@ def rows_from_variable(handles):
     ops = []
     for handle in handles:
         table = table_of(handle)
-        variable = _plain(handle.graph).get(table.name)
-        if variable is None:
+        face = _plain(handle.graph).get(table.name)
+        if face is None:
             continue
-        ops.append(_load_rows_op(table, variable))
+        ops.append(_load_rows_op(table, face))
     return ops
 
 
@@ -87,8 +93,8 @@ def _take_rows(table_name, num_rows, value):
     return len(keys)
 
 
-def _load_rows_op(table, variable):
-    num_rows = int(variable.shape[0])
+def _load_rows_op(table, face):
+    num_rows = int(face.variable.get_shape()[0])
 
     def needs_rows():
         return np.bool_(table.name in _NEED_ROWS)
@@ -101,40 +107,47 @@ def _load_rows_op(table, variable):
         needed.set_shape([])
         return tf1.cond(
             needed,
-            lambda: py_func(load, [variable.read_value()], tf1.int64, name="sok1x_rows_in"),
+            lambda: py_func(load, [face.read()], tf1.int64, name="sok1x_rows_in"),
             lambda: tf1.constant(0, tf1.int64)).op
 
 
-def _gathered_rows(pairs):
-    """A py_func returning every row of each (table name, variable) table on every rank
+def _gathered_rows(pairs, saved=None):
+    """A py_func returning every row of each (table name, face) table on every rank
     (collective, one op so every rank gathers the tables in one order). A table that has not
     taken its rows from its variable yet (no lookup since the initializer ran; a Saver saves
     once before the first step) takes them first, so the variable is never overwritten by an
-    empty table."""
+    empty table. saved: {table name: take()} of a Saver whose save gathered the rows
+    (checkpoint_ops.rows_gathered_by_save): those are used, with no collective here, so a save
+    that rank 0 runs alone writes back too."""
     ensure_up = init_ops.bring_up_on_first_use()
-    sizes = [int(variable.shape[0]) for _, variable in pairs]
+    sizes = [int(face.variable.get_shape()[0]) for _, face in pairs]
+    saved = saved or {}
 
     def run(*values):
         ensure_up()
+        rows = {name: saved[name]() if name in saved else None for name, _ in pairs}
         for (name, _), size, value in zip(pairs, sizes, values):
             if name in _NEED_ROWS:
                 _take_rows(name, size, value)
+                if rows[name] is not None:  # the save gathered the table before it took them
+                    rows[name] = np.asarray(value, np.float32)
         # A host all-gather: a rank that never comes ends the job after SOK1X_MPI_TIMEOUT_S.
-        return [shard_rows.gather_all(name, size) for (name, _), size in zip(pairs, sizes)]
-    return py_func(run, [variable.read_value() for _, variable in pairs],
+        return [rows[name] if rows[name] is not None else shard_rows.gather_all(name, size)
+                for (name, _), size in zip(pairs, sizes)]
+    return py_func(run, [face.read() for _, face in pairs],
                    [tf1.float32] * len(pairs), name="sok1x_rows_out")
 
 
-def _write_back(pairs, after=()):
-    """Op writing each (table name, variable) table back into its variable (collective), run
-    after the ops `after`."""
+def _write_back(pairs, after=(), saved=None):
+    """Op writing each (table name, face) table back into its variable (collective unless
+    `saved` holds the rows: _gathered_rows), run after the ops `after`."""
     with tf1.name_scope(None), tf1.control_dependencies(None):
         with tf1.control_dependencies(list(after)):
-            rows = _gathered_rows(pairs)
+            rows = _gathered_rows(pairs, saved)
         assigns = []
-        for tensor, (_, variable) in zip(rows, pairs):
-            tensor.set_shape(variable.shape)
-            assigns.append(variable.assign(tensor, read_value=False))
+        for tensor, (_, face) in zip(rows, pairs):
+            tensor.set_shape(face.variable.get_shape())
+            assigns.append(face.assign(tensor))
         return tf1.group(*assigns, name="sok1x_sync_to_variables")
 
 
@@ -153,26 +166,26 @@ def sync_to_variables(variables=None):
                 raise ValueError("sync_to_variables: %s was never passed to a group lookup; "
                                  "only those have a sok1x table to write back"
                                  % getattr(variable, "name", variable))
-        plain = [(name, v) for name, v in plain if any(v is w for w in wanted)]
+        plain = [(name, f) for name, f in plain if any(f.variable is w for w in wanted)]
     if not plain:
         return tf1.no_op(name="sok1x_sync_to_variables")
     return _write_back(plain)
 
 
-def _hook_saveable(table, variable):
+def _hook_saveable(table, face):
     """Wraps the table's SaveableObject (checkpoint_ops) so that a Saver writes the table back
-    into `variable` before it reads the variable to save it, and takes the table's rows from the
-    variable again after a restore."""
+    into the variable of `face` before it reads the variable to save it, and takes the table's
+    rows from the variable again after a restore."""
     collection = tf1.get_collection_ref(tf1.GraphKeys.SAVEABLE_OBJECTS)
     for index, saveable in enumerate(collection):
         if getattr(saveable, "name", None) == "%s/sok1x_table" % table.name:
-            collection[index] = _syncing_saveable(saveable, table, variable)
+            collection[index] = _syncing_saveable(saveable, table, face)
             return
 
 
-def _syncing_saveable(inner, table, variable):
+def _syncing_saveable(inner, table, face):
     """Returns a saveable standing for the table's saveable `inner` (same name and specs, its
-    state taken over) whose save also writes the table back into `variable` and whose restore
+    state taken over) whose save also writes the table back into its variable and whose restore
     makes the table take its rows from the restored variable."""
     base = type(inner)
 
@@ -185,8 +198,11 @@ def _syncing_saveable(inner, table, variable):
 
             def tensor():
                 data = inner_tensor() if callable(inner_tensor) else inner_tensor
-                # After the table's own save (same order on every rank), rows go back.
-                sync = _write_back([(table.name, variable)], after=[data.op])
+                # After the table's own save, which gathered its rows, they go back.
+                take = checkpoint_ops.rows_gathered_by_save(
+                    table.name, face.variable.get_shape()[0])
+                sync = _write_back([(table.name, face)], after=[data.op],
+                                   saved={table.name: take})
                 self._write_backs[_saver_scope()] = sync
                 with tf1.control_dependencies([sync]):
                     return tf1.identity(data)
@@ -197,7 +213,8 @@ def _syncing_saveable(inner, table, variable):
             scope = _saver_scope()
             sync = self._write_backs.get(scope)
             if sync is not None:
-                _order_variable_reads_after(variable, scope, sync)
+                for part in face.parts:
+                    _order_variable_reads_after(part, scope, sync)
             done = base.restore(self, restored_tensors, restored_shapes)
             with tf1.control_dependencies([done]), tf1.name_scope(None):
                 return py_func(lambda: _NEED_ROWS.add(table.name) or np.int64(0), [],
@@ -226,7 +243,12 @@ def _order_variable_reads_after(variable, scope, sync):
 
 
 def _reads(tensor, variable):
-    """True if `tensor` is a plain read of resource variable `variable`."""
+    """True if `tensor` is a plain read of resource variable `variable` (or an identity of one:
+    what a Saver saves of a partition), or reference variable `variable` itself (what a Saver
+    saves of a whole one)."""
+    while tensor.op.type == "Identity":
+        tensor = tensor.op.inputs[0]
     handle = getattr(variable, "handle", None)
-    return (handle is not None and tensor.op.type == "ReadVariableOp"
-            and tensor.op.inputs[0] is handle)
+    if handle is None:
+        return tensor.op is variable.op
+    return tensor.op.type == "ReadVariableOp" and tensor.op.inputs[0] is handle

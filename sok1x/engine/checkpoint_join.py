@@ -24,7 +24,7 @@ import threading
 
 import numpy as np
 
-from sok1x.engine import checkpoint, exchange_header
+from sok1x.engine import checkpoint, exchange_header, shard_rows
 from sok1x.engine.op_keys import name_key
 from sok1x.errors import CheckpointError
 
@@ -122,12 +122,19 @@ def join_if_asked(rt, keys, own_key):
 
 def perform(description):
     """Runs the save or restore `description` on this rank (collective with the other ranks
-    running it). Returns the manifest of a save, None for a restore."""
+    running it). Returns the manifest of a save, None for a restore. A save's description may
+    name, under "gather", [table name, number of keys] pairs of tables (without hash table)
+    whose every row the saving ranks need (to write them back into the TensorFlow variables
+    those tables stand for): every rank sends its rows inside the save, which rank 0 may run
+    alone, and the manifest gains "gathered": {name: float32 [keys, dim]}."""
     if description["kind"] == "save":
         stem = description["stem"]
-        return checkpoint.save_shards(
+        manifest = checkpoint.save_shards(
             description["directory"], stem, description["names"],
             name_file=lambda index, rank: checkpoint.saver_shard_name(stem, index, rank))
+        gathered = {name: shard_rows.gather_all(name, keys)
+                    for name, keys in description.get("gather", ())}
+        return dict(manifest, gathered=gathered)
     checkpoint.load_shards(description["directory"], description["manifests"],
                            description["where"], description["names"])
     return None

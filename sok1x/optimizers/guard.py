@@ -15,7 +15,7 @@ import functools
 
 from sok1x.graph_ops.embedding_tag import is_embedding_variable
 from sok1x.errors import UnsupportedOptimizerError
-from sok1x.graph_ops.tf_compat import keras, tf1
+from sok1x.graph_ops.tf_compat import keras_optimizer_base, tf1
 from sok1x.optimizers import embedding_update, native_rules, scope
 
 _GUARD_ATTR = "_sok1x_guard"
@@ -84,7 +84,10 @@ def _guarded(apply_gradients):
             return apply_gradients(self, pairs, *args, **kwargs)
         build = native_rules.builder_for(self)
         if build is None:
-            raise _unsupported(self, embedding[0])
+            wrapper = _twin_wrapper(self, embedding)
+            if wrapper is None:
+                raise _unsupported(self, embedding[0])
+            return wrapper.apply_gradients(pairs, *args, **kwargs)
         outside = [v for v in embedding if not scope.covers(v)]
         if outside:
             raise _outside_scope(self, outside[0])
@@ -96,11 +99,26 @@ def _guarded(apply_gradients):
     return guarded_apply_gradients
 
 
+def _twin_wrapper(optimizer, embedding):
+    """For a TF 2.11+ Keras optimizer applied directly to variables that need no
+    OptimizerScope (sok1x.Variable / DynamicVariable, as SOK's programs do): the
+    sok1x.OptimizerWrapper kept on it (its twin OptimizerV2 and that one's slots persist across
+    steps), when it has a twin; else None."""
+    from sok1x.v2.optimizer_wrapper import has_twin, OptimizerWrapper
+    if not all(scope.needs_no_scope(v) for v in embedding) or not has_twin(optimizer):
+        return None
+    wrapper = getattr(optimizer, "_sok1x_wrapper", None)
+    if wrapper is None:
+        wrapper = OptimizerWrapper(optimizer)
+        optimizer._sok1x_wrapper = wrapper
+    return wrapper
+
+
 def optimizer_base_classes():
     """The optimizer base classes whose apply_gradients the guard wraps (no duplicates)."""
     bases = []
-    for cls in (tf1.train.Optimizer, tf1.keras.optimizers.Optimizer, keras.optimizers.Optimizer):
-        if cls not in bases:
+    for cls in (tf1.train.Optimizer, tf1.keras.optimizers.Optimizer, keras_optimizer_base()):
+        if cls is not None and cls not in bases:
             bases.append(cls)
     return bases
 

@@ -51,6 +51,11 @@ def mark_without_scope(handle):
 def covers(variable):
     """True if an active OptimizerScope was given the embedding variable `variable`, or it is a
     handle marked by mark_without_scope()."""
-    if getattr(variable, _WITHOUT_SCOPE_ATTR, False):
+    if needs_no_scope(variable):
         return True
     return any(v is variable for scope in _active_scopes for v in scope.embedding_variables)
+
+
+def needs_no_scope(variable):
+    """True for a handle marked by mark_without_scope()."""
+    return bool(getattr(variable, _WITHOUT_SCOPE_ATTR, False))

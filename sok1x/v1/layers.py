@@ -146,9 +146,12 @@ class DistributedEmbedding(_TableLayer):
         if not isinstance(inputs, tf1.SparseTensor):
             raise ValueError("%s: input must be a tf.SparseTensor of keys, got %r"
                              % (self.name, type(inputs).__name__))
+        # Keras marks its symbolic sparse input (a functional model's keras.Input) on the
+        # SparseTensor itself, not on its parts: tell the lookup before taking it apart.
+        symbolic = embedding_ops.is_symbolic(inputs)
         inputs = tf1.SparseTensor(inputs.indices, _engine_keys(self, inputs.values),
                                   inputs.dense_shape)
         return _in_compute_dtype(self, embedding_ops.sparse_lookup(
             table_of(self.var), self.var.read_value(), inputs, self.slot_num, self.max_nnz,
-            self.combiner, bool(training), self.name + "_lookup"))
+            self.combiner, bool(training), self.name + "_lookup", symbolic_input=symbolic))
 

@@ -12,7 +12,7 @@ variables keep the optimizer given.
 """
 from sok1x.graph_ops.embedding_tag import is_embedding_variable
 from sok1x.errors import UnsupportedOptimizerError
-from sok1x.graph_ops.tf_compat import tf1
+from sok1x.graph_ops.tf_compat import keras_optimizer_base, tf1
 from sok1x.optimizers import native_rules
 from sok1x.optimizers.scope import OptimizerScope
 
@@ -45,11 +45,18 @@ _TWINS = {
 
 
 def _new_keras_base():
-    import tensorflow as tf
-    optimizers = getattr(tf.keras, "optimizers", None)
-    base = getattr(optimizers, "Optimizer", None)
+    base = keras_optimizer_base()
     legacy_base = tf1.keras.optimizers.Optimizer
     return None if base is None or base is legacy_base else base
+
+
+def has_twin(optimizer):
+    """True for a TF 2.11+ Keras optimizer that sok1x applies to its variables through a twin
+    OptimizerV2 (see _TWINS)."""
+    try:
+        return _twin_of(optimizer) is not None
+    except UnsupportedOptimizerError:
+        return False
 
 
 def _twin_of(optimizer):
@@ -70,13 +77,49 @@ def _twin_of(optimizer):
     return twin
 
 
-class OptimizerWrapper:
-    """Wraps a TensorFlow optimizer so that it updates sok1x.Variable / DynamicVariable handles
-    (and v1 embedding variables) beside dense variables. Raises UnsupportedOptimizerError for an
-    optimizer whose math sok1x does not reproduce."""
+class _OwnStepState:
+    """As SOK's wrapper: the steps applied through it count on a step counter of its own, not on
+    the wrapped optimizer's (a Keras OptimizerV2's `iterations`, a tf.compat.v1.train
+    optimizer's non-slot variables such as Adam's beta powers), so a program may apply the same
+    optimizer object to its dense variables too without advancing the wrapper's bias
+    corrections twice a step."""
 
     def __init__(self, optimizer):
         self._optimizer = optimizer
+        self._iterations = None
+        self._non_slot_dict = {}
+
+    def __enter__(self):
+        opt = self._optimizer
+        if isinstance(opt, tf1.keras.optimizers.Optimizer):
+            if self._iterations is None:
+                with tf1.init_scope():
+                    self._iterations = tf1.Variable(
+                        0, dtype=tf1.int64, trainable=False, use_resource=True,
+                        name="sok1x_wrapper_iterations")
+            self._saved = ("_iterations", opt._iterations)
+            opt._iterations = self._iterations
+        elif isinstance(opt, tf1.train.Optimizer):
+            self._saved = ("_non_slot_dict", opt._non_slot_dict)
+            opt._non_slot_dict = self._non_slot_dict
+        else:
+            self._saved = None
+        return self
+
+    def __exit__(self, *exc):
+        if self._saved is not None:
+            setattr(self._optimizer, *self._saved)
+
+
+class OptimizerWrapper:
+    """Wraps a TensorFlow optimizer so that it updates sok1x.Variable / DynamicVariable handles
+    (and v1 embedding variables) beside dense variables. Steps applied through the wrapper
+    count on its own step counter (SOK's). Raises UnsupportedOptimizerError for an optimizer
+    whose math sok1x does not reproduce."""
+
+    def __init__(self, optimizer):
+        self._optimizer = optimizer
+        self._own_steps = _OwnStepState(optimizer)
         self._twin = _twin_of(optimizer)
         applied = self._twin if self._twin is not None else optimizer
         if native_rules.builder_for(applied) is None:
@@ -98,7 +141,7 @@ class OptimizerWrapper:
         if global_step is not None:
             kwargs["global_step"] = global_step
         if self._twin is None:
-            with OptimizerScope(embedding):
+            with OptimizerScope(embedding), self._own_steps:
                 return self._optimizer.apply_gradients(pairs, **kwargs)
         dense = [(g, v) for g, v in pairs if not is_embedding_variable(v)]
         sparse = [(g, v) for g, v in pairs if is_embedding_variable(v)]

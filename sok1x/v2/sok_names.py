@@ -14,7 +14,7 @@
 """
 from sok1x.engine import placement as placements
 from sok1x.engine import shard_rows
-from sok1x.graph_ops import embedding_ops, init_ops, ordering
+from sok1x.graph_ops import embedding_ops, init_ops, ordering, pooled_lookup_ops
 from sok1x.graph_ops.embedding_tag import is_embedding_variable, table_of
 from sok1x.graph_ops.tf_compat import py_func, tf1
 
@@ -29,14 +29,28 @@ def _lookup(variable, ids, name):
     ids = tf1.convert_to_tensor(ids)
     if ids.dtype in (tf1.uint32, tf1.uint64):
         ids = tf1.cast(ids, tf1.int64)
-    if placements.parse(table.placement).kind == "rank" and not tf1.executing_eagerly():
+    if placements.parse(table.placement).kind == "rank":
         return _local_lookup(variable, table, ids, name)
-    if tf1.executing_eagerly() or not ordering.after_backward():
+    if tf1.executing_eagerly():
+        return _eager_lookup(variable, table, ids, name)
+    if not ordering.after_backward():
         return embedding_ops.dense_lookup(table, variable.read_value(), ids, True, None, name)
     # A read built after the training step (SOK programs read variables this way to check
     # them, one sess.run each) is a tower of its own, needing no other read's feed.
     with ordering.new_tower(name):
         return embedding_ops.dense_lookup(table, variable.read_value(), ids, True, None, name)
+
+
+def _eager_lookup(variable, table, ids, name):
+    """Executing eagerly (a tf.GradientTape step or a check): the pooled lookup of
+    pooled_lookup_ops with every key a segment of its own, summed, which gives the dense
+    lookup's rows and gradient (collective, as SOK's eager reads)."""
+    keys = tf1.reshape(ids, [-1])
+    count = tf1.size(keys, out_type=tf1.int64)
+    item = pooled_lookup_ops.TableInput(keys, tf1.range(count), count, None, "sum")
+    vectors, = pooled_lookup_ops.pooled_lookup(
+        [table], [variable], [item], [getattr(variable, "num_rows", None)], name)
+    return tf1.reshape(vectors, tf1.concat([tf1.shape(ids, out_type=tf1.int32), [table.dim]], 0))
 
 
 def _local_lookup(variable, table, ids, name):
@@ -109,6 +123,48 @@ def attach_reads(handle, local_rows):
     handle.sparse_read = sparse_read
     handle.eval = evaluate
     return handle
+
+
+_eager_view_classes = {}
+
+
+def eager_view(handle, local_rows=None, key_count=None):
+    """Executing eagerly, gives a v2 variable's handle what SOK's variable shows there: with
+    local_rows() ([local rows, dim]), its value (what its arithmetic, tf.convert_to_tensor and
+    numpy() read) is this rank's rows, as SOK's distributed variable's; with key_count() (int64
+    [1]), `size` is read anew each time (SOK's DynamicVariable.size). Its reads for lookups and
+    gradients (read_value) stay the handle's own. Returns handle (the same object)."""
+    if not tf1.executing_eagerly():
+        return handle
+    key = (type(handle), local_rows is not None, key_count is not None)
+    if key not in _eager_view_classes:
+        _eager_view_classes[key] = _view_class(*key)
+    handle._sok1x_local_rows, handle._sok1x_key_count = local_rows, key_count
+    handle.__class__ = _eager_view_classes[key]
+    return handle
+
+
+def _view_class(base, rows, count):
+    class EagerView(base):
+        """A v2 variable's handle as SOK's variable looks executing eagerly."""
+
+        if rows:
+            def value(self):
+                return self._sok1x_local_rows()
+
+            def numpy(self):
+                return self.value().numpy()
+
+            def _dense_var_to_tensor(self, dtype=None, name=None, as_ref=False):
+                if as_ref:
+                    return super()._dense_var_to_tensor(dtype, name, as_ref)
+                value = self.value()
+                return value if dtype is None else tf1.cast(value, dtype)
+        if count:
+            @property
+            def size(self):
+                return self._sok1x_key_count()
+    return EagerView
 
 
 def filter_variables(variables):

@@ -24,7 +24,7 @@ from sok1x.graph_ops.tf_compat import tf1
 from sok1x.common.initializers import spec_from_initializer
 from sok1x.optimizers.scope import mark_without_scope
 from sok1x.v2 import shard_access
-from sok1x.v2.sok_names import attach_reads
+from sok1x.v2.sok_names import attach_reads, eager_view
 
 VARIABLE, DYNAMIC = "variable", "dynamic"
 _eager_names = {}
@@ -130,6 +130,7 @@ def Variable(initial_value, dtype=None, mode="distributed", name=None, trainable
     else:
         capacity = num_rows
     table_name = _table_name(name, "sok_variable")
+    _eager_bring_up()
 
     fill, fill_inputs = None, ()
     if computed is not None:
@@ -156,6 +157,7 @@ def Variable(initial_value, dtype=None, mode="distributed", name=None, trainable
     mark_without_scope(handle)  # SOK v2 programs apply native optimizers to it directly
     _describe(handle, table_name, VARIABLE, dim, num_rows)
     attach_reads(handle, lambda: shard_access.export(handle)[1])
+    eager_view(handle, local_rows=lambda: shard_access.export(handle)[1])
     handle.mode = mode or "distributed"
     return handle
 
@@ -165,6 +167,13 @@ def _v2_defaults():
     with its defaults (init_ops.allow_default_init)."""
     if not tf1.executing_eagerly():
         init_ops.allow_default_init()
+
+
+def _eager_bring_up():
+    """Executing eagerly, a v2 variable made before any sok.init() brings sok1x up with its
+    defaults at once (collective: every rank makes its variables in the same order)."""
+    if tf1.executing_eagerly() and not runtime.is_initialized():
+        runtime.init()
 
 
 def _world_hint():
@@ -237,6 +246,7 @@ def DynamicVariable(dimension, initializer=None, var_type=None, name=None,  # no
             pass
     spec = spec_from_initializer(initializer, label)
     table_name = _table_name(name, "sok_dynamic_variable")
+    _eager_bring_up()
     placement = _parse_mode(mode, label)
     handle = create_handle(None, table_name, int(dimension), dynamic.max_capacity, True, spec,
                            placement="hash" if placement == "mod" else placement,
@@ -246,10 +256,13 @@ def DynamicVariable(dimension, initializer=None, var_type=None, name=None,  # no
     _describe(handle, table_name, DYNAMIC, int(dimension), None)
     handle.mode = mode or "distributed"
     attach_reads(handle, lambda: shard_access.export(handle)[1])
-    if not tf1.executing_eagerly():
-        # SOK's DynamicVariable.size: int64 [1], the number of keys this rank holds.
-        handle.size = tf1.reshape(tf1.size(shard_access.export(handle)[0], out_type=tf1.int64),
-                                  [1])
+    # SOK's DynamicVariable.size: int64 [1], the number of keys this rank holds.
+    def key_count():
+        return tf1.reshape(tf1.size(shard_access.export(handle)[0], out_type=tf1.int64), [1])
+    if tf1.executing_eagerly():
+        eager_view(handle, key_count=key_count)
+    else:
+        handle.size = key_count()
     handle.var_type = dynamic.var_type
     handle.key_type = tf1.as_dtype(key_type or tf1.int64)
     handle.init_capacity, handle.max_capacity = dynamic.init_capacity, dynamic.max_capacity

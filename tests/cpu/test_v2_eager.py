@@ -1,6 +1,6 @@
 """SOK's v2 API executing eagerly (TF2, tf.GradientTape), in MPI jobs of their own: seed 003's
 program, SOK's v2 SGD check and OptimizerWrapper around tf.keras optimizers (jobs/v2_eager_job.py),
-at 2 and 4 ranks."""
+and the idioms of SOK's own TF2 scripts (jobs/sok_eager_idioms_job.py), at 2 and 4 ranks."""
 import os
 
 import pytest
@@ -18,3 +18,11 @@ def test_v2_api_eagerly(ranks, seam, monkeypatch):
     result = run_job(ranks, "v2_eager_job.py", STEPS)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
     assert "V2 EAGER OK" in result.stdout
+
+
+@pytest.mark.parametrize("ranks,seam", [(2, "dlpack"), (4, "dlpack"), (2, "host")])
+def test_sok_scripts_eager_idioms(ranks, seam, monkeypatch):
+    monkeypatch.setitem(os.environ, "SOK1X_SEAM", seam)
+    result = run_job(ranks, "sok_eager_idioms_job.py")
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    assert "SOK EAGER IDIOMS OK" in result.stdout

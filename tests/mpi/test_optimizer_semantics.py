@@ -21,7 +21,7 @@ keras_v2 = tf1.keras.optimizers
 
 @pytest.fixture(scope="module", autouse=True)
 def sok1x_up():
-    sok1x.init(backend="cpu")
+    sok1x.init(backend="cpu", use_legacy_optimizer=False)  # keep TensorFlow's tf.keras optimizers
 
 
 def run_both(world, sok1x_optimizers, reference_optimizers=None, data=None):

@@ -134,6 +134,25 @@ def test_keras_functional_model_called_on_real_keys_needs_no_input_feed(world):
             assert sum(all_gathered(float(got.sum()))) == 2 * 4 * size
 
 
+def test_keras_functional_model_on_a_sparse_input_called_on_real_keys(world):
+    """SOK's v1 demos' --functional_api: keras.Input(sparse=True) into DistributedEmbedding
+    (Keras marks the SparseTensor, not its parts, as symbolic)."""
+    rank, size = world
+    with tf1.Graph().as_default():
+        inputs = tf1.keras.Input(shape=(2,), sparse=True, dtype=tf1.int64)
+        layer = sok1x.DistributedEmbedding("sum", 64, 4, 1, 2, embedding_initializer="ones")
+        model = tf1.keras.Model(inputs, layer(inputs))
+        keys = tf1.SparseTensor([[0, 0], [0, 1]], tf1.constant([rank, rank + 1], tf1.int64),
+                                [1, 2])
+        out = model(keys)
+        grad = tf1.gradients(tf1.reduce_sum(out), [layer.var])[0]
+        total = sok1x.allreduce(tf1.reduce_sum(grad.values), average=False)
+        with session(tf1.get_default_graph()) as sess:
+            sess.run(tf1.global_variables_initializer())
+            np.testing.assert_array_equal(sess.run(out), np.full([1, 1, 4], 2.0))
+            assert sess.run(total) == 2 * 4 * size
+
+
 def all_gathered(value):
     from mpi4py import MPI
     return MPI.COMM_WORLD.allgather(value)

@@ -44,8 +44,17 @@ def local_ids(batch, rank, size):
     return tf1.SparseTensor(indices[mine] - [rank * per, 0], ids[mine], [per, 3])
 
 
-def table_variable(kind, name="table"):
+def table_variable(kind, name="table", partitions=0):
+    """A [VOCAB, DIM] tf.Variable, or a PartitionedVariable of `partitions` partitions."""
     rows = np.arange(VOCAB * DIM, dtype=np.float32).reshape(VOCAB, DIM) / 10.0 - 1.0
+    if partitions:
+        def sliced_rows(shape, dtype=None, partition_info=None):
+            offset = partition_info.single_offset(shape) if partition_info else 0
+            return tf1.constant(rows[offset:offset + shape[0]])
+        initializer = {"array": sliced_rows,
+                       "seeded_normal": tf1.random_normal_initializer(seed=5)}[kind]
+        return tf1.get_variable(name, [VOCAB, DIM], initializer=initializer,
+                                partitioner=tf1.fixed_size_partitioner(partitions))
     if kind == "array":
         return tf1.get_variable(name, initializer=rows)
     if kind == "constant":
@@ -56,13 +65,17 @@ def table_variable(kind, name="table"):
     return tf1.get_variable(name, [VOCAB, DIM])  # glorot_uniform, seeded by the graph below
 
 
-@pytest.mark.parametrize("kind", ["array", "constant", "seeded_normal", "glorot_graph_seed"])
+@pytest.mark.parametrize("kind", ["array", "constant", "seeded_normal", "glorot_graph_seed",
+                                  "array/2_partitions", "seeded_normal/3_partitions"])
 def test_rows_looked_up_are_the_variables_own(world, kind):
+    """Against tf.nn.embedding_lookup_sparse over the same variable (a partitioned one read in
+    its default "mod" order: row k in partition k % n)."""
     rank, size = world
     batch = global_ids(1)
+    kind, _, partitions = kind.partition("/")
     with tf1.Graph().as_default() as graph:
         tf1.set_random_seed(11)
-        table = table_variable(kind)
+        table = table_variable(kind, partitions=int(partitions[:1] or 0))
         ids = local_ids(batch, rank, size)
         out, = sok1x.group_embedding_lookup_sparse([table], [ids], ["sum"])
         stock = tf1.nn.embedding_lookup_sparse(table, ids, None, combiner="sum")
@@ -72,11 +85,11 @@ def test_rows_looked_up_are_the_variables_own(world, kind):
     np.testing.assert_allclose(got[:want.shape[0]], want, rtol=1e-6, atol=1e-6)
 
 
-def training_graph(rank, size, batches, use_resource=True):
-    """A model on one plain variable trained by Adagrad through a group lookup; returns
-    (table, train op, feeds of each step)."""
+def training_graph(rank, size, batches, use_resource=True, partitions=0):
+    """A model on one plain variable (of `partitions` partitions) trained by Adagrad through a
+    group lookup; returns (table, train op, feeds of each step)."""
     with tf1.variable_scope("model", use_resource=use_resource):
-        table = table_variable("array", "table")
+        table = table_variable("array", "table", partitions)
     coefficient = np.linspace(-1.0, 1.0, GLOBAL_BATCH * DIM, dtype=np.float32).reshape(
         GLOBAL_BATCH, DIM)
     per = GLOBAL_BATCH // size
@@ -92,12 +105,13 @@ def training_graph(rank, size, batches, use_resource=True):
     return table, train, feeds
 
 
-def stock_trained_rows(batches):
-    """The rows stock TensorFlow's Adagrad gives the same model on the whole batch."""
+def stock_trained_rows(batches, partitions=0):
+    """The rows stock TensorFlow's Adagrad gives the same model on the whole batch (as
+    a partitioned table's partitions one after the other, as its as_tensor() gives them)."""
     coefficient = np.linspace(-1.0, 1.0, GLOBAL_BATCH * DIM, dtype=np.float32).reshape(
         GLOBAL_BATCH, DIM)
     with tf1.Graph().as_default() as graph:
-        table = table_variable("array", "model/table")
+        table = table_variable("array", "model/table", partitions)
         ids = tf1.sparse_placeholder(tf1.int64)
         out = tf1.nn.embedding_lookup_sparse(table, ids, None, combiner="mean")
         loss = tf1.reduce_sum(out * tf1.constant(coefficient)[:tf1.shape(out)[0]])
@@ -106,7 +120,12 @@ def stock_trained_rows(batches):
             sess.run(tf1.global_variables_initializer())
             for indices, values in batches:
                 sess.run(train, {ids: tf1.SparseTensorValue(indices, values, [GLOBAL_BATCH, 3])})
-            return sess.run(table)
+            return sess.run(whole(table))
+
+
+def whole(table):
+    """The value of `table` as one tensor (a PartitionedVariable's partitions concatenated)."""
+    return tf1.convert_to_tensor(table)
 
 
 def rank_dir():
@@ -114,30 +133,60 @@ def rank_dir():
     return tempfile.mkdtemp(prefix="sok1x_plain_r%d_" % MPI.COMM_WORLD.Get_rank())
 
 
+@pytest.mark.parametrize("partitions", [0, 3], ids=["whole", "3_partitions"])
 @pytest.mark.parametrize("use_resource", [True, False], ids=["resource", "ref"])
-def test_trained_rows_reach_the_variable_and_the_checkpoint_as_stock_tf(world, use_resource):
+def test_trained_rows_reach_the_variable_and_the_checkpoint_as_stock_tf(world, use_resource,
+                                                                        partitions):
+    """Every partition of a partitioned variable gets its trained rows back."""
     rank, size = world
     batches = [global_ids(10 + step) for step in range(STEPS)]
-    want = stock_trained_rows(batches)
+    want = stock_trained_rows(batches, partitions)
     prefix = os.path.join(rank_dir(), "model.ckpt")
     with tf1.Graph().as_default() as graph:
-        table, train, feeds = training_graph(rank, size, batches, use_resource)
+        table, train, feeds = training_graph(rank, size, batches, use_resource, partitions)
         sync = sok1x.sync_to_variables()
         saver = tf1.train.Saver()
+        value = whole(table)
         with session(graph) as sess:
             sess.run(tf1.global_variables_initializer())
-            initial = sess.run(table)
+            initial = sess.run(value)
             for feed in feeds:
                 sess.run(train, feed)
             # until a sync or a save the variable holds the rows of the last write-back
-            np.testing.assert_allclose(sess.run(table), initial)
+            np.testing.assert_allclose(sess.run(value), initial)
             saver.save(sess, prefix)  # writes the table back first
-            np.testing.assert_allclose(sess.run(table), want, rtol=1e-5, atol=1e-6)
-            sess.run(table.assign(np.zeros([VOCAB, DIM], np.float32)))
+            np.testing.assert_allclose(sess.run(value), want, rtol=1e-5, atol=1e-6)
+            sess.run([part.assign(np.zeros(part.shape, np.float32))
+                      for part in (list(table) if partitions else [table])])
             sess.run(sync)
-            np.testing.assert_allclose(sess.run(table), want, rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose(sess.run(value), want, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(tf1.train.load_variable(prefix, "model/table"), want,
                                rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("partitions", [0, 3], ids=["whole", "3_partitions"])
+def test_a_save_on_rank_0_alone_holds_the_trained_rows(world, partitions):
+    """The Horovod idiom: only rank 0 runs saver.save; the other ranks take part in it at their
+    next step (engine/checkpoint_join.py), write-back included."""
+    rank, size = world
+    batches = [global_ids(40 + step) for step in range(STEPS + 1)]
+    want = stock_trained_rows(batches[:STEPS], partitions)
+    prefix = os.path.join(rank_dir(), "model.ckpt")
+    with tf1.Graph().as_default() as graph:
+        table, train, feeds = training_graph(rank, size, batches, partitions=partitions)
+        saver = tf1.train.Saver()
+        value = whole(table)
+        with session(graph) as sess:
+            sess.run(tf1.global_variables_initializer())
+            for feed in feeds[:STEPS]:
+                sess.run(train, feed)
+            if rank == 0:
+                saver.save(sess, prefix)
+                np.testing.assert_allclose(sess.run(value), want, rtol=1e-5, atol=1e-6)
+            sess.run(train, feeds[STEPS])  # where the other ranks meet rank 0's save
+    if rank == 0:
+        np.testing.assert_allclose(tf1.train.load_variable(prefix, "model/table"), want,
+                                   rtol=1e-5, atol=1e-6)
 
 
 def test_monitored_training_session_checkpoints_hold_the_trained_rows(world):
@@ -161,14 +210,18 @@ def test_monitored_training_session_checkpoints_hold_the_trained_rows(world):
         rtol=1e-5, atol=1e-6)
 
 
-def test_a_restore_is_what_the_table_then_holds(world):
+@pytest.mark.parametrize("partitions", [0, 2], ids=["whole", "2_partitions"])
+def test_a_restore_is_what_the_table_then_holds(world, partitions):
     rank, size = world
     batches = [global_ids(20 + step) for step in range(STEPS)]
-    want = stock_trained_rows(batches)
+    want = stock_trained_rows(batches, partitions)
+    if partitions:  # partitions one after the other -> lookup order (row k in partition k % n)
+        offsets = np.cumsum([0] + [len(range(p, VOCAB, partitions)) for p in range(partitions)])
+        want = want[[offsets[k % partitions] + k // partitions for k in range(VOCAB)]]
     prefix = os.path.join(rank_dir(), "model.ckpt")
     probe = global_ids(99)
     with tf1.Graph().as_default() as graph:
-        table, train, feeds = training_graph(rank, size, batches)
+        table, train, feeds = training_graph(rank, size, batches, partitions=partitions)
         saver = tf1.train.Saver()
         with session(graph) as sess:
             sess.run(tf1.global_variables_initializer())
@@ -176,7 +229,7 @@ def test_a_restore_is_what_the_table_then_holds(world):
                 sess.run(train, feed)
             saver.save(sess, prefix)
     with tf1.Graph().as_default() as graph:
-        table, train, feeds = training_graph(rank, size, batches[:1])
+        table, train, feeds = training_graph(rank, size, batches[:1], partitions=partitions)
         ids = local_ids(probe, rank, size)
         out, = sok1x.group_embedding_lookup_sparse([table], [ids], ["sum"])
         saver = tf1.train.Saver()
@@ -222,19 +275,20 @@ def test_sync_to_variables_names_variables_without_a_table():
             sok1x.sync_to_variables([table])
 
 
-def test_localized_strategy_looks_variables_up_with_tensorflow_on_each_rank(world):
+@pytest.mark.parametrize("partitions", [0, 3], ids=["whole", "3_partitions"])
+def test_localized_strategy_looks_variables_up_with_tensorflow_on_each_rank(world, partitions):
     rank, size = world
     sok1x.enable_group_embedding(fusion_type="localized")
     batch = global_ids(5)
     with tf1.Graph().as_default() as graph:
-        table = table_variable("seeded_normal")
+        table = table_variable("seeded_normal", partitions=partitions)
         ids = local_ids(batch, rank, size)
         weights = tf1.SparseTensor(ids.indices, tf1.ones_like(ids.values, tf1.float32) * 2.0,
                                    ids.dense_shape)
         out, = sok1x.group_embedding_lookup_sparse([table], [ids], ["mean"], sp_weights=[weights])
         stock = tf1.nn.embedding_lookup_sparse(table, ids, weights, combiner="mean")
-        grad, = tf1.gradients(tf1.reduce_sum(out), [table])
-        assert isinstance(grad, tf1.IndexedSlices)
+        grads = tf1.gradients(tf1.reduce_sum(out), list(table) if partitions else [table])
+        assert all(isinstance(grad, tf1.IndexedSlices) for grad in grads)
         assert sok1x.deeprec.group_embedding.handle_of(table) is None
         with sok1x.group_embedding_column_scope("local"):
             column = tf1.feature_column.embedding_column(
@@ -245,3 +299,12 @@ def test_localized_strategy_looks_variables_up_with_tensorflow_on_each_rank(worl
             got, want = sess.run([out, stock])
     np.testing.assert_allclose(got[:want.shape[0]], want, rtol=1e-6, atol=1e-6)
     assert np.all(got[want.shape[0]:] == 0)
+
+
+def test_a_table_partitioned_along_its_columns_is_refused():
+    with tf1.Graph().as_default():
+        table = tf1.get_variable("by_columns", [VOCAB, 4],
+                                 partitioner=tf1.fixed_size_partitioner(2, axis=1))
+        ids = tf1.SparseTensor([[0, 0]], tf1.constant([1], tf1.int64), [1, 1])
+        with pytest.raises(ValueError, match="by_columns.*along their rows only"):
+            sok1x.group_embedding_lookup_sparse([table], [ids], ["sum"])

@@ -132,6 +132,41 @@ def test_optimizer_wrapper_matches_tensorflow(name):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("name", ["keras_adamax", "keras_adam", "v1_adam"])
+def test_one_optimizer_shared_with_tensorflow_keeps_its_own_step_count(name):
+    """SOK's own scripts apply ONE optimizer object through the wrapper (sok1x table) and
+    directly (a TensorFlow table of the same rows) in every step: the wrapper counts its steps
+    apart, so both sides see step t at step t, as with SOK."""
+    if 8 % SIZE:
+        pytest.skip("the batch splits over 1, 2 or 4 ranks")
+    rows, dim, steps = 16, 3, 4
+    rng = np.random.default_rng(11)
+    initial = rng.uniform(-1, 1, size=(rows, dim)).astype(np.float32)
+    batches = [rng.integers(0, rows, size=(8, 3)) for _ in range(steps)]
+    graph = tf1.Graph()
+    with graph.as_default():
+        sok_keys = tf1.placeholder(tf1.int64, [None, 3])
+        tf_keys = tf1.placeholder(tf1.int64, [None, 3])
+        table = sok.Variable(initial)
+        dense = tf1.Variable(initial, use_resource=True)
+        sok_loss = tf1.reduce_sum(tf1.square(sok.lookup_sparse(
+            table, tf1.RaggedTensor.from_tensor(sok_keys), combiners="sum")))
+        tf_loss = tf1.reduce_sum(tf1.square(tf1.nn.embedding_lookup_sparse(
+            dense, tf1.RaggedTensor.from_tensor(tf_keys).to_sparse(), None, combiner="sum")))
+        optimizer = OPTIMIZERS[name]()
+        sok_train = sok.OptimizerWrapper(optimizer).apply_gradients(
+            zip(tf1.gradients(sok_loss, [table]), [table]))
+        tf_train = optimizer.apply_gradients(zip(tf1.gradients(tf_loss, [dense]), [dense]))
+        export = sok.export(table)
+    with _session(graph) as sess:
+        for batch in batches:
+            sess.run(sok_train, {sok_keys: batch.reshape(SIZE, -1, 3)[RANK]})
+            sess.run(tf_train, {tf_keys: batch})
+        got_keys, got_values = sess.run(export)
+        want = sess.run(dense)
+    np.testing.assert_allclose(got_values, want[got_keys], rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("bad", ["negative", "beyond_rows", "float_ids", "weights_mismatch"])
 def test_bad_input_fails_every_rank_and_changes_nothing(bad):
     graph = tf1.Graph()

@@ -43,7 +43,7 @@ def seed_003():
         tf.config.experimental.set_memory_growth(gpu, True)
     if gpus:
         tf.config.experimental.set_visible_devices(gpus[hvd.local_rank()], "GPU")  # nopep8
-    sok.init(backend="cpu")
+    sok.init(backend="cpu", use_legacy_optimizer=False)  # the twins of the new Keras ones
     # sok.Variable: the seed's sizes and partitions.
     v1 = sok.Variable(np.arange(15 * 16).reshape(15, 16), dtype=tf.float32)
     v2 = sok.Variable(np.arange(15 * 16).reshape(15, 16), dtype=tf.float32, mode="localized:0")
