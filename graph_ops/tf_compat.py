@@ -125,6 +125,4 @@ def use_legacy_keras_optimizers(legacy=True):
     tf.keras.optimizers = old if legacy else own_keras  # tf.keras: the loaded module, not
     # the lazy loader `keras` above may still be
     if own_tf is not None:
-        # setattr: TensorFlow 1.15 has no tf.optimizers (and returned above, having no legacy
-        # optimizers); the name is only ever set here, never read.
-        setattr(tf, "optimizers", getattr(own_tf, "legacy", old) if legacy else own_tf)
+        tf.optimizers = getattr(own_tf, "legacy", old) if legacy else own_tf

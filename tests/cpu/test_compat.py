@@ -28,7 +28,8 @@ def package_sources():
 
 def dotted_chains(tree):
     """Yields the longest attribute chains rooted at a TensorFlow module name, e.g.
-    'tf1.train.SessionRunHook', with the line they are on."""
+    'tf1.train.SessionRunHook', with the line they are on; an assignment's target chain counts
+    without the name it sets."""
     parents = {}
     for node in ast.walk(tree):
         for child in ast.iter_child_nodes(node):
@@ -41,6 +42,8 @@ def dotted_chains(tree):
                 parts.append(top.attr)
             if "__version__" in parts:  # tf.__version__ is in every release, a str after it
                 parts = parts[:parts.index("__version__")]
+            if isinstance(getattr(top, "ctx", None), ast.Store):
+                parts = parts[:-1]  # `tf.x = ...` sets x (where it is missing, too): uses tf only
             if len(parts) > 1:
                 yield ".".join(parts), node.lineno
 
