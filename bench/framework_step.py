@@ -343,13 +343,7 @@ def run_workload(rt, name, device, steps, repeats, scale):
             torch.cuda.synchronize(device)
 
     timed = {variant: harness.Steps(run, CHECK_STEPS) for variant, run in runs.items()}
-    for run in timed.values():  # warm-up
-        harness.wall_ms(run, 2, synchronize)
-    times = {v: [] for v in runs}
-    for _ in range(repeats):
-        for variant, run in timed.items():
-            harness.barrier()
-            times[variant].append(job_max(harness.wall_ms(run, steps, synchronize)))
+    times = harness.interleaved_ms(timed, repeats, steps, synchronize)
     counts = per_step_counts(rt, timed["sok1x_device"], synchronize)
     profile_steps(rt, timed["sok1x_device"], synchronize, "%s, %d GPU(s)" % (name, rt.size))
 
@@ -407,13 +401,8 @@ def run_dynamic(rt, steps, repeats, scale):
         rt.backend.synchronize()
 
     timed = {variant: harness.Steps(run) for variant, run in runs.items()}
-    for run in timed.values():  # warm-up: every batch's keys inserted
-        harness.wall_ms(run, 3, synchronize)
-    times = {v: [] for v in runs}
-    for _ in range(repeats):
-        for variant, run in timed.items():
-            harness.barrier()
-            times[variant].append(job_max(harness.wall_ms(run, steps, synchronize)))
+    # Three warm-up steps: every batch's keys inserted before the timing.
+    times = harness.interleaved_ms(timed, repeats, steps, synchronize, warmup=3)
     table = rt.tables[names["hybrid"]]
     held = table.index.size
     host_share = job_max(max(0, held - table.hbm_rows) / max(held, 1))

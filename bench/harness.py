@@ -236,6 +236,20 @@ class Steps:
         self.step += 1
 
 
+def interleaved_ms(timed, repeats, steps, synchronize, warmup=2):
+    """{name: [the job's slowest rank's ms per step, one per repeat]} for the callables in
+    `timed` ({name: run}): `warmup` untimed calls of each, then `repeats` rounds that time each
+    in turn over `steps` calls (after a barrier), so that the host's load drifts over all alike."""
+    for run in timed.values():
+        wall_ms(run, warmup, synchronize)
+    times = {name: [] for name in timed}
+    for _ in range(repeats):
+        for name, run in timed.items():
+            barrier()
+            times[name].append(job_max(wall_ms(run, steps, synchronize)))
+    return times
+
+
 def step_ms(run, steps, synchronize, warmup=2, after_warmup=None):
     """This rank's wall ms per step of `steps` calls of run(), after a barrier, `warmup` untimed
     calls, after_warmup() (may be None) and a second barrier."""
