@@ -278,6 +278,12 @@ def load_module(source_name, options=()):
 
     Needs a current CUDA context (sok1x.backend.cuda_context.entered()); cached per context.
     """
+    return _loaded(source_name, options)[0]
+
+
+def _loaded(source_name, options):
+    """(pycuda Module, the cubin it was loaded from) of `source_name` for the current context,
+    compiled and loaded once per context."""
     import pycuda.driver as driver
 
     context = driver.Context.get_current()
@@ -286,13 +292,12 @@ def load_module(source_name, options=()):
                          "sok1x.backend.cuda_context.entered()")
     key = (context.handle, source_name, tuple(options))
     with _lock:
-        module = _modules.get(key)
-        if module is None:
+        loaded = _modules.get(key)
+        if loaded is None:
             major, minor = context.get_device().compute_capability()
             cubin = compile_cubin(source_name, "sm_%d%d" % (major, minor), options)
-            module = driver.module_from_buffer(cubin)
-            _modules[key] = module
-        return module
+            loaded = _modules[key] = (driver.module_from_buffer(cubin), cubin)
+        return loaded
 
 
 def load_every_kernel(source_names):
@@ -300,15 +305,12 @@ def load_every_kernel(source_names):
     that no module or kernel is loaded while a step runs: a load may wait inside the driver for
     the device (CUDA loads kernels lazily, at cuModuleGetFunction), and behind a collective whose
     peer never joins that wait has no end and holds the GIL. Returns the number of kernels."""
-    import pycuda.driver as driver
-
     from .cubin_symbols import kernel_names
 
     count = 0
     for source_name in source_names:
-        module = load_module(source_name)
-        major, minor = driver.Context.get_device().compute_capability()
-        for name in kernel_names(compile_cubin(source_name, "sm_%d%d" % (major, minor))):
+        module, cubin = _loaded(source_name, ())
+        for name in kernel_names(cubin):
             module.get_function(name)
             count += 1
     return count
