@@ -24,10 +24,11 @@ def _gathered(keys_and_values):
     return table
 
 
+@pytest.mark.parametrize("inter_op", [1, 8])  # TensorFlow's order of the ops, one and many
 @pytest.mark.parametrize("combiner,weighted,optimizer,clipped", [
     ("sum", False, "sgd", False), ("mean", True, "adagrad", False),
     ("sum", True, "keras_adam", False), ("sum", False, "sgd", True)])
-def test_keyed_lookup_equals_tensorflow(combiner, weighted, optimizer, clipped):
+def test_keyed_lookup_equals_tensorflow(combiner, weighted, optimizer, clipped, inter_op):
     rng = np.random.default_rng(21)  # every rank looks up the same ids
     initial = [rng.uniform(-1, 1, size=(ROWS, DIM)).astype(np.float32) for _ in range(TABLES)]
     make = {"sgd": lambda lr: tf1.train.GradientDescentOptimizer(lr),
@@ -66,7 +67,7 @@ def test_keyed_lookup_equals_tensorflow(combiner, weighted, optimizer, clipped):
             assert len(keyed_updates) == (0 if clipped else 1), [op.name for op in updates]
             assert len(updates) == (TABLES if clipped else 1), [op.name for op in updates]
         exports = [sok.export(v) for v in variables]
-    with tf_support.session(graph) as sess:
+    with tf_support.session(graph, inter_op) as sess:
         sess.run(sok.Init(backend="cpu"))
         sess.run(tf1.global_variables_initializer())
         for step in range(STEPS):
