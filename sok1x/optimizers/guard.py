@@ -9,6 +9,9 @@ variable among them:
     apply_gradients with its per-variable sparse update redirected, for embedding variables only,
     to the engine's update op, so its step counters, global_step and dense variables are TF's;
   - anything else raises UnsupportedOptimizerError naming the variable and what is supported.
+get_slot(var, name) of the same classes is wrapped too: for a sok1x.Variable or DynamicVariable
+it returns a view of that slot in the variable's engine table (sok1x/v2/slot_views.py), where
+TensorFlow's own slot is only a placeholder of the handle's shape.
 """
 import contextlib
 import functools
@@ -114,6 +117,19 @@ def _twin_wrapper(optimizer, embedding):
     return wrapper
 
 
+def _slot_viewing(get_slot):
+    @functools.wraps(get_slot)
+    def get_slot_or_view(self, var, name, *args, **kwargs):
+        slot = get_slot(self, var, name, *args, **kwargs)
+        if slot is None or not is_embedding_variable(var):
+            return slot
+        from sok1x.v2.slot_views import view_of
+        return view_of(self, var, name, slot)
+
+    setattr(get_slot_or_view, _GUARD_ATTR, True)
+    return get_slot_or_view
+
+
 def optimizer_base_classes():
     """The optimizer base classes whose apply_gradients the guard wraps (no duplicates)."""
     bases = []
@@ -124,8 +140,12 @@ def optimizer_base_classes():
 
 
 def install():
-    """Wraps apply_gradients of every optimizer base class once (idempotent)."""
+    """Wraps apply_gradients (and get_slot, where it has one) of every optimizer base class once
+    (idempotent)."""
     for cls in optimizer_base_classes():
         method = cls.apply_gradients
         if not getattr(method, _GUARD_ATTR, False):
             cls.apply_gradients = _guarded(method)
+        get_slot = getattr(cls, "get_slot", None)
+        if get_slot is not None and not getattr(get_slot, _GUARD_ATTR, False):
+            cls.get_slot = _slot_viewing(get_slot)

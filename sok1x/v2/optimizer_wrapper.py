@@ -155,5 +155,18 @@ class OptimizerWrapper:
             return results[-1] if results else None
         return tf1.group(*results)
 
+    def _applier(self):
+        """The optimizer that updates sok1x variables: the twin, or the wrapped one."""
+        return self._twin if self._twin is not None else self._optimizer
+
+    def get_slot_names(self):
+        """The slot names of the optimizer that updates sok1x variables."""
+        return self._applier().get_slot_names()
+
+    def get_slot(self, var, name):
+        """The slot `name` of `var`: for a sok1x variable a view of its engine slot
+        (sok1x/v2/slot_views.py), as SOK's wrapper gives its DynamicVariable slot."""
+        return self._applier().get_slot(var, name)
+
     def __getattr__(self, name):
         return getattr(self._optimizer, name)

@@ -159,7 +159,14 @@ def Variable(initial_value, dtype=None, mode="distributed", name=None, trainable
     attach_reads(handle, lambda: shard_access.export(handle)[1])
     eager_view(handle, local_rows=lambda: shard_access.export(handle)[1])
     handle.mode = mode or "distributed"
+    handle.target_gpu = _target_gpu(placement)
     return handle
+
+
+def _target_gpu(placement):
+    """SOK's target_gpu: the rank holding every row of a "localized:r" variable, -1 for one
+    spread over all ranks."""
+    return placement[1] if isinstance(placement, tuple) else -1
 
 
 def _v2_defaults():
@@ -255,6 +262,7 @@ def DynamicVariable(dimension, initializer=None, var_type=None, name=None,  # no
     mark_without_scope(handle)
     _describe(handle, table_name, DYNAMIC, int(dimension), None)
     handle.mode = mode or "distributed"
+    handle.target_gpu = _target_gpu(placement)
     attach_reads(handle, lambda: shard_access.export(handle)[1])
     # SOK's DynamicVariable.size: int64 [1], the number of keys this rank holds.
     def key_count():
