@@ -106,13 +106,14 @@ def _twin_wrapper(optimizer, embedding):
     """For a TF 2.11+ Keras optimizer applied directly to variables that need no
     OptimizerScope (sok1x.Variable / DynamicVariable, as SOK's programs do): the
     sok1x.OptimizerWrapper kept on it (its twin OptimizerV2 and that one's slots persist across
-    steps), when it has a twin; else None."""
-    from sok1x.v2.optimizer_wrapper import has_twin, OptimizerWrapper
-    if not all(scope.needs_no_scope(v) for v in embedding) or not has_twin(optimizer):
+    steps); None for other optimizers or variables. Raises UnsupportedOptimizerError, saying
+    why and what to use, for one without a twin."""
+    from sok1x.v2.optimizer_wrapper import is_new_keras, OptimizerWrapper
+    if not all(scope.needs_no_scope(v) for v in embedding) or not is_new_keras(optimizer):
         return None
     wrapper = getattr(optimizer, "_sok1x_wrapper", None)
     if wrapper is None:
-        wrapper = OptimizerWrapper(optimizer)
+        wrapper = OptimizerWrapper(optimizer)  # one without a twin is refused, saying why
         optimizer._sok1x_wrapper = wrapper
     return wrapper
 
