@@ -10,14 +10,15 @@ from sok1x.graph_ops.embedding_tag import table_of
 from sok1x.engine import api, shard_rows
 from sok1x.graph_ops import init_ops
 from sok1x.graph_ops.tf_compat import py_func, tf1
-from sok1x.v2.slot_views import SlotView
 
 
 def _handle_and_slot(variable):
-    """(the sok1x variable's handle, the engine slot (name, initial value) or None): a SlotView
-    reads its variable's table at that slot."""
-    if isinstance(variable, SlotView):
-        return variable.variable, variable.engine_slot
+    """(the sok1x variable's handle, the engine slot (name, initial value) or None): a
+    slot_views.SlotView (which imports this module) reads its variable's table at its
+    engine_slot."""
+    engine_slot = getattr(variable, "engine_slot", None)
+    if engine_slot is not None:
+        return variable.variable, engine_slot
     return variable, None
 
 

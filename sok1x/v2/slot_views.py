@@ -10,6 +10,7 @@ carry the slot with its table.
 from sok1x.engine.optimizer_updates import slot_key
 from sok1x.graph_ops.tf_compat import tf1, trackable_base
 from sok1x.optimizers import embedding_update, native_rules
+from sok1x.v2 import shard_access
 
 
 class SlotView(trackable_base()):
@@ -34,7 +35,6 @@ class SlotView(trackable_base()):
         return "%s/%s:0" % (self.variable.name.split(":")[0], self.slot_name)
 
     def _rows(self):
-        from sok1x.v2 import shard_access  # it knows SlotView: imported here, not at the top
         return shard_access.export(self)
 
     def read_value(self):
@@ -60,7 +60,6 @@ class SlotView(trackable_base()):
         rows of read_value(), in its order). Returns None eagerly, else the op. Raises
         InvalidInputError for a value of another shape, changing nothing."""
         del use_locking, name, read_value
-        from sok1x.v2 import shard_access
         keys, _ = shard_access.export(self)
         return shard_access.assign(self, keys, tf1.cast(value, tf1.float32))
 
