@@ -27,6 +27,7 @@ from sok1x.backend.cuda_groups import (  # noqa: F401  (part of the op set: tabl
     join_rows,
     local_rows,
     offset_parts,
+    offset_parts_many,
     part_bounds,
     part_bounds_deferred,
 )
@@ -103,7 +104,8 @@ def to_host_many(arrays):
     """Returns each array as a NumPy array, with one wait for all the device arrays among them."""
     positions = [i for i, array in enumerate(arrays) if is_device_array(array)]
     copies = _copy_many_to_host([arrays[i] for i in positions])
-    hosts = [np.asarray(array) for array in arrays]
+    # np.asarray of a GPUArray would walk it element by element (a GPUArray per element)
+    hosts = [None if is_device_array(array) else np.asarray(array) for array in arrays]
     for i, copy in zip(positions, copies):
         hosts[i] = copy
     return hosts
