@@ -107,9 +107,16 @@ def split_args(array, units_per_row):
 
 def empty(shape, dtype):
     """A C-contiguous GPUArray from the memory pool."""
-    shape = (int(shape),) if np.ndim(shape) == 0 else tuple(int(n) for n in shape)
+    # Plain Python: NumPy's ndim and prod cost microseconds each on tiny inputs, and a step
+    # makes dozens of arrays.
+    if isinstance(shape, (int, np.integer)) or getattr(shape, "ndim", None) == 0:
+        shape = (int(shape),)
+    else:
+        shape = tuple(int(n) for n in shape)
     dtype = np.dtype(dtype)
-    nbytes = dtype.itemsize * int(np.prod(shape, dtype=np.int64))
+    nbytes = dtype.itemsize
+    for n in shape:
+        nbytes *= n
     return wrap(shape, dtype, cuda_context.allocate(nbytes) if nbytes else None)
 
 
