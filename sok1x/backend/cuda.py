@@ -63,6 +63,7 @@ from sok1x.backend.cuda_launch import (
     fill_bytes,
     fill_float32,
     index_array,
+    is_c_contiguous,
     is_split,
     launch,
     memoised_per_context,
@@ -541,7 +542,7 @@ def exportable(array):
     """Returns the GPUArray `array` as to_dlpack hands it over without a copy: C-contiguous and
     64-byte aligned (copied on the device if it is not)."""
     array = device_array(array, "array") if not is_device_array(array) else array
-    if not array.flags.c_contiguous:
+    if not is_c_contiguous(array):
         array = to_device(_download(array, "a copy of a strided array for DLPack"))
     elif ptr(array) % _ALIGNMENT:
         aligned = _pooled_empty(array.shape, array.dtype)
