@@ -7,6 +7,7 @@ from sok1x.engine import api
 from sok1x.errors import Sok1xError
 from sok1x.graph_ops import init_ops, ordering
 from sok1x.graph_ops.embedding_ops import is_embedding_gradient
+from sok1x.graph_ops.embedding_tag import is_embedding_variable
 from sok1x.graph_ops.tf_compat import py_func, tf1
 
 
@@ -53,9 +54,11 @@ def allreduce(tensors, average=True, name="sok1x_allreduce"):
 
 
 def broadcast_variables(variables, root_rank=0, name="sok1x_broadcast"):
-    """Returns an op that sets every variable in `variables` to rank `root_rank`'s value. It forms
-    a tower of its own, so running it alone never waits for training ops."""
-    variables = list(variables)
+    """Returns an op that sets every variable in `variables` to rank `root_rank`'s value, sok1x
+    embedding variables left out (their rows are each rank's own shard of the table, and their
+    handles are the same on every rank). It forms a tower of its own, so running it alone never
+    waits for training ops."""
+    variables = [v for v in variables if not is_embedding_variable(v)]
     if not variables:
         return tf1.no_op(name=name)
     with ordering.new_tower("broadcast"):

@@ -22,6 +22,14 @@ def table_of(variable):
     return getattr(variable, _TABLE_ATTR, None)
 
 
+def handle_value(variable):
+    """The handle variable's own value (TensorFlow's read of it), which sok1x's ops take as an
+    input so that they run after its initializer and the tape records the read: a v2
+    variable's read_value() is SOK's, this rank's rows of the table (sok1x/v2/shard_faces.py)."""
+    own = getattr(variable, "_sok1x_handle_value", None)
+    return own() if own is not None else variable.read_value()
+
+
 def is_embedding_variable(variable):
     """True for the handle variable of a sok1x table."""
     return table_of(variable) is not None

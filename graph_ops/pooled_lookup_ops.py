@@ -28,6 +28,7 @@ from sok1x.engine.op_order import as_op_id
 from sok1x.engine.pooled_lookup import PooledInput
 from sok1x.graph_ops import boundary, embedding_ops, init_ops, ordering, tf_compat
 from sok1x.graph_ops.graph_state import per_graph
+from sok1x.graph_ops.embedding_tag import handle_value
 from sok1x.graph_ops.tf_compat import tf1
 
 _GRAD = "Sok1xPooledLookup"
@@ -235,7 +236,7 @@ def pooled_lookup(tables, handles, items, key_limits, name):
     tables: TableSpecs; handles: their handle variables; items: TableInputs; key_limits: per
     table None or its number of keys."""
     prepare = _prepare(tables, init_ops.bring_up_on_first_use())
-    handle_values = [h.read_value() for h in handles]
+    handle_values = [handle_value(h) for h in handles]
     if tf1.executing_eagerly():
         inputs, host = _flat_inputs(handle_values, items)
         return _eager_lookup(tables, inputs, host, items, key_limits, name, prepare)

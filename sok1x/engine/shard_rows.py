@@ -28,6 +28,14 @@ def owned_keys(placement, num_keys, rank, size):
     return np.arange(rank, num_keys, size, dtype=np.int64)
 
 
+def owned_count(placement, num_keys, rank, size):
+    """How many keys owned_keys(placement, num_keys, rank, size) returns, without making them."""
+    placement = placements.parse(placement)
+    if placement.kind == "rank":
+        return num_keys if placement.rank == rank else 0
+    return max(0, -(-(num_keys - rank) // size))
+
+
 def _owned(table, keys, key_limit):
     """Returns the mask of `keys` this rank holds; raises InvalidInputError for keys outside
     [0, key_limit)."""

@@ -6,8 +6,9 @@ per-step, so they cross to the engine as host NumPy through py_func; executing e
 at once."""
 import numpy as np
 
-from sok1x.graph_ops.embedding_tag import table_of
+from sok1x.graph_ops.embedding_tag import handle_value, table_of
 from sok1x.engine import api, shard_rows
+from sok1x.errors import InvalidInputError
 from sok1x.graph_ops import init_ops
 from sok1x.graph_ops.tf_compat import py_func, tf1
 
@@ -45,7 +46,7 @@ def _keys_and_values(variable, read, name):
     if tf1.executing_eagerly():
         keys, values = run()
         return tf1.convert_to_tensor(keys), tf1.convert_to_tensor(values)
-    keys, values = py_func(run, [variable.read_value()], [tf1.int64, tf1.float32], name=name)
+    keys, values = py_func(run, [handle_value(variable)], [tf1.int64, tf1.float32], name=name)
     keys.set_shape([None])
     values.set_shape([None, table.dim])
     return keys, values
@@ -59,6 +60,45 @@ def export(variable):
     _, slot = _handle_and_slot(variable)
     return _keys_and_values(variable, lambda name: shard_rows.export(name, key_limit, slot),
                             "sok1x_export")
+
+
+def shard_shape(variable):
+    """SOK's shape of `variable` (a v2 handle, or a SlotView of one): [rows held on this rank,
+    dim] for a sok1x.Variable, [None, dim] for a DynamicVariable (its rows come and go)."""
+    handle, _ = _handle_and_slot(variable)
+    return tf1.TensorShape([getattr(handle, "rows_held", None), handle.dimension])
+
+
+def read_shard(variable):
+    """float32 [rows held here, dim]: every row of `variable` (a v2 handle or a SlotView) on
+    this rank, in the order export gives them (a tensor in graph mode)."""
+    values = export(variable)[1]
+    if not tf1.executing_eagerly():
+        values.set_shape(shard_shape(variable))
+    return values
+
+
+def check_shard_value(variable, value, where):
+    """Returns `value` as a float32 tensor; raises InvalidInputError naming `where` unless its
+    shape fits shard_shape(variable)."""
+    value = tf1.cast(value, tf1.float32)
+    expected = shard_shape(variable)
+    if not expected.is_compatible_with(value.shape):
+        raise InvalidInputError(
+            "%s: the value must be this rank's rows of the table, shape %s (SOK's var.shape), "
+            "got %s; to write rows by key use sok1x.assign(var, keys, values)"
+            % (where, expected, value.shape))
+    return value
+
+
+def write_shard(variable, value, where):
+    """Writes float [rows held here, dim] `value` over this rank's rows of `variable` (a v2
+    handle or a SlotView), the rows of read_shard in its order. Returns the op (graph mode) or
+    the number of rows written. Raises InvalidInputError naming `where` for a value of another
+    shape, changing nothing."""
+    value = check_shard_value(variable, value, where)
+    keys, _ = export(variable)
+    return assign(variable, keys, value)
 
 
 def assign(variable, indices, values):
@@ -80,7 +120,7 @@ def assign(variable, indices, values):
     if tf1.executing_eagerly():
         return run(np.asarray(indices), np.asarray(values))
     written = py_func(run, [tf1.convert_to_tensor(indices), tf1.convert_to_tensor(values),
-                            variable.read_value()], tf1.int64, name="sok1x_assign")
+                            handle_value(variable)], tf1.int64, name="sok1x_assign")
     return written.op
 
 

@@ -34,13 +34,10 @@ class SlotView(trackable_base()):
     def name(self):
         return "%s/%s:0" % (self.variable.name.split(":")[0], self.slot_name)
 
-    def _rows(self):
-        return shard_access.export(self)
-
     def read_value(self):
         """float32 [rows held here, dim]: this rank's rows of the slot (a tensor in graph
         mode)."""
-        return self._rows()[1]
+        return shard_access.read_shard(self)
 
     value = read_value
 
@@ -50,18 +47,16 @@ class SlotView(trackable_base()):
 
     @property
     def shape(self):
-        """[rows held here, dim] executing eagerly; [None, dim] in graph mode."""
-        if tf1.executing_eagerly():
-            return self.read_value().shape
-        return tf1.TensorShape([None, self.dimension])
+        """Its variable's SOK shape: [rows held here, dim] (a sok1x.Variable's slot), [None,
+        dim] (a DynamicVariable's)."""
+        return shard_access.shard_shape(self)
 
     def assign(self, value, use_locking=None, name=None, read_value=False):
         """Writes float [rows held here, dim] `value` over this rank's rows of the slot (the
-        rows of read_value(), in its order). Returns None eagerly, else the op. Raises
+        rows of read_value(), in its order). Returns the op in graph mode. Raises
         InvalidInputError for a value of another shape, changing nothing."""
         del use_locking, name, read_value
-        keys, _ = shard_access.export(self)
-        return shard_access.assign(self, keys, tf1.cast(value, tf1.float32))
+        return shard_access.write_shard(self, value, "%s.assign" % self.name)
 
     def __repr__(self):
         return "<sok1x slot %r of %s (engine slot %s)>" % (self.slot_name, self.variable.name,

@@ -15,7 +15,7 @@
 from sok1x.engine import placement as placements
 from sok1x.engine import shard_rows
 from sok1x.graph_ops import embedding_ops, init_ops, ordering, pooled_lookup_ops
-from sok1x.graph_ops.embedding_tag import is_embedding_variable, table_of
+from sok1x.graph_ops.embedding_tag import handle_value, is_embedding_variable, table_of
 from sok1x.graph_ops.tf_compat import py_func, tf1
 
 
@@ -34,11 +34,11 @@ def _lookup(variable, ids, name):
     if tf1.executing_eagerly():
         return _eager_lookup(variable, table, ids, name)
     if not ordering.after_backward():
-        return embedding_ops.dense_lookup(table, variable.read_value(), ids, True, None, name)
+        return embedding_ops.dense_lookup(table, handle_value(variable), ids, True, None, name)
     # A read built after the training step (SOK programs read variables this way to check
     # them, one sess.run each) is a tower of its own, needing no other read's feed.
     with ordering.new_tower(name):
-        return embedding_ops.dense_lookup(table, variable.read_value(), ids, True, None, name)
+        return embedding_ops.dense_lookup(table, handle_value(variable), ids, True, None, name)
 
 
 def _eager_lookup(variable, table, ids, name):
@@ -66,8 +66,8 @@ def _local_lookup(variable, table, ids, name):
         return shard_rows.read_local(table.name, keys, key_limit)
 
     @tf1.custom_gradient
-    def read(handle_value):
-        vectors, rows = py_func(run, [ids, handle_value], [tf1.float32, tf1.int64], name=name)
+    def read(handle_read):
+        vectors, rows = py_func(run, [ids, handle_read], [tf1.float32, tf1.int64], name=name)
         vectors.set_shape([None, table.dim])
         rows.set_shape([None])
 
@@ -79,7 +79,7 @@ def _local_lookup(variable, table, ids, name):
                                      tf1.constant([table.capacity, table.dim], tf1.int64))
         return vectors, gradient
 
-    vectors = read(variable.read_value())
+    vectors = read(handle_value(variable))
     return tf1.reshape(vectors, tf1.concat([tf1.shape(ids, out_type=tf1.int32), [table.dim]], 0))
 
 
@@ -123,48 +123,6 @@ def attach_reads(handle, local_rows):
     handle.sparse_read = sparse_read
     handle.eval = evaluate
     return handle
-
-
-_eager_view_classes = {}
-
-
-def eager_view(handle, local_rows=None, key_count=None):
-    """Executing eagerly, gives a v2 variable's handle what SOK's variable shows there: with
-    local_rows() ([local rows, dim]), its value (what its arithmetic, tf.convert_to_tensor and
-    numpy() read) is this rank's rows, as SOK's distributed variable's; with key_count() (int64
-    [1]), `size` is read anew each time (SOK's DynamicVariable.size). Its reads for lookups and
-    gradients (read_value) stay the handle's own. Returns handle (the same object)."""
-    if not tf1.executing_eagerly():
-        return handle
-    key = (type(handle), local_rows is not None, key_count is not None)
-    if key not in _eager_view_classes:
-        _eager_view_classes[key] = _view_class(*key)
-    handle._sok1x_local_rows, handle._sok1x_key_count = local_rows, key_count
-    handle.__class__ = _eager_view_classes[key]
-    return handle
-
-
-def _view_class(base, rows, count):
-    class EagerView(base):
-        """A v2 variable's handle as SOK's variable looks executing eagerly."""
-
-        if rows:
-            def value(self):
-                return self._sok1x_local_rows()
-
-            def numpy(self):
-                return self.value().numpy()
-
-            def _dense_var_to_tensor(self, dtype=None, name=None, as_ref=False):
-                if as_ref:
-                    return super()._dense_var_to_tensor(dtype, name, as_ref)
-                value = self.value()
-                return value if dtype is None else tf1.cast(value, dtype)
-        if count:
-            @property
-            def size(self):
-                return self._sok1x_key_count()
-    return EagerView
 
 
 def filter_variables(variables):

@@ -24,7 +24,8 @@ from sok1x.graph_ops.tf_compat import tf1
 from sok1x.common.initializers import spec_from_initializer
 from sok1x.optimizers.scope import mark_without_scope
 from sok1x.v2 import shard_access
-from sok1x.v2.sok_names import attach_reads, eager_view
+from sok1x.v2.shard_faces import show_as_sok
+from sok1x.v2.sok_names import attach_reads
 
 VARIABLE, DYNAMIC = "variable", "dynamic"
 _eager_names = {}
@@ -156,8 +157,9 @@ def Variable(initial_value, dtype=None, mode="distributed", name=None, trainable
     _v2_defaults()
     mark_without_scope(handle)  # SOK v2 programs apply native optimizers to it directly
     _describe(handle, table_name, VARIABLE, dim, num_rows)
+    handle.rows_held = shard_rows.owned_count(placement, num_rows, *_world_hint())
     attach_reads(handle, lambda: shard_access.export(handle)[1])
-    eager_view(handle, local_rows=lambda: shard_access.export(handle)[1])
+    show_as_sok(handle)
     handle.mode = mode or "distributed"
     handle.target_gpu = _target_gpu(placement)
     return handle
@@ -270,9 +272,11 @@ def DynamicVariable(dimension, initializer=None, var_type=None, name=None,  # no
     # SOK's DynamicVariable.size: int64 [1], the number of keys this rank holds.
     def key_count():
         return tf1.reshape(tf1.size(shard_access.export(handle)[0], out_type=tf1.int64), [1])
+    handle.rows_held = None
     if tf1.executing_eagerly():
-        eager_view(handle, key_count=key_count)
+        show_as_sok(handle, key_count=key_count)
     else:
+        show_as_sok(handle)
         handle.size = key_count()
     handle.var_type = dynamic.var_type
     handle.key_type = tf1.as_dtype(key_type or tf1.int64)
@@ -285,7 +289,8 @@ def DynamicVariable(dimension, initializer=None, var_type=None, name=None,  # no
 
 def _describe(handle, table_name, kind, dim, num_rows):
     """Attributes every v2 handle carries: table_name (the engine table), sok1x_kind, dimension,
-    num_rows (None for a DynamicVariable)."""
+    num_rows (None for a DynamicVariable); the front doors add rows_held (rows of the table on
+    this rank, None for a DynamicVariable)."""
     handle.table_name = table_name
     handle.sok1x_kind = kind
     handle.dimension = dim
