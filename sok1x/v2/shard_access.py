@@ -87,7 +87,7 @@ def check_shard_value(variable, value, where):
         raise InvalidInputError(
             "%s: the value must be this rank's rows of the table, shape %s (SOK's var.shape), "
             "got %s; to write rows by key use sok1x.assign(var, keys, values)"
-            % (where, expected, value.shape))
+            % (where, expected.as_list(), value.shape))
     return value
 
 
