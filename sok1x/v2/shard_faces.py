@@ -13,6 +13,8 @@ resource variable. SOK's variable is this rank's shard of the table, and the pro
                             read_value, value, numpy, assign*: NotImplementedError naming
                             sok1x.export / sok1x.assign (SOK's raise NotImplementedError too)
 
+In graph mode sess.run(var) fetches a sok1x.Variable's rows too (as var.eval(session)).
+
 A value of another shape is an InvalidInputError that changes nothing; no write ever reaches the
 handle. TensorFlow, Keras, Horovod and sok1x itself still see the handle's [1] shape and read it
 with embedding_tag.handle_value: they build the handle's slots, Savers, checkpoints and function
@@ -72,6 +74,11 @@ def _face_class(base, dynamic, eager):
         def _sok1x_handle_value(self):
             return base.read_value(self)
 
+        def __repr__(self):
+            return "<sok1x.%s '%s' shape=%s dtype=float32>" % (
+                "DynamicVariable" if dynamic else "Variable", self.name,
+                shard_access.shard_shape(self))
+
         if dynamic:
             def read_value(self):
                 raise _no_rows(self, "read_value()")
@@ -112,6 +119,14 @@ def _face_class(base, dynamic, eager):
                 total = shard_access.read_shard(self) - _checked(self, delta, "assign_sub")
                 written = shard_access.write_shard(self, total, "%s.assign_sub" % self.name)
                 return _assigned(self, written, read_value)
+
+            if not eager:
+                def _as_graph_element(self):
+                    # sess.run(var): this rank's rows, read by one op made in the variable's graph
+                    if getattr(self, "_sok1x_fetch", None) is None:
+                        with tf1.init_scope():
+                            self._sok1x_fetch = shard_access.read_shard(self)
+                    return self._sok1x_fetch
 
             if eager:
                 def value(self):

@@ -56,6 +56,7 @@ def test_shape_read_and_assign_are_the_shards(mode, shared_dir):
     with _session(graph) as sess:
         mine, want = sess.run(read)
         np.testing.assert_array_equal(mine, want)
+        np.testing.assert_array_equal(sess.run(variable), want)  # the fetch of the variable
         sess.run(zero)
         mine, want = sess.run(read)
         np.testing.assert_array_equal(mine, np.zeros_like(want))
@@ -84,7 +85,7 @@ def test_static_wrong_shape_and_dynamic_writes_are_refused():
         dynamic = sok.DynamicVariable(dimension=DIM, var_type="hbm", initializer="0.5")
         before = variable.read_value()
         # The handle's [1] (what the shape was before SOK's) is refused at graph build.
-        with pytest.raises(InvalidInputError, match=r"assign.*\(%d, %d\)" % (
+        with pytest.raises(InvalidInputError, match=r"assign.*\[%d, %d\]" % (
                 len(range(RANK, ROWS, SIZE)), DIM)):
             variable.assign(np.zeros([1]))
         with pytest.raises(InvalidInputError, match="assign_add"):
