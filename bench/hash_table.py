@@ -6,8 +6,10 @@ A table of 2^26 slots (HKV's 64M capacity) is filled to each load factor, then e
 1M keys per call (2^20), in 2^30 keys/s. As in HKV each op moves values of `dim` floats, so here
 it is the HashIndex op followed by the row op the engine pairs it with:
     find             index.find + gather_rows (60% of the keys held, 40% not: zero rows)
-    find_or_insert   index.find_or_insert + init_rows of the new rows (queued before the
-                     wait for their count: queue_first) + gather_rows (60% held, 40% new)
+    find_or_insert   index.find_or_insert_values: one kernel finds, places, initialises the
+                     new rows and copies every key's vector out (60% held, 40% new)
+    find_or_insert_unfused   index.find_or_insert + init_rows of the new rows (queued before
+                     the wait for their count: queue_first) + gather_rows
     insert_or_assign index.find_or_insert + put_rows of the given values (60% held, 40% new)
 also: find_index_only (index.find alone) and find_or_insert_engine (with the extra count_missing
 the engine runs first to report a full table, EmbeddingTable.capacity_error).
@@ -171,7 +173,10 @@ def measure_dim(backend, timer, index, snapshot, finds, inserts, dim, repeats, s
         keys = inserts()
         if count_first:
             index.count_missing(keys)
-        found, _, _ = index.find_or_insert(keys, queue_first=init_new_rows)
+        index.find_or_insert_values(keys, values, spec, 7)
+
+    def find_or_insert_unfused():
+        found, _, _ = index.find_or_insert(inserts(), queue_first=init_new_rows)
         backend.gather_rows(values, found)
 
     def insert_or_assign():
@@ -180,6 +185,7 @@ def measure_dim(backend, timer, index, snapshot, finds, inserts, dim, repeats, s
 
     ops = {"find": (find, None), "find_index_only": (find_index_only, None),
            "find_or_insert": (find_or_insert, snapshot.restore),
+           "find_or_insert_unfused": (find_or_insert_unfused, snapshot.restore),
            "find_or_insert_engine": (lambda: find_or_insert(True), snapshot.restore),
            "insert_or_assign": (insert_or_assign, snapshot.restore)}
     for name, (run, before) in ops.items():
@@ -187,10 +193,11 @@ def measure_dim(backend, timer, index, snapshot, finds, inserts, dim, repeats, s
                                  keys_per_call)
     snapshot.restore()
     harness.log("load %.2f dim %3d: find %.2f (index only %.2f), find_or_insert %.2f "
-               "(engine %.2f), insert_or_assign %.2f  [2^30 keys/s]" % (
+               "(unfused %.2f, engine %.2f), insert_or_assign %.2f  [2^30 keys/s]" % (
                    entry["load"], dim, entry["find"]["gkeys_per_s"],
                    entry["find_index_only"]["gkeys_per_s"],
                    entry["find_or_insert"]["gkeys_per_s"],
+                   entry["find_or_insert_unfused"]["gkeys_per_s"],
                    entry["find_or_insert_engine"]["gkeys_per_s"],
                    entry["insert_or_assign"]["gkeys_per_s"]))
     return entry

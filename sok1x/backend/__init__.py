@@ -69,7 +69,8 @@ Every backend module exposes the same names, and the engine's algorithms call on
     touch_rows(last_step, counts, rows, step)          access statistics of rows >= 0 (int64)
     HashIndex(capacity)                                key -> row index of a shard (cpu_hash.py):
         find, count_missing, find_or_insert(keys, row_pool, missing, next_row, queue_first),
-        erase, assign, export
+        find_or_insert_values(keys, values, spec, table_id, ...) (also initialises the new
+        rows and returns every key's vector), erase, assign, export
 
 The seam to a framework (graph_ops/boundary.py, DESIGN D1):
     from_dlpack(capsule) -> array       read a framework's tensor in place (consumes the capsule)
