@@ -17,7 +17,8 @@ key's row is in host memory with the host share's probability. Each call handles
                             (queued before the wait for their count) + gather (the bare figure
                             before 2026-11-23's issue 21 third round)
     find_or_insert_engine   the engine's training path for those keys: DynamicTable.capacity_error
-                            + rows_of (free list, statistics, step journal) + gather
+                            + inserted_rows_and_vectors (free list, statistics, step journal;
+                            find_or_insert_values' one kernel, as key_exchange's lookup)
 Each inserting call is undone (untimed: the index's slots copied back, after the step journal's
 rollback for the engine path; --keep-tombstones: the rollback alone, whose erased keys leave
 tombstones that lengthen later probes) so every call starts at the load. The bare path queues
@@ -137,7 +138,7 @@ def measure(backend, timer, host_share, rows, keys_per_call, dim, load, repeats,
     def find_or_insert_engine():
         keys = inserts()
         assert table.capacity_error(keys) is None
-        table.gather(table.rows_of(keys, True))
+        table.inserted_rows_and_vectors(keys)
 
     def restore():  # the bare path inserts without the journal: the slots are put back
         snapshot.restore()

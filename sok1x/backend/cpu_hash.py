@@ -115,13 +115,13 @@ class HashIndex:
             queue_first(new_keys, new_rows, None)
         return unique_rows[inverse], new_keys, new_rows
 
-    def find_or_insert_values(self, keys, values, spec, table_id, row_pool=None, next_row=None,
-                              queue_first=None):
+    def find_or_insert_values(self, keys, values, spec, table_id, row_pool=None, missing=None,
+                              next_row=None, queue_first=None):
         """find_or_insert, then init_rows of the new keys' rows of `values` and the vectors of
         every key: (rows, vectors [n, dim], new_keys, new_rows), as the cuda index's one
         kernel."""
         from sok1x.backend import cpu
-        rows, new_keys, new_rows = self.find_or_insert(keys, row_pool, None, next_row,
+        rows, new_keys, new_rows = self.find_or_insert(keys, row_pool, missing, next_row,
                                                        queue_first)
         cpu.init_rows(values, new_rows, new_keys, spec, table_id)
         return rows, cpu.gather_rows(values, rows), new_keys, new_rows

@@ -127,8 +127,8 @@ class HashIndex:
                                     queue_first, None)
 
     @uses_context
-    def find_or_insert_values(self, keys, values, spec, table_id, row_pool=None, next_row=None,
-                              queue_first=None):
+    def find_or_insert_values(self, keys, values, spec, table_id, row_pool=None, missing=None,
+                              next_row=None, queue_first=None):
         """find_or_insert that also initialises the new keys' rows of `values` (a float32
         [rows, dim] GPUArray or split array) as init_rows(values, new_rows, new_keys, spec,
         table_id) does, and returns every key's vector: (rows, vectors float32 [n, dim],
@@ -144,7 +144,7 @@ class HashIndex:
         dim = int(values.shape[1])
         vectors = empty((keys.shape[0], dim), np.float32)
         fetch = (values, dim, recipe.kernel_arguments(spec, table_id), vectors)
-        rows, new_keys, new_rows = self._find_or_insert(keys, row_pool, None, next_row,
+        rows, new_keys, new_rows = self._find_or_insert(keys, row_pool, missing, next_row,
                                                         queue_first, fetch)
         return rows, vectors, new_keys, new_rows
 
