@@ -9,6 +9,8 @@ works on a whole batch of keys at once: each round probes one slot for every key
 """
 import numpy as np
 
+from sok1x.backend import cpu_rows
+
 EMPTY = -1
 TOMBSTONE = -2
 
@@ -116,15 +118,16 @@ class HashIndex:
         return unique_rows[inverse], new_keys, new_rows
 
     def find_or_insert_values(self, keys, values, spec, table_id, row_pool=None, missing=None,
-                              next_row=None, queue_first=None):
+                              next_row=None, queue_first=None, touch=None):
         """find_or_insert, then init_rows of the new keys' rows of `values` and the vectors of
         every key: (rows, vectors [n, dim], new_keys, new_rows), as the cuda index's one
-        kernel."""
-        from sok1x.backend import cpu
+        kernel; touch: None or (last_step, counts, step) for touch_rows of the rows."""
         rows, new_keys, new_rows = self.find_or_insert(keys, row_pool, missing, next_row,
                                                        queue_first)
-        cpu.init_rows(values, new_rows, new_keys, spec, table_id)
-        return rows, cpu.gather_rows(values, rows), new_keys, new_rows
+        cpu_rows.init_rows(values, new_rows, new_keys, spec, table_id)
+        if touch is not None:
+            cpu_rows.touch_rows(touch[0], touch[1], rows, touch[2])
+        return rows, cpu_rows.gather_rows(values, rows), new_keys, new_rows
 
     def assign(self, keys, rows):
         """Inserts distinct keys that are not held yet with the given rows (used by load)."""

@@ -44,7 +44,7 @@ def _hash_kernels():
         "count_missing": prepared("hash_table.cu", "hash_count_missing", "PQPqPQP"),
         "find_or_insert": prepared("hash_table.cu", "hash_find_or_insert", "PQPqqqPPPPqP"),
         "find_or_insert_values": prepared("hash_table.cu", "hash_find_or_insert_values",
-                                          "PQPqqqPPPPqP" + "PPqqqQQddP"),
+                                          "PQPqqqPPPPqP" + "PPqqqQQddP" + "PPq"),
         "erase": prepared("hash_table.cu", "hash_erase", "PQPqPP"),
         "assign": prepared("hash_table.cu", "hash_assign", "PQPPq"),
         "keys_by_row": prepared("hash_table.cu", "hash_keys_by_row", "PQqPPP"),
@@ -128,29 +128,33 @@ class HashIndex:
 
     @uses_context
     def find_or_insert_values(self, keys, values, spec, table_id, row_pool=None, missing=None,
-                              next_row=None, queue_first=None):
+                              next_row=None, queue_first=None, touch=None):
         """find_or_insert that also initialises the new keys' rows of `values` (a float32
         [rows, dim] GPUArray or split array) as init_rows(values, new_rows, new_keys, spec,
         table_id) does, and returns every key's vector: (rows, vectors float32 [n, dim],
         new_keys, new_rows), zeros for a key without a row. One kernel finds, places,
         initialises and copies (HierarchicalKV's find_or_insert): a new row's vector is
         computed once and written to the table and the output, nothing is read back, and no
-        row copy waits for the host. Other arguments and errors as find_or_insert's (the
-        output's entries for an overflowing call are unspecified)."""
+        row copy waits for the host. touch: None, or (last_step, counts, step): the kernel
+        also counts the lookup as backend.touch_rows(last_step, counts, rows, step) does. Other
+        arguments and errors as find_or_insert's (an overflowing call leaves the output
+        unspecified and, with touch, has counted the lookup of the keys it found)."""
         if values.dtype != np.float32 or values.ndim != 2:
             raise TypeError("find_or_insert_values needs a float32 [rows, dim] table, got %s %s"
                             % (values.dtype, values.shape))
         keys = index_array(keys, "keys")
         dim = int(values.shape[1])
         vectors = empty((keys.shape[0], dim), np.float32)
-        fetch = (values, dim, recipe.kernel_arguments(spec, table_id), vectors)
+        statistics = (0, 0, 0) if touch is None else (ptr(touch[0]), ptr(touch[1]),
+                                                       int(touch[2]))
+        fetch = (values, dim, recipe.kernel_arguments(spec, table_id), vectors, statistics)
         rows, new_keys, new_rows = self._find_or_insert(keys, row_pool, missing, next_row,
                                                         queue_first, fetch)
         return rows, vectors, new_keys, new_rows
 
     def _find_or_insert(self, keys, row_pool, missing, next_row, queue_first, fetch):
-        """find_or_insert; fetch: None, or (values, dim, init kernel arguments, vectors) for
-        find_or_insert_values' kernel."""
+        """find_or_insert; fetch: None, or (values, dim, init kernel arguments, vectors,
+        statistics arguments) for find_or_insert_values' kernel."""
         n = keys.shape[0]
         limit = self.capacity - self.size
         if missing is not None:
@@ -189,9 +193,9 @@ class HashIndex:
         if fetch is None:
             launch(_hash_kernels()["find_or_insert"], n, *arguments)
         else:
-            values, dim, init, vectors = fetch
+            values, dim, init, vectors, statistics = fetch
             launch(_hash_kernels()["find_or_insert_values"], n, *arguments,
-                   *split_args(values, dim), dim, *init, ptr(vectors))
+                   *split_args(values, dim), dim, *init, ptr(vectors), *statistics)
         if missing is not None:
             self.size += missing
             if queue_first is not None:

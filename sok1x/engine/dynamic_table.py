@@ -177,10 +177,11 @@ class DynamicTable(EmbeddingTable):
             self.stamp(new_rows, count)
 
         vectors, next_row = None, None if plain else self._high_water
-        if fetch:
+        if fetch:  # the kernel counts the lookup too
             rows, vectors, new_keys, new_rows = self.index.find_or_insert_values(
                 keys, self.values, self.spec, self.table_id, row_pool=pool, missing=missing,
-                next_row=next_row, queue_first=queue_new_rows)
+                next_row=next_row, queue_first=queue_new_rows,
+                touch=(self.last_step, self.counts, self.journal.step))
         else:
             rows, new_keys, new_rows = self.index.find_or_insert(
                 keys, row_pool=pool, missing=missing, next_row=next_row,
@@ -192,7 +193,8 @@ class DynamicTable(EmbeddingTable):
                 self.reset_slot_rows(new_rows[:reused])
             self.journal.record(lambda: self._undo_insert(new_keys, new_rows, before[0],
                                                           before[1], evicted))
-        backend.touch_rows(self.last_step, self.counts, rows, self.journal.step)
+        if not fetch:
+            backend.touch_rows(self.last_step, self.counts, rows, self.journal.step)
         return rows, vectors
 
     def _free_rows_on_device(self):
