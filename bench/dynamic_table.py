@@ -12,7 +12,8 @@ key's row is in host memory with the host share's probability. Each call handles
     find                    index.find + the table's gather (60% of the keys held, 40% not)
     find_or_insert          the bare table: index.find_or_insert_values with a row pool, one
                             kernel that finds, places, initialises the new rows and copies
-                            every key's vector out (60% held, 40% new)
+                            every key's vector out (60% held, 40% new; on a sok1x without it,
+                            the three ops of find_or_insert_unfused)
     find_or_insert_unfused  the same as three ops: index.find_or_insert + init of the new rows
                             (queued before the wait for their count) + gather (the bare figure
                             before 2026-11-23's issue 21 third round)
@@ -127,18 +128,27 @@ def measure(backend, timer, host_share, rows, keys_per_call, dim, load, repeats,
     def init_new_rows(new_keys, new_rows, count):
         table.backend.init_rows(table.values, new_rows, new_keys, table.spec, 7, count)
 
-    def find_or_insert():
-        table.index.find_or_insert_values(inserts(), table.values, table.spec, 7, row_pool=pool)
+    # A sok1x without find_or_insert_values (before 2026-11-23's third round) runs the three
+    # ops for find_or_insert and rows_of + gather on the engine path, so one script times both.
+    fused = hasattr(table.index, "find_or_insert_values")
 
     def find_or_insert_unfused():
         found, _, _ = table.index.find_or_insert(inserts(), row_pool=pool,
                                                  queue_first=init_new_rows)
         table.gather(found)
 
+    def find_or_insert():
+        if not fused:
+            return find_or_insert_unfused()
+        table.index.find_or_insert_values(inserts(), table.values, table.spec, 7, row_pool=pool)
+
     def find_or_insert_engine():
         keys = inserts()
         assert table.capacity_error(keys) is None
-        table.inserted_rows_and_vectors(keys)
+        if fused:
+            table.inserted_rows_and_vectors(keys)
+        else:
+            table.gather(table.rows_of(keys, True))
 
     def restore():  # the bare path inserts without the journal: the slots are put back
         snapshot.restore()
@@ -151,7 +161,8 @@ def measure(backend, timer, host_share, rows, keys_per_call, dim, load, repeats,
 
     entry = {"var_type": table.dynamic.var_type, "host_share": host_share, "rows": rows,
              "dim": dim, "load": load, "keys_per_call": keys_per_call,
-             "hbm_rows": table.hbm_rows, "engine_keeps_tombstones": keep_tombstones}
+             "hbm_rows": table.hbm_rows, "engine_keeps_tombstones": keep_tombstones,
+             "fused": fused}
     with backend.device_context():
         for name, run, before in (("find", find, None),
                                   ("find_or_insert", find_or_insert, restore),
