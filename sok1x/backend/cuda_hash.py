@@ -34,6 +34,7 @@ from sok1x.backend.cuda_launch import (
     split_args,
     to_host,
     to_host_later,
+    wrap,
 )
 
 
@@ -50,6 +51,11 @@ def _hash_kernels():
         "keys_by_row": prepared("hash_table.cu", "hash_keys_by_row", "PQqPPP"),
         "compact_rows": prepared("hash_table.cu", "hash_compact_rows", "PPPqPP"),
     }
+
+
+def _first(array, count):
+    """array[:count] of a 1-D GPUArray, made without GPUArray's constructor (cuda_launch.wrap)."""
+    return wrap((count,), array.dtype, ptr(array), base=array)
 
 
 def _slot_count(capacity, max_load):
@@ -210,7 +216,7 @@ class HashIndex:
             self.erase(new_keys[:count])
             raise OverflowError("%d new keys do not fit: %d of %d rows used, %d rows to give" % (
                 count, self.size, self.capacity, limit))
-        return rows, new_keys[:count], new_rows[:count]
+        return rows, _first(new_keys, count), _first(new_rows, count)
 
     @uses_context
     def erase(self, keys):
