@@ -59,11 +59,18 @@ for tree in before after; do
   bench $tree hash_table.py hash_$tree --dims 64 --repeats 7
 done
 bench after dynamic_breakdown.py breakdown_after --dim 64
-for suites in "hash-values dynamic-1gpu" cuda-backend; do
+for suites in "hash-values dynamic-1gpu" cuda-backend engine-1gpu; do
   say "== tests: $suites"
   SOK1X_SUITES=$suites SOK1X_SUITE_TIMEOUT_S=$(left) OUT=$out/tests \
     timeout "$(left)" bash "$here/tests/gpu/run_all.sh" 1 >>"$out/tests.txt" 2>&1
   say "rc=$?: $(grep '^==' "$out/tests.txt" | tail -2 | tr '\n' ' ')"
 done
 grep -hE '^(FAILED|ERROR)' "$out"/tests/*.log 2>/dev/null | head -12 >>"$summary"
+if [ "$(left)" -gt 40 ] && command -v ncu >/dev/null; then  # what bounds the one kernel
+  PYTHONPATH=/tmp/wheels:/tmp/after:$here/bench timeout "$(left)" ncu --kernel-name \
+    hash_find_or_insert_values --launch-skip 2 --launch-count 1 --section SpeedOfLight \
+    --section MemoryWorkloadAnalysis --section Occupancy python3 "$here/bench/dynamic_breakdown.py" \
+    --out "$out/breakdown_ncu.json" --dim 64 --repeats 1 >"$out/ncu.txt" 2>&1
+  say "ncu rc=$?: $(grep -E 'Duration|Memory Throughput|DRAM Throughput|Compute \(SM\)|Achieved Occupancy' "$out/ncu.txt" | tr -s ' ' | tr '\n' ';')"
+fi
 say "== done"
