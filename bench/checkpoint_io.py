@@ -16,7 +16,10 @@ median of --repeats (default 5) with min and max:
            shard to its own file in chunks of SOK1X_CHECKPOINT_CHUNK_MB (--chunk-mb),
            checksummed, fsync, rename; then the manifest
     load   load_tables, after every shard's rows were zeroed: every rank reads the files its
-           placement needs through their checksums and keys, then again into the table
+           placement needs through their checksums and keys, once into a fresh shard made the
+           table's at the end (staged, where a second copy fits: device memory on cuda, half a
+           chunk on cpu) or twice (checked, then into the table); --load-way forces one
+           (SOK1X_CHECKPOINT_LOAD), and the JSON says which ran
     write  every rank writes as many bytes as its shard file to a file of its own, on as many
            threads as the checkpoint's I/O (--io-threads), each its own region, fsync (the
            folder's parallel write bandwidth for this job)
@@ -66,6 +69,8 @@ def parse_args(argv):
     parser.add_argument("--io-threads", type=int, default=None,
                         help="threads of the plain write and read, and SOK1X_CHECKPOINT_THREADS "
                              "of the checkpoint (default: its default, 4)")
+    parser.add_argument("--load-way", choices=["auto", "staged", "two-pass"], default=None,
+                        help="SOK1X_CHECKPOINT_LOAD for the run (default: its default, auto)")
     parser.add_argument("--digest", action="store_true")
     return parser.parse_args(argv)
 
@@ -278,7 +283,16 @@ def main(argv):
         os.environ["SOK1X_CHECKPOINT_CHUNK_MB"] = str(args.chunk_mb)
     if args.io_threads is not None:
         os.environ["SOK1X_CHECKPOINT_THREADS"] = str(args.io_threads)
-    from sok1x.engine import checkpoint, checkpoint_format, shard_checksum
+    if args.load_way is not None:
+        os.environ["SOK1X_CHECKPOINT_LOAD"] = args.load_way
+    from sok1x.engine import checkpoint, checkpoint_format, checkpoint_load, shard_checksum
+    ways = set()
+    read_table = checkpoint_load.read_table
+
+    def noted(rt, plan):  # which way each load took
+        ways.add(checkpoint_load.TWO_PASS if plan.staged is None else checkpoint_load.STAGED)
+        return read_table(rt, plan)
+    checkpoint_load.read_table = noted
     threads = shard_checksum.threads()
     started = time.perf_counter()
     rt = harness.start_engine(args.backend)
@@ -329,6 +343,7 @@ def main(argv):
         "rows": args.rows, "dim": args.dim, "slots": args.slots, "hashtable": args.hashtable,
         "dir": os.path.abspath(args.dir), "chunk_bytes": checkpoint.chunk_bytes(),
         "file_bytes": total, "repeats": args.repeats, "io_threads": threads,
+        "load_ways": sorted(set().union(*_all(sorted(ways)))),
         "dump": _rate(total, [s for s, _ in dumps]), "load": _rate(total, [s for s, _ in loads]),
         "plain_write": _rate(total, [s for s, _ in writes]),
         "plain_read": _rate(total, [s for s, _ in reads]),
