@@ -439,8 +439,8 @@ def run_dynamic(rt, steps, repeats, scale):
 
 def profile_steps(rt, run, synchronize, label, steps=20, lines=30):
     """With $SOK1X_BENCH_PROFILE set to a file, appends to it (rank 0) the cProfile of `steps`
-    steps of `run` (sok1x_device): the host functions by their own time, where a step whose
-    host time exceeds its GPU time spends it."""
+    steps of `run` (sok1x_device): the host functions by their own time, then by their time
+    with what they call (where a step whose host time exceeds its GPU time spends it)."""
     path = os.environ.get("SOK1X_BENCH_PROFILE")
     if not path:
         return
@@ -457,7 +457,9 @@ def profile_steps(rt, run, synchronize, label, steps=20, lines=30):
     profiler.disable()
     if rt.rank == 0:
         text = io.StringIO()
-        pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(lines)
+        stats = pstats.Stats(profiler, stream=text)
+        stats.sort_stats("tottime").print_stats(lines)
+        stats.sort_stats("cumulative").print_stats(lines)
         with open(path, "a") as handle:
             handle.write("# %s, %d steps\n%s\n" % (label, steps, text.getvalue()))
 

@@ -8,6 +8,7 @@ TensorFlow is imported only when a name that needs it is first used, so the engi
 (sok1x.engine, sok1x.backend, sok1x.comm) also runs where TensorFlow is not installed.
 """
 import importlib
+import importlib.util
 
 from sok1x import errors  # noqa: F401  (public: sok1x.errors)
 from sok1x.engine import runtime as _runtime
@@ -83,11 +84,13 @@ def init(comm_tool="horovod", use_legacy_optimizer=True, **kwargs):
     """Brings sok1x up now (SOK's v2 name); same options as Init. Collective and idempotent.
     comm_tool: SOK's (sok1x talks MPI whatever it says). use_legacy_optimizer: as SOK's, on
     TensorFlow 2.11+ tf.keras.optimizers and tf.optimizers become their legacy (OptimizerV2)
-    modules; False keeps (or puts back) TensorFlow's own."""
+    modules; False keeps (or puts back) TensorFlow's own. Without TensorFlow installed (the
+    engine alone, as on the GPU test machines) only the engine comes up."""
     del comm_tool
-    from sok1x.graph_ops.tf_compat import use_legacy_keras_optimizers
     _runtime.init(**kwargs)
-    use_legacy_keras_optimizers(bool(use_legacy_optimizer))
+    if importlib.util.find_spec("tensorflow") is not None:
+        from sok1x.graph_ops.tf_compat import use_legacy_keras_optimizers
+        use_legacy_keras_optimizers(bool(use_legacy_optimizer))
 
 
 def rank():

@@ -38,6 +38,8 @@ Every backend module exposes the same names, and the engine's algorithms call on
     part_bounds(arrays, cuts) -> host int64 [len(arrays) * P, 2]   (min, max) of each part, one
         wait; part_bounds_deferred(arrays, cuts) leaves them on the device
     offset_parts(array, cuts, offsets) -> int64    part t plus offsets[t] (one launch on cuda)
+    offset_parts_many(arrays, cuts, offsets) -> [int64]   the same of several arrays of one
+        length, array j with offsets[j] (one launch for all on cuda)
     local_rows(rows, row_starts, moves, length) -> int64   distinct rows ascending, less the
         start of the range t holding each, table t's moved by moves[t] (to an aligned place)
     Sizes left on the device for an op header to carry and read (engine/exchange_header.py):

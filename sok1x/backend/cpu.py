@@ -260,6 +260,12 @@ def offset_parts(array, cuts, offsets):
         np.asarray(offsets, dtype=np.int64), counts)
 
 
+def offset_parts_many(arrays, cuts, offsets):
+    """offset_parts() of several arrays of one length cut at the same `cuts`, array j with
+    offsets[j]; returns a list of int64 [n]."""
+    return [offset_parts(array, cuts, offs) for array, offs in zip(arrays, offsets)]
+
+
 def row_view(array, start, stop):
     """Returns rows [start, stop) of `array` as a view sharing its memory."""
     return array[start:stop]

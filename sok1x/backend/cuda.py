@@ -27,6 +27,7 @@ from sok1x.backend.cuda_groups import (  # noqa: F401  (part of the op set: tabl
     join_rows,
     local_rows,
     offset_parts,
+    offset_parts_many,
     part_bounds,
     part_bounds_deferred,
 )
@@ -64,6 +65,7 @@ from sok1x.backend.cuda_launch import (
     fill_bytes,
     fill_float32,
     index_array,
+    is_c_contiguous,
     is_split,
     launch,
     memoised_per_context,
@@ -105,7 +107,8 @@ def to_host_many(arrays):
     """Returns each array as a NumPy array, with one wait for all the device arrays among them."""
     positions = [i for i, array in enumerate(arrays) if is_device_array(array)]
     copies = _copy_many_to_host([arrays[i] for i in positions])
-    hosts = [np.asarray(array) for array in arrays]
+    # np.asarray of a GPUArray would walk it element by element (a GPUArray per element)
+    hosts = [None if is_device_array(array) else np.asarray(array) for array in arrays]
     for i, copy in zip(positions, copies):
         hosts[i] = copy
     return hosts
@@ -541,7 +544,7 @@ def exportable(array):
     """Returns the GPUArray `array` as to_dlpack hands it over without a copy: C-contiguous and
     64-byte aligned (copied on the device if it is not)."""
     array = device_array(array, "array") if not is_device_array(array) else array
-    if not array.flags.c_contiguous:
+    if not is_c_contiguous(array):
         array = to_device(_download(array, "a copy of a strided array for DLPack"))
     elif ptr(array) % _ALIGNMENT:
         aligned = _pooled_empty(array.shape, array.dtype)

@@ -88,12 +88,21 @@ def _cut_part_list(arrays, cuts, offsets=None):
 def offset_parts(array, cuts, offsets):
     """Returns int64 [n]: each element of part t of int `array` (cut at host `cuts` [P + 1])
     plus host offsets[t], in one launch."""
-    array = index_array(array, "keys")
-    out = empty((array.shape[0],), np.int64)
-    if array.shape[0]:
-        parts, count = _cut_part_list([array], cuts, offsets)
-        launch(_kernels()["join_int64"], array.shape[0], ptr(parts), count, ptr(out))
-    return out
+    return offset_parts_many([array], cuts, [offsets])[0]
+
+
+@uses_context
+def offset_parts_many(arrays, cuts, offsets):
+    """offset_parts() of several int arrays of one length cut at the same host `cuts`, array j
+    with host offsets[j] [P]: returns int64 [n] each (views of one output), in one launch."""
+    arrays = [index_array(a, "keys") for a in arrays]
+    n = int(arrays[0].shape[0]) if arrays else 0
+    out = empty((len(arrays) * n,), np.int64)
+    if n:
+        parts, count = _cut_part_list(arrays, cuts, np.concatenate(
+            [np.asarray(o, dtype=np.int64) for o in offsets]))
+        launch(_kernels()["join_int64"], out.shape[0], ptr(parts), count, ptr(out))
+    return [out[j * n:(j + 1) * n] for j in range(len(arrays))]
 
 
 @uses_context

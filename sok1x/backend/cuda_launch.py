@@ -107,9 +107,16 @@ def split_args(array, units_per_row):
 
 def empty(shape, dtype):
     """A C-contiguous GPUArray from the memory pool."""
-    shape = (int(shape),) if np.ndim(shape) == 0 else tuple(int(n) for n in shape)
+    # Plain Python: NumPy's ndim and prod cost microseconds each on tiny inputs, and a step
+    # makes dozens of arrays.
+    if isinstance(shape, (int, np.integer)) or getattr(shape, "ndim", None) == 0:
+        shape = (int(shape),)
+    else:
+        shape = tuple(int(n) for n in shape)
     dtype = np.dtype(dtype)
-    nbytes = dtype.itemsize * int(np.prod(shape, dtype=np.int64))
+    nbytes = dtype.itemsize
+    for n in shape:
+        nbytes *= n
     return wrap(shape, dtype, cuda_context.allocate(nbytes) if nbytes else None)
 
 
@@ -229,12 +236,19 @@ def is_device_array(value):
     return isinstance(value, gpuarray.GPUArray)
 
 
+def is_c_contiguous(array):
+    """GPUArray.flags.c_contiguous, without building the flags object (which works out both
+    orders) for the common case of an array with C strides."""
+    return (array.strides == c_contiguous_strides(array.dtype.itemsize, array.shape)
+            or array.flags.c_contiguous)
+
+
 def device_array(value, what, dtype=None):
     """Returns `value` as a C-contiguous GPUArray (NumPy input is copied over); raises TypeError
     naming `what` for a non-contiguous GPUArray or a dtype other than `dtype`."""
     if not is_device_array(value):
         return to_device(np.asarray(value) if dtype is None else np.asarray(value, dtype=dtype))
-    if not value.flags.c_contiguous:
+    if not is_c_contiguous(value):
         raise TypeError("%s must be a C-contiguous GPUArray" % what)
     if dtype is not None and value.dtype != np.dtype(dtype):
         raise TypeError("%s must be %s on the GPU, got %s" % (what, np.dtype(dtype), value.dtype))

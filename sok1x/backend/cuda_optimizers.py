@@ -14,6 +14,7 @@ from sok1x.backend.cuda_launch import (
     empty,
     fill_bytes,
     index_array,
+    is_c_contiguous,
     is_device_array,
     is_split,
     launch,
@@ -37,7 +38,7 @@ def _state(array, what, like=None):
     if array is None:
         return None
     parts = array.parts if is_split(array) else [array]
-    if not all(is_device_array(part) and part.flags.c_contiguous for part in parts) or \
+    if not all(is_device_array(part) and is_c_contiguous(part) for part in parts) or \
             array.dtype != np.float32 or len(array.shape) != 2:
         raise TypeError("%s must be a C-contiguous float32 [rows, dim] GPUArray (or a split "
                         "array of them), got %s %s"

@@ -96,6 +96,14 @@ def allocate_page_locked(shape, dtype, mem_flags=0):
 _blocks = PinnedBlocks()
 
 
+def reserve(sizes):
+    """Makes the pool hold, at the same time, a free block for each byte size in `sizes` (so a
+    later loop that needs them allocates no page-locked memory). Call inside
+    cuda_context.entered(), while the stream is idle."""
+    held = [_blocks.take(nbytes)[1] for nbytes in sizes]  # each held: the next take skips it
+    del held
+
+
 def _view(block, shape, dtype):
     nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
     return block[:nbytes].view(dtype).reshape(shape)

@@ -169,8 +169,8 @@ def keyed_forward(runtime, tables, op, item, training, key_limits=None):
     if error is None:
         key_check = _key_check(backend, tables, item, cuts, key_limits, group)
         if group is not None:
-            keys = backend.offset_parts(keys, cuts, group.key_starts[:-1])
-            segment_ids = backend.offset_parts(segment_ids, cuts, segment_cuts[:-1])
+            keys, segment_ids = backend.offset_parts_many(
+                [keys, segment_ids], cuts, [group.key_starts[:-1], segment_cuts[:-1]])
     else:
         keys = backend.asarray(np.zeros(0, np.int64))
     (found,), (routing,) = lookup_forward_many(runtime, [unit.table], op, [keys], training,
