@@ -293,7 +293,8 @@ def main(argv):
     read_table = checkpoint_load.read_table
 
     def noted(rt, plan):  # which way each load took
-        ways.add(checkpoint_load.TWO_PASS if plan.staged is None else checkpoint_load.STAGED)
+        staged = getattr(plan, "staged", None) is not None  # None before staged loads
+        ways.add("staged" if staged else "two-pass")
         return read_table(rt, plan)
     checkpoint_load.read_table = noted
     threads = shard_checksum.threads()
