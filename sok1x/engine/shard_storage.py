@@ -17,9 +17,10 @@ import numpy as np
 from sok1x.engine import shard_checksum
 from sok1x.errors import CheckpointError
 
-# Bytes checksummed and copied in one go on an I/O thread: small enough to stay in the cache
-# between the two, so each byte comes from memory once (whole 32 MB pieces read it twice and
-# made a save's write 30% slower than a plain one on /dev/shm).
+# Bytes an I/O thread moves at a time: the checksum threads take each block's crc32 while the
+# I/O thread moves the next (and the block is still in the cache), so a save or load moves its
+# bytes at a plain write's or read's rate even where zlib.crc32 is slower than the copy (the first
+# 1-GPU figures, 2026-11-23, fit about 1 GB/s a thread there).
 BLOCK_BYTES = 4 << 20
 
 
@@ -27,24 +28,29 @@ def _temporary_name(path):
     return "%s.tmp-%s" % (path, uuid.uuid4().hex[:12])
 
 
+def _joined(block_crcs):
+    """The crc32 of blocks one after the other from [(Future of a block's crc32, length)]."""
+    return shard_checksum.joined(0, [(future.result(), length) for future, length in block_crcs])
+
+
 def _write_piece(descriptor, piece, offset):
-    """Writes uint8 memoryview `piece` at `offset`, block by block (each checksummed just before
-    it is written, while it is in the cache); returns its zlib.crc32."""
-    crc = 0
+    """Writes uint8 memoryview `piece` at `offset`, block by block, each block's crc32 taken on
+    the checksum threads meanwhile; returns the piece's zlib.crc32."""
+    crcs = []
     for start in range(0, piece.nbytes, BLOCK_BYTES):
         block, at = piece[start:start + BLOCK_BYTES], offset + start
-        crc = zlib.crc32(block, crc)
+        crcs.append((shard_checksum.submit_crc(block), block.nbytes))
         while block.nbytes:
             written = os.pwrite(descriptor, block, at)
             block, at = block[written:], at + written
-    return crc
+    return _joined(crcs)
 
 
 def _read_piece(descriptor, piece, offset, verify):
-    """Fills uint8 memoryview `piece` from `offset`, block by block (each checksummed just after
-    it is read, while it is in the cache); returns (bytes read, their zlib.crc32 or 0 when not
-    `verify`). Fewer bytes only at the end of the file."""
-    got, crc = 0, 0
+    """Fills uint8 memoryview `piece` from `offset`, block by block, each block's crc32 taken on
+    the checksum threads while the next is read; returns (bytes read, their zlib.crc32 or 0 when
+    not `verify`). Fewer bytes only at the end of the file."""
+    got, crcs = 0, []
     while got < piece.nbytes:
         block = piece[got:got + BLOCK_BYTES]
         filled = 0
@@ -53,12 +59,12 @@ def _read_piece(descriptor, piece, offset, verify):
             if not count:
                 break
             filled += count
-        if verify:
-            crc = zlib.crc32(block[:filled], crc)
+        if verify and filled:
+            crcs.append((shard_checksum.submit_crc(block[:filled]), filled))
         got += filled
         if filled < block.nbytes:
             break
-    return got, crc
+    return got, _joined(crcs)
 
 
 class ShardWriter:

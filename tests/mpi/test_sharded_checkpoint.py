@@ -8,6 +8,7 @@ then read again into the table). The reference is every rank's rows gathered bef
 import json
 import os
 import tempfile
+import zlib
 
 import numpy as np
 import pytest
@@ -16,7 +17,7 @@ from mpi4py import MPI
 import sok1x
 from sok1x.backend.random_init import make_spec
 from sok1x.engine import api, checkpoint, checkpoint_format, checkpoint_load, runtime
-from sok1x.engine import shard_checksum
+from sok1x.engine import shard_checksum, shard_storage
 from sok1x.engine.dynamic_table import make_dynamic
 from sok1x.engine.shard_storage import ShardWriter
 from sok1x.errors import CheckpointError
@@ -179,13 +180,21 @@ def test_auto_stages_within_host_room_and_reads_twice_beyond(shared_dir, monkeyp
             assert_same(_whole(name), saved[name])
 
 
-def test_buffers_cut_into_pieces_on_threads_round_trip(shared_dir, monkeypatch):
-    """Every buffer written and read in pieces of 64 bytes on 3 threads: the same rows come
-    back, and a changed byte still fails the checksum."""
+@pytest.mark.parametrize("crc_threads", ["0", "2"])
+def test_buffers_cut_into_pieces_on_threads_round_trip(shared_dir, monkeypatch, crc_threads):
+    """Every buffer written and read in pieces of 64 bytes on 3 threads, in blocks of 16 bytes
+    checksummed on each piece's thread or on 2 checksum threads: the same rows come back, and a
+    changed byte still fails the checksum."""
     monkeypatch.setattr(shard_checksum, "PIECE_BYTES", 64)
+    monkeypatch.setattr(shard_storage, "BLOCK_BYTES", 16)
     monkeypatch.setenv(shard_checksum.THREADS_ENV, "3")
+    monkeypatch.setenv(shard_checksum.CRC_THREADS_ENV, crc_threads)
     saved = _trained_set()
     checkpoint.dump_tables(shared_dir, list(TABLES))
+    for entry in _manifest(shared_dir)["tables"].values():  # zlib's crc32 of the whole file
+        mine = entry["shards"][COMM.rank]
+        with open(os.path.join(shared_dir, mine["file"]), "rb") as handle:
+            assert zlib.crc32(handle.read()) == mine["crc32"]
     for name in TABLES:
         _train(name, np.arange(5, dtype=np.int64), 2)
     checkpoint.load_tables(shared_dir, list(TABLES))
