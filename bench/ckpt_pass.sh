@@ -36,7 +36,7 @@ step() {  # name, seconds, command...
 }
 step tests 60 env SOK1X_TEST_BACKEND=cuda mpiexec -n 1 python3 -m pytest -q -p no:cacheprovider \
   --color=no "$repo/tests/mpi/test_sharded_checkpoint.py" "$repo/tests/mpi/test_checkpoint.py"
-step bench 85 mpiexec -n 1 python3 "$repo/bench/checkpoint_io.py" --backend cuda \
+step bench 80 mpiexec -n 1 python3 "$repo/bench/checkpoint_io.py" --backend cuda \
   --rows 10000000 --dir /dev/shm --repeats 5 --out "$out/checkpoint_io_10M_1gpu.json"
 rm -rf /dev/shm/sok1x-checkpoint-io
 exit $status
