@@ -588,4 +588,3 @@ def download_staged(array):
     if not is_device_array(array):
         return np.asarray(array)
     return _download(array, "a staged copy to the host")
-
