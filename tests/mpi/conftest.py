@@ -5,7 +5,9 @@ on one rank while the others wait in a collective would hang the job, so a failu
 report, names the rank, and aborts the whole job at once. Only rank 0 reports to the terminal.
 """
 import os
+import shutil
 import sys
+import tempfile
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -39,6 +41,24 @@ def pytest_runtest_makereport(item, call):
 def world():
     """(rank, size) of this process in COMM_WORLD."""
     return RANK, SIZE
+
+
+@pytest.fixture
+def shared_dir():
+    """A fresh directory every rank sees: rank 0 makes it, and removes it after the test."""
+    path = MPI.COMM_WORLD.bcast(tempfile.mkdtemp(prefix="sok1x-test-") if RANK == 0 else None)
+    yield path
+    MPI.COMM_WORLD.Barrier()
+    if RANK == 0:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def rank_dir():
+    """A fresh directory of this rank's own, removed after the test."""
+    path = tempfile.mkdtemp(prefix="sok1x-test-r%d-" % RANK)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture

@@ -3,7 +3,6 @@ corrupt file, a dim mismatch and incremental_model_dump, checked against every r
 gathered independently (allgather of each shard), at any number of ranks."""
 import json
 import os
-import tempfile
 import time
 
 import numpy as np
@@ -26,14 +25,6 @@ DIM = 4
 def up():
     # SOK1X_TEST_BACKEND=cuda runs the same specification on GPUs (tests/gpu/run_all.sh does)
     sok1x.init(backend=os.environ.get("SOK1X_TEST_BACKEND", "cpu"))
-
-
-@pytest.fixture
-def shared_dir():
-    """A directory every rank sees (rank 0 makes it)."""
-    path = COMM.bcast(tempfile.mkdtemp(prefix="sok1x-ckpt-") if COMM.rank == 0 else None)
-    yield path
-    COMM.barrier()
 
 
 def _train(name, keys, step):

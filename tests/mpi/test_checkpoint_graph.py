@@ -4,7 +4,6 @@ slots, and the v2 variables by table_name (SOK v1's sok.Saver: tests/mpi/test_so
 The reference is the same job's own earlier steps: training on from a restored checkpoint must
 repeat them bit for bit."""
 import os
-import tempfile
 
 import numpy as np
 import pytest
@@ -15,13 +14,6 @@ import sok1x
 
 COMM = MPI.COMM_WORLD
 SLOTS, NNZ, DIM, PER_RANK, VOCAB = 2, 2, 4, 2, 20
-
-
-@pytest.fixture
-def shared_dir():
-    path = COMM.bcast(tempfile.mkdtemp(prefix="sok1x-graph-ckpt-") if COMM.rank == 0 else None)
-    yield path
-    COMM.barrier()
 
 
 def _model(use_hashtable, optimizer):

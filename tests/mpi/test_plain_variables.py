@@ -5,11 +5,9 @@ Saver save leave the trained rows in the variable and the checkpoint (what stock
 Adagrad gives on the whole batch), a Saver restore is what the table then holds; DeepRec's
 localized strategy looks the variables up with TensorFlow on each rank."""
 import os
-import tempfile
 
 import numpy as np
 import pytest
-from mpi4py import MPI
 from tf_support import session, tf1
 
 import sok1x
@@ -128,20 +126,15 @@ def whole(table):
     return tf1.convert_to_tensor(table)
 
 
-def rank_dir():
-    """A fresh directory of this rank's (each rank saves its own checkpoint)."""
-    return tempfile.mkdtemp(prefix="sok1x_plain_r%d_" % MPI.COMM_WORLD.Get_rank())
-
-
 @pytest.mark.parametrize("partitions", [0, 3], ids=["whole", "3_partitions"])
 @pytest.mark.parametrize("use_resource", [True, False], ids=["resource", "ref"])
-def test_trained_rows_reach_the_variable_and_the_checkpoint_as_stock_tf(world, use_resource,
-                                                                        partitions):
+def test_trained_rows_reach_the_variable_and_the_checkpoint_as_stock_tf(world, rank_dir,
+                                                                        use_resource, partitions):
     """Every partition of a partitioned variable gets its trained rows back."""
     rank, size = world
     batches = [global_ids(10 + step) for step in range(STEPS)]
     want = stock_trained_rows(batches, partitions)
-    prefix = os.path.join(rank_dir(), "model.ckpt")
+    prefix = os.path.join(rank_dir, "model.ckpt")
     with tf1.Graph().as_default() as graph:
         table, train, feeds = training_graph(rank, size, batches, use_resource, partitions)
         sync = sok1x.sync_to_variables()
@@ -165,13 +158,13 @@ def test_trained_rows_reach_the_variable_and_the_checkpoint_as_stock_tf(world, u
 
 
 @pytest.mark.parametrize("partitions", [0, 3], ids=["whole", "3_partitions"])
-def test_a_save_on_rank_0_alone_holds_the_trained_rows(world, partitions):
+def test_a_save_on_rank_0_alone_holds_the_trained_rows(world, rank_dir, partitions):
     """The Horovod idiom: only rank 0 runs saver.save; the other ranks take part in it at their
     next step (engine/checkpoint_join.py), write-back included."""
     rank, size = world
     batches = [global_ids(40 + step) for step in range(STEPS + 1)]
     want = stock_trained_rows(batches[:STEPS], partitions)
-    prefix = os.path.join(rank_dir(), "model.ckpt")
+    prefix = os.path.join(rank_dir, "model.ckpt")
     with tf1.Graph().as_default() as graph:
         table, train, feeds = training_graph(rank, size, batches, partitions=partitions)
         saver = tf1.train.Saver()
@@ -189,13 +182,13 @@ def test_a_save_on_rank_0_alone_holds_the_trained_rows(world, partitions):
                                    rtol=1e-5, atol=1e-6)
 
 
-def test_monitored_training_session_checkpoints_hold_the_trained_rows(world):
+def test_monitored_training_session_checkpoints_hold_the_trained_rows(world, rank_dir):
     """Scaffold's sharded Saver, through MonitoredTrainingSession's checkpoint_dir (every rank
     its own directory), saves the trained rows under the variable's name."""
     rank, size = world
     batches = [global_ids(30 + step) for step in range(STEPS)]
     want = stock_trained_rows(batches)
-    directory = rank_dir()
+    directory = rank_dir
     with tf1.Graph().as_default():
         _, train, feeds = training_graph(rank, size, batches)
         step = tf1.train.get_or_create_global_step()
@@ -211,14 +204,14 @@ def test_monitored_training_session_checkpoints_hold_the_trained_rows(world):
 
 
 @pytest.mark.parametrize("partitions", [0, 2], ids=["whole", "2_partitions"])
-def test_a_restore_is_what_the_table_then_holds(world, partitions):
+def test_a_restore_is_what_the_table_then_holds(world, rank_dir, partitions):
     rank, size = world
     batches = [global_ids(20 + step) for step in range(STEPS)]
     want = stock_trained_rows(batches, partitions)
     if partitions:  # partitions one after the other -> lookup order (row k in partition k % n)
         offsets = np.cumsum([0] + [len(range(p, VOCAB, partitions)) for p in range(partitions)])
         want = want[[offsets[k % partitions] + k // partitions for k in range(VOCAB)]]
-    prefix = os.path.join(rank_dir(), "model.ckpt")
+    prefix = os.path.join(rank_dir, "model.ckpt")
     probe = global_ids(99)
     with tf1.Graph().as_default() as graph:
         table, train, feeds = training_graph(rank, size, batches, partitions=partitions)
@@ -246,10 +239,10 @@ def test_a_restore_is_what_the_table_then_holds(world, partitions):
     np.testing.assert_allclose(got[:expected.shape[0]], expected, rtol=1e-5, atol=1e-6)
 
 
-def test_init_from_checkpoint_gives_the_table_the_checkpoints_rows(world):
+def test_init_from_checkpoint_gives_the_table_the_checkpoints_rows(world, rank_dir):
     rank, size = world
     rows = np.random.default_rng(4).normal(size=(VOCAB, DIM)).astype(np.float32)
-    prefix = os.path.join(rank_dir(), "stock.ckpt")
+    prefix = os.path.join(rank_dir, "stock.ckpt")
     with tf1.Graph().as_default() as graph:
         stock_table = tf1.get_variable("pretrained/emb", initializer=rows)
         with session(graph) as sess:

@@ -5,7 +5,6 @@ into one of its own, at inter_op_parallelism_threads 1 and 8. The reference is t
 uninterrupted run: training on from a restored checkpoint repeats it bit for bit, so every
 table's rows and Adam slots came back, none crossed with another's."""
 import os
-import tempfile
 import time
 
 import pytest
@@ -17,13 +16,6 @@ import sok1x
 COMM = MPI.COMM_WORLD
 SLOTS, NNZ, PER_RANK, VOCAB = 2, 2, 2, 24
 TABLES = [(3, False), (5, True), (8, False)]  # (dim, use_hashtable)
-
-
-@pytest.fixture
-def shared_dir():
-    path = COMM.bcast(tempfile.mkdtemp(prefix="sok1x-saver-tables-") if COMM.rank == 0 else None)
-    yield path
-    COMM.barrier()
 
 
 def _model():

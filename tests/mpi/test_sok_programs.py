@@ -5,7 +5,6 @@ placeholders without shape, int32, tf.ragged.constant), and SOK's v1/v2 names ar
 tests use them (sok.SGD, tf.nn.embedding_lookup on sok variables, filter_variables,
 all2all_dense_embedding, sparse_read_and_evict(var, ids), key_dtype uint32, m_var_name)."""
 import os
-import tempfile
 
 import numpy as np
 import pytest
@@ -185,12 +184,12 @@ def test_sparse_read_and_evict_takes_the_variable_and_indices():
     assert evicted_keys.shape[0] == evicted_values.shape[0] == 0  # nothing full yet
 
 
-def test_v1_layer_with_uint32_keys_dumps_sok_files(world):
+def test_v1_layer_with_uint32_keys_dumps_sok_files(world, rank_dir):
     """key_dtype=uint32, as SOK's v1 demo takes it: looks up as int64 keys do, and
     Saver.dump_to_file writes SOK's <m_var_name>_keys.file (uint32) and _values.file."""
     rank, size = world
     keys = np.random.default_rng(5).integers(0, VOCAB, size=(size, 2, 3)).astype(np.uint32)
-    path = tempfile.mkdtemp(prefix="sok1x_files_r%d_" % rank)
+    path = rank_dir
     with tf1.Graph().as_default() as graph:
         layer = sok.All2AllDenseEmbedding(VOCAB, DIM, slot_num=3, nnz_per_slot=1,
                                           key_dtype="uint32", use_hashtable=False)

@@ -5,7 +5,6 @@ starts from load_embedding_values(ones per GPU), an embedding layer and one Dens
 embedding vectors and loss are checked against one TensorFlow process running the same model on
 the whole batch, then dump_to_file writes the table and restore_from_file in a new graph brings
 back exactly the reference's trained rows. Rank-agnostic: run at 1, 2 and 4 ranks."""
-import tempfile
 
 import numpy as np
 import pytest
@@ -21,10 +20,6 @@ SLOTS, NNZ, DIM, VOCAB_PER_GPU, GLOBAL_BATCH, STEPS, LR = 3, 2, 4, 16, 16, 4, 0.
 @pytest.fixture(scope="module", autouse=True)
 def up():
     sok1x.init(backend="cpu")
-
-
-def _shared_dir():
-    return COMM.bcast(tempfile.mkdtemp(prefix="sok1x-v1saver-") if COMM.rank == 0 else None)
 
 
 def _data(seed, vocabulary):
@@ -81,7 +76,7 @@ def _reference_vectors(kind, table, keys):
     return tf1.reshape(summed, [-1, SLOTS * DIM])
 
 
-def _train_graph(kind, optimizer, keys, labels, vocabulary, use_hashtable):
+def _train_graph(kind, optimizer, keys, labels, vocabulary, use_hashtable, directory):
     """Builds sok1x's step on this rank's share and the reference step on the whole batch."""
     rank, size = COMM.rank, COMM.size
     batch = tf1.placeholder(tf1.int64, [None, SLOTS, NNZ])
@@ -135,7 +130,6 @@ def _train_graph(kind, optimizer, keys, labels, vocabulary, use_hashtable):
                 ref_batch: keys[block], ref_label: labels[block]})
             results.append((got_vectors, local_part(want_vectors, rank, size), got_loss,
                             want_loss))
-        directory = _shared_dir()
         sess.run(sok1x.Saver().dump_to_file(layer.embedding_variable, directory))
         trained = sess.run(table)
     return results, directory, trained
@@ -146,13 +140,14 @@ CASES = [("dense", "plugin_adam", True), ("dense", "adam", True), ("dense", "ada
 
 
 @pytest.mark.parametrize("kind,optimizer,use_hashtable", CASES)
-def test_sok_demo_trains_saves_and_restores_like_tensorflow(kind, optimizer, use_hashtable):
+def test_sok_demo_trains_saves_and_restores_like_tensorflow(kind, optimizer, use_hashtable,
+                                                           shared_dir):
     size = COMM.size
     vocabulary = VOCAB_PER_GPU * size if use_hashtable else VOCAB_PER_GPU * 4
     keys, labels = _data(7, vocabulary)
     with tf1.Graph().as_default():
         results, directory, trained = _train_graph(kind, optimizer, keys, labels, vocabulary,
-                                                   use_hashtable)
+                                                   use_hashtable, shared_dir)
     for step, (got, want, got_loss, want_loss) in enumerate(results):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg="step %d" % step)
         np.testing.assert_allclose(got_loss, want_loss, rtol=1e-5, err_msg="step %d" % step)

@@ -4,7 +4,6 @@ before sok1x ran, a sok1x.dump against a training step, and two towers run in an
 each rank raise OrderError on every rank at once, naming each rank's op and call; nothing
 changes, nothing waits until a timeout, and the ranks are in step again afterwards."""
 import re
-import tempfile
 
 import numpy as np
 import pytest
@@ -93,11 +92,11 @@ def test_a_step_tensorflow_fails_on_one_rank_does_not_pair_with_its_next_step():
 
 
 @needs_peers
-def test_dump_on_one_rank_against_a_step_on_the_others():
+def test_dump_on_one_rank_against_a_step_on_the_others(shared_dir):
     def ids_of():
         return tf1.RaggedTensor.from_tensor(tf1.constant([[RANK % 11, 1], [2, 3]], tf1.int64))
     graph, train, export, table = _training_graph(ids_of)
-    folder = COMM.bcast(tempfile.mkdtemp(prefix="sok1x_skew_") if RANK == 0 else None)
+    folder = shared_dir
     with graph.as_default():
         dump = sok.dump(folder, [table])
     with _session(graph) as sess:
