@@ -7,7 +7,6 @@ then read again into the table). The reference is every rank's rows gathered bef
 (the engine's own view, allgathered)."""
 import json
 import os
-import tempfile
 import zlib
 
 import numpy as np
@@ -36,13 +35,6 @@ TABLES = {  # name: (dim, use_hashtable, extra settings)
 def up():
     # SOK1X_TEST_BACKEND=cuda runs the same specification on GPUs (tests/gpu/run_all.sh does)
     sok1x.init(backend=os.environ.get("SOK1X_TEST_BACKEND", "cpu"))
-
-
-@pytest.fixture
-def shared_dir():
-    path = COMM.bcast(tempfile.mkdtemp(prefix="sok1x-shards-") if COMM.rank == 0 else None)
-    yield path
-    COMM.barrier()
 
 
 @pytest.fixture(params=[checkpoint_load.STAGED, checkpoint_load.TWO_PASS])
