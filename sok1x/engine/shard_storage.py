@@ -1,16 +1,16 @@
 """Storage of checkpoint files in a folder (DESIGN D8): a streaming writer and reader of shard
 files, each checksummed as it goes, and the atomic write of small files (the manifest).
 
-Checksums are zlib's crc32, taken on several threads (engine/shard_checksum.py). A file is
-written under a temporary name and renamed into place once complete and on disk
-(fsync), so a crash leaves either the whole file or none. The reader checks the size the manifest
+Checksums are zlib's crc32, taken block by block on checksum threads while the I/O threads move
+the next blocks (or on the I/O thread itself where cores are few; engine/shard_checksum.py). A
+file is written under a temporary name and renamed into place once complete and on disk (fsync),
+so a crash leaves either the whole file or none. The reader checks the size the manifest
 promises before it reads a byte, and the checksum once it has read the last.
 """
 import collections
 import os
 import uuid
 import threading
-import zlib
 
 import numpy as np
 
