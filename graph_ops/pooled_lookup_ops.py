@@ -34,9 +34,11 @@ _GRAD = "Sok1xPooledLookup"
 _EAGER_NAMES = 64
 _eager_pending = {}  # eager lookup name -> forward calls since its last gradient
 
-TableInput = collections.namedtuple("TableInput", "keys segment_ids num_segments weights combiner")
+TableInput = collections.namedtuple(
+    "TableInput", "keys segment_ids num_segments weights combiner admit_ratio", defaults=(None,))
 TableInput.__doc__ = ("One table's tensors: keys int [nnz], segment_ids int64 [nnz], num_segments "
-                      "int64 scalar, weights float32 [nnz] or None, combiner 'sum' or 'mean'.")
+                      "int64 scalar, weights float32 [nnz] or None, combiner 'sum' or 'mean', "
+                      "admit_ratio None or a hash table's low-frequency filter (a float).")
 
 
 def _flat_inputs(handles, items):
@@ -55,17 +57,18 @@ def _forward_function(tables, items, key_limits, op_id):
     names = [table.name for table in tables]
     combiners = [item.combiner for item in items]
     weighted = [item.weights is not None for item in items]
+    ratios = [item.admit_ratio for item in items]
 
     def run(*arrays):
         position, pooled_inputs = len(tables), []
-        for combiner, has_weights in zip(combiners, weighted):
+        for combiner, has_weights, ratio in zip(combiners, weighted, ratios):
             keys, segment_ids, num_segments = arrays[position:position + 3]
             position += 3
             weights = None
             if has_weights:
                 weights, position = arrays[position], position + 1
             pooled_inputs.append(PooledInput(keys, segment_ids, int(num_segments), weights,
-                                             combiner))
+                                             combiner, ratio))
         outputs, token = api.pooled_lookup(names, op_id, pooled_inputs, True, key_limits)
         return list(outputs) + [token]
     return run
@@ -114,10 +117,12 @@ class _KeyedForm(_ListForm):
 
     @staticmethod
     def fits(tables, items):
-        """True for tables of one dim and items of one pooling with int keys, more than one."""
+        """True for tables of one dim and items of one pooling with int keys and no filter, more
+        than one."""
         return len(tables) > 1 and len({table.dim for table in tables}) == 1 and len(
             {(item.combiner, item.weights is None) for item in items}) == 1 and all(
-            item.keys.dtype in (tf1.int32, tf1.int64) for item in items)
+            item.keys.dtype in (tf1.int32, tf1.int64) and item.admit_ratio is None
+            for item in items)
 
     def inputs(self, handle_values):
         items, count = self.items, len(self.items)

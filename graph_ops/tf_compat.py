@@ -126,3 +126,11 @@ def use_legacy_keras_optimizers(legacy=True):
     # the lazy loader `keras` above may still be
     if own_tf is not None:
         tf.optimizers = getattr(own_tf, "legacy", old) if legacy else own_tf
+
+
+def trackable_base():
+    """The base class of objects tf.train.Checkpoint walks (TensorFlow 2.x:
+    tf.__internal__.tracking.Trackable), or `object` where there is none public (1.15)."""
+    internal = getattr(tf, "__internal__", None)
+    tracking = getattr(internal, "tracking", None)
+    return getattr(tracking, "Trackable", object)

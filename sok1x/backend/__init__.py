@@ -82,6 +82,15 @@ The seam to a framework (graph_ops/boundary.py, DESIGN D1):
     release_to_framework()              order the framework's later work after sok1x's
     upload_staged(host) / download_staged(array)   host staging (page-locked buffers on cuda)
 
+Bulk host <-> device moves (checkpoints, engine/checkpoint*.py):
+    host_buffer(nbytes) -> uint8 np.ndarray     host memory that write_rows uploads from without
+                                                a host copy (a reused page-locked block on cuda)
+    write_rows(dst, first, src)                 dst[first:first + len(src)] = src, src a host or
+                                                backend array (one queued copy)
+    free_device_memory() -> int or None         bytes new device arrays can take now (cuda, after
+                                                giving the pool's unused blocks back); None on cpu,
+                                                whose arrays are host memory
+
 The cpu backend is the reference the cuda backend is tested against.
 """
 from sok1x.errors import InitError

@@ -507,3 +507,22 @@ def upload_staged(host_array):
 def download_staged(array):
     """The host is the cpu backend's device: the array itself."""
     return np.asarray(array)
+
+
+def host_buffer(nbytes):
+    """A uint8 host array of `nbytes` (write_rows copies from any host array alike)."""
+    return np.empty(int(nbytes), np.uint8)
+
+
+def write_rows(dst, first, src):
+    """dst[first:first + len(src)] = src along axis 0."""
+    rows = int(src.shape[0])
+    if src.shape[1:] != dst.shape[1:] or not 0 <= first <= dst.shape[0] - rows:
+        raise ValueError("write_rows: %s rows at %d do not fit an array of %s"
+                         % (list(src.shape), first, list(dst.shape)))
+    dst[first:first + rows] = src
+
+
+def free_device_memory():
+    """None: the cpu backend's arrays are host memory."""
+    return None

@@ -31,6 +31,8 @@ from sok1x.backend.cuda_groups import (  # noqa: F401  (part of the op set: tabl
     part_bounds,
     part_bounds_deferred,
 )
+from sok1x.backend.cuda_bulk import (  # noqa: F401  (part of the op set: checkpoints)
+    free_device_memory, host_buffer, write_rows)
 from sok1x.backend.cuda_hash import HashIndex  # noqa: F401  (part of the op set)
 from sok1x.backend.cuda_sizes import flag_outside, header_records  # noqa: F401  (the op set)
 from sok1x.backend.cuda_unique import (  # noqa: F401  (part of the op set)

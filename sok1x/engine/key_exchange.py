@@ -27,7 +27,7 @@ import collections
 
 import numpy as np
 
-from sok1x.engine import distinct_rows
+from sok1x.engine import admission, distinct_rows
 from sok1x.engine.checks import (
     KEY_DTYPES,
     V1_LIMIT,
@@ -47,7 +47,7 @@ de-duplicated), distinct (how many distinct keys), perm (backend int64, the dist
 bucketed position; None on one rank: the keys as they came), send_counts / recv_counts (host
 int64 [size]), owner_rows (backend int64, the owner's row of each key it received, -1 where a
 lookup without insert missed), count (keys in), may_miss (rows may be -1: a hash table looked up
-without insert)."""
+without insert, or with a low-frequency filter)."""
 
 
 KeyCheck = collections.namedtuple("KeyCheck", "bounds judge flag error")
@@ -126,12 +126,14 @@ def _described(backend, check):
 
 
 def lookup_forward_many(runtime, tables, op, keys_list, training, local_error=None,
-                        key_check=None):
+                        key_check=None, admit_ratios=None):
     """Collective. tables: EmbeddingTables (or TableGroups, engine/table_group.py); keys_list:
     one backend int 1-D array per table. Returns (vectors, routings): per table backend float32
     [n_t, dim_t] in input order, and the Routing its backward pass needs. Raises the step's input
     errors on every rank before any table changes. key_check: the caller's KeyCheck of the
-    step's inputs (start_key_checks; default: one of keys_list).
+    step's inputs (start_key_checks; default: one of keys_list); admit_ratios: None, or per
+    table None or the ratio of new keys a training lookup of a hash table admits
+    (engine/admission.py: the others give zeros and no gradient).
 
     The host waits once, for the op header: the keys are de-duplicated and bucketed by owner
     before anything is read (the kernels read nothing out of place whatever the keys), and the
@@ -173,16 +175,23 @@ def lookup_forward_many(runtime, tables, op, keys_list, training, local_error=No
         prepared = [_cut(backend, p, int(send_counts[:, t].sum()))
                     for t, p in enumerate(prepared)]
     owned = _exchange(runtime, [p[3] for p in prepared], send_counts, recv_counts)
+    passed = [None] * len(tables)
+    for t, table in enumerate(tables):
+        if training and admit_ratios and admit_ratios[t] is not None and table.use_hashtable:
+            owned[t], passed[t] = admission.admitted_keys(backend, table, owned[t],
+                                                          admit_ratios[t], table.journal.step)
     if training and any(table.use_hashtable for table in tables):
         runtime.host.raise_together(
             first_error(*[table.capacity_error(keys) for table, keys in zip(tables, owned)]),
             as_op_id(op).name)
     owner_rows, vectors = [], []
-    for table, keys in zip(tables, owned):
-        if training and table.use_hashtable:  # one kernel finds, places and copies out
+    for table, keys, kept in zip(tables, owned, passed):
+        if training and table.use_hashtable and kept is None:  # one kernel finds, places, copies
             rows, found = table.inserted_rows_and_vectors(keys)
         else:
-            rows = table.rows_of(keys, False)
+            rows = table.rows_of(keys, bool(training) and table.use_hashtable)
+            if kept is not None:
+                rows = admission.spread_rows(backend, rows, kept)
             found = table.gather(rows)
         owner_rows.append(rows)
         vectors.append(found)
@@ -197,7 +206,8 @@ def lookup_forward_many(runtime, tables, op, keys_list, training, local_error=No
         outs.append(spread if inverse is None else backend.take_rows(spread, inverse))
         routings.append(Routing(inverse, distinct.shape[0], perm, send_counts[:, t].copy(),
                                 recv_counts[:, t].copy(), owner_rows[t], keys.shape[0],
-                                table.use_hashtable and not training))
+                                table.use_hashtable and (not training or
+                                                         passed[t] is not None)))
     return outs, routings
 
 

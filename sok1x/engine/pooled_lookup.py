@@ -27,10 +27,12 @@ from sok1x.errors import InvalidInputError
 COMBINERS = ("sum", "mean")
 
 PooledInput = collections.namedtuple(
-    "PooledInput", "keys segment_ids num_segments weights combiner")
+    "PooledInput", "keys segment_ids num_segments weights combiner admit_ratio",
+    defaults=(None,))
 PooledInput.__doc__ = """One table's share of a pooled lookup: keys (int [nnz]), segment_ids
 (int64 [nnz], the output row of each key), num_segments (int), weights (float32 [nnz] or None),
-combiner ("sum" or "mean"). Arrays are backend arrays (or NumPy)."""
+combiner ("sum" or "mean"), admit_ratio (None, or a hash table's low-frequency filter:
+engine/admission.py). Arrays are backend arrays (or NumPy)."""
 
 Pool = collections.namedtuple("Pool", "segment_ids num_segments weights denominators")
 Pool.__doc__ = """One pooling pass: the keys' output rows, how many rows, weights or None, and the
@@ -94,9 +96,11 @@ def pooled_forward_many(runtime, tables, op, inputs, training, local_error=None,
     units = table_group.plan(runtime, tables)
     unit_keys = [_joined_keys(backend, unit, [inputs[p] for p in unit.positions], error)
                  for unit in units]
+    admit_ratios = [inputs[unit.positions[0]].admit_ratio if len(unit.positions) == 1 else None
+                    for unit in units]  # hash tables are never grouped
     vectors, routings = lookup_forward_many(runtime, [unit.table for unit in units], op,
                                             unit_keys, training, first_error(error),
-                                            key_check=key_check)
+                                            key_check=key_check, admit_ratios=admit_ratios)
     outputs, state = [None] * len(tables), []
     for unit, found, routing in zip(units, vectors, routings):
         items = [inputs[p] for p in unit.positions]

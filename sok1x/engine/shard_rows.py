@@ -3,11 +3,14 @@ sok1x.Variable's initial rows, sok1x.export and sok1x.assign (SOK's v2 names, wh
 local shard only).
 
 Keys are global ids (sok1x.Variable) or hash keys (sok1x.DynamicVariable); each must be owned by
-this rank under the table's placement (engine/placement.py).
+this rank under the table's placement (engine/placement.py). With slot=(name, initial value)
+they read and write the rows of one of the table's optimizer slots (engine/table.py, made with
+that initial value if the optimizer has not yet) instead of its values: the slot of a key is
+the row its key has in the table, so a slot has the table's keys.
 """
 import numpy as np
 
-from sok1x.engine import api
+from sok1x.engine import api, hybrid_rows
 from sok1x.engine import placement as placements
 from sok1x.engine.bounded_collectives import all_gather_rows
 from sok1x.engine import runtime as _runtime
@@ -37,12 +40,21 @@ def _owned(table, keys, key_limit):
     return np.asarray(owners) == table.rank
 
 
-def assign(table_name, keys, values, key_limit=None):
+def _rows_array(table, slot):
+    """The table's values (slot None) or its optimizer slot (name, initial value)."""
+    if slot is None:
+        return None
+    name, initial = slot
+    return table.slot(name, initial)
+
+
+def assign(table_name, keys, values, key_limit=None, slot=None):
     """Local. Writes float32 values [n, dim] to the rows of the global `keys` [n] (distinct)
-    that this rank holds (a hash table inserts new ones); keys held on other ranks are left to
-    them, so every rank may pass the same keys and values. key_limit: the table's number of keys,
-    if it has one. Returns the number of rows written. Raises InvalidInputError, changing
-    nothing, for keys or values that do not fit."""
+    that this rank holds (a hash table inserts new ones, their other rows at their initial
+    values); keys held on other ranks are left to them, so every rank may pass the same keys
+    and values. key_limit: the table's number of keys, if it has one; slot: (name, initial
+    value) writes that optimizer slot's rows instead of the values. Returns the number of rows
+    written. Raises InvalidInputError, changing nothing, for keys or values that do not fit."""
     with _runtime.entered():
         table = api.shard(table_name)
         backend = table.backend
@@ -58,8 +70,12 @@ def assign(table_name, keys, values, key_limit=None):
         keys, values = keys[mine], values[mine]
         if keys.size == 0:
             return 0
+        target = _rows_array(table, slot)
         rows = _rows_inserting(table, keys)
-        table.put(rows, backend.asarray(values))
+        if target is None:
+            table.put(rows, backend.asarray(values))
+        else:
+            hybrid_rows.put_rows(backend, target, rows, values)
         return int(keys.shape[0])
 
 
@@ -74,9 +90,10 @@ def _rows_inserting(table, keys):
     return table.rows_of(keys_on_device, insert=True)
 
 
-def export(table_name, key_limit=None):
+def export(table_name, key_limit=None, slot=None):
     """Local. Returns host (keys int64 [n], values float32 [n, dim]) of every key this rank holds,
-    by ascending row. key_limit: the table's number of keys (rows beyond it are padding)."""
+    by ascending row. key_limit: the table's number of keys (rows beyond it are padding); slot:
+    (name, initial value) gives that optimizer slot's rows instead of the values."""
     with _runtime.entered():
         table = api.shard(table_name)
         backend = table.backend
@@ -88,7 +105,12 @@ def export(table_name, key_limit=None):
             keys = placements.global_keys(table.placement, rows, table.rank, table.size)
             if key_limit is not None:
                 rows, keys = rows[keys < key_limit], keys[keys < key_limit]
-        values = backend.to_host(table.gather(backend.asarray(rows)))
+        target = _rows_array(table, slot)
+        if target is None:
+            values = backend.to_host(table.gather(backend.asarray(rows)))
+        else:
+            values = backend.to_host(hybrid_rows.gather_rows(backend, target,
+                                                             backend.asarray(rows)))
         return keys.astype(np.int64), np.asarray(values, dtype=np.float32).reshape(-1, table.dim)
 
 

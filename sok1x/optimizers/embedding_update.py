@@ -45,6 +45,16 @@ def slot_prefix(optimizer):
     return prefixes.prefix_of(optimizer)
 
 
+def known_slot_prefix(optimizer):
+    """The prefix slot_prefix() gave `optimizer` in the default graph, without taking a new one:
+    its name when it has built no update there (dump / load / get_slot of an optimizer)."""
+    prefixes = graph_state.per_graph(tf1.get_default_graph(), "slot_prefixes", _SlotPrefixes)
+    known = prefixes.by_optimizer.get(id(optimizer))
+    if known is not None and known[0] is optimizer:
+        return known[1]
+    return optimizer_name(optimizer)
+
+
 def update_op(optimizer, handle, values, indices, update, keyed=None):
     """Returns the op applying `update` (a native_rules.Update built from `optimizer`) to the
     table of embedding variable `handle`, with gradient IndexedSlices parts (values, indices).

@@ -9,6 +9,9 @@ variable among them:
     apply_gradients with its per-variable sparse update redirected, for embedding variables only,
     to the engine's update op, so its step counters, global_step and dense variables are TF's;
   - anything else raises UnsupportedOptimizerError naming the variable and what is supported.
+get_slot(var, name) of the same classes is wrapped too: for a sok1x.Variable or DynamicVariable
+it returns a view of that slot in the variable's engine table (sok1x/v2/slot_views.py), where
+TensorFlow's own slot is only a placeholder of the handle's shape.
 """
 import contextlib
 import functools
@@ -103,15 +106,29 @@ def _twin_wrapper(optimizer, embedding):
     """For a TF 2.11+ Keras optimizer applied directly to variables that need no
     OptimizerScope (sok1x.Variable / DynamicVariable, as SOK's programs do): the
     sok1x.OptimizerWrapper kept on it (its twin OptimizerV2 and that one's slots persist across
-    steps), when it has a twin; else None."""
-    from sok1x.v2.optimizer_wrapper import has_twin, OptimizerWrapper
-    if not all(scope.needs_no_scope(v) for v in embedding) or not has_twin(optimizer):
+    steps); None for other optimizers or variables. Raises UnsupportedOptimizerError, saying
+    why and what to use, for one without a twin."""
+    from sok1x.v2.optimizer_wrapper import is_new_keras, OptimizerWrapper
+    if not all(scope.needs_no_scope(v) for v in embedding) or not is_new_keras(optimizer):
         return None
     wrapper = getattr(optimizer, "_sok1x_wrapper", None)
     if wrapper is None:
-        wrapper = OptimizerWrapper(optimizer)
+        wrapper = OptimizerWrapper(optimizer)  # one without a twin is refused, saying why
         optimizer._sok1x_wrapper = wrapper
     return wrapper
+
+
+def _slot_viewing(get_slot):
+    @functools.wraps(get_slot)
+    def get_slot_or_view(self, var, name, *args, **kwargs):
+        slot = get_slot(self, var, name, *args, **kwargs)
+        if slot is None or not is_embedding_variable(var):
+            return slot
+        from sok1x.v2.slot_views import view_of
+        return view_of(self, var, name, slot)
+
+    setattr(get_slot_or_view, _GUARD_ATTR, True)
+    return get_slot_or_view
 
 
 def optimizer_base_classes():
@@ -124,8 +141,12 @@ def optimizer_base_classes():
 
 
 def install():
-    """Wraps apply_gradients of every optimizer base class once (idempotent)."""
+    """Wraps apply_gradients (and get_slot, where it has one) of every optimizer base class once
+    (idempotent)."""
     for cls in optimizer_base_classes():
         method = cls.apply_gradients
         if not getattr(method, _GUARD_ATTR, False):
             cls.apply_gradients = _guarded(method)
+        get_slot = getattr(cls, "get_slot", None)
+        if get_slot is not None and not getattr(get_slot, _GUARD_ATTR, False):
+            cls.get_slot = _slot_viewing(get_slot)

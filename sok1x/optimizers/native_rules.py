@@ -7,6 +7,7 @@ Optimizers are matched by exact class: a subclass may change the math, so it is 
 """
 import collections
 
+from sok1x.engine import optimizer_updates
 from sok1x.graph_ops.tf_compat import tf1
 
 Update = collections.namedtuple("Update", "rule hyper options")
@@ -29,6 +30,10 @@ def _float(value):
     return tf1.cast(value, _FLOAT)
 
 
+def _accumulator_options(opt):
+    return {"initial_accumulator": float(opt._initial_accumulator_value)}
+
+
 # ---- tf.compat.v1.train ---------------------------------------------------------------------
 
 def _v1_gradient_descent(opt):
@@ -42,7 +47,7 @@ def _v1_momentum(opt):
 
 def _v1_adagrad(opt):
     return Update("adagrad", {"lr": opt._learning_rate_tensor, "epsilon": 0.0},
-                  {"initial_accumulator": float(opt._initial_accumulator_value)})
+                  _accumulator_options(opt))
 
 
 def v1_adam_hyper(opt):
@@ -71,7 +76,7 @@ def _v1_ftrl(opt):
     hyper = {"lr": opt._learning_rate_tensor, "lr_power": opt._learning_rate_power_tensor,
              "l1": opt._l1_regularization_strength_tensor, "l2": l2,
              "l2_shrinkage": opt._l2_shrinkage_regularization_strength_tensor}
-    return Update("ftrl", hyper, {"initial_accumulator": float(opt._initial_accumulator_value)})
+    return Update("ftrl", hyper, _accumulator_options(opt))
 
 
 def _v1_adadelta(opt):
@@ -125,7 +130,7 @@ def _keras_adadelta(opt):
 
 def _keras_adagrad(opt):
     return Update("adagrad", {"lr": _keras_lr(opt), "epsilon": opt.epsilon},
-                  {"initial_accumulator": float(opt._initial_accumulator_value)})
+                  _accumulator_options(opt))
 
 
 def _keras_rmsprop(opt):
@@ -144,10 +149,66 @@ def _keras_ftrl(opt):
     hyper = {"lr": lr, "lr_power": _keras_hyper(opt, "learning_rate_power"),
              "l1": _keras_hyper(opt, "l1_regularization_strength"), "l2": l2,
              "l2_shrinkage": float(opt._l2_shrinkage_regularization_strength)}
-    return Update("ftrl", hyper, {"initial_accumulator": float(opt._initial_accumulator_value)})
+    return Update("ftrl", hyper, _accumulator_options(opt))
 
 
 _builders = {}
+
+
+# The slots each optimizer names, as the engine rule (optimizer_updates.py) names them. Per
+# class: (rule and options from the optimizer, {its slot name: the rule's slot name}).
+def _same(*names):
+    return {name: name for name in names}
+
+
+_slot_maps = {}
+
+
+def _slot_map_of(optimizer):
+    if not _slot_maps:
+        keras_v2 = tf1.keras.optimizers
+        _slot_maps.update({
+            tf1.train.MomentumOptimizer: (lambda o: ("momentum", {}), _same("momentum")),
+            tf1.train.AdagradOptimizer: (lambda o: ("adagrad", _accumulator_options(o)),
+                                         _same("accumulator")),
+            tf1.train.AdamOptimizer: (lambda o: ("adam", {}), _same("m", "v")),
+            tf1.train.FtrlOptimizer: (lambda o: ("ftrl", _accumulator_options(o)),
+                                      {"accum": "accumulator", "linear": "linear"}),
+            tf1.train.RMSPropOptimizer: (
+                lambda o: ("rmsprop", {"initial_rms": 1.0, "centered": bool(o._centered)}),
+                _same("rms", "momentum", "mg")),
+            tf1.train.AdadeltaOptimizer: (lambda o: ("adadelta", {}),
+                                          _same("accum", "accum_update")),
+            keras_v2.SGD: (lambda o: ("keras_momentum", {}), _same("momentum")),
+            keras_v2.Adam: (lambda o: ("adam", {"amsgrad": bool(o.amsgrad)}),
+                            _same("m", "v", "vhat")),
+            keras_v2.Adagrad: (lambda o: ("adagrad", _accumulator_options(o)),
+                               _same("accumulator")),
+            keras_v2.RMSprop: (lambda o: ("rmsprop" if o._momentum else "keras_rmsprop",
+                                          {"initial_rms": 0.0, "centered": bool(o.centered)}),
+                               _same("rms", "momentum", "mg")),
+            keras_v2.Ftrl: (lambda o: ("ftrl", _accumulator_options(o)),
+                            _same("accumulator", "linear")),
+            keras_v2.Adamax: (lambda o: ("adamax", {}), {"m": "m", "v": "u"}),
+            keras_v2.Adadelta: (lambda o: ("adadelta", {}),
+                                {"accum_grad": "accum", "accum_var": "accum_update"}),
+        })
+    return _slot_maps.get(type(optimizer))
+
+
+def engine_slot(optimizer, slot_name):
+    """Returns (the engine rule's slot name, its initial value) of the slot `slot_name` that a
+    supported native `optimizer` keeps for a sok1x table, or None where it keeps none such."""
+    found = _slot_map_of(optimizer)
+    if found is None:
+        return None
+    rule_and_options, names = found
+    rule, options = rule_and_options(optimizer)
+    initial = dict(optimizer_updates.RULES[rule].slots(options))
+    engine_name = names.get(slot_name)
+    if engine_name not in initial:
+        return None
+    return engine_name, initial[engine_name]
 
 
 def builder_for(optimizer):

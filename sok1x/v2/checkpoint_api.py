@@ -37,10 +37,13 @@ def table_names(variables):
 
 
 def _slot_prefixes(optimizer):
+    """The slot prefix in the tables of `optimizer` (a sok1x.OptimizerWrapper: of the optimizer
+    it applies to sok1x variables), as a list; None for every slot."""
     if optimizer is None:
         return None
-    from sok1x.optimizers.embedding_update import optimizer_name
-    return [optimizer_name(optimizer)]
+    from sok1x.optimizers.embedding_update import known_slot_prefix
+    applier = getattr(optimizer, "_applier", None)
+    return [known_slot_prefix(applier() if callable(applier) else optimizer)]
 
 
 def _run_or_op(function, name):

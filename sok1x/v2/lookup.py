@@ -16,13 +16,17 @@ def _as_list(value, count, what):
     return [value] * count
 
 
-def lookup_sparse(params, sp_ids, sp_weights=None, combiners=None, name="sok1x_lookup_sparse"):
+def lookup_sparse(params, sp_ids, sp_weights=None, combiners=None,
+                  use_low_frequency_filter=False, name="sok1x_lookup_sparse"):
     """Returns the pooled embeddings of sok1x variables, as tf.nn.embedding_lookup_sparse.
 
     params: a sok1x.Variable / DynamicVariable (or v1 embedding variable), or a list of them;
     sp_ids: per variable a tf.SparseTensor or tf.RaggedTensor of int keys [batch, hotness];
     sp_weights: None, or per variable None or float weights of the ids' kind and shape;
-    combiners: "sum" or "mean" per variable (default "sum"). Returns float32 [batch, dim] per
+    combiners: "sum" or "mean" per variable (default "sum"); use_low_frequency_filter: SOK's
+    filter of new keys, for DynamicVariables: a key a table does not hold yet enters it with
+    probability the variable's filter_ratio, else it gives a zero vector (counted in a mean's
+    divisor) and no gradient (sok1x/engine/admission.py). Returns float32 [batch, dim] per
     variable (a list when params is a list); a row without keys gives zeros. All variables share
     one exchange. Bad keys (negative, beyond a Variable's rows, wrong dtype) or weights that do
     not match their ids raise InvalidInputError on every rank in that step, changing nothing."""
@@ -46,8 +50,10 @@ def lookup_sparse(params, sp_ids, sp_weights=None, combiners=None, name="sok1x_l
                              % (label, combiner))
         where = "sok1x.lookup_sparse: %s" % label
         keys, segment_ids, rows = ids_parts(ids, where)
+        ratio = getattr(variable, "filter_ratio", None) if use_low_frequency_filter else None
         items.append(pooled_lookup_ops.TableInput(keys, segment_ids, rows,
-                                                  weight_values(weight, ids, where), combiner))
+                                                  weight_values(weight, ids, where), combiner,
+                                                  ratio))
         tables.append(table)
         key_limits.append(getattr(variable, "num_rows", None))
     outputs = pooled_lookup_ops.pooled_lookup(tables, params, items, key_limits, name)

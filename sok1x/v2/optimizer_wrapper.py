@@ -40,8 +40,9 @@ _TWINS = {
         _lr(o), initial_accumulator_value=_hyper(o, "initial_accumulator_value"),
         epsilon=_hyper(o, "epsilon")),
 }
-# Not here: Keras 2.11+ Adamax and Adadelta decay every row's state on IndexedSlices (and move
-# every row), unlike their OptimizerV2 forms; use those (tf.keras.optimizers.legacy).
+# Not here (refused, as SOK refuses every TF 2.11+ Keras optimizer): SGD with momentum, Adamax,
+# Adadelta, Ftrl, RMSprop... decay every row's state on IndexedSlices (and move every row that
+# ever had a gradient), unlike their OptimizerV2 forms; use those (tf.keras.optimizers.legacy).
 
 
 def _new_keras_base():
@@ -50,30 +51,30 @@ def _new_keras_base():
     return None if base is None or base is legacy_base else base
 
 
-def has_twin(optimizer):
-    """True for a TF 2.11+ Keras optimizer that sok1x applies to its variables through a twin
-    OptimizerV2 (see _TWINS)."""
-    try:
-        return _twin_of(optimizer) is not None
-    except UnsupportedOptimizerError:
-        return False
+def is_new_keras(optimizer):
+    """True for a TF 2.11+ Keras optimizer (not the legacy OptimizerV2): sok1x applies it to its
+    variables through a twin OptimizerV2 (see _TWINS), or refuses it."""
+    base = _new_keras_base()
+    return base is not None and isinstance(optimizer, base)
 
 
 def _twin_of(optimizer):
     """The OptimizerV2 standing in for a TF 2.11+ Keras optimizer on sok1x variables, None for
     an optimizer sok1x applies as it is; raises UnsupportedOptimizerError."""
-    base = _new_keras_base()
-    if base is None or not isinstance(optimizer, base):
+    if not is_new_keras(optimizer):
         return None
     make = _TWINS.get(type(optimizer).__name__)
     twin = make(optimizer) if make is not None else None
     if twin is None:
         raise UnsupportedOptimizerError(
-            "sok1x.OptimizerWrapper: %s is not supported for sok1x variables; use its "
-            "tf.compat.v1.keras.optimizers (tf.keras.optimizers.legacy) or tf.compat.v1.train "
-            "counterpart. Supported: tf.keras.optimizers SGD (without momentum), Adam and "
-            "Adagrad; and %s"
-            % (type(optimizer).__name__, native_rules.SUPPORTED))
+            "sok1x.OptimizerWrapper: the TF 2.11+ Keras optimizer %s is not supported for sok1x "
+            "variables (SOK refuses these too: its wrapper needs the legacy OptimizerV2). On a "
+            "sparse gradient it updates state, and rows, beyond the gradient's rows, which "
+            "sok1x's row updates do not reproduce. Call sok1x.init() first (as SOK's programs "
+            "do: use_legacy_optimizer=True makes tf.keras.optimizers and tf.optimizers the "
+            "legacy ones) or use tf.keras.optimizers.legacy.%s. TF 2.11+ Keras optimizers "
+            "supported through a twin: SGD without momentum, Adam and Adagrad."
+            % (type(optimizer).__name__, type(optimizer).__name__))
     return twin
 
 
@@ -154,6 +155,19 @@ class OptimizerWrapper:
         if tf1.executing_eagerly():
             return results[-1] if results else None
         return tf1.group(*results)
+
+    def _applier(self):
+        """The optimizer that updates sok1x variables: the twin, or the wrapped one."""
+        return self._twin if self._twin is not None else self._optimizer
+
+    def get_slot_names(self):
+        """The slot names of the optimizer that updates sok1x variables."""
+        return self._applier().get_slot_names()
+
+    def get_slot(self, var, name):
+        """The slot `name` of `var`: for a sok1x variable a view of its engine slot
+        (sok1x/v2/slot_views.py), as SOK's wrapper gives its DynamicVariable slot."""
+        return self._applier().get_slot(var, name)
 
     def __getattr__(self, name):
         return getattr(self._optimizer, name)

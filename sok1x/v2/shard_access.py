@@ -1,6 +1,7 @@
 """sok1x.export, sok1x.assign and the evicted keys of sok1x.sparse_read_and_evict (SOK's v2
-names): this rank's shard of a sok1x variable as (keys, values) tensors, writing rows of it by
-global key, and the keys a DynamicVariable evicted. All are local (no collective) and not
+names): this rank's shard of a sok1x variable (or of an optimizer slot of it, a
+slot_views.SlotView) as (keys, values) tensors, writing rows of it by global key, and the keys a
+DynamicVariable evicted. All are local (no collective) and not
 per-step, so they cross to the engine as host NumPy through py_func; executing eagerly they run
 at once."""
 import numpy as np
@@ -9,6 +10,16 @@ from sok1x.graph_ops.embedding_tag import table_of
 from sok1x.engine import api, shard_rows
 from sok1x.graph_ops import init_ops
 from sok1x.graph_ops.tf_compat import py_func, tf1
+
+
+def _handle_and_slot(variable):
+    """(the sok1x variable's handle, the engine slot (name, initial value) or None): a
+    slot_views.SlotView (which imports this module) reads its variable's table at its
+    engine_slot."""
+    engine_slot = getattr(variable, "engine_slot", None)
+    if engine_slot is not None:
+        return variable.variable, engine_slot
+    return variable, None
 
 
 def _table(variable):
@@ -22,6 +33,7 @@ def _table(variable):
 def _keys_and_values(variable, read, name):
     """Returns (keys int64 [n], values float32 [n, dim]) tensors of read(table_name) -> host
     (keys, values): at once executing eagerly, else by an op that depends on the handle."""
+    variable, _ = _handle_and_slot(variable)
     table = _table(variable)
     ensure_up = init_ops.bring_up_on_first_use()
 
@@ -41,25 +53,30 @@ def _keys_and_values(variable, read, name):
 
 def export(variable):
     """Returns (keys int64 [n], values float32 [n, dim]) of every row of `variable` held on this
-    rank (global ids for a sok1x.Variable, keys for a DynamicVariable)."""
+    rank (global ids for a sok1x.Variable, keys for a DynamicVariable); of a SlotView, the rows
+    of that slot."""
     key_limit = getattr(variable, "num_rows", None)
-    return _keys_and_values(variable, lambda name: shard_rows.export(name, key_limit),
+    _, slot = _handle_and_slot(variable)
+    return _keys_and_values(variable, lambda name: shard_rows.export(name, key_limit, slot),
                             "sok1x_export")
 
 
 def assign(variable, indices, values):
     """Writes `values` (float [n, dim]) to the rows of global keys `indices` (int [n], distinct)
-    of `variable` that this rank holds; a DynamicVariable inserts new keys. Keys held on other
-    ranks are left to them, so every rank may pass the same keys and values. Returns the op
-    (graph mode) or the number of rows written here. Raises InvalidInputError for keys outside
-    a Variable's rows, or values that do not fit, changing nothing."""
-    table = _table(variable)
+    of `variable` that this rank holds (of a SlotView: that slot's rows); a DynamicVariable
+    inserts new keys. Keys held on other ranks are left to them, so every rank may pass the same
+    keys and values. Returns the op (graph mode) or the number of rows written here. Raises
+    InvalidInputError for keys outside a Variable's rows, or values that do not fit, changing
+    nothing."""
     key_limit = getattr(variable, "num_rows", None)
+    variable, slot = _handle_and_slot(variable)
+    table = _table(variable)
     ensure_up = init_ops.bring_up_on_first_use()
 
     def run(keys_now, values_now, *_):
         ensure_up()
-        return np.int64(shard_rows.assign(table.name, keys_now, values_now, key_limit))
+        return np.int64(shard_rows.assign(table.name, keys_now, values_now, key_limit,
+                                           slot))
     if tf1.executing_eagerly():
         return run(np.asarray(indices), np.asarray(values))
     written = py_func(run, [tf1.convert_to_tensor(indices), tf1.convert_to_tensor(values),

@@ -18,7 +18,7 @@ import numpy as np
 
 from sok1x.backend.random_init import make_spec
 from sok1x.common.handle_variable import create_handle
-from sok1x.engine import runtime, shard_rows
+from sok1x.engine import admission, runtime, shard_rows
 from sok1x.graph_ops import init_ops
 from sok1x.graph_ops.tf_compat import tf1
 from sok1x.common.initializers import spec_from_initializer
@@ -159,7 +159,14 @@ def Variable(initial_value, dtype=None, mode="distributed", name=None, trainable
     attach_reads(handle, lambda: shard_access.export(handle)[1])
     eager_view(handle, local_rows=lambda: shard_access.export(handle)[1])
     handle.mode = mode or "distributed"
+    handle.target_gpu = _target_gpu(placement)
     return handle
+
+
+def _target_gpu(placement):
+    """SOK's target_gpu: the rank holding every row of a "localized:r" variable, -1 for one
+    spread over all ranks."""
+    return placement[1] if isinstance(placement, tuple) else -1
 
 
 def _v2_defaults():
@@ -203,7 +210,7 @@ DEFAULT_HBM_MAX_CAPACITY = 1 << 26
 def DynamicVariable(dimension, initializer=None, var_type=None, name=None,  # noqa: N802
                     key_type=None, dtype=None, init_capacity=None, max_capacity=None,
                     max_hbm_for_vectors=None, evict_strategy="lru", trainable=True,
-                    mode="distributed", **kwargs):
+                    mode="distributed", filter_ratio=1.0, **kwargs):
     """Returns a sok1x.DynamicVariable's handle: a hash table of float32 [dimension] vectors; a
     key is held on rank hash(key) % world_size (mode "distributed"), or every key on rank r
     (mode "localized:r"), and gets a row on first lookup.
@@ -213,7 +220,9 @@ def DynamicVariable(dimension, initializer=None, var_type=None, name=None,  # no
     max_capacity keys per rank, then evicts by evict_strategy "lru" or "lfu", and keeps vectors
     beyond max_hbm_for_vectors GiB in host memory) or "hbm" (grows, never evicts); key_type:
     tf.int64 or tf.int32; init_capacity / max_capacity: keys per rank (defaults: 65536 or
-    max_capacity if smaller; init_capacity for hybrid, 2^26 for hbm). Evicted keys:
+    max_capacity if smaller; init_capacity for hybrid, 2^26 for hbm); filter_ratio: the
+    probability that a new key enters the table in a lookup_sparse(...,
+    use_low_frequency_filter=True) (SOK's HKV config; default 1.0). Evicted keys:
     sok1x.sparse_read_and_evict(handle). Raises ValueError for bad arguments."""
     from sok1x.engine.dynamic_table import make_dynamic
     label = name or "sok_dynamic_variable"
@@ -225,6 +234,7 @@ def DynamicVariable(dimension, initializer=None, var_type=None, name=None,  # no
         raise ValueError("sok1x.DynamicVariable %s: key_type must be tf.int64 or tf.int32, got %r"
                          % (label, key_type))
     var_type = var_type or "hybrid"
+    filter_ratio = admission.check_ratio(filter_ratio, "sok1x.DynamicVariable %s" % label)
     if init_capacity is None:
         init_capacity = DEFAULT_INIT_CAPACITY if max_capacity is None else min(
             DEFAULT_INIT_CAPACITY, int(max_capacity))
@@ -255,6 +265,7 @@ def DynamicVariable(dimension, initializer=None, var_type=None, name=None,  # no
     mark_without_scope(handle)
     _describe(handle, table_name, DYNAMIC, int(dimension), None)
     handle.mode = mode or "distributed"
+    handle.target_gpu = _target_gpu(placement)
     attach_reads(handle, lambda: shard_access.export(handle)[1])
     # SOK's DynamicVariable.size: int64 [1], the number of keys this rank holds.
     def key_count():
@@ -268,6 +279,7 @@ def DynamicVariable(dimension, initializer=None, var_type=None, name=None,  # no
     handle.init_capacity, handle.max_capacity = dynamic.init_capacity, dynamic.max_capacity
     handle.max_hbm_for_vectors = dynamic.max_hbm_for_vectors
     handle.evict_strategy = dynamic.evict_strategy
+    handle.filter_ratio = filter_ratio
     return handle
 
 

@@ -1,6 +1,6 @@
 """The engine side of SOK's v2 API (sok1x.Variable / DynamicVariable tables, the latter hybrid with
 rows in host memory, the fused pooled lookup with a Variable's row limit, shard_rows' assign and
-export, an optimizer update) on the cuda backend against a NumPy model of
+export, an optimizer update, the low-frequency filter) on the cuda backend against a NumPy model of
 tf.nn.embedding_lookup_sparse + SGD, at any number of GPUs. No TensorFlow: this drives
 sok1x.engine directly.
 
@@ -150,3 +150,41 @@ def test_a_key_beyond_a_variables_rows_fails_every_rank_and_changes_nothing():
         api.pooled_lookup(list(TABLES), "v2gpu_bad", inputs, True, limits)
     for name, table in zip(TABLES, before):
         np.testing.assert_array_equal(exported(name)[0], table)
+
+
+def _one_key_per_sample(name, op, keys, ratio):
+    """A pooled lookup of this rank's share of `keys` (one key per sample, "sum") and its
+    backward with ones; returns host (outputs [n, dim], gradient rows)."""
+    per = len(keys) // SIZE
+    mine = np.asarray(keys[RANK * per:(RANK + 1) * per], np.int64)
+    item = PooledInput(mine, np.arange(per, dtype=np.int64), per, None, "sum", ratio)
+    backend = runtime.get().backend
+    (output,), token = api.pooled_lookup([name], op, [item], True)
+    (values, rows), = api.pooled_lookup_grad([name], op + "_grad", token,
+                                             [np.ones((per, 3), np.float32)])
+    return backend.to_host(output), np.asarray(backend.to_host(rows))
+
+
+def test_low_frequency_filter_admits_new_keys_by_ratio():
+    """SOK's filter (engine/admission.py) on a hybrid hash table: ratio 0 keeps new keys out
+    (zeros, no gradient row, not inserted) and lets held ones through; ratio 1 admits all."""
+    name = "v2gpu_filter"
+    api.create_table(name, 3, 64, True, random_init.make_spec("constant", 0.5), replace=True,
+                     placement="hash", dynamic=make_dynamic("hybrid", 8, 64, "lru",
+                                                            16 * 3 * 4 / 2 ** 30))
+    held = np.arange(24) % 8
+    out, _ = _one_key_per_sample(name, "v2gpu_filter_a", held, None)
+    np.testing.assert_array_equal(out, np.full_like(out, 0.5))
+    every = np.arange(24)
+    out, rows = _one_key_per_sample(name, "v2gpu_filter_b", every, 0.0)
+    per = 24 // SIZE
+    mine = every[RANK * per:(RANK + 1) * per]
+    want = np.where((mine < 8)[:, None], 0.5, 0.0) * np.ones((1, 3))
+    np.testing.assert_array_equal(out, want)
+    keys, _ = shard_rows.export(name)
+    assert sorted(np.concatenate(COMM.allgather(keys)).tolist()) == list(range(8))
+    assert COMM.allreduce(len(rows)) == 8  # a gradient row for each held key, none else
+    out, _ = _one_key_per_sample(name, "v2gpu_filter_c", every, 1.0)
+    np.testing.assert_array_equal(out, np.full_like(out, 0.5))
+    keys, _ = shard_rows.export(name)
+    assert sorted(np.concatenate(COMM.allgather(keys)).tolist()) == list(range(24))

@@ -1,0 +1,79 @@
+"""An MPI job for test_new_keras_refusal: TF 2.11+ Keras optimizers whose sparse update sok1x
+does not reproduce (SGD with momentum, Adamax, Adadelta, Ftrl: SOK refuses every TF 2.11+ Keras
+optimizer) are refused on sok1x variables, through sok.OptimizerWrapper and applied directly, on
+every rank, with an error naming the optimizer and the fix, and the table is unchanged (its
+initial rows, from NumPy). Those with a twin (SGD without momentum) still train, against stock
+TensorFlow. Prints "NEW KERAS REFUSAL OK".
+"""
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+from mpi4py import MPI  # noqa: E402
+
+import sok1x as sok  # noqa: E402
+from sok1x.errors import UnsupportedOptimizerError  # noqa: E402
+
+COMM = MPI.COMM_WORLD
+RANK, SIZE = COMM.Get_rank(), COMM.Get_size()
+ROWS, DIM = 12, 3
+REFUSED = [
+    lambda: tf.keras.optimizers.SGD(0.5, momentum=0.9),
+    lambda: tf.keras.optimizers.Adamax(0.5),
+    lambda: tf.keras.optimizers.Adadelta(1.0),
+    lambda: tf.keras.optimizers.Ftrl(0.5),
+]
+
+
+def refused(action, name):
+    try:
+        action()
+    except UnsupportedOptimizerError as error:
+        text = str(error)
+        assert name in text and "sok1x.init()" in text and "legacy" in text, text
+    else:
+        raise AssertionError("%s was not refused" % name)
+
+
+def main():
+    sok.init(backend="cpu", use_legacy_optimizer=False)  # TensorFlow's own tf.keras.optimizers
+    initial = np.arange(ROWS * DIM, dtype=np.float32).reshape(ROWS, DIM)
+    ids = tf.constant(np.arange(RANK, ROWS, SIZE), tf.int64)
+    for make in REFUSED:
+        optimizer = make()
+        name = type(optimizer).__name__
+        refused(lambda: sok.OptimizerWrapper(optimizer), name)
+        variable = sok.Variable(initial)
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(tf.nn.embedding_lookup(variable, ids))
+        grads = tape.gradient(loss, [variable])
+        refused(lambda: optimizer.apply_gradients(zip(grads, [variable])), name)
+        keys, values = sok.export(variable)
+        np.testing.assert_array_equal(values.numpy(), initial[keys.numpy()])
+    # A twin still trains: SGD without momentum, as stock TensorFlow on the global batch.
+    variable, dense = sok.Variable(initial), tf.Variable(initial)
+    optimizer = sok.OptimizerWrapper(tf.keras.optimizers.SGD(0.5))
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(tf.nn.embedding_lookup(variable, ids))
+    optimizer.apply_gradients(zip(tape.gradient(loss, [variable]), [variable]))
+    every = tf.constant(np.arange(ROWS), tf.int64)
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(tf.nn.embedding_lookup(dense, every))
+    tf.keras.optimizers.SGD(0.5).apply_gradients(zip(tape.gradient(loss, [dense]), [dense]))
+    keys, values = sok.export(variable)
+    np.testing.assert_allclose(values.numpy(), dense.numpy()[keys.numpy()], rtol=1e-6)
+    COMM.Barrier()
+    if RANK == 0:
+        print("NEW KERAS REFUSAL OK")
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except BaseException:
+        import traceback
+        traceback.print_exc()
+        sys.stderr.flush()
+        COMM.Abort(1)
