@@ -90,9 +90,13 @@ class EmbeddingTable:
 
     def inserted_rows_and_vectors(self, keys):
         """A training lookup of owned `keys` into a hash table: (rows_of(keys, True), their
-        vectors as gather gives them). One kernel finds, places, initialises the new rows and
-        copies every key's vector out (HashIndex.find_or_insert_values)."""
-        return self._placed_rows(keys, True)
+        vectors as gather gives them). Rows split between GPU and host memory take one kernel
+        that finds, places, initialises the new rows and copies every key's vector out
+        (HashIndex.find_or_insert_values: a host row crosses PCIe once); rows in GPU memory
+        take find_or_insert, init and gather, measured faster there (bench/NOTES.md, issue 21
+        third round)."""
+        rows, vectors = self._placed_rows(keys, hybrid_rows.is_split(self.values))
+        return rows, (self.gather(rows) if vectors is None else vectors)
 
     def _placed_rows(self, keys, fetch):
         """rows_of(keys, True); returns (rows, vectors), vectors None unless `fetch`."""
