@@ -3,13 +3,17 @@
 # timed in alternating processes (before, after, before, after: a slow first case of a fresh
 # process, seen in the second round, then hits both trees alike), then this tree's GPU tests
 # (run_all.sh suites hash-values, dynamic-1gpu, cuda-backend).
-#     bash bench/find_or_insert_pass.sh BEFORE_TREE      (from this checkout's root; logs: $OUT)
+#     bash bench/find_or_insert_pass.sh BEFORE_TREE      (from this checkout's root; $OUT)
 # Both trees are timed by this checkout's bench scripts (they run the three-op path where a tree
 # has no find_or_insert_values). PyCUDA's wheels: ./.device-wheels or two folders up (.devtree).
 # $PASS_LIMIT_S (default 380) bounds the whole pass: each stage gets what is left.
 set -u
 here=$(pwd); before=$(cd "${1:?usage: find_or_insert_pass.sh BEFORE_TREE}" && pwd)
-out=${OUT:-/tmp/sok1x-pass}; mkdir -p "$out"; log=$out/log.txt; summary=$out/summary.txt
+# Logs and JSON go to a work folder; $OUT gets summary.txt and one archive of the rest (a run
+# hands back only a few files).
+final=${OUT:-/tmp/sok1x-pass}; out=/tmp/sok1x-pass-work; mkdir -p "$final" "$out"
+log=$out/log.txt; summary=$final/summary.txt
+trap 'tar -czf "$final/pass.tgz" -C "$out" .' EXIT
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export SOK1X_KERNEL_CACHE_DIR=/tmp/sok1x-kernels
 limit=${PASS_LIMIT_S:-380}
