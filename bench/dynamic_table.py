@@ -18,8 +18,9 @@ key's row is in host memory with the host share's probability. Each call handles
                             (queued before the wait for their count) + gather (the bare figure
                             before 2026-11-23's issue 21 third round)
     find_or_insert_engine   the engine's training path for those keys: DynamicTable.capacity_error
-                            + inserted_rows_and_vectors (free list, statistics, step journal;
-                            find_or_insert_values' one kernel, as key_exchange's lookup)
+                            + inserted_rows_and_vectors (free list, statistics, step journal),
+                            as key_exchange's lookup: the one kernel for hybrid's split rows,
+                            find_or_insert + queued init + gather for hbm
 Each inserting call is undone (untimed: the index's slots copied back, after the step journal's
 rollback for the engine path; --keep-tombstones: the rollback alone, whose erased keys leave
 tombstones that lengthen later probes) so every call starts at the load. The bare path queues
