@@ -9,14 +9,19 @@ read of the same bytes to the same folder, in the same run.
 
 The table: --rows keys (default 10M) x --dim (128) float32, no hash table (or --hashtable: every
 key inserted), --slots zero-filled optimizer slots (default 0), initial values from a fixed
-uniform initializer. Timed, with a barrier before and after (the slowest rank's time), each the
-median of --repeats (default 5) with min and max:
+uniform initializer. A first, untimed dump sizes the plain file; then each of --repeats (default
+5) rounds times, in turn (so the host's load drifts over all four alike), a plain write, a plain
+read, a dump and a load, each with a barrier before and after (the slowest rank's time); each
+figure is the median over the rounds with min and max:
     dump   sok1x.engine.checkpoint.dump_tables into <--dir>/sok1x-checkpoint-io, emptied before
            each repeat (and removed at the end): every rank streams its
            shard to its own file in chunks of SOK1X_CHECKPOINT_CHUNK_MB (--chunk-mb),
            checksummed, fsync, rename; then the manifest
     load   load_tables, after every shard's rows were zeroed: every rank reads the files its
-           placement needs through their checksums and keys, then again into the table
+           placement needs through their checksums and keys, once into a fresh shard made the
+           table's at the end (staged, where a second copy fits: device memory on cuda, half a
+           chunk on cpu) or twice (checked, then into the table); --load-way forces one
+           (SOK1X_CHECKPOINT_LOAD), and the JSON says which ran
     write  every rank writes as many bytes as its shard file to a file of its own, on as many
            threads as the checkpoint's I/O (--io-threads), each its own region, fsync (the
            folder's parallel write bandwidth for this job)
@@ -24,7 +29,8 @@ median of --repeats (default 5) with min and max:
 Before each read (the checkpoint's and the plain one) the files' pages are dropped from the page
 cache with posix_fadvise(DONTNEED), so both read the disk alike where the system honours it
 (/dev/shm keeps them: there both read memory). Only one copy of the bytes is on --dir at a time
-(100M x 128 rows: 52.8 GB); the run stops at once if the folder has less room.
+(the folder is emptied before each write and dump; 100M x 128 rows: 52.8 GB); the run stops at
+once if the folder has less room.
 Each rank's peak resident memory added by a dump and by a load (VmHWM, reset before each through
 /proc/self/clear_refs) is printed beside D8's bound: the chunk plus a tenth of the rank's shard.
 
@@ -66,6 +72,8 @@ def parse_args(argv):
     parser.add_argument("--io-threads", type=int, default=None,
                         help="threads of the plain write and read, and SOK1X_CHECKPOINT_THREADS "
                              "of the checkpoint (default: its default, 4)")
+    parser.add_argument("--load-way", choices=["auto", "staged", "two-pass"], default=None,
+                        help="SOK1X_CHECKPOINT_LOAD for the run (default: its default, auto)")
     parser.add_argument("--digest", action="store_true")
     return parser.parse_args(argv)
 
@@ -278,7 +286,17 @@ def main(argv):
         os.environ["SOK1X_CHECKPOINT_CHUNK_MB"] = str(args.chunk_mb)
     if args.io_threads is not None:
         os.environ["SOK1X_CHECKPOINT_THREADS"] = str(args.io_threads)
-    from sok1x.engine import checkpoint, checkpoint_format, shard_checksum
+    if args.load_way is not None:
+        os.environ["SOK1X_CHECKPOINT_LOAD"] = args.load_way
+    from sok1x.engine import checkpoint, checkpoint_format, checkpoint_load, shard_checksum
+    ways = set()
+    read_table = checkpoint_load.read_table
+
+    def noted(rt, plan):  # which way each load took
+        staged = getattr(plan, "staged", None) is not None  # None before staged loads
+        ways.add("staged" if staged else "two-pass")
+        return read_table(rt, plan)
+    checkpoint_load.read_table = noted
     threads = shard_checksum.threads()
     started = time.perf_counter()
     rt = harness.start_engine(args.backend)
@@ -291,44 +309,47 @@ def main(argv):
     _say("table of %d x %d made in %.1f s" % (args.rows, args.dim,
                                               time.perf_counter() - started))
 
-    dumps = [_timed(lambda: checkpoint.dump_tables(work, [TABLE]),
-                    before=lambda: _emptied(work)) for _ in range(args.repeats)]
-    files = _shard_files(work)
-    total = sum(size for _, _, size in files)
-    mine = [size for rank, _, size in files if rank == rt.rank][0]
-    _say("dumps done at %.1f s" % (time.perf_counter() - started))
+    def dump():
+        checkpoint.dump_tables(work, [TABLE])
+
+    def load():
+        checkpoint.load_tables(work, [TABLE])
 
     def zero_and_drop():
         with _entered():
             rt.backend.fill_value(_table().values, 0.0)
             rt.backend.synchronize()
-        for _, path, _ in files:
+        for _, path, _ in _shard_files(work):
             _drop_cache(path)
-    loads = [_timed(lambda: checkpoint.load_tables(work, [TABLE]), before=zero_and_drop)
-             for _ in range(args.repeats)]
-    sampled = min(sampled, check_cpu_equal(rt, _table(), args.sample))
-    key_digest = digest(rt, _table()) if args.digest else None
-    _say("loads done at %.1f s" % (time.perf_counter() - started))
-
-    _emptied(work)
+    first = _timed(dump, before=lambda: _emptied(work))  # untimed: sizes the plain file
+    files = _shard_files(work)
+    total = sum(size for _, _, size in files)
+    mine = [size for rank, _, size in files if rank == rt.rank][0]
     plain = os.path.join(work, "plain_io.%d.bin" % rt.rank)
     chunk = harness.seeded_rng(rt.rank).integers(
         0, 255, size=min(mine, checkpoint.chunk_bytes()) or 1, dtype=np.uint8)
-    writes = [_timed(lambda: _plain_write(plain, mine, chunk, threads))
-              for _ in range(args.repeats)]
-    reads = [_timed(lambda: _plain_read(plain, chunk, threads), before=lambda: _drop_cache(plain))
-             for _ in range(args.repeats)]
-    os.remove(plain)
+    dumps, loads, writes, reads = [], [], [], []
+    for _ in range(args.repeats):  # in turn, so the host's load drifts over all four alike
+        writes.append(_timed(lambda: _plain_write(plain, mine, chunk, threads),
+                             before=lambda: _emptied(work)))
+        reads.append(_timed(lambda: _plain_read(plain, chunk, threads),
+                            before=lambda: _drop_cache(plain)))
+        dumps.append(_timed(dump, before=lambda: _emptied(work)))  # one copy on disk at once
+        loads.append(_timed(load, before=zero_and_drop))
+    sampled = min(sampled, check_cpu_equal(rt, _table(), args.sample))
+    key_digest = digest(rt, _table()) if args.digest else None
+    _say("dumps, loads, plain writes and reads done at %.1f s" % (time.perf_counter() - started))
     shard_mib = mine / 2 ** 20
     bound_mib = checkpoint.chunk_bytes() / 2 ** 20 + shard_mib / 10
     per_rank = _all({"rank": rt.rank, "shard_MiB": shard_mib, "bound_MiB": bound_mib,
-                     "dump_peak_added_MiB": max(m for _, m in dumps),
+                     "dump_peak_added_MiB": max([first[1]] + [m for _, m in dumps]),
                      "load_peak_added_MiB": max(m for _, m in loads)})
     result = {
         "environment": harness.environment({"backend": args.backend, "ranks": rt.size}),
         "rows": args.rows, "dim": args.dim, "slots": args.slots, "hashtable": args.hashtable,
         "dir": os.path.abspath(args.dir), "chunk_bytes": checkpoint.chunk_bytes(),
         "file_bytes": total, "repeats": args.repeats, "io_threads": threads,
+        "load_ways": sorted(set().union(*_all(sorted(ways)))),
         "dump": _rate(total, [s for s, _ in dumps]), "load": _rate(total, [s for s, _ in loads]),
         "plain_write": _rate(total, [s for s, _ in writes]),
         "plain_read": _rate(total, [s for s, _ in reads]),

@@ -2,14 +2,17 @@
 
     python3 bench/dynamic_breakdown.py --out results/breakdown.json [--rows-log2 24] [--dim 64]
 
-The bare table path (index.find_or_insert with the new rows' init queued before the count's
-wait, then the gather) and the engine path (DynamicTable.rows_of, then the gather), on an hbm
-table filled to load 0.5, 2^20 keys per call (60% held, 40% new), slots restored between calls.
-Events recorded on the sok1x stream split each call into: `to_kernel` (from the call's start to
-the GPU passing the insert kernel: the Python before the launch plus the kernel),
-`queued_and_wait` (the work queued before the wait, or the host's wait and return if longer),
-`rest` (what follows: gather, and touch_rows on the engine path); host clock: `host_to_return`
-(start to find_or_insert / rows_of returning) and `host_all`. Medians of --repeats calls (ms),
+The bare table path (index.find_or_insert_values: one kernel finds, places, initialises and
+copies out) and the engine path (DynamicTable.inserted_rows_and_vectors, as key_exchange's
+training lookup: on hbm rows, find_or_insert + queued init, then the gather), on an hbm table
+filled to load 0.5, 2^20 keys per call (60% held, 40% new),
+slots restored between calls. Events recorded on the sok1x stream split each call into:
+`to_kernel` (from the call's start to the GPU passing the index kernel: the Python before the
+launch plus the kernel), `queued_and_wait` (from there to the call's return: the work queued
+before the host's wait, the wait, and on the engine path the statistics and, for hbm rows, the
+gather queued after it), `rest` (what is queued after the call returns: nothing now, both paths
+return their vectors); host clock: `host_to_return` (start to the call returning) and
+`host_all`. Medians of --repeats calls (ms),
 with min and max.
 """
 import sys
@@ -41,26 +44,27 @@ def main(argv):
         def bare(keys):
             def queue(new_keys, new_rows, count):
                 marks[1].record(stream)
-                backend.init_rows(table.values, new_rows, new_keys, table.spec, 7, count)
-            found, _, _ = table.index.find_or_insert(keys, queue_first=queue)
-            return found
+            table.index.find_or_insert_values(keys, table.values, table.spec, 7,
+                                              queue_first=queue)
 
-        def engine(keys):
-            table.journal.begin_step()
-            index = table.index
-            real = index.find_or_insert
-
-            def find_or_insert(*args, queue_first=None, **options):
+        def marking(real):  # the index op, recording mark 1 where its queue_first runs
+            def call(*args, queue_first=None, **options):
                 def queue(new_keys, new_rows, count):
                     marks[1].record(stream)
                     queue_first(new_keys, new_rows, count)
                 return real(*args, queue_first=queue, **options)
-            index.find_or_insert = find_or_insert
+            return call
+
+        def engine(keys):
+            table.journal.begin_step()
+            index = table.index
+            for op in ("find_or_insert", "find_or_insert_values"):  # whichever the table takes
+                setattr(index, op, marking(getattr(index, op)))
             try:
                 assert table.capacity_error(keys) is None
-                return table.rows_of(keys, True)
+                table.inserted_rows_and_vectors(keys)
             finally:
-                del index.find_or_insert
+                del index.find_or_insert, index.find_or_insert_values
 
         for name, call in (("bare", bare), ("engine", engine)):
             phases = {p: [] for p in ("to_kernel", "queued_and_wait", "rest", "gpu_all",
@@ -72,10 +76,9 @@ def main(argv):
                 backend.synchronize()
                 start = time.perf_counter()
                 marks[0].record(stream)
-                found = call(keys)
+                call(keys)
                 returned = time.perf_counter()
                 marks[2].record(stream)
-                table.gather(found)
                 marks[3].record(stream)
                 marks[3].synchronize()
                 done = time.perf_counter()

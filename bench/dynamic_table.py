@@ -10,10 +10,17 @@ keys (load as HKV counts it, of the rows; the index itself has twice as many slo
 hybrid the held keys' rows are a random permutation of all rows, the free rows likewise, so a
 key's row is in host memory with the host share's probability. Each call handles 2^20 keys:
     find                    index.find + the table's gather (60% of the keys held, 40% not)
-    find_or_insert          the bare table: index.find_or_insert with a row pool + init of the
-                            new rows + gather (60% held, 40% new)
+    find_or_insert          the bare table: index.find_or_insert_values with a row pool, one
+                            kernel that finds, places, initialises the new rows and copies
+                            every key's vector out (60% held, 40% new; on a sok1x without it,
+                            the three ops of find_or_insert_unfused)
+    find_or_insert_unfused  the same as three ops: index.find_or_insert + init of the new rows
+                            (queued before the wait for their count) + gather (the bare figure
+                            before 2026-11-23's issue 21 third round)
     find_or_insert_engine   the engine's training path for those keys: DynamicTable.capacity_error
-                            + rows_of (free list, statistics, step journal) + gather
+                            + inserted_rows_and_vectors (free list, statistics, step journal),
+                            as key_exchange's lookup: the one kernel for hybrid's split rows,
+                            find_or_insert + queued init + gather for hbm
 Each inserting call is undone (untimed: the index's slots copied back, after the step journal's
 rollback for the engine path; --keep-tombstones: the rollback alone, whose erased keys leave
 tombstones that lengthen later probes) so every call starts at the load. The bare path queues
@@ -122,15 +129,27 @@ def measure(backend, timer, host_share, rows, keys_per_call, dim, load, repeats,
     def init_new_rows(new_keys, new_rows, count):
         table.backend.init_rows(table.values, new_rows, new_keys, table.spec, 7, count)
 
-    def find_or_insert():
+    # A sok1x without find_or_insert_values (before 2026-11-23's third round) runs the three
+    # ops for find_or_insert and rows_of + gather on the engine path, so one script times both.
+    fused = hasattr(table.index, "find_or_insert_values")
+
+    def find_or_insert_unfused():
         found, _, _ = table.index.find_or_insert(inserts(), row_pool=pool,
                                                  queue_first=init_new_rows)
         table.gather(found)
 
+    def find_or_insert():
+        if not fused:
+            return find_or_insert_unfused()
+        table.index.find_or_insert_values(inserts(), table.values, table.spec, 7, row_pool=pool)
+
     def find_or_insert_engine():
         keys = inserts()
         assert table.capacity_error(keys) is None
-        table.gather(table.rows_of(keys, True))
+        if fused:
+            table.inserted_rows_and_vectors(keys)
+        else:
+            table.gather(table.rows_of(keys, True))
 
     def restore():  # the bare path inserts without the journal: the slots are put back
         snapshot.restore()
@@ -143,10 +162,12 @@ def measure(backend, timer, host_share, rows, keys_per_call, dim, load, repeats,
 
     entry = {"var_type": table.dynamic.var_type, "host_share": host_share, "rows": rows,
              "dim": dim, "load": load, "keys_per_call": keys_per_call,
-             "hbm_rows": table.hbm_rows, "engine_keeps_tombstones": keep_tombstones}
+             "hbm_rows": table.hbm_rows, "engine_keeps_tombstones": keep_tombstones,
+             "fused": fused}
     with backend.device_context():
         for name, run, before in (("find", find, None),
                                   ("find_or_insert", find_or_insert, restore),
+                                  ("find_or_insert_unfused", find_or_insert_unfused, restore),
                                   ("find_or_insert_engine", find_or_insert_engine, new_step)):
             entry[name] = op_figures(timer.time_ms(run, repeats, warmup=2, before=before),
                                      keys_per_call)
@@ -154,10 +175,11 @@ def measure(backend, timer, host_share, rows, keys_per_call, dim, load, repeats,
         restore()
     entry["engine_over_bare"] = (entry["find_or_insert_engine"]["ms"]
                                  / entry["find_or_insert"]["ms"])
-    harness.log("%s share %.2f dim %d load %.2f: find %.3f, find_or_insert %.3f (engine %.3f) "
-               "[2^30 keys/s, medians]" % (
+    harness.log("%s share %.2f dim %d load %.2f: find %.3f, find_or_insert %.3f (unfused %.3f, "
+               "engine %.3f) [2^30 keys/s, medians]" % (
                    entry["var_type"], host_share, dim, load, entry["find"]["gkeys_per_s"],
                    entry["find_or_insert"]["gkeys_per_s"],
+                   entry["find_or_insert_unfused"]["gkeys_per_s"],
                    entry["find_or_insert_engine"]["gkeys_per_s"]))
     return entry
 

@@ -21,12 +21,16 @@ WORKLOADS = ("seed", "dlrm", "dlrm26", "mlperf26")
 
 
 def load(paths):
-    """{ranks: payload} of framework_step.py JSON files."""
+    """{ranks: payload} of framework_step.py JSON files; the steps of several files of one GPU
+    count (workloads run in processes of their own) are joined."""
     runs = {}
     for path in paths:
         with open(path) as handle:
             payload = json.load(handle)
-        runs[payload["ranks"]] = payload
+        if payload["ranks"] in runs:
+            runs[payload["ranks"]]["steps"] += payload["steps"]
+        else:
+            runs[payload["ranks"]] = payload
     return runs
 
 

@@ -6,8 +6,11 @@ A table of 2^26 slots (HKV's 64M capacity) is filled to each load factor, then e
 1M keys per call (2^20), in 2^30 keys/s. As in HKV each op moves values of `dim` floats, so here
 it is the HashIndex op followed by the row op the engine pairs it with:
     find             index.find + gather_rows (60% of the keys held, 40% not: zero rows)
-    find_or_insert   index.find_or_insert + init_rows of the new rows (queued before the
-                     wait for their count: queue_first) + gather_rows (60% held, 40% new)
+    find_or_insert   index.find_or_insert_values: one kernel finds, places, initialises the
+                     new rows and copies every key's vector out (60% held, 40% new); on a
+                     sok1x without it, the three ops of find_or_insert_unfused
+    find_or_insert_unfused   index.find_or_insert + init_rows of the new rows (queued before
+                     the wait for their count: queue_first) + gather_rows
     insert_or_assign index.find_or_insert + put_rows of the given values (60% held, 40% new)
 also: find_index_only (index.find alone) and find_or_insert_engine (with the extra count_missing
 the engine runs first to report a full table, EmbeddingTable.capacity_error).
@@ -134,7 +137,7 @@ def device_values(backend, rows, dim, on_gpu):
 
 def op_figures(times, keys_per_call):
     """{ms (median), ms_min, ms_max, gkeys_per_s (at the median)} of one op's repeats."""
-    figures = harness.summary(times, ("ms", "ms_min", "ms_max"))
+    figures = harness.summary(times, ("ms", "ms_min", "ms_max", "ms_repeats"))
     figures["gkeys_per_s"] = keys_per_call / figures["ms"] * 1e3 / 2 ** 30
     return figures
 
@@ -155,6 +158,9 @@ def measure_dim(backend, timer, index, snapshot, finds, inserts, dim, repeats, s
     """Times every op at one dim (finds, inserts: Rotations of query sets); returns `entry` with
     {op: {ms, ms_min, ms_max, gkeys_per_s}} added."""
     keys_per_call = entry["keys_per_call"]
+    # An index without find_or_insert_values (sok1x before 2026-11-23's third round) runs the
+    # three ops for find_or_insert too, so one script times both trees.
+    fused = entry["fused"] = hasattr(index, "find_or_insert_values")
     values = device_values(backend, index.capacity, dim, backend.NAME == "cuda")
     given = random_table(backend, keys_per_call, dim, 6)
 
@@ -167,12 +173,20 @@ def measure_dim(backend, timer, index, snapshot, finds, inserts, dim, repeats, s
     def init_new_rows(new_keys, new_rows, count):
         backend.init_rows(values, new_rows, new_keys, spec, 7, count)
 
-    def find_or_insert(count_first=False):
+    def find_or_insert_unfused(count_first=False):
         keys = inserts()
         if count_first:
             index.count_missing(keys)
         found, _, _ = index.find_or_insert(keys, queue_first=init_new_rows)
         backend.gather_rows(values, found)
+
+    def find_or_insert(count_first=False):
+        if not fused:
+            return find_or_insert_unfused(count_first)
+        keys = inserts()
+        if count_first:
+            index.count_missing(keys)
+        index.find_or_insert_values(keys, values, spec, 7)
 
     def insert_or_assign():
         found, _, _ = index.find_or_insert(inserts())
@@ -180,6 +194,7 @@ def measure_dim(backend, timer, index, snapshot, finds, inserts, dim, repeats, s
 
     ops = {"find": (find, None), "find_index_only": (find_index_only, None),
            "find_or_insert": (find_or_insert, snapshot.restore),
+           "find_or_insert_unfused": (find_or_insert_unfused, snapshot.restore),
            "find_or_insert_engine": (lambda: find_or_insert(True), snapshot.restore),
            "insert_or_assign": (insert_or_assign, snapshot.restore)}
     for name, (run, before) in ops.items():
@@ -187,10 +202,11 @@ def measure_dim(backend, timer, index, snapshot, finds, inserts, dim, repeats, s
                                  keys_per_call)
     snapshot.restore()
     harness.log("load %.2f dim %3d: find %.2f (index only %.2f), find_or_insert %.2f "
-               "(engine %.2f), insert_or_assign %.2f  [2^30 keys/s]" % (
+               "(unfused %.2f, engine %.2f), insert_or_assign %.2f  [2^30 keys/s]" % (
                    entry["load"], dim, entry["find"]["gkeys_per_s"],
                    entry["find_index_only"]["gkeys_per_s"],
                    entry["find_or_insert"]["gkeys_per_s"],
+                   entry["find_or_insert_unfused"]["gkeys_per_s"],
                    entry["find_or_insert_engine"]["gkeys_per_s"],
                    entry["insert_or_assign"]["gkeys_per_s"]))
     return entry

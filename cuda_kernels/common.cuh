@@ -103,3 +103,11 @@ __device__ __forceinline__ int64 find_or_claim_slot(int64* slot_keys, int stride
   }
   return -1;
 }
+
+// A lookup's access statistics of one row (a growing, evicting table's, engine/dynamic_table.py):
+// last_step[row] = step and counts[row] += 1 (a repeated row counts each time); row < 0: none.
+__device__ __forceinline__ void touch_row(int64* last_step, int64* counts, int64 row, int64 step) {
+  if (row < 0) return;
+  last_step[row] = step;
+  atomicAdd((uint64*)(counts + row), 1ULL);
+}

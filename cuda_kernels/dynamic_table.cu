@@ -5,9 +5,6 @@
 extern "C" __global__ void touch_rows(int64* last_step, int64* counts, const int64* rows, int64 n,
                                       int64 step) {
   for (int64 i = global_thread_id(); i < n; i += global_thread_count()) {
-    const int64 row = rows[i];
-    if (row < 0) continue;
-    last_step[row] = step;
-    atomicAdd((uint64*)(counts + row), 1ULL);
+    touch_row(last_step, counts, rows[i], step);
   }
 }

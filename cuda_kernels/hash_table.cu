@@ -7,7 +7,7 @@
 // first_new_row + k, with k taken from a counter by one warp-aggregated atomicAdd per warp, so the
 // fresh rows handed out by one call are consecutive. A thread that finds a key placed by another thread
 // of the same call waits for that thread's row write (hash_find_or_insert).
-#include "common.cuh"
+#include "random_init.cuh"
 
 extern "C" __global__ void hash_find(const int64* slots, uint64 slot_count, const int64* keys,
                                      int64 n, int64* rows) {
@@ -36,52 +36,155 @@ extern "C" __global__ void hash_count_missing(const int64* slots, uint64 slot_co
 #define PENDING_ROW (-1LL)   // a slot's row until its placing thread writes it
 #define OVERFLOW_ROW (-3LL)  // a key placed past `limit`: the caller erases the call's keys
 
-// find_or_insert in one pass: rows[i] gets keys[i]'s row, placing the keys not held yet.
-// new_keys / new_rows get, at k, the k-th key placed by this call and its row: row_pool[k] for
-// k < pool_count (a table reusing freed rows), then first_new_row + k - pool_count; *placed
-// (zeroed by the caller) ends as the number placed. Keys placed at k >= limit (more new keys than rows
-// left) get OVERFLOW_ROW, and the caller, seeing *placed > limit, erases new_keys[0, *placed).
-// A key met again in the same call, whose row another thread is still writing, reads
-// PENDING_ROW from its slot: that thread has claimed the slot and writes the row right after its
-// warp's count, so the reader waits for it (after its own warp's writes, never holding back a
-// writer).
+// Where the keys placed by one find_or_insert call go: new_keys / new_rows get, at k, the k-th
+// key placed and its row, row_pool[k] for k < pool_count (a table reusing freed rows), then
+// first_new_row + k - pool_count; *placed (zeroed by the caller) counts them. Keys placed at
+// k >= limit (more new keys than rows left) get OVERFLOW_ROW, and the caller, seeing
+// *placed > limit, erases new_keys[0, *placed).
+struct Placing {
+  int64 first_new_row, limit, pool_count;
+  uint64* placed;
+  int64* new_keys;
+  int64* new_rows;
+  const int64* row_pool;
+};
+
+// One warp's step of find_or_insert: lane i < n finds or claims keys[i]'s slot (*slot; -1 when
+// every slot holds another key) and, when it claimed it, numbers the key with one atomicAdd per
+// warp and records it in new_keys / new_rows. Returns the lanes that claimed; *row is a
+// claimer's row (its slot's row is still PENDING_ROW: publish_row writes it).
+__device__ __forceinline__ unsigned claim_keys(int64* slots, uint64 slot_count, const int64* keys,
+                                               int64 i, int64 n, const Placing& p, int64* slot,
+                                               int64* row) {
+  bool claimed = false;
+  *slot = -1;
+  *row = -1;
+  if (i < n) *slot = find_or_claim_slot(slots, 2, slot_count, keys[i], &claimed);
+  const unsigned new_here = __ballot_sync(FULL_WARP, claimed);
+  if (new_here != 0) {
+    const int leader = __ffs(new_here) - 1;
+    uint64 base = 0;
+    if ((int)lane_id() == leader) base = atomicAdd(p.placed, (uint64)__popc(new_here));
+    base = __shfl_sync(FULL_WARP, base, leader);
+    if (claimed) {
+      const int64 k = (int64)base + __popc(new_here & lanes_below());
+      *row = OVERFLOW_ROW;
+      if (k < p.limit) *row = k < p.pool_count ? p.row_pool[k] : p.first_new_row + k - p.pool_count;
+      p.new_keys[k] = keys[i];
+      p.new_rows[k] = *row;
+    }
+  }
+  return new_here;
+}
+
+// Volatile, so a reader spinning on this slot (found_row) sees it.
+__device__ __forceinline__ void publish_row(int64* slots, int64 slot, int64 row) {
+  *(volatile int64*)(slots + 2 * slot + 1) = row;
+}
+
+// The row of a key this lane found (slot >= 0) or -1 (slot -1). A key placed by another thread
+// of the same call reads PENDING_ROW until that thread publishes its row; the caller spins only
+// after publishing its own warp's rows, so it never holds back a writer.
+__device__ __forceinline__ int64 found_row(const int64* slots, int64 slot) {
+  int64 row = -1;
+  if (slot >= 0) {
+    const volatile int64* where = slots + 2 * slot + 1;
+    while ((row = *where) == PENDING_ROW) {
+    }
+  }
+  return row;
+}
+
+// find_or_insert in one pass: rows[i] gets keys[i]'s row, placing the keys not held yet
+// (Placing says where their rows come from and where they are recorded).
 extern "C" __global__ void hash_find_or_insert(int64* slots, uint64 slot_count, const int64* keys,
                                                int64 n, int64 first_new_row, int64 limit,
                                                uint64* placed, int64* new_keys, int64* new_rows,
                                                const int64* row_pool, int64 pool_count,
                                                int64* rows) {
+  const Placing p = {first_new_row, limit, pool_count, placed, new_keys, new_rows, row_pool};
   for (int64 first = first_of_warp(); first < n; first += global_thread_count()) {
     const int64 i = first + lane_id();
-    bool claimed = false;
-    int64 slot = -1;
-    if (i < n) slot = find_or_claim_slot(slots, 2, slot_count, keys[i], &claimed);
-    const unsigned new_here = __ballot_sync(FULL_WARP, claimed);
-    if (new_here != 0) {
-      const int leader = __ffs(new_here) - 1;
-      uint64 base = 0;
-      if ((int)lane_id() == leader) base = atomicAdd(placed, (uint64)__popc(new_here));
-      base = __shfl_sync(FULL_WARP, base, leader);
-      if (claimed) {
-        const int64 k = (int64)base + __popc(new_here & lanes_below());
-        int64 row = OVERFLOW_ROW;
-        if (k < limit) row = k < pool_count ? row_pool[k] : first_new_row + k - pool_count;
-        // Volatile, so a reader spinning on this slot sees it; no fence: the spinner reads
-        // nothing else this thread wrote.
-        *(volatile int64*)(slots + 2 * slot + 1) = row;
-        new_keys[k] = keys[i];
-        new_rows[k] = row;
-        rows[i] = row;
+    int64 slot, row;
+    const unsigned new_here = claim_keys(slots, slot_count, keys, i, n, p, &slot, &row);
+    const bool claimed = (new_here >> lane_id()) & 1u;
+    if (claimed) {
+      // No fence: the spinning reader reads nothing else this thread wrote.
+      publish_row(slots, slot, row);
+      rows[i] = row;
+    }
+    __syncwarp();
+    if (i < n && !claimed) rows[i] = found_row(slots, slot);
+  }
+}
+
+#define GROUP 8  // keys whose row copies one warp keeps in flight together
+
+// find_or_insert (as hash_find_or_insert) that also initialises the placed keys' rows of
+// `values` ([*, dim] float32, maybe split) with random_init.cuh's recipe and writes every key's
+// vector to out[i] ([n, dim]; zeros for a key without a row), and, where last_step is given,
+// counts the lookup in the rows' statistics (touch_row), HierarchicalKV's find_or_insert:
+// one pass over the keys, a new row's vector computed once and stored twice, no reread. The warp
+// shares each key's row, a lane per column. A new row's values are stored before its row is
+// published (a fence between), and found rows are read through L2 (__ldcg), so a thread meeting
+// a key another warp placed in this call reads the vector that warp wrote.
+extern "C" __global__ void hash_find_or_insert_values(
+    int64* slots, uint64 slot_count, const int64* keys, int64 n, int64 first_new_row, int64 limit,
+    uint64* placed, int64* new_keys, int64* new_rows, const int64* row_pool, int64 pool_count,
+    int64* rows, SplitRows<float> values, int64 dim, int64 kind, uint64 seed, uint64 table_id,
+    double a, double b, float* __restrict__ out, int64* last_step, int64* counts, int64 step) {
+  const Placing p = {first_new_row, limit, pool_count, placed, new_keys, new_rows, row_pool};
+  const uint64 streams = table_stream(seed, table_id);
+  const int lane = (int)lane_id();
+  for (int64 first = first_of_warp(); first < n; first += global_thread_count()) {
+    const int64 i = first + lane;
+    const int64 key = i < n ? keys[i] : 0;
+    int64 slot, row;
+    const unsigned new_here = claim_keys(slots, slot_count, keys, i, n, p, &slot, &row);
+    const bool claimed = (new_here >> lane) & 1u;
+    for (unsigned left = new_here; left != 0; left &= left - 1) {
+      const int j = __ffs(left) - 1;
+      const int64 new_row = __shfl_sync(FULL_WARP, row, j);
+      const uint64 stream = key_stream(streams, __shfl_sync(FULL_WARP, key, j));
+      float* to = out + (first + j) * dim;
+      for (int64 column = lane; column < dim; column += 32) {
+        const float value = initial_value((int)kind, stream, (uint64)column, a, b);
+        if (new_row >= 0) values[new_row * dim + column] = value;
+        to[column] = value;
       }
+    }
+    if (new_here != 0) __threadfence();
+    if (claimed) {
+      publish_row(slots, slot, row);
+      rows[i] = row;
     }
     __syncwarp();
     if (i < n && !claimed) {
-      int64 row = -1;
-      if (slot >= 0) {
-        const volatile int64* where = slots + 2 * slot + 1;
-        while ((row = *where) == PENDING_ROW) {
+      row = found_row(slots, slot);
+      rows[i] = row;
+    }
+    if (last_step != nullptr) touch_row(last_step, counts, row, step);
+    const int64 in_warp = n - first < 32 ? n - first : 32;
+    const unsigned found_here = ~new_here & (in_warp == 32 ? FULL_WARP : (1u << in_warp) - 1u);
+    for (int j0 = 0; j0 < 32; j0 += GROUP) {
+      if (((found_here >> j0) & ((1u << GROUP) - 1u)) == 0) continue;
+      int64 from[GROUP];
+#pragma unroll
+      for (int u = 0; u < GROUP; ++u) {
+        from[u] = __shfl_sync(FULL_WARP, row, j0 + u);
+        if (!((found_here >> (j0 + u)) & 1u)) from[u] = -2;  // not copied here
+      }
+      for (int64 column = lane; column < dim; column += 32) {
+        float got[GROUP];
+#pragma unroll
+        for (int u = 0; u < GROUP; ++u) {
+          got[u] = from[u] >= 0 ? __ldcg(&values[from[u] * dim + column]) : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < GROUP; ++u) {
+          if (from[u] != -2) out[(first + j0 + u) * dim + column] = got[u];
         }
       }
-      rows[i] = row;
     }
   }
 }

@@ -71,7 +71,8 @@ Every backend module exposes the same names, and the engine's algorithms call on
     touch_rows(last_step, counts, rows, step)          access statistics of rows >= 0 (int64)
     HashIndex(capacity)                                key -> row index of a shard (cpu_hash.py):
         find, count_missing, find_or_insert(keys, row_pool, missing, next_row, queue_first),
-        erase, assign, export
+        find_or_insert_values(keys, values, spec, table_id, ...) (also initialises the new
+        rows and returns every key's vector), erase, assign, export
 
 The seam to a framework (graph_ops/boundary.py, DESIGN D1):
     from_dlpack(capsule) -> array       read a framework's tensor in place (consumes the capsule)
@@ -80,6 +81,15 @@ The seam to a framework (graph_ops/boundary.py, DESIGN D1):
     wait_for_framework()                order sok1x's work after the framework's queued work
     release_to_framework()              order the framework's later work after sok1x's
     upload_staged(host) / download_staged(array)   host staging (page-locked buffers on cuda)
+
+Bulk host <-> device moves (checkpoints, engine/checkpoint*.py):
+    host_buffer(nbytes) -> uint8 np.ndarray     host memory that write_rows uploads from without
+                                                a host copy (a reused page-locked block on cuda)
+    write_rows(dst, first, src)                 dst[first:first + len(src)] = src, src a host or
+                                                backend array (one queued copy)
+    free_device_memory() -> int or None         bytes new device arrays can take now (cuda, after
+                                                giving the pool's unused blocks back); None on cpu,
+                                                whose arrays are host memory
 
 The cpu backend is the reference the cuda backend is tested against.
 """

@@ -14,7 +14,13 @@ from sok1x.backend.cpu_hash import HashIndex, scramble  # noqa: F401  (part of t
 from sok1x.backend import cpu_optimizers
 from sok1x.backend import dlpack
 from sok1x.backend.owner_rules import OWNER_FIXED, OWNER_HASH, OWNER_MOD
-from sok1x.backend.cpu_random import initial_values
+from sok1x.backend.cpu_rows import (  # noqa: F401  (part of the op set)
+    counted_rows as _counted_rows,
+    gather_rows,
+    init_rows,
+    touch_rows,
+    whole_rows as _rows,
+)
 
 NAME = "cpu"
 COUNTS = collections.Counter()
@@ -66,11 +72,6 @@ def split_zeros(shape, dtype, hbm_rows):
     says, in either part)."""
     whole = np.zeros(shape, dtype=dtype)
     return [whole[:hbm_rows], whole[hbm_rows:]], whole
-
-
-def _rows(array):
-    """The array a row op indexes: a split array's whole, or the array itself."""
-    return array.whole if hasattr(array, "parts") else array
 
 
 def _on_rows(update):
@@ -340,11 +341,6 @@ def fill_rows(array, rows, value, count=None):
     array[rows[rows >= 0]] = value
 
 
-def _counted_rows(rows, count):
-    rows = np.asarray(rows, dtype=np.int64)
-    return rows if count is None else rows[:int(np.asarray(count).reshape(-1)[0])]
-
-
 def scale_rows(values, factors, divide=False):
     """Returns values [n, ...] times (or, divide=True, over) float32 factors [n] per row; a row
     divided by 0 gives zeros (tf.math.divide_no_nan)."""
@@ -444,40 +440,9 @@ def _add_at_rows(out, rows, values):
     np.add.at(out.reshape(-1), flat, values.reshape(-1))
 
 
-def gather_rows(table, rows):
-    """Returns table[rows] with a zero vector where rows == -1."""
-    table = _rows(table)
-    rows = np.asarray(rows, dtype=np.int64)
-    if rows.size == 0 or rows.min() >= 0:
-        return np.take(table, rows, axis=0)
-    out = table[np.maximum(rows, 0)]
-    out[rows < 0] = 0
-    return out
-
-
 def scatter_add_rows(table, rows, values):
     """table[rows] += values, repeated rows summed."""
     _add_at_rows(table, np.asarray(rows, dtype=np.int64), values)
-
-
-def touch_rows(last_step, counts, rows, step):
-    """For each row >= 0: last_step[row] = step, counts[row] += 1 (repeats count each time)."""
-    rows = np.asarray(rows, dtype=np.int64)
-    rows = rows[rows >= 0]
-    last_step[rows] = step
-    counts += np.bincount(rows, minlength=counts.shape[0]).astype(counts.dtype)
-
-
-def init_rows(table, rows, keys, spec, table_id, count=None):
-    """Writes the initial vectors of `keys` (random_init's recipe) into table[rows]; count: as
-    fill_rows'."""
-    rows = _counted_rows(rows, count)
-    keys = np.asarray(keys, dtype=np.int64)[:rows.shape[0]]
-    kept = rows >= 0
-    if not kept.all():
-        rows, keys = rows[kept], keys[kept]
-    if len(rows):
-        _rows(table)[rows] = initial_values(spec, table_id, keys, table.shape[1])
 
 
 class _HostMemory:
@@ -542,3 +507,22 @@ def upload_staged(host_array):
 def download_staged(array):
     """The host is the cpu backend's device: the array itself."""
     return np.asarray(array)
+
+
+def host_buffer(nbytes):
+    """A uint8 host array of `nbytes` (write_rows copies from any host array alike)."""
+    return np.empty(int(nbytes), np.uint8)
+
+
+def write_rows(dst, first, src):
+    """dst[first:first + len(src)] = src along axis 0."""
+    rows = int(src.shape[0])
+    if src.shape[1:] != dst.shape[1:] or not 0 <= first <= dst.shape[0] - rows:
+        raise ValueError("write_rows: %s rows at %d do not fit an array of %s"
+                         % (list(src.shape), first, list(dst.shape)))
+    dst[first:first + rows] = src
+
+
+def free_device_memory():
+    """None: the cpu backend's arrays are host memory."""
+    return None

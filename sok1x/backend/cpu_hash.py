@@ -9,6 +9,8 @@ works on a whole batch of keys at once: each round probes one slot for every key
 """
 import numpy as np
 
+from sok1x.backend import cpu_rows
+
 EMPTY = -1
 TOMBSTONE = -2
 
@@ -114,6 +116,18 @@ class HashIndex:
         if queue_first is not None:
             queue_first(new_keys, new_rows, None)
         return unique_rows[inverse], new_keys, new_rows
+
+    def find_or_insert_values(self, keys, values, spec, table_id, row_pool=None, missing=None,
+                              next_row=None, queue_first=None, touch=None):
+        """find_or_insert, then init_rows of the new keys' rows of `values` and the vectors of
+        every key: (rows, vectors [n, dim], new_keys, new_rows), as the cuda index's one
+        kernel; touch: None or (last_step, counts, step) for touch_rows of the rows."""
+        rows, new_keys, new_rows = self.find_or_insert(keys, row_pool, missing, next_row,
+                                                       queue_first)
+        cpu_rows.init_rows(values, new_rows, new_keys, spec, table_id)
+        if touch is not None:
+            cpu_rows.touch_rows(touch[0], touch[1], rows, touch[2])
+        return rows, cpu_rows.gather_rows(values, rows), new_keys, new_rows
 
     def assign(self, keys, rows):
         """Inserts distinct keys that are not held yet with the given rows (used by load)."""

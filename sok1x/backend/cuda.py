@@ -31,6 +31,8 @@ from sok1x.backend.cuda_groups import (  # noqa: F401  (part of the op set: tabl
     part_bounds,
     part_bounds_deferred,
 )
+from sok1x.backend.cuda_bulk import (  # noqa: F401  (part of the op set: checkpoints)
+    free_device_memory, host_buffer, write_rows)
 from sok1x.backend.cuda_hash import HashIndex  # noqa: F401  (part of the op set)
 from sok1x.backend.cuda_sizes import flag_outside, header_records  # noqa: F401  (the op set)
 from sok1x.backend.cuda_unique import (  # noqa: F401  (part of the op set)
@@ -81,7 +83,6 @@ from sok1x.backend.cuda_launch import (
 
 NAME = "cuda"
 _ROW_WORDS = (16, 8, 4, 1)  # bytes per word of the row copy kernels, widest first
-_INIT_KINDS = {kind: number for number, kind in enumerate(recipe.KINDS)}
 
 
 @uses_context
@@ -487,14 +488,11 @@ def init_rows(table, rows, keys, spec, table_id, count=None):
     dim = table.shape[1]
     if rows.shape[0] == 0 or dim == 0:
         return
-    a, b = float(spec.a), float(spec.b)
-    if spec.kind == "uniform":
-        b = float(spec.b) - float(spec.a)
-    mask = 0xFFFFFFFFFFFFFFFF
+    kind, seed, table_id, a, b = recipe.kernel_arguments(spec, table_id)
     lane_shift = _lane_shift(dim)
     launch(_init_rows_kernel(), rows.shape[0] << lane_shift, *split_args(table, dim), ptr(rows),
-           ptr(keys), rows.shape[0], _count_ptr(count), dim, lane_shift, _INIT_KINDS[spec.kind],
-           int(spec.seed) & mask, int(table_id) & mask, a, b)
+           ptr(keys), rows.shape[0], _count_ptr(count), dim, lane_shift, kind, seed, table_id, a,
+           b)
 
 
 def _lane_shift(units_per_row):

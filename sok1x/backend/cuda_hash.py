@@ -11,13 +11,16 @@ max_load of the slots (0.5, as on cpu).
 find_or_insert is one kernel that finds and places every key (hash_find_or_insert), then one
 wait for how many it placed, or none when the caller passes the count it just took
 (count_missing: a kernel and a wait). Too many new keys raise OverflowError; the keys placed by
-that call are erased again.
+that call are erased again. find_or_insert_values does the same and, in the same kernel,
+initialises the new keys' rows of a value table and copies every key's vector out
+(hash_find_or_insert_values, HierarchicalKV's find_or_insert).
 """
 import numpy as np
 import pycuda.driver as driver
 from pycuda import gpuarray
 
 from sok1x.backend import cuda_context
+from sok1x.backend import random_init as recipe
 from sok1x.backend.cuda_context import uses_context
 from sok1x.backend.cuda_launch import (
     empty,
@@ -28,8 +31,10 @@ from sok1x.backend.cuda_launch import (
     memoised_per_context,
     prepared,
     ptr,
+    split_args,
     to_host,
     to_host_later,
+    wrap,
 )
 
 
@@ -39,11 +44,18 @@ def _hash_kernels():
         "find": prepared("hash_table.cu", "hash_find", "PQPqP"),
         "count_missing": prepared("hash_table.cu", "hash_count_missing", "PQPqPQP"),
         "find_or_insert": prepared("hash_table.cu", "hash_find_or_insert", "PQPqqqPPPPqP"),
+        "find_or_insert_values": prepared("hash_table.cu", "hash_find_or_insert_values",
+                                          "PQPqqqPPPPqP" + "PPqqqQQddP" + "PPq"),
         "erase": prepared("hash_table.cu", "hash_erase", "PQPqPP"),
         "assign": prepared("hash_table.cu", "hash_assign", "PQPPq"),
         "keys_by_row": prepared("hash_table.cu", "hash_keys_by_row", "PQqPPP"),
         "compact_rows": prepared("hash_table.cu", "hash_compact_rows", "PPPqPP"),
     }
+
+
+def _first(array, count):
+    """array[:count] of a 1-D GPUArray, made without GPUArray's constructor (cuda_launch.wrap)."""
+    return wrap((count,), array.dtype, ptr(array), base=array)
 
 
 def _slot_count(capacity, max_load):
@@ -117,7 +129,38 @@ class HashIndex:
         device array counting them, the arrays' entries past it unset (backend ops take it as
         `count`: init_rows, fill_rows).
         """
+        return self._find_or_insert(index_array(keys, "keys"), row_pool, missing, next_row,
+                                    queue_first, None)
+
+    @uses_context
+    def find_or_insert_values(self, keys, values, spec, table_id, row_pool=None, missing=None,
+                              next_row=None, queue_first=None, touch=None):
+        """find_or_insert that also initialises the new keys' rows of `values` (a float32
+        [rows, dim] GPUArray or split array) as init_rows(values, new_rows, new_keys, spec,
+        table_id) does, and returns every key's vector: (rows, vectors float32 [n, dim],
+        new_keys, new_rows), zeros for a key without a row. One kernel finds, places,
+        initialises and copies (HierarchicalKV's find_or_insert): a new row's vector is
+        computed once and written to the table and the output, nothing is read back, and no
+        row copy waits for the host. touch: None, or (last_step, counts, step): the kernel
+        also counts the lookup as backend.touch_rows(last_step, counts, rows, step) does. Other
+        arguments and errors as find_or_insert's (an overflowing call leaves the output
+        unspecified and, with touch, has counted the lookup of the keys it found)."""
+        if values.dtype != np.float32 or values.ndim != 2:
+            raise TypeError("find_or_insert_values needs a float32 [rows, dim] table, got %s %s"
+                            % (values.dtype, values.shape))
         keys = index_array(keys, "keys")
+        dim = int(values.shape[1])
+        vectors = empty((keys.shape[0], dim), np.float32)
+        statistics = (0, 0, 0) if touch is None else (ptr(touch[0]), ptr(touch[1]),
+                                                       int(touch[2]))
+        fetch = (values, dim, recipe.kernel_arguments(spec, table_id), vectors, statistics)
+        rows, new_keys, new_rows = self._find_or_insert(keys, row_pool, missing, next_row,
+                                                        queue_first, fetch)
+        return rows, vectors, new_keys, new_rows
+
+    def _find_or_insert(self, keys, row_pool, missing, next_row, queue_first, fetch):
+        """find_or_insert; fetch: None, or (values, dim, init kernel arguments, vectors,
+        statistics arguments) for find_or_insert_values' kernel."""
         n = keys.shape[0]
         limit = self.capacity - self.size
         if missing is not None:
@@ -125,7 +168,7 @@ class HashIndex:
             if missing > limit:
                 raise OverflowError("%d new keys do not fit: %d of %d rows used" % (
                     missing, self.size, self.capacity))
-            if missing == 0:
+            if missing == 0 and fetch is None:
                 found, new_keys, new_rows = (self._find(keys), empty((0,), np.int64),
                                              empty((0,), np.int64))
                 if queue_first is not None:
@@ -151,9 +194,14 @@ class HashIndex:
                 queue_first(new_keys, new_rows, None)
             return rows, new_keys, new_rows
         placed = fill_bytes(empty((1,), np.uint64), 0)
-        launch(_hash_kernels()["find_or_insert"], n, ptr(self._slots), self.slot_count,
-               ptr(keys), n, first_new_row, limit, ptr(placed), ptr(new_keys), ptr(new_rows),
-               pool, pool_count, ptr(rows))
+        arguments = (ptr(self._slots), self.slot_count, ptr(keys), n, first_new_row, limit,
+                     ptr(placed), ptr(new_keys), ptr(new_rows), pool, pool_count, ptr(rows))
+        if fetch is None:
+            launch(_hash_kernels()["find_or_insert"], n, *arguments)
+        else:
+            values, dim, init, vectors, statistics = fetch
+            launch(_hash_kernels()["find_or_insert_values"], n, *arguments,
+                   *split_args(values, dim), dim, *init, ptr(vectors), *statistics)
         if missing is not None:
             self.size += missing
             if queue_first is not None:
@@ -168,7 +216,7 @@ class HashIndex:
             self.erase(new_keys[:count])
             raise OverflowError("%d new keys do not fit: %d of %d rows used, %d rows to give" % (
                 count, self.size, self.capacity, limit))
-        return rows, new_keys[:count], new_rows[:count]
+        return rows, _first(new_keys, count), _first(new_rows, count)
 
     @uses_context
     def erase(self, keys):

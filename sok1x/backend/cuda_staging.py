@@ -161,6 +161,13 @@ def download_later(arrays, what):
     return collect
 
 
+def host_buffer(nbytes):
+    """A uint8 view of `nbytes` of a free block, which stays taken while the view (or one of
+    it) lives: upload() copies from it with no host copy. Call inside cuda_context.entered()."""
+    _, block = _blocks.take(int(nbytes))
+    return block[:int(nbytes)]
+
+
 def pinned_bytes():
     """Bytes of page-locked memory held for staging."""
     return _blocks.total_bytes

@@ -31,6 +31,17 @@ kind: one of KINDS; a, b: (value, unused) for constant, (minval, maxval) for uni
 DEFAULT_SPEC = InitializerSpec("uniform", -0.05, 0.05, 0)
 
 
+def kernel_arguments(spec, table_id):
+    """(kind number, seed, table_id, a, b) as the cuda kernels take a spec (random_init.cuh):
+    kind as its index in KINDS, seed and table_id as unsigned 64-bit, b as maxval - minval for
+    uniform."""
+    mask = 0xFFFFFFFFFFFFFFFF
+    a, b = float(spec.a), float(spec.b)
+    if spec.kind == "uniform":
+        b = float(spec.b) - float(spec.a)
+    return KINDS.index(spec.kind), int(spec.seed) & mask, int(table_id) & mask, a, b
+
+
 def make_spec(kind, a=0.0, b=0.0, seed=0):
     """Returns a checked InitializerSpec; raises ValueError naming the bad field."""
     if kind not in KINDS:

@@ -104,28 +104,33 @@ def _slot_lists(rt, tables, slot_prefixes):
 
 
 def _rows_to_host(backend, array, rows, start, stop, contiguous, fill):
-    """Host rows rows[start:stop] of `array` (a backend array, SplitRows, or None: `fill`)."""
+    """Host rows rows[start:stop] of `array` (a backend array, SplitRows, or None: `fill`): a
+    view on cpu; on cuda a view of a reused page-locked block, held by the writer until it is
+    written (rows in order: one copy from the device, no gather)."""
     if array is None:
         return fill
-    if contiguous and isinstance(array, np.ndarray):  # a view: no copy
-        return array[rows[start]:rows[start] + (stop - start)] if stop > start else array[:0]
+    if contiguous and not hybrid_rows.is_split(array):
+        first = int(rows[start]) if stop > start else 0
+        return np.asarray(backend.download_staged(backend.row_view(array, first,
+                                                                   first + stop - start)))
     index = backend.asarray(rows[start:stop])
     if len(array.shape) == 1:
         picked = backend.take_rows(array, index)
     else:
         picked = hybrid_rows.gather_rows(backend, array, index)
-    # A view of a reused page-locked block on cuda, held by the writer until it is written.
     return np.asarray(backend.download_staged(picked))
 
 
 def _write_shard(rt, table, slots, path, rows_per_chunk):
-    """Streams this rank's rows of `table` into shard file `path`; returns its manifest dict."""
+    """Streams this rank's rows of `table` into shard file `path`; returns its manifest dict.
+    One file chunk is written while the next is copied to the host."""
     backend = rt.backend
     keys, rows = _held_rows(rt, table)
     count = int(keys.shape[0])
     contiguous = count == 0 or (rows[0] == 0 and rows[-1] == count - 1)
     arrays = [(table.values, None)] + [(table.slots.get(name), initial) for name, initial in slots]
-    writer = ShardWriter(path)
+    writer = ShardWriter(path, in_flight_bytes=rows_per_chunk * checkpoint_format.row_bytes(
+        table.dim, len(slots)))
     try:
         writer.write(checkpoint_format.encode_header(table.name, table.dim, count, slots,
                                                      rt.rank, rt.size, rows_per_chunk))
@@ -183,8 +188,9 @@ def load_shards(directory, manifests, where, table_names, slot_prefixes=None):
     `directory` and whose manifest is `manifests` (this rank's copy, as a list of byte strings
     whose tables together are the set; None for one that could not be read), redistributed over
     this job's ranks; only the slots matching `slot_prefixes` (all when None). Every file is
-    checked (checksum, header, keys) before any table changes: any error, named after the
-    file, is raised on every rank first, changing nothing. `where` names the manifest."""
+    checked (checksum, header, keys) before any table changes, its rows staged in a fresh shard
+    where there is room (engine/checkpoint_load.py): any error, named after the file, is raised
+    on every rank first, changing nothing. `where` names the manifest."""
     what = "restoring sok1x tables %s" % list(table_names)
     with _runtime.entered() as rt:
         tables = ready_tables(rt, table_names, what)
@@ -197,17 +203,22 @@ def load_shards(directory, manifests, where, table_names, slot_prefixes=None):
             for table in tables:
                 entry = checkpoint_manifest.entry_of(manifest, table.name, where)
                 plans.append(checkpoint_load.check_table(rt, table, entry, directory,
-                                                         slot_prefixes))
+                                                         slot_prefixes, chunk_bytes() // 2))
         except CheckpointError as exc:
-            error = exc
+            error = exc.with_traceback(None)  # its frames hold staged shards
         except (OSError, MemoryError) as exc:
             error = CheckpointError("rank %d cannot read the checkpoint %s: %s"
                                     % (rt.rank, where, exc))
-        rt.host.raise_together(error, what)
         tables = table = None  # a hash table's old shard is dropped before its new one is made
         try:
-            for plan in plans:
-                checkpoint_load.read_table(rt, plan)
+            rt.host.raise_together(error, what)
+        except BaseException:
+            del plans[:]  # the staged shards go
+            rt.backend.release_unused()
+            raise
+        try:
+            while plans:
+                checkpoint_load.read_table(rt, plans.pop(0))
         except (CheckpointError, OSError, MemoryError) as exc:
             error = CheckpointError(
                 "rank %d could not read the checkpoint %s after checking it (%s): tables %s "

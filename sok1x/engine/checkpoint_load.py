@@ -1,19 +1,31 @@
-"""Loading a sharded checkpoint into a table (DESIGN D8): a read plan, a check, then a stream of
-chunks into the table itself.
+"""Loading a sharded checkpoint into a table (DESIGN D8): a read plan, then one of two ways to
+read, chosen per table; either way no table changes before every rank read and checked every
+file of every table without an error.
 
 Each rank reads the shard files that can hold rows its placement gives it: only its own when
 the checkpoint was saved on this many ranks with this placement, else every file (resharding is
-a read plan, not a gather: no collective moves rows). A load reads those files twice:
-  1. check_table streams each one through its checksum and checks its header and every key it
-     holds (negative, duplicated, beyond the table, more rows than the shard can hold). The
-     caller changes no table unless every rank checked every table without an error.
-  2. read_table streams them again (from the page cache, where they fit) into the table. A table
-     without a hash table is written in place: its rows follow from the keys, and rows no file
-     holds get their initial values. A hash table's old shard is dropped and a new one filled
-     (its rows are handed out anew), so the two never coexist.
-Host memory: one chunk's buffers (the chunks the writer made, engine/checkpoint_format.py), plus
-one byte per row (which rows a file held) or, for a hash table during the check, its keys; never
-a second copy of the shard, on the host or the device.
+a read plan, not a gather: no collective moves rows). check_table reads each file through its
+checksum and checks its header and every key it holds (negative, duplicated, beyond the table,
+more rows than the shard can hold), then:
+  - staged (each byte read once): while checking, the rows stream into a fresh shard (a new
+    table of the same settings that is not yet the runtime's); read_table then makes it the
+    table's: a hash table's fresh shard replaces the old one, a table without one gets the
+    fresh rows copied into its own arrays (on the device, on cuda), so the arrays that table
+    groups view stay. A failure drops the fresh shard. It needs room for a second copy of the
+    rank's rows in the table's own memory: on cuda the device's free memory less
+    DEVICE_RESERVE; in host memory (the cpu backend, a hybrid table's host rows) at most
+    `host_room` (D8 bounds the host memory a load adds by the chunk plus a tenth of the shard;
+    the caller passes half a chunk).
+  - two-pass (where there is no such room): the check reads every file and changes nothing;
+    read_table streams them again (from the page cache, where they fit) into the table itself.
+    A table without a hash table is written in place; a hash table's old shard is dropped and a
+    new one filled (its rows are handed out anew), so the two never coexist.
+SOK1X_CHECKPOINT_LOAD=staged or two-pass forces one way (default auto). In both, rows a file
+holds in order go from the read buffer into the table in one copy (backend.write_rows: from a
+page-locked block straight to the device on cuda), and rows no file holds get initial values.
+Host memory: two read buffers of a file chunk (the chunks the writer made,
+engine/checkpoint_format.py), plus one byte per row (which rows a file held) or, for a hash
+table, its keys; no second copy of the shard on the host, but a staged one within host_room.
 """
 import collections
 import os
@@ -27,6 +39,9 @@ from sok1x.engine.shard_storage import ShardReader
 from sok1x.errors import CheckpointError
 
 FILL_ROWS = 1 << 16  # rows per upload when rows no file held get their initial slot values
+LOAD_ENV = "SOK1X_CHECKPOINT_LOAD"
+AUTO, STAGED, TWO_PASS = "auto", "staged", "two-pass"
+DEVICE_RESERVE = 1 << 30  # device memory a staged load leaves free (for the steps after it)
 
 
 def files_to_read(rank, size, table, entry):
@@ -54,11 +69,12 @@ def shard_path(directory, shard):
     return beside
 
 
-LoadPlan = collections.namedtuple("LoadPlan", "name slots kept shards held rows")
+LoadPlan = collections.namedtuple("LoadPlan", "name slots kept shards held rows staged")
 LoadPlan.__doc__ = """What check_table found for one table on this rank: slots (name, initial) in
 the files' order, kept (the same, (None, None) for a slot not restored), shards (manifest dicts of
 the files to read, with "where": the path), held (a table without a hash table: bool per shard row,
-True for rows a file holds; else None) and rows (how many rows this rank gets)."""
+True for rows a file holds; else None), rows (how many rows this rank gets) and staged (the fresh
+shard holding them all, or None: read_table reads the files again)."""
 
 
 def _owned(rt, table, keys, times, where):
@@ -87,11 +103,15 @@ def _direct_rows(rt, table, keys):
         host_ops, table.placement, keys, rt.size)), np.int64)
 
 
-def _chunks(reader, header, per_row, dim, slot_count):
-    """Yields (keys, values, [slots], times) of each chunk of an opened shard file."""
+def _chunks(rt, reader, header, per_row, dim, slot_count, uploads):
+    """Yields (keys, values, [slots], times) of each chunk of an opened shard file: views of
+    the backend's host buffers. uploads: the caller queues copies from them (a buffer is filled
+    again only once they ran)."""
     step = max(1, min(header["chunk_rows"], header["rows"]))  # the writer's chunks
     counts = [min(step, header["rows"] - start) for start in range(0, header["rows"], step)]
-    for count, piece in zip(counts, reader.chunks([c * per_row for c in counts])):
+    pieces = reader.chunks([c * per_row for c in counts], rt.backend.host_buffer,
+                           rt.backend.synchronize if uploads else None)
+    for count, piece in zip(counts, pieces):
         yield checkpoint_format.split_chunk(piece, count, dim, slot_count)
 
 
@@ -111,11 +131,13 @@ def _opened(shard, table, slots, verify):
     return reader, header
 
 
-def check_table(rt, table, entry, directory, slot_prefixes):
+def check_table(rt, table, entry, directory, slot_prefixes, host_room):
     """Reads this rank's share of `entry`'s shard files (in `directory`) through their checksums
-    and checks every key; returns the LoadPlan for read_table. slot_prefixes: restore only slots
-    whose names start with one of them + "/" (None: all). Raises CheckpointError naming the file
-    for anything wrong with it; changes nothing."""
+    and checks every key; returns the LoadPlan for read_table, its rows staged in a fresh shard
+    where there is room (see the module's docstring; host_room: bytes of host memory a staged
+    copy may take). slot_prefixes: restore only slots whose names start with one of them + "/"
+    (None: all). Raises CheckpointError naming the file for anything wrong with it; changes no
+    table."""
     if int(entry["dim"]) != table.dim:
         raise CheckpointError("the checkpoint in %s holds rows of dim %d; table %s has dim %d"
                               % (directory, int(entry["dim"]), table.name, table.dim))
@@ -124,31 +146,90 @@ def check_table(rt, table, entry, directory, slot_prefixes):
         name.startswith(prefix + "/") for prefix in slot_prefixes) else (None, None)
         for name, initial in slots]
     per_row = checkpoint_format.row_bytes(table.dim, len(slots))
+    shards = [dict(shard, where=shard_path(directory, shard))
+              for shard in files_to_read(rt.rank, rt.size, table, entry)]
+    expected = _expected_rows(rt, table, entry, shards)
+    staged = None
+    if _load_mode(rt, table, shards, kept, expected, host_room) == STAGED:
+        staged = _fresh_shard(rt, table, expected)
+    sink = None if staged is None else _RowSink(rt, staged, kept)
     held = None if table.use_hashtable else np.zeros(table.values.shape[0], bool)
-    shards, hash_keys, count = [], [], 0
-    for shard in files_to_read(rt.rank, rt.size, table, entry):
-        shard = dict(shard, where=shard_path(directory, shard))
-        shards.append(shard)
+    hash_keys, count = [], 0
+    for shard in shards:
         reader, header = _opened(shard, table, slots, True)
         try:
-            for keys, _, _, times in _chunks(reader, header, per_row, table.dim, len(slots)):
-                keys = keys[_owned(rt, table, keys, times, shard["where"])]
+            for keys, values, slot_arrays, times in _chunks(
+                    rt, reader, header, per_row, table.dim, len(slots), sink is not None):
+                keep = _owned(rt, table, keys, times, shard["where"])
+                mine = keys[keep]
                 if held is not None:
-                    rows = _direct_rows(rt, table, keys)
+                    rows = _direct_rows(rt, table, mine)
                     if _repeats_any(rows) or held[rows].any():
                         raise CheckpointError(
                             "%s holds key %d twice (table %s): the file is corrupt"
-                            % (shard["where"], _repeated(keys, held, rows), table.name))
+                            % (shard["where"], _repeated(mine, held, rows), table.name))
                     held[rows] = True
                 else:
-                    hash_keys.append(keys)  # a copy: boolean indexing made it
-                count += keys.size
+                    hash_keys.append(mine)  # a copy: boolean indexing made it
+                if sink is not None:
+                    sink.add(keys, keep, values, slot_arrays, times, shard["where"])
+                count += mine.size
             reader.finish()
         finally:
             reader.close()
     if hash_keys:
         _check_hash_keys(rt, table, np.concatenate(hash_keys), shards)
-    return LoadPlan(table.name, slots, kept, shards, held, count)
+    if sink is not None:
+        sink.finish(held)
+    return LoadPlan(table.name, slots, kept, shards, held, count, staged)
+
+
+def _expected_rows(rt, table, entry, shards):
+    """About how many rows this rank gets from `shards` (exact when it reads its own file)."""
+    total = sum(int(shard["rows"]) for shard in shards)
+    if (len(shards) == 1 and len(entry["shards"]) == rt.size) or table.placement.kind == "rank":
+        return total
+    return -(-total // rt.size)
+
+
+def _load_mode(rt, table, shards, kept, expected, host_room):
+    """STAGED or TWO_PASS for `table` (see the module's docstring)."""
+    mode = os.environ.get(LOAD_ENV, AUTO)
+    if mode not in (AUTO, STAGED, TWO_PASS):
+        raise CheckpointError("%s=%r: expected %s, %s or %s" % (LOAD_ENV, mode, AUTO, STAGED,
+                                                                TWO_PASS))
+    if not shards:
+        return TWO_PASS  # nothing to read
+    if mode != AUTO:
+        return mode
+    restored = sum(1 for name, _ in kept if name is not None)
+    per_row = 4 * table.dim * (1 + restored) + 8 + (32 if table.use_hashtable else 0)
+    need = max(int(table.values.shape[0]), expected) * per_row
+    free = rt.backend.free_device_memory()
+    if free is None or getattr(table, "hbm_rows", None) is not None:
+        return STAGED if need <= host_room else TWO_PASS
+    return STAGED if need + DEVICE_RESERVE <= free else TWO_PASS
+
+
+def _fresh_shard(rt, table, expected):
+    """A new, empty shard of `table`'s settings that is not the runtime's (a DynamicTable grown
+    once, while empty, to the rows expected)."""
+    from sok1x.engine.dynamic_table import make_table
+    fresh = make_table(rt, table.name, *table.settings, initialize=False)
+    if expected > fresh.capacity and hasattr(fresh, "_grow"):
+        fresh._grow(min(expected, fresh.max_capacity))
+    return fresh
+
+
+def _too_many(rt, table, count, files):
+    """CheckpointError if a hash table cannot hold `count` rows, else None."""
+    room = getattr(table, "max_capacity", table.capacity)
+    if count <= room:
+        return None
+    return CheckpointError(
+        "%s: table %s gets %d rows on rank %d, more than its capacity %d "
+        "(max_vocabulary_size_per_gpu or max_capacity): raise it or restore on more ranks"
+        % (files, table.name, count, rt.rank, room))
 
 
 def _check_hash_keys(rt, table, keys, shards):
@@ -159,18 +240,19 @@ def _check_hash_keys(rt, table, keys, shards):
     if twice.size:
         raise CheckpointError("%s holds a key twice (%d, table %s): the file is corrupt"
                               % (files, int(twice[0]), table.name))
-    room = getattr(table, "max_capacity", table.capacity)
-    if keys.size > room:
-        raise CheckpointError(
-            "%s: table %s gets %d rows on rank %d, more than its capacity %d "
-            "(max_vocabulary_size_per_gpu or max_capacity): raise it or restore on more ranks"
-            % (files, table.name, keys.size, rt.rank, room))
+    error = _too_many(rt, table, keys.size, files)
+    if error is not None:
+        raise error
 
 
 def read_table(rt, plan):
-    """Streams the files of `plan` (check_table's) into the runtime's table plan.name: a table
-    without a hash table in place; for a hash table, the runtime's shard is dropped (the caller
-    holds no reference to it) and a new one made and filled."""
+    """Puts the rows of `plan` (check_table's) into the runtime's table plan.name: its staged
+    shard, or a second stream of its files. A table without a hash table is written in place; a
+    hash table's shard is replaced (for a stream, the old one is dropped first: the caller holds
+    no reference to it)."""
+    if plan.staged is not None:
+        _take_staged(rt, plan)
+        return
     table = rt.tables[plan.name]
     if table.use_hashtable:
         from sok1x.engine.dynamic_table import make_table
@@ -181,37 +263,55 @@ def read_table(rt, plan):
         rt.tables[plan.name] = table
         if plan.rows > table.capacity:  # a DynamicTable: grown once, while it is empty
             table._grow(plan.rows)
-    sink = _RowSink(rt, table, plan)
+    sink = _RowSink(rt, table, plan.kept)
     per_row = checkpoint_format.row_bytes(table.dim, len(plan.slots))
     for shard in plan.shards:
         reader, header = _opened(shard, table, plan.slots, False)
         try:
-            for keys, values, slot_arrays, times in _chunks(reader, header, per_row, table.dim,
-                                                            len(plan.slots)):
-                sink.add(keys, values, slot_arrays, times, shard["where"])
+            for keys, values, slot_arrays, times in _chunks(rt, reader, header, per_row,
+                                                            table.dim, len(plan.slots), True):
+                sink.add(keys, _owned(rt, table, keys, times, shard["where"]), values,
+                         slot_arrays, times, shard["where"])
             reader.finish()
         finally:
             reader.close()
-    sink.finish()
+    sink.finish(plan.held)
+
+
+def _take_staged(rt, plan):
+    """Makes the rows of plan.staged the table's (see the module's docstring)."""
+    fresh, backend = plan.staged, rt.backend
+    if fresh.use_hashtable:
+        rt.tables[plan.name] = fresh
+        backend.release_unused()  # the old shard's memory
+        return
+    table = rt.tables[plan.name]
+    restored = {name: initial for name, initial in plan.kept if name is not None}
+    for name in [name for name in table.slots if name not in restored]:
+        backend.fill_value(table.slots[name], table.slot_initial[name])
+    backend.write_rows(table.values, 0, fresh.values)
+    backend.write_rows(table.times, 0, fresh.times)
+    for name, initial in restored.items():
+        backend.write_rows(table.slot(name, initial), 0, fresh.slots[name])
+    backend.synchronize()  # the copies ran: the fresh shard's memory may go
 
 
 class _RowSink:
     """Writes the owned rows of streamed chunks into `table`: in place (no hash table), or into
-    a new hash table shard, handing out its rows in order."""
+    a new hash table shard, handing out its rows in order. kept: (name, initial) of each file
+    slot, (None, None) for one not restored; the table's other slots get their initial
+    values."""
 
-    def __init__(self, rt, table, plan):
-        self.rt, self.table, self.backend, self.plan = rt, table, rt.backend, plan
+    def __init__(self, rt, table, kept):
+        self.rt, self.table, self.backend, self.kept = rt, table, rt.backend, kept
         self.used = 0
-        if plan.held is not None:  # slots the table has and the checkpoint does not restore
-            restored = {name for name, _ in plan.kept if name is not None}
-            for name, array in table.slots.items():
-                if name not in restored:
-                    self.backend.fill_value(array, table.slot_initial[name])
+        restored = {name for name, _ in kept if name is not None}
+        for name, array in table.slots.items():
+            if name not in restored:
+                self.backend.fill_value(array, table.slot_initial[name])
 
-    def add(self, keys, values, slots, times, where):
-        """Keeps the rows of this chunk that this rank owns (checked by check_table)."""
-        table = self.table
-        keep = _owned(self.rt, table, keys, times, where)
+    def add(self, keys, keep, values, slots, times, where):
+        """Puts the rows of this chunk that this rank owns (mask `keep`, checked)."""
         if keep.all():  # a shard read by its own rank: every row, no copies
 
             def mine(array):
@@ -223,34 +323,33 @@ class _RowSink:
 
             def mine(array):
                 return np.ascontiguousarray(array[chosen])
-        rows = self._rows_for(mine(keys))
+        rows = self._rows_for(mine(keys), where)
         first = int(rows[0]) if _contiguous(rows) else None
         device_rows = None if first is not None else self.backend.asarray(rows)
 
         def put(array, source):
-            if first is not None and isinstance(array, np.ndarray):  # the cpu backend
-                array[first:first + rows.size] = source
+            if first is not None and not hybrid_rows.is_split(array):
+                self.backend.write_rows(array, first, source)  # one copy, no index
             else:
                 hybrid_rows.put_rows(self.backend, array, device_rows if device_rows is not None
-                                     else self.backend.asarray(rows),
-                                     self.backend.asarray(source))
+                                     else self.backend.asarray(rows), source)
+        table = self.table
         put(table.values, mine(values))
-        for (name, initial), array in zip(self.plan.kept, slots):
+        for (name, initial), array in zip(self.kept, slots):
             if name is not None:
                 put(table.slot(name, initial), mine(array))
         put(table.times, mine(times))
 
-    def finish(self):
-        """Gives the rows of a table without a hash table that no file held their initial
-        values, slots and no update time."""
-        held = self.plan.held
+    def finish(self, held):
+        """Gives the rows of a table without a hash table that no file held (False in `held`)
+        their initial values, slots and no update time."""
         if held is None or held.all():
             return
         table, backend = self.table, self.backend
         rows = np.flatnonzero(~held)
         table.initialize_rows(rows)
         backend.fill_rows(table.times, backend.asarray(rows), 0.0)
-        for name, initial in self.plan.kept:
+        for name, initial in self.kept:
             if name is not None:
                 array = table.slot(name, initial)
                 for start in range(0, rows.size, FILL_ROWS):
@@ -258,12 +357,15 @@ class _RowSink:
                     backend.put_rows(array, backend.asarray(part), backend.asarray(
                         np.full((part.size, table.dim), initial, np.float32)))
 
-    def _rows_for(self, keys):
+    def _rows_for(self, keys, where):
         table, backend = self.table, self.backend
         if not table.use_hashtable:
             return _direct_rows(self.rt, table, keys)
         needed = self.used + keys.size
         if needed > table.capacity:
+            error = _too_many(self.rt, table, needed, where)
+            if error is not None:
+                raise error
             table._grow(needed)  # a DynamicTable: capacity doubles up to max_capacity
         rows = np.arange(self.used, needed, dtype=np.int64)
         table.index.assign(backend.asarray(keys), backend.asarray(rows))

@@ -135,10 +135,15 @@ class DynamicTable(EmbeddingTable):
         placed."""
         if not insert:
             return self.index.find(keys)
+        return self._placed_rows(keys, False)[0]
+
+    def _placed_rows(self, keys, fetch):
+        """rows_of(keys, True); returns (rows, vectors), vectors None unless `fetch`
+        (EmbeddingTable.inserted_rows_and_vectors)."""
         before = (self._free, self._high_water)
         counted, self._counted = self._counted, None
         if self.index.size + int(keys.shape[0]) <= self.capacity:
-            return self._insert(keys, None, before, None)
+            return self._insert(keys, None, before, None, fetch)
         if counted is not None and counted[0] is keys and counted[1] == self.index.size:
             missing = counted[2]  # capacity_error just counted these keys
         else:
@@ -146,32 +151,41 @@ class DynamicTable(EmbeddingTable):
         if missing == 0:
             found = self.index.find(keys)
             self.backend.touch_rows(self.last_step, self.counts, found, self.journal.step)
-            return found
+            return found, (self.gather(found) if fetch else None)
         needed = self.index.size + missing
         if needed > self.capacity and self.capacity < self.max_capacity:
             self._grow(needed)
         evicted = None
         if needed > self.capacity:
             evicted = self._evict(needed - self.capacity, self.index.find(keys))
-        return self._insert(keys, missing, before, evicted)
+        return self._insert(keys, missing, before, evicted, fetch)
 
-    def _insert(self, keys, missing, before, evicted):
+    def _insert(self, keys, missing, before, evicted, fetch):
         """Finds or places `keys` (missing: how many are new, or None when every key fits even
         if new), new keys taking freed rows (last freed first), then fresh ones; initialises
         the new rows, counts the lookup and records the undo (before: the free list and high
-        water before this lookup's eviction, `evicted`)."""
+        water before this lookup's eviction, `evicted`). Returns (rows, vectors): with
+        `fetch`, one kernel also initialises the new rows and copies every key's vector out."""
         backend = self.backend
         plain = self._free.shape[0] == 0 and self._high_water == self.index.size
         pool = None if plain else self._free_rows_on_device()
 
         def queue_new_rows(new_keys, new_rows, count):  # runs while the host waits for count
-            hybrid_rows.init_rows(backend, self.values, new_rows, new_keys, self.spec,
-                                  self.table_id, count)
+            if not fetch:
+                hybrid_rows.init_rows(backend, self.values, new_rows, new_keys, self.spec,
+                                      self.table_id, count)
             self.stamp(new_rows, count)
 
-        rows, new_keys, new_rows = self.index.find_or_insert(
-            keys, row_pool=pool, missing=missing, next_row=None if plain else self._high_water,
-            queue_first=queue_new_rows)
+        vectors, next_row = None, None if plain else self._high_water
+        if fetch:  # the kernel counts the lookup too
+            rows, vectors, new_keys, new_rows = self.index.find_or_insert_values(
+                keys, self.values, self.spec, self.table_id, row_pool=pool, missing=missing,
+                next_row=next_row, queue_first=queue_new_rows,
+                touch=(self.last_step, self.counts, self.journal.step))
+        else:
+            rows, new_keys, new_rows = self.index.find_or_insert(
+                keys, row_pool=pool, missing=missing, next_row=next_row,
+                queue_first=queue_new_rows)
         placed = int(new_keys.shape[0])
         if placed:
             reused = self._take_rows(placed)
@@ -179,8 +193,9 @@ class DynamicTable(EmbeddingTable):
                 self.reset_slot_rows(new_rows[:reused])
             self.journal.record(lambda: self._undo_insert(new_keys, new_rows, before[0],
                                                           before[1], evicted))
-        backend.touch_rows(self.last_step, self.counts, rows, self.journal.step)
-        return rows
+        if not fetch:
+            backend.touch_rows(self.last_step, self.counts, rows, self.journal.step)
+        return rows, vectors
 
     def _free_rows_on_device(self):
         """The free list in taking order (last freed first) as a device array. Taking rows

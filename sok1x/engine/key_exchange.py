@@ -186,11 +186,15 @@ def lookup_forward_many(runtime, tables, op, keys_list, training, local_error=No
             as_op_id(op).name)
     owner_rows, vectors = [], []
     for table, keys, kept in zip(tables, owned, passed):
-        rows = table.rows_of(keys, bool(training) and table.use_hashtable)
-        if kept is not None:
-            rows = admission.spread_rows(backend, rows, kept)
+        if training and table.use_hashtable and kept is None:  # one kernel finds, places, copies
+            rows, found = table.inserted_rows_and_vectors(keys)
+        else:
+            rows = table.rows_of(keys, bool(training) and table.use_hashtable)
+            if kept is not None:
+                rows = admission.spread_rows(backend, rows, kept)
+            found = table.gather(rows)
         owner_rows.append(rows)
-        vectors.append(table.gather(rows))
+        vectors.append(found)
     returned = _exchange(runtime, vectors, recv_counts, send_counts)
     outs, routings = [], []
     for t, (table, keys) in enumerate(zip(tables, keys_list)):

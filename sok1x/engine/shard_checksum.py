@@ -1,7 +1,9 @@
-"""The crc32 of checkpoint shard files (DESIGN D8), and the small pool of threads that shard
-bytes move and are checksummed on: one thread's zlib.crc32 (2 to 6 GB/s), or one thread's
-copies into and out of the page cache, are slower than a disk or /dev/shm, and a save or load
-streams every byte through them (engine/shard_storage.py cuts its buffers with pieces()).
+"""The crc32 of checkpoint shard files (DESIGN D8), and the small pools of threads that shard
+bytes move and are checksummed on: one thread's zlib.crc32 (1 to 6 GB/s, by zlib's version), or
+one thread's copies into and out of the page cache, are slower than a disk or /dev/shm, and a
+save or load streams every byte through them (engine/shard_storage.py cuts its buffers with
+pieces() for the I/O threads, and each piece into blocks whose crc32 is taken on the checksum
+threads while the I/O thread moves the next).
 
 A large buffer is cut into pieces whose crc32s are taken at once on a small thread pool
 (zlib.crc32 releases the GIL) and joined as zlib's crc32_combine joins them: the crc32 of A + B
@@ -17,15 +19,28 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 THREADS_ENV = "SOK1X_CHECKPOINT_THREADS"
 DEFAULT_THREADS = 4
+CRC_THREADS_ENV = "SOK1X_CHECKPOINT_CRC_THREADS"
 PIECE_BYTES = 16 << 20  # below this a buffer is one piece: a thread costs more than it saves
 _POLYNOMIAL = 0xEDB88320  # crc32's, bit-reflected
-_pool = {"threads": 0, "executor": None}
+_pools = {}  # kind: (threads, executor)
 _pool_lock = threading.Lock()
 
 
 def threads():
-    """Threads that checksum one buffer (SOK1X_CHECKPOINT_THREADS, default 4)."""
+    """Threads that move (and checksum) one buffer (SOK1X_CHECKPOINT_THREADS, default 4)."""
     return max(1, int(os.environ.get(THREADS_ENV, DEFAULT_THREADS)))
+
+
+def crc_threads():
+    """Threads that checksum the blocks the I/O threads move (SOK1X_CHECKPOINT_CRC_THREADS):
+    by default twice threads() (a thread's crc32 may be slower than its copy) where this
+    process may run on three times threads() cores, else 0: each I/O thread checksums its own
+    blocks (on few cores more threads only take turns, and the block leaves the cache)."""
+    if threads() == 1:
+        return 0
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    default = 2 * threads() if (cores or 1) >= 3 * threads() else 0
+    return max(0, int(os.environ.get(CRC_THREADS_ENV, default)))
 
 
 def _times(matrix, vector):
@@ -65,14 +80,15 @@ def combine(crc_first, crc_second, second_bytes):
     return _times(_zero_bytes(int(second_bytes)), crc_first) ^ crc_second
 
 
-def _executor(count):
+def _executor(kind, count):
     with _pool_lock:
-        if _pool["threads"] != count:
-            if _pool["executor"] is not None:
-                _pool["executor"].shutdown(wait=False)
-            _pool.update(threads=count, executor=ThreadPoolExecutor(
-                count, thread_name_prefix="sok1x-shard-io"))
-        return _pool["executor"]
+        held, executor = _pools.get(kind, (0, None))
+        if held != count:
+            if executor is not None:
+                executor.shutdown(wait=False)
+            executor = ThreadPoolExecutor(count, thread_name_prefix="sok1x-shard-" + kind)
+            _pools[kind] = (count, executor)
+        return executor
 
 
 def pieces(view):
@@ -86,12 +102,21 @@ def pieces(view):
 
 
 def submit(function, *args):
-    """A Future of function(*args) run on the pool of threads() threads (on this thread, done
-    already, with one thread or when no thread can start, as at interpreter exit)."""
-    count = threads()
-    if count > 1:
+    """A Future of function(*args) run on the pool of threads() I/O threads (on this thread,
+    done already, with one thread or when no thread can start, as at interpreter exit)."""
+    return _submit("io", threads(), function, args)
+
+
+def submit_crc(data):
+    """A Future of zlib.crc32(data) run on the crc_threads() checksum threads, a pool apart
+    from the I/O threads, which wait for it (with none: done already, on this thread)."""
+    return _submit("crc", crc_threads(), zlib.crc32, (data,))
+
+
+def _submit(kind, count, function, args):
+    if count > 1 or (kind == "crc" and count == 1):
         try:
-            return _executor(count).submit(function, *args)
+            return _executor(kind, count).submit(function, *args)
         except RuntimeError:
             pass
     done = Future()

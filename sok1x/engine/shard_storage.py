@@ -1,77 +1,110 @@
 """Storage of checkpoint files in a folder (DESIGN D8): a streaming writer and reader of shard
 files, each checksummed as it goes, and the atomic write of small files (the manifest).
 
-Checksums are zlib's crc32, taken on several threads (engine/shard_checksum.py). A file is
-written under a temporary name and renamed into place once complete and on disk
-(fsync), so a crash leaves either the whole file or none. The reader checks the size the manifest
+Checksums are zlib's crc32, taken block by block on checksum threads while the I/O threads move
+the next blocks (or on the I/O thread itself where cores are few; engine/shard_checksum.py). A
+file is written under a temporary name and renamed into place once complete and on disk (fsync),
+so a crash leaves either the whole file or none. The reader checks the size the manifest
 promises before it reads a byte, and the checksum once it has read the last.
 """
+import collections
 import os
 import uuid
 import threading
-import zlib
 
 import numpy as np
 
 from sok1x.engine import shard_checksum
 from sok1x.errors import CheckpointError
 
+# Bytes an I/O thread moves at a time: the checksum threads take each block's crc32 while the
+# I/O thread moves the next (and the block is still in the cache), so a save or load moves its
+# bytes at a plain write's or read's rate even where zlib.crc32 is slower than the copy (the first
+# 1-GPU figures, 2026-11-23, fit about 1 GB/s a thread there).
+BLOCK_BYTES = 4 << 20
+
 
 def _temporary_name(path):
     return "%s.tmp-%s" % (path, uuid.uuid4().hex[:12])
 
 
+def _joined(block_crcs):
+    """The crc32 of blocks one after the other from [(Future of a block's crc32, length)]."""
+    return shard_checksum.joined(0, [(future.result(), length) for future, length in block_crcs])
+
+
 def _write_piece(descriptor, piece, offset):
-    """Writes uint8 memoryview `piece` at `offset`; returns its zlib.crc32."""
-    crc = zlib.crc32(piece)
-    while piece.nbytes:
-        written = os.pwrite(descriptor, piece, offset)
-        piece, offset = piece[written:], offset + written
-    return crc
+    """Writes uint8 memoryview `piece` at `offset`, block by block, each block's crc32 taken on
+    the checksum threads meanwhile; returns the piece's zlib.crc32."""
+    crcs = []
+    for start in range(0, piece.nbytes, BLOCK_BYTES):
+        block, at = piece[start:start + BLOCK_BYTES], offset + start
+        crcs.append((shard_checksum.submit_crc(block), block.nbytes))
+        while block.nbytes:
+            written = os.pwrite(descriptor, block, at)
+            block, at = block[written:], at + written
+    return _joined(crcs)
 
 
 def _read_piece(descriptor, piece, offset, verify):
-    """Fills uint8 memoryview `piece` from `offset`; returns (bytes read, its zlib.crc32 or
-    0 when not `verify`). Fewer bytes only at the end of the file."""
-    got = 0
+    """Fills uint8 memoryview `piece` from `offset`, block by block, each block's crc32 taken on
+    the checksum threads while the next is read; returns (bytes read, their zlib.crc32 or 0 when
+    not `verify`). Fewer bytes only at the end of the file."""
+    got, crcs = 0, []
     while got < piece.nbytes:
-        count = os.preadv(descriptor, [piece[got:]], offset + got)
-        if not count:
+        block = piece[got:got + BLOCK_BYTES]
+        filled = 0
+        while filled < block.nbytes:
+            count = os.preadv(descriptor, [block[filled:]], offset + got + filled)
+            if not count:
+                break
+            filled += count
+        if verify and filled:
+            crcs.append((shard_checksum.submit_crc(block[:filled]), filled))
+        got += filled
+        if filled < block.nbytes:
             break
-        got += count
-    return got, zlib.crc32(piece[:got]) if verify else 0
+    return got, _joined(crcs)
 
 
 class ShardWriter:
     """Appends buffers to `path` through a temporary file; commit() makes it appear whole.
     Each buffer is written and checksummed in pieces on the shard I/O threads
-    (engine/shard_checksum.py) while the caller prepares the next, so at most two buffers are
-    alive: the one being written and the next."""
+    (engine/shard_checksum.py) while the caller prepares the next. in_flight_bytes: how many
+    bytes of earlier buffers may still be in flight when a write returns (0: none but the
+    buffer just handed over), so a caller that prepares a chunk while the previous one is
+    written holds at most that many bytes plus what it prepares."""
 
-    def __init__(self, path):
+    def __init__(self, path, in_flight_bytes=0):
         self.path = path
         self._temporary = _temporary_name(path)
         self._handle = open(self._temporary, "wb", buffering=0)
-        self._pending = []  # (Future of a piece's crc32, its length) of the buffer in flight
+        self._limit = int(in_flight_bytes)
+        self._pending = collections.deque()  # (Future of a piece's crc32, length), file order
+        self._pending_bytes = 0
         self.size = 0
         self.crc32 = 0
 
     def write(self, data):
         """Appends `data` (bytes or a NumPy array, written without a copy; it must not change
-        until the next write or commit returns)."""
+        until commit returns)."""
         if isinstance(data, np.ndarray):
             data = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
         view = memoryview(data).cast("B")
-        self._wait()
+        self._wait(self._limit - view.nbytes)
         descriptor, offset = self._handle.fileno(), self.size
         self.size += view.nbytes
-        self._pending = [(shard_checksum.submit(_write_piece, descriptor, piece, offset + start),
-                          piece.nbytes) for start, piece in shard_checksum.pieces(view)]
+        for start, piece in shard_checksum.pieces(view):
+            self._pending.append((shard_checksum.submit(
+                _write_piece, descriptor, piece, offset + start), piece.nbytes))
+        self._pending_bytes += view.nbytes
 
-    def _wait(self):
-        pending, self._pending = self._pending, []
-        crcs = [(future.result(), length) for future, length in pending]  # raises OSError
-        self.crc32 = shard_checksum.joined(self.crc32, crcs)
+    def _wait(self, keep=0):
+        """Waits for the oldest pieces until at most `keep` bytes are in flight."""
+        while self._pending and self._pending_bytes > keep:
+            future, length = self._pending.popleft()
+            self._pending_bytes -= length
+            self.crc32 = shard_checksum.combine(self.crc32, future.result(), length)  # OSError
 
     def commit(self):
         """Flushes to disk and renames the file into place; returns (size, crc32)."""
@@ -81,12 +114,20 @@ class ShardWriter:
         os.replace(self._temporary, self.path)
         return self.size, self.crc32 & 0xFFFFFFFF
 
+    def _discard_pending(self):
+        for future, _ in self._pending:
+            try:
+                future.result()
+            except OSError:
+                pass
+        self._pending.clear()
+
     def discard(self):
         """Drops the temporary file (after a failure)."""
         try:
             self._wait()
         except OSError:
-            pass
+            self._discard_pending()
         if not self._handle.closed:
             self._handle.close()
         if os.path.exists(self._temporary):
@@ -141,15 +182,17 @@ class ShardReader:
                 (crc, count) for count, crc in results])
         self._read += got
 
-    def chunks(self, sizes):
+    def chunks(self, sizes, allocate=None, before_refill=None):
         """Yields the file's next pieces of `sizes` bytes, as uint8 arrays, each valid until the
         next is asked for. A thread reads (and checksums) the next piece while the caller works
-        on this one: two buffers of the largest size."""
+        on this one: two buffers of the largest size, from allocate(nbytes) (default
+        np.empty). before_refill(), if given, is called before a buffer the caller had is
+        filled again (to wait for copies the caller queued from it)."""
         if not sizes:
             return
+        allocate = allocate or (lambda nbytes: np.empty(nbytes, np.uint8))
         largest = max(sizes)
-        buffers = [np.empty(largest, np.uint8), np.empty(largest if len(sizes) > 1 else 0,
-                                                         np.uint8)]
+        buffers = [allocate(largest), allocate(largest) if len(sizes) > 1 else None]
         errors = []
 
         def fill(index):
@@ -161,6 +204,8 @@ class ShardReader:
         for index in range(len(sizes)):
             if errors:
                 raise errors[0]
+            if before_refill is not None and 0 < index < len(sizes) - 1:
+                before_refill()
             ahead = None
             if index + 1 < len(sizes):
                 ahead = threading.Thread(target=fill, args=(index + 1,), daemon=True,

@@ -86,18 +86,40 @@ class EmbeddingTable:
             return placements.direct_rows(self.backend, self.placement, keys, self.size)
         if not insert:
             return self.index.find(keys)
+        return self._placed_rows(keys, False)[0]
+
+    def inserted_rows_and_vectors(self, keys):
+        """A training lookup of owned `keys` into a hash table: (rows_of(keys, True), their
+        vectors as gather gives them). Rows split between GPU and host memory take one kernel
+        that finds, places, initialises the new rows and copies every key's vector out
+        (HashIndex.find_or_insert_values: a host row crosses PCIe once); rows in GPU memory
+        take find_or_insert, init and gather, measured faster there (bench/NOTES.md, issue 21
+        third round)."""
+        rows, vectors = self._placed_rows(keys, hybrid_rows.is_split(self.values))
+        return rows, (self.gather(rows) if vectors is None else vectors)
+
+    def _placed_rows(self, keys, fetch):
+        """rows_of(keys, True); returns (rows, vectors), vectors None unless `fetch`."""
         # A row is handed out again only after a failed step gave it back (_undo_insert resets
         # its slots then), so the slots' rows hold their initial value: only the values need
-        # initialising (queued before the host waits for how many keys were placed).
+        # initialising (queued before the host waits for how many keys were placed, or by
+        # find_or_insert_values' kernel itself).
         def queue_new_rows(new_keys, new_rows, count):
-            self.backend.init_rows(self.values, new_rows, new_keys, self.spec, self.table_id,
-                                   count)
+            if not fetch:
+                self.backend.init_rows(self.values, new_rows, new_keys, self.spec,
+                                       self.table_id, count)
             self.stamp(new_rows, count)
 
-        rows, new_keys, new_rows = self.index.find_or_insert(keys, queue_first=queue_new_rows)
+        vectors = None
+        if fetch:
+            rows, vectors, new_keys, new_rows = self.index.find_or_insert_values(
+                keys, self.values, self.spec, self.table_id, queue_first=queue_new_rows)
+        else:
+            rows, new_keys, new_rows = self.index.find_or_insert(keys,
+                                                                 queue_first=queue_new_rows)
         if len(new_rows):
             self.journal.record(lambda: self._undo_insert(new_keys, new_rows))
-        return rows
+        return rows, vectors
 
     def _undo_insert(self, new_keys, new_rows):
         """Erases keys a failed step inserted (the index hands their rows out next) and resets

@@ -46,6 +46,7 @@ suite() {  # name, ranks, test path, extra pytest args
   [ $rc -eq 0 ] || grep -E '^(FAILED|E  )' "$logs/$name.log" | head -8
 }
 suite cuda-backend serial tests/gpu/test_cuda_backend.py -s
+suite hash-values serial tests/gpu/test_hash_values_cuda.py
 suite optimizer-kernels serial tests/gpu/test_optimizer_kernels.py
 suite init-failures serial tests/gpu/serial
 suite seam-1gpu serial tests/gpu/test_dlpack_seam.py

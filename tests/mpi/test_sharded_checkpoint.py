@@ -1,11 +1,13 @@
 """Sharded checkpoints (D8), rank-agnostic: several tables of different dims and kinds in one
 dump streamed in many small chunks, all-or-nothing loads, and files that are wrong in every way a
 checksum cannot see (negative, duplicated or out-of-range keys, another table's or dtype's
-header), each an error naming the file, on every rank, with no table changed. The reference is
-every rank's rows gathered before the dump (the engine's own view, allgathered)."""
+header), each an error naming the file, on every rank, with no table changed. Loads run both
+ways (engine/checkpoint_load.py): staged (read once into a fresh shard) and two-pass (checked,
+then read again into the table). The reference is every rank's rows gathered before the dump
+(the engine's own view, allgathered)."""
 import json
 import os
-import tempfile
+import zlib
 
 import numpy as np
 import pytest
@@ -13,7 +15,8 @@ from mpi4py import MPI
 
 import sok1x
 from sok1x.backend.random_init import make_spec
-from sok1x.engine import api, checkpoint, checkpoint_format, checkpoint_load, shard_checksum
+from sok1x.engine import api, checkpoint, checkpoint_format, checkpoint_load, runtime
+from sok1x.engine import shard_checksum, shard_storage
 from sok1x.engine.dynamic_table import make_dynamic
 from sok1x.engine.shard_storage import ShardWriter
 from sok1x.errors import CheckpointError
@@ -34,11 +37,11 @@ def up():
     sok1x.init(backend=os.environ.get("SOK1X_TEST_BACKEND", "cpu"))
 
 
-@pytest.fixture
-def shared_dir():
-    path = COMM.bcast(tempfile.mkdtemp(prefix="sok1x-shards-") if COMM.rank == 0 else None)
-    yield path
-    COMM.barrier()
+@pytest.fixture(params=[checkpoint_load.STAGED, checkpoint_load.TWO_PASS])
+def load_way(request, monkeypatch):
+    """Every load of the test staged, or two-pass."""
+    monkeypatch.setenv(checkpoint_load.LOAD_ENV, request.param)
+    return request.param
 
 
 @pytest.fixture
@@ -76,7 +79,7 @@ def _trained_set():
     return {name: _whole(name) for name in TABLES}
 
 
-def test_three_tables_stream_in_chunks_and_load_whole(shared_dir, small_chunks):
+def test_three_tables_stream_in_chunks_and_load_whole(shared_dir, small_chunks, load_way):
     saved = _trained_set()
     checkpoint.dump_tables(shared_dir, list(TABLES))
     manifest = _manifest(shared_dir)
@@ -106,13 +109,84 @@ def test_three_tables_stream_in_chunks_and_load_whole(shared_dir, small_chunks):
     assert_same(_whole("shard/dense"), saved["shard/dense"])
 
 
-def test_buffers_cut_into_pieces_on_threads_round_trip(shared_dir, monkeypatch):
-    """Every buffer written and read in pieces of 64 bytes on 3 threads: the same rows come
-    back, and a changed byte still fails the checksum."""
-    monkeypatch.setattr(shard_checksum, "PIECE_BYTES", 64)
-    monkeypatch.setenv(shard_checksum.THREADS_ENV, "3")
+def _ways_taken(monkeypatch):
+    """{table name: "staged" or "two-pass"} of the loads that follow."""
+    taken = {}
+    read = checkpoint_load.read_table
+
+    def recording(rt, plan):
+        taken[plan.name] = "two-pass" if plan.staged is None else "staged"
+        return read(rt, plan)
+    monkeypatch.setattr(checkpoint_load, "read_table", recording)
+    return taken
+
+
+def test_a_chunk_corrupt_late_changes_no_table(shared_dir, small_chunks, load_way, monkeypatch):
+    """The largest file of the table loaded last fails its checksum in its last bytes, after
+    every other chunk of every table streamed: every rank raises naming the file, no table
+    changed, and the staged shards are gone (a load after it, of good files, works)."""
     saved = _trained_set()
     checkpoint.dump_tables(shared_dir, list(TABLES))
+    for name in TABLES:
+        _train(name, np.arange(4, dtype=np.int64), 2)
+    before = {name: _whole(name) for name in TABLES}
+    last = list(TABLES)[-1]
+    shard = max(_manifest(shared_dir)["tables"][last]["shards"], key=lambda s: s["rows"])
+    path = os.path.join(shared_dir, shard["file"])
+    if COMM.rank == 0:
+        data = bytearray(open(path, "rb").read())
+        original = bytes(data)
+        data[-3] ^= 0x01  # in the last chunk's update times
+        open(path, "wb").write(bytes(data))
+    COMM.barrier()
+    taken = _ways_taken(monkeypatch)
+    with pytest.raises(CheckpointError, match="checksum") as info:
+        checkpoint.load_tables(shared_dir, list(TABLES))
+    assert path in str(info.value) and not taken  # no table was put
+    for name in TABLES:
+        assert_same(_whole(name), before[name])
+    if COMM.rank == 0:
+        open(path, "wb").write(original)
+    COMM.barrier()
+    checkpoint.load_tables(shared_dir, list(TABLES))
+    assert set(taken.values()) <= {load_way}
+    for name in TABLES:
+        assert_same(_whole(name), saved[name])
+
+
+def test_auto_stages_within_host_room_and_reads_twice_beyond(shared_dir, monkeypatch):
+    """On the cpu backend a load stages a shard only if a copy fits in half a chunk (D8's bound
+    on added host memory), else it reads every file twice; the rows come back either way."""
+    if runtime.get().backend.free_device_memory() is not None:
+        pytest.skip("device memory decides on this backend")
+    saved = _trained_set()
+    checkpoint.dump_tables(shared_dir, list(TABLES))
+    for chunk_mb, way in [(64.0, "staged"), (200.0 / 2 ** 20, "two-pass")]:
+        monkeypatch.setenv(checkpoint.CHUNK_ENV, str(chunk_mb))
+        for name in TABLES:
+            _train(name, np.arange(5, dtype=np.int64), 3)
+        taken = _ways_taken(monkeypatch)
+        checkpoint.load_tables(shared_dir, list(TABLES))
+        assert taken == {name: way for name in TABLES}
+        for name in TABLES:
+            assert_same(_whole(name), saved[name])
+
+
+@pytest.mark.parametrize("crc_threads", ["0", "2"])
+def test_buffers_cut_into_pieces_on_threads_round_trip(shared_dir, monkeypatch, crc_threads):
+    """Every buffer written and read in pieces of 64 bytes on 3 threads, in blocks of 16 bytes
+    checksummed on each piece's thread or on 2 checksum threads: the same rows come back, and a
+    changed byte still fails the checksum."""
+    monkeypatch.setattr(shard_checksum, "PIECE_BYTES", 64)
+    monkeypatch.setattr(shard_storage, "BLOCK_BYTES", 16)
+    monkeypatch.setenv(shard_checksum.THREADS_ENV, "3")
+    monkeypatch.setenv(shard_checksum.CRC_THREADS_ENV, crc_threads)
+    saved = _trained_set()
+    checkpoint.dump_tables(shared_dir, list(TABLES))
+    for entry in _manifest(shared_dir)["tables"].values():  # zlib's crc32 of the whole file
+        mine = entry["shards"][COMM.rank]
+        with open(os.path.join(shared_dir, mine["file"]), "rb") as handle:
+            assert zlib.crc32(handle.read()) == mine["crc32"]
     for name in TABLES:
         _train(name, np.arange(5, dtype=np.int64), 2)
     checkpoint.load_tables(shared_dir, list(TABLES))
@@ -130,8 +204,9 @@ def test_buffers_cut_into_pieces_on_threads_round_trip(shared_dir, monkeypatch):
 
 
 def test_a_file_changed_between_check_and_read_fails_on_every_rank(shared_dir, monkeypatch):
-    """A file cut short after the check: every rank raises, saying the tables may be partly
-    restored (the check read it whole; only a change in between gets this far)."""
+    """A two-pass load of a file cut short after the check: every rank raises, saying the tables
+    may be partly restored (the check read it whole; only a change in between gets this far)."""
+    monkeypatch.setenv(checkpoint_load.LOAD_ENV, checkpoint_load.TWO_PASS)
     _trained_set()
     checkpoint.dump_tables(shared_dir, list(TABLES))
     last = _manifest(shared_dir)["tables"]["shard/hash"]["shards"][-1]
@@ -215,7 +290,8 @@ def _set_header(field, value):
     ("shard/dense", _set_header("table", "shard/other"), "holds table 'shard/other'"),
     ("shard/dense", _set_header("dtype", b'"float16"'), "holds float16 rows"),
 ])
-def test_wrong_content_is_an_error_naming_the_file(shared_dir, name, change, message):
+def test_wrong_content_is_an_error_naming_the_file(shared_dir, name, change, message,
+                                                  load_way):
     saved = _trained_set()
     checkpoint.dump_tables(shared_dir, list(TABLES))
     victim = COMM.size - 1

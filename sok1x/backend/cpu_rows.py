@@ -1,0 +1,46 @@
+"""Row ops of the cpu backend that its HashIndex (cpu_hash.find_or_insert_values) uses too:
+gather_rows, touch_rows, init_rows (re-exported by cpu.py as part of the op set)."""
+import numpy as np
+
+from sok1x.backend.cpu_random import initial_values
+
+
+def whole_rows(array):
+    """The array a row op indexes: a split array's whole, or the array itself."""
+    return array.whole if hasattr(array, "parts") else array
+
+
+def counted_rows(rows, count):
+    rows = np.asarray(rows, dtype=np.int64)
+    return rows if count is None else rows[:int(np.asarray(count).reshape(-1)[0])]
+
+
+def gather_rows(table, rows):
+    """Returns table[rows] with a zero vector where rows == -1."""
+    table = whole_rows(table)
+    rows = np.asarray(rows, dtype=np.int64)
+    if rows.size == 0 or rows.min() >= 0:
+        return np.take(table, rows, axis=0)
+    out = table[np.maximum(rows, 0)]
+    out[rows < 0] = 0
+    return out
+
+
+def touch_rows(last_step, counts, rows, step):
+    """For each row >= 0: last_step[row] = step, counts[row] += 1 (repeats count each time)."""
+    rows = np.asarray(rows, dtype=np.int64)
+    rows = rows[rows >= 0]
+    last_step[rows] = step
+    counts += np.bincount(rows, minlength=counts.shape[0]).astype(counts.dtype)
+
+
+def init_rows(table, rows, keys, spec, table_id, count=None):
+    """Writes the initial vectors of `keys` (random_init's recipe) into table[rows]; count: as
+    fill_rows'."""
+    rows = counted_rows(rows, count)
+    keys = np.asarray(keys, dtype=np.int64)[:rows.shape[0]]
+    kept = rows >= 0
+    if not kept.all():
+        rows, keys = rows[kept], keys[kept]
+    if len(rows):
+        whole_rows(table)[rows] = initial_values(spec, table_id, keys, table.shape[1])
