@@ -15,9 +15,12 @@ resource variable. SOK's variable is this rank's shard of the table, and the pro
 
 In graph mode sess.run(var) fetches a sok1x.Variable's rows too (as var.eval(session)).
 
-A value of another shape is an InvalidInputError that changes nothing; no write ever reaches the
-handle. TensorFlow, Keras, Horovod and sok1x itself still see the handle's [1] shape and read it
-with embedding_tag.handle_value: they build the handle's slots, Savers, checkpoints and function
+A value of the handle's own shape [1] is what TensorFlow, Keras and Horovod write when they treat
+the variable as the variable it is to them (hvd.BroadcastGlobalVariablesHook's broadcast, a
+restore of the handle): assign* writes the handle then, never the table (a shard is [rows, dim]).
+A value of any other shape than the shard's is an InvalidInputError that changes nothing.
+TensorFlow, Keras, Horovod and sok1x itself still see the handle's [1] shape and read it with
+embedding_tag.handle_value: they build the handle's slots, Savers, checkpoints and function
 signatures from it.
 """
 import sys
@@ -46,6 +49,15 @@ def _asked_by_framework(frame):
     sok1x's: slot creation, Savers, tf.train.Checkpoint and tf.function read the shape of the
     handle variable they save and restore, never SOK's."""
     return frame.f_globals.get("__name__", "").partition(".")[0] in _FRAMEWORKS
+
+
+def _of_handle_shape(value):
+    """True for a value whose static shape is the handle's [1]."""
+    shape = getattr(value, "shape", None)
+    if shape is None:
+        shape = tf1.convert_to_tensor(value).shape
+    shape = tf1.TensorShape(shape)
+    return shape.rank == 1 and shape.as_list() == [1]
 
 
 def _no_rows(variable, what):
@@ -84,12 +96,18 @@ def _face_class(base, dynamic, eager):
                 raise _no_rows(self, "read_value()")
 
             def assign(self, value, use_locking=None, name=None, read_value=True):
+                if _of_handle_shape(value):
+                    return base.assign(self, value, use_locking, name, read_value)
                 raise _no_rows(self, "assign()")
 
             def assign_add(self, delta, use_locking=None, name=None, read_value=True):
+                if _of_handle_shape(delta):
+                    return base.assign_add(self, delta, use_locking, name, read_value)
                 raise _no_rows(self, "assign_add()")
 
             def assign_sub(self, delta, use_locking=None, name=None, read_value=True):
+                if _of_handle_shape(delta):
+                    return base.assign_sub(self, delta, use_locking, name, read_value)
                 raise _no_rows(self, "assign_sub()")
 
             if eager:
@@ -107,15 +125,21 @@ def _face_class(base, dynamic, eager):
                 return shard_access.read_shard(self)
 
             def assign(self, value, use_locking=None, name=None, read_value=True):
+                if _of_handle_shape(value):
+                    return base.assign(self, value, use_locking, name, read_value)
                 written = shard_access.write_shard(self, value, "%s.assign" % self.name)
                 return _assigned(self, written, read_value)
 
             def assign_add(self, delta, use_locking=None, name=None, read_value=True):
+                if _of_handle_shape(delta):
+                    return base.assign_add(self, delta, use_locking, name, read_value)
                 total = shard_access.read_shard(self) + _checked(self, delta, "assign_add")
                 written = shard_access.write_shard(self, total, "%s.assign_add" % self.name)
                 return _assigned(self, written, read_value)
 
             def assign_sub(self, delta, use_locking=None, name=None, read_value=True):
+                if _of_handle_shape(delta):
+                    return base.assign_sub(self, delta, use_locking, name, read_value)
                 total = shard_access.read_shard(self) - _checked(self, delta, "assign_sub")
                 written = shard_access.write_shard(self, total, "%s.assign_sub" % self.name)
                 return _assigned(self, written, read_value)

@@ -84,10 +84,11 @@ def test_static_wrong_shape_and_dynamic_writes_are_refused():
         variable = sok.Variable(np.ones([ROWS, DIM], np.float32))
         dynamic = sok.DynamicVariable(dimension=DIM, var_type="hbm", initializer="0.5")
         before = variable.read_value()
-        # The handle's [1] (what the shape was before SOK's) is refused at graph build.
+        # A value of the handle's own [1] (Horovod's broadcast, a restore) writes the handle.
+        to_handle = variable.assign(np.zeros([1], np.float32))
         with pytest.raises(InvalidInputError, match=r"assign.*\[%d, %d\]" % (
                 len(range(RANK, ROWS, SIZE)), DIM)):
-            variable.assign(np.zeros([1]))
+            variable.assign(np.zeros([2]))
         with pytest.raises(InvalidInputError, match="assign_add"):
             variable.assign_add(1.0)
         assert dynamic.shape.as_list() == [None, DIM]
@@ -97,5 +98,32 @@ def test_static_wrong_shape_and_dynamic_writes_are_refused():
         with pytest.raises(NotImplementedError, match="sok1x.export"):
             dynamic.read_value()
     with _session(graph) as sess:
+        sess.run(to_handle)
         np.testing.assert_array_equal(sess.run(before), np.ones([len(range(RANK, ROWS, SIZE)),
                                                                  DIM]))
+
+
+def test_horovods_broadcast_hook_writes_the_handles_not_the_shards():
+    """hvd.BroadcastGlobalVariablesHook assigns every global variable rank 0's value: a sok1x
+    variable's handle, so each rank keeps its own rows and trains them as stock TensorFlow
+    trains its shard."""
+    hvd = pytest.importorskip("horovod.tensorflow")
+    hvd.init()
+    table = np.arange(ROWS * DIM, dtype=np.float32).reshape(ROWS, DIM)
+    ids = [RANK % ROWS, (RANK + 5) % ROWS]
+    graph = tf1.Graph()
+    with graph.as_default():
+        variable = sok.Variable(table)
+        loss = tf1.reduce_sum(tf1.nn.embedding_lookup(variable, tf1.constant(ids, tf1.int64)))
+        train = tf1.train.GradientDescentOptimizer(0.5).minimize(loss)
+        read = variable.read_value()
+        hooks = [sok.InitHook(backend="cpu"), hvd.BroadcastGlobalVariablesHook(0)]
+        with tf1.train.MonitoredTrainingSession(hooks=hooks) as sess:
+            np.testing.assert_array_equal(sess.run(read), shard(table, "distributed"))
+            sess.run(train)
+            got = sess.run(read)
+    every = sorted(i for r in range(SIZE) for i in [r % ROWS, (r + 5) % ROWS])
+    want = table.copy()
+    for i in every:
+        want[i] -= 0.5
+    np.testing.assert_array_equal(got, shard(want, "distributed"))

@@ -8,7 +8,8 @@ trained alongside on the same rows. Prints "VARIABLE FACES OK" on success.
 2. SOK's dump_load scripts' idiom: train with a Keras optimizer (its slots, keyed by the
    variable's _unique_id, exist), sok.dump with the optimizer, zero the variable and its slots
    through their shapes, sok.load: the rows are back, and had been zeroed.
-3. A value of another shape ([1], the handle's) is an InvalidInputError changing nothing; a
+3. A value of another shape is an InvalidInputError changing nothing (one of the handle's [1]
+   writes the handle, as a Horovod broadcast or a restore does, not the table); a
    DynamicVariable's shape is [None, dim] and its assign / numpy raise NotImplementedError.
 4. TensorFlow's own machinery on the handle still works: tf.train.Checkpoint saves and restores
    it, inside tf.function too the reads and writes are the shard's.
@@ -69,7 +70,9 @@ def check_reads_and_writes(mode, folder):
     np.testing.assert_array_equal(variable.numpy(), table[held(mode)] * 0.5)
 
     before = variable.numpy()
-    for wrong in (np.zeros([1]), np.zeros([len(held(mode)) + 1, DIM])):
+    variable.assign(np.zeros([1], np.float32))  # the handle's shape: the handle, not the rows
+    np.testing.assert_array_equal(variable.numpy(), before)
+    for wrong in (np.zeros([2]), np.zeros([len(held(mode)) + 1, DIM])):
         try:
             variable.assign(wrong)
         except InvalidInputError as error:
