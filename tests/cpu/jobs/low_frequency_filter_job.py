@@ -11,7 +11,6 @@ the 0.5 table admitted, which must not depend on the rank count) and "LOW FREQUE
    divides by every key of its sample), and refused keys are not in the table.
 """
 import os
-import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # noqa: E402
@@ -19,6 +18,7 @@ import tensorflow as tf  # noqa: E402
 from mpi4py import MPI  # noqa: E402
 
 import sok1x as sok  # noqa: E402
+import eager_job  # noqa: E402
 
 COMM = MPI.COMM_WORLD
 RANK, SIZE = COMM.Get_rank(), COMM.Get_size()
@@ -128,10 +128,4 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except BaseException:
-        import traceback
-        traceback.print_exc()
-        sys.stderr.flush()
-        COMM.Abort(1)
+    eager_job.run(main)

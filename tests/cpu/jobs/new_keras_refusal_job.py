@@ -7,7 +7,6 @@ TensorFlow. Prints "NEW KERAS REFUSAL OK".
 """
 import functools
 import os
-import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # noqa: E402
@@ -16,6 +15,7 @@ from mpi4py import MPI  # noqa: E402
 
 import sok1x as sok  # noqa: E402
 from sok1x.errors import UnsupportedOptimizerError  # noqa: E402
+import eager_job  # noqa: E402
 
 COMM = MPI.COMM_WORLD
 RANK, SIZE = COMM.Get_rank(), COMM.Get_size()
@@ -71,10 +71,4 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except BaseException:
-        import traceback
-        traceback.print_exc()
-        sys.stderr.flush()
-        COMM.Abort(1)
+    eager_job.run(main)

@@ -14,7 +14,6 @@ slots of a tf.Variable trained on the global batch with the same optimizer class
 3. var.target_gpu is SOK's: -1 for a distributed variable, r for "localized:r".
 """
 import os
-import sys
 import tempfile
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -24,6 +23,7 @@ from mpi4py import MPI  # noqa: E402
 
 import sok1x as sok  # noqa: E402
 from sok1x.errors import InvalidInputError  # noqa: E402
+import eager_job  # noqa: E402
 
 COMM = MPI.COMM_WORLD
 RANK, SIZE = COMM.Get_rank(), COMM.Get_size()
@@ -45,23 +45,10 @@ VARIABLES = {
 }
 
 
-def batches(seed):
-    rng = np.random.default_rng(seed)
-    return [(rng.integers(0, ROWS, size=SIZE * PER_RANK).astype(np.int64),
-             rng.uniform(size=(SIZE * PER_RANK, DIM)).astype(np.float32)) for _ in range(STEPS)]
 
 
-def step(variable, optimizer, ids, weights, lookup):
-    with tf.GradientTape() as tape:
-        loss = tf.reduce_sum(lookup(variable, ids) * weights)
-    optimizer.apply_gradients(zip(tape.gradient(loss, [variable]), [variable]))
 
 
-def sok_lookup(variable, ids):
-    """One key per sample, as tf.nn.embedding_lookup (which reads a localized variable on its
-    own rank alone, as SOK's)."""
-    ragged = tf.RaggedTensor.from_row_lengths(ids, np.ones(len(ids), np.int64))
-    return sok.lookup_sparse(variable, ragged, combiners="sum")
 
 
 def train(kind, make_optimizer, seed):
@@ -72,9 +59,9 @@ def train(kind, make_optimizer, seed):
     variable, dense = VARIABLES[kind](initial), tf.Variable(initial)
     optimizer, reference = make_optimizer(), make_optimizer()
     mine = slice(RANK * PER_RANK, (RANK + 1) * PER_RANK)
-    for ids, weights in batches(seed):
-        step(variable, optimizer, ids[mine], weights[mine], sok_lookup)
-        step(dense, reference, ids, weights, tf.nn.embedding_lookup)
+    for ids, weights in eager_job.batches(seed, ROWS, SIZE * PER_RANK, DIM, STEPS):
+        eager_job.step(variable, optimizer, ids[mine], weights[mine], eager_job.sok_lookup)
+        eager_job.step(dense, reference, ids, weights, tf.nn.embedding_lookup)
     return variable, optimizer, dense, reference
 
 
@@ -87,7 +74,8 @@ def check_slots(kind, seed, variable, optimizer, dense, reference):
         keys, values = (t.numpy() for t in sok.export(view))
         if kind == "dynamic":  # every key looked up, each on one rank
             held = np.sort(np.concatenate(COMM.allgather(keys)))
-            np.testing.assert_array_equal(held, np.unique([batch[0] for batch in batches(seed)]))
+            seen = [ids for ids, _ in eager_job.batches(seed, ROWS, SIZE * PER_RANK, DIM, STEPS)]
+            np.testing.assert_array_equal(held, np.unique(seen))
         else:
             want_keys = (np.arange(RANK, ROWS, SIZE) if kind == "distributed" else
                          np.arange(ROWS) if RANK == SIZE - 1 else np.zeros([0], np.int64))
@@ -143,10 +131,4 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except BaseException:
-        import traceback
-        traceback.print_exc()
-        sys.stderr.flush()
-        COMM.Abort(1)
+    eager_job.run(main)

@@ -14,7 +14,6 @@ checked against stock TensorFlow on a tf.Variable of the same rows fed the globa
 5. A "localized:r" variable read eagerly on rank r alone.
 """
 import os
-import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # noqa: E402
@@ -22,6 +21,7 @@ import tensorflow as tf  # noqa: E402
 from mpi4py import MPI  # noqa: E402
 
 import sok1x as sok  # noqa: E402
+import eager_job  # noqa: E402
 
 COMM = MPI.COMM_WORLD
 RANK, SIZE = COMM.Get_rank(), COMM.Get_size()
@@ -50,10 +50,6 @@ def legacy_keras_optimizers():
     sok.init(backend="cpu")
 
 
-def batches(seed):
-    rng = np.random.default_rng(seed)
-    return [(rng.integers(0, ROWS, size=SIZE * PER_RANK).astype(np.int64),
-             rng.uniform(size=(SIZE * PER_RANK, DIM)).astype(np.float32)) for _ in range(STEPS)]
 
 
 def trained(make_variable, make_optimizer, seed, initial=None):
@@ -62,7 +58,7 @@ def trained(make_variable, make_optimizer, seed, initial=None):
         initial = np.random.default_rng(seed).uniform(size=(ROWS, DIM)).astype(np.float32)
     variable, dense = make_variable(initial), tf.Variable(initial)
     optimizer, reference = make_optimizer(), make_optimizer()
-    for ids, weights in batches(seed):
+    for ids, weights in eager_job.batches(seed, ROWS, SIZE * PER_RANK, DIM, STEPS):
         mine = slice(RANK * PER_RANK, (RANK + 1) * PER_RANK)
         with tf.GradientTape() as tape:
             loss = tf.reduce_sum(tf.nn.embedding_lookup(variable, ids[mine]) * weights[mine])
@@ -111,10 +107,4 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except BaseException:
-        import traceback
-        traceback.print_exc()
-        sys.stderr.flush()
-        COMM.Abort(1)
+    eager_job.run(main)

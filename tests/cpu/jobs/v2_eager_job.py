@@ -20,6 +20,7 @@ import v2_check  # noqa: E402
 from mpi4py import MPI  # noqa: E402
 
 import sok1x as sok  # noqa: E402
+import eager_job  # noqa: E402
 
 COMM = MPI.COMM_WORLD
 RANK, SIZE = COMM.Get_rank(), COMM.Get_size()
@@ -282,10 +283,4 @@ def main(steps):
 
 
 if __name__ == "__main__":
-    try:
-        main(int(sys.argv[1]) if len(sys.argv) > 1 else 10)
-    except BaseException:
-        import traceback
-        traceback.print_exc()
-        sys.stderr.flush()
-        COMM.Abort(1)
+    eager_job.run(main, int(sys.argv[1]) if len(sys.argv) > 1 else 10)

@@ -16,7 +16,6 @@ trained alongside on the same rows. Prints "VARIABLE FACES OK" on success.
 """
 import os
 import shutil
-import sys
 import tempfile
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -26,6 +25,7 @@ from mpi4py import MPI  # noqa: E402
 
 import sok1x as sok  # noqa: E402
 from sok1x.errors import InvalidInputError  # noqa: E402
+import eager_job  # noqa: E402
 
 COMM = MPI.COMM_WORLD
 RANK, SIZE = COMM.Get_rank(), COMM.Get_size()
@@ -87,21 +87,10 @@ def check_reads_and_writes(mode, folder):
     np.testing.assert_array_equal(variable.numpy(), before)
 
 
-def batches():
-    rng = np.random.default_rng(11)
-    return [(rng.integers(0, ROWS, size=SIZE * PER_RANK).astype(np.int64),
-             rng.uniform(size=(SIZE * PER_RANK, DIM)).astype(np.float32)) for _ in range(STEPS)]
 
 
-def step(variable, optimizer, ids, weights, lookup):
-    with tf.GradientTape() as tape:
-        loss = tf.reduce_sum(lookup(variable, ids) * weights)
-    optimizer.apply_gradients(zip(tape.gradient(loss, [variable]), [variable]))
 
 
-def sok_lookup(variable, ids):
-    ragged = tf.RaggedTensor.from_row_lengths(ids, np.ones(len(ids), np.int64))
-    return sok.lookup_sparse(variable, ragged, combiners="sum")
 
 
 def check_dump_load_idiom(mode, folder):
@@ -110,9 +99,9 @@ def check_dump_load_idiom(mode, folder):
     variable, reference = make(mode, table), tf.Variable(table)
     optimizer, stock = tf.optimizers.Adagrad(0.3), tf.optimizers.Adagrad(0.3)
     mine = slice(RANK * PER_RANK, (RANK + 1) * PER_RANK)
-    for ids, weights in batches():
-        step(variable, optimizer, ids[mine], weights[mine], sok_lookup)
-        step(reference, stock, ids, weights, tf.nn.embedding_lookup)
+    for ids, weights in eager_job.batches(11, ROWS, SIZE * PER_RANK, DIM, STEPS):
+        eager_job.step(variable, optimizer, ids[mine], weights[mine], eager_job.sok_lookup)
+        eager_job.step(reference, stock, ids, weights, tf.nn.embedding_lookup)
     assert optimizer._slots.get(variable._unique_id) is not None
     rows = held(mode)
     np.testing.assert_allclose(variable.numpy(), reference.numpy()[rows], rtol=1e-5, atol=1e-6)
@@ -158,10 +147,4 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except BaseException:
-        import traceback
-        traceback.print_exc()
-        sys.stderr.flush()
-        COMM.Abort(1)
+    eager_job.run(main)
