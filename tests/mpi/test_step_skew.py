@@ -21,14 +21,6 @@ LAST = SIZE - 1
 needs_peers = pytest.mark.skipif(SIZE == 1, reason="needs two ranks to disagree")
 
 
-def _session(graph):
-    sess = tf_support.session(graph)
-    with graph.as_default():
-        sess.run(sok.Init(backend="cpu"))
-        sess.run(tf1.global_variables_initializer())
-    return sess
-
-
 def _training_graph(ids_of):
     """A sok1x.Variable looked up by the RaggedTensor ids_of() builds, trained by SGD. Returns
     (graph, train op, export of this rank's shard, the table)."""
@@ -72,7 +64,7 @@ def test_a_step_tensorflow_fails_on_one_rank_does_not_pair_with_its_next_step():
     keys = np.array([RANK % 11, 1, 2, 3])
     good = {fed["values"]: keys, fed["splits"]: np.array([0, 2, 4])}
     bad = {fed["values"]: keys, fed["splits"]: np.array([0, 2, 5])}
-    with _session(graph) as sess:
+    with tf_support.initialized_session(graph) as sess:
         sess.run(train, good)
         before = sess.run(export)
         if RANK == LAST:
@@ -99,7 +91,7 @@ def test_dump_on_one_rank_against_a_step_on_the_others(shared_dir):
     folder = shared_dir
     with graph.as_default():
         dump = sok.dump(folder, [table])
-    with _session(graph) as sess:
+    with tf_support.initialized_session(graph) as sess:
         sess.run(train)
         before = sess.run(export)
         with pytest.raises(tf1.errors.OpError) as raised:

@@ -17,14 +17,6 @@ RANK, SIZE = COMM.Get_rank(), COMM.Get_size()
 STEPS = 50  # SOK's check runs 100; 50 here keep the suite's CI time (6 runs) in bounds
 
 
-def _session(graph):
-    sess = tf_support.session(graph)
-    with graph.as_default():
-        sess.run(sok.Init(backend="cpu"))
-        sess.run(tf1.global_variables_initializer())
-    return sess
-
-
 def test_variable_rows_live_on_their_ranks():
     graph = tf1.Graph()
     with graph.as_default():
@@ -35,7 +27,7 @@ def test_variable_rows_live_on_their_ranks():
         exports = [sok.export(v) for v in (distributed, localized, random)]
         assert sok.split_embedding_variable_from_others(tf1.trainable_variables())[0] == (
             distributed, localized, random)
-    with _session(graph) as sess:
+    with tf_support.initialized_session(graph) as sess:
         (dk, dv), (lk, lv), (rk, rv) = sess.run(exports)
     np.testing.assert_array_equal(dk, np.arange(RANK, 15, SIZE))
     np.testing.assert_array_equal(dv, values[RANK::SIZE])
@@ -60,7 +52,7 @@ def test_sgd_matches_a_single_process_reference():
         optimizer = sok.OptimizerWrapper(tf1.train.GradientDescentOptimizer(1.0))
         train = optimizer.apply_gradients(zip(grads, handles))
         exports = {name: sok.export(v) for name, v in variables.items()}
-    with _session(graph) as sess:
+    with tf_support.initialized_session(graph) as sess:
         with graph.as_default():
             sess.run(v2_check.assign_dynamic(sok, variables))
         losses = [sess.run([train, loss], feed(v2_check.step_batch(s)))[1] for s in range(STEPS)]
@@ -110,7 +102,7 @@ def _optimizer_steps(make_optimizer, sok_side, rows=16, dim=3, steps=4):
         train = (sok.OptimizerWrapper(optimizer) if sok_side else optimizer).apply_gradients(
             zip(grads, [table]))
         result = sok.export(table) if sok_side else table.read_value()
-    with _session(graph) as sess:
+    with tf_support.initialized_session(graph) as sess:
         for batch in batches:
             part = batch.reshape(SIZE, -1, 3)[RANK] if sok_side else batch
             sess.run(train, {keys: part})
@@ -158,7 +150,7 @@ def test_one_optimizer_shared_with_tensorflow_keeps_its_own_step_count(name):
             zip(tf1.gradients(sok_loss, [table]), [table]))
         tf_train = optimizer.apply_gradients(zip(tf1.gradients(tf_loss, [dense]), [dense]))
         export = sok.export(table)
-    with _session(graph) as sess:
+    with tf_support.initialized_session(graph) as sess:
         for batch in batches:
             sess.run(sok_train, {sok_keys: batch.reshape(SIZE, -1, 3)[RANK]})
             sess.run(tf_train, {tf_keys: batch})
@@ -195,7 +187,7 @@ def test_bad_input_fails_every_rank_and_changes_nothing(bad):
         train = sok.OptimizerWrapper(tf1.train.GradientDescentOptimizer(1.0)).apply_gradients(
             zip(grads, handles))
         exports = [sok.export(table), sok.export(other)]
-    with _session(graph) as sess:
+    with tf_support.initialized_session(graph) as sess:
         before = sess.run(exports)
         with pytest.raises(Exception) as raised:
             sess.run(train)
@@ -220,7 +212,7 @@ def test_assign_writes_the_rows_this_rank_holds():
         writes = [sok.assign(v, every_key, values) for v in (table, dynamic)]
         beyond = sok.assign(table, [12], np.ones([1, 2], np.float32))
         exported = [sok.export(table), sok.export(dynamic)]
-    with _session(graph) as sess:
+    with tf_support.initialized_session(graph) as sess:
         sess.run(writes)
         with pytest.raises(Exception, match="must lie in"):
             sess.run(beyond)
@@ -302,7 +294,7 @@ def test_int32_ids_and_a_dynamic_variable_of_int32_keys():
         dynamic = sok.DynamicVariable(dimension=2, initializer=3.0, key_type=tf1.int32)
         ids = tf1.RaggedTensor.from_tensor(tf1.constant([[7, 1], [2, 2]], tf1.int32))
         pooled = sok.lookup_sparse([table, dynamic], [ids, ids], combiners=["mean", "sum"])
-    with _session(graph) as sess:
+    with tf_support.initialized_session(graph) as sess:
         got_table, got_dynamic = sess.run(pooled)
     np.testing.assert_array_equal(got_table, [(values[7] + values[1]) / 2, values[2]])
     np.testing.assert_array_equal(got_dynamic, np.full([2, 2], 6.0))
@@ -333,7 +325,7 @@ def test_hybrid_dynamic_variable_evicts_once_full_and_hands_evicted_keys_out_onc
     # Step j looks up key j of every rank (every rank the same ids); with lfu, key 1 of each
     # rank is looked up twice (steps 1 and 2), so key 0 and key 2 go first; with lru, 0 and 1.
     plan = [0, 1, 1, 2, 3, 4, 5] if strategy == "lfu" else [0, 1, 2, 3, 4, 5]
-    with _session(graph) as sess:
+    with tf_support.initialized_session(graph) as sess:
         for j in plan:
             sess.run(train, {keys: [owned[r][j] for r in range(SIZE)]})
         got_keys, got_values = sess.run(evicted)

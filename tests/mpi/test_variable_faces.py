@@ -24,14 +24,6 @@ def shard(table, mode):
     return table if RANK == SIZE - 1 else table[:0]
 
 
-def _session(graph):
-    sess = tf_support.session(graph)
-    with graph.as_default():
-        sess.run(sok.Init(backend="cpu"))
-        sess.run(tf1.global_variables_initializer())
-    return sess
-
-
 @pytest.mark.parametrize("mode", ["distributed", "localized"])
 def test_shape_read_and_assign_are_the_shards(mode, shared_dir):
     table = np.random.default_rng(7).uniform(size=(ROWS, DIM)).astype(np.float32)
@@ -53,7 +45,7 @@ def test_shape_read_and_assign_are_the_shards(mode, shared_dir):
         # SOK's reads: a lookup of every row sees the shard's rows after the writes.
         lookup = tf1.nn.embedding_lookup(variable, np.arange(ROWS)) if mode == "distributed" \
             else None
-    with _session(graph) as sess:
+    with tf_support.initialized_session(graph) as sess:
         mine, want = sess.run(read)
         np.testing.assert_array_equal(mine, want)
         np.testing.assert_array_equal(sess.run(variable), want)  # the fetch of the variable
@@ -97,7 +89,7 @@ def test_static_wrong_shape_and_dynamic_writes_are_refused():
                 write(np.zeros([1, DIM]))
         with pytest.raises(NotImplementedError, match="sok1x.export"):
             dynamic.read_value()
-    with _session(graph) as sess:
+    with tf_support.initialized_session(graph) as sess:
         sess.run(to_handle)
         np.testing.assert_array_equal(sess.run(before), np.ones([len(range(RANK, ROWS, SIZE)),
                                                                  DIM]))

@@ -12,6 +12,17 @@ def session(graph, inter_op_threads=2):
     return tf1.Session(graph=graph, config=config)
 
 
+def initialized_session(graph):
+    """session(graph) with sok1x brought up on the cpu backend (sok1x.Init) and the graph's
+    variables initialized."""
+    import sok1x
+    sess = session(graph)
+    with graph.as_default():
+        sess.run(sok1x.Init(backend="cpu"))
+        sess.run(tf1.global_variables_initializer())
+    return sess
+
+
 def global_batch(seed, global_size, slot_num, nnz, vocabulary):
     """Returns int64 keys [global_size, slot_num, nnz], the same on every rank for one seed."""
     import numpy as np
