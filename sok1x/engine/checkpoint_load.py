@@ -286,14 +286,23 @@ def _take_staged(rt, plan):
         backend.release_unused()  # the old shard's memory
         return
     table = rt.tables[plan.name]
-    restored = {name: initial for name, initial in plan.kept if name is not None}
-    for name in [name for name in table.slots if name not in restored]:
-        backend.fill_value(table.slots[name], table.slot_initial[name])
+    restored = _reset_unrestored_slots(backend, table, plan.kept)
     backend.write_rows(table.values, 0, fresh.values)
     backend.write_rows(table.times, 0, fresh.times)
     for name, initial in restored.items():
         backend.write_rows(table.slot(name, initial), 0, fresh.slots[name])
     backend.synchronize()  # the copies ran: the fresh shard's memory may go
+
+
+def _reset_unrestored_slots(backend, table, kept):
+    """Gives `table`'s slots that `kept` ((name, initial) per file slot, (None, None) for one
+    not restored) does not restore their initial values; returns {name: initial} of those it
+    restores."""
+    restored = {name: initial for name, initial in kept if name is not None}
+    for name, array in table.slots.items():
+        if name not in restored:
+            backend.fill_value(array, table.slot_initial[name])
+    return restored
 
 
 class _RowSink:
@@ -305,10 +314,7 @@ class _RowSink:
     def __init__(self, rt, table, kept):
         self.rt, self.table, self.backend, self.kept = rt, table, rt.backend, kept
         self.used = 0
-        restored = {name for name, _ in kept if name is not None}
-        for name, array in table.slots.items():
-            if name not in restored:
-                self.backend.fill_value(array, table.slot_initial[name])
+        _reset_unrestored_slots(self.backend, table, kept)
 
     def add(self, keys, keep, values, slots, times, where):
         """Puts the rows of this chunk that this rank owns (mask `keep`, checked)."""
