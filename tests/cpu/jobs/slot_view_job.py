@@ -14,6 +14,7 @@ slots of a tf.Variable trained on the global batch with the same optimizer class
 3. var.target_gpu is SOK's: -1 for a distributed variable, r for "localized:r".
 """
 import os
+import shutil
 import tempfile
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -113,6 +114,9 @@ def check_writes(variable, optimizer, names):
         assert "assign" in str(error), error
     else:
         raise AssertionError("a value of the wrong shape was written")
+    COMM.barrier()
+    if RANK == 0:
+        shutil.rmtree(folder)
 
 
 def main():
