@@ -103,17 +103,17 @@ def _slot_lists(rt, tables, slot_prefixes):
     return out
 
 
-def _rows_to_host(backend, array, rows, start, stop, contiguous, fill):
-    """Host rows rows[start:stop] of `array` (a backend array, SplitRows, or None: `fill`): a
+def _rows_to_host(backend, array, rows, contiguous, fill):
+    """Host rows `rows` (host int64) of `array` (a backend array, SplitRows, or None: `fill`): a
     view on cpu; on cuda a view of a reused page-locked block, held by the writer until it is
     written (rows in order: one copy from the device, no gather)."""
     if array is None:
         return fill
     if contiguous and not hybrid_rows.is_split(array):
-        first = int(rows[start]) if stop > start else 0
+        first = int(rows[0]) if rows.size else 0
         return np.asarray(backend.download_staged(backend.row_view(array, first,
-                                                                   first + stop - start)))
-    index = backend.asarray(rows[start:stop])
+                                                                   first + rows.size)))
+    index = backend.asarray(rows)
     if len(array.shape) == 1:
         picked = backend.take_rows(array, index)
     else:
@@ -121,29 +121,41 @@ def _rows_to_host(backend, array, rows, start, stop, contiguous, fill):
     return np.asarray(backend.download_staged(picked))
 
 
+def _chunk_keys(rt, table, held, start, stop):
+    """Host (global keys, shard rows) of rows [start, stop) in file order: of `held` (a hash
+    table's _held_rows), or made for the chunk alone (a table without one: its rows in order)."""
+    if held is not None:
+        return held[0][start:stop], held[1][start:stop]
+    rows = np.arange(start, stop, dtype=np.int64)
+    return placements.global_keys(table.placement, rows, table.rank, table.size), rows
+
+
 def _write_shard(rt, table, slots, path, rows_per_chunk):
     """Streams this rank's rows of `table` into shard file `path`; returns its manifest dict.
-    One file chunk is written while the next is copied to the host."""
+    The writer thread writes the two file chunks before this one while it is copied to the
+    host (triple buffering: each chunk a third of chunk_bytes())."""
     backend = rt.backend
-    keys, rows = _held_rows(rt, table)
-    count = int(keys.shape[0])
-    contiguous = count == 0 or (rows[0] == 0 and rows[-1] == count - 1)
+    held = _held_rows(rt, table) if table.use_hashtable else None
+    count = int(held[0].shape[0]) if held is not None else int(table.values.shape[0])
+    rows = held[1] if held is not None else None
+    contiguous = rows is None or count == 0 or (rows[0] == 0 and rows[-1] == count - 1)
     arrays = [(table.values, None)] + [(table.slots.get(name), initial) for name, initial in slots]
-    writer = ShardWriter(path, in_flight_bytes=rows_per_chunk * checkpoint_format.row_bytes(
+    writer = ShardWriter(path, in_flight_bytes=2 * rows_per_chunk * checkpoint_format.row_bytes(
         table.dim, len(slots)))
     try:
         writer.write(checkpoint_format.encode_header(table.name, table.dim, count, slots,
                                                      rt.rank, rt.size, rows_per_chunk))
         for start in range(0, count, rows_per_chunk):
             stop = min(count, start + rows_per_chunk)
-            writer.write(keys[start:stop])
+            keys, chunk_rows = _chunk_keys(rt, table, held, start, stop)
+            writer.write(keys)
             for array, initial in arrays:
                 fill = None if array is not None else np.full(
                     (stop - start, table.dim), initial, np.float32)
-                writer.write(np.asarray(_rows_to_host(backend, array, rows, start, stop,
-                                                      contiguous, fill), np.float32))
-            writer.write(np.asarray(_rows_to_host(backend, table.times, rows, start, stop,
-                                                  contiguous, None), np.float64))
+                writer.write(np.asarray(_rows_to_host(backend, array, chunk_rows, contiguous,
+                                                      fill), np.float32))
+            writer.write(np.asarray(_rows_to_host(backend, table.times, chunk_rows, contiguous,
+                                                  None), np.float64))
         size, crc32 = writer.commit()
     finally:
         writer.discard()
@@ -167,10 +179,10 @@ def save_shards(directory, stem, table_names, slot_prefixes=None, name_file=None
             for table, slots in zip(tables, slot_lists):
                 path = os.path.join(directory, name_file(len(shards), rt.rank) if name_file
                                     else shard_file_name(stem, table.name, rt.rank, rt.size))
-                # Half a chunk per file chunk: the writer's thread and the reader's prefetch
-                # hold two at once.
+                # A third of a chunk per file chunk: the writer holds two while the next is
+                # copied (the reader's prefetch holds two).
                 rows_per_chunk = checkpoint_format.chunk_rows(table.dim, len(slots),
-                                                              chunk_bytes() // 2)
+                                                              chunk_bytes() // 3)
                 shards.append(_write_shard(rt, table, slots, path, rows_per_chunk))
         except (OSError, MemoryError) as exc:
             error = CheckpointError("rank %d cannot write its shard into %s: %s"

@@ -23,7 +23,7 @@ more rows than the shard can hold), then:
 SOK1X_CHECKPOINT_LOAD=staged or two-pass forces one way (default auto). In both, rows a file
 holds in order go from the read buffer into the table in one copy (backend.write_rows: from a
 page-locked block straight to the device on cuda), and rows no file holds get initial values.
-Host memory: two read buffers of a file chunk (the chunks the writer made,
+Host memory: three read buffers of a file chunk (the chunks the writer made, a third of a chunk;
 engine/checkpoint_format.py), plus one byte per row (which rows a file held) or, for a hash
 table, its keys; no second copy of the shard on the host, but a staged one within host_room.
 """

@@ -1,9 +1,9 @@
 """The crc32 of checkpoint shard files (DESIGN D8), and the small pools of threads that shard
 bytes move and are checksummed on: one thread's zlib.crc32 (1 to 6 GB/s, by zlib's version), or
-one thread's copies into and out of the page cache, are slower than a disk or /dev/shm, and a
-save or load streams every byte through them (engine/shard_storage.py cuts its buffers with
-pieces() for the I/O threads, and each piece into blocks whose crc32 is taken on the checksum
-threads while the I/O thread moves the next).
+one thread's copies out of the page cache, are slower than a disk or /dev/shm, and a save or
+load streams every byte through them (engine/shard_storage.py: the one writer thread writes a
+file's buffers in order, the I/O threads read the pieces() of a buffer at once, and each block's
+crc32 is taken on the checksum threads while the writer or reader moves the next).
 
 A large buffer is cut into pieces whose crc32s are taken at once on a small thread pool
 (zlib.crc32 releases the GIL) and joined as zlib's crc32_combine joins them: the crc32 of A + B
@@ -33,13 +33,14 @@ def threads():
 
 def crc_threads():
     """Threads that checksum the blocks the I/O threads move (SOK1X_CHECKPOINT_CRC_THREADS):
-    by default twice threads() (a thread's crc32 may be slower than its copy) where this
-    process may run on three times threads() cores, else 0: each I/O thread checksums its own
-    blocks (on few cores more threads only take turns, and the block leaves the cache)."""
+    by default twice threads(), at most one less than the cores this process may run on (a
+    thread's crc32 may be slower than its copy, and the writer is one thread: its crc32 must run
+    beside it), 0 on one core or with SOK1X_CHECKPOINT_THREADS=1: the I/O thread checksums its
+    own blocks."""
     if threads() == 1:
         return 0
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    default = 2 * threads() if (cores or 1) >= 3 * threads() else 0
+    default = max(0, min(2 * threads(), (cores or 1) - 1))
     return max(0, int(os.environ.get(CRC_THREADS_ENV, default)))
 
 
@@ -107,6 +108,13 @@ def submit(function, *args):
     return _submit("io", threads(), function, args)
 
 
+def submit_write(function, *args):
+    """A Future of function(*args) run on the one writer thread, after every function submitted
+    before it (on this thread, done already, when no thread can start, as at interpreter
+    exit)."""
+    return _submit("write", 1, function, args)
+
+
 def submit_crc(data):
     """A Future of zlib.crc32(data) run on the crc_threads() checksum threads, a pool apart
     from the I/O threads, which wait for it (with none: done already, on this thread)."""
@@ -114,7 +122,7 @@ def submit_crc(data):
 
 
 def _submit(kind, count, function, args):
-    if count > 1 or (kind == "crc" and count == 1):
+    if count > 1 or (kind != "io" and count == 1):
         try:
             return _executor(kind, count).submit(function, *args)
         except RuntimeError:

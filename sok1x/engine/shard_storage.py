@@ -1,16 +1,20 @@
 """Storage of checkpoint files in a folder (DESIGN D8): a streaming writer and reader of shard
 files, each checksummed as it goes, and the atomic write of small files (the manifest).
 
-Checksums are zlib's crc32, taken block by block on checksum threads while the I/O threads move
-the next blocks (or on the I/O thread itself where cores are few; engine/shard_checksum.py). A
+A file is written by one writer thread, in order, while the caller prepares what comes next, and
+read by several I/O threads at once (engine/shard_checksum.py): on Linux a file's writes queue at
+its inode lock, its reads do not. Checksums are zlib's crc32, taken block by block on checksum
+threads while the writer or reader moves the next blocks (or on that thread itself where there
+is one core). A
 file is written under a temporary name and renamed into place once complete and on disk (fsync),
 so a crash leaves either the whole file or none. The reader checks the size the manifest
 promises before it reads a byte, and the checksum once it has read the last.
 """
 import collections
 import os
-import uuid
+import queue
 import threading
+import uuid
 
 import numpy as np
 
@@ -18,32 +22,35 @@ from sok1x.engine import shard_checksum
 from sok1x.errors import CheckpointError
 
 # Bytes an I/O thread moves at a time: the checksum threads take each block's crc32 while the
-# I/O thread moves the next (and the block is still in the cache), so a save or load moves its
+# I/O thread (the writer, or a reader) moves the next (and the block is still in the cache), so a save or load moves its
 # bytes at a plain write's or read's rate even where zlib.crc32 is slower than the copy (the first
 # 1-GPU figures, 2026-11-23, fit about 1 GB/s a thread there).
 BLOCK_BYTES = 4 << 20
+READ_AHEAD = 2  # file chunks a reader reads ahead of the caller
 
 
 def _temporary_name(path):
     return "%s.tmp-%s" % (path, uuid.uuid4().hex[:12])
 
 
-def _joined(block_crcs):
-    """The crc32 of blocks one after the other from [(Future of a block's crc32, length)]."""
-    return shard_checksum.joined(0, [(future.result(), length) for future, length in block_crcs])
+def _joined(running, block_crcs):
+    """The crc32 of running's bytes followed by blocks [(Future of a block's crc32, length)]."""
+    return shard_checksum.joined(running, [(future.result(), length)
+                                           for future, length in block_crcs])
 
 
-def _write_piece(descriptor, piece, offset):
-    """Writes uint8 memoryview `piece` at `offset`, block by block, each block's crc32 taken on
-    the checksum threads meanwhile; returns the piece's zlib.crc32."""
+def _write_buffer(descriptor, view, offset):
+    """Writes uint8 memoryview `view` at `offset`, block by block, and returns [(Future of a
+    block's zlib.crc32, length)] without waiting for them: each block's crc32 is taken on the
+    checksum threads while this thread writes the next (on this thread when there are none)."""
     crcs = []
-    for start in range(0, piece.nbytes, BLOCK_BYTES):
-        block, at = piece[start:start + BLOCK_BYTES], offset + start
+    for start in range(0, view.nbytes, BLOCK_BYTES):
+        block, at = view[start:start + BLOCK_BYTES], offset + start
         crcs.append((shard_checksum.submit_crc(block), block.nbytes))
         while block.nbytes:
             written = os.pwrite(descriptor, block, at)
             block, at = block[written:], at + written
-    return _joined(crcs)
+    return crcs
 
 
 def _read_piece(descriptor, piece, offset, verify):
@@ -64,23 +71,24 @@ def _read_piece(descriptor, piece, offset, verify):
         got += filled
         if filled < block.nbytes:
             break
-    return got, _joined(crcs)
+    return got, _joined(0, crcs)
 
 
 class ShardWriter:
     """Appends buffers to `path` through a temporary file; commit() makes it appear whole.
-    Each buffer is written and checksummed in pieces on the shard I/O threads
-    (engine/shard_checksum.py) while the caller prepares the next. in_flight_bytes: how many
-    bytes of earlier buffers may still be in flight when a write returns (0: none but the
-    buffer just handed over), so a caller that prepares a chunk while the previous one is
-    written holds at most that many bytes plus what it prepares."""
+    The buffers are written in order by one writer thread (engine/shard_checksum.py: a file's
+    writes take its inode lock on Linux, so several threads only queue at it) while the caller
+    prepares the next, and checksummed block by block on the checksum threads meanwhile.
+    in_flight_bytes: how many bytes of earlier buffers may still be in flight when a write
+    returns (0: none but the buffer just handed over), so a caller that prepares a chunk while
+    earlier ones are written holds at most that many bytes plus what it prepares."""
 
     def __init__(self, path, in_flight_bytes=0):
         self.path = path
         self._temporary = _temporary_name(path)
         self._handle = open(self._temporary, "wb", buffering=0)
         self._limit = int(in_flight_bytes)
-        self._pending = collections.deque()  # (Future of a piece's crc32, length), file order
+        self._pending = collections.deque()  # (Future of a buffer's block crcs, length)
         self._pending_bytes = 0
         self.size = 0
         self.crc32 = 0
@@ -92,19 +100,18 @@ class ShardWriter:
             data = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
         view = memoryview(data).cast("B")
         self._wait(self._limit - view.nbytes)
-        descriptor, offset = self._handle.fileno(), self.size
+        offset = self.size
         self.size += view.nbytes
-        for start, piece in shard_checksum.pieces(view):
-            self._pending.append((shard_checksum.submit(
-                _write_piece, descriptor, piece, offset + start), piece.nbytes))
+        self._pending.append((shard_checksum.submit_write(
+            _write_buffer, self._handle.fileno(), view, offset), view.nbytes))
         self._pending_bytes += view.nbytes
 
     def _wait(self, keep=0):
-        """Waits for the oldest pieces until at most `keep` bytes are in flight."""
+        """Waits for the oldest buffers until at most `keep` bytes are in flight."""
         while self._pending and self._pending_bytes > keep:
             future, length = self._pending.popleft()
             self._pending_bytes -= length
-            self.crc32 = shard_checksum.combine(self.crc32, future.result(), length)  # OSError
+            self.crc32 = _joined(self.crc32, future.result())  # OSError
 
     def commit(self):
         """Flushes to disk and renames the file into place; returns (size, crc32)."""
@@ -117,7 +124,8 @@ class ShardWriter:
     def _discard_pending(self):
         for future, _ in self._pending:
             try:
-                future.result()
+                for crc, _ in future.result():
+                    crc.result()
             except OSError:
                 pass
         self._pending.clear()
@@ -182,45 +190,55 @@ class ShardReader:
                 (crc, count) for count, crc in results])
         self._read += got
 
-    def chunks(self, sizes, allocate=None, before_refill=None):
+    def chunks(self, sizes, allocate=None, before_refill=None, depth=READ_AHEAD):
         """Yields the file's next pieces of `sizes` bytes, as uint8 arrays, each valid until the
-        next is asked for. A thread reads (and checksums) the next piece while the caller works
-        on this one: two buffers of the largest size, from allocate(nbytes) (default
-        np.empty). before_refill(), if given, is called before a buffer the caller had is
-        filled again (to wait for copies the caller queued from it)."""
+        next is asked for. A thread reads (and checksums) up to `depth` pieces ahead while the
+        caller works on this one, so the I/O threads never wait for the caller: depth + 1
+        buffers of the largest size, from allocate(nbytes) (default np.empty).
+        before_refill(), if given, is called before a buffer the caller had is filled again (to
+        wait for copies the caller queued from it)."""
         if not sizes:
             return
         allocate = allocate or (lambda nbytes: np.empty(nbytes, np.uint8))
-        largest = max(sizes)
-        buffers = [allocate(largest), allocate(largest) if len(sizes) > 1 else None]
-        errors = []
+        buffers = [allocate(max(sizes)) for _ in range(min(len(sizes), depth + 1))]
+        free, ready, stop = queue.Queue(), queue.Queue(), threading.Event()
+        for index in range(len(buffers)):
+            free.put(index)
 
-        def fill(index):
-            try:
-                self.read_into(buffers[index % 2][:sizes[index]])
-            except (CheckpointError, OSError) as exc:
-                errors.append(exc)
-        fill(0)
-        for index in range(len(sizes)):
-            if errors:
-                raise errors[0]
-            if before_refill is not None and 0 < index < len(sizes) - 1:
-                before_refill()
-            ahead = None
-            if index + 1 < len(sizes):
-                ahead = threading.Thread(target=fill, args=(index + 1,), daemon=True,
-                                         name="sok1x-shard-read")
+        def fill_all():
+            for size in sizes:
+                index = free.get()
+                if stop.is_set():
+                    return
                 try:
-                    ahead.start()
-                except RuntimeError:  # no new threads at interpreter exit
-                    ahead = None
-            try:
-                yield buffers[index % 2][:sizes[index]]
-            finally:
-                if ahead is not None:
-                    ahead.join()
-            if ahead is None and index + 1 < len(sizes):
-                fill(index + 1)
+                    self.read_into(buffers[index][:size])
+                except Exception as exc:  # raised on the caller's thread
+                    ready.put((None, exc))
+                    return
+                ready.put((index, None))
+        reader = threading.Thread(target=fill_all, daemon=True, name="sok1x-shard-read")
+        try:
+            reader.start()
+        except RuntimeError:  # no new threads at interpreter exit: each piece read when asked
+            reader = None
+        try:
+            for position, size in enumerate(sizes):
+                if reader is None:
+                    index = free.get()
+                    self.read_into(buffers[index][:size])
+                else:
+                    index, error = ready.get()
+                    if error is not None:
+                        raise error
+                yield buffers[index][:size]
+                if before_refill is not None and position + len(buffers) < len(sizes):
+                    before_refill()
+                free.put(index)
+        finally:
+            if reader is not None:
+                stop.set()
+                free.put(None)  # wakes the thread if it waits for a buffer
+                reader.join()
 
     def finish(self):
         """Checks that the whole file was read and its checksum; closes it."""
