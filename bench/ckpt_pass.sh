@@ -6,8 +6,9 @@
 #           ways, staged and two-pass, forced in turn)
 #   stages  bench/checkpoint_stages.py: where a dump and a load of 2M x 128 rows spend their
 #           time, with and without the crc32, beside the host's own crc32, write and read rates
-#   before  (CKPT_BEFORE=DIR, another checkout, e.g. main's: installed apart) its own
-#           bench/checkpoint_io.py, as "bench" below, into checkpoint_io_10M_1gpu_before.json
+#   before  (CKPT_BEFORE=DIR, another checkout, e.g. main's: installed apart) the stage probe
+#           of its sok1x, then its own bench/checkpoint_io.py, as "bench" below, into
+#           checkpoint_io_10M_1gpu_before.json
 #   bench   bench/checkpoint_io.py: dump + load of a 10M x 128 table in /dev/shm, 5 repeats,
 #           beside plain writes and a plain read of the same bytes (the load as the engine
 #           picks it: staged where the device has room; the JSON's load_ways says which ran)
@@ -54,6 +55,9 @@ step tests 90 env SOK1X_TEST_BACKEND=cuda mpiexec -n 1 python3 -m pytest -q -p n
 step stages 60 mpiexec -n 1 python3 "$repo/bench/checkpoint_stages.py" --backend cuda \
   --rows 2000000 --dir /dev/shm --repeats 3 --out "$out/checkpoint_stages_2M_1gpu.json"
 if [ -n "$before" ]; then
+  step stages_before 60 env PYTHONPATH="$site-before:$needs" mpiexec -n 1 python3 \
+    "$repo/bench/checkpoint_stages.py" --backend cuda --rows 2000000 --dir /dev/shm --repeats 3 \
+    --out "$out/checkpoint_stages_2M_1gpu_before.json"
   step before 90 env PYTHONPATH="$site-before:$needs" mpiexec -n 1 python3 \
     "$before/bench/checkpoint_io.py" --backend cuda --rows 10000000 --dir /dev/shm --repeats 5 \
     --out "$out/checkpoint_io_10M_1gpu_before.json"
