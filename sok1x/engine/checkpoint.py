@@ -215,7 +215,7 @@ def load_shards(directory, manifests, where, table_names, slot_prefixes=None):
             for table in tables:
                 entry = checkpoint_manifest.entry_of(manifest, table.name, where)
                 plans.append(checkpoint_load.check_table(rt, table, entry, directory,
-                                                         slot_prefixes, chunk_bytes() // 2))
+                                                         slot_prefixes, chunk_bytes() // 3))
         except CheckpointError as exc:
             error = exc.with_traceback(None)  # its frames hold staged shards
         except (OSError, MemoryError) as exc:

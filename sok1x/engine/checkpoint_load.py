@@ -15,7 +15,7 @@ more rows than the shard can hold), then:
     rank's rows in the table's own memory: on cuda the device's free memory less
     DEVICE_RESERVE; in host memory (the cpu backend, a hybrid table's host rows) at most
     `host_room` (D8 bounds the host memory a load adds by the chunk plus a tenth of the shard;
-    the caller passes half a chunk).
+    the caller passes a third of a chunk, as much as one of the three read buffers).
   - two-pass (where there is no such room): the check reads every file and changes nothing;
     read_table streams them again (from the page cache, where they fit) into the table itself.
     A table without a hash table is written in place; a hash table's old shard is dropped and a

@@ -21,10 +21,10 @@ import numpy as np
 from sok1x.engine import shard_checksum
 from sok1x.errors import CheckpointError
 
-# Bytes an I/O thread moves at a time: the checksum threads take each block's crc32 while the
-# I/O thread (the writer, or a reader) moves the next (and the block is still in the cache), so a save or load moves its
-# bytes at a plain write's or read's rate even where zlib.crc32 is slower than the copy (the first
-# 1-GPU figures, 2026-11-23, fit about 1 GB/s a thread there).
+# Bytes an I/O thread (the writer, or a reader) moves at a time: the checksum threads take each
+# block's crc32 while it moves the next (and the block is still in the cache), so a save or load
+# moves its bytes at a plain write's or read's rate even where zlib.crc32 is slower than the copy
+# (the first 1-GPU figures, 2026-11-23, fit about 1 GB/s a thread there).
 BLOCK_BYTES = 4 << 20
 READ_AHEAD = 2  # file chunks a reader reads ahead of the caller
 
