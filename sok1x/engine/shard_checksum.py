@@ -27,7 +27,8 @@ _pool_lock = threading.Lock()
 
 
 def threads():
-    """Threads that move (and checksum) one buffer (SOK1X_CHECKPOINT_THREADS, default 4)."""
+    """Threads that read (and checksum) one buffer (SOK1X_CHECKPOINT_THREADS, default 4); a file
+    is written on one."""
     return max(1, int(os.environ.get(THREADS_ENV, DEFAULT_THREADS)))
 
 
