@@ -5,8 +5,9 @@ bench/checkpoint_io.py's figures, not a benchmark of its own.
     mpiexec -n 1 python3 bench/checkpoint_stages.py --backend cuda --rows 2000000 \
         --dir /dev/shm --out /tmp/stages.json
 
-Host: cores this process may use, zlib's version, one thread's zlib.crc32 over 256 MB, and a
-plain write and read of 1 GB to --dir on 1 and on 4 threads, in 4 MB blocks (GB/s, best of 3).
+Host: cores this process may use, zlib's version, one thread's zlib.crc32 over 256 MB, a plain
+write and read of 1 GB to --dir on 1 and on 4 threads, in 4 MB blocks, and the backend's copies
+of 256 MB of rows to a page-locked block and back (GB/s, best of 3).
 Engine: --repeats dumps and loads of a --rows x --dim table (bench/checkpoint_io.py's), each
 timed whole, with the seconds spent in each stage summed over the calls (the threads' stages
 overlap the caller's, so they add up to more than the wall time):
@@ -154,6 +155,24 @@ def host_figures(folder):
     return out
 
 
+def copy_figures(rt, table, nbytes=256 << 20):
+    """{d2h_GBps, h2d_GBps}: the backend's copy of the table's first rows (about `nbytes`) to a
+    reused host block and back from one, as a dump and a staged load make them (best of 3)."""
+    rows = min(int(table.values.shape[0]), max(1, nbytes // (4 * table.dim)))
+    size = rows * 4 * table.dim
+    view = rt.backend.row_view(table.values, 0, rows)
+    buffer = rt.backend.host_buffer(size).view(np.float32).reshape(rows, table.dim)
+    buffer[...] = np.asarray(rt.backend.download_staged(view))  # the upload puts them back
+
+    def download():
+        np.asarray(rt.backend.download_staged(view))
+
+    def upload():
+        rt.backend.write_rows(table.values, 0, buffer)
+        rt.backend.synchronize()
+    return {"d2h_GBps": _best_rate(size, download), "h2d_GBps": _best_rate(size, upload)}
+
+
 def measure(rt, work, repeats):
     """{dump, load: {seconds, stages}} medians over `repeats` dumps and loads into `work`."""
     from sok1x.engine import checkpoint
@@ -188,7 +207,11 @@ def main(argv):
     os.makedirs(work, exist_ok=True)
     result = {"host": host_figures(work), "rows": args.rows, "dim": args.dim}
     rt = harness.start_engine(args.backend)
-    checkpoint_io.build_table(rt, args)
+    table = checkpoint_io.build_table(rt, args)
+    with checkpoint_io._entered():
+        buffer_copies = copy_figures(rt, table)
+    result["host"].update(buffer_copies)
+    del table
     from sok1x.engine import checkpoint
     checkpoint.dump_tables(work, [checkpoint_io.TABLE])  # warm: page-locked blocks, pools
     result["file_bytes"] = sum(size for _, _, size in checkpoint_io._shard_files(work))
