@@ -133,7 +133,7 @@ def _chunk_keys(rt, table, held, start, stop):
 def _write_shard(rt, table, slots, path, rows_per_chunk):
     """Streams this rank's rows of `table` into shard file `path`; returns its manifest dict.
     The writer thread writes the two file chunks before this one while it is copied to the
-    host (triple buffering: each chunk a third of chunk_bytes())."""
+    host (triple buffering: each file chunk a quarter of chunk_bytes())."""
     backend = rt.backend
     held = _held_rows(rt, table) if table.use_hashtable else None
     count = int(held[0].shape[0]) if held is not None else int(table.values.shape[0])
@@ -179,10 +179,11 @@ def save_shards(directory, stem, table_names, slot_prefixes=None, name_file=None
             for table, slots in zip(tables, slot_lists):
                 path = os.path.join(directory, name_file(len(shards), rt.rank) if name_file
                                     else shard_file_name(stem, table.name, rt.rank, rt.size))
-                # A third of a chunk per file chunk: the writer holds two while the next is
-                # copied (the reader's prefetch holds two).
+                # A quarter of a chunk per file chunk: the writer holds two while the next
+                # is copied, the reader three (each array of one fits a page-locked block of
+                # a power of two no larger: three quarters of a chunk in all).
                 rows_per_chunk = checkpoint_format.chunk_rows(table.dim, len(slots),
-                                                              chunk_bytes() // 3)
+                                                              chunk_bytes() // 4)
                 shards.append(_write_shard(rt, table, slots, path, rows_per_chunk))
         except (OSError, MemoryError) as exc:
             error = CheckpointError("rank %d cannot write its shard into %s: %s"
@@ -215,7 +216,7 @@ def load_shards(directory, manifests, where, table_names, slot_prefixes=None):
             for table in tables:
                 entry = checkpoint_manifest.entry_of(manifest, table.name, where)
                 plans.append(checkpoint_load.check_table(rt, table, entry, directory,
-                                                         slot_prefixes, chunk_bytes() // 3))
+                                                         slot_prefixes, chunk_bytes() // 4))
         except CheckpointError as exc:
             error = exc.with_traceback(None)  # its frames hold staged shards
         except (OSError, MemoryError) as exc:

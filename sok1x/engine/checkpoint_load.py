@@ -15,7 +15,7 @@ more rows than the shard can hold), then:
     rank's rows in the table's own memory: on cuda the device's free memory less
     DEVICE_RESERVE; in host memory (the cpu backend, a hybrid table's host rows) at most
     `host_room` (D8 bounds the host memory a load adds by the chunk plus a tenth of the shard;
-    the caller passes a third of a chunk, as much as one of the three read buffers).
+    the caller passes a quarter of a chunk, which the three read buffers leave).
   - two-pass (where there is no such room): the check reads every file and changes nothing;
     read_table streams them again (from the page cache, where they fit) into the table itself.
     A table without a hash table is written in place; a hash table's old shard is dropped and a
@@ -23,7 +23,7 @@ more rows than the shard can hold), then:
 SOK1X_CHECKPOINT_LOAD=staged or two-pass forces one way (default auto). In both, rows a file
 holds in order go from the read buffer into the table in one copy (backend.write_rows: from a
 page-locked block straight to the device on cuda), and rows no file holds get initial values.
-Host memory: three read buffers of a file chunk (the chunks the writer made, a third of a chunk;
+Host memory: three read buffers of a file chunk (the chunks the writer made, a quarter of a chunk;
 engine/checkpoint_format.py), plus one byte per row (which rows a file held) or, for a hash
 table, its keys; no second copy of the shard on the host, but a staged one within host_room.
 """

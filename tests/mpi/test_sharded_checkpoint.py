@@ -155,7 +155,7 @@ def test_a_chunk_corrupt_late_changes_no_table(shared_dir, small_chunks, load_wa
 
 
 def test_auto_stages_within_host_room_and_reads_twice_beyond(shared_dir, monkeypatch):
-    """On the cpu backend a load stages a shard only if a copy fits in a third of a chunk (D8's
+    """On the cpu backend a load stages a shard only if a copy fits in a quarter of a chunk (D8's
     bound on added host memory), else it reads every file twice; the rows come back either
     way."""
     if runtime.get().backend.free_device_memory() is not None:
