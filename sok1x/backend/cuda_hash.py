@@ -26,6 +26,7 @@ from sok1x.backend.cuda_launch import (
     empty,
     exclusive_scan,
     fill_bytes,
+    head,
     index_array,
     launch,
     memoised_per_context,
@@ -34,7 +35,6 @@ from sok1x.backend.cuda_launch import (
     split_args,
     to_host,
     to_host_later,
-    wrap,
 )
 
 
@@ -51,11 +51,6 @@ def _hash_kernels():
         "keys_by_row": prepared("hash_table.cu", "hash_keys_by_row", "PQqPPP"),
         "compact_rows": prepared("hash_table.cu", "hash_compact_rows", "PPPqPP"),
     }
-
-
-def _first(array, count):
-    """array[:count] of a 1-D GPUArray, made without GPUArray's constructor (cuda_launch.wrap)."""
-    return wrap((count,), array.dtype, ptr(array), base=array)
 
 
 def _slot_count(capacity, max_load):
@@ -216,7 +211,7 @@ class HashIndex:
             self.erase(new_keys[:count])
             raise OverflowError("%d new keys do not fit: %d of %d rows used, %d rows to give" % (
                 count, self.size, self.capacity, limit))
-        return rows, _first(new_keys, count), _first(new_rows, count)
+        return rows, head(new_keys, count), head(new_rows, count)
 
     @uses_context
     def erase(self, keys):
