@@ -299,6 +299,7 @@ def main(argv):
                              "index (as before 2026-11-23) instead of restoring the slots")
     parser.add_argument("--hkv", help="HierarchicalKV's benchmark binary (bench/hkv_build.sh) "
                                       "to run on the same grid, in the same run")
+    parser.add_argument("--hkv-dims", help="dims to run --hkv at (default: every dim)")
     parser.add_argument("--markdown", help="also write the grid as a markdown table here")
     args = parser.parse_args(argv)
     dims, loads, shares = ([kind(v) for v in text.split(",")] for kind, text in (
@@ -319,7 +320,7 @@ def main(argv):
                                             results["h2d_gib_per_s"]))
         for share in shares:
             hkv = None
-            if args.hkv:
+            if args.hkv and (not args.hkv_dims or str(dim) in args.hkv_dims.split(",")):
                 hkv = hkv_reference.run(args.hkv, dim, rows, share, loads, args.repeats)
                 harness.log("HierarchicalKV share %.2f dim %d: %s" % (share, dim, "; ".join(
                     "load %s find %.3f, find_or_insert %.3f" % (

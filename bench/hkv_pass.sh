@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# Issue 21's fourth-round pass on one GPU: sok1x's DynamicVariable grid beside HierarchicalKV's
-# own benchmark routine run in the same process tree (bench/hkv_reference.py), the same-size PCIe
-# probe of each hybrid table, hbm's engine path of a "before" tree in processes bracketing this
-# tree's (before, after with the grid, before), then this tree's GPU tests (run_all.sh suites
-# hash-values, dynamic-1gpu, cuda-backend).
+# Issue 21's fourth-round pass on one GPU: this tree's GPU tests (run_all.sh suites hash-values,
+# dynamic-1gpu, cuda-backend), the host-memory layout probes (bench/host_slices.py: one block
+# against HierarchicalKV's 128 MiB slices; bench/host_rows.py: pinned against slices), then
+# sok1x's DynamicVariable grid beside HierarchicalKV's own benchmark routine run in the same
+# process tree (bench/hkv_reference.py) with the same-size PCIe probe of each hybrid table, hbm's
+# engine path of a "before" tree in processes bracketing it (before, after with the grid,
+# before), and the half-host points and dynamic-1gpu again on the old host rows (pinned).
+# (The pass of results/2026-11-23-h100x1-hkv4/pass1 ran this script at e0c3fc4: no probes.)
 #     bash bench/hkv_pass.sh BEFORE_TREE HKV_BINARY [HKV_CHECKOUT]    (from this checkout's root)
 # HKV_BINARY: bench/hkv_build.sh's output; when it does not run here and HKV_CHECKOUT is given,
 # it is built again here. Writes summary.txt, grid.md and pass.tgz (everything) to $OUT.
@@ -51,22 +54,27 @@ if [ $rc != 2 ] && [ -n "$hkv_src" ]; then  # 2: its usage message, so it runs h
 fi
 wait
 say "installed and compiled"
-bench() {  # tree, json name, arguments...
-  local tree=$1 name=$2; shift 2
+bench() {  # tree, script, json name, arguments...
+  local tree=$1 script=$2 name=$3; shift 3
   PYTHONPATH=/tmp/wheels:/tmp/$tree:$here/bench timeout "$(left)" python3 \
-    "$here/bench/dynamic_table.py" --out "$out/$name.json" --rows-log2 24 --repeats 7 "$@" \
-    >"$out/$name.log" 2>&1
+    "$here/bench/$script" --out "$out/$name.json" "$@" >"$out/$name.log" 2>&1
   local rc=$?
-  say "$name rc=$rc: $(grep -E 'share|load|mapped|Error' "$out/$name.log" | tr '\n' ' ')"
+  say "$name rc=$rc: $(grep -E 'share|load|mapped|GiB|Error' "$out/$name.log" | tr '\n' ' ')"
 }
-bench before engine_before_1 --dims 64,128 --loads 0.5 --shares 0
-bench after grid --hkv "$hkv" --markdown "$out/grid.md"
-bench before engine_before_2 --dims 64,128 --loads 0.5 --shares 0
-for suites in "hash-values dynamic-1gpu" cuda-backend; do
-  say "== tests: $suites"
-  SOK1X_SUITES=$suites SOK1X_SUITE_TIMEOUT_S=$(left) OUT=$out/tests \
-    timeout "$(left)" bash "$here/tests/gpu/run_all.sh" 1 >>"$out/tests.txt" 2>&1
-  say "rc=$?: $(grep '^==' "$out/tests.txt" | tail -2 | tr '\n' ' ')"
-done
-grep -hE '^(FAILED|ERROR)' "$out"/tests/*.log 2>/dev/null | head -12 >>"$summary"
+tests() {  # suites, log name
+  say "== tests: $1 ${SOK1X_HOST_ROWS:-}"
+  SOK1X_SUITES=$1 SOK1X_SUITE_TIMEOUT_S=$(left) OUT=$out/$2 \
+    timeout "$(left)" bash "$here/tests/gpu/run_all.sh" 1 >>"$out/$2.txt" 2>&1
+  say "rc=$?: $(grep '^==' "$out/$2.txt" | tail -2 | tr '\n' ' ')"
+  grep -hE '^(FAILED|ERROR)' "$out/$2"/*.log 2>/dev/null | head -12 >>"$summary"
+}
+tests "hash-values dynamic-1gpu cuda-backend" tests
+bench after host_slices.py host_slices --sizes-gib 1,2,4
+bench after host_rows.py host_rows --ways pinned,slices --sizes-gib 1,2,4 --dims 64
+grid="--rows-log2 24 --repeats 7"
+bench before dynamic_table.py engine_before_1 $grid --dims 64,128 --loads 0.5 --shares 0
+bench after dynamic_table.py grid $grid --hkv "$hkv" --hkv-dims 64 --markdown "$out/grid.md"
+bench before dynamic_table.py engine_before_2 $grid --dims 64,128 --loads 0.5 --shares 0
+SOK1X_HOST_ROWS=pinned bench after dynamic_table.py grid_pinned $grid --loads 0.5 --shares 0.5
+[ "$(left)" -gt 45 ] && SOK1X_HOST_ROWS=pinned tests dynamic-1gpu tests_pinned
 say "== done"
