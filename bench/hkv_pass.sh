@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Issue 21's fourth-round pass on one GPU: this tree's GPU tests (run_all.sh suites hash-values,
-# dynamic-1gpu, cuda-backend), the host-memory layout probes (bench/host_slices.py: one block
-# against HierarchicalKV's 128 MiB slices; bench/host_rows.py: pinned against slices), then
-# sok1x's DynamicVariable grid beside HierarchicalKV's own benchmark routine run in the same
-# process tree (bench/hkv_reference.py) with the same-size PCIe probe of each hybrid table, hbm's
-# engine path of a "before" tree in processes bracketing it (before, after with the grid,
-# before), and the half-host points and dynamic-1gpu again on the old host rows (pinned).
-# (The pass of results/2026-11-23-h100x1-hkv4/pass1 ran this script at e0c3fc4: no probes.)
+# dynamic-1gpu, cuda-backend), the host-memory layout probe (bench/host_slices.py: one block
+# against HierarchicalKV's separate 128 MiB slices), then sok1x's DynamicVariable grid beside
+# HierarchicalKV's own benchmark routine run in the same process tree (bench/hkv_reference.py)
+# with the same-size PCIe probe of each hybrid table, and hbm's engine path of a "before" tree in
+# processes bracketing it (before, after with the grid, before).
+# (The pass of results/2026-11-23-h100x1-hkv4/pass1 ran this script at e0c3fc4: tests last, no
+# layout probe, HierarchicalKV at both dims.)
 #     bash bench/hkv_pass.sh BEFORE_TREE HKV_BINARY [HKV_CHECKOUT]    (from this checkout's root)
 # HKV_BINARY: bench/hkv_build.sh's output; when it does not run here and HKV_CHECKOUT is given,
 # it is built again here. Writes summary.txt, grid.md and pass.tgz (everything) to $OUT.
@@ -70,11 +70,8 @@ tests() {  # suites, log name
 }
 tests "hash-values dynamic-1gpu cuda-backend" tests
 bench after host_slices.py host_slices --sizes-gib 1,2,4
-bench after host_rows.py host_rows --ways pinned,slices --sizes-gib 1,2,4 --dims 64
 grid="--rows-log2 24 --repeats 7"
 bench before dynamic_table.py engine_before_1 $grid --dims 64,128 --loads 0.5 --shares 0
 bench after dynamic_table.py grid $grid --hkv "$hkv" --hkv-dims 64 --markdown "$out/grid.md"
 bench before dynamic_table.py engine_before_2 $grid --dims 64,128 --loads 0.5 --shares 0
-SOK1X_HOST_ROWS=pinned bench after dynamic_table.py grid_pinned $grid --loads 0.5 --shares 0.5
-[ "$(left)" -gt 45 ] && SOK1X_HOST_ROWS=pinned tests dynamic-1gpu tests_pinned
 say "== done"

@@ -96,14 +96,12 @@ __device__ __forceinline__ int64 found_row(const int64* slots, int64 slot) {
 }
 
 // find_or_insert in one pass: rows[i] gets keys[i]'s row, placing the keys not held yet
-// (Placing says where their rows come from and where they are recorded), and, where last_step
-// is given, the lookup is counted in the rows' statistics (touch_row).
+// (Placing says where their rows come from and where they are recorded).
 extern "C" __global__ void hash_find_or_insert(int64* slots, uint64 slot_count, const int64* keys,
                                                int64 n, int64 first_new_row, int64 limit,
                                                uint64* placed, int64* new_keys, int64* new_rows,
                                                const int64* row_pool, int64 pool_count,
-                                               int64* rows, int64* last_step, int64* counts,
-                                               int64 step) {
+                                               int64* rows) {
   const Placing p = {first_new_row, limit, pool_count, placed, new_keys, new_rows, row_pool};
   for (int64 first = first_of_warp(); first < n; first += global_thread_count()) {
     const int64 i = first + lane_id();
@@ -116,11 +114,7 @@ extern "C" __global__ void hash_find_or_insert(int64* slots, uint64 slot_count, 
       rows[i] = row;
     }
     __syncwarp();
-    if (i < n && !claimed) {
-      row = found_row(slots, slot);
-      rows[i] = row;
-    }
-    if (last_step != nullptr) touch_row(last_step, counts, row, step);
+    if (i < n && !claimed) rows[i] = found_row(slots, slot);
   }
 }
 

@@ -70,8 +70,7 @@ Every backend module exposes the same names, and the engine's algorithms call on
     init_rows(table, rows, keys, spec, table_id, count=None)   initial values (random_init.py)
     touch_rows(last_step, counts, rows, step)          access statistics of rows >= 0 (int64)
     HashIndex(capacity)                                key -> row index of a shard (cpu_hash.py):
-        find, count_missing, find_or_insert(keys, row_pool, missing, next_row, queue_first,
-        touch),
+        find, count_missing, find_or_insert(keys, row_pool, missing, next_row, queue_first),
         find_or_insert_values(keys, values, spec, table_id, ...) (also initialises the new
         rows and returns every key's vector), erase, assign, export
 

@@ -77,7 +77,7 @@ class HashIndex:
         return int(np.count_nonzero(self.find(unique_keys) < 0))
 
     def find_or_insert(self, keys, row_pool=None, missing=None, next_row=None,
-                       queue_first=None, touch=None):
+                       queue_first=None):
         """Returns int64 rows for `keys`, giving new keys the next free rows.
 
         Returns (rows, new_keys, new_rows), the last two for the keys inserted by this call.
@@ -88,8 +88,7 @@ class HashIndex:
         needed). The caller checks count_missing() against the capacity first; raises
         OverflowError if the index would overflow anyway (and then changes nothing).
         queue_first: None, or queue_first(new_keys, new_rows, None, rows), called once the keys
-        are placed (cuda's calls it before its one wait, with a device count). touch: None, or
-        (last_step, counts, step): also touch_rows(last_step, counts, rows, step).
+        are placed (cuda's calls it before its one wait, with a device count).
         """
         keys = np.asarray(keys, dtype=np.int64)
         unique_keys, inverse = np.unique(keys, return_inverse=True)
@@ -115,8 +114,6 @@ class HashIndex:
         self.size += missing.size
         unique_rows[missing] = new_rows
         rows = unique_rows[inverse]
-        if touch is not None:
-            cpu_rows.touch_rows(touch[0], touch[1], rows, touch[2])
         if queue_first is not None:
             queue_first(new_keys, new_rows, None, rows)
         return rows, new_keys, new_rows
@@ -127,8 +124,10 @@ class HashIndex:
         every key: (rows, vectors [n, dim], new_keys, new_rows), as the cuda index's one
         kernel; touch: None or (last_step, counts, step) for touch_rows of the rows."""
         rows, new_keys, new_rows = self.find_or_insert(keys, row_pool, missing, next_row,
-                                                       queue_first, touch)
+                                                       queue_first)
         cpu_rows.init_rows(values, new_rows, new_keys, spec, table_id)
+        if touch is not None:
+            cpu_rows.touch_rows(touch[0], touch[1], rows, touch[2])
         return rows, cpu_rows.gather_rows(values, rows), new_keys, new_rows
 
     def assign(self, keys, rows):

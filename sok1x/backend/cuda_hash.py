@@ -43,8 +43,7 @@ def _hash_kernels():
     return {
         "find": prepared("hash_table.cu", "hash_find", "PQPqP"),
         "count_missing": prepared("hash_table.cu", "hash_count_missing", "PQPqPQP"),
-        "find_or_insert": prepared("hash_table.cu", "hash_find_or_insert",
-                                   "PQPqqqPPPPqP" + "PPq"),
+        "find_or_insert": prepared("hash_table.cu", "hash_find_or_insert", "PQPqqqPPPPqP"),
         "find_or_insert_values": prepared("hash_table.cu", "hash_find_or_insert_values",
                                           "PQPqqqPPPPqP" + "PPqqqQQddP" + "PPq"),
         "erase": prepared("hash_table.cu", "hash_erase", "PQPqPP"),
@@ -114,7 +113,7 @@ class HashIndex:
 
     @uses_context
     def find_or_insert(self, keys, row_pool=None, missing=None, next_row=None,
-                       queue_first=None, touch=None):
+                       queue_first=None):
         """Returns int64 rows for `keys`, giving new keys the next free rows.
 
         Returns (rows, new_keys, new_rows), the last two for the keys inserted by this call, in
@@ -128,12 +127,10 @@ class HashIndex:
         before the host waits for their count, to queue work on the rows (every key's `rows`
         is final then) that runs during the wait: placed is None where the arrays hold exactly
         the placed keys, else a uint64 [1] device array counting them, the arrays' entries past
-        it unset (backend ops take it as `count`: init_rows, fill_rows). touch: None, or
-        (last_step, counts, step): the kernel also counts the lookup as
-        backend.touch_rows(last_step, counts, rows, step) does.
+        it unset (backend ops take it as `count`: init_rows, fill_rows).
         """
         return self._find_or_insert(index_array(keys, "keys"), row_pool, missing, next_row,
-                                    queue_first, None, touch)
+                                    queue_first, None)
 
     @uses_context
     def find_or_insert_values(self, keys, values, spec, table_id, row_pool=None, missing=None,
@@ -154,14 +151,16 @@ class HashIndex:
         keys = index_array(keys, "keys")
         dim = int(values.shape[1])
         vectors = empty((keys.shape[0], dim), np.float32)
-        fetch = (values, dim, recipe.kernel_arguments(spec, table_id), vectors)
+        statistics = (0, 0, 0) if touch is None else (ptr(touch[0]), ptr(touch[1]),
+                                                       int(touch[2]))
+        fetch = (values, dim, recipe.kernel_arguments(spec, table_id), vectors, statistics)
         rows, new_keys, new_rows = self._find_or_insert(keys, row_pool, missing, next_row,
-                                                        queue_first, fetch, touch)
+                                                        queue_first, fetch)
         return rows, vectors, new_keys, new_rows
 
-    def _find_or_insert(self, keys, row_pool, missing, next_row, queue_first, fetch, touch):
-        """find_or_insert; fetch: None, or (values, dim, init kernel arguments, vectors) for
-        find_or_insert_values' kernel; touch as find_or_insert's."""
+    def _find_or_insert(self, keys, row_pool, missing, next_row, queue_first, fetch):
+        """find_or_insert; fetch: None, or (values, dim, init kernel arguments, vectors,
+        statistics arguments) for find_or_insert_values' kernel."""
         n = keys.shape[0]
         limit = self.capacity - self.size
         if missing is not None:
@@ -169,7 +168,7 @@ class HashIndex:
             if missing > limit:
                 raise OverflowError("%d new keys do not fit: %d of %d rows used" % (
                     missing, self.size, self.capacity))
-            if missing == 0 and fetch is None and touch is None:
+            if missing == 0 and fetch is None:
                 found, new_keys, new_rows = (self._find(keys), empty((0,), np.int64),
                                              empty((0,), np.int64))
                 if queue_first is not None:
@@ -197,12 +196,10 @@ class HashIndex:
         placed = fill_bytes(empty((1,), np.uint64), 0)
         arguments = (ptr(self._slots), self.slot_count, ptr(keys), n, first_new_row, limit,
                      ptr(placed), ptr(new_keys), ptr(new_rows), pool, pool_count, ptr(rows))
-        statistics = (0, 0, 0) if touch is None else (ptr(touch[0]), ptr(touch[1]),
-                                                       int(touch[2]))
         if fetch is None:
-            launch(_hash_kernels()["find_or_insert"], n, *arguments, *statistics)
+            launch(_hash_kernels()["find_or_insert"], n, *arguments)
         else:
-            values, dim, init, vectors = fetch
+            values, dim, init, vectors, statistics = fetch
             launch(_hash_kernels()["find_or_insert_values"], n, *arguments,
                    *split_args(values, dim), dim, *init, ptr(vectors), *statistics)
         if missing is not None:

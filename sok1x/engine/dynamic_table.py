@@ -165,9 +165,9 @@ class DynamicTable(EmbeddingTable):
         if new), new keys taking freed rows (last freed first), then fresh ones; initialises
         the new rows, counts the lookup and records the undo (before: the free list and high
         water before this lookup's eviction, `evicted`). Returns (rows, vectors), vectors None
-        unless `fetch`: the index kernel counts the lookup; for split rows it also initialises
-        the new rows and copies every key's vector out, otherwise the init and the gather are
-        queued before the host waits for how many keys were placed."""
+        unless `fetch`: for split rows one kernel also initialises the new rows, counts the
+        lookup and copies every key's vector out; otherwise the init, the count and the gather
+        are queued before the host waits for how many keys were placed."""
         backend = self.backend
         plain = self._free.shape[0] == 0 and self._high_water == self.index.size
         pool = None if plain else self._free_rows_on_device()
@@ -178,20 +178,20 @@ class DynamicTable(EmbeddingTable):
             if not fused:
                 hybrid_rows.init_rows(backend, self.values, new_rows, new_keys, self.spec,
                                       self.table_id, count)
+                backend.touch_rows(self.last_step, self.counts, rows, self.journal.step)
             self.stamp(new_rows, count)
             if fetch and not fused:
                 gathered.append(self.gather(rows))
 
         next_row = None if plain else self._high_water
-        touch = (self.last_step, self.counts, self.journal.step)  # the kernel counts the lookup
-        if fused:
+        if fused:  # the kernel counts the lookup too
             rows, vectors, new_keys, new_rows = self.index.find_or_insert_values(
                 keys, self.values, self.spec, self.table_id, row_pool=pool, missing=missing,
-                next_row=next_row, queue_first=queue_rows, touch=touch)
+                next_row=next_row, queue_first=queue_rows,
+                touch=(self.last_step, self.counts, self.journal.step))
         else:
             rows, new_keys, new_rows = self.index.find_or_insert(
-                keys, row_pool=pool, missing=missing, next_row=next_row, queue_first=queue_rows,
-                touch=touch)
+                keys, row_pool=pool, missing=missing, next_row=next_row, queue_first=queue_rows)
             vectors = gathered[0] if fetch else None
         placed = int(new_keys.shape[0])
         if placed:
