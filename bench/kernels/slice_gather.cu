@@ -11,6 +11,7 @@ extern "C" __global__ void gather_slices(const float4* const* slices, long long 
     const long long i = w / words_per_row;
     const long long row = index[i];
     const long long slice = row / rows_per_slice;
-    out[w] = slices[slice][(row - slice * rows_per_slice) * words_per_row + (w - i * words_per_row)];
+    const long long word = (row - slice * rows_per_slice) * words_per_row + (w - i * words_per_row);
+    out[w] = slices[slice][word];
   }
 }
