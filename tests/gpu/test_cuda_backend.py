@@ -423,15 +423,15 @@ def test_rows_queued_before_the_count_equal_the_cpu(cuda, rng, dim):
     device_table, device_times = cuda.asarray(table), cuda.asarray(times)
     queued = []
 
-    def queue(new_keys, new_rows, count):
-        queued.append(count is not None)
+    def queue(new_keys, new_rows, count, rows):
+        queued.append((count is not None, rows.shape[0]))
         cuda.init_rows(device_table, new_rows, new_keys, spec, 5, count)
         cuda.fill_rows(device_times, new_rows, 2.5, count)
 
     keys = random_keys(rng, 3000, 1500)
     rows, new_keys, new_rows = (host(cuda, a) for a in index.find_or_insert(
         cuda.asarray(keys), queue_first=queue))
-    assert queued == [True] and new_keys.shape[0] == np.unique(keys).shape[0]
+    assert queued == [(True, keys.shape[0])] and new_keys.shape[0] == np.unique(keys).shape[0]
     cpu.init_rows(table, new_rows, new_keys, spec, 5)
     cpu.fill_rows(times, new_rows, 2.5)
     np.testing.assert_allclose(host(cuda, device_table), table, rtol=0, atol=1e-8)  # an ulp
