@@ -10,6 +10,7 @@ import time
 import numpy as np
 import pycuda.driver as driver
 from pycuda import gpuarray
+from pycuda._pvt_struct import pack as _pack  # what prepared calls pack arguments with
 
 from sok1x import cuda_kernels as kernels
 from sok1x.backend import cuda_context, cuda_staging
@@ -69,7 +70,10 @@ def launch(function, work_items, *args, block=BLOCK, blocks=None):
     if blocks is None:
         limit = cuda_context.multiprocessor_count() * _BLOCKS_PER_MULTIPROCESSOR
         blocks = max(1, min(-(-int(work_items) // block), limit))
-    function.prepared_async_call((int(blocks), 1), (block, 1, 1), cuda_context.stream(), *args)
+    # What prepared_async_call does for a kernel without texture references, without its
+    # per-call import, keyword checks and block-shape call: a step launches dozens of kernels.
+    function._launch_kernel((int(blocks), 1), (block, 1, 1), _pack(function.arg_format, *args),
+                            0, cuda_context.stream())
     COUNTS["launches"] += 1
 
 
