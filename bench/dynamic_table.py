@@ -27,12 +27,27 @@ tombstones that lengthen later probes) so every call starts at the load. The bar
 the new rows' init before its one wait (HashIndex.find_or_insert's queue_first), as the engine
 does. An hbm table has no free list (it
 never evicts), so its new keys take the index's next rows; hybrid's take the free list's.
-Beside them, measured in the same run: `mapped` (per dim), a gather from and a scatter into
-page-locked mapped host rows (2^20 random rows of 2^22, the kernels hybrid uses), and
-`h2d_gib_per_s`, a 256 MiB page-locked copy. `pcie_bound` (2^30 keys/s) is what the mapped rates
-allow for the host bytes an op moves per key: find 0.6 * share * row bytes read; find_or_insert
-share * row bytes read (gather) + 0.4 * share * row bytes written (init). Every figure: the
-median of --repeats calls with min and max. HierarchicalKV's H200 figures are stored beside ours.
+Beside them, measured in the same run:
+- `pcie_same_size` (each hybrid point): page-locked mapped reads and writes of the table's own
+  host part (the region of the hybrid table's host rows, its size and its pages), in the ops'
+  access pattern: random rows of `dim` floats (2^20 distinct host rows per call, the gather and
+  put_rows kernels hybrid uses; the write puts back the rows just read, so the table is left as
+  it was), and the same rows read in ascending order (`read_sorted`: what ordering the host
+  accesses could gain). `pcie_bound_gkeys_per_s["same_size"]` is what those rates allow for
+  the host bytes each op moves per key (below), `pct_of_bound` the op's figure as a percentage;
+- `mapped` (per dim), the probe of before 2026-11-23's fourth round: a gather from and a
+  scatter into 2^20 random rows of a 2^22-row region (1 GiB at dim 64, 2 GiB at 128), its bounds
+  under "mapped_2^22_rows";
+- `h2d_gib_per_s`, a 256 MiB page-locked copy;
+- with --hkv BINARY, HierarchicalKV's own benchmark routine on each (dim, host share), both
+  loads, run right before ours (bench/hkv_reference.py says how to build it and how it times),
+  under `hkv_same_run` in each entry.
+Host bytes per key (share: the host share, row: dim * 4 bytes): find 0.6 * share * row read;
+find_or_insert and the engine path (one kernel: held rows read, new rows written)
+0.6 * share * row read + 0.4 * share * row written; find_or_insert_unfused (the gather reads
+new rows too) share * row read + 0.4 * share * row written. Every figure: the median of
+--repeats calls with min and max. HierarchicalKV's stored H200 figures are kept beside ours.
+--markdown PATH writes the grid as a table.
 """
 import sys
 import types
@@ -40,12 +55,16 @@ import types
 import numpy as np
 
 import harness
+import hkv_reference
 from hash_table import HIT_RATE, HKV_H200, Snapshot, keys_of, op_figures, rotations
 
 KEYS_PER_CALL = 1 << 20
 DIMS = (64, 128)
 LOADS = (0.5, 0.75)
 HOST_SHARES = (0.0, 0.25, 0.5, 0.75)  # 0: var_type "hbm"
+# (rows read, rows written) in host memory per key and per unit of host share, by op
+HOST_ROWS = {"find": (0.6, 0.0), "find_or_insert": (0.6, 0.4),
+             "find_or_insert_engine": (0.6, 0.4), "find_or_insert_unfused": (1.0, 0.4)}
 HKV_HYBRID_H200 = {"source": "HierarchicalKV on an H200, dim 64, load 0.5, half the vectors in "
                              "host memory (issue 21)", "find": 0.200, "find_or_insert": 0.159}
 
@@ -94,6 +113,28 @@ def mapped_gib_per_s(backend, timer, dim, repeats, rng):
                       gib_per_s=nbytes / harness.median(ms) * 1e3) for ms in (read, write))
 
 
+def same_size_gib_per_s(backend, timer, table, keys_per_call, repeats, rng):
+    """Mapped-read and -write GiB/s on the hybrid table's own host part: keys_per_call distinct
+    random host rows gathered (`read`), the same rows in ascending order (`read_sorted`), and
+    put back where they were read (`write`, leaving the table as it was)."""
+    host = table.values.parts[1]
+    host_rows = int(host.shape[0])
+    picks = rng.choice(host_rows, min(keys_per_call, host_rows), replace=False).astype(np.int64)
+    nbytes = picks.shape[0] * host.shape[1] * 4 / 2 ** 30
+    figures = {"host_gib": host_rows * host.shape[1] * 4 / 2 ** 30, "rows": int(picks.shape[0])}
+    with backend.device_context():
+        shuffled, ascending = backend.asarray(picks), backend.asarray(np.sort(picks))
+        rows = backend.gather_rows(host, shuffled)
+        for name, run in (("read", lambda: backend.gather_rows(host, shuffled)),
+                          ("read_sorted", lambda: backend.gather_rows(host, ascending)),
+                          ("write", lambda: backend.put_rows(host, shuffled, rows))):
+            ms = timer.time_ms(run, repeats)
+            figures[name] = dict(harness.summary(ms, ("ms", "ms_min", "ms_max", "ms_repeats")),
+                                 gib_per_s=nbytes / harness.median(ms) * 1e3)
+        backend.synchronize()
+    return figures
+
+
 def pcie_gib_per_s(backend, timer):
     """Host-to-device copy bandwidth from page-locked memory (GiB/s), or None on cpu."""
     if backend.NAME != "cuda":
@@ -126,7 +167,7 @@ def measure(backend, timer, host_share, rows, keys_per_call, dim, load, repeats,
         pool = backend.asarray(table._free[::-1][:new_per_call].copy())  # the next free rows
     snapshot = Snapshot(backend, table.index)
 
-    def init_new_rows(new_keys, new_rows, count):
+    def init_new_rows(new_keys, new_rows, count, *rows):  # rows: since issue 21's 4th round
         table.backend.init_rows(table.values, new_rows, new_keys, table.spec, 7, count)
 
     # A sok1x without find_or_insert_values (before 2026-11-23's third round) runs the three
@@ -175,6 +216,15 @@ def measure(backend, timer, host_share, rows, keys_per_call, dim, load, repeats,
         restore()
     entry["engine_over_bare"] = (entry["find_or_insert_engine"]["ms"]
                                  / entry["find_or_insert"]["ms"])
+    entry["engine_over_unfused"] = (entry["find_or_insert_engine"]["ms"]
+                                    / entry["find_or_insert_unfused"]["ms"])
+    if host_share and backend.NAME == "cuda":
+        probe = entry["pcie_same_size"] = same_size_gib_per_s(backend, timer, table,
+                                                              keys_per_call, repeats, rng)
+        harness.log("  its host part %.2f GiB: mapped read %.1f GiB/s (ascending rows %.1f), "
+                    "write %.1f" % (probe["host_gib"], probe["read"]["gib_per_s"],
+                                    probe["read_sorted"]["gib_per_s"],
+                                    probe["write"]["gib_per_s"]))
     harness.log("%s share %.2f dim %d load %.2f: find %.3f, find_or_insert %.3f (unfused %.3f, "
                "engine %.3f) [2^30 keys/s, medians]" % (
                    entry["var_type"], host_share, dim, load, entry["find"]["gkeys_per_s"],
@@ -185,11 +235,56 @@ def measure(backend, timer, host_share, rows, keys_per_call, dim, load, repeats,
 
 
 def pcie_bounds(read, write, host_share, dim):
-    """2^30 keys/s the mapped rates allow for each op's host bytes (module docstring)."""
+    """2^30 keys/s the mapped rates (GiB/s) allow for each op's host bytes (module docstring)."""
     row_gib = dim * 4 / 2 ** 30 * host_share
-    find = read / (0.6 * row_gib)
-    insert = 1.0 / (row_gib / read + 0.4 * row_gib / write)
-    return {"find": find / 2 ** 30, "find_or_insert": insert / 2 ** 30}
+    return {op: 1.0 / (row_gib * (rows_read / read + rows_written / write)) / 2 ** 30
+            for op, (rows_read, rows_written) in HOST_ROWS.items()}
+
+
+def add_bounds(entry, mapped):
+    """Puts the PCIe bounds of a hybrid entry (the same-size probe's and the 2^22-row probe's
+    `mapped` rates) and each op's percentage of them into the entry."""
+    probes = {"same_size": entry["pcie_same_size"], "mapped_2^22_rows": mapped}
+    entry["pcie_bound_gkeys_per_s"] = {
+        name: pcie_bounds(probe["read"]["gib_per_s"], probe["write"]["gib_per_s"],
+                          entry["host_share"], entry["dim"]) for name, probe in probes.items()}
+    entry["pct_of_bound"] = {
+        name: {op: 100.0 * entry[op]["gkeys_per_s"] / bound for op, bound in bounds.items()}
+        for name, bounds in entry["pcie_bound_gkeys_per_s"].items()}
+
+
+def markdown(results):
+    """The grid as a markdown table (2^30 keys/s, medians with min-max)."""
+    def cell(figures):
+        if not figures or "gkeys_per_s" not in figures:
+            return "-"
+        low, high = (figures.get("gkeys_per_s_" + k, figures.get("ms_" + k)) for k in
+                     ("min", "max"))
+        if "ms" in figures:  # ours: the spread in ms turned into keys/s
+            keys = figures["gkeys_per_s"] * figures["ms"]
+            low, high = keys / figures["ms_max"], keys / figures["ms_min"]
+        return "%.3f (%.3f-%.3f)" % (figures["gkeys_per_s"], low, high)
+
+    lines = ["| dim | load | host share | find | HKV find | find_or_insert | HKV find_or_insert"
+             " | engine | engine / bare | host GiB | same-size read / sorted / write GiB/s"
+             " | % of same-size bound: find, foi, engine | % of 2^22-row bound: find, foi |",
+             "|" + "---|" * 13]
+    for e in results["grid"]:
+        hkv = e.get("hkv_same_run", {})
+        probe = e.get("pcie_same_size")
+        pct = e.get("pct_of_bound", {})
+        same, old = pct.get("same_size"), pct.get("mapped_2^22_rows")
+        lines.append("| %d | %.2f | %.2f | %s | %s | %s | %s | %s | %.2f | %s | %s | %s | %s |" % (
+            e["dim"], e["load"], e["host_share"], cell(e["find"]), cell(hkv.get("find")),
+            cell(e["find_or_insert"]), cell(hkv.get("find_or_insert")),
+            cell(e["find_or_insert_engine"]), e["engine_over_bare"],
+            "%.2f" % probe["host_gib"] if probe else "-",
+            "%.1f / %.1f / %.1f" % tuple(probe[k]["gib_per_s"] for k in (
+                "read", "read_sorted", "write")) if probe else "-",
+            "%.0f, %.0f, %.0f" % (same["find"], same["find_or_insert"],
+                                  same["find_or_insert_engine"]) if same else "-",
+            "%.0f, %.0f" % (old["find"], old["find_or_insert"]) if old else "-"))
+    return "\n".join(lines) + "\n"
 
 
 def main(argv):
@@ -202,6 +297,10 @@ def main(argv):
     parser.add_argument("--keep-tombstones", action="store_true",
                         help="the engine path's undo leaves the erased keys' tombstones in the "
                              "index (as before 2026-11-23) instead of restoring the slots")
+    parser.add_argument("--hkv", help="HierarchicalKV's benchmark binary (bench/hkv_build.sh) "
+                                      "to run on the same grid, in the same run")
+    parser.add_argument("--hkv-dims", help="dims to run --hkv at (default: every dim)")
+    parser.add_argument("--markdown", help="also write the grid as a markdown table here")
     args = parser.parse_args(argv)
     dims, loads, shares = ([kind(v) for v in text.split(",")] for kind, text in (
         (int, args.dims), (float, args.loads), (float, args.shares)))
@@ -219,16 +318,27 @@ def main(argv):
             harness.log("dim %d: mapped host rows read %.1f GiB/s, write %.1f GiB/s; page-locked "
                        "copy %.1f GiB/s" % (dim, read["gib_per_s"], write["gib_per_s"],
                                             results["h2d_gib_per_s"]))
-        for load in loads:
-            for share in shares:
+        for share in shares:
+            hkv = None
+            if args.hkv and (not args.hkv_dims or str(dim) in args.hkv_dims.split(",")):
+                hkv = hkv_reference.run(args.hkv, dim, rows, share, loads, args.repeats)
+                harness.log("HierarchicalKV share %.2f dim %d: %s" % (share, dim, "; ".join(
+                    "load %s find %.3f, find_or_insert %.3f" % (
+                        load, f["find"]["gkeys_per_s"], f["find_or_insert"]["gkeys_per_s"])
+                    for load, f in sorted(hkv.items()) if load != "error") or hkv["error"]))
+            for load in loads:
                 entry = measure(backend, timer, share, rows, keys_per_call, dim, load,
                                 args.repeats, rng, args.keep_tombstones)
+                if hkv is not None:
+                    entry["hkv_same_run"] = hkv.get("%.2f" % load, {"error": hkv.get("error")})
                 if share and backend.NAME == "cuda":
-                    entry["pcie_bound_gkeys_per_s"] = pcie_bounds(
-                        read["gib_per_s"], write["gib_per_s"], share, dim)
+                    add_bounds(entry, results["mapped"][str(dim)])
                 results["grid"].append(entry)
                 harness.write_json(args.out, results)
                 harness.release_memory(backend)
+    if args.markdown:
+        with open(args.markdown, "w") as out:
+            out.write(markdown(results))
 
 
 if __name__ == "__main__":

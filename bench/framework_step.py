@@ -27,7 +27,8 @@ drifts over all of them alike. The first steps' outputs are compared across vari
 measured in the same run: page-locked host-to-device and device-to-host bandwidth, and per step
 of sok1x_device the kernel launches, fills, copies, host waits (and the microseconds spent in
 them), the host's Python microseconds not spent waiting, NCCL collectives and MPI exchanges.
-With SOK1X_BENCH_PROFILE=FILE, rank 0 appends a cProfile of 20 sok1x_device steps per workload.
+With SOK1X_BENCH_PROFILE=FILE, rank 0 appends a cProfile of 20 sok1x_device steps per workload
+($SOK1X_BENCH_PROFILE_LINES functions by own and by cumulative time, default 30).
 """
 import functools
 import os
@@ -437,13 +438,14 @@ def run_dynamic(rt, steps, repeats, scale):
     return entries
 
 
-def profile_steps(rt, run, synchronize, label, steps=20, lines=30):
+def profile_steps(rt, run, synchronize, label, steps=20):
     """With $SOK1X_BENCH_PROFILE set to a file, appends to it (rank 0) the cProfile of `steps`
     steps of `run` (sok1x_device): the host functions by their own time, then by their time
     with what they call (where a step whose host time exceeds its GPU time spends it)."""
     path = os.environ.get("SOK1X_BENCH_PROFILE")
     if not path:
         return
+    lines = int(os.environ.get("SOK1X_BENCH_PROFILE_LINES", "30"))
     import cProfile
     import io
     import pstats

@@ -170,7 +170,7 @@ def measure_dim(backend, timer, index, snapshot, finds, inserts, dim, repeats, s
     def find_index_only():
         index.find(finds())
 
-    def init_new_rows(new_keys, new_rows, count):
+    def init_new_rows(new_keys, new_rows, count, *rows):  # rows: since issue 21's 4th round
         backend.init_rows(values, new_rows, new_keys, spec, 7, count)
 
     def find_or_insert_unfused(count_first=False):

@@ -3,13 +3,13 @@ region is: the read and write rates that bound a hybrid DynamicVariable's host p
 
     python3 bench/host_rows.py --out results/host_rows.json [--sizes-gib 0.25,1,2,4] [--dims 64]
 
-For each way (vmm, thp, pinned), each region size and each dim: a gather of 2^20 random rows of
-`dim` floats from the region (backend.gather_rows, the kernel hybrid lookups use) and a scatter
-into it (put_rows), in GiB/s of row bytes: the median of --repeats calls with min and max. Each
-way runs in a process of its own, so a way the system refuses (it falls back to the next, and
-the JSON says which one it got) or one that faults cannot spoil the others. Before timing, a
-check that the CPU and the kernels see the same bytes: rows the host view writes are gathered
-back, and rows put_rows writes are read through the host view.
+For each way (vmm, thp, slices, pinned), each region size and each dim: a gather of 2^20 random rows
+of `dim` floats from the region (backend.gather_rows, the kernel hybrid lookups use) and a scatter
+into it (put_rows), in GiB/s of row bytes: the median of --repeats calls with min and max. Each way
+runs in a process of its own, so a way the system refuses (it falls back to the next, and the JSON
+says which one it got) or one that faults cannot spoil the others. Before timing, a check that the
+CPU and the kernels see the same bytes: rows the host view writes are gathered back, and rows
+put_rows writes are read through the host view.
 """
 import argparse
 import json
@@ -21,7 +21,7 @@ import numpy as np
 
 import harness
 
-WAYS = ("vmm", "thp", "pinned")
+WAYS = ("vmm", "thp", "slices", "pinned")
 ROWS_PER_CALL = 1 << 20
 
 

@@ -64,17 +64,19 @@ def _tensor_to_engine(backend, tensor):
 
 
 def _result_to_tensor(backend, result, dtype):
-    """An engine result as what tf.py_function returns: an adopted tensor for arrays."""
+    """An engine result as an eager tensor for tf.py_function to return: an adopted tensor for
+    arrays, a converted one for host values (made here, not by TensorFlow, so that
+    tf_compat.release_eager_tensors reaches it)."""
     numpy_dtype = dtype.as_numpy_dtype
     if isinstance(result, (np.ndarray, np.generic)) or np.isscalar(result):
         result = np.asarray(result, dtype=numpy_dtype)
         if backend.NAME != "cpu" or result.ndim == 0 or result.size == 0:
-            return result
+            return tf1.convert_to_tensor(result)
     elif result.dtype != numpy_dtype:
         raise TypeError("engine result of dtype %s where the op declares %s"
                         % (result.dtype, dtype.name))
     if result.size == 0:
-        return np.zeros(result.shape, numpy_dtype)
+        return tf1.convert_to_tensor(np.zeros(result.shape, numpy_dtype))
     return tf_compat.from_dlpack(backend.to_dlpack(result))
 
 
@@ -147,14 +149,18 @@ def engine_op(function, inputs, output_dtypes, name, gradient=None, host_inputs=
 
     if path == ZERO_COPY:
         def run(*tensors):
-            if prepare is not None:
-                prepare()
-            backend = runtime.get().backend
-            arrays = _inputs_to_engine(path, backend, tensors, host_positions, unread)
-            backend.wait_for_framework()
-            results = function(*arrays)
-            backend.release_to_framework()
-            return finish(backend, results, _result_to_tensor)
+            try:
+                if prepare is not None:
+                    prepare()
+                backend = runtime.get().backend
+                arrays = _inputs_to_engine(path, backend, tensors, host_positions, unread)
+                backend.wait_for_framework()
+                results = function(*arrays)
+                backend.release_to_framework()
+                outputs = finish(backend, results, _result_to_tensor)
+            finally:
+                tf_compat.release_eager_tensors(tensors)  # else 16 B each a step, for good
+            return tf_compat.release_eager_tensors(outputs)
         make = tf_compat.py_function
     else:
         def run(*values):

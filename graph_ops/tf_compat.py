@@ -4,6 +4,8 @@ sok1x runs on TensorFlow 1.15 and on TensorFlow 2.x in graph mode through tf.com
 have `tf.compat.v1`, so every graph-mode name is taken from there. DLPack (the zero-copy seam of
 graph_ops/boundary.py) came with TensorFlow 2.2: HAS_DLPACK says whether this one has it.
 """
+import sys
+
 import tensorflow as tf
 
 tf1 = tf.compat.v1
@@ -35,6 +37,14 @@ def inside_function():
 def py_func(func, inputs, output_dtypes, name):
     """Returns the outputs of a stateful PyFunc op (op type "PyFunc") running `func` on NumPy
     arrays."""
+    if not isinstance(output_dtypes, (list, tuple)):
+        # One result goes back in a list: given a bare 0-d array, TensorFlow's kernel keeps a
+        # reference to its value (py_func.cc, IsSingleNone: PyArray_GETITEM, never released),
+        # a Python int or float each call (TensorFlow wraps bytes in a list for the same reason).
+        one = func
+
+        def func(*args):
+            return [one(*args)]
     return tf1.py_func(func, inputs, output_dtypes, stateful=True, name=name)
 
 
@@ -52,6 +62,29 @@ def to_dlpack(tensor):
 def from_dlpack(capsule):
     """Returns an eager tensor adopting a DLPack capsule's memory (TensorFlow >= 2.2)."""
     return _dlpack.from_dlpack(capsule)
+
+
+# Python 3.11 gives an instance of a class with a __dict__ a block of attribute values (PyMem, 16
+# bytes for none), made in object_new and freed by the class's tp_dealloc. TensorFlow's EagerTensor
+# (tensorflow/python/eager/pywrap_tensor.cc; 2.15 here) inherits that kind of __dict__ from its
+# Python base class, but its EagerTensor_dealloc frees only the dict slot of its own struct: every
+# EagerTensor made leaves its block behind. Deleting the instance's __dict__ first frees the block
+# (Python turns the values into a dict, then drops the dict). Older Pythons keep no such block.
+_drop_instance_dicts = sys.version_info >= (3, 11)
+
+
+def release_eager_tensors(tensors):
+    """Frees the attribute block each EagerTensor in `tensors` would leak when TensorFlow drops it
+    (Python >= 3.11, see above; a no-op elsewhere) and returns `tensors`. For tensors only
+    TensorFlow holds after this: their instance attributes are gone."""
+    global _drop_instance_dicts
+    for tensor in tensors if _drop_instance_dicts else ():
+        try:
+            del tensor.__dict__
+        except (AttributeError, TypeError):  # a TensorFlow whose EagerTensor has a fixed __dict__
+            _drop_instance_dicts = False
+            break
+    return tensors
 
 
 def layer_compute_dtype(layer):

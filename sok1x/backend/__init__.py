@@ -60,6 +60,9 @@ Every backend module exposes the same names, and the engine's algorithms call on
     fill_rows(array, rows, value, count=None)          array[rows] = value (float64 1-D)
     floor_divide(keys, divisor) -> keys // divisor     int64, rows of a table without hash table
     row_view(array, start, stop)                       rows [start, stop) sharing array's memory
+    reshape(array, shape) -> array                     the same elements in `shape` (one -1
+                                                       allowed), sharing a C-contiguous array's
+                                                       memory
     take_rows(array, index) -> array[index]            gather along axis 0
     put_rows(dst, index, src)                          dst[index] = src (index has no repeats)
     unique(keys, ordered) -> (unique_keys, inverse)    first-occurrence order, like tf.unique

@@ -272,6 +272,11 @@ def row_view(array, start, stop):
     return array[start:stop]
 
 
+def reshape(array, shape):
+    """Returns `array` in `shape` (NumPy's rules: one -1 allowed)."""
+    return np.reshape(array, shape)
+
+
 def join_keys(arrays, offsets):
     """Returns int64 [sum n_t]: each int array t plus offsets[t], joined in order."""
     if not arrays:

@@ -87,8 +87,8 @@ class HashIndex:
         when the caller has it (the cuda index then skips its own count; here it is not
         needed). The caller checks count_missing() against the capacity first; raises
         OverflowError if the index would overflow anyway (and then changes nothing).
-        queue_first: None, or queue_first(new_keys, new_rows, None), called once the keys are
-        placed (cuda's calls it before its one wait, with a device count).
+        queue_first: None, or queue_first(new_keys, new_rows, None, rows), called once the keys
+        are placed (cuda's calls it before its one wait, with a device count).
         """
         keys = np.asarray(keys, dtype=np.int64)
         unique_keys, inverse = np.unique(keys, return_inverse=True)
@@ -113,9 +113,10 @@ class HashIndex:
         self._insert(new_keys, new_rows)
         self.size += missing.size
         unique_rows[missing] = new_rows
+        rows = unique_rows[inverse]
         if queue_first is not None:
-            queue_first(new_keys, new_rows, None)
-        return unique_rows[inverse], new_keys, new_rows
+            queue_first(new_keys, new_rows, None, rows)
+        return rows, new_keys, new_rows
 
     def find_or_insert_values(self, keys, values, spec, table_id, row_pool=None, missing=None,
                               next_row=None, queue_first=None, touch=None):

@@ -60,6 +60,7 @@ from sok1x.backend.cuda_launch import (
     copy_rows_async,
     device_array,
     download as _download,
+    elements,
     empty as _pooled_empty,
     exclusive_scan,
     fill_bytes,
@@ -250,7 +251,9 @@ def bucket_by_owner_many_deferred(keys_list, world_size, owner_rules, valid_coun
                ptr(all_counts) + 8 * world_size * i)
         launch(scatter_kernel, 32 * num_tiles, ptr(keys), n, *rule, keys_per_tile, num_tiles,
                valid, ptr(offsets), ptr(perm))
-    return perms, all_counts[:len(keys_list) * world_size].reshape(len(keys_list), world_size)
+    # a view, not a slice and reshape: PyCUDA's make two arrays through GPUArray's constructor
+    return perms, wrap((len(keys_list), world_size), np.int64, all_counts.gpudata,
+                       base=all_counts)
 
 
 @memoised_per_context
@@ -337,7 +340,7 @@ def _row_shape(array, what):
     if array.ndim < 1:
         raise TypeError("%s must have at least one dimension" % what)
     row_shape = tuple(array.shape[1:])
-    return row_shape, array.dtype.itemsize * int(np.prod(row_shape, dtype=np.int64))
+    return row_shape, array.dtype.itemsize * elements(row_shape)
 
 
 def _word_bytes(row_bytes, *arrays):
@@ -393,6 +396,24 @@ def row_view(array, start, stop):
 
 
 @uses_context
+def reshape(array, shape):
+    """Returns `array` in `shape` (one -1 allowed): a C-contiguous GPUArray as a view made
+    without GPUArray's constructor (which asks the driver for launch sizes), any other as
+    PyCUDA reshapes it."""
+    if not is_device_array(array) or not is_c_contiguous(array):
+        return array.reshape(shape)
+    shape = (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(int(n) for n in shape)
+    if shape.count(-1) == 1:
+        known = elements(n for n in shape if n != -1)
+        if known and array.size % known == 0:
+            shape = tuple(array.size // known if n == -1 else n for n in shape)
+    if elements(shape) != array.size or min(shape, default=0) < 0:
+        raise ValueError("cannot reshape an array of %d elements (shape %s) into shape %s"
+                         % (array.size, array.shape, shape))
+    return wrap(shape, array.dtype, array.gpudata, base=array)
+
+
+@uses_context
 def put_rows(dst, index, src):
     """dst[index] = src along axis 0 (`index` has no repeats); dst may be a split array."""
     dst = _row_table(dst, "dst")
@@ -424,7 +445,7 @@ def _add_rows(table, rows, values, what):
         raise ValueError("%s: values have shape %s, expected %s" % (
             what, values.shape, (rows.shape[0],) + row_shape))
     if values.size:
-        width = int(np.prod(row_shape, dtype=np.int64))
+        width = elements(row_shape)
         launch(_add_rows_kernel(table.dtype.name), values.size, ptr(table), ptr(rows),
                rows.shape[0], width, ptr(values))
 

@@ -76,7 +76,8 @@ def activate(device_ordinal):
             pool = _ContextSafePool(DeviceMemoryPool(), primary, driver.Context.pop)
         finally:
             driver.Context.pop()
-        _state.update(ordinal=device_ordinal, device=device, context=primary, stream=stream,
+        _state.update(ordinal=device_ordinal, device=device, context=primary,
+                      context_handle=primary.handle, stream=stream,
                       pool=pool,
                       multiprocessors=device.get_attribute(
                           driver.device_attribute.MULTIPROCESSOR_COUNT))
@@ -103,6 +104,11 @@ def device_ordinal():
 def context():
     """Returns the pycuda Context of the device's primary context."""
     return _get("context")
+
+
+def context_handle():
+    """The CUcontext of context() as an int (read once: PyCUDA's property asks the driver)."""
+    return _get("context_handle")
 
 
 def stream():
@@ -181,6 +187,11 @@ def _pooled_block_class():
         __index__ = __int__
 
         def __del__(self):
+            # Inside entered() of the same context it is current already (push and pop are two
+            # driver calls, and a step frees dozens of blocks).
+            if getattr(_thread, "depth", 0) and _state.get("context") is self._context:
+                self._allocation.free()
+                return
             self._context.push()
             try:
                 self._allocation.free()

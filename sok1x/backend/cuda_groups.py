@@ -15,9 +15,11 @@ from sok1x.backend.cuda_context import uses_context
 from sok1x.backend.cuda_launch import (
     copy_rows_async,
     device_array,
+    elements,
     empty,
     exclusive_scan,
     fill_bytes,
+    head,
     index_array,
     launch,
     memoised_per_context,
@@ -25,6 +27,7 @@ from sok1x.backend.cuda_launch import (
     ptr,
     to_device,
     to_host,
+    wrap,
 )
 
 _KEPT_LISTS = 64
@@ -102,7 +105,7 @@ def offset_parts_many(arrays, cuts, offsets):
         parts, count = _cut_part_list(arrays, cuts, np.concatenate(
             [np.asarray(o, dtype=np.int64) for o in offsets]))
         launch(_kernels()["join_int64"], out.shape[0], ptr(parts), count, ptr(out))
-    return [out[j * n:(j + 1) * n] for j in range(len(arrays))]
+    return [wrap((n,), np.int64, ptr(out) + 8 * j * n, base=out) for j in range(len(arrays))]
 
 
 @uses_context
@@ -119,9 +122,9 @@ def part_bounds_deferred(arrays, cuts):
     count = len(arrays) * (len(cuts) - 1)
     bounds = empty((max(count, 1), 2), np.int64)
     if not count:
-        return bounds[:0]
+        return head(bounds, 0)
     starts = _device_constant(np.tile(_BOUNDS_START, (count, 1)).reshape(-1))
-    copy_rows_async(bounds.reshape(-1), 0, starts, 0, 2 * count)
+    copy_rows_async(bounds, 0, starts, 0, count)  # rows of 2 int64 on both sides
     total = sum(int(a.shape[0]) for a in arrays)
     if total:
         parts, count = _cut_part_list(arrays, cuts)
@@ -146,7 +149,7 @@ def join_rows(arrays):
     """Returns float32 [sum n_t, *row]: the float32 arrays joined along axis 0, in one launch."""
     arrays = [device_array(a, "rows", np.float32) for a in arrays]
     row_shape = tuple(arrays[0].shape[1:])
-    width = int(np.prod(row_shape, dtype=np.int64))
+    width = elements(row_shape)
     parts, total = _part_list(arrays)
     out = empty((total,) + row_shape, np.float32)
     if total and width:
@@ -171,9 +174,9 @@ def index_bounds_deferred(arrays):
     arrays = [index_array(a, "indices") for a in arrays]
     bounds = empty((max(count, 1), 2), np.int64)
     if not count:
-        return bounds[:0]
+        return head(bounds, 0)
     starts = _device_constant(np.tile(_BOUNDS_START, (count, 1)).reshape(-1))
-    copy_rows_async(bounds.reshape(-1), 0, starts, 0, 2 * count)
+    copy_rows_async(bounds, 0, starts, 0, count)  # rows of 2 int64 on both sides
     parts, total = _part_list(arrays)
     if total:
         launch(_kernels()["bounds"], max(total // max(count, 1), 1), ptr(parts), count,
@@ -217,7 +220,7 @@ def distinct_rows_many_start(items):
         if count:
             launch(kernels["ranks"], count, ptr(bits), ptr(word_ranks), words,
                    ptr(_device_constant(boundaries)), count, ptr(ranks) + 8 * start)
-    return (states, spans), ranks[:position]
+    return (states, spans), head(ranks, position)
 
 
 @uses_context

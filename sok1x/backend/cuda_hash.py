@@ -26,6 +26,7 @@ from sok1x.backend.cuda_launch import (
     empty,
     exclusive_scan,
     fill_bytes,
+    head,
     index_array,
     launch,
     memoised_per_context,
@@ -34,7 +35,6 @@ from sok1x.backend.cuda_launch import (
     split_args,
     to_host,
     to_host_later,
-    wrap,
 )
 
 
@@ -51,11 +51,6 @@ def _hash_kernels():
         "keys_by_row": prepared("hash_table.cu", "hash_keys_by_row", "PQqPPP"),
         "compact_rows": prepared("hash_table.cu", "hash_compact_rows", "PPPqPP"),
     }
-
-
-def _first(array, count):
-    """array[:count] of a 1-D GPUArray, made without GPUArray's constructor (cuda_launch.wrap)."""
-    return wrap((count,), array.dtype, ptr(array), base=array)
 
 
 def _slot_count(capacity, max_load):
@@ -123,11 +118,11 @@ class HashIndex:
         (then nothing waits); else one kernel places the keys and the host waits for how many
         it placed. Raises OverflowError if the new keys do not fit (the index then holds the
         keys it held, with tombstones where this call placed some). queue_first: None, or
-        queue_first(new_keys, new_rows, placed), called once the keys are placed and before the
-        host waits for their count, to queue work on the new rows that then runs during the
-        wait: placed is None where the arrays hold exactly the placed keys, else a uint64 [1]
-        device array counting them, the arrays' entries past it unset (backend ops take it as
-        `count`: init_rows, fill_rows).
+        queue_first(new_keys, new_rows, placed, rows), called once the keys are placed and
+        before the host waits for their count, to queue work on the rows (every key's `rows`
+        is final then) that runs during the wait: placed is None where the arrays hold exactly
+        the placed keys, else a uint64 [1] device array counting them, the arrays' entries past
+        it unset (backend ops take it as `count`: init_rows, fill_rows).
         """
         return self._find_or_insert(index_array(keys, "keys"), row_pool, missing, next_row,
                                     queue_first, None)
@@ -172,7 +167,7 @@ class HashIndex:
                 found, new_keys, new_rows = (self._find(keys), empty((0,), np.int64),
                                              empty((0,), np.int64))
                 if queue_first is not None:
-                    queue_first(new_keys, new_rows, None)
+                    queue_first(new_keys, new_rows, None, found)
                 return found, new_keys, new_rows
         pool, pool_count, first_new_row = 0, 0, self.size
         if row_pool is not None:
@@ -191,7 +186,7 @@ class HashIndex:
         rows = empty((n,), np.int64)
         if n == 0:
             if queue_first is not None:
-                queue_first(new_keys, new_rows, None)
+                queue_first(new_keys, new_rows, None, rows)
             return rows, new_keys, new_rows
         placed = fill_bytes(empty((1,), np.uint64), 0)
         arguments = (ptr(self._slots), self.slot_count, ptr(keys), n, first_new_row, limit,
@@ -205,18 +200,18 @@ class HashIndex:
         if missing is not None:
             self.size += missing
             if queue_first is not None:
-                queue_first(new_keys, new_rows, None)
+                queue_first(new_keys, new_rows, None, rows)
             return rows, new_keys, new_rows
         counted = to_host_later(placed, "the count of keys find_or_insert placed")
         if queue_first is not None:
-            queue_first(new_keys, new_rows, placed)
+            queue_first(new_keys, new_rows, placed, rows)
         count = int(counted()[0])
         self.size += count
         if count > limit:
             self.erase(new_keys[:count])
             raise OverflowError("%d new keys do not fit: %d of %d rows used, %d rows to give" % (
                 count, self.size, self.capacity, limit))
-        return rows, _first(new_keys, count), _first(new_rows, count)
+        return rows, head(new_keys, count), head(new_rows, count)
 
     @uses_context
     def erase(self, keys):

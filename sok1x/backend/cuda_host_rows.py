@@ -4,13 +4,16 @@ The GPU reaches mapped host memory through its own page tables, and a gather of 
 reads slower the larger the region (46 GiB/s from 0.25 GiB, 25 from 1 GiB, 10 from 4 GiB on one
 H100). 2 MiB pages were expected to keep the translations cached; measured, they do not change
 those rates (bench/NOTES.md, issue 21). $SOK1X_HOST_ROWS names how host rows are allocated; each
-way falls back to the next when the system refuses it (pinned is the default: see _DEFAULT):
+way falls back to the next when the system refuses it (see _DEFAULT):
 
     vmm     cuMemCreate of host memory (CU_MEM_LOCATION_TYPE_HOST_NUMA, the GPU's NUMA node) in
             2 MiB-granular pieces, mapped with cuMemMap and opened to the device and the CPU with
             cuMemSetAccess (CUDA 12.2 and later)
     thp     an anonymous mapping aligned to 2 MiB with madvise(MADV_HUGEPAGE) (transparent huge
             pages, where the kernel allows them), page-locked with cuMemHostRegister(DEVICEMAP)
+    slices  an anonymous mapping page-locked with cuMemHostRegister(DEVICEMAP) in pieces of
+            128 MiB (HierarchicalKV allocates its host vectors in slices of that size), one
+            contiguous device range (the pieces' device addresses are their host addresses)
     pinned  cuMemHostAlloc(DEVICEMAP) through PyCUDA: the driver's own pages
 
 mapped_host_block(nbytes) returns a HostBlock: its device address (kernels use it as a device
@@ -25,7 +28,8 @@ import os
 import numpy as np
 
 _HUGE = 2 << 20
-_METHODS = ("vmm", "thp", "pinned")
+_METHODS = ("vmm", "thp", "slices", "pinned")
+_SLICE = 128 << 20
 # Measured on one H100 (bench/host_rows.py, 2026-11-23): neither 2 MiB way reads faster than
 # pinned at any region size (46 / 25 / 10 GiB/s from 0.25 / 1 / 4 GiB, all three alike), and
 # vmm's CPU view disagreed with the kernels' in the probe: pinned is the default, the others
@@ -245,6 +249,34 @@ def _thp_block(nbytes):
     return block
 
 
+def _slices_block(nbytes):
+    size = -(-int(nbytes) // mmap.PAGESIZE) * mmap.PAGESIZE
+    area = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+    start = ctypes.addressof(ctypes.c_char.from_buffer(area))
+    registered, base = [], None
+
+    def release():
+        from sok1x.backend import cuda_context
+        with cuda_context.entered():
+            for piece in registered:
+                _call("cuMemHostUnregister", piece)
+
+    try:
+        for offset in range(0, size, _SLICE):
+            _call("cuMemHostRegister_v2", start + offset, min(_SLICE, size - offset),
+                  _REGISTER_PORTABLE_DEVICEMAP)
+            registered.append(start + offset)
+            address = _u64()
+            _call("cuMemHostGetDevicePointer_v2", ctypes.byref(address), start + offset, 0)
+            base = address.value if base is None else base
+            if address.value != base + offset:
+                raise RuntimeError("the registered pieces' device addresses are not contiguous")
+    except RuntimeError:
+        release()
+        raise
+    return HostBlock(nbytes, base, start, area, "slices", release)
+
+
 def _pinned_block(nbytes):
     import pycuda.driver as driver
     from sok1x.backend.cuda_staging import allocate_page_locked
@@ -255,7 +287,7 @@ def _pinned_block(nbytes):
                      None)
 
 
-_MAKERS = {"vmm": _vmm_block, "thp": _thp_block, "pinned": _pinned_block}
+_MAKERS = {"slices": _slices_block, "vmm": _vmm_block, "thp": _thp_block, "pinned": _pinned_block}
 
 
 def mapped_host_block(nbytes, first=None):

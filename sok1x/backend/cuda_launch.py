@@ -10,10 +10,11 @@ import time
 import numpy as np
 import pycuda.driver as driver
 from pycuda import gpuarray
-from pycuda.compyte.array import c_contiguous_strides
+from pycuda._pvt_struct import pack as _pack  # what prepared calls pack arguments with
 
 from sok1x import cuda_kernels as kernels
 from sok1x.backend import cuda_context, cuda_staging
+from sok1x.backend.cuda_strides import c_strides, is_c_contiguous  # noqa: F401  (re-exported)
 
 BLOCK = 256
 SCAN_THREADS = 256
@@ -47,7 +48,7 @@ def memoised_per_context(builder):
 
     @functools.wraps(builder)
     def build(*args):
-        key = (cuda_context.context().handle,) + args
+        key = (cuda_context.context_handle(),) + args
         result = built.get(key)
         if result is None:
             result = built[key] = builder(*args)
@@ -69,7 +70,10 @@ def launch(function, work_items, *args, block=BLOCK, blocks=None):
     if blocks is None:
         limit = cuda_context.multiprocessor_count() * _BLOCKS_PER_MULTIPROCESSOR
         blocks = max(1, min(-(-int(work_items) // block), limit))
-    function.prepared_async_call((int(blocks), 1), (block, 1, 1), cuda_context.stream(), *args)
+    # What prepared_async_call does for a kernel without texture references, without its
+    # per-call import, keyword checks and block-shape call: a step launches dozens of kernels.
+    function._launch_kernel((int(blocks), 1), (block, 1, 1), _pack(function.arg_format, *args),
+                            0, cuda_context.stream())
     COUNTS["launches"] += 1
 
 
@@ -105,6 +109,15 @@ def split_args(array, units_per_row):
     return ptr(array), 0, NOT_SPLIT
 
 
+def elements(shape):
+    """The number of elements of `shape` (a product in plain Python: np.prod costs microseconds
+    on a tuple of two)."""
+    count = 1
+    for n in shape:
+        count *= int(n)
+    return count
+
+
 def empty(shape, dtype):
     """A C-contiguous GPUArray from the memory pool."""
     # Plain Python: NumPy's ndim and prod cost microseconds each on tiny inputs, and a step
@@ -132,7 +145,7 @@ def wrap(shape, dtype, gpudata, base=None):
     for n in shape:
         size *= n
     array.shape, array.dtype = shape, dtype
-    array.strides = c_contiguous_strides(dtype.itemsize, array.shape)
+    array.strides = c_strides(dtype.itemsize, shape)
     array.mem_size = array.size = size
     array.nbytes = dtype.itemsize * size
     array.itemsize = dtype.itemsize
@@ -140,6 +153,12 @@ def wrap(shape, dtype, gpudata, base=None):
     array.gpudata, array.base = gpudata, base
     array._grid, array._block = _elementwise_launch_shape()
     return array
+
+
+def head(array, count):
+    """array[:count] of a C-contiguous GPUArray (rows along axis 0), made without GPUArray's
+    constructor as wrap() makes arrays; it keeps `array` alive."""
+    return wrap((int(count),) + tuple(array.shape[1:]), array.dtype, array.gpudata, base=array)
 
 
 @memoised_per_context
@@ -169,7 +188,7 @@ def fill_float32(array, value):
 
 def copy_rows_async(dst, dst_row, src, src_row, rows):
     """Queues a device copy of `rows` rows of src (from src_row) into dst (at dst_row)."""
-    row_bytes = dst.dtype.itemsize * int(np.prod(dst.shape[1:], dtype=np.int64))
+    row_bytes = dst.dtype.itemsize * elements(dst.shape[1:])
     if rows:
         driver.memcpy_dtod_async(ptr(dst) + dst_row * row_bytes, ptr(src) + src_row * row_bytes,
                                  rows * row_bytes, cuda_context.stream())
@@ -234,13 +253,6 @@ def to_host_many(arrays, what="a copy to the host"):
 
 def is_device_array(value):
     return isinstance(value, gpuarray.GPUArray)
-
-
-def is_c_contiguous(array):
-    """GPUArray.flags.c_contiguous, without building the flags object (which works out both
-    orders) for the common case of an array with C strides."""
-    return (array.strides == c_contiguous_strides(array.dtype.itemsize, array.shape)
-            or array.flags.c_contiguous)
 
 
 def device_array(value, what, dtype=None):

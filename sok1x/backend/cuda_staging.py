@@ -27,6 +27,7 @@ import numpy as np
 import pycuda.driver as driver
 
 from sok1x.backend import cuda_context
+from sok1x.backend.cuda_strides import is_c_contiguous
 
 _MIN_BLOCK = 4096
 
@@ -105,7 +106,10 @@ def reserve(sizes):
 
 
 def _view(block, shape, dtype):
-    nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+    dtype = np.dtype(dtype)
+    nbytes = dtype.itemsize
+    for n in shape:
+        nbytes *= int(n)
     return block[:nbytes].view(dtype).reshape(shape)
 
 
@@ -147,7 +151,7 @@ def download_later(arrays, what):
             continue
         index, block = _blocks.take(array.nbytes)
         host = _view(block, array.shape, array.dtype)
-        if array.flags.c_contiguous:
+        if is_c_contiguous(array):
             driver.memcpy_dtoh_async(host, int(array.gpudata), stream)
         else:
             array.get(ary=host, async_=True, stream=stream)

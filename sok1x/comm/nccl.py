@@ -31,6 +31,7 @@ import time
 
 import numpy as np
 
+from sok1x.backend.cuda_strides import is_c_contiguous
 from sok1x.comm import nccl_library, wait_watch
 from sok1x.errors import CommError, InitError
 
@@ -73,16 +74,20 @@ def _primary_context_current(driver, context):
 
 
 def _displacements(counts):
-    """Returns the exclusive prefix sum of `counts` (int64)."""
-    displs = np.zeros(len(counts), dtype=np.int64)
-    np.cumsum(counts[:-1], out=displs[1:])
+    """Returns the exclusive prefix sum of `counts` as a list of ints."""
+    displs, total = [], 0
+    for count in counts:
+        displs.append(total)
+        total += int(count)
     return displs
 
 
 def _row_layout(array):
     """Returns (row_shape, elements per row, bytes per row) of an array of rows."""
     row_shape = tuple(array.shape[1:])
-    row_elems = int(np.prod(row_shape)) if row_shape else 1
+    row_elems = 1
+    for n in row_shape:  # not np.prod: every collective asks, for a shape of one or two
+        row_elems *= int(n)
     return row_shape, row_elems, row_elems * np.dtype(array.dtype).itemsize
 
 
@@ -108,6 +113,8 @@ class NcclCommunicator:
         self._comm = None
         self._state = "not initialised"
         self._pending = []  # (collective name, event recorded after it, buffers it uses)
+        self._spare_events = []  # events of collectives that have run, for the next ones
+        self._fast_empty = None
         self.collectives_enqueued = 0  # for the benchmarks' per-step counts
         error = None
         try:
@@ -120,6 +127,9 @@ class NcclCommunicator:
                 self.context = cuda_context.context()
                 self._enter_context = cuda_context.entered
                 default_allocator = cuda_context.memory_pool().allocate
+                if allocator is None:  # the backend's arrays, made without GPUArray's constructor
+                    from sok1x.backend import cuda_launch
+                    self._fast_empty = cuda_launch.empty
             else:
                 self.context = self.device.retain_primary_context()
                 self._enter_context = functools.partial(
@@ -170,7 +180,7 @@ class NcclCommunicator:
         dtype = self._nccl_dtype(name, send, rows=True)
         send_counts = self._counts(name, "send_counts", send_counts)
         recv_counts = self._counts(name, "recv_counts", recv_counts)
-        self._check_rows(name, send, int(send_counts.sum()), "sum(send_counts)")
+        self._check_rows(name, send, sum(send_counts), "sum(send_counts)")
         if send_counts[self.rank] != recv_counts[self.rank]:
             raise CommError("NcclCommunicator.%s on rank %d: send_counts[%d]=%d but "
                             "recv_counts[%d]=%d (rows a rank sends itself)" % (
@@ -178,7 +188,7 @@ class NcclCommunicator:
                                 recv_counts[self.rank]))
         row_shape, row_elems, row_bytes = _row_layout(send)
         with self._collective(name) as comm:
-            recv = self._empty((int(recv_counts.sum()),) + row_shape, send.dtype)
+            recv = self._empty((sum(recv_counts),) + row_shape, send.dtype)
             self._exchange_rows(comm, dtype, send, _displacements(send_counts), send_counts,
                                 recv, _displacements(recv_counts), recv_counts,
                                 row_elems, row_bytes)
@@ -196,13 +206,13 @@ class NcclCommunicator:
             dtype = self._nccl_dtype(name, send, rows=True)
             sc = self._counts(name, "send_counts", sc)
             rc = self._counts(name, "recv_counts", rc)
-            self._check_rows(name, send, int(sc.sum()), "sum(send_counts)")
+            self._check_rows(name, send, sum(sc), "sum(send_counts)")
             if sc[self.rank] != rc[self.rank]:
                 raise CommError("NcclCommunicator.%s on rank %d: a rank sends itself %d rows but "
                                 "expects %d" % (name, self.rank, sc[self.rank], rc[self.rank]))
             pieces.append((send, dtype, sc, rc) + _row_layout(send))
         with self._collective(name) as comm:
-            outs = [self._empty((int(rc.sum()),) + row_shape, send.dtype)
+            outs = [self._empty((sum(rc),) + row_shape, send.dtype)
                     for send, _, _, rc, row_shape, _, _ in pieces]
             if self.size == 1:
                 for (send, dtype, sc, rc, _, row_elems, row_bytes), recv in zip(pieces, outs):
@@ -249,7 +259,7 @@ class NcclCommunicator:
         name = "reduce_scatter"
         dtype = self._nccl_dtype(name, send, rows=True)
         nccl_op = self._nccl_op(name, op)
-        recv_counts = self._counts(name, "recv_counts", recv_counts)
+        recv_counts = np.array(self._counts(name, "recv_counts", recv_counts), dtype=np.int64)
         self._check_rows(name, send, int(recv_counts.sum()), "sum(recv_counts)")
         row_shape, row_elems, row_bytes = _row_layout(send)
         mine = int(recv_counts[self.rank])
@@ -433,6 +443,8 @@ class NcclCommunicator:
         return counts
 
     def _empty(self, shape, dtype):
+        if self._fast_empty is not None:
+            return self._fast_empty(shape, dtype)
         return self._gpuarray.GPUArray(tuple(int(n) for n in shape), dtype,
                                        allocator=self.allocator)
 
@@ -447,7 +459,7 @@ class NcclCommunicator:
             raise CommError("NcclCommunicator.%s: dtype %s is not supported by NCCL; use one of "
                             "%s" % (name, dtype, ", ".join(sorted(
                                 str(d) for d in nccl_library.NCCL_DTYPES))))
-        if not array.flags.c_contiguous:
+        if not is_c_contiguous(array):
             raise CommError("NcclCommunicator.%s needs a C-contiguous array (shape %s, strides "
                             "%s); pass a contiguous copy" % (name, array.shape, array.strides))
         if rows and len(array.shape) == 0:
@@ -462,12 +474,16 @@ class NcclCommunicator:
         return code
 
     def _counts(self, name, what, counts):
-        """Returns `counts` as int64, checking one non-negative count per rank."""
-        counts = np.asarray(counts)
-        if counts.shape != (self.size,) or counts.dtype.kind not in "iu" or (counts < 0).any():
+        """Returns `counts` as a list of ints, checking one non-negative integer per rank (a
+        list: the counts are a few numbers, which Python adds faster than NumPy)."""
+        if not isinstance(counts, np.ndarray):
+            counts = np.asarray(counts)
+        values = counts.tolist()
+        if (counts.shape != (self.size,) or counts.dtype.kind not in "iu"
+                or any(v < 0 for v in values)):
             raise CommError("NcclCommunicator.%s: %s must hold %d non-negative integers (one per "
                             "rank), got %r" % (name, what, self.size, counts))
-        return counts.astype(np.int64)
+        return values
 
     def _check_rows(self, name, array, expected, what):
         if int(array.shape[0]) != expected:
@@ -477,14 +493,15 @@ class NcclCommunicator:
     def _enqueued(self, name, *buffers):
         """Records that `name` is on the stream; keeps its buffers alive until it has run."""
         self.collectives_enqueued += 1
-        event = self._driver.Event(flags=self._driver.event_flags.DISABLE_TIMING)
+        event = self._spare_events.pop() if self._spare_events else self._driver.Event(
+            flags=self._driver.event_flags.DISABLE_TIMING)
         event.record(self.stream)
         self._pending.append((name, event, buffers))
 
     def _prune(self):
-        """Forgets collectives the stream has passed."""
+        """Forgets collectives the stream has passed (their events are recorded again later)."""
         while self._pending and self._pending[0][1].query():
-            self._pending.pop(0)
+            self._spare_events.append(self._pending.pop(0)[1])
 
     def _in_flight(self, what):
         names = []

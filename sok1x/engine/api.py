@@ -170,9 +170,11 @@ def dense_lookup(table_name, op, keys, training, row_shape=None):
         error = None
         if row_shape is not None:
             error = check_dense_shape(table.name, keys, row_shape[0], row_shape[1])
-        vectors, routing = lookup_forward(rt, table, op, keys.reshape(-1), training, error)
+        backend = rt.backend
+        vectors, routing = lookup_forward(rt, table, op, backend.reshape(keys, -1), training,
+                                          error)
         token = rt.stash.put(_forward_key(op), routing)
-        return vectors.reshape(tuple(keys.shape) + (table.dim,)), np.int64(token)
+        return backend.reshape(vectors, tuple(keys.shape) + (table.dim,)), np.int64(token)
 
 
 def dense_lookup_grad(table_name, op, token, grads):
@@ -183,7 +185,7 @@ def dense_lookup_grad(table_name, op, token, grads):
         routing = _forward_state(rt, table_name, token, op)
         grads = rt.backend.asarray(grads)
         if grads.dtype == np.float32 and grads.size % table.dim == 0:
-            grads = grads.reshape(-1, table.dim)
+            grads = rt.backend.reshape(grads, (-1, table.dim))
         return lookup_backward(rt, table, op, routing, grads)
 
 

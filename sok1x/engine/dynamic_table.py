@@ -164,28 +164,35 @@ class DynamicTable(EmbeddingTable):
         """Finds or places `keys` (missing: how many are new, or None when every key fits even
         if new), new keys taking freed rows (last freed first), then fresh ones; initialises
         the new rows, counts the lookup and records the undo (before: the free list and high
-        water before this lookup's eviction, `evicted`). Returns (rows, vectors): with
-        `fetch`, one kernel also initialises the new rows and copies every key's vector out."""
+        water before this lookup's eviction, `evicted`). Returns (rows, vectors), vectors None
+        unless `fetch`: for split rows one kernel also initialises the new rows, counts the
+        lookup and copies every key's vector out; otherwise the init, the count and the gather
+        are queued before the host waits for how many keys were placed."""
         backend = self.backend
         plain = self._free.shape[0] == 0 and self._high_water == self.index.size
         pool = None if plain else self._free_rows_on_device()
+        fused = fetch and hybrid_rows.is_split(self.values)
+        gathered = []
 
-        def queue_new_rows(new_keys, new_rows, count):  # runs while the host waits for count
-            if not fetch:
+        def queue_rows(new_keys, new_rows, count, rows):  # runs while the host waits for count
+            if not fused:
                 hybrid_rows.init_rows(backend, self.values, new_rows, new_keys, self.spec,
                                       self.table_id, count)
+                backend.touch_rows(self.last_step, self.counts, rows, self.journal.step)
             self.stamp(new_rows, count)
+            if fetch and not fused:
+                gathered.append(self.gather(rows))
 
-        vectors, next_row = None, None if plain else self._high_water
-        if fetch:  # the kernel counts the lookup too
+        next_row = None if plain else self._high_water
+        if fused:  # the kernel counts the lookup too
             rows, vectors, new_keys, new_rows = self.index.find_or_insert_values(
                 keys, self.values, self.spec, self.table_id, row_pool=pool, missing=missing,
-                next_row=next_row, queue_first=queue_new_rows,
+                next_row=next_row, queue_first=queue_rows,
                 touch=(self.last_step, self.counts, self.journal.step))
         else:
             rows, new_keys, new_rows = self.index.find_or_insert(
-                keys, row_pool=pool, missing=missing, next_row=next_row,
-                queue_first=queue_new_rows)
+                keys, row_pool=pool, missing=missing, next_row=next_row, queue_first=queue_rows)
+            vectors = gathered[0] if fetch else None
         placed = int(new_keys.shape[0])
         if placed:
             reused = self._take_rows(placed)
@@ -193,8 +200,6 @@ class DynamicTable(EmbeddingTable):
                 self.reset_slot_rows(new_rows[:reused])
             self.journal.record(lambda: self._undo_insert(new_keys, new_rows, before[0],
                                                           before[1], evicted))
-        if not fetch:
-            backend.touch_rows(self.last_step, self.counts, rows, self.journal.step)
         return rows, vectors
 
     def _free_rows_on_device(self):

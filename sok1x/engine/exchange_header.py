@@ -117,10 +117,10 @@ def exchange_sizes(runtime, op, counts=None, local_error=None, error_flag=None, 
     sent, received, extra = _records(runtime, fields, counts, error_flag, also_read)
     while _joined_checkpoint(runtime, op, received[:, _OP], fields[_OP]):
         sent, received, extra = _records(runtime, fields, counts, error_flag, also_read)
-    agree = [_OP, _TOWER, _CALL, _PLACE]
-    if np.any(received[:, agree] != received[0, agree]):
+    agree = received[:, _OP:_PLACE + 1]  # op, tower, call, place: the leading fields
+    if (agree != agree[0]).any():
         _raise_order_error(runtime, op, call, received)
-    if np.any(received[:, _ERROR]):
+    if received[:, _ERROR].any():
         if local_error is None and sent[0, _ERROR] and describe_error is not None:
             local_error = describe_error()
         runtime.host.raise_together(local_error, op.name)

@@ -213,7 +213,7 @@ def keyed_backward(runtime, tables, op, state, grads, rows_per_table=False):
     segments = int(state.segment_cuts[-1])
     fits = grads.dtype == np.float32 and grads.size == segments * dim
     if fits and tuple(grads.shape) != (segments, dim):
-        grads = grads.reshape(segments, dim)
+        grads = backend.reshape(grads, (segments, dim))
     if state.pieces:
         pieces = [backend.row_view(grads, int(a), int(b)) if fits else grads
                   for a, b in zip(state.segment_cuts[:-1], state.segment_cuts[1:])]

@@ -193,7 +193,7 @@ def pooled_backward_many(runtime, tables, op, state, grads_list):
             # exchange_gradients_many reports the mismatch on every rank
             per_key.append(backend.empty((0, dim), np.float32))
             continue
-        grads = [g if tuple(g.shape) == (count, dim) else g.reshape(count, dim)
+        grads = [g if tuple(g.shape) == (count, dim) else backend.reshape(g, (count, dim))
                  for g, count in zip(grads, pooling.segments)]
         if len(pooling.pools) == 1:
             joined = grads[0] if len(grads) == 1 else backend.join_rows(grads)

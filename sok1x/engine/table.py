@@ -94,9 +94,8 @@ class EmbeddingTable:
         that finds, places, initialises the new rows and copies every key's vector out
         (HashIndex.find_or_insert_values: a host row crosses PCIe once); rows in GPU memory
         take find_or_insert, init and gather, measured faster there (bench/NOTES.md, issue 21
-        third round)."""
-        rows, vectors = self._placed_rows(keys, hybrid_rows.is_split(self.values))
-        return rows, (self.gather(rows) if vectors is None else vectors)
+        third round), the init and gather queued before the host waits for the count."""
+        return self._placed_rows(keys, True)
 
     def _placed_rows(self, keys, fetch):
         """rows_of(keys, True); returns (rows, vectors), vectors None unless `fetch`."""
@@ -104,19 +103,24 @@ class EmbeddingTable:
         # its slots then), so the slots' rows hold their initial value: only the values need
         # initialising (queued before the host waits for how many keys were placed, or by
         # find_or_insert_values' kernel itself).
-        def queue_new_rows(new_keys, new_rows, count):
-            if not fetch:
+        fused = fetch and hybrid_rows.is_split(self.values)
+        gathered = []
+
+        def queue_new_rows(new_keys, new_rows, count, rows):
+            if not fused:
                 self.backend.init_rows(self.values, new_rows, new_keys, self.spec,
                                        self.table_id, count)
             self.stamp(new_rows, count)
+            if fetch and not fused:
+                gathered.append(self.gather(rows))
 
-        vectors = None
-        if fetch:
+        if fused:
             rows, vectors, new_keys, new_rows = self.index.find_or_insert_values(
                 keys, self.values, self.spec, self.table_id, queue_first=queue_new_rows)
         else:
             rows, new_keys, new_rows = self.index.find_or_insert(keys,
                                                                  queue_first=queue_new_rows)
+            vectors = gathered[0] if fetch else None
         if len(new_rows):
             self.journal.record(lambda: self._undo_insert(new_keys, new_rows))
         return rows, vectors

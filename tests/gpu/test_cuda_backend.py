@@ -423,15 +423,15 @@ def test_rows_queued_before_the_count_equal_the_cpu(cuda, rng, dim):
     device_table, device_times = cuda.asarray(table), cuda.asarray(times)
     queued = []
 
-    def queue(new_keys, new_rows, count):
-        queued.append(count is not None)
+    def queue(new_keys, new_rows, count, rows):
+        queued.append((count is not None, rows.shape[0]))
         cuda.init_rows(device_table, new_rows, new_keys, spec, 5, count)
         cuda.fill_rows(device_times, new_rows, 2.5, count)
 
     keys = random_keys(rng, 3000, 1500)
     rows, new_keys, new_rows = (host(cuda, a) for a in index.find_or_insert(
         cuda.asarray(keys), queue_first=queue))
-    assert queued == [True] and new_keys.shape[0] == np.unique(keys).shape[0]
+    assert queued == [(True, keys.shape[0])] and new_keys.shape[0] == np.unique(keys).shape[0]
     cpu.init_rows(table, new_rows, new_keys, spec, 5)
     cpu.fill_rows(times, new_rows, 2.5)
     np.testing.assert_allclose(host(cuda, device_table), table, rtol=0, atol=1e-8)  # an ulp
@@ -448,7 +448,7 @@ def test_rows_queued_before_the_count_equal_the_cpu(cuda, rng, dim):
     assert np.array_equal(got_times[:capacity - 10], times[:capacity - 10])
 
 
-@pytest.mark.parametrize("way", ["vmm", "thp", "pinned"])
+@pytest.mark.parametrize("way", ["vmm", "thp", "slices", "pinned"])
 def test_mapped_host_rows_are_shared_with_the_cpu(cuda, rng, way):
     """Each way of allocating host rows (or the one it falls back to) gives memory whose bytes
     the CPU view and the kernels agree on, zeroed at first."""
@@ -464,6 +464,27 @@ def test_mapped_host_rows_are_shared_with_the_cpu(cuda, rng, way):
     view[probe] = rng.standard_normal((100, 16)).astype(np.float32)
     assert np.array_equal(host(cuda, cuda.gather_rows(device, cuda.asarray(probe))), view[probe])
     written = rng.standard_normal((100, 16)).astype(np.float32)
+    cuda.put_rows(device, cuda.asarray(probe), cuda.asarray(written))
+    cuda.synchronize()
+    assert np.array_equal(view[probe], written)
+
+
+def test_sliced_host_rows_are_one_range(cuda, rng):
+    """Host rows registered in 128 MiB pieces ("slices") are one device range: rows on both
+    sides of a piece boundary read and write as the CPU view sees them."""
+    from sok1x.backend import cuda_host_rows
+    with cuda_context.entered():
+        block = cuda_host_rows.mapped_host_block((128 << 20) + (1 << 20), first="slices")
+    assert block.method == "slices"
+    view = block.host.view(np.float32).reshape(-1, 64)
+    device = rows_over(cuda, block, view.shape)
+    boundary = (128 << 20) // (64 * 4)
+    probe = np.concatenate([np.arange(boundary - 50, boundary + 50),
+                            rng.choice(view.shape[0], 100, replace=False)])
+    probe = np.unique(probe)
+    view[probe] = rng.standard_normal((probe.shape[0], 64)).astype(np.float32)
+    assert np.array_equal(host(cuda, cuda.gather_rows(device, cuda.asarray(probe))), view[probe])
+    written = rng.standard_normal((probe.shape[0], 64)).astype(np.float32)
     cuda.put_rows(device, cuda.asarray(probe), cuda.asarray(written))
     cuda.synchronize()
     assert np.array_equal(view[probe], written)
