@@ -5,10 +5,9 @@ A file is written by one writer thread, in order, while the caller prepares what
 read by several I/O threads at once (engine/shard_checksum.py): on Linux a file's writes queue at
 its inode lock, its reads do not. Checksums are zlib's crc32, taken block by block on checksum
 threads while the writer or reader moves the next blocks (or on that thread itself where there
-is one core). A
-file is written under a temporary name and renamed into place once complete and on disk (fsync),
-so a crash leaves either the whole file or none. The reader checks the size the manifest
-promises before it reads a byte, and the checksum once it has read the last.
+is one core). A file is written under a temporary name and renamed into place once complete and
+on disk (fsync), so a crash leaves either the whole file or none. The reader checks the size the
+manifest promises before it reads a byte, and the checksum once it has read the last.
 """
 import collections
 import os
