@@ -27,6 +27,11 @@ site=/tmp/ckpt-site
 needs=/tmp/ckpt-wheels
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export SOK1X_KERNEL_CACHE_DIR=/tmp/sok1x-kernels
+# Each process may use the host's cores (CKPT_BIND=core to see the other case): Open MPI binds
+# a job of one or two ranks to one core each, where the checkpoint's file and checksum threads
+# share it (one H200 host, 10M rows: dump 47% and load 43% of a plain write and read there, 109%
+# and 70% unbound; bench/NOTES.md).
+mpi="mpiexec --bind-to ${CKPT_BIND:-none}"
 mkdir -p "$out"
 rm -rf "$site" "$needs" "$site-before"
 python3 -m pip install -q --no-index --no-deps --target "$needs" "$wheels"/*.whl || exit 1
@@ -50,26 +55,26 @@ step() {  # name, seconds, command...
   echo "== $name rc=$rc $((SECONDS - start)) s"
   tail -n 25 "$out/$name.log"
 }
-step tests 90 env SOK1X_TEST_BACKEND=cuda mpiexec -n 1 python3 -m pytest -q -p no:cacheprovider \
+step tests 90 env SOK1X_TEST_BACKEND=cuda $mpi -n 1 python3 -m pytest -q -p no:cacheprovider \
   --color=no "$repo/tests/mpi/test_sharded_checkpoint.py" "$repo/tests/mpi/test_checkpoint.py"
-step stages 60 mpiexec -n 1 python3 "$repo/bench/checkpoint_stages.py" --backend cuda \
+step stages 60 $mpi -n 1 python3 "$repo/bench/checkpoint_stages.py" --backend cuda \
   --rows 2000000 --dir /dev/shm --repeats 3 --out "$out/checkpoint_stages_2M_1gpu.json"
 if [ -n "$before" ]; then
-  step stages_before 60 env PYTHONPATH="$site-before:$needs" mpiexec -n 1 python3 \
+  step stages_before 60 env PYTHONPATH="$site-before:$needs" $mpi -n 1 python3 \
     "$repo/bench/checkpoint_stages.py" --backend cuda --rows 2000000 --dir /dev/shm --repeats 3 \
     --out "$out/checkpoint_stages_2M_1gpu_before.json"
-  step before 90 env PYTHONPATH="$site-before:$needs" mpiexec -n 1 python3 \
+  step before 90 env PYTHONPATH="$site-before:$needs" $mpi -n 1 python3 \
     "$before/bench/checkpoint_io.py" --backend cuda --rows 10000000 --dir /dev/shm --repeats 5 \
     --out "$out/checkpoint_io_10M_1gpu_before.json"
 fi
-step bench 100 mpiexec -n 1 python3 "$repo/bench/checkpoint_io.py" --backend cuda \
+step bench 100 $mpi -n 1 python3 "$repo/bench/checkpoint_io.py" --backend cuda \
   --rows 10000000 --dir /dev/shm --repeats 5 --out "$out/checkpoint_io_10M_1gpu.json"
 big_limit=${CKPT_BIG_LIMIT:-240}
 if [ -n "${CKPT_TOTAL_S:-}" ] && [ $((CKPT_TOTAL_S - SECONDS - 15)) -lt "$big_limit" ]; then
   big_limit=$((CKPT_TOTAL_S - SECONDS - 15))
 fi
 if [ -n "${CKPT_BIG_ROWS:-}" ] && [ "$big_limit" -gt 30 ]; then
-  step big "$big_limit" mpiexec -n 1 python3 "$repo/bench/checkpoint_io.py" \
+  step big "$big_limit" $mpi -n 1 python3 "$repo/bench/checkpoint_io.py" \
     --backend cuda --rows "$CKPT_BIG_ROWS" --dir /dev/shm --repeats "${CKPT_BIG_REPEATS:-5}" \
     --sample 20000 --out "$out/checkpoint_io_big_1gpu.json"
 fi

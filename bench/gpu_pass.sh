@@ -103,11 +103,13 @@ for what in "$@"; do
       dir=${SOK1X_CKPT_DIR:-/tmp/sok1x-ckpt-io}
       for n in 1 4; do
         [ "$n" -le "$gpus" ] || continue
-        stage "checkpoint-$n" 500 mpiexec -n "$n" python3 "$bench/checkpoint_io.py" \
+        # unbound: Open MPI gives 1 or 2 ranks one core each, too few for the I/O threads
+        stage "checkpoint-$n" 500 mpiexec --bind-to none -n "$n" python3 "$bench/checkpoint_io.py" \
           --backend cuda --dir "$dir" --repeats 2 --out "$out/checkpoint$n.json"
       done
       for backend in cuda cpu; do
-        stage "checkpoint-digest-$backend" 300 mpiexec -n 1 python3 "$bench/checkpoint_io.py" \
+        stage "checkpoint-digest-$backend" 300 mpiexec --bind-to none -n 1 python3 \
+          "$bench/checkpoint_io.py" \
           --backend "$backend" --rows 1000000 --dir "$dir" --repeats 1 --digest \
           --out "$out/checkpoint-digest-$backend.json"
       done
