@@ -255,11 +255,17 @@ def _slices_block(nbytes):
     start = ctypes.addressof(ctypes.c_char.from_buffer(area))
     registered, base = [], None
 
-    def release():
+    def release():  # every piece, even after one fails: the mapping goes right after
         from sok1x.backend import cuda_context
+        failure = None
         with cuda_context.entered():
             for piece in registered:
-                _call("cuMemHostUnregister", piece)
+                try:
+                    _call("cuMemHostUnregister", piece)
+                except RuntimeError as exc:
+                    failure = failure or exc
+        if failure is not None:
+            raise failure
 
     try:
         for offset in range(0, size, _SLICE):

@@ -69,12 +69,13 @@ def shard_path(directory, shard):
     return beside
 
 
-LoadPlan = collections.namedtuple("LoadPlan", "name slots kept shards held rows staged")
+LoadPlan = collections.namedtuple("LoadPlan", "name slots kept shards held rows staged room")
 LoadPlan.__doc__ = """What check_table found for one table on this rank: slots (name, initial) in
 the files' order, kept (the same, (None, None) for a slot not restored), shards (manifest dicts of
 the files to read, with "where": the path), held (a table without a hash table: bool per shard row,
-True for rows a file holds; else None), rows (how many rows this rank gets) and staged (the fresh
-shard holding them all, or None: read_table reads the files again)."""
+True for rows a file holds; else None), rows (how many rows this rank gets), staged (the fresh
+shard holding them all, or None: read_table reads the files again) and room (check_table's
+host_room, which also bounds the read buffers)."""
 
 
 def _owned(rt, table, keys, times, where):
@@ -103,14 +104,16 @@ def _direct_rows(rt, table, keys):
         host_ops, table.placement, keys, rt.size)), np.int64)
 
 
-def _chunks(rt, reader, header, per_row, dim, slot_count, uploads):
+def _chunks(rt, reader, header, per_row, dim, slot_count, uploads, host_room):
     """Yields (keys, values, [slots], times) of each chunk of an opened shard file: views of
-    the backend's host buffers. uploads: the caller queues copies from them (a buffer is filled
-    again only once they ran)."""
+    the backend's host buffers, which take at most three times host_room (the writer's chunks
+    are a quarter of a chunk, host_room's size; a file written with larger ones reads fewer
+    ahead). uploads: the caller queues copies from them (a buffer is filled again only once
+    they ran)."""
     step = max(1, min(header["chunk_rows"], header["rows"]))  # the writer's chunks
     counts = [min(step, header["rows"] - start) for start in range(0, header["rows"], step)]
     pieces = reader.chunks([c * per_row for c in counts], rt.backend.host_buffer,
-                           rt.backend.synchronize if uploads else None)
+                           rt.backend.synchronize if uploads else None, room=3 * host_room)
     for count, piece in zip(counts, pieces):
         yield checkpoint_format.split_chunk(piece, count, dim, slot_count)
 
@@ -159,7 +162,8 @@ def check_table(rt, table, entry, directory, slot_prefixes, host_room):
         reader, header = _opened(shard, table, slots, True)
         try:
             for keys, values, slot_arrays, times in _chunks(
-                    rt, reader, header, per_row, table.dim, len(slots), sink is not None):
+                    rt, reader, header, per_row, table.dim, len(slots), sink is not None,
+                    host_room):
                 keep = _owned(rt, table, keys, times, shard["where"])
                 mine = keys[keep]
                 if held is not None:
@@ -181,7 +185,7 @@ def check_table(rt, table, entry, directory, slot_prefixes, host_room):
         _check_hash_keys(rt, table, np.concatenate(hash_keys), shards)
     if sink is not None:
         sink.finish(held)
-    return LoadPlan(table.name, slots, kept, shards, held, count, staged)
+    return LoadPlan(table.name, slots, kept, shards, held, count, staged, host_room)
 
 
 def _expected_rows(rt, table, entry, shards):
@@ -269,7 +273,8 @@ def read_table(rt, plan):
         reader, header = _opened(shard, table, plan.slots, False)
         try:
             for keys, values, slot_arrays, times in _chunks(rt, reader, header, per_row,
-                                                            table.dim, len(plan.slots), True):
+                                                            table.dim, len(plan.slots), True,
+                                                            plan.room):
                 sink.add(keys, _owned(rt, table, keys, times, shard["where"]), values,
                          slot_arrays, times, shard["where"])
             reader.finish()

@@ -9,7 +9,9 @@ A large buffer is cut into pieces whose crc32s are taken at once on a small thre
 (zlib.crc32 releases the GIL) and joined as zlib's crc32_combine joins them: the crc32 of A + B
 is crc32(A) carried through len(B) zero bytes, XOR crc32(B). Carrying a crc through n zero bytes
 is a 32 x 32 matrix over GF(2), made once per length (pieces mostly share one). The result is
-zlib.crc32's, bit for bit; SOK1X_CHECKPOINT_THREADS=1 takes it on the caller's thread alone.
+zlib.crc32's, bit for bit. SOK1X_CHECKPOINT_THREADS=1 reads and checksums on the caller's
+thread alone; writes still go to the one writer thread, whose crc32s are then its own. These
+threads need cores of their own: a process bound to one core is told so once (crc_threads).
 """
 import functools
 import logging

@@ -121,11 +121,12 @@ class ShardWriter:
         return self.size, self.crc32 & 0xFFFFFFFF
 
     def _discard_pending(self):
+        # Every write is waited for, whatever it raised: the writer thread uses the descriptor.
         for future, _ in self._pending:
             try:
                 for crc, _ in future.result():
                     crc.result()
-            except OSError:
+            except Exception:  # the failure being handled is the caller's to report
                 pass
         self._pending.clear()
 
@@ -133,7 +134,7 @@ class ShardWriter:
         """Drops the temporary file (after a failure)."""
         try:
             self._wait()
-        except OSError:
+        except Exception:  # any write's error: the caller reports its own
             self._discard_pending()
         if not self._handle.closed:
             self._handle.close()
@@ -189,15 +190,21 @@ class ShardReader:
                 (crc, count) for count, crc in results])
         self._read += got
 
-    def chunks(self, sizes, allocate=None, before_refill=None, depth=READ_AHEAD):
+    def chunks(self, sizes, allocate=None, before_refill=None, depth=READ_AHEAD, room=None):
         """Yields the file's next pieces of `sizes` bytes, as uint8 arrays, each valid until the
         next is asked for. A thread reads (and checksums) up to `depth` pieces ahead while the
         caller works on this one, so the I/O threads never wait for the caller: depth + 1
-        buffers of the largest size, from allocate(nbytes) (default np.empty).
-        before_refill(), if given, is called before a buffer the caller had is filled again (to
-        wait for copies the caller queued from it)."""
+        buffers of the largest size, from allocate(nbytes) (default np.empty). room: None, or
+        the bytes the buffers may take, each counted as the power of two a page-locked block
+        rounds it to: the depth shrinks to fit (to 1 at least), so the files of a checkpoint
+        written with larger chunks (an older one, another SOK1X_CHECKPOINT_CHUNK_MB) load
+        within the same memory. before_refill(), if given, is called before a buffer the
+        caller had is filled again (to wait for copies the caller queued from it)."""
         if not sizes:
             return
+        if room is not None:
+            block = 1 << max(0, int(max(sizes)) - 1).bit_length()
+            depth = max(1, min(depth, int(room) // block - 1))
         allocate = allocate or (lambda nbytes: np.empty(nbytes, np.uint8))
         buffers = [allocate(max(sizes)) for _ in range(min(len(sizes), depth + 1))]
         free, ready, stop = queue.Queue(), queue.Queue(), threading.Event()
