@@ -15,12 +15,24 @@ def mpiexec():
     return beside if os.path.exists(beside) else shutil.which("mpiexec")
 
 
-def run_job(ranks, script, *args, timeout=240):
-    """Runs jobs/<script> on `ranks` ranks; returns the CompletedProcess (text output)."""
+def run_job(ranks, script, *args, timeout=240, seam=None):
+    """Runs jobs/<script> on `ranks` ranks (seam: None, or the SOK1X_SEAM to force); returns
+    the CompletedProcess (text output)."""
     command = [mpiexec(), "-n", str(ranks), sys.executable, os.path.join(JOBS, script)]
     command += [str(a) for a in args]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    if seam is not None:
+        env["SOK1X_SEAM"] = seam
     return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def run_passing_job(ranks, seam, script, done_line, *args, timeout=600):
+    """Runs jobs/<script> on `ranks` ranks through `seam`, asserts that it exited 0 and printed
+    `done_line` (its last check's mark); returns the CompletedProcess."""
+    result = run_job(ranks, script, *args, timeout=timeout, seam=seam)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    assert done_line in result.stdout
+    return result
 
 
 class JobHung(AssertionError):

@@ -1,10 +1,8 @@
 """SOK's v2 API executing eagerly (TF2, tf.GradientTape), in MPI jobs of their own: seed 003's
 program, SOK's v2 SGD check and OptimizerWrapper around tf.keras optimizers (jobs/v2_eager_job.py),
 and the idioms of SOK's own TF2 scripts (jobs/sok_eager_idioms_job.py), at 2 and 4 ranks."""
-import os
-
 import pytest
-from mpi_jobs import run_job
+from mpi_jobs import run_passing_job
 
 STEPS = 30  # SOK's check runs 100; 30 here for CI time (100 pass too)
 
@@ -13,16 +11,10 @@ STEPS = 30  # SOK's check runs 100; 30 here for CI time (100 pass too)
 # path does not depend on the rank count); host staging at 2 ranks only (its eager path differs
 # from zero-copy only in how inputs cross).
 @pytest.mark.parametrize("ranks,seam", [(2, "dlpack"), (4, "dlpack"), (2, "host")])
-def test_v2_api_eagerly(ranks, seam, monkeypatch):
-    monkeypatch.setitem(os.environ, "SOK1X_SEAM", seam)
-    result = run_job(ranks, "v2_eager_job.py", STEPS)
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
-    assert "V2 EAGER OK" in result.stdout
+def test_v2_api_eagerly(ranks, seam):
+    run_passing_job(ranks, seam, "v2_eager_job.py", "V2 EAGER OK", STEPS, timeout=240)
 
 
 @pytest.mark.parametrize("ranks,seam", [(2, "dlpack"), (4, "dlpack"), (2, "host")])
-def test_sok_scripts_eager_idioms(ranks, seam, monkeypatch):
-    monkeypatch.setitem(os.environ, "SOK1X_SEAM", seam)
-    result = run_job(ranks, "sok_eager_idioms_job.py")
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
-    assert "SOK EAGER IDIOMS OK" in result.stdout
+def test_sok_scripts_eager_idioms(ranks, seam):
+    run_passing_job(ranks, seam, "sok_eager_idioms_job.py", "SOK EAGER IDIOMS OK", timeout=240)

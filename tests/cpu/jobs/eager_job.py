@@ -1,6 +1,7 @@
 """What the eager MPI jobs of tests/cpu share: running a job's main so that a failure on one
 rank ends the whole job at once (the others would wait in a collective), the batches they train
-on, one training step under a GradientTape, and a one-key-per-sample sok1x lookup."""
+on, one training step under a GradientTape, a variable's rows gathered from every rank, and a
+one-key-per-sample sok1x lookup."""
 import sys
 import traceback
 
@@ -32,6 +33,18 @@ def step(variable, optimizer, ids, weights, lookup):
     with tf.GradientTape() as tape:
         loss = tf.reduce_sum(lookup(variable, ids) * weights)
     optimizer.apply_gradients(zip(tape.gradient(loss, [variable]), [variable]))
+
+
+def gathered(variable):
+    """Collective: key -> vector of every rank's exported shard of a sok1x variable."""
+    from mpi4py import MPI
+
+    import sok1x as sok
+    keys, values = sok.export(variable)
+    table = {}
+    for shard_keys, shard_values in MPI.COMM_WORLD.allgather((keys.numpy(), values.numpy())):
+        table.update(zip(shard_keys.tolist(), shard_values))
+    return table
 
 
 def sok_lookup(variable, ids):

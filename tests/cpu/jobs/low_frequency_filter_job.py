@@ -40,14 +40,6 @@ def ragged(ids):
     return tf.RaggedTensor.from_tensor(tf.constant(ids, tf.int64))
 
 
-def held_keys(variable):
-    keys, values = sok.export(variable)
-    table = {}
-    for shard_keys, shard_values in COMM.allgather((keys.numpy(), values.numpy())):
-        table.update(zip(shard_keys.tolist(), shard_values))
-    return table
-
-
 def sok_step(variables, optimizer, ids_list, use_filter):
     with tf.GradientTape() as tape:
         outputs = sok.lookup_sparse(variables, [ragged(local(ids)) for ids in ids_list],
@@ -86,7 +78,7 @@ def run(ratio, seed):
     got = sok_step(variables, optimizer, second, use_filter=True)
     admitted_new = []
     for variable, before, after_ids in zip(variables, first, second):
-        held = np.array(sorted(held_keys(variable)))
+        held = np.array(sorted(eager_job.gathered(variable)))
         new = np.setdiff1d(np.unique(after_ids), np.unique(before))
         assert set(np.unique(before)) <= set(held.tolist())
         admitted = np.intersect1d(held, new)
@@ -103,7 +95,7 @@ def run(ratio, seed):
     for out, ref in zip(got, want):
         np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-6)
     for variable, dense in zip(variables, denses):
-        table = held_keys(variable)
+        table = eager_job.gathered(variable)
         keys = np.array(sorted(table))
         np.testing.assert_allclose(np.stack([table[k] for k in keys]), dense.numpy()[keys],
                                    rtol=1e-5, atol=1e-6)

@@ -26,15 +26,6 @@ COMM = MPI.COMM_WORLD
 RANK, SIZE = COMM.Get_rank(), COMM.Get_size()
 
 
-def gathered(variable):
-    """key -> vector of every rank's exported shard."""
-    keys, values = sok.export(variable)
-    table = {}
-    for shard_keys, shard_values in COMM.allgather((keys.numpy(), values.numpy())):
-        table.update(zip(shard_keys.tolist(), shard_values))
-    return table
-
-
 def seed_003():
     """The seed's program, checked step by step."""
     import horovod.tensorflow as hvd
@@ -67,12 +58,12 @@ def seed_003():
         loss = 0.0
         for embedding in embeddings:
             loss += tf.reduce_sum(embedding)
-    before = [gathered(v1), gathered(v2)]
+    before = [eager_job.gathered(v1), eager_job.gathered(v2)]
     optimizer = tf.keras.optimizers.SGD(learning_rate=1.0)
     sok_optimizer = sok.OptimizerWrapper(optimizer)
     grads = tape.gradient(loss, [v1, v2])
     sok_optimizer.apply_gradients(zip(grads, [v1, v2]))
-    after = [gathered(v1), gathered(v2)]
+    after = [eager_job.gathered(v1), eager_job.gathered(v2)]
 
     # The reference: dense TF tables holding the same values, every rank's batch (the same on
     # every rank, as in the seed) in one process.
@@ -97,7 +88,7 @@ def seed_003():
     sok.assign(v1, indices, values)
     ex_v1_indices, ex_v1_values = sok.export(v1)
     print("ex_v1_indices:\n", ex_v1_indices)
-    everything = gathered(v1)
+    everything = eager_job.gathered(v1)
     for k in range(24):
         np.testing.assert_array_equal(everything[k], values.numpy()[k])
 
@@ -153,7 +144,7 @@ def keras_optimizers():
                     dense, tf.RaggedTensor.from_tensor(batch).to_sparse(), None, combiner="sum")
                 loss = tf.reduce_sum(pooled * pooled)
             native.apply_gradients(zip(tape.gradient(loss, [dense]), [dense]))
-        got = gathered(table)
+        got = eager_job.gathered(table)
         for k in range(rows):
             np.testing.assert_allclose(got[k], dense.numpy()[k], rtol=1e-5, atol=1e-6,
                                        err_msg=name)
@@ -180,7 +171,7 @@ def twice_in_a_step_and_bad_input():
     tf.compat.v1.train.GradientDescentOptimizer(float(SIZE)).apply_gradients(
         zip(tape.gradient(want, [dense]), [dense]))
     np.testing.assert_allclose(float(loss), float(want))
-    before = gathered(table)
+    before = eager_job.gathered(table)
     for k in range(10):
         np.testing.assert_allclose(before[k], dense.numpy()[k])
     bad = np.array([1, 10 if RANK == SIZE - 1 else 3], np.int64)
@@ -191,7 +182,7 @@ def twice_in_a_step_and_bad_input():
         assert "beyond the number of rows" in str(error), error
     else:
         raise AssertionError("rank %d: a key beyond the rows did not raise" % RANK)
-    after = gathered(table)
+    after = eager_job.gathered(table)
     for k in range(10):
         np.testing.assert_array_equal(before[k], after[k])
 
@@ -231,7 +222,7 @@ def in_a_tf_function():
         reference.apply_gradients(zip(tape.gradient(want, dense), dense))
         np.testing.assert_allclose(float(loss), float(want), rtol=1e-5)
     for variable, expected in zip((table, dynamic), dense):
-        got = gathered(variable)
+        got = eager_job.gathered(variable)
         for k in got:
             np.testing.assert_allclose(got[k], expected.numpy()[k], rtol=1e-5, atol=1e-6)
 
@@ -265,7 +256,7 @@ def keyed_in_a_tf_function():
         reference.apply_gradients(zip(tape.gradient(want, dense[:1]), dense[:1]))
         np.testing.assert_allclose(float(loss), float(want), rtol=1e-5)
     for variable, expected in zip(tables, dense):
-        got = gathered(variable)
+        got = eager_job.gathered(variable)
         for k in got:
             np.testing.assert_allclose(got[k], expected.numpy()[k], rtol=1e-5, atol=1e-6)
 
