@@ -73,6 +73,7 @@ from sok1x.backend.cuda_launch import (
     prepared,
     ptr,
     row_bases,
+    row_view as _row_view,
     split_args,
     to_device,
     to_host as _copy_to_host,
@@ -386,13 +387,7 @@ def take_rows(array, index):
     return _take(array, index, zero_negative=False)
 
 
-@uses_context
-def row_view(array, start, stop):
-    """Returns rows [start, stop) of a C-contiguous GPUArray as a GPUArray over the same memory
-    (it keeps `array` alive)."""
-    row_shape, row_bytes = _row_shape(array, "array")
-    return wrap((int(stop) - int(start),) + row_shape, array.dtype,
-                ptr(array) + int(start) * row_bytes, base=array)
+row_view = uses_context(_row_view)
 
 
 @uses_context

@@ -19,15 +19,14 @@ from sok1x.backend.cuda_launch import (
     empty,
     exclusive_scan,
     fill_bytes,
-    head,
     index_array,
     launch,
     memoised_per_context,
     prepared,
     ptr,
+    row_view,
     to_device,
     to_host,
-    wrap,
 )
 
 _KEPT_LISTS = 64
@@ -105,7 +104,7 @@ def offset_parts_many(arrays, cuts, offsets):
         parts, count = _cut_part_list(arrays, cuts, np.concatenate(
             [np.asarray(o, dtype=np.int64) for o in offsets]))
         launch(_kernels()["join_int64"], out.shape[0], ptr(parts), count, ptr(out))
-    return [wrap((n,), np.int64, ptr(out) + 8 * j * n, base=out) for j in range(len(arrays))]
+    return [row_view(out, j * n, (j + 1) * n) for j in range(len(arrays))]
 
 
 @uses_context
@@ -122,7 +121,7 @@ def part_bounds_deferred(arrays, cuts):
     count = len(arrays) * (len(cuts) - 1)
     bounds = empty((max(count, 1), 2), np.int64)
     if not count:
-        return head(bounds, 0)
+        return row_view(bounds, 0, 0)
     starts = _device_constant(np.tile(_BOUNDS_START, (count, 1)).reshape(-1))
     copy_rows_async(bounds, 0, starts, 0, count)  # rows of 2 int64 on both sides
     total = sum(int(a.shape[0]) for a in arrays)
@@ -174,7 +173,7 @@ def index_bounds_deferred(arrays):
     arrays = [index_array(a, "indices") for a in arrays]
     bounds = empty((max(count, 1), 2), np.int64)
     if not count:
-        return head(bounds, 0)
+        return row_view(bounds, 0, 0)
     starts = _device_constant(np.tile(_BOUNDS_START, (count, 1)).reshape(-1))
     copy_rows_async(bounds, 0, starts, 0, count)  # rows of 2 int64 on both sides
     parts, total = _part_list(arrays)
@@ -220,7 +219,7 @@ def distinct_rows_many_start(items):
         if count:
             launch(kernels["ranks"], count, ptr(bits), ptr(word_ranks), words,
                    ptr(_device_constant(boundaries)), count, ptr(ranks) + 8 * start)
-    return (states, spans), head(ranks, position)
+    return (states, spans), row_view(ranks, 0, position)
 
 
 @uses_context

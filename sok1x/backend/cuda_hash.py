@@ -26,12 +26,12 @@ from sok1x.backend.cuda_launch import (
     empty,
     exclusive_scan,
     fill_bytes,
-    head,
     index_array,
     launch,
     memoised_per_context,
     prepared,
     ptr,
+    row_view,
     split_args,
     to_host,
     to_host_later,
@@ -211,7 +211,7 @@ class HashIndex:
             self.erase(new_keys[:count])
             raise OverflowError("%d new keys do not fit: %d of %d rows used, %d rows to give" % (
                 count, self.size, self.capacity, limit))
-        return rows, head(new_keys, count), head(new_rows, count)
+        return rows, row_view(new_keys, 0, count), row_view(new_rows, 0, count)
 
     @uses_context
     def erase(self, keys):

@@ -14,7 +14,11 @@ from pycuda._pvt_struct import pack as _pack  # what prepared calls pack argumen
 
 from sok1x import cuda_kernels as kernels
 from sok1x.backend import cuda_context, cuda_staging
-from sok1x.backend.cuda_strides import c_strides, is_c_contiguous  # noqa: F401  (re-exported)
+from sok1x.backend.cuda_strides import (  # noqa: F401  (re-exported)
+    c_strides,
+    elements,
+    is_c_contiguous,
+)
 
 BLOCK = 256
 SCAN_THREADS = 256
@@ -109,15 +113,6 @@ def split_args(array, units_per_row):
     return ptr(array), 0, NOT_SPLIT
 
 
-def elements(shape):
-    """The number of elements of `shape` (a product in plain Python: np.prod costs microseconds
-    on a tuple of two)."""
-    count = 1
-    for n in shape:
-        count *= int(n)
-    return count
-
-
 def empty(shape, dtype):
     """A C-contiguous GPUArray from the memory pool."""
     # Plain Python: NumPy's ndim and prod cost microseconds each on tiny inputs, and a step
@@ -127,9 +122,7 @@ def empty(shape, dtype):
     else:
         shape = tuple(int(n) for n in shape)
     dtype = np.dtype(dtype)
-    nbytes = dtype.itemsize
-    for n in shape:
-        nbytes *= n
+    nbytes = dtype.itemsize * elements(shape)
     return wrap(shape, dtype, cuda_context.allocate(nbytes) if nbytes else None)
 
 
@@ -141,9 +134,7 @@ def wrap(shape, dtype, gpudata, base=None):
     context instead (their kernels stride over the grid, so one shape serves any size)."""
     array = gpuarray.GPUArray.__new__(gpuarray.GPUArray)
     dtype, shape = np.dtype(dtype), tuple(int(n) for n in shape)
-    size = 1
-    for n in shape:
-        size *= n
+    size = elements(shape)
     array.shape, array.dtype = shape, dtype
     array.strides = c_strides(dtype.itemsize, shape)
     array.mem_size = array.size = size
@@ -155,10 +146,15 @@ def wrap(shape, dtype, gpudata, base=None):
     return array
 
 
-def head(array, count):
-    """array[:count] of a C-contiguous GPUArray (rows along axis 0), made without GPUArray's
-    constructor as wrap() makes arrays; it keeps `array` alive."""
-    return wrap((int(count),) + tuple(array.shape[1:]), array.dtype, array.gpudata, base=array)
+def row_view(array, start, stop):
+    """Rows [start, stop) of a C-contiguous GPUArray as a GPUArray over the same memory, made
+    as wrap() makes arrays (it keeps `array` alive)."""
+    if array.ndim < 1:
+        raise TypeError("array must have at least one dimension")
+    row_shape = tuple(array.shape[1:])
+    row_bytes = array.dtype.itemsize * elements(row_shape)
+    return wrap((int(stop) - int(start),) + row_shape, array.dtype,
+                ptr(array) + int(start) * row_bytes, base=array)
 
 
 @memoised_per_context

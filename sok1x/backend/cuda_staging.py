@@ -27,7 +27,7 @@ import numpy as np
 import pycuda.driver as driver
 
 from sok1x.backend import cuda_context
-from sok1x.backend.cuda_strides import is_c_contiguous
+from sok1x.backend.cuda_strides import elements, is_c_contiguous
 
 _MIN_BLOCK = 4096
 
@@ -107,10 +107,7 @@ def reserve(sizes):
 
 def _view(block, shape, dtype):
     dtype = np.dtype(dtype)
-    nbytes = dtype.itemsize
-    for n in shape:
-        nbytes *= int(n)
-    return block[:nbytes].view(dtype).reshape(shape)
+    return block[:dtype.itemsize * elements(shape)].view(dtype).reshape(shape)
 
 
 def upload(device_ptr, host_array):

@@ -1,6 +1,14 @@
-"""C-order strides of GPUArrays in plain Python. PyCUDA works them out in general code, and its
-flags object computes both orders on first use; a step makes and checks dozens of small arrays,
-so the common shapes are written out here."""
+"""Shape arithmetic of GPUArrays in plain Python: element counts and C-order strides. NumPy's
+prod and PyCUDA's general stride code and flags object (which computes both orders on first use)
+cost microseconds each on shapes of one or two, and a step makes and checks dozens of arrays."""
+
+
+def elements(shape):
+    """The number of elements of `shape` (any iterable of ints)."""
+    count = 1
+    for n in shape:
+        count *= int(n)
+    return count
 
 
 def c_strides(itemsize, shape):

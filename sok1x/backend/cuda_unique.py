@@ -9,12 +9,12 @@ from sok1x.backend.cuda_launch import (
     empty,
     exclusive_scan,
     fill_bytes,
-    head,
     index_array,
     launch,
     memoised_per_context,
     prepared,
     ptr,
+    row_view,
     to_host,
 )
 
@@ -68,7 +68,7 @@ def unique_many_start(keys_list, ordered=False):
         positions = exclusive_scan(is_first, n)
         copy_rows_async(counts, i, positions, n, 1)
         pending.append((slot_first, slot_of, is_first, positions))
-    return (arrays, pending), head(counts, len(arrays))
+    return (arrays, pending), row_view(counts, 0, len(arrays))
 
 
 @uses_context

@@ -31,7 +31,7 @@ import time
 
 import numpy as np
 
-from sok1x.backend.cuda_strides import is_c_contiguous
+from sok1x.backend.cuda_strides import elements, is_c_contiguous
 from sok1x.comm import nccl_library, wait_watch
 from sok1x.errors import CommError, InitError
 
@@ -85,9 +85,7 @@ def _displacements(counts):
 def _row_layout(array):
     """Returns (row_shape, elements per row, bytes per row) of an array of rows."""
     row_shape = tuple(array.shape[1:])
-    row_elems = 1
-    for n in row_shape:  # not np.prod: every collective asks, for a shape of one or two
-        row_elems *= int(n)
+    row_elems = elements(row_shape)
     return row_shape, row_elems, row_elems * np.dtype(array.dtype).itemsize
 
 

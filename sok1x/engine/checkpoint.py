@@ -121,7 +121,7 @@ def _rows_to_host(backend, array, rows, contiguous, fill):
     return np.asarray(backend.download_staged(picked))
 
 
-def _chunk_keys(rt, table, held, start, stop):
+def _chunk_keys(table, held, start, stop):
     """Host (global keys, shard rows) of rows [start, stop) in file order: of `held` (a hash
     table's _held_rows), or made for the chunk alone (a table without one: its rows in order)."""
     if held is not None:
@@ -147,7 +147,7 @@ def _write_shard(rt, table, slots, path, rows_per_chunk):
                                                      rt.rank, rt.size, rows_per_chunk))
         for start in range(0, count, rows_per_chunk):
             stop = min(count, start + rows_per_chunk)
-            keys, chunk_rows = _chunk_keys(rt, table, held, start, stop)
+            keys, chunk_rows = _chunk_keys(table, held, start, stop)
             writer.write(keys)
             for array, initial in arrays:
                 fill = None if array is not None else np.full(
