@@ -120,6 +120,17 @@ extern "C" __global__ void hash_find_or_insert(int64* slots, uint64 slot_count, 
 
 #define GROUP 8  // keys whose row copies one warp keeps in flight together
 
+// The first row of a split table's host part, or -1 when fresh is null (every row is the first
+// pass's).
+__device__ __forceinline__ int64 first_deferred_row(const unsigned* fresh,
+                                                    const SplitRows<float>& values, int64 dim) {
+  return fresh != nullptr ? values.split / dim : -1;
+}
+
+__device__ __forceinline__ bool deferred(int64 row, int64 first_host) {
+  return first_host >= 0 && row >= first_host;
+}
+
 // find_or_insert (as hash_find_or_insert) that also initialises the placed keys' rows of
 // `values` ([*, dim] float32, maybe split) with random_init.cuh's recipe and writes every key's
 // vector to out[i] ([n, dim]; zeros for a key without a row), and, where last_step is given,
@@ -128,23 +139,33 @@ extern "C" __global__ void hash_find_or_insert(int64* slots, uint64 slot_count, 
 // shares each key's row, a lane per column. A new row's values are stored before its row is
 // published (a fence between), and found rows are read through L2 (__ldcg), so a thread meeting
 // a key another warp placed in this call reads the vector that warp wrote.
+// fresh (may be null): a zeroed bit per host row of a split table. Then the rows in host memory
+// are left to hash_settle_host_rows, which walks them in host_order's order: this pass only
+// sets the bit of each host row it places.
 extern "C" __global__ void hash_find_or_insert_values(
     int64* slots, uint64 slot_count, const int64* keys, int64 n, int64 first_new_row, int64 limit,
     uint64* placed, int64* new_keys, int64* new_rows, const int64* row_pool, int64 pool_count,
     int64* rows, SplitRows<float> values, int64 dim, int64 kind, uint64 seed, uint64 table_id,
-    double a, double b, float* __restrict__ out, int64* last_step, int64* counts, int64 step) {
+    double a, double b, float* __restrict__ out, int64* last_step, int64* counts, int64 step,
+    unsigned* fresh) {
   const Placing p = {first_new_row, limit, pool_count, placed, new_keys, new_rows, row_pool};
   const uint64 streams = table_stream(seed, table_id);
   const int lane = (int)lane_id();
+  const int64 first_host = first_deferred_row(fresh, values, dim);
   for (int64 first = first_of_warp(); first < n; first += global_thread_count()) {
     const int64 i = first + lane;
     const int64 key = i < n ? keys[i] : 0;
     int64 slot, row;
     const unsigned new_here = claim_keys(slots, slot_count, keys, i, n, p, &slot, &row);
     const bool claimed = (new_here >> lane) & 1u;
+    if (claimed && deferred(row, first_host)) {
+      const int64 h = row - first_host;
+      atomicOr(fresh + (h >> 5), 1u << (h & 31));
+    }
     for (unsigned left = new_here; left != 0; left &= left - 1) {
       const int j = __ffs(left) - 1;
       const int64 new_row = __shfl_sync(FULL_WARP, row, j);
+      if (deferred(new_row, first_host)) continue;
       const uint64 stream = key_stream(streams, __shfl_sync(FULL_WARP, key, j));
       float* to = out + (first + j) * dim;
       for (int64 column = lane; column < dim; column += 32) {
@@ -172,7 +193,9 @@ extern "C" __global__ void hash_find_or_insert_values(
 #pragma unroll
       for (int u = 0; u < GROUP; ++u) {
         from[u] = __shfl_sync(FULL_WARP, row, j0 + u);
-        if (!((found_here >> (j0 + u)) & 1u)) from[u] = -2;  // not copied here
+        if (!((found_here >> (j0 + u)) & 1u) || deferred(from[u], first_host)) {
+          from[u] = -2;  // not copied here
+        }
       }
       for (int64 column = lane; column < dim; column += 32) {
         float got[GROUP];
@@ -188,6 +211,62 @@ extern "C" __global__ void hash_find_or_insert_values(
     }
   }
 }
+
+// find_or_insert_values' second pass (with `fresh`), over the keys in host_order's order from
+// *host_start (the first key whose row lies in host memory; the device rows were the first
+// pass's): a key whose row this call placed (its bit in `fresh`) gets the row's initial vector,
+// written to the table and to out[i] (by every key of the call that has the row: the same
+// values), any other key its row copied to out[i]. A thread moves W floats of a row (W = 4 when
+// dim allows: 16-byte host accesses, as take_rows' widest words).
+template <typename Word>
+__device__ __forceinline__ void settle_host_rows(const int64* keys, const int64* rows, int64 n,
+                                                 const int64* order, const int64* host_start,
+                                                 const unsigned* fresh, SplitRows<float> values,
+                                                 int64 dim, int64 kind, uint64 seed,
+                                                 uint64 table_id, double a, double b,
+                                                 float* __restrict__ out) {
+  const int W = sizeof(Word) / sizeof(float);
+  const uint64 streams = table_stream(seed, table_id);
+  const int64 first_host = values.split / dim;
+  const int64 words = dim / W;
+  const int64 start = *host_start;
+  const int64 total = (n - start) * words;
+  for (int64 e = global_thread_id(); e < total; e += global_thread_count()) {
+    const int64 t = e / words;
+    const int64 column = (e - t * words) * W;
+    const int64 i = order[start + t];
+    const int64 row = rows[i];
+    if (row < first_host) continue;  // no row (a row past the pool)
+    const int64 h = row - first_host;
+    Word* host = reinterpret_cast<Word*>(values.host + h * dim + column);
+    Word* to = reinterpret_cast<Word*>(out + i * dim + column);
+    if ((fresh[h >> 5] >> (h & 31)) & 1u) {
+      const uint64 stream = key_stream(streams, keys[i]);
+      Word word;
+      float* value = reinterpret_cast<float*>(&word);
+#pragma unroll
+      for (int k = 0; k < W; ++k) {
+        value[k] = initial_value((int)kind, stream, (uint64)(column + k), a, b);
+      }
+      *host = word;
+      *to = word;
+    } else {
+      *to = *host;
+    }
+  }
+}
+
+#define SETTLE_HOST_ROWS(SUFFIX, WORD)                                                          \
+  extern "C" __global__ void hash_settle_host_rows_##SUFFIX(                                   \
+      const int64* keys, const int64* rows, int64 n, const int64* order,                       \
+      const int64* host_start, const unsigned* fresh, SplitRows<float> values, int64 dim,      \
+      int64 kind, uint64 seed, uint64 table_id, double a, double b, float* __restrict__ out) { \
+    settle_host_rows<WORD>(keys, rows, n, order, host_start, fresh, values, dim, kind, seed,   \
+                        table_id, a, b, out);                                                  \
+  }
+
+SETTLE_HOST_ROWS(w4, float)
+SETTLE_HOST_ROWS(w16, float4)
 
 // Places distinct keys that are not held yet with the given rows (HashIndex.assign).
 extern "C" __global__ void hash_assign(int64* slots, uint64 slot_count, const int64* keys,

@@ -8,16 +8,21 @@
 // (minval, maxval - minval) for uniform, (mean, stddev) for the normals. 2^lane_shift threads
 // share a row (the caller picks the smallest power of two >= dim, at most 32), each taking every
 // 2^lane_shift-th column: the key's stream is mixed once per row and no index is divided.
+// order (may be null): the positions in the order to walk them (host_order.cu).
 extern "C" __global__ void init_rows_float32(SplitRows<float> table, const int64* rows,
                                              const int64* keys, int64 n, const uint64* count,
                                              int64 dim, int lane_shift, int kind, uint64 seed,
-                                             uint64 table_id, double a, double b) {
-  if (count != nullptr && (int64)*count < n) n = (int64)*count;
+                                             uint64 table_id, double a, double b,
+                                             const int64* order) {
+  const int64 valid = count != nullptr && (int64)*count < n ? (int64)*count : n;
+  if (order == nullptr) n = valid;  // else the order puts the positions past it anywhere
   const uint64 streams = table_stream(seed, table_id);
   const int64 lanes = 1LL << lane_shift;
   const int64 lane = global_thread_id() & (lanes - 1);
   const int64 stride = global_thread_count() >> lane_shift;
-  for (int64 i = global_thread_id() >> lane_shift; i < n; i += stride) {
+  for (int64 t = global_thread_id() >> lane_shift; t < n; t += stride) {
+    const int64 i = order != nullptr ? order[t] : t;
+    if (i >= valid) continue;
     const int64 row = rows[i];
     if (row < 0) continue;
     const uint64 stream = key_stream(streams, keys[i]);

@@ -7,39 +7,49 @@
 // hybrid table's rows are read and written in place in whichever part holds them.
 #include "common.cuh"
 
+// order (may be null): the positions in the order to walk them (host_order.cu); thread w moves
+// word `column` of position order[w / words_per_row].
+__device__ __forceinline__ int64 ordered(const int64* order, int64 t) {
+  return order != nullptr ? order[t] : t;
+}
+
 // index < 0: a zero row when zero_negative, else counted from the end (NumPy's rule).
 template <typename Word>
 __device__ __forceinline__ void take_rows(SplitRows<Word> src, int64 src_rows, const int64* index,
                                           int64 n, int64 words_per_row, int zero_negative,
-                                          Word* dst) {
+                                          Word* dst, const int64* order) {
   const int64 total = n * words_per_row;
   for (int64 w = global_thread_id(); w < total; w += global_thread_count()) {
-    const int64 i = w / words_per_row;
-    const int64 column = w - i * words_per_row;
+    const int64 t = w / words_per_row;
+    const int64 column = w - t * words_per_row;
+    const int64 i = ordered(order, t);
+    const int64 out = i * words_per_row + column;
     int64 row = index[i];
     if (row < 0) {
       if (zero_negative) {
         Word zero;
         memset(&zero, 0, sizeof(Word));
-        dst[w] = zero;
+        dst[out] = zero;
         continue;
       }
       row += src_rows;
     }
-    dst[w] = src[row * words_per_row + column];
+    dst[out] = src[row * words_per_row + column];
   }
 }
 
 template <typename Word>
 __device__ __forceinline__ void put_rows(SplitRows<Word> dst, int64 dst_rows, const int64* index, int64 n,
-                                         int64 words_per_row, const Word* src) {
+                                         int64 words_per_row, const Word* src,
+                                         const int64* order) {
   const int64 total = n * words_per_row;
   for (int64 w = global_thread_id(); w < total; w += global_thread_count()) {
-    const int64 i = w / words_per_row;
-    const int64 column = w - i * words_per_row;
+    const int64 t = w / words_per_row;
+    const int64 column = w - t * words_per_row;
+    const int64 i = ordered(order, t);
     int64 row = index[i];
     if (row < 0) row += dst_rows;
-    dst[row * words_per_row + column] = src[w];
+    dst[row * words_per_row + column] = src[i * words_per_row + column];
   }
 }
 
@@ -47,14 +57,14 @@ __device__ __forceinline__ void put_rows(SplitRows<Word> dst, int64 dst_rows, co
   extern "C" __global__ void take_rows_##SUFFIX(SplitRows<WORD> src, int64 src_rows,          \
                                                 const int64* index, int64 n,                  \
                                                 int64 words_per_row, int zero_negative,       \
-                                                WORD* dst) {                                  \
-    take_rows<WORD>(src, src_rows, index, n, words_per_row, zero_negative, dst);              \
+                                                WORD* dst, const int64* order) {              \
+    take_rows<WORD>(src, src_rows, index, n, words_per_row, zero_negative, dst, order);       \
   }                                                                                           \
   extern "C" __global__ void put_rows_##SUFFIX(SplitRows<WORD> dst, int64 dst_rows,            \
                                                const int64* index,                             \
                                                int64 n, int64 words_per_row,                   \
-                                               const WORD* src) {                              \
-    put_rows<WORD>(dst, dst_rows, index, n, words_per_row, src);                              \
+                                               const WORD* src, const int64* order) {          \
+    put_rows<WORD>(dst, dst_rows, index, n, words_per_row, src, order);                       \
   }
 
 ROW_COPY_KERNELS(w1, unsigned char)

@@ -33,6 +33,7 @@ from sok1x.backend.cuda_groups import (  # noqa: F401  (part of the op set: tabl
 )
 from sok1x.backend.cuda_bulk import (  # noqa: F401  (part of the op set: checkpoints)
     free_device_memory, host_buffer, write_rows)
+from sok1x.backend.cuda_host_order import host_order
 from sok1x.backend.cuda_hash import HashIndex  # noqa: F401  (part of the op set)
 from sok1x.backend.cuda_sizes import flag_outside, header_records  # noqa: F401  (the op set)
 from sok1x.backend.cuda_unique import (  # noqa: F401  (part of the op set)
@@ -42,6 +43,7 @@ from sok1x.backend.cuda_unique import (  # noqa: F401  (part of the op set)
     unique_many_padded,
     unique_many_start,
 )
+from sok1x.backend.cuda_rows import gather_rows, put_rows, take_rows  # noqa: F401  (op set)
 from sok1x.backend.cuda_optimizers import (  # noqa: F401  (part of the op set: optimizer updates)
     update_adadelta,
     update_adagrad,
@@ -67,12 +69,10 @@ from sok1x.backend.cuda_launch import (
     fill_float32,
     index_array,
     is_c_contiguous,
-    is_split,
     launch,
     memoised_per_context,
     prepared,
     ptr,
-    row_bases,
     row_view as _row_view,
     split_args,
     to_device,
@@ -84,7 +84,6 @@ from sok1x.backend.cuda_launch import (
 )
 
 NAME = "cuda"
-_ROW_WORDS = (16, 8, 4, 1)  # bytes per word of the row copy kernels, widest first
 
 
 @uses_context
@@ -336,57 +335,6 @@ def floor_divide(keys, divisor):
     return quotients
 
 
-def _row_shape(array, what):
-    """Returns (shape of one row, bytes of one row) of an array indexed along axis 0."""
-    if array.ndim < 1:
-        raise TypeError("%s must have at least one dimension" % what)
-    row_shape = tuple(array.shape[1:])
-    return row_shape, array.dtype.itemsize * elements(row_shape)
-
-
-def _word_bytes(row_bytes, *arrays):
-    bases = [base for array in arrays for base in row_bases(array)]
-    for word in _ROW_WORDS:
-        if row_bytes % word == 0 and all(base % word == 0 for base in bases):
-            return word
-    return 1
-
-
-@memoised_per_context
-def _row_copy_kernels(word_bytes):
-    """(take, put) kernels moving rows in words of `word_bytes` bytes; the table side is a
-    SplitRows (PPq)."""
-    suffix = "w%d" % word_bytes
-    return (prepared("rows.cu", "take_rows_" + suffix, "PPqqPqqiP"),
-            prepared("rows.cu", "put_rows_" + suffix, "PPqqPqqP"))
-
-
-def _row_table(array, what):
-    """A row table argument: a split array (read in place, both parts) or a device array."""
-    return array if is_split(array) else device_array(array, what)
-
-
-def _take(array, index, zero_negative):
-    array = _row_table(array, "array")
-    index = index_array(index, "index")
-    row_shape, row_bytes = _row_shape(array, "array")
-    out = _pooled_empty((index.shape[0],) + row_shape, array.dtype)
-    if out.size:
-        word = _word_bytes(row_bytes, array, out)
-        take, _ = _row_copy_kernels(word)
-        words_per_row = row_bytes // word
-        launch(take, index.shape[0] * words_per_row, *split_args(array, words_per_row),
-               array.shape[0], ptr(index), index.shape[0], words_per_row, int(zero_negative),
-               ptr(out))
-    return out
-
-
-@uses_context
-def take_rows(array, index):
-    """Returns array[index] along axis 0 (negative indices count from the end, as in NumPy)."""
-    return _take(array, index, zero_negative=False)
-
-
 row_view = uses_context(_row_view)
 
 
@@ -406,24 +354,6 @@ def reshape(array, shape):
         raise ValueError("cannot reshape an array of %d elements (shape %s) into shape %s"
                          % (array.size, array.shape, shape))
     return wrap(shape, array.dtype, array.gpudata, base=array)
-
-
-@uses_context
-def put_rows(dst, index, src):
-    """dst[index] = src along axis 0 (`index` has no repeats); dst may be a split array."""
-    dst = _row_table(dst, "dst")
-    index = index_array(index, "index")
-    src = device_array(src, "src", dst.dtype)
-    row_shape, row_bytes = _row_shape(dst, "dst")
-    if src.shape != (index.shape[0],) + row_shape:
-        raise ValueError("put_rows: src has shape %s, expected %s" % (
-            src.shape, (index.shape[0],) + row_shape))
-    if src.size:
-        word = _word_bytes(row_bytes, dst, src)
-        _, put = _row_copy_kernels(word)
-        words_per_row = row_bytes // word
-        launch(put, index.shape[0] * words_per_row, *split_args(dst, words_per_row),
-               dst.shape[0], ptr(index), index.shape[0], words_per_row, ptr(src))
 
 
 @memoised_per_context
@@ -457,12 +387,6 @@ def segment_sum(values, segment_ids, num_segments):
 
 
 @uses_context
-def gather_rows(table, rows):
-    """Returns table[rows] with a zero vector where rows == -1; table may be a split array."""
-    return _take(table, rows, zero_negative=True)
-
-
-@uses_context
 def scatter_add_rows(table, rows, values):
     """table[rows] += values, repeated rows summed."""
     _add_rows(table, index_array(rows, "rows"), values, "scatter_add_rows")
@@ -485,7 +409,7 @@ def touch_rows(last_step, counts, rows, step):
 
 @memoised_per_context
 def _init_rows_kernel():
-    return prepared("random_init.cu", "init_rows_float32", "PPqPPqPqiiQQdd")
+    return prepared("random_init.cu", "init_rows_float32", "PPqPPqPqiiQQddP")
 
 
 @uses_context
@@ -506,9 +430,11 @@ def init_rows(table, rows, keys, spec, table_id, count=None):
         return
     kind, seed, table_id, a, b = recipe.kernel_arguments(spec, table_id)
     lane_shift = _lane_shift(dim)
+    count_ptr = _count_ptr(count)
+    order = host_order(table, rows, count_ptr=count_ptr)
     launch(_init_rows_kernel(), rows.shape[0] << lane_shift, *split_args(table, dim), ptr(rows),
-           ptr(keys), rows.shape[0], _count_ptr(count), dim, lane_shift, kind, seed, table_id, a,
-           b)
+           ptr(keys), rows.shape[0], count_ptr, dim, lane_shift, kind, seed, table_id, a, b,
+           0 if order is None else ptr(order))
 
 
 def _lane_shift(units_per_row):

@@ -13,15 +13,18 @@ wait for how many it placed, or none when the caller passes the count it just to
 (count_missing: a kernel and a wait). Too many new keys raise OverflowError; the keys placed by
 that call are erased again. find_or_insert_values does the same and, in the same kernel,
 initialises the new keys' rows of a value table and copies every key's vector out
-(hash_find_or_insert_values, HierarchicalKV's find_or_insert).
+(hash_find_or_insert_values, HierarchicalKV's find_or_insert); for a table split between GPU and
+host memory, the host rows are left to a second kernel that walks them in ascending regions
+(hash_settle_host_rows, cuda_host_order).
 """
 import numpy as np
 import pycuda.driver as driver
 from pycuda import gpuarray
 
-from sok1x.backend import cuda_context
+from sok1x.backend import cuda_context, cuda_host_order
 from sok1x.backend import random_init as recipe
 from sok1x.backend.cuda_context import uses_context
+from sok1x.backend.cuda_host_order import host_order_and_start
 from sok1x.backend.cuda_launch import (
     empty,
     exclusive_scan,
@@ -45,12 +48,25 @@ def _hash_kernels():
         "count_missing": prepared("hash_table.cu", "hash_count_missing", "PQPqPQP"),
         "find_or_insert": prepared("hash_table.cu", "hash_find_or_insert", "PQPqqqPPPPqP"),
         "find_or_insert_values": prepared("hash_table.cu", "hash_find_or_insert_values",
-                                          "PQPqqqPPPPqP" + "PPqqqQQddP" + "PPq"),
+                                          "PQPqqqPPPPqP" + "PPqqqQQddP" + "PPqP"),
+        "settle_host_rows_w4": prepared("hash_table.cu", "hash_settle_host_rows_w4",
+                                        "PPqPPP" + "PPqqqQQddP"),
+        "settle_host_rows_w16": prepared("hash_table.cu", "hash_settle_host_rows_w16",
+                                         "PPqPPP" + "PPqqqQQddP"),
         "erase": prepared("hash_table.cu", "hash_erase", "PQPqPP"),
         "assign": prepared("hash_table.cu", "hash_assign", "PQPPq"),
         "keys_by_row": prepared("hash_table.cu", "hash_keys_by_row", "PQqPPP"),
         "compact_rows": prepared("hash_table.cu", "hash_compact_rows", "PPPqPP"),
     }
+
+
+def _fresh_bits(values):
+    """For find_or_insert_values on a split table whose host rows host_order orders: a zeroed
+    bit per host row (the rows the call places), else None (one pass does every row)."""
+    if not cuda_host_order.ordered(values):
+        return None
+    words = -(-(int(values.shape[0]) - int(values.hbm_rows)) // 32)
+    return fill_bytes(empty((words,), np.uint32), 0)
 
 
 def _slot_count(capacity, max_load):
@@ -136,8 +152,10 @@ class HashIndex:
         new_keys, new_rows), zeros for a key without a row. One kernel finds, places,
         initialises and copies (HierarchicalKV's find_or_insert): a new row's vector is
         computed once and written to the table and the output, nothing is read back, and no
-        row copy waits for the host. touch: None, or (last_step, counts, step): the kernel
-        also counts the lookup as backend.touch_rows(last_step, counts, rows, step) does. Other
+        row copy waits for the host (a split table's host rows take a second kernel that walks
+        them in ascending regions, cuda_host_order). touch: None, or (last_step, counts,
+        step): the kernel also counts the lookup as backend.touch_rows(last_step, counts, rows,
+        step) does. Other
         arguments and errors as find_or_insert's (an overflowing call leaves the output
         unspecified and, with touch, has counted the lookup of the keys it found)."""
         if values.dtype != np.float32 or values.ndim != 2:
@@ -195,8 +213,16 @@ class HashIndex:
             launch(_hash_kernels()["find_or_insert"], n, *arguments)
         else:
             values, dim, init, vectors, statistics = fetch
+            fresh = _fresh_bits(values)
             launch(_hash_kernels()["find_or_insert_values"], n, *arguments,
-                   *split_args(values, dim), dim, *init, ptr(vectors), *statistics)
+                   *split_args(values, dim), dim, *init, ptr(vectors), *statistics,
+                   0 if fresh is None else ptr(fresh))
+            if fresh is not None:  # host rows second, walked in ascending regions
+                order, start = host_order_and_start(values, rows, zero_negative=True)
+                width = 4 if dim % 4 == 0 else 1
+                launch(_hash_kernels()["settle_host_rows_w%d" % (4 * width)], n * dim // width,
+                       ptr(keys), ptr(rows), n, ptr(order), ptr(start), ptr(fresh),
+                       *split_args(values, dim), dim, *init, ptr(vectors))
         if missing is not None:
             self.size += missing
             if queue_first is not None:

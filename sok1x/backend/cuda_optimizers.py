@@ -9,6 +9,7 @@ queued on the sok1x stream inside the primary context; nothing waits for the GPU
 import numpy as np
 
 from sok1x.backend.cuda_context import uses_context
+from sok1x.backend.cuda_host_order import host_order
 from sok1x.backend.cuda_launch import (
     device_array,
     empty,
@@ -23,6 +24,7 @@ from sok1x.backend.cuda_launch import (
     ptr,
     split_args,
 )
+from sok1x.backend.cuda_rows import take_rows
 
 _ROWS_ARGS = "PPqq"  # rows, grads, n, dim
 _STATE = "PPq"  # a state array: common.cuh's SplitRows (device base, host base, split)
@@ -48,14 +50,19 @@ def _state(array, what, like=None):
     return array
 
 
-def _gradient(var, rows, grads):
-    """Returns (rows, grads, n, dim) checked against var [capacity, dim]."""
+def _gradient(var, rows, grads, ordered=True):
+    """Returns (rows, grads, n, dim) checked against var [capacity, dim]; for a split var and
+    `ordered`, rows and grads permuted so the kernels walk host rows in ascending regions
+    (cuda_host_order; the all-rows kernels walk the whole shard in order anyway)."""
     _state(var, "var")
     rows = index_array(rows, "rows")
     grads = device_array(grads, "grads", np.float32)
     dim = var.shape[1]
     if grads.shape != (rows.shape[0], dim):
         raise ValueError("grads has shape %s, expected %s" % (grads.shape, (rows.shape[0], dim)))
+    order = host_order(var, rows) if ordered else None
+    if order is not None:  # rows are distinct: the update does not depend on their order
+        rows, grads = take_rows(rows, order), take_rows(grads, order)
     return rows, grads, rows.shape[0], dim
 
 
@@ -180,7 +187,7 @@ def _positions_of_rows(num_rows, rows):
 def update_adam_all_rows(var, m, v, vhat, rows, grads, lr_t, beta1, beta2, epsilon):
     """Adam as TensorFlow applies it to IndexedSlices, in one pass over the shard (see
     cpu_optimizers)."""
-    rows, grads, _, dim = _gradient(var, rows, grads)
+    rows, grads, _, dim = _gradient(var, rows, grads, ordered=False)
     for name, state in (("m", m), ("v", v), ("vhat", vhat)):
         _state(state, name, var)
     num_rows = var.shape[0]
@@ -195,7 +202,7 @@ def update_adam_all_rows(var, m, v, vhat, rows, grads, lr_t, beta1, beta2, epsil
 @uses_context
 def update_keras_rmsprop_all_rows(var, rms, mg, rows, grads, lr, rho, epsilon):
     """Keras RMSprop without momentum, in one pass over the shard (see cpu_optimizers)."""
-    rows, grads, _, dim = _gradient(var, rows, grads)
+    rows, grads, _, dim = _gradient(var, rows, grads, ordered=False)
     _state(rms, "rms", var)
     _state(mg, "mg", var)
     num_rows = var.shape[0]

@@ -10,6 +10,8 @@ gpus=${1:-2}
 logs=${OUT:-/tmp/sok1x-gpu-logs}
 site=/tmp/sok1x-site
 export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0} PYTHONUNBUFFERED=1
+# Every split (hybrid) table the tests make walks its host rows in order (backend/cuda_host_order.py).
+export SOK1X_HOST_ORDER_MIN_BYTES=${SOK1X_HOST_ORDER_MIN_BYTES:-0}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mkdir -p "$logs"
 rm -rf "$site"
@@ -47,6 +49,7 @@ suite() {  # name, ranks, test path, extra pytest args
 }
 suite cuda-backend serial tests/gpu/test_cuda_backend.py -s
 suite hash-values serial tests/gpu/test_hash_values_cuda.py
+suite host-order serial tests/gpu/test_host_order_cuda.py
 suite optimizer-kernels serial tests/gpu/test_optimizer_kernels.py
 suite init-failures serial tests/gpu/serial
 suite seam-1gpu serial tests/gpu/test_dlpack_seam.py

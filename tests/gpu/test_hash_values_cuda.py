@@ -37,7 +37,8 @@ def _values(cuda, table, hbm_rows):
 @pytest.mark.parametrize("dim,kind,hbm_rows", [(1, "uniform", None), (8, "uniform", None),
                                                (64, "uniform", None), (100, "uniform", None),
                                                (64, "truncated_normal", None),
-                                               (16, "normal", CAPACITY // 3)])
+                                               (16, "normal", CAPACITY // 3),
+                                               (6, "uniform", CAPACITY // 2)])
 def test_find_or_insert_values_equals_the_cpu_and_the_three_ops(cuda, rng, dim, kind, hbm_rows):
     spec = random_init.make_spec(kind, -0.05 if kind == "uniform" else 0.0, 0.05, 11)
     table = rng.standard_normal((CAPACITY, dim)).astype(np.float32)

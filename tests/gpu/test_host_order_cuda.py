@@ -1,0 +1,138 @@
+"""The order in which the row kernels walk a split (hybrid) table's rows (backend/cuda_host_order):
+a permutation of the batch with device rows first and host rows in ascending regions, and row
+ops on split arrays that give, walked in that order, what NumPy gives on the whole table and
+what the same ops give walked as given. Needs a GPU and PyCUDA.
+"""
+import numpy as np
+import pytest
+
+pytest.importorskip("pycuda")
+
+from sok1x.backend import cpu, cuda_context, cuda_host_order  # noqa: E402
+from sok1x.backend import random_init  # noqa: E402
+from sok1x.engine import hybrid_rows  # noqa: E402
+
+CAPACITY = 20000
+HBM_ROWS = 3000  # 17,000 host rows: regions of 16 rows, so a region holds several of a batch
+
+
+@pytest.fixture(autouse=True)
+def any_host_part():
+    """Orders host parts of any size (the default orders only large ones)."""
+    cuda_host_order.MIN_HOST_BYTES, before = 0, cuda_host_order.MIN_HOST_BYTES
+    yield
+    cuda_host_order.MIN_HOST_BYTES = before
+
+
+def _split(cuda, table):
+    values = hybrid_rows.SplitRows(cuda, table.shape, np.float32, HBM_ROWS)
+    hybrid_rows.put_rows(cuda, values, cuda.asarray(np.arange(table.shape[0])), table)
+    return values
+
+
+def _whole(cuda, values):
+    return cuda.to_host(hybrid_rows.gather_rows(cuda, values,
+                                                cuda.asarray(np.arange(values.shape[0]))))
+
+
+def _region(rows, zero_negative=False, valid=None):
+    """Each position's region as host_order.cu defines it (0: no host row)."""
+    host_rows = CAPACITY - HBM_ROWS
+    shift = cuda_host_order._region_shift(host_rows)
+    rows = rows.copy()
+    if not zero_negative:
+        rows[rows < 0] += CAPACITY
+    region = np.where((rows >= HBM_ROWS) & (rows < CAPACITY), 1 + ((rows - HBM_ROWS) >> shift), 0)
+    if valid is not None:
+        region[valid:] = 0
+    return region
+
+
+@pytest.mark.parametrize("zero_negative,valid", [(False, None), (True, None), (False, 5000)])
+def test_the_order_is_a_permutation_with_host_rows_in_ascending_regions(cuda, rng, zero_negative,
+                                                                       valid):
+    rows = rng.integers(-50, CAPACITY, size=9000).astype(np.int64)
+    values = _split(cuda, np.zeros((CAPACITY, 4), np.float32))
+    count = None if valid is None else cuda.asarray(np.array([valid], np.uint64))
+    with cuda_context.entered():
+        order = cuda_host_order.host_order(
+            values, cuda.asarray(rows), zero_negative=zero_negative,
+            count_ptr=0 if count is None else int(count.gpudata))
+    order = cuda.to_host(order)
+    assert np.array_equal(np.sort(order), np.arange(rows.shape[0]))
+    regions = _region(rows, zero_negative, valid)[order]
+    assert (np.diff(regions) >= 0).all(), "regions out of order"
+    assert cuda_host_order._region_shift(CAPACITY - HBM_ROWS) > 0
+    assert np.unique(regions).shape[0] > 500, "too few regions to test the grouping"
+
+
+def test_a_table_that_is_not_split_or_has_a_small_host_part_gets_no_order(cuda):
+    plain = cuda.zeros((10, 4), np.float32)
+    whole = hybrid_rows.SplitRows(cuda, (10, 4), np.float32, 10)  # every row on the device
+    split = hybrid_rows.SplitRows(cuda, (10, 4), np.float32, 6)  # 4 host rows of 16 bytes
+    rows = cuda.asarray(np.arange(10))
+    with cuda_context.entered():
+        for table in (plain, whole):
+            assert cuda_host_order.host_order(table, rows) is None
+        assert cuda_host_order.host_order(split, rows) is not None
+        cuda_host_order.MIN_HOST_BYTES = 4 * 16 + 1
+        assert cuda_host_order.host_order(split, rows) is None
+        cuda_host_order.MIN_HOST_BYTES = 4 * 16
+        assert cuda_host_order.host_order(split, rows) is not None
+
+
+@pytest.fixture
+def walk_as_given():
+    """Switches the ordering off for the block of a test that asks for it."""
+    class Switch:
+        def __enter__(self):
+            cuda_host_order.ENABLED = False
+
+        def __exit__(self, *exc):
+            cuda_host_order.ENABLED = True
+    yield Switch()
+    cuda_host_order.ENABLED = True
+
+
+@pytest.mark.parametrize("dim", [1, 8, 64, 100])
+def test_row_ops_on_split_rows_equal_numpy_and_the_unordered_walk(cuda, rng, dim, walk_as_given):
+    table = rng.standard_normal((CAPACITY, dim)).astype(np.float32)
+    rows = rng.permutation(CAPACITY)[:8000].astype(np.int64)  # distinct, for put and update
+    looked_up = np.concatenate([rows, [-1, -1], rng.integers(0, CAPACITY, size=500)])
+    src = rng.standard_normal((rows.shape[0], dim)).astype(np.float32)
+    grads = rng.standard_normal((rows.shape[0], dim)).astype(np.float32)
+    keys = rng.integers(0, 2 ** 62, size=rows.shape[0]).astype(np.int64)
+    spec = random_init.make_spec("uniform", -0.05, 0.05, 11)
+
+    expected = np.where((looked_up >= 0)[:, None], table[looked_up], 0)
+    ordered, unordered = _split(cuda, table), _split(cuda, table)
+    for values, switch in ((ordered, None), (unordered, walk_as_given)):
+        if switch is not None:
+            switch.__enter__()
+        gathered = cuda.to_host(cuda.gather_rows(values, cuda.asarray(looked_up)))
+        assert np.array_equal(gathered, expected)
+        taken = cuda.to_host(cuda.take_rows(values, cuda.asarray(np.array([-3, 5, HBM_ROWS]))))
+        assert np.array_equal(taken, table[[-3, 5, HBM_ROWS]])
+        cuda.put_rows(values, cuda.asarray(rows[:3000]), cuda.asarray(src[:3000]))
+        cuda.init_rows(values, cuda.asarray(rows[3000:6000]), cuda.asarray(keys[3000:6000]),
+                       spec, 5)
+        accum = _split(cuda, np.full((CAPACITY, dim), 0.1, np.float32))
+        cuda.update_adagrad(values, accum, cuda.asarray(rows), cuda.asarray(grads), 0.1, 1e-7)
+        values.accum = _whole(cuda, accum)
+        if switch is not None:
+            switch.__exit__()
+
+    reference = table.copy()
+    reference[rows[:3000]] = src[:3000]
+    cpu.init_rows(reference, rows[3000:6000], keys[3000:6000], spec, 5)
+    accum = np.full((CAPACITY, dim), 0.1, np.float32)
+    cpu.update_adagrad(reference, accum, rows, grads, 0.1, 1e-7)
+    # The same kernel on the same element: the walk changes no bit.
+    assert np.array_equal(_whole(cuda, ordered), _whole(cuda, unordered))
+    assert np.array_equal(ordered.accum, unordered.accum)
+    # Against NumPy: init and put exactly (untouched rows too), the update to float rounding
+    # (the kernel may fuse a multiply and an add).
+    untouched = np.setdiff1d(np.arange(CAPACITY), rows)
+    assert np.array_equal(_whole(cuda, ordered)[untouched], table[untouched])
+    np.testing.assert_allclose(_whole(cuda, ordered), reference, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(ordered.accum, accum, rtol=1e-5, atol=1e-6)
