@@ -342,8 +342,10 @@ def main(argv):
         dumps.append(_timed(dump, before=lambda: _emptied(work)))  # one copy on disk at once
         loads.append(_timed(load, before=zero_and_drop))
         _say("round %d, GB/s: write %.2f, write on 1 thread %.2f, read %.2f, dump %.2f, "
-             "load %.2f" % tuple([round_] + [total / timings[-1][0] / 1e9 for timings in (
-                 writes, writes1, reads, dumps, loads)]))
+             "load %.2f (%s); peak MiB added: dump %.0f, load %.0f" % tuple(
+                 [round_] + [total / timings[-1][0] / 1e9 for timings in (
+                     writes, writes1, reads, dumps, loads)]
+                 + [", ".join(sorted(ways)), dumps[-1][1], loads[-1][1]]))
     sampled = min(sampled, check_cpu_equal(rt, _table(), args.sample))
     key_digest = digest(rt, _table()) if args.digest else None
     _say("dumps, loads, plain writes and reads done at %.1f s" % (time.perf_counter() - started))

@@ -153,7 +153,7 @@ def pcie_gib_per_s(backend, timer):
 
 
 def measure(backend, timer, host_share, rows, keys_per_call, dim, load, repeats, rng,
-            keep_tombstones=False):
+            keep_tombstones=False, order_ab=False):
     table, held = make_table(backend, host_share, rows, dim, load, rng)
     finds, inserts = rotations(backend, held, keys_per_call, rng)
     journal = table.journal
@@ -212,6 +212,11 @@ def measure(backend, timer, host_share, rows, keys_per_call, dim, load, repeats,
                                   ("find_or_insert_engine", find_or_insert_engine, new_step)):
             entry[name] = op_figures(timer.time_ms(run, repeats, warmup=2, before=before),
                                      keys_per_call)
+        if order_ab and host_share and backend.NAME == "cuda":
+            entry["walk_as_given"] = walk_as_given(timer, repeats, keys_per_call, (
+                ("find", find, None), ("find_or_insert", find_or_insert, restore),
+                ("find_or_insert_unfused", find_or_insert_unfused, restore),
+                ("find_or_insert_engine", find_or_insert_engine, new_step)))
         journal.rollback()
         restore()
     entry["engine_over_bare"] = (entry["find_or_insert_engine"]["ms"]
@@ -232,6 +237,23 @@ def measure(backend, timer, host_share, rows, keys_per_call, dim, load, repeats,
                    entry["find_or_insert_unfused"]["gkeys_per_s"],
                    entry["find_or_insert_engine"]["gkeys_per_s"]))
     return entry
+
+
+def walk_as_given(timer, repeats, keys_per_call, ops):
+    """The ops' figures with the row kernels walking the batch as given (SOK1X_HOST_ORDER=0, the
+    walk before 2026-11-23's fifth round), timed right after the ordered walk in one process."""
+    from sok1x.backend import cuda_host_order
+    figures = {}
+    cuda_host_order.ENABLED = False
+    try:
+        for name, run, before in ops:
+            figures[name] = op_figures(timer.time_ms(run, repeats, warmup=2, before=before),
+                                       keys_per_call)
+    finally:
+        cuda_host_order.ENABLED = True
+    harness.log("  walked as given: " + ", ".join(
+        "%s %.3f" % (name, f["gkeys_per_s"]) for name, f in figures.items()))
+    return figures
 
 
 def pcie_bounds(read, write, host_share, dim):
@@ -301,6 +323,9 @@ def main(argv):
                                       "to run on the same grid, in the same run")
     parser.add_argument("--hkv-dims", help="dims to run --hkv at (default: every dim)")
     parser.add_argument("--markdown", help="also write the grid as a markdown table here")
+    parser.add_argument("--order-ab", action="store_true",
+                        help="hybrid points also time every op with the row kernels walking "
+                             "the batch as given (walk_as_given)")
     args = parser.parse_args(argv)
     dims, loads, shares = ([kind(v) for v in text.split(",")] for kind, text in (
         (int, args.dims), (float, args.loads), (float, args.shares)))
@@ -328,7 +353,7 @@ def main(argv):
                     for load, f in sorted(hkv.items()) if load != "error") or hkv["error"]))
             for load in loads:
                 entry = measure(backend, timer, share, rows, keys_per_call, dim, load,
-                                args.repeats, rng, args.keep_tombstones)
+                                args.repeats, rng, args.keep_tombstones, args.order_ab)
                 if hkv is not None:
                     entry["hkv_same_run"] = hkv.get("%.2f" % load, {"error": hkv.get("error")})
                 if share and backend.NAME == "cuda":
