@@ -236,7 +236,7 @@ __device__ __forceinline__ void settle_host_rows(const int64* keys, const int64*
     const int64 column = (e - t * words) * W;
     const int64 i = order[start + t];
     const int64 row = rows[i];
-    if (row < first_host) continue;  // no row (a row past the pool)
+    if (row < first_host) continue;  // never from *host_start on (host_order puts them first)
     const int64 h = row - first_host;
     Word* host = reinterpret_cast<Word*>(values.host + h * dim + column);
     Word* to = reinterpret_cast<Word*>(out + i * dim + column);

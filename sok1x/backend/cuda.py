@@ -430,8 +430,9 @@ def init_rows(table, rows, keys, spec, table_id, count=None):
         return
     kind, seed, table_id, a, b = recipe.kernel_arguments(spec, table_id)
     lane_shift = _lane_shift(dim)
-    count_ptr = _count_ptr(count)
-    order = host_order(table, rows, count_ptr=count_ptr)
+    count = _count_array(count)  # held until the launch: the order allocates in between
+    count_ptr = 0 if count is None else ptr(count)
+    order = host_order(table, rows, zero_negative=True, count_ptr=count_ptr)
     launch(_init_rows_kernel(), rows.shape[0] << lane_shift, *split_args(table, dim), ptr(rows),
            ptr(keys), rows.shape[0], count_ptr, dim, lane_shift, kind, seed, table_id, a, b,
            0 if order is None else ptr(order))
@@ -446,14 +447,22 @@ def _lane_shift(units_per_row):
     return shift
 
 
-def _count_ptr(count):
-    """Device address of an optional uint64 [1] count array (0: none)."""
+def _count_array(count):
+    """An optional uint64 [1] count as a device array (None: none)."""
     if count is None:
-        return 0
+        return None
     count = device_array(count, "count", np.uint64)
     if count.shape != (1,):
         raise ValueError("count must be a uint64 [1] array, got shape %s" % (count.shape,))
-    return ptr(count)
+    return count
+
+
+def _count_ptr(count):
+    """Device address of an optional uint64 [1] count array (0: none); a NumPy count's device
+    copy must not be freed before its use is queued, so use it in the same launch's arguments
+    with nothing allocated in between."""
+    count = _count_array(count)
+    return 0 if count is None else ptr(count)
 
 
 _ALIGNMENT = 64  # TensorFlow refuses tensors whose data is not 64-byte aligned

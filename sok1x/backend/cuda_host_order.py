@@ -33,9 +33,10 @@ ENABLED = os.environ.get("SOK1X_HOST_ORDER", "1") != "0"
 # tests is ordered).
 MIN_HOST_BYTES = int(os.environ.get("SOK1X_HOST_ORDER_MIN_BYTES", 512 << 20))
 
-# Regions, region 0 (device rows) included: one scan tile, so the scan is one launch. A host part
-# of 2 GiB gets regions of 1 MiB; the rate of random reads inside a quarter GiB is already the
-# ordered one (bench/NOTES.md), so coarser regions of a larger part lose nothing that matters.
+# Regions, region 0 (device rows) included: one scan tile, so the scan is one launch. A region is
+# a power of two of rows, the smallest that cuts the host part into at most 2,045 of them (a
+# 2 GiB part of 256-byte rows: 1,024 regions of 2 MiB); the rate of random reads inside a quarter
+# GiB is already the ordered one (bench/NOTES.md), so coarse regions lose nothing that matters.
 _REGIONS = SCAN_TILE - 1
 
 
@@ -58,8 +59,8 @@ def host_order(table, rows, zero_negative=False, count_ptr=0):
     to walk `rows` of `table`, or None when the table is not split, its host part is smaller than
     MIN_HOST_BYTES or ordering is off. rows: a checked int64 GPUArray; zero_negative: a negative
     row names no row (a gather's zero row), else it counts from the end; count_ptr: 0, or the
-    address of a uint64 device count of the leading rows that name rows (the rest keep their
-    place among the device rows). Queued, no wait."""
+    address of a uint64 device count of the leading rows that name rows (the rest go among the
+    device rows, in any order). Queued, no wait."""
     ordered = host_order_and_start(table, rows, zero_negative, count_ptr)
     return None if ordered is None else ordered[0]
 
@@ -89,4 +90,4 @@ def ordered(table):
         return False
     host_rows = int(table.shape[0]) - int(table.hbm_rows)
     row_bytes = table.dtype.itemsize * elements(table.shape[1:])
-    return host_rows * row_bytes >= MIN_HOST_BYTES
+    return row_bytes > 0 and host_rows * row_bytes >= MIN_HOST_BYTES

@@ -50,8 +50,7 @@ def _row_table(array, what):
     return array if is_split(array) else device_array(array, what)
 
 
-def _order_ptr(table, index, zero_negative=False):
-    order = host_order(table, index, zero_negative)
+def _order_ptr(order):
     return 0 if order is None else ptr(order)
 
 
@@ -64,9 +63,10 @@ def _take(array, index, zero_negative):
         word = _word_bytes(row_bytes, array, out)
         take, _ = _row_copy_kernels(word)
         words_per_row = row_bytes // word
+        order = host_order(array, index, zero_negative)  # held until the launch is queued
         launch(take, index.shape[0] * words_per_row, *split_args(array, words_per_row),
                array.shape[0], ptr(index), index.shape[0], words_per_row, int(zero_negative),
-               ptr(out), _order_ptr(array, index, zero_negative))
+               ptr(out), _order_ptr(order))
     return out
 
 
@@ -96,6 +96,7 @@ def put_rows(dst, index, src):
         word = _word_bytes(row_bytes, dst, src)
         _, put = _row_copy_kernels(word)
         words_per_row = row_bytes // word
+        order = host_order(dst, index)  # held until the launch is queued
         launch(put, index.shape[0] * words_per_row, *split_args(dst, words_per_row),
                dst.shape[0], ptr(index), index.shape[0], words_per_row, ptr(src),
-               _order_ptr(dst, index))
+               _order_ptr(order))

@@ -16,6 +16,16 @@ KEY_LIMIT = 2 ** 62
 CAPACITY = 6000
 
 
+@pytest.fixture(autouse=True)
+def ordered_host_rows():
+    """Split tables' host rows take the ordered second pass (hash_settle_host_rows) whatever
+    their size (by default only host parts of 512 MiB or more do)."""
+    from sok1x.backend import cuda_host_order
+    cuda_host_order.MIN_HOST_BYTES, before = 0, cuda_host_order.MIN_HOST_BYTES
+    yield
+    cuda_host_order.MIN_HOST_BYTES = before
+
+
 def _keys(rng, n, distinct):
     pool = rng.integers(0, KEY_LIMIT, size=distinct, dtype=np.int64)
     return pool[rng.integers(0, distinct, size=n)]

@@ -136,3 +136,21 @@ def test_row_ops_on_split_rows_equal_numpy_and_the_unordered_walk(cuda, rng, dim
     assert np.array_equal(_whole(cuda, ordered)[untouched], table[untouched])
     np.testing.assert_allclose(_whole(cuda, ordered), reference, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(ordered.accum, accum, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("n,count", [(1, 1), (5000, 3000), (5000, 0)])
+def test_init_rows_with_a_count_writes_the_counted_rows_only(cuda, rng, n, count):
+    """init_rows walked in order writes the first `count` rows and no other, with the count as a
+    NumPy array (copied to the device for the call) or as a device array."""
+    table = rng.standard_normal((CAPACITY, 8)).astype(np.float32)
+    rows = rng.permutation(CAPACITY)[:n].astype(np.int64)
+    keys = rng.integers(0, 2 ** 62, size=n).astype(np.int64)
+    spec = random_init.make_spec("uniform", -0.05, 0.05, 11)
+    reference = table.copy()
+    cpu.init_rows(reference, rows, keys, spec, 5, np.array([count], np.uint64))
+    for as_numpy in (True, False):
+        values = _split(cuda, table)
+        counted = np.array([count], np.uint64)
+        cuda.init_rows(values, cuda.asarray(rows), cuda.asarray(keys), spec, 5,
+                       counted if as_numpy else cuda.asarray(counted))
+        assert np.array_equal(_whole(cuda, values), reference)
