@@ -244,13 +244,10 @@ def walk_as_given(timer, repeats, keys_per_call, ops):
     walk before 2026-11-23's fifth round), timed right after the ordered walk in one process."""
     from sok1x.backend import cuda_host_order
     figures = {}
-    cuda_host_order.ENABLED = False
-    try:
+    with cuda_host_order.walked_as_given():
         for name, run, before in ops:
             figures[name] = op_figures(timer.time_ms(run, repeats, warmup=2, before=before),
                                        keys_per_call)
-    finally:
-        cuda_host_order.ENABLED = True
     harness.log("  walked as given: " + ", ".join(
         "%s %.3f" % (name, f["gkeys_per_s"]) for name, f in figures.items()))
     return figures

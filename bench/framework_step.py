@@ -380,11 +380,8 @@ def run_workload(rt, name, device, steps, repeats, scale):
 def _walk_as_given(run, *args):
     """run(*args) with the row kernels walking hybrid batches as given (SOK1X_HOST_ORDER=0)."""
     from sok1x.backend import cuda_host_order
-    cuda_host_order.ENABLED = False
-    try:
+    with cuda_host_order.walked_as_given():
         return run(*args)
-    finally:
-        cuda_host_order.ENABLED = True
 
 
 

@@ -7,6 +7,7 @@ the optimizer updates permute their rows and gradients by it (cuda_optimizers). 
 changes: rows are distinct wherever order matters, and a gather writes each position's own row.
 A table that is not split gets no order (None) and the kernels walk the batch as given.
 """
+import contextlib
 import os
 
 import numpy as np
@@ -82,6 +83,18 @@ def host_order_and_start(table, rows, zero_negative=False, count_ptr=0):
     # the scatter advances each region's offset to its end: offsets[0] ends where host rows start
     launch(scatter_kernel, n, ptr(rows), n, count_ptr, *shape, ptr(offsets), ptr(order))
     return order, offsets
+
+
+@contextlib.contextmanager
+def walked_as_given():
+    """Inside the block the row kernels walk every batch as given, as with SOK1X_HOST_ORDER=0
+    (the benchmarks' and tests' before/after switch); the setting before it is restored after."""
+    global ENABLED
+    before, ENABLED = ENABLED, False
+    try:
+        yield
+    finally:
+        ENABLED = before
 
 
 def ordered(table):

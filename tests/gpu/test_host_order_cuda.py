@@ -3,6 +3,8 @@ a permutation of the batch with device rows first and host rows in ascending reg
 ops on split arrays that give, walked in that order, what NumPy gives on the whole table and
 what the same ops give walked as given. Needs a GPU and PyCUDA.
 """
+import contextlib
+
 import numpy as np
 import pytest
 
@@ -81,21 +83,8 @@ def test_a_table_that_is_not_split_or_has_a_small_host_part_gets_no_order(cuda):
         assert cuda_host_order.host_order(split, rows) is not None
 
 
-@pytest.fixture
-def walk_as_given():
-    """Switches the ordering off for the block of a test that asks for it."""
-    class Switch:
-        def __enter__(self):
-            cuda_host_order.ENABLED = False
-
-        def __exit__(self, *exc):
-            cuda_host_order.ENABLED = True
-    yield Switch()
-    cuda_host_order.ENABLED = True
-
-
 @pytest.mark.parametrize("dim", [1, 8, 64, 100])
-def test_row_ops_on_split_rows_equal_numpy_and_the_unordered_walk(cuda, rng, dim, walk_as_given):
+def test_row_ops_on_split_rows_equal_numpy_and_the_unordered_walk(cuda, rng, dim):
     table = rng.standard_normal((CAPACITY, dim)).astype(np.float32)
     rows = rng.permutation(CAPACITY)[:8000].astype(np.int64)  # distinct, for put and update
     looked_up = np.concatenate([rows, [-1, -1], rng.integers(0, CAPACITY, size=500)])
@@ -106,21 +95,19 @@ def test_row_ops_on_split_rows_equal_numpy_and_the_unordered_walk(cuda, rng, dim
 
     expected = np.where((looked_up >= 0)[:, None], table[looked_up], 0)
     ordered, unordered = _split(cuda, table), _split(cuda, table)
-    for values, switch in ((ordered, None), (unordered, walk_as_given)):
-        if switch is not None:
-            switch.__enter__()
-        gathered = cuda.to_host(cuda.gather_rows(values, cuda.asarray(looked_up)))
-        assert np.array_equal(gathered, expected)
-        taken = cuda.to_host(cuda.take_rows(values, cuda.asarray(np.array([-3, 5, HBM_ROWS]))))
-        assert np.array_equal(taken, table[[-3, 5, HBM_ROWS]])
-        cuda.put_rows(values, cuda.asarray(rows[:3000]), cuda.asarray(src[:3000]))
-        cuda.init_rows(values, cuda.asarray(rows[3000:6000]), cuda.asarray(keys[3000:6000]),
-                       spec, 5)
-        accum = _split(cuda, np.full((CAPACITY, dim), 0.1, np.float32))
-        cuda.update_adagrad(values, accum, cuda.asarray(rows), cuda.asarray(grads), 0.1, 1e-7)
-        values.accum = _whole(cuda, accum)
-        if switch is not None:
-            switch.__exit__()
+    for values, walk in ((ordered, contextlib.nullcontext),
+                         (unordered, cuda_host_order.walked_as_given)):
+        with walk():
+            gathered = cuda.to_host(cuda.gather_rows(values, cuda.asarray(looked_up)))
+            assert np.array_equal(gathered, expected)
+            taken = cuda.to_host(cuda.take_rows(values, cuda.asarray(np.array([-3, 5, HBM_ROWS]))))
+            assert np.array_equal(taken, table[[-3, 5, HBM_ROWS]])
+            cuda.put_rows(values, cuda.asarray(rows[:3000]), cuda.asarray(src[:3000]))
+            cuda.init_rows(values, cuda.asarray(rows[3000:6000]), cuda.asarray(keys[3000:6000]),
+                           spec, 5)
+            accum = _split(cuda, np.full((CAPACITY, dim), 0.1, np.float32))
+            cuda.update_adagrad(values, accum, cuda.asarray(rows), cuda.asarray(grads), 0.1, 1e-7)
+            values.accum = _whole(cuda, accum)
 
     reference = table.copy()
     reference[rows[:3000]] = src[:3000]

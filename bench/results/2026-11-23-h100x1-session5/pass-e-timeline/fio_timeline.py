@@ -1,5 +1,5 @@
 """A timeline of hybrid find_or_insert_values calls (bench/dynamic_table's table, dim 64, load
-0.5) at host shares 0.5 and 0.75: an event after each launch, fill and copy, and the host clock
+0.5) at host shares 0.5 and 0.75: an event after each kernel launch, and the host clock
 at each, so GPU gaps and host gaps show."""
 import time
 import numpy as np
@@ -7,6 +7,8 @@ import pycuda.driver as driver
 import harness
 from dynamic_table import make_table, KEYS_PER_CALL
 from hash_table import Snapshot, rotations
+import sok1x.backend.cuda_hash as cuda_hash
+import sok1x.backend.cuda_host_order as cuda_host_order
 from sok1x.backend import cuda_context, cuda_launch
 
 marks = []
@@ -20,11 +22,8 @@ def traced(function, work_items, *args, **kw):
     marks.append((getattr(function, "sok1x_name", "?"), time.perf_counter(), event))
 
 
-import sok1x.backend.cuda_hash as ch
-import sok1x.backend.cuda_host_order as ho
-for module in (cuda_launch, ch, ho):
+for module in (cuda_launch, cuda_hash, cuda_host_order):
     module.launch = traced
-orig_prepared = cuda_launch.prepared
 
 
 backend = harness.backend_module("cuda")
@@ -41,14 +40,19 @@ for share in (0.5, 0.75, 0.5):
             keys = inserts()
             backend.synchronize()
             marks.clear()
-            start = driver.Event(); start.record(cuda_context.stream()); t0 = time.perf_counter()
+            start = driver.Event()
+            start.record(cuda_context.stream())
+            t0 = time.perf_counter()
             table.index.find_or_insert_values(keys, table.values, table.spec, 7, row_pool=pool)
-            end = driver.Event(); end.record(cuda_context.stream()); t1 = time.perf_counter()
-            end.synchronize(); t2 = time.perf_counter()
+            end = driver.Event()
+            end.record(cuda_context.stream())
+            t1 = time.perf_counter()
+            end.synchronize()
+            t2 = time.perf_counter()
             if r < 2:
                 continue
             parts, last = [], start
-            for i, (name, host_t, event) in enumerate(marks):
+            for i, (_, host_t, event) in enumerate(marks):
                 parts.append("%d:%.3f(h%.3f)" % (i, last.time_till(event), (host_t - t0) * 1e3))
                 last = event
             print("share %.2f call %.3f ms (host queued %.3f, waited %.3f): %s, tail %.3f" % (
