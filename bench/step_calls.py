@@ -35,6 +35,8 @@ def parse_args(argv):
     parser = harness.parser(__doc__, out={"required": False, "default": None},
                             backend={"default": "cpu"}, scale=64, steps=20, repeats=5)
     parser.add_argument("--workloads", default="dlrm,dlrm26")
+    parser.add_argument("--features", type=int, default=26,
+                        help="dlrm's features (dlrm26's tables): do the calls grow with them?")
     parser.add_argument("--top", type=int, default=15,
                         help="functions listed whose calls per step differ most")
     return parser.parse_args(argv)
@@ -71,8 +73,12 @@ def calls_per_step(profile, steps):
 class Case:
     """One workload's tables, batches and step (sok_steps.EngineStep on engine arrays)."""
 
-    def __init__(self, rt, name, scale):
-        self.w = w = workloads.workload(name, rt.size, scale)
+    def __init__(self, rt, name, scale, features=26):
+        w = workloads.workload(name, rt.size, scale)
+        if w.name in ("dlrm", "dlrm26") and features != w.slots:
+            w = w._replace(slots=features, tables=w.tables and (w.vocab,) * features,
+                           hotness=w.hotness and (1,) * features)
+        self.w = w
         self.names = sok_steps.make_tables(rt, w, SPEC)
         self.step = sok_steps.EngineStep(rt, w, self.names)
         if w.tables is None:
@@ -129,7 +135,7 @@ def main(argv):
     args = parse_args(argv)
     rt = harness.start_engine(args.backend)
     names = args.workloads.split(",")
-    cases = {name: Case(rt, name, args.scale) for name in names}
+    cases = {name: Case(rt, name, args.scale, args.features) for name in names}
     calls = {name: calls_per_step(cases[name].profile(args.steps), args.steps)
              for name in names}
     for line in report(names, calls, args.top):
@@ -142,6 +148,7 @@ def main(argv):
             harness.barrier()
             times[name].append(cases[name].time_ms(args.steps, rt.backend.synchronize))
     result = {"ranks": rt.size, "backend": args.backend, "scale": args.scale,
+              "features": args.features,
               "steps_per_repeat": args.steps, "repeats": args.repeats, "workloads": {},
               "environment": harness.environment({"load": os.getloadavg()})}
     for name in names:
