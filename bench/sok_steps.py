@@ -140,9 +140,11 @@ class EngineStep:
     engine arrays: one table looked up dense (seed, dlrm), or several in one keyed lookup
     (dlrm26, mlperf26): the keys of all tables in one array with per-table lengths, one output
     array, one gradient (engine/keyed_lookup.py, as TorchRec's KeyedJaggedTensor), so no
-    framework tensor and no engine object per table. The top gradient is the output."""
+    framework tensor and no engine object per table. The top gradient is the output.
+    Where every table has one key per sample (dlrm26), the keys go without segment ids, each
+    its own output row (no pooling, as dlrm's dense lookup), unless segment_ids=True."""
 
-    def __init__(self, rt, w, names):
+    def __init__(self, rt, w, names, segment_ids=False):
         self.rt, self.w, self.names = rt, w, names
         self.backend = rt.backend
         self.step_count = 0
@@ -150,9 +152,11 @@ class EngineStep:
         self.slot_prefix = SLOT_PREFIX if w.optimizer == "lazy_adam" else "Adagrad"
         hotness = w.hotness or ()
         self._lengths = np.array([w.batch_per_rank * hot for hot in hotness], dtype=np.int64)
-        self._segments = self.backend.asarray(np.concatenate(
-            [np.arange(w.batch_per_rank * hot, dtype=np.int64) // hot for hot in hotness]
-            or [np.zeros(0, np.int64)]))
+        self._segments = None
+        if segment_ids or any(hot != 1 for hot in hotness):
+            self._segments = self.backend.asarray(np.concatenate(
+                [np.arange(w.batch_per_rank * hot, dtype=np.int64) // hot for hot in hotness]
+                or [np.zeros(0, np.int64)]))
         self._counts = None  # the keyed backward's rows per table, for the update
 
     def _hyper(self):

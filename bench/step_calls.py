@@ -37,6 +37,9 @@ def parse_args(argv):
     parser.add_argument("--workloads", default="dlrm,dlrm26")
     parser.add_argument("--features", type=int, default=26,
                         help="dlrm's features (dlrm26's tables): do the calls grow with them?")
+    parser.add_argument("--segment-ids", action="store_true",
+                        help="dlrm26's keys with segment ids (sum pooling of one key per "
+                             "sample), not each key its own output row")
     parser.add_argument("--top", type=int, default=15,
                         help="functions listed whose calls per step differ most")
     return parser.parse_args(argv)
@@ -73,14 +76,14 @@ def calls_per_step(profile, steps):
 class Case:
     """One workload's tables, batches and step (sok_steps.EngineStep on engine arrays)."""
 
-    def __init__(self, rt, name, scale, features=26):
+    def __init__(self, rt, name, scale, features=26, segment_ids=False):
         w = workloads.workload(name, rt.size, scale)
         if w.name in ("dlrm", "dlrm26") and features != w.slots:
             w = w._replace(slots=features, tables=w.tables and (w.vocab,) * features,
                            hotness=w.hotness and (1,) * features)
         self.w = w
         self.names = sok_steps.make_tables(rt, w, SPEC)
-        self.step = sok_steps.EngineStep(rt, w, self.names)
+        self.step = sok_steps.EngineStep(rt, w, self.names, segment_ids)
         if w.tables is None:
             keys = workloads.Batches(w, rt.rank, rt.size).keys
         else:  # the batch as one keyed array, table after table
@@ -135,7 +138,8 @@ def main(argv):
     args = parse_args(argv)
     rt = harness.start_engine(args.backend)
     names = args.workloads.split(",")
-    cases = {name: Case(rt, name, args.scale, args.features) for name in names}
+    cases = {name: Case(rt, name, args.scale, args.features, args.segment_ids)
+             for name in names}
     calls = {name: calls_per_step(cases[name].profile(args.steps), args.steps)
              for name in names}
     for line in report(names, calls, args.top):
@@ -148,7 +152,7 @@ def main(argv):
             harness.barrier()
             times[name].append(cases[name].time_ms(args.steps, rt.backend.synchronize))
     result = {"ranks": rt.size, "backend": args.backend, "scale": args.scale,
-              "features": args.features,
+              "features": args.features, "segment_ids": args.segment_ids,
               "steps_per_repeat": args.steps, "repeats": args.repeats, "workloads": {},
               "environment": harness.environment({"load": os.getloadavg()})}
     for name in names:

@@ -6,7 +6,9 @@ framework tensor each way.
 
     keys           int [nnz]       table t's keys (relative to its table) at cuts[t]:cuts[t + 1]
     lengths        host int [T]    keys per table (cuts = 0, cumsum(lengths))
-    segment_ids    int64 [nnz]     each key's output row among its table's rows
+    segment_ids    int64 [nnz]     each key's output row among its table's rows, or None:
+                                   each key is its own output row (num_segments = lengths),
+                                   a lookup without pooling, as a dense lookup's
     num_segments   host int [T]    output rows per table
     weights        float32 [nnz] or None
     combiner       "sum" or "mean", for all tables
@@ -46,7 +48,8 @@ from sok1x.errors import InvalidInputError
 KeyedInput = collections.namedtuple(
     "KeyedInput", "keys lengths segment_ids num_segments weights combiner")
 KeyedInput.__doc__ = """The keys of all tables of a lookup in one array (see the module's text):
-keys int [nnz], lengths host int [T], segment_ids int64 [nnz], num_segments host int [T],
+keys int [nnz], lengths host int [T], segment_ids int64 [nnz] or None (each key its own output
+row), num_segments host int [T],
 weights float32 [nnz] or None, combiner "sum" or "mean"."""
 
 KeyedState = collections.namedtuple("KeyedState", "pooling cuts segment_cuts pieces")
@@ -56,7 +59,7 @@ when the tables went through pooled_lookup's per-table path)."""
 
 _KEY_MAX = np.iinfo(np.int64).max
 _LAYOUTS_KEPT = 64
-_layouts = {}  # (lengths bytes, num_segments bytes) -> (cuts, segment_cuts, all >= 0)
+_layouts = {}  # (lengths bytes, num_segments bytes) -> _layout's tuple
 
 
 def _cuts(counts):
@@ -64,15 +67,17 @@ def _cuts(counts):
 
 
 def _layout(lengths, num_segments):
-    """(cuts, segment_cuts, whether no entry is negative) of host int64 lengths and
-    num_segments [T]: made once for each of the few layouts a program's batches have."""
+    """(cuts, segment_cuts, whether no entry is negative, whether they are equal) of host int64
+    lengths and num_segments [T]: made once for each of the few layouts a program's batches
+    have."""
     key = (lengths.tobytes(), num_segments.tobytes())
     known = _layouts.get(key)
     if known is None:
         if len(_layouts) >= _LAYOUTS_KEPT:
             _layouts.clear()
         known = _layouts[key] = (_cuts(lengths), _cuts(num_segments),
-                                 bool(np.all(lengths >= 0) and np.all(num_segments >= 0)))
+                                 bool(np.all(lengths >= 0) and np.all(num_segments >= 0)),
+                                 bool(np.array_equal(lengths, num_segments)))
     return known
 
 
@@ -123,12 +128,18 @@ def _checked_layout(tables, item):
                                  "got %d and %d" % (_where(tables), count, lengths.size,
                                                     segments.size)), None, None
     nnz = keys.shape[0]
-    cuts, segment_cuts, valid = _layout(lengths, segments)
+    cuts, segment_cuts, valid, one_per_row = _layout(lengths, segments)
     if not valid or cuts[-1] != nnz:
         return InvalidInputError("%s: lengths %s must be >= 0 and add up to the %d keys, "
                                  "num_segments %s >= 0" % (_where(tables), lengths.tolist(),
                                                            nnz, segments.tolist())), None, None
-    if tuple(item.segment_ids.shape) != (nnz,):
+    if item.segment_ids is None:
+        if not one_per_row:
+            return InvalidInputError(
+                "%s: without segment ids each key is its own output row, so num_segments %s "
+                "must equal lengths %s" % (_where(tables), segments.tolist(),
+                                           lengths.tolist())), None, None
+    elif tuple(item.segment_ids.shape) != (nnz,):
         return InvalidInputError("%s: %s segment ids for %d keys"
                                  % (_where(tables), list(item.segment_ids.shape), nnz)), None, None
     if item.weights is not None and tuple(item.weights.shape) != (nnz,):
@@ -143,10 +154,12 @@ def _key_check(backend, tables, item, cuts, key_limits, group):
     bounds op over both arrays' parts, one flag. key_limits: None or per table None or its
     number of keys. Returns a KeyCheck."""
     limits, key_high = _key_limits(tables, key_limits, group)
-    ranges = np.zeros((2 * len(tables), 2), dtype=np.int64)
+    checked = [item.keys] if item.segment_ids is None else [item.keys, item.segment_ids]
+    ranges = np.zeros((len(checked) * len(tables), 2), dtype=np.int64)
     ranges[:len(tables), 1] = key_high
-    ranges[len(tables):, 1] = item.num_segments - 1
-    bounds = backend.part_bounds_deferred([item.keys, item.segment_ids], cuts)
+    if item.segment_ids is not None:
+        ranges[len(tables):, 1] = item.num_segments - 1
+    bounds = backend.part_bounds_deferred(checked, cuts)
     flag = backend.flag_outside(bounds, ranges)
 
     def judge(host_bounds):  # only when some rank's flag is set: names the bad table
@@ -156,6 +169,8 @@ def _key_check(backend, tables, item, cuts, key_limits, group):
             limit_name = V1_LIMIT if not key_limits or key_limits[t] is None else VARIABLE_LIMIT
             errors.append(check_keys_by_bounds(table.name, keys, host_bounds[t], limit,
                                                backend.to_host, limit_name))
+            if item.segment_ids is None:
+                continue
             low, high = (int(b) for b in host_bounds[len(tables) + t])
             rows = int(item.num_segments[t])
             if cuts[t + 1] > cuts[t] and (low < 0 or high >= rows):
@@ -190,7 +205,8 @@ def keyed_forward(runtime, tables, op, item, training, key_limits=None):
     if dim_error is not None:
         raise dim_error
     item = item._replace(keys=backend.asarray(item.keys),
-                         segment_ids=backend.asarray(item.segment_ids),
+                         segment_ids=None if item.segment_ids is None else backend.asarray(
+                             item.segment_ids),
                          lengths=np.asarray(item.lengths, dtype=np.int64).reshape(-1),
                          num_segments=np.asarray(item.num_segments, dtype=np.int64).reshape(-1),
                          weights=None if item.weights is None else backend.asarray(item.weights))
@@ -203,7 +219,9 @@ def keyed_forward(runtime, tables, op, item, training, key_limits=None):
     key_check, keys, segment_ids = None, item.keys, item.segment_ids
     if error is None:
         key_check = _key_check(backend, tables, item, cuts, key_limits, group)
-        if group is not None:
+        if group is not None and segment_ids is None:
+            keys, = backend.offset_parts_many([keys], cuts, [group.key_starts[:-1]])
+        elif group is not None:
             keys, segment_ids = backend.offset_parts_many(
                 [keys, segment_ids], cuts, [group.key_starts[:-1], segment_cuts[:-1]])
     else:
@@ -229,7 +247,12 @@ def _forward_by_table(runtime, tables, op, item, training, key_limits, error, cu
     def piece(array, t):
         return None if array is None else backend.row_view(array, int(cuts[t]),
                                                            int(cuts[t + 1]))
-    inputs = [PooledInput(piece(item.keys, t), piece(item.segment_ids, t),
+
+    def segment_ids(t):  # each key its own output row where none are given
+        if item.segment_ids is not None:
+            return piece(item.segment_ids, t)
+        return backend.asarray(np.arange(int(item.lengths[t]), dtype=np.int64))
+    inputs = [PooledInput(piece(item.keys, t), segment_ids(t),
                           int(item.num_segments[t]), piece(item.weights, t), item.combiner)
               for t in range(len(tables))]
     outputs, state = pooled_forward_many(runtime, tables, op, inputs, training,

@@ -184,6 +184,40 @@ def test_a_keyed_step_waits_as_often_for_many_tables_as_for_one():
     assert per_table[1]["host_waits"] <= 2, per_table
 
 
+@pytest.mark.parametrize("count,combiner,weighted,hashed", [
+    (5, "sum", False, ()), (5, "mean", True, ()), (1, "mean", False, ()),
+    (4, "sum", True, (2,)),  # a hash table beside a group: per table
+])
+def test_without_segment_ids_each_key_is_its_own_row(count, combiner, weighted, hashed):
+    keyed, given = make_pair("rows_%d_%s_%d" % (count, combiner, len(hashed)), count,
+                             hashed=hashed)
+    rng = np.random.default_rng([17, RANK])
+    for step in range(3):
+        lengths = np.array([2 + (t + step) % 3 for t in range(count)])
+        keys = rng.integers(0, CAPACITY * SIZE, size=int(lengths.sum()))
+        weights = rng.random(keys.shape[0]).astype(np.float32) if weighted else None
+        if weighted:
+            weights[0] = 0.0  # a mean over a zero weight gives zeros, as with segment ids
+        ids = np.concatenate([np.arange(n) for n in lengths])
+        tops = rng.standard_normal((keys.shape[0], DIM)).astype(np.float32)
+        results = []
+        for names, segment_ids in ((keyed, None), (given, ids)):
+            item = KeyedInput(keys, lengths, segment_ids, lengths, weights, combiner)
+            out, token = api.keyed_lookup(names, "rows_fwd", item, True)
+            values, rows, counts = api.keyed_lookup_grad(names, "rows_bwd", token, tops)
+            api.apply_keyed_update(names, "adagrad", "Adagrad", {}, HYPER["adagrad"][1], values,
+                                   rows, counts)
+            results.append([np.asarray(a) for a in (out, values, rows, counts)])
+        for a, b in zip(*results):
+            np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+    for a, b in zip(keyed, given):
+        np.testing.assert_allclose(api.shard(a).values, api.shard(b).values, rtol=1e-6,
+                                   atol=1e-7)
+    bad = KeyedInput(keys, lengths, None, lengths + (RANK == SIZE - 1), None, combiner)
+    with pytest.raises(InvalidInputError, match="its own output row"):
+        api.keyed_lookup(keyed, "rows_bad", bad, True)
+
+
 def test_a_table_made_anew_is_looked_up_anew():
     keyed, _ = make_pair("anew", 3)
     rng = np.random.default_rng([15, RANK])
