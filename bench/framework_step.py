@@ -41,7 +41,6 @@ from torch.utils import dlpack as torch_dlpack
 
 from sok1x.backend import random_init
 from sok1x.engine import api, runtime
-from sok1x.engine.keyed_lookup import KeyedInput
 
 import harness
 import sok_steps
@@ -86,69 +85,14 @@ class TorchSeam:
                 for r in results]
 
 
-class SokVariants:
-    """The three sok1x ways of one step over tables `names`: one table looked up dense (seed,
-    dlrm), or several in one keyed lookup (dlrm26, mlperf26): the keys of all tables in one
-    array with per-table lengths, one output array, one gradient (engine/keyed_lookup.py, as
-    TorchRec's KeyedJaggedTensor), so no framework tensor and no engine object per table."""
+class SokVariants(sok_steps.EngineStep):
+    """The three sok1x ways of one step (sok_steps.EngineStep): on engine arrays (device), through
+    the zero-copy seam with PyTorch as the framework (dlpack), and through host staging (host)."""
 
     def __init__(self, rt, w, names):
-        self.rt, self.w, self.names = rt, w, names
-        self.backend = rt.backend
+        super().__init__(rt, w, names)
         self.seam = TorchSeam(rt.backend)
-        self.step_count = 0
         self.crossed_bytes = 0
-        self.rule = w.optimizer
-        self.slot_prefix = "Adam" if w.optimizer == "lazy_adam" else "Adagrad"
-        hotness = w.hotness or ()
-        self._lengths = np.array([w.batch_per_rank * hot for hot in hotness], dtype=np.int64)
-        self._segments = self.backend.asarray(np.concatenate(
-            [np.arange(w.batch_per_rank * hot, dtype=np.int64) // hot for hot in hotness]
-            or [np.zeros(0, np.int64)]))
-        self._counts = None  # the keyed backward's rows per table, for the update
-
-    def _hyper(self):
-        self.step_count += 1
-        if self.rule == "adagrad":
-            return {"lr": sok_steps.LEARNING_RATE, "epsilon": sok_steps.EPSILON}
-        return sok_steps.lazy_adam_hyper(self.step_count)
-
-    # one step on engine arrays, the framework's conversions passed in --------------------------
-    def _forward(self, *keys):
-        w = self.w
-        if w.tables is None:
-            out, token = api.dense_lookup(self.names[0], "fwd", keys[0], True, (w.slots, w.nnz))
-            return [out, token]
-        keyed = KeyedInput(keys[0], self._lengths, self._segments,
-                           [w.batch_per_rank] * len(self.names), None, "sum")
-        out, token = api.keyed_lookup(self.names, "fwd", keyed, True)
-        return [out, token]
-
-    def _backward(self, token, grads):
-        if self.w.tables is None:
-            values, rows = api.dense_lookup_grad(self.names[0], "bwd", token, grads[0])
-            return [(values, rows)]
-        values, rows, self._counts = api.keyed_lookup_grad(self.names, "bwd", token, grads[0])
-        return [(values, rows)]
-
-    def _update(self, pairs, hyper):
-        if self.w.tables is None:
-            api.apply_optimizer_updates(self.names, self.rule, self.slot_prefix, {}, hyper,
-                                        [v for v, _ in pairs], [r for _, r in pairs])
-            return
-        (values, rows), = pairs
-        api.apply_keyed_update(self.names, self.rule, self.slot_prefix, {}, hyper, values, rows,
-                               self._counts)
-
-    def device(self, keys_device):
-        with runtime.entered():  # PyCUDA reshapes device arrays only with its context current
-            return self._device(keys_device)
-
-    def _device(self, keys_device):
-        results = self._forward(*keys_device)
-        outs, token = results[:-1], int(results[-1])
-        self._update(self._backward(token, outs), self._hyper())
-        return outs
 
     def dlpack(self, keys_torch):
         with runtime.entered():
@@ -239,18 +183,6 @@ def step_floor(w, batches, size, bandwidth):
     return ms, {"exchanged_bytes": exchanged, "memory_bytes": memory}
 
 
-def make_tables(rt, w):
-    """The workload's tables, made anew: one (seed, dlrm) or one per feature."""
-    if w.tables is None:
-        names, sizes = ["fw_%s_0" % w.name], [workloads.total_vocabulary(w)]
-    else:
-        names, sizes = ["fw_%s_%d" % (w.name, t) for t in range(len(w.tables))], w.tables
-    for name, keys in zip(names, sizes):
-        api.create_table(name, w.dim, -(-keys // rt.size), False, SPEC, replace=True)
-        api.shard(name)
-    return names
-
-
 def launch_counts():
     """The cuda backend's counters (kernel launches, fills, copies, host waits), or {} on cpu."""
     if runtime.get().backend.NAME != "cuda":
@@ -319,7 +251,7 @@ def run_workload(rt, name, device, steps, repeats, scale):
         say(reason)
         return [{"workload": name, "ranks": rt.size, "skipped": reason}]
     backend = rt.backend
-    names = make_tables(rt, w)
+    names = sok_steps.make_tables(rt, w, SPEC)
     sok = SokVariants(rt, w, names)
     runs = (_single_table_runs if w.tables is None else _table_runs)(rt, w, device, sok, names)
 
@@ -331,7 +263,7 @@ def run_workload(rt, name, device, steps, repeats, scale):
     first = {}
     for variant, run in runs.items():
         if variant.startswith("sok1x"):
-            make_tables(rt, w)
+            sok_steps.make_tables(rt, w, SPEC)
             sok.step_count = 0
         first[variant] = [host_out(run(s)) for s in range(CHECK_STEPS)]
     reference = first["sok1x_device"]

@@ -11,12 +11,20 @@ device: the same algorithm with the arrays left on the GPU: key_exchange.lookup_
 
 dense = All2AllDenseEmbedding (one vector per key), sparse = DistributedEmbedding with the sum
 combiner (one vector per (sample, slot)).
+
+EngineStep is framework_step.py's step of a Workload (workloads.py) on engine arrays: one table
+looked up dense, or several in one keyed lookup; step_calls.py profiles it without PyTorch.
 """
 import time
+
+import numpy as np
 
 from sok1x.engine import api
 from sok1x.engine import runtime as engine_runtime
 from sok1x.engine.key_exchange import exchange_gradients, lookup_forward
+from sok1x.engine.keyed_lookup import KeyedInput
+
+import workloads
 
 BETA1, BETA2, EPSILON, LEARNING_RATE = 0.9, 0.999, 1e-8, 1e-3
 ADAGRAD_INITIAL = 0.1  # the accumulator's initial value (the engine's default)
@@ -112,3 +120,85 @@ class SokStep:
                                      table.slot(SLOT_PREFIX + "/v"), rows, summed, hyper["lr_t"],
                                      hyper["beta1"], hyper["beta2"], hyper["epsilon"])
             return out
+
+
+def make_tables(rt, w, spec):
+    """Makes Workload w's tables anew, initialised by InitializerSpec `spec`: one (seed, dlrm)
+    or one per feature (dlrm26, mlperf26). Returns their names."""
+    if w.tables is None:
+        names, sizes = ["fw_%s_0" % w.name], [workloads.total_vocabulary(w)]
+    else:
+        names, sizes = ["fw_%s_%d" % (w.name, t) for t in range(len(w.tables))], w.tables
+    for name, keys in zip(names, sizes):
+        api.create_table(name, w.dim, -(-keys // rt.size), False, spec, replace=True)
+        api.shard(name)
+    return names
+
+
+class EngineStep:
+    """A training step of Workload w's tables `names` (make_tables) through the engine api, on
+    engine arrays: one table looked up dense (seed, dlrm), or several in one keyed lookup
+    (dlrm26, mlperf26): the keys of all tables in one array with per-table lengths, one output
+    array, one gradient (engine/keyed_lookup.py, as TorchRec's KeyedJaggedTensor), so no
+    framework tensor and no engine object per table. The top gradient is the output.
+    Where every table has one key per sample (dlrm26), the keys go without segment ids, each
+    its own output row (no pooling, as dlrm's dense lookup), unless segment_ids=True."""
+
+    def __init__(self, rt, w, names, segment_ids=False):
+        self.rt, self.w, self.names = rt, w, names
+        self.backend = rt.backend
+        self.step_count = 0
+        self.rule = w.optimizer
+        self.slot_prefix = SLOT_PREFIX if w.optimizer == "lazy_adam" else "Adagrad"
+        hotness = w.hotness or ()
+        self._lengths = np.array([w.batch_per_rank * hot for hot in hotness], dtype=np.int64)
+        self._segments = None
+        if segment_ids or any(hot != 1 for hot in hotness):
+            self._segments = self.backend.asarray(np.concatenate(
+                [np.arange(w.batch_per_rank * hot, dtype=np.int64) // hot for hot in hotness]
+                or [np.zeros(0, np.int64)]))
+        self._counts = None  # the keyed backward's rows per table, for the update
+
+    def _hyper(self):
+        self.step_count += 1
+        if self.rule == "adagrad":
+            return {"lr": LEARNING_RATE, "epsilon": EPSILON}
+        return lazy_adam_hyper(self.step_count)
+
+    # one step on engine arrays, a framework's conversions passed in by subclasses -------------
+    def _forward(self, *keys):
+        w = self.w
+        if w.tables is None:
+            out, token = api.dense_lookup(self.names[0], "fwd", keys[0], True, (w.slots, w.nnz))
+            return [out, token]
+        keyed = KeyedInput(keys[0], self._lengths, self._segments,
+                           [w.batch_per_rank] * len(self.names), None, "sum")
+        out, token = api.keyed_lookup(self.names, "fwd", keyed, True)
+        return [out, token]
+
+    def _backward(self, token, grads):
+        if self.w.tables is None:
+            values, rows = api.dense_lookup_grad(self.names[0], "bwd", token, grads[0])
+            return [(values, rows)]
+        values, rows, self._counts = api.keyed_lookup_grad(self.names, "bwd", token, grads[0])
+        return [(values, rows)]
+
+    def _update(self, pairs, hyper):
+        if self.w.tables is None:
+            api.apply_optimizer_updates(self.names, self.rule, self.slot_prefix, {}, hyper,
+                                        [v for v, _ in pairs], [r for _, r in pairs])
+            return
+        (values, rows), = pairs
+        api.apply_keyed_update(self.names, self.rule, self.slot_prefix, {}, hyper, values, rows,
+                               self._counts)
+
+    def device(self, keys_device):
+        """One step on engine arrays `keys_device` (a list of one array); returns the outputs."""
+        with engine_runtime.entered():  # PyCUDA reshapes device arrays only with its context
+            return self._device(keys_device)
+
+    def _device(self, keys_device):
+        results = self._forward(*keys_device)
+        outs, token = results[:-1], int(results[-1])
+        self._update(self._backward(token, outs), self._hyper())
+        return outs

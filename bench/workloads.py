@@ -9,7 +9,8 @@ dlrm: 26 categorical features of one key each, dim 128, 16384 samples per rank (
     owners) by a fixed odd multiplier.
 
 dlrm26: dlrm's keys in 26 tables (feature t's keys relative to its own table of 2^20 rows), one
-    lookup of all 26 (sum pooling of one key per sample), LazyAdam.
+    lookup of all 26 (one key per sample and table: each key its own output row, which sum
+    pooling of one key per sample equals), LazyAdam.
 mlperf26: the embedding of MLPerf's DLRM-DCNv2 benchmark: 26 tables with the Criteo 1TB
     cardinalities and multi-hot sizes below (keys uniform within a table), dim 128, sum pooling,
     Adagrad, global batch 55296 split over the ranks (strong scaling). Its rows and accumulators

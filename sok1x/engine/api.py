@@ -78,16 +78,16 @@ def _table_for_collective(runtime, name, op):
 
 
 def _tables_for_collective(runtime, names, op):
-    """Returns the tables `names` for one collective op, as _table_for_collective."""
+    """Returns the tables `names` (a tuple) for one collective op, as _table_for_collective."""
     if not runtime.pending_tables:  # the usual step: every table made already
-        tables = [runtime.tables.get(name) for name in names]
-        if None not in tables:
+        tables = runtime.tables_named(names)
+        if tables is not None:
             return tables
     tables, errors = zip(*[_ready_table(runtime, name) for name in names]) if names else ((), ())
     error = first_error(*errors)
     if error is not None:
         exchange_header(runtime, op, None, error)  # raises on every rank
-    return list(tables)
+    return tuple(tables)
 
 
 def shard(table_name):
@@ -279,8 +279,8 @@ def apply_keyed_update(table_names, rule, slot_prefix, options, hyper, values, r
     over the rows of a table group. rows: joined, or a list of per-table arrays (its
     rows_per_table form). Returns per table the number of distinct rows updated."""
     with _runtime.entered() as rt:
-        tables = [rt.tables.get(name) for name in table_names]
-        if rt.pending_tables or None in tables:
+        tables = None if rt.pending_tables else rt.tables_named(table_names)
+        if tables is None:
             tables = [_table(rt, name) for name in table_names]
         return keyed_lookup_module.keyed_update(rt.backend, tables, rule, slot_prefix, options,
                                                 hyper, values, rows, counts)

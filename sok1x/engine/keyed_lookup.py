@@ -6,7 +6,9 @@ framework tensor each way.
 
     keys           int [nnz]       table t's keys (relative to its table) at cuts[t]:cuts[t + 1]
     lengths        host int [T]    keys per table (cuts = 0, cumsum(lengths))
-    segment_ids    int64 [nnz]     each key's output row among its table's rows
+    segment_ids    int64 [nnz]     each key's output row among its table's rows, or None:
+                                   each key is its own output row (num_segments = lengths),
+                                   a lookup without pooling, as a dense lookup's
     num_segments   host int [T]    output rows per table
     weights        float32 [nnz] or None
     combiner       "sum" or "mean", for all tables
@@ -46,7 +48,8 @@ from sok1x.errors import InvalidInputError
 KeyedInput = collections.namedtuple(
     "KeyedInput", "keys lengths segment_ids num_segments weights combiner")
 KeyedInput.__doc__ = """The keys of all tables of a lookup in one array (see the module's text):
-keys int [nnz], lengths host int [T], segment_ids int64 [nnz], num_segments host int [T],
+keys int [nnz], lengths host int [T], segment_ids int64 [nnz] or None (each key its own output
+row), num_segments host int [T],
 weights float32 [nnz] or None, combiner "sum" or "mean"."""
 
 KeyedState = collections.namedtuple("KeyedState", "pooling cuts segment_cuts pieces")
@@ -55,10 +58,41 @@ path, or pooled_lookup's state list), cuts and segment_cuts (host int64 [T + 1])
 when the tables went through pooled_lookup's per-table path)."""
 
 _KEY_MAX = np.iinfo(np.int64).max
+_LAYOUTS_KEPT = 64
+_layouts = {}  # (lengths bytes, num_segments bytes) -> _layout's tuple
 
 
 def _cuts(counts):
     return np.concatenate([[0], np.cumsum(np.asarray(counts, dtype=np.int64))]).astype(np.int64)
+
+
+def _layout(lengths, num_segments):
+    """(cuts, segment_cuts, whether no entry is negative, whether they are equal) of host int64
+    lengths and num_segments [T]: made once for each of the few layouts a program's batches
+    have."""
+    key = (lengths.tobytes(), num_segments.tobytes())
+    known = _layouts.get(key)
+    if known is None:
+        if len(_layouts) >= _LAYOUTS_KEPT:
+            _layouts.clear()
+        known = _layouts[key] = (_cuts(lengths), _cuts(num_segments),
+                                 bool(np.all(lengths >= 0) and np.all(num_segments >= 0)),
+                                 bool(np.array_equal(lengths, num_segments)))
+    return known
+
+
+def _whole_group(tables):
+    """The TableGroup whose members are `tables` in their order, or None."""
+    group = getattr(tables[0], "group", None) if len(tables) else None
+    return group if group is not None and group.members == list(tables) else None
+
+
+def _one_dim_error(tables):
+    """ValueError for tables of several dims (or none), else None; a whole group has one."""
+    if _whole_group(tables) is not None or len({table.dim for table in tables}) == 1:
+        return None
+    return ValueError("a keyed lookup needs tables of one dim, got %s"
+                      % {table.name: table.dim for table in tables})
 
 
 def _one_unit(runtime, tables):
@@ -70,53 +104,73 @@ def _one_unit(runtime, tables):
     return units[0]
 
 
-def _shape_error(names, item, tables):
-    """The input error of `item` found without looking at the data, or None."""
+def _where(tables):
+    return "the keyed lookup of %s" % ", ".join(table.name for table in tables)
+
+
+def _checked_layout(tables, item):
+    """(the input error of `item` found without looking at the data or None, cuts,
+    segment_cuts: host int64 [T + 1] of its keys and output rows, None with an error)."""
     count = len(tables)
-    where = "the keyed lookup of %s" % ", ".join(names)
     keys = item.keys
     if item.combiner not in COMBINERS:
         return InvalidInputError("%s: combiner must be one of %s, got %r"
-                                 % (where, COMBINERS, item.combiner))
+                                 % (_where(tables), COMBINERS, item.combiner)), None, None
     if keys.dtype not in KEY_DTYPES:
-        return InvalidInputError("%s: keys must be int64 or int32, got %s" % (where, keys.dtype))
+        return InvalidInputError("%s: keys must be int64 or int32, got %s"
+                                 % (_where(tables), keys.dtype)), None, None
     if len(keys.shape) != 1:
-        return InvalidInputError("%s: keys must be 1-D, got shape %s" % (where, list(keys.shape)))
+        return InvalidInputError("%s: keys must be 1-D, got shape %s"
+                                 % (_where(tables), list(keys.shape))), None, None
     lengths, segments = item.lengths, item.num_segments
     if lengths.shape != (count,) or segments.shape != (count,):
         return InvalidInputError("%s: lengths and num_segments need one entry per table (%d), "
-                                 "got %d and %d" % (where, count, lengths.size, segments.size))
-    if np.any(lengths < 0) or np.any(segments < 0) or int(lengths.sum()) != keys.shape[0]:
-        return InvalidInputError("%s: lengths %s must be >= 0 and add up to the %d keys, "
-                                 "num_segments %s >= 0" % (where, lengths.tolist(),
-                                                           keys.shape[0], segments.tolist()))
+                                 "got %d and %d" % (_where(tables), count, lengths.size,
+                                                    segments.size)), None, None
     nnz = keys.shape[0]
-    if tuple(item.segment_ids.shape) != (nnz,):
+    cuts, segment_cuts, valid, one_per_row = _layout(lengths, segments)
+    if not valid or cuts[-1] != nnz:
+        return InvalidInputError("%s: lengths %s must be >= 0 and add up to the %d keys, "
+                                 "num_segments %s >= 0" % (_where(tables), lengths.tolist(),
+                                                           nnz, segments.tolist())), None, None
+    if item.segment_ids is None:
+        if not one_per_row:
+            return InvalidInputError(
+                "%s: without segment ids each key is its own output row, so num_segments %s "
+                "must equal lengths %s" % (_where(tables), segments.tolist(),
+                                           lengths.tolist())), None, None
+    elif tuple(item.segment_ids.shape) != (nnz,):
         return InvalidInputError("%s: %s segment ids for %d keys"
-                                 % (where, list(item.segment_ids.shape), nnz))
+                                 % (_where(tables), list(item.segment_ids.shape), nnz)), None, None
     if item.weights is not None and tuple(item.weights.shape) != (nnz,):
         return InvalidInputError("%s: %s weights for %d keys (the weights must match the ids "
-                                 "one to one)" % (where, list(item.weights.shape), nnz))
-    return None
+                                 "one to one)" % (_where(tables), list(item.weights.shape),
+                                                  nnz)), None, None
+    return None, cuts, segment_cuts
 
 
 def _key_check(backend, tables, item, cuts, key_limits, group):
     """The step's key and segment-id checks started on the device for all tables at once: one
-    bounds op over both arrays' parts, one flag. Returns a KeyCheck."""
+    bounds op over both arrays' parts, one flag. key_limits: None or per table None or its
+    number of keys. Returns a KeyCheck."""
     limits, key_high = _key_limits(tables, key_limits, group)
-    ranges = np.zeros((2 * len(tables), 2), dtype=np.int64)
+    checked = [item.keys] if item.segment_ids is None else [item.keys, item.segment_ids]
+    ranges = np.zeros((len(checked) * len(tables), 2), dtype=np.int64)
     ranges[:len(tables), 1] = key_high
-    ranges[len(tables):, 1] = item.num_segments - 1
-    bounds = backend.part_bounds_deferred([item.keys, item.segment_ids], cuts)
+    if item.segment_ids is not None:
+        ranges[len(tables):, 1] = item.num_segments - 1
+    bounds = backend.part_bounds_deferred(checked, cuts)
     flag = backend.flag_outside(bounds, ranges)
 
     def judge(host_bounds):  # only when some rank's flag is set: names the bad table
         errors = []
         for t, (table, limit) in enumerate(zip(tables, limits)):
             keys = backend.row_view(item.keys, int(cuts[t]), int(cuts[t + 1]))
-            limit_name = V1_LIMIT if key_limits[t] is None else VARIABLE_LIMIT
+            limit_name = V1_LIMIT if not key_limits or key_limits[t] is None else VARIABLE_LIMIT
             errors.append(check_keys_by_bounds(table.name, keys, host_bounds[t], limit,
                                                backend.to_host, limit_name))
+            if item.segment_ids is None:
+                continue
             low, high = (int(b) for b in host_bounds[len(tables) + t])
             rows = int(item.num_segments[t])
             if cuts[t + 1] > cuts[t] and (low < 0 or high >= rows):
@@ -130,11 +184,11 @@ def _key_check(backend, tables, item, cuts, key_limits, group):
 def _key_limits(tables, key_limits, group):
     """Per table its key limit (None: any key) and the highest key allowed, host int64 [T];
     remembered by a TableGroup, whose members' limits never change."""
-    seen = tuple(key_limits)
+    seen = None if key_limits is None else tuple(key_limits)
     known = None if group is None else group.keyed_limits.get(seen)
     if known is None:
         limits = [table.key_limit if limit is None else limit
-                  for table, limit in zip(tables, key_limits)]
+                  for table, limit in zip(tables, key_limits or [None] * len(tables))]
         known = (limits, np.array([_KEY_MAX if limit is None else int(limit) - 1
                                    for limit in limits], dtype=np.int64))
         if group is not None:
@@ -147,19 +201,16 @@ def keyed_forward(runtime, tables, op, item, training, key_limits=None):
     [sum(num_segments), dim], KeyedState). Every input error, on any rank, raises on every rank
     before any table changes."""
     backend = runtime.backend
-    names = [table.name for table in tables]
-    if len({table.dim for table in tables}) != 1:
-        raise ValueError("a keyed lookup needs tables of one dim, got %s"
-                         % {table.name: table.dim for table in tables})
+    dim_error = _one_dim_error(tables)
+    if dim_error is not None:
+        raise dim_error
     item = item._replace(keys=backend.asarray(item.keys),
-                         segment_ids=backend.asarray(item.segment_ids),
+                         segment_ids=None if item.segment_ids is None else backend.asarray(
+                             item.segment_ids),
                          lengths=np.asarray(item.lengths, dtype=np.int64).reshape(-1),
                          num_segments=np.asarray(item.num_segments, dtype=np.int64).reshape(-1),
                          weights=None if item.weights is None else backend.asarray(item.weights))
-    key_limits = list(key_limits or [None] * len(tables))
-    error = _shape_error(names, item, tables)
-    cuts = _cuts(item.lengths) if error is None else None
-    segment_cuts = _cuts(item.num_segments) if error is None else None
+    error, cuts, segment_cuts = _checked_layout(tables, item)
     unit = _one_unit(runtime, tables)
     if unit is None:
         return _forward_by_table(runtime, tables, op, item, training, key_limits, error, cuts,
@@ -168,7 +219,9 @@ def keyed_forward(runtime, tables, op, item, training, key_limits=None):
     key_check, keys, segment_ids = None, item.keys, item.segment_ids
     if error is None:
         key_check = _key_check(backend, tables, item, cuts, key_limits, group)
-        if group is not None:
+        if group is not None and segment_ids is None:
+            keys, = backend.offset_parts_many([keys], cuts, [group.key_starts[:-1]])
+        elif group is not None:
             keys, segment_ids = backend.offset_parts_many(
                 [keys, segment_ids], cuts, [group.key_starts[:-1], segment_cuts[:-1]])
     else:
@@ -194,7 +247,12 @@ def _forward_by_table(runtime, tables, op, item, training, key_limits, error, cu
     def piece(array, t):
         return None if array is None else backend.row_view(array, int(cuts[t]),
                                                            int(cuts[t + 1]))
-    inputs = [PooledInput(piece(item.keys, t), piece(item.segment_ids, t),
+
+    def segment_ids(t):  # each key its own output row where none are given
+        if item.segment_ids is not None:
+            return piece(item.segment_ids, t)
+        return backend.asarray(np.arange(int(item.lengths[t]), dtype=np.int64))
+    inputs = [PooledInput(piece(item.keys, t), segment_ids(t),
                           int(item.num_segments[t]), piece(item.weights, t), item.combiner)
               for t in range(len(tables))]
     outputs, state = pooled_forward_many(runtime, tables, op, inputs, training,
@@ -254,8 +312,9 @@ def keyed_update(backend, tables, rule_name, slot_prefix, options, hyper, values
         return _update_by_table(backend, tables, rule_name, slot_prefix, options, hyper,
                                 backend.asarray(values), list(rows), counts)
     values, rows = backend.asarray(values), backend.asarray(rows)
-    dims = {table.dim for table in tables}
-    if counts.shape != (len(tables),) or np.any(counts < 0) or len(dims) != 1 or (
+    group = _whole_group(tables) if len(tables) > 1 else None
+    if counts.shape != (len(tables),) or np.any(counts < 0) or (
+            group is None and _one_dim_error(tables) is not None) or (
             len(rows.shape) != 1 or int(counts.sum()) != rows.shape[0]) or (
             tuple(values.shape) != (rows.shape[0], tables[0].dim)):
         raise InvalidInputError(
@@ -263,19 +322,18 @@ def keyed_update(backend, tables, rule_name, slot_prefix, options, hyper, values
             "counts per table adding up to n; got values %s, rows %s, counts %s"
             % (", ".join(table.name for table in tables), list(values.shape),
                list(rows.shape), counts.tolist()))
-    group = getattr(tables[0], "group", None)
     if len(tables) == 1:
         return [optimizer_updates.apply_update(backend, tables[0], rule_name, slot_prefix,
                                                options, hyper, values, rows)]
-    cuts = _cuts(counts)
-    if group is None or group.members != list(tables):
+    if group is None:
+        cuts = _cuts(counts)
         value_pieces = [backend.row_view(values, int(a), int(b))
                         for a, b in zip(cuts[:-1], cuts[1:])]
         row_pieces = [backend.row_view(rows, int(a), int(b)) for a, b in zip(cuts[:-1], cuts[1:])]
         return optimizer_updates.apply_updates(backend, tables, rule_name, slot_prefix, options,
                                                hyper, value_pieces, row_pieces)
     flat, summed, distinct_counts = table_group.keyed_gradient(backend, group, values, rows,
-                                                               cuts)
+                                                               counts)
     optimizer_updates.apply_group_update(backend, group, rule_name, slot_prefix, options, hyper,
                                          flat, summed)
     return distinct_counts

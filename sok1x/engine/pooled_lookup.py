@@ -35,8 +35,8 @@ combiner ("sum" or "mean"), admit_ratio (None, or a hash table's low-frequency f
 engine/admission.py). Arrays are backend arrays (or NumPy)."""
 
 Pool = collections.namedtuple("Pool", "segment_ids num_segments weights denominators")
-Pool.__doc__ = """One pooling pass: the keys' output rows, how many rows, weights or None, and the
-mean's per-row divisors or None."""
+Pool.__doc__ = """One pooling pass: the keys' output rows (None: each key its own row), how many
+rows, weights or None, and the mean's per-row divisors or None."""
 
 UnitPooling = collections.namedtuple("UnitPooling", "unit routing pools key_counts segments")
 UnitPooling.__doc__ = """What the backward pass needs of one unit (engine/table_group.py): the
@@ -151,7 +151,10 @@ def _pool_of(backend, items, segments):
 
 
 def make_pool(backend, segment_ids, num_segments, weights, combiner):
-    """The Pool of keys with output rows `segment_ids`, their weights (or None), `combiner`."""
+    """The Pool of keys with output rows `segment_ids` (None: each key its own row, nothing
+    to add up), their weights (or None), `combiner`."""
+    if segment_ids is None:  # a row's sum is its one (weighted) vector, its divisor its weight
+        return Pool(None, num_segments, weights, weights if combiner == "mean" else None)
     denominators = None
     if combiner == "mean":
         denominators = (backend.segment_counts(segment_ids, num_segments) if weights is None
@@ -162,7 +165,8 @@ def make_pool(backend, segment_ids, num_segments, weights, combiner):
 def pooled_rows(backend, vectors, pool):
     """out[s] = sum of the (weighted) vectors of segment s, over its divisor for a mean."""
     weighted = vectors if pool.weights is None else backend.scale_rows(vectors, pool.weights)
-    pooled = backend.segment_sum(weighted, pool.segment_ids, pool.num_segments)
+    pooled = weighted if pool.segment_ids is None else backend.segment_sum(
+        weighted, pool.segment_ids, pool.num_segments)
     if pool.denominators is not None:
         pooled = backend.scale_rows(pooled, pool.denominators, divide=True)
     return pooled
@@ -172,7 +176,7 @@ def spread_rows(backend, grads, pool):
     """The gradient of each key from its output row's gradient grads [num_segments, dim]."""
     if pool.denominators is not None:
         grads = backend.scale_rows(grads, pool.denominators, divide=True)
-    spread = backend.take_rows(grads, pool.segment_ids)
+    spread = grads if pool.segment_ids is None else backend.take_rows(grads, pool.segment_ids)
     if pool.weights is not None:
         spread = backend.scale_rows(spread, pool.weights)
     return spread

@@ -5,6 +5,7 @@
 threads never run two engine calls, and never two collectives, at the same time in one process.
 """
 import contextlib
+import itertools
 import logging
 import threading
 
@@ -17,16 +18,46 @@ from sok1x.errors import InitError, NotInitializedError
 LOCK = threading.RLock()
 _log = logging.getLogger("sok1x")
 _runtime = None
+_NAMED_KEPT = 256  # name lists whose tables tables_named() remembers
+_versions = itertools.count(1)  # TableRegistry versions, never repeated in a process
+
+
+def _counted(method):
+    """dict's `method`, counting a change of the TableRegistry first."""
+    def changing(self, *args, **kwargs):
+        self.version = next(_versions)
+        return method(self, *args, **kwargs)
+    changing.__name__ = method.__name__
+    return changing
+
+
+class TableRegistry(dict):
+    """name -> EmbeddingTable. `version` changes (to a number no registry of the process had
+    before) at every binding, rebinding and removal of a name, so what was derived from the
+    tables of some names (Runtime.tables_named, a TableGroup's liveness) holds while it is
+    unchanged: per step, no look at each table."""
+
+    def __init__(self):
+        super().__init__()
+        self.version = next(_versions)
+
+    __setitem__ = _counted(dict.__setitem__)
+    __delitem__ = _counted(dict.__delitem__)
+    pop = _counted(dict.pop)
+    popitem = _counted(dict.popitem)
+    setdefault = _counted(dict.setdefault)
+    update = _counted(dict.update)
+    clear = _counted(dict.clear)
 
 
 class Runtime:
     """What init() brought up. Attributes: group (ProcessGroup), host (MpiCommunicator for small
     host-side exchanges), backend (module), data (communicator for the backend's arrays),
-    rank, size, global_batch_size (or None), device_ordinal (or None on cpu), tables (name ->
-    EmbeddingTable), pending_tables (name -> settings of shards declared but not made yet),
-    stash (forward state kept for the backward pass), towers (the last communicating op, for
-    the run-time order check) and journal (the current step's undo actions,
-    engine/step_journal.py). On cpu, `data` is an MpiCommunicator of its own over the same
+    rank, size, global_batch_size (or None), device_ordinal (or None on cpu), tables (a
+    TableRegistry: name -> EmbeddingTable), pending_tables (name -> settings of shards declared
+    but not made yet), stash (forward state kept for the backward pass), towers (the last
+    communicating op, for the run-time order check) and journal (the current step's undo
+    actions, engine/step_journal.py). On cpu, `data` is an MpiCommunicator of its own over the same
     communicator as `host`, so each counts its own calls (stats())."""
 
     def __init__(self, group, host, backend, data, global_batch_size, device_ordinal):
@@ -41,11 +72,28 @@ class Runtime:
         self.size = group.size
         self.global_batch_size = global_batch_size
         self.device_ordinal = device_ordinal
-        self.tables = {}
+        self.tables = TableRegistry()
+        self._named = {}  # tuple of names -> (tables.version, tuple of their tables)
         self.pending_tables = {}
         self.stash = Stash()
         self.towers = TowerTracker()
         self.journal = StepJournal()
+
+    def tables_named(self, names):
+        """Returns the tables of `names` as a tuple, the same tuple while no table is made,
+        replaced or dropped (a step's lookups find their tables without a look per name), or
+        None when a name has no table."""
+        key = names if type(names) is tuple else tuple(names)
+        known = self._named.get(key)
+        if known is not None and known[0] == self.tables.version:
+            return known[1]
+        tables = tuple(map(self.tables.get, key))
+        if None in tables:
+            return None
+        if len(self._named) >= _NAMED_KEPT:
+            self._named.clear()
+        self._named[key] = (self.tables.version, tables)
+        return tables
 
     def stats(self):
         """Returns counts since init, for benchmarks and tests: host_waits (the host blocked

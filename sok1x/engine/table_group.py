@@ -69,6 +69,7 @@ class TableGroup:
         self.last_keyed = None  # (own rows, summed, flat rows): engine/keyed_lookup.py
         self.keyed_limits = {}  # key_limits -> (limits, highest keys): engine/keyed_lookup.py
         self.planned = (None, None)  # (table ids, units) of the last lookup of exactly this group
+        self.live_at = None  # the runtime tables' version at which all members were last seen
         for t, table in enumerate(members):
             table.values, table.times = self._view(self.values, t), self._view(self.times, t)
             table.group = self
@@ -111,12 +112,20 @@ class TableGroup:
         return self.slots[name]
 
     def live(self, runtime):
-        """True while every member is still the runtime's table of its name."""
-        return all(runtime.tables.get(table.name) is table and table.group is self
-                   for table in self.members)
+        """True while every member is still the runtime's table of its name: looked at once
+        after each change of the runtime's tables (their version), not at every step."""
+        version = runtime.tables.version
+        if self.live_at == version:
+            return True
+        if all(runtime.tables.get(table.name) is table and table.group is self
+               for table in self.members):
+            self.live_at = version
+            return True
+        return False
 
     def dissolve(self):
         """Leaves the members as tables of their own (their views stay their arrays)."""
+        self.live_at = None
         for table in self.members:
             if table.group is self:
                 table.group = None
@@ -290,18 +299,19 @@ def _joined_gradient(backend, group, values, rows):
     return distinct, summed, [int(c) for c in np.diff(ranks)]
 
 
-def keyed_gradient(backend, group, values, rows, cuts):
+def keyed_gradient(backend, group, values, rows, counts):
     """Returns (distinct flat rows, their summed values, host distinct rows per member) of a
-    keyed gradient: values [n, dim], rows [n] each member's own rows, member t's at cuts[t] :
-    cuts[t + 1]. The group's last keyed backward result handed back unchanged (the same memory)
-    is used as it is (its values may be replaced); any other is checked (one wait for all
-    members' bounds), moved into the group's rows and summed per row (one wait). Raises
-    InvalidInputError naming the table for rows that do not fit, before anything changes."""
+    keyed gradient: values [n, dim], rows [n] each member's own rows, counts host int64 [T]
+    how many are member t's (member after member). The group's last keyed backward result
+    handed back unchanged (the same memory) is used as it is (its values may be replaced); any
+    other is checked (one wait for all members' bounds), moved into the group's rows and
+    summed per row (one wait). Raises InvalidInputError naming the table for rows that do not
+    fit, before anything changes."""
     values = _float32(backend, values)
     last = group.last_keyed
     if last is not None and _same_memory([rows], [last[0]]):
-        counts = np.diff(cuts)
-        return last[2], (last[1] if _same_memory([values], [last[1]]) else values), counts
+        return last[2], (last[1] if _same_memory([values], [last[1]]) else values), counts.copy()
+    cuts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
     bounds = backend.part_bounds([rows], cuts)
     held = np.diff(group.row_starts)
     bad = (np.diff(cuts) > 0) & ((bounds[:, 0] < 0) | (bounds[:, 1] >= held))

@@ -4,6 +4,8 @@ tables looked up one by one through the per-table pooled lookup (forward, gradie
 and optimizer slots), for a table group, one table, and tables that cannot share a pass; a step
 waits on the host as often for many tables as for one; bad input in one table fails the step on
 every rank, names the table and changes no table."""
+import sys
+
 import numpy as np
 import pytest
 from mpi4py import MPI
@@ -180,6 +182,88 @@ def test_a_keyed_step_waits_as_often_for_many_tables_as_for_one():
                                                               "host_collectives")}
     assert per_table[12] == per_table[1], per_table
     assert per_table[1]["host_waits"] <= 2, per_table
+
+
+@pytest.mark.parametrize("count,combiner,weighted,hashed", [
+    (5, "sum", False, ()), (5, "mean", True, ()), (1, "mean", False, ()),
+    (4, "sum", True, (2,)),  # a hash table beside a group: per table
+])
+def test_without_segment_ids_each_key_is_its_own_row(count, combiner, weighted, hashed):
+    keyed, given = make_pair("rows_%d_%s_%d" % (count, combiner, len(hashed)), count,
+                             hashed=hashed)
+    rng = np.random.default_rng([17, RANK])
+    for step in range(3):
+        lengths = np.array([2 + (t + step) % 3 for t in range(count)])
+        keys = rng.integers(0, CAPACITY * SIZE, size=int(lengths.sum()))
+        weights = rng.random(keys.shape[0]).astype(np.float32) if weighted else None
+        if weighted:
+            weights[0] = 0.0  # a mean over a zero weight gives zeros, as with segment ids
+        ids = np.concatenate([np.arange(n) for n in lengths])
+        tops = rng.standard_normal((keys.shape[0], DIM)).astype(np.float32)
+        results = []
+        for names, segment_ids in ((keyed, None), (given, ids)):
+            item = KeyedInput(keys, lengths, segment_ids, lengths, weights, combiner)
+            out, token = api.keyed_lookup(names, "rows_fwd", item, True)
+            values, rows, counts = api.keyed_lookup_grad(names, "rows_bwd", token, tops)
+            api.apply_keyed_update(names, "adagrad", "Adagrad", {}, HYPER["adagrad"][1], values,
+                                   rows, counts)
+            results.append([np.asarray(a) for a in (out, values, rows, counts)])
+        for a, b in zip(*results):
+            np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+    for a, b in zip(keyed, given):
+        np.testing.assert_allclose(api.shard(a).values, api.shard(b).values, rtol=1e-6,
+                                   atol=1e-7)
+    bad = KeyedInput(keys, lengths, None, lengths + (RANK == SIZE - 1), None, combiner)
+    with pytest.raises(InvalidInputError, match="its own output row"):
+        api.keyed_lookup(keyed, "rows_bad", bad, True)
+
+
+def test_a_table_made_anew_is_looked_up_anew():
+    keyed, _ = make_pair("anew", 3)
+    rng = np.random.default_rng([15, RANK])
+    inputs, tops = batch(rng, 3, 0, "sum", False, CAPACITY * SIZE)
+    initial = [api.shard(name).values.copy() for name in keyed]
+    for _ in range(2):  # the second step finds its tables and group as the first left them
+        out, token = api.keyed_lookup(keyed, "anew_fwd", keyed_of(inputs), True)
+        values, rows, counts = api.keyed_lookup_grad(keyed, "anew_bwd", token,
+                                                     np.concatenate(tops))
+        api.apply_keyed_update(keyed, "sgd", "SGD", {}, {"lr": 0.5}, values, rows, counts)
+    group, trained = api.shard(keyed[0]).group, api.shard(keyed[0]).values.copy()
+    api.create_table(keyed[1], DIM, CAPACITY + 4, False, SPEC, replace=True)  # its initializer
+    out, token = api.keyed_lookup(keyed, "anew_fwd", keyed_of(inputs), True)
+    assert api.shard(keyed[1]).group is api.shard(keyed[0]).group is not group
+    np.testing.assert_array_equal(api.shard(keyed[1]).values, initial[1])
+    np.testing.assert_array_equal(api.shard(keyed[0]).values, trained)
+    values, rows, counts = api.keyed_lookup_grad(keyed, "anew_bwd", token, np.concatenate(tops))
+    api.apply_keyed_update(keyed, "sgd", "SGD", {}, {"lr": 0.5}, values, rows, counts)
+    assert not np.array_equal(api.shard(keyed[1]).values, initial[1])  # the new table trained
+
+
+def test_a_keyed_steps_python_does_not_grow_with_the_tables():
+    calls, seen = {}, [0]
+
+    def counter(frame, event, arg):
+        if event in ("call", "c_call"):
+            seen[0] += 1
+    for count in (2, 24):
+        keyed, _ = make_pair("calls_%d" % count, count)
+        rng = np.random.default_rng([16, RANK])
+        item = keyed_of(batch(rng, count, 0, "sum", False, CAPACITY * SIZE)[0])
+        for step in range(3):  # the last step counted: the first ones make groups and plans
+            seen[0] = 0
+            sys.setprofile(counter if step == 2 else None)
+            try:
+                out, token = api.keyed_lookup(keyed, "calls_fwd_%d" % count, item, True)
+                values, rows, counts = api.keyed_lookup_grad(
+                    keyed, "calls_bwd_%d" % count, token, np.ones_like(out))
+                api.apply_keyed_update(keyed, "sgd", "SGD", {}, {"lr": 0.1}, values, rows,
+                                       counts)
+            finally:
+                sys.setprofile(None)
+        calls[count] = seen[0]
+    # A few calls either way (a freed array's weak-reference callback); ~10 more per table
+    # before the per-table lookups were made once per name list.
+    assert calls[24] <= calls[2] + 10, calls
 
 
 @pytest.mark.parametrize("what", ["key", "segment", "lengths"])
