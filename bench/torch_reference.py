@@ -125,8 +125,10 @@ class TorchGroupStep:
     table-batched embedding runs them: the tables' shards concatenated into one weight, each
     table's keys offset into one id space (table t's key k is key_offsets[t] + k, owned by rank
     (key_offsets[t] + k) % size at its row // size), one torch.unique before the exchange,
-    all_to_all_single, index_select, sum pooling of each (table, sample) with one index_add_, and
-    the optimizer ("lazy_adam" or "adagrad") on the distinct rows. The top gradient is the output.
+    all_to_all_single, index_select, sum pooling of each (table, sample) with one index_add_ (none
+    where every table has one key per sample: a key's vector is then its sample's output, as the
+    engine's keyed lookup without segment ids has it), and the optimizer ("lazy_adam" or
+    "adagrad") on the distinct rows. The top gradient is the output.
     keys_list: per table int64 [batch * hotness_t] (sample-major); returns per table [batch, dim].
     """
 
@@ -142,6 +144,7 @@ class TorchGroupStep:
                                   rounding_mode="floor")
             for t, h in enumerate(hotness)])
         self.tables = len(hotness)
+        self.one_hot = all(h == 1 for h in hotness)
         self.slots = [torch.zeros_like(weight)] + (
             [torch.zeros_like(weight)] if optimizer == "lazy_adam" else [])
         if optimizer == "adagrad":
@@ -162,10 +165,14 @@ class TorchGroupStep:
             per_distinct = torch.empty_like(back)
             per_distinct[order] = back
         per_key = per_distinct.index_select(0, inverse)
-        pooled = per_key.new_zeros((self.tables * self.batch, per_key.shape[1]))
-        pooled.index_add_(0, self.segments, per_key)
-        summed = torch.zeros_like(per_distinct).index_add_(
-            0, inverse, pooled.index_select(0, self.segments))
+        if self.one_hot:  # keys are table-major, sample-major: key i is output row i
+            pooled = per_key
+            summed = torch.zeros_like(per_distinct).index_add_(0, inverse, per_key)
+        else:
+            pooled = per_key.new_zeros((self.tables * self.batch, per_key.shape[1]))
+            pooled.index_add_(0, self.segments, per_key)
+            summed = torch.zeros_like(per_distinct).index_add_(
+                0, inverse, pooled.index_select(0, self.segments))
         if self.size == 1:
             grads = summed
         else:
