@@ -16,6 +16,7 @@
 #           bounded by CKPT_BIG_LIMIT seconds (default 240) and by what is left of CKPT_TOTAL_S
 #           (the whole pass's budget, if set); each round's figures are printed as it ends, so a
 #           run cut short still shows them in big.log
+# $CKPT_STEPS: the steps to run (default "tests stages before bench big"; stages_before is stages').
 # Installs the wheels and sok1x from this checkout into /tmp/ckpt-site and runs from /tmp, so
 # the installed package is imported. Logs and JSON go to $OUT (or /tmp/sok1x-ckpt-pass).
 set -u
@@ -48,6 +49,10 @@ cd /tmp
 status=0
 step() {  # name, seconds, command...
   local name=$1 limit=$2; shift 2
+  case " ${CKPT_STEPS:-tests stages before bench big} " in
+    *" ${name%_before} "*) ;;
+    *) return ;;
+  esac
   local start=$SECONDS
   timeout -k 5 "$limit" "$@" >"$out/$name.log" 2>&1
   local rc=$?
