@@ -11,8 +11,9 @@
 #   grid-ab    dynamic_table.py at load 0.5, dim 64, hbm, 1/2 and 3/4 host: before, after,
 #              before, after (each its own process)
 #   breakdown  dynamic_breakdown.py of both trees at hbm and at 3/4 host
-#   framework  framework_step.py at one GPU, seed, dlrm and dlrm26 each in its own process,
-#              before, after, before, after, each tree timed by its own bench script
+#   framework  framework_step.py at one GPU, the workloads in $PASS_WORKLOADS (default seed dlrm
+#              dlrm26; dlrm's tables and PyTorch's copies need an H200 at full scale) each in
+#              its own process, before, after, before, after, each tree timed by its own script
 # $PASS_LIMIT_S (default 560) bounds the whole pass: each stage gets what is left.
 set -u
 here=$(pwd); before=$(cd "${1:?usage: one_gpu_pass.sh BEFORE_TREE STAGE...}" && pwd)
@@ -48,7 +49,7 @@ for stage in "$@"; do
     framework)
       for round in 1 2; do
         for tree in before after; do
-          for workload in seed dlrm dlrm26; do
+          for workload in ${PASS_WORKLOADS:-seed dlrm dlrm26}; do
             framework $tree $workload fw_${tree}_${workload}_$round
           done
         done
