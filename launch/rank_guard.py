@@ -188,8 +188,11 @@ def _record_death(status_dir, rank, pid, wait_status, ended_at, stop_signals_see
     if exit_code == 0 or number in stop_signals_seen or job_status.has_failure(status_dir, rank):
         return
     host = socket.gethostname()
-    job_status.record_failure(status_dir, rank, exit_code, reason, when=ended_at, pid=pid,
-                              host=host, signal_number=number)
+    try:
+        job_status.record_failure(status_dir, rank, exit_code, reason, when=ended_at, pid=pid,
+                                  host=host, signal_number=number)
+    except OSError:
+        pass
     _say_failed("sok1x-run", rank, "%s, PID %d on %s" % (reason, pid, host))
 
 
