@@ -1,9 +1,13 @@
 """Which rank made a job fail, and the exit code and last line sok1x-run ends with.
 
-The best witness is the rank guard's own record (job_status): rank, exit code and reason, earliest
-first. A rank that dies from a signal, or calls os._exit, leaves none; then mpiexec's own report
-names it: Open MPI names the rank, MPICH's hydra names the process id, which the ranks' start
-records map to a rank.
+The best witnesses are the ranks' own records (job_status), earliest first: the rank guard's for a
+Python exception or sys.exit (rank, exit code, reason), and its watching parent's for a death by a
+signal or os._exit (rank_watch: process id, host, signal), each with the time it happened. The
+first by time names the rank that failed first, whatever mpiexec reports after it: MPICH's hydra
+names the first process it happens to notice, which, when two die close together (the second
+killed in the clean-up), is not always the first to die. Where no rank left a record (ranks on
+other hosts, a guard killed with SIGKILL), mpiexec's own report names it: Open MPI names the rank,
+hydra names the process id, which the ranks' start records map to a rank.
 """
 import re
 import signal
@@ -30,11 +34,27 @@ class JobFailure:
         self.message = message
 
 
-def _signal_name(number):
-    try:
-        return "%d (%s)" % (number, signal.Signals(number).name)
-    except ValueError:
-        return str(number)
+# Where to look next after a signal that ended a rank without a word from it.
+_NATIVE_CRASH_HINT = ("a crash in native code: faulthandler printed the rank's Python stack above, "
+                      "and a core dump (ulimit -c) holds the rest")
+_SIGNAL_HINTS = {
+    signal.SIGKILL: "if nothing in the job sent it, look for the kernel's out-of-memory killer in "
+                    "`dmesg`",
+    signal.SIGSEGV: _NATIVE_CRASH_HINT, signal.SIGBUS: _NATIVE_CRASH_HINT,
+    signal.SIGILL: _NATIVE_CRASH_HINT, signal.SIGFPE: _NATIVE_CRASH_HINT,
+    signal.SIGABRT: "a native library aborted: " + _NATIVE_CRASH_HINT,
+}
+
+
+def _death_message(record):
+    """Words a record that a rank's watching parent made of its process's death."""
+    who = "rank %d (PID %d on %s)" % (record["rank"], record["pid"], record.get("host") or "?")
+    number = record.get("signal")
+    if number is None:
+        return "%s %s" % (who, record["message"])
+    hint = _SIGNAL_HINTS.get(number)
+    return "%s was killed by signal %s%s" % (who, job_status.signal_description(number),
+                                              ": " + hint if hint else "")
 
 
 def _from_rank_records(status_dir):
@@ -42,6 +62,8 @@ def _from_rank_records(status_dir):
     if not failures:
         return None
     first = failures[0]
+    if first.get("pid") is not None:
+        return JobFailure(first["exit_code"], _death_message(first))
     return JobFailure(first["exit_code"], "rank %d failed (exit code %d): %s" % (
         first["rank"], first["exit_code"], first["message"]))
 
@@ -51,7 +73,7 @@ def _from_open_mpi_report(output):
     if match:
         rank, pid, host, number = match.groups()
         return JobFailure(1, "rank %s (PID %s on %s) was killed by signal %s" % (
-            rank, pid, host, _signal_name(int(number))))
+            rank, pid, host, job_status.signal_description(int(number))))
     match = _OPEN_MPI_EXIT.search(output)
     if match:
         rank, code = match.groups()
@@ -69,7 +91,7 @@ def _from_hydra_report(output, rank_of_pid):
     signal_match = _HYDRA_SIGNAL.search(output, match.end())
     if signal_match:
         return JobFailure(1, "%s was killed by signal %s" % (
-            who, _signal_name(int(signal_match.group(1)))))
+            who, job_status.signal_description(int(signal_match.group(1)))))
     return JobFailure(1, "%s ended abnormally" % who)
 
 
@@ -80,7 +102,8 @@ def explain_failure(result, status_dir):
         return from_records
     if result.interrupted_by is not None:
         return JobFailure(128 + int(result.interrupted_by), "sok1x-run received signal %s and "
-                          "stopped the job" % _signal_name(int(result.interrupted_by)))
+                          "stopped the job"
+                          % job_status.signal_description(int(result.interrupted_by)))
     if result.returncode == 0:
         return None
     rank_of_pid = job_status.read_rank_pids(status_dir) if status_dir else {}

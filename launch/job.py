@@ -3,9 +3,9 @@
 mpiexec's stdout and stderr are copied to ours byte for byte as they come (the last part of each is
 kept, since Open MPI and MPICH say there which process died). Meanwhile the job's status folder is
 polled: once a rank has recorded a failure, the job gets `grace_s` to end by itself (the failing
-rank calls MPI_Abort); after that mpiexec is sent SIGTERM, which makes it stop every rank, and
-SIGKILL if it is still running `stop_timeout_s` later. SIGTERM and SIGHUP sent to sok1x-run are
-passed on to mpiexec; Ctrl-C stops the job the same way a failure does.
+rank calls MPI_Abort, or mpiexec sees it die); after that mpiexec is sent SIGTERM, which makes it
+stop every rank, and SIGKILL if it is still running `stop_timeout_s` later. SIGTERM and SIGHUP
+sent to sok1x-run are passed on to mpiexec; Ctrl-C stops the job the same way a failure does.
 """
 import os
 import signal

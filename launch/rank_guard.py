@@ -2,38 +2,47 @@
 
 sok1x-run starts every rank as `python <this file> script.py args` (or `-m module`); under a plain
 mpiexec, `python -m sok1x.launch.rank_guard script.py` works too. Run by path, the guard imports
-only the standard library and job_status.py beside it, never the sok1x package: a rank whose script
-does not need sok1x starts fast, and a broken sok1x install is reported like any other failure.
+only the standard library and job_status.py and rank_watch.py beside it, never the sok1x package:
+a rank whose script does not need sok1x starts fast, and a broken sok1x install is reported like
+any other failure.
 
-The script runs in this process through runpy, as `python script.py` would run it. When it raises,
-or calls sys.exit with a non-zero code, the guard prints the traceback and "sok1x-run: rank R
-failed: <reason>" to stderr, records the failure for sok1x-run (job_status), and calls MPI_Abort
-on COMM_WORLD, so ranks blocked in a collective stop at once. If the script failed before bringing
+The script runs through runpy, as `python script.py` would run it. When it raises, or calls
+sys.exit with a non-zero code, the guard prints the traceback and "sok1x-run: rank R failed:
+<reason>" to stderr, records the failure for sok1x-run (job_status), and calls MPI_Abort on
+COMM_WORLD, so ranks blocked in a collective stop at once. If the script failed before bringing
 MPI up, the guard brings it up to abort; should that block (another rank never starts MPI),
 sok1x-run stops the job from outside.
+
+Under sok1x-run (its status folder on this host) the guard first forks (rank_watch): the script
+runs in the child, and the parent records a death the script could not report (a signal, os._exit)
+with its time and prints the same one line, so that sok1x-run names the first rank that died even
+where mpiexec's own report names another. Under a plain mpiexec the script runs in the guard's own
+process.
 """
 import faulthandler
+import importlib
 import importlib.util
 import os
 import runpy
+import socket
 import sys
 import time
 import traceback
 
 
-def _load_job_status():
-    """Returns the job_status module: from the package when imported, else from beside this file."""
+def _load_sibling(name):
+    """Returns launch/<name>.py: from the package when imported, else from beside this file."""
     if __package__:
-        from sok1x.launch import job_status
-        return job_status
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "job_status.py")
-    spec = importlib.util.spec_from_file_location("_sok1x_launch_job_status", path)
+        return importlib.import_module("%s.%s" % (__package__, name))
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), name + ".py")
+    spec = importlib.util.spec_from_file_location("_sok1x_launch_" + name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-job_status = _load_job_status()
+job_status = _load_sibling("job_status")
+rank_watch = _load_sibling("rank_watch")
 USAGE = "usage: python rank_guard.py (script.py | -m module) [args ...]"
 GUARD_PATH = os.path.abspath(__file__)
 
@@ -121,6 +130,16 @@ def _print_traceback(exc):
     traceback.print_exception(type(exc), exc, tb or exc.__traceback__)
 
 
+def _say_failed(prefix, rank, reason):
+    """Writes "<prefix>: rank R failed: <reason>" to stderr, after what stdout holds."""
+    try:
+        sys.stdout.flush()
+    except (OSError, ValueError):
+        pass
+    sys.stderr.write("%s: rank %s failed: %s\n" % (prefix, "?" if rank is None else rank, reason))
+    sys.stderr.flush()
+
+
 def fail_job(exit_code, reason, prefix="sok1x-run"):
     """Reports this rank's failure on stderr ("<prefix>: rank R failed: <reason>") and to
     sok1x-run, then aborts the MPI job. A process reports once: a later call only aborts.
@@ -133,13 +152,7 @@ def fail_job(exit_code, reason, prefix="sok1x-run"):
         rank = mpi.COMM_WORLD.Get_rank()
     if not getattr(sys, _REPORTED_MARK, False):
         setattr(sys, _REPORTED_MARK, True)
-        line = "%s: rank %s failed: %s" % (prefix, "?" if rank is None else rank, reason)
-        try:
-            sys.stdout.flush()
-        except (OSError, ValueError):
-            pass
-        sys.stderr.write(line + "\n")
-        sys.stderr.flush()
+        _say_failed(prefix, rank, reason)
         status_dir = job_status.status_dir_from_environment()
         if status_dir is not None and rank is not None:
             try:
@@ -156,18 +169,56 @@ def fail_job(exit_code, reason, prefix="sok1x-run"):
     return exit_code
 
 
+def describe_death(wait_status):
+    """Returns (exit_code, signal number or None, reason) for a process's wait status; exit_code 0
+    is a clean exit. A death by a signal gets exit code 1."""
+    if os.WIFSIGNALED(wait_status):
+        number = os.WTERMSIG(wait_status)
+        return 1, number, "killed by signal %s" % job_status.signal_description(number)
+    exit_code = os.WEXITSTATUS(wait_status)
+    return exit_code, None, ("exited with code %d without a Python exception (os._exit, or exit() "
+                             "in native code)" % exit_code)
+
+
+def _record_death(status_dir, rank, pid, wait_status, ended_at, stop_signals_seen):
+    """Reports the end of the rank's process (rank_watch's parent calls this) where the script
+    could not: a non-zero exit without a failure on record, or a signal other than one that was
+    stopping the job (that rank was stopped; it did not fail)."""
+    exit_code, number, reason = describe_death(wait_status)
+    if exit_code == 0 or number in stop_signals_seen or job_status.has_failure(status_dir, rank):
+        return
+    host = socket.gethostname()
+    try:
+        job_status.record_failure(status_dir, rank, exit_code, reason, when=ended_at, pid=pid,
+                                  host=host, signal_number=number)
+    except OSError:
+        pass
+    _say_failed("sok1x-run", rank, "%s, PID %d on %s" % (reason, pid, host))
+
+
+def _watch_this_rank():
+    """Under sok1x-run (its status folder on this host), forks so that a parent process records
+    how the rank's process ends (rank_watch), and records the rank's process ids. Returns in the
+    process that goes on to run the script."""
+    status_dir = job_status.status_dir_from_environment()
+    rank = rank_from_environment()
+    if status_dir is None or rank is None:
+        return
+    watched = rank_watch.fork_watched(
+        lambda *child_end: _record_death(status_dir, rank, *child_end))
+    pids = (os.getppid(), os.getpid()) if watched else (os.getpid(),)
+    try:
+        job_status.record_start(status_dir, rank, *pids)
+    except OSError:
+        pass
+
+
 def main(argv=None):
     """Runs the rank's target; returns 0 on success, or aborts the job and returns the exit code."""
     module, script, script_args = parse_target(sys.argv[1:] if argv is None else argv)
+    _watch_this_rank()
     if not faulthandler.is_enabled():
         faulthandler.enable()
-    status_dir = job_status.status_dir_from_environment()
-    rank = rank_from_environment()
-    if status_dir is not None and rank is not None:
-        try:
-            job_status.record_start(status_dir, rank, os.getpid())
-        except OSError:
-            pass
     try:
         run_target(module, script, script_args)
     except BaseException as exc:  # every way a script can end must reach the job
