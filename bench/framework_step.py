@@ -27,7 +27,8 @@ drifts over all of them alike. The first steps' outputs are compared across vari
 measured in the same run: page-locked host-to-device and device-to-host bandwidth, and per step
 of sok1x_device the kernel launches, fills, copies, host waits (and the microseconds spent in
 them), the host's Python microseconds not spent waiting, NCCL collectives and MPI exchanges.
-With SOK1X_BENCH_PROFILE=FILE, rank 0 appends a cProfile of 20 sok1x_device steps per workload
+With SOK1X_BENCH_PROFILE=FILE, rank 0 appends a cProfile of 20 sok1x_device steps per workload,
+then of 20 sok1x_dlpack steps (what the seam adds on the host)
 ($SOK1X_BENCH_PROFILE_LINES functions by own and by cumulative time, default 30).
 """
 import functools
@@ -282,7 +283,9 @@ def run_workload(rt, name, device, steps, repeats, scale):
     timed = {variant: harness.Steps(run, CHECK_STEPS) for variant, run in runs.items()}
     times = harness.interleaved_ms(timed, repeats, steps, synchronize)
     counts = per_step_counts(rt, timed["sok1x_device"], synchronize)
-    profile_steps(rt, timed["sok1x_device"], synchronize, "%s, %d GPU(s)" % (name, rt.size))
+    for variant in ("sok1x_device", "sok1x_dlpack"):
+        profile_steps(rt, timed[variant], synchronize, "%s %s, %d GPU(s)" % (
+            name, variant, rt.size))
 
     entries = []
     for variant in runs:
@@ -387,8 +390,8 @@ def run_dynamic(rt, steps, repeats, scale):
 
 def profile_steps(rt, run, synchronize, label, steps=20):
     """With $SOK1X_BENCH_PROFILE set to a file, appends to it (rank 0) the cProfile of `steps`
-    steps of `run` (sok1x_device): the host functions by their own time, then by their time
-    with what they call (where a step whose host time exceeds its GPU time spends it)."""
+    steps of `run`: the host functions by their own time, then by their time with what they
+    call (where a step whose host time exceeds its GPU time spends it)."""
     path = os.environ.get("SOK1X_BENCH_PROFILE")
     if not path:
         return

@@ -18,6 +18,8 @@
 set -u
 here=$(pwd); before=$(cd "${1:?usage: one_gpu_pass.sh BEFORE_TREE STAGE...}" && pwd)
 shift
+# Resolved here: pass_common.sh leaves the shell in /tmp.
+hkv=; [ -n "${HKV_BINARY:-}" ] && hkv=$(readlink -f "$HKV_BINARY")
 export PASS_LIMIT_S=${PASS_LIMIT_S:-560}
 source "$here/bench/pass_common.sh"
 framework() {  # tree, workload, name: each tree timed by its own framework_step.py
@@ -33,7 +35,7 @@ for stage in "$@"; do
       tests "${PASS_SUITES:-hash-values host-order dynamic-1gpu cuda-backend engine-1gpu seam-1gpu table-groups-1gpu v2-engine-1gpu}" tests ;;
     grid)
       bench after dynamic_table.py grid $grid --loads 0.5,0.75 --shares 0,0.25,0.5,0.75 \
-        --hkv "$(readlink -f "${HKV_BINARY:?set HKV_BINARY}")" --markdown "$out/grid.md" ;;
+        --hkv "${hkv:?set HKV_BINARY to the binary bench/hkv_build.sh made}" --markdown "$out/grid.md" ;;
     grid-ab)
       for round in 1 2; do
         for tree in before after; do
