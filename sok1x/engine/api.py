@@ -78,7 +78,8 @@ def _table_for_collective(runtime, name, op):
 
 
 def _tables_for_collective(runtime, names, op):
-    """Returns the tables `names` (a tuple) for one collective op, as _table_for_collective."""
+    """Returns the tables of `names` as a tuple, for one collective op, as
+    _table_for_collective."""
     if not runtime.pending_tables:  # the usual step: every table made already
         tables = runtime.tables_named(names)
         if tables is not None:

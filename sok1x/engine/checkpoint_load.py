@@ -261,6 +261,7 @@ def read_table(rt, plan):
     if table.use_hashtable:
         from sok1x.engine.dynamic_table import make_table
         settings = table.settings
+        rt.stash.clear()  # a lookup's saved state would keep the old shard alive
         del rt.tables[plan.name], table  # the old shard's memory goes before the new one's comes
         rt.backend.release_unused()
         table = make_table(rt, plan.name, *settings, initialize=False)

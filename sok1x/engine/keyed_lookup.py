@@ -68,8 +68,8 @@ def _cuts(counts):
 
 def _layout(lengths, num_segments):
     """(cuts, segment_cuts, whether no entry is negative, whether they are equal) of host int64
-    lengths and num_segments [T]: made once for each of the few layouts a program's batches
-    have."""
+    lengths and num_segments [T]: made once per layout (one-hot batches have one; multi-hot
+    ones change each batch, and the memo only costs them a look-up)."""
     key = (lengths.tobytes(), num_segments.tobytes())
     known = _layouts.get(key)
     if known is None:
@@ -248,11 +248,7 @@ def _forward_by_table(runtime, tables, op, item, training, key_limits, error, cu
         return None if array is None else backend.row_view(array, int(cuts[t]),
                                                            int(cuts[t + 1]))
 
-    def segment_ids(t):  # each key its own output row where none are given
-        if item.segment_ids is not None:
-            return piece(item.segment_ids, t)
-        return backend.asarray(np.arange(int(item.lengths[t]), dtype=np.int64))
-    inputs = [PooledInput(piece(item.keys, t), segment_ids(t),
+    inputs = [PooledInput(piece(item.keys, t), piece(item.segment_ids, t),
                           int(item.num_segments[t]), piece(item.weights, t), item.combiner)
               for t in range(len(tables))]
     outputs, state = pooled_forward_many(runtime, tables, op, inputs, training,

@@ -30,7 +30,8 @@ PooledInput = collections.namedtuple(
     "PooledInput", "keys segment_ids num_segments weights combiner admit_ratio",
     defaults=(None,))
 PooledInput.__doc__ = """One table's share of a pooled lookup: keys (int [nnz]), segment_ids
-(int64 [nnz], the output row of each key), num_segments (int), weights (float32 [nnz] or None),
+(int64 [nnz], the output row of each key; None: each key its own row, num_segments = nnz),
+num_segments (int), weights (float32 [nnz] or None),
 combiner ("sum" or "mean"), admit_ratio (None, or a hash table's low-frequency filter:
 engine/admission.py). Arrays are backend arrays (or NumPy)."""
 
@@ -53,13 +54,18 @@ def _check_input(runtime, table, item):
     if nnz < 0:
         return InvalidInputError("%s: keys must be 1-D, got shape %s"
                                  % (name, list(item.keys.shape))), []
-    if tuple(item.segment_ids.shape) != (nnz,):
+    if item.segment_ids is None and int(item.num_segments) != nnz:
+        return InvalidInputError("%s: %d output rows for %d keys without segment ids (each key "
+                                 "is its own row)" % (name, int(item.num_segments), nnz)), []
+    if item.segment_ids is not None and tuple(item.segment_ids.shape) != (nnz,):
         return InvalidInputError("%s: %d segment ids for %d keys"
                                  % (name, item.segment_ids.shape[0], nnz)), []
     if item.weights is not None and tuple(item.weights.shape) != (nnz,):
         return InvalidInputError("%s: %s weights for %d keys (the weights must match the ids "
                                  "one to one)" % (name, list(item.weights.shape), nnz)), []
     segments = int(item.num_segments)
+    if item.segment_ids is None:
+        return None, []
 
     def segment_check(bounds):
         if nnz and (bounds[0] < 0 or bounds[1] >= segments):
@@ -80,7 +86,8 @@ def pooled_forward_many(runtime, tables, op, inputs, training, local_error=None,
     of keys (see key_exchange.check_step_keys)."""
     backend = runtime.backend
     inputs = [item._replace(keys=backend.asarray(item.keys),
-                            segment_ids=backend.asarray(item.segment_ids),
+                            segment_ids=None if item.segment_ids is None else backend.asarray(
+                                item.segment_ids),
                             weights=None if item.weights is None else backend.asarray(
                                 item.weights))
               for item in inputs]
@@ -144,7 +151,12 @@ def _pool_of(backend, items, segments):
         segment_ids, weights = items[0].segment_ids, items[0].weights
     else:
         starts = np.concatenate([[0], np.cumsum(segments)[:-1]]).astype(np.int64)
-        segment_ids = backend.join_keys([item.segment_ids for item in items], starts)
+        own_rows = [item.segment_ids is None for item in items]
+        segment_ids = None  # every key its own row: so are the joined keys
+        if not all(own_rows):
+            segment_ids = backend.join_keys(
+                [backend.asarray(np.arange(int(item.keys.shape[0]), dtype=np.int64)) if own
+                 else item.segment_ids for item, own in zip(items, own_rows)], starts)
         weights = None if items[0].weights is None else backend.join_rows(
             [item.weights for item in items])
     return make_pool(backend, segment_ids, num_segments, weights, items[0].combiner)

@@ -23,9 +23,11 @@ _versions = itertools.count(1)  # TableRegistry versions, never repeated in a pr
 
 
 def _counted(method):
-    """dict's `method`, counting a change of the TableRegistry first."""
+    """dict's `method`, counting a change of the TableRegistry first (and forgetting the name
+    lists it resolved: they may hold a table the change drops, whose memory must go with it)."""
     def changing(self, *args, **kwargs):
         self.version = next(_versions)
+        self._named.clear()
         return method(self, *args, **kwargs)
     changing.__name__ = method.__name__
     return changing
@@ -33,13 +35,29 @@ def _counted(method):
 
 class TableRegistry(dict):
     """name -> EmbeddingTable. `version` changes (to a number no registry of the process had
-    before) at every binding, rebinding and removal of a name, so what was derived from the
-    tables of some names (Runtime.tables_named, a TableGroup's liveness) holds while it is
-    unchanged: per step, no look at each table."""
+    before) at every binding, rebinding and removal of a name through the methods below, so what
+    was derived from the tables of some names (named(), a TableGroup's liveness) holds while it
+    is unchanged: per step, no look at each table. (`|=` and dict's own functions called on it
+    bypass the count; nothing uses them.)"""
 
     def __init__(self):
         super().__init__()
         self.version = next(_versions)
+        self._named = {}  # tuple of names -> tuple of their tables, until the next change
+
+    def named(self, names):
+        """Returns the tables of `names` as a tuple, the same tuple while no table is made,
+        replaced or dropped, or None when a name has no table."""
+        key = names if type(names) is tuple else tuple(names)
+        tables = self._named.get(key)
+        if tables is None:
+            tables = tuple(map(self.get, key))
+            if None in tables:
+                return None
+            if len(self._named) >= _NAMED_KEPT:
+                self._named.clear()
+            self._named[key] = tables
+        return tables
 
     __setitem__ = _counted(dict.__setitem__)
     __delitem__ = _counted(dict.__delitem__)
@@ -73,7 +91,6 @@ class Runtime:
         self.global_batch_size = global_batch_size
         self.device_ordinal = device_ordinal
         self.tables = TableRegistry()
-        self._named = {}  # tuple of names -> (tables.version, tuple of their tables)
         self.pending_tables = {}
         self.stash = Stash()
         self.towers = TowerTracker()
@@ -82,18 +99,8 @@ class Runtime:
     def tables_named(self, names):
         """Returns the tables of `names` as a tuple, the same tuple while no table is made,
         replaced or dropped (a step's lookups find their tables without a look per name), or
-        None when a name has no table."""
-        key = names if type(names) is tuple else tuple(names)
-        known = self._named.get(key)
-        if known is not None and known[0] == self.tables.version:
-            return known[1]
-        tables = tuple(map(self.tables.get, key))
-        if None in tables:
-            return None
-        if len(self._named) >= _NAMED_KEPT:
-            self._named.clear()
-        self._named[key] = (self.tables.version, tables)
-        return tables
+        None when a name has no table (TableRegistry.named)."""
+        return self.tables.named(names)
 
     def stats(self):
         """Returns counts since init, for benchmarks and tests: host_waits (the host blocked

@@ -37,3 +37,9 @@ class Stash:
                 "backward pass. Fetch a lookup and the gradients built from it in one sess.run."
                 % (table_name, int(token)))
         return state
+
+    def clear(self):
+        """Forgets every saved state (and the tables it refers to); a backward pass of an earlier
+        forward pass then raises as get() does."""
+        self._entries.clear()
+        self._latest.clear()

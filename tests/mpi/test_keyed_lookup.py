@@ -4,7 +4,9 @@ tables looked up one by one through the per-table pooled lookup (forward, gradie
 and optimizer slots), for a table group, one table, and tables that cannot share a pass; a step
 waits on the host as often for many tables as for one; bad input in one table fails the step on
 every rank, names the table and changes no table."""
+import gc
 import sys
+import weakref
 
 import numpy as np
 import pytest
@@ -237,6 +239,27 @@ def test_a_table_made_anew_is_looked_up_anew():
     values, rows, counts = api.keyed_lookup_grad(keyed, "anew_bwd", token, np.concatenate(tops))
     api.apply_keyed_update(keyed, "sgd", "SGD", {}, {"lr": 0.5}, values, rows, counts)
     assert not np.array_equal(api.shard(keyed[1]).values, initial[1])  # the new table trained
+
+
+def test_a_dropped_table_is_freed_after_a_step():
+    """What a step remembers of its tables lets go of a table the registry drops (a restore
+    drops a hash table's old shard to make room for the new one, checkpoint_load.read_table)."""
+    keyed, _ = make_pair("dropped", 3)
+    rng = np.random.default_rng([17, RANK])
+    inputs, tops = batch(rng, 3, 0, "sum", False, CAPACITY * SIZE)
+    out, token = api.keyed_lookup(keyed, "dropped_fwd", keyed_of(inputs), True)
+    values, rows, counts = api.keyed_lookup_grad(keyed, "dropped_bwd", token,
+                                                 np.concatenate(tops))
+    api.apply_keyed_update(keyed, "sgd", "SGD", {}, {"lr": 0.5}, values, rows, counts)
+    group = weakref.ref(api.shard(keyed[0]).group)
+    shards = [weakref.ref(api.shard(name)) for name in keyed]
+    registry = runtime.get().tables
+    for name in keyed:
+        del registry[name]
+    runtime.get().stash.clear()  # as the restore does: the step's saved state holds its tables
+    del out, token, values, rows, counts
+    gc.collect()
+    assert [shard() for shard in shards] == [None] * 3 and group() is None
 
 
 def test_a_keyed_steps_python_does_not_grow_with_the_tables():
