@@ -182,10 +182,11 @@ def describe_death(wait_status):
 
 def _record_death(status_dir, rank, pid, wait_status, ended_at, stop_signals_seen):
     """Reports the end of the rank's process (rank_watch's parent calls this) where the script
-    could not: a non-zero exit without a failure on record, or a signal other than one that was
-    stopping the job (that rank was stopped; it did not fail)."""
+    could not: a death by a signal, or a non-zero exit without a failure on record. Not once a stop
+    signal has reached the parent: however the script then ended (the signal, or its own handler's
+    exit code), that rank was stopped; it did not fail."""
     exit_code, number, reason = describe_death(wait_status)
-    if exit_code == 0 or number in stop_signals_seen or job_status.has_failure(status_dir, rank):
+    if exit_code == 0 or stop_signals_seen or job_status.has_failure(status_dir, rank):
         return
     host = socket.gethostname()
     try:

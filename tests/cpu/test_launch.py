@@ -17,7 +17,7 @@ import time
 import pytest
 from mpi_jobs import Finished, run_stoppable
 
-from sok1x.launch import failure_report, job_status, mpi_launcher, runner
+from sok1x.launch import failure_report, job_status, mpi_launcher, rank_guard, runner
 from sok1x.launch.job import JobResult
 
 pytestmark = pytest.mark.timeout(300)
@@ -213,6 +213,57 @@ def test_a_signal_to_a_ranks_process_fails_it_one_to_its_group_stops_it(target):
             "sok1x-run: job failed: rank 0 (PID %d on " % script_pid), explain(finished)
     else:
         assert failed_lines == [], explain(finished)
+
+
+def start_guard(tmp_path, script_text, preexec_fn=None):
+    """Starts rank_guard.py by path on a script of script_text, as sok1x-run starts rank 0 (with
+    its status folder, no mpiexec), in a session of its own; returns (process, status folder)
+    once the script has printed its first line, or at once where it prints none."""
+    script = tmp_path / "rank_script.py"
+    script.write_text(script_text)
+    status_dir = tmp_path / "status"
+    status_dir.mkdir()
+    env = {name: value for name, value in os.environ.items()
+           if name not in rank_guard._RANK_VARIABLES}
+    env.update({job_status.STATUS_DIR_VARIABLE: str(status_dir), "PMI_RANK": "0"})
+    process = subprocess.Popen([sys.executable, rank_guard.GUARD_PATH, str(script)], env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               stdin=subprocess.DEVNULL, start_new_session=True,
+                               preexec_fn=preexec_fn, universal_newlines=True)
+    if "ready" in script_text:
+        assert process.stdout.readline().strip() == "ready", process.stderr.read()
+    return process, str(status_dir)
+
+
+def finish_guard(process):
+    """Returns (exit code, stdout, stderr) once the guard has ended; kills its session first
+    where it has not within FAILED_JOB_LIMIT_S."""
+    try:
+        stdout, stderr = process.communicate(timeout=FAILED_JOB_LIMIT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        stdout, stderr = process.communicate()
+        stderr += "\n(killed: still running after %d s)" % FAILED_JOB_LIMIT_S
+    return process.returncode, stdout, stderr
+
+
+EXIT_3_ON_SIGTERM = """
+import os, signal, time
+signal.signal(signal.SIGTERM, lambda number, frame: os._exit(3))
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_rank_that_exits_non_zero_while_its_job_is_stopped_was_stopped(tmp_path):
+    """The script leaves through os._exit(3) from its own SIGTERM handler when the job is stopped
+    (SIGTERM to the guard's process group): that rank was stopped; no failure is on record."""
+    process, status_dir = start_guard(tmp_path, EXIT_3_ON_SIGTERM)
+    os.killpg(process.pid, signal.SIGTERM)
+    returncode, _, stderr = finish_guard(process)
+    assert returncode == 3, stderr
+    assert not job_status.has_failure(status_dir, 0), job_status.read_failures(status_dir)
+    assert "failed" not in stderr, stderr
 
 
 def test_the_guard_alone_aborts_a_plain_mpiexec_job():
