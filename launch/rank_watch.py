@@ -35,6 +35,7 @@ STOP_SIGNALS = tuple(getattr(signal, name) for name in
                      ("SIGHUP", "SIGINT", "SIGQUIT", "SIGTERM", "SIGUSR1", "SIGUSR2")
                      if hasattr(signal, name))
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+_EXITED_1 = 1 << 8  # the wait status of a process that exited with code 1
 
 
 def _parent_death_signal_setter():
@@ -92,6 +93,14 @@ def _without_core_dump():
         pass
 
 
+def _print_exception():
+    """Prints the exception being handled to stderr, where stderr can still be written."""
+    try:
+        traceback.print_exc()
+    except Exception:  # stderr's pipe is gone: the exit code must still mirror the child's
+        pass
+
+
 def end_as(wait_status):
     """Ends this process as the child with `wait_status` ended: its exit code, or its signal."""
     _flush_standard_streams()
@@ -127,11 +136,13 @@ def fork_watched(on_child_end):
             os._exit(1)
         return True
     seen = _note_stop_signals()
-    wait_status = _wait_for(child_pid)
-    # Python runs the handlers of signals that arrived during the wait before this line.
-    ended_at, stop_signals_seen = time.time(), frozenset(seen)
+    wait_status = _EXITED_1  # should the wait itself fail: the child dies with this process
     try:
+        wait_status = _wait_for(child_pid)
+        # Python runs the handlers of signals that arrived during the wait before this line.
+        ended_at, stop_signals_seen = time.time(), frozenset(seen)
         on_child_end(child_pid, wait_status, ended_at, stop_signals_seen)
-    except Exception:  # a record that cannot be written must not change how the rank ends
-        traceback.print_exc()
-    end_as(wait_status)
+    except BaseException:  # a record that cannot be written must not change how the rank ends
+        _print_exception()
+    finally:
+        end_as(wait_status)

@@ -25,6 +25,7 @@ pytestmark = pytest.mark.timeout(300)
 SCRIPTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "launch_scripts")
 REPORT_RANK = os.path.join(SCRIPTS, "report_rank.py")
 FAIL_ONE_RANK = os.path.join(SCRIPTS, "fail_one_rank.py")
+WATCH_HARNESS = os.path.join(SCRIPTS, "watch_harness.py")
 SOK1X_RUN = os.path.join(os.path.dirname(sys.executable), "sok1x-run")
 JOB_TIMEOUT_S = 120
 FAILED_JOB_LIMIT_S = 30
@@ -264,6 +265,24 @@ def test_a_rank_that_exits_non_zero_while_its_job_is_stopped_was_stopped(tmp_pat
     assert returncode == 3, stderr
     assert not job_status.has_failure(status_dir, 0), job_status.read_failures(status_dir)
     assert "failed" not in stderr, stderr
+
+
+def run_watch_harness(mode, **popen_args):
+    """Runs watch_harness.py in `mode` on the installed rank_watch.py, in a session of its own;
+    returns (exit code, stdout lines, stderr)."""
+    rank_watch_path = os.path.join(os.path.dirname(rank_guard.GUARD_PATH), "rank_watch.py")
+    popen_args.setdefault("stdin", subprocess.DEVNULL)
+    process = subprocess.Popen([sys.executable, WATCH_HARNESS, rank_watch_path, mode],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               start_new_session=True, universal_newlines=True, **popen_args)
+    returncode, stdout, stderr = finish_guard(process)
+    return returncode, stdout.splitlines(), stderr
+
+
+def test_the_watching_parent_ends_as_the_child_though_its_report_fails_and_stderr_is_gone():
+    returncode, lines, stderr = run_watch_harness("broken-stderr")
+    assert "ended 7 seen []" in lines, stderr
+    assert returncode == 7, stderr
 
 
 def test_the_guard_alone_aborts_a_plain_mpiexec_job():
