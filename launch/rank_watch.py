@@ -128,12 +128,17 @@ def fork_watched(on_child_end):
     if set_parent_death_signal is None or not hasattr(os, "fork"):
         return False
     _flush_standard_streams()
+    ignoring_children = signal.getsignal(signal.SIGCHLD) == signal.SIG_IGN
+    if ignoring_children:  # inherited: Linux would reap the child, and waitpid find none
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     parent_pid = os.getpid()
     child_pid = os.fork()
     if child_pid == 0:
         set_parent_death_signal()
         if os.getppid() != parent_pid:  # the parent died before the request was in place
             os._exit(1)
+        if ignoring_children:
+            signal.signal(signal.SIGCHLD, signal.SIG_IGN)
         return True
     seen = _note_stop_signals()
     wait_status = _EXITED_1  # should the wait itself fail: the child dies with this process

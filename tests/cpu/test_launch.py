@@ -267,6 +267,25 @@ def test_a_rank_that_exits_non_zero_while_its_job_is_stopped_was_stopped(tmp_pat
     assert "failed" not in stderr, stderr
 
 
+REPORT_SIGCHLD = """
+import signal
+print("SIGCHLD ignored:", signal.getsignal(signal.SIGCHLD) == signal.SIG_IGN)
+"""
+
+
+def ignore_sigchld():
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+
+
+def test_a_rank_started_with_sigchld_ignored_is_still_watched(tmp_path):
+    """Started with SIGCHLD ignored (inherited), the guard still forks, waits for its child and
+    ends as it ended; the script sees SIGCHLD ignored, as it would alone."""
+    process, status_dir = start_guard(tmp_path, REPORT_SIGCHLD, preexec_fn=ignore_sigchld)
+    returncode, stdout, stderr = finish_guard(process)
+    assert (returncode, stdout.strip()) == (0, "SIGCHLD ignored: True"), stderr
+    assert len(set(job_status.read_rank_pids(status_dir))) == 2  # the guard forked
+
+
 def run_watch_harness(mode, **popen_args):
     """Runs watch_harness.py in `mode` on the installed rank_watch.py, in a session of its own;
     returns (exit code, stdout lines, stderr)."""
