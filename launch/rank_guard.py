@@ -17,7 +17,7 @@ Under sok1x-run (its status folder on this host) the guard first forks (rank_wat
 runs in the child, and the parent records a death the script could not report (a signal, os._exit)
 with its time and prints the same one line, so that sok1x-run names the first rank that died even
 where mpiexec's own report names another. Under a plain mpiexec the script runs in the guard's own
-process.
+process, and so it does where that process already runs other threads (rank_watch says why).
 """
 import faulthandler
 import importlib

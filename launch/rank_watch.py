@@ -19,14 +19,16 @@ holds parent and child alike. The parent ignores the signals that stop a job, no
 child handles every such signal exactly once, as it would alone; the guard is told which arrived,
 so a rank that a job-wide stop ended is not taken for the rank that failed. The child asks Linux
 to kill it when the parent dies (PR_SET_PDEATHSIG): a parent killed with SIGKILL takes its child
-along. Where that cannot be asked (not Linux), nothing forks and the script runs in the guard's
-own process, as under a plain mpiexec.
+along. Where that cannot be asked (not Linux), or where the process already runs other threads
+(`python -m sok1x.launch.rank_guard` imports sok1x, and NumPy starts OpenBLAS's threads), nothing
+forks and the script runs in the guard's own process, as under a plain mpiexec.
 
 Imports only the standard library (the guard loads this file by path).
 """
 import os
 import signal
 import sys
+import threading
 import time
 import traceback
 
@@ -52,6 +54,15 @@ def _parent_death_signal_setter():
         return prctl(ctypes.c_int(_PR_SET_PDEATHSIG), ctypes.c_ulong(signal.SIGKILL),
                      zero, zero, zero) == 0
     return set_parent_death_signal
+
+
+def _runs_other_threads():
+    """Returns True when a thread besides this one runs in the process, native ones included
+    (OpenBLAS's, once NumPy is imported) where /proc lists them."""
+    try:
+        return len(os.listdir("/proc/self/task")) > 1
+    except OSError:
+        return threading.active_count() > 1
 
 
 def _flush_standard_streams():
@@ -122,10 +133,11 @@ def fork_watched(on_child_end):
     The parent never returns: it waits for the child, calls on_child_end(child_pid, wait_status,
     ended_at, stop_signals_seen) (ended_at: time.time() as the wait returned; stop_signals_seen:
     the stop signals that had reached the parent by then), and ends as the child ended.
-    Returns False, without forking, where a child could outlive its parent (no prctl).
+    Returns False, without forking, where a child could outlive its parent (no prctl), or where
+    other threads run: a lock one of them holds would stay locked in the child for good.
     """
     set_parent_death_signal = _parent_death_signal_setter()
-    if set_parent_death_signal is None or not hasattr(os, "fork"):
+    if set_parent_death_signal is None or not hasattr(os, "fork") or _runs_other_threads():
         return False
     _flush_standard_streams()
     ignoring_children = signal.getsignal(signal.SIGCHLD) == signal.SIG_IGN

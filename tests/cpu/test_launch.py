@@ -304,6 +304,14 @@ def test_the_watching_parent_ends_as_the_child_though_its_report_fails_and_stder
     assert returncode == 7, stderr
 
 
+def test_a_process_running_other_threads_is_not_forked():
+    """Forking a threaded process can leave the child holding a lock no thread will release
+    (sok1x imported first starts OpenBLAS's threads): the script runs in the guard's process."""
+    returncode, lines, stderr = run_watch_harness("thread")
+    assert returncode == 7, stderr
+    assert [line.split()[:2] for line in lines] == [["watched", "False"]], (lines, stderr)
+
+
 def test_the_guard_alone_aborts_a_plain_mpiexec_job():
     mpiexec = mpi_launcher.find_mpiexec()
     finished = launch(["-np", "2", sys.executable, "-m", "sok1x.launch.rank_guard", FAIL_ONE_RANK,
