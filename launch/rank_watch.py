@@ -143,6 +143,9 @@ def fork_watched(on_child_end):
     ignoring_children = signal.getsignal(signal.SIGCHLD) == signal.SIG_IGN
     if ignoring_children:  # inherited: Linux would reap the child, and waitpid find none
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    # Held back until each process has its handling in place: until then, SIGINT would raise
+    # KeyboardInterrupt in the parent and SIGTERM end it, taking the child along.
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
     parent_pid = os.getpid()
     child_pid = os.fork()
     if child_pid == 0:
@@ -151,8 +154,10 @@ def fork_watched(on_child_end):
             os._exit(1)
         if ignoring_children:
             signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         return True
     seen = _note_stop_signals()
+    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     wait_status = _EXITED_1  # should the wait itself fail: the child dies with this process
     try:
         wait_status = _wait_for(child_pid)

@@ -312,6 +312,20 @@ def test_a_process_running_other_threads_is_not_forked():
     assert [line.split()[:2] for line in lines] == [["watched", "False"]], (lines, stderr)
 
 
+@pytest.mark.parametrize("mode", ["signal-parent-after-fork", "signal-group-from-child"])
+def test_a_stop_signal_in_the_moment_after_the_fork_is_not_lost_on_the_parent(mode):
+    """A stop signal (SIGUSR1) that reaches the parent before fork_watched has its handlers in
+    place waits for them (it neither runs the handler the parent had, nor its default action), and
+    the script's process handles it at most once."""
+    returncode, lines, stderr = run_watch_harness(mode)
+    assert returncode == 7, stderr
+    child_pids = [int(line.split()[2]) for line in lines if line.startswith("watched True ")]
+    handled_in = [int(line.split()[2]) for line in lines if line.startswith("SIGUSR1 in ")]
+    assert len(child_pids) == 1, (lines, stderr)
+    assert set(handled_in) <= set(child_pids) and len(handled_in) <= 1, (lines, stderr)
+    assert "ended 7 seen [%d]" % signal.SIGUSR1 in lines, (lines, stderr)
+
+
 def test_the_guard_alone_aborts_a_plain_mpiexec_job():
     mpiexec = mpi_launcher.find_mpiexec()
     finished = launch(["-np", "2", sys.executable, "-m", "sok1x.launch.rank_guard", FAIL_ONE_RANK,
