@@ -8,8 +8,9 @@ parent, "ended <exit code, or minus the signal> seen <stop signals>". The proces
 
 Modes: plain; broken-stderr (on_child_end finds stderr gone and raises); thread (another thread
 runs when fork_watched is called); signal-parent-after-fork (the parent sends itself SIGUSR1 as
-soon as os.fork returns, before fork_watched has its own handlers in place); signal-group-from-child
-(the child sends SIGUSR1 to the process group it was born in as soon as os.fork returns).
+soon as fork_watched's first os.fork returns, before fork_watched has its own handlers in place);
+signal-group-from-child (the child sends SIGUSR1 to the process group it was born in as soon as
+that os.fork returns).
 """
 import importlib.util
 import os
@@ -50,6 +51,7 @@ def on_child_end(child_pid, wait_status, ended_at, stop_signals_seen):
 
 
 def fork_then_signal():
+    os.fork = real_fork  # the first fork only: fork_watched's own (not its sweeper's)
     child_pid = real_fork()
     if child_pid != 0 and mode == "signal-parent-after-fork":
         os.kill(os.getpid(), signal.SIGUSR1)
