@@ -17,7 +17,7 @@ Under sok1x-run (its status folder on this host) the guard first forks (rank_wat
 runs in the child, and the parent records a death the script could not report (a signal, os._exit)
 with its time and prints the same one line, so that sok1x-run names the first rank that died even
 where mpiexec's own report names another. Under a plain mpiexec the script runs in the guard's own
-process.
+process, and so it does where that process already runs other threads (rank_watch says why).
 """
 import faulthandler
 import importlib
@@ -182,10 +182,11 @@ def describe_death(wait_status):
 
 def _record_death(status_dir, rank, pid, wait_status, ended_at, stop_signals_seen):
     """Reports the end of the rank's process (rank_watch's parent calls this) where the script
-    could not: a non-zero exit without a failure on record, or a signal other than one that was
-    stopping the job (that rank was stopped; it did not fail)."""
+    could not: a death by a signal, or a non-zero exit without a failure on record. Not once a stop
+    signal has reached the parent: however the script then ended (the signal, or its own handler's
+    exit code), that rank was stopped; it did not fail."""
     exit_code, number, reason = describe_death(wait_status)
-    if exit_code == 0 or number in stop_signals_seen or job_status.has_failure(status_dir, rank):
+    if exit_code == 0 or stop_signals_seen or job_status.has_failure(status_dir, rank):
         return
     host = socket.gethostname()
     try:

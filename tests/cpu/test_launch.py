@@ -4,6 +4,7 @@ of the launcher that need no job: command-line splitting, Open MPI flags, readin
 Every job runs under a timeout, and a job that outlives it is stopped and fails the test, so a hang
 never hangs the suite. Run from outside the repository, against the installed package.
 """
+import fcntl
 import json
 import os
 import re
@@ -12,12 +13,13 @@ import socket
 import stat
 import subprocess
 import sys
+import termios
 import time
 
 import pytest
 from mpi_jobs import Finished, run_stoppable
 
-from sok1x.launch import failure_report, job_status, mpi_launcher, runner
+from sok1x.launch import failure_report, job_status, mpi_launcher, rank_guard, runner
 from sok1x.launch.job import JobResult
 
 pytestmark = pytest.mark.timeout(300)
@@ -25,6 +27,7 @@ pytestmark = pytest.mark.timeout(300)
 SCRIPTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "launch_scripts")
 REPORT_RANK = os.path.join(SCRIPTS, "report_rank.py")
 FAIL_ONE_RANK = os.path.join(SCRIPTS, "fail_one_rank.py")
+WATCH_HARNESS = os.path.join(SCRIPTS, "watch_harness.py")
 SOK1X_RUN = os.path.join(os.path.dirname(sys.executable), "sok1x-run")
 JOB_TIMEOUT_S = 120
 FAILED_JOB_LIMIT_S = 30
@@ -191,21 +194,24 @@ def test_sigterm_to_sok1x_run_stops_the_whole_job():
     assert "SIGTERM" in finished.last_stderr_line, explain(finished)
 
 
-@pytest.mark.parametrize("target", ["process", "process group"])
-def test_a_signal_to_a_ranks_process_fails_it_one_to_its_group_stops_it(target):
-    """SIGTERM to rank 0's script process alone is that rank failing; SIGTERM to its process
-    group, as MPI launchers stop a job, stops it: no "rank 0 failed" line from its guard."""
+@pytest.mark.parametrize("target", ["script's process", "guard's process", "guard's group"])
+def test_a_signal_to_a_ranks_script_fails_it_one_to_its_guard_stops_it(target):
+    """SIGTERM to rank 0's script process alone is that rank failing. SIGTERM to the process
+    mpiexec started (the guard's watching parent, as a user's kill or Open MPI would send it), or
+    to that process's group (as hydra stops a job), stops it: no "rank 0 failed" line."""
     process, seen = start_hanging_job()
     started = time.monotonic()
-    script_pid = rank_pids(seen)[0][0]
-    if target == "process":
+    script_pid, guard_pid = rank_pids(seen)[0]
+    if target == "script's process":
         os.kill(script_pid, signal.SIGTERM)
+    elif target == "guard's process":
+        os.kill(guard_pid, signal.SIGTERM)
     else:
-        os.killpg(os.getpgid(script_pid), signal.SIGTERM)
+        os.killpg(os.getpgid(guard_pid), signal.SIGTERM)
     finished = finish_job(process, seen, started)
     assert finished.returncode == 1, explain(finished)
     failed_lines = re.findall(r"^sok1x-run: rank 0 failed: .*$", finished.stderr, re.M)
-    if target == "process":
+    if target == "script's process":
         assert failed_lines == ["sok1x-run: rank 0 failed: killed by signal 15 (SIGTERM), "
                                 "PID %d on %s" % (script_pid, socket.gethostname())], \
             explain(finished)
@@ -213,6 +219,198 @@ def test_a_signal_to_a_ranks_process_fails_it_one_to_its_group_stops_it(target):
             "sok1x-run: job failed: rank 0 (PID %d on " % script_pid), explain(finished)
     else:
         assert failed_lines == [], explain(finished)
+
+
+def start_guard(tmp_path, script_text, preexec_fn=None):
+    """Starts rank_guard.py by path on a script of script_text, as sok1x-run starts rank 0 (with
+    its status folder, no mpiexec), in a session of its own; returns (process, status folder)
+    once the script has printed its first line, or at once where it prints none."""
+    script = tmp_path / "rank_script.py"
+    script.write_text(script_text)
+    status_dir = tmp_path / "status"
+    status_dir.mkdir()
+    env = {name: value for name, value in os.environ.items()
+           if name not in rank_guard._RANK_VARIABLES}
+    env.update({job_status.STATUS_DIR_VARIABLE: str(status_dir), "PMI_RANK": "0"})
+    process = subprocess.Popen([sys.executable, rank_guard.GUARD_PATH, str(script)], env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               stdin=subprocess.DEVNULL, start_new_session=True,
+                               preexec_fn=preexec_fn, universal_newlines=True)
+    if "ready" in script_text:
+        assert process.stdout.readline().strip() == "ready", process.stderr.read()
+    return process, str(status_dir)
+
+
+def finish_guard(process):
+    """Returns (exit code, stdout, stderr) once the guard has ended; kills its session first
+    where it has not within FAILED_JOB_LIMIT_S."""
+    try:
+        stdout, stderr = process.communicate(timeout=FAILED_JOB_LIMIT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        stdout, stderr = process.communicate()
+        stderr += "\n(killed: still running after %d s)" % FAILED_JOB_LIMIT_S
+    return process.returncode, stdout, stderr
+
+
+EXIT_3_ON_SIGTERM = """
+import os, signal, time
+signal.signal(signal.SIGTERM, lambda number, frame: os._exit(3))
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+COUNT_SIGTERMS = """
+import signal, time
+received = []
+signal.signal(signal.SIGTERM, lambda number, frame: received.append(number))
+print("ready", flush=True)
+deadline = time.monotonic() + 10
+while not received and time.monotonic() < deadline:
+    time.sleep(0.01)
+time.sleep(0.5)  # time for a second delivery to arrive
+print("SIGTERM received %d times" % len(received))
+"""
+
+
+@pytest.mark.parametrize("target", ["guard's process", "guard's group"])
+def test_a_stop_signal_to_the_guard_reaches_the_script_once(tmp_path, target):
+    """SIGTERM to the guard's watching parent alone, or to its process group, reaches the script
+    exactly once, and the rank's end is a stop: nothing on record."""
+    process, status_dir = start_guard(tmp_path, COUNT_SIGTERMS)
+    if target == "guard's process":
+        os.kill(process.pid, signal.SIGTERM)
+    else:
+        os.killpg(process.pid, signal.SIGTERM)
+    returncode, stdout, stderr = finish_guard(process)
+    assert (returncode, stdout.strip()) == (0, "SIGTERM received 1 times"), stderr
+    assert len(set(job_status.read_rank_pids(status_dir))) == 2  # the guard forked
+    assert not job_status.has_failure(status_dir, 0), job_status.read_failures(status_dir)
+
+
+START_A_PROCESS = """
+import subprocess, sys, time
+started = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+print("ready", flush=True)
+print(started.pid, flush=True)
+time.sleep(60)
+"""
+
+
+def is_running(pid):
+    """Returns True while process `pid` exists and is not a zombie."""
+    try:
+        with open("/proc/%d/stat" % pid) as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_sigkill_to_the_guards_group_reaches_the_processes_the_script_started(tmp_path):
+    """MPI launchers stop a rank with SIGKILL to its process group, so that the processes the
+    rank started die too; that holds though the script runs in a group of its own."""
+    process, _ = start_guard(tmp_path, START_A_PROCESS)
+    started_pid = int(process.stdout.readline())
+    os.killpg(process.pid, signal.SIGKILL)
+    finish_guard(process)
+    deadline = time.monotonic() + 5
+    while is_running(started_pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    running = is_running(started_pid)
+    if running:
+        os.kill(started_pid, signal.SIGKILL)
+    assert not running, "the script's own process outlived the SIGKILL to its rank's group"
+
+
+def test_a_rank_that_exits_non_zero_while_its_job_is_stopped_was_stopped(tmp_path):
+    """The script leaves through os._exit(3) from its own SIGTERM handler when the job is stopped
+    (SIGTERM to the guard's process group): that rank was stopped; no failure is on record."""
+    process, status_dir = start_guard(tmp_path, EXIT_3_ON_SIGTERM)
+    os.killpg(process.pid, signal.SIGTERM)
+    returncode, _, stderr = finish_guard(process)
+    assert returncode == 3, stderr
+    assert not job_status.has_failure(status_dir, 0), job_status.read_failures(status_dir)
+    assert "failed" not in stderr, stderr
+
+
+REPORT_SIGCHLD = """
+import signal
+print("SIGCHLD ignored:", signal.getsignal(signal.SIGCHLD) == signal.SIG_IGN)
+"""
+
+
+def ignore_sigchld():
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+
+
+def test_a_rank_started_with_sigchld_ignored_is_still_watched(tmp_path):
+    """Started with SIGCHLD ignored (inherited), the guard still forks, waits for its child and
+    ends as it ended; the script sees SIGCHLD ignored, as it would alone."""
+    process, status_dir = start_guard(tmp_path, REPORT_SIGCHLD, preexec_fn=ignore_sigchld)
+    returncode, stdout, stderr = finish_guard(process)
+    assert (returncode, stdout.strip()) == (0, "SIGCHLD ignored: True"), stderr
+    assert len(set(job_status.read_rank_pids(status_dir))) == 2  # the guard forked
+
+
+def run_watch_harness(mode, **popen_args):
+    """Runs watch_harness.py in `mode` on the installed rank_watch.py, in a session of its own;
+    returns (exit code, stdout lines, stderr)."""
+    rank_watch_path = os.path.join(os.path.dirname(rank_guard.GUARD_PATH), "rank_watch.py")
+    popen_args.setdefault("stdin", subprocess.DEVNULL)
+    process = subprocess.Popen([sys.executable, WATCH_HARNESS, rank_watch_path, mode],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               start_new_session=True, universal_newlines=True, **popen_args)
+    returncode, stdout, stderr = finish_guard(process)
+    return returncode, stdout.splitlines(), stderr
+
+
+def test_the_watching_parent_ends_as_the_child_though_its_report_fails_and_stderr_is_gone():
+    returncode, lines, stderr = run_watch_harness("broken-stderr")
+    assert "ended 7 seen []" in lines, stderr
+    assert returncode == 7, stderr
+
+
+def test_a_process_running_other_threads_is_not_forked():
+    """Forking a threaded process can leave the child holding a lock no thread will release
+    (sok1x imported first starts OpenBLAS's threads): the script runs in the guard's process."""
+    returncode, lines, stderr = run_watch_harness("thread")
+    assert returncode == 7, stderr
+    assert [line.split()[:2] for line in lines] == [["watched", "False"]], (lines, stderr)
+
+
+def take_controlling_terminal():
+    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+
+def test_a_process_in_the_foreground_of_a_terminal_is_not_forked():
+    """In a process group of its own the script would lose the terminal (reading it would stop
+    the script): a process in the terminal's foreground runs the script itself."""
+    terminal, terminal_end = os.openpty()
+    try:
+        returncode, lines, stderr = run_watch_harness(
+            "plain", stdin=terminal_end, preexec_fn=take_controlling_terminal)
+    finally:
+        os.close(terminal_end)
+        os.close(terminal)
+    assert returncode == 7, stderr
+    assert [line.split()[:2] for line in lines] == [["watched", "False"]], (lines, stderr)
+
+
+@pytest.mark.parametrize("mode", ["signal-parent-after-fork", "signal-group-from-child"])
+def test_a_stop_signal_in_the_moment_after_the_fork_is_not_lost_on_the_parent(mode):
+    """A stop signal (SIGUSR1) that reaches the parent before fork_watched has its handlers in
+    place waits for them (it neither runs the handler the parent had, nor its default action), and
+    the script's process handles it exactly once: forwarded by the parent, though the child was
+    still in the parent's process group when it was sent."""
+    returncode, lines, stderr = run_watch_harness(mode)
+    assert returncode == 7, stderr
+    child_pids = [int(line.split()[2]) for line in lines if line.startswith("watched True ")]
+    handled_in = [int(line.split()[2]) for line in lines if line.startswith("SIGUSR1 in ")]
+    assert len(child_pids) == 1, (lines, stderr)
+    assert handled_in == child_pids, (lines, stderr)
+    assert "ended 7 seen [%d]" % signal.SIGUSR1 in lines, (lines, stderr)
 
 
 def test_the_guard_alone_aborts_a_plain_mpiexec_job():
