@@ -209,7 +209,7 @@ class HashIndex:
         placed = fill_bytes(empty((1,), np.uint64), 0)
         arguments = (ptr(self._slots), self.slot_count, ptr(keys), n, first_new_row, limit,
                      ptr(placed), ptr(new_keys), ptr(new_rows), pool, pool_count, ptr(rows))
-        counted = None
+        fresh = None
         if fetch is None:
             launch(_hash_kernels()["find_or_insert"], n, *arguments)
         else:
@@ -218,24 +218,22 @@ class HashIndex:
             launch(_hash_kernels()["find_or_insert_values"], n, *arguments,
                    *split_args(values, dim), dim, *init, ptr(vectors), *statistics,
                    0 if fresh is None else ptr(fresh))
-            if fresh is not None:  # host rows second, walked in ascending regions
-                if missing is None:
-                    # The count is final after the first pass. Copied before the host rows'
-                    # pass, the host's wait for it does not wait for that pass's writes to host
-                    # memory to drain (a millisecond in some calls: bench/NOTES.md, issue 21).
-                    counted = to_host_later(placed, "the count of keys find_or_insert placed")
-                order, start = host_order_and_start(values, rows, zero_negative=True)
-                width = 4 if dim % 4 == 0 else 1
-                launch(_hash_kernels()["settle_host_rows_w%d" % (4 * width)], n * dim // width,
-                       ptr(keys), ptr(rows), n, ptr(order), ptr(start), ptr(fresh),
-                       *split_args(values, dim), dim, *init, ptr(vectors))
+        # The count is final after the first kernel. Copied before the host rows' pass, the
+        # host's wait for it does not wait for that pass's writes to host memory to drain (a
+        # millisecond in some calls: bench/NOTES.md, issue 21).
+        counted = None if missing is not None else to_host_later(
+            placed, "the count of keys find_or_insert placed")
+        if fresh is not None:  # host rows second, walked in ascending regions
+            order, start = host_order_and_start(values, rows, zero_negative=True)
+            width = 4 if dim % 4 == 0 else 1
+            launch(_hash_kernels()["settle_host_rows_w%d" % (4 * width)], n * dim // width,
+                   ptr(keys), ptr(rows), n, ptr(order), ptr(start), ptr(fresh),
+                   *split_args(values, dim), dim, *init, ptr(vectors))
         if missing is not None:
             self.size += missing
             if queue_first is not None:
                 queue_first(new_keys, new_rows, None, rows)
             return rows, new_keys, new_rows
-        if counted is None:
-            counted = to_host_later(placed, "the count of keys find_or_insert placed")
         if queue_first is not None:
             queue_first(new_keys, new_rows, placed, rows)
         count = int(counted()[0])
