@@ -6,6 +6,7 @@
 #           ways, staged and two-pass, forced in turn)
 #   stages  bench/checkpoint_stages.py: where a dump and a load of 2M x 128 rows spend their
 #           time, with and without the crc32, beside the host's own crc32, write and read rates
+#           (CKPT_STAGES_ROWS, CKPT_STAGES_REPEATS, CKPT_STAGES_LIMIT: default 2M rows, 3, 60 s)
 #   before  (CKPT_BEFORE=DIR, another checkout, e.g. main's: installed apart) the stage probe
 #           of its sok1x, then its own bench/checkpoint_io.py, as "bench" below, into
 #           checkpoint_io_10M_1gpu_before.json
@@ -62,8 +63,9 @@ step() {  # name, seconds, command...
 }
 step tests 90 env SOK1X_TEST_BACKEND=cuda $mpi -n 1 python3 -m pytest -q -p no:cacheprovider \
   --color=no "$repo/tests/mpi/test_sharded_checkpoint.py" "$repo/tests/mpi/test_checkpoint.py"
-step stages 60 $mpi -n 1 python3 "$repo/bench/checkpoint_stages.py" --backend cuda \
-  --rows 2000000 --dir /dev/shm --repeats 3 --out "$out/checkpoint_stages_2M_1gpu.json"
+step stages "${CKPT_STAGES_LIMIT:-60}" $mpi -n 1 python3 "$repo/bench/checkpoint_stages.py" \
+  --backend cuda --rows "${CKPT_STAGES_ROWS:-2000000}" --dir /dev/shm \
+  --repeats "${CKPT_STAGES_REPEATS:-3}" --out "$out/checkpoint_stages_1gpu.json"
 if [ -n "$before" ]; then
   step stages_before 60 env PYTHONPATH="$site-before:$needs" $mpi -n 1 python3 \
     "$repo/bench/checkpoint_stages.py" --backend cuda --rows 2000000 --dir /dev/shm --repeats 3 \
