@@ -54,8 +54,9 @@ def _write_buffer(descriptor, view, offset):
 
 def _read_piece(descriptor, piece, offset, verify):
     """Fills uint8 memoryview `piece` from `offset`, block by block, each block's crc32 taken on
-    the checksum threads while the next is read; returns (bytes read, their zlib.crc32 or 0 when
-    not `verify`). Fewer bytes only at the end of the file."""
+    the checksum threads while the next is read; returns (bytes read, [(Future of a block's
+    crc32, length)], empty when not `verify`) without waiting for the checksums. Fewer bytes
+    only at the end of the file."""
     got, crcs = 0, []
     while got < piece.nbytes:
         block = piece[got:got + BLOCK_BYTES]
@@ -70,7 +71,7 @@ def _read_piece(descriptor, piece, offset, verify):
         got += filled
         if filled < block.nbytes:
             break
-    return got, _joined(0, crcs)
+    return got, crcs
 
 
 class ShardWriter:
@@ -163,19 +164,31 @@ class ShardReader:
         self._handle = open(path, "rb")
         self._crc32 = 0
         self._read = 0
+        # Blocks read into buffers whose crc32s the checksum threads may still be taking, in
+        # file order: (Future of a block's crc32, length). The I/O threads go on to the next
+        # chunk meanwhile; a buffer is filled again only once its own blocks' checksums are
+        # taken (_pending_by_buffer), and finish() joins them all.
+        self._pending = []
+        self._pending_by_buffer = {}
 
     def read(self, count):
         """Returns the next `count` bytes (fewer only at the end of the file)."""
         data = os.pread(self._handle.fileno(), int(count), self._read)
         if self._verify:
+            self._settle()
             self._crc32 = shard_checksum.crc32(data, self._crc32)
         self._read += len(data)
         return data
 
     def read_into(self, buffer):
         """Fills `buffer` (a uint8 NumPy array) with the next bytes, in pieces on the shard I/O
-        threads; raises CheckpointError if the file ends first."""
+        threads; raises CheckpointError if the file ends first. Returns once the bytes are in:
+        their checksums may still be being taken (joined by finish()); a buffer filled here
+        before is first waited for."""
         view = memoryview(buffer).cast("B")
+        address = buffer.__array_interface__["data"][0]
+        for future, _ in self._pending_by_buffer.pop(address, ()):
+            future.result()  # its bytes are about to be replaced
         descriptor, offset = self._handle.fileno(), self._read
         parts = shard_checksum.pieces(view)
         futures = [shard_checksum.submit(_read_piece, descriptor, piece, offset + start,
@@ -186,9 +199,17 @@ class ShardReader:
             raise CheckpointError("checkpoint shard %s ended early: the file is truncated"
                                   % self.path)
         if self._verify:
-            self._crc32 = shard_checksum.joined(self._crc32, [
-                (crc, count) for count, crc in results])
+            blocks = [block for _, crcs in results for block in crcs]
+            self._pending += blocks
+            self._pending_by_buffer[address] = blocks
         self._read += got
+
+    def _settle(self):
+        """Joins the checksums of the blocks read so far into the running crc32."""
+        if self._pending:
+            self._crc32 = shard_checksum.joined(self._crc32, [
+                (future.result(), length) for future, length in self._pending])
+            self._pending, self._pending_by_buffer = [], {}
 
     def chunks(self, sizes, allocate=None, before_refill=None, depth=READ_AHEAD, room=None):
         """Yields the file's next pieces of `sizes` bytes, as uint8 arrays, each valid until the
@@ -249,6 +270,8 @@ class ShardReader:
     def finish(self):
         """Checks that the whole file was read and its checksum; closes it."""
         self._handle.close()
+        if self._verify:
+            self._settle()
         size, crc32 = self._expected
         if self._read != size:
             raise CheckpointError("checkpoint shard %s holds %d bytes past its rows: the file is "
