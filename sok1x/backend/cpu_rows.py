@@ -1,5 +1,5 @@
 """Row ops of the cpu backend that its HashIndex (cpu_hash.find_or_insert_values) uses too:
-gather_rows, touch_rows, init_rows (re-exported by cpu.py as part of the op set)."""
+gather_rows, fill_rows, touch_rows, init_rows (re-exported by cpu.py as part of the op set)."""
 import numpy as np
 
 from sok1x.backend.cpu_random import initial_values
@@ -24,6 +24,13 @@ def gather_rows(table, rows):
     out = table[np.maximum(rows, 0)]
     out[rows < 0] = 0
     return out
+
+
+def fill_rows(array, rows, value, count=None):
+    """array[rows] = value; count: None, or a [1] array: only the first count[0] rows, negative
+    rows skipped (cuda's fill_rows)."""
+    rows = counted_rows(rows, count)
+    array[rows[rows >= 0]] = value
 
 
 def touch_rows(last_step, counts, rows, step):
