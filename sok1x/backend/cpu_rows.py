@@ -33,12 +33,13 @@ def fill_rows(array, rows, value, count=None):
     array[rows[rows >= 0]] = value
 
 
-def touch_rows(last_step, counts, rows, step):
-    """For each row >= 0: last_step[row] = step, counts[row] += 1 (repeats count each time)."""
+def touch_rows(statistics, rows, step):
+    """For each row >= 0: statistics[row] = (step, count + 1), statistics int64 [n, 2] records
+    of (last step, count) (repeats count each time)."""
     rows = np.asarray(rows, dtype=np.int64)
     rows = rows[rows >= 0]
-    last_step[rows] = step
-    counts += np.bincount(rows, minlength=counts.shape[0]).astype(counts.dtype)
+    statistics[rows, 0] = step
+    statistics[:, 1] += np.bincount(rows, minlength=statistics.shape[0]).astype(np.int64)
 
 
 def init_rows(table, rows, keys, spec, table_id, count=None):

@@ -394,17 +394,20 @@ def scatter_add_rows(table, rows, values):
 
 @memoised_per_context
 def _touch_rows_kernel():
-    return prepared("dynamic_table.cu", "touch_rows", "PPPqq")
+    return prepared("dynamic_table.cu", "touch_rows", "PPqq")
 
 
 @uses_context
-def touch_rows(last_step, counts, rows, step):
-    """For each row >= 0: last_step[row] = step, counts[row] += 1 (int64 GPUArrays; repeats
-    count each time)."""
+def touch_rows(statistics, rows, step):
+    """For each row >= 0: statistics[row] = (step, count + 1), statistics an int64 [n, 2]
+    GPUArray of (last step, count) records (a repeated row counts each time)."""
     rows = index_array(rows, "rows")
+    if statistics.dtype != np.int64 or statistics.ndim != 2 or statistics.shape[1] != 2:
+        raise TypeError("touch_rows needs int64 [n, 2] statistics, got %s %s"
+                        % (statistics.dtype, statistics.shape))
     if rows.shape[0]:
-        launch(_touch_rows_kernel(), rows.shape[0], ptr(last_step), ptr(counts), ptr(rows),
-               rows.shape[0], int(step))
+        launch(_touch_rows_kernel(), rows.shape[0], ptr(statistics), ptr(rows), rows.shape[0],
+               int(step))
 
 
 @memoised_per_context
