@@ -33,13 +33,16 @@ def fill_rows(array, rows, value, count=None):
     array[rows[rows >= 0]] = value
 
 
-def touch_rows(statistics, rows, step):
+def touch_rows(statistics, rows, step, stamp=None):
     """For each row >= 0: statistics[row] = (step, count + 1), statistics int64 [n, 2] records
-    of (last step, count) (repeats count each time)."""
+    of (last step, count) (repeats count each time). stamp: None, or (times, new_rows, now,
+    count): also fill_rows(times, new_rows, now, count) (cuda does both in one launch)."""
     rows = np.asarray(rows, dtype=np.int64)
     rows = rows[rows >= 0]
     statistics[rows, 0] = step
     statistics[:, 1] += np.bincount(rows, minlength=statistics.shape[0]).astype(np.int64)
+    if stamp is not None:
+        fill_rows(*stamp)
 
 
 def init_rows(table, rows, keys, spec, table_id, count=None):

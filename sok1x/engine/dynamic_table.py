@@ -16,8 +16,9 @@ reused row gets its initial value (D10) and every slot's initial value. Per row 
 one 16-byte record of access statistics, statistics[row] = (last step, count): the step
 journal's counter at the row's last training lookup, and its training lookups (each rank's
 lookup of a key counts once). One touch_rows per lookup updates them (one sector per key, where
-two arrays took two; rows split between GPU and host memory: the lookup's kernel does); a row's
-record is zeroed when its key leaves (eviction, undo), so a new key's row starts from 0.
+two arrays took two) and stamps the new rows' update times in the same launch (rows split
+between GPU and host memory: the lookup's kernel counts it, a fill_rows stamps); a row's record
+is zeroed when its key leaves (eviction, undo), so a new key's row starts from 0.
 Eviction reads them and the index once, on the host: the cost of a step that evicts, not of the
 others. Checkpoints do not hold the statistics (a loaded table starts from zero).
 Every insert is recorded in the step journal (engine/step_journal.py): a failed step erases its
@@ -25,6 +26,7 @@ new keys, puts evicted keys back with their vectors, slots and statistics, and r
 list.
 """
 import collections
+import time
 
 import numpy as np
 
@@ -177,11 +179,13 @@ class DynamicTable(EmbeddingTable):
         gathered = []
 
         def queue_rows(new_keys, new_rows, count, rows):  # runs while the host waits for count
-            if not fused:
+            if fused:  # the kernel counted the lookup
+                self.stamp(new_rows, count)
+            else:  # the count and the new rows' update time in one launch
                 hybrid_rows.init_rows(backend, self.values, new_rows, new_keys, self.spec,
                                       self.table_id, count)
-                backend.touch_rows(self.statistics, rows, self.journal.step)
-            self.stamp(new_rows, count)
+                backend.touch_rows(self.statistics, rows, self.journal.step,
+                                   stamp=(self.times, new_rows, time.time(), count))
             if fetch and not fused:
                 gathered.append(self.gather(rows))
 
