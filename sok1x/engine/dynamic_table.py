@@ -1,26 +1,29 @@
 """Hash tables that grow and evict: one rank's shard of a sok1x.DynamicVariable (issue 11, D6, D11).
 
 var_type "hbm": the shard starts with init_capacity rows and doubles when a step's new keys do not
-fit (the index rebuilt; values, every optimizer slot and the access statistics copied into arrays
+fit (the index rebuilt; values, every optimizer slot and the update times copied into arrays
 twice the size; every key keeps its row), up to max_capacity; a step that needs more raises
 TableFullError on every rank, changing nothing.
-var_type "hybrid": grows the same way, and once max_capacity rows are held, a step's new keys take
-the rows of keys evicted by evict_strategy: "lru" the keys looked up least recently, "lfu" the keys
-looked up least often (ties: least recently, then the smaller key), never a key looked up in the
-current step. Evicted keys and their vectors are kept until pop_evicted() hands them out, once.
+var_type "hybrid": grows the same way (its access statistics copied too), and once max_capacity
+rows are held, a step's new keys take the rows of keys evicted by evict_strategy: "lru" the keys
+looked up least recently, "lfu" the keys looked up least often (ties: least recently, then the
+smaller key), never a key looked up in the current step. Evicted keys and their vectors are kept
+until pop_evicted() hands them out, once.
 With max_hbm_for_vectors > 0, rows beyond what that many GiB of vectors hold live in page-locked
 host memory that the same kernels read (engine/hybrid_rows.py); optimizer slots split alike.
 
 Rows of evicted keys go to a free list and are handed out again, last freed first; a new key on a
-reused row gets its initial value (D10) and every slot's initial value. Per row the backend keeps
-one 16-byte record of access statistics, statistics[row] = (last step, count): the step
+reused row gets its initial value (D10) and every slot's initial value. Per row a hybrid table
+keeps one 16-byte record of access statistics, statistics[row] = (last step, count): the step
 journal's counter at the row's last training lookup, and its training lookups (each rank's
 lookup of a key counts once). One touch_rows per lookup updates them (one sector per key, where
 two arrays took two) and stamps the new rows' update times in the same launch (rows split
 between GPU and host memory: the lookup's kernel counts it, a fill_rows stamps); a row's record
 is zeroed when its key leaves (eviction, undo), so a new key's row starts from 0.
 Eviction reads them and the index once, on the host: the cost of a step that evicts, not of the
-others. Checkpoints do not hold the statistics (a loaded table starts from zero).
+others. Nothing else reads them, so an hbm table, which never evicts, keeps none (statistics
+None; its lookups stamp the new rows alone). Checkpoints do not hold the statistics (a loaded
+table starts from zero).
 Every insert is recorded in the step journal (engine/step_journal.py): a failed step erases its
 new keys, puts evicted keys back with their vectors, slots and statistics, and restores the free
 list.
@@ -88,7 +91,7 @@ def hbm_rows(dynamic, dim):
 class DynamicTable(EmbeddingTable):
     """A growing (and, for hybrid, evicting) hash-table shard. Beyond EmbeddingTable's
     attributes: dynamic (Dynamic), max_capacity, statistics (backend int64 [capacity, 2]: each
-    row's last step and count, columns LAST_STEP and COUNT)."""
+    row's last step and count, columns LAST_STEP and COUNT; None for var_type "hbm")."""
 
     def __init__(self, runtime, name, dim, spec, placement, dynamic):
         super().__init__(runtime, name, dim, dynamic.init_capacity, True, spec, placement)
@@ -100,7 +103,8 @@ class DynamicTable(EmbeddingTable):
         if self.hbm_rows is not None:
             self.values = hybrid_rows.new_rows_array(self.backend, self.values.shape,
                                                      np.float32, self.hbm_rows)
-        self.statistics = self.backend.zeros((self.capacity, 2), np.int64)
+        self.statistics = (self.backend.zeros((self.capacity, 2), np.int64)
+                           if dynamic.var_type == "hybrid" else None)
         self._free = np.zeros(0, np.int64)  # rows given back, reused last freed first
         self._free_uploaded = None  # (host base of the free list, its device copy reversed)
         self._high_water = 0  # rows [0, high_water) were handed out at least once
@@ -154,7 +158,8 @@ class DynamicTable(EmbeddingTable):
             missing = self.index.count_missing(keys)
         if missing == 0:
             found = self.index.find(keys)
-            self.backend.touch_rows(self.statistics, found, self.journal.step)
+            if self.statistics is not None:
+                self.backend.touch_rows(self.statistics, found, self.journal.step)
             return found, (self.gather(found) if fetch else None)
         needed = self.index.size + missing
         if needed > self.capacity and self.capacity < self.max_capacity:
@@ -179,11 +184,12 @@ class DynamicTable(EmbeddingTable):
         gathered = []
 
         def queue_rows(new_keys, new_rows, count, rows):  # runs while the host waits for count
-            if fused:  # the kernel counted the lookup
-                self.stamp(new_rows, count)
-            else:  # the count and the new rows' update time in one launch
+            if not fused:
                 hybrid_rows.init_rows(backend, self.values, new_rows, new_keys, self.spec,
                                       self.table_id, count)
+            if fused or self.statistics is None:  # counted by the kernel, or not kept
+                self.stamp(new_rows, count)
+            else:  # the count and the new rows' update time in one launch
                 backend.touch_rows(self.statistics, rows, self.journal.step,
                                    stamp=(self.times, new_rows, time.time(), count))
             if fetch and not fused:
@@ -302,8 +308,9 @@ class DynamicTable(EmbeddingTable):
         backend = self.backend
         self.index.erase(new_keys)
         self.reset_slot_rows(new_rows)
-        backend.put_rows(self.statistics, new_rows,
-                         backend.zeros((int(new_rows.shape[0]), 2), np.int64))
+        if self.statistics is not None:
+            backend.put_rows(self.statistics, new_rows,
+                             backend.zeros((int(new_rows.shape[0]), 2), np.int64))
         if evicted is not None:
             keys, rows, values, slots, statistics, entry = evicted
             device_rows = backend.asarray(rows)
@@ -328,8 +335,9 @@ class DynamicTable(EmbeddingTable):
         self.slots = {name: hybrid_rows.grown(backend, s, capacity, self.hbm_rows,
                                               self.slot_initial[name])
                       for name, s in self.slots.items()}
-        self.statistics, self.times = (hybrid_rows.grown(backend, a, capacity, None)
-                                       for a in (self.statistics, self.times))
+        if self.statistics is not None:
+            self.statistics = hybrid_rows.grown(backend, self.statistics, capacity, None)
+        self.times = hybrid_rows.grown(backend, self.times, capacity, None)
         self.index = rebuilt_index(backend, self.index, capacity)
         self.capacity = capacity
 
