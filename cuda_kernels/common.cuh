@@ -104,10 +104,14 @@ __device__ __forceinline__ int64 find_or_claim_slot(int64* slot_keys, int stride
   return -1;
 }
 
-// A lookup's access statistics of one row (a growing, evicting table's, engine/dynamic_table.py):
-// last_step[row] = step and counts[row] += 1 (a repeated row counts each time); row < 0: none.
-__device__ __forceinline__ void touch_row(int64* last_step, int64* counts, int64 row, int64 step) {
+// A lookup's access statistics of one row of a growing, evicting table (engine/dynamic_table.py),
+// kept as one 16-byte record per row: statistics[2 * row] the step of the row's last lookup,
+// statistics[2 * row + 1] its count of lookups. Sets the step and adds 1 to the count (a
+// repeated row counts each time); row < 0: none. The record lies in one 32-byte sector, so a key
+// costs one sector's read and write where two arrays cost two.
+__device__ __forceinline__ void touch_row(int64* statistics, int64 row, int64 step) {
   if (row < 0) return;
-  last_step[row] = step;
-  atomicAdd((uint64*)(counts + row), 1ULL);
+  int64* record = statistics + 2 * row;
+  record[0] = step;
+  atomicAdd((uint64*)(record + 1), 1ULL);
 }

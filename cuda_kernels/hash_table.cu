@@ -133,8 +133,8 @@ __device__ __forceinline__ bool deferred(int64 row, int64 first_host) {
 
 // find_or_insert (as hash_find_or_insert) that also initialises the placed keys' rows of
 // `values` ([*, dim] float32, maybe split) with random_init.cuh's recipe and writes every key's
-// vector to out[i] ([n, dim]; zeros for a key without a row), and, where last_step is given,
-// counts the lookup in the rows' statistics (touch_row), HierarchicalKV's find_or_insert:
+// vector to out[i] ([n, dim]; zeros for a key without a row), and, where statistics is given,
+// counts the lookup in the rows' 16-byte records (touch_row), HierarchicalKV's find_or_insert:
 // one pass over the keys, a new row's vector computed once and stored twice, no reread. The warp
 // shares each key's row, a lane per column. A new row's values are stored before its row is
 // published (a fence between), and found rows are read through L2 (__ldcg), so a thread meeting
@@ -146,7 +146,7 @@ extern "C" __global__ void hash_find_or_insert_values(
     int64* slots, uint64 slot_count, const int64* keys, int64 n, int64 first_new_row, int64 limit,
     uint64* placed, int64* new_keys, int64* new_rows, const int64* row_pool, int64 pool_count,
     int64* rows, SplitRows<float> values, int64 dim, int64 kind, uint64 seed, uint64 table_id,
-    double a, double b, float* __restrict__ out, int64* last_step, int64* counts, int64 step,
+    double a, double b, float* __restrict__ out, int64* statistics, int64 step,
     unsigned* fresh) {
   const Placing p = {first_new_row, limit, pool_count, placed, new_keys, new_rows, row_pool};
   const uint64 streams = table_stream(seed, table_id);
@@ -184,7 +184,7 @@ extern "C" __global__ void hash_find_or_insert_values(
       row = found_row(slots, slot);
       rows[i] = row;
     }
-    if (last_step != nullptr) touch_row(last_step, counts, row, step);
+    if (statistics != nullptr) touch_row(statistics, row, step);
     const int64 in_warp = n - first < 32 ? n - first : 32;
     const unsigned found_here = ~new_here & (in_warp == 32 ? FULL_WARP : (1u << in_warp) - 1u);
     for (int j0 = 0; j0 < 32; j0 += GROUP) {

@@ -71,7 +71,9 @@ Every backend module exposes the same names, and the engine's algorithms call on
     gather_rows(table, rows) -> [n, dim]               row -1 gives a zero vector
     scatter_add_rows(table, rows, values)              table[rows] += values, repeats summed
     init_rows(table, rows, keys, spec, table_id, count=None)   initial values (random_init.py)
-    touch_rows(last_step, counts, rows, step)          access statistics of rows >= 0 (int64)
+    touch_rows(statistics, rows, step, stamp=None)     a lookup's access statistics: int64 [n, 2]
+        records (last step, count) of rows >= 0; stamp (times, new_rows, now, count): also
+        fill_rows(times, new_rows, now, count), in the same launch on cuda
     HashIndex(capacity)                                key -> row index of a shard (cpu_hash.py):
         find, count_missing, find_or_insert(keys, row_pool, missing, next_row, queue_first),
         find_or_insert_values(keys, values, spec, table_id, ...) (also initialises the new

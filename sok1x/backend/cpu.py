@@ -15,7 +15,7 @@ from sok1x.backend import cpu_optimizers
 from sok1x.backend import dlpack
 from sok1x.backend.owner_rules import OWNER_FIXED, OWNER_HASH, OWNER_MOD
 from sok1x.backend.cpu_rows import (  # noqa: F401  (part of the op set)
-    counted_rows as _counted_rows,
+    fill_rows,
     gather_rows,
     init_rows,
     touch_rows,
@@ -337,13 +337,6 @@ def segment_counts(segment_ids, num_segments):
     """Returns float32 [num_segments]: how many ids fall in each segment."""
     return np.bincount(np.asarray(segment_ids, dtype=np.int64),
                        minlength=int(num_segments)).astype(np.float32)
-
-
-def fill_rows(array, rows, value, count=None):
-    """array[rows] = value; count: None, or a [1] array: only the first count[0] rows, negative
-    rows skipped (cuda's fill_rows)."""
-    rows = _counted_rows(rows, count)
-    array[rows[rows >= 0]] = value
 
 
 def scale_rows(values, factors, divide=False):

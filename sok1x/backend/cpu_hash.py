@@ -122,12 +122,12 @@ class HashIndex:
                               next_row=None, queue_first=None, touch=None):
         """find_or_insert, then init_rows of the new keys' rows of `values` and the vectors of
         every key: (rows, vectors [n, dim], new_keys, new_rows), as the cuda index's one
-        kernel; touch: None or (last_step, counts, step) for touch_rows of the rows."""
+        kernel; touch: None or (statistics, step) for touch_rows of the rows."""
         rows, new_keys, new_rows = self.find_or_insert(keys, row_pool, missing, next_row,
                                                        queue_first)
         cpu_rows.init_rows(values, new_rows, new_keys, spec, table_id)
         if touch is not None:
-            cpu_rows.touch_rows(touch[0], touch[1], rows, touch[2])
+            cpu_rows.touch_rows(touch[0], rows, touch[1])
         return rows, cpu_rows.gather_rows(values, rows), new_keys, new_rows
 
     def assign(self, keys, rows):

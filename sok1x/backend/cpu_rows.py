@@ -1,5 +1,5 @@
 """Row ops of the cpu backend that its HashIndex (cpu_hash.find_or_insert_values) uses too:
-gather_rows, touch_rows, init_rows (re-exported by cpu.py as part of the op set)."""
+gather_rows, fill_rows, touch_rows, init_rows (re-exported by cpu.py as part of the op set)."""
 import numpy as np
 
 from sok1x.backend.cpu_random import initial_values
@@ -26,12 +26,23 @@ def gather_rows(table, rows):
     return out
 
 
-def touch_rows(last_step, counts, rows, step):
-    """For each row >= 0: last_step[row] = step, counts[row] += 1 (repeats count each time)."""
+def fill_rows(array, rows, value, count=None):
+    """array[rows] = value; count: None, or a [1] array: only the first count[0] rows, negative
+    rows skipped (cuda's fill_rows)."""
+    rows = counted_rows(rows, count)
+    array[rows[rows >= 0]] = value
+
+
+def touch_rows(statistics, rows, step, stamp=None):
+    """For each row >= 0: statistics[row] = (step, count + 1), statistics int64 [n, 2] records
+    of (last step, count) (repeats count each time). stamp: None, or (times, new_rows, now,
+    count): also fill_rows(times, new_rows, now, count) (cuda does both in one launch)."""
     rows = np.asarray(rows, dtype=np.int64)
     rows = rows[rows >= 0]
-    last_step[rows] = step
-    counts += np.bincount(rows, minlength=counts.shape[0]).astype(counts.dtype)
+    statistics[rows, 0] = step
+    statistics[:, 1] += np.bincount(rows, minlength=statistics.shape[0]).astype(np.int64)
+    if stamp is not None:
+        fill_rows(*stamp)
 
 
 def init_rows(table, rows, keys, spec, table_id, count=None):

@@ -394,17 +394,31 @@ def scatter_add_rows(table, rows, values):
 
 @memoised_per_context
 def _touch_rows_kernel():
-    return prepared("dynamic_table.cu", "touch_rows", "PPPqq")
+    return prepared("dynamic_table.cu", "touch_rows", "PPqqPPqPd")
 
 
 @uses_context
-def touch_rows(last_step, counts, rows, step):
-    """For each row >= 0: last_step[row] = step, counts[row] += 1 (int64 GPUArrays; repeats
-    count each time)."""
+def touch_rows(statistics, rows, step, stamp=None):
+    """For each row >= 0: statistics[row] = (step, count + 1), statistics an int64 [n, 2]
+    GPUArray of (last step, count) records (a repeated row counts each time). stamp: None, or
+    (times, new_rows, now, count): fill_rows(times, new_rows, now, count) in the same launch."""
     rows = index_array(rows, "rows")
-    if rows.shape[0]:
-        launch(_touch_rows_kernel(), rows.shape[0], ptr(last_step), ptr(counts), ptr(rows),
-               rows.shape[0], int(step))
+    if statistics.dtype != np.int64 or statistics.ndim != 2 or statistics.shape[1] != 2:
+        raise TypeError("touch_rows needs int64 [n, 2] statistics, got %s %s"
+                        % (statistics.dtype, statistics.shape))
+    times, new_rows, now, count = (None, None, 0.0, None) if stamp is None else stamp
+    new_n = 0
+    if times is not None:
+        new_rows = index_array(new_rows, "new_rows")
+        if times.dtype != np.float64 or times.ndim != 1:
+            raise TypeError("touch_rows stamps a float64 1-D array, got %s %s"
+                            % (times.dtype, times.shape))
+        new_n = new_rows.shape[0]
+    if rows.shape[0] or new_n:
+        launch(_touch_rows_kernel(), max(rows.shape[0], new_n), ptr(statistics), ptr(rows),
+               rows.shape[0], int(step), 0 if not new_n else ptr(times),
+               0 if not new_n else ptr(new_rows), new_n, _count_ptr(count) if new_n else 0,
+               float(now))
 
 
 @memoised_per_context

@@ -48,7 +48,7 @@ def _hash_kernels():
         "count_missing": prepared("hash_table.cu", "hash_count_missing", "PQPqPQP"),
         "find_or_insert": prepared("hash_table.cu", "hash_find_or_insert", "PQPqqqPPPPqP"),
         "find_or_insert_values": prepared("hash_table.cu", "hash_find_or_insert_values",
-                                          "PQPqqqPPPPqP" + "PPqqqQQddP" + "PPqP"),
+                                          "PQPqqqPPPPqP" + "PPqqqQQddP" + "PqP"),
         "settle_host_rows_w4": prepared("hash_table.cu", "hash_settle_host_rows_w4",
                                         "PPqPPP" + "PPqqqQQddP"),
         "settle_host_rows_w16": prepared("hash_table.cu", "hash_settle_host_rows_w16",
@@ -153,10 +153,9 @@ class HashIndex:
         initialises and copies (HierarchicalKV's find_or_insert): a new row's vector is
         computed once and written to the table and the output, nothing is read back, and no
         row copy waits for the host (a split table's host rows take a second kernel that walks
-        them in ascending regions, cuda_host_order). touch: None, or (last_step, counts,
-        step): the kernel also counts the lookup as backend.touch_rows(last_step, counts, rows,
-        step) does. Other
-        arguments and errors as find_or_insert's (an overflowing call leaves the output
+        them in ascending regions, cuda_host_order). touch: None, or (statistics, step):
+        the kernel also counts the lookup as backend.touch_rows(statistics, rows, step) does.
+        Other arguments and errors as find_or_insert's (an overflowing call leaves the output
         unspecified and, with touch, has counted the lookup of the keys it found)."""
         if values.dtype != np.float32 or values.ndim != 2:
             raise TypeError("find_or_insert_values needs a float32 [rows, dim] table, got %s %s"
@@ -164,8 +163,7 @@ class HashIndex:
         keys = index_array(keys, "keys")
         dim = int(values.shape[1])
         vectors = empty((keys.shape[0], dim), np.float32)
-        statistics = (0, 0, 0) if touch is None else (ptr(touch[0]), ptr(touch[1]),
-                                                       int(touch[2]))
+        statistics = (0, 0) if touch is None else (ptr(touch[0]), int(touch[1]))
         fetch = (values, dim, recipe.kernel_arguments(spec, table_id), vectors, statistics)
         rows, new_keys, new_rows = self._find_or_insert(keys, row_pool, missing, next_row,
                                                         queue_first, fetch)

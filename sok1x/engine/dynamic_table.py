@@ -1,28 +1,35 @@
 """Hash tables that grow and evict: one rank's shard of a sok1x.DynamicVariable (issue 11, D6, D11).
 
 var_type "hbm": the shard starts with init_capacity rows and doubles when a step's new keys do not
-fit (the index rebuilt; values, every optimizer slot and the access statistics copied into arrays
+fit (the index rebuilt; values, every optimizer slot and the update times copied into arrays
 twice the size; every key keeps its row), up to max_capacity; a step that needs more raises
 TableFullError on every rank, changing nothing.
-var_type "hybrid": grows the same way, and once max_capacity rows are held, a step's new keys take
-the rows of keys evicted by evict_strategy: "lru" the keys looked up least recently, "lfu" the keys
-looked up least often (ties: least recently, then the smaller key), never a key looked up in the
-current step. Evicted keys and their vectors are kept until pop_evicted() hands them out, once.
+var_type "hybrid": grows the same way (its access statistics copied too), and once max_capacity
+rows are held, a step's new keys take the rows of keys evicted by evict_strategy: "lru" the keys
+looked up least recently, "lfu" the keys looked up least often (ties: least recently, then the
+smaller key), never a key looked up in the current step. Evicted keys and their vectors are kept
+until pop_evicted() hands them out, once.
 With max_hbm_for_vectors > 0, rows beyond what that many GiB of vectors hold live in page-locked
 host memory that the same kernels read (engine/hybrid_rows.py); optimizer slots split alike.
 
 Rows of evicted keys go to a free list and are handed out again, last freed first; a new key on a
-reused row gets its initial value (D10) and every slot's initial value. Per row the backend keeps
-last_step (the step journal's counter at the row's last training lookup) and counts (training
-lookups: each rank's lookup of a key counts once), updated by one touch_rows per lookup; a row's
-count is zeroed when its key leaves (eviction, undo), so a new key's row starts from 0.
+reused row gets its initial value (D10) and every slot's initial value. Per row a hybrid table
+keeps one 16-byte record of access statistics, statistics[row] = (last step, count): the step
+journal's counter at the row's last training lookup, and its training lookups (each rank's
+lookup of a key counts once). One touch_rows per lookup updates them (one sector per key, where
+two arrays took two) and stamps the new rows' update times in the same launch (rows split
+between GPU and host memory: the lookup's kernel counts it, a fill_rows stamps); a row's record
+is zeroed when its key leaves (eviction, undo), so a new key's row starts from 0.
 Eviction reads them and the index once, on the host: the cost of a step that evicts, not of the
-others.
+others. Nothing else reads them, so an hbm table, which never evicts, keeps none (statistics
+None; its lookups stamp the new rows alone). Checkpoints do not hold the statistics (a loaded
+table starts from zero).
 Every insert is recorded in the step journal (engine/step_journal.py): a failed step erases its
 new keys, puts evicted keys back with their vectors, slots and statistics, and restores the free
 list.
 """
 import collections
+import time
 
 import numpy as np
 
@@ -33,6 +40,7 @@ from sok1x.errors import TableFullError
 
 VAR_TYPES = ("hbm", "hybrid")
 EVICT_STRATEGIES = ("lru", "lfu")
+LAST_STEP, COUNT = 0, 1  # the columns of DynamicTable.statistics
 
 Dynamic = collections.namedtuple(
     "Dynamic", "var_type init_capacity max_capacity evict_strategy max_hbm_for_vectors")
@@ -82,8 +90,8 @@ def hbm_rows(dynamic, dim):
 
 class DynamicTable(EmbeddingTable):
     """A growing (and, for hybrid, evicting) hash-table shard. Beyond EmbeddingTable's
-    attributes: dynamic (Dynamic), max_capacity, last_step and counts (backend int64
-    [capacity])."""
+    attributes: dynamic (Dynamic), max_capacity, statistics (backend int64 [capacity, 2]: each
+    row's last step and count, columns LAST_STEP and COUNT; None for var_type "hbm")."""
 
     def __init__(self, runtime, name, dim, spec, placement, dynamic):
         super().__init__(runtime, name, dim, dynamic.init_capacity, True, spec, placement)
@@ -95,8 +103,8 @@ class DynamicTable(EmbeddingTable):
         if self.hbm_rows is not None:
             self.values = hybrid_rows.new_rows_array(self.backend, self.values.shape,
                                                      np.float32, self.hbm_rows)
-        self.last_step = self.backend.zeros((self.capacity,), np.int64)
-        self.counts = self.backend.zeros((self.capacity,), np.int64)
+        self.statistics = (self.backend.zeros((self.capacity, 2), np.int64)
+                           if dynamic.var_type == "hybrid" else None)
         self._free = np.zeros(0, np.int64)  # rows given back, reused last freed first
         self._free_uploaded = None  # (host base of the free list, its device copy reversed)
         self._high_water = 0  # rows [0, high_water) were handed out at least once
@@ -150,7 +158,8 @@ class DynamicTable(EmbeddingTable):
             missing = self.index.count_missing(keys)
         if missing == 0:
             found = self.index.find(keys)
-            self.backend.touch_rows(self.last_step, self.counts, found, self.journal.step)
+            if self.statistics is not None:
+                self.backend.touch_rows(self.statistics, found, self.journal.step)
             return found, (self.gather(found) if fetch else None)
         needed = self.index.size + missing
         if needed > self.capacity and self.capacity < self.max_capacity:
@@ -178,8 +187,11 @@ class DynamicTable(EmbeddingTable):
             if not fused:
                 hybrid_rows.init_rows(backend, self.values, new_rows, new_keys, self.spec,
                                       self.table_id, count)
-                backend.touch_rows(self.last_step, self.counts, rows, self.journal.step)
-            self.stamp(new_rows, count)
+            if fused or self.statistics is None:  # counted by the kernel, or not kept
+                self.stamp(new_rows, count)
+            else:  # the count and the new rows' update time in one launch
+                backend.touch_rows(self.statistics, rows, self.journal.step,
+                                   stamp=(self.times, new_rows, time.time(), count))
             if fetch and not fused:
                 gathered.append(self.gather(rows))
 
@@ -188,7 +200,7 @@ class DynamicTable(EmbeddingTable):
             rows, vectors, new_keys, new_rows = self.index.find_or_insert_values(
                 keys, self.values, self.spec, self.table_id, row_pool=pool, missing=missing,
                 next_row=next_row, queue_first=queue_rows,
-                touch=(self.last_step, self.counts, self.journal.step))
+                touch=(self.statistics, self.journal.step))
         else:
             rows, new_keys, new_rows = self.index.find_or_insert(
                 keys, row_pool=pool, missing=missing, next_row=next_row, queue_first=queue_rows)
@@ -241,26 +253,31 @@ class DynamicTable(EmbeddingTable):
 
     def _evictable(self, keys):
         """Host bool [capacity]: held rows that neither the current step nor `keys` looked up."""
-        to_host = self.backend.to_host
-        evictable = self._held_rows() & (to_host(self.last_step) < self.journal.step)
-        batch_rows = to_host(self.index.find(keys))
+        last = self.backend.to_host(self.backend.column(self.statistics, LAST_STEP))
+        evictable = self._held_rows() & (last < self.journal.step)
+        batch_rows = self.backend.to_host(self.index.find(keys))
         evictable[batch_rows[batch_rows >= 0]] = False
         return evictable
 
     def _evict(self, count, batch_rows):
         """Evicts `count` keys that neither the current step nor this lookup (its held keys'
         rows `batch_rows`, -1 for new keys) looked up, by the strategy; returns what undoing it
-        needs: (keys, rows, values, slots, last_step, counts, evicted entry)."""
+        needs: (keys, rows, values, slots, statistics, evicted entry)."""
         backend, to_host = self.backend, self.backend.to_host
         keys, rows = (to_host(a) for a in self.index.export())
-        last = np.array(to_host(self.last_step))  # a copy: on cpu to_host is the array itself
+        if self.dynamic.evict_strategy == "lru":  # the last steps alone cross to the host
+            last, counts = to_host(backend.column(self.statistics, LAST_STEP)), None
+        else:
+            statistics = to_host(self.statistics)
+            last, counts = statistics[:, LAST_STEP], statistics[:, COUNT]
+        last = np.array(last)  # a copy: on cpu to_host is the array itself
         batch_rows = to_host(batch_rows)
         last[batch_rows[batch_rows >= 0]] = self.journal.step
         last = last[rows]
-        if self.dynamic.evict_strategy == "lru":
+        if counts is None:
             order = np.lexsort((keys, last))
         else:
-            order = np.lexsort((keys, last, to_host(self.counts)[rows]))
+            order = np.lexsort((keys, last, counts[rows]))
         order = order[last[order] < self.journal.step][:count]
         victim_keys, victim_rows = keys[order], rows[order]
         device_rows = backend.asarray(victim_rows)
@@ -268,10 +285,9 @@ class DynamicTable(EmbeddingTable):
         saved = (victim_keys, victim_rows, values,
                  {name: hybrid_rows.gather_rows(backend, s, device_rows)
                   for name, s in self.slots.items()},
-                 backend.take_rows(self.last_step, device_rows),
-                 backend.take_rows(self.counts, device_rows))
-        backend.put_rows(self.counts, device_rows,
-                         backend.zeros((victim_rows.shape[0],), np.int64))
+                 backend.take_rows(self.statistics, device_rows))
+        backend.put_rows(self.statistics, device_rows,
+                         backend.zeros((victim_rows.shape[0], 2), np.int64))
         entry = (victim_keys, to_host(values))
         self._evicted.append(entry)
         self.index.erase(backend.asarray(victim_keys))
@@ -292,17 +308,17 @@ class DynamicTable(EmbeddingTable):
         backend = self.backend
         self.index.erase(new_keys)
         self.reset_slot_rows(new_rows)
-        backend.put_rows(self.counts, new_rows,
-                         backend.zeros((int(new_rows.shape[0]),), np.int64))
+        if self.statistics is not None:
+            backend.put_rows(self.statistics, new_rows,
+                             backend.zeros((int(new_rows.shape[0]), 2), np.int64))
         if evicted is not None:
-            keys, rows, values, slots, last_step, counts, entry = evicted
+            keys, rows, values, slots, statistics, entry = evicted
             device_rows = backend.asarray(rows)
             self.index.assign(backend.asarray(keys), device_rows)
             hybrid_rows.put_rows(backend, self.values, device_rows, values)
             for name, saved in slots.items():
                 hybrid_rows.put_rows(backend, self.slots[name], device_rows, saved)
-            backend.put_rows(self.last_step, device_rows, last_step)
-            backend.put_rows(self.counts, device_rows, counts)
+            backend.put_rows(self.statistics, device_rows, statistics)
             self._evicted = [e for e in self._evicted if e is not entry]
         self._free, self._high_water = free_before, high_water_before
         self.index = rebuilt_if_worn(backend, self.index, self.capacity)
@@ -319,9 +335,9 @@ class DynamicTable(EmbeddingTable):
         self.slots = {name: hybrid_rows.grown(backend, s, capacity, self.hbm_rows,
                                               self.slot_initial[name])
                       for name, s in self.slots.items()}
-        self.last_step, self.counts, self.times = (
-            hybrid_rows.grown(backend, a, capacity, None)
-            for a in (self.last_step, self.counts, self.times))
+        if self.statistics is not None:
+            self.statistics = hybrid_rows.grown(backend, self.statistics, capacity, None)
+        self.times = hybrid_rows.grown(backend, self.times, capacity, None)
         self.index = rebuilt_index(backend, self.index, capacity)
         self.capacity = capacity
 

@@ -448,6 +448,34 @@ def test_rows_queued_before_the_count_equal_the_cpu(cuda, rng, dim):
     assert np.array_equal(got_times[:capacity - 10], times[:capacity - 10])
 
 
+@pytest.mark.parametrize("n,new_n,counted", [(0, 0, None), (5000, 0, None), (0, 700, 300),
+                                             (5000, 2000, None), (5000, 2000, 1200),
+                                             (300, 2000, 1500), (5000, 2000, 4000)])
+def test_touch_rows_counts_and_stamps_as_the_cpu_in_one_launch(cuda, rng, n, new_n, counted):
+    """touch_rows: each row's (last step, count) record, repeated rows counted each time and
+    negative rows skipped, and with a stamp the new rows' times bounded by the device count,
+    all in one launch, as cpu's touch_rows and fill_rows."""
+    from sok1x.backend.cuda_launch import COUNTS
+    capacity = 3000
+    statistics = rng.integers(0, 50, size=(capacity, 2)).astype(np.int64)
+    times = np.full(capacity, -1.0)
+    rows = rng.integers(-1, capacity, size=n).astype(np.int64)  # repeats and -1s
+    new_rows = rng.permutation(capacity)[:new_n].astype(np.int64)
+    new_rows[::9] = -1
+    count = None if counted is None else np.array([counted], np.uint64)
+    device_statistics, device_times = cuda.asarray(statistics), cuda.asarray(times)
+    device_count = None if count is None else cuda.asarray(count)
+    stamp = (device_times, cuda.asarray(new_rows), 1.7e9 + 0.5, device_count) if new_n else None
+    device_rows = cuda.asarray(rows)
+    launches = COUNTS["launches"]
+    cuda.touch_rows(device_statistics, device_rows, 77, stamp=stamp)
+    assert COUNTS["launches"] - launches == (1 if n or new_n else 0)
+    cpu.touch_rows(statistics, rows, 77,
+                   stamp=(times, new_rows, 1.7e9 + 0.5, count) if new_n else None)
+    assert np.array_equal(host(cuda, device_statistics), statistics)
+    assert np.array_equal(host(cuda, device_times), times)
+
+
 @pytest.mark.parametrize("way", ["vmm", "thp", "slices", "pinned"])
 def test_mapped_host_rows_are_shared_with_the_cpu(cuda, rng, way):
     """Each way of allocating host rows (or the one it falls back to) gives memory whose bytes

@@ -67,14 +67,14 @@ def test_find_or_insert_values_equals_the_cpu_and_the_three_ops(cuda, rng, dim, 
     # New keys take the pool's rows, past every held row.
     next_row = int(held_rows.max()) + 1
     pool = np.arange(next_row, CAPACITY, dtype=np.int64)
-    cpu_stats = [np.zeros(CAPACITY, np.int64), np.zeros(CAPACITY, np.int64)]
-    stats = [cuda.zeros((CAPACITY,), np.int64), cuda.zeros((CAPACITY,), np.int64)]
+    cpu_stats = np.zeros((CAPACITY, 2), np.int64)  # (last step, count) per row
+    stats = cuda.zeros((CAPACITY, 2), np.int64)
     for step, keys in enumerate(calls):
         cpu_rows, cpu_vectors, cpu_new, _ = cpu_index.find_or_insert_values(
-            keys, cpu_table, spec, 5, row_pool=pool, touch=cpu_stats + [step + 3])
+            keys, cpu_table, spec, 5, row_pool=pool, touch=(cpu_stats, step + 3))
         rows, vectors, new_keys, new_rows = (cuda.to_host(a) for a in fused.find_or_insert_values(
             cuda.asarray(keys), fused_values, spec, 5, row_pool=cuda.asarray(pool),
-            touch=stats + [step + 3]))
+            touch=(stats, step + 3)))
         three_rows, three_new, three_new_rows = three.find_or_insert(
             cuda.asarray(keys), row_pool=cuda.asarray(pool))
         hybrid_rows.init_rows(cuda, three_values, three_new_rows, three_new, spec, 5)
@@ -89,8 +89,8 @@ def test_find_or_insert_values_equals_the_cpu_and_the_three_ops(cuda, rng, dim, 
         assert all(mine[k] == theirs[k] for k in held.tolist() if k in mine)  # held keys keep rows
         assert len(set(mine.values())) == len(mine), "two keys share a row"
         assert sorted(new_rows.tolist()) == sorted(mine[k] for k in new_keys.tolist())
-        for got, want in zip(stats, cpu_stats):  # last_step and counts, key by key
-            assert np.array_equal(cuda.to_host(got)[rows], want[cpu_rows])
+        # last step and count, key by key
+        assert np.array_equal(cuda.to_host(stats)[rows], cpu_stats[cpu_rows])
     got = cuda.to_host(hybrid_rows.gather_rows(cuda, fused_values, cuda.asarray(
         np.arange(CAPACITY, dtype=np.int64))))
     keys, rows = (cuda.to_host(a) for a in fused.export())
