@@ -3,8 +3,9 @@
     mpiexec -n 2 python3 bench/framework_step.py --out results/fw2.json
 
 Per workload (workloads.py: seed, dlrm: one table; dlrm26 = dlrm's 26 features as 26 tables in
-one lookup; mlperf26 = MLPerf DLRM-DCNv2's 26 tables, skipped with a message where the job's GPUs
-cannot hold them; dlrm_dynamic = dlrm on a DynamicVariable, "hbm" beside "hybrid", run_dynamic),
+one lookup; dlrm26_hash = dlrm26 on hash tables, sok1x's variants alone (its rows lie in arrival
+order, so no PyTorch table starts equal); mlperf26 = MLPerf DLRM-DCNv2's 26 tables, skipped with
+a message where the job's GPUs cannot hold them; dlrm_dynamic = dlrm on a DynamicVariable, "hbm" beside "hybrid", run_dynamic),
 from the same initial tables, the same step (forward lookup, top gradient = output, backward
 exchange, update: LazyAdam, Adagrad for mlperf26) five ways:
 
@@ -235,18 +236,21 @@ def _table_runs(rt, w, device, sok, names):
     keys_device = [[backend.asarray(k)] for k in joined]
     keys_torch = [[torch.from_numpy(k).to(device) for k in batch] for batch in batches]
     joined_torch = [[torch.from_numpy(k).to(device)] for k in joined]
+    runs = {
+        "sok1x_device": lambda s: sok.device(keys_device[s % 3]),
+        "sok1x_dlpack": lambda s: sok.dlpack(joined_torch[s % 3]),
+        "sok1x_host": lambda s: sok.host([joined[s % 3]]),
+    }
+    if w.hashed:  # a hash table's rows lie in arrival order: no PyTorch table starts equal
+        return runs
     weight = shard_weight(rt, names, device)
     offsets = np.concatenate([[0], np.cumsum([-(-v // rt.size) * rt.size
                                               for v in w.tables])[:-1]])
     group = torch_reference.TorchGroupStep(weight, rt.rank, rt.size, offsets.tolist(),
                                            w.hotness, w.batch_per_rank, w.optimizer)
     del weight
-    return {
-        "sok1x_device": lambda s: sok.device(keys_device[s % 3]),
-        "sok1x_dlpack": lambda s: sok.dlpack(joined_torch[s % 3]),
-        "sok1x_host": lambda s: sok.host([joined[s % 3]]),
-        "torch_dedup": lambda s: group.step(keys_torch[s % 3]),
-    }
+    runs["torch_dedup"] = lambda s: group.step(keys_torch[s % 3])
+    return runs
 
 
 def run_workload(rt, name, device, steps, repeats, scale):

@@ -130,7 +130,7 @@ def make_tables(rt, w, spec):
     else:
         names, sizes = ["fw_%s_%d" % (w.name, t) for t in range(len(w.tables))], w.tables
     for name, keys in zip(names, sizes):
-        api.create_table(name, w.dim, -(-keys // rt.size), False, spec, replace=True)
+        api.create_table(name, w.dim, -(-keys // rt.size), w.hashed, spec, replace=True)
         api.shard(name)
     return names
 

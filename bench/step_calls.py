@@ -78,7 +78,7 @@ class Case:
 
     def __init__(self, rt, name, scale, features=26, segment_ids=False):
         w = workloads.workload(name, rt.size, scale)
-        if w.name in ("dlrm", "dlrm26") and features != w.slots:
+        if w.name in ("dlrm", "dlrm26", "dlrm26_hash") and features != w.slots:
             w = w._replace(slots=features, tables=w.tables and (w.vocab,) * features,
                            hotness=w.hotness and (1,) * features)
         self.w = w

@@ -11,6 +11,8 @@ dlrm: 26 categorical features of one key each, dim 128, 16384 samples per rank (
 dlrm26: dlrm's keys in 26 tables (feature t's keys relative to its own table of 2^20 rows), one
     lookup of all 26 (one key per sample and table: each key its own output row, which sum
     pooling of one key per sample equals), LazyAdam.
+dlrm26_hash: dlrm26 with hash tables (use_hashtable=True): rows are placed as keys arrive, so no
+    PyTorch peer starts from the same table; it shows what 26 hash tables cost beside 26 dense.
 mlperf26: the embedding of MLPerf's DLRM-DCNv2 benchmark: 26 tables with the Criteo 1TB
     cardinalities and multi-hot sizes below (keys uniform within a table), dim 128, sum pooling,
     Adagrad, global batch 55296 split over the ranks (strong scaling). Its rows and accumulators
@@ -25,9 +27,10 @@ import numpy as np
 
 Workload = collections.namedtuple(
     "Workload", "name slots nnz dim vocab batch_per_rank global_batch weak alpha tables hotness "
-    "optimizer", defaults=(None, None, "lazy_adam"))
+    "optimizer hashed", defaults=(None, None, "lazy_adam", False))
 Workload.__doc__ = """tables: per table its number of keys (None: one table, keys below vocab);
-hotness: per table keys per sample; optimizer: the engine rule of the step."""
+hotness: per table keys per sample; optimizer: the engine rule of the step; hashed: the tables
+are hash tables."""
 
 MLPERF_CARDINALITIES = (40000000, 39060, 17295, 7424, 20265, 3, 7122, 1543, 63, 40000000,
                         3067956, 405282, 10, 2209, 11938, 155, 4, 976, 14, 40000000, 40000000,
@@ -53,6 +56,8 @@ def workload(name, size, scale=1):
         dlrm = workload("dlrm", size, scale)
         return dlrm._replace(name="dlrm26", tables=(dlrm.vocab,) * dlrm.slots,
                              hotness=(1,) * dlrm.slots)
+    if name == "dlrm26_hash":
+        return workload("dlrm26", size, scale)._replace(name="dlrm26_hash", hashed=True)
     if name == "mlperf26":
         global_batch = 55296 // scale
         vocabs = tuple(max(1, c // scale) for c in MLPERF_CARDINALITIES)
@@ -65,7 +70,7 @@ def table_batches(w, rank, size, count=3, seed=99):
     """For a workload of several tables: `count` batches, each per table its int64 keys
     [batch_per_rank * hotness_t] (sample-major, relative to the table). dlrm26 takes dlrm's
     keys; mlperf26 draws keys uniformly within each table."""
-    if w.name == "dlrm26":
+    if w.name in ("dlrm26", "dlrm26_hash"):
         out = []
         for keys in Batches(w, rank, size, count).keys:  # dlrm's keys
             keys = keys - np.arange(w.slots).reshape(1, -1, 1) * w.vocab
