@@ -14,6 +14,8 @@
 #   framework  framework_step.py at one GPU, the workloads in $PASS_WORKLOADS (default seed dlrm
 #              dlrm26; dlrm's tables and PyTorch's copies need an H200 at full scale) each in
 #              its own process, before, after, before, after, each tree timed by its own script
+#              ($PASS_SCALE divides batch and vocabulary, default 1: dlrm26 beside its PyTorch
+#              peer needs 2 on an H100)
 # $PASS_LIMIT_S (default 560) bounds the whole pass: each stage gets what is left.
 set -u
 here=$(pwd); before=$(cd "${1:?usage: one_gpu_pass.sh BEFORE_TREE STAGE...}" && pwd)
@@ -25,7 +27,8 @@ source "$here/bench/pass_common.sh"
 framework() {  # tree, workload, name: each tree timed by its own framework_step.py
   local scripts=$here/bench; [ "$1" = before ] && scripts=$before/bench
   PYTHONPATH=/tmp/wheels:/tmp/$1:$scripts timeout "$(left)" mpiexec -n 1 python3 \
-    "$scripts/framework_step.py" --out "$out/$3.json" --workloads "$2" >"$out/$3.log" 2>&1
+    "$scripts/framework_step.py" --out "$out/$3.json" --workloads "$2" --scale "${PASS_SCALE:-1}" \
+    >"$out/$3.log" 2>&1
   say "$3 rc=$?: $(grep -E 'ms/step|host waits|launches' "$out/$3.log" | tr -s ' ' | tr '\n' ';')"
 }
 grid="--rows-log2 24 --repeats 7 --dims 64"
