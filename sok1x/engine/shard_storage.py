@@ -10,6 +10,7 @@ on disk (fsync), so a crash leaves either the whole file or none. The reader che
 manifest promises before it reads a byte, and the checksum once it has read the last.
 """
 import collections
+import concurrent.futures
 import os
 import queue
 import threading
@@ -167,12 +168,15 @@ class ShardReader:
         # Blocks read into buffers whose crc32s the checksum threads may still be taking, in
         # file order: (Future of a block's crc32, length). The I/O threads go on to the next
         # chunk meanwhile; a buffer is filled again only once its own blocks' checksums are
-        # taken (_pending_by_buffer), and finish() joins them all.
-        self._pending = []
+        # taken (_pending_by_buffer), and the finished front is joined into _crc32 then, so
+        # the list holds about the blocks of the buffers in flight, whatever the file's size.
+        self._pending = collections.deque()
         self._pending_by_buffer = {}
+        self._filling = None  # (stop, free, thread) of an open chunks() generator
 
     def read(self, count):
-        """Returns the next `count` bytes (fewer only at the end of the file)."""
+        """Returns the next `count` bytes (fewer only at the end of the file). Not while a
+        chunks() generator is open (its thread joins checksums into the same total)."""
         data = os.pread(self._handle.fileno(), int(count), self._read)
         if self._verify:
             self._settle()
@@ -189,10 +193,12 @@ class ShardReader:
         address = buffer.__array_interface__["data"][0]
         for future, _ in self._pending_by_buffer.pop(address, ()):
             future.result()  # its bytes are about to be replaced
+        self._settle(finished_only=True)
         descriptor, offset = self._handle.fileno(), self._read
         parts = shard_checksum.pieces(view)
         futures = [shard_checksum.submit(_read_piece, descriptor, piece, offset + start,
                                          self._verify) for start, piece in parts]
+        concurrent.futures.wait(futures)  # every piece ends before an error closes the file
         results = [future.result() for future in futures]
         got = sum(count for count, _ in results)
         if got != view.nbytes:
@@ -200,16 +206,19 @@ class ShardReader:
                                   % self.path)
         if self._verify:
             blocks = [block for _, crcs in results for block in crcs]
-            self._pending += blocks
+            self._pending.extend(blocks)
             self._pending_by_buffer[address] = blocks
         self._read += got
 
-    def _settle(self):
-        """Joins the checksums of the blocks read so far into the running crc32."""
-        if self._pending:
-            self._crc32 = shard_checksum.joined(self._crc32, [
-                (future.result(), length) for future, length in self._pending])
-            self._pending, self._pending_by_buffer = [], {}
+    def _settle(self, finished_only=False):
+        """Joins the checksums of the blocks read so far into the running crc32, in file order
+        (finished_only: those at the front whose checksums are done, waiting for none)."""
+        pending = self._pending
+        while pending and (not finished_only or pending[0][0].done()):
+            future, length = pending.popleft()
+            self._crc32 = shard_checksum.combine(self._crc32, future.result(), length)
+        if not pending:
+            self._pending_by_buffer = {}
 
     def chunks(self, sizes, allocate=None, before_refill=None, depth=READ_AHEAD, room=None):
         """Yields the file's next pieces of `sizes` bytes, as uint8 arrays, each valid until the
@@ -246,6 +255,7 @@ class ShardReader:
         reader = threading.Thread(target=fill_all, daemon=True, name="sok1x-shard-read")
         try:
             reader.start()
+            self._filling = (stop, free, reader)
         except RuntimeError:  # no new threads at interpreter exit: each piece read when asked
             reader = None
         try:
@@ -263,9 +273,7 @@ class ShardReader:
                 free.put(index)
         finally:
             if reader is not None:
-                stop.set()
-                free.put(None)  # wakes the thread if it waits for a buffer
-                reader.join()
+                self._stop_filling()
 
     def finish(self):
         """Checks that the whole file was read and its checksum; closes it."""
@@ -281,8 +289,23 @@ class ShardReader:
                                   "(changed after it was written); restore an older checkpoint"
                                   % self.path)
 
+    def _stop_filling(self):
+        """Stops and joins the thread of an open chunks() generator, if any."""
+        if self._filling is not None:
+            stop, free, reader = self._filling
+            self._filling = None
+            stop.set()
+            free.put(None)  # wakes the thread if it waits for a buffer
+            reader.join()
+
     def close(self):
-        """Closes the file (after a failure)."""
+        """Closes the file (after a failure, maybe inside a chunks() loop: its thread is
+        stopped first), once the checksums still running are done: they hold the read buffers,
+        which a page-locked pool hands out again only when let go."""
+        self._stop_filling()
+        concurrent.futures.wait([future for future, _ in self._pending])
+        self._pending.clear()
+        self._pending_by_buffer = {}
         self._handle.close()
 
 
