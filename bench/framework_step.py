@@ -6,8 +6,8 @@ Per workload (workloads.py: seed, dlrm: one table; dlrm26 = dlrm's 26 features a
 one lookup; dlrm26_hash = dlrm26 on hash tables, sok1x's variants alone (its rows lie in arrival
 order, so no PyTorch table starts equal); mlperf26 = MLPerf DLRM-DCNv2's 26 tables, skipped with
 a message where the job's GPUs cannot hold them; dlrm_dynamic = dlrm on a DynamicVariable, "hbm"
-beside "hybrid", run_dynamic), from the same initial tables, the same step (forward lookup, top gradient = output, backward
-exchange, update: LazyAdam, Adagrad for mlperf26) five ways:
+beside "hybrid", run_dynamic), from the same initial tables, the same step (forward lookup, top
+gradient = output, backward exchange, update: LazyAdam, Adagrad for mlperf26) five ways:
 
     sok1x_dlpack   the zero-copy seam with PyTorch as the framework: keys, outputs, gradients and
                    the update's slices cross as DLPack capsules, ordered by wait_for_framework /
