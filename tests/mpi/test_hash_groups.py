@@ -177,6 +177,23 @@ def test_a_hash_group_reads_each_members_own_initial_rows():
             np.testing.assert_array_equal(miss, 0.0)
 
 
+def test_the_gradient_of_a_lookup_without_insert_holds_the_found_keys_alone():
+    names = make_tables("hg_infer")
+    rng = np.random.default_rng([10, RANK])
+    inputs, _ = batch(rng, 0)
+    api.pooled_lookup(names, "hg_infer_train", inputs, True)  # some keys held
+    probe, tops = batch(rng, 1)  # some held, some not
+    outs, token = api.pooled_lookup(names, "hg_infer_fwd", probe, False)
+    grads = api.pooled_lookup_grad(names, "hg_infer_bwd", token, tops)
+    assert isinstance(api.shard(names[0]).group, table_group.HashGroup)
+    for t, name in enumerate(names):
+        (out,), one = api.pooled_lookup([name], "hg_infer_one_fwd", [probe[t]], False)
+        (values, rows), = api.pooled_lookup_grad([name], "hg_infer_one_bwd", one, [tops[t]])
+        np.testing.assert_allclose(outs[t], out, rtol=1e-6, atol=1e-7)
+        assert_same_gradient(gradient_by_key(name, *grads[t]),
+                             gradient_by_key(name, values, rows))
+
+
 def keyed_steps(names, inputs, tops, keyed):
     """One training step of `names` (adagrad) as one keyed lookup, or one pooled lookup per
     table: returns (outputs joined, per table the gradient by key)."""
