@@ -21,7 +21,9 @@ added (unique + segment-sum); the result is (values, local rows) per table for I
 Keys and gradients are backend arrays (device arrays on cuda); a step waits on the host twice,
 whatever the number of tables: for the forward's header (the keys' checks flag, distinct keys and
 per-owner counts are left on the device and ride in it) and for the backward's (the owners'
-distinct rows are counted on the device before it, and read with it).
+distinct rows are counted on the device before it, and read with it). A training lookup of hash
+tables waits once more, for the keys all its hash groups placed (engine/table_group.py), and
+twice for each hash table alone (its count of new keys, then of the keys it placed).
 """
 import collections
 
