@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
+from checkpoint_reference import assert_same, every_row
 from sok1x.backend import cpu, cpu_random, random_init
-from sok1x.engine import api, runtime, table_group
+from sok1x.engine import api, checkpoint, runtime, table_group
 from sok1x.engine.keyed_lookup import KeyedInput
 from sok1x.engine.op_keys import name_key
 from sok1x.engine.op_order import OpId
@@ -192,6 +193,25 @@ def test_the_gradient_of_a_lookup_without_insert_holds_the_found_keys_alone():
         np.testing.assert_allclose(outs[t], out, rtol=1e-6, atol=1e-7)
         assert_same_gradient(gradient_by_key(name, *grads[t]),
                              gradient_by_key(name, values, rows))
+
+
+def test_a_hash_groups_members_dump_and_load_each_on_its_own(shared_dir):
+    names = make_tables("hg_ckpt")
+    run_steps(names, True, seed=11)
+    assert isinstance(api.shard(names[0]).group, table_group.HashGroup)
+    saved = {name: every_row(name, slots=None) for name in names}
+    checkpoint.dump_tables(shared_dir, names)
+    rng = np.random.default_rng([12, RANK])
+    probe, _ = batch(rng, 0)
+    before, _ = api.pooled_lookup(names, "hg_ckpt_probe", probe, False)
+    run_steps(names, True, seed=13)  # new keys, changed rows and slots
+    checkpoint.load_tables(shared_dir, names)
+    for name in names:
+        assert_same(every_row(name, slots=None), saved[name])
+    after, _ = api.pooled_lookup(names, "hg_ckpt_probe_again", probe, False)
+    for got, want in zip(after, before):
+        np.testing.assert_array_equal(got, want)
+    run_steps(names, True, seed=14)  # the group trains on from the loaded rows
 
 
 def keyed_steps(names, inputs, tops, keyed):
