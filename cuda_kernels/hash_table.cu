@@ -152,8 +152,9 @@ extern "C" __global__ void hash_find_tagged(const int64* members, const int64* k
 // find_or_insert over a group's members (as hash_find_or_insert for one index): rows[i] gets
 // keys[i]'s flat row. A key placed takes its member's next row: placed[t] (zeroed by the
 // caller) counts member t's placed keys, also past its limit, where they get OVERFLOW_ROW and
-// the caller, seeing placed[t] > limit, erases the call's keys; each placed key is recorded at
-// k = (*total)++ in new_keys, new_rows (flat) and new_tags.
+// the caller, seeing placed[t] > limit, erases the call's keys; the placed keys are recorded
+// at [0, *total) of new_keys, new_rows (flat) and new_tags. The counters take one atomicAdd per
+// warp (*total) and per member of a warp's placed keys (placed[t]).
 extern "C" __global__ void hash_find_or_insert_tagged(const int64* members, const int64* keys,
                                                       const int64* tags, int64 n, int64* placed,
                                                       uint64* total, int64* new_keys,
@@ -161,6 +162,7 @@ extern "C" __global__ void hash_find_or_insert_tagged(const int64* members, cons
                                                       int64* rows) {
   for (int64 first = first_of_warp(); first < n; first += global_thread_count()) {
     const int64 i = first + lane_id();
+    const int lane = (int)lane_id();
     Member member = {nullptr, 0, 0, 0, 0};
     int64 slot = -1;
     bool claimed = false;
@@ -168,10 +170,23 @@ extern "C" __global__ void hash_find_or_insert_tagged(const int64* members, cons
       member = member_of(members, tags[i]);
       slot = find_or_claim_slot(member.slots, 2, member.slot_count, keys[i], &claimed);
     }
-    if (claimed) {
-      const int64 k = (int64)atomicAdd((uint64*)(placed + tags[i]), 1ULL);
+    const unsigned claimers = __ballot_sync(FULL_WARP, claimed);
+    uint64 base = 0;
+    if (claimers != 0 && lane == __ffs(claimers) - 1) {
+      base = atomicAdd(total, (uint64)__popc(claimers));
+    }
+    base = __shfl_sync(FULL_WARP, base, claimers != 0 ? __ffs(claimers) - 1 : 0);
+    const unsigned same = __match_any_sync(FULL_WARP, claimed ? tags[i] : -1LL);
+    if (claimed) {  // `same`: this lane and the others placing a key of its member
+      const int head = __ffs(same) - 1;
+      uint64 member_base = 0;
+      if (lane == head) {
+        member_base = atomicAdd((uint64*)(placed + tags[i]), (uint64)__popc(same));
+      }
+      member_base = __shfl_sync(same, member_base, head);
+      const int64 k = (int64)member_base + __popc(same & lanes_below());
       const int64 row = k < member.limit ? member.first_new_row + k : OVERFLOW_ROW;
-      const int64 at = (int64)atomicAdd(total, 1ULL);
+      const int64 at = (int64)base + __popc(claimers & lanes_below());
       new_keys[at] = keys[i];
       new_rows[at] = flat_row(member, row);
       new_tags[at] = tags[i];
