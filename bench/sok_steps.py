@@ -122,15 +122,16 @@ class SokStep:
             return out
 
 
-def make_tables(rt, w, spec):
+def make_tables(rt, w, spec, hashed=False):
     """Makes Workload w's tables anew, initialised by InitializerSpec `spec`: one (seed, dlrm)
-    or one per feature (dlrm26, mlperf26). Returns their names."""
+    or one per feature (dlrm26, mlperf26); hashed: as v1 hash tables (use_hashtable, a shard
+    holding every key its rank owns). Returns their names."""
     if w.tables is None:
         names, sizes = ["fw_%s_0" % w.name], [workloads.total_vocabulary(w)]
     else:
         names, sizes = ["fw_%s_%d" % (w.name, t) for t in range(len(w.tables))], w.tables
     for name, keys in zip(names, sizes):
-        api.create_table(name, w.dim, -(-keys // rt.size), False, spec, replace=True)
+        api.create_table(name, w.dim, -(-keys // rt.size), hashed, spec, replace=True)
         api.shard(name)
     return names
 
