@@ -102,10 +102,12 @@ def assert_same_gradient(got, want):
         np.testing.assert_allclose(got[key], want[key], rtol=1e-5, atol=1e-6)
 
 
-def run_steps(names, together, steps=2, seed=3):
+def run_steps(names, together, steps=2, seed=3, update_together=None):
     """Steps of the layout's lookup (all tables in one lookup, or one lookup per table), each
-    with an Adagrad update (one call over all tables, or one per table). Returns per step the
-    outputs and per table the gradient by key."""
+    with an Adagrad update (one call over all tables, or one per table, as TensorFlow's
+    optimizers do; update_together None: as the lookup). Returns per step the outputs and per
+    table the gradient by key."""
+    update_together = together if update_together is None else update_together
     rng = np.random.default_rng([seed, RANK])
     record = []
     for step in range(steps):
@@ -120,7 +122,7 @@ def run_steps(names, together, steps=2, seed=3):
                 grads += api.pooled_lookup_grad([name], "hg_one_bwd_%d" % t, token, [tops[t]])
                 outs.append(out)
         by_key = [gradient_by_key(name, v, r) for name, (v, r) in zip(names, grads)]
-        if together:
+        if update_together:
             api.apply_optimizer_updates(names, "adagrad", "Adagrad", {}, HYPER,
                                         [v for v, _ in grads], [r for _, r in grads])
         else:
@@ -130,9 +132,10 @@ def run_steps(names, together, steps=2, seed=3):
     return record
 
 
-def test_a_hash_group_equals_its_tables_one_by_one():
+@pytest.mark.parametrize("update_together", [True, False])
+def test_a_hash_group_equals_its_tables_one_by_one(update_together):
     names = make_tables("hg")
-    together = run_steps(names, True)
+    together = run_steps(names, True, update_together=update_together)
     tables = [api.shard(name) for name in names]
     group = tables[0].group
     assert isinstance(group, table_group.HashGroup)
