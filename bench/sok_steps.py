@@ -124,7 +124,8 @@ class SokStep:
 
 def make_tables(rt, w, spec):
     """Makes Workload w's tables anew, initialised by InitializerSpec `spec`: one (seed, dlrm)
-    or one per feature (dlrm26, mlperf26). Returns their names."""
+    or one per feature (dlrm26, mlperf26); as v1 hash tables (use_hashtable, a shard holding
+    every key its rank owns) where w.hashed. Returns their names."""
     if w.tables is None:
         names, sizes = ["fw_%s_0" % w.name], [workloads.total_vocabulary(w)]
     else:

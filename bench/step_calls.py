@@ -3,6 +3,7 @@ tables (dlrm26), where issue 17 wants 26 tables to cost what one costs on a host
 
     python bench/step_calls.py --out results/step_calls.json     # cpu backend, one process
     python bench/step_calls.py --workloads dlrm,dlrm26 --scale 64 --steps 20
+    python bench/step_calls.py --hashed      # the same as v1 hash tables (dlrm26: a hash group)
 
 Per workload (workloads.py), framework_step.py's sok1x_device step (sok_steps.EngineStep:
 forward lookup, backward, LazyAdam update through engine/api.py, dense for one table, keyed for
@@ -40,6 +41,9 @@ def parse_args(argv):
     parser.add_argument("--segment-ids", action="store_true",
                         help="dlrm26's keys with segment ids (sum pooling of one key per "
                              "sample), not each key its own output row")
+    parser.add_argument("--hashed", action="store_true",
+                        help="the tables as v1 hash tables (use_hashtable): dlrm26's are then "
+                             "one hash group")
     parser.add_argument("--top", type=int, default=15,
                         help="functions listed whose calls per step differ most")
     return parser.parse_args(argv)
@@ -76,12 +80,12 @@ def calls_per_step(profile, steps):
 class Case:
     """One workload's tables, batches and step (sok_steps.EngineStep on engine arrays)."""
 
-    def __init__(self, rt, name, scale, features=26, segment_ids=False):
+    def __init__(self, rt, name, scale, features=26, segment_ids=False, hashed=False):
         w = workloads.workload(name, rt.size, scale)
         if w.name in ("dlrm", "dlrm26", "dlrm26_hash") and features != w.slots:
             w = w._replace(slots=features, tables=w.tables and (w.vocab,) * features,
                            hotness=w.hotness and (1,) * features)
-        self.w = w
+        self.w = w = w._replace(hashed=w.hashed or hashed)
         self.names = sok_steps.make_tables(rt, w, SPEC)
         self.step = sok_steps.EngineStep(rt, w, self.names, segment_ids)
         if w.tables is None:
@@ -138,7 +142,7 @@ def main(argv):
     args = parse_args(argv)
     rt = harness.start_engine(args.backend)
     names = args.workloads.split(",")
-    cases = {name: Case(rt, name, args.scale, args.features, args.segment_ids)
+    cases = {name: Case(rt, name, args.scale, args.features, args.segment_ids, args.hashed)
              for name in names}
     calls = {name: calls_per_step(cases[name].profile(args.steps), args.steps)
              for name in names}
@@ -153,6 +157,7 @@ def main(argv):
             times[name].append(cases[name].time_ms(args.steps, rt.backend.synchronize))
     result = {"ranks": rt.size, "backend": args.backend, "scale": args.scale,
               "features": args.features, "segment_ids": args.segment_ids,
+              "hashed": args.hashed,
               "steps_per_repeat": args.steps, "repeats": args.repeats, "workloads": {},
               "environment": harness.environment({"load": os.getloadavg()})}
     for name in names:

@@ -118,6 +118,86 @@ extern "C" __global__ void hash_find_or_insert(int64* slots, uint64 slot_count, 
   }
 }
 
+// A hash group's members (engine/table_group.py) in one launch: keys[i] is a key of member
+// tags[i], whose index members[MEMBER * t ...] describes: its slots' address, slot count, first
+// new row, rows left (limit) and the start of its rows among the group's flat rows.
+#define MEMBER 5
+
+struct Member {
+  int64* slots;
+  uint64 slot_count;
+  int64 first_new_row, limit, row_start;
+};
+
+__device__ __forceinline__ Member member_of(const int64* members, int64 tag) {
+  const int64* m = members + MEMBER * tag;
+  const Member member = {(int64*)m[0], (uint64)m[1], m[2], m[3], m[4]};
+  return member;
+}
+
+__device__ __forceinline__ int64 flat_row(const Member& member, int64 row) {
+  return row < 0 ? row : member.row_start + row;
+}
+
+// rows[i] = keys[i]'s flat row in its member, -1 where the member does not hold it.
+extern "C" __global__ void hash_find_tagged(const int64* members, const int64* keys,
+                                            const int64* tags, int64 n, int64* rows) {
+  for (int64 i = global_thread_id(); i < n; i += global_thread_count()) {
+    const Member member = member_of(members, tags[i]);
+    const int64 slot = find_slot(member.slots, 2, member.slot_count, keys[i]);
+    rows[i] = slot < 0 ? -1 : flat_row(member, member.slots[2 * slot + 1]);
+  }
+}
+
+// find_or_insert over a group's members (as hash_find_or_insert for one index): rows[i] gets
+// keys[i]'s flat row. A key placed takes its member's next row: placed[t] (zeroed by the
+// caller) counts member t's placed keys, also past its limit, where they get OVERFLOW_ROW and
+// the caller, seeing placed[t] > limit, erases the call's keys; the placed keys are recorded
+// at [0, *total) of new_keys, new_rows (flat) and new_tags. The counters take one atomicAdd per
+// warp (*total) and per member of a warp's placed keys (placed[t]).
+extern "C" __global__ void hash_find_or_insert_tagged(const int64* members, const int64* keys,
+                                                      const int64* tags, int64 n, int64* placed,
+                                                      uint64* total, int64* new_keys,
+                                                      int64* new_rows, int64* new_tags,
+                                                      int64* rows) {
+  for (int64 first = first_of_warp(); first < n; first += global_thread_count()) {
+    const int64 i = first + lane_id();
+    const int lane = (int)lane_id();
+    Member member = {nullptr, 0, 0, 0, 0};
+    int64 slot = -1;
+    bool claimed = false;
+    if (i < n) {
+      member = member_of(members, tags[i]);
+      slot = find_or_claim_slot(member.slots, 2, member.slot_count, keys[i], &claimed);
+    }
+    const unsigned claimers = __ballot_sync(FULL_WARP, claimed);
+    uint64 base = 0;
+    if (claimers != 0 && lane == __ffs(claimers) - 1) {
+      base = atomicAdd(total, (uint64)__popc(claimers));
+    }
+    base = __shfl_sync(FULL_WARP, base, claimers != 0 ? __ffs(claimers) - 1 : 0);
+    const unsigned same = __match_any_sync(FULL_WARP, claimed ? tags[i] : -1LL);
+    if (claimed) {  // `same`: this lane and the others placing a key of its member
+      const int head = __ffs(same) - 1;
+      uint64 member_base = 0;
+      if (lane == head) {
+        member_base = atomicAdd((uint64*)(placed + tags[i]), (uint64)__popc(same));
+      }
+      member_base = __shfl_sync(same, member_base, head);
+      const int64 k = (int64)member_base + __popc(same & lanes_below());
+      const int64 row = k < member.limit ? member.first_new_row + k : OVERFLOW_ROW;
+      const int64 at = (int64)base + __popc(claimers & lanes_below());
+      new_keys[at] = keys[i];
+      new_rows[at] = flat_row(member, row);
+      new_tags[at] = tags[i];
+      publish_row(member.slots, slot, row);  // no fence: as in hash_find_or_insert
+      rows[i] = flat_row(member, row);
+    }
+    __syncwarp();
+    if (i < n && !claimed) rows[i] = flat_row(member, found_row(member.slots, slot));
+  }
+}
+
 #define GROUP 8  // keys whose row copies one warp keeps in flight together
 
 // The first row of a split table's host part, or -1 when fresh is null (every row is the first

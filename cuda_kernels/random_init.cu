@@ -9,11 +9,14 @@
 // share a row (the caller picks the smallest power of two >= dim, at most 32), each taking every
 // 2^lane_shift-th column: the key's stream is mixed once per row and no index is divided.
 // order (may be null): the positions in the order to walk them (host_order.cu).
-extern "C" __global__ void init_rows_float32(SplitRows<float> table, const int64* rows,
-                                             const int64* keys, int64 n, const uint64* count,
-                                             int64 dim, int lane_shift, int kind, uint64 seed,
-                                             uint64 table_id, double a, double b,
-                                             const int64* order) {
+//
+// init_rows_tagged_float32 does the same for a hash group's flat rows (engine/table_group.py):
+// key i is one of table table_ids[tags[i]], whose stream it is drawn from.
+__device__ __forceinline__ void init_rows(SplitRows<float> table, const int64* rows,
+                                          const int64* keys, const int64* tags, int64 n,
+                                          const uint64* count, int64 dim, int lane_shift, int kind,
+                                          uint64 seed, uint64 table_id, const uint64* table_ids,
+                                          double a, double b, const int64* order) {
   const int64 valid = count != nullptr && (int64)*count < n ? (int64)*count : n;
   if (order == nullptr) n = valid;  // else the order puts the positions past it anywhere
   const uint64 streams = table_stream(seed, table_id);
@@ -25,9 +28,28 @@ extern "C" __global__ void init_rows_float32(SplitRows<float> table, const int64
     if (i >= valid) continue;
     const int64 row = rows[i];
     if (row < 0) continue;
-    const uint64 stream = key_stream(streams, keys[i]);
+    const uint64 own = tags != nullptr ? table_stream(seed, table_ids[tags[i]]) : streams;
+    const uint64 stream = key_stream(own, keys[i]);
     for (int64 column = lane; column < dim; column += lanes) {
       table[row * dim + column] = initial_value(kind, stream, (uint64)column, a, b);
     }
   }
+}
+
+extern "C" __global__ void init_rows_float32(SplitRows<float> table, const int64* rows,
+                                             const int64* keys, int64 n, const uint64* count,
+                                             int64 dim, int lane_shift, int kind, uint64 seed,
+                                             uint64 table_id, double a, double b,
+                                             const int64* order) {
+  init_rows(table, rows, keys, nullptr, n, count, dim, lane_shift, kind, seed, table_id, nullptr,
+            a, b, order);
+}
+
+extern "C" __global__ void init_rows_tagged_float32(SplitRows<float> table, const int64* rows,
+                                                    const int64* keys, const int64* tags,
+                                                    int64 n, const uint64* count, int64 dim,
+                                                    int lane_shift, int kind, uint64 seed,
+                                                    const uint64* table_ids, double a, double b) {
+  init_rows(table, rows, keys, tags, n, count, dim, lane_shift, kind, seed, 0, table_ids, a, b,
+            nullptr);
 }

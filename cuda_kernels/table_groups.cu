@@ -36,6 +36,15 @@ extern "C" __global__ void join_int64_parts(const int64* parts, int64 count, int
   }
 }
 
+// tags[i] = the part holding position i (starts: [count + 1], the last one the total): a hash
+// group's member of each of its keys.
+extern "C" __global__ void part_tags(const int64* starts, int64 count, int64* tags) {
+  const int64 total = starts[count];
+  for (int64 i = global_thread_id(); i < total; i += global_thread_count()) {
+    tags[i] = part_of(starts, count, i);
+  }
+}
+
 // Rows of `width` 4-byte words: out row i = row (i - starts[t]) of part t (offsets unused).
 extern "C" __global__ void join_word_rows(const int64* parts, int64 count, int64 width,
                                           unsigned* out) {

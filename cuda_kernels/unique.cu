@@ -22,6 +22,36 @@ extern "C" __global__ void unique_claim(const int64* keys, int64 n, int64* slot_
   }
 }
 
+// unique_claim over (tag, key) pairs (a hash group's keys, engine/table_group.py): here a slot
+// holds the position of the first key to claim it (slot_keys filled with EMPTY_KEY), and a key
+// matches a slot when its key and tag both equal those of that position, so equal keys of two
+// tags never meet. The steps after step 1 run as for plain keys.
+__device__ __forceinline__ int64 claim_pair_slot(int64* slot_positions, uint64 slot_count,
+                                                 const int64* keys, const int64* tags, int64 i) {
+  const int64 key = keys[i], tag = tags[i];
+  uint64 slot = home_slot((int64)(scramble_key((uint64)tag) ^ (uint64)key), slot_count);
+  for (uint64 probes = 0; probes < slot_count; ++probes) {
+    int64 held = *(volatile int64*)(slot_positions + slot);
+    if (held == EMPTY_KEY) {
+      held = (int64)atomicCAS((uint64*)(slot_positions + slot), (uint64)EMPTY_KEY, (uint64)i);
+      if (held == EMPTY_KEY) return (int64)slot;
+    }
+    if (keys[held] == key && tags[held] == tag) return (int64)slot;
+    slot = next_slot(slot, slot_count);
+  }
+  return -1;
+}
+
+extern "C" __global__ void unique_claim_tagged(const int64* keys, const int64* tags, int64 n,
+                                               int64* slot_positions, int64* slot_first,
+                                               uint64 slot_count, int64* slot_of) {
+  for (int64 i = global_thread_id(); i < n; i += global_thread_count()) {
+    const int64 slot = claim_pair_slot(slot_positions, slot_count, keys, tags, i);
+    atomicMin((uint64*)(slot_first + slot), (uint64)i);
+    slot_of[i] = slot;
+  }
+}
+
 extern "C" __global__ void unique_flags(const int64* slot_of, const int64* slot_first, int64 n,
                                         int64* is_first) {
   for (int64 i = global_thread_id(); i < n; i += global_thread_count()) {

@@ -78,6 +78,17 @@ Every backend module exposes the same names, and the engine's algorithms call on
         find, count_missing, find_or_insert(keys, row_pool, missing, next_row, queue_first),
         find_or_insert_values(keys, values, spec, table_id, ...) (also initialises the new
         rows and returns every key's vector), erase, assign, export
+    A hash group's members (engine/table_group.py's HashGroup), keys tagged with their member:
+    part_tags(cuts) -> int64 [cuts[-1]]                the part of each position (one launch)
+    unique_many_start(..., tags_list)                  de-duplicates a tagged array per (tag, key)
+    hash_insert_many(indexes, keys, tags, row_starts) -> (rows, new_keys, new_rows, new_tags,
+        count, placed)   find_or_insert in every member's index in one launch, no wait: flat
+        rows, the placed keys (count [1] of them), placed [T] per member on the device;
+        hash_insert_many_done(indexes, found, host placed, keep) ends the call (keep=False
+        erases its keys again)
+    hash_find_many(indexes, keys, tags, row_starts) -> flat rows, -1 where not held
+    init_rows_tagged(table, rows, keys, tags, spec, table_ids, count=None)   init_rows with the
+        table id of each key's member
 
 The seam to a framework (graph_ops/boundary.py, DESIGN D1):
     from_dlpack(capsule) -> array       read a framework's tensor in place (consumes the capsule)

@@ -4,26 +4,32 @@ COUNTS["host_waits"] counts the calls at which the cuda backend's host waits for
 ops that return sizes or bounds, to_host_many, synchronize), so the CPU tests check how often a
 step would wait on a GPU.
 """
-import collections
 import contextlib
 import functools
 
 import numpy as np
 
-from sok1x.backend.cpu_hash import HashIndex, scramble  # noqa: F401  (part of the op set)
+from sok1x.backend.cpu_hash import (  # noqa: F401  (part of the op set)
+    HashIndex,
+    hash_find_many,
+    hash_insert_many,
+    hash_insert_many_done,
+    scramble,
+)
 from sok1x.backend import cpu_optimizers
 from sok1x.backend import dlpack
 from sok1x.backend.owner_rules import OWNER_FIXED, OWNER_HASH, OWNER_MOD
 from sok1x.backend.cpu_rows import (  # noqa: F401  (part of the op set)
+    COUNTS,
     fill_rows,
     gather_rows,
     init_rows,
+    init_rows_tagged,
     touch_rows,
     whole_rows as _rows,
 )
 
 NAME = "cpu"
-COUNTS = collections.Counter()
 
 
 def counts():
@@ -163,11 +169,32 @@ def unique_many(keys_list, ordered=True):
     return [_unique(keys, ordered) for keys in keys_list]
 
 
-def unique_many_start(keys_list, ordered=False):
+def unique_many_start(keys_list, ordered=False, tags_list=None):
     """unique_many() in two halves, as cuda waits between them: returns (started, counts int64
-    [len(keys_list)] of distinct counts) for unique_many_finish(started, counts)."""
-    results = [_unique(keys, ordered) for keys in keys_list]
+    [len(keys_list)] of distinct counts) for unique_many_finish(started, counts). tags_list:
+    None, or per array None or int tags [n] (a hash group's): its keys are de-duplicated per
+    (tag, key), in any order."""
+    tags_list = tags_list or [None] * len(keys_list)
+    results = [_unique(keys, ordered) if tags is None else _unique_pairs(keys, tags)
+               for keys, tags in zip(keys_list, tags_list)]
     return results, np.array([keys.shape[0] for keys, _ in results], dtype=np.int64)
+
+
+def _unique_pairs(keys, tags):
+    """(a key of each distinct (tag, key), inverse)."""
+    keys = np.asarray(keys, dtype=np.int64)
+    if not keys.size:
+        return keys[:0], keys[:0]
+    pairs = np.stack([np.asarray(tags, dtype=np.int64), keys], axis=1)
+    _, first, inverse = np.unique(pairs, axis=0, return_index=True, return_inverse=True)
+    return keys[first], inverse.reshape(-1).astype(np.int64)
+
+
+def part_tags(cuts):
+    """Returns int64 [cuts[-1]]: the part t of each position of an array cut at host `cuts`
+    [P + 1] (a hash group's member of each key)."""
+    counts = np.diff(np.asarray(cuts, dtype=np.int64))
+    return np.repeat(np.arange(counts.shape[0], dtype=np.int64), counts)
 
 
 def unique_many_finish(started, host_counts):

@@ -13,6 +13,7 @@ from sok1x.backend import cpu_rows
 
 EMPTY = -1
 TOMBSTONE = -2
+OVERFLOW_ROW = -3  # a key that found no room (hash_insert_many), as cuda_kernels' OVERFLOW_ROW
 
 
 def _slot_count(capacity):
@@ -72,7 +73,11 @@ class HashIndex:
         return np.where(slots >= 0, self._slot_rows[np.maximum(slots, 0)], EMPTY)
 
     def count_missing(self, keys):
-        """Returns how many distinct keys of `keys` are not held yet."""
+        """Returns how many distinct keys of `keys` are not held yet (a wait on cuda)."""
+        cpu_rows.COUNTS["host_waits"] += 1
+        return self._count_missing(keys)
+
+    def _count_missing(self, keys):
         unique_keys = np.unique(np.asarray(keys, dtype=np.int64))
         return int(np.count_nonzero(self.find(unique_keys) < 0))
 
@@ -90,6 +95,8 @@ class HashIndex:
         queue_first: None, or queue_first(new_keys, new_rows, None, rows), called once the keys
         are placed (cuda's calls it before its one wait, with a device count).
         """
+        if missing is None:  # cuda's waits for the count of keys it placed
+            cpu_rows.COUNTS["host_waits"] += 1
         keys = np.asarray(keys, dtype=np.int64)
         unique_keys, inverse = np.unique(keys, return_inverse=True)
         unique_rows = self.find(unique_keys)
@@ -169,3 +176,56 @@ class HashIndex:
         keys, rows = self._slot_keys[used], self._slot_rows[used]
         order = np.argsort(rows, kind="stable")
         return keys[order], rows[order]
+
+
+def hash_insert_many(indexes, keys, tags, row_starts):
+    """find_or_insert of a hash group's owned keys in its members' `indexes`: keys[i] is a key
+    of member tags[i], whose rows start at flat row row_starts[t]. Returns (rows, new_keys,
+    new_rows, new_tags, count, placed): every key's flat row (OVERFLOW_ROW where its member's
+    shard has no room), the keys placed with their flat rows and tags (the first count[0] of
+    them), and per member int64 [T] how many new keys it got (its room exceeded: the shard is
+    full, nothing of it placed). No wait (cuda leaves placed on the device); the caller reads
+    placed and ends the call with hash_insert_many_done."""
+    keys, tags = np.asarray(keys, dtype=np.int64), np.asarray(tags, dtype=np.int64)
+    rows = np.full(keys.shape[0], EMPTY, dtype=np.int64)
+    placed = np.zeros(len(indexes), dtype=np.int64)
+    new = [(keys[:0], keys[:0], keys[:0])]
+    for t in np.unique(tags):
+        index, mine = indexes[t], np.flatnonzero(tags == t)
+        start = int(row_starts[t])
+        placed[t] = index._count_missing(keys[mine])
+        if index.size + placed[t] > index.capacity:
+            own = index.find(keys[mine])
+            rows[mine] = np.where(own >= 0, own + start, OVERFLOW_ROW)
+            continue
+        own, new_keys, new_rows = index.find_or_insert(keys[mine], missing=placed[t])
+        rows[mine] = own + start
+        new.append((new_keys, new_rows + start, np.full(new_keys.shape, t, dtype=np.int64)))
+    new_keys, new_rows, new_tags = (np.concatenate(parts) for parts in zip(*new))
+    count = np.array([new_keys.shape[0]], dtype=np.uint64)
+    return rows, new_keys, new_rows, new_tags, count, placed
+
+
+def hash_insert_many_done(indexes, found, placed, keep):
+    """Ends hash_insert_many's call `found` with the host copy of its placed counts: keep=True
+    keeps the placed keys; keep=False erases them from their members' indexes again."""
+    if keep:
+        return
+    _, new_keys, _, new_tags, count, _ = found
+    count = int(count[0])
+    for t, index in enumerate(indexes):
+        mine = new_tags[:count] == t
+        if mine.any():
+            index.erase(new_keys[:count][mine])
+
+
+def hash_find_many(indexes, keys, tags, row_starts):
+    """Flat rows (row_starts[t] + the row) of a hash group's keys, keys[i] one of member
+    tags[i]'s, -1 where its index does not hold it."""
+    keys, tags = np.asarray(keys, dtype=np.int64), np.asarray(tags, dtype=np.int64)
+    rows = np.full(keys.shape[0], EMPTY, dtype=np.int64)
+    for t in np.unique(tags):
+        mine = np.flatnonzero(tags == t)
+        own = indexes[t].find(keys[mine])
+        rows[mine] = np.where(own >= 0, own + int(row_starts[t]), EMPTY)
+    return rows

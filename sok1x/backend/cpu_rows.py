@@ -1,8 +1,14 @@
 """Row ops of the cpu backend that its HashIndex (cpu_hash.find_or_insert_values) uses too:
 gather_rows, fill_rows, touch_rows, init_rows (re-exported by cpu.py as part of the op set)."""
+import collections
+
 import numpy as np
 
 from sok1x.backend.cpu_random import initial_values
+
+# What this process's steps did (cpu.counts()): "host_waits", the calls at which the cuda
+# backend's host would wait for the device (cpu.py's ops and cpu_hash's).
+COUNTS = collections.Counter()
 
 
 def whole_rows(array):
@@ -24,6 +30,17 @@ def gather_rows(table, rows):
     out = table[np.maximum(rows, 0)]
     out[rows < 0] = 0
     return out
+
+
+def init_rows_tagged(table, rows, keys, tags, spec, table_ids, count=None):
+    """init_rows of a table group's flat rows: key i initialised as a key of table table_ids[
+    tags[i]] (the rows of one member at a time)."""
+    rows = counted_rows(rows, count)
+    keys = np.asarray(keys, dtype=np.int64)[:rows.shape[0]]
+    tags = np.asarray(tags, dtype=np.int64)[:rows.shape[0]]
+    for t in np.unique(tags[rows >= 0]):
+        mine = tags == t
+        init_rows(table, rows[mine], keys[mine], spec, int(table_ids[t]))
 
 
 def fill_rows(array, rows, value, count=None):

@@ -30,6 +30,13 @@ from sok1x.backend.cuda_groups import (  # noqa: F401  (part of the op set: tabl
     offset_parts_many,
     part_bounds,
     part_bounds_deferred,
+    part_tags,
+)
+from sok1x.backend.cuda_hash_groups import (  # noqa: F401  (part of the op set: hash groups)
+    hash_find_many,
+    hash_insert_many,
+    hash_insert_many_done,
+    init_rows_tagged,
 )
 from sok1x.backend.cuda_bulk import (  # noqa: F401  (part of the op set: checkpoints)
     free_device_memory, host_buffer, write_rows)

@@ -44,10 +44,11 @@ def _kernels():
             "popcounts": prepared(source, "word_popcounts", "PqP"),
             "emit": prepared(source, "emit_distinct_rows", "PqPPqPP"),
             "ranks": prepared(source, "ranks_at", "PPqPqP"),
-            "local": prepared(source, "local_rows", "PqPqPP")}
+            "local": prepared(source, "local_rows", "PqPqPP"),
+            "tags": prepared(source, "part_tags", "PqP")}
 
 
-def _device_constant(host_values):
+def device_constant(host_values):
     """A device copy of int64 `host_values`, uploaded once while it stays among the recent."""
     host_values = np.ascontiguousarray(host_values, dtype=np.int64)
     key = host_values.tobytes()
@@ -69,7 +70,7 @@ def _part_list(arrays, offsets=None):
     offsets = np.zeros(len(arrays), np.int64) if offsets is None else offsets
     listing = np.concatenate([[ptr(a) for a in arrays], starts,
                               np.asarray(offsets, dtype=np.int64)])
-    return _device_constant(listing), int(starts[-1])
+    return device_constant(listing), int(starts[-1])
 
 
 def _cut_part_list(arrays, cuts, offsets=None):
@@ -83,7 +84,7 @@ def _cut_part_list(arrays, cuts, offsets=None):
                             + [[len(arrays) * total]])
     offsets = np.zeros(len(arrays) * parts, np.int64) if offsets is None else offsets
     listing = np.concatenate([addresses, starts, np.asarray(offsets, dtype=np.int64)])
-    return _device_constant(listing), len(arrays) * parts
+    return device_constant(listing), len(arrays) * parts
 
 
 @uses_context
@@ -108,6 +109,18 @@ def offset_parts_many(arrays, cuts, offsets):
 
 
 @uses_context
+def part_tags(cuts):
+    """Returns int64 [cuts[-1]]: the part t of each position of an array cut at host `cuts`
+    [P + 1] (a hash group's member of each key), in one launch."""
+    cuts = np.asarray(cuts, dtype=np.int64)
+    tags = empty((int(cuts[-1]),), np.int64)
+    if tags.shape[0]:
+        launch(_kernels()["tags"], tags.shape[0], ptr(device_constant(cuts)), cuts.shape[0] - 1,
+               ptr(tags))
+    return tags
+
+
+@uses_context
 def part_bounds(arrays, cuts):
     """Returns host int64 [len(arrays) * P, 2]: (min, max) of each part of each array (cut at
     host `cuts` [P + 1]), (INT64_MAX, INT64_MIN) for an empty part: one launch, one wait."""
@@ -122,7 +135,7 @@ def part_bounds_deferred(arrays, cuts):
     bounds = empty((max(count, 1), 2), np.int64)
     if not count:
         return row_view(bounds, 0, 0)
-    starts = _device_constant(np.tile(_BOUNDS_START, (count, 1)).reshape(-1))
+    starts = device_constant(np.tile(_BOUNDS_START, (count, 1)).reshape(-1))
     copy_rows_async(bounds, 0, starts, 0, count)  # rows of 2 int64 on both sides
     total = sum(int(a.shape[0]) for a in arrays)
     if total:
@@ -174,7 +187,7 @@ def index_bounds_deferred(arrays):
     bounds = empty((max(count, 1), 2), np.int64)
     if not count:
         return row_view(bounds, 0, 0)
-    starts = _device_constant(np.tile(_BOUNDS_START, (count, 1)).reshape(-1))
+    starts = device_constant(np.tile(_BOUNDS_START, (count, 1)).reshape(-1))
     copy_rows_async(bounds, 0, starts, 0, count)  # rows of 2 int64 on both sides
     parts, total = _part_list(arrays)
     if total:
@@ -218,7 +231,7 @@ def distinct_rows_many_start(items):
             states, spans, items):
         if count:
             launch(kernels["ranks"], count, ptr(bits), ptr(word_ranks), words,
-                   ptr(_device_constant(boundaries)), count, ptr(ranks) + 8 * start)
+                   ptr(device_constant(boundaries)), count, ptr(ranks) + 8 * start)
     return (states, spans), row_view(ranks, 0, position)
 
 
@@ -251,6 +264,6 @@ def local_rows(rows, row_starts, moves, length):
     out = empty((int(length),), np.int64)
     if rows.shape[0]:
         launch(_kernels()["local"], rows.shape[0], ptr(rows), rows.shape[0],
-               ptr(_device_constant(starts)), starts.shape[0] - 1,
-               ptr(_device_constant(moves)), ptr(out))
+               ptr(device_constant(starts)), starts.shape[0] - 1,
+               ptr(device_constant(moves)), ptr(out))
     return out

@@ -12,7 +12,7 @@ from sok1x.backend.cuda_launch import (
     prepared,
     ptr,
 )
-from sok1x.backend.cuda_groups import _device_constant
+from sok1x.backend.cuda_groups import device_constant
 
 
 @memoised_per_context
@@ -42,6 +42,6 @@ def flag_outside(bounds, ranges):
     flag = fill_bytes(empty((1,), np.int64), 0)
     count = int(bounds.shape[0])
     if count:
-        launch(_header_kernels()[1], count, ptr(bounds), ptr(_device_constant(ranges)), count,
+        launch(_header_kernels()[1], count, ptr(bounds), ptr(device_constant(ranges)), count,
                ptr(flag))
     return flag

@@ -24,7 +24,8 @@ def _unique_kernels():
     return (prepared("unique.cu", "unique_claim", "PqPPQP"),
             prepared("unique.cu", "unique_flags", "PPqP"),
             prepared("unique.cu", "unique_emit", "PPPPqPP"),
-            prepared("unique.cu", "unique_inverse", "PPqP"))
+            prepared("unique.cu", "unique_inverse", "PPqP"),
+            prepared("unique.cu", "unique_claim_tagged", "PPqPPQP"))
 
 
 @uses_context
@@ -44,15 +45,18 @@ def unique_many(keys_list, ordered=True):
 
 
 @uses_context
-def unique_many_start(keys_list, ordered=False):
+def unique_many_start(keys_list, ordered=False, tags_list=None):
     """The first half of unique_many(), queued without a wait: returns (started, counts), counts
     an int64 GPUArray [len(keys_list)] of distinct counts for the host to read (alone, or with
-    an op header) and pass to unique_many_finish(started, host_counts)."""
-    claim, flags, _, _ = _unique_kernels()
+    an op header) and pass to unique_many_finish(started, host_counts). tags_list: None, or per
+    array None or int64 tags [n] (a hash group's members): its keys are de-duplicated per
+    (tag, key) (the scratch table's slots hold a position, whose key and tag a key matches)."""
+    claim, flags, _, _, claim_tagged = _unique_kernels()
     arrays = [index_array(keys, "keys") for keys in keys_list]
+    tags_list = tags_list or [None] * len(arrays)
     counts = fill_bytes(empty((max(len(arrays), 1),), np.int64), 0)
     pending = []
-    for i, keys in enumerate(arrays):
+    for i, (keys, tags) in enumerate(zip(arrays, tags_list)):
         n = keys.shape[0]
         if n == 0:
             pending.append(None)
@@ -61,8 +65,13 @@ def unique_many_start(keys_list, ordered=False):
         slot_keys = fill_bytes(empty((slot_count,), np.int64), 0xFF)
         slot_first = fill_bytes(empty((slot_count,), np.int64), 0x7F)
         slot_of = empty((n,), np.int64)
-        launch(claim, n, ptr(keys), n, ptr(slot_keys), ptr(slot_first), slot_count,
-               ptr(slot_of))
+        if tags is None:
+            launch(claim, n, ptr(keys), n, ptr(slot_keys), ptr(slot_first), slot_count,
+                   ptr(slot_of))
+        else:
+            tags = index_array(tags, "tags")
+            launch(claim_tagged, n, ptr(keys), ptr(tags), n, ptr(slot_keys), ptr(slot_first),
+                   slot_count, ptr(slot_of))
         is_first = empty((n,), np.int64)
         launch(flags, n, ptr(slot_of), ptr(slot_first), n, ptr(is_first))
         positions = exclusive_scan(is_first, n)
@@ -87,7 +96,7 @@ def unique_many_padded(started):
 
 
 def _unique_emit(started, host_counts):
-    _, _, emit, inverse_kernel = _unique_kernels()
+    _, _, emit, inverse_kernel, _ = _unique_kernels()
     arrays, pending = started
     results = []
     for i, (keys, state) in enumerate(zip(arrays, pending)):

@@ -21,7 +21,9 @@ added (unique + segment-sum); the result is (values, local rows) per table for I
 Keys and gradients are backend arrays (device arrays on cuda); a step waits on the host twice,
 whatever the number of tables: for the forward's header (the keys' checks flag, distinct keys and
 per-owner counts are left on the device and ride in it) and for the backward's (the owners'
-distinct rows are counted on the device before it, and read with it).
+distinct rows are counted on the device before it, and read with it). A training lookup of hash
+tables waits once more, for the keys all its hash groups placed (engine/table_group.py), and
+twice for each hash table alone (its count of new keys, then of the keys it placed).
 """
 import collections
 
@@ -126,14 +128,17 @@ def _described(backend, check):
 
 
 def lookup_forward_many(runtime, tables, op, keys_list, training, local_error=None,
-                        key_check=None, admit_ratios=None):
+                        key_check=None, admit_ratios=None, tags_list=None):
     """Collective. tables: EmbeddingTables (or TableGroups, engine/table_group.py); keys_list:
     one backend int 1-D array per table. Returns (vectors, routings): per table backend float32
     [n_t, dim_t] in input order, and the Routing its backward pass needs. Raises the step's input
     errors on every rank before any table changes. key_check: the caller's KeyCheck of the
     step's inputs (start_key_checks; default: one of keys_list); admit_ratios: None, or per
     table None or the ratio of new keys a training lookup of a hash table admits
-    (engine/admission.py: the others give zeros and no gradient).
+    (engine/admission.py: the others give zeros and no gradient); tags_list: None, or per
+    table None or, for a HashGroup (engine/table_group.py), backend int64 [n_t]: the member of
+    each key (a group's keys are de-duplicated per (tag, key), and its tags travel with its keys
+    in the same exchange).
 
     The host waits once, for the op header: the keys are de-duplicated and bucketed by owner
     before anything is read (the kernels read nothing out of place whatever the keys), and the
@@ -149,13 +154,16 @@ def lookup_forward_many(runtime, tables, op, keys_list, training, local_error=No
 
     def describe():
         return _described(backend, key_check)
+    tags_list = tags_list or [None] * len(tables)
+    tagged = [t for t, tags in enumerate(tags_list) if tags is not None and error is None]
     send_counts = np.zeros((size, len(tables)), dtype=np.int64)
-    prepared = []
+    prepared, sent_tags = [], []
     if error is None and size == 1:  # alone, nothing crosses a network: no de-duplication
         for t, keys in enumerate(keys_list):
             keys = backend.asarray(keys)
             send_counts[0, t] = keys.shape[0]
             prepared.append((keys, None, None, keys))
+        sent_tags = [backend.asarray(tags_list[t]) for t in tagged]
         exchange_sizes(runtime, op, None, error, flag, describe_error=describe)
         recv_counts = send_counts
     else:
@@ -163,38 +171,45 @@ def lookup_forward_many(runtime, tables, op, keys_list, training, local_error=No
         if error is None:  # distinct keys and owner counts stay on the device: the header
             # carries the counts, and its one wait tells how many distinct keys there are
             started, distinct_counts = backend.unique_many_start(
-                [backend.asarray(k) for k in keys_list], ordered=False)
+                [backend.asarray(k) for k in keys_list], ordered=False, tags_list=tags_list)
             distinct = backend.unique_many_padded(started)
             perms, owner_counts = backend.bucket_by_owner_many_deferred(
                 [d for d, _ in distinct], size, [table.owner_rule for table in tables],
                 distinct_counts)
             for (keys, inverse), perm in zip(distinct, perms):
                 prepared.append((keys, inverse, perm, backend.take_rows(keys, perm)))
+            sent_tags = [_distinct_tags(backend, prepared[t], tags_list[t]) for t in tagged]
         sizes = exchange_sizes(runtime, op, owner_counts, error, flag, describe_error=describe)
         send_counts, recv_counts = sizes.sent, sizes.received
         prepared = [_cut(backend, p, int(send_counts[:, t].sum()))
                     for t, p in enumerate(prepared)]
-    owned = _exchange(runtime, [p[3] for p in prepared], send_counts, recv_counts)
+        sent_tags = [backend.row_view(tags, 0, int(send_counts[:, t].sum()))
+                     for tags, t in zip(sent_tags, tagged)]
+    owned = _exchange(runtime, [p[3] for p in prepared] + sent_tags,
+                      _with_columns(send_counts, tagged), _with_columns(recv_counts, tagged))
+    owned, owned_tags = owned[:len(tables)], dict(zip(tagged, owned[len(tables):]))
     passed = [None] * len(tables)
     for t, table in enumerate(tables):
         if training and admit_ratios and admit_ratios[t] is not None and table.use_hashtable:
             owned[t], passed[t] = admission.admitted_keys(backend, table, owned[t],
                                                           admit_ratios[t], table.journal.step)
+    owner_rows, vectors = [None] * len(tables), [None] * len(tables)
     if training and any(table.use_hashtable for table in tables):
-        runtime.host.raise_together(
-            first_error(*[table.capacity_error(keys) for table, keys in zip(tables, owned)]),
-            as_op_id(op).name)
-    owner_rows, vectors = [], []
-    for table, keys, kept in zip(tables, owned, passed):
-        if training and table.use_hashtable and kept is None:  # one kernel finds, places, copies
-            rows, found = table.inserted_rows_and_vectors(keys)
+        _insert_keys(runtime, op, tables, owned, owned_tags, owner_rows, vectors)
+    for t, (table, keys, kept) in enumerate(zip(tables, owned, passed)):
+        if vectors[t] is not None:  # a hash group's training lookup: done
+            continue
+        if t in owned_tags:  # a hash group's lookup without insert
+            rows = table.find(keys, owned_tags[t])
+            found = table.gather(rows)
+        elif training and table.use_hashtable and kept is None:
+            rows, found = table.inserted_rows_and_vectors(keys)  # one kernel finds, places, copies
         else:
             rows = table.rows_of(keys, bool(training) and table.use_hashtable)
             if kept is not None:
                 rows = admission.spread_rows(backend, rows, kept)
             found = table.gather(rows)
-        owner_rows.append(rows)
-        vectors.append(found)
+        owner_rows[t], vectors[t] = rows, found
     returned = _exchange(runtime, vectors, recv_counts, send_counts)
     outs, routings = [], []
     for t, (table, keys) in enumerate(zip(tables, keys_list)):
@@ -209,6 +224,44 @@ def lookup_forward_many(runtime, tables, op, keys_list, training, local_error=No
                                 table.use_hashtable and (not training or
                                                          passed[t] is not None)))
     return outs, routings
+
+
+def _distinct_tags(backend, prepared, tags):
+    """The tags of a hash group's bucketed distinct keys (prepared: its (distinct keys, inverse,
+    perm, keys to send), the keys padded): each distinct key gets the tag of the keys it stands
+    for (they all have one tag: keys are de-duplicated per (tag, key))."""
+    distinct, inverse, perm, _ = prepared
+    distinct_tags = backend.empty((int(distinct.shape[0]),), np.int64)
+    backend.put_rows(distinct_tags, inverse, backend.asarray(tags))
+    return backend.take_rows(distinct_tags, perm)
+
+
+def _with_columns(counts, tagged):
+    """Counts [size, tables] with the columns of the tagged tables added (their tags travel as
+    their keys do)."""
+    return np.concatenate([counts, counts[:, tagged]], axis=1) if tagged else counts
+
+
+def _insert_keys(runtime, op, tables, owned, owned_tags, owner_rows, vectors):
+    """A training lookup's check and insert of owned keys: each hash table alone counts its new
+    keys against its capacity before anything changes (a wait each); the HashGroups among
+    `tables` (those with owned_tags) place their keys in one launch each and the host reads all
+    their counts in one wait, and erases them again if the step fails. Any full shard, on any
+    rank, raises on every rank. Fills owner_rows and vectors for the groups."""
+    backend = runtime.backend
+    errors = [table.capacity_error(keys) for t, (table, keys) in enumerate(zip(tables, owned))
+              if t not in owned_tags]
+    started = [(t, tables[t].insert_start(owned[t], owned_tags[t])) for t in owned_tags]
+    placed = backend.to_host_many([s[1] for _, s in started]) if started else []
+    errors += [tables[t].insert_error(state, p) for (t, (state, _)), p in zip(started, placed)]
+    try:
+        runtime.host.raise_together(first_error(*errors), as_op_id(op).name)
+    except Exception:
+        for (t, (state, _)), p in zip(started, placed):
+            tables[t].insert_finish(state, p, keep=False)
+        raise
+    for (t, (state, _)), p in zip(started, placed):
+        owner_rows[t], vectors[t] = tables[t].insert_finish(state, p, keep=True)
 
 
 def _cut(backend, prepared, distinct):
@@ -269,7 +322,8 @@ def _owned_rows_start(backend, tables, routings):
     included) gets them in ascending order with ranks: host int64, how many lie below each
     start of a member's rows and the end (row_starts). A hash table (rows may be -1) gets them in
     any order with ranks None."""
-    bounded = [not table.use_hashtable for table in tables]
+    bounded = [not table.use_hashtable or (_is_group(table) and not routing.may_miss)
+               for table, routing in zip(tables, routings)]
     found = [(routing.owner_rows, _held_rows(table), _row_starts(table))
              for table, routing, b in zip(tables, routings, bounded) if b]
     hashed = [routing.owner_rows for routing, b in zip(routings, bounded) if not b]
@@ -287,6 +341,10 @@ def _owned_rows_finish(backend, started, host_sizes):
     return [next(found) if b else next(hashed) + (None,) for b in bounded]
 
 
+def _is_group(table):
+    return getattr(table, "row_starts", None) is not None
+
+
 def _held_rows(table):
     return int(table.values.shape[0])
 
@@ -301,12 +359,17 @@ def lookup_backward_many(runtime, tables, op, routings, grads_list):
     rows [u], ranks) of the rows that exist, for an IndexedSlices (ranks: see _owned_rows)."""
     backend = runtime.backend
     out = []
-    for routing, (rows, summed, ranks) in zip(routings, exchange_gradients_many(
+    for table, routing, (rows, summed, ranks) in zip(tables, routings, exchange_gradients_many(
             runtime, tables, op, routings, grads_list)):
         if routing.may_miss:  # rare: the gradient of an inference lookup; drop the misses
             host_rows = backend.to_host(rows)
             used = host_rows >= 0
-            if not used.all():
+            if _is_group(table):  # a hash group's rows ascending, counted per member
+                order = np.flatnonzero(used)[np.argsort(host_rows[used], kind="stable")]
+                ranks = np.searchsorted(host_rows[order], table.row_starts).astype(np.int64)
+                index = backend.asarray(order.astype(np.int64))
+                rows, summed = backend.take_rows(rows, index), backend.take_rows(summed, index)
+            elif not used.all():
                 index = backend.asarray(np.flatnonzero(used).astype(np.int64))
                 rows, summed = backend.take_rows(rows, index), backend.take_rows(summed, index)
         rows = backend.exportable(rows)  # handed to the framework as it is, and back

@@ -100,14 +100,17 @@ def pooled_forward_many(runtime, tables, op, inputs, training, local_error=None,
     if error is None:  # judged with the distinct-key counts, in one wait
         key_check = start_key_checks(runtime, tables, [item.keys for item in inputs], checks,
                                      key_limits)
-    units = table_group.plan(runtime, tables)
+    units = table_group.plan(runtime, tables, [p for p, item in enumerate(inputs)
+                                               if item.admit_ratio is not None])
     unit_keys = [_joined_keys(backend, unit, [inputs[p] for p in unit.positions], error)
                  for unit in units]
     admit_ratios = [inputs[unit.positions[0]].admit_ratio if len(unit.positions) == 1 else None
-                    for unit in units]  # hash tables are never grouped
+                    for unit in units]  # a filtered hash table is never grouped
     vectors, routings = lookup_forward_many(runtime, [unit.table for unit in units], op,
-                                            unit_keys, training, first_error(error),
-                                            key_check=key_check, admit_ratios=admit_ratios)
+                                            [keys for keys, _ in unit_keys], training,
+                                            first_error(error), key_check=key_check,
+                                            admit_ratios=admit_ratios,
+                                            tags_list=[tags for _, tags in unit_keys])
     outputs, state = [None] * len(tables), []
     for unit, found, routing in zip(units, vectors, routings):
         items = [inputs[p] for p in unit.positions]
@@ -129,12 +132,18 @@ def pooled_forward_many(runtime, tables, op, inputs, training, local_error=None,
 
 
 def _joined_keys(backend, unit, items, error):
-    """The unit's keys: a group's members' keys in its id space, joined; a table's own keys."""
+    """The unit's (keys, tags): a group's members' keys in its id space, joined (a hash
+    group's as they are, with their tags); a table's own keys (tags None)."""
     if len(items) == 1:
-        return items[0].keys
+        return items[0].keys, None
     if error is not None:  # not looked at: the step fails in the first exchange
-        return backend.asarray(np.zeros(0, np.int64))
-    return backend.join_keys([item.keys for item in items], unit.table.key_starts[:-1])
+        return backend.asarray(np.zeros(0, np.int64)), None
+    group = unit.table
+    if group.use_hashtable:
+        cuts = np.concatenate([[0], np.cumsum([item.keys.shape[0] for item in items])])
+        return (backend.join_keys([item.keys for item in items], np.zeros(len(items), np.int64)),
+                backend.part_tags(cuts.astype(np.int64)))
+    return backend.join_keys([item.keys for item in items], group.key_starts[:-1]), None
 
 
 def _pieces(backend, array, counts):

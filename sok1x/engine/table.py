@@ -73,11 +73,15 @@ class EmbeddingTable:
             return None
         missing = self.index.count_missing(keys)
         if self.index.size + missing > self.capacity:
-            return TableFullError(
-                "%s: the shard on rank %d is full: %d rows used of max_vocabulary_size_per_gpu=%d "
-                "and %d new keys arrived. Raise max_vocabulary_size_per_gpu."
-                % (self.name, self.rank, self.index.size, self.capacity, missing))
+            return self.full_error(self.index.size, missing)
         return None
+
+    def full_error(self, used, missing):
+        """The TableFullError of `missing` new keys arriving at a shard holding `used` keys."""
+        return TableFullError(
+            "%s: the shard on rank %d is full: %d rows used of max_vocabulary_size_per_gpu=%d "
+            "and %d new keys arrived. Raise max_vocabulary_size_per_gpu."
+            % (self.name, self.rank, used, self.capacity, missing))
 
     def rows_of(self, keys, insert):
         """Returns the rows of owned `keys` (backend int64 array). insert=True adds unseen keys

@@ -16,13 +16,32 @@ call (engine.api.apply_optimizer_updates; TensorFlow's optimizers update the mem
 each on its own rows). The layout (offsets, views) is made once, at the first lookup that names
 the tables together, never per step.
 
+Hash tables (use_hashtable=True, SOK v1's) group as HashGroups: a v1 hash table's arrays have a
+fixed capacity and never move, so its rows, times and slots join a flat array as above, but its
+rows come from its own key index, and its keys are any non-negative int64, which leave no room to
+fold the table into the key. So a hash group's keys stay as they are and each carries a tag, its
+member's place in the group (int64 [n] beside the keys, sent in the same exchange): the keys are
+de-duplicated per (tag, key), bucketed by owner, and the owner finds or inserts all of them in
+every member's own HashIndex in one launch (the indexes travel as a list of addresses), getting
+flat rows; then one init of the new rows, one stamp, one gather, and from there on (spread,
+backward, update) the group is a TableGroup. The host waits once, for all members' counts of
+placed keys (a full shard in any member fails the step on every rank and the call's keys are
+erased again: no table changes). Each member keeps its own index, so checkpoints, export,
+restore, erase and rebuilds work per table as before.
+
 What separates groups (tables that cannot share a pass are looked up as units of their own, in
 the same exchange):
   - the dim (rows are joined into one [rows, dim] array);
   - the placement ("mod", or the rank of ("rank", r)): it decides owner and row of a key;
-  - storage: only fixed tables whose rows follow from their keys join a group. A hash table
-    (use_hashtable=True) and a sok1x.DynamicVariable (hbm or hybrid) find rows through their own
-    key index, and a DynamicVariable replaces its arrays when it grows: each is a unit of its own;
+  - storage: dense tables (rows follow from keys) group with dense tables, v1 hash tables with
+    v1 hash tables, never with each other (a dense group folds the table into the key, a hash
+    group tags it);
+  - for hash tables, the initializer (InitializerSpec: kind, bounds, seed): the one init launch
+    of a hash group's new rows takes one recipe (each member's table id is per row);
+  - a hash table with a low-frequency filter in this lookup (admit_ratio) stays a unit of its own;
+  - a sok1x.DynamicVariable (hbm or hybrid) is a unit of its own: it grows (its arrays are
+    replaced, so they cannot be views of a flat array), evicts (rows move between keys in a step),
+    and a hybrid one keeps rows in host memory that its own fused kernel reads;
   - optimizer and dtype separate nothing today: values are float32 everywhere, and a group's
     slots are made per slot name, so an optimizer touches only the slots it keeps;
   - a table belongs to one group: the first lookup naming it with others makes its group; a
@@ -36,7 +55,7 @@ import numpy as np
 
 from sok1x.engine import distinct_rows
 from sok1x.engine import placement as placements
-from sok1x.engine.table import EmbeddingTable
+from sok1x.engine.table import EmbeddingTable, rebuilt_if_worn
 from sok1x.errors import InvalidInputError
 
 Unit = collections.namedtuple("Unit", "table positions")
@@ -60,8 +79,7 @@ class TableGroup:
         self.size = runtime.size
         held = [int(table.values.shape[0]) for table in members]
         self.row_starts = np.concatenate([[0], np.cumsum(held)]).astype(np.int64)
-        self.key_starts = np.concatenate(
-            [[0], np.cumsum([table.key_limit for table in members])]).astype(np.int64)
+        self.key_starts = self._key_starts(members)
         self.values = self._joined([table.values for table in members], 0.0)
         self.times = self._joined([table.times for table in members], 0.0)
         self.slots, self.slot_initial = {}, {}
@@ -79,6 +97,11 @@ class TableGroup:
         # The members' own arrays are gone now: their memory must not stay held by the pool
         # (a group of large tables would need twice their memory), once per group.
         self.backend.release_unused()
+
+    @staticmethod
+    def _key_starts(members):
+        return np.concatenate(
+            [[0], np.cumsum([table.key_limit for table in members])]).astype(np.int64)
 
     def _view(self, array, t):
         return self.backend.row_view(array, int(self.row_starts[t]), int(self.row_starts[t + 1]))
@@ -142,29 +165,118 @@ class TableGroup:
     def gather(self, rows):
         return self.backend.gather_rows(self.values, rows)
 
-    def stamp(self, rows):
-        """Records now as the update time of flat `rows`."""
+    def stamp(self, rows, count=None):
+        """Records now as the update time of flat `rows` (count: see backend.fill_rows)."""
         if int(rows.shape[0]):
-            self.backend.fill_rows(self.times, rows, time.time())
+            self.backend.fill_rows(self.times, rows, time.time(), count)
 
 
-def groupable(table):
-    """True for a table whose rows follow from its keys and whose arrays never move."""
-    return type(table) is EmbeddingTable and not table.use_hashtable
+class HashGroup(TableGroup):
+    """The v1 hash tables `members` (of one dim, placement and initializer) as one: a
+    TableGroup's flat rows, times and slots, each member keeping its own HashIndex. Its keys
+    come with tags (the member of each key, see the module's docstring). Reads to key_exchange
+    as a TableGroup with use_hashtable, plus insert_start / insert_error / insert_finish (a
+    training lookup) and find (one without insert)."""
+
+    use_hashtable = True
+
+    def __init__(self, runtime, members):
+        super().__init__(runtime, members)
+        self.spec = members[0].spec
+        self.rank = runtime.rank
+        self.journal = runtime.journal
+        self.table_ids = np.array([table.table_id for table in members], dtype=np.uint64)
+        self.capacities = np.array([table.capacity for table in members], dtype=np.int64)
+
+    @staticmethod
+    def _key_starts(members):
+        return None  # keys are tagged, never offset
+
+    def indexes(self):
+        """The members' HashIndexes as they are now (a rebuild or a load replaces one)."""
+        return [table.index for table in self.members]
+
+    def find(self, keys, tags):
+        """Flat rows of owned tagged keys, -1 where a member does not hold its key."""
+        return self.backend.hash_find_many(self.indexes(), keys, tags, self.row_starts)
+
+    def insert_start(self, keys, tags):
+        """Queues a training lookup of owned tagged keys: find-or-insert in every member's index,
+        the new rows' initial values and update times, and every key's vector. Returns (state,
+        placed): placed, backend int64 [T] (keys each member placed) for the host to read and
+        hand to insert_error and insert_finish."""
+        backend, indexes = self.backend, self.indexes()
+        sizes = np.array([index.size for index in indexes], dtype=np.int64)
+        found = backend.hash_insert_many(indexes, keys, tags, self.row_starts)
+        rows, new_keys, new_rows, new_tags, count, placed = found
+        backend.init_rows_tagged(self.values, new_rows, new_keys, new_tags, self.spec,
+                                 self.table_ids, count)
+        self.stamp(new_rows, count)
+        return (indexes, found, self.gather(rows), sizes), placed
+
+    def insert_error(self, state, placed):
+        """TableFullError for the first member whose shard the host counts `placed` overflow,
+        else None."""
+        sizes = state[3]
+        over = np.flatnonzero(sizes + placed > self.capacities)
+        if not over.size:
+            return None
+        t = int(over[0])
+        return self.members[t].full_error(int(sizes[t]), int(placed[t]))
+
+    def insert_finish(self, state, placed, keep):
+        """Ends insert_start's call with the host counts `placed`: keep=True keeps the placed
+        keys (undone if the step fails later) and returns (flat rows, vectors); keep=False
+        erases them again (a failed step) and returns None."""
+        indexes, found, vectors, _ = state
+        self.backend.hash_insert_many_done(indexes, found, placed, keep)
+        if not keep:
+            self._rebuild_worn()
+            return None
+        if placed.any():
+            new_keys, new_rows, new_tags, count = found[1:5]
+            self.journal.record(lambda: self._undo_insert(new_keys, new_rows, new_tags, count))
+        return found[0], vectors
+
+    def _undo_insert(self, new_keys, new_rows, new_tags, count):
+        """Erases the keys a failed step inserted, member by member, and resets their slots'
+        rows (as EmbeddingTable._undo_insert)."""
+        backend = self.backend
+        count = int(backend.to_host(count).reshape(-1)[0])
+        keys, rows, tags = (backend.to_host(a)[:count] for a in (new_keys, new_rows, new_tags))
+        for t, table in enumerate(self.members):
+            mine = tags == t
+            if mine.any():
+                table.index.erase(backend.asarray(keys[mine]))
+                table.reset_slot_rows(backend.asarray(rows[mine] - self.row_starts[t]))
+        self._rebuild_worn()
+
+    def _rebuild_worn(self):
+        for table in self.members:
+            table.index = rebuilt_if_worn(self.backend, table.index, table.capacity)
 
 
-def plan(runtime, tables):
-    """Returns the lookup of `tables` as [Unit]: the groupable tables of one (dim, placement)
-    as one TableGroup (made now, once, if they have none), every other table as a unit of its
-    own. The units keep the order of their first table in `tables`."""
-    lookup = tuple(map(id, tables))
+def group_kind(table, position, alone=()):
+    """What a table may share a pass with (module docstring): tables of one kind form a group."""
+    if type(table) is not EmbeddingTable or position in alone:
+        return ("alone", position)
+    if table.use_hashtable:
+        return ("hash", table.dim, table.placement, table.spec)
+    return ("group", table.dim, table.placement)
+
+
+def plan(runtime, tables, alone=()):
+    """Returns the lookup of `tables` as [Unit]: the tables of one kind (group_kind) as one
+    TableGroup or HashGroup (made now, once, if they have none), every other table as a unit of
+    its own. alone: positions that stay units of their own (hash tables with a low-frequency
+    filter). The units keep the order of their first table in `tables`."""
+    lookup = (tuple(map(id, tables)), tuple(alone))
     group = getattr(tables[0], "group", None) if tables else None
     if group is not None and group.planned[0] == lookup and group.live(runtime):
         return group.planned[1]
     classes = collections.OrderedDict()
     for position, table in enumerate(tables):
-        kind = ("group", table.dim, table.placement) if groupable(table) else ("alone", position)
-        classes.setdefault(kind, []).append(position)
+        classes.setdefault(group_kind(table, position, alone), []).append(position)
     units = []
     for positions in classes.values():
         group = _group_of(runtime, [tables[p] for p in positions]) if len(positions) > 1 else None
@@ -189,7 +301,7 @@ def _group_of(runtime, members):
             group.dissolve()
             del groups[id(group)]
     if not groups:
-        return TableGroup(runtime, members)
+        return (HashGroup if members[0].use_hashtable else TableGroup)(runtime, members)
     if len(groups) == 1:
         group = next(iter(groups.values()))
         if len(group.members) == len(members) and all(t.group is group for t in members):

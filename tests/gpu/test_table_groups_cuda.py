@@ -1,6 +1,7 @@
 """Table groups (DESIGN D13) on the cuda engine, at any number of GPUs: a lookup of several
 tables of one dim in one pass equals the same tables looked up one by one (forward, gradients,
-updated rows and optimizer slots), and costs the kernel launches and host waits of one table;
+updated rows and optimizer slots), and costs the kernel launches and host waits of one table,
+v1 hash tables (a HashGroup) as dense ones;
 bad input in one member fails the step on every rank and changes no table. The keyed lookup
 (all tables' keys in one array, engine/keyed_lookup.py) gives the same, and its backend ops the
 cpu backend's.
@@ -236,3 +237,176 @@ def test_a_keyed_step_launches_and_waits_as_for_one_table():
     print("\nper keyed step, 1 table: %s; 26 tables: %s" % (counts[1], counts[26]))
     assert counts[26]["launches"] <= 1.25 * counts[1]["launches"]
     assert counts[26]["host_waits"] == counts[1]["host_waits"]
+
+
+# -- hash groups: v1 hash tables of one dim, placement and initializer (engine/table_group.py) --
+
+HASH_SPAN = 2 ** 50  # a hash table takes any non-negative key
+
+
+def make_hash_tables(prefix, count, capacity=CAPACITY):
+    names = ["%s_%d" % (prefix, t) for t in range(count)]
+    for name in names:
+        api.create_table(name, DIM, capacity, True, SPEC, replace=True)
+    return names
+
+
+def hash_batch(rng, count, step):
+    """Per table a PooledInput of keys drawn from a pool shared by the ranks, and a top
+    gradient."""
+    pool = np.random.default_rng([99, step]).integers(0, HASH_SPAN, size=4000)
+    inputs, tops = batch(rng, count, False)
+    inputs = [i._replace(keys=pool[rng.integers(0, pool.shape[0], size=i.keys.shape[0])])
+              for i in inputs]
+    return inputs, tops
+
+
+def hash_state(name):
+    """This rank's shard of a hash table by key: ({key: (vector, Adam m)}, index size)."""
+    table = api.shard(name)
+    keys, rows = (host(a) for a in table.index.export())
+    values, m = host(table.values), host(table.slots["Adam/m"])
+    return {int(k): (values[r], m[r]) for k, r in zip(keys, rows)}, table.index.size
+
+
+def held_keys(name):
+    """The keys this rank's shard of a hash table holds (sorted) and its index size."""
+    index = api.shard(name).index
+    return sorted(host(index.export()[0]).tolist()), index.size
+
+
+def hash_gradient(name, values, rows):
+    keys, held = (host(a) for a in api.shard(name).index.export())
+    key_of_row = dict(zip(held.tolist(), keys.tolist()))
+    out = {}
+    for row, value in zip(host(rows).tolist(), host(values).astype(np.float64)):
+        out[key_of_row[row]] = out.get(key_of_row[row], 0.0) + value
+    return out
+
+
+def hash_steps(names, together, steps=2):
+    """LazyAdam steps of the hash tables looked up together or one by one: per step the
+    outputs and per table the gradient by key."""
+    rng = np.random.default_rng([21, RANK])
+    record = []
+    for step in range(steps):
+        inputs, tops = hash_batch(rng, len(names), step)
+        if together:
+            outs, token = api.pooled_lookup(names, "hg_fwd", inputs, True)
+            grads = api.pooled_lookup_grad(names, "hg_bwd", token, tops)
+        else:
+            outs, grads = [], []
+            for t, name in enumerate(names):
+                (out,), one = api.pooled_lookup([name], "hg_one_fwd", [inputs[t]], True)
+                grads += api.pooled_lookup_grad([name], "hg_one_bwd", one, [tops[t]])
+                outs.append(out)
+        record.append(([host(o) for o in outs],
+                       [hash_gradient(n, v, r) for n, (v, r) in zip(names, grads)]))
+        if together:
+            api.apply_optimizer_updates(names, "lazy_adam", "Adam", {}, HYPER,
+                                        [v for v, _ in grads], [r for _, r in grads])
+        else:
+            for name, (values, rows) in zip(names, grads):
+                api.apply_optimizer_update(name, "lazy_adam", "Adam", {}, HYPER, values, rows)
+    return record
+
+
+def test_a_hash_group_equals_its_tables_one_by_one():
+    names = make_hash_tables("cuda_hash_group", 5)
+    together = hash_steps(names, True)
+    assert isinstance(api.shard(names[0]).group, table_group.HashGroup)
+    grouped = [hash_state(name) for name in names]
+    make_hash_tables("cuda_hash_group", 5)  # the same tables anew (same initial rows)
+    alone = hash_steps(names, False)
+    for (outs, grads), (want_outs, want_grads) in zip(together, alone):
+        for out, want in zip(outs, want_outs):
+            np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
+        for got, want in zip(grads, want_grads):
+            assert sorted(got) == sorted(want)
+            for key in want:
+                np.testing.assert_allclose(got[key], want[key], rtol=1e-5, atol=1e-5)
+    for name, (state, size) in zip(names, grouped):
+        want, want_size = hash_state(name)
+        assert size == want_size and sorted(state) == sorted(want)
+        for key, (vector, m) in want.items():
+            np.testing.assert_allclose(state[key][0], vector, rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose(state[key][1], m, rtol=1e-5, atol=1e-7)
+
+
+def test_hash_group_launches_and_waits_do_not_grow_with_the_tables():
+    from sok1x.backend.cuda_launch import COUNTS
+    rng = np.random.default_rng([22, RANK])
+    counts = {}
+    for count in (1, 2, 26):
+        names = make_hash_tables("cuda_hash_count_%d" % count, count)
+        for step in range(2):  # the first step makes the group
+            inputs, tops = hash_batch(rng, count, step)
+            before = dict(COUNTS)
+            _, token = api.pooled_lookup(names, "hc_fwd_%d" % count, inputs, True)
+            grads = api.pooled_lookup_grad(names, "hc_bwd_%d" % count, token, tops)
+            api.apply_optimizer_updates(names, "lazy_adam", "Adam", {}, HYPER,
+                                        [g[0] for g in grads], [g[1] for g in grads])
+            counts[count] = {k: COUNTS[k] - before.get(k, 0) for k in ("launches", "host_waits")}
+    print("\nper hash step, 1 table: %s; 2 tables: %s; 26 tables: %s"
+          % (counts[1], counts[2], counts[26]))
+    assert counts[26]["launches"] <= 1.25 * counts[2]["launches"]
+    assert counts[26]["host_waits"] == counts[2]["host_waits"] <= counts[1]["host_waits"]
+
+
+def test_a_full_shard_in_a_hash_group_fails_every_rank_and_changes_no_table():
+    names = make_hash_tables("cuda_hash_full", 4, capacity=1000)
+    rng = np.random.default_rng([23, RANK])
+    inputs, _ = hash_batch(rng, len(names), 0)
+    api.pooled_lookup(names, "hf_ok", inputs, True)
+    before = [held_keys(name) for name in names]
+    crowded = list(inputs)
+    if RANK == SIZE - 1:
+        keys = np.arange(1000 * SIZE + 1, dtype=np.int64) * 7 + 10 ** 12
+        crowded[2] = PooledInput(keys, None, keys.shape[0], None, "sum")
+    from sok1x.errors import TableFullError
+    with pytest.raises(TableFullError, match="cuda_hash_full_2: the shard on rank"):
+        api.pooled_lookup(names, "hf_bad", crowded, True)
+    assert [held_keys(name) for name in names] == before
+    api.pooled_lookup(names, "hf_again", inputs, True)  # no new keys: found again
+    assert [held_keys(name) for name in names] == before
+
+
+def test_hash_group_ops_equal_the_cpu_backend():
+    from sok1x.backend import cpu
+    rng = np.random.default_rng([24, RANK])
+    keys = rng.integers(0, 50, size=300)  # repeats within a member and across members
+    tags = np.sort(rng.integers(0, 4, size=300))
+    with runtime.entered() as rt:
+        cuda = rt.backend
+        cuts = np.searchsorted(tags, np.arange(5))
+        np.testing.assert_array_equal(host(cuda.part_tags(cuts)), cpu.part_tags(cuts))
+        started, counts = cuda.unique_many_start([cuda.asarray(keys)], tags_list=[tags])
+        (distinct, inverse), = cuda.unique_many_finish(started, host(counts))
+        pairs = set(zip(tags.tolist(), keys.tolist()))
+        assert host(distinct).shape[0] == len(pairs)
+        np.testing.assert_array_equal(host(distinct)[host(inverse)], keys)
+        row_starts = np.array([0, 100, 200, 300, 400], np.int64)
+        found = {}
+        for name, backend in (("cuda", cuda), ("cpu", cpu)):
+            indexes = [backend.HashIndex(60) for _ in range(4)]
+            out = backend.hash_insert_many(indexes, backend.asarray(keys), backend.asarray(tags),
+                                           row_starts)
+            placed = host(out[5])
+            backend.hash_insert_many_done(indexes, out, placed, True)
+            flat = host(out[0])
+            table = backend.zeros((400, DIM), np.float32)
+            count = int(host(out[4])[0])
+            backend.init_rows_tagged(table, out[2], out[1], out[3], SPEC,
+                                     np.array([11, 12, 13, 14], np.uint64), out[4])
+            again = host(backend.hash_find_many(indexes, backend.asarray(keys),
+                                                backend.asarray(tags), row_starts))
+            found[name] = (placed, flat, count, host(table), again, indexes)
+        got, want = found["cuda"], found["cpu"]
+        np.testing.assert_array_equal(got[0], want[0])  # keys placed per member
+        assert got[2] == want[2] == len(pairs)
+        np.testing.assert_array_equal(got[1], got[4])  # found where inserted
+        # rows differ (arrival order), the vector of each (member, key) does not
+        for t, key, row in zip(tags, keys, got[1]):
+            cpu_row = want[1][np.flatnonzero((tags == t) & (keys == key))[0]]
+            assert row_starts[t] <= row < row_starts[t] + 60
+            np.testing.assert_allclose(got[3][row], want[3][cpu_row], rtol=1e-6)

@@ -1,0 +1,440 @@
+"""Hash tables in table groups (DESIGN D13, issue 17 item 1) on the cpu backend, at any number of
+ranks: v1 hash tables (use_hashtable=True) of one dim, placement and initializer looked up together
+pass as one HashGroup, and give what the same tables give looked up one by one (forward,
+gradients, the keys each shard holds, their rows and optimizer slots), beside a hash table of
+another dim and a dense table in the same lookup; a full shard or a bad key in one member fails
+the step on every rank and changes no table; a failed later op of the step takes the group's new
+keys out again; and the step's host waits and backend calls do not grow with the number of hash
+tables."""
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+from checkpoint_reference import assert_same, every_row
+from sok1x.backend import cpu, cpu_random, random_init
+from sok1x.engine import api, checkpoint, runtime, table_group
+from sok1x.engine.keyed_lookup import KeyedInput
+from sok1x.engine.op_keys import name_key
+from sok1x.engine.op_order import OpId
+from sok1x.engine.pooled_lookup import PooledInput
+from sok1x.errors import InvalidInputError, TableFullError
+
+COMM = MPI.COMM_WORLD
+RANK, SIZE = COMM.Get_rank(), COMM.Get_size()
+SPEC = random_init.make_spec("uniform", -1.0, 1.0, seed=31)
+DIM, CAPACITY = 8, 300
+KEY_SPAN = 2 ** 45  # hash tables take any non-negative key
+# name suffix, dim, hash table?: four hash tables of DIM (one group), one of another dim (alone),
+# one dense table (alone)
+LAYOUT = [("h0", DIM, True), ("h1", DIM, True), ("d0", DIM, False), ("h2", DIM, True),
+          ("w0", 4, True), ("h3", DIM, True)]
+HYPER = {"lr": 0.1, "epsilon": 1e-7}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def engine():
+    return runtime.init(backend="cpu")
+
+
+def make_tables(tag, capacity=CAPACITY, layout=LAYOUT):
+    """Creates the layout's tables anew (the same names give the same initial rows)."""
+    names = ["%s_%s" % (tag, suffix) for suffix, _, _ in layout]
+    for name, (_, dim, hashed) in zip(names, layout):
+        api.create_table(name, dim, capacity if hashed else CAPACITY, hashed, SPEC, replace=True)
+    return names
+
+
+def batch(rng, step, layout=LAYOUT):
+    """Per table a PooledInput (keys shared between ranks, repeated in a batch) and a top
+    gradient."""
+    inputs, tops = [], []
+    pool = rng.integers(0, KEY_SPAN, size=40)
+    for t, (_, dim, hashed) in enumerate(layout):
+        nnz, rows = 9 + 3 * t + step, 4 + t % 3
+        keys = rng.choice(pool, size=nnz) if hashed else rng.integers(0, CAPACITY * SIZE, nnz)
+        segments = np.sort(rng.integers(0, rows, size=nnz))
+        weights = rng.random(nnz).astype(np.float32) if t % 2 else None
+        inputs.append(PooledInput(keys, segments, rows, weights, "mean" if t % 2 else "sum"))
+        tops.append(rng.standard_normal((rows, dim)).astype(np.float32))
+    return inputs, tops
+
+
+def shard_state(name):
+    """This rank's shard of `name` by key: {key: (vector, {slot: row})} and its index size; a
+    dense table's rows as they are."""
+    table = api.shard(name)
+    if not table.use_hashtable:
+        return table.values.copy(), {n: s.copy() for n, s in table.slots.items()}
+    keys, rows = table.index.export()
+    return {int(k): (table.values[r].copy(), {n: s[r].copy() for n, s in table.slots.items()})
+            for k, r in zip(keys, rows)}, table.index.size
+
+
+def assert_same_state(got, want):
+    if isinstance(got[0], np.ndarray):
+        np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-6)
+        for slot in want[1]:
+            np.testing.assert_allclose(got[1][slot], want[1][slot], rtol=1e-5, atol=1e-6)
+        return
+    assert got[1] == want[1] and sorted(got[0]) == sorted(want[0])
+    for key, (vector, slots) in want[0].items():
+        np.testing.assert_allclose(got[0][key][0], vector, rtol=1e-5, atol=1e-6)
+        for slot, row in slots.items():
+            np.testing.assert_allclose(got[0][key][1][slot], row, rtol=1e-5, atol=1e-6)
+
+
+def gradient_by_key(name, values, rows):
+    """{key: summed gradient} of a hash table's gradient rows (a dense table's by row)."""
+    table = api.shard(name)
+    if table.use_hashtable:
+        keys, held = table.index.export()
+        key_of_row = dict(zip(held.tolist(), keys.tolist()))
+    out = {}
+    for row, value in zip(np.asarray(rows).tolist(), np.asarray(values, dtype=np.float64)):
+        key = key_of_row[row] if table.use_hashtable else row
+        out[key] = out.get(key, 0.0) + value
+    return out
+
+
+def assert_same_gradient(got, want):
+    assert sorted(got) == sorted(want)
+    for key in want:
+        np.testing.assert_allclose(got[key], want[key], rtol=1e-5, atol=1e-6)
+
+
+def run_steps(names, together, steps=2, seed=3, update_together=None):
+    """Steps of the layout's lookup (all tables in one lookup, or one lookup per table), each
+    with an Adagrad update (one call over all tables, or one per table, as TensorFlow's
+    optimizers do; update_together None: as the lookup). Returns per step the outputs and per
+    table the gradient by key."""
+    update_together = together if update_together is None else update_together
+    rng = np.random.default_rng([seed, RANK])
+    record = []
+    for step in range(steps):
+        inputs, tops = batch(rng, step)
+        if together:
+            outs, token = api.pooled_lookup(names, "hg_fwd", inputs, True)
+            grads = api.pooled_lookup_grad(names, "hg_bwd", token, tops)
+        else:
+            outs, grads = [], []
+            for t, name in enumerate(names):
+                (out,), token = api.pooled_lookup([name], "hg_one_fwd_%d" % t, [inputs[t]], True)
+                grads += api.pooled_lookup_grad([name], "hg_one_bwd_%d" % t, token, [tops[t]])
+                outs.append(out)
+        by_key = [gradient_by_key(name, v, r) for name, (v, r) in zip(names, grads)]
+        if update_together:
+            api.apply_optimizer_updates(names, "adagrad", "Adagrad", {}, HYPER,
+                                        [v for v, _ in grads], [r for _, r in grads])
+        else:
+            for name, (values, rows) in zip(names, grads):
+                api.apply_optimizer_update(name, "adagrad", "Adagrad", {}, HYPER, values, rows)
+        record.append(([np.array(out) for out in outs], by_key))
+    return record
+
+
+@pytest.mark.parametrize("update_together", [True, False])
+def test_a_hash_group_equals_its_tables_one_by_one(update_together):
+    names = make_tables("hg")
+    together = run_steps(names, True, update_together=update_together)
+    tables = [api.shard(name) for name in names]
+    group = tables[0].group
+    assert isinstance(group, table_group.HashGroup)
+    assert group.members == [tables[t] for t in (0, 1, 3, 5)]
+    assert tables[2].group is None and tables[4].group is None  # a dense table, another dim
+    grouped = [shard_state(name) for name in names]
+    make_tables("hg")  # the same tables anew, each looked up alone
+    alone = run_steps(names, False)
+    assert all(api.shard(name).group is None for name in names)
+    for (outs, grads), (want_outs, want_grads) in zip(together, alone):
+        for out, want in zip(outs, want_outs):
+            np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-6)
+        for got, want in zip(grads, want_grads):
+            assert_same_gradient(got, want)
+    for name, got in zip(names, grouped):
+        assert_same_state(got, shard_state(name))
+
+
+def test_a_hash_group_reads_each_members_own_initial_rows():
+    names = make_tables("hg_init")
+    rng = np.random.default_rng([4, RANK])
+    inputs, _ = batch(rng, 0)
+    outs, _ = api.pooled_lookup(names, "hg_init_fwd", inputs, True)
+    for name, (_, dim, hashed), item, out in zip(names, LAYOUT, inputs, outs):
+        if not hashed:
+            continue
+        vectors = cpu_random.initial_values(SPEC, name_key("table:" + name), item.keys, dim)
+        weights = np.ones(item.keys.shape[0]) if item.weights is None else item.weights
+        want = np.zeros((item.num_segments, dim))
+        np.add.at(want, item.segment_ids, vectors * weights[:, None])
+        if item.combiner == "mean":
+            total = np.bincount(item.segment_ids, weights, minlength=item.num_segments)
+            want /= np.where(total == 0, 1, total)[:, None]
+        np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-6)
+    # a lookup without insert finds the keys (flat rows) and gives zeros for others
+    unseen = [item._replace(keys=item.keys + KEY_SPAN if hashed else item.keys)
+              for item, (_, _, hashed) in zip(inputs, LAYOUT)]
+    found, _ = api.pooled_lookup(names, "hg_init_find", inputs, False)
+    missed, _ = api.pooled_lookup(names, "hg_init_miss", unseen, False)
+    for out, again, miss, (_, _, hashed) in zip(outs, found, missed, LAYOUT):
+        np.testing.assert_allclose(again, out, rtol=1e-6, atol=1e-7)
+        if hashed:
+            np.testing.assert_array_equal(miss, 0.0)
+
+
+def test_the_gradient_of_a_lookup_without_insert_holds_the_found_keys_alone():
+    names = make_tables("hg_infer")
+    rng = np.random.default_rng([10, RANK])
+    inputs, _ = batch(rng, 0)
+    api.pooled_lookup(names, "hg_infer_train", inputs, True)  # some keys held
+    probe, tops = batch(rng, 1)  # some held, some not
+    outs, token = api.pooled_lookup(names, "hg_infer_fwd", probe, False)
+    grads = api.pooled_lookup_grad(names, "hg_infer_bwd", token, tops)
+    assert isinstance(api.shard(names[0]).group, table_group.HashGroup)
+    for t, name in enumerate(names):
+        (out,), one = api.pooled_lookup([name], "hg_infer_one_fwd", [probe[t]], False)
+        (values, rows), = api.pooled_lookup_grad([name], "hg_infer_one_bwd", one, [tops[t]])
+        np.testing.assert_allclose(outs[t], out, rtol=1e-6, atol=1e-7)
+        assert_same_gradient(gradient_by_key(name, *grads[t]),
+                             gradient_by_key(name, values, rows))
+
+
+def test_a_hash_groups_members_dump_and_load_each_on_its_own(shared_dir):
+    names = make_tables("hg_ckpt")
+    run_steps(names, True, seed=11)
+    assert isinstance(api.shard(names[0]).group, table_group.HashGroup)
+    saved = {name: every_row(name, slots=None) for name in names}
+    checkpoint.dump_tables(shared_dir, names)
+    rng = np.random.default_rng([12, RANK])
+    probe, _ = batch(rng, 0)
+    before, _ = api.pooled_lookup(names, "hg_ckpt_probe", probe, False)
+    run_steps(names, True, seed=13)  # new keys, changed rows and slots
+    checkpoint.load_tables(shared_dir, names)
+    for name in names:
+        assert_same(every_row(name, slots=None), saved[name])
+    after, _ = api.pooled_lookup(names, "hg_ckpt_probe_again", probe, False)
+    for got, want in zip(after, before):
+        np.testing.assert_array_equal(got, want)
+    run_steps(names, True, seed=14)  # the group trains on from the loaded rows
+
+
+def keyed_steps(names, inputs, tops, keyed):
+    """One training step of `names` (adagrad) as one keyed lookup, or one pooled lookup per
+    table: returns (outputs joined, per table the gradient by key)."""
+    if not keyed:
+        outs, by_key = [], []
+        for t, name in enumerate(names):
+            (out,), one = api.pooled_lookup([name], "hg_keyed_one_fwd", [inputs[t]], True)
+            (v, r), = api.pooled_lookup_grad([name], "hg_keyed_one_bwd", one, [tops[t]])
+            by_key.append(gradient_by_key(name, v, r))
+            api.apply_optimizer_update(name, "adagrad", "Adagrad", {}, HYPER, v, r)
+            outs.append(out)
+        return np.concatenate(outs), by_key
+    item = KeyedInput(np.concatenate([i.keys for i in inputs]), [i.keys.shape[0] for i in inputs],
+                      np.concatenate([i.segment_ids for i in inputs]),
+                      [i.num_segments for i in inputs], None, "sum")
+    out, token = api.keyed_lookup(names, "hg_keyed_fwd", item, True)
+    assert isinstance(api.shard(names[0]).group, table_group.HashGroup)
+    values, rows, counts = api.keyed_lookup_grad(names, "hg_keyed_bwd", token,
+                                                 np.concatenate(tops))
+    cuts = np.concatenate([[0], np.cumsum(counts)])
+    by_key = [gradient_by_key(name, np.asarray(values)[a:b], np.asarray(rows)[a:b])
+              for name, a, b in zip(names, cuts[:-1], cuts[1:])]
+    api.apply_keyed_update(names, "adagrad", "Adagrad", {}, HYPER, values, rows, counts)
+    return np.array(out), by_key
+
+
+def test_a_keyed_lookup_of_a_hash_group_equals_its_tables_one_by_one():
+    layout = [(s, d, h) for s, d, h in LAYOUT if h and d == DIM]
+    names = make_tables("hg_keyed", layout=layout)
+    rng = np.random.default_rng([5, RANK])
+    steps = []
+    for step in range(2):
+        inputs, tops = batch(rng, step, layout)
+        steps.append(([i._replace(weights=None, combiner="sum") for i in inputs], tops))
+    together = [keyed_steps(names, inputs, tops, True) for inputs, tops in steps]
+    grouped = [shard_state(name) for name in names]
+    make_tables("hg_keyed", layout=layout)
+    alone = [keyed_steps(names, inputs, tops, False) for inputs, tops in steps]
+    for (out, grads), (want, want_grads) in zip(together, alone):
+        np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-6)
+        for got, expected in zip(grads, want_grads):
+            assert_same_gradient(got, expected)
+    for name, state in zip(names, grouped):
+        assert_same_state(state, shard_state(name))
+
+
+def crowded_member(inputs):
+    """On the last rank, member h2 gets more new keys than its shards on all ranks hold."""
+    if RANK == SIZE - 1:
+        keys = np.arange(40 * SIZE + 1, dtype=np.int64) * 7 + 10 ** 12
+        inputs[3] = PooledInput(keys, None, keys.shape[0], None, "sum")
+    return TableFullError, "_h2: the shard on rank"
+
+
+def bad_key_in_member(inputs):
+    """On rank 0, member h3 gets a negative key."""
+    if RANK == 0:
+        keys = inputs[5].keys.copy()
+        keys[1] = -3
+        inputs[5] = inputs[5]._replace(keys=keys)
+    return InvalidInputError, "_h3"
+
+
+@pytest.mark.parametrize("spoil", [crowded_member, bad_key_in_member])
+def test_a_full_shard_or_bad_key_in_one_member_fails_every_rank_and_changes_no_table(spoil):
+    tag = "hg_fail_%s" % spoil.__name__
+    names = make_tables(tag, capacity=40)
+    rng = np.random.default_rng([6, RANK])
+    inputs, _ = batch(rng, 0)
+    api.pooled_lookup(names, tag + "_ok", inputs, True)
+    before = [shard_state(name) for name in names]
+    spoilt = list(inputs)
+    error, match = spoil(spoilt)
+    with pytest.raises(error, match=tag + match):
+        api.pooled_lookup(names, tag + "_bad", spoilt, True)
+    for name, state in zip(names, before):
+        assert_same_state(shard_state(name), state)
+    api.pooled_lookup(names, tag + "_again", inputs, True)  # the group goes on
+    for name, state in zip(names, before):
+        assert_same_state(shard_state(name), state)
+
+
+def test_a_failed_later_op_of_the_step_takes_the_groups_new_keys_out():
+    names = make_tables("hg_undo")
+    rng = np.random.default_rng([8, RANK])
+    inputs, tops = batch(rng, 0)
+    api.pooled_lookup(names, "hg_undo_ok", inputs, True)
+    before = [shard_state(name) for name in names]
+    fresh, _ = batch(rng, 1)  # mostly new keys
+    _, token = api.pooled_lookup(names, OpId("hg_undo_fwd", "hg_undo", 0), fresh, True)
+    assert any(shard_state(n)[1] != b[1] for n, b in zip(names, before)
+               if api.shard(n).use_hashtable)
+    wrong = list(tops)
+    if RANK == SIZE - 1:
+        wrong[1] = np.zeros((tops[1].shape[0] + 2, DIM), np.float32)
+    with pytest.raises(InvalidInputError):
+        api.pooled_lookup_grad(names, OpId("hg_undo_bwd", "hg_undo", 1), token, wrong)
+    for name, state in zip(names, before):
+        assert_same_state(shard_state(name), state)
+
+
+# Backend ops that launch nothing on cuda: views, arrays already on the device, allocations,
+# host bookkeeping; to_host_many is the host wait (counted as such).
+NO_LAUNCH = ("asarray", "row_view", "reshape", "device_context", "counts", "empty",
+             "to_host_many", "hash_insert_many_done")
+INDEX_OPS = ("find", "count_missing", "find_or_insert", "find_or_insert_values", "erase")
+
+
+def _calls_of_a_step(names, step_inputs):
+    """Host waits and the cpu backend ops the engine calls (those that launch work on cuda,
+    HashIndex methods included; not the ones an op calls inside itself) in one training step of
+    `names`, after a warm-up step that makes the group."""
+    counted = [(cpu, name, getattr(cpu, name)) for name in dir(cpu)
+               if callable(getattr(cpu, name)) and not name.startswith("_")
+               and not isinstance(getattr(cpu, name), type) and name not in NO_LAUNCH
+               and getattr(getattr(cpu, name), "__module__", "").startswith("sok1x.backend")]
+    counted += [(cpu.HashIndex, name, getattr(cpu.HashIndex, name)) for name in INDEX_OPS]
+    calls, depth = [0], [0]
+
+    def counting(function):
+        def call(*args, **kwargs):
+            calls[0] += depth[0] == 0
+            depth[0] += 1
+            try:
+                return function(*args, **kwargs)
+            finally:
+                depth[0] -= 1
+        return call
+    out = None
+    for step, (inputs, tops) in enumerate(step_inputs):
+        waits = cpu.COUNTS["host_waits"]
+        if step:
+            for owner, name, function in counted:
+                setattr(owner, name, counting(function))
+        try:
+            _, token = api.pooled_lookup(names, "hg_count_fwd", inputs, True)
+            grads = api.pooled_lookup_grad(names, "hg_count_bwd", token, tops)
+            api.apply_optimizer_updates(names, "adagrad", "Adagrad", {}, HYPER,
+                                        [v for v, _ in grads], [r for _, r in grads])
+        finally:
+            for owner, name, function in counted:
+                setattr(owner, name, function)
+        out = {"host_waits": cpu.COUNTS["host_waits"] - waits, "backend_calls": calls[0]}
+    return out
+
+
+def summed_batches(rng, layout):
+    """Two steps' batches with one combiner and no weights (a group pools in one pass)."""
+    steps = []
+    for step in range(2):
+        inputs, tops = batch(rng, step, layout)
+        steps.append(([i._replace(weights=None, combiner="sum") for i in inputs], tops))
+    return steps
+
+
+@pytest.mark.parametrize("count", [5, 26])
+def test_host_waits_and_backend_calls_do_not_grow_with_the_hash_tables(count):
+    rng = np.random.default_rng([9, RANK])
+    counts = {}
+    for tables in (2, count):
+        layout = [("c%d" % t, DIM, True) for t in range(tables)]
+        names = make_tables("hg_count_%d" % tables, layout=layout)
+        counts[tables] = _calls_of_a_step(names, summed_batches(rng, layout))
+    one_layout = [("c0", DIM, True)]
+    one = make_tables("hg_count_one", layout=one_layout)
+    counts[1] = _calls_of_a_step(one, summed_batches(rng, one_layout))
+    if RANK == 0:
+        print("\nper training step, 1 hash table: %s; 2: %s; %d: %s"
+              % (counts[1], counts[2], count, counts[count]))
+    assert counts[count] == counts[2], counts  # nothing grows with the tables
+    # a group waits once for its members' placed counts; a hash table alone waits twice (its
+    # count of new keys, then of placed keys); a group's few more ops (its keys' tags, the
+    # joins and splits of its members' pieces) are a fixed cost, as a dense group's are
+    assert counts[count]["host_waits"] <= counts[1]["host_waits"], counts
+
+
+def _graph_program(together, steps=3):
+    """A TF1 program of four v1 hash-table layers (DistributedEmbedding, use_hashtable) looked up
+    by sok1x.lookup_sparse, all in one call or one call each, trained with Adagrad. Returns the
+    losses, every layer's exported rows by key, and the kind of group of the first table."""
+    import sok1x
+    from tf_support import session, tf1
+    graph = tf1.Graph()
+    rng = np.random.default_rng([15, RANK])
+    pool = np.random.default_rng(16).integers(0, KEY_SPAN, size=30)
+    feeds = [[pool[rng.integers(0, 30, size=(6, 3))] for _ in range(4)] for _ in range(steps)]
+    with graph.as_default():
+        layers = [sok1x.DistributedEmbedding("sum", 64, DIM, 1, 3, use_hashtable=True,
+                                             name="hg_graph_%d" % t) for t in range(4)]
+        variables = [layer.var for layer in layers]
+        holders = [tf1.placeholder(tf1.int64, [6, 3]) for _ in layers]
+        ids = [tf1.RaggedTensor.from_tensor(holder) for holder in holders]
+        if together:
+            pooled = sok1x.lookup_sparse(variables, ids, combiners=["sum"] * 4)
+        else:
+            pooled = [sok1x.lookup_sparse([v], [i], combiners=["sum"])[0]
+                      for v, i in zip(variables, ids)]
+        weights = np.random.default_rng(17).standard_normal((4, 6, DIM)).astype(np.float32)
+        loss = tf1.add_n([tf1.reduce_sum(p * w) for p, w in zip(pooled, weights)])
+        grads = tf1.gradients(loss, variables)
+        train = sok1x.OptimizerWrapper(tf1.train.AdagradOptimizer(0.1)).apply_gradients(
+            zip(grads, variables))
+        exports = [sok1x.export(v) for v in variables]
+    with session(graph) as sess:
+        sess.run(sok1x.Init(backend="cpu"))
+        sess.run(tf1.global_variables_initializer())
+        losses = [sess.run([loss, train], dict(zip(holders, feed)))[0] for feed in feeds]
+        rows = [dict(zip(keys.tolist(), values)) for keys, values in sess.run(exports)]
+        group = api.shard(variables[0]._sok1x_table.name).group
+    return losses, rows, type(group).__name__
+
+
+def test_a_program_looking_up_v1_hash_layers_together_trains_as_one_looking_them_up_apart():
+    losses, rows, kind = _graph_program(True)
+    want_losses, want_rows, alone = _graph_program(False)
+    assert kind == "HashGroup" and alone == "NoneType"
+    np.testing.assert_allclose(losses, want_losses, rtol=1e-5, atol=1e-5)
+    for got, want in zip(rows, want_rows):
+        assert sorted(got) == sorted(want)
+        for key in want:
+            np.testing.assert_allclose(got[key], want[key], rtol=1e-5, atol=1e-6)
