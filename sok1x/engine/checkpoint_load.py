@@ -258,7 +258,9 @@ def read_table(rt, plan):
         _take_staged(rt, plan)
         return
     table = rt.tables[plan.name]
-    if table.use_hashtable:
+    if table.use_hashtable and table.group is not None:
+        _emptied_in_place(rt, table)
+    elif table.use_hashtable:
         from sok1x.engine.dynamic_table import make_table
         settings = table.settings
         rt.stash.clear()  # a lookup's saved state would keep the old shard alive
@@ -284,14 +286,32 @@ def read_table(rt, plan):
     sink.finish(plan.held)
 
 
+def _emptied_in_place(rt, table):
+    """Empties a hash group's member (engine/table_group.py) where it is, for a load: its
+    arrays are views of the group's flat arrays, which stay while the other members view them,
+    so a new shard beside them would hold the table's memory twice. Its fixed-capacity rows
+    stay; it gets an empty key index, and its slots their initial values (rows past its keys
+    must hold them when the index hands them out)."""
+    backend = rt.backend
+    rt.stash.clear()  # a lookup's saved state holds rows of the old keys
+    table.group.forget_steps()
+    table.index = backend.HashIndex(table.capacity)
+    for name, array in table.slots.items():
+        backend.fill_value(array, table.slot_initial[name])
+
+
 def _take_staged(rt, plan):
     """Makes the rows of plan.staged the table's (see the module's docstring)."""
     fresh, backend = plan.staged, rt.backend
-    if fresh.use_hashtable:
+    table = rt.tables[plan.name]
+    if fresh.use_hashtable and table.group is None:
         rt.tables[plan.name] = fresh
         backend.release_unused()  # the old shard's memory
         return
-    table = rt.tables[plan.name]
+    if fresh.use_hashtable:  # a hash group's member: its rows copied in place, its index taken
+        rt.stash.clear()
+        table.group.forget_steps()
+        table.index = fresh.index
     restored = _reset_unrestored_slots(backend, table, plan.kept)
     backend.write_rows(table.values, 0, fresh.values)
     backend.write_rows(table.times, 0, fresh.times)

@@ -251,17 +251,28 @@ def _insert_keys(runtime, op, tables, owned, owned_tags, owner_rows, vectors):
     backend = runtime.backend
     errors = [table.capacity_error(keys) for t, (table, keys) in enumerate(zip(tables, owned))
               if t not in owned_tags]
-    started = [(t, tables[t].insert_start(owned[t], owned_tags[t])) for t in owned_tags]
-    placed = backend.to_host_many([s[1] for _, s in started]) if started else []
-    errors += [tables[t].insert_error(state, p) for (t, (state, _)), p in zip(started, placed)]
+    started, placed = [], []
     try:
+        for t in owned_tags:
+            started.append((t, tables[t].insert_start(owned[t], owned_tags[t])))
+        placed = backend.to_host_many([s[1] for _, s in started]) if started else []
+        errors += [tables[t].insert_error(state, p)
+                   for (t, (state, _)), p in zip(started, placed)]
         runtime.host.raise_together(first_error(*errors), as_op_id(op).name)
-    except Exception:
-        for (t, (state, _)), p in zip(started, placed):
-            tables[t].insert_finish(state, p, keep=False)
+    except BaseException:  # whatever stopped the step: no group keeps a key it placed
+        _undo_started(backend, tables, started, placed)
         raise
     for (t, (state, _)), p in zip(started, placed):
         owner_rows[t], vectors[t] = tables[t].insert_finish(state, p, keep=True)
+
+
+def _undo_started(backend, tables, started, placed):
+    """Erases the keys of the hash groups' started inserts again (placed: their host counts,
+    or empty where the host did not read them yet: read now)."""
+    if started and len(placed) != len(started):
+        placed = backend.to_host_many([s[1] for _, s in started])
+    for (t, (state, _)), p in zip(started, placed):
+        tables[t].insert_finish(state, p, keep=False)
 
 
 def _cut(backend, prepared, distinct):

@@ -147,11 +147,21 @@ class TableGroup:
         return False
 
     def dissolve(self):
-        """Leaves the members as tables of their own (their views stay their arrays)."""
+        """Leaves the members as tables of their own (their views stay their arrays). Drops
+        what the group keeps of past steps, and its plan, which refers to the group itself: the
+        flat arrays then go as soon as no member views them, with no wait for Python's cycle
+        collector."""
         self.live_at = None
+        self.planned = (None, None)
+        self.forget_steps()
         for table in self.members:
             if table.group is self:
                 table.group = None
+
+    def forget_steps(self):
+        """Drops the results of the group's last backward passes (a member's rows were replaced
+        in place, by a checkpoint's load: they no longer hold what those passes saw)."""
+        self.last_gradient = self.last_keyed = None
 
     # -- what key_exchange asks of a table ------------------------------------------------------
 
@@ -191,6 +201,12 @@ class HashGroup(TableGroup):
     @staticmethod
     def _key_starts(members):
         return None  # keys are tagged, never offset
+
+    def capacity_error(self, keys):
+        raise NotImplementedError("a hash group's keys need their tags: insert_start")
+
+    def rows_of(self, keys, insert):
+        raise NotImplementedError("a hash group's keys need their tags: find or insert_start")
 
     def indexes(self):
         """The members' HashIndexes as they are now (a rebuild or a load replaces one)."""

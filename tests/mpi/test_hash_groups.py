@@ -198,10 +198,16 @@ def test_the_gradient_of_a_lookup_without_insert_holds_the_found_keys_alone():
                              gradient_by_key(name, values, rows))
 
 
-def test_a_hash_groups_members_dump_and_load_each_on_its_own(shared_dir):
-    names = make_tables("hg_ckpt")
+@pytest.mark.parametrize("way", ["staged", "two-pass"])
+def test_a_hash_groups_members_dump_and_load_each_on_its_own(shared_dir, monkeypatch, way):
+    """Both ways a load takes (engine/checkpoint_load.py) put every row and slot back, and a
+    member is loaded where it is: it stays in its group, its rows views of the group's (a new
+    shard beside the group's arrays would hold the table's memory twice)."""
+    monkeypatch.setenv("SOK1X_CHECKPOINT_LOAD", way)
+    names = make_tables("hg_ckpt_" + way.replace("-", "_"))
     run_steps(names, True, seed=11)
-    assert isinstance(api.shard(names[0]).group, table_group.HashGroup)
+    group = api.shard(names[0]).group
+    assert isinstance(group, table_group.HashGroup)
     saved = {name: every_row(name, slots=None) for name in names}
     checkpoint.dump_tables(shared_dir, names)
     rng = np.random.default_rng([12, RANK])
@@ -211,10 +217,14 @@ def test_a_hash_groups_members_dump_and_load_each_on_its_own(shared_dir):
     checkpoint.load_tables(shared_dir, names)
     for name in names:
         assert_same(every_row(name, slots=None), saved[name])
+    for member in group.members:
+        assert api.shard(member.name) is member and member.group is group
+        assert np.shares_memory(member.values, group.values)
     after, _ = api.pooled_lookup(names, "hg_ckpt_probe_again", probe, False)
     for got, want in zip(after, before):
         np.testing.assert_array_equal(got, want)
     run_steps(names, True, seed=14)  # the group trains on from the loaded rows
+    assert api.shard(names[0]).group is group
 
 
 def keyed_steps(names, inputs, tops, keyed):
@@ -316,6 +326,32 @@ def test_a_failed_later_op_of_the_step_takes_the_groups_new_keys_out():
         api.pooled_lookup_grad(names, OpId("hg_undo_bwd", "hg_undo", 1), token, wrong)
     for name, state in zip(names, before):
         assert_same_state(shard_state(name), state)
+
+
+def test_a_step_stopped_between_a_groups_insert_and_its_count_keeps_no_key(monkeypatch):
+    """Anything that stops a training lookup after a hash group queued its insert (here the
+    second group's insert runs out of memory, on every rank) erases the keys the first placed:
+    no table changes, and the groups go on."""
+    layout = [("a0", DIM, True), ("a1", DIM, True), ("b0", 4, True), ("b1", 4, True)]
+    names = make_tables("hg_stop", layout=layout)
+    rng = np.random.default_rng([9, RANK])
+    inputs, _ = batch(rng, 0, layout)
+    api.pooled_lookup(names, "hg_stop_ok", inputs, True)
+    before = [shard_state(name) for name in names]
+    fresh, _ = batch(rng, 1, layout)  # mostly new keys
+    started = table_group.HashGroup.insert_start
+
+    def out_of_memory(group, keys, tags):
+        if group.dim == 4:
+            raise MemoryError("no room for the second group's rows")
+        return started(group, keys, tags)
+    monkeypatch.setattr(table_group.HashGroup, "insert_start", out_of_memory)
+    with pytest.raises(MemoryError):
+        api.pooled_lookup(names, "hg_stop_bad", fresh, True)
+    monkeypatch.undo()
+    for name, state in zip(names, before):
+        assert_same_state(shard_state(name), state)
+    api.pooled_lookup(names, "hg_stop_again", fresh, True)
 
 
 # Backend ops that launch nothing on cuda: views, arrays already on the device, allocations,
