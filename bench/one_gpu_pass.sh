@@ -5,7 +5,7 @@
 #     bash bench/one_gpu_pass.sh BEFORE_TREE STAGE...        (from this checkout's root; $OUT)
 #   tests      run_all.sh's one-GPU suites of this tree named in $PASS_SUITES (default: the
 #              table, hash, ordering, engine, seam and group suites)
-#   grid       dynamic_table.py, dim 64, hbm and hybrid at 1/4, 1/2 and 3/4 of the vectors in
+#   grid       dynamic_table.py, dim 64 (or $PASS_DIMS), hbm and hybrid at 1/4, 1/2 and 3/4 of the vectors in
 #              host memory, loads 0.5 and 0.75, with HierarchicalKV's routine beside it
 #              ($HKV_BINARY, bench/hkv_build.sh's output) -> grid.md
 #   grid-ab    dynamic_table.py at load 0.5, dim 64, hbm, 1/2 and 3/4 host: before, after,
@@ -31,7 +31,7 @@ framework() {  # tree, workload, name: each tree timed by its own framework_step
     >"$out/$3.log" 2>&1
   say "$3 rc=$?: $(grep -E 'ms/step|host waits|launches' "$out/$3.log" | tr -s ' ' | tr '\n' ';')"
 }
-grid="--rows-log2 24 --repeats 7 --dims 64"
+grid="--rows-log2 24 --repeats 7 --dims ${PASS_DIMS:-64}"
 for stage in "$@"; do
   case $stage in
     tests)
