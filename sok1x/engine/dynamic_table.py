@@ -114,14 +114,18 @@ class DynamicTable(EmbeddingTable):
     def capacity_error(self, keys):
         """Returns TableFullError if this rank's owned `keys` cannot all be held even after
         growing to max_capacity (and, for hybrid, evicting every key the step has not looked
-        up), else None. Changes nothing."""
-        if self.index.size + int(keys.shape[0]) <= self.max_capacity:
+        up), else None; for a hash group's member, the group's InvalidInputError if it must
+        grow in a step that may not move the group's rows (HashGroup.moved_rows_error).
+        Changes nothing."""
+        room = self.max_capacity if self.group is None else self.capacity
+        if self.index.size + int(keys.shape[0]) <= room:
             return None  # fits even if every key is new: nothing to count, no wait
         missing = self.index.count_missing(keys)
         self._counted = (keys, self.index.size, missing)  # rows_of's count, one wait fewer
         needed = self.index.size + missing
-        if needed <= self.max_capacity:
-            return None
+        if needed <= self.max_capacity:  # a hash group's member grows within its group
+            return (self.group.moved_rows_error(self)
+                    if self.group is not None and needed > self.capacity else None)
         evictable = 0
         if self.dynamic.var_type == "hybrid":
             evictable = int(np.count_nonzero(self._evictable(keys)))

@@ -265,13 +265,18 @@ class HashGroup(TableGroup):
             t = int(over[0])
             return self.members[t].full_error(int(sizes[t]), int(placed[t]))
         grows = np.flatnonzero(needed > self.capacities)
-        if grows.size and self.routed_step == self.journal.step:
-            return InvalidInputError(
-                "%s: a training lookup of this group must grow %s, and an earlier lookup of "
-                "the group in this step handed out rows that growing moves. Look the group's "
-                "tables up once per step, or raise their init_capacity."
-                % (self.name, self.members[int(grows[0])].name))
-        return None
+        return self.moved_rows_error(self.members[int(grows[0])]) if grows.size else None
+
+    def moved_rows_error(self, table):
+        """InvalidInputError if member `table` may not grow now: an earlier lookup of the
+        group in this step handed out flat rows, which growing moves (that lookup's backward
+        pass would use the old ones); else None."""
+        if self.routed_step != self.journal.step:
+            return None
+        return InvalidInputError(
+            "%s: a training lookup must grow %s, and an earlier lookup of its group in this "
+            "step handed out rows that growing moves. Look the group's tables up once per "
+            "step, or raise their init_capacity." % (self.name, table.name))
 
     def insert_grown(self, state, placed):
         """After insert_error found no error: None if every member holds its placed keys;

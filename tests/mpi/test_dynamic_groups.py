@@ -184,10 +184,12 @@ def test_a_failed_later_op_of_a_step_that_grew_takes_the_groups_new_keys_out():
     run_steps(names, True, steps=1, tag="dg_undo_on")  # the group trains on
 
 
-def test_growing_a_group_looked_up_earlier_in_the_step_fails_every_rank_changing_nothing():
+@pytest.mark.parametrize("again", ["group", "member"])
+def test_growing_a_group_looked_up_earlier_in_the_step_fails_every_rank_changing_nothing(again):
     """Growth moves the flat rows of the members after the grown one, which an earlier lookup
-    of the step handed out: such a step fails on every rank, and is rolled back."""
-    names = make_tables("dg_twice")
+    of the step handed out: a later lookup of the group, or of a member alone, that must grow
+    fails on every rank, and the step is rolled back."""
+    names = make_tables("dg_twice_" + again)
     rng = np.random.default_rng([9, RANK])
     inputs, _ = batch(rng, 0)
     api.pooled_lookup(names, "dg_twice_ok", inputs, True)
@@ -197,8 +199,10 @@ def test_growing_a_group_looked_up_earlier_in_the_step_fails_every_rank_changing
     if RANK == 0:
         keys = np.arange(3 * held[0] * SIZE, dtype=np.int64) * 5 + 10 ** 13
         crowded[0] = PooledInput(keys, None, keys.shape[0], None, "sum")
+    looked_up = names if again == "group" else names[:1]
     with pytest.raises(InvalidInputError, match="once per step"):
-        api.pooled_lookup(names, OpId("dg_twice_b", "dg_twice", 1), crowded, True)
+        api.pooled_lookup(looked_up, OpId("dg_twice_b", "dg_twice", 1),
+                          crowded[:len(looked_up)], True)
     assert capacities(names) == held
     for name, state in zip(names, before):
         assert_same_state(shard_state(name), state)
