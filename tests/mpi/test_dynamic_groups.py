@@ -20,7 +20,8 @@ from sok1x.engine.pooled_lookup import PooledInput
 from sok1x.errors import InvalidInputError, TableFullError
 from test_hash_groups import (
     _calls_of_a_step,
-    assert_same_gradient,
+    assert_same_steps,
+    batch,
     assert_same_state,
     gradient_by_key,
     shard_state,
@@ -31,7 +32,6 @@ COMM = MPI.COMM_WORLD
 RANK, SIZE = COMM.Get_rank(), COMM.Get_size()
 SPEC = random_init.make_spec("uniform", -1.0, 1.0, seed=37)
 DIM, INIT, MAX = 8, 2, 256
-KEY_SPAN = 2 ** 45
 # name suffix, dim, var_type: four hbm tables of DIM (one group), a hybrid one of DIM and an hbm
 # one of another dim (units of their own)
 LAYOUT = [("h0", DIM, "hbm"), ("h1", DIM, "hbm"), ("y0", DIM, "hybrid"), ("h2", DIM, "hbm"),
@@ -51,21 +51,6 @@ def make_tables(tag, init=INIT, most=MAX, layout=LAYOUT):
         api.create_table(name, dim, most, True, SPEC, replace=True,
                          dynamic=make_dynamic(var_type, init, most))
     return names
-
-
-def batch(rng, step, layout=LAYOUT):
-    """Per table a PooledInput (keys from a pool shared by the step's tables, repeated, more new
-    keys each step) and a top gradient."""
-    inputs, tops = [], []
-    pool = rng.integers(0, KEY_SPAN, size=30 + 20 * step)
-    for t, (_, dim, _) in enumerate(layout):
-        nnz, rows = 12 + 3 * t + 8 * step, 4 + t % 3
-        keys = rng.choice(pool, size=nnz)
-        segments = np.sort(rng.integers(0, rows, size=nnz))
-        weights = rng.random(nnz).astype(np.float32) if t % 2 else None
-        inputs.append(PooledInput(keys, segments, rows, weights, "mean" if t % 2 else "sum"))
-        tops.append(rng.standard_normal((rows, dim)).astype(np.float32))
-    return inputs, tops
 
 
 def capacities(names):
@@ -98,6 +83,12 @@ def run_steps(names, together, steps=3, seed=3, tag="dg"):
     return record
 
 
+def assert_unchanged(names, before):
+    """Every table holds the keys, rows and slots of `before` (shard_state's)."""
+    for name, state in zip(names, before):
+        assert_same_state(shard_state(name), state)
+
+
 def on_some_rank(flag):
     return COMM.allreduce(int(bool(flag)), op=MPI.SUM) > 0
 
@@ -125,14 +116,8 @@ def test_an_hbm_group_that_grows_equals_its_tables_one_by_one():
     make_tables("dg")  # the same tables anew, each looked up alone
     alone = run_steps(names, False)
     assert all(api.shard(name).group is None for name in names)
-    for (outs, grads, held), (want_outs, want_grads, want_held) in zip(together, alone):
-        assert held == want_held
-        for out, want in zip(outs, want_outs):
-            np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-6)
-        for got, want in zip(grads, want_grads):
-            assert_same_gradient(got, want)
-    for name, got in zip(names, grouped):
-        assert_same_state(got, shard_state(name))
+    assert [step[2] for step in together] == [step[2] for step in alone]  # capacities
+    assert_same_steps(names, together, alone, grouped)
 
 
 def crowded_member(inputs):
@@ -156,12 +141,10 @@ def test_a_member_past_max_capacity_fails_every_rank_and_changes_no_table():
     with pytest.raises(error, match=match):
         api.pooled_lookup(names, "dg_full_bad", spoilt, True)
     assert capacities(names) == held
-    for name, state in zip(names, before):
-        assert_same_state(shard_state(name), state)
+    assert_unchanged(names, before)
     api.pooled_lookup(names, "dg_full_again", inputs, True)  # the group goes on
     assert api.shard(names[0]).group is group
-    for name, state in zip(names, before):
-        assert_same_state(shard_state(name), state)
+    assert_unchanged(names, before)
 
 
 def test_a_failed_later_op_of_a_step_that_grew_takes_the_groups_new_keys_out():
@@ -179,8 +162,7 @@ def test_a_failed_later_op_of_a_step_that_grew_takes_the_groups_new_keys_out():
         wrong[1] = np.zeros((tops[1].shape[0] + 2, DIM), np.float32)
     with pytest.raises(InvalidInputError):
         api.pooled_lookup_grad(names, OpId("dg_undo_bwd", "dg_undo", 1), token, wrong)
-    for name, state in zip(names, before):
-        assert_same_state(shard_state(name), state)
+    assert_unchanged(names, before)
     run_steps(names, True, steps=1, tag="dg_undo_on")  # the group trains on
 
 
@@ -204,8 +186,7 @@ def test_growing_a_group_looked_up_earlier_in_the_step_fails_every_rank_changing
         api.pooled_lookup(looked_up, OpId("dg_twice_b", "dg_twice", 1),
                           crowded[:len(looked_up)], True)
     assert capacities(names) == held
-    for name, state in zip(names, before):
-        assert_same_state(shard_state(name), state)
+    assert_unchanged(names, before)
     api.pooled_lookup(names, "dg_twice_alone", crowded, True)  # a step of its own grows
 
 

@@ -102,6 +102,19 @@ def assert_same_gradient(got, want):
         np.testing.assert_allclose(got[key], want[key], rtol=1e-5, atol=1e-6)
 
 
+def assert_same_steps(names, together, alone, grouped):
+    """Steps of the tables looked up together (per step: outputs, per table the gradient by
+    key, and maybe more) equal those looked up one by one, and the shards after them (grouped:
+    shard_state of each after the steps together) the ones now."""
+    for got_step, want_step in zip(together, alone):
+        for out, want in zip(got_step[0], want_step[0]):
+            np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-6)
+        for got, want in zip(got_step[1], want_step[1]):
+            assert_same_gradient(got, want)
+    for name, got in zip(names, grouped):
+        assert_same_state(got, shard_state(name))
+
+
 def run_steps(names, together, steps=2, seed=3, update_together=None):
     """Steps of the layout's lookup (all tables in one lookup, or one lookup per table), each
     with an Adagrad update (one call over all tables, or one per table, as TensorFlow's
@@ -145,13 +158,7 @@ def test_a_hash_group_equals_its_tables_one_by_one(update_together):
     make_tables("hg")  # the same tables anew, each looked up alone
     alone = run_steps(names, False)
     assert all(api.shard(name).group is None for name in names)
-    for (outs, grads), (want_outs, want_grads) in zip(together, alone):
-        for out, want in zip(outs, want_outs):
-            np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-6)
-        for got, want in zip(grads, want_grads):
-            assert_same_gradient(got, want)
-    for name, got in zip(names, grouped):
-        assert_same_state(got, shard_state(name))
+    assert_same_steps(names, together, alone, grouped)
 
 
 def test_a_hash_group_reads_each_members_own_initial_rows():
@@ -265,12 +272,8 @@ def test_a_keyed_lookup_of_a_hash_group_equals_its_tables_one_by_one():
     grouped = [shard_state(name) for name in names]
     make_tables("hg_keyed", layout=layout)
     alone = [keyed_steps(names, inputs, tops, False) for inputs, tops in steps]
-    for (out, grads), (want, want_grads) in zip(together, alone):
-        np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-6)
-        for got, expected in zip(grads, want_grads):
-            assert_same_gradient(got, expected)
-    for name, state in zip(names, grouped):
-        assert_same_state(state, shard_state(name))
+    assert_same_steps(names, [([o], g) for o, g in together], [([o], g) for o, g in alone],
+                      grouped)
 
 
 def crowded_member(inputs):
