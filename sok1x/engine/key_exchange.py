@@ -263,9 +263,10 @@ def _insert_keys(runtime, op, tables, owned, owned_tags, owner_rows, vectors):
                    for (t, (state, _)), p in zip(started, placed)]
         runtime.host.raise_together(first_error(*errors), as_op_id(op).name)
         for i, (t, (state, _)) in enumerate(started):  # a member that must grow: rare
-            again = tables[t].insert_grown(state, placed[i])
-            if again is not None:
-                started[i], placed[i] = (t, again[:2]), again[2]
+            if tables[t].must_grow(state, placed[i]):
+                started[i] = (t, (None, None))  # erased by insert_grown, whatever happens
+                again, placed[i] = tables[t].insert_grown(state, placed[i])
+                started[i] = (t, again)
     except BaseException:  # whatever stopped the step: no group keeps a key it placed
         _undo_started(backend, tables, started, placed)
         raise
@@ -279,7 +280,8 @@ def _undo_started(backend, tables, started, placed):
     if started and len(placed) != len(started):
         placed = backend.to_host_many([s[1] for _, s in started])
     for (t, (state, _)), p in zip(started, placed):
-        tables[t].insert_finish(state, p, keep=False)
+        if state is not None:  # None: a call insert_grown erased
+            tables[t].insert_finish(state, p, keep=False)
 
 
 def _cut(backend, prepared, distinct):

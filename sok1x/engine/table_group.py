@@ -278,21 +278,23 @@ class HashGroup(TableGroup):
             "step handed out rows that growing moves. Look the group's tables up once per "
             "step, or raise their init_capacity." % (self.name, table.name))
 
+    def must_grow(self, state, placed):
+        """True if a member's placed keys (host counts `placed` of insert_start's call) pass
+        its capacity (insert_error found them within its max_capacity)."""
+        return bool(np.any(state[3] + placed > self.capacities))
+
     def insert_grown(self, state, placed):
-        """After insert_error found no error: None if every member holds its placed keys;
-        else erases the call's keys, grows the members that need it (grow) and inserts the
-        call's keys again, returning (state, placed, host placed) of the new call (a second
-        wait, in a step that grows alone: growth doubles)."""
+        """Ends insert_start's call whose members must grow (must_grow): erases its keys, grows
+        the members that need it (grow) and starts the call again, returning (state, placed)
+        of the new call and the host copy of its placed counts (a second wait, in a step that
+        grows alone: growth doubles). The first call's keys are erased whatever happens."""
         sizes, keys, tags = state[3:]
         needed = sizes + placed
-        grows = np.flatnonzero(needed > self.capacities)
-        if not grows.size:
-            return None
         self.insert_finish(state, placed, keep=False)
-        for t in grows:
+        for t in np.flatnonzero(needed > self.capacities):
             self.grow(self.members[int(t)], int(needed[t]))
-        state, again = self.insert_start(keys, tags)
-        return state, again, self.backend.to_host(again)
+        started = self.insert_start(keys, tags)
+        return started, self.backend.to_host(started[1])
 
     def grow(self, table, needed):
         """Grows member `table` (a DynamicTable of var_type "hbm") in place to hold `needed`

@@ -166,6 +166,28 @@ def test_a_failed_later_op_of_a_step_that_grew_takes_the_groups_new_keys_out():
     run_steps(names, True, steps=1, tag="dg_undo_on")  # the group trains on
 
 
+def test_a_step_stopped_while_a_member_grows_keeps_no_key(monkeypatch):
+    """Anything that stops the growth (here memory runs out, on every rank) leaves every table
+    with the keys it held, and the group goes on."""
+    names = make_tables("dg_stop")
+    rng = np.random.default_rng([7, RANK])
+    inputs, _ = batch(rng, 0)
+    api.pooled_lookup(names, "dg_stop_ok", inputs, True)
+    before = [shard_state(name) for name in names]
+    crowded = list(inputs)
+    keys = np.arange(4 * api.shard(names[0]).capacity * SIZE, dtype=np.int64) + 10 ** 13
+    crowded[0] = PooledInput(keys, None, keys.shape[0], None, "sum")  # every rank grows h0
+
+    def out_of_memory(group, table, needed):
+        raise MemoryError("no room for %s's %d rows" % (table.name, needed))
+    monkeypatch.setattr(table_group.HashGroup, "grow", out_of_memory)
+    with pytest.raises(MemoryError):
+        api.pooled_lookup(names, "dg_stop_bad", crowded, True)
+    monkeypatch.undo()
+    assert_unchanged(names, before)
+    api.pooled_lookup(names, "dg_stop_again", crowded, True)
+
+
 @pytest.mark.parametrize("again", ["group", "member"])
 def test_growing_a_group_looked_up_earlier_in_the_step_fails_every_rank_changing_nothing(again):
     """Growth moves the flat rows of the members after the grown one, which an earlier lookup
