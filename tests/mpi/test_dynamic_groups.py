@@ -20,13 +20,14 @@ from sok1x.engine.pooled_lookup import PooledInput
 from sok1x.errors import InvalidInputError, TableFullError
 from test_hash_groups import (
     _calls_of_a_step,
+    assert_same_state,
     assert_same_steps,
     batch,
-    assert_same_state,
     gradient_by_key,
     shard_state,
     summed_batches,
 )
+from test_hash_groups import make_tables as v1_hash_tables
 
 COMM = MPI.COMM_WORLD
 RANK, SIZE = COMM.Get_rank(), COMM.Get_size()
@@ -243,18 +244,22 @@ def test_an_hbm_groups_members_dump_and_load_where_they_are(shared_dir, monkeypa
 
 @pytest.mark.parametrize("count", [5, 16])
 def test_host_waits_and_backend_calls_do_not_grow_with_the_hbm_tables(count):
-    """In a step where no member grows."""
-    rng = np.random.default_rng([10, RANK])
+    """In a step where no member grows: as many as for 2 tables, and as for a group of as many
+    v1 hash tables."""
     counts = {}
     for tables in (2, count):
         layout = [("c%d" % t, DIM, "hbm") for t in range(tables)]
         names = make_tables("dg_count_%d" % tables, init=1024, most=1024, layout=layout)
+        rng = np.random.default_rng([10, RANK])
         counts[tables] = _calls_of_a_step(names, summed_batches(rng, layout))
         assert isinstance(api.shard(names[0]).group, table_group.HashGroup)
+    v1 = v1_hash_tables("dg_count_v1", capacity=1024, layout=layout)
+    counts["v1"] = _calls_of_a_step(v1, summed_batches(np.random.default_rng([10, RANK]),
+                                                       layout))
     if RANK == 0:
-        print("\nper training step, 2 hbm tables: %s; %d: %s" % (counts[2], count,
-                                                                 counts[count]))
-    assert counts[count] == counts[2], counts
+        print("\nper training step, 2 hbm tables: %s; %d: %s; %d v1 hash tables: %s"
+              % (counts[2], count, counts[count], count, counts["v1"]))
+    assert counts[count] == counts[2] == counts["v1"], counts
 
 
 def _graph_program(together, steps=3):
