@@ -20,10 +20,12 @@ from sok1x.engine.pooled_lookup import PooledInput
 from sok1x.errors import InvalidInputError, TableFullError
 from test_hash_groups import (
     _calls_of_a_step,
+    assert_same_programs,
     assert_same_state,
     assert_same_steps,
     batch,
     gradient_by_key,
+    graph_program,
     shard_state,
     summed_batches,
 )
@@ -262,50 +264,19 @@ def test_host_waits_and_backend_calls_do_not_grow_with_the_hbm_tables(count):
     assert counts[count] == counts[2] == counts["v1"], counts
 
 
-def _graph_program(together, steps=3):
-    """A TF1 program of four hbm sok1x.DynamicVariables (init_capacity 4: they grow) looked up
-    by sok1x.lookup_sparse, all in one call or one call each, trained with Adagrad. Returns the
-    losses, every variable's exported rows by key, the kind of group of the first table and its
-    capacity."""
+def test_a_program_looking_up_hbm_dynamic_variables_together_trains_as_one_looking_them_up_apart():
+    """Four hbm sok1x.DynamicVariables (init_capacity 4: they grow) in a TF1 program."""
     import sok1x
-    from tf_support import session, tf1
-    graph = tf1.Graph()
     rng = np.random.default_rng([16, RANK])
     feeds = [[rng.integers(0, 2 ** 40, size=(6, 3)) % (60 * (step + 1)) for _ in range(4)]
-             for step in range(steps)]
-    with graph.as_default():
-        variables = [sok1x.DynamicVariable(DIM, initializer="uniform", var_type="hbm",
-                                           init_capacity=4, max_capacity=1024,
-                                           name="dg_graph_%d" % t) for t in range(4)]
-        holders = [tf1.placeholder(tf1.int64, [6, 3]) for _ in variables]
-        ids = [tf1.RaggedTensor.from_tensor(holder) for holder in holders]
-        if together:
-            pooled = sok1x.lookup_sparse(variables, ids, combiners=["sum"] * 4)
-        else:
-            pooled = [sok1x.lookup_sparse([v], [i], combiners=["sum"])[0]
-                      for v, i in zip(variables, ids)]
-        weights = np.random.default_rng(17).standard_normal((4, 6, DIM)).astype(np.float32)
-        loss = tf1.add_n([tf1.reduce_sum(p * w) for p, w in zip(pooled, weights)])
-        grads = tf1.gradients(loss, variables)
-        train = sok1x.OptimizerWrapper(tf1.train.AdagradOptimizer(0.1)).apply_gradients(
-            zip(grads, variables))
-        exports = [sok1x.export(v) for v in variables]
-    with session(graph) as sess:
-        sess.run(sok1x.Init(backend="cpu"))
-        sess.run(tf1.global_variables_initializer())
-        losses = [sess.run([loss, train], dict(zip(holders, feed)))[0] for feed in feeds]
-        rows = [dict(zip(keys.tolist(), values)) for keys, values in sess.run(exports)]
-        table = api.shard(variables[0].table_name)
-    return losses, rows, type(table.group).__name__, table.capacity
+             for step in range(3)]
 
-
-def test_a_program_looking_up_hbm_dynamic_variables_together_trains_as_one_looking_them_up_apart():
-    losses, rows, kind, capacity = _graph_program(True)
-    want_losses, want_rows, alone, want_capacity = _graph_program(False)
-    assert kind == "HashGroup" and alone == "NoneType"
-    assert capacity == want_capacity and on_some_rank(capacity > 4)
-    np.testing.assert_allclose(losses, want_losses, rtol=1e-5, atol=1e-5)
-    for got, want in zip(rows, want_rows):
-        assert sorted(got) == sorted(want)
-        for key in want:
-            np.testing.assert_allclose(got[key], want[key], rtol=1e-5, atol=1e-6)
+    def make_variables():
+        return [sok1x.DynamicVariable(DIM, initializer="uniform", var_type="hbm", init_capacity=4,
+                                      max_capacity=1024, name="dg_graph_%d" % t)
+                for t in range(4)]
+    together = graph_program(True, feeds, make_variables)
+    apart = graph_program(False, feeds, make_variables)
+    assert together[2] == "HashGroup" and apart[2] == "NoneType"
+    assert together[3].capacity == apart[3].capacity and on_some_rank(together[3].capacity > 4)
+    assert_same_programs(together, apart)
