@@ -296,8 +296,6 @@ def _emptied_in_place(rt, table):
     rt.stash.clear()  # a lookup's saved state holds rows of the old keys
     table.group.forget_steps()
     table.index = backend.HashIndex(table.capacity)
-    if hasattr(table, "_high_water"):  # an hbm DynamicTable: its rows are handed out anew
-        table._high_water = 0
     for name, array in table.slots.items():
         backend.fill_value(array, table.slot_initial[name])
 
@@ -313,13 +311,7 @@ def _take_staged(rt, plan):
     if fresh.use_hashtable:  # a hash group's member: its rows copied in place, its index taken
         rt.stash.clear()
         table.group.forget_steps()
-        if fresh.capacity > table.capacity:  # an hbm DynamicTable: grown through its group
-            table._grow(fresh.capacity)
-        elif fresh.capacity < table.capacity:  # ... or the fresh shard to the member's rows
-            fresh._grow(table.capacity)
         table.index = fresh.index
-        if hasattr(table, "_high_water"):
-            table._high_water = fresh._high_water
     restored = _reset_unrestored_slots(backend, table, plan.kept)
     backend.write_rows(table.values, 0, fresh.values)
     backend.write_rows(table.times, 0, fresh.times)

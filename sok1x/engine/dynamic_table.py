@@ -114,18 +114,14 @@ class DynamicTable(EmbeddingTable):
     def capacity_error(self, keys):
         """Returns TableFullError if this rank's owned `keys` cannot all be held even after
         growing to max_capacity (and, for hybrid, evicting every key the step has not looked
-        up), else None; for a hash group's member, the group's InvalidInputError if it must
-        grow in a step that may not move the group's rows (HashGroup.moved_rows_error).
-        Changes nothing."""
-        room = self.max_capacity if self.group is None else self.capacity
-        if self.index.size + int(keys.shape[0]) <= room:
+        up), else None. Changes nothing."""
+        if self.index.size + int(keys.shape[0]) <= self.max_capacity:
             return None  # fits even if every key is new: nothing to count, no wait
         missing = self.index.count_missing(keys)
         self._counted = (keys, self.index.size, missing)  # rows_of's count, one wait fewer
         needed = self.index.size + missing
-        if needed <= self.max_capacity:  # a hash group's member grows within its group
-            return (self.group.moved_rows_error(self)
-                    if self.group is not None and needed > self.capacity else None)
+        if needed <= self.max_capacity:
+            return None
         evictable = 0
         if self.dynamic.var_type == "hybrid":
             evictable = int(np.count_nonzero(self._evictable(keys)))
@@ -138,14 +134,6 @@ class DynamicTable(EmbeddingTable):
                self.dynamic.var_type, "Raise max_capacity, or look up fewer new keys per step."
                if self.dynamic.var_type == "hybrid" else
                "Raise max_capacity, or use var_type='hybrid' to evict."))
-
-    def full_error(self, used, missing):
-        """The TableFullError of `missing` new keys arriving at a shard holding `used` keys
-        that cannot grow past max_capacity (a hash group's member, engine/table_group.py)."""
-        return TableFullError(
-            "%s: the shard on rank %d is full: %d keys held of max_capacity=%d and %d new keys "
-            "arrived (var_type=%r). Raise max_capacity, or use var_type='hybrid' to evict."
-            % (self.name, self.rank, used, self.max_capacity, missing, self.dynamic.var_type))
 
     def rows_of(self, keys, insert):
         """Returns the rows of owned `keys`; insert=True (a training lookup) adds unseen keys
@@ -240,10 +228,7 @@ class DynamicTable(EmbeddingTable):
         return device[start:] if start else device
 
     def slot(self, name, initial_value=0.0):
-        """Returns the optimizer slot `name` (rows split as the values'), creating it if new
-        (in a group: a view of the group's slot)."""
-        if name not in self.slots and self.group is not None:
-            self.group.slot(name, initial_value)
+        """Returns the optimizer slot `name` (rows split as the values'), creating it if new."""
         if name not in self.slots:
             self.slots[name] = hybrid_rows.new_rows_array(
                 self.backend, self.values.shape, np.float32, self.hbm_rows, float(initial_value))
@@ -338,22 +323,14 @@ class DynamicTable(EmbeddingTable):
         self._free, self._high_water = free_before, high_water_before
         self.index = rebuilt_if_worn(backend, self.index, self.capacity)
 
-    def grown_capacity(self, needed):
-        """The capacity doubled until `needed` rows fit, at most max_capacity."""
+    def _grow(self, needed):
+        """Doubles the capacity until `needed` rows fit (at most max_capacity), keeping every
+        key's row, vector, slots and statistics."""
+        backend = self.backend
         capacity = self.capacity
         while capacity < needed:
             capacity *= 2
-        return min(capacity, self.max_capacity)
-
-    def _grow(self, needed):
-        """Doubles the capacity until `needed` rows fit (at most max_capacity), keeping every
-        key's row, vector, slots and statistics. A member of a hash group (var_type "hbm",
-        engine/table_group.py) grows through its group, which holds its arrays."""
-        if self.group is not None:
-            self.group.grow(self, needed)
-            return
-        backend = self.backend
-        capacity = self.grown_capacity(needed)
+        capacity = min(capacity, self.max_capacity)
         self.values = hybrid_rows.grown(backend, self.values, capacity, self.hbm_rows)
         self.slots = {name: hybrid_rows.grown(backend, s, capacity, self.hbm_rows,
                                               self.slot_initial[name])

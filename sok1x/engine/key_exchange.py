@@ -22,9 +22,8 @@ Keys and gradients are backend arrays (device arrays on cuda); a step waits on t
 whatever the number of tables: for the forward's header (the keys' checks flag, distinct keys and
 per-owner counts are left on the device and ride in it) and for the backward's (the owners'
 distinct rows are counted on the device before it, and read with it). A training lookup of hash
-tables waits once more, for the keys all its hash groups placed (engine/table_group.py; once
-more on a rank where a group's hbm DynamicVariable grows), and twice for each hash table alone
-(its count of new keys, then of the keys it placed).
+tables waits once more, for the keys all its hash groups placed (engine/table_group.py), and
+twice for each hash table alone (its count of new keys, then of the keys it placed).
 """
 import collections
 
@@ -248,9 +247,7 @@ def _insert_keys(runtime, op, tables, owned, owned_tags, owner_rows, vectors):
     keys against its capacity before anything changes (a wait each); the HashGroups among
     `tables` (those with owned_tags) place their keys in one launch each and the host reads all
     their counts in one wait, and erases them again if the step fails. Any full shard, on any
-    rank, raises on every rank. A group whose member must grow (an hbm DynamicVariable's)
-    erases its keys, grows and places them again once every rank knows the step goes on (a
-    second wait, on this rank alone). Fills owner_rows and vectors for the groups."""
+    rank, raises on every rank. Fills owner_rows and vectors for the groups."""
     backend = runtime.backend
     errors = [table.capacity_error(keys) for t, (table, keys) in enumerate(zip(tables, owned))
               if t not in owned_tags]
@@ -258,15 +255,10 @@ def _insert_keys(runtime, op, tables, owned, owned_tags, owner_rows, vectors):
     try:
         for t in owned_tags:
             started.append((t, tables[t].insert_start(owned[t], owned_tags[t])))
-        placed = list(backend.to_host_many([s[1] for _, s in started])) if started else []
+        placed = backend.to_host_many([s[1] for _, s in started]) if started else []
         errors += [tables[t].insert_error(state, p)
                    for (t, (state, _)), p in zip(started, placed)]
         runtime.host.raise_together(first_error(*errors), as_op_id(op).name)
-        for i, (t, (state, _)) in enumerate(started):  # a member that must grow: rare
-            if tables[t].must_grow(state, placed[i]):
-                started[i] = (t, (None, None))  # erased by insert_grown, whatever happens
-                again, placed[i] = tables[t].insert_grown(state, placed[i])
-                started[i] = (t, again)
     except BaseException:  # whatever stopped the step: no group keeps a key it placed
         _undo_started(backend, tables, started, placed)
         raise
@@ -280,8 +272,7 @@ def _undo_started(backend, tables, started, placed):
     if started and len(placed) != len(started):
         placed = backend.to_host_many([s[1] for _, s in started])
     for (t, (state, _)), p in zip(started, placed):
-        if state is not None:  # None: a call insert_grown erased
-            tables[t].insert_finish(state, p, keep=False)
+        tables[t].insert_finish(state, p, keep=False)
 
 
 def _cut(backend, prepared, distinct):

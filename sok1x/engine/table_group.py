@@ -29,17 +29,6 @@ placed keys (a full shard in any member fails the step on every rank and the cal
 erased again: no table changes). Each member keeps its own index, so checkpoints, export,
 restore, erase and rebuilds work per table as before.
 
-Growth (hbm DynamicVariables in a hash group): a member starts at init_capacity rows and doubles up
-to max_capacity. The group reads its members' counts of placed keys as above; where a member's
-count passes its capacity but not its max_capacity, once every rank knows the step goes on, the
-call's keys are erased again, the member grows in place (HashGroup.grow: the flat arrays laid out
-again with its new rows, every member's views re-made, its index rebuilt; the same HashGroup stays
-the lookup's unit) and the keys are placed again: a second wait, on a step that grows alone.
-Past max_capacity the step raises TableFullError on every rank and no table changes. Growth moves
-the flat rows of the members after the grown one, so a step whose earlier lookup of the group
-handed out rows cannot grow it: it fails on every rank (InvalidInputError), changing nothing. A
-member's own growth (a checkpoint's load, a lookup of it alone) goes through its group too.
-
 What separates groups (tables that cannot share a pass are looked up as units of their own, in
 the same exchange):
   - the dim (rows are joined into one [rows, dim] array);
@@ -50,14 +39,9 @@ the same exchange):
   - for hash tables, the initializer (InitializerSpec: kind, bounds, seed): the one init launch
     of a hash group's new rows takes one recipe (each member's table id is per row);
   - a hash table with a low-frequency filter in this lookup (admit_ratio) stays a unit of its own;
-  - a sok1x.DynamicVariable of var_type "hbm" (no host part, no eviction, no statistics) groups
-    as a hash group with hbm DynamicVariables of the same dim, placement and initializer, never
-    with v1 hash tables (so a group of v1 hash tables never re-lays its arrays);
-  - a hybrid sok1x.DynamicVariable is a unit of its own: it evicts (rows move between keys in a
-    step, taken from a free list of rows, which the group's one insert launch, handing rows out
-    in order, does not keep), it counts its lookups in statistics the group's kernels do not
-    touch, and rows past max_hbm_for_vectors live in host memory that only its own fused
-    kernel reads (a flat device array cannot view them);
+  - a sok1x.DynamicVariable (hbm or hybrid) is a unit of its own: it grows (its arrays are
+    replaced, so they cannot be views of a flat array), evicts (rows move between keys in a step),
+    and a hybrid one keeps rows in host memory that its own fused kernel reads;
   - optimizer and dtype separate nothing today: values are float32 everywhere, and a group's
     slots are made per slot name, so an optimizer touches only the slots it keeps;
   - a table belongs to one group: the first lookup naming it with others makes its group; a
@@ -71,7 +55,7 @@ import numpy as np
 
 from sok1x.engine import distinct_rows
 from sok1x.engine import placement as placements
-from sok1x.engine.table import EmbeddingTable, rebuilt_if_worn, rebuilt_index
+from sok1x.engine.table import EmbeddingTable, rebuilt_if_worn
 from sok1x.errors import InvalidInputError
 
 Unit = collections.namedtuple("Unit", "table positions")
@@ -123,9 +107,8 @@ class TableGroup:
         return self.backend.row_view(array, int(self.row_starts[t]), int(self.row_starts[t + 1]))
 
     def _joined(self, arrays, initial, row_shape=None, dtype=np.float32):
-        """A flat array holding each of `arrays` at its member's row_starts; None entries, and
-        rows past an array's end (a member grown), get `initial` (rows of row_shape, default
-        the arrays' own)."""
+        """A flat array holding `arrays` one after the other; None entries get `initial`
+        (rows of row_shape, default the arrays' own)."""
         backend = self.backend
         known = [a for a in arrays if a is not None]
         if known:
@@ -134,9 +117,8 @@ class TableGroup:
         if initial:
             backend.fill_value(flat, initial)
         for t, array in enumerate(arrays):
-            if array is not None and array.shape[0]:  # a grown member's rows fill its start
-                start = int(self.row_starts[t])
-                rows = np.arange(start, start + int(array.shape[0]), dtype=np.int64)
+            if array is not None and array.shape[0]:
+                rows = np.arange(self.row_starts[t], self.row_starts[t + 1], dtype=np.int64)
                 backend.put_rows(flat, backend.asarray(rows), array)
         return flat
 
@@ -215,9 +197,6 @@ class HashGroup(TableGroup):
         self.journal = runtime.journal
         self.table_ids = np.array([table.table_id for table in members], dtype=np.uint64)
         self.capacities = np.array([table.capacity for table in members], dtype=np.int64)
-        self.max_capacities = np.array([getattr(table, "max_capacity", table.capacity)
-                                        for table in members], dtype=np.int64)
-        self.routed_step = None  # the journal's step of the last lookup that handed out rows
 
     @staticmethod
     def _key_starts(members):
@@ -235,7 +214,6 @@ class HashGroup(TableGroup):
 
     def find(self, keys, tags):
         """Flat rows of owned tagged keys, -1 where a member does not hold its key."""
-        self.routed_step = self.journal.step
         return self.backend.hash_find_many(self.indexes(), keys, tags, self.row_starts)
 
     def insert_start(self, keys, tags):
@@ -250,103 +228,35 @@ class HashGroup(TableGroup):
         backend.init_rows_tagged(self.values, new_rows, new_keys, new_tags, self.spec,
                                  self.table_ids, count)
         self.stamp(new_rows, count)
-        return (indexes, found, self.gather(rows), sizes, keys, tags), placed
+        return (indexes, found, self.gather(rows), sizes), placed
 
     def insert_error(self, state, placed):
-        """TableFullError for the first member whose shard the host counts `placed` overflow
-        even grown to its max_capacity, else None. A member that must grow in a step whose
-        earlier lookup of the group handed out flat rows fails too (InvalidInputError): growth
-        moves the rows of the members after it, and that lookup's backward pass would use the
-        old ones."""
+        """TableFullError for the first member whose shard the host counts `placed` overflow,
+        else None."""
         sizes = state[3]
-        needed = sizes + placed
-        over = np.flatnonzero(needed > self.max_capacities)
-        if over.size:
-            t = int(over[0])
-            return self.members[t].full_error(int(sizes[t]), int(placed[t]))
-        grows = np.flatnonzero(needed > self.capacities)
-        return self.moved_rows_error(self.members[int(grows[0])]) if grows.size else None
-
-    def moved_rows_error(self, table):
-        """InvalidInputError if member `table` may not grow now: an earlier lookup of the
-        group in this step handed out flat rows, which growing moves (that lookup's backward
-        pass would use the old ones); else None."""
-        if self.routed_step != self.journal.step:
+        over = np.flatnonzero(sizes + placed > self.capacities)
+        if not over.size:
             return None
-        return InvalidInputError(
-            "%s: a training lookup must grow %s, and an earlier lookup of its group in this "
-            "step handed out rows that growing moves. Look the group's tables up once per "
-            "step, or raise their init_capacity." % (self.name, table.name))
-
-    def must_grow(self, state, placed):
-        """True if a member's placed keys (host counts `placed` of insert_start's call) pass
-        its capacity (insert_error found them within its max_capacity)."""
-        return bool(np.any(state[3] + placed > self.capacities))
-
-    def insert_grown(self, state, placed):
-        """Ends insert_start's call whose members must grow (must_grow): erases its keys, grows
-        the members that need it (grow) and starts the call again, returning (state, placed)
-        of the new call and the host copy of its placed counts (a second wait, in a step that
-        grows alone: growth doubles). The first call's keys are erased whatever happens."""
-        sizes, keys, tags = state[3:]
-        needed = sizes + placed
-        self.insert_finish(state, placed, keep=False)
-        for t in np.flatnonzero(needed > self.capacities):
-            self.grow(self.members[int(t)], int(needed[t]))
-        started = self.insert_start(keys, tags)
-        return started, self.backend.to_host(started[1])
-
-    def grow(self, table, needed):
-        """Grows member `table` (a DynamicTable of var_type "hbm") in place to hold `needed`
-        rows (its capacity doubled up to max_capacity, DynamicTable.grown_capacity): the flat
-        values, times and slots are laid out again with its new rows (initial values) after
-        its old ones, every member's views re-made, its index rebuilt for the new capacity
-        (every key keeps its row). The rows of the members after it move: the group forgets
-        its saved passes."""
-        t = next(i for i, member in enumerate(self.members) if member is table)
-        capacity = table.grown_capacity(needed)
-        if capacity <= table.capacity:
-            return
-        held = np.diff(self.row_starts)
-        held[t] = capacity
-        self.row_starts = np.concatenate([[0], np.cumsum(held)]).astype(np.int64)
-        members = self.members
-        self.values = self._joined([m.values for m in members], 0.0)
-        self.times = self._joined([m.times for m in members], 0.0)
-        for name in list(self.slots):
-            self.slots[name] = self._joined([m.slots[name] for m in members],
-                                            self.slot_initial[name])
-        for i, member in enumerate(members):
-            member.values, member.times = self._view(self.values, i), self._view(self.times, i)
-            for name, flat in self.slots.items():
-                member.slots[name] = self._view(flat, i)
-        table.index = rebuilt_index(self.backend, table.index, capacity)
-        table.capacity = capacity
-        self.capacities = self.capacities.copy()
-        self.capacities[t] = capacity
-        self.forget_steps()
+        t = int(over[0])
+        return self.members[t].full_error(int(sizes[t]), int(placed[t]))
 
     def insert_finish(self, state, placed, keep):
         """Ends insert_start's call with the host counts `placed`: keep=True keeps the placed
         keys (undone if the step fails later) and returns (flat rows, vectors); keep=False
         erases them again (a failed step) and returns None."""
-        indexes, found, vectors = state[:3]
+        indexes, found, vectors, _ = state
         self.backend.hash_insert_many_done(indexes, found, placed, keep)
         if not keep:
             self._rebuild_worn()
             return None
-        self.routed_step = self.journal.step
         if placed.any():
             new_keys, new_rows, new_tags, count = found[1:5]
-            starts = self.row_starts  # replaced, never changed, when a member grows
-            self.journal.record(
-                lambda: self._undo_insert(new_keys, new_rows, new_tags, count, starts))
-            self._count_rows()
+            self.journal.record(lambda: self._undo_insert(new_keys, new_rows, new_tags, count))
         return found[0], vectors
 
-    def _undo_insert(self, new_keys, new_rows, new_tags, count, starts):
+    def _undo_insert(self, new_keys, new_rows, new_tags, count):
         """Erases the keys a failed step inserted, member by member, and resets their slots'
-        rows (as EmbeddingTable._undo_insert); starts: the row_starts the flat rows had."""
+        rows (as EmbeddingTable._undo_insert)."""
         backend = self.backend
         count = int(backend.to_host(count).reshape(-1)[0])
         keys, rows, tags = (backend.to_host(a)[:count] for a in (new_keys, new_rows, new_tags))
@@ -354,27 +264,16 @@ class HashGroup(TableGroup):
             mine = tags == t
             if mine.any():
                 table.index.erase(backend.asarray(keys[mine]))
-                table.reset_slot_rows(backend.asarray(rows[mine] - starts[t]))
+                table.reset_slot_rows(backend.asarray(rows[mine] - self.row_starts[t]))
         self._rebuild_worn()
-        self._count_rows()
 
     def _rebuild_worn(self):
         for table in self.members:
             table.index = rebuilt_if_worn(self.backend, table.index, table.capacity)
 
-    def _count_rows(self):
-        """Keeps a DynamicTable member's count of rows handed out right: an hbm member frees
-        no rows, so its rows [0, index.size) are its keys' (a lookup of it alone reads it)."""
-        for table in self.members:
-            if hasattr(table, "_high_water"):
-                table._high_water = table.index.size
-
 
 def group_kind(table, position, alone=()):
     """What a table may share a pass with (module docstring): tables of one kind form a group."""
-    dynamic = getattr(table, "dynamic", None)
-    if position not in alone and dynamic is not None and dynamic.var_type == "hbm":
-        return ("hbm", table.dim, table.placement, table.spec)
     if type(table) is not EmbeddingTable or position in alone:
         return ("alone", position)
     if table.use_hashtable:

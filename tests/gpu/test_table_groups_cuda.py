@@ -1,8 +1,7 @@
 """Table groups (DESIGN D13) on the cuda engine, at any number of GPUs: a lookup of several
 tables of one dim in one pass equals the same tables looked up one by one (forward, gradients,
 updated rows and optimizer slots), and costs the kernel launches and host waits of one table,
-v1 hash tables (a HashGroup) as dense ones, and hbm DynamicVariables, whose group grows a member
-in place, as v1 hash tables;
+v1 hash tables (a HashGroup) as dense ones;
 bad input in one member fails the step on every rank and changes no table. The keyed lookup
 (all tables' keys in one array, engine/keyed_lookup.py) gives the same, and its backend ops the
 cpu backend's.
@@ -312,9 +311,13 @@ def hash_steps(names, together, steps=2):
     return record
 
 
-def assert_same_hash_steps(names, together, alone, grouped):
-    """hash_steps of the tables looked up together equal those looked up one by one, and the
-    shards after them (grouped: hash_state of each after the steps together) the ones now."""
+def test_a_hash_group_equals_its_tables_one_by_one():
+    names = make_hash_tables("cuda_hash_group", 5)
+    together = hash_steps(names, True)
+    assert isinstance(api.shard(names[0]).group, table_group.HashGroup)
+    grouped = [hash_state(name) for name in names]
+    make_hash_tables("cuda_hash_group", 5)  # the same tables anew (same initial rows)
+    alone = hash_steps(names, False)
     for (outs, grads), (want_outs, want_grads) in zip(together, alone):
         for out, want in zip(outs, want_outs):
             np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
@@ -328,16 +331,6 @@ def assert_same_hash_steps(names, together, alone, grouped):
         for key, (vector, m) in want.items():
             np.testing.assert_allclose(state[key][0], vector, rtol=1e-5, atol=1e-6)
             np.testing.assert_allclose(state[key][1], m, rtol=1e-5, atol=1e-7)
-
-
-def test_a_hash_group_equals_its_tables_one_by_one():
-    names = make_hash_tables("cuda_hash_group", 5)
-    together = hash_steps(names, True)
-    assert isinstance(api.shard(names[0]).group, table_group.HashGroup)
-    grouped = [hash_state(name) for name in names]
-    make_hash_tables("cuda_hash_group", 5)  # the same tables anew (same initial rows)
-    alone = hash_steps(names, False)
-    assert_same_hash_steps(names, together, alone, grouped)
 
 
 def test_hash_group_launches_and_waits_do_not_grow_with_the_tables():
@@ -360,26 +353,20 @@ def test_hash_group_launches_and_waits_do_not_grow_with_the_tables():
     assert counts[26]["host_waits"] == counts[2]["host_waits"] <= counts[1]["host_waits"]
 
 
-def fails_full(names, op, crowded, capacity, before):
-    """On the last rank member 2 of `crowded` gets more new keys than its shards on all ranks
-    hold at `capacity`: the lookup raises TableFullError naming it (on every rank), and every
-    table holds the keys of `before` (held_keys of each)."""
-    from sok1x.errors import TableFullError
-    if RANK == SIZE - 1:
-        keys = np.arange(capacity * SIZE + 1, dtype=np.int64) * 7 + 10 ** 12
-        crowded[2] = PooledInput(keys, None, keys.shape[0], None, "sum")
-    with pytest.raises(TableFullError, match=names[2] + ": the shard on rank"):
-        api.pooled_lookup(names, op, crowded, True)
-    assert [held_keys(name) for name in names] == before
-
-
 def test_a_full_shard_in_a_hash_group_fails_every_rank_and_changes_no_table():
     names = make_hash_tables("cuda_hash_full", 4, capacity=1000)
     rng = np.random.default_rng([23, RANK])
     inputs, _ = hash_batch(rng, len(names), 0)
     api.pooled_lookup(names, "hf_ok", inputs, True)
     before = [held_keys(name) for name in names]
-    fails_full(names, "hf_bad", list(inputs), 1000, before)
+    crowded = list(inputs)
+    if RANK == SIZE - 1:
+        keys = np.arange(1000 * SIZE + 1, dtype=np.int64) * 7 + 10 ** 12
+        crowded[2] = PooledInput(keys, None, keys.shape[0], None, "sum")
+    from sok1x.errors import TableFullError
+    with pytest.raises(TableFullError, match="cuda_hash_full_2: the shard on rank"):
+        api.pooled_lookup(names, "hf_bad", crowded, True)
+    assert [held_keys(name) for name in names] == before
     api.pooled_lookup(names, "hf_again", inputs, True)  # no new keys: found again
     assert [held_keys(name) for name in names] == before
 
@@ -423,44 +410,3 @@ def test_hash_group_ops_equal_the_cpu_backend():
             cpu_row = want[1][np.flatnonzero((tags == t) & (keys == key))[0]]
             assert row_starts[t] <= row < row_starts[t] + 60
             np.testing.assert_allclose(got[3][row], want[3][cpu_row], rtol=1e-6)
-
-
-# -- hbm DynamicVariables in hash groups: members grow in place (engine/table_group.py) ----------
-
-def make_hbm_tables(prefix, count, init=64, most=8192):
-    from sok1x.engine.dynamic_table import make_dynamic
-    names = ["%s_%d" % (prefix, t) for t in range(count)]
-    for name in names:
-        api.create_table(name, DIM, most, True, SPEC, replace=True,
-                         dynamic=make_dynamic("hbm", init, most))
-    return names
-
-
-def test_an_hbm_group_that_grows_equals_its_tables_one_by_one():
-    names = make_hbm_tables("cuda_hbm_group", 5)
-    together = hash_steps(names, True, steps=3)
-    tables = [api.shard(name) for name in names]
-    group = tables[0].group
-    assert isinstance(group, table_group.HashGroup) and group.members == tables
-    grown = [table.capacity for table in tables]
-    assert all(capacity > 64 for capacity in grown)  # each grew, several in one step
-    assert list(np.diff(group.row_starts)) == grown
-    grouped = [hash_state(name) for name in names]
-    make_hbm_tables("cuda_hbm_group", 5)  # the same tables anew (same initial rows)
-    alone = hash_steps(names, False, steps=3)
-    assert [api.shard(name).capacity for name in names] == grown
-    assert_same_hash_steps(names, together, alone, grouped)
-
-
-def test_an_hbm_member_past_max_capacity_fails_every_rank_and_nothing_grows():
-    names = make_hbm_tables("cuda_hbm_full", 4, most=4096)
-    rng = np.random.default_rng([25, RANK])
-    inputs, _ = hash_batch(rng, len(names), 0)
-    api.pooled_lookup(names, "hbm_full_ok", inputs, True)
-    before = [held_keys(name) for name in names]
-    held = [api.shard(name).capacity for name in names]
-    crowded, _ = hash_batch(rng, len(names), 1)  # new keys: the other members would grow
-    fails_full(names, "hbm_full_bad", crowded, 4096, before)
-    assert [api.shard(name).capacity for name in names] == held
-    api.pooled_lookup(names, "hbm_full_again", inputs, True)  # no new keys: found again
-    assert [held_keys(name) for name in names] == before

@@ -102,19 +102,6 @@ def assert_same_gradient(got, want):
         np.testing.assert_allclose(got[key], want[key], rtol=1e-5, atol=1e-6)
 
 
-def assert_same_steps(names, together, alone, grouped):
-    """Steps of the tables looked up together (per step: outputs, per table the gradient by
-    key, and maybe more) equal those looked up one by one, and the shards after them (grouped:
-    shard_state of each after the steps together) the ones now."""
-    for got_step, want_step in zip(together, alone):
-        for out, want in zip(got_step[0], want_step[0]):
-            np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-6)
-        for got, want in zip(got_step[1], want_step[1]):
-            assert_same_gradient(got, want)
-    for name, got in zip(names, grouped):
-        assert_same_state(got, shard_state(name))
-
-
 def run_steps(names, together, steps=2, seed=3, update_together=None):
     """Steps of the layout's lookup (all tables in one lookup, or one lookup per table), each
     with an Adagrad update (one call over all tables, or one per table, as TensorFlow's
@@ -158,7 +145,13 @@ def test_a_hash_group_equals_its_tables_one_by_one(update_together):
     make_tables("hg")  # the same tables anew, each looked up alone
     alone = run_steps(names, False)
     assert all(api.shard(name).group is None for name in names)
-    assert_same_steps(names, together, alone, grouped)
+    for (outs, grads), (want_outs, want_grads) in zip(together, alone):
+        for out, want in zip(outs, want_outs):
+            np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-6)
+        for got, want in zip(grads, want_grads):
+            assert_same_gradient(got, want)
+    for name, got in zip(names, grouped):
+        assert_same_state(got, shard_state(name))
 
 
 def test_a_hash_group_reads_each_members_own_initial_rows():
@@ -272,8 +265,12 @@ def test_a_keyed_lookup_of_a_hash_group_equals_its_tables_one_by_one():
     grouped = [shard_state(name) for name in names]
     make_tables("hg_keyed", layout=layout)
     alone = [keyed_steps(names, inputs, tops, False) for inputs, tops in steps]
-    assert_same_steps(names, [([o], g) for o, g in together], [([o], g) for o, g in alone],
-                      grouped)
+    for (out, grads), (want, want_grads) in zip(together, alone):
+        np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-6)
+        for got, expected in zip(grads, want_grads):
+            assert_same_gradient(got, expected)
+    for name, state in zip(names, grouped):
+        assert_same_state(state, shard_state(name))
 
 
 def crowded_member(inputs):
@@ -434,40 +431,26 @@ def test_host_waits_and_backend_calls_do_not_grow_with_the_hash_tables(count):
 
 def _graph_program(together, steps=3):
     """A TF1 program of four v1 hash-table layers (DistributedEmbedding, use_hashtable) looked up
-    by sok1x.lookup_sparse, all in one call or one call each, trained with Adagrad (see
-    graph_program)."""
-    import sok1x
-    rng = np.random.default_rng([15, RANK])
-    pool = np.random.default_rng(16).integers(0, KEY_SPAN, size=30)
-    feeds = [[pool[rng.integers(0, 30, size=(6, 3))] for _ in range(4)] for _ in range(steps)]
-    layers = []
-
-    def make_variables():
-        layers.extend(sok1x.DistributedEmbedding("sum", 64, DIM, 1, 3, use_hashtable=True,
-                                                 name="hg_graph_%d" % t) for t in range(4))
-        return [layer.var for layer in layers]
-    return graph_program(together, feeds, make_variables)
-
-
-def graph_program(together, feeds, make_variables):
-    """A TF1 program looking up the variables make_variables() makes (in its graph) by
-    sok1x.lookup_sparse, all in one call or one call each, trained with Adagrad on `feeds` (per
-    step, per variable, int64 ids [6, 3]). Returns the losses, every variable's exported rows by
-    key, the kind of group of the first variable's table and the table."""
+    by sok1x.lookup_sparse, all in one call or one call each, trained with Adagrad. Returns the
+    losses, every layer's exported rows by key, and the kind of group of the first table."""
     import sok1x
     from tf_support import session, tf1
     graph = tf1.Graph()
-    count = len(feeds[0])
+    rng = np.random.default_rng([15, RANK])
+    pool = np.random.default_rng(16).integers(0, KEY_SPAN, size=30)
+    feeds = [[pool[rng.integers(0, 30, size=(6, 3))] for _ in range(4)] for _ in range(steps)]
     with graph.as_default():
-        variables = make_variables()
-        holders = [tf1.placeholder(tf1.int64, [6, 3]) for _ in variables]
+        layers = [sok1x.DistributedEmbedding("sum", 64, DIM, 1, 3, use_hashtable=True,
+                                             name="hg_graph_%d" % t) for t in range(4)]
+        variables = [layer.var for layer in layers]
+        holders = [tf1.placeholder(tf1.int64, [6, 3]) for _ in layers]
         ids = [tf1.RaggedTensor.from_tensor(holder) for holder in holders]
         if together:
-            pooled = sok1x.lookup_sparse(variables, ids, combiners=["sum"] * count)
+            pooled = sok1x.lookup_sparse(variables, ids, combiners=["sum"] * 4)
         else:
             pooled = [sok1x.lookup_sparse([v], [i], combiners=["sum"])[0]
                       for v, i in zip(variables, ids)]
-        weights = np.random.default_rng(17).standard_normal((count, 6, DIM)).astype(np.float32)
+        weights = np.random.default_rng(17).standard_normal((4, 6, DIM)).astype(np.float32)
         loss = tf1.add_n([tf1.reduce_sum(p * w) for p, w in zip(pooled, weights)])
         grads = tf1.gradients(loss, variables)
         train = sok1x.OptimizerWrapper(tf1.train.AdagradOptimizer(0.1)).apply_gradients(
@@ -478,20 +461,16 @@ def graph_program(together, feeds, make_variables):
         sess.run(tf1.global_variables_initializer())
         losses = [sess.run([loss, train], dict(zip(holders, feed)))[0] for feed in feeds]
         rows = [dict(zip(keys.tolist(), values)) for keys, values in sess.run(exports)]
-        table = api.shard(variables[0]._sok1x_table.name)
-    return losses, rows, type(table.group).__name__, table
-
-
-def assert_same_programs(got, want):
-    """graph_program's losses and rows equal."""
-    np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-5)
-    for rows, want_rows in zip(got[1], want[1]):
-        assert sorted(rows) == sorted(want_rows)
-        for key in want_rows:
-            np.testing.assert_allclose(rows[key], want_rows[key], rtol=1e-5, atol=1e-6)
+        group = api.shard(variables[0]._sok1x_table.name).group
+    return losses, rows, type(group).__name__
 
 
 def test_a_program_looking_up_v1_hash_layers_together_trains_as_one_looking_them_up_apart():
-    together, apart = _graph_program(True), _graph_program(False)
-    assert together[2] == "HashGroup" and apart[2] == "NoneType"
-    assert_same_programs(together, apart)
+    losses, rows, kind = _graph_program(True)
+    want_losses, want_rows, alone = _graph_program(False)
+    assert kind == "HashGroup" and alone == "NoneType"
+    np.testing.assert_allclose(losses, want_losses, rtol=1e-5, atol=1e-5)
+    for got, want in zip(rows, want_rows):
+        assert sorted(got) == sorted(want)
+        for key in want:
+            np.testing.assert_allclose(got[key], want[key], rtol=1e-5, atol=1e-6)
