@@ -67,6 +67,7 @@ from sok1x.backend.cuda_optimizers import (  # noqa: F401  (part of the op set: 
 from sok1x.backend.cuda_launch import (
     COUNTS,
     copy_rows_async,
+    count_array as _count_array,
     device_array,
     download as _download,
     elements,
@@ -76,6 +77,7 @@ from sok1x.backend.cuda_launch import (
     fill_float32,
     index_array,
     is_c_contiguous,
+    lane_shift as _lane_shift,
     launch,
     memoised_per_context,
     prepared,
@@ -457,25 +459,6 @@ def init_rows(table, rows, keys, spec, table_id, count=None):
     launch(_init_rows_kernel(), rows.shape[0] << lane_shift, *split_args(table, dim), ptr(rows),
            ptr(keys), rows.shape[0], count_ptr, dim, lane_shift, kind, seed, table_id, a, b,
            0 if order is None else ptr(order))
-
-
-def _lane_shift(units_per_row):
-    """log2 of the threads that share a row: the smallest power of two >= units_per_row, at
-    most a warp (32)."""
-    shift = 0
-    while shift < 5 and (1 << shift) < units_per_row:
-        shift += 1
-    return shift
-
-
-def _count_array(count):
-    """An optional uint64 [1] count as a device array (None: none)."""
-    if count is None:
-        return None
-    count = device_array(count, "count", np.uint64)
-    if count.shape != (1,):
-        raise ValueError("count must be a uint64 [1] array, got shape %s" % (count.shape,))
-    return count
 
 
 def _count_ptr(count):

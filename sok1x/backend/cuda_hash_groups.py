@@ -12,10 +12,11 @@ import numpy as np
 from sok1x.backend import random_init as recipe
 from sok1x.backend.cuda_context import uses_context
 from sok1x.backend.cuda_launch import (
-    device_array,
+    count_array,
     empty,
     fill_bytes,
     index_array,
+    lane_shift,
     launch,
     memoised_per_context,
     prepared,
@@ -112,11 +113,9 @@ def init_rows_tagged(table, rows, keys, tags, spec, table_ids, count=None):
     if rows.shape[0] == 0 or dim == 0:
         return
     kind, seed, _, a, b = recipe.kernel_arguments(spec, 0)
-    shift = 0
-    while shift < 5 and (1 << shift) < dim:  # threads per row: as init_rows picks them
-        shift += 1
+    shift = lane_shift(dim)  # threads per row, as init_rows picks them
     ids = device_constant(np.asarray(table_ids, dtype=np.uint64).view(np.int64))
-    count = None if count is None else device_array(count, "count", np.uint64)
+    count = count_array(count)
     launch(_kernels()["init"], rows.shape[0] << shift, *split_args(table, dim), ptr(rows),
            ptr(keys), ptr(tags), rows.shape[0], 0 if count is None else ptr(count), dim, shift,
            kind, seed, ptr(ids), a, b)

@@ -263,6 +263,26 @@ def device_array(value, what, dtype=None):
     return value
 
 
+def count_array(count):
+    """An optional uint64 [1] count as a device array (None: none); raises ValueError for
+    another shape."""
+    if count is None:
+        return None
+    count = device_array(count, "count", np.uint64)
+    if count.shape != (1,):
+        raise ValueError("count must be a uint64 [1] array, got shape %s" % (count.shape,))
+    return count
+
+
+def lane_shift(units_per_row):
+    """log2 of the threads that share a row: the smallest power of two >= units_per_row, at
+    most a warp (32)."""
+    shift = 0
+    while shift < 5 and (1 << shift) < units_per_row:
+        shift += 1
+    return shift
+
+
 def index_array(value, what):
     """Returns `value` as a 1-D int64 GPUArray; int32 (host or device) is widened."""
     if is_device_array(value) and value.dtype == np.int32:
