@@ -227,6 +227,44 @@ def test_a_hash_groups_members_dump_and_load_each_on_its_own(shared_dir, monkeyp
     assert api.shard(names[0]).group is group
 
 
+def test_a_two_pass_load_of_a_large_grouped_member_adds_far_less_than_the_member(
+        shared_dir, monkeypatch):
+    """The load taken where memory is short (two-pass) of a grouped member holding 40,000 rows
+    of dim 64 with an Adagrad slot (about 20 MB) adds, at its peak, less than half the member's
+    own arrays (traced by tracemalloc, which sees NumPy's buffers): it is loaded in place, in
+    1 MB chunks, beside an index of its own, never as a second shard."""
+    import tracemalloc
+    monkeypatch.setenv("SOK1X_CHECKPOINT_LOAD", "two-pass")
+    monkeypatch.setenv("SOK1X_CHECKPOINT_CHUNK_MB", "1")
+    capacity, dim = 40000, 64
+    layout = [("big%d" % t, dim, True) for t in range(3)]
+    names = make_tables("hg_mem", capacity=capacity, layout=layout)
+    keys = np.arange(int(0.9 * capacity) * SIZE, dtype=np.int64) * 7919  # spread, any owner
+    mine = keys[RANK::SIZE]  # every rank looks up its share: the shards fill to about 90%
+    inputs = [PooledInput(mine, None, mine.shape[0], None, "sum") for _ in names]
+    tops = [np.ones((mine.shape[0], dim), np.float32) for _ in names]
+    _, token = api.pooled_lookup(names, "hg_mem_fwd", inputs, True)
+    grads = api.pooled_lookup_grad(names, "hg_mem_bwd", token, tops)
+    api.apply_optimizer_updates(names, "adagrad", "Adagrad", {}, HYPER,
+                                [g[0] for g in grads], [g[1] for g in grads])
+    member = api.shard(names[0])
+    assert isinstance(member.group, table_group.HashGroup)
+    member_bytes = member.values.nbytes + member.times.nbytes + sum(
+        slot.nbytes for slot in member.slots.values())
+    saved = every_row(names[0], slots=None)
+    checkpoint.dump_tables(shared_dir, names)
+    tracemalloc.start()
+    try:
+        start = tracemalloc.get_traced_memory()[0]
+        checkpoint.load_tables(shared_dir, [names[0]])
+        peak = tracemalloc.get_traced_memory()[1] - start
+    finally:
+        tracemalloc.stop()
+    assert_same(every_row(names[0], slots=None), saved)
+    assert api.shard(names[0]).group is member.group
+    assert peak < member_bytes // 2, (peak, member_bytes)
+
+
 def keyed_steps(names, inputs, tops, keyed):
     """One training step of `names` (adagrad) as one keyed lookup, or one pooled lookup per
     table: returns (outputs joined, per table the gradient by key)."""
@@ -429,34 +467,40 @@ def test_host_waits_and_backend_calls_do_not_grow_with_the_hash_tables(count):
     assert counts[count]["host_waits"] <= counts[1]["host_waits"], counts
 
 
-def _graph_program(together, steps=3):
-    """A TF1 program of four v1 hash-table layers (DistributedEmbedding, use_hashtable) looked up
-    by sok1x.lookup_sparse, all in one call or one call each, trained with Adagrad. Returns the
-    losses, every layer's exported rows by key, and the kind of group of the first table."""
+GRAPH_DIMS = (DIM, DIM, 4, DIM, DIM)  # four layers of DIM (a hash group), one of another dim
+
+
+def _graph_program(together, inter_op_threads, steps=3):
+    """A TF1 program of five v1 hash-table layers (DistributedEmbedding, use_hashtable; dims
+    GRAPH_DIMS) looked up by sok1x.lookup_sparse, all in one call or one call each, trained
+    with Adagrad in a Session of `inter_op_threads` inter-op threads. Returns the losses, every
+    layer's exported rows by key, and the kind of group of the first table."""
     import sok1x
     from tf_support import session, tf1
     graph = tf1.Graph()
     rng = np.random.default_rng([15, RANK])
     pool = np.random.default_rng(16).integers(0, KEY_SPAN, size=30)
-    feeds = [[pool[rng.integers(0, 30, size=(6, 3))] for _ in range(4)] for _ in range(steps)]
+    feeds = [[pool[rng.integers(0, 30, size=(6, 3))] for _ in GRAPH_DIMS] for _ in range(steps)]
     with graph.as_default():
-        layers = [sok1x.DistributedEmbedding("sum", 64, DIM, 1, 3, use_hashtable=True,
-                                             name="hg_graph_%d" % t) for t in range(4)]
+        layers = [sok1x.DistributedEmbedding("sum", 64, dim, 1, 3, use_hashtable=True,
+                                             name="hg_graph_%d" % t)
+                  for t, dim in enumerate(GRAPH_DIMS)]
         variables = [layer.var for layer in layers]
         holders = [tf1.placeholder(tf1.int64, [6, 3]) for _ in layers]
         ids = [tf1.RaggedTensor.from_tensor(holder) for holder in holders]
         if together:
-            pooled = sok1x.lookup_sparse(variables, ids, combiners=["sum"] * 4)
+            pooled = sok1x.lookup_sparse(variables, ids, combiners=["sum"] * len(layers))
         else:
             pooled = [sok1x.lookup_sparse([v], [i], combiners=["sum"])[0]
                       for v, i in zip(variables, ids)]
-        weights = np.random.default_rng(17).standard_normal((4, 6, DIM)).astype(np.float32)
+        weights = [np.random.default_rng([17, t]).standard_normal((6, dim)).astype(np.float32)
+                   for t, dim in enumerate(GRAPH_DIMS)]
         loss = tf1.add_n([tf1.reduce_sum(p * w) for p, w in zip(pooled, weights)])
         grads = tf1.gradients(loss, variables)
         train = sok1x.OptimizerWrapper(tf1.train.AdagradOptimizer(0.1)).apply_gradients(
             zip(grads, variables))
         exports = [sok1x.export(v) for v in variables]
-    with session(graph) as sess:
+    with session(graph, inter_op_threads) as sess:
         sess.run(sok1x.Init(backend="cpu"))
         sess.run(tf1.global_variables_initializer())
         losses = [sess.run([loss, train], dict(zip(holders, feed)))[0] for feed in feeds]
@@ -465,9 +509,11 @@ def _graph_program(together, steps=3):
     return losses, rows, type(group).__name__
 
 
-def test_a_program_looking_up_v1_hash_layers_together_trains_as_one_looking_them_up_apart():
-    losses, rows, kind = _graph_program(True)
-    want_losses, want_rows, alone = _graph_program(False)
+@pytest.mark.parametrize("inter_op_threads", [1, 8])
+def test_a_program_looking_up_v1_hash_layers_together_trains_as_one_looking_them_up_apart(
+        inter_op_threads):
+    losses, rows, kind = _graph_program(True, inter_op_threads)
+    want_losses, want_rows, alone = _graph_program(False, inter_op_threads)
     assert kind == "HashGroup" and alone == "NoneType"
     np.testing.assert_allclose(losses, want_losses, rtol=1e-5, atol=1e-5)
     for got, want in zip(rows, want_rows):
