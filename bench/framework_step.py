@@ -3,11 +3,12 @@
     mpiexec -n 2 python3 bench/framework_step.py --out results/fw2.json
 
 Per workload (workloads.py: seed, dlrm: one table; dlrm26 = dlrm's 26 features as 26 tables in
-one lookup; dlrm26_hash = dlrm26 on hash tables, sok1x's variants alone (its rows lie in arrival
-order, so no PyTorch table starts equal); mlperf26 = MLPerf DLRM-DCNv2's 26 tables, skipped with
-a message where the job's GPUs cannot hold them; dlrm_dynamic = dlrm on a DynamicVariable, "hbm"
-beside "hybrid", run_dynamic), from the same initial tables, the same step (forward lookup, top
-gradient = output, backward exchange, update: LazyAdam, Adagrad for mlperf26) five ways:
+one lookup; dlrm26_hash = dlrm26 on hash tables (its PyTorch peer a dense table holding each key's
+initial value where sok1x's rows lie in arrival order: hashed_shard_weight); mlperf26 = MLPerf
+DLRM-DCNv2's 26 tables, skipped with a message where the job's GPUs cannot hold them;
+dlrm_dynamic = dlrm on a DynamicVariable, "hbm" beside "hybrid", run_dynamic), from the same
+initial tables, the same step (forward lookup, top gradient = output, backward exchange,
+update: LazyAdam, Adagrad for mlperf26) five ways:
 
     sok1x_dlpack   the zero-copy seam with PyTorch as the framework: keys, outputs, gradients and
                    the update's slices cross as DLPack capsules, ordered by wait_for_framework /
@@ -143,6 +144,22 @@ def shard_weight(rt, names, device):
     return torch.cat(parts).to(device)
 
 
+def hashed_shard_weight(rt, w, names, device):
+    """For hash tables (dlrm26_hash): the dense rows PyTorch's peer holds, each owned key k of
+    table t (k % size == rank) at its table's offset + k // size, with the initial value the
+    table gives k when k first arrives (the backend's init_rows for k and t's table_id). So the
+    peer starts equal to sok1x, though sok1x's rows lie in arrival order."""
+    backend, parts = rt.backend, []
+    for name, vocab in zip(names, w.tables):
+        table = api.shard(name)
+        rows = np.arange(-(-vocab // rt.size), dtype=np.int64)
+        values = backend.zeros((len(rows), w.dim), np.float32)
+        backend.init_rows(values, backend.asarray(rows),
+                          backend.asarray(rows * rt.size + rt.rank), table.spec, table.table_id)
+        parts.append(torch.from_numpy(backend.to_host(values)))
+    return torch.cat(parts).to(device)
+
+
 def pinned_bandwidth(device, nbytes=256 << 20, repeats=7):
     """Median GB/s of page-locked host-to-device and device-to-host copies of `nbytes`."""
     host = torch.empty(nbytes, dtype=torch.uint8).pin_memory()
@@ -241,9 +258,10 @@ def _table_runs(rt, w, device, sok, names):
         "sok1x_dlpack": lambda s: sok.dlpack(joined_torch[s % 3]),
         "sok1x_host": lambda s: sok.host([joined[s % 3]]),
     }
-    if w.hashed:  # a hash table's rows lie in arrival order: no PyTorch table starts equal
-        return runs
-    weight = shard_weight(rt, names, device)
+    if w.hashed:
+        weight = hashed_shard_weight(rt, w, names, device)
+    else:
+        weight = shard_weight(rt, names, device)
     offsets = np.concatenate([[0], np.cumsum([-(-v // rt.size) * rt.size
                                               for v in w.tables])[:-1]])
     group = torch_reference.TorchGroupStep(weight, rt.rank, rt.size, offsets.tolist(),
