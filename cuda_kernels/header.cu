@@ -2,13 +2,15 @@
 // per-owner counts and input-error flags that kernels produced never cross to the host before
 // the header's one exchange. records: [size, width] int64; record j goes to rank j:
 //   0..5  op, tower, call, place, error, tables   (error |= *flag when flag is given)
-//   6...  counts[t * size + j] for t < min(tables, width - 6), zeros after
+//   6...  counts[t * size + j] for t < tables, before shared_at (when it is not 0)
+//   shared_at...  shared[0, shared_len): values this rank tells every rank alike
 #include "common.cuh"
 
 extern "C" __global__ void header_records(int64 op, int64 tower, int64 call, int64 place,
                                           int64 error, int64 tables, const int64* counts,
-                                          const int64* flag, int64 size, int64 width,
-                                          int64* records) {
+                                          const int64* flag, const int64* shared,
+                                          int64 shared_at, int64 shared_len, int64 size,
+                                          int64 width, int64* records) {
   const int64 total = size * width;
   const int64 failed = error | (flag != nullptr && *flag != 0 ? 1 : 0);
   for (int64 i = global_thread_id(); i < total; i += global_thread_count()) {
@@ -21,7 +23,10 @@ extern "C" __global__ void header_records(int64 op, int64 tower, int64 call, int
     else if (field == 3) value = place;
     else if (field == 4) value = failed;
     else if (field == 5) value = tables;
-    else if (counts != nullptr && field - 6 < tables) value = counts[(field - 6) * size + peer];
+    else if (shared != nullptr && field >= shared_at && field - shared_at < shared_len)
+      value = shared[field - shared_at];
+    else if (counts != nullptr && field - 6 < tables && (shared_at == 0 || field < shared_at))
+      value = counts[(field - 6) * size + peer];
     records[i] = value;
   }
 }

@@ -51,8 +51,9 @@ Every backend module exposes the same names, and the engine's algorithms call on
         host_counts) -> [(unique_keys, inverse)]; distinct_rows_many_start(items) -> (started,
         sizes); distinct_rows_many_finish(started, host_sizes): the two halves around the wait;
         unique_many_padded(started): the second half without the counts (keys-long outputs)
-    header_records(fields, size, counts, flag, width) -> int64 [size, width]   an op header's
-        records (op, tower, call, place, error | flag[0], tables, counts[t, peer]...)
+    header_records(fields, size, counts, flag, width, shared=None, shared_at=0) -> int64
+        [size, width]   an op header's records (op, tower, call, place, error | flag[0], tables,
+        counts[t, peer]..., from shared_at the values every peer is told alike)
     flag_outside(bounds, ranges) -> int64 [1]          1 if a (min, max) row leaves its range
     column(matrix, index) -> [n]                       one column of an int64 [n, k] matrix
     segment_counts(segment_ids, n) -> float32 [n]      ids per segment

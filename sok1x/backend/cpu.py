@@ -213,10 +213,11 @@ def unique_many_padded(started):
     return out
 
 
-def header_records(fields, size, counts, flag, width):
+def header_records(fields, size, counts, flag, width, shared=None, shared_at=0):
     """Returns int64 [size, width]: per peer j, the 6 `fields` (op, tower, call, place, error,
     tables; error or-ed with flag[0]), then counts[t, j] for t < tables (counts [tables, size]
-    or None; flag int64 [1] or None)."""
+    or None; flag int64 [1] or None), and from field shared_at on the values `shared` (or
+    None), the same for every peer."""
     records = np.zeros((int(size), int(width)), dtype=np.int64)
     records[:, :6] = np.asarray(fields, dtype=np.int64)[:6]
     if flag is not None and flag[0]:
@@ -224,8 +225,10 @@ def header_records(fields, size, counts, flag, width):
     if counts is None:
         records[:, 5] = 0
     else:
-        inline = min(counts.shape[0], int(width) - 6)
+        inline = min(counts.shape[0], (int(shared_at) or int(width)) - 6)
         records[:, 6:6 + inline] = np.asarray(counts, dtype=np.int64)[:inline].T
+    if shared is not None and len(shared):
+        records[:, shared_at:shared_at + len(shared)] = np.asarray(shared, dtype=np.int64)
     return records
 
 

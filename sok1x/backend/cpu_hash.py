@@ -53,6 +53,10 @@ class HashIndex:
         self.size = 0
         self.tombstones = 0
 
+    def settle_size(self, counts, host_counts):
+        """Nothing to hand over: a cpu index counts its keys as it places them (cuda's may
+        count a hash group's placed keys later, HashIndex.add_size_later there)."""
+
     def _locate(self, keys):
         """Returns the int64 slot of each key, -1 where a key is not held."""
         slots = np.full(keys.shape[0], EMPTY, dtype=np.int64)

@@ -37,6 +37,7 @@ from sok1x.backend.cuda_launch import (
     row_view,
     split_args,
     to_host,
+    to_host_many,
     to_host_later,
 )
 
@@ -78,7 +79,9 @@ class HashIndex:
     """Maps keys to rows 0..capacity-1 of one shard, handing out rows in arrival order.
 
     capacity: the most keys the shard can hold; max_load: the most of the slots a full shard
-    uses (0 < max_load <= 1). Attributes: size (keys held), capacity, slot_count.
+    uses (0 < max_load <= 1). Attributes: size (keys held), capacity, slot_count. A training
+    lookup of a hash group may leave its count of placed keys on the device (add_size_later):
+    size reads it first (a wait), unless the engine handed it over read (settle_size).
     """
 
     @uses_context
@@ -87,12 +90,37 @@ class HashIndex:
             raise ValueError("max_load must be in (0, 1], got %r" % (max_load,))
         self.capacity = int(capacity)
         self.slot_count = _slot_count(self.capacity, max_load)
-        self.size = 0
+        self._later = []  # (device int64 counts, position): keys placed, not yet counted
+        self._size = 0
         self.tombstones = 0
         # Held for the shard's life: its own allocation, not a pooled one.
         self._slots = gpuarray.GPUArray((self.slot_count, 2), np.int64,
                                         allocator=driver.mem_alloc)
         fill_bytes(self._slots, 0xFF)
+
+    @property
+    def size(self):
+        """Keys held."""
+        if self._later:
+            later, self._later = self._later, []
+            for (_, position), host in zip(later, to_host_many([c for c, _ in later])):
+                self._size += int(host[position])
+        return self._size
+
+    @size.setter
+    def size(self, value):
+        self._size = int(value)
+
+    def add_size_later(self, counts, position):
+        """Counts counts[position] (a device int64 array queued work fills: keys this index
+        placed) into size when size is next read, or settle_size hands it over."""
+        self._later.append((counts, position))
+
+    def settle_size(self, counts, host_counts):
+        """add_size_later's entries of `counts`, with host_counts its host copy read since."""
+        for entry in [e for e in self._later if e[0] is counts]:
+            self._later.remove(entry)
+            self._size += int(host_counts[entry[1]])
 
     def _find(self, keys):
         rows = empty((keys.shape[0],), np.int64)

@@ -84,7 +84,13 @@ def hash_insert_many(indexes, keys, tags, row_starts):
 def hash_insert_many_done(indexes, found, placed, keep):
     """Ends hash_insert_many's call `found` with the host copy of its placed counts: each index
     counts the keys it placed; keep=False (a failed step, or a member past its room) erases
-    them again (waits: a failing step's path)."""
+    them again (waits: a failing step's path). keep=True with placed left on the device (the
+    caller knows no member can pass its room): each index counts it when its size is next read
+    (HashIndex.add_size_later), no wait."""
+    if keep and not isinstance(placed, np.ndarray):
+        for t, index in enumerate(indexes):
+            index.add_size_later(placed, t)
+        return
     for index, count in zip(indexes, placed):
         index.size += int(count)
     if keep:

@@ -165,8 +165,8 @@ class MpiCommunicator:
         """Collective: every rank passes the exception it found (or None). If any rank found one,
         every rank raises an exception of the first failing rank's type whose message lists each
         failing rank's message; otherwise returns None. `what` names the step, for the message."""
-        found = self.all_gather_object(
-            None if local_error is None else (type(local_error), str(local_error)))
+        mine = None if local_error is None else (type(local_error), str(local_error))
+        found = [mine] if self.size == 1 else self.all_gather_object(mine)
         failures = [(r, f) for r, f in enumerate(found) if f is not None]
         if not failures:
             return None

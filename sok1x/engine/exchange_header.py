@@ -9,6 +9,9 @@ Each rank sends each other rank one record of RECORD_WIDTH int64:
     4 error   1 if this rank found bad input or cannot run the op (D7)
     5 tables  how many per-table row counts follow
     6...      rows this rank sends that peer, per table (INLINE_TABLES of them)
+    SHARED_AT...  values this rank tells every rank alike (SHARED_WIDTH of them): a hash
+              group's room and keys, so that every rank can tell whether any shard may fill
+              up in this step (engine/key_exchange.py)
 
 The records are written on the device (backend.header_records: the per-owner counts and the
 input checks' flag come from kernels, never through the host), travel in ONE all-to-all of the
@@ -35,7 +38,9 @@ ORDER_CHECK_ENV = "SOK1X_ORDER_CHECK"
 _OP, _TOWER, _CALL, _PLACE, _ERROR, _TABLES = range(6)
 _FIELDS = 6
 INLINE_TABLES = 58
-RECORD_WIDTH = _FIELDS + INLINE_TABLES  # 64 int64: 512 bytes per peer
+SHARED_AT = _FIELDS + INLINE_TABLES
+SHARED_WIDTH = 128
+RECORD_WIDTH = SHARED_AT + SHARED_WIDTH  # 192 int64: 1.5 KB per peer
 
 
 def order_check_enabled():
@@ -45,17 +50,19 @@ def order_check_enabled():
     return os.environ.get(ORDER_CHECK_ENV, "1") not in ("0", "false", "False")
 
 
-def _records(runtime, fields, counts, error_flag, also_read):
+def _records(runtime, fields, counts, error_flag, also_read, shared=None):
     """Returns (host records this rank sends [size, RECORD_WIDTH], host records received, host
     copies of also_read): the one exchange on the data channel and the one wait."""
     backend, size = runtime.backend, runtime.size
     on_host = counts is None or isinstance(counts, np.ndarray)
     if size == 1 and on_host and error_flag is None:  # alone: the sizes are this rank's own
-        records = host_ops.header_records(fields, size, counts, None, RECORD_WIDTH)
+        records = host_ops.header_records(fields, size, counts, None, RECORD_WIDTH, shared,
+                                          SHARED_AT)
         return records, records, backend.to_host_many(also_read) if also_read else []
     if on_host and counts is not None:
         counts = backend.asarray(np.ascontiguousarray(counts, dtype=np.int64))
-    records = backend.header_records(fields, size, counts, error_flag, RECORD_WIDTH)
+    records = backend.header_records(fields, size, counts, error_flag, RECORD_WIDTH, shared,
+                                     SHARED_AT)
     received = records
     if size > 1:
         ones = np.ones(size, dtype=np.int64)
@@ -91,21 +98,29 @@ def _raise_order_error(runtime, op, call, received):
                      "\n  %s\n%s" % (runtime.rank, op.name, call, "\n  ".join(lines), advice))
 
 
-Sizes = collections.namedtuple("Sizes", "sent received extra")
+Sizes = collections.namedtuple("Sizes", "sent received extra shared")
 Sizes.__doc__ = """What an op header told the host: sent and received (host int64 [size, tables],
 rows this rank sends each rank and receives from each, per table; None when no counts went),
-extra (host copies of the arrays passed as also_read)."""
+extra (host copies of the arrays passed as also_read), shared (host int64 [size, k]: the
+values each rank passed as shared, None when none went)."""
 
 
 def exchange_sizes(runtime, op, counts=None, local_error=None, error_flag=None, also_read=(),
-                   describe_error=None):
+                   describe_error=None, shared=None):
     """Collective on every rank: the op header. op: an OpId (or a name); counts: backend int64
     [tables, size], rows this rank sends each rank per table (on the device on cuda; None: no
     data exchange follows); local_error: an error this rank found; error_flag: backend int64
     [1], set on the device when this rank's input is bad, and describe_error() returns that
     error; also_read: backend arrays whose host copies the caller needs now (read in the same
-    wait). Returns Sizes; raises OrderError or the input error of any rank on every rank."""
+    wait); shared: None or host int64 [k <= SHARED_WIDTH] this rank tells every rank (every
+    rank passes the same k). Returns Sizes; raises OrderError or the input error of any rank on
+    every rank."""
     op = as_op_id(op)
+    if shared is not None:
+        shared = np.ascontiguousarray(shared, dtype=np.int64).reshape(-1)
+        if shared.shape[0] > SHARED_WIDTH:
+            raise ValueError("an op header shares at most %d values, got %d"
+                             % (SHARED_WIDTH, shared.shape[0]))
     if op.position == 0:  # a tower's first op opens a step (engine/step_journal.py)
         runtime.journal.begin_step()
     call = CLOCK.call_of(op)
@@ -114,9 +129,14 @@ def exchange_sizes(runtime, op, counts=None, local_error=None, error_flag=None, 
         counts = None
     tables = 0 if counts is None else int(counts.shape[0])
     fields = [op_key(op), tower_key(op), call, op.position, int(local_error is not None), tables]
-    sent, received, extra = _records(runtime, fields, counts, error_flag, also_read)
+    later, runtime.read_later = runtime.read_later, []  # read in this wait, handed back
+    sent, received, extra = _records(runtime, fields, counts, error_flag,
+                                     list(also_read) + [array for array, _ in later], shared)
+    extra, late = extra[:len(also_read)], extra[len(also_read):]
+    for (_, settle), host in zip(later, late):
+        settle(host)
     while _joined_checkpoint(runtime, op, received[:, _OP], fields[_OP]):
-        sent, received, extra = _records(runtime, fields, counts, error_flag, also_read)
+        sent, received, extra = _records(runtime, fields, counts, error_flag, also_read, shared)
     agree = received[:, _OP:_PLACE + 1]  # op, tower, call, place: the leading fields
     if (agree != agree[0]).any():
         _raise_order_error(runtime, op, call, received)
@@ -124,12 +144,13 @@ def exchange_sizes(runtime, op, counts=None, local_error=None, error_flag=None, 
         if local_error is None and sent[0, _ERROR] and describe_error is not None:
             local_error = describe_error()
         runtime.host.raise_together(local_error, op.name)
+    told = None if shared is None else received[:, SHARED_AT:SHARED_AT + shared.shape[0]].copy()
     if counts is None:
-        return Sizes(None, None, extra)
+        return Sizes(None, None, extra, told)
     if tables > INLINE_TABLES:
-        return _exchange_all_counts(runtime, counts, extra)
+        return _exchange_all_counts(runtime, counts, extra)._replace(shared=told)
     columns = slice(_FIELDS, _FIELDS + tables)
-    return Sizes(sent[:, columns].copy(), received[:, columns].copy(), extra)
+    return Sizes(sent[:, columns].copy(), received[:, columns].copy(), extra, told)
 
 
 def exchange_header(runtime, op, send_counts=None, local_error=None):
@@ -154,10 +175,10 @@ def _exchange_all_counts(runtime, counts, extra):
     backend = runtime.backend
     sent = np.ascontiguousarray(np.asarray(backend.to_host_many([counts])[0], np.int64).T)
     if runtime.size == 1:
-        return Sizes(sent, sent.copy(), extra)
+        return Sizes(sent, sent.copy(), extra, None)
     ones = np.ones(runtime.size, dtype=np.int64)
     received = runtime.data.all_to_all_v(backend.asarray(sent), ones, ones)
-    return Sizes(sent, backend.to_host_many([received])[0], extra)
+    return Sizes(sent, backend.to_host_many([received])[0], extra, None)
 
 
 # Checkpoints (DESIGN D8, engine/checkpoint_join.py): a save or restore opens with a marker in

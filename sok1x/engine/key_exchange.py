@@ -21,11 +21,15 @@ added (unique + segment-sum); the result is (values, local rows) per table for I
 Keys and gradients are backend arrays (device arrays on cuda); a step waits on the host twice,
 whatever the number of tables: for the forward's header (the keys' checks flag, distinct keys and
 per-owner counts are left on the device and ride in it) and for the backward's (the owners'
-distinct rows are counted on the device before it, and read with it). A training lookup of hash
-tables waits once more, for the keys all its hash groups placed (engine/table_group.py), and
-twice for each hash table alone (its count of new keys, then of the keys it placed).
+distinct rows are counted on the device before it, and read with it). A training lookup of a
+hash group (engine/table_group.py) whose shards cannot fill up in it waits no more: the header
+tells every rank each rank's keys and room per member, so every rank sees alike that no owner
+can overflow, and the keys each member placed are read in the next header's wait. Otherwise it
+waits once more, for the keys all its hash groups placed, and the ranks agree on any full shard
+over MPI; a hash table alone waits twice (its count of new keys, then of the keys it placed).
 """
 import collections
+import functools
 
 import numpy as np
 
@@ -37,7 +41,7 @@ from sok1x.engine.checks import (
     check_keys_by_bounds,
     first_error,
 )
-from sok1x.engine.exchange_header import exchange_sizes
+from sok1x.engine.exchange_header import SHARED_WIDTH, exchange_sizes
 from sok1x.engine.op_order import as_op_id
 from sok1x.errors import InvalidInputError
 
@@ -128,7 +132,7 @@ def _described(backend, check):
 
 
 def lookup_forward_many(runtime, tables, op, keys_list, training, local_error=None,
-                        key_check=None, admit_ratios=None, tags_list=None):
+                        key_check=None, admit_ratios=None, tags_list=None, tag_counts=None):
     """Collective. tables: EmbeddingTables (or TableGroups, engine/table_group.py); keys_list:
     one backend int 1-D array per table. Returns (vectors, routings): per table backend float32
     [n_t, dim_t] in input order, and the Routing its backward pass needs. Raises the step's input
@@ -138,7 +142,8 @@ def lookup_forward_many(runtime, tables, op, keys_list, training, local_error=No
     (engine/admission.py: the others give zeros and no gradient); tags_list: None, or per
     table None or, for a HashGroup (engine/table_group.py), backend int64 [n_t]: the member of
     each key (a group's keys are de-duplicated per (tag, key), and its tags travel with its keys
-    in the same exchange).
+    in the same exchange); tag_counts: None, or per table None or, for a HashGroup, host int64
+    [members]: how many of this rank's keys each member has (before de-duplication).
 
     The host waits once, for the op header: the keys are de-duplicated and bucketed by owner
     before anything is read (the kernels read nothing out of place whatever the keys), and the
@@ -156,6 +161,7 @@ def lookup_forward_many(runtime, tables, op, keys_list, training, local_error=No
         return _described(backend, key_check)
     tags_list = tags_list or [None] * len(tables)
     tagged = [t for t, tags in enumerate(tags_list) if tags is not None and error is None]
+    bounded, shared = _room_and_keys(tables, tagged, training, tag_counts)
     send_counts = np.zeros((size, len(tables)), dtype=np.int64)
     prepared, sent_tags = [], []
     if error is None and size == 1:  # alone, nothing crosses a network: no de-duplication
@@ -164,7 +170,8 @@ def lookup_forward_many(runtime, tables, op, keys_list, training, local_error=No
             send_counts[0, t] = keys.shape[0]
             prepared.append((keys, None, None, keys))
         sent_tags = [backend.asarray(tags_list[t]) for t in tagged]
-        exchange_sizes(runtime, op, None, error, flag, describe_error=describe)
+        told = exchange_sizes(runtime, op, None, error, flag, describe_error=describe,
+                              shared=shared).shared
         recv_counts = send_counts
     else:
         owner_counts = None
@@ -179,8 +186,9 @@ def lookup_forward_many(runtime, tables, op, keys_list, training, local_error=No
             for (keys, inverse), perm in zip(distinct, perms):
                 prepared.append((keys, inverse, perm, backend.take_rows(keys, perm)))
             sent_tags = [_distinct_tags(backend, prepared[t], tags_list[t]) for t in tagged]
-        sizes = exchange_sizes(runtime, op, owner_counts, error, flag, describe_error=describe)
-        send_counts, recv_counts = sizes.sent, sizes.received
+        sizes = exchange_sizes(runtime, op, owner_counts, error, flag, describe_error=describe,
+                               shared=shared)
+        send_counts, recv_counts, told = sizes.sent, sizes.received, sizes.shared
         prepared = [_cut(backend, p, int(send_counts[:, t].sum()))
                     for t, p in enumerate(prepared)]
         sent_tags = [backend.row_view(tags, 0, int(send_counts[:, t].sum()))
@@ -195,7 +203,8 @@ def lookup_forward_many(runtime, tables, op, keys_list, training, local_error=No
                                                           admit_ratios[t], table.journal.step)
     owner_rows, vectors = [None] * len(tables), [None] * len(tables)
     if training and any(table.use_hashtable for table in tables):
-        _insert_keys(runtime, op, tables, owned, owned_tags, owner_rows, vectors)
+        _insert_keys(runtime, op, tables, owned, owned_tags, owner_rows, vectors,
+                     _fitting(bounded, tag_counts, told))
     for t, (table, keys, kept) in enumerate(zip(tables, owned, passed)):
         if vectors[t] is not None:  # a hash group's training lookup: done
             continue
@@ -236,24 +245,66 @@ def _distinct_tags(backend, prepared, tags):
     return backend.take_rows(distinct_tags, perm)
 
 
+def _room_and_keys(tables, tagged, training, tag_counts):
+    """What a training lookup's header tells every rank of its HashGroups (those of `tagged`
+    with tag_counts): per group, this rank's keys per member, then the rows each member's shard
+    has left. Returns (the groups' positions, the host int64 values, or None)."""
+    if not training or not tag_counts:
+        return [], None
+    bounded = [t for t in tagged if tag_counts[t] is not None
+               and len(tag_counts[t]) == len(tables[t].capacities)]
+    parts = [a for t in bounded for a in (np.asarray(tag_counts[t], np.int64), tables[t].room())]
+    if not parts or sum(len(a) for a in parts) > SHARED_WIDTH:
+        return [], None
+    return bounded, np.concatenate(parts)
+
+
+def _fitting(bounded, tag_counts, told):
+    """The HashGroups among `bounded` where no member's shard on any rank can fill up in this
+    lookup (told: host [size, k], every rank's _room_and_keys values): every rank's keys of a
+    member, all sent to one owner, would fit that owner's room. Every rank finds the same."""
+    fitting, position = set(), 0
+    for t in bounded:
+        members = len(tag_counts[t])
+        keys = told[:, position:position + members].sum(axis=0)
+        room = told[:, position + members:position + 2 * members].min(axis=0)
+        if np.all(keys <= room):
+            fitting.add(t)
+        position += 2 * members
+    return fitting
+
+
 def _with_columns(counts, tagged):
     """Counts [size, tables] with the columns of the tagged tables added (their tags travel as
     their keys do)."""
     return np.concatenate([counts, counts[:, tagged]], axis=1) if tagged else counts
 
 
-def _insert_keys(runtime, op, tables, owned, owned_tags, owner_rows, vectors):
+def _insert_keys(runtime, op, tables, owned, owned_tags, owner_rows, vectors, fitting):
     """A training lookup's check and insert of owned keys: each hash table alone counts its new
     keys against its capacity before anything changes (a wait each); the HashGroups among
     `tables` (those with owned_tags) place their keys in one launch each and the host reads all
     their counts in one wait, and erases them again if the step fails. Any full shard, on any
-    rank, raises on every rank. Fills owner_rows and vectors for the groups."""
+    rank, raises on every rank. A group in `fitting` (no shard of it can fill up now, as every
+    rank found from the op header: _fitting) neither waits nor takes part in that agreement:
+    its counts are read in the next op header's wait (runtime.read_later). Fills owner_rows and
+    vectors for the groups."""
     backend = runtime.backend
+    for t in owned_tags:
+        if t in fitting:
+            group = tables[t]
+            state, placed = group.insert_start(owned[t], owned_tags[t])
+            owner_rows[t], vectors[t] = group.insert_kept(state, placed)
+            runtime.read_later.append((placed, functools.partial(group.settle, placed)))
+    if all(t in fitting for t, table in enumerate(tables) if table.use_hashtable):
+        return  # every rank skips the agreement alike: `fitting` is the same everywhere
     errors = [table.capacity_error(keys) for t, (table, keys) in enumerate(zip(tables, owned))
               if t not in owned_tags]
     started, placed = [], []
     try:
         for t in owned_tags:
+            if t in fitting:
+                continue
             started.append((t, tables[t].insert_start(owned[t], owned_tags[t])))
         placed = backend.to_host_many([s[1] for _, s in started]) if started else []
         errors += [tables[t].insert_error(state, p)

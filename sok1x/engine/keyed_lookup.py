@@ -216,11 +216,11 @@ def keyed_forward(runtime, tables, op, item, training, key_limits=None):
         return _forward_by_table(runtime, tables, op, item, training, key_limits, error, cuts,
                                  segment_cuts)
     group = unit.table if isinstance(unit.table, table_group.TableGroup) else None
-    key_check, keys, segment_ids, tags = None, item.keys, item.segment_ids, None
+    key_check, keys, segment_ids, tags, tag_counts = None, item.keys, item.segment_ids, None, None
     if error is None:
         key_check = _key_check(backend, tables, item, cuts, key_limits, group)
         if group is not None and group.use_hashtable:  # keys as they are, tagged
-            tags = backend.part_tags(cuts)
+            tags, tag_counts = backend.part_tags(cuts), np.diff(cuts)
             if segment_ids is not None:
                 segment_ids = backend.offset_parts(segment_ids, cuts, segment_cuts[:-1])
         elif group is not None and segment_ids is None:
@@ -231,7 +231,8 @@ def keyed_forward(runtime, tables, op, item, training, key_limits=None):
     else:
         keys = backend.asarray(np.zeros(0, np.int64))
     (found,), (routing,) = lookup_forward_many(runtime, [unit.table], op, [keys], training,
-                                               error, key_check=key_check, tags_list=[tags])
+                                               error, key_check=key_check, tags_list=[tags],
+                                               tag_counts=[tag_counts])
     num_segments = int(segment_cuts[-1])
     pool = make_pool(backend, segment_ids, num_segments, item.weights, item.combiner)
     pooling = UnitPooling(unit, routing, [pool], item.lengths, item.num_segments)

@@ -107,10 +107,11 @@ def pooled_forward_many(runtime, tables, op, inputs, training, local_error=None,
     admit_ratios = [inputs[unit.positions[0]].admit_ratio if len(unit.positions) == 1 else None
                     for unit in units]  # a filtered hash table is never grouped
     vectors, routings = lookup_forward_many(runtime, [unit.table for unit in units], op,
-                                            [keys for keys, _ in unit_keys], training,
+                                            [keys for keys, _, _ in unit_keys], training,
                                             first_error(error), key_check=key_check,
                                             admit_ratios=admit_ratios,
-                                            tags_list=[tags for _, tags in unit_keys])
+                                            tags_list=[tags for _, tags, _ in unit_keys],
+                                            tag_counts=[counts for _, _, counts in unit_keys])
     outputs, state = [None] * len(tables), []
     for unit, found, routing in zip(units, vectors, routings):
         items = [inputs[p] for p in unit.positions]
@@ -132,18 +133,20 @@ def pooled_forward_many(runtime, tables, op, inputs, training, local_error=None,
 
 
 def _joined_keys(backend, unit, items, error):
-    """The unit's (keys, tags): a group's members' keys in its id space, joined (a hash
-    group's as they are, with their tags); a table's own keys (tags None)."""
+    """The unit's (keys, tags, tag counts): a group's members' keys in its id space, joined (a
+    hash group's as they are, with their tags and host counts of keys per member); a table's
+    own keys (tags and counts None)."""
     if len(items) == 1:
-        return items[0].keys, None
+        return items[0].keys, None, None
     if error is not None:  # not looked at: the step fails in the first exchange
-        return backend.asarray(np.zeros(0, np.int64)), None
+        return backend.asarray(np.zeros(0, np.int64)), None, None
     group = unit.table
     if group.use_hashtable:
-        cuts = np.concatenate([[0], np.cumsum([item.keys.shape[0] for item in items])])
+        counts = np.array([item.keys.shape[0] for item in items], dtype=np.int64)
+        cuts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         return (backend.join_keys([item.keys for item in items], np.zeros(len(items), np.int64)),
-                backend.part_tags(cuts.astype(np.int64)))
-    return backend.join_keys([item.keys for item in items], group.key_starts[:-1]), None
+                backend.part_tags(cuts), counts)
+    return backend.join_keys([item.keys for item in items], group.key_starts[:-1]), None, None
 
 
 def _pieces(backend, array, counts):

@@ -74,9 +74,11 @@ class Runtime:
     rank, size, global_batch_size (or None), device_ordinal (or None on cpu), tables (a
     TableRegistry: name -> EmbeddingTable), pending_tables (name -> settings of shards declared
     but not made yet), stash (forward state kept for the backward pass), towers (the last
-    communicating op, for the run-time order check) and journal (the current step's undo
-    actions, engine/step_journal.py). On cpu, `data` is an MpiCommunicator of its own over the same
-    communicator as `host`, so each counts its own calls (stats())."""
+    communicating op, for the run-time order check), journal (the current step's undo
+    actions, engine/step_journal.py) and read_later ((backend array, callback) pairs: counts
+    the host needs some time, read in the next op header's wait and handed to callback). On
+    cpu, `data` is an MpiCommunicator of its own over the same communicator as `host`, so each
+    counts its own calls (stats())."""
 
     def __init__(self, group, host, backend, data, global_batch_size, device_ordinal):
         from sok1x.engine.op_order import TowerTracker
@@ -95,6 +97,7 @@ class Runtime:
         self.stash = Stash()
         self.towers = TowerTracker()
         self.journal = StepJournal()
+        self.read_later = []
 
     def tables_named(self, names):
         """Returns the tables of `names` as a tuple, the same tuple while no table is made,

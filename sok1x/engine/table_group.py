@@ -230,6 +230,26 @@ class HashGroup(TableGroup):
         self.stamp(new_rows, count)
         return (indexes, found, self.gather(rows), sizes), placed
 
+    def room(self):
+        """Host int64 [members]: the rows each member's shard has left."""
+        return self.capacities - np.array([index.size for index in self.indexes()], np.int64)
+
+    def insert_kept(self, state, placed):
+        """Ends insert_start's call without reading `placed`, where the caller knows that no
+        member can pass its room: keeps the placed keys (undone if the step fails later); each
+        index counts its placed keys when its size is next read or settle(placed, its host copy)
+        hands them over. Returns (flat rows, vectors)."""
+        indexes, found, vectors, _ = state
+        self.backend.hash_insert_many_done(indexes, found, placed, True)
+        new_keys, new_rows, new_tags, count = found[1:5]
+        self.journal.record(lambda: self._undo_insert(new_keys, new_rows, new_tags, count))
+        return found[0], vectors
+
+    def settle(self, placed, host_placed):
+        """Hands insert_kept's `placed`, read by the host since, to the indexes it counts for."""
+        for index in self.indexes():
+            index.settle_size(placed, host_placed)
+
     def insert_error(self, state, placed):
         """TableFullError for the first member whose shard the host counts `placed` overflow,
         else None."""

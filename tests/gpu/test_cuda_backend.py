@@ -178,6 +178,12 @@ def test_sizes_left_on_the_device_match_the_cpu(cuda, rng, world_size):
     want = cpu.header_records(fields, world_size, host_owner_counts, np.ones(1, np.int64), 64)
     np.testing.assert_array_equal(host(cuda, records), want)
     assert want[0, 4] == 1 and (want[:, 6:10] == host_owner_counts.T).all()
+    shared = np.array([5, -7, 1 << 40], np.int64)  # told every peer alike, from field 12 on
+    records = cuda.header_records(fields, world_size, owner_counts, None, 20, shared, 12)
+    want = cpu.header_records(fields, world_size, host_owner_counts, None, 20, shared, 12)
+    np.testing.assert_array_equal(host(cuda, records), want)
+    assert (want[:, 12:15] == shared).all() and not want[:, 15:].any()
+    assert (want[:, 6:10] == host_owner_counts.T).all() and not want[:, 10:12].any()
 
 
 def test_the_halves_of_unique_and_distinct_rows_equal_the_whole(cuda, rng):

@@ -351,6 +351,32 @@ def test_hash_group_launches_and_waits_do_not_grow_with_the_tables():
           % (counts[1], counts[2], counts[26]))
     assert counts[26]["launches"] <= 1.25 * counts[2]["launches"]
     assert counts[26]["host_waits"] == counts[2]["host_waits"] <= counts[1]["host_waits"]
+    # the shards have room for every rank's keys: the placed counts are read in the backward's
+    # header wait (key_exchange._fitting), so a step waits twice (issue 17 item 2)
+    assert counts[26]["host_waits"] <= 2
+
+
+def test_a_hash_groups_placed_keys_are_counted_when_no_header_read_them():
+    """A training lookup of a group with room leaves its members' placed counts on the device
+    for the next op header; a size read before any header (here two forwards with no backward,
+    then the index itself) waits for them and counts them, as a checked lookup would have."""
+    names = make_hash_tables("cuda_hash_later", 3)
+    rng = np.random.default_rng([25, RANK])
+    for step in range(2):
+        inputs, _ = hash_batch(rng, len(names), step)
+        api.pooled_lookup(names, "hl_fwd_%d" % step, inputs, True)
+    for name in names:
+        keys, size = held_keys(name)
+        assert size == len(keys) > 0
+    index = api.shard(names[0]).index
+    with runtime.entered() as rt:
+        counts = rt.backend.asarray(np.array([3, 4], np.int64))
+        before = index.size
+        index.add_size_later(counts, 1)
+        index.settle_size(counts, np.array([3, 4], np.int64))
+        assert index.size == before + 4
+        index.add_size_later(counts, 0)
+        assert index.size == before + 7  # read by the property itself
 
 
 def test_a_full_shard_in_a_hash_group_fails_every_rank_and_changes_no_table():

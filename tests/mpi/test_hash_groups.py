@@ -467,6 +467,42 @@ def test_host_waits_and_backend_calls_do_not_grow_with_the_hash_tables(count):
     assert counts[count]["host_waits"] <= counts[1]["host_waits"], counts
 
 
+def _roomy_step_stats(names, seed):
+    """The runtime's stats of one Adagrad training step of hash tables `names` (a hash group)
+    looked up together, 50 keys each per rank from a pool of 40, after a warm-up step."""
+    rng = np.random.default_rng([seed, RANK])
+    pool = np.random.default_rng(seed).integers(0, KEY_SPAN, size=40)
+    stats = None
+    for _ in range(2):
+        inputs = [PooledInput(rng.choice(pool, size=50), None, 50, None, "sum") for _ in names]
+        tops = [rng.standard_normal((50, DIM)).astype(np.float32) for _ in names]
+        before = runtime.get().stats()
+        _, token = api.pooled_lookup(names, "hg_room_fwd", inputs, True)
+        grads = api.pooled_lookup_grad(names, "hg_room_bwd", token, tops)
+        api.apply_optimizer_updates(names, "adagrad", "Adagrad", {}, HYPER,
+                                    [v for v, _ in grads], [r for _, r in grads])
+        after = runtime.get().stats()
+        stats = {key: after[key] - before[key] for key in after}
+    return stats
+
+
+def test_a_hash_group_with_room_for_every_ranks_keys_waits_twice_a_step_and_makes_no_mpi_call():
+    """The op header tells every rank each rank's keys and room per member, so while no shard
+    can fill up in a lookup (every rank's keys of a member would fit any owner's room), every
+    rank skips the check of placed keys alike: a training step waits twice and makes no MPI
+    call. Near full (here the bound, 50 keys per rank, passes a room of 45, though at most the
+    pool's 40 keys arrive), the step reads the placed counts and the ranks agree on them: one
+    wait more, and the step trains as well."""
+    layout = [("r%d" % t, DIM, True) for t in range(4)]
+    roomy = _roomy_step_stats(make_tables("hg_roomy", layout=layout), 41)
+    tight_names = make_tables("hg_tight", capacity=45, layout=layout)
+    tight = _roomy_step_stats(tight_names, 41)
+    assert roomy["host_waits"] <= 2 and roomy["host_collectives"] == 0, roomy
+    assert tight["host_waits"] == roomy["host_waits"] + 1, (roomy, tight)
+    assert tight["host_collectives"] == (1 if SIZE > 1 else 0), tight
+    assert all(api.shard(name).index.size <= 40 for name in tight_names)
+
+
 GRAPH_DIMS = (DIM, DIM, 4, DIM, DIM)  # four layers of DIM (a hash group), one of another dim
 
 
