@@ -452,7 +452,9 @@ def test_host_waits_and_backend_calls_do_not_grow_with_the_hash_tables(count):
     counts = {}
     for tables in (2, count):
         layout = [("c%d" % t, DIM, True) for t in range(tables)]
-        names = make_tables("hg_count_%d" % tables, layout=layout)
+        # room in every shard for every rank's keys of a member (up to 85 a rank), so that a
+        # group skips its placed-count check alike at any count (key_exchange._fitting)
+        names = make_tables("hg_count_%d" % tables, capacity=100 * SIZE, layout=layout)
         counts[tables] = _calls_of_a_step(names, summed_batches(rng, layout))
     one_layout = [("c0", DIM, True)]
     one = make_tables("hg_count_one", layout=one_layout)
@@ -494,7 +496,7 @@ def test_a_hash_group_with_room_for_every_ranks_keys_waits_twice_a_step_and_make
     pool's 40 keys arrive), the step reads the placed counts and the ranks agree on them: one
     wait more, and the step trains as well."""
     layout = [("r%d" % t, DIM, True) for t in range(4)]
-    roomy = _roomy_step_stats(make_tables("hg_roomy", layout=layout), 41)
+    roomy = _roomy_step_stats(make_tables("hg_roomy", 50 * SIZE + 40, layout), 41)
     tight_names = make_tables("hg_tight", capacity=45, layout=layout)
     tight = _roomy_step_stats(tight_names, 41)
     assert roomy["host_waits"] <= 2 and roomy["host_collectives"] == 0, roomy
