@@ -338,9 +338,9 @@ def test_hash_group_launches_and_waits_do_not_grow_with_the_tables():
     rng = np.random.default_rng([22, RANK])
     counts = {}
     for count in (1, 2, 26):
-        # room for every rank's keys of a member (up to 1,425 a rank here) in any shard: a group
-        # skips its placed-count check alike at any count (key_exchange._fitting)
-        names = make_hash_tables("cuda_hash_count_%d" % count, count, 4 * CAPACITY)
+        # room in any shard for every rank's keys of a member (up to 1,425 a rank) beside the
+        # pool's 4,000: a group skips its placed-count check alike at any count (_fitting)
+        names = make_hash_tables("cuda_hash_count_%d" % count, count, 1500 * SIZE + 4000)
         for step in range(2):  # the first step makes the group
             inputs, tops = hash_batch(rng, count, step)
             before = dict(COUNTS)

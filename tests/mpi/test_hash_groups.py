@@ -452,9 +452,9 @@ def test_host_waits_and_backend_calls_do_not_grow_with_the_hash_tables(count):
     counts = {}
     for tables in (2, count):
         layout = [("c%d" % t, DIM, True) for t in range(tables)]
-        # room in every shard for every rank's keys of a member (up to 85 a rank), so that a
-        # group skips its placed-count check alike at any count (key_exchange._fitting)
-        names = make_tables("hg_count_%d" % tables, capacity=100 * SIZE, layout=layout)
+        # room in every shard for every rank's keys of a member (up to 85 a rank) beside the 40
+        # it may hold: a group skips its placed-count check alike at any count (_fitting)
+        names = make_tables("hg_count_%d" % tables, capacity=100 * SIZE + 40, layout=layout)
         counts[tables] = _calls_of_a_step(names, summed_batches(rng, layout))
     one_layout = [("c0", DIM, True)]
     one = make_tables("hg_count_one", layout=one_layout)
