@@ -129,6 +129,14 @@ class HashIndex:
             queue_first(new_keys, new_rows, None, rows)
         return rows, new_keys, new_rows
 
+    def find_or_insert_later(self, keys, queue_first=None):
+        """find_or_insert where the caller knows the new keys fit (cuda's waits for nothing
+        then): returns (rows, new_keys, new_rows, placed), placed uint64 [1] their count."""
+        waits = cpu_rows.COUNTS["host_waits"]
+        rows, new_keys, new_rows = self.find_or_insert(keys, queue_first=queue_first)
+        cpu_rows.COUNTS["host_waits"] = waits
+        return rows, new_keys, new_rows, np.array([new_keys.shape[0]], dtype=np.uint64)
+
     def find_or_insert_values(self, keys, values, spec, table_id, row_pool=None, missing=None,
                               next_row=None, queue_first=None, touch=None):
         """find_or_insert, then init_rows of the new keys' rows of `values` and the vectors of

@@ -172,6 +172,16 @@ class HashIndex:
                                     queue_first, None)
 
     @uses_context
+    def find_or_insert_later(self, keys, queue_first=None):
+        """find_or_insert (rows from size on) where the caller knows the new keys fit: nothing
+        waits. Returns (rows, new_keys, new_rows, placed): the new arrays keys-long, their first
+        placed[0] entries set (placed a uint64 [1] device array, as queue_first gets it); size
+        counts placed when next read (add_size_later). Keys past the room, which the caller
+        rules out, would be left out unplaced."""
+        return self._find_or_insert(index_array(keys, "keys"), None, None, None, queue_first,
+                                    None, later=True)
+
+    @uses_context
     def find_or_insert_values(self, keys, values, spec, table_id, row_pool=None, missing=None,
                               next_row=None, queue_first=None, touch=None):
         """find_or_insert that also initialises the new keys' rows of `values` (a float32
@@ -197,9 +207,10 @@ class HashIndex:
                                                         queue_first, fetch)
         return rows, vectors, new_keys, new_rows
 
-    def _find_or_insert(self, keys, row_pool, missing, next_row, queue_first, fetch):
+    def _find_or_insert(self, keys, row_pool, missing, next_row, queue_first, fetch,
+                        later=False):
         """find_or_insert; fetch: None, or (values, dim, init kernel arguments, vectors,
-        statistics arguments) for find_or_insert_values' kernel."""
+        statistics arguments) for find_or_insert_values' kernel; later: find_or_insert_later."""
         n = keys.shape[0]
         limit = self.capacity - self.size
         if missing is not None:
@@ -231,6 +242,8 @@ class HashIndex:
         if n == 0:
             if queue_first is not None:
                 queue_first(new_keys, new_rows, None, rows)
+            if later:
+                return rows, new_keys, new_rows, fill_bytes(empty((1,), np.uint64), 0)
             return rows, new_keys, new_rows
         placed = fill_bytes(empty((1,), np.uint64), 0)
         arguments = (ptr(self._slots), self.slot_count, ptr(keys), n, first_new_row, limit,
@@ -247,6 +260,11 @@ class HashIndex:
         # The count is final after the first kernel. Copied before the host rows' pass, the
         # host's wait for it does not wait for that pass's writes to host memory to drain (a
         # millisecond in some calls: bench/NOTES.md, issue 21).
+        if later:
+            self.add_size_later(placed, 0)
+            if queue_first is not None:
+                queue_first(new_keys, new_rows, placed, rows)
+            return rows, new_keys, new_rows, placed
         counted = None if missing is not None else to_host_later(
             placed, "the count of keys find_or_insert placed")
         if fresh is not None:  # host rows second, walked in ascending regions

@@ -227,6 +227,10 @@ class DynamicTable(EmbeddingTable):
         start = base.shape[0] - free.shape[0]
         return device[start:] if start else device
 
+    def may_count_later(self):
+        """Never: a DynamicVariable's lookup grows or evicts by the count of its new keys."""
+        return False
+
     def slot(self, name, initial_value=0.0):
         """Returns the optimizer slot `name` (rows split as the values'), creating it if new."""
         if name not in self.slots:

@@ -21,12 +21,13 @@ added (unique + segment-sum); the result is (values, local rows) per table for I
 Keys and gradients are backend arrays (device arrays on cuda); a step waits on the host twice,
 whatever the number of tables: for the forward's header (the keys' checks flag, distinct keys and
 per-owner counts are left on the device and ride in it) and for the backward's (the owners'
-distinct rows are counted on the device before it, and read with it). A training lookup of a
-hash group (engine/table_group.py) whose shards cannot fill up in it waits no more: the header
-tells every rank each rank's keys and room per member, so every rank sees alike that no owner
-can overflow, and the keys each member placed are read in the next header's wait. Otherwise it
-waits once more, for the keys all its hash groups placed, and the ranks agree on any full shard
-over MPI; a hash table alone waits twice (its count of new keys, then of the keys it placed).
+distinct rows are counted on the device before it, and read with it). A training lookup of hash
+tables (a hash group, engine/table_group.py, or a v1 hash table alone) whose shards cannot fill
+up in it waits no more: the header tells every rank each rank's keys and room per table, so
+every rank sees alike that no owner can overflow, and the keys each table placed are read in
+the next header's wait. Otherwise it waits once more for the keys its hash groups placed, twice
+for each hash table alone (its count of new keys, then of the keys it placed), and the ranks
+agree on any full shard over MPI.
 """
 import collections
 import functools
@@ -43,6 +44,7 @@ from sok1x.engine.checks import (
 )
 from sok1x.engine.exchange_header import SHARED_WIDTH, exchange_sizes
 from sok1x.engine.op_order import as_op_id
+from sok1x.engine.table import EmbeddingTable
 from sok1x.errors import InvalidInputError
 
 Routing = collections.namedtuple(
@@ -161,7 +163,8 @@ def lookup_forward_many(runtime, tables, op, keys_list, training, local_error=No
         return _described(backend, key_check)
     tags_list = tags_list or [None] * len(tables)
     tagged = [t for t, tags in enumerate(tags_list) if tags is not None and error is None]
-    bounded, shared = _room_and_keys(tables, tagged, training, tag_counts)
+    bounded, shared = _room_and_keys(tables, keys_list, tagged, training, tag_counts,
+                                     admit_ratios)
     send_counts = np.zeros((size, len(tables)), dtype=np.int64)
     prepared, sent_tags = [], []
     if error is None and size == 1:  # alone, nothing crosses a network: no de-duplication
@@ -204,7 +207,7 @@ def lookup_forward_many(runtime, tables, op, keys_list, training, local_error=No
     owner_rows, vectors = [None] * len(tables), [None] * len(tables)
     if training and any(table.use_hashtable for table in tables):
         _insert_keys(runtime, op, tables, owned, owned_tags, owner_rows, vectors,
-                     _fitting(bounded, tag_counts, told))
+                     _fitting(bounded, told))
     for t, (table, keys, kept) in enumerate(zip(tables, owned, passed)):
         if vectors[t] is not None:  # a hash group's training lookup: done
             continue
@@ -245,27 +248,38 @@ def _distinct_tags(backend, prepared, tags):
     return backend.take_rows(distinct_tags, perm)
 
 
-def _room_and_keys(tables, tagged, training, tag_counts):
-    """What a training lookup's header tells every rank of its HashGroups (those of `tagged`
-    with tag_counts): per group, this rank's keys per member, then the rows each member's shard
-    has left. Returns (the groups' positions, the host int64 values, or None)."""
-    if not training or not tag_counts:
+def _room_and_keys(tables, keys_list, tagged, training, tag_counts, admit_ratios):
+    """What a training lookup's header tells every rank of its hash units whose count of
+    placed keys may wait: per HashGroup (those of `tagged` with tag_counts) this rank's keys per
+    member, per hash table alone that may count later (may_count_later, no low-frequency
+    filter) its keys; each followed by the rows each member's (the table's) shard has left.
+    Returns ([(position, members)], the host int64 values, or None)."""
+    if not training:
         return [], None
-    bounded = [t for t in tagged if tag_counts[t] is not None
-               and len(tag_counts[t]) == len(tables[t].capacities)]
-    parts = [a for t in bounded for a in (np.asarray(tag_counts[t], np.int64), tables[t].room())]
+    bounded, parts = [], []
+    for t, table in enumerate(tables):
+        if t in tagged:
+            counts = None if not tag_counts else tag_counts[t]
+            if counts is None or len(counts) != len(table.capacities):
+                continue
+        elif (isinstance(table, EmbeddingTable) and table.may_count_later()
+              and not (admit_ratios and admit_ratios[t] is not None)):
+            counts = [keys_list[t].shape[0]]
+        else:
+            continue
+        bounded.append((t, len(counts)))
+        parts += [np.asarray(counts, dtype=np.int64), table.room()]
     if not parts or sum(len(a) for a in parts) > SHARED_WIDTH:
         return [], None
     return bounded, np.concatenate(parts)
 
 
-def _fitting(bounded, tag_counts, told):
-    """The HashGroups among `bounded` where no member's shard on any rank can fill up in this
-    lookup (told: host [size, k], every rank's _room_and_keys values): every rank's keys of a
-    member, all sent to one owner, would fit that owner's room. Every rank finds the same."""
+def _fitting(bounded, told):
+    """The units among `bounded` where no shard on any rank can fill up in this lookup (told:
+    host [size, k], every rank's _room_and_keys values): every rank's keys of a member, all
+    sent to one owner, would fit that owner's room. Every rank finds the same."""
     fitting, position = set(), 0
-    for t in bounded:
-        members = len(tag_counts[t])
+    for t, members in bounded:
         keys = told[:, position:position + members].sum(axis=0)
         room = told[:, position + members:position + 2 * members].min(axis=0)
         if np.all(keys <= room):
@@ -285,21 +299,25 @@ def _insert_keys(runtime, op, tables, owned, owned_tags, owner_rows, vectors, fi
     keys against its capacity before anything changes (a wait each); the HashGroups among
     `tables` (those with owned_tags) place their keys in one launch each and the host reads all
     their counts in one wait, and erases them again if the step fails. Any full shard, on any
-    rank, raises on every rank. A group in `fitting` (no shard of it can fill up now, as every
-    rank found from the op header: _fitting) neither waits nor takes part in that agreement:
-    its counts are read in the next op header's wait (runtime.read_later). Fills owner_rows and
-    vectors for the groups."""
+    rank, raises on every rank. A group or table in `fitting` (no shard of it can fill up now,
+    as every rank found from the op header: _fitting) neither waits nor takes part in that
+    agreement: its counts are read in the next op header's wait (runtime.read_later). Fills
+    owner_rows and vectors for the groups and the tables in `fitting`."""
     backend = runtime.backend
-    for t in owned_tags:
-        if t in fitting:
-            group = tables[t]
-            state, placed = group.insert_start(owned[t], owned_tags[t])
-            owner_rows[t], vectors[t] = group.insert_kept(state, placed)
-            runtime.read_later.append((placed, functools.partial(group.settle, placed)))
+    for t in sorted(fitting):
+        table = tables[t]
+        if t in owned_tags:
+            state, placed = table.insert_start(owned[t], owned_tags[t])
+            owner_rows[t], vectors[t] = table.insert_kept(state, placed)
+            settle = functools.partial(table.settle, placed)
+        else:
+            owner_rows[t], vectors[t], placed = table.inserted_rows_and_vectors_later(owned[t])
+            settle = functools.partial(table.index.settle_size, placed)
+        runtime.read_later.append((placed, settle))
     if all(t in fitting for t, table in enumerate(tables) if table.use_hashtable):
         return  # every rank skips the agreement alike: `fitting` is the same everywhere
     errors = [table.capacity_error(keys) for t, (table, keys) in enumerate(zip(tables, owned))
-              if t not in owned_tags]
+              if t not in owned_tags and t not in fitting]
     started, placed = [], []
     try:
         for t in owned_tags:

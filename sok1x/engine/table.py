@@ -101,6 +101,34 @@ class EmbeddingTable:
         third round), the init and gather queued before the host waits for the count."""
         return self._placed_rows(keys, True)
 
+    def may_count_later(self):
+        """True if a training lookup may take inserted_rows_and_vectors_later: a hash table
+        whose rows lie in GPU memory."""
+        return self.use_hashtable and not hybrid_rows.is_split(self.values)
+
+    def room(self):
+        """Host int64 [1]: the rows a hash table's shard has left."""
+        return np.array([self.capacity - self.index.size], dtype=np.int64)
+
+    def inserted_rows_and_vectors_later(self, keys):
+        """inserted_rows_and_vectors of a hash table whose rows lie in GPU memory, where the
+        caller knows the new keys fit (every rank found from the op header that no shard can
+        fill up): nothing waits. Returns (rows, vectors, placed): placed, the backend count of
+        new keys (uint64 [1]), which the index counts when its size is next read, or when
+        index.settle_size(placed, its host copy) hands it over."""
+        gathered = []
+
+        def queue_new_rows(new_keys, new_rows, count, rows):
+            self.backend.init_rows(self.values, new_rows, new_keys, self.spec, self.table_id,
+                                   count)
+            self.stamp(new_rows, count)
+            gathered.append(self.gather(rows))
+
+        rows, new_keys, new_rows, placed = self.index.find_or_insert_later(
+            keys, queue_first=queue_new_rows)
+        self.journal.record(lambda: self._undo_insert(new_keys, new_rows, placed))
+        return rows, gathered[0], placed
+
     def _placed_rows(self, keys, fetch):
         """rows_of(keys, True); returns (rows, vectors), vectors None unless `fetch`."""
         # A row is handed out again only after a failed step gave it back (_undo_insert resets
@@ -129,9 +157,14 @@ class EmbeddingTable:
             self.journal.record(lambda: self._undo_insert(new_keys, new_rows))
         return rows, vectors
 
-    def _undo_insert(self, new_keys, new_rows):
+    def _undo_insert(self, new_keys, new_rows, placed=None):
         """Erases keys a failed step inserted (the index hands their rows out next) and resets
-        the slots' rows, which the step's updates may have touched."""
+        the slots' rows, which the step's updates may have touched. placed: None, or the
+        backend count of the first entries of new_keys and new_rows that were placed."""
+        if placed is not None:
+            count = int(self.backend.to_host(placed).reshape(-1)[0])
+            new_keys = self.backend.row_view(new_keys, 0, count)
+            new_rows = self.backend.row_view(new_rows, 0, count)
         self.index.erase(new_keys)
         self.reset_slot_rows(new_rows)
         self.index = rebuilt_if_worn(self.backend, self.index, self.capacity)
