@@ -3,8 +3,9 @@
     mpiexec -n 2 python3 bench/framework_step.py --out results/fw2.json
 
 Per workload (workloads.py: seed, dlrm: one table; dlrm26 = dlrm's 26 features as 26 tables in
-one lookup; dlrm26_hash = dlrm26 on hash tables (its PyTorch peer a dense table holding each key's
-initial value where sok1x's rows lie in arrival order: hashed_shard_weight); mlperf26 = MLPerf
+one lookup; dlrm_hash and dlrm26_hash = dlrm and dlrm26 on hash tables (their PyTorch peer a
+dense table holding each key's initial value where sok1x's rows lie in arrival order:
+hashed_shard_weight); mlperf26 = MLPerf
 DLRM-DCNv2's 26 tables, skipped with a message where the job's GPUs cannot hold them;
 dlrm_dynamic = dlrm on a DynamicVariable, "hbm" beside "hybrid", run_dynamic), from the same
 initial tables, the same step (forward lookup, top gradient = output, backward exchange,
@@ -144,16 +145,16 @@ def shard_weight(rt, names, device):
     return torch.cat(parts).to(device)
 
 
-def hashed_shard_weight(rt, w, names, device):
+def hashed_shard_weight(rt, names, vocabs, dim, device):
     """For hash tables (dlrm26_hash): the dense rows PyTorch's peer holds, each owned key k of
     table t (k % size == rank) at its table's offset + k // size, with the initial value the
     table gives k when k first arrives (the backend's init_rows for k and t's table_id). So the
     peer starts equal to sok1x, though sok1x's rows lie in arrival order."""
     backend, parts = rt.backend, []
-    for name, vocab in zip(names, w.tables):
+    for name, vocab in zip(names, vocabs):
         table = api.shard(name)
         rows = np.arange(-(-vocab // rt.size), dtype=np.int64)
-        values = backend.zeros((len(rows), w.dim), np.float32)
+        values = backend.zeros((len(rows), dim), np.float32)
         backend.init_rows(values, backend.asarray(rows),
                           backend.asarray(rows * rt.size + rt.rank), table.spec, table.table_id)
         parts.append(torch.from_numpy(backend.to_host(values)))
@@ -233,7 +234,10 @@ def _single_table_runs(rt, w, device, sok, names):
     backend = rt.backend
     keys_device = [backend.asarray(k) for k in batches.keys]
     keys_torch = [torch.from_numpy(k).to(device) for k in batches.keys]
-    weight = shard_weight(rt, names, device)
+    if w.hashed:
+        weight = hashed_shard_weight(rt, names, [workloads.total_vocabulary(w)], w.dim, device)
+    else:
+        weight = shard_weight(rt, names, device)
     dedup = torch_reference.TorchDedupStep(weight.clone(), rt.rank, rt.size)
     plain = torch_reference.TorchShardedEmbedding(weight.clone(), rt.rank, rt.size, False, w.nnz)
     del weight
@@ -259,7 +263,7 @@ def _table_runs(rt, w, device, sok, names):
         "sok1x_host": lambda s: sok.host([joined[s % 3]]),
     }
     if w.hashed:
-        weight = hashed_shard_weight(rt, w, names, device)
+        weight = hashed_shard_weight(rt, names, w.tables, w.dim, device)
     else:
         weight = shard_weight(rt, names, device)
     offsets = np.concatenate([[0], np.cumsum([-(-v // rt.size) * rt.size

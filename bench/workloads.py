@@ -11,8 +11,9 @@ dlrm: 26 categorical features of one key each, dim 128, 16384 samples per rank (
 dlrm26: dlrm's keys in 26 tables (feature t's keys relative to its own table of 2^20 rows), one
     lookup of all 26 (one key per sample and table: each key its own output row, which sum
     pooling of one key per sample equals), LazyAdam.
-dlrm26_hash: dlrm26 with hash tables (use_hashtable=True): rows are placed as keys arrive, so no
-    PyTorch peer starts from the same table; it shows what 26 hash tables cost beside 26 dense.
+dlrm_hash, dlrm26_hash: dlrm and dlrm26 with hash tables (use_hashtable=True, SOK's v1 default):
+    rows are placed as keys arrive; PyTorch's peer holds each key's initial value at its dense
+    row (framework_step.hashed_shard_weight).
 mlperf26: the embedding of MLPerf's DLRM-DCNv2 benchmark: 26 tables with the Criteo 1TB
     cardinalities and multi-hot sizes below (keys uniform within a table), dim 128, sum pooling,
     Adagrad, global batch 55296 split over the ranks (strong scaling). Its rows and accumulators
@@ -56,6 +57,8 @@ def workload(name, size, scale=1):
         dlrm = workload("dlrm", size, scale)
         return dlrm._replace(name="dlrm26", tables=(dlrm.vocab,) * dlrm.slots,
                              hotness=(1,) * dlrm.slots)
+    if name == "dlrm_hash":
+        return workload("dlrm", size, scale)._replace(name="dlrm_hash", hashed=True)
     if name == "dlrm26_hash":
         return workload("dlrm26", size, scale)._replace(name="dlrm26_hash", hashed=True)
     if name == "mlperf26":
