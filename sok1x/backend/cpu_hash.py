@@ -101,6 +101,9 @@ class HashIndex:
         """
         if missing is None:  # cuda's waits for the count of keys it placed
             cpu_rows.COUNTS["host_waits"] += 1
+        return self._find_or_insert(keys, row_pool, next_row, queue_first)
+
+    def _find_or_insert(self, keys, row_pool, next_row, queue_first):
         keys = np.asarray(keys, dtype=np.int64)
         unique_keys, inverse = np.unique(keys, return_inverse=True)
         unique_rows = self.find(unique_keys)
@@ -132,9 +135,7 @@ class HashIndex:
     def find_or_insert_later(self, keys, queue_first=None):
         """find_or_insert where the caller knows the new keys fit (cuda's waits for nothing
         then): returns (rows, new_keys, new_rows, placed), placed uint64 [1] their count."""
-        waits = cpu_rows.COUNTS["host_waits"]
-        rows, new_keys, new_rows = self.find_or_insert(keys, queue_first=queue_first)
-        cpu_rows.COUNTS["host_waits"] = waits
+        rows, new_keys, new_rows = self._find_or_insert(keys, None, None, queue_first)
         return rows, new_keys, new_rows, np.array([new_keys.shape[0]], dtype=np.uint64)
 
     def find_or_insert_values(self, keys, values, spec, table_id, row_pool=None, missing=None,

@@ -112,7 +112,7 @@ class HashIndex:
         self._size = int(value)
 
     def add_size_later(self, counts, position):
-        """Counts counts[position] (a device int64 array queued work fills: keys this index
+        """Counts counts[position] (a device integer array queued work fills: keys this index
         placed) into size when size is next read, or settle_size hands it over."""
         self._later.append((counts, position))
 
@@ -176,8 +176,8 @@ class HashIndex:
         """find_or_insert (rows from size on) where the caller knows the new keys fit: nothing
         waits. Returns (rows, new_keys, new_rows, placed): the new arrays keys-long, their first
         placed[0] entries set (placed a uint64 [1] device array, as queue_first gets it); size
-        counts placed when next read (add_size_later). Keys past the room, which the caller
-        rules out, would be left out unplaced."""
+        counts placed when next read (add_size_later). The caller must rule out keys past the
+        room: they would be claimed with no row (OVERFLOW_ROW) and counted, nothing raised."""
         return self._find_or_insert(index_array(keys, "keys"), None, None, None, queue_first,
                                     None, later=True)
 

@@ -253,11 +253,17 @@ def _room_and_keys(tables, keys_list, tagged, training, tag_counts, admit_ratios
     placed keys may wait: per HashGroup (those of `tagged` with tag_counts) this rank's keys per
     member, per hash table alone that may count later (may_count_later, no low-frequency
     filter) its keys; each followed by the rows each member's (the table's) shard has left.
+    A table that two units of the lookup reach (named twice) is left out: the bound holds per
+    unit. Units are taken in order while their values fit the header (SHARED_WIDTH).
     Returns ([(position, members)], the host int64 values, or None)."""
     if not training:
         return [], None
-    bounded, parts = [], []
+    reached = collections.Counter(id(member) for table in tables
+                                  for member in getattr(table, "members", [table]))
+    bounded, parts, width = [], [], 0
     for t, table in enumerate(tables):
+        if any(reached[id(member)] > 1 for member in getattr(table, "members", [table])):
+            continue
         if t in tagged:
             counts = None if not tag_counts else tag_counts[t]
             if counts is None or len(counts) != len(table.capacities):
@@ -267,9 +273,12 @@ def _room_and_keys(tables, keys_list, tagged, training, tag_counts, admit_ratios
             counts = [keys_list[t].shape[0]]
         else:
             continue
+        if width + 2 * len(counts) > SHARED_WIDTH:
+            break
+        width += 2 * len(counts)
         bounded.append((t, len(counts)))
         parts += [np.asarray(counts, dtype=np.int64), table.room()]
-    if not parts or sum(len(a) for a in parts) > SHARED_WIDTH:
+    if not parts:
         return [], None
     return bounded, np.concatenate(parts)
 
@@ -316,8 +325,9 @@ def _insert_keys(runtime, op, tables, owned, owned_tags, owner_rows, vectors, fi
         runtime.read_later.append((placed, settle))
     if all(t in fitting for t, table in enumerate(tables) if table.use_hashtable):
         return  # every rank skips the agreement alike: `fitting` is the same everywhere
-    errors = [table.capacity_error(keys) for t, (table, keys) in enumerate(zip(tables, owned))
-              if t not in owned_tags and t not in fitting]
+    errors = _capacity_errors(backend, [(table, keys) for t, (table, keys)
+                                        in enumerate(zip(tables, owned))
+                                        if t not in owned_tags and t not in fitting])
     started, placed = [], []
     try:
         for t in owned_tags:
@@ -333,6 +343,17 @@ def _insert_keys(runtime, op, tables, owned, owned_tags, owner_rows, vectors, fi
         raise
     for (t, (state, _)), p in zip(started, placed):
         owner_rows[t], vectors[t] = tables[t].insert_finish(state, p, keep=True)
+
+
+def _capacity_errors(backend, pairs):
+    """capacity_error of each table of (table, owned keys) pairs, a table named at several
+    positions of the lookup counted once over all its keys (apart, each count could fit where
+    together they do not)."""
+    keys_of = collections.OrderedDict()
+    for table, keys in pairs:
+        keys_of.setdefault(id(table), (table, []))[1].append(keys)
+    return [table.capacity_error(keys[0] if len(keys) == 1 else backend.join_keys(
+        keys, np.zeros(len(keys), np.int64))) for table, keys in keys_of.values()]
 
 
 def _undo_started(backend, tables, started, placed):

@@ -360,15 +360,18 @@ def test_hash_group_launches_and_waits_do_not_grow_with_the_tables():
 
 
 def test_a_hash_groups_placed_keys_are_counted_when_no_header_read_them():
-    """A training lookup of a group with room leaves its members' placed counts on the device
-    for the next op header; a size read before any header (here two forwards with no backward,
-    then the index itself) waits for them and counts them, as a checked lookup would have."""
+    """A training lookup of a group (or of a hash table alone) with room leaves its placed
+    counts on the device for the next op header; a size read before any header (here two
+    forwards with no backward, then the index itself) waits for them and counts them, as a
+    checked lookup would have."""
     names = make_hash_tables("cuda_hash_later", 3)
+    alone, = make_hash_tables("cuda_hash_later_alone", 1)  # a hash table looked up alone
     rng = np.random.default_rng([25, RANK])
     for step in range(2):
         inputs, _ = hash_batch(rng, len(names), step)
         api.pooled_lookup(names, "hl_fwd_%d" % step, inputs, True)
-    for name in names:
+        api.pooled_lookup([alone], "hl_alone_fwd_%d" % step, inputs[:1], True)
+    for name in names + [alone]:
         keys, size = held_keys(name)
         assert size == len(keys) > 0
     index = api.shard(names[0]).index

@@ -509,6 +509,28 @@ def test_hash_tables_with_room_for_every_ranks_keys_wait_twice_a_step_and_make_n
     assert all(api.shard(name).index.size <= 40 for name in tight_names)
 
 
+@pytest.mark.parametrize("capacity, fits", [(30, False), (80, True)])
+def test_a_hash_table_named_twice_in_a_lookup_counts_both_its_key_sets_against_its_room(
+        capacity, fits):
+    """Shared columns name one table at two positions of a lookup. Each position's keys fit
+    its shards' room alone; together (20 new keys per position, all owned by rank 0) they do
+    not at capacity 30: every rank raises TableFullError and the table is unchanged; at 80 the
+    step inserts both sets, as one position holding all the keys does."""
+    name, = make_tables("hg_twice%d" % capacity, capacity, [("t", DIM, True)])
+    first = np.arange(20, dtype=np.int64) * SIZE + 10 ** 9  # rank 0 owns every key
+    second = first + 1000 * SIZE
+    inputs = [PooledInput(keys, None, 20, None, "sum") for keys in (first, second)]
+    before = shard_state(name)
+    if not fits:
+        with pytest.raises(TableFullError, match="hg_twice30_t: the shard on rank 0"):
+            api.pooled_lookup([name, name], "hg_twice_bad", inputs, True)
+        assert_same_state(shard_state(name), before)
+        return
+    api.pooled_lookup([name, name], "hg_twice_ok", inputs, True)
+    held = api.shard(name).index.size
+    assert held == (40 if RANK == 0 else 0)
+
+
 GRAPH_DIMS = (DIM, DIM, 4, DIM, DIM)  # four layers of DIM (a hash group), one of another dim
 
 
