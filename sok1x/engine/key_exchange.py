@@ -258,11 +258,13 @@ def _room_and_keys(tables, keys_list, tagged, training, tag_counts, admit_ratios
     Returns ([(position, members)], the host int64 values, or None)."""
     if not training:
         return [], None
-    reached = collections.Counter(id(member) for table in tables
-                                  for member in getattr(table, "members", [table]))
+    units = collections.Counter(map(id, tables))
+    # a group whose member is also a unit of its own here (a unit per table, not per member)
+    beside = {id(table.group) for table in tables if getattr(table, "group", None) is not None}
     bounded, parts, width = [], [], 0
     for t, table in enumerate(tables):
-        if any(reached[id(member)] > 1 for member in getattr(table, "members", [table])):
+        if units[id(table)] > 1 or id(table) in beside or (
+                id(getattr(table, "group", None)) in units):
             continue
         if t in tagged:
             counts = None if not tag_counts else tag_counts[t]
