@@ -112,15 +112,11 @@ def exchange_sizes(runtime, op, counts=None, local_error=None, error_flag=None, 
     data exchange follows); local_error: an error this rank found; error_flag: backend int64
     [1], set on the device when this rank's input is bad, and describe_error() returns that
     error; also_read: backend arrays whose host copies the caller needs now (read in the same
-    wait); shared: None or host int64 [k <= SHARED_WIDTH] this rank tells every rank (every
-    rank passes the same k). Returns Sizes; raises OrderError or the input error of any rank on
-    every rank."""
+    wait); shared: None, or a function returning host int64 [k <= SHARED_WIDTH] this rank tells
+    every rank (every rank's k the same), called again when a joined checkpoint (a restore may
+    replace tables) repeats the header. Returns Sizes; raises OrderError or the input error of
+    any rank on every rank."""
     op = as_op_id(op)
-    if shared is not None:
-        shared = np.ascontiguousarray(shared, dtype=np.int64).reshape(-1)
-        if shared.shape[0] > SHARED_WIDTH:
-            raise ValueError("an op header shares at most %d values, got %d"
-                             % (SHARED_WIDTH, shared.shape[0]))
     if op.position == 0:  # a tower's first op opens a step (engine/step_journal.py)
         runtime.journal.begin_step()
     call = CLOCK.call_of(op)
@@ -130,13 +126,15 @@ def exchange_sizes(runtime, op, counts=None, local_error=None, error_flag=None, 
     tables = 0 if counts is None else int(counts.shape[0])
     fields = [op_key(op), tower_key(op), call, op.position, int(local_error is not None), tables]
     later, runtime.read_later = runtime.read_later, []  # read in this wait, handed back
+    told = _shared_values(shared)
     sent, received, extra = _records(runtime, fields, counts, error_flag,
-                                     list(also_read) + [array for array, _ in later], shared)
+                                     list(also_read) + [array for array, _ in later], told)
     extra, late = extra[:len(also_read)], extra[len(also_read):]
     for (_, settle), host in zip(later, late):
         settle(host)
     while _joined_checkpoint(runtime, op, received[:, _OP], fields[_OP]):
-        sent, received, extra = _records(runtime, fields, counts, error_flag, also_read, shared)
+        told = _shared_values(shared)
+        sent, received, extra = _records(runtime, fields, counts, error_flag, also_read, told)
     agree = received[:, _OP:_PLACE + 1]  # op, tower, call, place: the leading fields
     if (agree != agree[0]).any():
         _raise_order_error(runtime, op, call, received)
@@ -144,13 +142,25 @@ def exchange_sizes(runtime, op, counts=None, local_error=None, error_flag=None, 
         if local_error is None and sent[0, _ERROR] and describe_error is not None:
             local_error = describe_error()
         runtime.host.raise_together(local_error, op.name)
-    told = None if shared is None else received[:, SHARED_AT:SHARED_AT + shared.shape[0]].copy()
+    if told is not None:
+        told = received[:, SHARED_AT:SHARED_AT + told.shape[0]].copy()
     if counts is None:
         return Sizes(None, None, extra, told)
     if tables > INLINE_TABLES:
         return _exchange_all_counts(runtime, counts, extra)._replace(shared=told)
     columns = slice(_FIELDS, _FIELDS + tables)
     return Sizes(sent[:, columns].copy(), received[:, columns].copy(), extra, told)
+
+
+def _shared_values(shared):
+    """exchange_sizes' shared values, made now (None: none)."""
+    if shared is None:
+        return None
+    values = np.ascontiguousarray(shared(), dtype=np.int64).reshape(-1)
+    if values.shape[0] > SHARED_WIDTH:
+        raise ValueError("an op header shares at most %d values, got %d"
+                         % (SHARED_WIDTH, values.shape[0]))
+    return values
 
 
 def exchange_header(runtime, op, send_counts=None, local_error=None):

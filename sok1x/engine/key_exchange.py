@@ -255,7 +255,7 @@ def _room_and_keys(tables, keys_list, tagged, training, tag_counts, admit_ratios
     filter) its keys; each followed by the rows each member's (the table's) shard has left.
     A table that two units of the lookup reach (named twice) is left out: the bound holds per
     unit. Units are taken in order while their values fit the header (SHARED_WIDTH).
-    Returns ([(position, members)], the host int64 values, or None)."""
+    Returns ([(position, members)], a function making the host int64 values, or None)."""
     if not training:
         return [], None
     units = collections.Counter(map(id, tables))
@@ -279,10 +279,12 @@ def _room_and_keys(tables, keys_list, tagged, training, tag_counts, admit_ratios
             break
         width += 2 * len(counts)
         bounded.append((t, len(counts)))
-        parts += [np.asarray(counts, dtype=np.int64), table.room()]
+        parts.append((np.asarray(counts, dtype=np.int64), table))
     if not parts:
         return [], None
-    return bounded, np.concatenate(parts)
+    # made when the header goes, again if a joined restore repeats it (rooms may change then)
+    return bounded, lambda: np.concatenate([a for counts, table in parts
+                                            for a in (counts, table.room())])
 
 
 def _fitting(bounded, told):

@@ -12,7 +12,14 @@ from mpi4py import MPI
 
 from checkpoint_reference import assert_same, every_row
 from sok1x.backend import cpu, cpu_random, random_init
-from sok1x.engine import api, checkpoint, runtime, table_group
+from sok1x.engine import (
+    api,
+    checkpoint,
+    checkpoint_join,
+    checkpoint_manifest,
+    runtime,
+    table_group,
+)
 from sok1x.engine.keyed_lookup import KeyedInput
 from sok1x.engine.op_keys import name_key
 from sok1x.engine.op_order import OpId
@@ -517,7 +524,7 @@ def test_a_hash_table_named_twice_in_a_lookup_counts_both_its_key_sets_against_i
     not at capacity 30: every rank raises TableFullError and the table is unchanged; at 80 the
     step inserts both sets, as one position holding all the keys does."""
     name, = make_tables("hg_twice%d" % capacity, capacity, [("t", DIM, True)])
-    first = np.arange(20, dtype=np.int64) * SIZE + 10 ** 9  # rank 0 owns every key
+    first = (np.arange(20, dtype=np.int64) + 10 ** 6) * SIZE  # rank 0 owns every key
     second = first + 1000 * SIZE
     inputs = [PooledInput(keys, None, 20, None, "sum") for keys in (first, second)]
     before = shard_state(name)
@@ -529,6 +536,41 @@ def test_a_hash_table_named_twice_in_a_lookup_counts_both_its_key_sets_against_i
     api.pooled_lookup([name, name], "hg_twice_ok", inputs, True)
     held = api.shard(name).index.size
     assert held == (40 if RANK == 0 else 0)
+
+
+@pytest.mark.skipif(SIZE < 2, reason="rank 0 restores while another rank looks up")
+def test_a_restore_joined_inside_a_lookups_header_makes_the_header_tell_the_restored_room(
+        shared_dir):
+    """Rank 0 restores a hash group's tables alone (the Horovod idiom) while the last rank is in
+    a training lookup's op header: the header, repeated after the restore, tells the rooms of
+    the restored shards (45 of 50 rows used), so 20 new keys fail the step with TableFullError
+    on every rank, and the restored shards keep none of them."""
+    names = make_tables("hg_restore", 50, [("a", DIM, True), ("b", DIM, True)])
+    last = SIZE - 1
+    owned = (np.arange(45, dtype=np.int64) + 10 ** 6) * SIZE + last  # the last rank's keys
+
+    def lookup(op, keys):
+        inputs = [PooledInput(k, None, len(k), None, "sum") for k in (keys, keys[:0])]
+        return api.pooled_lookup(names, op, inputs, True)
+    none = owned[:0]
+    lookup("hg_restore_fill", owned if RANK == last else none)
+    manifest = checkpoint.save_shards(shared_dir, "hg_restore", names)
+    data = checkpoint_manifest.encode(checkpoint_manifest.make(
+        manifest["world_size"], {n: manifest["tables"][n] for n in names}))
+    make_tables("hg_restore", 50, [("a", DIM, True), ("b", DIM, True)])  # empty again
+    lookup("hg_restore_empty", none)
+    COMM.Barrier()
+    fresh = (np.arange(20, dtype=np.int64) + 2 * 10 ** 6) * SIZE + last
+    if RANK == 0:
+        description, _ = checkpoint_join.open_checkpoint(runtime.get(), {
+            "kind": "restore", "names": names, "directory": shared_dir, "manifests": [data],
+            "where": "test_hash_groups"})
+        checkpoint_join.perform(description)
+    with pytest.raises(TableFullError, match="hg_restore_a: the shard on rank %d" % last):
+        lookup("hg_restore_more", fresh if RANK == last else none)
+    index = api.shard(names[0]).index
+    assert index.size == (45 if RANK == last else 0)
+    assert not (np.asarray(index.find(fresh)) >= 0).any()
 
 
 GRAPH_DIMS = (DIM, DIM, 4, DIM, DIM)  # four layers of DIM (a hash group), one of another dim
