@@ -116,21 +116,11 @@ class EmbeddingTable:
         fill up): nothing waits. Returns (rows, vectors, placed): placed, the backend count of
         new keys (uint64 [1]), which the index counts when its size is next read, or when
         index.settle_size(placed, its host copy) hands it over."""
-        gathered = []
+        return self._placed_rows(keys, True, later=True)
 
-        def queue_new_rows(new_keys, new_rows, count, rows):
-            self.backend.init_rows(self.values, new_rows, new_keys, self.spec, self.table_id,
-                                   count)
-            self.stamp(new_rows, count)
-            gathered.append(self.gather(rows))
-
-        rows, new_keys, new_rows, placed = self.index.find_or_insert_later(
-            keys, queue_first=queue_new_rows)
-        self.journal.record(lambda: self._undo_insert(new_keys, new_rows, placed))
-        return rows, gathered[0], placed
-
-    def _placed_rows(self, keys, fetch):
-        """rows_of(keys, True); returns (rows, vectors), vectors None unless `fetch`."""
+    def _placed_rows(self, keys, fetch, later=False):
+        """rows_of(keys, True); returns (rows, vectors), vectors None unless `fetch`; later:
+        inserted_rows_and_vectors_later's (rows, vectors, placed), the rows in GPU memory."""
         # A row is handed out again only after a failed step gave it back (_undo_insert resets
         # its slots then), so the slots' rows hold their initial value: only the values need
         # initialising (queued before the host waits for how many keys were placed, or by
@@ -146,6 +136,11 @@ class EmbeddingTable:
             if fetch and not fused:
                 gathered.append(self.gather(rows))
 
+        if later:
+            rows, new_keys, new_rows, placed = self.index.find_or_insert_later(
+                keys, queue_first=queue_new_rows)
+            self.journal.record(lambda: self._undo_insert(new_keys, new_rows, placed))
+            return rows, gathered[0], placed
         if fused:
             rows, vectors, new_keys, new_rows = self.index.find_or_insert_values(
                 keys, self.values, self.spec, self.table_id, queue_first=queue_new_rows)
