@@ -260,6 +260,8 @@ def read_table(rt, plan):
     table = rt.tables[plan.name]
     if table.use_hashtable and table.group is not None:
         _emptied_in_place(rt, table)
+        if plan.rows > table.capacity:  # an hbm DynamicTable: its group re-laid once, not per
+            table._grow(plan.rows)  # chunk
     elif table.use_hashtable:
         from sok1x.engine.dynamic_table import make_table
         settings = table.settings
@@ -311,6 +313,10 @@ def _take_staged(rt, plan):
     if fresh.use_hashtable:  # a hash group's member: its rows copied in place, its index taken
         rt.stash.clear()
         table.group.forget_steps()
+        if fresh.capacity > table.capacity:  # an hbm DynamicTable: grown through its group
+            table._grow(fresh.capacity)
+        elif fresh.capacity < table.capacity:  # ... or the fresh shard to the member's rows
+            fresh._grow(table.capacity)
         table.index = fresh.index
     restored = _reset_unrestored_slots(backend, table, plan.kept)
     backend.write_rows(table.values, 0, fresh.values)

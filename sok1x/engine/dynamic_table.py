@@ -135,6 +135,14 @@ class DynamicTable(EmbeddingTable):
                if self.dynamic.var_type == "hybrid" else
                "Raise max_capacity, or use var_type='hybrid' to evict."))
 
+    def full_error(self, used, missing):
+        """The TableFullError of `missing` new keys arriving at a shard holding `used` keys
+        that cannot grow past max_capacity (a hash group's member, engine/table_group.py)."""
+        return TableFullError(
+            "%s: the shard on rank %d is full: %d keys held of max_capacity=%d and %d new keys "
+            "arrived (var_type=%r). Raise max_capacity, or use var_type='hybrid' to evict."
+            % (self.name, self.rank, used, self.max_capacity, missing, self.dynamic.var_type))
+
     def rows_of(self, keys, insert):
         """Returns the rows of owned `keys`; insert=True (a training lookup) adds unseen keys
         (call capacity_error first), growing or evicting to make room, and counts the lookup.
@@ -178,7 +186,10 @@ class DynamicTable(EmbeddingTable):
         lookup and copies every key's vector out; otherwise the init, the count and the gather
         are queued before the host waits for how many keys were placed."""
         backend = self.backend
-        plain = self._free.shape[0] == 0 and self._high_water == self.index.size
+        # an hbm table frees no row, so its rows [0, index.size) are its keys' (a hash group's
+        # insert, engine/table_group.py, hands them out without counting _high_water)
+        plain = self._free.shape[0] == 0 and (self.statistics is None
+                                              or self._high_water == self.index.size)
         pool = None if plain else self._free_rows_on_device()
         fused = fetch and hybrid_rows.is_split(self.values)
         gathered = []
@@ -232,7 +243,10 @@ class DynamicTable(EmbeddingTable):
         return False
 
     def slot(self, name, initial_value=0.0):
-        """Returns the optimizer slot `name` (rows split as the values'), creating it if new."""
+        """Returns the optimizer slot `name` (rows split as the values'), creating it if new
+        (in a group: a view of the group's slot)."""
+        if name not in self.slots and self.group is not None:
+            self.group.slot(name, initial_value)
         if name not in self.slots:
             self.slots[name] = hybrid_rows.new_rows_array(
                 self.backend, self.values.shape, np.float32, self.hbm_rows, float(initial_value))
@@ -327,14 +341,24 @@ class DynamicTable(EmbeddingTable):
         self._free, self._high_water = free_before, high_water_before
         self.index = rebuilt_if_worn(backend, self.index, self.capacity)
 
-    def _grow(self, needed):
-        """Doubles the capacity until `needed` rows fit (at most max_capacity), keeping every
-        key's row, vector, slots and statistics."""
-        backend = self.backend
+    def grown_capacity(self, needed):
+        """The capacity doubled until `needed` rows fit, at most max_capacity."""
         capacity = self.capacity
         while capacity < needed:
             capacity *= 2
-        capacity = min(capacity, self.max_capacity)
+        return min(capacity, self.max_capacity)
+
+    def _grow(self, needed):
+        """Doubles the capacity until `needed` rows fit (at most max_capacity), keeping every
+        key's row, vector, slots and statistics. A hash group's member (var_type "hbm",
+        engine/table_group.py) grows through its group, which holds its arrays."""
+        if self.group is not None:
+            rows = self.group.capacities.copy()
+            rows[self.group.members.index(self)] = needed
+            self.group.grow(rows)
+            return
+        backend = self.backend
+        capacity = self.grown_capacity(needed)
         self.values = hybrid_rows.grown(backend, self.values, capacity, self.hbm_rows)
         self.slots = {name: hybrid_rows.grown(backend, s, capacity, self.hbm_rows,
                                               self.slot_initial[name])

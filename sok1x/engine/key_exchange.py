@@ -27,7 +27,9 @@ up in it waits no more: the header tells every rank each rank's keys and room pe
 every rank sees alike that no owner can overflow, and the keys each table placed are read in
 the next header's wait. Otherwise it waits once more for the keys its hash groups placed, twice
 for each hash table alone (its count of new keys, then of the keys it placed), and the ranks
-agree on any full shard over MPI.
+agree on any full shard over MPI. A hash group of growing tables (hbm DynamicVariables) near
+a member's capacity counts its new keys first (a wait) and, where a member grows, places them
+after the agreement (one wait more).
 """
 import collections
 import functools
@@ -48,14 +50,16 @@ from sok1x.engine.table import EmbeddingTable
 from sok1x.errors import InvalidInputError
 
 Routing = collections.namedtuple(
-    "Routing", "inverse distinct perm send_counts recv_counts owner_rows count may_miss")
+    "Routing",
+    "inverse distinct perm send_counts recv_counts owner_rows count may_miss row_starts")
 Routing.__doc__ = """How one forward pass moved one table's keys: inverse (backend int64
 [count], the distinct key of each input position; None on one rank, where keys are not
 de-duplicated), distinct (how many distinct keys), perm (backend int64, the distinct key of each
 bucketed position; None on one rank: the keys as they came), send_counts / recv_counts (host
 int64 [size]), owner_rows (backend int64, the owner's row of each key it received, -1 where a
 lookup without insert missed), count (keys in), may_miss (rows may be -1: a hash table looked up
-without insert, or with a low-frequency filter)."""
+without insert, or with a low-frequency filter), row_starts (a TableGroup's row_starts when it
+routed, host int64 [T + 1], which a later growth replaces but never changes; else None)."""
 
 
 KeyCheck = collections.namedtuple("KeyCheck", "bounds judge flag error")
@@ -234,7 +238,8 @@ def lookup_forward_many(runtime, tables, op, keys_list, training, local_error=No
         routings.append(Routing(inverse, distinct.shape[0], perm, send_counts[:, t].copy(),
                                 recv_counts[:, t].copy(), owner_rows[t], keys.shape[0],
                                 table.use_hashtable and (not training or
-                                                         passed[t] is not None)))
+                                                         passed[t] is not None),
+                                getattr(table, "row_starts", None)))
     return outs, routings
 
 
@@ -332,21 +337,47 @@ def _insert_keys(runtime, op, tables, owned, owned_tags, owner_rows, vectors, fi
     errors = _capacity_errors(backend, [(table, keys) for t, (table, keys)
                                         in enumerate(zip(tables, owned))
                                         if t not in owned_tags and t not in fitting])
-    started, placed = [], []
+    started, placed, growing = [], [], collections.OrderedDict()
     try:
         for t in owned_tags:
             if t in fitting:
+                continue
+            needed = tables[t].rows_needed(owned[t], owned_tags[t])
+            if needed is not None and np.any(needed > tables[t].capacities):
+                errors.append(tables[t].growth_error(needed))
+                growing[t] = needed  # placed once every rank knows the step goes on
                 continue
             started.append((t, tables[t].insert_start(owned[t], owned_tags[t])))
         placed = backend.to_host_many([s[1] for _, s in started]) if started else []
         errors += [tables[t].insert_error(state, p)
                    for (t, (state, _)), p in zip(started, placed)]
         runtime.host.raise_together(first_error(*errors), as_op_id(op).name)
+        if growing:
+            placed = _grown_and_placed(backend, tables, owned, owned_tags, growing, started,
+                                       list(placed))
     except BaseException:  # whatever stopped the step: no group keeps a key it placed
         _undo_started(backend, tables, started, placed)
         raise
     for (t, (state, _)), p in zip(started, placed):
         owner_rows[t], vectors[t] = tables[t].insert_finish(state, p, keep=True)
+
+
+def _grown_and_placed(backend, tables, owned, owned_tags, growing, started, placed):
+    """Grows the hash groups of `growing` ({position: rows each member needs}, counted
+    exactly: HashGroup.rows_needed) and places their owned keys (one wait more), appending the
+    calls to `started`; returns `placed` with their host counts appended."""
+    first = len(started)
+    for t, needed in growing.items():
+        tables[t].grow(needed)
+        started.append((t, tables[t].insert_start(owned[t], owned_tags[t])))
+    calls = started[first:]
+    counts = backend.to_host_many([s[1] for _, s in calls])
+    placed.extend(counts)
+    error = first_error(*[tables[t].insert_error(state, p)
+                          for (t, (state, _)), p in zip(calls, counts)])
+    if error is not None:  # the count was exact: a fault, not a full shard
+        raise RuntimeError("a grown hash group could not place its counted keys: %s" % error)
+    return placed
 
 
 def _capacity_errors(backend, pairs):
@@ -429,8 +460,9 @@ def _owned_rows_start(backend, tables, routings):
     any order with ranks None."""
     bounded = [not table.use_hashtable or (_is_group(table) and not routing.may_miss)
                for table, routing in zip(tables, routings)]
-    found = [(routing.owner_rows, _held_rows(table), _row_starts(table))
-             for table, routing, b in zip(tables, routings, bounded) if b]
+    found = [(routing.owner_rows, int(starts[-1]), starts)
+             for starts, routing, b in zip(map(_row_starts, tables, routings), routings,
+                                           bounded) if b]
     hashed = [routing.owner_rows for routing, b in zip(routings, bounded) if not b]
     found_started, found_sizes = backend.distinct_rows_many_start(found)
     hashed_started, hashed_sizes = backend.unique_many_start(hashed, ordered=False)
@@ -450,13 +482,11 @@ def _is_group(table):
     return getattr(table, "row_starts", None) is not None
 
 
-def _held_rows(table):
-    return int(table.values.shape[0])
-
-
-def _row_starts(table):
-    starts = getattr(table, "row_starts", None)
-    return starts if starts is not None else np.array([0, _held_rows(table)], np.int64)
+def _row_starts(table, routing):
+    """The row_starts a lookup of `table` routed with (a table alone: [0, its rows])."""
+    if routing.row_starts is not None:
+        return routing.row_starts
+    return np.array([0, int(table.values.shape[0])], np.int64)
 
 
 def lookup_backward_many(runtime, tables, op, routings, grads_list):
@@ -471,7 +501,7 @@ def lookup_backward_many(runtime, tables, op, routings, grads_list):
             used = host_rows >= 0
             if _is_group(table):  # a hash group's rows ascending, counted per member
                 order = np.flatnonzero(used)[np.argsort(host_rows[used], kind="stable")]
-                ranks = np.searchsorted(host_rows[order], table.row_starts).astype(np.int64)
+                ranks = np.searchsorted(host_rows[order], routing.row_starts).astype(np.int64)
                 index = backend.asarray(order.astype(np.int64))
                 rows, summed = backend.take_rows(rows, index), backend.take_rows(summed, index)
             elif not used.all():

@@ -294,12 +294,12 @@ def keyed_backward(runtime, tables, op, state, grads, rows_per_table=False):
         return summed, [rows] if rows_per_table else rows, np.array([int(rows.shape[0])],
                                                                     dtype=np.int64)
     counts = np.diff(ranks).astype(np.int64)
+    starts = pooling.routing.row_starts
     if rows_per_table:  # the values' pieces are row views of summed: joined, they are summed
-        pieces = table_group.split_gradient(backend, group, summed, rows, ranks)
+        pieces = table_group.split_gradient(backend, group, summed, rows, ranks, starts)
         return summed, [r for _, r in pieces], counts
-    own = backend.local_rows(rows, group.row_starts, np.zeros(len(tables), np.int64),
-                             int(rows.shape[0]))
-    group.last_keyed = (own, summed, rows)
+    own = backend.local_rows(rows, starts, np.zeros(len(tables), np.int64), int(rows.shape[0]))
+    group.last_keyed = (own, summed, rows, starts)
     return summed, own, counts
 
 

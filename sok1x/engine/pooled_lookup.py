@@ -233,11 +233,12 @@ def pooled_backward_many(runtime, tables, op, state, grads_list):
     results = lookup_backward_many(runtime, [unit.table for unit in units], op,
                                    [pooling.routing for pooling in state], per_key)
     out = [None] * len(tables)
-    for unit, (summed, rows, ranks) in zip(units, results):
+    for pooling, (summed, rows, ranks) in zip(state, results):
+        unit = pooling.unit
         if len(unit.positions) == 1:
             out[unit.positions[0]] = (summed, rows)
             continue
         for p, pair in zip(unit.positions, table_group.split_gradient(
-                backend, unit.table, summed, rows, ranks)):
+                backend, unit.table, summed, rows, ranks, pooling.routing.row_starts)):
             out[p] = pair
     return out

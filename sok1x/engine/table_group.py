@@ -29,6 +29,19 @@ placed keys (a full shard in any member fails the step on every rank and the cal
 erased again: no table changes). Each member keeps its own index, so checkpoints, export,
 restore, erase and rebuilds work per table as before.
 
+Growth (hbm sok1x.DynamicVariables, a hash group of their own): a member starts at init_capacity
+rows and doubles up to max_capacity. While every member's shard holds the step's owned keys of
+the group even if all are new, nothing is counted. Otherwise the group finds the keys first and
+the host counts each member's new ones exactly (HashGroup.rows_needed, one wait): a member past
+its max_capacity fails the step on every rank, changing no table, in the lookup's one agreement;
+a member past its capacity grows once every rank knows the step goes on (HashGroup.grow: every
+flat array laid out again, all made before any is taken, so a failure leaves the group as it
+was; the grown member's index rebuilt; every key keeps its member's row), and then the keys are
+placed (one wait more, in a step that grows). Growth moves the flat rows of the members after
+the grown one: a lookup's Routing keeps the row_starts it routed with, and its backward pass
+splits by them into each member's own rows, which growth does not move (a lookup and its
+gradient may lie on either side of a growth, as in eager mode).
+
 What separates groups (tables that cannot share a pass are looked up as units of their own, in
 the same exchange):
   - the dim (rows are joined into one [rows, dim] array);
@@ -39,9 +52,14 @@ the same exchange):
   - for hash tables, the initializer (InitializerSpec: kind, bounds, seed): the one init launch
     of a hash group's new rows takes one recipe (each member's table id is per row);
   - a hash table with a low-frequency filter in this lookup (admit_ratio) stays a unit of its own;
-  - a sok1x.DynamicVariable (hbm or hybrid) is a unit of its own: it grows (its arrays are
-    replaced, so they cannot be views of a flat array), evicts (rows move between keys in a step),
-    and a hybrid one keeps rows in host memory that its own fused kernel reads;
+  - a sok1x.DynamicVariable of var_type "hbm" (no host part, no eviction, no statistics) groups
+    with hbm DynamicVariables of the same dim, placement and initializer, never with v1 hash
+    tables (whose groups so never re-lay their arrays);
+  - a hybrid sok1x.DynamicVariable is a unit of its own: it evicts (a step's new keys take the
+    rows of evicted ones, from a free list that the group's one insert launch, handing rows out
+    in order, does not keep), it counts its lookups in statistics the group's kernels do not
+    touch, and rows past max_hbm_for_vectors live in host memory that a flat device array
+    cannot view;
   - optimizer and dtype separate nothing today: values are float32 everywhere, and a group's
     slots are made per slot name, so an optimizer touches only the slots it keeps;
   - a table belongs to one group: the first lookup naming it with others makes its group; a
@@ -55,7 +73,7 @@ import numpy as np
 
 from sok1x.engine import distinct_rows
 from sok1x.engine import placement as placements
-from sok1x.engine.table import EmbeddingTable, rebuilt_if_worn
+from sok1x.engine.table import EmbeddingTable, rebuilt_if_worn, rebuilt_index
 from sok1x.errors import InvalidInputError
 
 Unit = collections.namedtuple("Unit", "table positions")
@@ -83,8 +101,8 @@ class TableGroup:
         self.values = self._joined([table.values for table in members], 0.0)
         self.times = self._joined([table.times for table in members], 0.0)
         self.slots, self.slot_initial = {}, {}
-        self.last_gradient = None  # (flat rows, summed, member pieces): split_gradient
-        self.last_keyed = None  # (own rows, summed, flat rows): engine/keyed_lookup.py
+        self.last_gradient = None  # (flat rows, summed, member pieces, starts): split_gradient
+        self.last_keyed = None  # (own rows, summed, flat rows, starts): engine/keyed_lookup.py
         self.keyed_limits = {}  # key_limits -> (limits, highest keys): engine/keyed_lookup.py
         self.planned = (None, None)  # (table ids, units) of the last lookup of exactly this group
         self.live_at = None  # the runtime tables' version at which all members were last seen
@@ -106,19 +124,22 @@ class TableGroup:
     def _view(self, array, t):
         return self.backend.row_view(array, int(self.row_starts[t]), int(self.row_starts[t + 1]))
 
-    def _joined(self, arrays, initial, row_shape=None, dtype=np.float32):
-        """A flat array holding `arrays` one after the other; None entries get `initial`
+    def _joined(self, arrays, initial, row_shape=None, dtype=np.float32, starts=None):
+        """A flat array holding each of `arrays` from its member's start (starts, default
+        row_starts); None entries, and rows past an array's end (a member grown), get `initial`
         (rows of row_shape, default the arrays' own)."""
         backend = self.backend
+        starts = self.row_starts if starts is None else starts
         known = [a for a in arrays if a is not None]
         if known:
             row_shape, dtype = tuple(known[0].shape[1:]), known[0].dtype
-        flat = backend.zeros((int(self.row_starts[-1]),) + tuple(row_shape), dtype)
+        flat = backend.zeros((int(starts[-1]),) + tuple(row_shape), dtype)
         if initial:
             backend.fill_value(flat, initial)
         for t, array in enumerate(arrays):
             if array is not None and array.shape[0]:
-                rows = np.arange(self.row_starts[t], self.row_starts[t + 1], dtype=np.int64)
+                start = int(starts[t])
+                rows = np.arange(start, start + int(array.shape[0]), dtype=np.int64)
                 backend.put_rows(flat, backend.asarray(rows), array)
         return flat
 
@@ -197,6 +218,9 @@ class HashGroup(TableGroup):
         self.journal = runtime.journal
         self.table_ids = np.array([table.table_id for table in members], dtype=np.uint64)
         self.capacities = np.array([table.capacity for table in members], dtype=np.int64)
+        self.max_capacities = np.array([getattr(table, "max_capacity", table.capacity)
+                                        for table in members], dtype=np.int64)
+        self.grows = bool(np.any(self.max_capacities > self.capacities))
 
     @staticmethod
     def _key_starts(members):
@@ -230,9 +254,69 @@ class HashGroup(TableGroup):
         self.stamp(new_rows, count)
         return (indexes, found, self.gather(rows), sizes), placed
 
+    def sizes(self):
+        """Host int64 [members]: the keys each member's shard holds."""
+        return np.array([index.size for index in self.indexes()], dtype=np.int64)
+
     def room(self):
         """Host int64 [members]: the rows each member's shard has left."""
-        return self.capacities - np.array([index.size for index in self.indexes()], np.int64)
+        return self.capacities - self.sizes()
+
+    def rows_needed(self, keys, tags):
+        """Host int64 [members]: the rows each member needs to hold its keys and the new ones
+        among owned tagged `keys` (a training lookup's), counted exactly (one wait), where a
+        member that may grow might not hold them even if all were new; else None (no wait)."""
+        if not self.grows:
+            return None
+        sizes = self.sizes()
+        if np.all(sizes + int(keys.shape[0]) <= self.capacities):
+            return None
+        rows, keys, tags = self.backend.to_host_many([self.find(keys, tags), keys, tags])
+        new = np.asarray(rows) < 0  # keys come from every rank: counted once per (tag, key)
+        pairs = np.unique(np.stack([np.asarray(tags)[new], np.asarray(keys)[new]]), axis=1)
+        return sizes + np.bincount(pairs[0], minlength=len(self.members)).astype(np.int64)
+
+    def growth_error(self, needed):
+        """TableFullError for the first member whose rows `needed` (rows_needed's) pass its
+        max_capacity, else None."""
+        over = np.flatnonzero(needed > self.max_capacities)
+        if not over.size:
+            return None
+        t, sizes = int(over[0]), self.sizes()
+        return self.members[t].full_error(int(sizes[t]), int(needed[t] - sizes[t]))
+
+    def grow(self, needed):
+        """Grows each member whose rows `needed` (host int64 [members]) pass its capacity, in
+        place: its capacity doubled until they fit, at most max_capacity. The flat values, times
+        and slots are laid out again with the new row_starts and the grown members' indexes
+        rebuilt, every one made before any is taken (so a failure, of memory say, leaves the
+        group as it was; until then the group's arrays are held twice); every key keeps its
+        member's row. The rows of the members after a grown one move (see the module's
+        docstring); the group forgets its saved passes."""
+        members, backend = self.members, self.backend
+        capacities = np.array([member.grown_capacity(int(n)) if n > c else int(c) for member, n, c
+                               in zip(members, needed, self.capacities)], dtype=np.int64)
+        if np.array_equal(capacities, self.capacities):
+            return
+        old = self.row_starts
+        starts = np.concatenate([[0], np.cumsum(capacities)]).astype(np.int64)
+
+        def relaid(flat, initial):
+            return self._joined([backend.row_view(flat, int(old[t]), int(old[t + 1]))
+                                 for t in range(len(members))], initial, starts=starts)
+        values, times = relaid(self.values, 0.0), relaid(self.times, 0.0)
+        slots = {name: relaid(flat, self.slot_initial[name]) for name, flat in self.slots.items()}
+        indexes = [rebuilt_index(backend, member.index, int(c)) if c != member.capacity
+                   else member.index for member, c in zip(members, capacities)]
+        self.row_starts, self.capacities = starts, capacities  # taken: nothing fails from here
+        self.values, self.times, self.slots = values, times, slots
+        for t, member in enumerate(members):
+            member.values, member.times = self._view(values, t), self._view(times, t)
+            for name, flat in slots.items():
+                member.slots[name] = self._view(flat, t)
+            member.index, member.capacity = indexes[t], int(capacities[t])
+        self.forget_steps()
+        backend.release_unused()
 
     def insert_kept(self, state, placed):
         """Ends insert_start's call without reading `placed`, where the caller knows that no
@@ -241,8 +325,7 @@ class HashGroup(TableGroup):
         hands them over. Returns (flat rows, vectors)."""
         indexes, found, vectors, _ = state
         self.backend.hash_insert_many_done(indexes, found, placed, True)
-        new_keys, new_rows, new_tags, count = found[1:5]
-        self.journal.record(lambda: self._undo_insert(new_keys, new_rows, new_tags, count))
+        self._record_undo(found)
         return found[0], vectors
 
     def settle(self, placed, host_placed):
@@ -270,13 +353,20 @@ class HashGroup(TableGroup):
             self._rebuild_worn()
             return None
         if placed.any():
-            new_keys, new_rows, new_tags, count = found[1:5]
-            self.journal.record(lambda: self._undo_insert(new_keys, new_rows, new_tags, count))
+            self._record_undo(found)
         return found[0], vectors
 
-    def _undo_insert(self, new_keys, new_rows, new_tags, count):
+    def _record_undo(self, found):
+        """Records in the step journal the erasing of the new keys of hash_insert_many's
+        `found`, by the row_starts their flat rows have (a later growth replaces row_starts)."""
+        new_keys, new_rows, new_tags, count = found[1:5]
+        starts = self.row_starts
+        self.journal.record(
+            lambda: self._undo_insert(new_keys, new_rows, new_tags, count, starts))
+
+    def _undo_insert(self, new_keys, new_rows, new_tags, count, starts):
         """Erases the keys a failed step inserted, member by member, and resets their slots'
-        rows (as EmbeddingTable._undo_insert)."""
+        rows (as EmbeddingTable._undo_insert); starts: the row_starts of their flat rows."""
         backend = self.backend
         count = int(backend.to_host(count).reshape(-1)[0])
         keys, rows, tags = (backend.to_host(a)[:count] for a in (new_keys, new_rows, new_tags))
@@ -284,7 +374,7 @@ class HashGroup(TableGroup):
             mine = tags == t
             if mine.any():
                 table.index.erase(backend.asarray(keys[mine]))
-                table.reset_slot_rows(backend.asarray(rows[mine] - self.row_starts[t]))
+                table.reset_slot_rows(backend.asarray(rows[mine] - starts[t]))
         self._rebuild_worn()
 
     def _rebuild_worn(self):
@@ -294,6 +384,9 @@ class HashGroup(TableGroup):
 
 def group_kind(table, position, alone=()):
     """What a table may share a pass with (module docstring): tables of one kind form a group."""
+    dynamic = getattr(table, "dynamic", None)
+    if dynamic is not None and dynamic.var_type == "hbm" and position not in alone:
+        return ("hbm", table.dim, table.placement, table.spec)
     if type(table) is not EmbeddingTable or position in alone:
         return ("alone", position)
     if table.use_hashtable:
@@ -348,15 +441,17 @@ def _group_of(runtime, members):
 ALIGN_ROWS = 8  # int64 rows per 64 bytes: TensorFlow takes no tensor less aligned than that
 
 
-def split_gradient(backend, group, summed, rows, ranks):
+def split_gradient(backend, group, summed, rows, ranks, starts):
     """Returns per member (values [u_t, dim], rows [u_t] of its own) as views of the group's
-    backward result: summed [u, dim] for flat rows [u] ascending; ranks (host): how many rows lie
-    below each of group.row_starts. Each member's rows start 64-byte aligned, so a framework
-    takes them without a copy. Remembers the result for a whole-group update."""
+    backward result: summed [u, dim] for flat rows [u] ascending, laid out by `starts` (the
+    row_starts the lookup routed with: a growth since may have replaced group.row_starts);
+    ranks (host): how many rows lie below each of starts. Each member's rows start 64-byte
+    aligned, so a framework takes them without a copy. Remembers the result for a whole-group
+    update."""
     counts = np.diff(ranks)
     piece_starts = np.concatenate(
         [[0], np.cumsum(-(-counts // ALIGN_ROWS) * ALIGN_ROWS)]).astype(np.int64)
-    own_rows = backend.local_rows(rows, group.row_starts, piece_starts[:-1] - ranks[:-1],
+    own_rows = backend.local_rows(rows, starts, piece_starts[:-1] - ranks[:-1],
                                   int(piece_starts[-1]))
     pieces = []
     for t in range(len(group.members)):
@@ -364,7 +459,7 @@ def split_gradient(backend, group, summed, rows, ranks):
         pieces.append((backend.row_view(summed, first, first + count),
                        backend.row_view(own_rows, start, start + count)))
     distinct_rows.remember_all(own_rows, [r for _, r in pieces])
-    group.last_gradient = (rows, summed, pieces)
+    group.last_gradient = (rows, summed, pieces, starts)
     return pieces
 
 
@@ -400,7 +495,8 @@ def group_gradients(backend, tables, values_list, rows_list):
                     "%s: an update needs gradient values [n, %d] and int rows [n], got %s and "
                     "%s %s" % (table.name, group.dim, list(v.shape), r.dtype, list(r.shape)))
         last = group.last_gradient
-        if last is not None and _same_memory(rows, [r for _, r in last[2]]):
+        if last is not None and last[3] is group.row_starts and _same_memory(
+                rows, [r for _, r in last[2]]):
             same = _same_memory(values, [v for v, _ in last[2]])
             out.append((group, last[0], last[1] if same else backend.join_rows(values),
                         positions, [int(r.shape[0]) for r in rows]))
@@ -457,7 +553,7 @@ def keyed_gradient(backend, group, values, rows, counts):
     fit, before anything changes."""
     values = _float32(backend, values)
     last = group.last_keyed
-    if last is not None and _same_memory([rows], [last[0]]):
+    if last is not None and last[3] is group.row_starts and _same_memory([rows], [last[0]]):
         return last[2], (last[1] if _same_memory([values], [last[1]]) else values), counts.copy()
     cuts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
     bounds = backend.part_bounds([rows], cuts)

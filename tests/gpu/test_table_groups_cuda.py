@@ -1,7 +1,8 @@
 """Table groups (DESIGN D13) on the cuda engine, at any number of GPUs: a lookup of several
 tables of one dim in one pass equals the same tables looked up one by one (forward, gradients,
 updated rows and optimizer slots), and costs the kernel launches and host waits of one table,
-v1 hash tables (a HashGroup) as dense ones;
+v1 hash tables (a HashGroup) as dense ones, and hbm DynamicVariables, whose group grows its
+members in place, as v1 hash tables;
 bad input in one member fails the step on every rank and changes no table. The keyed lookup
 (all tables' keys in one array, engine/keyed_lookup.py) gives the same, and its backend ops the
 cpu backend's.
@@ -442,3 +443,108 @@ def test_hash_group_ops_equal_the_cpu_backend():
             cpu_row = want[1][np.flatnonzero((tags == t) & (keys == key))[0]]
             assert row_starts[t] <= row < row_starts[t] + 60
             np.testing.assert_allclose(got[3][row], want[3][cpu_row], rtol=1e-6)
+
+
+# -- hbm DynamicVariables in hash groups: members grow in place (engine/table_group.py) ----------
+
+def make_hbm_tables(prefix, count, init=8, most=8192):
+    from sok1x.engine.dynamic_table import make_dynamic
+    names = ["%s_%d" % (prefix, t) for t in range(count)]
+    for name in names:
+        api.create_table(name, DIM, most, True, SPEC, replace=True,
+                         dynamic=make_dynamic("hbm", init, most))
+    return names
+
+
+def assert_same_hash_steps(names, together, alone, grouped):
+    for (outs, grads), (want_outs, want_grads) in zip(together, alone):
+        for out, want in zip(outs, want_outs):
+            np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
+        for got, want in zip(grads, want_grads):
+            assert sorted(got) == sorted(want)
+            for key in want:
+                np.testing.assert_allclose(got[key], want[key], rtol=1e-5, atol=1e-5)
+    for name, (state, size) in zip(names, grouped):
+        want, want_size = hash_state(name)
+        assert size == want_size and sorted(state) == sorted(want)
+        for key, (vector, m) in want.items():
+            np.testing.assert_allclose(state[key][0], vector, rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose(state[key][1], m, rtol=1e-5, atol=1e-7)
+
+
+def test_an_hbm_group_that_grows_equals_its_tables_one_by_one():
+    """Members of 8 rows get hundreds of new keys a step (far more than a full index's slots):
+    the group counts them exactly and grows each member in one step, as each grows alone."""
+    names = make_hbm_tables("cuda_hbm_group", 5)
+    together = hash_steps(names, True, steps=3)
+    tables = [api.shard(name) for name in names]
+    group = tables[0].group
+    assert isinstance(group, table_group.HashGroup) and group.members == tables
+    grown = [table.capacity for table in tables]
+    assert all(capacity > 8 for capacity in grown)
+    assert list(np.diff(group.row_starts)) == grown
+    assert all(table.index.size <= table.capacity for table in tables)
+    grouped = [hash_state(name) for name in names]
+    make_hbm_tables("cuda_hbm_group", 5)  # the same tables anew (same initial rows)
+    alone = hash_steps(names, False, steps=3)
+    assert [api.shard(name).capacity for name in names] == grown
+    assert_same_hash_steps(names, together, alone, grouped)
+
+
+def test_an_hbm_member_past_max_capacity_fails_every_rank_and_nothing_grows():
+    from sok1x.errors import TableFullError
+    names = make_hbm_tables("cuda_hbm_full", 4, init=64, most=4096)
+    rng = np.random.default_rng([25, RANK])
+    inputs, _ = hash_batch(rng, len(names), 0)
+    api.pooled_lookup(names, "hbm_full_ok", inputs, True)
+    before = [held_keys(name) for name in names]
+    held = [api.shard(name).capacity for name in names]
+    crowded, _ = hash_batch(rng, len(names), 1)  # new keys: the other members would grow
+    if RANK == SIZE - 1:
+        keys = np.arange(4096 * SIZE + 1, dtype=np.int64) * 7 + 10 ** 12
+        crowded[2] = PooledInput(keys, None, keys.shape[0], None, "sum")
+    with pytest.raises(TableFullError, match="cuda_hbm_full_2: the shard on rank"):
+        api.pooled_lookup(names, "hbm_full_bad", crowded, True)
+    assert [held_keys(name) for name in names] == before
+    assert [api.shard(name).capacity for name in names] == held
+    api.pooled_lookup(names, "hbm_full_again", inputs, True)  # no new keys: found again
+    assert [held_keys(name) for name in names] == before
+
+
+def _gradient_after_growth(names, together):
+    """A lookup of the tables, a second lookup that grows member 0 (moving the others' flat
+    rows), then the first lookup's gradient and update: the first's gradients by key and the
+    tables' states."""
+    rng = np.random.default_rng([26, RANK])
+    inputs, tops = hash_batch(rng, len(names), 0)
+
+    def looked_up(items, op):
+        if together:
+            return [api.pooled_lookup(names, op, items, True)[1]]
+        return [api.pooled_lookup([n], "%s_%d" % (op, t), [i], True)[1]
+                for t, (n, i) in enumerate(zip(names, items))]
+    tokens = looked_up(inputs, "hbm_first")
+    more = list(inputs)
+    new = np.arange(4 * api.shard(names[0]).capacity * SIZE, dtype=np.int64) * 13 + 10 ** 13
+    more[0] = PooledInput(new, None, new.shape[0], None, "sum")
+    held = api.shard(names[0]).capacity
+    looked_up(more, "hbm_second")  # no gradient: its routing is dropped
+    assert api.shard(names[0]).capacity > held
+    if together:
+        grads = api.pooled_lookup_grad(names, "hbm_first_bwd", tokens[0], tops)
+    else:
+        grads = [api.pooled_lookup_grad([n], "hbm_first_bwd_%d" % t, k, [top])[0]
+                 for t, (n, k, top) in enumerate(zip(names, tokens, tops))]
+    by_key = [hash_gradient(n, v, r) for n, (v, r) in zip(names, grads)]
+    for name, (values, rows) in zip(names, grads):
+        api.apply_optimizer_update(name, "lazy_adam", "Adam", {}, HYPER, values, rows)
+    return by_key, [hash_state(name) for name in names]
+
+
+def test_a_lookups_gradient_after_its_group_grew_updates_its_own_keys():
+    names = make_hbm_tables("cuda_hbm_between", 4, init=512)
+    got, got_state = _gradient_after_growth(names, True)
+    assert isinstance(api.shard(names[0]).group, table_group.HashGroup)
+    names = make_hbm_tables("cuda_hbm_between", 4, init=512)
+    want, want_state = _gradient_after_growth(names, False)
+    assert_same_hash_steps(names, [([], got)], [([], want)], got_state)

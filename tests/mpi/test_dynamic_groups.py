@@ -1,0 +1,384 @@
+"""hbm DynamicVariables in hash groups (DESIGN D13, issue 17 item 1) on the cpu backend, at any
+number of ranks: growing tables (engine/dynamic_table.py, var_type "hbm") of one dim, placement and
+initializer looked up together pass as one HashGroup, which grows its members in place when a
+step's new keys pass their capacity, and give what the same tables give looked up one by one
+(forward, gradients, the keys each shard holds, their rows and slots, the capacities), beside a
+hybrid DynamicVariable and an hbm one of another dim in the same lookup (units of their own). A
+member past its max_capacity fails the step on every rank and changes no table; a growth that
+fails leaves the group as it was; a failed later op takes the group's new keys out again; a
+lookup whose gradient comes after a growth (a later lookup of the step, or an assign) updates the
+rows of its own keys; a member's dump and load, both ways, put its rows back where they are; and
+a step's host waits and backend calls do not grow with the number of tables."""
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+from checkpoint_reference import assert_same, every_row
+from sok1x.backend import random_init
+from sok1x.engine import api, assign_values, checkpoint, runtime, table_group
+from sok1x.engine.dynamic_table import make_dynamic
+from sok1x.engine.op_order import OpId
+from sok1x.engine.pooled_lookup import PooledInput
+from sok1x.errors import InvalidInputError, TableFullError
+from test_hash_groups import (
+    _calls_of_a_step,
+    assert_same_gradient,
+    assert_same_state,
+    batch,
+    gradient_by_key,
+    shard_state,
+    summed_batches,
+)
+from test_hash_groups import make_tables as v1_hash_tables
+
+COMM = MPI.COMM_WORLD
+RANK, SIZE = COMM.Get_rank(), COMM.Get_size()
+SPEC = random_init.make_spec("uniform", -1.0, 1.0, seed=37)
+DIM, INIT, MAX = 8, 2, 256
+# name suffix, dim, var_type: four hbm tables of DIM (one group), a hybrid one of DIM and an hbm
+# one of another dim (units of their own)
+LAYOUT = [("h0", DIM, "hbm"), ("h1", DIM, "hbm"), ("y0", DIM, "hybrid"), ("h2", DIM, "hbm"),
+          ("w0", 4, "hbm"), ("h3", DIM, "hbm")]
+HYPER = {"lr": 0.1, "epsilon": 1e-7}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def engine():
+    return runtime.init(backend="cpu")
+
+
+def make_tables(tag, init=INIT, most=MAX, layout=LAYOUT):
+    """Creates the layout's tables anew (the same names give the same initial rows)."""
+    names = ["%s_%s" % (tag, suffix) for suffix, _, _ in layout]
+    for name, (_, dim, var_type) in zip(names, layout):
+        api.create_table(name, dim, most, True, SPEC, replace=True,
+                         dynamic=make_dynamic(var_type, init, most))
+    return names
+
+
+def capacities(names):
+    return [api.shard(name).capacity for name in names]
+
+
+def lookup(names, op, inputs, together):
+    """A training lookup of `names`, all in one call or one call per table: (outputs, tokens)."""
+    if together:
+        outs, token = api.pooled_lookup(names, op, inputs, True)
+        return outs, [token]
+    outs, tokens = [], []
+    for t, name in enumerate(names):
+        (out,), token = api.pooled_lookup([name], "%s_%d" % (op, t), [inputs[t]], True)
+        outs.append(out)
+        tokens.append(token)
+    return outs, tokens
+
+
+def gradients_and_update(names, op, tokens, tops):
+    """The gradients of lookup's tokens and an Adagrad update with them (one call over all
+    tables, or one per table); returns per table the gradient by key."""
+    if len(tokens) == 1:
+        grads = api.pooled_lookup_grad(names, op, tokens[0], tops)
+        by_key = [gradient_by_key(name, v, r) for name, (v, r) in zip(names, grads)]
+        api.apply_optimizer_updates(names, "adagrad", "Adagrad", {}, HYPER,
+                                    [v for v, _ in grads], [r for _, r in grads])
+        return by_key
+    by_key = []
+    for t, (name, token) in enumerate(zip(names, tokens)):
+        (v, r), = api.pooled_lookup_grad([name], "%s_%d" % (op, t), token, [tops[t]])
+        by_key.append(gradient_by_key(name, v, r))
+        api.apply_optimizer_update(name, "adagrad", "Adagrad", {}, HYPER, v, r)
+    return by_key
+
+
+def run_steps(names, together, steps=3, seed=3, tag="dg"):
+    """Training steps of the layout's lookup (all tables in one lookup, or one per table).
+    Returns per step the outputs, per table the gradient by key, and the capacities."""
+    rng = np.random.default_rng([seed, RANK])
+    record = []
+    for step in range(steps):
+        inputs, tops = batch(rng, step)
+        outs, tokens = lookup(names, tag + "_fwd", inputs, together)
+        by_key = gradients_and_update(names, tag + "_bwd", tokens, tops)
+        record.append(([np.array(out) for out in outs], by_key, capacities(names)))
+    return record
+
+
+def assert_same_steps(names, together, alone, grouped):
+    """Steps of the tables looked up together equal those looked up one by one, and the
+    shards after them (grouped: shard_state of each after the steps together) the ones now."""
+    for got_step, want_step in zip(together, alone):
+        for out, want in zip(got_step[0], want_step[0]):
+            np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-6)
+        for got, want in zip(got_step[1], want_step[1]):
+            assert_same_gradient(got, want)
+        assert got_step[2:] == want_step[2:]
+    for name, got in zip(names, grouped):
+        assert_same_state(got, shard_state(name))
+
+
+def assert_unchanged(names, before):
+    """Every table holds the keys, rows and slots of `before` (shard_state's)."""
+    for name, state in zip(names, before):
+        assert_same_state(shard_state(name), state)
+
+
+def on_some_rank(flag):
+    return COMM.allreduce(int(bool(flag)), op=MPI.SUM) > 0
+
+
+def assert_a_group_of_views(group):
+    """Every member's arrays are views of its rows in the group's flat arrays."""
+    assert list(np.diff(group.row_starts)) == [m.capacity for m in group.members]
+    assert list(group.capacities) == [m.capacity for m in group.members]
+    for t, member in enumerate(group.members):
+        assert member.values.shape[0] == member.capacity
+        start = int(group.row_starts[t])
+        for mine, flat in [(member.values, group.values), (member.times, group.times)] + [
+                (member.slots[name], group.slots[name]) for name in group.slots]:
+            assert np.shares_memory(mine, flat)
+            assert mine.__array_interface__["data"][0] == flat[start:].__array_interface__[
+                "data"][0]
+
+
+def test_an_hbm_group_that_grows_equals_its_tables_one_by_one():
+    names = make_tables("dg")
+    rng = np.random.default_rng([3, RANK])
+    inputs, _ = batch(rng, 0)
+    api.pooled_lookup(names, "dg_first", inputs, False)  # makes the shards and the group
+    tables = [api.shard(name) for name in names]
+    together = run_steps(names, True)
+    group = tables[0].group
+    assert isinstance(group, table_group.HashGroup)
+    assert group.members == [tables[t] for t in (0, 1, 3, 5)]
+    assert tables[2].group is None and tables[4].group is None  # hybrid, another dim
+    assert all(api.shard(name) is table for name, table in zip(names, tables))
+    for member in group.members:
+        assert on_some_rank(member.capacity > INIT)
+        assert member.statistics is None and member._free.size == 0
+    assert_a_group_of_views(group)
+    grouped = [shard_state(name) for name in names]
+    make_tables("dg")  # the same tables anew, each looked up alone
+    alone = run_steps(names, False)
+    assert all(api.shard(name).group is None for name in names)
+    assert_same_steps(names, together, alone, grouped)
+
+
+def crowded_member(inputs):
+    """On the last rank, member h2 gets more new keys than its shards on all ranks hold at
+    max_capacity; the other members get enough new keys to grow."""
+    if RANK == SIZE - 1:
+        keys = np.arange(64 * SIZE + 1, dtype=np.int64) * 7 + 10 ** 12
+        inputs[3] = PooledInput(keys, None, keys.shape[0], None, "sum")
+    return TableFullError, "_h2: the shard on rank .* max_capacity=64"
+
+
+def test_a_member_past_max_capacity_fails_every_rank_and_changes_no_table():
+    names = make_tables("dg_full", most=64)
+    rng = np.random.default_rng([6, RANK])
+    inputs, _ = batch(rng, 0)
+    api.pooled_lookup(names, "dg_full_ok", inputs, True)
+    before, held = [shard_state(name) for name in names], capacities(names)
+    group = api.shard(names[0]).group
+    starts = group.row_starts
+    spoilt, _ = batch(rng, 1)  # new keys: the members would grow
+    error, match = crowded_member(spoilt)
+    with pytest.raises(error, match=match):
+        api.pooled_lookup(names, "dg_full_bad", spoilt, True)
+    assert capacities(names) == held and group.row_starts is starts
+    assert_unchanged(names, before)
+    api.pooled_lookup(names, "dg_full_again", inputs, True)  # the group goes on
+    assert api.shard(names[0]).group is group
+    assert_unchanged(names, before)
+
+
+def test_a_failed_later_op_of_a_step_that_grew_takes_the_groups_new_keys_out():
+    names = make_tables("dg_undo")
+    rng = np.random.default_rng([8, RANK])
+    inputs, tops = batch(rng, 0)
+    api.pooled_lookup(names, "dg_undo_ok", inputs, True)
+    before = [shard_state(name) for name in names]
+    fresh, _ = batch(rng, 2)  # mostly new keys: members grow
+    held = capacities(names)
+    _, token = api.pooled_lookup(names, OpId("dg_undo_fwd", "dg_undo", 0), fresh, True)
+    assert on_some_rank(capacities(names) != held)
+    wrong = list(tops)
+    if RANK == SIZE - 1:
+        wrong[1] = np.zeros((tops[1].shape[0] + 2, DIM), np.float32)
+    with pytest.raises(InvalidInputError):
+        api.pooled_lookup_grad(names, OpId("dg_undo_bwd", "dg_undo", 1), token, wrong)
+    assert_unchanged(names, before)
+    run_steps(names, True, steps=1, tag="dg_undo_on")  # the group trains on
+
+
+def test_a_growth_that_fails_leaves_the_group_as_it_was_and_keeps_no_key(monkeypatch):
+    """A growth whose last part fails (here the grown index, out of memory on every rank),
+    after the new flat arrays were made, takes none of them: every member keeps its capacity,
+    rows, views and keys, no key of the step stays, and the group grows in a later step."""
+    names = make_tables("dg_stop")
+    rng = np.random.default_rng([7, RANK])
+    inputs, _ = batch(rng, 0)
+    api.pooled_lookup(names, "dg_stop_ok", inputs, True)
+    group = api.shard(names[0]).group
+    before, held, starts = [shard_state(name) for name in names], capacities(names), \
+        group.row_starts
+    crowded = list(inputs)
+    keys = np.arange(4 * api.shard(names[0]).capacity * SIZE, dtype=np.int64) + 10 ** 13
+    crowded[0] = PooledInput(keys, None, keys.shape[0], None, "sum")  # every rank grows h0
+    made = []
+
+    def out_of_memory(backend, index, capacity):
+        made.append(capacity)
+        raise MemoryError("no room for an index of %d rows" % capacity)
+    monkeypatch.setattr(table_group, "rebuilt_index", out_of_memory)
+    with pytest.raises(MemoryError):
+        api.pooled_lookup(names, "dg_stop_bad", crowded, True)
+    monkeypatch.undo()
+    assert made and capacities(names) == held and group.row_starts is starts
+    assert_a_group_of_views(group)
+    assert_unchanged(names, before)
+    api.pooled_lookup(names, "dg_stop_again", crowded, True)
+    assert api.shard(names[0]).capacity > held[0] and api.shard(names[0]).group is group
+    assert_a_group_of_views(group)
+
+
+def grow_between(names, together, way, seed=9):
+    """A training lookup of the layout, then (before its gradient) a growth of member h0 — a
+    second lookup with many new keys of h0 (way "lookup", its gradient applied too) or an
+    assign of new keys to h0 (way "assign") — then the first lookup's gradient and update.
+    Returns the first lookup's gradients by key and every table's state."""
+    rng = np.random.default_rng([seed, RANK])
+    inputs, tops = batch(rng, 0)
+    lookup(names, "gb_warm", inputs, together)
+    first, first_tops = batch(rng, 1)
+    _, tokens = lookup(names, "gb_first", first, together)
+    held = capacities(names)
+    new = np.arange(3 * held[0] * SIZE, dtype=np.int64) * 11 + 10 ** 13
+    if way == "lookup":
+        more = list(first)
+        more[0] = PooledInput(new, None, new.shape[0], None, "sum")
+        _, later = lookup(names, "gb_second", more, together)
+        gradients_and_update(names, "gb_second_bwd", later,
+                             [np.ones((new.size, DIM), np.float32)] + list(first_tops[1:]))
+    else:
+        values = np.arange(new.size * DIM, dtype=np.float32).reshape(new.size, DIM) / 1e3
+        assign_values.assign_values(names[0], new, values, where="grow_between")
+    assert on_some_rank(capacities(names)[0] > held[0])
+    by_key = gradients_and_update(names, "gb_first_bwd", tokens, first_tops)
+    return by_key, [shard_state(name) for name in names]
+
+
+@pytest.mark.parametrize("way", ["lookup", "assign"])
+def test_a_lookups_gradient_after_a_growth_of_its_group_updates_its_own_keys(way):
+    """Growing member h0 moves the flat rows of h1..h3; a lookup routed before the growth (its
+    gradient comes after it, as in eager mode or with an assign between) splits its gradient by
+    the rows it routed with, and updates the keys it looked up: the same as the tables one by
+    one."""
+    names = make_tables("dg_between_" + way)
+    got, got_state = grow_between(names, True, way)
+    group = api.shard(names[0]).group
+    assert isinstance(group, table_group.HashGroup)
+    assert_a_group_of_views(group)
+    names = make_tables("dg_between_" + way)
+    want, want_state = grow_between(names, False, way)
+    for g, w in zip(got, want):
+        assert_same_gradient(g, w)
+    for g, w in zip(got_state, want_state):
+        assert_same_state(g, w)
+
+
+@pytest.mark.parametrize("way", ["staged", "two-pass"])
+def test_an_hbm_groups_members_dump_and_load_where_they_are(shared_dir, monkeypatch, way):
+    """Both ways a load takes put every row and slot back into the members where they are
+    (they stay in their group, views of its arrays): into the grown group, and into a group of
+    the same tables made anew, which grows (through the group, once) to hold them."""
+    monkeypatch.setenv("SOK1X_CHECKPOINT_LOAD", way)
+    tag = "dg_ckpt_" + way.replace("-", "_")
+    names = make_tables(tag)
+    run_steps(names, True, steps=2, seed=11, tag=tag)
+    saved = {name: every_row(name, slots=None) for name in names}
+    checkpoint.dump_tables(shared_dir, names)
+    run_steps(names, True, steps=2, seed=13, tag=tag)  # new keys, grown, changed rows
+    for anew in (False, True):
+        if anew:
+            names = make_tables(tag)
+            run_steps(names, True, steps=1, seed=14, tag=tag)  # a small group again
+        group = api.shard(names[0]).group
+        assert isinstance(group, table_group.HashGroup)
+        checkpoint.load_tables(shared_dir, names)
+        for name in names:
+            assert_same(every_row(name, slots=None), saved[name])
+        for member in group.members:
+            assert api.shard(member.name) is member and member.group is group
+        assert_a_group_of_views(group)
+        run_steps(names, True, steps=2, seed=15, tag=tag)  # trains on, growing
+        assert api.shard(names[0]).group is group
+
+
+@pytest.mark.parametrize("count", [5, 16])
+def test_host_waits_and_backend_calls_do_not_grow_with_the_hbm_tables(count):
+    """In a step where no member grows: as many as for 2 tables, and as for a group of as many
+    v1 hash tables."""
+    counts = {}
+    for tables in (2, count):
+        layout = [("c%d" % t, DIM, "hbm") for t in range(tables)]
+        names = make_tables("dg_count_%d" % tables, init=1024, most=1024, layout=layout)
+        rng = np.random.default_rng([10, RANK])
+        counts[tables] = _calls_of_a_step(names, summed_batches(rng, layout))
+        assert isinstance(api.shard(names[0]).group, table_group.HashGroup)
+    v1 = v1_hash_tables("dg_count_v1", capacity=1024, layout=[(s, d, True) for s, d, _ in layout])
+    counts["v1"] = _calls_of_a_step(v1, summed_batches(np.random.default_rng([10, RANK]),
+                                                       layout))
+    if RANK == 0:
+        print("\nper training step, 2 hbm tables: %s; %d: %s; %d v1 hash tables: %s"
+              % (counts[2], count, counts[count], count, counts["v1"]))
+    assert counts[count] == counts[2] == counts["v1"], counts
+
+
+def _graph_program(together, steps=3):
+    """A TF1 program of four hbm sok1x.DynamicVariables (init_capacity 4: they grow) looked up
+    by sok1x.lookup_sparse, all in one call or one call each, trained with Adagrad. Returns the
+    losses, every variable's exported rows by key, the kind of group of the first and its
+    capacity on this rank."""
+    import sok1x
+    from tf_support import session, tf1
+    graph = tf1.Graph()
+    rng = np.random.default_rng([16, RANK])
+    feeds = [[rng.integers(0, 2 ** 40, size=(6, 3)) % (60 * (step + 1)) for _ in range(4)]
+             for step in range(steps)]
+    with graph.as_default():
+        variables = [sok1x.DynamicVariable(dimension=DIM, initializer="uniform", var_type="hbm",
+                                           init_capacity=4, max_capacity=1024,
+                                           name="dg_graph_%d" % t) for t in range(4)]
+        holders = [tf1.placeholder(tf1.int64, [6, 3]) for _ in variables]
+        ids = [tf1.RaggedTensor.from_tensor(holder) for holder in holders]
+        if together:
+            pooled = sok1x.lookup_sparse(variables, ids, combiners=["sum"] * 4)
+        else:
+            pooled = [sok1x.lookup_sparse([v], [i], combiners=["sum"])[0]
+                      for v, i in zip(variables, ids)]
+        weights = [np.random.default_rng([17, t]).standard_normal((6, DIM)).astype(np.float32)
+                   for t in range(4)]
+        loss = tf1.add_n([tf1.reduce_sum(p * w) for p, w in zip(pooled, weights)])
+        grads = tf1.gradients(loss, variables)
+        train = sok1x.OptimizerWrapper(tf1.train.AdagradOptimizer(0.1)).apply_gradients(
+            zip(grads, variables))
+        exports = [sok1x.export(v) for v in variables]
+    with session(graph) as sess:
+        sess.run(sok1x.Init(backend="cpu"))
+        sess.run(tf1.global_variables_initializer())
+        losses = [sess.run([loss, train], dict(zip(holders, feed)))[0] for feed in feeds]
+        rows = [dict(zip(keys.tolist(), values)) for keys, values in sess.run(exports)]
+        table = api.shard(variables[0]._sok1x_table.name)
+    return losses, rows, type(table.group).__name__, table.capacity
+
+
+def test_a_program_looking_up_hbm_dynamic_variables_together_trains_as_one_looking_them_up_apart():
+    losses, rows, kind, capacity = _graph_program(True)
+    want_losses, want_rows, alone, want_capacity = _graph_program(False)
+    assert kind == "HashGroup" and alone == "NoneType"
+    assert capacity == want_capacity and on_some_rank(capacity > 4)
+    np.testing.assert_allclose(losses, want_losses, rtol=1e-5, atol=1e-5)
+    for got, want in zip(rows, want_rows):
+        assert sorted(got) == sorted(want)
+        for key in want:
+            np.testing.assert_allclose(got[key], want[key], rtol=1e-5, atol=1e-6)
