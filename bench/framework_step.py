@@ -7,9 +7,10 @@ one lookup; dlrm_hash and dlrm26_hash = dlrm and dlrm26 on hash tables (their Py
 dense table holding each key's initial value where sok1x's rows lie in arrival order:
 hashed_shard_weight); mlperf26 = MLPerf
 DLRM-DCNv2's 26 tables, skipped with a message where the job's GPUs cannot hold them;
-dlrm_dynamic = dlrm on a DynamicVariable, "hbm" beside "hybrid", run_dynamic), from the same
-initial tables, the same step (forward lookup, top gradient = output, backward exchange,
-update: LazyAdam, Adagrad for mlperf26) five ways:
+dlrm26_dynamic = dlrm26 on hbm DynamicVariables (one hash group; the same peer as
+dlrm26_hash); dlrm_dynamic = dlrm on a DynamicVariable, "hbm" beside "hybrid", run_dynamic),
+from the same initial tables, the same step (forward lookup, top gradient = output, backward
+exchange, update: LazyAdam, Adagrad for mlperf26) five ways:
 
     sok1x_dlpack   the zero-copy seam with PyTorch as the framework: keys, outputs, gradients and
                    the update's slices cross as DLPack capsules, ordered by wait_for_framework /

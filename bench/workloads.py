@@ -14,6 +14,8 @@ dlrm26: dlrm's keys in 26 tables (feature t's keys relative to its own table of 
 dlrm_hash, dlrm26_hash: dlrm and dlrm26 with hash tables (use_hashtable=True, SOK's v1 default):
     rows are placed as keys arrive; PyTorch's peer holds each key's initial value at its dense
     row (framework_step.hashed_shard_weight).
+dlrm26_dynamic: dlrm26 on 26 sok1x.DynamicVariables of var_type "hbm" (one hash group that may
+    grow: max_capacity twice the rows a shard needs), the same PyTorch peer as dlrm26_hash.
 mlperf26: the embedding of MLPerf's DLRM-DCNv2 benchmark: 26 tables with the Criteo 1TB
     cardinalities and multi-hot sizes below (keys uniform within a table), dim 128, sum pooling,
     Adagrad, global batch 55296 split over the ranks (strong scaling). Its rows and accumulators
@@ -31,7 +33,7 @@ Workload = collections.namedtuple(
     "optimizer hashed", defaults=(None, None, "lazy_adam", False))
 Workload.__doc__ = """tables: per table its number of keys (None: one table, keys below vocab);
 hotness: per table keys per sample; optimizer: the engine rule of the step; hashed: the tables
-are hash tables."""
+are hash tables (True: v1's; "hbm": DynamicVariables of that var_type)."""
 
 MLPERF_CARDINALITIES = (40000000, 39060, 17295, 7424, 20265, 3, 7122, 1543, 63, 40000000,
                         3067956, 405282, 10, 2209, 11938, 155, 4, 976, 14, 40000000, 40000000,
@@ -61,6 +63,8 @@ def workload(name, size, scale=1):
         return workload("dlrm", size, scale)._replace(name="dlrm_hash", hashed=True)
     if name == "dlrm26_hash":
         return workload("dlrm26", size, scale)._replace(name="dlrm26_hash", hashed=True)
+    if name == "dlrm26_dynamic":
+        return workload("dlrm26", size, scale)._replace(name="dlrm26_dynamic", hashed="hbm")
     if name == "mlperf26":
         global_batch = 55296 // scale
         vocabs = tuple(max(1, c // scale) for c in MLPERF_CARDINALITIES)
@@ -73,7 +77,7 @@ def table_batches(w, rank, size, count=3, seed=99):
     """For a workload of several tables: `count` batches, each per table its int64 keys
     [batch_per_rank * hotness_t] (sample-major, relative to the table). dlrm26 takes dlrm's
     keys; mlperf26 draws keys uniformly within each table."""
-    if w.name in ("dlrm26", "dlrm26_hash"):
+    if w.name in ("dlrm26", "dlrm26_hash", "dlrm26_dynamic"):
         out = []
         for keys in Batches(w, rank, size, count).keys:  # dlrm's keys
             keys = keys - np.arange(w.slots).reshape(1, -1, 1) * w.vocab
