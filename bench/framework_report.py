@@ -51,7 +51,8 @@ def summarise(runs):
     table = entries(runs)
     checks = []
     for (workload, variant, ranks), entry in sorted(table.items()):
-        device = table.get((workload, "sok1x_device", ranks))
+        device = table.get((workload, "sok1x_device", ranks)) or table.get(
+            (workload, "sok1x_device_hbm", ranks))  # dlrm_dynamic: the hbm DynamicVariable
         if device is None:
             continue
         c = device["ms_per_step"]

@@ -351,11 +351,12 @@ def _walk_as_given(run, *args):
 
 
 
-def run_dynamic(rt, steps, repeats, scale):
+def run_dynamic(rt, device, steps, repeats, scale):
     """dlrm's step (sok1x_device) on one hash-placed DynamicVariable per var_type: "hbm", and
     "hybrid" whose GPU part holds half of the rows the batches' distinct keys take (later rows,
-    the keys first seen later, in page-locked host memory). Returns entries like run_workload's
-    plus the hybrid / hbm ratio."""
+    the keys first seen later, in page-locked host memory), beside torch_dedup on the same keys
+    (its dense rows hold each key's initial value: hashed_shard_weight). Returns entries like
+    run_workload's plus the hybrid / hbm ratio."""
     from sok1x.engine.dynamic_table import make_dynamic
     w = workloads.workload("dlrm", rt.size, scale)
     batches = workloads.Batches(w, rt.rank, rt.size)
@@ -374,9 +375,25 @@ def run_dynamic(rt, steps, repeats, scale):
 
     if rt.backend.NAME == "cuda":  # the hybrid step with its batches walked as given
         runs["hybrid_walk_as_given"] = functools.partial(_walk_as_given, runs["hybrid"])
+    keys_torch = [torch.from_numpy(k).to(device) for k in batches.keys]
+    weight = hashed_shard_weight(rt, [names["hbm"]], [workloads.total_vocabulary(w)], w.dim,
+                                 device)
+    dedup = torch_reference.TorchDedupStep(weight, rt.rank, rt.size)
+    del weight
+    runs["torch_dedup"] = lambda s: [dedup.step(keys_torch[s % 3].reshape(-1))]
+
+    def host_out(outs):
+        return np.concatenate([(o.cpu().numpy() if torch.is_tensor(o) else np.asarray(
+            rt.backend.to_host(o))).reshape(-1) for o in outs])
+    # The first steps from the initial rows: hbm's outputs against the peer's.
+    first = {v: [host_out(runs[v](s)) for s in range(CHECK_STEPS)] for v in ("hbm", "torch_dedup")}
+    peer_diff = job_max(max(float(np.max(np.abs(a - b)))
+                            for a, b in zip(first["torch_dedup"], first["hbm"])))
 
     def synchronize():
         rt.backend.synchronize()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
 
     timed = {variant: harness.Steps(run) for variant, run in runs.items()}
     # Three warm-up steps: every batch's keys inserted before the timing.
@@ -397,6 +414,15 @@ def run_dynamic(rt, steps, repeats, scale):
         % (host_rows, int(np.mean(held_rows)), host_rows * w.dim * 4 * 7 / 1e6))
     entries = []
     for variant, ms in times.items():
+        if variant == "torch_dedup":
+            entries.append({"workload": "dlrm_dynamic", "variant": variant, "ranks": rt.size,
+                            "global_batch": w.global_batch,
+                            "max_abs_diff_vs_sok1x_device": peer_diff})
+            entries[-1].update(harness.summary(ms, SUMMARY_NAMES))
+            say("dlrm_dynamic torch_dedup %d ranks: %8.3f ms/step (min %.3f, max %.3f)  diff "
+                "%.1e vs hbm" % (rt.size, entries[-1]["ms_per_step"], min(ms), max(ms),
+                                 peer_diff))
+            continue
         entries.append({"workload": "dlrm_dynamic", "variant": "sok1x_device_" + variant,
                         "ranks": rt.size, "global_batch": w.global_batch,
                         "capacity_per_rank": capacity,
@@ -486,7 +512,8 @@ def main(argv):
         started = time.time()
         try:
             if name == "dlrm_dynamic":
-                payload["steps"] += run_dynamic(rt, args.steps, args.repeats, args.scale)
+                payload["steps"] += run_dynamic(rt, device, args.steps, args.repeats,
+                                                args.scale)
             else:
                 payload["steps"] += run_workload(rt, name, device, args.steps, args.repeats,
                                                  args.scale)
