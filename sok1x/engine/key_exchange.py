@@ -211,7 +211,7 @@ def lookup_forward_many(runtime, tables, op, keys_list, training, local_error=No
     owner_rows, vectors = [None] * len(tables), [None] * len(tables)
     if training and any(table.use_hashtable for table in tables):
         _insert_keys(runtime, op, tables, owned, owned_tags, owner_rows, vectors,
-                     _fitting(bounded, told))
+                     *_fitting(bounded, told))
     for t, (table, keys, kept) in enumerate(zip(tables, owned, passed)):
         if vectors[t] is not None:  # a hash group's training lookup: done
             continue
@@ -293,17 +293,20 @@ def _room_and_keys(tables, keys_list, tagged, training, tag_counts, admit_ratios
 
 
 def _fitting(bounded, told):
-    """The units among `bounded` where no shard on any rank can fill up in this lookup (told:
-    host [size, k], every rank's _room_and_keys values): every rank's keys of a member, all
-    sent to one owner, would fit that owner's room. Every rank finds the same."""
-    fitting, position = set(), 0
+    """Returns (fitting, most): fitting, the units among `bounded` where no shard on any rank
+    can fill up in this lookup (told: host [size, k], every rank's _room_and_keys values): every
+    rank's keys of a member, all sent to one owner, would fit that owner's room; most, per unit
+    of `bounded` the host int64 [members] of those keys, the most any owner can get. Every rank
+    finds the same."""
+    fitting, most, position = set(), {}, 0
     for t, members in bounded:
         keys = told[:, position:position + members].sum(axis=0)
         room = told[:, position + members:position + 2 * members].min(axis=0)
+        most[t] = keys
         if np.all(keys <= room):
             fitting.add(t)
         position += 2 * members
-    return fitting
+    return fitting, most
 
 
 def _with_columns(counts, tagged):
@@ -312,15 +315,16 @@ def _with_columns(counts, tagged):
     return np.concatenate([counts, counts[:, tagged]], axis=1) if tagged else counts
 
 
-def _insert_keys(runtime, op, tables, owned, owned_tags, owner_rows, vectors, fitting):
+def _insert_keys(runtime, op, tables, owned, owned_tags, owner_rows, vectors, fitting, most):
     """A training lookup's check and insert of owned keys: each hash table alone counts its new
     keys against its capacity before anything changes (a wait each); the HashGroups among
     `tables` (those with owned_tags) place their keys in one launch each and the host reads all
     their counts in one wait, and erases them again if the step fails. Any full shard, on any
     rank, raises on every rank. A group or table in `fitting` (no shard of it can fill up now,
     as every rank found from the op header: _fitting) neither waits nor takes part in that
-    agreement: its counts are read in the next op header's wait (runtime.read_later). Fills
-    owner_rows and vectors for the groups and the tables in `fitting`."""
+    agreement: its counts are read in the next op header's wait (runtime.read_later). most:
+    per hash group the header told of, the most keys per member any owner can get (_fitting).
+    Fills owner_rows and vectors for the groups and the tables in `fitting`."""
     backend = runtime.backend
     for t in sorted(fitting):
         table = tables[t]
@@ -342,7 +346,7 @@ def _insert_keys(runtime, op, tables, owned, owned_tags, owner_rows, vectors, fi
         for t in owned_tags:
             if t in fitting:
                 continue
-            needed = tables[t].rows_needed(owned[t], owned_tags[t])
+            needed = tables[t].rows_needed(owned[t], owned_tags[t], most.get(t))
             if needed is not None and np.any(needed > tables[t].capacities):
                 errors.append(tables[t].growth_error(needed))
                 growing[t] = needed  # placed once every rank knows the step goes on

@@ -262,14 +262,19 @@ class HashGroup(TableGroup):
         """Host int64 [members]: the rows each member's shard has left."""
         return self.capacities - self.sizes()
 
-    def rows_needed(self, keys, tags):
+    def rows_needed(self, keys, tags, most=None):
         """Host int64 [members]: the rows each member needs to hold its keys and the new ones
         among owned tagged `keys` (a training lookup's), counted exactly (one wait), where a
-        member that may grow might not hold them even if all were new; else None (no wait)."""
+        member that may grow might not hold them even if all were new; else None (no wait).
+        most: None, or host int64 [members], the most keys of each member that can arrive
+        (the op header's bound; else all of `keys`)."""
         if not self.grows:
             return None
         sizes = self.sizes()
-        if np.all(sizes + int(keys.shape[0]) <= self.capacities):
+        arriving = int(keys.shape[0])
+        if most is not None:
+            arriving = np.minimum(np.asarray(most, dtype=np.int64), arriving)
+        if np.all(sizes + arriving <= self.capacities):
             return None
         rows, keys, tags = self.backend.to_host_many([self.find(keys, tags), keys, tags])
         new = np.asarray(rows) < 0  # keys come from every rank: counted once per (tag, key)
