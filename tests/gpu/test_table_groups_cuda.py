@@ -319,6 +319,12 @@ def test_a_hash_group_equals_its_tables_one_by_one():
     grouped = [hash_state(name) for name in names]
     make_hash_tables("cuda_hash_group", 5)  # the same tables anew (same initial rows)
     alone = hash_steps(names, False)
+    assert_same_hash_steps(names, together, alone, grouped)
+
+
+def assert_same_hash_steps(names, together, alone, grouped):
+    """Steps of hash tables looked up together (per step outputs and gradients by key) equal
+    those one by one, and the shards after them (grouped: hash_state's) the ones now."""
     for (outs, grads), (want_outs, want_grads) in zip(together, alone):
         for out, want in zip(outs, want_outs):
             np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
@@ -454,22 +460,6 @@ def make_hbm_tables(prefix, count, init=8, most=8192):
         api.create_table(name, DIM, most, True, SPEC, replace=True,
                          dynamic=make_dynamic("hbm", init, most))
     return names
-
-
-def assert_same_hash_steps(names, together, alone, grouped):
-    for (outs, grads), (want_outs, want_grads) in zip(together, alone):
-        for out, want in zip(outs, want_outs):
-            np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
-        for got, want in zip(grads, want_grads):
-            assert sorted(got) == sorted(want)
-            for key in want:
-                np.testing.assert_allclose(got[key], want[key], rtol=1e-5, atol=1e-5)
-    for name, (state, size) in zip(names, grouped):
-        want, want_size = hash_state(name)
-        assert size == want_size and sorted(state) == sorted(want)
-        for key, (vector, m) in want.items():
-            np.testing.assert_allclose(state[key][0], vector, rtol=1e-5, atol=1e-6)
-            np.testing.assert_allclose(state[key][1], m, rtol=1e-5, atol=1e-7)
 
 
 def test_an_hbm_group_that_grows_equals_its_tables_one_by_one():
