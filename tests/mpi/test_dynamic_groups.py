@@ -8,7 +8,8 @@ member past its max_capacity fails the step on every rank and changes no table; 
 fails leaves the group as it was; a failed later op takes the group's new keys out again; a
 lookup whose gradient comes after a growth (a later lookup of the step, or an assign) updates the
 rows of its own keys; a member's dump and load, both ways, put its rows back where they are; and
-a step's host waits and backend calls do not grow with the number of tables."""
+a step's host waits and backend calls do not grow with the number of tables; the keyed form
+gives the same, a growth between its lookup and gradient included."""
 import numpy as np
 import pytest
 from mpi4py import MPI
@@ -17,6 +18,7 @@ from checkpoint_reference import assert_same, every_row
 from sok1x.backend import random_init
 from sok1x.engine import api, assign_values, checkpoint, runtime, table_group
 from sok1x.engine.dynamic_table import make_dynamic
+from sok1x.engine.keyed_lookup import KeyedInput
 from sok1x.engine.op_order import OpId
 from sok1x.engine.pooled_lookup import PooledInput
 from sok1x.errors import InvalidInputError, TableFullError
@@ -284,6 +286,64 @@ def test_a_lookups_gradient_after_a_growth_of_its_group_updates_its_own_keys(way
         assert_same_gradient(g, w)
     for g, w in zip(got_state, want_state):
         assert_same_state(g, w)
+
+
+def _keyed_steps(names, layout, keyed, grow_between, steps=3):
+    """Training steps of hbm tables `names` (INIT rows: they grow) as one keyed lookup each, or
+    one pooled lookup per table, with (grow_between) an assign of 32 new keys a rank to the first
+    table between each lookup and its gradient. Returns per step (outputs joined, per table the
+    gradient by key), and the tables' states."""
+    rng = np.random.default_rng([12, RANK])
+    record = []
+    for step in range(steps):
+        inputs, tops = batch(rng, step, layout)
+        inputs = [i._replace(weights=None, combiner="sum") for i in inputs]
+        if keyed:
+            item = KeyedInput(np.concatenate([i.keys for i in inputs]),
+                              [i.keys.shape[0] for i in inputs],
+                              np.concatenate([i.segment_ids for i in inputs]),
+                              [i.num_segments for i in inputs], None, "sum")
+            out, token = api.keyed_lookup(names, "dgk_fwd", item, True)
+        else:
+            outs, tokens = lookup(names, "dgk_one_fwd", inputs, False)
+            out = np.concatenate(outs)
+        if grow_between:
+            new = np.arange(32 * SIZE, dtype=np.int64) + 10 ** 13 + step * 10 ** 9
+            assign_values.assign_values(names[0], new, np.full((new.size, DIM), 0.5, np.float32),
+                                        where="dgk_between")
+        if keyed:
+            values, rows, counts = api.keyed_lookup_grad(names, "dgk_bwd", token,
+                                                         np.concatenate(tops))
+            cuts = np.concatenate([[0], np.cumsum(counts)])
+            by_key = [gradient_by_key(name, np.asarray(values)[a:b], np.asarray(rows)[a:b])
+                      for name, a, b in zip(names, cuts[:-1], cuts[1:])]
+            api.apply_keyed_update(names, "adagrad", "Adagrad", {}, HYPER, values, rows, counts)
+        else:
+            by_key = gradients_and_update(names, "dgk_one_bwd", tokens, tops)
+        record.append((np.array(out), by_key))
+    return record, [shard_state(name) for name in names]
+
+
+@pytest.mark.parametrize("grow_between", [False, True])
+def test_a_keyed_lookup_of_an_hbm_group_equals_its_tables_one_by_one(grow_between):
+    """The keyed form (all tables' keys in one array, engine/keyed_lookup.py) of a growing hbm
+    group, also with a growth between each lookup and its gradient."""
+    layout = [entry for entry in LAYOUT if entry[2] == "hbm" and entry[1] == DIM]
+    tag = "dg_keyed_%d" % grow_between
+    names = make_tables(tag, layout=layout)
+    together, grouped = _keyed_steps(names, layout, True, grow_between)
+    group = api.shard(names[0]).group
+    assert isinstance(group, table_group.HashGroup)
+    assert_a_group_of_views(group)
+    assert on_some_rank(api.shard(names[0]).capacity > INIT)
+    make_tables(tag, layout=layout)
+    alone, want = _keyed_steps(names, layout, False, grow_between)
+    for (out, grads), (want_out, want_grads) in zip(together, alone):
+        np.testing.assert_allclose(out, want_out, rtol=1e-5, atol=1e-6)
+        for got, expected in zip(grads, want_grads):
+            assert_same_gradient(got, expected)
+    for got, expected in zip(grouped, want):
+        assert_same_state(got, expected)
 
 
 @pytest.mark.parametrize("way", ["staged", "two-pass"])
