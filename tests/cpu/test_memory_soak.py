@@ -1,5 +1,6 @@
 """Long training loops keep their resident memory flat on both seams (DESIGN D1): after a warm-up
-of a quarter of the steps, a rank's resident memory grows by less than 0.05 KiB per step.
+of a quarter of the steps, a rank's resident memory grows by less than 0.05 KiB per step in each
+half of the rest (a leak grows both; the allocator taking one block more at one moment, one).
 
 The job (tests/cpu/jobs/seam_soak.py) trains one sok1x layer in a tf.compat.v1 Session: lookup,
 gradient and Adam update, three engine ops a step. 20,000 steps on one rank per seam, and shorter
@@ -40,8 +41,14 @@ def soak(seam, ranks, steps, env_changes=None):
     assert len(samples) >= 20 and all(len(by_step[s]) == ranks for s in samples), \
         finished.explain()
     warm = [s for s in samples if s >= steps // 4][0]
+    middle = [s for s in samples if s >= (warm + samples[-1]) // 2][0]
     last = samples[-1]
-    growth = [(by_step[last][r] - by_step[warm][r]) / float(last - warm) for r in range(ranks)]
+
+    def slope(rank, first, second):
+        return (by_step[second][rank] - by_step[first][rank]) / float(second - first)
+    # A leak grows RSS in both halves of the window; the allocator taking one more block at
+    # one moment (a single jump, 256 KiB seen once at 4 ranks) moves one half only.
+    growth = [min(slope(r, warm, middle), slope(r, middle, last)) for r in range(ranks)]
     print("%s seam, %d ranks, %d steps in %.0f s: KiB per step after warm-up %s" % (
         seam, ranks, steps, finished.seconds, ["%.4f" % g for g in growth]))
     return growth, finished
