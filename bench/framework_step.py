@@ -276,6 +276,12 @@ def _table_runs(rt, w, device, sok, names):
     return runs
 
 
+def host_outputs(backend, outs):
+    """One host float array of a step's outputs (torch tensors or backend arrays), flattened."""
+    return np.concatenate([(o.cpu().numpy() if torch.is_tensor(o) else np.asarray(
+        backend.to_host(o))).reshape(-1) for o in outs])
+
+
 def run_workload(rt, name, device, steps, repeats, scale):
     w = workloads.workload(name, rt.size, scale)
     reason = too_big(w, rt, device)
@@ -287,17 +293,13 @@ def run_workload(rt, name, device, steps, repeats, scale):
     sok = SokVariants(rt, w, names)
     runs = (_single_table_runs if w.tables is None else _table_runs)(rt, w, device, sok, names)
 
-    def host_out(outs):
-        return np.concatenate([(o.cpu().numpy() if torch.is_tensor(o) else np.asarray(
-            backend.to_host(o))).reshape(-1) for o in outs])
-
     # Same outputs on the first steps: every variant from the same initial table.
     first = {}
     for variant, run in runs.items():
         if variant.startswith("sok1x"):
             sok_steps.make_tables(rt, w, SPEC)
             sok.step_count = 0
-        first[variant] = [host_out(run(s)) for s in range(CHECK_STEPS)]
+        first[variant] = [host_outputs(backend, run(s)) for s in range(CHECK_STEPS)]
     reference = first["sok1x_device"]
     diffs = {v: job_max(max(float(np.max(np.abs(a - b))) for a, b in zip(outs, reference)))
              for v, outs in first.items()}
@@ -382,11 +384,9 @@ def run_dynamic(rt, device, steps, repeats, scale):
     del weight
     runs["torch_dedup"] = lambda s: [dedup.step(keys_torch[s % 3].reshape(-1))]
 
-    def host_out(outs):
-        return np.concatenate([(o.cpu().numpy() if torch.is_tensor(o) else np.asarray(
-            rt.backend.to_host(o))).reshape(-1) for o in outs])
     # The first steps from the initial rows: hbm's outputs against the peer's.
-    first = {v: [host_out(runs[v](s)) for s in range(CHECK_STEPS)] for v in ("hbm", "torch_dedup")}
+    first = {v: [host_outputs(rt.backend, runs[v](s)) for s in range(CHECK_STEPS)]
+             for v in ("hbm", "torch_dedup")}
     peer_diff = job_max(max(float(np.max(np.abs(a - b)))
                             for a, b in zip(first["torch_dedup"], first["hbm"])))
 

@@ -18,7 +18,6 @@ from checkpoint_reference import assert_same, every_row
 from sok1x.backend import random_init
 from sok1x.engine import api, assign_values, checkpoint, runtime, table_group
 from sok1x.engine.dynamic_table import make_dynamic
-from sok1x.engine.keyed_lookup import KeyedInput
 from sok1x.engine.op_order import OpId
 from sok1x.engine.pooled_lookup import PooledInput
 from sok1x.errors import InvalidInputError, TableFullError
@@ -28,6 +27,8 @@ from test_hash_groups import (
     assert_same_state,
     batch,
     gradient_by_key,
+    keyed_gradient_and_update,
+    keyed_input,
     shard_state,
     summed_batches,
 )
@@ -299,11 +300,7 @@ def _keyed_steps(names, layout, keyed, grow_between, steps=3):
         inputs, tops = batch(rng, step, layout)
         inputs = [i._replace(weights=None, combiner="sum") for i in inputs]
         if keyed:
-            item = KeyedInput(np.concatenate([i.keys for i in inputs]),
-                              [i.keys.shape[0] for i in inputs],
-                              np.concatenate([i.segment_ids for i in inputs]),
-                              [i.num_segments for i in inputs], None, "sum")
-            out, token = api.keyed_lookup(names, "dgk_fwd", item, True)
+            out, token = api.keyed_lookup(names, "dgk_fwd", keyed_input(inputs), True)
         else:
             outs, tokens = lookup(names, "dgk_one_fwd", inputs, False)
             out = np.concatenate(outs)
@@ -312,12 +309,7 @@ def _keyed_steps(names, layout, keyed, grow_between, steps=3):
             assign_values.assign_values(names[0], new, np.full((new.size, DIM), 0.5, np.float32),
                                         where="dgk_between")
         if keyed:
-            values, rows, counts = api.keyed_lookup_grad(names, "dgk_bwd", token,
-                                                         np.concatenate(tops))
-            cuts = np.concatenate([[0], np.cumsum(counts)])
-            by_key = [gradient_by_key(name, np.asarray(values)[a:b], np.asarray(rows)[a:b])
-                      for name, a, b in zip(names, cuts[:-1], cuts[1:])]
-            api.apply_keyed_update(names, "adagrad", "Adagrad", {}, HYPER, values, rows, counts)
+            by_key = keyed_gradient_and_update(names, "dgk_bwd", token, tops)
         else:
             by_key = gradients_and_update(names, "dgk_one_bwd", tokens, tops)
         record.append((np.array(out), by_key))
@@ -394,9 +386,10 @@ def test_host_waits_and_backend_calls_do_not_grow_with_the_hbm_tables(count):
     assert counts[count] == counts[2] == counts["v1"], counts
 
 
-def _graph_program(together, steps=3):
+def _graph_program(together, inter_op_threads, steps=3):
     """A TF1 program of four hbm sok1x.DynamicVariables (init_capacity 4: they grow) looked up
-    by sok1x.lookup_sparse, all in one call or one call each, trained with Adagrad. Returns the
+    by sok1x.lookup_sparse, all in one call or one call each, trained with Adagrad in a Session
+    of `inter_op_threads` inter-op threads. Returns the
     losses, every variable's exported rows by key, the kind of group of the first and its
     capacity on this rank."""
     import sok1x
@@ -423,7 +416,7 @@ def _graph_program(together, steps=3):
         train = sok1x.OptimizerWrapper(tf1.train.AdagradOptimizer(0.1)).apply_gradients(
             zip(grads, variables))
         exports = [sok1x.export(v) for v in variables]
-    with session(graph) as sess:
+    with session(graph, inter_op_threads) as sess:
         sess.run(sok1x.Init(backend="cpu"))
         sess.run(tf1.global_variables_initializer())
         losses = [sess.run([loss, train], dict(zip(holders, feed)))[0] for feed in feeds]
@@ -432,9 +425,11 @@ def _graph_program(together, steps=3):
     return losses, rows, type(table.group).__name__, table.capacity
 
 
-def test_a_program_looking_up_hbm_dynamic_variables_together_trains_as_one_looking_them_up_apart():
-    losses, rows, kind, capacity = _graph_program(True)
-    want_losses, want_rows, alone, want_capacity = _graph_program(False)
+@pytest.mark.parametrize("inter_op_threads", [1, 8])
+def test_a_program_looking_up_hbm_dynamic_variables_together_trains_as_one_looking_them_up_apart(
+        inter_op_threads):
+    losses, rows, kind, capacity = _graph_program(True, inter_op_threads)
+    want_losses, want_rows, alone, want_capacity = _graph_program(False, inter_op_threads)
     assert kind == "HashGroup" and alone == "NoneType"
     assert capacity == want_capacity and on_some_rank(capacity > 4)
     np.testing.assert_allclose(losses, want_losses, rtol=1e-5, atol=1e-5)

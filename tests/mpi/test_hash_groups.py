@@ -284,18 +284,27 @@ def keyed_steps(names, inputs, tops, keyed):
             api.apply_optimizer_update(name, "adagrad", "Adagrad", {}, HYPER, v, r)
             outs.append(out)
         return np.concatenate(outs), by_key
-    item = KeyedInput(np.concatenate([i.keys for i in inputs]), [i.keys.shape[0] for i in inputs],
+    out, token = api.keyed_lookup(names, "hg_keyed_fwd", keyed_input(inputs), True)
+    assert isinstance(api.shard(names[0]).group, table_group.HashGroup)
+    return np.array(out), keyed_gradient_and_update(names, "hg_keyed_bwd", token, tops)
+
+
+def keyed_input(inputs):
+    """The KeyedInput of per-table PooledInputs (sum pooling, no weights)."""
+    return KeyedInput(np.concatenate([i.keys for i in inputs]), [i.keys.shape[0] for i in inputs],
                       np.concatenate([i.segment_ids for i in inputs]),
                       [i.num_segments for i in inputs], None, "sum")
-    out, token = api.keyed_lookup(names, "hg_keyed_fwd", item, True)
-    assert isinstance(api.shard(names[0]).group, table_group.HashGroup)
-    values, rows, counts = api.keyed_lookup_grad(names, "hg_keyed_bwd", token,
-                                                 np.concatenate(tops))
+
+
+def keyed_gradient_and_update(names, op, token, tops):
+    """The keyed gradient of a keyed lookup's token and an Adagrad update with it; returns per
+    table the gradient by key."""
+    values, rows, counts = api.keyed_lookup_grad(names, op, token, np.concatenate(tops))
     cuts = np.concatenate([[0], np.cumsum(counts)])
     by_key = [gradient_by_key(name, np.asarray(values)[a:b], np.asarray(rows)[a:b])
               for name, a, b in zip(names, cuts[:-1], cuts[1:])]
     api.apply_keyed_update(names, "adagrad", "Adagrad", {}, HYPER, values, rows, counts)
-    return np.array(out), by_key
+    return by_key
 
 
 def test_a_keyed_lookup_of_a_hash_group_equals_its_tables_one_by_one():
