@@ -17,7 +17,8 @@ import sys
 
 import harness
 
-WORKLOADS = ("seed", "dlrm", "dlrm_hash", "dlrm26", "dlrm26_hash", "dlrm26_dynamic", "mlperf26")
+WORKLOADS = ("seed", "dlrm", "dlrm_hash", "dlrm26", "dlrm26_hash", "dlrm26_dynamic",
+             "dlrm26_hybrid", "mlperf26")
 
 
 def load(paths):
@@ -79,7 +80,8 @@ def summarise(runs):
                            "met": speedup >= 2.0})
     for ranks in sorted(runs):
         for workload, single in (("dlrm26", "dlrm"), ("dlrm26_hash", "dlrm_hash"),
-                                 ("dlrm26_dynamic", "dlrm_hash")):
+                                 ("dlrm26_dynamic", "dlrm_hash"),
+                                 ("dlrm26_hybrid", "dlrm_hash")):
             one = table.get((single, "sok1x_device", ranks))  # hash tables beside a hash table
             many = table.get((workload, "sok1x_device", ranks))
             if one and many:

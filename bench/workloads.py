@@ -16,6 +16,8 @@ dlrm_hash, dlrm26_hash: dlrm and dlrm26 with hash tables (use_hashtable=True, SO
     row (framework_step.hashed_shard_weight).
 dlrm26_dynamic: dlrm26 on 26 sok1x.DynamicVariables of var_type "hbm" (one hash group that may
     grow: max_capacity twice the rows a shard needs), the same PyTorch peer as dlrm26_hash.
+dlrm26_hybrid: the same on var_type "hybrid" (rows all in GPU memory; one hash group that counts
+    its lookups and may evict), the same peer.
 mlperf26: the embedding of MLPerf's DLRM-DCNv2 benchmark: 26 tables with the Criteo 1TB
     cardinalities and multi-hot sizes below (keys uniform within a table), dim 128, sum pooling,
     Adagrad, global batch 55296 split over the ranks (strong scaling). Its rows and accumulators
@@ -65,6 +67,8 @@ def workload(name, size, scale=1):
         return workload("dlrm26", size, scale)._replace(name="dlrm26_hash", hashed=True)
     if name == "dlrm26_dynamic":
         return workload("dlrm26", size, scale)._replace(name="dlrm26_dynamic", hashed="hbm")
+    if name == "dlrm26_hybrid":
+        return workload("dlrm26", size, scale)._replace(name="dlrm26_hybrid", hashed="hybrid")
     if name == "mlperf26":
         global_batch = 55296 // scale
         vocabs = tuple(max(1, c // scale) for c in MLPERF_CARDINALITIES)
@@ -77,7 +81,7 @@ def table_batches(w, rank, size, count=3, seed=99):
     """For a workload of several tables: `count` batches, each per table its int64 keys
     [batch_per_rank * hotness_t] (sample-major, relative to the table). dlrm26 takes dlrm's
     keys; mlperf26 draws keys uniformly within each table."""
-    if w.name in ("dlrm26", "dlrm26_hash", "dlrm26_dynamic"):
+    if w.name in ("dlrm26", "dlrm26_hash", "dlrm26_dynamic", "dlrm26_hybrid"):
         out = []
         for keys in Batches(w, rank, size, count).keys:  # dlrm's keys
             keys = keys - np.arange(w.slots).reshape(1, -1, 1) * w.vocab

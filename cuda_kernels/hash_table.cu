@@ -120,19 +120,28 @@ extern "C" __global__ void hash_find_or_insert(int64* slots, uint64 slot_count, 
 
 // A hash group's members (engine/table_group.py) in one launch: keys[i] is a key of member
 // tags[i], whose index members[MEMBER * t ...] describes: its slots' address, slot count, first
-// new row, rows left (limit) and the start of its rows among the group's flat rows.
-#define MEMBER 5
+// new row, rows left (limit), the start of its rows among the group's flat rows, and its pool of
+// freed rows (address and count; 0, 0 for none): as Placing's for one index, the k-th key a
+// member places gets pool[k] for k < pool_count, then first_new_row + k - pool_count.
+#define MEMBER 7
 
 struct Member {
   int64* slots;
   uint64 slot_count;
   int64 first_new_row, limit, row_start;
+  const int64* pool;
+  int64 pool_count;
 };
 
 __device__ __forceinline__ Member member_of(const int64* members, int64 tag) {
   const int64* m = members + MEMBER * tag;
-  const Member member = {(int64*)m[0], (uint64)m[1], m[2], m[3], m[4]};
+  const Member member = {(int64*)m[0], (uint64)m[1], m[2], m[3], m[4], (const int64*)m[5], m[6]};
   return member;
+}
+
+__device__ __forceinline__ int64 placed_row(const Member& member, int64 k) {
+  if (k >= member.limit) return OVERFLOW_ROW;
+  return k < member.pool_count ? member.pool[k] : member.first_new_row + k - member.pool_count;
 }
 
 __device__ __forceinline__ int64 flat_row(const Member& member, int64 row) {
@@ -150,9 +159,9 @@ extern "C" __global__ void hash_find_tagged(const int64* members, const int64* k
 }
 
 // find_or_insert over a group's members (as hash_find_or_insert for one index): rows[i] gets
-// keys[i]'s flat row. A key placed takes its member's next row: placed[t] (zeroed by the
-// caller) counts member t's placed keys, also past its limit, where they get OVERFLOW_ROW and
-// the caller, seeing placed[t] > limit, erases the call's keys; the placed keys are recorded
+// keys[i]'s flat row. A key placed takes its member's next row (placed_row): placed[t] (zeroed
+// by the caller) counts member t's placed keys, also past its limit, where they get OVERFLOW_ROW
+// and the caller, seeing placed[t] > limit, erases the call's keys; the placed keys are recorded
 // at [0, *total) of new_keys, new_rows (flat) and new_tags. The counters take one atomicAdd per
 // warp (*total) and per member of a warp's placed keys (placed[t]).
 extern "C" __global__ void hash_find_or_insert_tagged(const int64* members, const int64* keys,
@@ -163,7 +172,7 @@ extern "C" __global__ void hash_find_or_insert_tagged(const int64* members, cons
   for (int64 first = first_of_warp(); first < n; first += global_thread_count()) {
     const int64 i = first + lane_id();
     const int lane = (int)lane_id();
-    Member member = {nullptr, 0, 0, 0, 0};
+    Member member = {nullptr, 0, 0, 0, 0, nullptr, 0};
     int64 slot = -1;
     bool claimed = false;
     if (i < n) {
@@ -185,7 +194,7 @@ extern "C" __global__ void hash_find_or_insert_tagged(const int64* members, cons
       }
       member_base = __shfl_sync(same, member_base, head);
       const int64 k = (int64)member_base + __popc(same & lanes_below());
-      const int64 row = k < member.limit ? member.first_new_row + k : OVERFLOW_ROW;
+      const int64 row = placed_row(member, k);
       const int64 at = (int64)base + __popc(claimers & lanes_below());
       new_keys[at] = keys[i];
       new_rows[at] = flat_row(member, row);

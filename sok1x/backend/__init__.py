@@ -82,9 +82,10 @@ Every backend module exposes the same names, and the engine's algorithms call on
     A hash group's members (engine/table_group.py's HashGroup), keys tagged with their member:
     part_tags(cuts) -> int64 [cuts[-1]]                the part of each position (one launch)
     unique_many_start(..., tags_list)                  de-duplicates a tagged array per (tag, key)
-    hash_insert_many(indexes, keys, tags, row_starts) -> (rows, new_keys, new_rows, new_tags,
-        count, placed)   find_or_insert in every member's index in one launch, no wait: flat
-        rows, the placed keys (count [1] of them), placed [T] per member on the device;
+    hash_insert_many(indexes, keys, tags, row_starts, pools=None) -> (rows, new_keys, new_rows,
+        new_tags, count, placed)   find_or_insert in every member's index in one launch, no
+        wait (pools: per member (row_pool, next_row), a hybrid table's freed rows): flat rows,
+        the placed keys (count [1] of them), placed [T] per member on the device;
         hash_insert_many_done(indexes, found, host placed, keep) ends the call (keep=False
         erases its keys again)
     hash_find_many(indexes, keys, tags, row_starts) -> flat rows, -1 where not held

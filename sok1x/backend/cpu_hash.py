@@ -191,14 +191,15 @@ class HashIndex:
         return keys[order], rows[order]
 
 
-def hash_insert_many(indexes, keys, tags, row_starts):
+def hash_insert_many(indexes, keys, tags, row_starts, pools=None):
     """find_or_insert of a hash group's owned keys in its members' `indexes`: keys[i] is a key
-    of member tags[i], whose rows start at flat row row_starts[t]. Returns (rows, new_keys,
-    new_rows, new_tags, count, placed): every key's flat row (OVERFLOW_ROW where its member's
-    shard has no room), the keys placed with their flat rows and tags (the first count[0] of
-    them), and per member int64 [T] how many new keys it got (its room exceeded: the shard is
-    full, nothing of it placed). No wait (cuda leaves placed on the device); the caller reads
-    placed and ends the call with hash_insert_many_done."""
+    of member tags[i], whose rows start at flat row row_starts[t]; pools: None, or per member
+    (row_pool, next_row) as find_or_insert's (None, None: rows from the index's size).
+    Returns (rows, new_keys, new_rows, new_tags, count, placed): every key's flat row
+    (OVERFLOW_ROW where its member's shard has no room), the keys placed with their flat rows
+    and tags (the first count[0] of them), and per member int64 [T] how many new keys it got
+    (its room exceeded: the shard is full, nothing of it placed). No wait (cuda leaves placed
+    on the device); the caller reads placed and ends the call with hash_insert_many_done."""
     keys, tags = np.asarray(keys, dtype=np.int64), np.asarray(tags, dtype=np.int64)
     rows = np.full(keys.shape[0], EMPTY, dtype=np.int64)
     placed = np.zeros(len(indexes), dtype=np.int64)
@@ -211,7 +212,8 @@ def hash_insert_many(indexes, keys, tags, row_starts):
             own = index.find(keys[mine])
             rows[mine] = np.where(own >= 0, own + start, OVERFLOW_ROW)
             continue
-        own, new_keys, new_rows = index.find_or_insert(keys[mine], missing=placed[t])
+        pool, next_row = (None, None) if pools is None else pools[t]
+        own, new_keys, new_rows = index.find_or_insert(keys[mine], pool, placed[t], next_row)
         rows[mine] = own + start
         new.append((new_keys, new_rows + start, np.full(new_keys.shape, t, dtype=np.int64)))
     new_keys, new_rows, new_tags = (np.concatenate(parts) for parts in zip(*new))

@@ -2,9 +2,10 @@
 kernels hash_find_tagged and hash_find_or_insert_tagged of cuda_kernels/hash_table.cu, and
 init_rows_tagged_float32 of random_init.cu).
 
-The members travel to a kernel as one int64 list, five entries each: the address and slot count
-of the index's slots, its first new row (its size), the rows it has left, and where its rows
-start among the group's flat rows. The sizes change as keys arrive, so the list is uploaded per
+The members travel to a kernel as one int64 list, seven entries each: the address and slot count
+of the index's slots, its first new row (its size, or a hybrid table's high water), the rows it
+has left, where its rows start among the group's flat rows, and the address and length of its
+pool of freed rows (0, 0 for none). The sizes change as keys arrive, so the list is uploaded per
 call (one queued copy, no wait). Keys come with tags, the member of each.
 """
 import numpy as np
@@ -37,11 +38,17 @@ def _kernels():
             "init": prepared("random_init.cu", "init_rows_tagged_float32", "PPqPPPqPqiiQPdd")}
 
 
-def _members(indexes, row_starts):
-    """The device list of the members' indexes (the module's docstring)."""
-    listing = np.array([[int(index._slots.gpudata), index.slot_count, index.size,
-                         index.capacity - index.size, int(start)]
-                        for index, start in zip(indexes, row_starts)], dtype=np.int64)
+def _members(indexes, row_starts, pools=None):
+    """The device list of the members' indexes (the module's docstring); pools: as
+    hash_insert_many's."""
+    pools = pools or [(None, None)] * len(indexes)
+    listing = np.array([[int(index._slots.gpudata), index.slot_count,
+                         index.size if next_row is None else int(next_row),
+                         index.capacity - index.size, int(start),
+                         0 if pool is None or not pool.shape[0] else ptr(pool),
+                         0 if pool is None else int(pool.shape[0])]
+                        for index, start, (pool, next_row) in zip(indexes, row_starts, pools)],
+                       dtype=np.int64)
     return to_device(listing.reshape(-1))
 
 
@@ -59,9 +66,12 @@ def hash_find_many(indexes, keys, tags, row_starts):
 
 
 @uses_context
-def hash_insert_many(indexes, keys, tags, row_starts):
+def hash_insert_many(indexes, keys, tags, row_starts, pools=None):
     """find_or_insert of a hash group's owned keys in its members' `indexes` (keys[i] one of
     member tags[i]'s, whose rows start at flat row row_starts[t]), in one launch and no wait.
+    pools: None, or per member (row_pool, next_row) as HashIndex.find_or_insert's (a hybrid
+    table's freed rows in taking order, a device int64 array or None, then rows from next_row;
+    None, None: rows from the index's size).
     Returns (rows, new_keys, new_rows, new_tags, count, placed): every key's flat row (-3 for a
     key past its member's room), the keys placed with their flat rows and tags (the first
     count[0] of them; count a uint64 [1] device array), and placed, int64 [T] on the device:
@@ -72,7 +82,7 @@ def hash_insert_many(indexes, keys, tags, row_starts):
     counters = fill_bytes(empty((parts + 1,), np.int64), 0)  # per member, then the total
     rows, new_keys, new_rows, new_tags = (empty((n,), np.int64) for _ in range(4))
     if n:
-        members = _members(indexes, row_starts)
+        members = _members(indexes, row_starts, pools)
         launch(_kernels()["insert"], n, ptr(members), ptr(keys), ptr(tags), n, ptr(counters),
                ptr(counters) + 8 * parts, ptr(new_keys), ptr(new_rows), ptr(new_tags),
                ptr(rows))

@@ -300,6 +300,8 @@ def _emptied_in_place(rt, table):
     table.index = backend.HashIndex(table.capacity)
     for name, array in table.slots.items():
         backend.fill_value(array, table.slot_initial[name])
+    if hasattr(table, "emptied"):  # a hybrid DynamicTable: no freed row, no statistics
+        table.emptied()
 
 
 def _take_staged(rt, plan):
@@ -318,6 +320,9 @@ def _take_staged(rt, plan):
         elif fresh.capacity < table.capacity:  # ... or the fresh shard to the member's rows
             fresh._grow(table.capacity)
         table.index = fresh.index
+        if hasattr(table, "emptied"):  # a hybrid DynamicTable: the fresh shard's rows in use
+            table.emptied()
+            table._free, table._high_water = fresh._free, fresh._high_water
     restored = _reset_unrestored_slots(backend, table, plan.kept)
     backend.write_rows(table.values, 0, fresh.values)
     backend.write_rows(table.times, 0, fresh.times)

@@ -330,16 +330,65 @@ class DynamicTable(EmbeddingTable):
             backend.put_rows(self.statistics, new_rows,
                              backend.zeros((int(new_rows.shape[0]), 2), np.int64))
         if evicted is not None:
-            keys, rows, values, slots, statistics, entry = evicted
-            device_rows = backend.asarray(rows)
-            self.index.assign(backend.asarray(keys), device_rows)
-            hybrid_rows.put_rows(backend, self.values, device_rows, values)
-            for name, saved in slots.items():
-                hybrid_rows.put_rows(backend, self.slots[name], device_rows, saved)
-            backend.put_rows(self.statistics, device_rows, statistics)
-            self._evicted = [e for e in self._evicted if e is not entry]
+            self._put_back(evicted)
         self._free, self._high_water = free_before, high_water_before
         self.index = rebuilt_if_worn(backend, self.index, self.capacity)
+
+    def _put_back(self, evicted):
+        """Gives the keys of one _evict (its undo record `evicted`) their rows, vectors, slots
+        and statistics again, and takes them out of what pop_evicted hands out."""
+        backend = self.backend
+        keys, rows, values, slots, statistics, entry = evicted
+        device_rows = backend.asarray(rows)
+        self.index.assign(backend.asarray(keys), device_rows)
+        hybrid_rows.put_rows(backend, self.values, device_rows, values)
+        for name, saved in slots.items():
+            hybrid_rows.put_rows(backend, self.slots[name], device_rows, saved)
+        backend.put_rows(self.statistics, device_rows, statistics)
+        self._evicted = [e for e in self._evicted if e is not entry]
+
+    # -- what a hash group of hybrid tables asks of its members (engine/table_group.py) ---------
+
+    def rows_source(self):
+        """(row_pool, next_row) for a hash group's insert (backend.hash_insert_many's pools):
+        the freed rows in taking order and the high water, or (None, None) where no row was
+        freed (new keys take rows index.size, index.size + 1, ...)."""
+        if self._free.shape[0] == 0:
+            return None, None
+        return self._free_rows_on_device(), self._high_water
+
+    def held_state(self):
+        """What undo_placed needs to put the free list and high water back."""
+        return self._free, self._high_water
+
+    def take_rows(self, count):
+        """Hands out the rows of `count` keys a hash group placed (by rows_source's order);
+        returns how many were freed rows."""
+        return self._take_rows(count)
+
+    def undo_placed(self, new_keys, new_rows, held):
+        """Undoes a hash group's placing of `new_keys` at this shard's `new_rows` (backend
+        arrays) in a failed step; held: held_state() before it."""
+        self._undo_insert(new_keys, new_rows, held[0], held[1], None)
+
+    def make_room(self, count, keys):
+        """Evicts `count` keys that neither the current step nor owned `keys` (backend) looked
+        up, by the strategy, recording in the step journal how to put them back."""
+        held = self.held_state()
+        evicted = self._evict(count, self.index.find(keys))
+        self.journal.record(lambda: self._undo_evict(evicted, held))
+
+    def _undo_evict(self, evicted, held):
+        self._put_back(evicted)
+        self._free, self._high_water = held
+        self.index = rebuilt_if_worn(self.backend, self.index, self.capacity)
+
+    def emptied(self):
+        """Forgets every key's place for a load into this shard where it is (a hash group's
+        member): no freed row, no row handed out, no statistics, nothing evicted to hand out."""
+        self._free, self._high_water, self._evicted = np.zeros(0, np.int64), 0, []
+        if self.statistics is not None:
+            self.backend.fill_value(self.statistics, 0)
 
     def grown_capacity(self, needed):
         """The capacity doubled until `needed` rows fit, at most max_capacity."""
@@ -350,8 +399,8 @@ class DynamicTable(EmbeddingTable):
 
     def _grow(self, needed):
         """Doubles the capacity until `needed` rows fit (at most max_capacity), keeping every
-        key's row, vector, slots and statistics. A hash group's member (var_type "hbm",
-        engine/table_group.py) grows through its group, which holds its arrays."""
+        key's row, vector, slots and statistics. A hash group's member (engine/table_group.py)
+        grows through its group, which holds its arrays."""
         if self.group is not None:
             rows = self.group.capacities.copy()
             rows[self.group.members.index(self)] = needed

@@ -273,7 +273,8 @@ def _room_and_keys(tables, keys_list, tagged, training, tag_counts, admit_ratios
             continue
         if t in tagged:
             counts = None if not tag_counts else tag_counts[t]
-            if counts is None or len(counts) != len(table.capacities):
+            if counts is None or len(counts) != len(table.capacities) or (
+                    not table.may_count_later()):
                 continue
         elif (isinstance(table, EmbeddingTable) and table.may_count_later()
               and not (admit_ratios and admit_ratios[t] is not None)):
@@ -348,7 +349,7 @@ def _insert_keys(runtime, op, tables, owned, owned_tags, owner_rows, vectors, fi
                 continue
             needed = tables[t].rows_needed(owned[t], owned_tags[t], most.get(t))
             if needed is not None and np.any(needed > tables[t].capacities):
-                errors.append(tables[t].growth_error(needed))
+                errors.append(tables[t].growth_error(needed, owned[t], owned_tags[t]))
                 growing[t] = needed  # placed once every rank knows the step goes on
                 continue
             started.append((t, tables[t].insert_start(owned[t], owned_tags[t])))
@@ -367,12 +368,13 @@ def _insert_keys(runtime, op, tables, owned, owned_tags, owner_rows, vectors, fi
 
 
 def _grown_and_placed(backend, tables, owned, owned_tags, growing, started, placed):
-    """Grows the hash groups of `growing` ({position: rows each member needs}, counted
-    exactly: HashGroup.rows_needed) and places their owned keys (one wait more), appending the
-    calls to `started`; returns `placed` with their host counts appended."""
+    """Grows (or, for hybrid members, evicts from) the hash groups of `growing` ({position: rows
+    each member needs}, counted exactly: HashGroup.rows_needed) and places their owned keys
+    (one wait more), appending the calls to `started`; returns `placed` with their host counts
+    appended."""
     first = len(started)
     for t, needed in growing.items():
-        tables[t].grow(needed)
+        tables[t].make_room(needed, owned[t], owned_tags[t])
         started.append((t, tables[t].insert_start(owned[t], owned_tags[t])))
     calls = started[first:]
     counts = backend.to_host_many([s[1] for _, s in calls])

@@ -181,14 +181,7 @@ class EmbeddingTable:
 
     def reset_slot_rows(self, rows):
         """Writes each slot's initial value into `rows` (backend int64) of every slot."""
-        count = int(rows.shape[0])
-        if not count:
-            return
-        for name, values in self.slots.items():
-            fill = self.backend.zeros((count, self.dim), np.float32)
-            if self.slot_initial[name]:
-                self.backend.fill_value(fill, float(self.slot_initial[name]))
-            hybrid_rows.put_rows(self.backend, values, rows, fill)
+        reset_slot_rows(self.backend, self.slots, self.slot_initial, self.dim, rows)
 
     def stamp(self, rows, count=None):
         """Records now as the update time of shard `rows` (backend int array, no repeats; count:
@@ -225,3 +218,16 @@ def rebuilt_if_worn(backend, index, capacity):
     if index.tombstones * 2 > capacity:
         return rebuilt_index(backend, index, capacity)
     return index
+
+
+def reset_slot_rows(backend, slots, slot_initial, dim, rows):
+    """Writes slot_initial[name] into `rows` (backend int64, no repeats) of each of `slots`
+    ({name: [rows, dim] array, plain or split}): a table's, or a hash group's flat ones."""
+    count = int(rows.shape[0])
+    if not count:
+        return
+    for name, values in slots.items():
+        fill = backend.zeros((count, dim), np.float32)
+        if slot_initial[name]:
+            backend.fill_value(fill, float(slot_initial[name]))
+        hybrid_rows.put_rows(backend, values, rows, fill)

@@ -55,11 +55,18 @@ the same exchange):
   - a sok1x.DynamicVariable of var_type "hbm" (no host part, no eviction, no statistics) groups
     with hbm DynamicVariables of the same dim, placement and initializer, never with v1 hash
     tables (whose groups so never re-lay their arrays);
-  - a hybrid sok1x.DynamicVariable is a unit of its own: it evicts (a step's new keys take the
-    rows of evicted ones, from a free list that the group's one insert launch, handing rows out
-    in order, does not keep), it counts its lookups in statistics the group's kernels do not
-    touch, and rows past max_hbm_for_vectors live in host memory that a flat device array
-    cannot view;
+  - a hybrid sok1x.DynamicVariable (rows never split into host memory: max_hbm_for_vectors 0,
+    or enough GiB for max_capacity rows) groups with hybrid DynamicVariables of the same dim,
+    placement and initializer. Such a group also joins its members' access statistics into one
+    flat array (one count of a step's lookup for all members, in the launch that stamps the new
+    rows), hands each member's new keys its freed rows first (the insert launch takes a pool of
+    freed rows per member, DynamicTable.rows_source), and reads its members' counts of placed
+    keys in the lookup (a wait, as a hybrid table alone does: the host hands out the rows).
+    A member short of rows at max_capacity evicts on the host, after the lookup's agreement,
+    as it would alone (DynamicTable.make_room; a step that evicts is the slow path);
+  - a hybrid DynamicVariable whose rows split between GPU and host memory (max_hbm_for_vectors
+    too small for max_capacity rows) is a unit of its own: a flat device array cannot view its
+    host rows;
   - optimizer and dtype separate nothing today: values are float32 everywhere, and a group's
     slots are made per slot name, so an optimizer touches only the slots it keeps;
   - a table belongs to one group: the first lookup naming it with others makes its group; a
@@ -73,7 +80,7 @@ import numpy as np
 
 from sok1x.engine import distinct_rows
 from sok1x.engine import placement as placements
-from sok1x.engine.table import EmbeddingTable, rebuilt_if_worn, rebuilt_index
+from sok1x.engine.table import EmbeddingTable, rebuilt_if_worn, rebuilt_index, reset_slot_rows
 from sok1x.errors import InvalidInputError
 
 Unit = collections.namedtuple("Unit", "table positions")
@@ -207,7 +214,9 @@ class HashGroup(TableGroup):
     TableGroup's flat rows, times and slots, each member keeping its own HashIndex. Its keys
     come with tags (the member of each key, see the module's docstring). Reads to key_exchange
     as a TableGroup with use_hashtable, plus insert_start / insert_error / insert_finish (a
-    training lookup) and find (one without insert)."""
+    training lookup) and find (one without insert). A group of hybrid DynamicVariables also
+    keeps their access statistics in one flat array (statistics; None for the other groups),
+    and evicts (evicts True)."""
 
     use_hashtable = True
 
@@ -220,7 +229,19 @@ class HashGroup(TableGroup):
         self.capacities = np.array([table.capacity for table in members], dtype=np.int64)
         self.max_capacities = np.array([getattr(table, "max_capacity", table.capacity)
                                         for table in members], dtype=np.int64)
-        self.grows = bool(np.any(self.max_capacities > self.capacities))
+        self.evicts = any(getattr(table, "statistics", None) is not None for table in members)
+        self.grows = self.evicts or bool(np.any(self.max_capacities > self.capacities))
+        self.statistics = None
+        if self.evicts:
+            self.statistics = self._joined([table.statistics for table in members], 0)
+            for t, table in enumerate(members):
+                table.statistics = self._view(self.statistics, t)
+            self.backend.release_unused()
+
+    def may_count_later(self):
+        """False for a group that evicts: its members hand out freed rows by the host's count of
+        the keys each placed, so that count is read in the lookup (a wait)."""
+        return not self.evicts
 
     @staticmethod
     def _key_starts(members):
@@ -247,12 +268,20 @@ class HashGroup(TableGroup):
         hand to insert_error and insert_finish."""
         backend, indexes = self.backend, self.indexes()
         sizes = np.array([index.size for index in indexes], dtype=np.int64)
-        found = backend.hash_insert_many(indexes, keys, tags, self.row_starts)
+        held = pools = None
+        if self.evicts:  # new keys take freed rows first (DynamicTable.rows_source)
+            held = [table.held_state() for table in self.members]
+            pools = [table.rows_source() for table in self.members]
+        found = backend.hash_insert_many(indexes, keys, tags, self.row_starts, pools)
         rows, new_keys, new_rows, new_tags, count, placed = found
         backend.init_rows_tagged(self.values, new_rows, new_keys, new_tags, self.spec,
                                  self.table_ids, count)
-        self.stamp(new_rows, count)
-        return (indexes, found, self.gather(rows), sizes), placed
+        if self.evicts:  # the lookup counted and the new rows stamped in one launch
+            backend.touch_rows(self.statistics, rows, self.journal.step,
+                               stamp=(self.times, new_rows, time.time(), count))
+        else:
+            self.stamp(new_rows, count)
+        return (indexes, found, self.gather(rows), sizes, held), placed
 
     def sizes(self):
         """Host int64 [members]: the keys each member's shard holds."""
@@ -281,14 +310,39 @@ class HashGroup(TableGroup):
         pairs = np.unique(np.stack([np.asarray(tags)[new], np.asarray(keys)[new]]), axis=1)
         return sizes + np.bincount(pairs[0], minlength=len(self.members)).astype(np.int64)
 
-    def growth_error(self, needed):
-        """TableFullError for the first member whose rows `needed` (rows_needed's) pass its
-        max_capacity, else None."""
+    def growth_error(self, needed, keys, tags):
+        """TableFullError for the first member whose rows `needed` (rows_needed's, for owned
+        tagged `keys`) pass its max_capacity (for a hybrid member: even after evicting every key
+        the step did not look up), else None."""
         over = np.flatnonzero(needed > self.max_capacities)
-        if not over.size:
-            return None
-        t, sizes = int(over[0]), self.sizes()
-        return self.members[t].full_error(int(sizes[t]), int(needed[t] - sizes[t]))
+        sizes = self.sizes()
+        for t in over.tolist():
+            member = self.members[t]
+            if self.evicts:
+                error = member.capacity_error(self._keys_of(keys, tags)[t])
+            else:
+                error = member.full_error(int(sizes[t]), int(needed[t] - sizes[t]))
+            if error is not None:
+                return error
+        return None
+
+    def _keys_of(self, keys, tags):
+        """{member: backend int64, its keys among tagged `keys`} (host work: a step that grows
+        or evicts)."""
+        keys, tags = self.backend.to_host_many([keys, tags])
+        keys, tags = np.asarray(keys), np.asarray(tags)
+        return {t: self.backend.asarray(keys[tags == t]) for t in range(len(self.members))}
+
+    def make_room(self, needed, keys, tags):
+        """Makes room for the rows `needed` (rows_needed's, checked by growth_error) of owned
+        tagged `keys`: grows the members that need it (grow), then evicts from each hybrid
+        member still short of rows (at max_capacity) the keys it needs freed."""
+        self.grow(needed)
+        short = np.flatnonzero(needed > self.capacities)
+        if short.size:
+            mine = self._keys_of(keys, tags)
+            for t in short.tolist():
+                self.members[t].make_room(int(needed[t] - self.capacities[t]), mine[t])
 
     def grow(self, needed):
         """Grows each member whose rows `needed` (host int64 [members]) pass its capacity, in
@@ -310,13 +364,17 @@ class HashGroup(TableGroup):
             return self._joined([backend.row_view(flat, int(old[t]), int(old[t + 1]))
                                  for t in range(len(members))], initial, starts=starts)
         values, times = relaid(self.values, 0.0), relaid(self.times, 0.0)
+        statistics = None if self.statistics is None else relaid(self.statistics, 0)
         slots = {name: relaid(flat, self.slot_initial[name]) for name, flat in self.slots.items()}
         indexes = [rebuilt_index(backend, member.index, int(c)) if c != member.capacity
                    else member.index for member, c in zip(members, capacities)]
         self.row_starts, self.capacities = starts, capacities  # taken: nothing fails from here
         self.values, self.times, self.slots = values, times, slots
+        self.statistics = statistics
         for t, member in enumerate(members):
             member.values, member.times = self._view(values, t), self._view(times, t)
+            if statistics is not None:
+                member.statistics = self._view(statistics, t)
             for name, flat in slots.items():
                 member.slots[name] = self._view(flat, t)
             member.index, member.capacity = indexes[t], int(capacities[t])
@@ -328,9 +386,10 @@ class HashGroup(TableGroup):
         member can pass its room: keeps the placed keys (undone if the step fails later); each
         index counts its placed keys when its size is next read or settle(placed, its host copy)
         hands them over. Returns (flat rows, vectors)."""
-        indexes, found, vectors, _ = state
+        indexes, found, vectors, _, held = state
+        assert held is None, "a group that evicts reads its counts in the lookup"
         self.backend.hash_insert_many_done(indexes, found, placed, True)
-        self._record_undo(found)
+        self._record_undo(found, None)
         return found[0], vectors
 
     def settle(self, placed, host_placed):
@@ -352,34 +411,55 @@ class HashGroup(TableGroup):
         """Ends insert_start's call with the host counts `placed`: keep=True keeps the placed
         keys (undone if the step fails later) and returns (flat rows, vectors); keep=False
         erases them again (a failed step) and returns None."""
-        indexes, found, vectors, _ = state
-        self.backend.hash_insert_many_done(indexes, found, placed, keep)
+        indexes, found, vectors, _, held = state
+        backend = self.backend
+        backend.hash_insert_many_done(indexes, found, placed, keep)
+        placed_rows = None  # a group that evicts: the flat rows of the keys placed
+        if held is not None and placed.any():
+            placed_rows = backend.row_view(found[2], 0, int(placed.sum()))
         if not keep:
+            if placed_rows is not None:  # a row's counts start from 0 when a key takes it
+                rows = backend.to_host(placed_rows)
+                rows = backend.asarray(rows[rows >= 0])
+                backend.put_rows(self.statistics, rows,
+                                 backend.zeros((int(rows.shape[0]), 2), np.int64))
             self._rebuild_worn()
             return None
+        if placed_rows is not None:
+            reused = [member.take_rows(int(n)) for member, n in zip(self.members, placed)]
+            if any(reused):  # a freed row still holds its last key's slots
+                reset_slot_rows(backend, self.slots, self.slot_initial, self.dim, placed_rows)
         if placed.any():
-            self._record_undo(found)
+            self._record_undo(found, held)
         return found[0], vectors
 
-    def _record_undo(self, found):
+    def _record_undo(self, found, held):
         """Records in the step journal the erasing of the new keys of hash_insert_many's
-        `found`, by the row_starts their flat rows have (a later growth replaces row_starts)."""
+        `found`, by the row_starts their flat rows have (a later growth replaces row_starts);
+        held: None, or each member's held_state before the insert (a group that evicts)."""
         new_keys, new_rows, new_tags, count = found[1:5]
         starts = self.row_starts
         self.journal.record(
-            lambda: self._undo_insert(new_keys, new_rows, new_tags, count, starts))
+            lambda: self._undo_insert(new_keys, new_rows, new_tags, count, starts, held))
 
-    def _undo_insert(self, new_keys, new_rows, new_tags, count, starts):
+    def _undo_insert(self, new_keys, new_rows, new_tags, count, starts, held):
         """Erases the keys a failed step inserted, member by member, and resets their slots'
-        rows (as EmbeddingTable._undo_insert); starts: the row_starts of their flat rows."""
+        rows (as EmbeddingTable._undo_insert; a hybrid member also its statistics, free list and
+        high water: DynamicTable.undo_placed); starts: the row_starts of their flat rows."""
         backend = self.backend
         count = int(backend.to_host(count).reshape(-1)[0])
         keys, rows, tags = (backend.to_host(a)[:count] for a in (new_keys, new_rows, new_tags))
         for t, table in enumerate(self.members):
             mine = tags == t
-            if mine.any():
-                table.index.erase(backend.asarray(keys[mine]))
-                table.reset_slot_rows(backend.asarray(rows[mine] - starts[t]))
+            if not mine.any():
+                continue
+            own_keys = backend.asarray(keys[mine])
+            own_rows = backend.asarray(rows[mine] - starts[t])
+            if held is not None:
+                table.undo_placed(own_keys, own_rows, held[t])
+                continue
+            table.index.erase(own_keys)
+            table.reset_slot_rows(own_rows)
         self._rebuild_worn()
 
     def _rebuild_worn(self):
@@ -392,6 +472,9 @@ def group_kind(table, position, alone=()):
     dynamic = getattr(table, "dynamic", None)
     if dynamic is not None and dynamic.var_type == "hbm" and position not in alone:
         return ("hbm", table.dim, table.placement, table.spec)
+    if dynamic is not None and position not in alone and (
+            table.hbm_rows is None or table.hbm_rows >= dynamic.max_capacity):
+        return ("hybrid", table.dim, table.placement, table.spec)  # never split
     if type(table) is not EmbeddingTable or position in alone:
         return ("alone", position)
     if table.use_hashtable:

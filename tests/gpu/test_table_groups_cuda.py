@@ -1,8 +1,8 @@
 """Table groups (DESIGN D13) on the cuda engine, at any number of GPUs: a lookup of several
 tables of one dim in one pass equals the same tables looked up one by one (forward, gradients,
 updated rows and optimizer slots), and costs the kernel launches and host waits of one table,
-v1 hash tables (a HashGroup) as dense ones, and hbm DynamicVariables, whose group grows its
-members in place, as v1 hash tables;
+v1 hash tables (a HashGroup) as dense ones, hbm DynamicVariables, whose group grows its
+members in place, as v1 hash tables, and hybrid ones, whose group also evicts, as each alone;
 bad input in one member fails the step on every rank and changes no table. The keyed lookup
 (all tables' keys in one array, engine/keyed_lookup.py) gives the same, and its backend ops the
 cpu backend's.
@@ -285,12 +285,13 @@ def hash_gradient(name, values, rows):
     return out
 
 
-def hash_steps(names, together, steps=2):
-    """LazyAdam steps of the hash tables looked up together or one by one: per step the
-    outputs and per table the gradient by key."""
-    rng = np.random.default_rng([21, RANK])
+def hash_steps(names, together, steps=2, seed=(21,), first=0):
+    """LazyAdam steps of the hash tables looked up together or one by one (steps first, first
+    + 1, ...: each draws from its own pool of keys): per step the outputs and per table the
+    gradient by key."""
+    rng = np.random.default_rng(list(seed) + [RANK])
     record = []
-    for step in range(steps):
+    for step in range(first, first + steps):
         inputs, tops = hash_batch(rng, len(names), step)
         if together:
             outs, token = api.pooled_lookup(names, "hg_fwd", inputs, True)
@@ -340,26 +341,36 @@ def assert_same_hash_steps(names, together, alone, grouped):
             np.testing.assert_allclose(state[key][1], m, rtol=1e-5, atol=1e-7)
 
 
-def test_hash_group_launches_and_waits_do_not_grow_with_the_tables():
+def launches_and_waits(make_names, tag, seed):
+    """{tables: {"launches", "host_waits"}} of the second LazyAdam step (the first makes the
+    group) of 1, 2 and 26 hash tables made by make_names(tables), looked up together; the
+    figures printed with `tag`."""
     from sok1x.backend.cuda_launch import COUNTS
-    rng = np.random.default_rng([22, RANK])
+    rng = np.random.default_rng([seed, RANK])
     counts = {}
     for count in (1, 2, 26):
-        # room in any shard for every rank's keys of a member (up to 1,425 a rank) beside the
-        # pool's 4,000: a group skips its placed-count check alike at any count (_fitting)
-        names = make_hash_tables("cuda_hash_count_%d" % count, count, 1500 * SIZE + 4000)
-        for step in range(2):  # the first step makes the group
+        names = make_names(count)
+        for step in range(2):
             inputs, tops = hash_batch(rng, count, step)
             before = dict(COUNTS)
-            _, token = api.pooled_lookup(names, "hc_fwd_%d" % count, inputs, True)
-            grads = api.pooled_lookup_grad(names, "hc_bwd_%d" % count, token, tops)
+            _, token = api.pooled_lookup(names, "%s_fwd_%d" % (tag, count), inputs, True)
+            grads = api.pooled_lookup_grad(names, "%s_bwd_%d" % (tag, count), token, tops)
             api.apply_optimizer_updates(names, "lazy_adam", "Adam", {}, HYPER,
                                         [g[0] for g in grads], [g[1] for g in grads])
             counts[count] = {k: COUNTS[k] - before.get(k, 0) for k in ("launches", "host_waits")}
-    print("\nper hash step, 1 table: %s; 2 tables: %s; 26 tables: %s"
-          % (counts[1], counts[2], counts[26]))
+    print("\nper %s step, 1 table: %s; 2 tables: %s; 26 tables: %s"
+          % (tag, counts[1], counts[2], counts[26]))
     assert counts[26]["launches"] <= 1.25 * counts[2]["launches"]
     assert counts[26]["host_waits"] == counts[2]["host_waits"] <= counts[1]["host_waits"]
+    return counts
+
+
+def test_hash_group_launches_and_waits_do_not_grow_with_the_tables():
+    # room in any shard for every rank's keys of a member (up to 1,425 a rank) beside the
+    # pool's 4,000: a group skips its placed-count check alike at any count (_fitting)
+    counts = launches_and_waits(
+        lambda count: make_hash_tables("cuda_hash_count_%d" % count, count, 1500 * SIZE + 4000),
+        "hash", 22)
     # the shards have room for every rank's keys: the placed counts are read in the backward's
     # header wait (key_exchange._fitting), so a step waits twice (issue 17 item 2), a group's
     # as a hash table's alone
@@ -538,3 +549,64 @@ def test_a_lookups_gradient_after_its_group_grew_updates_its_own_keys():
     names = make_hbm_tables("cuda_hbm_between", 4, init=512)
     want, want_state = _gradient_after_growth(names, False)
     assert_same_hash_steps(names, [([], got)], [([], want)], got_state)
+
+
+# -- hybrid DynamicVariables in hash groups: members grow, then evict (engine/table_group.py) ---
+
+def make_hybrid_tables(prefix, count, init=8, most=1024):
+    from sok1x.engine.dynamic_table import make_dynamic
+    names = ["%s_%d" % (prefix, t) for t in range(count)]
+    for t, name in enumerate(names):
+        api.create_table(name, DIM, most, True, SPEC, replace=True, dynamic=make_dynamic(
+            "hybrid", init, most, ("lru", "lfu")[t % 2]))
+    return names
+
+
+def hybrid_state(name):
+    """hash_state with each key's lookup count, and the keys evicted since the last call with
+    their vectors (read once)."""
+    from sok1x.engine.dynamic_table import COUNT
+    table = api.shard(name)
+    keys, rows = (host(a) for a in table.index.export())
+    counts = host(table.statistics)[rows, COUNT]
+    evicted_keys, evicted_values = table.pop_evicted()
+    return (hash_state(name), dict(zip(keys.tolist(), counts.tolist())),
+            dict(zip(evicted_keys.tolist(), evicted_values)))
+
+
+def test_a_hybrid_group_that_grows_and_evicts_equals_its_tables_one_by_one():
+    """Members of 8 rows (at most 1,024) get hundreds of new keys a step: the group grows them,
+    then evicts from each the keys it needs freed and hands their rows to the new keys, as
+    each table does alone (the same keys held, vectors, slots, lookup counts, evicted keys)."""
+    names = make_hybrid_tables("cuda_hybrid_group", 5)
+    together, states = [], []
+    for step in range(3):
+        together += hash_steps(names, True, steps=1, seed=(27, step), first=step)
+        states.append([hybrid_state(name) for name in names])
+    tables = [api.shard(name) for name in names]
+    group = tables[0].group
+    assert isinstance(group, table_group.HashGroup) and group.members == tables and group.evicts
+    assert all(table.capacity == 1024 for table in tables)
+    assert COMM.allreduce(sum(len(s[2]) for s in states[-1]), op=MPI.SUM) > 0  # evicted
+    make_hybrid_tables("cuda_hybrid_group", 5)  # the same tables anew (same initial rows)
+    alone = []
+    for step in range(3):
+        alone += hash_steps(names, False, steps=1, seed=(27, step), first=step)
+        want = [hybrid_state(name) for name in names]
+        for (_, got_counts, got_evicted), (_, want_counts, want_evicted) in zip(states[step],
+                                                                                  want):
+            assert got_counts == want_counts and sorted(got_evicted) == sorted(want_evicted)
+            for key, vector in want_evicted.items():
+                np.testing.assert_allclose(got_evicted[key], vector, rtol=1e-5, atol=1e-6)
+    assert_same_hash_steps(names, together, alone, [s[0] for s in states[-1]])
+
+
+def test_hybrid_group_launches_and_waits_do_not_grow_with_the_tables():
+    """In a step where nothing grows or evicts: the launches of 2 tables (at most 1.25 times)
+    and their host waits, which are a hybrid table's alone: the op headers and the count of
+    placed keys the host hands rows out by."""
+    counts = launches_and_waits(
+        lambda count: make_hybrid_tables("cuda_hybrid_count_%d" % count, count, init=8192,
+                                         most=8192), "hybrid", 28)
+    # the op headers and the placed-count read: a hybrid table's alone
+    assert counts[26]["host_waits"] <= 3

@@ -51,14 +51,19 @@ def make_tables(tag, capacity=CAPACITY, layout=LAYOUT):
     return names
 
 
-def batch(rng, step, layout=LAYOUT):
-    """Per table a PooledInput (keys shared between ranks, repeated in a batch) and a top
-    gradient."""
+def batch(rng, step, layout=LAYOUT, draw=None):
+    """Per table a PooledInput (keys shared between ranks, repeated in a batch; or those of
+    draw(rng, t, step)) and a top gradient."""
     inputs, tops = [], []
     pool = rng.integers(0, KEY_SPAN, size=40)
-    for t, (_, dim, hashed) in enumerate(layout):
+    for t, (_, dim, hashed) in enumerate(row[:3] for row in layout):
         nnz, rows = 9 + 3 * t + step, 4 + t % 3
-        keys = rng.choice(pool, size=nnz) if hashed else rng.integers(0, CAPACITY * SIZE, nnz)
+        if draw is not None:
+            keys = draw(rng, t, step)
+            nnz = keys.shape[0]
+        else:
+            keys = rng.choice(pool, size=nnz) if hashed else rng.integers(0, CAPACITY * SIZE,
+                                                                          nnz)
         segments = np.sort(rng.integers(0, rows, size=nnz))
         weights = rng.random(nnz).astype(np.float32) if t % 2 else None
         inputs.append(PooledInput(keys, segments, rows, weights, "mean" if t % 2 else "sum"))

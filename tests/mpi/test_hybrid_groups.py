@@ -1,0 +1,242 @@
+"""hybrid DynamicVariables in hash groups (DESIGN D13, issue 17 item 1) on the cpu backend, at any
+number of ranks: growing and evicting tables (engine/dynamic_table.py, var_type "hybrid") of one
+dim, placement and initializer looked up together pass as one HashGroup, which grows its members
+and, at max_capacity, evicts from each the keys it needs freed, handing the freed rows to the
+new keys; they give what the same tables give looked up one by one (forward, gradients, the keys
+each shard holds with their vectors, slots and lookup counts, the evicted keys and their
+vectors, the capacities), beside an hbm DynamicVariable and a hybrid one whose rows split into
+host memory (units of their own). A member whose step's own keys pass max_capacity fails the
+step on every rank and changes no table; a failed later op of a step that evicted puts the
+evicted keys back; a member's dump and load put its rows back where they are; and a step's host
+waits and backend calls do not grow with the number of tables."""
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+from checkpoint_reference import assert_same, every_row
+from sok1x.backend import random_init
+from sok1x.engine import api, checkpoint, hybrid_rows, runtime, table_group
+from sok1x.engine.dynamic_table import COUNT, make_dynamic
+from sok1x.engine.op_order import OpId
+from sok1x.engine.pooled_lookup import PooledInput
+from sok1x.errors import InvalidInputError, TableFullError
+from test_dynamic_groups import assert_a_group_of_views, gradients_and_update, lookup
+from test_hash_groups import _calls_of_a_step, assert_same_gradient, assert_same_state
+from test_hash_groups import batch as hash_batch
+
+COMM = MPI.COMM_WORLD
+RANK, SIZE = COMM.Get_rank(), COMM.Get_size()
+SPEC = random_init.make_spec("uniform", -1.0, 1.0, seed=41)
+DIM, INIT = 8, 2
+WINDOW, SHIFT = 24, 16  # a step's keys of a table: WINDOW consecutive ints, SHIFT on per step
+MAX = 32 // SIZE  # a shard's rows: a step's keys fit (WINDOW / SIZE), five steps' do not
+# name suffix, dim, var_type, GiB of vectors in GPU memory: four hybrid tables of DIM (one
+# group), an hbm one of DIM and a hybrid one whose rows split (units of their own)
+LAYOUT = [("y0", DIM, "hybrid", 0.0), ("y1", DIM, "hybrid", 0.0), ("h0", DIM, "hbm", 0.0),
+          ("y2", DIM, "hybrid", 0.0), ("s0", DIM, "hybrid", 1e-7), ("y3", DIM, "hybrid", 0.0)]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def engine():
+    return runtime.init(backend="cpu")
+
+
+def make_tables(tag, most=MAX, layout=LAYOUT, strategy=("lru", "lfu"), init=INIT):
+    """Creates the layout's tables anew (the same names give the same initial rows); hybrid
+    tables of `most` rows alternate the eviction strategies, hbm ones hold 8 times more."""
+    names = ["%s_%s" % (tag, row[0]) for row in layout]
+    for t, (name, (_, dim, var_type, hbm_gib)) in enumerate(zip(names, layout)):
+        rows = most if var_type == "hybrid" else 8 * most  # an hbm table never evicts
+        api.create_table(name, dim, rows, True, SPEC, replace=True, dynamic=make_dynamic(
+            var_type, init, rows, strategy[t % len(strategy)], hbm_gib))
+    return names
+
+
+def window_keys(rng, t, step):
+    """Table t's keys of a step: drawn from its window (a key seen in an earlier step comes
+    back now and then, so eviction has both kinds to choose from)."""
+    low = step * SHIFT + 1000 * t
+    return rng.integers(low, low + WINDOW, size=20 + 2 * t)
+
+
+def batch(rng, step, layout=LAYOUT):
+    return hash_batch(rng, step, layout, window_keys)
+
+
+def shard_state(name):
+    """This rank's shard by key: {key: (vector, {slot: row})} and its index size (rows split
+    into host memory read through the one array both parts view, on cpu)."""
+    table = api.shard(name)
+    keys, rows = table.index.export()
+
+    def whole(array):
+        return array.whole if hybrid_rows.is_split(array) else array
+    return {int(k): (whole(table.values)[r].copy(),
+                     {n: whole(s)[r].copy() for n, s in table.slots.items()})
+            for k, r in zip(keys, rows)}, table.index.size
+
+
+def full_state(name):
+    """shard_state with each key's lookup count, and the keys evicted since the last call with
+    their vectors (pop_evicted: read once)."""
+    table = api.shard(name)
+    counts = {}
+    if table.statistics is not None:
+        keys, rows = table.index.export()
+        counts = dict(zip(keys.tolist(), np.asarray(table.statistics)[rows, COUNT].tolist()))
+    evicted_keys, evicted_values = table.pop_evicted()
+    return shard_state(name), counts, dict(zip(evicted_keys.tolist(), evicted_values))
+
+
+def assert_same_full_state(got, want):
+    assert_same_state(got[0], want[0])
+    assert got[1] == want[1]
+    assert sorted(got[2]) == sorted(want[2])
+    for key, vector in want[2].items():
+        np.testing.assert_allclose(got[2][key], vector, rtol=1e-5, atol=1e-6)
+
+
+def run_steps(names, together, steps=5, seed=3, tag="yg", layout=LAYOUT):
+    """Training steps (all tables in one lookup, or one per table); returns per step the
+    outputs, the gradients by key, the capacities and every table's full_state."""
+    rng = np.random.default_rng([seed, RANK])
+    record = []
+    for step in range(steps):
+        inputs, tops = batch(rng, step, layout)
+        outs, tokens = lookup(names, tag + "_fwd", inputs, together)
+        by_key = gradients_and_update(names, tag + "_bwd", tokens, tops)
+        record.append(([np.array(out) for out in outs], by_key,
+                       [api.shard(name).capacity for name in names],
+                       [full_state(name) for name in names]))
+    return record
+
+
+def on_some_rank(flag):
+    return COMM.allreduce(int(bool(flag)), op=MPI.SUM) > 0
+
+
+def test_a_hybrid_group_that_grows_and_evicts_equals_its_tables_one_by_one():
+    names = make_tables("yg")
+    together = run_steps(names, True)
+    tables = [api.shard(name) for name in names]
+    group = tables[0].group
+    assert isinstance(group, table_group.HashGroup) and group.evicts
+    assert group.members == [tables[t] for t in (0, 1, 3, 5)]
+    assert tables[2].group is None and tables[4].group is None  # hbm; rows split
+    assert_a_group_of_views(group)
+    for t, member in enumerate(group.members):
+        assert member.capacity == MAX
+        start = int(group.row_starts[t])
+        assert np.shares_memory(member.statistics, group.statistics)
+        assert member.statistics.__array_interface__["data"][0] == group.statistics[
+            start:].__array_interface__["data"][0]
+    for step in together[-2:]:  # every member evicted in each of the last steps, on some rank
+        assert all(on_some_rank(step[3][t][2]) for t in (0, 1, 3, 5))
+    make_tables("yg")  # the same tables anew, each looked up alone
+    alone = run_steps(names, False)
+    assert all(api.shard(name).group is None for name in names)
+    for got_step, want_step in zip(together, alone):
+        for out, want in zip(got_step[0], want_step[0]):
+            np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-6)
+        for got, want in zip(got_step[1], want_step[1]):
+            assert_same_gradient(got, want)
+        assert got_step[2] == want_step[2]
+        for got, want in zip(got_step[3], want_step[3]):
+            assert_same_full_state(got, want)
+
+
+def held_state(names):
+    """Every table's keys, rows, slots and lookup counts, and its free list and high water."""
+    out = []
+    for name in names:
+        table = api.shard(name)
+        out.append((full_state(name)[:2], table._free.tolist(), table._high_water,
+                    table.capacity))
+    return out
+
+
+def assert_unchanged(names, before, capacities=True):
+    """Every table as held_state found it (capacities=False: but for its capacity, as a failed
+    step leaves a growth: engine/step_journal.py)."""
+    for got, want in zip(held_state(names), before):
+        assert_same_state(got[0][0], want[0][0])
+        assert got[0][1] == want[0][1] and got[1:3] == want[1:3]
+        assert got[3] == want[3] or not capacities
+
+
+def test_a_member_whose_own_keys_pass_max_capacity_fails_every_rank_and_changes_no_table():
+    names = make_tables("yg_full")
+    run_steps(names, True, steps=4, tag="yg_full")  # full members with keys to evict
+    before = held_state(names)
+    inputs, _ = batch(np.random.default_rng([5, RANK]), 9)
+    if RANK == SIZE - 1:  # more keys of y2 in one step than its shards hold: none evictable
+        keys = np.arange(MAX * SIZE + SIZE, dtype=np.int64) + 10 ** 12
+        inputs[3] = PooledInput(keys, None, keys.shape[0], None, "sum")
+    with pytest.raises(TableFullError, match="_y2: the shard on rank .* max_capacity=%d" % MAX):
+        api.pooled_lookup(names, "yg_full_bad", inputs, True)
+    assert_unchanged(names, before)
+    run_steps(names, True, steps=1, seed=6, tag="yg_full_on")  # the group goes on
+
+
+def test_a_failed_later_op_of_a_step_that_evicted_puts_the_evicted_keys_back():
+    names = make_tables("yg_undo")
+    run_steps(names, True, steps=3, tag="yg_undo")
+    before = held_state(names)
+    rng = np.random.default_rng([8, RANK])
+    fresh, tops = batch(rng, 7)  # new keys only: full members evict
+    _, token = api.pooled_lookup(names, OpId("yg_undo_fwd", "yg_undo", 0), fresh, True)
+    assert on_some_rank(any(api.shard(name)._evicted for name in names))
+    wrong = list(tops)
+    if RANK == SIZE - 1:
+        wrong[1] = np.zeros((tops[1].shape[0] + 2, DIM), np.float32)
+    with pytest.raises(InvalidInputError):
+        api.pooled_lookup_grad(names, OpId("yg_undo_bwd", "yg_undo", 1), token, wrong)
+    assert_unchanged(names, before, capacities=False)
+    assert all(full_state(name)[2] == {} for name in names)  # nothing left to hand out
+    run_steps(names, True, steps=1, seed=9, tag="yg_undo_on")  # the group trains on
+
+
+@pytest.mark.parametrize("way", ["staged", "two-pass"])
+def test_a_hybrid_groups_members_dump_and_load_where_they_are(shared_dir, monkeypatch, way):
+    """A load puts every row and slot back into the members where they are (in their group,
+    views of its arrays), after they evicted and took freed rows; a member then holds no freed
+    row and no lookup count, and the group trains on, evicting again."""
+    monkeypatch.setenv("SOK1X_CHECKPOINT_LOAD", way)
+    tag = "yg_ckpt_" + way.replace("-", "_")
+    layout = [row for row in LAYOUT if row[0] != "s0"]  # every_row reads no split rows
+    names = make_tables(tag, layout=layout)
+    run_steps(names, True, steps=4, seed=11, tag=tag, layout=layout)
+    saved = {name: every_row(name, slots=None) for name in names}
+    checkpoint.dump_tables(shared_dir, names)
+    run_steps(names, True, steps=2, seed=13, tag=tag, layout=layout)
+    group = api.shard(names[0]).group
+    checkpoint.load_tables(shared_dir, names)
+    for name in names:
+        assert_same(every_row(name, slots=None), saved[name])
+    for member in group.members:
+        assert api.shard(member.name) is member and member.group is group
+        assert member._free.size == 0 and member._high_water == member.index.size
+        assert not np.asarray(member.statistics).any()
+    assert_a_group_of_views(group)
+    run_steps(names, True, steps=3, seed=15, tag=tag, layout=layout)
+    assert api.shard(names[0]).group is group
+
+
+@pytest.mark.parametrize("count", [5, 16])
+def test_host_waits_and_backend_calls_do_not_grow_with_the_hybrid_tables(count):
+    """In a step where no member grows or evicts: as many as for 2 tables."""
+    counts = {}
+    for tables in (2, count):
+        layout = [("c%d" % t, DIM, "hybrid", 0.0) for t in range(tables)]
+        names = make_tables("yg_count_%d" % tables, most=1024, layout=layout, init=1024)
+        rng = np.random.default_rng([10, RANK])
+        steps = []
+        for step in range(2):
+            inputs, tops = batch(rng, step, layout)
+            steps.append(([i._replace(weights=None, combiner="sum") for i in inputs], tops))
+        counts[tables] = _calls_of_a_step(names, steps)
+        assert api.shard(names[0]).group.evicts
+    if RANK == 0:
+        print("\nper training step, 2 hybrid tables: %s; %d: %s" % (counts[2], count,
+                                                                  counts[count]))
+    assert counts[count] == counts[2], counts
