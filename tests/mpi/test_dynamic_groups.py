@@ -386,12 +386,12 @@ def test_host_waits_and_backend_calls_do_not_grow_with_the_hbm_tables(count):
     assert counts[count] == counts[2] == counts["v1"], counts
 
 
-def _graph_program(together, inter_op_threads, steps=3):
-    """A TF1 program of four hbm sok1x.DynamicVariables (init_capacity 4: they grow) looked up
-    by sok1x.lookup_sparse, all in one call or one call each, trained with Adagrad in a Session
-    of `inter_op_threads` inter-op threads. Returns the
-    losses, every variable's exported rows by key, the kind of group of the first and its
-    capacity on this rank."""
+def _graph_program(together, inter_op_threads, steps=3, var_type="hbm", most=1024):
+    """A TF1 program of four sok1x.DynamicVariables of var_type (init_capacity 4: they grow;
+    max_capacity `most`) looked up by sok1x.lookup_sparse, all in one call or one call each,
+    trained with Adagrad in a Session of `inter_op_threads` inter-op threads. Returns the
+    losses, every variable's exported rows by key, the kind of group of the first, its capacity
+    on this rank and how many evictions it made there."""
     import sok1x
     from tf_support import session, tf1
     graph = tf1.Graph()
@@ -399,8 +399,8 @@ def _graph_program(together, inter_op_threads, steps=3):
     feeds = [[rng.integers(0, 2 ** 40, size=(6, 3)) % (60 * (step + 1)) for _ in range(4)]
              for step in range(steps)]
     with graph.as_default():
-        variables = [sok1x.DynamicVariable(dimension=DIM, initializer="uniform", var_type="hbm",
-                                           init_capacity=4, max_capacity=1024,
+        variables = [sok1x.DynamicVariable(dimension=DIM, initializer="uniform",
+                                           var_type=var_type, init_capacity=4, max_capacity=most,
                                            name="dg_graph_%d" % t) for t in range(4)]
         holders = [tf1.placeholder(tf1.int64, [6, 3]) for _ in variables]
         ids = [tf1.RaggedTensor.from_tensor(holder) for holder in holders]
@@ -422,16 +422,31 @@ def _graph_program(together, inter_op_threads, steps=3):
         losses = [sess.run([loss, train], dict(zip(holders, feed)))[0] for feed in feeds]
         rows = [dict(zip(keys.tolist(), values)) for keys, values in sess.run(exports)]
         table = api.shard(variables[0]._sok1x_table.name)
-    return losses, rows, type(table.group).__name__, table.capacity
+    return losses, rows, type(table.group).__name__, table.capacity, len(table._evicted)
 
 
 @pytest.mark.parametrize("inter_op_threads", [1, 8])
 def test_a_program_looking_up_hbm_dynamic_variables_together_trains_as_one_looking_them_up_apart(
         inter_op_threads):
-    losses, rows, kind, capacity = _graph_program(True, inter_op_threads)
-    want_losses, want_rows, alone, want_capacity = _graph_program(False, inter_op_threads)
+    losses, rows, kind, capacity, _ = _graph_program(True, inter_op_threads)
+    want_losses, want_rows, alone, want_capacity, _ = _graph_program(False, inter_op_threads)
     assert kind == "HashGroup" and alone == "NoneType"
     assert capacity == want_capacity and on_some_rank(capacity > 4)
+    np.testing.assert_allclose(losses, want_losses, rtol=1e-5, atol=1e-5)
+    for got, want in zip(rows, want_rows):
+        assert sorted(got) == sorted(want)
+        for key in want:
+            np.testing.assert_allclose(got[key], want[key], rtol=1e-5, atol=1e-6)
+
+
+def test_hybrid_dynamic_variables_looked_up_together_in_a_program_train_as_apart():
+    """The same program on hybrid DynamicVariables small enough to evict (max_capacity 36 a
+    rank, each step bringing 18 keys a rank and variable from a span that grows): one HashGroup
+    that evicts, the same losses and rows as the variables looked up one by one."""
+    losses, rows, kind, capacity, evicted = _graph_program(True, 1, 4, "hybrid", 36)
+    want_losses, want_rows, alone, want_capacity, _ = _graph_program(False, 1, 4, "hybrid", 36)
+    assert kind == "HashGroup" and alone == "NoneType" and capacity == want_capacity
+    assert on_some_rank(evicted)
     np.testing.assert_allclose(losses, want_losses, rtol=1e-5, atol=1e-5)
     for got, want in zip(rows, want_rows):
         assert sorted(got) == sorted(want)
