@@ -240,7 +240,9 @@ class HashGroup(TableGroup):
 
     def may_count_later(self):
         """False for a group that evicts: its members hand out freed rows by the host's count of
-        the keys each placed, so that count is read in the lookup (a wait)."""
+        the keys each placed, so that count is read in the lookup (a wait). The op header still
+        carries its keys and room (key_exchange._room_and_keys), whose bound per member spares
+        the exact count of new keys where no member can fill up."""
         return not self.evicts
 
     @staticmethod
