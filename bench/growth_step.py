@@ -1,0 +1,207 @@
+"""What a training step costs when a group of DynamicVariables grows or evicts, and the memory a
+growth holds at its peak (issue 17: hbm and hybrid DynamicVariables in hash groups).
+
+    mpiexec -n 1 python3 bench/growth_step.py --out results/growth1.json
+    python3 bench/growth_step.py --backend cpu --rows 4096 --new 512 --out /tmp/growth.json
+
+--tables DynamicVariables of --dim (26 x 128: dlrm26's), each shard filled to exactly --rows keys
+(every rank's keys of a table split alike over the owners), then one timed training step (forward,
+backward, LazyAdam update through engine/api.py) that brings --new new keys a rank and table,
+three ways, each from tables made anew and filled alike:
+    room     hbm, init_capacity 2 x rows: the new keys fit (the ordinary step, the reference)
+    grow     hbm, init_capacity rows: every member of the group doubles in this step (its flat
+             values, LazyAdam's two slots and update times laid out again, its index rebuilt)
+    evict    hybrid, max_capacity rows: every member evicts --new keys by LRU and hands their rows
+             to the new keys
+and `second`: the step after the growth (the group at its new size, new keys that fit).
+Per way the median of --repeats repeats (min-max) of the slowest rank's ms; grow's extra time
+(grow - room) against the floor of its copies: the group's bytes read and written once at the
+device copy rate measured here (backend.write_rows of 256 MiB). Memory: the GPU memory in use
+(driver) before the step and the most seen while the group grows (sampled each time a grown
+member's index is made, after the new flat arrays: the moment both layouts are held), each less
+what was in use before the tables were made, against the group's bytes before the growth.
+"""
+import time
+
+import numpy as np
+
+from sok1x.backend import random_init
+from sok1x.engine import api, table_group
+from sok1x.engine.dynamic_table import make_dynamic
+from sok1x.engine.pooled_lookup import PooledInput
+
+import harness
+
+SPEC = random_init.make_spec("uniform", -0.05, 0.05, seed=5)
+HYPER = {"lr_t": 0.01, "beta1": 0.9, "beta2": 0.999, "epsilon": 1e-8}  # LazyAdam's
+WAYS = ("room", "grow", "evict")
+
+
+def parse_args(argv=None):
+    parser = harness.parser(__doc__, out=True, backend=True, repeats=True)
+    parser.add_argument("--tables", type=int, default=26)
+    parser.add_argument("--dim", type=int, default=128)
+    parser.add_argument("--rows", type=int, default=1 << 18, help="keys a shard holds before")
+    parser.add_argument("--new", type=int, default=16384, help="new keys a rank and table")
+    return parser.parse_args(argv)
+
+
+def used_bytes(backend):
+    """GPU memory in use on this rank's device (the driver's count; 0 on cpu)."""
+    if backend.NAME != "cuda":
+        return 0
+    import pycuda.driver as driver
+    from sok1x.backend import cuda_context
+    with cuda_context.entered():
+        free, total = driver.mem_get_info()
+    return total - free
+
+
+class Case:
+    """One way's tables, filled: names, and the keys (device arrays per table) of its steps."""
+
+    def __init__(self, rt, args, way, repeat):
+        self.rt, self.args, self.way = rt, args, way
+        rows, size, rank = args.rows, rt.size, rt.rank
+        self.names = ["grow_%s_%d_%d" % (way, repeat, t) for t in range(args.tables)]
+        for name in self.names:
+            if way == "evict":
+                dynamic = make_dynamic("hybrid", rows, rows, "lru")
+            else:
+                dynamic = make_dynamic("hbm", 2 * rows if way == "room" else rows, 4 * rows)
+            api.create_table(name, args.dim, dynamic.max_capacity, True, SPEC, replace=True,
+                             dynamic=dynamic)
+        upload = rt.backend.asarray
+        # keys 0 .. size*rows-1 of each table, a slice per rank: every owner ("mod") gets rows
+        self.fill = [upload(np.arange(rank * rows, (rank + 1) * rows, dtype=np.int64))
+                     for _ in self.names]
+        self.steps = []  # two steps' new keys: after the filled ones, a slice per rank again
+        for s in range(2):
+            first = size * rows + s * size * args.new + rank * args.new
+            self.steps.append([upload(np.arange(first, first + args.new, dtype=np.int64))
+                               for _ in self.names])
+        self.tops = {n: upload(np.ones((n, args.dim), np.float32)) for n in (rows, args.new)}
+
+    def step(self, keys, op):
+        """One training step of the case's tables on `keys` (a device array per table)."""
+        count = int(keys[0].shape[0])
+        inputs = [PooledInput(k, None, count, None, "sum") for k in keys]
+        _, token = api.pooled_lookup(self.names, op + "_fwd", inputs, True)
+        grads = api.pooled_lookup_grad(self.names, op + "_bwd", token,
+                                       [self.tops[count]] * len(keys))
+        api.apply_optimizer_updates(self.names, "lazy_adam", "Adam", {}, HYPER,
+                                    [g[0] for g in grads], [g[1] for g in grads])
+
+    def group(self):
+        return api.shard(self.names[0]).group
+
+    def group_bytes(self):
+        group = self.group()
+        arrays = [group.values, group.times] + list(group.slots.values())
+        if group.statistics is not None:
+            arrays.append(group.statistics)
+        return sum(int(a.nbytes) for a in arrays)
+
+
+def timed(rt, run):
+    """The slowest rank's ms of run() (synchronised, after a barrier)."""
+    harness.barrier()
+    start = time.perf_counter()
+    run()
+    rt.backend.synchronize()
+    return harness.job_max((time.perf_counter() - start) * 1e3)
+
+
+def copy_gbps(backend, nbytes=256 << 20, repeats=5):
+    """Device copy rate (bytes read + written per second / 1e9) of backend.write_rows."""
+    src = backend.zeros((nbytes // 4,), np.float32)
+    dst = backend.zeros((nbytes // 4,), np.float32)
+    times = [harness.wall_ms(lambda: backend.write_rows(dst, 0, src), 1, backend.synchronize)
+             for _ in range(repeats + 1)][1:]
+    return 2 * nbytes / (harness.median(times) * 1e6)
+
+
+def run_case(rt, args, way, repeat, peaks):
+    """Times one way once from fresh tables; returns {figure: value}."""
+    backend = rt.backend
+    harness.release_memory(backend)
+    base = used_bytes(backend)
+    case = Case(rt, args, way, repeat)
+    case.step(case.fill, "fill")
+    group = case.group()
+    assert isinstance(group, table_group.HashGroup), "the tables did not form a hash group"
+    capacities = [api.shard(name).capacity for name in case.names]
+    before_bytes = case.group_bytes()
+    harness.release_memory(backend)
+    before = used_bytes(backend) - base
+    del peaks[:]
+    ms = timed(rt, lambda: case.step(case.steps[0], "first"))
+    grown = [api.shard(name).capacity for name in case.names]
+    result = {"ms": ms, "group_bytes_before": before_bytes, "used_before": before,
+              "grew": harness.job_max(any(g > c for g, c in zip(grown, capacities))),
+              "evicting_members": harness.job_max(sum(len(api.shard(n)._evicted) > 0
+                                                          for n in case.names))}
+    if peaks:
+        result["peak_used"] = harness.job_max(max(peaks) - base)
+    if way == "grow":
+        result["second_ms"] = timed(rt, lambda: case.step(case.steps[1], "second"))
+    rt.stash.clear()  # a lookup's saved state holds the tables' rows
+    for name in case.names:
+        rt.tables.pop(name, None)
+        rt.pending_tables.pop(name, None)
+    return result
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    rt = harness.start_engine(args.backend)
+    backend = rt.backend
+    peaks = []
+    made = table_group.rebuilt_index
+
+    def sampled(*a, **k):  # a grown member's index: both layouts of the group are held now
+        index = made(*a, **k)
+        backend.synchronize()
+        peaks.append(used_bytes(backend))
+        return index
+    table_group.rebuilt_index = sampled
+    gbps = copy_gbps(backend)
+    results = {way: [] for way in WAYS}
+    for repeat in range(args.repeats + 1):  # the first round warms up (kernels compile)
+        for way in WAYS:
+            result = run_case(rt, args, way, repeat, peaks)
+            if repeat:
+                results[way].append(result)
+    out = {"environment": harness.environment({"ranks": rt.size, "backend": args.backend}),
+           "args": vars(args), "copy_gbps": gbps, "ways": {}}
+    for way, runs in results.items():
+        entry = harness.summary([r["ms"] for r in runs])
+        for key in ("second_ms", "peak_used", "used_before", "group_bytes_before", "grew",
+                    "evicting_members"):
+            if key in runs[0]:
+                entry[key] = harness.median([r[key] for r in runs])
+        out["ways"][way] = entry
+        harness.say("%-5s %d rank(s): %.3f ms (min %.3f, max %.3f)%s" % (
+            way, rt.size, entry["median_ms"], entry["min_ms"], entry["max_ms"],
+            "" if "second_ms" not in entry else ", next step %.3f ms" % entry["second_ms"]))
+    grow, room = out["ways"]["grow"], out["ways"]["room"]
+    group_bytes = grow["group_bytes_before"]
+    floor_ms = 2 * group_bytes / (gbps * 1e6)  # every byte of the group read and written once
+    extra = grow["median_ms"] - room["median_ms"]
+    out["growth"] = {"extra_ms": extra, "floor_ms": floor_ms,
+                     "floor_share": floor_ms / extra if extra > 0 else None,
+                     "group_gib": group_bytes / 2 ** 30,
+                     "peak_over_group": (grow.get("peak_used", 0) - grow["used_before"])
+                     / group_bytes if group_bytes else None}
+    harness.say("growth: %.3f ms more than a step with room; the copy floor %.3f ms (%.0f%% of "
+                "the extra) for %.2f GiB at %.0f GB/s; peak memory added while growing %.2fx "
+                "the group's bytes" % (extra, floor_ms, 100 * out["growth"]["floor_share"] if
+                                       out["growth"]["floor_share"] else 0,
+                                       out["growth"]["group_gib"], gbps,
+                                       out["growth"]["peak_over_group"] or 0))
+    harness.write_json(args.out, out)
+    harness.finish()
+
+
+if __name__ == "__main__":
+    main()
