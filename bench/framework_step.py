@@ -37,7 +37,6 @@ then of 20 sok1x_dlpack steps (what the seam adds on the host)
 ($SOK1X_BENCH_PROFILE_LINES functions by own and by cumulative time, default 30).
 """
 import functools
-import os
 import sys
 import time
 
@@ -314,7 +313,7 @@ def run_workload(rt, name, device, steps, repeats, scale):
     times = harness.interleaved_ms(timed, repeats, steps, synchronize)
     counts = per_step_counts(rt, timed["sok1x_device"], synchronize)
     for variant in ("sok1x_device", "sok1x_dlpack"):
-        profile_steps(rt, timed[variant], synchronize, "%s %s, %d GPU(s)" % (
+        harness.profile_steps(rt, timed[variant], synchronize, "%s %s, %d GPU(s)" % (
             name, variant, rt.size))
 
     entries = []
@@ -440,34 +439,6 @@ def run_dynamic(rt, device, steps, repeats, scale):
     for name in names.values():
         rt.tables.pop(name, None)
     return entries
-
-
-def profile_steps(rt, run, synchronize, label, steps=20):
-    """With $SOK1X_BENCH_PROFILE set to a file, appends to it (rank 0) the cProfile of `steps`
-    steps of `run`: the host functions by their own time, then by their time with what they
-    call (where a step whose host time exceeds its GPU time spends it)."""
-    path = os.environ.get("SOK1X_BENCH_PROFILE")
-    if not path:
-        return
-    lines = int(os.environ.get("SOK1X_BENCH_PROFILE_LINES", "30"))
-    import cProfile
-    import io
-    import pstats
-    harness.barrier()
-    synchronize()
-    profiler = cProfile.Profile()
-    profiler.enable()
-    for _ in range(steps):
-        run()
-    synchronize()
-    profiler.disable()
-    if rt.rank == 0:
-        text = io.StringIO()
-        stats = pstats.Stats(profiler, stream=text)
-        stats.sort_stats("tottime").print_stats(lines)
-        stats.sort_stats("cumulative").print_stats(lines)
-        with open(path, "a") as handle:
-            handle.write("# %s, %d steps\n%s\n" % (label, steps, text.getvalue()))
 
 
 def per_step_counts(rt, run, synchronize, steps=5):

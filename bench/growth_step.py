@@ -20,7 +20,9 @@ device copy rate measured here (backend.write_rows of 256 MiB). Memory: the GPU 
 (driver) before the step and the most seen while the group grows (sampled each time a grown
 member's index is made, after the new flat arrays: the moment both layouts are held), each less
 what was in use before the tables were made, against the group's bytes before the growth.
+With SOK1X_BENCH_PROFILE=FILE, rank 0 appends a cProfile of each way's step (one more round).
 """
+import os
 import time
 
 import numpy as np
@@ -121,8 +123,9 @@ def copy_gbps(backend, nbytes=256 << 20, repeats=5):
     return 2 * nbytes / (harness.median(times) * 1e6)
 
 
-def run_case(rt, args, way, repeat, peaks):
-    """Times one way once from fresh tables; returns {figure: value}."""
+def run_case(rt, args, way, repeat, peaks, profile=False):
+    """Times one way once from fresh tables (profile: profiles it instead); returns {figure:
+    value}."""
     backend = rt.backend
     harness.release_memory(backend)
     base = used_bytes(backend)
@@ -135,7 +138,12 @@ def run_case(rt, args, way, repeat, peaks):
     harness.release_memory(backend)
     before = used_bytes(backend) - base
     del peaks[:]
-    ms = timed(rt, lambda: case.step(case.steps[0], "first"))
+    if profile:  # the step itself under cProfile ($SOK1X_BENCH_PROFILE): where its host time goes
+        harness.profile_steps(rt, lambda: case.step(case.steps[0], "first"),
+                              backend.synchronize, "%s, %d rank(s)" % (way, rt.size), steps=1)
+        ms = float("nan")
+    else:
+        ms = timed(rt, lambda: case.step(case.steps[0], "first"))
     grown = [api.shard(name).capacity for name in case.names]
     result = {"ms": ms, "group_bytes_before": before_bytes, "used_before": before,
               "grew": harness.job_max(any(g > c for g, c in zip(grown, capacities))),
@@ -172,6 +180,9 @@ def main(argv=None):
             result = run_case(rt, args, way, repeat, peaks)
             if repeat:
                 results[way].append(result)
+    if os.environ.get("SOK1X_BENCH_PROFILE"):
+        for way in WAYS:
+            run_case(rt, args, way, args.repeats + 1, peaks, profile=True)
     out = {"environment": harness.environment({"ranks": rt.size, "backend": args.backend}),
            "args": vars(args), "copy_gbps": gbps, "ways": {}}
     for way, runs in results.items():

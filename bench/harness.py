@@ -261,6 +261,35 @@ def step_ms(run, steps, synchronize, warmup=2, after_warmup=None):
     return wall_ms(run, steps, synchronize)
 
 
+def profile_steps(rt, run, synchronize, label, steps=20):
+    """With $SOK1X_BENCH_PROFILE set to a file, appends to it (rank 0) the cProfile of `steps`
+    steps of `run`: the host functions by their own time, then by their time with what they
+    call (where a step whose host time exceeds its GPU time spends it)."""
+    path = os.environ.get("SOK1X_BENCH_PROFILE")
+    if not path:
+        return
+    lines = int(os.environ.get("SOK1X_BENCH_PROFILE_LINES", "30"))
+    import cProfile
+    import io
+    import pstats
+    barrier()
+    synchronize()
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(steps):
+        run()
+    synchronize()
+    profiler.disable()
+    if rt.rank == 0:
+        text = io.StringIO()
+        stats = pstats.Stats(profiler, stream=text)
+        stats.sort_stats("tottime").print_stats(lines)
+        stats.sort_stats("cumulative").print_stats(lines)
+        with open(path, "a") as handle:
+            handle.write("# %s, %d steps\n%s\n" % (label, steps, text.getvalue()))
+
+
+
 # -- results --------------------------------------------------------------------------------------
 
 def gpu_name():
