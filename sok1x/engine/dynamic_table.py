@@ -292,11 +292,9 @@ class DynamicTable(EmbeddingTable):
         batch_rows = to_host(batch_rows)
         last[batch_rows[batch_rows >= 0]] = self.journal.step
         last = last[rows]
-        if counts is None:
-            order = np.lexsort((keys, last))
-        else:
-            order = np.lexsort((keys, last, counts[rows]))
-        order = order[last[order] < self.journal.step][:count]
+        evictable = np.flatnonzero(last < self.journal.step)
+        columns = [last, keys] if counts is None else [counts[rows], last, keys]
+        order = evictable[first_by(count, [c[evictable] for c in columns])]
         victim_keys, victim_rows = keys[order], rows[order]
         device_rows = backend.asarray(victim_rows)
         values = hybrid_rows.gather_rows(backend, self.values, device_rows)
@@ -417,6 +415,33 @@ class DynamicTable(EmbeddingTable):
         self.times = hybrid_rows.grown(backend, self.times, capacity, None)
         self.index = rebuilt_index(backend, self.index, capacity)
         self.capacity = capacity
+
+
+def first_by(count, columns):
+    """Positions of the `count` entries that come first when ordered by `columns` (host arrays
+    of one length, the most significant first, the last one's values distinct), in that order:
+    a partition per column instead of a sort of every entry (an eviction picks a batch's worth
+    of a shard's keys)."""
+    n = int(columns[0].shape[0])
+    if count >= n:
+        return np.lexsort(columns[::-1])
+    picked = _first(count, np.arange(n), columns)
+    return picked[np.lexsort([c[picked] for c in columns[::-1]])]
+
+
+def _first(count, index, columns):
+    """The `count` entries among positions `index` that come first by `columns`, any order."""
+    if count <= 0:
+        return index[:0]
+    if count >= index.shape[0]:
+        return index
+    column = columns[0][index]
+    if len(columns) == 1:
+        return index[np.argpartition(column, count - 1)[:count]]
+    cut = np.partition(column, count - 1)[count - 1]
+    below = index[column < cut]
+    return np.concatenate([below, _first(count - below.shape[0], index[column == cut],
+                                         columns[1:])])
 
 
 def _is_prefix(array, base):

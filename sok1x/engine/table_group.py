@@ -144,10 +144,8 @@ class TableGroup:
         if initial:
             backend.fill_value(flat, initial)
         for t, array in enumerate(arrays):
-            if array is not None and array.shape[0]:
-                start = int(starts[t])
-                rows = np.arange(start, start + int(array.shape[0]), dtype=np.int64)
-                backend.put_rows(flat, backend.asarray(rows), array)
+            if array is not None and array.shape[0]:  # one device copy a member
+                backend.write_rows(flat, int(starts[t]), array)
         return flat
 
     def slot(self, name, initial_value=0.0):
@@ -309,8 +307,12 @@ class HashGroup(TableGroup):
             return None
         rows, keys, tags = self.backend.to_host_many([self.find(keys, tags), keys, tags])
         new = np.asarray(rows) < 0  # keys come from every rank: counted once per (tag, key)
-        pairs = np.unique(np.stack([np.asarray(tags)[new], np.asarray(keys)[new]]), axis=1)
-        return sizes + np.bincount(pairs[0], minlength=len(self.members)).astype(np.int64)
+        keys, tags = np.asarray(keys)[new], np.asarray(tags)[new]
+        order = np.lexsort((keys, tags))
+        keys, tags = keys[order], tags[order]
+        first = np.ones(keys.shape[0], dtype=bool)
+        first[1:] = (keys[1:] != keys[:-1]) | (tags[1:] != tags[:-1])
+        return sizes + np.bincount(tags[first], minlength=len(self.members)).astype(np.int64)
 
     def growth_error(self, needed, keys, tags):
         """TableFullError for the first member whose rows `needed` (rows_needed's, for owned
@@ -318,10 +320,11 @@ class HashGroup(TableGroup):
         the step did not look up), else None."""
         over = np.flatnonzero(needed > self.max_capacities)
         sizes = self.sizes()
+        mine = self._keys_of(keys, tags) if self.evicts and over.size else None
         for t in over.tolist():
             member = self.members[t]
-            if self.evicts:
-                error = member.capacity_error(self._keys_of(keys, tags)[t])
+            if mine is not None:
+                error = member.capacity_error(mine[t])
             else:
                 error = member.full_error(int(sizes[t]), int(needed[t] - sizes[t]))
             if error is not None:
@@ -332,8 +335,10 @@ class HashGroup(TableGroup):
         """{member: backend int64, its keys among tagged `keys`} (host work: a step that grows
         or evicts)."""
         keys, tags = self.backend.to_host_many([keys, tags])
-        keys, tags = np.asarray(keys), np.asarray(tags)
-        return {t: self.backend.asarray(keys[tags == t]) for t in range(len(self.members))}
+        order = np.argsort(np.asarray(tags), kind="stable")
+        cuts = np.cumsum(np.bincount(np.asarray(tags), minlength=len(self.members)))[:-1]
+        return dict(enumerate(self.backend.asarray(part) for part in
+                              np.split(np.asarray(keys)[order], cuts)))
 
     def make_room(self, needed, keys, tags):
         """Makes room for the rows `needed` (rows_needed's, checked by growth_error) of owned

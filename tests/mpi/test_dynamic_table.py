@@ -12,7 +12,7 @@ import pytest
 from sok1x.backend import cpu, cpu_random, random_init
 from sok1x.backend.owner_rules import OWNER_HASH
 from sok1x.engine import api, hybrid_rows, runtime
-from sok1x.engine.dynamic_table import make_dynamic
+from sok1x.engine.dynamic_table import first_by, make_dynamic
 from sok1x.engine.op_keys import name_key
 from sok1x.errors import InvalidInputError, TableFullError
 
@@ -339,3 +339,16 @@ def test_hash_erase_and_row_pool():
     fresh = rebuilt_index(cpu, index, 512)
     assert fresh.tombstones == 0
     np.testing.assert_array_equal(fresh.find(keys), index.find(keys))
+
+
+def test_an_eviction_picks_what_a_full_sort_puts_first():
+    """first_by, the eviction's choice of victims (a partition per column), against NumPy's
+    lexsort of every entry: columns with many ties (steps, counts), distinct keys last."""
+    rng = np.random.default_rng(23)
+    for _ in range(300):
+        n = int(rng.integers(1, 400))
+        columns = [rng.integers(0, int(rng.integers(1, 6)), n), rng.integers(0, 4, n),
+                   rng.permutation(3 * n)[:n]][3 - int(rng.integers(1, 4)):]
+        count = int(rng.integers(0, n + 3))
+        np.testing.assert_array_equal(first_by(count, columns),
+                                      np.lexsort(columns[::-1])[:count])
