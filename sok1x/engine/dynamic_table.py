@@ -105,11 +105,44 @@ class DynamicTable(EmbeddingTable):
                                                      np.float32, self.hbm_rows)
         self.statistics = (self.backend.zeros((self.capacity, 2), np.int64)
                            if dynamic.var_type == "hybrid" else None)
+        self._pending = None  # (placed, member) of a hash group's insert not counted yet
         self._free = np.zeros(0, np.int64)  # rows given back, reused last freed first
         self._free_uploaded = None  # (host base of the free list, its device copy reversed)
         self._high_water = 0  # rows [0, high_water) were handed out at least once
         self._evicted = []  # (keys, values) host arrays not handed out yet
         self._counted = None  # (keys, index size, missing) from the last capacity_error
+
+    # The free list and the high water, as of every insert: a hash group's insert that kept its
+    # count on the device (take_rows_later) is counted here when either is next read, unless the
+    # next op header hands the count over first (settle_rows). Setting them (an undo restoring
+    # them, an eviction, a load) drops a pending count: it belongs to the insert being undone,
+    # or was read by the getter just before.
+    @property
+    def _free(self):
+        if self._pending is not None:
+            self._settle()
+        return self._free_rows
+
+    @_free.setter
+    def _free(self, rows):
+        self._pending = None
+        self._free_rows = rows
+
+    @property
+    def _high_water(self):
+        if self._pending is not None:
+            self._settle()
+        return self._high
+
+    @_high_water.setter
+    def _high_water(self, row):
+        self._pending = None
+        self._high = row
+
+    def _settle(self):
+        placed, t = self._pending
+        self._pending = None
+        self._take_rows(int(self.backend.to_host(placed).reshape(-1)[t]))
 
     def capacity_error(self, keys):
         """Returns TableFullError if this rank's owned `keys` cannot all be held even after
@@ -363,6 +396,20 @@ class DynamicTable(EmbeddingTable):
         """Hands out the rows of `count` keys a hash group placed (by rows_source's order);
         returns how many were freed rows."""
         return self._take_rows(count)
+
+    def take_rows_later(self, placed, t):
+        """take_rows of placed[t] (placed: a hash group's device counts), counted when the free
+        list or the high water is next read, or when settle_rows hands the host copy over."""
+        if self._pending is not None:  # an earlier count first
+            self._settle()
+        self._pending = (placed, t)
+
+    def settle_rows(self, placed, host_placed):
+        """Hands over the host copy of take_rows_later's counts `placed`, if still pending."""
+        if self._pending is not None and self._pending[0] is placed:
+            t = self._pending[1]
+            self._pending = None
+            self._take_rows(int(host_placed[t]))
 
     def undo_placed(self, new_keys, new_rows, held):
         """Undoes a hash group's placing of `new_keys` at this shard's `new_rows` (backend

@@ -326,9 +326,6 @@ def _insert_keys(runtime, op, tables, owned, owned_tags, owner_rows, vectors, fi
     per hash group the header told of, the most keys per member any owner can get (_fitting).
     Fills owner_rows and vectors for the groups and the tables in `fitting`."""
     backend = runtime.backend
-    # a group that evicts reads its placed counts now (HashGroup.may_count_later); the header's
-    # bound (most) still spares it the exact count of new keys where it cannot fill up
-    fitting = {t for t in fitting if tables[t].may_count_later()}
     for t in sorted(fitting):
         table = tables[t]
         if t in owned_tags:

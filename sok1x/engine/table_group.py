@@ -60,10 +60,12 @@ the same exchange):
     placement and initializer. Such a group also joins its members' access statistics into one
     flat array (one count of a step's lookup for all members, in the launch that stamps the new
     rows), hands each member's new keys its freed rows first (the insert launch takes a pool of
-    freed rows per member, DynamicTable.rows_source), and reads its members' counts of placed
-    keys in the lookup (a wait, as a hybrid table alone does: the host hands out the rows).
-    A member short of rows at max_capacity evicts on the host, after the lookup's agreement,
-    as it would alone (DynamicTable.make_room; a step that evicts is the slow path);
+    freed rows per member, DynamicTable.rows_source), and its members hand those rows out by
+    their counts of placed keys: read in the lookup where a member may fill up, else, as an hbm
+    group's, in the next op header's wait (DynamicTable.take_rows_later; reused rows' slots are
+    reset on the device meanwhile). A member short of rows at max_capacity evicts on the host,
+    after the lookup's agreement, as it would alone (DynamicTable.make_room; a step that evicts
+    is the slow path);
   - a hybrid DynamicVariable whose rows split between GPU and host memory (max_hbm_for_vectors
     too small for max_capacity rows) is a unit of its own: a flat device array cannot view its
     host rows;
@@ -78,6 +80,7 @@ import time
 
 import numpy as np
 
+from sok1x.backend import random_init
 from sok1x.engine import distinct_rows
 from sok1x.engine import placement as placements
 from sok1x.engine.table import EmbeddingTable, rebuilt_if_worn, rebuilt_index, reset_slot_rows
@@ -236,13 +239,6 @@ class HashGroup(TableGroup):
                 table.statistics = self._view(self.statistics, t)
             self.backend.release_unused()
 
-    def may_count_later(self):
-        """False for a group that evicts: its members hand out freed rows by the host's count of
-        the keys each placed, so that count is read in the lookup (a wait). The op header still
-        carries its keys and room (key_exchange._room_and_keys), whose bound per member spares
-        the exact count of new keys where no member can fill up."""
-        return not self.evicts
-
     @staticmethod
     def _key_starts(members):
         return None  # keys are tagged, never offset
@@ -269,9 +265,11 @@ class HashGroup(TableGroup):
         backend, indexes = self.backend, self.indexes()
         sizes = np.array([index.size for index in indexes], dtype=np.int64)
         held = pools = None
+        reusing = False
         if self.evicts:  # new keys take freed rows first (DynamicTable.rows_source)
             held = [table.held_state() for table in self.members]
             pools = [table.rows_source() for table in self.members]
+            reusing = any(pool is not None for pool, _ in pools)
         found = backend.hash_insert_many(indexes, keys, tags, self.row_starts, pools)
         rows, new_keys, new_rows, new_tags, count, placed = found
         backend.init_rows_tagged(self.values, new_rows, new_keys, new_tags, self.spec,
@@ -281,7 +279,7 @@ class HashGroup(TableGroup):
                                stamp=(self.times, new_rows, time.time(), count))
         else:
             self.stamp(new_rows, count)
-        return (indexes, found, self.gather(rows), sizes, held), placed
+        return (indexes, found, self.gather(rows), sizes, held, reusing), placed
 
     def sizes(self):
         """Host int64 [members]: the keys each member's shard holds."""
@@ -393,16 +391,27 @@ class HashGroup(TableGroup):
         member can pass its room: keeps the placed keys (undone if the step fails later); each
         index counts its placed keys when its size is next read or settle(placed, its host copy)
         hands them over. Returns (flat rows, vectors)."""
-        indexes, found, vectors, _, held = state
-        assert held is None, "a group that evicts reads its counts in the lookup"
+        indexes, found, vectors, _, held, reusing = state
         self.backend.hash_insert_many_done(indexes, found, placed, True)
-        self._record_undo(found, None)
+        if held is not None:  # a group that evicts: its members hand their rows out later
+            for t, member in enumerate(self.members):
+                member.take_rows_later(placed, t)
+            if reusing:  # a freed row still holds its last key's slots: reset on the device
+                new_keys, new_rows, count = found[1], found[2], found[4]
+                for name, flat in self.slots.items():
+                    self.backend.init_rows(flat, new_rows, new_keys, random_init.make_spec(
+                        "constant", self.slot_initial[name]), 0, count)
+        self._record_undo(found, held)
         return found[0], vectors
 
     def settle(self, placed, host_placed):
-        """Hands insert_kept's `placed`, read by the host since, to the indexes it counts for."""
+        """Hands insert_kept's `placed`, read by the host since, to the indexes it counts for
+        (and, in a group that evicts, to the members that hand rows out by it)."""
         for index in self.indexes():
             index.settle_size(placed, host_placed)
+        if self.evicts:
+            for member in self.members:
+                member.settle_rows(placed, host_placed)
 
     def insert_error(self, state, placed):
         """TableFullError for the first member whose shard the host counts `placed` overflow,
@@ -418,7 +427,7 @@ class HashGroup(TableGroup):
         """Ends insert_start's call with the host counts `placed`: keep=True keeps the placed
         keys (undone if the step fails later) and returns (flat rows, vectors); keep=False
         erases them again (a failed step) and returns None."""
-        indexes, found, vectors, _, held = state
+        indexes, found, vectors, _, held, _ = state
         backend = self.backend
         backend.hash_insert_many_done(indexes, found, placed, keep)
         placed_rows = None  # a group that evicts: the flat rows of the keys placed

@@ -603,10 +603,9 @@ def test_a_hybrid_group_that_grows_and_evicts_equals_its_tables_one_by_one():
 
 def test_hybrid_group_launches_and_waits_do_not_grow_with_the_tables():
     """In a step where nothing grows or evicts: the launches of 2 tables (at most 1.25 times)
-    and their host waits, which are a hybrid table's alone: the op headers and the count of
-    placed keys the host hands rows out by."""
+    and their host waits, two: the op headers (the members hand rows out by placed counts read
+    in the next header's wait, as an hbm group's indexes count theirs)."""
     counts = launches_and_waits(
         lambda count: make_hybrid_tables("cuda_hybrid_count_%d" % count, count, init=8192,
                                          most=8192), "hybrid", 28)
-    # the op headers and the placed-count read: a hybrid table's alone
-    assert counts[26]["host_waits"] <= 3
+    assert counts[26]["host_waits"] <= 2 and counts[1]["host_waits"] <= 3

@@ -115,8 +115,13 @@ def on_some_rank(flag):
     return COMM.allreduce(int(bool(flag)), op=MPI.SUM) > 0
 
 
-def test_a_hybrid_group_that_grows_and_evicts_equals_its_tables_one_by_one():
-    names = make_tables("yg")
+@pytest.mark.parametrize("room", [False, True])
+def test_a_hybrid_group_that_grows_and_evicts_equals_its_tables_one_by_one(room):
+    """room=False: members of INIT rows that grow to MAX and then evict every step (their
+    counts read in the lookup); room=True: members with room for every rank's keys, whose counts
+    the next op header reads (the rows handed out by counts no host has read yet)."""
+    most, init = (64 * 16, 64 * 16) if room else (MAX, INIT)
+    names = make_tables("yg", most=most, init=init)
     together = run_steps(names, True)
     tables = [api.shard(name) for name in names]
     group = tables[0].group
@@ -125,14 +130,14 @@ def test_a_hybrid_group_that_grows_and_evicts_equals_its_tables_one_by_one():
     assert tables[2].group is None and tables[4].group is None  # hbm; rows split
     assert_a_group_of_views(group)
     for t, member in enumerate(group.members):
-        assert member.capacity == MAX
+        assert member.capacity == most
         start = int(group.row_starts[t])
         assert np.shares_memory(member.statistics, group.statistics)
         assert member.statistics.__array_interface__["data"][0] == group.statistics[
             start:].__array_interface__["data"][0]
     for step in together[-2:]:  # every member evicted in each of the last steps, on some rank
-        assert all(on_some_rank(step[3][t][2]) for t in (0, 1, 3, 5))
-    make_tables("yg")  # the same tables anew, each looked up alone
+        assert all(on_some_rank(step[3][t][2]) != room for t in (0, 1, 3, 5))
+    make_tables("yg", most=most, init=init)  # the same tables anew, each looked up alone
     alone = run_steps(names, False)
     assert all(api.shard(name).group is None for name in names)
     for got_step, want_step in zip(together, alone):
@@ -143,6 +148,27 @@ def test_a_hybrid_group_that_grows_and_evicts_equals_its_tables_one_by_one():
         assert got_step[2] == want_step[2]
         for got, want in zip(got_step[3], want_step[3]):
             assert_same_full_state(got, want)
+
+
+def test_rows_handed_out_by_counts_no_header_read_yet_are_counted_first():
+    """Two training lookups of a group with room and no op header between their inserts' counts
+    and a read (here the free list and high water, then a third lookup): each member counts its
+    placed keys once, in order."""
+    names = make_tables("yg_later", most=64 * 16, init=64 * 16)
+    rng = np.random.default_rng([4, RANK])
+    for step in range(2):
+        inputs, _ = batch(rng, step)
+        api.pooled_lookup(names, "yg_later_fwd_%d" % step, inputs, True)
+    for name in names:
+        table = api.shard(name)
+        assert table._high_water == table.index.size and table._free.size == 0
+    inputs, _ = batch(rng, 2)
+    api.pooled_lookup(names, "yg_later_fwd_2", inputs, True)
+    for name in names:
+        table = api.shard(name)
+        keys, rows = table.index.export()
+        assert sorted(rows.tolist()) == list(range(table.index.size))  # rows 0.. once each
+        assert table._high_water == table.index.size
 
 
 def held_state(names):
@@ -243,3 +269,4 @@ def test_host_waits_and_backend_calls_do_not_grow_with_the_hybrid_tables(count):
         print("\nper training step, 2 hybrid tables: %s; %d: %s" % (counts[2], count,
                                                                   counts[count]))
     assert counts[count] == counts[2], counts
+    assert counts[count]["host_waits"] <= 2  # the op headers: the placed counts ride in them
