@@ -472,23 +472,29 @@ def first_by(count, columns):
     n = int(columns[0].shape[0])
     if count >= n:
         return np.lexsort(columns[::-1])
-    picked = _first(count, np.arange(n), columns)
+    picked = _first(count, None, columns, n)
     return picked[np.lexsort([c[picked] for c in columns[::-1]])]
 
 
-def _first(count, index, columns):
-    """The `count` entries among positions `index` that come first by `columns`, any order."""
+def _first(count, index, columns, n):
+    """The `count` entries among positions `index` (None: all n) that come first by
+    `columns`, in any order."""
+    size = n if index is None else int(index.shape[0])
     if count <= 0:
-        return index[:0]
-    if count >= index.shape[0]:
-        return index
-    column = columns[0][index]
+        return np.zeros(0, np.int64)
+    if count >= size:
+        return np.arange(n) if index is None else index
+    column = columns[0] if index is None else columns[0][index]
     if len(columns) == 1:
-        return index[np.argpartition(column, count - 1)[:count]]
+        chosen = np.argpartition(column, count - 1)[:count]
+        return chosen if index is None else index[chosen]
+    if column.min() == column.max():  # all tied (one step's keys, say): the next column decides
+        return _first(count, index, columns[1:], n)
     cut = np.partition(column, count - 1)[count - 1]
-    below = index[column < cut]
-    return np.concatenate([below, _first(count - below.shape[0], index[column == cut],
-                                         columns[1:])])
+    below, tied = np.flatnonzero(column < cut), np.flatnonzero(column == cut)
+    if index is not None:
+        below, tied = index[below], index[tied]
+    return np.concatenate([below, _first(count - below.shape[0], tied, columns[1:], n)])
 
 
 def _is_prefix(array, base):
