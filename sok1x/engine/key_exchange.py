@@ -362,8 +362,12 @@ def _insert_keys(runtime, op, tables, owned, owned_tags, owner_rows, vectors, fi
     except BaseException:  # whatever stopped the step: no group keeps a key it placed
         _undo_started(backend, tables, started, placed)
         raise
-    for (t, (state, _)), p in zip(started, placed):
-        owner_rows[t], vectors[t] = tables[t].insert_finish(state, p, keep=True)
+    for done, ((t, (state, _)), p) in enumerate(zip(started, placed)):
+        try:
+            owner_rows[t], vectors[t] = tables[t].insert_finish(state, p, keep=True)
+        except BaseException:  # the calls not finished yet keep no key either
+            _undo_started(backend, tables, started[done + 1:], placed[done + 1:])
+            raise
 
 
 def _grown_and_placed(backend, tables, owned, owned_tags, growing, started, placed):

@@ -393,6 +393,7 @@ class HashGroup(TableGroup):
         hands them over. Returns (flat rows, vectors)."""
         indexes, found, vectors, _, held, reusing = state
         self.backend.hash_insert_many_done(indexes, found, placed, True)
+        self._record_undo(found, held)  # first: a failure below still takes the keys out
         if held is not None:  # a group that evicts: its members hand their rows out later
             for t, member in enumerate(self.members):
                 member.take_rows_later(placed, t)
@@ -401,7 +402,6 @@ class HashGroup(TableGroup):
                 for name, flat in self.slots.items():
                     self.backend.init_rows(flat, new_rows, new_keys, random_init.make_spec(
                         "constant", self.slot_initial[name]), 0, count)
-        self._record_undo(found, held)
         return found[0], vectors
 
     def settle(self, placed, host_placed):
@@ -441,12 +441,12 @@ class HashGroup(TableGroup):
                                  backend.zeros((int(rows.shape[0]), 2), np.int64))
             self._rebuild_worn()
             return None
+        if placed.any():  # first: a failure below still takes the keys out
+            self._record_undo(found, held)
         if placed_rows is not None:
             reused = [member.take_rows(int(n)) for member, n in zip(self.members, placed)]
             if any(reused):  # a freed row still holds its last key's slots
                 reset_slot_rows(backend, self.slots, self.slot_initial, self.dim, placed_rows)
-        if placed.any():
-            self._record_undo(found, held)
         return found[0], vectors
 
     def _record_undo(self, found, held):
