@@ -88,6 +88,28 @@ def hbm_rows(dynamic, dim):
     return max(1, int(dynamic.max_hbm_for_vectors * 2 ** 30) // (4 * int(dim)))
 
 
+class _CountedState:
+    """A DynamicTable's free list or high water, kept in attribute `name`: a hash group's insert
+    that kept its count on the device (take_rows_later) is counted when either is next read,
+    unless the next op header hands the count over first (settle_rows). Setting one (an undo
+    restoring it, an eviction, a load) drops a pending count: it belongs to the insert being
+    undone, or was read by the getter just before."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def __get__(self, table, owner=None):
+        if table is None:
+            return self
+        if table._pending is not None:
+            table._settle()
+        return getattr(table, self.name)
+
+    def __set__(self, table, value):
+        table._pending = None
+        setattr(table, self.name, value)
+
+
 class DynamicTable(EmbeddingTable):
     """A growing (and, for hybrid, evicting) hash-table shard. Beyond EmbeddingTable's
     attributes: dynamic (Dynamic), max_capacity, statistics (backend int64 [capacity, 2]: each
@@ -112,37 +134,19 @@ class DynamicTable(EmbeddingTable):
         self._evicted = []  # (keys, values) host arrays not handed out yet
         self._counted = None  # (keys, index size, missing) from the last capacity_error
 
-    # The free list and the high water, as of every insert: a hash group's insert that kept its
-    # count on the device (take_rows_later) is counted here when either is next read, unless the
-    # next op header hands the count over first (settle_rows). Setting them (an undo restoring
-    # them, an eviction, a load) drops a pending count: it belongs to the insert being undone,
-    # or was read by the getter just before.
-    @property
-    def _free(self):
-        if self._pending is not None:
-            self._settle()
-        return self._free_rows
-
-    @_free.setter
-    def _free(self, rows):
-        self._pending = None
-        self._free_rows = rows
-
-    @property
-    def _high_water(self):
-        if self._pending is not None:
-            self._settle()
-        return self._high
-
-    @_high_water.setter
-    def _high_water(self, row):
-        self._pending = None
-        self._high = row
+    # The free list and the high water, as of every insert (_CountedState below)
+    _free = _CountedState("_free_rows")
+    _high_water = _CountedState("_high")
 
     def _settle(self):
-        placed, t = self._pending
-        self._pending = None
-        self._take_rows(int(self.backend.to_host(placed).reshape(-1)[t]))
+        """Counts the pending insert: one read of its counts, handed to the whole group (every
+        member of one insert waits on the same counts)."""
+        placed = self._pending[0]
+        host = self.backend.to_host(placed).reshape(-1)
+        if self.group is not None:
+            self.group.settle(placed, host)
+        if self._pending is not None:  # not a group's any more
+            self.settle_rows(placed, host)
 
     def capacity_error(self, keys):
         """Returns TableFullError if this rank's owned `keys` cannot all be held even after

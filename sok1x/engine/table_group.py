@@ -233,6 +233,7 @@ class HashGroup(TableGroup):
         self.evicts = any(getattr(table, "statistics", None) is not None for table in members)
         self.grows = self.evicts or bool(np.any(self.max_capacities > self.capacities))
         self.statistics = None
+        self._split = None  # (keys, per member its keys) of growth_error, for make_room
         if self.evicts:
             self.statistics = self._joined([table.statistics for table in members], 0)
             for t, table in enumerate(members):
@@ -319,6 +320,7 @@ class HashGroup(TableGroup):
         over = np.flatnonzero(needed > self.max_capacities)
         sizes = self.sizes()
         mine = self._keys_of(keys, tags) if self.evicts and over.size else None
+        self._split = (keys, mine)  # make_room's, for the same keys
         for t in over.tolist():
             member = self.members[t]
             if mine is not None:
@@ -345,7 +347,9 @@ class HashGroup(TableGroup):
         self.grow(needed)
         short = np.flatnonzero(needed > self.capacities)
         if short.size:
-            mine = self._keys_of(keys, tags)
+            split, self._split = self._split, None
+            mine = split[1] if split[0] is keys and split[1] is not None else self._keys_of(
+                keys, tags)
             for t in short.tolist():
                 self.members[t].make_room(int(needed[t] - self.capacities[t]), mine[t])
 
