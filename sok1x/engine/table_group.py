@@ -275,10 +275,7 @@ class HashGroup(TableGroup):
         rows, new_keys, new_rows, new_tags, count, placed = found
         backend.init_rows_tagged(self.values, new_rows, new_keys, new_tags, self.spec,
                                  self.table_ids, count)
-        if self.evicts:  # the lookup counted and the new rows stamped in one launch
-            backend.touch_rows(self.statistics, rows, self.journal.step,
-                               stamp=(self.times, new_rows, time.time(), count))
-        else:
+        if not self.evicts:  # a group that evicts stamps them when the insert is kept
             self.stamp(new_rows, count)
         return (indexes, found, self.gather(rows), sizes, held, reusing), placed
 
@@ -398,6 +395,7 @@ class HashGroup(TableGroup):
         indexes, found, vectors, _, held, reusing = state
         self.backend.hash_insert_many_done(indexes, found, placed, True)
         self._record_undo(found, held)  # first: a failure below still takes the keys out
+        self._count_lookup(found)
         if held is not None:  # a group that evicts: its members hand their rows out later
             for t, member in enumerate(self.members):
                 member.take_rows_later(placed, t)
@@ -437,21 +435,26 @@ class HashGroup(TableGroup):
         placed_rows = None  # a group that evicts: the flat rows of the keys placed
         if held is not None and placed.any():
             placed_rows = backend.row_view(found[2], 0, int(placed.sum()))
-        if not keep:
-            if placed_rows is not None:  # a row's counts start from 0 when a key takes it
-                rows = backend.to_host(placed_rows)
-                rows = backend.asarray(rows[rows >= 0])
-                backend.put_rows(self.statistics, rows,
-                                 backend.zeros((int(rows.shape[0]), 2), np.int64))
+        if not keep:  # nothing counted yet: a row's counts are still 0 when no key took it
             self._rebuild_worn()
             return None
         if placed.any():  # first: a failure below still takes the keys out
             self._record_undo(found, held)
+        self._count_lookup(found)
         if placed_rows is not None:
             reused = [member.take_rows(int(n)) for member, n in zip(self.members, placed)]
             if any(reused):  # a freed row still holds its last key's slots
                 reset_slot_rows(backend, self.slots, self.slot_initial, self.dim, placed_rows)
         return found[0], vectors
+
+    def _count_lookup(self, found):
+        """A group that evicts counts a kept lookup in its rows' statistics and stamps the new
+        rows, in one launch; counted only once the step keeps the insert, as a table alone
+        counts after the lookup's agreement (a step that fails there counts nothing)."""
+        if self.evicts:
+            rows, new_rows, count = found[0], found[2], found[4]
+            self.backend.touch_rows(self.statistics, rows, self.journal.step,
+                                    stamp=(self.times, new_rows, time.time(), count))
 
     def _record_undo(self, found, held):
         """Records in the step journal the erasing of the new keys of hash_insert_many's
