@@ -16,6 +16,7 @@ producer's capsule destructor frees an unconsumed tensor only. TensorFlow
 The numpy and PyCUDA arrays the backends make from these live in sok1x.backend.cpu and .cuda.
 """
 import ctypes
+import struct
 import threading
 
 import numpy as np
@@ -27,29 +28,24 @@ DEVICE_CUDA_HOST = 3
 _CODES = {"i": 0, "u": 1, "f": 2}
 _KINDS = {code: kind for kind, code in _CODES.items()}
 
-
-class _Device(ctypes.Structure):
-    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
-
-
-class _DataType(ctypes.Structure):
-    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
-
-
-class _Tensor(ctypes.Structure):
-    _fields_ = [("data", ctypes.c_void_p), ("device", _Device), ("ndim", ctypes.c_int32),
-                ("dtype", _DataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
-                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
+# A DLManagedTensor, read and written whole with one struct call (a crossing of the seam reads or
+# writes one per tensor, and ctypes' Structure fields cost a microsecond each): DLTensor (data,
+# device type and id, ndim, dtype code / bits / lanes, shape, strides, byte_offset), then
+# manager_ctx and the deleter, 64 bytes on the 64-bit hosts sok1x runs on.
+_MANAGED = struct.Struct("=QiiiBBHQQQQQ")
+_DELETER_AT = _MANAGED.size - 8
+_EXTENTS = {}  # ndim -> struct of ndim int64s (a shape or strides array)
 
 
-class _ManagedTensor(ctypes.Structure):
-    pass
+def _extents(ndim):
+    found = _EXTENTS.get(ndim)
+    if found is None:
+        found = _EXTENTS[ndim] = struct.Struct("=%dq" % ndim)
+    return found
 
 
-_MANAGED_POINTER = ctypes.POINTER(_ManagedTensor)
-_DELETER = ctypes.CFUNCTYPE(None, _MANAGED_POINTER)
-_ManagedTensor._fields_ = [("dl_tensor", _Tensor), ("manager_ctx", ctypes.c_void_p),
-                           ("deleter", _DELETER)]
+_DELETER = ctypes.CFUNCTYPE(None, ctypes.c_void_p)  # void deleter(DLManagedTensor *)
+_deleters = {}  # a producer's deleter address -> its callable (one per producer, made once)
 
 # The C API calls hold the GIL (pythonapi is a PyDLL). Capsule names must outlive the capsules.
 _api = ctypes.pythonapi
@@ -76,7 +72,6 @@ _raw_get_pointer.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
 
 
 _DTYPES = {}  # (code, bits) -> NumPy dtype, filled as met (every crossing looks one up)
-_SHAPE_TYPES = {}  # ndim -> ctypes int64 array type
 
 
 def numpy_dtype(code, bits, lanes=1):
@@ -99,47 +94,56 @@ class ImportedTensor:
 
     def __init__(self, capsule):
         self._managed = None
-        if not _api.PyCapsule_IsValid(capsule, _NAME):
+        pointer = _api.PyCapsule_GetPointer(capsule, _NAME) if _api.PyCapsule_IsValid(
+            capsule, _NAME) else None
+        if not pointer:
             used = _api.PyCapsule_IsValid(capsule, _USED_NAME)
             raise TypeError(
                 "a DLPack capsule can be consumed once, and this one was already consumed" if used
                 else "expected a DLPack capsule named 'dltensor', got %r" % (capsule,))
-        pointer = _api.PyCapsule_GetPointer(capsule, _NAME)
         _api.PyCapsule_SetName(capsule, _USED_NAME)
-        self._managed = ctypes.cast(pointer, _MANAGED_POINTER)
-        tensor = self._managed.contents.dl_tensor
-        device, dtype, shape = tensor.device, tensor.dtype, tensor.shape
-        self.device_type = device.device_type
-        self.device_id = device.device_id
-        self.dtype = numpy_dtype(dtype.code, dtype.bits, dtype.lanes)
-        self.shape = tuple(shape[:tensor.ndim])
-        self.address = (tensor.data or 0) + tensor.byte_offset
+        self._managed = pointer
+        (data, self.device_type, self.device_id, ndim, code, bits, lanes, shape, strides,
+         offset, _, _) = _MANAGED.unpack(ctypes.string_at(pointer, _MANAGED.size))
+        self.dtype = numpy_dtype(code, bits, lanes)
+        extents = _extents(ndim)
+        self.shape = extents.unpack(ctypes.string_at(shape, extents.size)) if ndim else ()
+        self.address = data + offset
         elements = 1
         for extent in self.shape:
             elements *= extent
         self.nbytes = elements * self.dtype.itemsize
-        if tensor.strides and not _is_compact(self.shape, tensor.strides):
-            self.release()
-            raise TypeError("the DLPack tensor of shape %s has strides %s: sok1x needs a "
-                            "C-contiguous tensor" % (
-                                list(self.shape),
-                                [int(tensor.strides[i]) for i in range(len(self.shape))]))
+        if strides and ndim:
+            strides = extents.unpack(ctypes.string_at(strides, extents.size))
+            if not _is_compact(self.shape, strides):
+                self.release()
+                raise TypeError("the DLPack tensor of shape %s has strides %s: sok1x needs a "
+                                "C-contiguous tensor" % (list(self.shape), list(strides)))
 
     def release(self):
         """Calls the producer's deleter now (once)."""
         managed, self._managed = self._managed, None
-        if managed and managed.contents.deleter:
-            managed.contents.deleter(managed)
+        if not managed:
+            return
+        deleter, = _deleter_at.unpack(ctypes.string_at(managed + _DELETER_AT, 8))
+        if deleter:
+            call = _deleters.get(deleter)
+            if call is None:
+                call = _deleters[deleter] = _DELETER(deleter)
+            call(managed)
 
     def __del__(self):
         self.release()
+
+
+_deleter_at = struct.Struct("=Q")
 
 
 def _is_compact(shape, strides):
     """True if element strides describe C order (sizes-1 dimensions may have any stride)."""
     expected = 1
     for axis in range(len(shape) - 1, -1, -1):
-        if shape[axis] != 1 and int(strides[axis]) != expected:
+        if shape[axis] != 1 and strides[axis] != expected:
             return False
         expected *= shape[axis]
     return True
@@ -151,27 +155,14 @@ def import_capsule(capsule):
     return ImportedTensor(capsule)
 
 
-class _Export:
-    """What a capsule made by export_capsule keeps alive: the owner and the C structures."""
-
-    def __init__(self, owner, shape):
-        self.owner = owner
-        ndim = max(len(shape), 1)
-        shape_type = _SHAPE_TYPES.get(ndim)
-        if shape_type is None:
-            shape_type = _SHAPE_TYPES[ndim] = ctypes.c_int64 * ndim
-        self.shape = shape_type(*shape)
-        self.managed = _ManagedTensor()
-
-
-_exports = {}
+_exports = {}  # a live export's DLManagedTensor address -> (its memory, the owner)
 _exports_lock = threading.Lock()
 
 
 @_DELETER
 def _delete_export(managed):
     with _exports_lock:
-        _exports.pop(ctypes.addressof(managed.contents), None)
+        _exports.pop(managed, None)
 
 
 @_CAPSULE_DESTRUCTOR
@@ -182,30 +173,31 @@ def _destroy_capsule(capsule_address):
             _exports.pop(_raw_get_pointer(capsule_address, _NAME), None)
 
 
+_DELETE_EXPORT = ctypes.cast(_delete_export, ctypes.c_void_p).value
+_DESTROY_CAPSULE = ctypes.cast(_destroy_capsule, ctypes.c_void_p)
+
+
 def export_capsule(address, shape, dtype, device_type, device_id, owner):
     """Returns a new "dltensor" capsule over `address` (C-contiguous `shape` of NumPy `dtype` on
     the DLPack device (device_type, device_id)); `owner` is kept alive until the consumer's deleter
     runs, or until the capsule dies unconsumed."""
-    dtype = np.dtype(dtype)
-    code = _CODES.get(dtype.kind)
+    code = _CODES.get(dtype.kind) if isinstance(dtype, np.dtype) else None
     if code is None:
-        raise TypeError("cannot export dtype %s through DLPack" % dtype)
+        dtype = np.dtype(dtype)
+        code = _CODES.get(dtype.kind)
+        if code is None:
+            raise TypeError("cannot export dtype %s through DLPack" % dtype)
     shape = tuple(shape)
-    export = _Export(owner, shape)
-    tensor = export.managed.dl_tensor
-    tensor.data = address
-    tensor.device.device_type = device_type
-    tensor.device.device_id = device_id
-    tensor.ndim = len(shape)
-    tensor.dtype.code = code
-    tensor.dtype.bits = dtype.itemsize * 8
-    tensor.dtype.lanes = 1
-    tensor.shape = export.shape
-    export.managed.deleter = _delete_export
-    key = ctypes.addressof(export.managed)
+    extents = _extents(len(shape))
+    # the DLManagedTensor and, after it, its shape (a 0-d tensor's points at one unused int64)
+    memory = ctypes.create_string_buffer(_MANAGED.size + max(extents.size, 8))
+    key = ctypes.addressof(memory)
+    _MANAGED.pack_into(memory, 0, address, device_type, device_id, len(shape), code,
+                       dtype.itemsize * 8, 1, key + _MANAGED.size, 0, 0, 0, _DELETE_EXPORT)
+    extents.pack_into(memory, _MANAGED.size, *shape)
     with _exports_lock:
-        _exports[key] = export
-    return _api.PyCapsule_New(key, _NAME, ctypes.cast(_destroy_capsule, ctypes.c_void_p))
+        _exports[key] = (memory, owner)
+    return _api.PyCapsule_New(key, _NAME, _DESTROY_CAPSULE)
 
 
 def live_exports():
