@@ -439,12 +439,17 @@ def test_a_program_looking_up_hbm_dynamic_variables_together_trains_as_one_looki
             np.testing.assert_allclose(got[key], want[key], rtol=1e-5, atol=1e-6)
 
 
-def test_hybrid_dynamic_variables_looked_up_together_in_a_program_train_as_apart():
+@pytest.mark.parametrize("inter_op_threads", [1, 8])
+def test_hybrid_dynamic_variables_looked_up_together_in_a_program_train_as_apart(
+        inter_op_threads):
     """The same program on hybrid DynamicVariables small enough to evict (max_capacity 36 a
     rank, each step bringing 18 keys a rank and variable from a span that grows): one HashGroup
-    that evicts, the same losses and rows as the variables looked up one by one."""
-    losses, rows, kind, capacity, evicted = _graph_program(True, 1, 4, "hybrid", 36)
-    want_losses, want_rows, alone, want_capacity, _ = _graph_program(False, 1, 4, "hybrid", 36)
+    that evicts, the same losses and rows as the variables looked up one by one (with 8
+    inter-op threads, in whatever order the Session runs the lookups apart)."""
+    losses, rows, kind, capacity, evicted = _graph_program(True, inter_op_threads, 4, "hybrid",
+                                                           36)
+    want_losses, want_rows, alone, want_capacity, _ = _graph_program(False, inter_op_threads, 4,
+                                                                     "hybrid", 36)
     assert kind == "HashGroup" and alone == "NoneType" and capacity == want_capacity
     assert on_some_rank(evicted)
     np.testing.assert_allclose(losses, want_losses, rtol=1e-5, atol=1e-5)

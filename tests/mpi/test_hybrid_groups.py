@@ -4,11 +4,12 @@ dim, placement and initializer looked up together pass as one HashGroup, which g
 and, at max_capacity, evicts from each the keys it needs freed, handing the freed rows to the
 new keys; they give what the same tables give looked up one by one (forward, gradients, the keys
 each shard holds with their vectors, slots and lookup counts, the evicted keys and their
-vectors, the capacities), beside an hbm DynamicVariable and a hybrid one whose rows split into
-host memory (units of their own). A member whose step's own keys pass max_capacity fails the
-step on every rank and changes no table; a failed later op of a step that evicted puts the
-evicted keys back; a member's dump and load put its rows back where they are; and a step's host
-waits and backend calls do not grow with the number of tables."""
+vectors, the capacities), beside an hbm DynamicVariable, a hybrid one whose rows split into
+host memory (units of their own) and two hybrid ones of another dim (a second group). A member
+whose step's own keys pass max_capacity fails the step on every rank and changes no table, as
+does another table's failure after the group's insert (no lookup counted); a failed later op of
+a step that evicted puts the evicted keys back; a member's dump and load put its rows back where
+they are; and a step's host waits and backend calls do not grow with the number of tables."""
 import numpy as np
 import pytest
 from mpi4py import MPI
@@ -31,9 +32,12 @@ DIM, INIT = 8, 2
 WINDOW, SHIFT = 24, 16  # a step's keys of a table: WINDOW consecutive ints, SHIFT on per step
 MAX = 32 // SIZE  # a shard's rows: a step's keys fit (WINDOW / SIZE), five steps' do not
 # name suffix, dim, var_type, GiB of vectors in GPU memory: four hybrid tables of DIM (one
-# group), an hbm one of DIM and a hybrid one whose rows split (units of their own)
+# group), an hbm one of DIM and a hybrid one whose rows split (units of their own), and two
+# hybrid tables of another dim (a second group)
 LAYOUT = [("y0", DIM, "hybrid", 0.0), ("y1", DIM, "hybrid", 0.0), ("h0", DIM, "hbm", 0.0),
-          ("y2", DIM, "hybrid", 0.0), ("s0", DIM, "hybrid", 1e-7), ("y3", DIM, "hybrid", 0.0)]
+          ("y2", DIM, "hybrid", 0.0), ("s0", DIM, "hybrid", 1e-7), ("y3", DIM, "hybrid", 0.0),
+          ("z0", 4, "hybrid", 0.0), ("z1", 4, "hybrid", 0.0)]
+GROUPED = (0, 1, 3, 5, 6, 7)  # the layout's tables in a group (the first four, the last two)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -127,16 +131,20 @@ def test_a_hybrid_group_that_grows_and_evicts_equals_its_tables_one_by_one(room)
     group = tables[0].group
     assert isinstance(group, table_group.HashGroup) and group.evicts
     assert group.members == [tables[t] for t in (0, 1, 3, 5)]
+    other = tables[6].group  # another dim: a group of its own
+    assert isinstance(other, table_group.HashGroup) and other.evicts and other is not group
+    assert other.members == tables[6:8] and other.dim == 4 and group.dim == DIM
     assert tables[2].group is None and tables[4].group is None  # hbm; rows split
-    assert_a_group_of_views(group)
-    for t, member in enumerate(group.members):
-        assert member.capacity == most
-        start = int(group.row_starts[t])
-        assert np.shares_memory(member.statistics, group.statistics)
-        assert member.statistics.__array_interface__["data"][0] == group.statistics[
-            start:].__array_interface__["data"][0]
+    for each in (group, other):
+        assert_a_group_of_views(each)
+        for t, member in enumerate(each.members):
+            assert member.capacity == most
+            start = int(each.row_starts[t])
+            assert np.shares_memory(member.statistics, each.statistics)
+            assert member.statistics.__array_interface__["data"][0] == each.statistics[
+                start:].__array_interface__["data"][0]
     for step in together[-2:]:  # every member evicted in each of the last steps, on some rank
-        assert all(on_some_rank(step[3][t][2]) != room for t in (0, 1, 3, 5))
+        assert all(on_some_rank(step[3][t][2]) != room for t in GROUPED)
     make_tables("yg", most=most, init=init)  # the same tables anew, each looked up alone
     alone = run_steps(names, False)
     assert all(api.shard(name).group is None for name in names)
