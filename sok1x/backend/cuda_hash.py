@@ -333,8 +333,7 @@ class HashIndex:
         launch(kernels["keys_by_row"], self.slot_count, ptr(self._slots), self.slot_count,
                self.capacity, ptr(key_of_row), ptr(is_held), ptr(bad_rows))
         positions = exclusive_scan(is_held, self.capacity)
-        held = int(to_host(positions[self.capacity:])[0])
-        bad = int(to_host(bad_rows)[0])
+        held, bad = (int(a[0]) for a in to_host_many([positions[self.capacity:], bad_rows]))
         if bad or held != self.size:
             raise RuntimeError("hash index of capacity %d is inconsistent: %d keys held, %d "
                                "distinct rows in range, %d rows out of range" % (

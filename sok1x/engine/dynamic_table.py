@@ -308,9 +308,10 @@ class DynamicTable(EmbeddingTable):
 
     def _evictable(self, keys):
         """Host bool [capacity]: held rows that neither the current step nor `keys` looked up."""
-        last = self.backend.to_host(self.backend.column(self.statistics, LAST_STEP))
+        backend = self.backend
+        last, batch_rows = backend.to_host_many([backend.column(self.statistics, LAST_STEP),
+                                                 self.index.find(keys)])
         evictable = self._held_rows() & (last < self.journal.step)
-        batch_rows = self.backend.to_host(self.index.find(keys))
         evictable[batch_rows[batch_rows >= 0]] = False
         return evictable
 
@@ -319,19 +320,23 @@ class DynamicTable(EmbeddingTable):
         rows `batch_rows`, -1 for new keys) looked up, by the strategy; returns what undoing it
         needs: (keys, rows, values, slots, statistics, evicted entry)."""
         backend, to_host = self.backend, self.backend.to_host
-        keys, rows = (to_host(a) for a in self.index.export())
-        if self.dynamic.evict_strategy == "lru":  # the last steps alone cross to the host
-            last, counts = to_host(backend.column(self.statistics, LAST_STEP)), None
+        keys, rows = self.index.export()
+        # every held key's statistics in the export's order (ordered by row), gathered on the
+        # device: one download and one wait with the keys, rows and this lookup's rows
+        keys, rows, held, batch_rows = backend.to_host_many(
+            [keys, rows, backend.take_rows(self.statistics, rows), batch_rows])
+        last = held[:, LAST_STEP]  # held is a copy: the table's statistics stay as they are
+        batch_rows = batch_rows[batch_rows >= 0]  # held keys this lookup looked up: not evicted
+        last[np.searchsorted(rows, batch_rows)] = self.journal.step
+        columns = [last, keys]
+        if self.dynamic.evict_strategy != "lru":
+            columns.insert(0, held[:, COUNT])
+        evictable = last < self.journal.step
+        if evictable.all():  # (the usual case: a step looks up few of a full shard's keys)
+            order = first_by(count, columns)
         else:
-            statistics = to_host(self.statistics)
-            last, counts = statistics[:, LAST_STEP], statistics[:, COUNT]
-        last = np.array(last)  # a copy: on cpu to_host is the array itself
-        batch_rows = to_host(batch_rows)
-        last[batch_rows[batch_rows >= 0]] = self.journal.step
-        last = last[rows]
-        evictable = np.flatnonzero(last < self.journal.step)
-        columns = [last, keys] if counts is None else [counts[rows], last, keys]
-        order = evictable[first_by(count, [c[evictable] for c in columns])]
+            evictable = np.flatnonzero(evictable)
+            order = evictable[first_by(count, [c[evictable] for c in columns])]
         victim_keys, victim_rows = keys[order], rows[order]
         device_rows = backend.asarray(victim_rows)
         values = hybrid_rows.gather_rows(backend, self.values, device_rows)

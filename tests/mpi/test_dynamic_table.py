@@ -12,6 +12,7 @@ import pytest
 from sok1x.backend import cpu, cpu_random, random_init
 from sok1x.backend.owner_rules import OWNER_HASH
 from sok1x.engine import api, hybrid_rows, runtime
+from sok1x.engine.table_group import distinct_per_tag
 from sok1x.engine.dynamic_table import first_by, make_dynamic
 from sok1x.engine.op_keys import name_key
 from sok1x.errors import InvalidInputError, TableFullError
@@ -352,3 +353,16 @@ def test_an_eviction_picks_what_a_full_sort_puts_first():
         count = int(rng.integers(0, n + 3))
         np.testing.assert_array_equal(first_by(count, columns),
                                       np.lexsort(columns[::-1])[:count])
+
+
+def test_a_groups_count_of_new_keys_per_member_is_numpys_count_of_distinct_pairs():
+    """distinct_per_tag, the hash group's exact count of new keys per member near full, against
+    np.unique over (tag, key) pairs: repeated keys, a key in several tags, tags with none."""
+    rng = np.random.default_rng(24)
+    for _ in range(200):
+        n, count = int(rng.integers(0, 300)), int(rng.integers(1, 9))
+        keys = rng.integers(-5, int(rng.integers(1, 50)), n).astype(np.int64)
+        tags = rng.integers(0, count, n).astype(np.int64)
+        pairs = np.unique(np.stack([tags, keys], axis=1), axis=0)
+        want = np.bincount(pairs[:, 0], minlength=count) if n else np.zeros(count, np.int64)
+        np.testing.assert_array_equal(distinct_per_tag(keys, tags, count), want)
