@@ -12,7 +12,10 @@ three ways, each from tables made anew and filled alike:
     grow     hbm, init_capacity rows: every member of the group doubles in this step (its flat
              values, LazyAdam's two slots and update times laid out again, its index rebuilt)
     evict    hybrid, max_capacity rows: every member evicts --new keys by LRU and hands their rows
-             to the new keys
+             to the new keys, keeping the evicted keys and vectors on the host for a reader
+             (sok1x.sparse_read_and_evict)
+    evict_drop  the same where no one reads evicted keys (a DynamicVariable's default, as SOK's:
+             they are dropped, not copied to the host)
 and `second`: the step after the growth (the group at its new size, new keys that fit).
 Per way the median of --repeats repeats (min-max) of the slowest rank's ms; grow's extra time
 (grow - room) against the floor of its copies: the group's bytes read and written once at the
@@ -36,7 +39,7 @@ import harness
 
 SPEC = random_init.make_spec("uniform", -0.05, 0.05, seed=5)
 HYPER = {"lr_t": 0.01, "beta1": 0.9, "beta2": 0.999, "epsilon": 1e-8}  # LazyAdam's
-WAYS = ("room", "grow", "evict")
+WAYS = ("room", "grow", "evict", "evict_drop")
 
 
 def parse_args(argv=None):
@@ -67,7 +70,8 @@ class Case:
         rows, size, rank = args.rows, rt.size, rt.rank
         self.names = ["grow_%s_%d_%d" % (way, repeat, t) for t in range(args.tables)]
         for name in self.names:
-            if way == "evict":
+            api.drop_evicted(name, way == "evict_drop")
+            if way.startswith("evict"):
                 dynamic = make_dynamic("hybrid", rows, rows, "lru")
             else:
                 dynamic = make_dynamic("hbm", 2 * rows if way == "room" else rows, 4 * rows)
@@ -147,7 +151,7 @@ def run_case(rt, args, way, repeat, peaks, profile=False):
     grown = [api.shard(name).capacity for name in case.names]
     result = {"ms": ms, "group_bytes_before": before_bytes, "used_before": before,
               "grew": harness.job_max(any(g > c for g, c in zip(grown, capacities))),
-              "evicting_members": harness.job_max(sum(len(api.shard(n)._evicted) > 0
+              "evicting_members": harness.job_max(sum(api.shard(n).evicted_keys > 0
                                                           for n in case.names))}
     if peaks:
         result["peak_used"] = harness.job_max(max(peaks) - base)

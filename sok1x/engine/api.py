@@ -25,6 +25,7 @@ from sok1x.engine.pooled_lookup import (  # noqa: F401  (PooledInput: part of th
     pooled_backward_many,
     pooled_forward_many,
 )
+from sok1x.engine import dynamic_table
 from sok1x.engine.dynamic_table import Dynamic, make_table
 from sok1x.engine.keyed_lookup import KeyedInput  # noqa: F401  (part of the API)
 from sok1x.errors import DeviceMemoryError, InvalidInputError, Sok1xError
@@ -321,6 +322,13 @@ def read_rows(table_name, op, keys):
         table = _table_for_collective(rt, table_name, op)
         vectors, _ = lookup_forward(rt, table, op, rt.backend.asarray(keys).reshape(-1), False)
         return vectors
+
+
+def drop_evicted(table_name, drop=True):
+    """Local. drop=True: dynamic table `table_name` (made now or later) drops the keys it evicts,
+    as SOK's DynamicVariable does, so that a job that never reads them holds none on the host;
+    drop=False: it keeps them for pop_evicted from now on (sok1x.sparse_read_and_evict)."""
+    dynamic_table.drop_evicted(table_name, drop)
 
 
 def pop_evicted(table_name):

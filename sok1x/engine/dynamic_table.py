@@ -8,7 +8,9 @@ var_type "hybrid": grows the same way (its access statistics copied too), and on
 rows are held, a step's new keys take the rows of keys evicted by evict_strategy: "lru" the keys
 looked up least recently, "lfu" the keys looked up least often (ties: least recently, then the
 smaller key), never a key looked up in the current step. Evicted keys and their vectors are kept
-until pop_evicted() hands them out, once.
+until pop_evicted() hands them out, once, unless drop_evicted(name) said no one reads them (SOK's
+v2 front door, until a sok1x.sparse_read_and_evict of the table is built or called): then they
+are dropped, as SOK drops them, and the host neither copies nor holds them.
 With max_hbm_for_vectors > 0, rows beyond what that many GiB of vectors hold live in page-locked
 host memory that the same kernels read (engine/hybrid_rows.py); optimizer slots split alike.
 
@@ -41,6 +43,16 @@ from sok1x.errors import TableFullError
 VAR_TYPES = ("hbm", "hybrid")
 EVICT_STRATEGIES = ("lru", "lfu")
 LAST_STEP, COUNT = 0, 1  # the columns of DynamicTable.statistics
+_DROPPED = set()  # names of tables whose evicted keys no one reads (drop_evicted)
+
+
+def drop_evicted(name, drop):
+    """drop=True: table `name` (made now or later, in this process) drops the keys it evicts
+    instead of keeping them for pop_evicted; drop=False: it keeps them from now on."""
+    if drop:
+        _DROPPED.add(name)
+    else:
+        _DROPPED.discard(name)
 
 Dynamic = collections.namedtuple(
     "Dynamic", "var_type init_capacity max_capacity evict_strategy max_hbm_for_vectors")
@@ -132,6 +144,7 @@ class DynamicTable(EmbeddingTable):
         self._free_uploaded = None  # (host base of the free list, its device copy reversed)
         self._high_water = 0  # rows [0, high_water) were handed out at least once
         self._evicted = []  # (keys, values) host arrays not handed out yet
+        self.evicted_keys = 0  # how many keys this shard has evicted since it was made
         self._counted = None  # (keys, index size, missing) from the last capacity_error
 
     # The free list and the high water, as of every insert (_CountedState below)
@@ -346,8 +359,11 @@ class DynamicTable(EmbeddingTable):
                  backend.take_rows(self.statistics, device_rows))
         backend.put_rows(self.statistics, device_rows,
                          backend.zeros((victim_rows.shape[0], 2), np.int64))
-        entry = (victim_keys, to_host(values))
-        self._evicted.append(entry)
+        self.evicted_keys += int(victim_rows.shape[0])
+        entry = None
+        if self.name not in _DROPPED:  # read by someone: the host keeps a copy until then
+            entry = (victim_keys, to_host(values))
+            self._evicted.append(entry)
         self.index.erase(backend.asarray(victim_keys))
         self.index = rebuilt_if_worn(backend, self.index, self.capacity)
         self._free = np.concatenate([self._free, victim_rows])
@@ -386,6 +402,7 @@ class DynamicTable(EmbeddingTable):
             hybrid_rows.put_rows(backend, self.slots[name], device_rows, saved)
         backend.put_rows(self.statistics, device_rows, statistics)
         self._evicted = [e for e in self._evicted if e is not entry]
+        self.evicted_keys -= int(keys.shape[0])
 
     # -- what a hash group of hybrid tables asks of its members (engine/table_group.py) ---------
 

@@ -124,9 +124,16 @@ def assign(variable, indices, values):
     return written.op
 
 
+def read_evicted(variable):
+    """From now on the DynamicVariable `variable` keeps the keys it evicts for evicted() (a
+    DynamicVariable drops them until something reads them: v2/variables.py)."""
+    api.drop_evicted(_table(_handle_and_slot(variable)[0]).name, False)
+
+
 def evicted(variable):
     """Returns (keys int64 [n], values float32 [n, dim]): the keys this rank's shard of the
-    DynamicVariable `variable` evicted (var_type "hybrid", once full) since the last call, each
-    once, with their vectors at eviction (sok1x.sparse_read_and_evict). Raises Sok1xError for a
-    variable that never evicts."""
+    DynamicVariable `variable` evicted (var_type "hybrid", once full) since the last call (the
+    first: since this op was built, or called eagerly), each once, with their vectors at eviction
+    (sok1x.sparse_read_and_evict). Raises Sok1xError for a variable that never evicts."""
+    read_evicted(variable)
     return _keys_and_values(variable, api.pop_evicted, "sok1x_sparse_read_and_evict")

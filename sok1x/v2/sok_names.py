@@ -92,11 +92,14 @@ def all2all_dense_embedding(param, ids):
 def sparse_read_and_evict(variable, indices=None):
     """SOK's two-argument form: returns (the rows of `indices`, as all2all_dense_embedding gives
     them, then the keys int64 [n] and values float32 [n, dim] that this rank's shard of the
-    hybrid DynamicVariable evicted since the last call, each once). With indices=None, returns
-    only the evicted (keys, values), sok1x's earlier one-argument form."""
+    hybrid DynamicVariable evicted since the last call, each once; the first call's: since it was
+    built, or called eagerly, as a DynamicVariable drops what it evicts until something reads
+    it). With indices=None, returns only the evicted (keys, values), sok1x's earlier one-argument
+    form."""
     from sok1x.v2 import shard_access
     if indices is None:
         return shard_access.evicted(variable)
+    shard_access.read_evicted(variable)  # first: this lookup's evicted keys are kept
     rows = _lookup(variable, indices, "sparse_read_and_evict")
     with tf1.control_dependencies([rows]):
         keys, values = shard_access.evicted(variable)

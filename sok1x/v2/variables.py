@@ -18,7 +18,7 @@ import numpy as np
 
 from sok1x.backend.random_init import make_spec
 from sok1x.common.handle_variable import create_handle
-from sok1x.engine import admission, runtime, shard_rows
+from sok1x.engine import admission, api, runtime, shard_rows
 from sok1x.graph_ops import init_ops
 from sok1x.graph_ops.tf_compat import tf1
 from sok1x.common.initializers import spec_from_initializer
@@ -263,6 +263,9 @@ def DynamicVariable(dimension, initializer=None, var_type=None, name=None,  # no
     handle = create_handle(None, table_name, int(dimension), dynamic.max_capacity, True, spec,
                            placement="hash" if placement == "mod" else placement,
                            trainable=trainable, dynamic=dynamic)
+    # As SOK's: evicted keys are dropped until a sparse_read_and_evict of it is built or called
+    # (shard_access.read_evicted), so a job that never reads them holds none on the host.
+    api.drop_evicted(table_name)
     _v2_defaults()
     mark_without_scope(handle)
     _describe(handle, table_name, DYNAMIC, int(dimension), None)

@@ -391,7 +391,7 @@ def _graph_program(together, inter_op_threads, steps=3, var_type="hbm", most=102
     max_capacity `most`) looked up by sok1x.lookup_sparse, all in one call or one call each,
     trained with Adagrad in a Session of `inter_op_threads` inter-op threads. Returns the
     losses, every variable's exported rows by key, the kind of group of the first, its capacity
-    on this rank and how many evictions it made there."""
+    on this rank and how many keys it evicted there."""
     import sok1x
     from tf_support import session, tf1
     graph = tf1.Graph()
@@ -422,7 +422,7 @@ def _graph_program(together, inter_op_threads, steps=3, var_type="hbm", most=102
         losses = [sess.run([loss, train], dict(zip(holders, feed)))[0] for feed in feeds]
         rows = [dict(zip(keys.tolist(), values)) for keys, values in sess.run(exports)]
         table = api.shard(variables[0]._sok1x_table.name)
-    return losses, rows, type(table.group).__name__, table.capacity, len(table._evicted)
+    return losses, rows, type(table.group).__name__, table.capacity, table.evicted_keys
 
 
 @pytest.mark.parametrize("inter_op_threads", [1, 8])

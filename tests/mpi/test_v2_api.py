@@ -342,3 +342,33 @@ def test_hybrid_dynamic_variable_evicts_once_full_and_hands_evicted_keys_out_onc
         np.testing.assert_allclose(row, 1.0 - SIZE * steps_in[list(owned[RANK][gone]).index(key)])
     assert again.size == 0
     assert sorted(held.tolist()) == sorted(set(owned[RANK][plan].tolist()) - set(want.tolist()))
+
+
+def test_a_dynamic_variable_no_one_reads_the_evicted_keys_of_drops_them():
+    """As SOK's DynamicVariable: what a hybrid table evicts is kept only for a
+    sparse_read_and_evict of it (here built for one of two tables trained alike), so a job that
+    never reads evicted keys holds none on the host; training and the keys held are the same."""
+    from sok1x.engine import api
+    owned = _keys_owned_by_each_rank(6)
+    graph = tf1.Graph()
+    with graph.as_default():
+        tables = [sok.DynamicVariable(dimension=2, var_type="hybrid", initializer="ones",
+                                      init_capacity=2, max_capacity=4, name="drop_%d" % t)
+                  for t in range(2)]
+        keys = tf1.placeholder(tf1.int64, [None])
+        ids = tf1.RaggedTensor.from_row_lengths(keys, [SIZE])
+        pooled = sok.lookup_sparse(tables, [ids, ids])
+        grads = tf1.gradients(tf1.add_n([tf1.reduce_sum(p) for p in pooled]), tables)
+        train = sok.OptimizerWrapper(tf1.train.GradientDescentOptimizer(1.0)).apply_gradients(
+            zip(grads, tables))
+        evicted = sok.sparse_read_and_evict(tables[1])
+        exported = [sok.export(t) for t in tables]
+    with tf_support.initialized_session(graph) as sess:
+        for j in range(6):
+            sess.run(train, {keys: [owned[r][j] for r in range(SIZE)]})
+        dropped = api.shard(tables[0].table_name)._evicted
+        got_keys, _ = sess.run(evicted)
+        (held_0, values_0), (held_1, values_1) = sess.run(exported)
+    assert dropped == [] and got_keys.shape[0] == 2  # each shard evicted 2 keys of 6
+    np.testing.assert_array_equal(np.sort(held_0), np.sort(held_1))
+    np.testing.assert_allclose(values_0[np.argsort(held_0)], values_1[np.argsort(held_1)])
