@@ -105,7 +105,14 @@ class ImportedTensor:
         self._managed = pointer
         (data, self.device_type, self.device_id, ndim, code, bits, lanes, shape, strides,
          offset, _, _) = _MANAGED.unpack(ctypes.string_at(pointer, _MANAGED.size))
-        self.dtype = numpy_dtype(code, bits, lanes)
+        try:  # the capsule is used now: a refused tensor goes back to its producer at once
+            if ndim < 0 or (ndim and not shape):
+                raise TypeError("a DLPack tensor with ndim %d and %s shape is malformed"
+                                % (ndim, "a" if shape else "no"))
+            self.dtype = numpy_dtype(code, bits, lanes)
+        except TypeError:
+            self.release()
+            raise
         extents = _extents(ndim)
         self.shape = extents.unpack(ctypes.string_at(shape, extents.size)) if ndim else ()
         self.address = data + offset
@@ -159,10 +166,13 @@ _exports = {}  # a live export's DLManagedTensor address -> (its memory, the own
 _exports_lock = threading.Lock()
 
 
+# The owner an export held is let go after the lock: dropping it may release a tensor sok1x
+# imported from another of its exports, whose deleter takes the lock again.
 @_DELETER
 def _delete_export(managed):
     with _exports_lock:
-        _exports.pop(managed, None)
+        held = _exports.pop(managed, None)
+    del held
 
 
 @_CAPSULE_DESTRUCTOR
@@ -170,7 +180,8 @@ def _destroy_capsule(capsule_address):
     # Called as the capsule dies: only an unconsumed capsule still owns its tensor.
     if _raw_is_valid(capsule_address, _NAME):
         with _exports_lock:
-            _exports.pop(_raw_get_pointer(capsule_address, _NAME), None)
+            held = _exports.pop(_raw_get_pointer(capsule_address, _NAME), None)
+        del held
 
 
 _DELETE_EXPORT = ctypes.cast(_delete_export, ctypes.c_void_p).value
