@@ -326,8 +326,9 @@ def read_rows(table_name, op, keys):
 
 def drop_evicted(table_name, drop=True):
     """Local. drop=True: dynamic table `table_name` (made now or later) drops the keys it evicts,
-    as SOK's DynamicVariable does, so that a job that never reads them holds none on the host;
-    drop=False: it keeps them for pop_evicted from now on (sok1x.sparse_read_and_evict)."""
+    as SOK's DynamicVariable does, so that a job that never reads them holds none on the host,
+    unless something was ever said to read them; drop=False: something reads them: it keeps them
+    for pop_evicted from now on, for good (sok1x.sparse_read_and_evict)."""
     dynamic_table.drop_evicted(table_name, drop)
 
 

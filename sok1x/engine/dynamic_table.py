@@ -44,15 +44,19 @@ VAR_TYPES = ("hbm", "hybrid")
 EVICT_STRATEGIES = ("lru", "lfu")
 LAST_STEP, COUNT = 0, 1  # the columns of DynamicTable.statistics
 _DROPPED = set()  # names of tables whose evicted keys no one reads (drop_evicted)
+_READ = set()  # names whose evicted keys something reads: kept for good in this process
 
 
 def drop_evicted(name, drop):
     """drop=True: table `name` (made now or later, in this process) drops the keys it evicts
-    instead of keeping them for pop_evicted; drop=False: it keeps them from now on."""
-    if drop:
-        _DROPPED.add(name)
-    else:
+    instead of keeping them for pop_evicted, unless something was ever said to read them;
+    drop=False: something reads them: it keeps them from now on, whatever a later drop=True
+    (another graph's variable of the same name, say) says."""
+    if not drop:
+        _READ.add(name)
         _DROPPED.discard(name)
+    elif name not in _READ:
+        _DROPPED.add(name)
 
 Dynamic = collections.namedtuple(
     "Dynamic", "var_type init_capacity max_capacity evict_strategy max_hbm_for_vectors")
@@ -144,7 +148,7 @@ class DynamicTable(EmbeddingTable):
         self._free_uploaded = None  # (host base of the free list, its device copy reversed)
         self._high_water = 0  # rows [0, high_water) were handed out at least once
         self._evicted = []  # (keys, values) host arrays not handed out yet
-        self.evicted_keys = 0  # how many keys this shard has evicted since it was made
+        self.evicted_keys = 0  # how many keys this shard has evicted since made or loaded
         self._counted = None  # (keys, index size, missing) from the last capacity_error
 
     # The free list and the high water, as of every insert (_CountedState below)
@@ -458,6 +462,7 @@ class DynamicTable(EmbeddingTable):
         """Forgets every key's place for a load into this shard where it is (a hash group's
         member): no freed row, no row handed out, no statistics, nothing evicted to hand out."""
         self._free, self._high_water, self._evicted = np.zeros(0, np.int64), 0, []
+        self.evicted_keys = 0  # as a table made anew by a load
         if self.statistics is not None:
             self.backend.fill_value(self.statistics, 0)
 

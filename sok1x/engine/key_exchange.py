@@ -326,17 +326,20 @@ def _insert_keys(runtime, op, tables, owned, owned_tags, owner_rows, vectors, fi
     per hash group the header told of, the most keys per member any owner can get (_fitting).
     Fills owner_rows and vectors for the groups and the tables in `fitting`."""
     backend = runtime.backend
+    kept = []  # the groups' inserts in `fitting`: their lookups count once the step goes on
     for t in sorted(fitting):
         table = tables[t]
         if t in owned_tags:
             state, placed = table.insert_start(owned[t], owned_tags[t])
             owner_rows[t], vectors[t] = table.insert_kept(state, placed)
+            kept.append((table, state))
             settle = functools.partial(table.settle, placed)
         else:
             owner_rows[t], vectors[t], placed = table.inserted_rows_and_vectors_later(owned[t])
             settle = functools.partial(table.index.settle_size, placed)
         runtime.read_later.append((placed, settle))
     if all(t in fitting for t, table in enumerate(tables) if table.use_hashtable):
+        _count_kept(kept)
         return  # every rank skips the agreement alike: `fitting` is the same everywhere
     errors = _capacity_errors(backend, [(table, keys) for t, (table, keys)
                                         in enumerate(zip(tables, owned))
@@ -362,12 +365,19 @@ def _insert_keys(runtime, op, tables, owned, owned_tags, owner_rows, vectors, fi
     except BaseException:  # whatever stopped the step: no group keeps a key it placed
         _undo_started(backend, tables, started, placed)
         raise
+    _count_kept(kept)
     for done, ((t, (state, _)), p) in enumerate(zip(started, placed)):
         try:
             owner_rows[t], vectors[t] = tables[t].insert_finish(state, p, keep=True)
         except BaseException:  # the calls not finished yet keep no key either
             _undo_started(backend, tables, started[done + 1:], placed[done + 1:])
             raise
+
+
+def _count_kept(kept):
+    """Counts the kept inserts' lookups (HashGroup.count_kept): the step goes on."""
+    for table, state in kept:
+        table.count_kept(state)
 
 
 def _grown_and_placed(backend, tables, owned, owned_tags, growing, started, placed):

@@ -385,13 +385,13 @@ class HashGroup(TableGroup):
 
     def insert_kept(self, state, placed):
         """Ends insert_start's call without reading `placed`, where the caller knows that no
-        member can pass its room: keeps the placed keys (undone if the step fails later); each
+        member can pass its room: keeps the placed keys (undone if the step fails later; the
+        caller counts the lookup with count_kept once the lookup's agreement passed); each
         index counts its placed keys when its size is next read or settle(placed, its host copy)
         hands them over. Returns (flat rows, vectors)."""
         indexes, found, vectors, _, held, reusing = state
         self.backend.hash_insert_many_done(indexes, found, placed, True)
         self._record_undo(found, held)  # first: a failure below still takes the keys out
-        self._count_lookup(found)
         if held is not None:  # a group that evicts: its members hand their rows out later
             for t, member in enumerate(self.members):
                 member.take_rows_later(placed, t)
@@ -443,10 +443,16 @@ class HashGroup(TableGroup):
                 reset_slot_rows(backend, self.slots, self.slot_initial, self.dim, placed_rows)
         return found[0], vectors
 
+    def count_kept(self, state):
+        """Counts insert_kept's lookup (`state`: insert_start's) in the rows' statistics, once
+        the lookup's agreement has passed (a group that evicts; else nothing)."""
+        self._count_lookup(state[1])
+
     def _count_lookup(self, found):
         """A group that evicts counts a kept lookup in its rows' statistics and stamps the new
-        rows, in one launch; counted only once the step keeps the insert, as a table alone
-        counts after the lookup's agreement (a step that fails there counts nothing)."""
+        rows, in one launch; counted only once the step is known to go on (insert_finish with
+        keep=True, or count_kept after the agreement), as a table alone counts after the
+        lookup's agreement (a step that fails there counts nothing)."""
         if self.evicts:
             rows, new_rows, count = found[0], found[2], found[4]
             self.backend.touch_rows(self.statistics, rows, self.journal.step,

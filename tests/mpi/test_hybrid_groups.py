@@ -212,13 +212,16 @@ def test_a_member_whose_own_keys_pass_max_capacity_fails_every_rank_and_changes_
     run_steps(names, True, steps=1, seed=6, tag="yg_full_on")  # the group goes on
 
 
-def test_a_step_another_table_fails_counts_no_lookup_in_the_group():
-    """The group's keys are all held (it places none and needs no room, but the op header
-    cannot tell: its shards are full), so it inserts before the lookup's agreement; the split
-    table's keys pass its max_capacity on one rank, and the step fails there. The members'
-    lookup counts stay as they were, as the tables' own do when looked up one by one (a table
-    alone counts its lookup only once the step goes on)."""
-    names = make_tables("yg_other")
+@pytest.mark.parametrize("room", [False, True])
+def test_a_step_another_table_fails_counts_no_lookup_in_the_group(room):
+    """The split table's keys pass its max_capacity on one rank, and the step fails at the
+    lookup's agreement, after the group inserted its keys: room=False, the group's keys are all
+    held but its shards are full (the op header cannot tell they fit: the group inserts and
+    waits for its counts); room=True, its shards have room (it inserts without reading the
+    counts, before the agreement). The members' lookup counts stay as they were, as the tables'
+    own do when looked up one by one (a table alone counts its lookup once the step goes on)."""
+    most, init = (64 * 16, 64 * 16) if room else (MAX, INIT)
+    names = make_tables("yg_other", most=most, init=init)
     run_steps(names, True, steps=4, tag="yg_other")
     before = held_state(names)
     inputs, _ = batch(np.random.default_rng([5, RANK]), 9)
@@ -226,11 +229,13 @@ def test_a_step_another_table_fails_counts_no_lookup_in_the_group():
         if var_type == "hybrid" and not hbm_gib:  # every key a member's shards hold
             held = np.concatenate(COMM.allgather(api.shard(names[t]).index.export()[0]))
             inputs[t] = PooledInput(held, None, held.shape[0], None, "sum")
-    assert api.shard(names[0]).group is not None and api.shard(names[0]).index.size == MAX
+    assert api.shard(names[0]).group is not None
+    assert (api.shard(names[0]).index.size == MAX) != room
     if RANK == SIZE - 1:  # more keys of the split table in one step than its shards hold
-        keys = np.arange(MAX * SIZE + SIZE, dtype=np.int64) + 10 ** 12
+        keys = np.arange(most * SIZE + SIZE, dtype=np.int64) + 10 ** 12
         inputs[4] = PooledInput(keys, None, keys.shape[0], None, "sum")
-    with pytest.raises(TableFullError, match="_s0: the shard on rank .* max_capacity=%d" % MAX):
+    with pytest.raises(TableFullError,
+                       match="_s0: the shard on rank .* max_capacity=%d" % most):
         api.pooled_lookup(names, "yg_other_bad", inputs, True)
     assert_unchanged(names, before)
     run_steps(names, True, steps=1, seed=6, tag="yg_other_on")  # the group goes on

@@ -363,6 +363,9 @@ def test_a_dynamic_variable_no_one_reads_the_evicted_keys_of_drops_them():
             zip(grads, tables))
         evicted = sok.sparse_read_and_evict(tables[1])
         exported = [sok.export(t) for t in tables]
+    with tf1.Graph().as_default():  # another graph's variable of that name reads none: kept
+        sok.DynamicVariable(dimension=2, var_type="hybrid", initializer="ones", init_capacity=2,
+                            max_capacity=4, name="drop_1")
     with tf_support.initialized_session(graph) as sess:
         for j in range(6):
             sess.run(train, {keys: [owned[r][j] for r in range(SIZE)]})
