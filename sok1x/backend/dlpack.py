@@ -33,7 +33,8 @@ _KINDS = {code: kind for kind, code in _CODES.items()}
 # device type and id, ndim, dtype code / bits / lanes, shape, strides, byte_offset), then
 # manager_ctx and the deleter, 64 bytes on the 64-bit hosts sok1x runs on.
 _MANAGED = struct.Struct("=QiiiBBHQQQQQ")
-_DELETER_AT = _MANAGED.size - 8
+_DELETER_FIELD = struct.Struct("=Q")  # the last field, read alone when the tensor is let go
+_DELETER_AT = _MANAGED.size - _DELETER_FIELD.size
 _EXTENTS = {}  # ndim -> struct of ndim int64s (a shape or strides array)
 
 
@@ -132,7 +133,8 @@ class ImportedTensor:
         managed, self._managed = self._managed, None
         if not managed:
             return
-        deleter, = _deleter_at.unpack(ctypes.string_at(managed + _DELETER_AT, 8))
+        deleter, = _DELETER_FIELD.unpack(ctypes.string_at(managed + _DELETER_AT,
+                                                          _DELETER_FIELD.size))
         if deleter:
             call = _deleters.get(deleter)
             if call is None:
@@ -142,8 +144,6 @@ class ImportedTensor:
     def __del__(self):
         self.release()
 
-
-_deleter_at = struct.Struct("=Q")
 
 
 def _is_compact(shape, strides):
@@ -192,12 +192,10 @@ def export_capsule(address, shape, dtype, device_type, device_id, owner):
     """Returns a new "dltensor" capsule over `address` (C-contiguous `shape` of NumPy `dtype` on
     the DLPack device (device_type, device_id)); `owner` is kept alive until the consumer's deleter
     runs, or until the capsule dies unconsumed."""
-    code = _CODES.get(dtype.kind) if isinstance(dtype, np.dtype) else None
+    dtype = dtype if isinstance(dtype, np.dtype) else np.dtype(dtype)
+    code = _CODES.get(dtype.kind)
     if code is None:
-        dtype = np.dtype(dtype)
-        code = _CODES.get(dtype.kind)
-        if code is None:
-            raise TypeError("cannot export dtype %s through DLPack" % dtype)
+        raise TypeError("cannot export dtype %s through DLPack" % dtype)
     shape = tuple(shape)
     extents = _extents(len(shape))
     # the DLManagedTensor and, after it, its shape (a 0-d tensor's points at one unused int64)

@@ -436,7 +436,7 @@ class HashGroup(TableGroup):
             return None
         if placed.any():  # first: a failure below still takes the keys out
             self._record_undo(found, held)
-        self._count_lookup(found)
+        self.count_kept(state)
         if placed_rows is not None:
             reused = [member.take_rows(int(n)) for member, n in zip(self.members, placed)]
             if any(reused):  # a freed row still holds its last key's slots
@@ -444,16 +444,13 @@ class HashGroup(TableGroup):
         return found[0], vectors
 
     def count_kept(self, state):
-        """Counts insert_kept's lookup (`state`: insert_start's) in the rows' statistics, once
-        the lookup's agreement has passed (a group that evicts; else nothing)."""
-        self._count_lookup(state[1])
-
-    def _count_lookup(self, found):
-        """A group that evicts counts a kept lookup in its rows' statistics and stamps the new
-        rows, in one launch; counted only once the step is known to go on (insert_finish with
-        keep=True, or count_kept after the agreement), as a table alone counts after the
-        lookup's agreement (a step that fails there counts nothing)."""
+        """Counts a kept insert's lookup (`state`: insert_start's) in the rows' statistics and
+        stamps the new rows, in one launch (a group that evicts; else nothing). Called once the
+        step is known to go on (by insert_finish with keep=True, or after the lookup's agreement
+        for insert_kept), as a table alone counts after the agreement (a step that fails there
+        counts nothing)."""
         if self.evicts:
+            found = state[1]
             rows, new_rows, count = found[0], found[2], found[4]
             self.backend.touch_rows(self.statistics, rows, self.journal.step,
                                     stamp=(self.times, new_rows, time.time(), count))
