@@ -150,6 +150,7 @@ class DynamicTable(EmbeddingTable):
         self._evicted = []  # (keys, values) host arrays not handed out yet
         self.evicted_keys = 0  # how many keys this shard has evicted since made or loaded
         self._counted = None  # (keys, index size, missing) from the last capacity_error
+        self._touched = (-1, 0)  # (step, at least the rows this step's lookups counted so far)
 
     # The free list and the high water, as of every insert (_CountedState below)
     _free = _CountedState("_free_rows")
@@ -165,19 +166,23 @@ class DynamicTable(EmbeddingTable):
         if self._pending is not None:  # not a group's any more
             self.settle_rows(placed, host)
 
-    def capacity_error(self, keys):
+    def capacity_error(self, keys, missing=None):
         """Returns TableFullError if this rank's owned `keys` cannot all be held even after
         growing to max_capacity (and, for hybrid, evicting every key the step has not looked
-        up), else None. Changes nothing."""
+        up), else None. missing: how many of `keys` are new, where the caller counted them (a
+        hash group's rows_needed); else counted here (a wait). Changes nothing."""
         if self.index.size + int(keys.shape[0]) <= self.max_capacity:
             return None  # fits even if every key is new: nothing to count, no wait
-        missing = self.index.count_missing(keys)
+        if missing is None:
+            missing = self.index.count_missing(keys)
         self._counted = (keys, self.index.size, missing)  # rows_of's count, one wait fewer
         needed = self.index.size + missing
         if needed <= self.max_capacity:
             return None
         evictable = 0
         if self.dynamic.var_type == "hybrid":
+            if needed - self._surely_evictable(keys, missing) <= self.max_capacity:
+                return None  # no read of the statistics: the eviction reads them once
             evictable = int(np.count_nonzero(self._evictable(keys)))
             if needed - evictable <= self.max_capacity:
                 return None
@@ -222,6 +227,7 @@ class DynamicTable(EmbeddingTable):
             found = self.index.find(keys)
             if self.statistics is not None:
                 self.backend.touch_rows(self.statistics, found, self.journal.step)
+                self.note_touched(int(found.shape[0]))
             return found, (self.gather(found) if fetch else None)
         needed = self.index.size + missing
         if needed > self.capacity and self.capacity < self.max_capacity:
@@ -270,6 +276,8 @@ class DynamicTable(EmbeddingTable):
             rows, new_keys, new_rows = self.index.find_or_insert(
                 keys, row_pool=pool, missing=missing, next_row=next_row, queue_first=queue_rows)
             vectors = gathered[0] if fetch else None
+        if self.statistics is not None:  # queue_rows or the fused kernel counted every key
+            self.note_touched(int(keys.shape[0]))
         placed = int(new_keys.shape[0])
         if placed:
             reused = self._take_rows(placed)
@@ -322,6 +330,24 @@ class DynamicTable(EmbeddingTable):
         held[:self._high_water] = True
         held[self._free] = False
         return held
+
+    def note_touched(self, rows):
+        """Adds `rows` (at least the rows a lookup just counted in the statistics) to what the
+        current step has touched (_surely_evictable's bound)."""
+        step, touched = self._touched
+        self._touched = (self.journal.step, (touched if step == self.journal.step else 0) + rows)
+
+    def _surely_evictable(self, keys, missing):
+        """At most as many as _evictable(keys) counts, from host counts alone: the held rows
+        less those this step's lookups touched (note_touched) and the held ones among `keys`
+        (at most its length less the `missing` new keys; a key from several ranks counts each
+        time, so this serves where a step brings few keys to a full shard, the usual case). The
+        journal's steps only grow, so only this step's lookups made a row's last step the
+        current one."""
+        step, touched = self._touched
+        held = self._high_water - int(self._free.shape[0])
+        return held - (touched if step == self.journal.step else 0) - (
+            int(keys.shape[0]) - int(missing))
 
     def _evictable(self, keys):
         """Host bool [capacity]: held rows that neither the current step nor `keys` looked up."""

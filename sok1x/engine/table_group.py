@@ -316,8 +316,8 @@ class HashGroup(TableGroup):
         self._split = (keys, mine)  # make_room's, for the same keys
         for t in over.tolist():
             member = self.members[t]
-            if mine is not None:
-                error = member.capacity_error(mine[t])
+            if mine is not None:  # rows_needed counted its new keys
+                error = member.capacity_error(mine[t], int(needed[t] - sizes[t]))
             else:
                 error = member.full_error(int(sizes[t]), int(needed[t] - sizes[t]))
             if error is not None:
@@ -454,6 +454,9 @@ class HashGroup(TableGroup):
             rows, new_rows, count = found[0], found[2], found[4]
             self.backend.touch_rows(self.statistics, rows, self.journal.step,
                                     stamp=(self.times, new_rows, time.time(), count))
+            for member in self.members:  # the group's rows: at least each member's
+                if member.statistics is not None:
+                    member.note_touched(int(rows.shape[0]))
 
     def _record_undo(self, found, held):
         """Records in the step journal the erasing of the new keys of hash_insert_many's

@@ -246,6 +246,67 @@ def test_failed_step_rolls_back_every_table(world):
         owned(keys_per_rank(500, 3)).tolist())
 
 
+def _host_waits_of(name, op, keys):
+    waits = runtime.get().stats()["host_waits"]
+    train_step(name, op, keys)
+    return runtime.get().stats()["host_waits"] - waits
+
+
+def test_a_step_that_evicts_reads_the_statistics_once(world):
+    """A full shard whose step looks up few of its keys knows from host counts alone that it
+    can evict enough (the held rows less the keys the step looked up, every rank's copy
+    counted, cover the new keys): the step waits on the host once more than a step of held keys
+    alone (which counts its new keys alike), for the eviction's read of the shard; deciding
+    that it may evict reads nothing."""
+    name = "dyn_evict_waits"
+    api.create_table(name, DIM, 64, True, SPEC, replace=True, placement="hash",
+                     dynamic=make_dynamic("hybrid", 64, 64, "lru"))
+    train_step(name, "waits_fill", keys_per_rank(0, 64))
+    room = _host_waits_of(name, "waits_room", keys_per_rank(0, 3))  # held keys: no new one
+    evicting = _host_waits_of(name, "waits_evict", keys_per_rank(10 ** 4, 3))
+    assert len(api.pop_evicted(name)[0]) == 3  # this shard's: each rank owns three new keys
+    assert evicting - room <= 1, (room, evicting)
+
+
+@pytest.mark.parametrize("new", [5, 6, 7])
+def test_a_step_whose_earlier_lookup_touched_held_keys_counts_them_exactly(world, new):
+    """Two lookups of one full shard in one step: the first looks up two held keys, the second
+    the same two and `new` new keys. The host counts alone cannot show that the six keys the
+    step did not look up cover five or six new ones (the first lookup's two may be among the
+    second's); the statistics do: five and six evict (never a key of this step), seven cannot
+    and fail the step on every rank, changing nothing."""
+    from sok1x.engine.op_order import OpId
+    rank, size = world
+    name = "dyn_exact_%d" % new
+    api.create_table(name, DIM, 8, True, SPEC, replace=True, placement="hash",
+                     dynamic=make_dynamic("hybrid", 8, 8, "lru"))
+    held = keys_per_rank(0, 8).reshape(size, 8)
+    train_step(name, "exact_fill", held.reshape(-1))
+    before = shard_state(name)
+    looked = held[:, :2].reshape(-1)
+    fresh = keys_per_rank(10 ** 4, new)
+
+    def step():
+        tower = "exact_tower_%d" % new
+        api.dense_lookup(name, OpId("a", tower, 0), looked, True)
+        api.dense_lookup(name, OpId("b", tower, 1), np.concatenate([looked, fresh]), True)
+
+    if new > 6:
+        with pytest.raises(TableFullError, match=r"%s: the shard on rank \d+ is full: 8 keys "
+                                                 r"held of max_capacity=8, 7 new keys arrived "
+                                                 r"and 6 held keys may be evicted" % name):
+            step()
+        assert_same_state(shard_state(name), before)
+        assert len(api.pop_evicted(name)[0]) == 0
+        return
+    step()
+    evicted = api.pop_evicted(name)[0]
+    assert len(evicted) == new
+    assert set(evicted.tolist()) <= set(owned(held[:, 2:].reshape(-1)).tolist())
+    assert set(shard_state(name)) == (set(before) - set(evicted.tolist())) | set(
+        owned(fresh).tolist())
+
+
 @pytest.mark.parametrize("strategy", ["lru", "lfu"])
 def test_lru_evicts_the_stale_lfu_the_rare(world, strategy):
     """Hot keys looked up four times, then not; then two rounds of new keys into a full shard:

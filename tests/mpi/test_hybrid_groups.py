@@ -307,3 +307,32 @@ def test_host_waits_and_backend_calls_do_not_grow_with_the_hybrid_tables(count):
                                                                   counts[count]))
     assert counts[count] == counts[2], counts
     assert counts[count]["host_waits"] <= 2  # the op headers: the placed counts ride in them
+
+
+def _waits_of_an_evicting_step(tables):
+    """Host waits of a training step in which each of `tables` full hybrid members (one group)
+    evicts: every rank's 16 new keys a table into shards of 64 rows a rank, after four steps
+    that fill them."""
+    names = make_tables("yg_evict_waits_%d" % tables, most=64,
+                        layout=[("e%d" % t, DIM, "hybrid", 0.0) for t in range(tables)],
+                        init=64)
+    waits = []
+    for step in range(5):
+        inputs = [PooledInput(np.arange(step * 16, step * 16 + 16, dtype=np.int64) + 1000 * t
+                              + 10 ** 5 * RANK, np.arange(16, dtype=np.int64), 16, None, "sum")
+                  for t in range(tables)]
+        before = runtime.get().stats()["host_waits"]
+        outs, token = api.pooled_lookup(names, "yg_evict_waits_fwd", inputs, True)
+        gradients_and_update(names, "yg_evict_waits_bwd", [token], outs)
+        waits.append(runtime.get().stats()["host_waits"] - before)
+    assert api.shard(names[0]).group is not None
+    assert api.shard(names[-1]).evicted_keys > 0
+    return waits[-1]
+
+
+def test_a_step_in_which_every_member_evicts_waits_once_more_per_member():
+    """The group counts its members' new keys once (rows_needed) and each member's check that
+    it may evict enough needs no read (the held rows less the step's keys cover the new ones):
+    what a member adds to the step's host waits is its eviction's read of its shard."""
+    two, five = _waits_of_an_evicting_step(2), _waits_of_an_evicting_step(5)
+    assert five - two == 3, (two, five)
