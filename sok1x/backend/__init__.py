@@ -6,6 +6,8 @@ Every backend module exposes the same names, and the engine's algorithms call on
     asarray(host_array) -> array           copy a NumPy array to the device
     to_host(array) -> np.ndarray           copy back (blocking)
     to_host_many(arrays) -> [np.ndarray]   copy several back with one wait
+    download_staged_many(arrays) -> [np.ndarray]   the same as views of reused page-locked
+                                           buffers (no host copy; read them, then drop them)
     counts() -> dict                       what this process queued and waited for; "host_waits"
                                            (cpu counts the calls at which cuda would wait)
     empty(shape, dtype) / zeros(shape, dtype)

@@ -70,6 +70,7 @@ from sok1x.backend.cuda_launch import (
     count_array as _count_array,
     device_array,
     download as _download,
+    download_many as _download_many,
     elements,
     empty as _pooled_empty,
     exclusive_scan,
@@ -86,7 +87,6 @@ from sok1x.backend.cuda_launch import (
     split_args,
     to_device,
     to_host as _copy_to_host,
-    to_host_many as _copy_many_to_host,
     is_device_array,
     waited_stream,
     wrap,
@@ -113,14 +113,10 @@ def to_host(array):
 
 @uses_context
 def to_host_many(arrays):
-    """Returns each array as a NumPy array, with one wait for all the device arrays among them."""
-    positions = [i for i, array in enumerate(arrays) if is_device_array(array)]
-    copies = _copy_many_to_host([arrays[i] for i in positions])
-    # np.asarray of a GPUArray would walk it element by element (a GPUArray per element)
-    hosts = [None if is_device_array(array) else np.asarray(array) for array in arrays]
-    for i, copy in zip(positions, copies):
-        hosts[i] = copy
-    return hosts
+    """Returns each array as a NumPy array, with one wait for all the device arrays among them
+    (the device arrays' copies are the caller's)."""
+    return [np.array(host, copy=True) if is_device_array(array) else host
+            for array, host in zip(arrays, download_staged_many(arrays))]
 
 
 def counts():
@@ -539,3 +535,16 @@ def download_staged(array):
     if not is_device_array(array):
         return np.asarray(array)
     return _download(array, "a staged copy to the host")
+
+
+@uses_context
+def download_staged_many(arrays):
+    """download_staged of several arrays with one wait for all the device arrays among them: no
+    host copy, where to_host_many copies each into a new array (page faults, at megabytes)."""
+    positions = [i for i, array in enumerate(arrays) if is_device_array(array)]
+    views = _download_many([arrays[i] for i in positions], "a copy to the host")
+    # np.asarray of a GPUArray would walk it element by element (a GPUArray per element)
+    hosts = [None if is_device_array(array) else np.asarray(array) for array in arrays]
+    for i, view in zip(positions, views):
+        hosts[i] = view
+    return hosts

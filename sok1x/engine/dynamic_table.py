@@ -352,8 +352,8 @@ class DynamicTable(EmbeddingTable):
     def _evictable(self, keys):
         """Host bool [capacity]: held rows that neither the current step nor `keys` looked up."""
         backend = self.backend
-        last, batch_rows = backend.to_host_many([backend.column(self.statistics, LAST_STEP),
-                                                 self.index.find(keys)])
+        last, batch_rows = backend.download_staged_many(
+            [backend.column(self.statistics, LAST_STEP), self.index.find(keys)])
         evictable = self._held_rows() & (last < self.journal.step)
         evictable[batch_rows[batch_rows >= 0]] = False
         return evictable
@@ -365,10 +365,11 @@ class DynamicTable(EmbeddingTable):
         backend, to_host = self.backend, self.backend.to_host
         keys, rows = self.index.export()
         # every held key's statistics in the export's order (ordered by row), gathered on the
-        # device: one download and one wait with the keys, rows and this lookup's rows
-        keys, rows, held, batch_rows = backend.to_host_many(
+        # device: one download and one wait with the keys, rows and this lookup's rows, read
+        # where they land (staging views: megabytes a member, not copied again on the host)
+        keys, rows, held, batch_rows = backend.download_staged_many(
             [keys, rows, backend.take_rows(self.statistics, rows), batch_rows])
-        last = held[:, LAST_STEP]  # held is a copy: the table's statistics stay as they are
+        last = held[:, LAST_STEP]  # held is a gather: the table's statistics stay as they are
         batch_rows = batch_rows[batch_rows >= 0]  # held keys this lookup looked up: not evicted
         last[np.searchsorted(rows, batch_rows)] = self.journal.step
         columns = [last, keys]

@@ -301,7 +301,7 @@ class HashGroup(TableGroup):
             arriving = np.minimum(np.asarray(most, dtype=np.int64), arriving)
         if np.all(sizes + arriving <= self.capacities):
             return None
-        rows, keys, tags = self.backend.to_host_many([self.find(keys, tags), keys, tags])
+        rows, keys, tags = self.backend.download_staged_many([self.find(keys, tags), keys, tags])
         new = np.asarray(rows) < 0  # keys come from every rank: counted once per (tag, key)
         keys, tags = np.asarray(keys)[new], np.asarray(tags)[new]
         return sizes + distinct_per_tag(keys, tags, len(self.members))
@@ -327,7 +327,7 @@ class HashGroup(TableGroup):
     def _keys_of(self, keys, tags):
         """{member: backend int64, its keys among tagged `keys`} (host work: a step that grows
         or evicts)."""
-        keys, tags = self.backend.to_host_many([keys, tags])
+        keys, tags = self.backend.download_staged_many([keys, tags])  # read, not kept
         order = np.argsort(np.asarray(tags), kind="stable")
         cuts = np.cumsum(np.bincount(np.asarray(tags), minlength=len(self.members)))[:-1]
         return dict(enumerate(self.backend.asarray(part) for part in
