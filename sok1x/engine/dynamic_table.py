@@ -226,8 +226,8 @@ class DynamicTable(EmbeddingTable):
         if missing == 0:
             found = self.index.find(keys)
             if self.statistics is not None:
-                self.backend.touch_rows(self.statistics, found, self.journal.step)
                 self.note_touched(int(found.shape[0]))
+                self.backend.touch_rows(self.statistics, found, self.journal.step)
             return found, (self.gather(found) if fetch else None)
         needed = self.index.size + missing
         if needed > self.capacity and self.capacity < self.max_capacity:
@@ -266,6 +266,10 @@ class DynamicTable(EmbeddingTable):
             if fetch and not fused:
                 gathered.append(self.gather(rows))
 
+        # queue_rows or the fused kernel counts every key in the statistics: noted first, so a
+        # failure after the count keeps the note (a note of more than was counted is safe)
+        if self.statistics is not None:
+            self.note_touched(int(keys.shape[0]))
         next_row = None if plain else self._high_water
         if fused:  # the kernel counts the lookup too
             rows, vectors, new_keys, new_rows = self.index.find_or_insert_values(
@@ -276,8 +280,6 @@ class DynamicTable(EmbeddingTable):
             rows, new_keys, new_rows = self.index.find_or_insert(
                 keys, row_pool=pool, missing=missing, next_row=next_row, queue_first=queue_rows)
             vectors = gathered[0] if fetch else None
-        if self.statistics is not None:  # queue_rows or the fused kernel counted every key
-            self.note_touched(int(keys.shape[0]))
         placed = int(new_keys.shape[0])
         if placed:
             reused = self._take_rows(placed)

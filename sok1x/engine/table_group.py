@@ -452,11 +452,11 @@ class HashGroup(TableGroup):
         if self.evicts:
             found = state[1]
             rows, new_rows, count = found[0], found[2], found[4]
-            self.backend.touch_rows(self.statistics, rows, self.journal.step,
-                                    stamp=(self.times, new_rows, time.time(), count))
             for member in self.members:  # the group's rows: at least each member's
                 if member.statistics is not None:
                     member.note_touched(int(rows.shape[0]))
+            self.backend.touch_rows(self.statistics, rows, self.journal.step,
+                                    stamp=(self.times, new_rows, time.time(), count))
 
     def _record_undo(self, found, held):
         """Records in the step journal the erasing of the new keys of hash_insert_many's
