@@ -63,7 +63,7 @@ def make_table(rt, args):
     """Declares the hybrid DynamicVariable shard of this job; returns its capacity per rank."""
     from sok1x.backend import random_init
     from sok1x.engine import api
-    from sok1x.engine.dynamic_table import make_dynamic
+    from sok1x.engine.tables.dynamic_table import make_dynamic
     capacity = -(-args.rows // rt.size)
     hbm = args.hbm_gib if args.hbm_gib > 0 else capacity * args.dim * 4 / 2 ** 30
     spec = random_init.make_spec("uniform", -0.05, 0.05, seed=3)
@@ -74,7 +74,7 @@ def make_table(rt, args):
 
 def insert_every_key(rt, args):
     """Puts every key this rank owns (key % ranks == rank) into the table, in chunks."""
-    from sok1x.engine import shard_rows
+    from sok1x.engine.tables import shard_rows
     mine = range(rt.rank, args.rows, rt.size)
     for first in range(0, len(mine), args.chunk):
         part = mine[first:first + args.chunk]

@@ -218,7 +218,7 @@ def _table():
 
 def _sampled_rows(rt, table, sample):
     """Host (keys, values) of `sample` rows spread over this shard (every row if fewer)."""
-    from sok1x.engine import placement
+    from sok1x.engine.tables import placement
     from sok1x.engine.checkpoint import _held_rows
     with _entered():
         if table.use_hashtable:
@@ -237,7 +237,7 @@ def _sampled_rows(rt, table, sample):
 def check_cpu_equal(rt, table, sample):
     """Raises AssertionError unless a sample of rows equals the cpu backend's initial values;
     returns the rows checked."""
-    from sok1x.backend.cpu_random import initial_values
+    from sok1x.backend.cpu.random_rows import initial_values
     keys, values = _sampled_rows(rt, table, sample)
     if not keys.size:
         return 0
@@ -291,7 +291,10 @@ def main(argv):
         os.environ["SOK1X_CHECKPOINT_THREADS"] = str(args.io_threads)
     if args.load_way is not None:
         os.environ["SOK1X_CHECKPOINT_LOAD"] = args.load_way
-    from sok1x.engine import checkpoint, checkpoint_format, checkpoint_load, shard_checksum
+    from sok1x.engine import checkpoint
+    from sok1x.engine.checkpoint import format as checkpoint_format
+    from sok1x.engine.checkpoint import load as checkpoint_load
+    from sok1x.engine.checkpoint import checksum as shard_checksum
     ways = set()
     read_table = checkpoint_load.read_table
 
@@ -353,7 +356,7 @@ def main(argv):
     bound_mib = checkpoint.chunk_bytes() / 2 ** 20 + shard_mib / 10
     pinned_mib = 0.0
     if args.backend == "cuda":  # held from the first dump on, so no peak above counts it
-        from sok1x.backend import cuda_staging
+        from sok1x.backend.cuda import staging as cuda_staging
         pinned_mib = cuda_staging.pinned_bytes() / 2 ** 20
     per_rank = _all({"rank": rt.rank, "shard_MiB": shard_mib, "bound_MiB": bound_mib,
                      "page_locked_MiB": pinned_mib,

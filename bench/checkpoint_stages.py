@@ -92,7 +92,10 @@ def _crc32(data, running=0):
 def instrument(rt):
     """Wraps the checkpoint's stages in timers (see the module's docstring); zlib.crc32 is a
     constant while _checksum["on"] is False."""
-    from sok1x.engine import checkpoint, checkpoint_load, shard_checksum, shard_storage
+    from sok1x.engine import checkpoint
+    from sok1x.engine.checkpoint import load as checkpoint_load
+    from sok1x.engine.checkpoint import checksum as shard_checksum
+    from sok1x.engine.checkpoint import storage as shard_storage
     shard_storage.os = _Proxy(os, {"pwrite": _timed(os.pwrite, "pwrite"),
                                    "preadv": _timed(os.preadv, "preadv")})
     shard_checksum.zlib = _Proxy(zlib, {"crc32": _crc32})

@@ -21,7 +21,7 @@ import tensorflow as tf  # noqa: E402
 from mpi4py import MPI  # noqa: E402
 
 import sok1x  # noqa: E402
-from sok1x.backend import cpu_random  # noqa: E402
+from sok1x.backend.cpu import random_rows as cpu_random  # noqa: E402
 from sok1x.graph_ops.embedding_tag import table_of  # noqa: E402
 from sok1x.engine.op_keys import name_key  # noqa: E402
 

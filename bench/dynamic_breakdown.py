@@ -35,7 +35,7 @@ def main(argv):
     args = parser.parse_args(argv)
     backend = harness.backend_module("cuda")
     import pycuda.driver as driver
-    from sok1x.backend import cuda_context
+    from sok1x.backend.cuda import context as cuda_context
     rng = harness.seeded_rng()
     rows, keys_per_call = 1 << args.rows_log2, 1 << 20
     table, held = make_table(backend, args.share, rows, args.dim, 0.5, rng)

@@ -1,4 +1,4 @@
-"""DynamicVariable's shard (engine/dynamic_table.py) on HierarchicalKV's grid: find and
+"""DynamicVariable's shard (engine/tables/dynamic_table.py) on HierarchicalKV's grid: find and
 find_or_insert in 2^30 keys/s for var_type "hbm" and for "hybrid" with a quarter, a half and three
 quarters of the vectors in page-locked host memory that the kernels read and write in place over
 PCIe, at dim 64 and 128, load 0.5 and 0.75.
@@ -73,8 +73,8 @@ def make_table(backend, host_share, rows, dim, load, rng):
     """A DynamicTable of `rows` rows (no growth), host_share of its vectors in host memory (0:
     var_type "hbm"), filled to `load`; returns (table, held count)."""
     from sok1x.backend import random_init
-    from sok1x.engine.dynamic_table import DynamicTable, make_dynamic
-    from sok1x.engine.step_journal import StepJournal
+    from sok1x.engine.tables.dynamic_table import DynamicTable, make_dynamic
+    from sok1x.engine.lookup.step_journal import StepJournal
     spec = random_init.make_spec("uniform", -0.05, 0.05, seed=1)
     var_type = "hybrid" if host_share else "hbm"
     hbm_gib = rows * (1.0 - host_share) * dim * 4 / 2 ** 30 if host_share else 0.0
@@ -140,7 +140,7 @@ def pcie_gib_per_s(backend, timer):
     if backend.NAME != "cuda":
         return None
     import pycuda.driver as driver
-    from sok1x.backend import cuda_context
+    from sok1x.backend.cuda import context as cuda_context
     nbytes = 256 << 20
     with cuda_context.entered():
         host = driver.pagelocked_empty(nbytes, np.uint8)
@@ -242,7 +242,7 @@ def measure(backend, timer, host_share, rows, keys_per_call, dim, load, repeats,
 def walk_as_given(timer, repeats, keys_per_call, ops):
     """The ops' figures with the row kernels walking the batch as given (SOK1X_HOST_ORDER=0, the
     walk before 2026-11-23's fifth round), timed right after the ordered walk in one process."""
-    from sok1x.backend import cuda_host_order
+    from sok1x.backend.cuda import host_row_order as cuda_host_order
     figures = {}
     with cuda_host_order.walked_as_given():
         for name, run, before in ops:

@@ -212,7 +212,7 @@ def launch_counts():
     """The cuda backend's counters (kernel launches, fills, copies, host waits), or {} on cpu."""
     if runtime.get().backend.NAME != "cuda":
         return {}
-    from sok1x.backend.cuda_launch import COUNTS
+    from sok1x.backend.cuda.kernel_launch import COUNTS
     return dict(COUNTS)
 
 
@@ -347,7 +347,7 @@ def run_workload(rt, name, device, steps, repeats, scale):
 # Issue 21: dlrm's step on a DynamicVariable, var_type "hbm" beside "hybrid" -------------------
 def _walk_as_given(run, *args):
     """run(*args) with the row kernels walking hybrid batches as given (SOK1X_HOST_ORDER=0)."""
-    from sok1x.backend import cuda_host_order
+    from sok1x.backend.cuda import host_row_order as cuda_host_order
     with cuda_host_order.walked_as_given():
         return run(*args)
 
@@ -359,7 +359,7 @@ def run_dynamic(rt, device, steps, repeats, scale):
     the keys first seen later, in page-locked host memory), beside torch_dedup on the same keys
     (its dense rows hold each key's initial value: hashed_shard_weight). Returns entries like
     run_workload's plus the hybrid / hbm ratio."""
-    from sok1x.engine.dynamic_table import make_dynamic
+    from sok1x.engine.tables.dynamic_table import make_dynamic
     w = workloads.workload("dlrm", rt.size, scale)
     batches = workloads.Batches(w, rt.rank, rt.size)
     keys_device = [rt.backend.asarray(k) for k in batches.keys]

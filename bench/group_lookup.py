@@ -24,7 +24,7 @@ import numpy as np
 
 from sok1x.backend import random_init
 from sok1x.engine import api, runtime
-from sok1x.engine.pooled_lookup import PooledInput
+from sok1x.engine.lookup.pooled import PooledInput
 
 import harness
 

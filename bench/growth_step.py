@@ -31,9 +31,10 @@ import time
 import numpy as np
 
 from sok1x.backend import random_init
-from sok1x.engine import api, table_group
-from sok1x.engine.dynamic_table import make_dynamic
-from sok1x.engine.pooled_lookup import PooledInput
+from sok1x.engine import api
+from sok1x.engine.lookup import table_group
+from sok1x.engine.tables.dynamic_table import make_dynamic
+from sok1x.engine.lookup.pooled import PooledInput
 
 import harness
 
@@ -56,7 +57,7 @@ def used_bytes(backend):
     if backend.NAME != "cuda":
         return 0
     import pycuda.driver as driver
-    from sok1x.backend import cuda_context
+    from sok1x.backend.cuda import context as cuda_context
     with cuda_context.entered():
         free, total = driver.mem_get_info()
     return total - free

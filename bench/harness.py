@@ -59,7 +59,7 @@ def backend_module(name):
     from sok1x.backend import load_backend
     backend = load_backend(name)
     if backend.NAME == "cuda":
-        from sok1x.backend import cuda_context
+        from sok1x.backend.cuda import context as cuda_context
         cuda_context.activate(int(os.environ.get("SOK1X_BENCH_DEVICE", "0")))
     return backend
 
@@ -92,7 +92,7 @@ def release_memory(backend, torch_device=None):
     pool holds, and PyTorch's cached blocks when it runs on `torch_device`."""
     gc.collect()
     if backend.NAME == "cuda":
-        from sok1x.backend import cuda_context
+        from sok1x.backend.cuda import context as cuda_context
         backend.synchronize()
         cuda_context.memory_pool().free_held()
     if torch_device is not None and torch_device.type == "cuda":
@@ -177,7 +177,7 @@ class StreamTimer:
             run()
             return (time.perf_counter() - start) * 1e3
         import pycuda.driver as driver
-        from sok1x.backend import cuda_context
+        from sok1x.backend.cuda import context as cuda_context
         with cuda_context.entered():
             stream = cuda_context.stream()
             start, end = driver.Event(), driver.Event()
@@ -295,7 +295,7 @@ def profile_steps(rt, run, synchronize, label, steps=20):
 def gpu_name():
     """The name of the GPU the cuda backend drives, or None."""
     try:
-        from sok1x.backend import cuda_context
+        from sok1x.backend.cuda import context as cuda_context
         if cuda_context.is_active():
             return cuda_context.context().get_device().name()
     except Exception:  # no PyCUDA: a cpu run

@@ -53,7 +53,7 @@ class Snapshot:
         self.tombstones = getattr(index, "tombstones", 0)
         if backend.NAME == "cuda":
             import pycuda.driver as driver
-            from sok1x.backend import cuda_context
+            from sok1x.backend.cuda import context as cuda_context
             with cuda_context.entered():
                 self.copy = driver.mem_alloc(index._slots.nbytes)
                 driver.memcpy_dtod_async(self.copy, index._slots.gpudata, index._slots.nbytes,
@@ -65,7 +65,7 @@ class Snapshot:
         index = self.index
         if self.backend.NAME == "cuda":
             import pycuda.driver as driver
-            from sok1x.backend import cuda_context
+            from sok1x.backend.cuda import context as cuda_context
             with cuda_context.entered():
                 driver.memcpy_dtod_async(index._slots.gpudata, self.copy, index._slots.nbytes,
                                          cuda_context.stream())
@@ -128,8 +128,8 @@ def device_values(backend, rows, dim, on_gpu):
         return np.full((rows, dim), 0.25, np.float32)
     import pycuda.driver as driver
     from pycuda import gpuarray
-    from sok1x.backend import cuda_context
-    from sok1x.backend.cuda_launch import fill_bytes
+    from sok1x.backend.cuda import context as cuda_context
+    from sok1x.backend.cuda.kernel_launch import fill_bytes
     with cuda_context.entered():
         values = gpuarray.GPUArray((rows, dim), np.float32, allocator=driver.mem_alloc)
         return fill_bytes(values, 0x3C)

@@ -1,4 +1,4 @@
-"""Mapped host rows by how they are allocated (sok1x/backend/cuda_host_rows.py) and how large the
+"""Mapped host rows by how they are allocated (sok1x/backend/cuda/host_rows.py) and how large the
 region is: the read and write rates that bound a hybrid DynamicVariable's host part.
 
     python3 bench/host_rows.py --out results/host_rows.json [--sizes-gib 0.25,1,2,4] [--dims 64]

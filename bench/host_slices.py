@@ -38,8 +38,8 @@ def gather_kernel():
 def measure(backend, timer, kernel, layout, size_gib, dim, repeats, rng):
     """Times the gather from one region laid out as `layout`."""
     import pycuda.driver as driver
-    from sok1x.backend.cuda_launch import launch, ptr
-    from sok1x.backend.cuda_staging import allocate_page_locked
+    from sok1x.backend.cuda.kernel_launch import launch, ptr
+    from sok1x.backend.cuda.staging import allocate_page_locked
     flags = driver.host_alloc_flags.DEVICEMAP
     row_bytes = 4 * dim
     rows = int(size_gib * 2 ** 30) // row_bytes
@@ -81,7 +81,7 @@ def main(argv):
     parser.add_argument("--dim", type=int, default=64)
     args = parser.parse_args(argv)
     backend = harness.backend_module("cuda")
-    from sok1x.backend import cuda_context
+    from sok1x.backend.cuda import context as cuda_context
     timer = harness.StreamTimer(backend)
     rng = harness.seeded_rng()
     results = {"grid": [], "environment": harness.environment()}

@@ -46,7 +46,7 @@ def main(argv):
     index.find(backend.asarray(finds[0]))
     backend.unique(backend.asarray(rng.integers(0, 1 << 22, size=n)))
     backend.bucket_by_owner(backend.asarray(rng.integers(0, 1 << 40, size=n)), 4)
-    from sok1x.backend import cuda_optimizers
+    from sok1x.backend.cuda import optimizers as cuda_optimizers
     dim = 128
     var = rows_bench.random_table(backend, 1 << 22, dim, 3)
     m, v = backend.zeros(var.shape, np.float32), backend.zeros(var.shape, np.float32)

@@ -35,7 +35,7 @@ class RowKernels:
 
     def __init__(self, path):
         import pycuda.driver as driver
-        from sok1x.backend import cuda_context
+        from sok1x.backend.cuda import context as cuda_context
         from sok1x.cuda_kernels import compiler
         with open(path) as handle:
             text = handle.read()
@@ -49,8 +49,8 @@ class RowKernels:
             self.add.prepare("PPqqP")
 
     def gather_rows(self, table, rows):
-        from sok1x.backend import cuda_context
-        from sok1x.backend.cuda_launch import empty, launch, ptr
+        from sok1x.backend.cuda import context as cuda_context
+        from sok1x.backend.cuda.kernel_launch import empty, launch, ptr
         with cuda_context.entered():
             out = empty((rows.shape[0], table.shape[1]), np.float32)
             words = table.shape[1] // 4
@@ -60,8 +60,8 @@ class RowKernels:
             return out
 
     def scatter_add_rows(self, table, rows, values):
-        from sok1x.backend import cuda_context
-        from sok1x.backend.cuda_launch import launch, ptr
+        from sok1x.backend.cuda import context as cuda_context
+        from sok1x.backend.cuda.kernel_launch import launch, ptr
         with cuda_context.entered():
             launch(self.add, values.size, ptr(table), ptr(rows), rows.shape[0], table.shape[1],
                    ptr(values))
@@ -86,8 +86,8 @@ def copy_ms(backend, timer, nbytes, repeats):
     dst = backend.empty((count,), np.float32)
     if backend.NAME == "cuda":
         import pycuda.driver as driver
-        from sok1x.backend import cuda_context
-        from sok1x.backend.cuda_launch import fill_bytes
+        from sok1x.backend.cuda import context as cuda_context
+        from sok1x.backend.cuda.kernel_launch import fill_bytes
         with cuda_context.entered():
             src = fill_bytes(backend.empty((count,), np.float32), 0x3C)
 

@@ -21,9 +21,9 @@ import numpy as np
 
 from sok1x.engine import api
 from sok1x.engine import runtime as engine_runtime
-from sok1x.engine.dynamic_table import make_dynamic
-from sok1x.engine.key_exchange import exchange_gradients, lookup_forward
-from sok1x.engine.keyed_lookup import KeyedInput
+from sok1x.engine.tables.dynamic_table import make_dynamic
+from sok1x.engine.lookup.key_exchange import exchange_gradients, lookup_forward
+from sok1x.engine.lookup.keyed import KeyedInput
 
 import workloads
 
@@ -44,7 +44,7 @@ def ensure_lazy_adam(backend):
     cuda_optimizers.update_lazy_adam so that the engine's own update path runs."""
     if hasattr(backend, "update_lazy_adam"):
         return "backend"
-    from sok1x.backend import cuda_optimizers
+    from sok1x.backend.cuda import optimizers as cuda_optimizers
     backend.update_lazy_adam = cuda_optimizers.update_lazy_adam
     return "attached from cuda_optimizers"
 
@@ -146,7 +146,7 @@ class EngineStep:
     """A training step of Workload w's tables `names` (make_tables) through the engine api, on
     engine arrays: one table looked up dense (seed, dlrm), or several in one keyed lookup
     (dlrm26, mlperf26): the keys of all tables in one array with per-table lengths, one output
-    array, one gradient (engine/keyed_lookup.py, as TorchRec's KeyedJaggedTensor), so no
+    array, one gradient (engine/lookup/keyed.py, as TorchRec's KeyedJaggedTensor), so no
     framework tensor and no engine object per table. The top gradient is the output.
     Where every table has one key per sample (dlrm26), the keys go without segment ids, each
     its own output row (no pooling, as dlrm's dense lookup), unless segment_ids=True."""

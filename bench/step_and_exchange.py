@@ -18,7 +18,7 @@ import torch.distributed as dist
 
 from sok1x.backend import random_init
 from sok1x.engine import api
-from sok1x.engine.exchange_header import exchange_header
+from sok1x.engine.lookup.exchange_header import exchange_header
 
 import harness
 import sok_steps
@@ -93,7 +93,7 @@ def shard_to_torch(backend, values, device):
     if backend.NAME != "cuda":
         return torch.from_numpy(backend.to_host(values).copy()).to(device)
     import pycuda.driver as driver
-    from sok1x.backend import cuda_context
+    from sok1x.backend.cuda import context as cuda_context
     weight = torch.empty(tuple(values.shape), dtype=torch.float32, device=device)
     torch.cuda.synchronize(device)
     with cuda_context.entered():

@@ -17,7 +17,7 @@ typedef unsigned long long uint64;
 #define FULL_WARP 0xffffffffu
 
 // A row array that may be split between GPU memory and page-locked host memory mapped into the
-// device's address space (a hybrid DynamicVariable, engine/hybrid_rows.py): element e < split
+// device's address space (a hybrid DynamicVariable, engine/tables/hybrid_rows.py): element e < split
 // lives at dev[e], the others at host[e - split]; a plain array has split INT64_MAX. The row
 // index picks the part here, on the device, per access. Passed by value, its layout is that of
 // three 8-byte kernel parameters (pointer, pointer, int64): launch format "PPq".
@@ -104,7 +104,7 @@ __device__ __forceinline__ int64 find_or_claim_slot(int64* slot_keys, int stride
   return -1;
 }
 
-// A lookup's access statistics of one row of a growing, evicting table (engine/dynamic_table.py),
+// A lookup's access statistics of one row of a growing, evicting table (engine/tables/dynamic_table.py),
 // kept as one 16-byte record per row: statistics[2 * row] the step of the row's last lookup,
 // statistics[2 * row + 1] its count of lookups. Sets the step and adds 1 to the count (a
 // repeated row counts each time); row < 0: none. The record lies in one 32-byte sector, so a key

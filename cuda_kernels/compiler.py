@@ -276,7 +276,7 @@ def compile_cubin(source_name, arch, options=()):
 def load_module(source_name, options=()):
     """Returns the pycuda Module of `source_name` for the current context's device.
 
-    Needs a current CUDA context (sok1x.backend.cuda_context.entered()); cached per context.
+    Needs a current CUDA context (sok1x.backend.cuda.context.entered()); cached per context.
     """
     return _loaded(source_name, options)[0]
 
@@ -289,7 +289,7 @@ def _loaded(source_name, options):
     context = driver.Context.get_current()
     if context is None:
         raise Sok1xError("no CUDA context is current: call sok1x kernels inside "
-                         "sok1x.backend.cuda_context.entered()")
+                         "sok1x.backend.cuda.context.entered()")
     key = (context.handle, source_name, tuple(options))
     with _lock:
         loaded = _modules.get(key)

@@ -1,4 +1,4 @@
-// Access statistics of a growing, evicting table's rows (engine/dynamic_table.py): for each row
+// Access statistics of a growing, evicting table's rows (engine/tables/dynamic_table.py): for each row
 // >= 0 of a lookup, its 16-byte record statistics[row] = (step, count + 1) (touch_row; a repeated
 // row counts each time). With `times` given, the same launch stamps the lookup's new rows as
 // pooling.cu's fill_rows_float64 does: times[new_rows[i]] = now for every i < new_n, or

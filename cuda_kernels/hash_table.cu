@@ -118,7 +118,7 @@ extern "C" __global__ void hash_find_or_insert(int64* slots, uint64 slot_count, 
   }
 }
 
-// A hash group's members (engine/table_group.py) in one launch: keys[i] is a key of member
+// A hash group's members (engine/lookup/table_group.py) in one launch: keys[i] is a key of member
 // tags[i], whose index members[MEMBER * t ...] describes: its slots' address, slot count, first
 // new row, rows left (limit), the start of its rows among the group's flat rows, and its pool of
 // freed rows (address and count; 0, 0 for none): as Placing's for one index, the k-th key a

@@ -1,4 +1,4 @@
-// The op header's records (sok1x/engine/exchange_header.py), written on the device so the
+// The op header's records (sok1x/engine/lookup/exchange_header.py), written on the device so the
 // per-owner counts and input-error flags that kernels produced never cross to the host before
 // the header's one exchange. records: [size, width] int64; record j goes to rank j:
 //   0..5  op, tower, call, place, error, tables   (error |= *flag when flag is given)

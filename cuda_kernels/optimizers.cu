@@ -1,5 +1,5 @@
 // Optimizer updates of an embedding shard: TensorFlow's sparse-apply arithmetic in float32, the
-// same formulas as sok1x/backend/cpu_optimizers.py (the reference these are tested against).
+// same formulas as sok1x/backend/cpu/optimizers.py (the reference these are tested against).
 //
 // Row kernels update the rows that have a gradient: rows[i] (distinct) gets grads[i * dim + c].
 // One thread updates one element, e = i * dim + c, in a grid-stride loop.

@@ -10,7 +10,7 @@
 // 2^lane_shift-th column: the key's stream is mixed once per row and no index is divided.
 // order (may be null): the positions in the order to walk them (host_order.cu).
 //
-// init_rows_tagged_float32 does the same for a hash group's flat rows (engine/table_group.py):
+// init_rows_tagged_float32 does the same for a hash group's flat rows (engine/lookup/table_group.py):
 // key i is one of table table_ids[tags[i]], whose stream it is drawn from.
 __device__ __forceinline__ void init_rows(SplitRows<float> table, const int64* rows,
                                           const int64* keys, const int64* tags, int64 n,

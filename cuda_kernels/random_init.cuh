@@ -1,6 +1,6 @@
 // Initial values of embedding rows (D10), shared by random_init.cu's init_rows and
 // hash_table.cu's find_or_insert_values: each value is a function of (seed, table_id, key, column)
-// alone, following sok1x/backend/random_init.py step for step (cpu_random.py is the NumPy twin):
+// alone, following sok1x/backend/random_init.py step for step (cpu/random_rows.py is the NumPy twin):
 //
 //   stream     = mix64(mix64(seed * GOLDEN + table_id) ^ key)
 //   bits(c, d) = mix64(stream + (2 * c + d + 1) * GOLDEN)

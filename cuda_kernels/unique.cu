@@ -22,7 +22,7 @@ extern "C" __global__ void unique_claim(const int64* keys, int64 n, int64* slot_
   }
 }
 
-// unique_claim over (tag, key) pairs (a hash group's keys, engine/table_group.py): here a slot
+// unique_claim over (tag, key) pairs (a hash group's keys, engine/lookup/table_group.py): here a slot
 // holds the position of the first key to claim it (slot_keys filled with EMPTY_KEY), and a key
 // matches a slot when its key and tag both equal those of that position, so equal keys of two
 // tags never meet. The steps after step 1 run as for plain keys.

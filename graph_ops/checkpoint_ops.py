@@ -3,13 +3,13 @@ GraphKeys.SAVEABLE_OBJECTS, so tf.compat.v1.train.Saver, Scaffold and MonitoredT
 checkpoint_dir save and restore the table's rows and optimizer slots with no new call.
 
 A table's saveable carries one small string tensor: its manifest entry (engine/
-checkpoint_manifest.py: dims, slots, placement, each rank's shard file with size and checksum).
+checkpoint/manifest.py: dims, slots, placement, each rank's shard file with size and checksum).
 The rows are in shard files beside the checkpoint prefix, one per table and rank, written by
-every rank in parallel (engine/checkpoint.py), named so that TensorFlow deletes them with their
+every rank in parallel (engine/checkpoint/tables.py), named so that TensorFlow deletes them with their
 checkpoint (checkpoint.saver_shard_name). TensorFlow writes the entries last, in its own index
 file, so a checkpoint is whole or absent. A Saver run on rank 0 only (the Horovod idiom) saves
 and restores every rank's rows: the other ranks take part at their next op
-(engine/checkpoint_join.py).
+(engine/checkpoint/join.py).
 
 All the sok1x tables of one Saver save together: their save ops are chained (control
 dependencies, in the Saver's order, the same on every rank) and the first to run saves every
@@ -21,7 +21,9 @@ import os
 
 import numpy as np
 
-from sok1x.engine import checkpoint, checkpoint_join, checkpoint_manifest, runtime
+from sok1x.engine import checkpoint, runtime
+from sok1x.engine.checkpoint import join as checkpoint_join
+from sok1x.engine.checkpoint import manifest as checkpoint_manifest
 from sok1x.errors import CheckpointError
 from sok1x.graph_ops import init_ops, shared_checkpoint_dir
 from sok1x.graph_ops.tf_compat import py_func, saveable_classes, tf1
@@ -69,7 +71,7 @@ def _bring_up(tables, ensure_up):
 
 
 def save_tables(group, ensure_up, prefix, sharded_filename):
-    """Collective, run by a Saver's first table op: opens the save (engine/checkpoint_join.py:
+    """Collective, run by a Saver's first table op: opens the save (engine/checkpoint/join.py:
     ranks that do not run it themselves take part at their next op), writes every rank's shard
     of every table of `group` beside checkpoint `prefix`, and, when every rank saves, takes
     turns with ranks that share the directory; fills group.saved."""

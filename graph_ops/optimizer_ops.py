@@ -27,7 +27,7 @@ def apply_rows_update(table_name, values, rows, rule, hyper, options, slot_prefi
 
     values, rows: the gradient's IndexedSlices parts (rows of this rank's shard, repeats summed);
     hyper: dict name -> number or scalar tensor, read at every run; options: dict of Python
-    constants (see sok1x.engine.optimizer_updates); slot_prefix: names the table's optimizer
+    constants (see sok1x.engine.tables.optimizer_updates); slot_prefix: names the table's optimizer
     slots ("<slot_prefix>/m", ...)."""
     names, packed = _packed(hyper)
     options = dict(options)

@@ -14,18 +14,18 @@ chained graph ops, made differentiable for the tape by tf.custom_gradient as wel
 
 Tables of one dim and one pooling (combiner, weighted or not) cross in keyed form (graph mode and
 tf.function): the graph joins their keys, segment ids and weights (tf.concat) and the engine
-takes them as one array (engine/keyed_lookup.py), returns one pooled output that the graph splits
+takes them as one array (engine/lookup/keyed.py), returns one pooled output that the graph splits
 (tf.split, whose gradient joins the tables' gradients again), and one values output beside each
 table's rows on the way back; so a step crosses the seam a few times, not a few times per table.
 Each table's rows stay an output of their own: its update op hands them back, and the engine
-knows them as its backward's own rows (engine/distinct_rows.py).
+knows them as its backward's own rows (engine/lookup/distinct_rows.py).
 """
 import collections
 
 from sok1x.engine import api
-from sok1x.engine.keyed_lookup import KeyedInput
+from sok1x.engine.lookup.keyed import KeyedInput
 from sok1x.engine.op_order import as_op_id
-from sok1x.engine.pooled_lookup import PooledInput
+from sok1x.engine.lookup.pooled import PooledInput
 from sok1x.graph_ops import boundary, embedding_ops, init_ops, ordering, tf_compat
 from sok1x.graph_ops.graph_state import per_graph
 from sok1x.graph_ops.embedding_tag import handle_value

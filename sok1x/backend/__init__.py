@@ -44,7 +44,7 @@ Every backend module exposes the same names, and the engine's algorithms call on
         length, array j with offsets[j] (one launch for all on cuda)
     local_rows(rows, row_starts, moves, length) -> int64   distinct rows ascending, less the
         start of the range t holding each, table t's moved by moves[t] (to an aligned place)
-    Sizes left on the device for an op header to carry and read (engine/exchange_header.py):
+    Sizes left on the device for an op header to carry and read (engine/lookup/exchange_header.py):
     bucket_by_owner_many_deferred(keys_list, world_size, owner_rules, valid_counts=None)
         -> (perms, counts [tables, world_size]), no wait; valid_counts: device counts of the
         leading keys to bucket (unique_many_padded's output)
@@ -77,11 +77,11 @@ Every backend module exposes the same names, and the engine's algorithms call on
     touch_rows(statistics, rows, step, stamp=None)     a lookup's access statistics: int64 [n, 2]
         records (last step, count) of rows >= 0; stamp (times, new_rows, now, count): also
         fill_rows(times, new_rows, now, count), in the same launch on cuda
-    HashIndex(capacity)                                key -> row index of a shard (cpu_hash.py):
+    HashIndex(capacity)                                key -> row index of a shard (cpu/hash.py):
         find, count_missing, find_or_insert(keys, row_pool, missing, next_row, queue_first),
         find_or_insert_values(keys, values, spec, table_id, ...) (also initialises the new
         rows and returns every key's vector), erase, assign, export
-    A hash group's members (engine/table_group.py's HashGroup), keys tagged with their member:
+    A hash group's members (engine/lookup/table_group.py's HashGroup), keys tagged with their member:
     part_tags(cuts) -> int64 [cuts[-1]]                the part of each position (one launch)
     unique_many_start(..., tags_list)                  de-duplicates a tagged array per (tag, key)
     hash_insert_many(indexes, keys, tags, row_starts, pools=None) -> (rows, new_keys, new_rows,

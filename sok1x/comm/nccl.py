@@ -10,7 +10,7 @@ them from another non-blocking stream. Input and output buffers are kept alive u
 has passed them.
 
 Waiting never hangs on a failed peer: `synchronize()`, `barrier()`, `close()` and `wait_until()`
-(the cuda backend's every host wait: sok1x.backend.cuda_context) poll the stream or an event
+(the cuda backend's every host wait: sok1x.backend.cuda.context) poll the stream or an event
 and ncclCommGetAsyncError; on an asynchronous NCCL error, or after `timeout_s` seconds
 (environment variable SOK1X_NCCL_TIMEOUT_S, default 300, 0 = no limit), the communicator is
 aborted and CommError names the collectives that were in flight. Within a host, ncclCommAbort
@@ -21,7 +21,7 @@ practice the job restarts).
 Contexts: PyCUDA is used on the device's primary context (the one the CUDA runtime, TensorFlow
 and NCCL use), never one of its own. PyCUDA's context stack is per thread, so every public method
 makes that context current and restores the previous one on return. Where the cuda backend is
-active on the same device (sok1x.backend.cuda_context), its context entry and memory pool are
+active on the same device (sok1x.backend.cuda.context), its context entry and memory pool are
 used; otherwise this module retains the primary context itself.
 """
 import contextlib
@@ -31,7 +31,7 @@ import time
 
 import numpy as np
 
-from sok1x.backend.cuda_strides import elements, is_c_contiguous
+from sok1x.backend.cuda.strides import elements, is_c_contiguous
 from sok1x.comm import nccl_library, wait_watch
 from sok1x.errors import CommError, InitError
 
@@ -119,14 +119,14 @@ class NcclCommunicator:
             self._driver, self._gpuarray = _import_pycuda()
             self._driver.init()
             self.device = self._driver.Device(self.device_ordinal)
-            from sok1x.backend import cuda_context
+            from sok1x.backend.cuda import context as cuda_context
             if (cuda_context.is_active()
                     and cuda_context.device_ordinal() == self.device_ordinal):
                 self.context = cuda_context.context()
                 self._enter_context = cuda_context.entered
                 default_allocator = cuda_context.memory_pool().allocate
                 if allocator is None:  # the backend's arrays, made without GPUArray's constructor
-                    from sok1x.backend import cuda_launch
+                    from sok1x.backend.cuda import kernel_launch as cuda_launch
                     self._fast_empty = cuda_launch.empty
             else:
                 self.context = self.device.retain_primary_context()

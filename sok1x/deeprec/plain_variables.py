@@ -19,7 +19,8 @@ gets the table's gradient. The variable stays the table's face to TensorFlow:
 import numpy as np
 
 from sok1x.deeprec.variable_faces import face_of
-from sok1x.engine import runtime, shard_rows
+from sok1x.engine import runtime
+from sok1x.engine.tables import shard_rows
 from sok1x.graph_ops import checkpoint_ops, init_ops
 from sok1x.graph_ops.embedding_tag import table_of
 from sok1x.graph_ops.graph_state import per_graph

@@ -5,4 +5,4 @@ backend arrays and talks through sok1x.comm. The GPU test machines have no Tenso
 package must never import it.
 """
 
-from sok1x.engine import checkpoint_join  # noqa: E402,F401  (op headers answer checkpoint markers)
+from sok1x.engine.checkpoint import join as checkpoint_join  # noqa: E402,F401  (op headers answer checkpoint markers)

@@ -12,29 +12,29 @@ import contextlib
 import numpy as np
 
 from sok1x.backend.random_init import InitializerSpec
-from sok1x.engine import placement as placements
-from sok1x.engine import keyed_lookup as keyed_lookup_module
+from sok1x.engine.tables import placement as placements
+from sok1x.engine.lookup import keyed as keyed_lookup_module
 from sok1x.engine import runtime as _runtime
-from sok1x.engine.checks import check_dense_shape, check_sparse_shape, first_error
-from sok1x.engine.exchange_header import confirm_same_op, exchange_header
-from sok1x.engine.key_exchange import lookup_backward, lookup_forward
+from sok1x.engine.lookup.checks import check_dense_shape, check_sparse_shape, first_error
+from sok1x.engine.lookup.exchange_header import confirm_same_op, exchange_header
+from sok1x.engine.lookup.key_exchange import lookup_backward, lookup_forward
 from sok1x.engine.op_order import as_op_id
-from sok1x.engine.pooled_lookup import (  # noqa: F401  (PooledInput: part of the API)
+from sok1x.engine.lookup.pooled import (  # noqa: F401  (PooledInput: part of the API)
     COMBINERS,
     PooledInput,
     pooled_backward_many,
     pooled_forward_many,
 )
-from sok1x.engine import dynamic_table
-from sok1x.engine.dynamic_table import Dynamic, make_table
-from sok1x.engine.keyed_lookup import KeyedInput  # noqa: F401  (part of the API)
+from sok1x.engine.tables import dynamic_table
+from sok1x.engine.tables.dynamic_table import Dynamic, make_table
+from sok1x.engine.lookup.keyed import KeyedInput  # noqa: F401  (part of the API)
 from sok1x.errors import DeviceMemoryError, InvalidInputError, Sok1xError
 
 
 @contextlib.contextmanager
 def _step():
     """Enters the engine for a collective call of a step; if it raises (on every rank, as
-    collective errors are), the step is rolled back (engine/step_journal.py). Yields the
+    collective errors are), the step is rolled back (engine/lookup/step_journal.py). Yields the
     Runtime."""
     with _runtime.entered() as rt, rt.journal.guard():
         yield rt
@@ -118,7 +118,7 @@ def _forward_state(runtime, table_name, token, op):
 def create_table(name, dim, capacity, use_hashtable, spec, replace=False,
                  placement=placements.MOD, dynamic=None):
     """Declares this rank's shard of table `name` (spec: an InitializerSpec; placement: which
-    rank owns a key, engine/placement.py); the shard is made, and its memory taken, by the first
+    rank owns a key, engine/tables/placement.py); the shard is made, and its memory taken, by the first
     lookup after this call, so a failure there fails that step on every rank. replace=True makes
     it anew at that point (fresh initial values, no optimizer state), as re-running a variable's
     initializer does; replace=False keeps an existing shard. Raises Sok1xError if `name` exists
@@ -254,7 +254,7 @@ def pooled_lookup_grad(table_names, op, token, grads):
 
 def keyed_lookup(table_names, op, keyed, training, key_limits=None):
     """Collective: one pooled lookup of several tables of one dim whose keys come as ONE array
-    (engine/keyed_lookup.py; TorchRec's KeyedJaggedTensor). keyed: a KeyedInput; key_limits: as
+    (engine/lookup/keyed.py; TorchRec's KeyedJaggedTensor). keyed: a KeyedInput; key_limits: as
     pooled_lookup's. Returns (float32 [sum(num_segments), dim], the tables' outputs one after
     the other; token for keyed_lookup_grad)."""
     with _step() as rt:
@@ -348,7 +348,7 @@ def apply_optimizer_update(table_name, rule, slot_prefix, options, hyper, values
     """Local (no collective). Applies optimizer `rule` (engine.optimizer_updates.RULES) to this
     rank's shard with gradient values [n, dim] of shard rows [n]; hyper: name -> float for this
     step. Returns the number of distinct rows updated."""
-    from sok1x.engine import optimizer_updates
+    from sok1x.engine.tables import optimizer_updates
     with _runtime.entered() as rt:
         return optimizer_updates.apply_update(rt.backend, _table(rt, table_name), rule,
                                               slot_prefix, options, hyper, values, rows)
@@ -358,8 +358,8 @@ def apply_optimizer_updates(table_names, rule, slot_prefix, options, hyper, valu
                             rows_list):
     """Local. apply_optimizer_update for several tables at once: the tables of one group whose
     gradients come unchanged from their lookup's backward pass are updated in one pass
-    (engine/table_group.py). Returns per table the number of distinct rows updated."""
-    from sok1x.engine import optimizer_updates
+    (engine/lookup/table_group.py). Returns per table the number of distinct rows updated."""
+    from sok1x.engine.tables import optimizer_updates
     with _runtime.entered() as rt:
         tables = [_table(rt, name) for name in table_names]
         return optimizer_updates.apply_updates(rt.backend, tables, rule, slot_prefix, options,

@@ -75,15 +75,15 @@ class Runtime:
     TableRegistry: name -> EmbeddingTable), pending_tables (name -> settings of shards declared
     but not made yet), stash (forward state kept for the backward pass), towers (the last
     communicating op, for the run-time order check), journal (the current step's undo
-    actions, engine/step_journal.py) and read_later ((backend array, callback) pairs: counts
+    actions, engine/lookup/step_journal.py) and read_later ((backend array, callback) pairs: counts
     the host needs some time, read in the next op header's wait and handed to callback). On
     cpu, `data` is an MpiCommunicator of its own over the same communicator as `host`, so each
     counts its own calls (stats())."""
 
     def __init__(self, group, host, backend, data, global_batch_size, device_ordinal):
         from sok1x.engine.op_order import TowerTracker
-        from sok1x.engine.stash import Stash
-        from sok1x.engine.step_journal import StepJournal
+        from sok1x.engine.lookup.stash import Stash
+        from sok1x.engine.lookup.step_journal import StepJournal
         self.group = group
         self.host = host
         self.backend = backend
@@ -159,7 +159,7 @@ def _check_global_batch_size(host, global_batch_size):
 def _load_kernels(rank):
     """Loads every CUDA kernel now, not during a step (cuda_launch.load_every_kernel says why);
     raises InitError."""
-    from sok1x.backend import cuda_launch
+    from sok1x.backend.cuda import kernel_launch as cuda_launch
     try:
         cuda_launch.load_every_kernel()
     except Exception as exc:  # a compile or driver error: fail every rank at init, not later
@@ -173,7 +173,7 @@ def _bring_up_backend(group, host, backend_name):
     try:
         backend = load_backend(backend_name)
         if backend.NAME == "cuda":
-            from sok1x.backend import cuda_context
+            from sok1x.backend.cuda import context as cuda_context
             device = group.device_for_local_rank(cuda_context.visible_device_count())
             cuda_context.activate(device)
             _load_kernels(group.rank)
@@ -189,7 +189,7 @@ def _bring_up_backend(group, host, backend_name):
     if backend.NAME == "cpu":
         return backend, MpiCommunicator(group), None
     from sok1x.comm.nccl import NcclCommunicator
-    from sok1x.backend import cuda_context
+    from sok1x.backend.cuda import context as cuda_context
     error, data = None, None
     try:
         data = NcclCommunicator(group, device, cuda_context.stream())
@@ -231,7 +231,7 @@ def shutdown():
     global _runtime
     with LOCK:
         if _runtime is not None and _runtime.backend.NAME != "cpu":
-            from sok1x.backend import cuda_context
+            from sok1x.backend.cuda import context as cuda_context
             cuda_context.set_stream_waiter(None)
             _runtime.data.close()
         _runtime = None

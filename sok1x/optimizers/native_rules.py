@@ -7,11 +7,11 @@ Optimizers are matched by exact class: a subclass may change the math, so it is 
 """
 import collections
 
-from sok1x.engine import optimizer_updates
+from sok1x.engine.tables import optimizer_updates
 from sok1x.graph_ops.tf_compat import tf1
 
 Update = collections.namedtuple("Update", "rule hyper options")
-Update.__doc__ = ("rule: a sok1x.engine.optimizer_updates rule; hyper: name -> scalar tensor or "
+Update.__doc__ = ("rule: a sok1x.engine.tables.optimizer_updates rule; hyper: name -> scalar tensor or "
                   "number; options: name -> Python constant.")
 
 _FLOAT = tf1.float32
@@ -155,7 +155,7 @@ def _keras_ftrl(opt):
 _builders = {}
 
 
-# The slots each optimizer names, as the engine rule (optimizer_updates.py) names them. Per
+# The slots each optimizer names, as the engine rule (tables/optimizer_updates.py) names them. Per
 # class: (rule and options from the optimizer, {its slot name: the rule's slot name}).
 def _same(*names):
     return {name: name for name in names}

@@ -14,7 +14,7 @@ import numpy as np
 
 from sok1x.v1 import sok_files
 from sok1x.v2 import checkpoint_api
-from sok1x.engine import assign_values
+from sok1x.engine.tables import assign_values
 from sok1x.graph_ops import init_ops
 from sok1x.graph_ops.tf_compat import py_func, tf1
 

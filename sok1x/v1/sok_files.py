@@ -7,7 +7,8 @@ import os
 
 import numpy as np
 
-from sok1x.engine import runtime, shard_rows
+from sok1x.engine import runtime
+from sok1x.engine.tables import shard_rows
 from sok1x.graph_ops.embedding_tag import table_of
 
 

@@ -26,7 +26,7 @@ def lookup_sparse(params, sp_ids, sp_weights=None, combiners=None,
     combiners: "sum" or "mean" per variable (default "sum"); use_low_frequency_filter: SOK's
     filter of new keys, for DynamicVariables: a key a table does not hold yet enters it with
     probability the variable's filter_ratio, else it gives a zero vector (counted in a mean's
-    divisor) and no gradient (sok1x/engine/admission.py). Returns float32 [batch, dim] per
+    divisor) and no gradient (sok1x/engine/tables/admission.py). Returns float32 [batch, dim] per
     variable (a list when params is a list); a row without keys gives zeros. All variables share
     one exchange. Bad keys (negative, beyond a Variable's rows, wrong dtype) or weights that do
     not match their ids raise InvalidInputError on every rank in that step, changing nothing."""

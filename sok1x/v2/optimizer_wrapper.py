@@ -1,6 +1,6 @@
 """sok1x.OptimizerWrapper (SOK's v2 name): a TensorFlow optimizer that also updates sok1x
 variables, with that optimizer's own sparse update math on the touched rows and their slots,
-run by the engine's update rules (sok1x/engine/optimizer_updates.py; DESIGN D2, D11).
+run by the engine's update rules (sok1x/engine/tables/optimizer_updates.py; DESIGN D2, D11).
 
 The tf.compat.v1.train optimizers and the Keras OptimizerV2 ones (tf.compat.v1.keras.optimizers,
 tf.keras.optimizers.legacy in TF 2.11+) are applied as they are, inside OptimizerScope, so their

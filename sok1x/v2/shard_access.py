@@ -7,7 +7,8 @@ at once."""
 import numpy as np
 
 from sok1x.graph_ops.embedding_tag import handle_value, table_of
-from sok1x.engine import api, shard_rows
+from sok1x.engine import api
+from sok1x.engine.tables import shard_rows
 from sok1x.errors import InvalidInputError
 from sok1x.graph_ops import init_ops
 from sok1x.graph_ops.tf_compat import py_func, tf1

@@ -1,13 +1,13 @@
 """An optimizer's slot of a sok1x variable as SOK shows it: what `optimizer.get_slot(var, name)`
 returns for a sok1x.Variable or DynamicVariable handle (SOK's slots are variables of the local
 shard's shape, or DynamicVariables). A SlotView is a view of that slot's rows in the variable's
-engine table (engine/table.py keeps a table's slots beside its rows), not a variable of its
+engine table (engine/tables/table.py keeps a table's slots beside its rows), not a variable of its
 own: sok1x.export(view) and sok1x.assign(view, keys, values) read and write those rows by key,
 and, as for a variable, view.numpy() (eagerly), view.read_value() and view.assign(value) read
 and write every row of this rank's shard, in the order sok1x.export gives them. dump / load
 carry the slot with its table.
 """
-from sok1x.engine.optimizer_updates import slot_key
+from sok1x.engine.tables.optimizer_updates import slot_key
 from sok1x.graph_ops.tf_compat import tf1, trackable_base
 from sok1x.optimizers import embedding_update, native_rules
 from sok1x.v2 import shard_access

@@ -12,8 +12,8 @@
     sok1x.SGD(lr)                      SOK's own optimizer (plain SGD on the rows touched)
     sok1x.filter_variables(vars)       ([sok1x variables], [others])
 """
-from sok1x.engine import placement as placements
-from sok1x.engine import shard_rows
+from sok1x.engine.tables import placement as placements
+from sok1x.engine.tables import shard_rows
 from sok1x.graph_ops import embedding_ops, init_ops, ordering, pooled_lookup_ops
 from sok1x.graph_ops.embedding_tag import handle_value, is_embedding_variable, table_of
 from sok1x.graph_ops.tf_compat import py_func, tf1

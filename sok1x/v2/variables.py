@@ -18,7 +18,9 @@ import numpy as np
 
 from sok1x.backend.random_init import make_spec
 from sok1x.common.handle_variable import create_handle
-from sok1x.engine import admission, api, runtime, shard_rows
+from sok1x.engine import api, runtime
+from sok1x.engine.tables import admission
+from sok1x.engine.tables import shard_rows
 from sok1x.graph_ops import init_ops
 from sok1x.graph_ops.tf_compat import tf1
 from sok1x.common.initializers import spec_from_initializer
@@ -226,7 +228,7 @@ def DynamicVariable(dimension, initializer=None, var_type=None, name=None,  # no
     probability that a new key enters the table in a lookup_sparse(...,
     use_low_frequency_filter=True) (SOK's HKV config; default 1.0). Evicted keys:
     sok1x.sparse_read_and_evict(handle). Raises ValueError for bad arguments."""
-    from sok1x.engine.dynamic_table import make_dynamic
+    from sok1x.engine.tables.dynamic_table import make_dynamic
     label = name or "sok_dynamic_variable"
     _check_float32(dtype, label)
     if int(dimension) <= 0:

@@ -1,4 +1,4 @@
-"""The checkpoint shards' crc32 on several threads (engine/shard_checksum.py) equals zlib.crc32,
+"""The checkpoint shards' crc32 on several threads (engine/checkpoint/checksum.py) equals zlib.crc32,
 bit for bit, for buffers cut into pieces of every shape (one piece, equal pieces, a short last
 piece) and any running crc; zlib's own crc32 is the reference."""
 import os
@@ -9,7 +9,7 @@ import zlib
 import numpy as np
 import pytest
 
-from sok1x.engine import shard_checksum
+from sok1x.engine.checkpoint import checksum as shard_checksum
 
 
 @pytest.mark.parametrize("threads", [1, 3, 8])
@@ -34,7 +34,7 @@ ONE_CORE_JOB = """
 import logging, os, sys
 os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
 logging.basicConfig(stream=sys.stdout, format="%(levelname)s %(message)s")
-from sok1x.engine import shard_checksum
+from sok1x.engine.checkpoint import checksum as shard_checksum
 assert shard_checksum.usable_cores() == 1
 assert shard_checksum.crc_threads() == 0
 shard_checksum.crc_threads()

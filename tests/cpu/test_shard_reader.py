@@ -7,7 +7,7 @@ import zlib
 import numpy as np
 import pytest
 
-from sok1x.engine.shard_storage import ShardReader
+from sok1x.engine.checkpoint.storage import ShardReader
 
 
 def written(tmp_path, nbytes):
@@ -45,7 +45,7 @@ def test_a_large_file_checks_its_checksum_with_few_blocks_pending(tmp_path, monk
     """Many 4 MiB blocks, read 3 chunks at a time: the checksum is right, a changed byte fails
     it, and the blocks whose checksums are not yet joined stay about those of the buffers in
     flight, not the file's."""
-    from sok1x.engine import shard_storage
+    from sok1x.engine.checkpoint import storage as shard_storage
     monkeypatch.setattr(shard_storage, "BLOCK_BYTES", 1 << 12)
     path, data = written(tmp_path, 1 << 20)  # 256 blocks of 4 KiB
     sizes = [1 << 14] * 64  # 4 blocks a chunk

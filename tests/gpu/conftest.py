@@ -40,7 +40,7 @@ def cuda():
     """The cuda backend module with GPU $SOK1X_TEST_DEVICE (default 0) current, no engine."""
     skip_without_gpu()
     from sok1x.backend import cuda as backend
-    from sok1x.backend import cuda_context
+    from sok1x.backend.cuda import context as cuda_context
     cuda_context.activate(int(os.environ.get("SOK1X_TEST_DEVICE", "0")))
     print("\nsok1x GPU tests: seed %d, GPU %d" % (SEED, cuda_context.device_ordinal()))
     return backend

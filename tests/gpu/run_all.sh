@@ -10,7 +10,7 @@ gpus=${1:-2}
 logs=${OUT:-/tmp/sok1x-gpu-logs}
 site=/tmp/sok1x-site
 export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0} PYTHONUNBUFFERED=1
-# Every split (hybrid) table the tests make walks its host rows in order (backend/cuda_host_order.py).
+# Every split (hybrid) table the tests make walks its host rows in order (backend/cuda/host_row_order.py).
 export SOK1X_HOST_ORDER_MIN_BYTES=${SOK1X_HOST_ORDER_MIN_BYTES:-0}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mkdir -p "$logs"

@@ -57,7 +57,7 @@ class Stall:
     inside the driver (where no limit reaches) then returns late, and its test fails, not hangs."""
 
     def __init__(self, rt, release_after_s):
-        from sok1x.backend import cuda_context
+        from sok1x.backend.cuda import context as cuda_context
         self.rt = rt
         self.flag = rt.backend.host_mapped_zeros((1,), np.int32)
         self.module, kernel = _spin_kernel()
@@ -83,7 +83,7 @@ def warm_staging(rt):
     of each size at once, so that none of them needs a new one: that is a bounded wait of its
     own (see test_a_new_staging_block_gives_up). Uploads made to warm it could each find the
     previous one's block already free (its copy done) and leave one block where two are used."""
-    from sok1x.backend import cuda_staging
+    from sok1x.backend.cuda import staging as cuda_staging
     rt.backend.synchronize()
     cuda_staging.reserve([16 * 4] * 8 + [100000 * 4] * 2)
 
@@ -110,7 +110,7 @@ def stalled(monkeypatch):
     finally:
         stall.timer.join()
         runtime.shutdown()
-        from sok1x.backend import cuda_context
+        from sok1x.backend.cuda import context as cuda_context
         with cuda_context.entered():
             cuda_context.wait_stream()  # unbounded now, and the kernel has ended
         gc.enable()
@@ -158,7 +158,7 @@ def test_a_strided_array_for_dlpack_gives_up(stalled):
 
 def test_a_stream_event_wait_gives_up(stalled):
     import pycuda.driver as driver
-    from sok1x.backend import cuda_context
+    from sok1x.backend.cuda import context as cuda_context
 
     def wait():
         event = driver.Event(flags=driver.event_flags.DISABLE_TIMING)
@@ -178,7 +178,7 @@ def test_the_engine_waits_for_exchange_sizes_give_up(stalled):
 def test_a_new_staging_block_gives_up(stalled):
     """Page-locked memory is allocated only after a bounded wait for the stream (the driver may
     wait for the device there): an upload of a size no block has yet gives up like any wait."""
-    from sok1x.backend import cuda_staging
+    from sok1x.backend.cuda import staging as cuda_staging
     # Larger than any block the process holds (other tests in it may have taken big ones).
     size = max(3 << 20, 2 * cuda_staging.pinned_bytes())
     assert_timed_out(stalled, lambda: stalled.rt.backend.asarray(np.zeros(size, np.uint8)),
@@ -199,7 +199,7 @@ def test_uploads_do_not_wait_for_the_stream(stalled):
     stalled.timer.join()
     stalled.release()
     with runtime.entered():
-        from sok1x.backend import cuda_context
+        from sok1x.backend.cuda import context as cuda_context
         cuda_context.wait_stream()  # the kernel ended: the wait ends too
         np.testing.assert_array_equal(rt.backend.to_host(uploaded), values)
         np.testing.assert_array_equal(rt.backend.to_host(staged), values * 2)

@@ -14,7 +14,8 @@ import pytest
 
 pytest.importorskip("pycuda")
 
-from sok1x.backend import cpu, cuda_context  # noqa: E402
+from sok1x.backend import cpu  # noqa: E402
+from sok1x.backend.cuda import context as cuda_context  # noqa: E402
 from sok1x.backend import random_init  # noqa: E402
 
 DIMS = (1, 8, 16, 128)
@@ -145,7 +146,7 @@ def test_many_at_once_equals_one_by_one(cuda, rng):
 
 @pytest.mark.parametrize("world_size", [1, 2, 8])
 def test_sizes_left_on_the_device_match_the_cpu(cuda, rng, world_size):
-    """What an op header carries (engine/exchange_header.py): padded distinct keys bucketed by a
+    """What an op header carries (engine/lookup/exchange_header.py): padded distinct keys bucketed by a
     device count, their per-owner counts, the checks' flag and the header's records."""
     arrays = [random_keys(rng, n) for n in (1000, 0, 77777, 1)]
     arrays[0][:5] = -np.arange(2, 7)  # bad keys: every kernel still stays in place
@@ -461,7 +462,7 @@ def test_touch_rows_counts_and_stamps_as_the_cpu_in_one_launch(cuda, rng, n, new
     """touch_rows: each row's (last step, count) record, repeated rows counted each time and
     negative rows skipped, and with a stamp the new rows' times bounded by the device count,
     all in one launch, as cpu's touch_rows and fill_rows."""
-    from sok1x.backend.cuda_launch import COUNTS
+    from sok1x.backend.cuda.kernel_launch import COUNTS
     capacity = 3000
     statistics = rng.integers(0, 50, size=(capacity, 2)).astype(np.int64)
     times = np.full(capacity, -1.0)
@@ -486,7 +487,7 @@ def test_touch_rows_counts_and_stamps_as_the_cpu_in_one_launch(cuda, rng, n, new
 def test_mapped_host_rows_are_shared_with_the_cpu(cuda, rng, way):
     """Each way of allocating host rows (or the one it falls back to) gives memory whose bytes
     the CPU view and the kernels agree on, zeroed at first."""
-    from sok1x.backend import cuda_host_rows
+    from sok1x.backend.cuda import host_rows as cuda_host_rows
     with cuda_context.entered():
         block = cuda_host_rows.mapped_host_block(3 << 20, first=way)
         print("\n%s: got %s, %d bytes on huge pages" % (way, block.method, block.huge_bytes))
@@ -506,7 +507,7 @@ def test_mapped_host_rows_are_shared_with_the_cpu(cuda, rng, way):
 def test_sliced_host_rows_are_one_range(cuda, rng):
     """Host rows registered in 128 MiB pieces ("slices") are one device range: rows on both
     sides of a piece boundary read and write as the CPU view sees them."""
-    from sok1x.backend import cuda_host_rows
+    from sok1x.backend.cuda import host_rows as cuda_host_rows
     with cuda_context.entered():
         block = cuda_host_rows.mapped_host_block((128 << 20) + (1 << 20), first="slices")
     assert block.method == "slices"

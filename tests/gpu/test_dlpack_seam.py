@@ -16,7 +16,8 @@ pytest.importorskip("pycuda")
 
 from torch.utils import dlpack as torch_dlpack  # noqa: E402
 
-from sok1x.backend import cpu_random, dlpack, random_init  # noqa: E402
+from sok1x.backend import dlpack, random_init  # noqa: E402
+from sok1x.backend.cpu import random_rows as cpu_random  # noqa: E402
 from sok1x.engine import api, runtime  # noqa: E402
 from sok1x.engine.op_keys import name_key  # noqa: E402
 
@@ -83,7 +84,7 @@ def _framework_stream():
     own side streams are non-blocking, its default stream is the legacy one): torch runs on it
     through ExternalStream."""
     import pycuda.driver as driver
-    from sok1x.backend import cuda_context
+    from sok1x.backend.cuda import context as cuda_context
     with cuda_context.entered():
         stream = driver.Stream()  # flags 0: a blocking stream
     return stream, torch.cuda.ExternalStream(stream.handle)
@@ -126,7 +127,7 @@ def test_without_the_wait_the_engine_would_read_too_early(cuda):
 def _spin_on_engine_stream(cuda):
     """Queues a long spinning kernel on sok1x's stream."""
     from pycuda.compiler import SourceModule
-    from sok1x.backend import cuda_context
+    from sok1x.backend.cuda import context as cuda_context
     with cuda_context.entered():
         module = SourceModule("""
             extern "C" __global__ void spin(long long cycles) {
@@ -138,7 +139,7 @@ def _spin_on_engine_stream(cuda):
 
 
 def _framework_sum_of_late_output(cuda, release):
-    from sok1x.backend.cuda_launch import fill_bytes
+    from sok1x.backend.cuda.kernel_launch import fill_bytes
     keep, framework = _framework_stream()
     out = fill_bytes(cuda.empty((1 << 20,), np.uint8), 0)
     with torch.cuda.stream(framework):  # warm torch's allocator: a cudaMalloc would sync all
@@ -206,7 +207,7 @@ def test_lookup_and_gradient_through_the_seam(cuda):
 
 
 def test_host_staging_reuses_page_locked_buffers(cuda):
-    from sok1x.backend import cuda_staging
+    from sok1x.backend.cuda import staging as cuda_staging
     array = cuda.asarray(np.arange(10000, dtype=np.float32))
     first = cuda.download_staged(array)
     np.testing.assert_array_equal(first, np.arange(10000))
@@ -231,7 +232,7 @@ def test_host_staging_reuses_page_locked_buffers(cuda):
 
 
 def test_a_misaligned_output_is_copied_into_an_aligned_one(cuda):
-    from sok1x.backend import cuda_context
+    from sok1x.backend.cuda import context as cuda_context
     with cuda_context.entered():
         whole = cuda.asarray(np.arange(100, dtype=np.float32))
         view = whole[3:]  # 12 bytes past an aligned block: TensorFlow would refuse it

@@ -1,4 +1,4 @@
-"""Growing, evicting and hybrid tables (engine/dynamic_table.py) on the cuda backend against the
+"""Growing, evicting and hybrid tables (engine/tables/dynamic_table.py) on the cuda backend against the
 same tables on the cpu backend, the reference, fed the same keys.
 
     python3 -m pytest -q tests/gpu/test_dynamic_cuda.py                 (one GPU: the shard)
@@ -22,9 +22,10 @@ from mpi4py import MPI  # noqa: E402
 
 from sok1x.backend import cpu, random_init  # noqa: E402
 from sok1x.backend.owner_rules import OWNER_HASH  # noqa: E402
-from sok1x.engine import api, hybrid_rows, runtime  # noqa: E402
-from sok1x.engine.dynamic_table import DynamicTable, make_dynamic  # noqa: E402
-from sok1x.engine.step_journal import StepJournal  # noqa: E402
+from sok1x.engine import api, runtime  # noqa: E402
+from sok1x.engine.tables import hybrid_rows  # noqa: E402
+from sok1x.engine.tables.dynamic_table import DynamicTable, make_dynamic  # noqa: E402
+from sok1x.engine.lookup.step_journal import StepJournal  # noqa: E402
 
 pytestmark = [pytest.mark.timeout(300, method="thread"), pytest.mark.usefixtures("engine")]
 COMM = MPI.COMM_WORLD
@@ -76,7 +77,7 @@ def step(table, keys, rule, grads):
         assert table.capacity_error(device_keys) is None
         rows = table.rows_of(device_keys, True)
         vectors = backend.to_host(table.gather(rows))
-        from sok1x.engine import optimizer_updates
+        from sok1x.engine.tables import optimizer_updates
         optimizer_updates.apply_update(backend, table, rule, "opt", {}, HYPER[rule],
                                        backend.asarray(grads), rows)
     return vectors

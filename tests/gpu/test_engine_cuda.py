@@ -14,7 +14,8 @@ pytest.importorskip("pycuda")
 
 from mpi4py import MPI  # noqa: E402
 
-from sok1x.backend import cpu_random, random_init  # noqa: E402
+from sok1x.backend import random_init  # noqa: E402
+from sok1x.backend.cpu import random_rows as cpu_random  # noqa: E402
 from sok1x.engine import api, runtime  # noqa: E402
 from sok1x.engine.op_keys import name_key  # noqa: E402
 from sok1x.errors import InvalidInputError, OrderError, TableFullError  # noqa: E402
@@ -107,7 +108,7 @@ def test_sparse_lookup(combiner):
 
 @pytest.mark.parametrize("placement", ["mod", "hash", ("rank", 0)])
 def test_fused_pooled_lookup_of_three_tables(placement):
-    from sok1x.engine.pooled_lookup import PooledInput
+    from sok1x.engine.lookup.pooled import PooledInput
     dims, names = (8, 32, 4), []
     for t, dim in enumerate(dims):
         names.append("fused_%s_%d" % (placement if isinstance(placement, str) else "rank", t))

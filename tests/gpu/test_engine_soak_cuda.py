@@ -26,7 +26,8 @@ def resident_kib():
 
 
 def test_twenty_thousand_steps_keep_memory_flat(engine):
-    from sok1x.backend import cuda_context, cuda_staging
+    from sok1x.backend.cuda import context as cuda_context
+    from sok1x.backend.cuda import staging as cuda_staging
     api.create_table("soak_table", DIM, 20000, True,
                      random_init.make_spec("uniform", -1.0, 1.0, seed=3))
     rng = np.random.default_rng(engine.rank)

@@ -10,7 +10,7 @@ pytest.importorskip("pycuda")
 
 from sok1x.backend import cpu  # noqa: E402
 from sok1x.backend import random_init  # noqa: E402
-from sok1x.engine import hybrid_rows  # noqa: E402
+from sok1x.engine.tables import hybrid_rows  # noqa: E402
 
 KEY_LIMIT = 2 ** 62
 CAPACITY = 6000
@@ -20,7 +20,7 @@ CAPACITY = 6000
 def ordered_host_rows():
     """Split tables' host rows take the ordered second pass (hash_settle_host_rows) whatever
     their size (by default only host parts of 512 MiB or more do)."""
-    from sok1x.backend import cuda_host_order
+    from sok1x.backend.cuda import host_row_order as cuda_host_order
     cuda_host_order.MIN_HOST_BYTES, before = 0, cuda_host_order.MIN_HOST_BYTES
     yield
     cuda_host_order.MIN_HOST_BYTES = before

@@ -10,9 +10,11 @@ import pytest
 
 pytest.importorskip("pycuda")
 
-from sok1x.backend import cpu, cuda_context, cuda_host_order  # noqa: E402
+from sok1x.backend import cpu  # noqa: E402
+from sok1x.backend.cuda import context as cuda_context  # noqa: E402
+from sok1x.backend.cuda import host_row_order as cuda_host_order  # noqa: E402
 from sok1x.backend import random_init  # noqa: E402
-from sok1x.engine import hybrid_rows  # noqa: E402
+from sok1x.engine.tables import hybrid_rows  # noqa: E402
 
 CAPACITY = 20000
 HBM_ROWS = 3000  # 17,000 host rows: regions of 16 rows, so a region holds several of a batch

@@ -297,7 +297,7 @@ def test_calls_from_a_thread_with_no_current_context(group, mpi, nccl, gpu):
 
 
 def test_shares_the_cuda_backend_context_when_active(group, mpi, gpu):
-    from sok1x.backend import cuda_context
+    from sok1x.backend.cuda import context as cuda_context
     from sok1x.comm.nccl import NcclCommunicator
     cuda_context.activate(gpu.ordinal)
     comm = NcclCommunicator(group, gpu.ordinal, cuda_context.stream())

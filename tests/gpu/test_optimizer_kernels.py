@@ -1,5 +1,5 @@
-"""The cuda optimizer update kernels (cuda_kernels/optimizers.cu via sok1x.backend.cuda_optimizers)
-against the cpu ones (sok1x.backend.cpu_optimizers, checked against TensorFlow in tests/mpi), kernel
+"""The cuda optimizer update kernels (cuda_kernels/optimizers.cu via sok1x.backend.cuda.optimizers)
+against the cpu ones (sok1x.backend.cpu.optimizers, checked against TensorFlow in tests/mpi), kernel
 by kernel on random shards, then the engine's whole update (duplicate rows summed, slots created)
 on the cuda backend against the cpu backend. Needs a GPU and PyCUDA, not TensorFlow.
 
@@ -11,8 +11,9 @@ import pytest
 
 pytest.importorskip("pycuda")
 
-from sok1x.backend import cpu, cpu_optimizers  # noqa: E402
-from sok1x.engine import optimizer_updates  # noqa: E402
+from sok1x.backend import cpu  # noqa: E402
+from sok1x.backend.cpu import optimizers as cpu_optimizers  # noqa: E402
+from sok1x.engine.tables import optimizer_updates  # noqa: E402
 
 RTOL, ATOL = 2e-5, 2e-6
 UPDATE_NAMES = ["update_sgd", "update_momentum", "update_keras_momentum", "update_adagrad",
@@ -23,7 +24,7 @@ UPDATE_NAMES = ["update_sgd", "update_momentum", "update_keras_momentum", "updat
 @pytest.fixture(scope="module")
 def gpu(cuda):
     """The cuda backend (conftest's, GPU current) and its optimizer kernels."""
-    from sok1x.backend import cuda_optimizers
+    from sok1x.backend.cuda import optimizers as cuda_optimizers
     return cuda, cuda_optimizers
 
 

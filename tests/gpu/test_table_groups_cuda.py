@@ -4,7 +4,7 @@ updated rows and optimizer slots), and costs the kernel launches and host waits 
 v1 hash tables (a HashGroup) as dense ones, hbm DynamicVariables, whose group grows its
 members in place, as v1 hash tables, and hybrid ones, whose group also evicts, as each alone;
 bad input in one member fails the step on every rank and changes no table. The keyed lookup
-(all tables' keys in one array, engine/keyed_lookup.py) gives the same, and its backend ops the
+(all tables' keys in one array, engine/lookup/keyed.py) gives the same, and its backend ops the
 cpu backend's.
 
     mpiexec --allow-run-as-root -n 2 python3 -m pytest -q tests/gpu/test_table_groups_cuda.py
@@ -17,9 +17,10 @@ pytest.importorskip("pycuda")
 from mpi4py import MPI  # noqa: E402
 
 from sok1x.backend import random_init  # noqa: E402
-from sok1x.engine import api, runtime, table_group  # noqa: E402
-from sok1x.engine.keyed_lookup import KeyedInput  # noqa: E402
-from sok1x.engine.pooled_lookup import PooledInput  # noqa: E402
+from sok1x.engine import api, runtime  # noqa: E402
+from sok1x.engine.lookup import table_group  # noqa: E402
+from sok1x.engine.lookup.keyed import KeyedInput  # noqa: E402
+from sok1x.engine.lookup.pooled import PooledInput  # noqa: E402
 from sok1x.errors import InvalidInputError  # noqa: E402
 
 pytestmark = [pytest.mark.timeout(300, method="thread"), pytest.mark.usefixtures("engine")]
@@ -121,7 +122,7 @@ def test_a_group_equals_its_tables_one_by_one(mixed):
 
 
 def test_launches_and_waits_do_not_grow_with_the_tables():
-    from sok1x.backend.cuda_launch import COUNTS
+    from sok1x.backend.cuda.kernel_launch import COUNTS
     rng = np.random.default_rng([12, RANK])
     hyper = {"lr_t": 0.01, "beta1": 0.9, "beta2": 0.999, "epsilon": 1e-8}
     counts = {}
@@ -220,7 +221,7 @@ def test_a_keyed_lookup_equals_the_tables_one_by_one(combiner, weighted):
 def test_a_keyed_step_launches_and_waits_as_for_one_table():
     """26 tables cost at most 1.25 times the launches of one table holding as many rows (a
     distinct pass over more rows takes more scan launches, whatever the tables)."""
-    from sok1x.backend.cuda_launch import COUNTS
+    from sok1x.backend.cuda.kernel_launch import COUNTS
     rng = np.random.default_rng([16, RANK])
     counts = {}
     for count in (1, 26):
@@ -240,7 +241,7 @@ def test_a_keyed_step_launches_and_waits_as_for_one_table():
     assert counts[26]["host_waits"] == counts[1]["host_waits"]
 
 
-# -- hash groups: v1 hash tables of one dim, placement and initializer (engine/table_group.py) --
+# -- hash groups: v1 hash tables of one dim, placement and initializer (engine/lookup/table_group.py) --
 
 HASH_SPAN = 2 ** 50  # a hash table takes any non-negative key
 
@@ -345,7 +346,7 @@ def launches_and_waits(make_names, tag, seed):
     """{tables: {"launches", "host_waits"}} of the second LazyAdam step (the first makes the
     group) of 1, 2 and 26 hash tables made by make_names(tables), looked up together; the
     figures printed with `tag`."""
-    from sok1x.backend.cuda_launch import COUNTS
+    from sok1x.backend.cuda.kernel_launch import COUNTS
     rng = np.random.default_rng([seed, RANK])
     counts = {}
     for count in (1, 2, 26):
@@ -462,10 +463,10 @@ def test_hash_group_ops_equal_the_cpu_backend():
             np.testing.assert_allclose(got[3][row], want[3][cpu_row], rtol=1e-6)
 
 
-# -- hbm DynamicVariables in hash groups: members grow in place (engine/table_group.py) ----------
+# -- hbm DynamicVariables in hash groups: members grow in place (engine/lookup/table_group.py) ----------
 
 def make_hbm_tables(prefix, count, init=8, most=8192):
-    from sok1x.engine.dynamic_table import make_dynamic
+    from sok1x.engine.tables.dynamic_table import make_dynamic
     names = ["%s_%d" % (prefix, t) for t in range(count)]
     for name in names:
         api.create_table(name, DIM, most, True, SPEC, replace=True,
@@ -551,10 +552,10 @@ def test_a_lookups_gradient_after_its_group_grew_updates_its_own_keys():
     assert_same_hash_steps(names, [([], got)], [([], want)], got_state)
 
 
-# -- hybrid DynamicVariables in hash groups: members grow, then evict (engine/table_group.py) ---
+# -- hybrid DynamicVariables in hash groups: members grow, then evict (engine/lookup/table_group.py) ---
 
 def make_hybrid_tables(prefix, count, init=8, most=1024):
-    from sok1x.engine.dynamic_table import make_dynamic
+    from sok1x.engine.tables.dynamic_table import make_dynamic
     names = ["%s_%d" % (prefix, t) for t in range(count)]
     for t, name in enumerate(names):
         api.create_table(name, DIM, most, True, SPEC, replace=True, dynamic=make_dynamic(
@@ -565,7 +566,7 @@ def make_hybrid_tables(prefix, count, init=8, most=1024):
 def hybrid_state(name):
     """hash_state with each key's lookup count, and the keys evicted since the last call with
     their vectors (read once)."""
-    from sok1x.engine.dynamic_table import COUNT
+    from sok1x.engine.tables.dynamic_table import COUNT
     table = api.shard(name)
     keys, rows = (host(a) for a in table.index.export())
     counts = host(table.statistics)[rows, COUNT]

@@ -15,9 +15,10 @@ import pytest
 from mpi4py import MPI
 
 from sok1x.backend import random_init
-from sok1x.engine import api, runtime, shard_rows
-from sok1x.engine.dynamic_table import make_dynamic
-from sok1x.engine.pooled_lookup import PooledInput
+from sok1x.engine import api, runtime
+from sok1x.engine.tables import shard_rows
+from sok1x.engine.tables.dynamic_table import make_dynamic
+from sok1x.engine.lookup.pooled import PooledInput
 from sok1x.errors import InvalidInputError
 
 BACKEND = os.environ.get("SOK1X_TEST_BACKEND", "cuda")
@@ -166,7 +167,7 @@ def _one_key_per_sample(name, op, keys, ratio):
 
 
 def test_low_frequency_filter_admits_new_keys_by_ratio():
-    """SOK's filter (engine/admission.py) on a hybrid hash table: ratio 0 keeps new keys out
+    """SOK's filter (engine/tables/admission.py) on a hybrid hash table: ratio 0 keeps new keys out
     (zeros, no gradient row, not inserted) and lets held ones through; ratio 1 admits all."""
     name = "v2gpu_filter"
     api.create_table(name, 3, 64, True, random_init.make_spec("constant", 0.5), replace=True,

@@ -7,7 +7,7 @@ import numpy as np
 from mpi4py import MPI
 from tf_support import tf1
 
-from sok1x.backend.cpu_random import initial_values
+from sok1x.backend.cpu.random_rows import initial_values
 from sok1x.engine import runtime
 from sok1x.engine.op_keys import name_key
 

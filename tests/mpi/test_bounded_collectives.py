@@ -12,7 +12,9 @@ from mpi4py import MPI
 
 import sok1x
 from sok1x.backend.random_init import make_spec
-from sok1x.engine import api, assign_values, bounded_collectives, checkpoint, runtime, shard_rows
+from sok1x.engine import api, bounded_collectives, checkpoint, runtime
+from sok1x.engine.tables import assign_values
+from sok1x.engine.tables import shard_rows
 
 from checkpoint_reference import train_step
 

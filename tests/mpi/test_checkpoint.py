@@ -12,7 +12,7 @@ from mpi4py import MPI
 import sok1x
 from sok1x.backend.random_init import make_spec
 from sok1x.engine import api, checkpoint
-from sok1x.engine.dynamic_table import make_dynamic
+from sok1x.engine.tables.dynamic_table import make_dynamic
 from sok1x.errors import CheckpointError
 
 from checkpoint_reference import assert_same, every_row, train_step

@@ -1,5 +1,5 @@
 """hbm DynamicVariables in hash groups (DESIGN D13, issue 17 item 1) on the cpu backend, at any
-number of ranks: growing tables (engine/dynamic_table.py, var_type "hbm") of one dim, placement and
+number of ranks: growing tables (engine/tables/dynamic_table.py, var_type "hbm") of one dim, placement and
 initializer looked up together pass as one HashGroup, which grows its members in place when a
 step's new keys pass their capacity, and give what the same tables give looked up one by one
 (forward, gradients, the keys each shard holds, their rows and slots, the capacities), beside a
@@ -16,10 +16,12 @@ from mpi4py import MPI
 
 from checkpoint_reference import assert_same, every_row
 from sok1x.backend import random_init
-from sok1x.engine import api, assign_values, checkpoint, runtime, table_group
-from sok1x.engine.dynamic_table import make_dynamic
+from sok1x.engine import api, checkpoint, runtime
+from sok1x.engine.tables import assign_values
+from sok1x.engine.lookup import table_group
+from sok1x.engine.tables.dynamic_table import make_dynamic
 from sok1x.engine.op_order import OpId
-from sok1x.engine.pooled_lookup import PooledInput
+from sok1x.engine.lookup.pooled import PooledInput
 from sok1x.errors import InvalidInputError, TableFullError
 from test_hash_groups import (
     _calls_of_a_step,
@@ -318,7 +320,7 @@ def _keyed_steps(names, layout, keyed, grow_between, steps=3):
 
 @pytest.mark.parametrize("grow_between", [False, True])
 def test_a_keyed_lookup_of_an_hbm_group_equals_its_tables_one_by_one(grow_between):
-    """The keyed form (all tables' keys in one array, engine/keyed_lookup.py) of a growing hbm
+    """The keyed form (all tables' keys in one array, engine/lookup/keyed.py) of a growing hbm
     group, also with a growth between each lookup and its gradient."""
     layout = [entry for entry in LAYOUT if entry[2] == "hbm" and entry[1] == DIM]
     tag = "dg_keyed_%d" % grow_between

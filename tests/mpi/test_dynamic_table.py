@@ -9,11 +9,13 @@ vectors from the initializer recipe (D10).
 import numpy as np
 import pytest
 
-from sok1x.backend import cpu, cpu_random, random_init
+from sok1x.backend import cpu, random_init
+from sok1x.backend.cpu import random_rows as cpu_random
 from sok1x.backend.owner_rules import OWNER_HASH
-from sok1x.engine import api, hybrid_rows, runtime
-from sok1x.engine.table_group import distinct_per_tag
-from sok1x.engine.dynamic_table import first_by, make_dynamic
+from sok1x.engine import api, runtime
+from sok1x.engine.tables import hybrid_rows
+from sok1x.engine.lookup.table_group import distinct_per_tag
+from sok1x.engine.tables.dynamic_table import first_by, make_dynamic
 from sok1x.engine.op_keys import name_key
 from sok1x.errors import InvalidInputError, TableFullError
 
@@ -354,7 +356,7 @@ def test_hybrid_with_rows_in_host_memory_equals_hbm(world, rule, max_capacity):
     updates (Adam decays every row of both parts), growth (from 4 rows, all in device memory,
     to a split table) and eviction (max_capacity 12) give what the same table entirely in
     device memory gives."""
-    from sok1x.engine.hybrid_rows import SplitRows
+    from sok1x.engine.tables.hybrid_rows import SplitRows
     name = "dyn_split"
     six_rows = 6 * 4 * DIM / 2 ** 30
     strategy = "hybrid" if max_capacity == 12 else "hbm"
@@ -377,8 +379,8 @@ def test_hybrid_with_rows_in_host_memory_equals_hbm(world, rule, max_capacity):
 def test_hash_erase_and_row_pool():
     """Erasing keys from the middle of probe chains (a small, crowded index) keeps every other
     key findable; erased keys come back on the rows a pool names; a rebuilt index agrees."""
-    from sok1x.backend.cpu_hash import HashIndex
-    from sok1x.engine.table import rebuilt_index
+    from sok1x.backend.cpu.hash import HashIndex
+    from sok1x.engine.tables.table import rebuilt_index
     rng = np.random.default_rng(3)
     keys = rng.choice(2 ** 40, size=500, replace=False).astype(np.int64)
     index = HashIndex(512)

@@ -11,7 +11,8 @@ import pytest
 from mpi4py import MPI
 
 from checkpoint_reference import assert_same, every_row
-from sok1x.backend import cpu, cpu_random, random_init
+from sok1x.backend import cpu, random_init
+from sok1x.backend.cpu import random_rows as cpu_random
 from sok1x.engine import (
     api,
     checkpoint,
@@ -20,10 +21,10 @@ from sok1x.engine import (
     runtime,
     table_group,
 )
-from sok1x.engine.keyed_lookup import KeyedInput
+from sok1x.engine.lookup.keyed import KeyedInput
 from sok1x.engine.op_keys import name_key
 from sok1x.engine.op_order import OpId
-from sok1x.engine.pooled_lookup import PooledInput
+from sok1x.engine.lookup.pooled import PooledInput
 from sok1x.errors import InvalidInputError, TableFullError
 
 COMM = MPI.COMM_WORLD
@@ -212,7 +213,7 @@ def test_the_gradient_of_a_lookup_without_insert_holds_the_found_keys_alone():
 
 @pytest.mark.parametrize("way", ["staged", "two-pass"])
 def test_a_hash_groups_members_dump_and_load_each_on_its_own(shared_dir, monkeypatch, way):
-    """Both ways a load takes (engine/checkpoint_load.py) put every row and slot back, and a
+    """Both ways a load takes (engine/checkpoint/load.py) put every row and slot back, and a
     member is loaded where it is: it stays in its group, its rows views of the group's (a new
     shard beside the group's arrays would hold the table's memory twice)."""
     monkeypatch.setenv("SOK1X_CHECKPOINT_LOAD", way)

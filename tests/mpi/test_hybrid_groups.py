@@ -1,5 +1,5 @@
 """hybrid DynamicVariables in hash groups (DESIGN D13, issue 17 item 1) on the cpu backend, at any
-number of ranks: growing and evicting tables (engine/dynamic_table.py, var_type "hybrid") of one
+number of ranks: growing and evicting tables (engine/tables/dynamic_table.py, var_type "hybrid") of one
 dim, placement and initializer looked up together pass as one HashGroup, which grows its members
 and, at max_capacity, evicts from each the keys it needs freed, handing the freed rows to the
 new keys; they give what the same tables give looked up one by one (forward, gradients, the keys
@@ -16,10 +16,12 @@ from mpi4py import MPI
 
 from checkpoint_reference import assert_same, every_row
 from sok1x.backend import random_init
-from sok1x.engine import api, checkpoint, hybrid_rows, runtime, table_group
-from sok1x.engine.dynamic_table import COUNT, make_dynamic
+from sok1x.engine import api, checkpoint, runtime
+from sok1x.engine.tables import hybrid_rows
+from sok1x.engine.lookup import table_group
+from sok1x.engine.tables.dynamic_table import COUNT, make_dynamic
 from sok1x.engine.op_order import OpId
-from sok1x.engine.pooled_lookup import PooledInput
+from sok1x.engine.lookup.pooled import PooledInput
 from sok1x.errors import InvalidInputError, TableFullError
 from test_dynamic_groups import assert_a_group_of_views, gradients_and_update, lookup
 from test_hash_groups import _calls_of_a_step, assert_same_gradient, assert_same_state
@@ -191,7 +193,7 @@ def held_state(names):
 
 def assert_unchanged(names, before, capacities=True):
     """Every table as held_state found it (capacities=False: but for its capacity, as a failed
-    step leaves a growth: engine/step_journal.py)."""
+    step leaves a growth: engine/lookup/step_journal.py)."""
     for got, want in zip(held_state(names), before):
         assert_same_state(got[0][0], want[0][0])
         assert got[0][1] == want[0][1] and got[1:3] == want[1:3]

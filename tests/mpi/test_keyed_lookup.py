@@ -1,4 +1,4 @@
-"""The keyed lookup (engine/keyed_lookup.py: the keys of all tables as one array, one output array
+"""The keyed lookup (engine/lookup/keyed.py: the keys of all tables as one array, one output array
 back, TorchRec's KeyedJaggedTensor) on the cpu backend, at any number of ranks: it equals the same
 tables looked up one by one through the per-table pooled lookup (forward, gradients, updated rows
 and optimizer slots), for a table group, one table, and tables that cannot share a pass; a step
@@ -14,8 +14,8 @@ from mpi4py import MPI
 
 from sok1x.backend import random_init
 from sok1x.engine import api, runtime
-from sok1x.engine.keyed_lookup import KeyedInput
-from sok1x.engine.pooled_lookup import PooledInput
+from sok1x.engine.lookup.keyed import KeyedInput
+from sok1x.engine.lookup.pooled import PooledInput
 from sok1x.errors import InvalidInputError
 
 COMM = MPI.COMM_WORLD

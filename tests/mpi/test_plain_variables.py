@@ -160,7 +160,7 @@ def test_trained_rows_reach_the_variable_and_the_checkpoint_as_stock_tf(world, r
 @pytest.mark.parametrize("partitions", [0, 3], ids=["whole", "3_partitions"])
 def test_a_save_on_rank_0_alone_holds_the_trained_rows(world, rank_dir, partitions):
     """The Horovod idiom: only rank 0 runs saver.save; the other ranks take part in it at their
-    next step (engine/checkpoint_join.py), write-back included."""
+    next step (engine/checkpoint/join.py), write-back included."""
     rank, size = world
     batches = [global_ids(40 + step) for step in range(STEPS + 1)]
     want = stock_trained_rows(batches[:STEPS], partitions)

@@ -5,10 +5,11 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
-from sok1x.backend import cpu_random, random_init
+from sok1x.backend import random_init
+from sok1x.backend.cpu import random_rows as cpu_random
 from sok1x.engine import api, runtime
 from sok1x.engine.op_keys import name_key
-from sok1x.engine.pooled_lookup import PooledInput
+from sok1x.engine.lookup.pooled import PooledInput
 from sok1x.errors import InvalidInputError
 
 COMM = MPI.COMM_WORLD
@@ -120,7 +121,7 @@ def test_bad_input_on_one_rank_fails_every_rank_and_changes_nothing():
 
 
 def test_an_update_trusts_only_the_rows_its_own_backward_made():
-    from sok1x.engine import distinct_rows
+    from sok1x.engine.lookup import distinct_rows
     names = make_tables("trusted", "mod", (4,))
     keys = np.arange(8) * SIZE + RANK  # this rank's own keys, two per output row
     item = PooledInput(keys, np.arange(8) // 2, 4, None, "sum")

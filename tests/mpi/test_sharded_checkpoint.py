@@ -2,7 +2,7 @@
 dump streamed in many small chunks, all-or-nothing loads, and files that are wrong in every way a
 checksum cannot see (negative, duplicated or out-of-range keys, another table's or dtype's
 header), each an error naming the file, on every rank, with no table changed. Loads run both
-ways (engine/checkpoint_load.py): staged (read once into a fresh shard) and two-pass (checked,
+ways (engine/checkpoint/load.py): staged (read once into a fresh shard) and two-pass (checked,
 then read again into the table). The reference is every rank's rows gathered before the dump
 (the engine's own view, allgathered)."""
 import json
@@ -15,10 +15,13 @@ from mpi4py import MPI
 
 import sok1x
 from sok1x.backend.random_init import make_spec
-from sok1x.engine import api, checkpoint, checkpoint_format, checkpoint_load, runtime
-from sok1x.engine import shard_checksum, shard_storage
-from sok1x.engine.dynamic_table import make_dynamic
-from sok1x.engine.shard_storage import ShardWriter
+from sok1x.engine import api, checkpoint, runtime
+from sok1x.engine.checkpoint import format as checkpoint_format
+from sok1x.engine.checkpoint import load as checkpoint_load
+from sok1x.engine.checkpoint import checksum as shard_checksum
+from sok1x.engine.checkpoint import storage as shard_storage
+from sok1x.engine.tables.dynamic_table import make_dynamic
+from sok1x.engine.checkpoint.storage import ShardWriter
 from sok1x.errors import CheckpointError
 
 from checkpoint_reference import assert_same, every_row, train_step

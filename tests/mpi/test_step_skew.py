@@ -129,7 +129,8 @@ def test_two_towers_run_in_another_order_on_each_rank():
 
 
 def test_counts_of_more_tables_than_a_record_holds_still_arrive():
-    from sok1x.engine import exchange_header, runtime
+    from sok1x.engine import runtime
+    from sok1x.engine.lookup import exchange_header
     sok.init(backend="cpu")
     tables = exchange_header.INLINE_TABLES + 3
     # rank r sends rank j (r + 1) * 100 + j * 10 + t rows of table t

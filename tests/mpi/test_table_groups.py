@@ -6,10 +6,12 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
-from sok1x.backend import cpu_random, random_init
-from sok1x.engine import api, runtime, table_group
+from sok1x.backend import random_init
+from sok1x.backend.cpu import random_rows as cpu_random
+from sok1x.engine import api, runtime
+from sok1x.engine.lookup import table_group
 from sok1x.engine.op_keys import name_key
-from sok1x.engine.pooled_lookup import PooledInput
+from sok1x.engine.lookup.pooled import PooledInput
 from sok1x.errors import InvalidInputError
 
 COMM = MPI.COMM_WORLD

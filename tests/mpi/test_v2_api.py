@@ -302,7 +302,7 @@ def test_int32_ids_and_a_dynamic_variable_of_int32_keys():
 
 def _keys_owned_by_each_rank(count):
     """count keys per rank, each list held by that rank of a DynamicVariable (hash placement)."""
-    from sok1x.backend.cpu_hash import scramble
+    from sok1x.backend.cpu.hash import scramble
     keys = np.arange(64 * count * SIZE, dtype=np.int64)
     owners = (scramble(keys) % np.uint64(SIZE)).astype(np.int64)
     return [keys[owners == r][:count] for r in range(SIZE)]

@@ -79,7 +79,7 @@ def relative_squared_error(got, want):
 
 def owned_dynamic_keys():
     """The keys of the dynamic table this rank holds (owner = hash(key) % world_size)."""
-    from sok1x.backend.cpu_hash import scramble
+    from sok1x.backend.cpu.hash import scramble
     keys = np.arange(TABLES["dynamic"][0], dtype=np.int64)
     return keys[(scramble(keys) % np.uint64(SIZE)).astype(np.int64) == RANK]
 

@@ -27,7 +27,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import sok1x  # noqa: E402
 from checkpoint_reference import as_arrays, every_row, train_step  # noqa: E402
 from sok1x.backend.random_init import make_spec  # noqa: E402
-from sok1x.engine import api, checkpoint, runtime, shard_storage  # noqa: E402
+from sok1x.engine import api, checkpoint, runtime  # noqa: E402
+from sok1x.engine.checkpoint import storage as shard_storage  # noqa: E402
 
 COMM = MPI.COMM_WORLD
 TABLES = {"job/a": (4, False), "job/b": (6, True)}
@@ -71,13 +72,13 @@ def status_kib(field):
 
 def kill_at(where):
     if where == "between" and COMM.rank == 0:
-        real = checkpoint._write_shard
+        real = checkpoint.tables._write_shard
 
         def dying(*args):
             entry = real(*args)
             os.kill(os.getpid(), signal.SIGKILL)
             return entry
-        checkpoint._write_shard = dying
+        checkpoint.tables._write_shard = dying
     if where == "inside" and COMM.rank == COMM.size - 1:
         real_write = shard_storage.ShardWriter.write
 

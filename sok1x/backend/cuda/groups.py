@@ -1,0 +1,269 @@
+"""The cuda backend's ops for table groups (engine/lookup/table_group.py), on the kernels of
+cuda_kernels/table_groups.cu: several arrays joined in one launch, the bounds of several arrays in
+one launch, and the distinct rows of a bounded index in ascending order with their counts per
+table in one wait.
+
+A set of arrays travels to a kernel as one small int64 "part list" (addresses, start positions,
+offsets). The memory pool hands the same blocks out step after step, so the list is usually the
+same as a recent one: its device copy is kept (a few dozen, newest last) and not uploaded again.
+"""
+import collections
+
+import numpy as np
+
+from sok1x.backend.cuda.context import uses_context
+from sok1x.backend.cuda.kernel_launch import (
+    copy_rows_async,
+    device_array,
+    elements,
+    empty,
+    exclusive_scan,
+    fill_bytes,
+    index_array,
+    launch,
+    memoised_per_context,
+    prepared,
+    ptr,
+    row_view,
+    to_device,
+    to_host,
+)
+
+_KEPT_LISTS = 64
+_uploaded = collections.OrderedDict()  # part list bytes -> its device copy
+_BOUNDS_START = np.array([np.iinfo(np.int64).max, np.iinfo(np.int64).min], dtype=np.int64)
+
+
+@memoised_per_context
+def _kernels():
+    source = "table_groups.cu"
+    return {"join_int64": prepared(source, "join_int64_parts", "PqP"),
+            "join_words": prepared(source, "join_word_rows", "PqqP"),
+            "bounds": prepared(source, "part_bounds", "PqP"),
+            "mark": prepared(source, "mark_rows", "PqP"),
+            "popcounts": prepared(source, "word_popcounts", "PqP"),
+            "emit": prepared(source, "emit_distinct_rows", "PqPPqPP"),
+            "ranks": prepared(source, "ranks_at", "PPqPqP"),
+            "local": prepared(source, "local_rows", "PqPqPP"),
+            "tags": prepared(source, "part_tags", "PqP")}
+
+
+def device_constant(host_values):
+    """A device copy of int64 `host_values`, uploaded once while it stays among the recent."""
+    host_values = np.ascontiguousarray(host_values, dtype=np.int64)
+    key = host_values.tobytes()
+    array = _uploaded.get(key)
+    if array is None:
+        array = to_device(host_values)
+        _uploaded[key] = array
+        if len(_uploaded) > _KEPT_LISTS:
+            _uploaded.popitem(last=False)
+    else:
+        _uploaded.move_to_end(key)
+    return array
+
+
+def _part_list(arrays, offsets=None):
+    """Returns (device part list, total rows) for device arrays joined along axis 0."""
+    lengths = [int(a.shape[0]) for a in arrays]
+    starts = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)])
+    offsets = np.zeros(len(arrays), np.int64) if offsets is None else offsets
+    listing = np.concatenate([[ptr(a) for a in arrays], starts,
+                              np.asarray(offsets, dtype=np.int64)])
+    return device_constant(listing), int(starts[-1])
+
+
+def _cut_part_list(arrays, cuts, offsets=None):
+    """Returns (device part list, parts) for int64 device arrays each cut at host `cuts`
+    [P + 1] into P parts (array after array), made from the cuts without a Python object per
+    part."""
+    cuts = np.asarray(cuts, dtype=np.int64)
+    total, parts = int(cuts[-1]), cuts.shape[0] - 1
+    addresses = np.concatenate([ptr(a) + 8 * cuts[:-1] for a in arrays])
+    starts = np.concatenate([j * total + cuts[:-1] for j in range(len(arrays))]
+                            + [[len(arrays) * total]])
+    offsets = np.zeros(len(arrays) * parts, np.int64) if offsets is None else offsets
+    listing = np.concatenate([addresses, starts, np.asarray(offsets, dtype=np.int64)])
+    return device_constant(listing), len(arrays) * parts
+
+
+@uses_context
+def offset_parts(array, cuts, offsets):
+    """Returns int64 [n]: each element of part t of int `array` (cut at host `cuts` [P + 1])
+    plus host offsets[t], in one launch."""
+    return offset_parts_many([array], cuts, [offsets])[0]
+
+
+@uses_context
+def offset_parts_many(arrays, cuts, offsets):
+    """offset_parts() of several int arrays of one length cut at the same host `cuts`, array j
+    with host offsets[j] [P]: returns int64 [n] each (views of one output), in one launch."""
+    arrays = [index_array(a, "keys") for a in arrays]
+    n = int(arrays[0].shape[0]) if arrays else 0
+    out = empty((len(arrays) * n,), np.int64)
+    if n:
+        parts, count = _cut_part_list(arrays, cuts, np.concatenate(
+            [np.asarray(o, dtype=np.int64) for o in offsets]))
+        launch(_kernels()["join_int64"], out.shape[0], ptr(parts), count, ptr(out))
+    return [row_view(out, j * n, (j + 1) * n) for j in range(len(arrays))]
+
+
+@uses_context
+def part_tags(cuts):
+    """Returns int64 [cuts[-1]]: the part t of each position of an array cut at host `cuts`
+    [P + 1] (a hash group's member of each key), in one launch."""
+    cuts = np.asarray(cuts, dtype=np.int64)
+    tags = empty((int(cuts[-1]),), np.int64)
+    if tags.shape[0]:
+        launch(_kernels()["tags"], tags.shape[0], ptr(device_constant(cuts)), cuts.shape[0] - 1,
+               ptr(tags))
+    return tags
+
+
+@uses_context
+def part_bounds(arrays, cuts):
+    """Returns host int64 [len(arrays) * P, 2]: (min, max) of each part of each array (cut at
+    host `cuts` [P + 1]), (INT64_MAX, INT64_MIN) for an empty part: one launch, one wait."""
+    return to_host(part_bounds_deferred(arrays, cuts))
+
+
+@uses_context
+def part_bounds_deferred(arrays, cuts):
+    """part_bounds() left on the device (int64 GPUArray [len(arrays) * P, 2])."""
+    arrays = [index_array(a, "indices") for a in arrays]
+    count = len(arrays) * (len(cuts) - 1)
+    bounds = empty((max(count, 1), 2), np.int64)
+    if not count:
+        return row_view(bounds, 0, 0)
+    starts = device_constant(np.tile(_BOUNDS_START, (count, 1)).reshape(-1))
+    copy_rows_async(bounds, 0, starts, 0, count)  # rows of 2 int64 on both sides
+    total = sum(int(a.shape[0]) for a in arrays)
+    if total:
+        parts, count = _cut_part_list(arrays, cuts)
+        launch(_kernels()["bounds"], max(total // count, 1), ptr(parts), count, ptr(bounds))
+    return bounds
+
+
+@uses_context
+def join_keys(arrays, offsets):
+    """Returns int64 [sum n_t]: each int array t plus offsets[t], joined in order, in one
+    launch (int32 parts are widened first)."""
+    arrays = [index_array(a, "keys") for a in arrays]
+    parts, total = _part_list(arrays, offsets)
+    out = empty((total,), np.int64)
+    if total:
+        launch(_kernels()["join_int64"], total, ptr(parts), len(arrays), ptr(out))
+    return out
+
+
+@uses_context
+def join_rows(arrays):
+    """Returns float32 [sum n_t, *row]: the float32 arrays joined along axis 0, in one launch."""
+    arrays = [device_array(a, "rows", np.float32) for a in arrays]
+    row_shape = tuple(arrays[0].shape[1:])
+    width = elements(row_shape)
+    parts, total = _part_list(arrays)
+    out = empty((total,) + row_shape, np.float32)
+    if total and width:
+        launch(_kernels()["join_words"], total * width, ptr(parts), len(arrays), width, ptr(out))
+    return out
+
+
+@uses_context
+def index_bounds(arrays):
+    """Returns host int64 [len(arrays), 2]: (min, max) of each integer array, (INT64_MAX,
+    INT64_MIN) for an empty one: one launch and one wait for all of them."""
+    if not arrays:
+        return np.zeros((0, 2), np.int64)
+    return to_host(index_bounds_deferred(arrays))
+
+
+@uses_context
+def index_bounds_deferred(arrays):
+    """index_bounds() left on the device (int64 GPUArray [len(arrays), 2]), for the host to
+    read with other sizes in one wait."""
+    count = len(arrays)
+    arrays = [index_array(a, "indices") for a in arrays]
+    bounds = empty((max(count, 1), 2), np.int64)
+    if not count:
+        return row_view(bounds, 0, 0)
+    starts = device_constant(np.tile(_BOUNDS_START, (count, 1)).reshape(-1))
+    copy_rows_async(bounds, 0, starts, 0, count)  # rows of 2 int64 on both sides
+    parts, total = _part_list(arrays)
+    if total:
+        launch(_kernels()["bounds"], max(total // max(count, 1), 1), ptr(parts), count,
+               ptr(bounds))
+    return bounds
+
+
+@uses_context
+def distinct_rows_many(items):
+    """items: (rows int64 [n] in [0, bound), bound, boundaries host int64 [k] ascending in
+    [0, bound], the last one bound). Returns per item (distinct rows ascending [u], inverse [n],
+    host int64 [k]: how many distinct rows lie below each boundary), with one wait for all
+    items."""
+    started, sizes = distinct_rows_many_start(items)
+    return distinct_rows_many_finish(started, to_host(sizes))
+
+
+@uses_context
+def distinct_rows_many_start(items):
+    """The first half of distinct_rows_many(), queued without a wait: returns (started, sizes),
+    sizes an int64 GPUArray for the host to read (alone, or with an op header) and hand to
+    distinct_rows_many_finish(started, host_sizes)."""
+    kernels = _kernels()
+    states, spans, position = [], [], 0
+    for rows, bound, boundaries in items:
+        rows = index_array(rows, "rows")
+        boundaries = np.asarray(boundaries, dtype=np.int64)
+        words = (int(bound) + 31) // 32 + 1
+        bits = fill_bytes(empty((words,), np.uint32), 0)
+        if rows.shape[0]:
+            launch(kernels["mark"], rows.shape[0], ptr(rows), rows.shape[0], ptr(bits))
+        popcounts = empty((words,), np.int64)
+        launch(kernels["popcounts"], words, ptr(bits), words, ptr(popcounts))
+        word_ranks = exclusive_scan(popcounts, words)
+        states.append((rows, bits, word_ranks, words))
+        spans.append((position, boundaries.shape[0]))
+        position += boundaries.shape[0]
+    ranks = empty((max(position, 1),), np.int64)
+    for (_, bits, word_ranks, words), (start, count), (_, _, boundaries) in zip(
+            states, spans, items):
+        if count:
+            launch(kernels["ranks"], count, ptr(bits), ptr(word_ranks), words,
+                   ptr(device_constant(boundaries)), count, ptr(ranks) + 8 * start)
+    return (states, spans), row_view(ranks, 0, position)
+
+
+@uses_context
+def distinct_rows_many_finish(started, host_ranks):
+    """The second half of distinct_rows_many(): host_ranks, the host copy of the start's
+    sizes. Returns per item (distinct, inverse, host ranks)."""
+    kernels = _kernels()
+    states, spans = started
+    out = []
+    for (rows, bits, word_ranks, words), (start, count) in zip(states, spans):
+        n = rows.shape[0]
+        total = int(host_ranks[start + count - 1]) if count else 0
+        distinct, inverse = empty((total,), np.int64), empty((n,), np.int64)
+        if n:
+            launch(kernels["emit"], n, ptr(rows), n, ptr(bits), ptr(word_ranks), words,
+                   ptr(distinct), ptr(inverse))
+        out.append((distinct, inverse, np.asarray(host_ranks[start:start + count]).copy()))
+    return out
+
+
+@uses_context
+def local_rows(rows, row_starts, moves, length):
+    """Returns int64 [length]: for distinct rows ascending, out[i + moves[t]] = rows[i] -
+    row_starts[t] for the range t (row_starts: host int64 [T + 1]) holding rows[i]; moves: host
+    int64 [T], how far table t's piece moves (to start at an aligned place); places between
+    pieces are left as they are."""
+    rows = index_array(rows, "rows")
+    starts = np.asarray(row_starts, dtype=np.int64)
+    out = empty((int(length),), np.int64)
+    if rows.shape[0]:
+        launch(_kernels()["local"], rows.shape[0], ptr(rows), rows.shape[0],
+               ptr(device_constant(starts)), starts.shape[0] - 1,
+               ptr(device_constant(moves)), ptr(out))
+    return out

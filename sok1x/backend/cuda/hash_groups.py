@@ -1,0 +1,137 @@
+"""A hash group's members' HashIndexes in one launch (engine/lookup/table_group.py's HashGroup, the
+kernels hash_find_tagged and hash_find_or_insert_tagged of cuda_kernels/hash_table.cu, and
+init_rows_tagged_float32 of random_init.cu).
+
+The members travel to a kernel as one int64 list, seven entries each: the address and slot count
+of the index's slots, its first new row (its size, or a hybrid table's high water), the rows it
+has left, where its rows start among the group's flat rows, and the address and length of its
+pool of freed rows (0, 0 for none). The sizes change as keys arrive, so the list is uploaded per
+call (one queued copy, no wait). Keys come with tags, the member of each.
+"""
+import numpy as np
+
+from sok1x.backend import random_init as recipe
+from sok1x.backend.cuda.context import uses_context
+from sok1x.backend.cuda.kernel_launch import (
+    count_array,
+    empty,
+    fill_bytes,
+    index_array,
+    lane_shift,
+    launch,
+    memoised_per_context,
+    prepared,
+    ptr,
+    row_view,
+    split_args,
+    to_device,
+    to_host_many,
+    wrap,
+)
+from sok1x.backend.cuda.groups import device_constant
+
+
+@memoised_per_context
+def _kernels():
+    return {"find": prepared("hash_table.cu", "hash_find_tagged", "PPPqP"),
+            "insert": prepared("hash_table.cu", "hash_find_or_insert_tagged", "PPPqPPPPPP"),
+            "init": prepared("random_init.cu", "init_rows_tagged_float32", "PPqPPPqPqiiQPdd")}
+
+
+def _members(indexes, row_starts, pools=None):
+    """The device list of the members' indexes (the module's docstring); pools: as
+    hash_insert_many's."""
+    pools = pools or [(None, None)] * len(indexes)
+    listing = np.array([[int(index._slots.gpudata), index.slot_count,
+                         index.size if next_row is None else int(next_row),
+                         index.capacity - index.size, int(start),
+                         0 if pool is None or not pool.shape[0] else ptr(pool),
+                         0 if pool is None else int(pool.shape[0])]
+                        for index, start, (pool, next_row) in zip(indexes, row_starts, pools)],
+                       dtype=np.int64)
+    return to_device(listing.reshape(-1))
+
+
+@uses_context
+def hash_find_many(indexes, keys, tags, row_starts):
+    """Flat rows (row_starts[t] + the row) of a hash group's keys, keys[i] one of member
+    tags[i]'s, -1 where its index does not hold it: one launch, no wait."""
+    keys, tags = index_array(keys, "keys"), index_array(tags, "tags")
+    rows = empty((keys.shape[0],), np.int64)
+    if keys.shape[0]:
+        members = _members(indexes, row_starts)
+        launch(_kernels()["find"], keys.shape[0], ptr(members), ptr(keys), ptr(tags),
+               keys.shape[0], ptr(rows))
+    return rows
+
+
+@uses_context
+def hash_insert_many(indexes, keys, tags, row_starts, pools=None):
+    """find_or_insert of a hash group's owned keys in its members' `indexes` (keys[i] one of
+    member tags[i]'s, whose rows start at flat row row_starts[t]), in one launch and no wait.
+    pools: None, or per member (row_pool, next_row) as HashIndex.find_or_insert's (a hybrid
+    table's freed rows in taking order, a device int64 array or None, then rows from next_row;
+    None, None: rows from the index's size).
+    Returns (rows, new_keys, new_rows, new_tags, count, placed): every key's flat row (-3 for a
+    key past its member's room), the keys placed with their flat rows and tags (the first
+    count[0] of them; count a uint64 [1] device array), and placed, int64 [T] on the device:
+    how many keys each member placed (past its room too). The indexes' sizes are unchanged
+    until hash_insert_many_done, which the caller calls with the host copy of placed."""
+    keys, tags = index_array(keys, "keys"), index_array(tags, "tags")
+    n, parts = keys.shape[0], len(indexes)
+    counters = fill_bytes(empty((parts + 1,), np.int64), 0)  # per member, then the total
+    rows, new_keys, new_rows, new_tags = (empty((n,), np.int64) for _ in range(4))
+    if n:
+        members = _members(indexes, row_starts, pools)
+        launch(_kernels()["insert"], n, ptr(members), ptr(keys), ptr(tags), n, ptr(counters),
+               ptr(counters) + 8 * parts, ptr(new_keys), ptr(new_rows), ptr(new_tags),
+               ptr(rows))
+    count = wrap((1,), np.uint64, ptr(counters) + 8 * parts, base=counters)
+    return rows, new_keys, new_rows, new_tags, count, row_view(counters, 0, parts)
+
+
+@uses_context
+def hash_insert_many_done(indexes, found, placed, keep):
+    """Ends hash_insert_many's call `found` with the host copy of its placed counts: each index
+    counts the keys it placed; keep=False (a failed step, or a member past its room) erases
+    them again (waits: a failing step's path). keep=True with placed left on the device (the
+    caller knows no member can pass its room): each index counts it when its size is next read
+    (HashIndex.add_size_later), no wait."""
+    if keep and not isinstance(placed, np.ndarray):
+        for t, index in enumerate(indexes):
+            index.add_size_later(placed, t)
+        return
+    for index, count in zip(indexes, placed):
+        index.size += int(count)
+    if keep:
+        return
+    _, new_keys, _, new_tags, count, _ = found
+    host_count, host_keys, host_tags = to_host_many([count, new_keys, new_tags])
+    total = int(host_count[0])
+    host_keys, host_tags = host_keys[:total], host_tags[:total]
+    for t, index in enumerate(indexes):
+        mine = host_tags == t
+        if mine.any():
+            index.erase(host_keys[mine])
+
+
+@uses_context
+def init_rows_tagged(table, rows, keys, tags, spec, table_ids, count=None):
+    """init_rows of a hash group's flat rows: key i is initialised as a key of table
+    table_ids[tags[i]] (host uint64 [T]); count: None or a uint64 [1] device array, only the
+    first count[0] rows written; negative rows skipped. One launch."""
+    if table.dtype != np.float32 or table.ndim != 2:
+        raise TypeError("init_rows_tagged needs a float32 [rows, dim] table, got %s %s" % (
+            table.dtype, table.shape))
+    rows, keys, tags = (index_array(a, what) for a, what in
+                        ((rows, "rows"), (keys, "keys"), (tags, "tags")))
+    dim = int(table.shape[1])
+    if rows.shape[0] == 0 or dim == 0:
+        return
+    kind, seed, _, a, b = recipe.kernel_arguments(spec, 0)
+    shift = lane_shift(dim)  # threads per row, as init_rows picks them
+    ids = device_constant(np.asarray(table_ids, dtype=np.uint64).view(np.int64))
+    count = count_array(count)
+    launch(_kernels()["init"], rows.shape[0] << shift, *split_args(table, dim), ptr(rows),
+           ptr(keys), ptr(tags), rows.shape[0], 0 if count is None else ptr(count), dim, shift,
+           kind, seed, ptr(ids), a, b)

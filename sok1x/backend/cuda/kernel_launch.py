@@ -1,0 +1,326 @@
+"""Launching sok1x's kernels for the cuda backend: kernel lookup, grid sizes, pooled device arrays,
+checks that turn inputs into device arrays, and the device-wide exclusive scan several ops share.
+
+Everything here expects to run inside cuda_context.entered() (the public ops enter it).
+"""
+import collections
+import functools
+import time
+
+import numpy as np
+import pycuda.driver as driver
+from pycuda import gpuarray
+from pycuda._pvt_struct import pack as _pack  # what prepared calls pack arguments with
+
+from sok1x import cuda_kernels as kernels
+from sok1x.backend.cuda import context as cuda_context
+from sok1x.backend.cuda import staging as cuda_staging
+from sok1x.backend.cuda.strides import (  # noqa: F401  (re-exported)
+    c_strides,
+    elements,
+    is_c_contiguous,
+)
+
+BLOCK = 256
+SCAN_THREADS = 256
+SCAN_TILE = 2048  # SCAN_THREADS * SCAN_ITEMS in scan.cu
+_BLOCKS_PER_MULTIPROCESSOR = 16
+
+# What the cuda backend has queued and waited for since the process started (the benchmarks read
+# per-step figures off it): "launches" (kernels), "fills" (memsets), "copies" (host <-> device),
+# "host_waits" (the host blocked until the stream caught up), "wait_us" (microseconds spent so).
+COUNTS = collections.Counter()
+
+
+def load_every_kernel():
+    """Loads all of sok1x's kernels on the active device (once, at init); returns their number.
+    See cuda_kernels.load_every_kernel for why no kernel may be loaded during a step."""
+    with cuda_context.entered():
+        return kernels.load_every_kernel(kernels.source_names())
+
+
+def waited_stream():
+    """cuda_context.wait_stream(), counted as one host wait and timed into COUNTS."""
+    started = time.perf_counter()
+    cuda_context.wait_stream()
+    COUNTS["host_waits"] += 1
+    COUNTS["wait_us"] += int((time.perf_counter() - started) * 1e6)
+
+
+def memoised_per_context(builder):
+    """Decorator for kernel builders: one result per (current context, arguments)."""
+    built = {}
+
+    @functools.wraps(builder)
+    def build(*args):
+        key = (cuda_context.context_handle(),) + args
+        result = built.get(key)
+        if result is None:
+            result = built[key] = builder(*args)
+        return result
+
+    return build
+
+
+def prepared(source_name, kernel_name, arg_types):
+    """Returns kernel `kernel_name` of family `source_name`, prepared with pycuda arg types
+    ("P" pointer, "q" int64, "Q" uint64, "i" int32, "d" float64)."""
+    function = kernels.load_module(source_name).get_function(kernel_name)
+    function.prepare(arg_types)
+    return function
+
+
+def launch(function, work_items, *args, block=BLOCK, blocks=None):
+    """Queues a grid-stride kernel on the sok1x stream, sized for `work_items` threads."""
+    if blocks is None:
+        limit = cuda_context.multiprocessor_count() * _BLOCKS_PER_MULTIPROCESSOR
+        blocks = max(1, min(-(-int(work_items) // block), limit))
+    # What prepared_async_call does for a kernel without texture references, without its
+    # per-call import, keyword checks and block-shape call: a step launches dozens of kernels.
+    function._launch_kernel((int(blocks), 1), (block, 1, 1), _pack(function.arg_format, *args),
+                            0, cuda_context.stream())
+    COUNTS["launches"] += 1
+
+
+def ptr(array):
+    """Device address of a GPUArray (0 for an empty one)."""
+    return 0 if array.gpudata is None else int(array.gpudata)
+
+
+NOT_SPLIT = np.iinfo(np.int64).max  # SplitRows.split of a plain array (common.cuh)
+
+
+def is_split(array):
+    """True for a row array split between GPU and mapped host memory (engine/tables/hybrid_rows.py's
+    SplitRows: parts [device part, host part], hbm_rows)."""
+    return hasattr(array, "parts") and hasattr(array, "hbm_rows")
+
+
+def row_bases(array):
+    """The base addresses of a row array: both parts' for a split one, else its own."""
+    return [ptr(part) for part in array.parts] if is_split(array) else [ptr(array)]
+
+
+def split_args(array, units_per_row):
+    """Kernel arguments (device base, host base, split) of common.cuh's SplitRows for a row array
+    indexed in units of 1 / units_per_row rows: a split array's host part starts at unit
+    hbm_rows * units_per_row; a plain GPUArray is (its base, 0, NOT_SPLIT). None gives
+    (0, 0, NOT_SPLIT), an absent array."""
+    if array is None:
+        return 0, 0, NOT_SPLIT
+    if is_split(array):
+        device, host = array.parts
+        return ptr(device), ptr(host), int(array.hbm_rows) * int(units_per_row)
+    return ptr(array), 0, NOT_SPLIT
+
+
+def empty(shape, dtype):
+    """A C-contiguous GPUArray from the memory pool."""
+    # Plain Python: NumPy's ndim and prod cost microseconds each on tiny inputs, and a step
+    # makes dozens of arrays.
+    if isinstance(shape, (int, np.integer)) or getattr(shape, "ndim", None) == 0:
+        shape = (int(shape),)
+    else:
+        shape = tuple(int(n) for n in shape)
+    dtype = np.dtype(dtype)
+    nbytes = dtype.itemsize * elements(shape)
+    return wrap(shape, dtype, cuda_context.allocate(nbytes) if nbytes else None)
+
+
+def wrap(shape, dtype, gpudata, base=None):
+    """A C-contiguous GPUArray of `shape` over `gpudata` (an allocation or an address), keeping
+    `base` alive. It sets what GPUArray's constructor sets, without the constructor, which asks
+    the driver for the current device and works out a launch shape for every array made (a
+    step makes dozens); the launch shape of PyCUDA's elementwise methods is read once per
+    context instead (their kernels stride over the grid, so one shape serves any size)."""
+    array = gpuarray.GPUArray.__new__(gpuarray.GPUArray)
+    dtype, shape = np.dtype(dtype), tuple(int(n) for n in shape)
+    size = elements(shape)
+    array.shape, array.dtype = shape, dtype
+    array.strides = c_strides(dtype.itemsize, shape)
+    array.mem_size = array.size = size
+    array.nbytes = dtype.itemsize * size
+    array.itemsize = dtype.itemsize
+    array.allocator = cuda_context.allocate
+    array.gpudata, array.base = gpudata, base
+    array._grid, array._block = _elementwise_launch_shape()
+    return array
+
+
+def row_view(array, start, stop):
+    """Rows [start, stop) of a C-contiguous GPUArray as a GPUArray over the same memory, made
+    as wrap() makes arrays (it keeps `array` alive)."""
+    if array.ndim < 1:
+        raise TypeError("array must have at least one dimension")
+    row_shape = tuple(array.shape[1:])
+    row_bytes = array.dtype.itemsize * elements(row_shape)
+    return wrap((int(stop) - int(start),) + row_shape, array.dtype,
+                ptr(array) + int(start) * row_bytes, base=array)
+
+
+@memoised_per_context
+def _elementwise_launch_shape():
+    return gpuarray.splay(1 << 30)
+
+
+def fill_bytes(array, byte):
+    """Sets every byte of `array` to `byte` (0 gives zeros, 0xFF gives -1 for ints), queued."""
+    if array.size:
+        driver.memset_d8_async(ptr(array), byte, array.nbytes, cuda_context.stream())
+        COUNTS["fills"] += 1
+    return array
+
+
+def fill_float32(array, value):
+    """Sets every element of a float32 GPUArray to `value`, queued on the sok1x stream (one
+    32-bit memset; PyCUDA's own fill compiles a kernel at run time, on the default stream)."""
+    if array.dtype != np.float32:
+        raise TypeError("fill_float32 needs a float32 array, got %s" % array.dtype)
+    if array.size:
+        bits = int(np.array(value, dtype=np.float32).view(np.uint32))
+        driver.memset_d32_async(ptr(array), bits, array.size, cuda_context.stream())
+        COUNTS["fills"] += 1
+    return array
+
+
+def copy_rows_async(dst, dst_row, src, src_row, rows):
+    """Queues a device copy of `rows` rows of src (from src_row) into dst (at dst_row)."""
+    row_bytes = dst.dtype.itemsize * elements(dst.shape[1:])
+    if rows:
+        driver.memcpy_dtod_async(ptr(dst) + dst_row * row_bytes, ptr(src) + src_row * row_bytes,
+                                 rows * row_bytes, cuda_context.stream())
+        COUNTS["copies"] += 1
+
+
+def to_device(host_array):
+    """Returns a GPUArray copy of a host array: one queued copy through page-locked staging (the
+    host never waits for the stream, see cuda_staging)."""
+    host_array = np.ascontiguousarray(host_array)
+    out = empty(host_array.shape, host_array.dtype)
+    if host_array.size:
+        cuda_staging.upload(ptr(out), host_array)
+        COUNTS["copies"] += 1
+    return out
+
+
+def download(array, what="a copy to the host"):
+    """Returns a GPUArray as a NumPy view of a reused page-locked block, after the work queued
+    before it (one copy, one bounded wait that names `what` if it times out)."""
+    return download_many([array], what)[0]
+
+
+def download_many(arrays, what="a copy to the host"):
+    """download() of several GPUArrays with one wait for all of them."""
+    started = time.perf_counter()
+    hosts = cuda_staging.download_many(arrays, what)
+    copied = sum(1 for array in arrays if array.size)
+    if copied:
+        COUNTS["wait_us"] += int((time.perf_counter() - started) * 1e6)
+        COUNTS["host_waits"] += 1
+        COUNTS["copies"] += copied
+    return hosts
+
+
+def to_host(array, what="a copy to the host"):
+    """Returns a NumPy copy of a GPUArray the caller owns, after the work queued before it."""
+    return to_host_many([array], what)[0]
+
+
+def to_host_later(array, what="a copy to the host"):
+    """Queues a copy of a GPUArray to the host; returns a function that waits for it and
+    returns a NumPy copy the caller owns (work queued in between runs during the wait)."""
+    collect = cuda_staging.download_later([array], what)
+
+    def wait():
+        started = time.perf_counter()
+        host = np.array(collect()[0], copy=True)
+        if array.size:
+            COUNTS["wait_us"] += int((time.perf_counter() - started) * 1e6)
+            COUNTS["host_waits"] += 1
+            COUNTS["copies"] += 1
+        return host
+    return wait
+
+
+def to_host_many(arrays, what="a copy to the host"):
+    """Copies several GPUArrays back with one wait for all of them (blocks the host, bounded);
+    returns NumPy copies the caller owns."""
+    return [np.array(host, copy=True) for host in download_many(arrays, what)]
+
+
+def is_device_array(value):
+    return isinstance(value, gpuarray.GPUArray)
+
+
+def device_array(value, what, dtype=None):
+    """Returns `value` as a C-contiguous GPUArray (NumPy input is copied over); raises TypeError
+    naming `what` for a non-contiguous GPUArray or a dtype other than `dtype`."""
+    if not is_device_array(value):
+        return to_device(np.asarray(value) if dtype is None else np.asarray(value, dtype=dtype))
+    if not is_c_contiguous(value):
+        raise TypeError("%s must be a C-contiguous GPUArray" % what)
+    if dtype is not None and value.dtype != np.dtype(dtype):
+        raise TypeError("%s must be %s on the GPU, got %s" % (what, np.dtype(dtype), value.dtype))
+    return value
+
+
+def count_array(count):
+    """An optional uint64 [1] count as a device array (None: none); raises ValueError for
+    another shape."""
+    if count is None:
+        return None
+    count = device_array(count, "count", np.uint64)
+    if count.shape != (1,):
+        raise ValueError("count must be a uint64 [1] array, got shape %s" % (count.shape,))
+    return count
+
+
+def lane_shift(units_per_row):
+    """log2 of the threads that share a row: the smallest power of two >= units_per_row, at
+    most a warp (32)."""
+    shift = 0
+    while shift < 5 and (1 << shift) < units_per_row:
+        shift += 1
+    return shift
+
+
+def index_array(value, what):
+    """Returns `value` as a 1-D int64 GPUArray; int32 (host or device) is widened."""
+    if is_device_array(value) and value.dtype == np.int32:
+        value = device_array(value, what)
+        wide = empty(value.shape, np.int64)
+        if value.size:
+            launch(_rows_kernel("widen_int32", "PqP"), value.size, ptr(value), value.size,
+                   ptr(wide))
+        value = wide
+    value = device_array(value, what, np.int64)
+    if value.ndim != 1:
+        raise TypeError("%s must be 1-D, got shape %s" % (what, value.shape))
+    return value
+
+
+@memoised_per_context
+def _rows_kernel(name, arg_types):
+    return prepared("rows.cu", name, arg_types)
+
+
+@memoised_per_context
+def _scan_int64_kernels():
+    return (prepared("scan.cu", "scan_tiles_int64", "PqPP"),
+            prepared("scan.cu", "scan_add_tile_offsets_int64", "PqP"))
+
+
+def exclusive_scan(values, n):
+    """Returns sums [n + 1] int64 with sums[i] = values[0] + ... + values[i - 1]; queued."""
+    scan_tiles, add_offsets = _scan_int64_kernels()
+    sums = empty((n + 1,), np.int64)
+    tiles = -(-(n + 1) // SCAN_TILE)
+    if tiles == 1:
+        launch(scan_tiles, 0, ptr(values), n, ptr(sums), 0, block=SCAN_THREADS, blocks=1)
+        return sums
+    tile_totals = empty((tiles,), np.int64)
+    launch(scan_tiles, 0, ptr(values), n, ptr(sums), ptr(tile_totals), block=SCAN_THREADS,
+           blocks=tiles)
+    tile_offsets = exclusive_scan(tile_totals, tiles)
+    launch(add_offsets, n + 1, ptr(sums), n + 1, ptr(tile_offsets))
+    return sums

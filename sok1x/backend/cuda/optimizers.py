@@ -1,0 +1,213 @@
+"""The cuda backend's optimizer updates: the kernels of cuda_kernels/optimizers.cu on GPUArrays.
+
+The same functions, arguments and formulas as cpu/optimizers.py (the reference): state arrays are
+float32 [capacity, dim] GPUArrays changed in place (or split arrays, engine/tables/hybrid_rows.py, whose
+rows the kernels find in either part), `rows` distinct int64 rows (int32 is widened),
+`grads` float32 [len(rows), dim]; NumPy rows or grads are copied to the GPU first. All work is
+queued on the sok1x stream inside the primary context; nothing waits for the GPU.
+"""
+import numpy as np
+
+from sok1x.backend.cuda.context import uses_context
+from sok1x.backend.cuda.host_row_order import host_order
+from sok1x.backend.cuda.kernel_launch import (
+    device_array,
+    empty,
+    fill_bytes,
+    index_array,
+    is_c_contiguous,
+    is_device_array,
+    is_split,
+    launch,
+    memoised_per_context,
+    prepared,
+    ptr,
+    split_args,
+)
+from sok1x.backend.cuda.rows import take_rows
+
+_ROWS_ARGS = "PPqq"  # rows, grads, n, dim
+_STATE = "PPq"  # a state array: common.cuh's SplitRows (device base, host base, split)
+
+
+@memoised_per_context
+def _kernel(name, arg_types):
+    return prepared("optimizers.cu", name, arg_types)
+
+
+def _state(array, what, like=None):
+    """Checks a state array (updated in place, so it must already live on the GPU)."""
+    if array is None:
+        return None
+    parts = array.parts if is_split(array) else [array]
+    if not all(is_device_array(part) and is_c_contiguous(part) for part in parts) or \
+            array.dtype != np.float32 or len(array.shape) != 2:
+        raise TypeError("%s must be a C-contiguous float32 [rows, dim] GPUArray (or a split "
+                        "array of them), got %s %s"
+                        % (what, type(array).__name__, getattr(array, "shape", None)))
+    if like is not None and array.shape != like.shape:
+        raise ValueError("%s has shape %s, the table %s" % (what, array.shape, like.shape))
+    return array
+
+
+def _gradient(var, rows, grads, ordered=True):
+    """Returns (rows, grads, n, dim) checked against var [capacity, dim]; for a split var and
+    `ordered`, rows and grads permuted so the kernels walk host rows in ascending regions
+    (cuda_host_order; the all-rows kernels walk the whole shard in order anyway)."""
+    _state(var, "var")
+    rows = index_array(rows, "rows")
+    grads = device_array(grads, "grads", np.float32)
+    dim = var.shape[1]
+    if grads.shape != (rows.shape[0], dim):
+        raise ValueError("grads has shape %s, expected %s" % (grads.shape, (rows.shape[0], dim)))
+    order = host_order(var, rows) if ordered else None
+    if order is not None:  # rows are distinct: the update does not depend on their order
+        rows, grads = take_rows(rows, order), take_rows(grads, order)
+    return rows, grads, rows.shape[0], dim
+
+
+def _scalars(*values):
+    return tuple(float(value) for value in values)
+
+
+@uses_context
+def update_sgd(var, rows, grads, lr):
+    """Gradient descent: var[rows] -= lr * g."""
+    rows, grads, n, dim = _gradient(var, rows, grads)
+    if n * dim:
+        launch(_kernel("update_sgd", _STATE + _ROWS_ARGS + "f"), n * dim, *split_args(var, dim),
+               ptr(rows), ptr(grads), n, dim, *_scalars(lr))
+
+
+@uses_context
+def update_momentum(var, accum, rows, grads, lr, momentum, nesterov):
+    """tf.compat.v1.train.MomentumOptimizer's sparse update (see cpu_optimizers)."""
+    rows, grads, n, dim = _gradient(var, rows, grads)
+    _state(accum, "accum", var)
+    if n * dim:
+        launch(_kernel("update_momentum", _STATE * 2 + _ROWS_ARGS + "ffi"), n * dim,
+               *split_args(var, dim), *split_args(accum, dim), ptr(rows), ptr(grads), n, dim,
+               *_scalars(lr, momentum), int(bool(nesterov)))
+
+
+@uses_context
+def update_keras_momentum(var, accum, rows, grads, lr, momentum, nesterov):
+    """Keras SGD with momentum, sparse update (see cpu_optimizers)."""
+    rows, grads, n, dim = _gradient(var, rows, grads)
+    _state(accum, "accum", var)
+    if n * dim:
+        launch(_kernel("update_keras_momentum", _STATE * 2 + _ROWS_ARGS + "ffi"), n * dim,
+               *split_args(var, dim), *split_args(accum, dim), ptr(rows), ptr(grads), n, dim,
+               *_scalars(lr, momentum), int(bool(nesterov)))
+
+
+@uses_context
+def update_adagrad(var, accum, rows, grads, lr, epsilon):
+    """Adagrad's sparse update (see cpu_optimizers)."""
+    rows, grads, n, dim = _gradient(var, rows, grads)
+    _state(accum, "accum", var)
+    if n * dim:
+        launch(_kernel("update_adagrad", _STATE * 2 + _ROWS_ARGS + "ff"), n * dim,
+               *split_args(var, dim), *split_args(accum, dim), ptr(rows), ptr(grads), n, dim,
+               *_scalars(lr, epsilon))
+
+
+@uses_context
+def update_ftrl(var, accum, linear, rows, grads, lr, lr_power, l1, l2, l2_shrinkage):
+    """FTRL-proximal's sparse update (see cpu_optimizers)."""
+    rows, grads, n, dim = _gradient(var, rows, grads)
+    _state(accum, "accum", var)
+    _state(linear, "linear", var)
+    if n * dim:
+        launch(_kernel("update_ftrl", _STATE * 3 + _ROWS_ARGS + "fffff"), n * dim,
+               *split_args(var, dim), *split_args(accum, dim), *split_args(linear, dim),
+               ptr(rows), ptr(grads), n, dim, *_scalars(lr, lr_power, l1, l2, l2_shrinkage))
+
+
+@uses_context
+def update_rmsprop(var, ms, mom, mg, rows, grads, lr, rho, momentum, epsilon):
+    """TensorFlow's sparse (centered when mg is given) RMSProp update (see cpu_optimizers)."""
+    rows, grads, n, dim = _gradient(var, rows, grads)
+    _state(ms, "ms", var)
+    _state(mom, "mom", var)
+    _state(mg, "mg", var)
+    if n * dim:
+        launch(_kernel("update_rmsprop", _STATE * 4 + _ROWS_ARGS + "ffff"), n * dim,
+               *split_args(var, dim), *split_args(ms, dim), *split_args(mom, dim),
+               *split_args(mg, dim), ptr(rows), ptr(grads), n, dim,
+               *_scalars(lr, rho, momentum, epsilon))
+
+
+@uses_context
+def update_lazy_adam(var, m, v, rows, grads, lr_t, beta1, beta2, epsilon):
+    """LazyAdam: the rows with a gradient only (see cpu_optimizers)."""
+    rows, grads, n, dim = _gradient(var, rows, grads)
+    _state(m, "m", var)
+    _state(v, "v", var)
+    if n * dim:
+        launch(_kernel("update_lazy_adam", _STATE * 3 + _ROWS_ARGS + "ffff"), n * dim,
+               *split_args(var, dim), *split_args(m, dim), *split_args(v, dim), ptr(rows),
+               ptr(grads), n, dim, *_scalars(lr_t, beta1, beta2, epsilon))
+
+
+@uses_context
+def update_adamax(var, m, u, rows, grads, lr_t, beta1, beta2, epsilon):
+    """Keras AdaMax's sparse update: the rows with a gradient only (see cpu_optimizers)."""
+    rows, grads, n, dim = _gradient(var, rows, grads)
+    _state(m, "m", var)
+    _state(u, "u", var)
+    if n * dim:
+        launch(_kernel("update_adamax", _STATE * 3 + _ROWS_ARGS + "ffff"), n * dim,
+               *split_args(var, dim), *split_args(m, dim), *split_args(u, dim), ptr(rows),
+               ptr(grads), n, dim, *_scalars(lr_t, beta1, beta2, epsilon))
+
+
+@uses_context
+def update_adadelta(var, accum, accum_update, rows, grads, lr, rho, epsilon):
+    """TensorFlow's sparse Adadelta update (see cpu_optimizers)."""
+    rows, grads, n, dim = _gradient(var, rows, grads)
+    _state(accum, "accum", var)
+    _state(accum_update, "accum_update", var)
+    if n * dim:
+        launch(_kernel("update_adadelta", _STATE * 3 + _ROWS_ARGS + "fff"), n * dim,
+               *split_args(var, dim), *split_args(accum, dim), *split_args(accum_update, dim),
+               ptr(rows), ptr(grads), n, dim, *_scalars(lr, rho, epsilon))
+
+
+def _positions_of_rows(num_rows, rows):
+    """int64 [num_rows]: the position of each row in `rows`, -1 for rows not in it."""
+    positions = fill_bytes(empty((num_rows,), np.int64), 0xFF)
+    if rows.shape[0]:
+        launch(_kernel("mark_rows", "PqP"), rows.shape[0], ptr(rows), rows.shape[0],
+               ptr(positions))
+    return positions
+
+
+@uses_context
+def update_adam_all_rows(var, m, v, vhat, rows, grads, lr_t, beta1, beta2, epsilon):
+    """Adam as TensorFlow applies it to IndexedSlices, in one pass over the shard (see
+    cpu_optimizers)."""
+    rows, grads, _, dim = _gradient(var, rows, grads, ordered=False)
+    for name, state in (("m", m), ("v", v), ("vhat", vhat)):
+        _state(state, name, var)
+    num_rows = var.shape[0]
+    if num_rows * dim:
+        positions = _positions_of_rows(num_rows, rows)
+        launch(_kernel("update_adam_all_rows", _STATE * 4 + "PPqqffff"), num_rows * dim,
+               *split_args(var, dim), *split_args(m, dim), *split_args(v, dim),
+               *split_args(vhat, dim), ptr(positions), ptr(grads), num_rows, dim,
+               *_scalars(lr_t, beta1, beta2, epsilon))
+
+
+@uses_context
+def update_keras_rmsprop_all_rows(var, rms, mg, rows, grads, lr, rho, epsilon):
+    """Keras RMSprop without momentum, in one pass over the shard (see cpu_optimizers)."""
+    rows, grads, _, dim = _gradient(var, rows, grads, ordered=False)
+    _state(rms, "rms", var)
+    _state(mg, "mg", var)
+    num_rows = var.shape[0]
+    if num_rows * dim:
+        positions = _positions_of_rows(num_rows, rows)
+        launch(_kernel("update_keras_rmsprop_all_rows", _STATE * 3 + "PPqqfff"), num_rows * dim,
+               *split_args(var, dim), *split_args(rms, dim), *split_args(mg, dim), ptr(positions),
+               ptr(grads), num_rows, dim, *_scalars(lr, rho, epsilon))

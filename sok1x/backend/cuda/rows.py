@@ -1,0 +1,102 @@
+"""Row movement on the GPU (cuda_kernels/rows.cu): take_rows, gather_rows and put_rows, on
+GPUArrays or split (hybrid) arrays, whose host rows the kernels walk in host_order's order."""
+
+from sok1x.backend.cuda.context import uses_context
+from sok1x.backend.cuda.host_row_order import host_order
+from sok1x.backend.cuda.kernel_launch import (
+    device_array,
+    elements,
+    empty,
+    index_array,
+    is_split,
+    launch,
+    memoised_per_context,
+    prepared,
+    ptr,
+    row_bases,
+    split_args,
+)
+
+_ROW_WORDS = (16, 8, 4, 1)  # bytes per word of the row copy kernels, widest first
+
+
+def _row_shape(array, what):
+    """Returns (shape of one row, bytes of one row) of an array indexed along axis 0."""
+    if array.ndim < 1:
+        raise TypeError("%s must have at least one dimension" % what)
+    row_shape = tuple(array.shape[1:])
+    return row_shape, array.dtype.itemsize * elements(row_shape)
+
+
+def _word_bytes(row_bytes, *arrays):
+    bases = [base for array in arrays for base in row_bases(array)]
+    for word in _ROW_WORDS:
+        if row_bytes % word == 0 and all(base % word == 0 for base in bases):
+            return word
+    return 1
+
+
+@memoised_per_context
+def _row_copy_kernels(word_bytes):
+    """(take, put) kernels moving rows in words of `word_bytes` bytes; the table side is a
+    SplitRows (PPq), then the order (P, 0 for none)."""
+    suffix = "w%d" % word_bytes
+    return (prepared("rows.cu", "take_rows_" + suffix, "PPqqPqqiPP"),
+            prepared("rows.cu", "put_rows_" + suffix, "PPqqPqqPP"))
+
+
+def _row_table(array, what):
+    """A row table argument: a split array (read in place, both parts) or a device array."""
+    return array if is_split(array) else device_array(array, what)
+
+
+def _order_ptr(order):
+    return 0 if order is None else ptr(order)
+
+
+def _take(array, index, zero_negative):
+    array = _row_table(array, "array")
+    index = index_array(index, "index")
+    row_shape, row_bytes = _row_shape(array, "array")
+    out = empty((index.shape[0],) + row_shape, array.dtype)
+    if out.size:
+        word = _word_bytes(row_bytes, array, out)
+        take, _ = _row_copy_kernels(word)
+        words_per_row = row_bytes // word
+        order = host_order(array, index, zero_negative)  # held until the launch is queued
+        launch(take, index.shape[0] * words_per_row, *split_args(array, words_per_row),
+               array.shape[0], ptr(index), index.shape[0], words_per_row, int(zero_negative),
+               ptr(out), _order_ptr(order))
+    return out
+
+
+@uses_context
+def take_rows(array, index):
+    """Returns array[index] along axis 0 (negative indices count from the end, as in NumPy)."""
+    return _take(array, index, zero_negative=False)
+
+
+@uses_context
+def gather_rows(table, rows):
+    """Returns table[rows] with a zero vector where rows == -1; table may be a split array."""
+    return _take(table, rows, zero_negative=True)
+
+
+@uses_context
+def put_rows(dst, index, src):
+    """dst[index] = src along axis 0 (`index` has no repeats); dst may be a split array."""
+    dst = _row_table(dst, "dst")
+    index = index_array(index, "index")
+    src = device_array(src, "src", dst.dtype)
+    row_shape, row_bytes = _row_shape(dst, "dst")
+    if src.shape != (index.shape[0],) + row_shape:
+        raise ValueError("put_rows: src has shape %s, expected %s" % (
+            src.shape, (index.shape[0],) + row_shape))
+    if src.size:
+        word = _word_bytes(row_bytes, dst, src)
+        _, put = _row_copy_kernels(word)
+        words_per_row = row_bytes // word
+        order = host_order(dst, index)  # held until the launch is queued
+        launch(put, index.shape[0] * words_per_row, *split_args(dst, words_per_row),
+               dst.shape[0], ptr(index), index.shape[0], words_per_row, ptr(src),
+               _order_ptr(order))

@@ -1,0 +1,52 @@
+"""The cuda backend's part of the op header (engine/lookup/exchange_header.py): kernels that write the
+header's records and input-error flags on the device, so counts and flags that kernels produced
+reach the other ranks without a host copy first. The host reads them once, after the exchange."""
+import numpy as np
+
+from sok1x.backend.cuda.context import uses_context
+from sok1x.backend.cuda.kernel_launch import (
+    empty,
+    fill_bytes,
+    launch,
+    memoised_per_context,
+    prepared,
+    ptr,
+    to_device,
+)
+from sok1x.backend.cuda.groups import device_constant
+
+
+@memoised_per_context
+def _header_kernels():
+    return (prepared("header.cu", "header_records", "qqqqqqPPPqqqqP"),
+            prepared("header.cu", "flag_outside", "PPqP"))
+
+
+@uses_context
+def header_records(fields, size, counts, flag, width, shared=None, shared_at=0):
+    """Returns int64 GPUArray [size, width]: per peer j, the 6 host `fields` (op, tower, call,
+    place, error, tables; error or-ed with flag[0]), then counts[t, j] for t < tables (counts:
+    int64 GPUArray [tables, size] or None; flag: int64 GPUArray [1] or None), and from field
+    shared_at on the host int64 values `shared` (or None), the same for every peer. No wait."""
+    op, tower, call, place, error, tables = (int(f) for f in fields)
+    records = empty((int(size), int(width)), np.int64)
+    shared_len = 0 if shared is None else int(len(shared))
+    shared_values = to_device(np.asarray(shared, dtype=np.int64)) if shared_len else None
+    launch(_header_kernels()[0], int(size) * int(width), op, tower, call, place, error,
+           tables if counts is not None else 0, 0 if counts is None else ptr(counts),
+           0 if flag is None else ptr(flag), 0 if shared_values is None else ptr(shared_values),
+           int(shared_at), shared_len, int(size), int(width), ptr(records))
+    return records
+
+
+@uses_context
+def flag_outside(bounds, ranges):
+    """Returns an int64 GPUArray [1]: 1 if a (min, max) row of bounds (int64 GPUArray [n, 2], as
+    index_bounds_deferred makes) falls outside its row of `ranges` (host int64 [n, 2], lowest and
+    highest allowed), else 0. One launch, no wait (the ranges are uploaded once per content)."""
+    flag = fill_bytes(empty((1,), np.int64), 0)
+    count = int(bounds.shape[0])
+    if count:
+        launch(_header_kernels()[1], count, ptr(bounds), ptr(device_constant(ranges)), count,
+               ptr(flag))
+    return flag

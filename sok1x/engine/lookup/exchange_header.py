@@ -1,0 +1,235 @@
+"""The header that opens every communicating op (DESIGN D3, D7, D13).
+
+Each rank sends each other rank one record of RECORD_WIDTH int64:
+
+    0 op      the 63-bit id of the op's name            (op_order.op_key)
+    1 tower   the id of its tower                       (op_order.tower_key)
+    2 call    which call of the tower this is           (op_order.CLOCK)
+    3 place   the op's position in its tower
+    4 error   1 if this rank found bad input or cannot run the op (D7)
+    5 tables  how many per-table row counts follow
+    6...      rows this rank sends that peer, per table (INLINE_TABLES of them)
+    SHARED_AT...  values this rank tells every rank alike (SHARED_WIDTH of them): a hash
+              group's room and keys, so that every rank can tell whether any shard may fill
+              up in this step (engine/lookup/key_exchange.py)
+
+The records are written on the device (backend.header_records: the per-owner counts and the
+input checks' flag come from kernels, never through the host), travel in ONE all-to-all of the
+data channel (NCCL on cuda, the MPI data path on cpu), and the host reads them, with its own and
+any other sizes the op needs (also_read), in one wait: that gives the sizes of the op's data
+exchange, tells whether every rank is in the same op of the same call (else OrderError on every
+rank, naming each rank's op and call), and whether a rank must fail the step (then every rank
+raises that rank's error, before any table changes). The record has one size whatever the op,
+so ranks in different ops still meet here and can tell. A fused exchange of more than
+INLINE_TABLES tables sends its per-table counts in a second all-to-all, once every rank is known
+to be in the same op.
+"""
+import collections
+import os
+
+import numpy as np
+
+from sok1x.backend import cpu as host_ops
+from sok1x.engine.lookup.checks import first_error
+from sok1x.engine.op_order import CLOCK, as_op_id, op_key, tower_key
+from sok1x.errors import OrderError
+
+ORDER_CHECK_ENV = "SOK1X_ORDER_CHECK"
+_OP, _TOWER, _CALL, _PLACE, _ERROR, _TABLES = range(6)
+_FIELDS = 6
+INLINE_TABLES = 58
+SHARED_AT = _FIELDS + INLINE_TABLES
+SHARED_WIDTH = 128
+RECORD_WIDTH = SHARED_AT + SHARED_WIDTH  # 192 int64: 1.5 KB per peer
+
+
+def order_check_enabled():
+    """False only when SOK1X_ORDER_CHECK=0. Then collectives whose sizes are static (dense
+    all-reduce, broadcast) skip their header, saving one small exchange each, and a rank
+    that reaches a different collective may hang instead of raising."""
+    return os.environ.get(ORDER_CHECK_ENV, "1") not in ("0", "false", "False")
+
+
+def _records(runtime, fields, counts, error_flag, also_read, shared=None):
+    """Returns (host records this rank sends [size, RECORD_WIDTH], host records received, host
+    copies of also_read): the one exchange on the data channel and the one wait."""
+    backend, size = runtime.backend, runtime.size
+    on_host = counts is None or isinstance(counts, np.ndarray)
+    if size == 1 and on_host and error_flag is None:  # alone: the sizes are this rank's own
+        records = host_ops.header_records(fields, size, counts, None, RECORD_WIDTH, shared,
+                                          SHARED_AT)
+        return records, records, backend.to_host_many(also_read) if also_read else []
+    if on_host and counts is not None:
+        counts = backend.asarray(np.ascontiguousarray(counts, dtype=np.int64))
+    records = backend.header_records(fields, size, counts, error_flag, RECORD_WIDTH, shared,
+                                     SHARED_AT)
+    received = records
+    if size > 1:
+        ones = np.ones(size, dtype=np.int64)
+        received = runtime.data.all_to_all_v(records, ones, ones)
+    hosts = backend.to_host_many([records, received] + list(also_read))
+    return hosts[0], hosts[1], hosts[2:]
+
+
+def _raise_order_error(runtime, op, call, received):
+    """Every rank sees the same records, so every rank is here: gathers each rank's op and call
+    and raises OrderError naming them. Ranks in the same op whose calls differ (one skipped a
+    step) re-align their tower's count first, so the next call meets again; ranks in different
+    ops take back the call a tower's first op counted, as that call failed everywhere."""
+    names = runtime.host.all_gather_object((op.name, int(call)))
+    lines = ["rank %d: %s (call %d of its tower)" % (r, n, c) for r, (n, c) in enumerate(names)]
+    same_op = np.all(received[:, _OP] == received[0, _OP]) and np.all(
+        received[:, _PLACE] == received[0, _PLACE])
+    if same_op:
+        CLOCK.catch_up(op.tower, int(received[:, _CALL].max()))
+        advice = (
+            "The ranks are in different steps: a step failed on some ranks before sok1x ran "
+            "(for example TensorFlow rejected one rank's input) while the others went on. This "
+            "step fails on every rank; the ranks are in step again from the next one.")
+    else:
+        if op.position == 0:
+            CLOCK.take_back(op.tower)
+        advice = (
+            "Every rank must run the same communicating ops in the same order. Usual causes: a "
+            "train and an eval tower fetched in one sess.run (fetch them in separate sess.run "
+            "calls), ranks fetching different ops, or sok1x.dump on some ranks only. Build an "
+            "independent tower inside `with sok1x.new_tower():`.")
+    raise OrderError("ranks reached different sok1x collectives (rank %d is in %s, call %d):"
+                     "\n  %s\n%s" % (runtime.rank, op.name, call, "\n  ".join(lines), advice))
+
+
+Sizes = collections.namedtuple("Sizes", "sent received extra shared")
+Sizes.__doc__ = """What an op header told the host: sent and received (host int64 [size, tables],
+rows this rank sends each rank and receives from each, per table; None when no counts went),
+extra (host copies of the arrays passed as also_read), shared (host int64 [size, k]: the
+values each rank passed as shared, None when none went)."""
+
+
+def exchange_sizes(runtime, op, counts=None, local_error=None, error_flag=None, also_read=(),
+                   describe_error=None, shared=None):
+    """Collective on every rank: the op header. op: an OpId (or a name); counts: backend int64
+    [tables, size], rows this rank sends each rank per table (on the device on cuda; None: no
+    data exchange follows); local_error: an error this rank found; error_flag: backend int64
+    [1], set on the device when this rank's input is bad, and describe_error() returns that
+    error; also_read: backend arrays whose host copies the caller needs now (read in the same
+    wait); shared: None, or a function returning host int64 [k <= SHARED_WIDTH] this rank tells
+    every rank (every rank's k the same), called again when a joined checkpoint (a restore may
+    replace tables) repeats the header. Returns Sizes; raises OrderError or the input error of
+    any rank on every rank."""
+    op = as_op_id(op)
+    if op.position == 0:  # a tower's first op opens a step (engine/lookup/step_journal.py)
+        runtime.journal.begin_step()
+    call = CLOCK.call_of(op)
+    local_error = first_error(runtime.towers.check(op), local_error)
+    if local_error is not None:
+        counts = None
+    tables = 0 if counts is None else int(counts.shape[0])
+    fields = [op_key(op), tower_key(op), call, op.position, int(local_error is not None), tables]
+    later, runtime.read_later = runtime.read_later, []  # read in this wait, handed back
+    told = _shared_values(shared)
+    sent, received, extra = _records(runtime, fields, counts, error_flag,
+                                     list(also_read) + [array for array, _ in later], told)
+    extra, late = extra[:len(also_read)], extra[len(also_read):]
+    for (_, settle), host in zip(later, late):
+        settle(host)
+    while _joined_checkpoint(runtime, op, received[:, _OP], fields[_OP]):
+        told = _shared_values(shared)
+        sent, received, extra = _records(runtime, fields, counts, error_flag, also_read, told)
+    agree = received[:, _OP:_PLACE + 1]  # op, tower, call, place: the leading fields
+    if (agree != agree[0]).any():
+        _raise_order_error(runtime, op, call, received)
+    if received[:, _ERROR].any():
+        if local_error is None and sent[0, _ERROR] and describe_error is not None:
+            local_error = describe_error()
+        runtime.host.raise_together(local_error, op.name)
+    if told is not None:
+        told = received[:, SHARED_AT:SHARED_AT + told.shape[0]].copy()
+    if counts is None:
+        return Sizes(None, None, extra, told)
+    if tables > INLINE_TABLES:
+        return _exchange_all_counts(runtime, counts, extra)._replace(shared=told)
+    columns = slice(_FIELDS, _FIELDS + tables)
+    return Sizes(sent[:, columns].copy(), received[:, columns].copy(), extra, told)
+
+
+def _shared_values(shared):
+    """exchange_sizes' shared values, made now (None: none)."""
+    if shared is None:
+        return None
+    values = np.ascontiguousarray(shared(), dtype=np.int64).reshape(-1)
+    if values.shape[0] > SHARED_WIDTH:
+        raise ValueError("an op header shares at most %d values, got %d"
+                         % (SHARED_WIDTH, values.shape[0]))
+    return values
+
+
+def exchange_header(runtime, op, send_counts=None, local_error=None):
+    """Collective on every rank: exchange_sizes with host counts. send_counts: int64 [size] rows
+    this rank sends to each rank, or [size, tables] for a fused exchange (None: no data exchange
+    follows, or this rank found an error). Returns recv_counts of send_counts' shape (None
+    without counts); raises OrderError or the reported input error on every rank."""
+    counts = None if send_counts is None else np.asarray(send_counts, dtype=np.int64)
+    fused = counts is not None and counts.ndim == 2
+    if counts is not None:
+        counts = np.ascontiguousarray(counts.reshape(counts.shape[0], -1).T)
+    received = exchange_sizes(runtime, op, counts, local_error).received
+    if received is None or fused:
+        return received
+    return received.reshape(-1)
+
+
+def _exchange_all_counts(runtime, counts, extra):
+    """The per-table counts of a fused exchange of more than INLINE_TABLES tables (counts:
+    backend [tables, size]), once every rank is known to be in the same op: one more all-to-all
+    on the data channel and two more waits. Returns Sizes."""
+    backend = runtime.backend
+    sent = np.ascontiguousarray(np.asarray(backend.to_host_many([counts])[0], np.int64).T)
+    if runtime.size == 1:
+        return Sizes(sent, sent.copy(), extra, None)
+    ones = np.ones(runtime.size, dtype=np.int64)
+    received = runtime.data.all_to_all_v(backend.asarray(sent), ones, ones)
+    return Sizes(sent, backend.to_host_many([received])[0], extra, None)
+
+
+# Checkpoints (DESIGN D8, engine/checkpoint/join.py): a save or restore opens with a marker in
+# an op header's place, and ranks in an op take part in rank 0's before their own op goes on.
+def exchange_marker(runtime, key):
+    """Collective: sends every rank a header record whose op is `key` (a checkpoint marker), on
+    the op headers' channel; returns the op keys every rank sent (host int64 [size]). No step,
+    tower or call bookkeeping."""
+    _, received, _ = _records(runtime, [key, 0, 0, 0, 0, 0], None, None, ())
+    return received[:, _OP].copy()
+
+
+_MARKER_HANDLER = []  # checkpoint_join.join_if_asked, set when that module is imported
+
+
+def handle_markers_with(handler):
+    """Makes handler(runtime, keys, own_key) -> bool see every header's op keys (the checkpoint
+    module registers itself: importing it from here would close an import circle)."""
+    _MARKER_HANDLER[:] = [handler]
+
+
+def _joined_checkpoint(runtime, op, keys, own_key):
+    """Takes part in rank 0's checkpoint if it asks (True: repeat the header). A rank other than
+    0 checkpointing alone fails this call of the op everywhere: its tower's count is taken back,
+    as for ranks in different ops."""
+    if runtime.size == 1 or not _MARKER_HANDLER:
+        return False
+    try:
+        return _MARKER_HANDLER[0](runtime, keys, own_key)
+    except Exception:
+        if op is not None and op.position == 0:
+            CLOCK.take_back(op.tower)
+        raise
+
+
+def confirm_same_op(runtime, op):
+    """Makes every rank confirm it is in `op` (an OpId or name) before a collective whose sizes
+    are static. With SOK1X_ORDER_CHECK=0 only the local tower check runs, raising on this rank."""
+    if order_check_enabled():
+        exchange_header(runtime, op)
+        return
+    error = runtime.towers.check(as_op_id(op))
+    if error is not None:
+        raise error

@@ -1,0 +1,699 @@
+"""Table groups (DESIGN D13): the tables of one lookup go through the engine as one table, as in
+FBGEMM's table-batched embedding, so a step costs the same kernel launches, host waits and Python
+whatever the number of tables.
+
+A group keeps its members' rows in one flat array, table after table (row_starts[t] is where
+table t's rows begin), and likewise their update times and each optimizer slot; every member's
+own arrays become views of its rows there, so everything that reads or writes one table
+(single-table lookups, checkpoints, assign, export, per-table updates) works as before. Table t's
+key k is key key_starts[t] + k of the group. With "mod" placement key_starts[t] is
+row_starts[t] * world_size, so the group's key g is owned by rank g % world_size at its flat row
+g // world_size, exactly as one table's key would be; with ("rank", r) placement the flat row is
+g itself. The group is then ONE unit of the lookup (engine/lookup/key_exchange.py): one
+de-duplication, one owner bucketing, one exchange each way, one gather, one pooling, one backward
+segment-sum, and one optimizer update over all of its rows when all members are updated in one
+call (engine.api.apply_optimizer_updates; TensorFlow's optimizers update the members one by one,
+each on its own rows). The layout (offsets, views) is made once, at the first lookup that names
+the tables together, never per step.
+
+Hash tables (use_hashtable=True, SOK v1's) group as HashGroups: a v1 hash table's arrays have a
+fixed capacity and never move, so its rows, times and slots join a flat array as above, but its
+rows come from its own key index, and its keys are any non-negative int64, which leave no room to
+fold the table into the key. So a hash group's keys stay as they are and each carries a tag, its
+member's place in the group (int64 [n] beside the keys, sent in the same exchange): the keys are
+de-duplicated per (tag, key), bucketed by owner, and the owner finds or inserts all of them in
+every member's own HashIndex in one launch (the indexes travel as a list of addresses), getting
+flat rows; then one init of the new rows, one stamp, one gather, and from there on (spread,
+backward, update) the group is a TableGroup. The host waits once, for all members' counts of
+placed keys (a full shard in any member fails the step on every rank and the call's keys are
+erased again: no table changes). Each member keeps its own index, so checkpoints, export,
+restore, erase and rebuilds work per table as before.
+
+Growth (hbm sok1x.DynamicVariables, a hash group of their own): a member starts at init_capacity
+rows and doubles up to max_capacity. While every member's shard holds the step's owned keys of
+the group even if all are new, nothing is counted. Otherwise the group finds the keys first and
+the host counts each member's new ones exactly (HashGroup.rows_needed, one wait): a member past
+its max_capacity fails the step on every rank, changing no table, in the lookup's one agreement;
+a member past its capacity grows once every rank knows the step goes on (HashGroup.grow: every
+flat array laid out again, all made before any is taken, so a failure leaves the group as it
+was; the grown member's index rebuilt; every key keeps its member's row), and then the keys are
+placed (one wait more, in a step that grows). Growth moves the flat rows of the members after
+the grown one: a lookup's Routing keeps the row_starts it routed with, and its backward pass
+splits by them into each member's own rows, which growth does not move (a lookup and its
+gradient may lie on either side of a growth, as in eager mode).
+
+What separates groups (tables that cannot share a pass are looked up as units of their own, in
+the same exchange):
+  - the dim (rows are joined into one [rows, dim] array);
+  - the placement ("mod", or the rank of ("rank", r)): it decides owner and row of a key;
+  - storage: dense tables (rows follow from keys) group with dense tables, v1 hash tables with
+    v1 hash tables, never with each other (a dense group folds the table into the key, a hash
+    group tags it);
+  - for hash tables, the initializer (InitializerSpec: kind, bounds, seed): the one init launch
+    of a hash group's new rows takes one recipe (each member's table id is per row);
+  - a hash table with a low-frequency filter in this lookup (admit_ratio) stays a unit of its own;
+  - a sok1x.DynamicVariable of var_type "hbm" (no host part, no eviction, no statistics) groups
+    with hbm DynamicVariables of the same dim, placement and initializer, never with v1 hash
+    tables (whose groups so never re-lay their arrays);
+  - a hybrid sok1x.DynamicVariable (rows never split into host memory: max_hbm_for_vectors 0,
+    or enough GiB for max_capacity rows) groups with hybrid DynamicVariables of the same dim,
+    placement and initializer. Such a group also joins its members' access statistics into one
+    flat array (one count of a step's lookup for all members, in the launch that stamps the new
+    rows), hands each member's new keys its freed rows first (the insert launch takes a pool of
+    freed rows per member, DynamicTable.rows_source), and its members hand those rows out by
+    their counts of placed keys: read in the lookup where a member may fill up, else, as an hbm
+    group's, in the next op header's wait (DynamicTable.take_rows_later; reused rows' slots are
+    reset on the device meanwhile). A member short of rows at max_capacity evicts on the host,
+    after the lookup's agreement, as it would alone (DynamicTable.make_room; a step that evicts
+    is the slow path);
+  - a hybrid DynamicVariable whose rows split between GPU and host memory (max_hbm_for_vectors
+    too small for max_capacity rows) is a unit of its own: a flat device array cannot view its
+    host rows;
+  - optimizer and dtype separate nothing today: values are float32 everywhere, and a group's
+    slots are made per slot name, so an optimizer touches only the slots it keeps;
+  - a table belongs to one group: the first lookup naming it with others makes its group; a
+    lookup naming it with another set of tables looks it up as a unit of its own (a group whose
+    member was re-made, by re-running its initializer, is dissolved first).
+"""
+import collections
+import time
+
+import numpy as np
+
+from sok1x.backend import random_init
+from sok1x.engine.lookup import distinct_rows
+from sok1x.engine.tables import placement as placements
+from sok1x.engine.tables.table import EmbeddingTable, rebuilt_if_worn, rebuilt_index, reset_slot_rows
+from sok1x.errors import InvalidInputError
+
+Unit = collections.namedtuple("Unit", "table positions")
+Unit.__doc__ = """One pass of a lookup: table (an EmbeddingTable or a TableGroup) and positions
+(the places in the lookup's table list of its members, in the unit's order)."""
+
+
+class TableGroup:
+    """The tables `members` (EmbeddingTables without hash table, of one dim and placement) as
+    one. Reads to key_exchange like an EmbeddingTable: name, dim, owner_rule, use_hashtable,
+    rows_of, gather, capacity_error. key_starts / row_starts: host int64 [T + 1]."""
+
+    use_hashtable = False
+
+    def __init__(self, runtime, members):
+        self.backend = runtime.backend
+        first = members[0]
+        self.members = list(members)
+        self.name = "group of %s" % ", ".join(table.name for table in members)
+        self.dim, self.placement, self.owner_rule = first.dim, first.placement, first.owner_rule
+        self.size = runtime.size
+        held = [int(table.values.shape[0]) for table in members]
+        self.row_starts = np.concatenate([[0], np.cumsum(held)]).astype(np.int64)
+        self.key_starts = self._key_starts(members)
+        self.values = self._joined([table.values for table in members], 0.0)
+        self.times = self._joined([table.times for table in members], 0.0)
+        self.slots, self.slot_initial = {}, {}
+        self.last_gradient = None  # (flat rows, summed, member pieces, starts): split_gradient
+        self.last_keyed = None  # (own rows, summed, flat rows, starts): engine/lookup/keyed.py
+        self.keyed_limits = {}  # key_limits -> (limits, highest keys): engine/lookup/keyed.py
+        self.planned = (None, None)  # (table ids, units) of the last lookup of exactly this group
+        self.live_at = None  # the runtime tables' version at which all members were last seen
+        for t, table in enumerate(members):
+            table.values, table.times = self._view(self.values, t), self._view(self.times, t)
+            table.group = self
+        for table in members:
+            for name in list(table.slots):
+                self.slot(name, table.slot_initial[name])
+        # The members' own arrays are gone now: their memory must not stay held by the pool
+        # (a group of large tables would need twice their memory), once per group.
+        self.backend.release_unused()
+
+    @staticmethod
+    def _key_starts(members):
+        return np.concatenate(
+            [[0], np.cumsum([table.key_limit for table in members])]).astype(np.int64)
+
+    def _view(self, array, t):
+        return self.backend.row_view(array, int(self.row_starts[t]), int(self.row_starts[t + 1]))
+
+    def _joined(self, arrays, initial, row_shape=None, dtype=np.float32, starts=None):
+        """A flat array holding each of `arrays` from its member's start (starts, default
+        row_starts); None entries, and rows past an array's end (a member grown), get `initial`
+        (rows of row_shape, default the arrays' own)."""
+        backend = self.backend
+        starts = self.row_starts if starts is None else starts
+        known = [a for a in arrays if a is not None]
+        if known:
+            row_shape, dtype = tuple(known[0].shape[1:]), known[0].dtype
+        flat = backend.zeros((int(starts[-1]),) + tuple(row_shape), dtype)
+        if initial:
+            backend.fill_value(flat, initial)
+        for t, array in enumerate(arrays):
+            if array is not None and array.shape[0]:  # one device copy a member
+                backend.write_rows(flat, int(starts[t]), array)
+        return flat
+
+    def slot(self, name, initial_value=0.0):
+        """Returns the group's flat slot `name`, making it (and every member's view of it) if
+        new; a member that had the slot already keeps its values."""
+        if name not in self.slots:
+            flat = self._joined([table.slots.get(name) for table in self.members],
+                                float(initial_value), (self.dim,))
+            self.slots[name], self.slot_initial[name] = flat, float(initial_value)
+            for t, table in enumerate(self.members):
+                table.slots[name] = self._view(flat, t)
+                table.slot_initial[name] = float(initial_value)
+        return self.slots[name]
+
+    def live(self, runtime):
+        """True while every member is still the runtime's table of its name: looked at once
+        after each change of the runtime's tables (their version), not at every step."""
+        version = runtime.tables.version
+        if self.live_at == version:
+            return True
+        if all(runtime.tables.get(table.name) is table and table.group is self
+               for table in self.members):
+            self.live_at = version
+            return True
+        return False
+
+    def dissolve(self):
+        """Leaves the members as tables of their own (their views stay their arrays). Drops
+        what the group keeps of past steps, and its plan, which refers to the group itself: the
+        flat arrays then go as soon as no member views them, with no wait for Python's cycle
+        collector."""
+        self.live_at = None
+        self.planned = (None, None)
+        self.forget_steps()
+        for table in self.members:
+            if table.group is self:
+                table.group = None
+
+    def forget_steps(self):
+        """Drops the results of the group's last backward passes (a member's rows were replaced
+        in place, by a checkpoint's load: they no longer hold what those passes saw)."""
+        self.last_gradient = self.last_keyed = None
+
+    # -- what key_exchange asks of a table ------------------------------------------------------
+
+    def capacity_error(self, keys):
+        return None
+
+    def rows_of(self, keys, insert):
+        """Flat rows of owned group keys."""
+        return placements.direct_rows(self.backend, self.placement, keys, self.size)
+
+    def gather(self, rows):
+        return self.backend.gather_rows(self.values, rows)
+
+    def stamp(self, rows, count=None):
+        """Records now as the update time of flat `rows` (count: see backend.fill_rows)."""
+        if int(rows.shape[0]):
+            self.backend.fill_rows(self.times, rows, time.time(), count)
+
+
+class HashGroup(TableGroup):
+    """The v1 hash tables `members` (of one dim, placement and initializer) as one: a
+    TableGroup's flat rows, times and slots, each member keeping its own HashIndex. Its keys
+    come with tags (the member of each key, see the module's docstring). Reads to key_exchange
+    as a TableGroup with use_hashtable, plus insert_start / insert_error / insert_finish (a
+    training lookup) and find (one without insert). A group of hybrid DynamicVariables also
+    keeps their access statistics in one flat array (statistics; None for the other groups),
+    and evicts (evicts True)."""
+
+    use_hashtable = True
+
+    def __init__(self, runtime, members):
+        super().__init__(runtime, members)
+        self.spec = members[0].spec
+        self.rank = runtime.rank
+        self.journal = runtime.journal
+        self.table_ids = np.array([table.table_id for table in members], dtype=np.uint64)
+        self.capacities = np.array([table.capacity for table in members], dtype=np.int64)
+        self.max_capacities = np.array([getattr(table, "max_capacity", table.capacity)
+                                        for table in members], dtype=np.int64)
+        self.evicts = any(getattr(table, "statistics", None) is not None for table in members)
+        self.grows = self.evicts or bool(np.any(self.max_capacities > self.capacities))
+        self.statistics = None
+        self._split = None  # (keys, per member its keys) of growth_error, for make_room
+        if self.evicts:
+            self.statistics = self._joined([table.statistics for table in members], 0)
+            for t, table in enumerate(members):
+                table.statistics = self._view(self.statistics, t)
+            self.backend.release_unused()
+
+    @staticmethod
+    def _key_starts(members):
+        return None  # keys are tagged, never offset
+
+    def capacity_error(self, keys):
+        raise NotImplementedError("a hash group's keys need their tags: insert_start")
+
+    def rows_of(self, keys, insert):
+        raise NotImplementedError("a hash group's keys need their tags: find or insert_start")
+
+    def indexes(self):
+        """The members' HashIndexes as they are now (a rebuild or a load replaces one)."""
+        return [table.index for table in self.members]
+
+    def find(self, keys, tags):
+        """Flat rows of owned tagged keys, -1 where a member does not hold its key."""
+        return self.backend.hash_find_many(self.indexes(), keys, tags, self.row_starts)
+
+    def insert_start(self, keys, tags):
+        """Queues a training lookup of owned tagged keys: find-or-insert in every member's index,
+        the new rows' initial values and update times, and every key's vector. Returns (state,
+        placed): placed, backend int64 [T] (keys each member placed) for the host to read and
+        hand to insert_error and insert_finish."""
+        backend, indexes = self.backend, self.indexes()
+        sizes = np.array([index.size for index in indexes], dtype=np.int64)
+        held = pools = None
+        reusing = False
+        if self.evicts:  # new keys take freed rows first (DynamicTable.rows_source)
+            held = [table.held_state() for table in self.members]
+            pools = [table.rows_source() for table in self.members]
+            reusing = any(pool is not None for pool, _ in pools)
+        found = backend.hash_insert_many(indexes, keys, tags, self.row_starts, pools)
+        rows, new_keys, new_rows, new_tags, count, placed = found
+        backend.init_rows_tagged(self.values, new_rows, new_keys, new_tags, self.spec,
+                                 self.table_ids, count)
+        if not self.evicts:  # a group that evicts stamps them when the insert is kept
+            self.stamp(new_rows, count)
+        return (indexes, found, self.gather(rows), sizes, held, reusing), placed
+
+    def sizes(self):
+        """Host int64 [members]: the keys each member's shard holds."""
+        return np.array([index.size for index in self.indexes()], dtype=np.int64)
+
+    def room(self):
+        """Host int64 [members]: the rows each member's shard has left."""
+        return self.capacities - self.sizes()
+
+    def rows_needed(self, keys, tags, most=None):
+        """Host int64 [members]: the rows each member needs to hold its keys and the new ones
+        among owned tagged `keys` (a training lookup's), counted exactly (one wait), where a
+        member that may grow might not hold them even if all were new; else None (no wait).
+        most: None, or host int64 [members], the most keys of each member that can arrive
+        (the op header's bound; else all of `keys`)."""
+        if not self.grows:
+            return None
+        sizes = self.sizes()
+        arriving = int(keys.shape[0])
+        if most is not None:
+            arriving = np.minimum(np.asarray(most, dtype=np.int64), arriving)
+        if np.all(sizes + arriving <= self.capacities):
+            return None
+        rows, keys, tags = self.backend.download_staged_many([self.find(keys, tags), keys, tags])
+        new = np.asarray(rows) < 0  # keys come from every rank: counted once per (tag, key)
+        keys, tags = np.asarray(keys)[new], np.asarray(tags)[new]
+        return sizes + distinct_per_tag(keys, tags, len(self.members))
+
+    def growth_error(self, needed, keys, tags):
+        """TableFullError for the first member whose rows `needed` (rows_needed's, for owned
+        tagged `keys`) pass its max_capacity (for a hybrid member: even after evicting every key
+        the step did not look up), else None."""
+        over = np.flatnonzero(needed > self.max_capacities)
+        sizes = self.sizes()
+        mine = self._keys_of(keys, tags) if self.evicts and over.size else None
+        self._split = (keys, mine)  # make_room's, for the same keys
+        for t in over.tolist():
+            member = self.members[t]
+            if mine is not None:  # rows_needed counted its new keys
+                error = member.capacity_error(mine[t], int(needed[t] - sizes[t]))
+            else:
+                error = member.full_error(int(sizes[t]), int(needed[t] - sizes[t]))
+            if error is not None:
+                return error
+        return None
+
+    def _keys_of(self, keys, tags):
+        """{member: backend int64, its keys among tagged `keys`} (host work: a step that grows
+        or evicts)."""
+        keys, tags = self.backend.download_staged_many([keys, tags])  # read, not kept
+        order = np.argsort(np.asarray(tags), kind="stable")
+        cuts = np.cumsum(np.bincount(np.asarray(tags), minlength=len(self.members)))[:-1]
+        return dict(enumerate(self.backend.asarray(part) for part in
+                              np.split(np.asarray(keys)[order], cuts)))
+
+    def make_room(self, needed, keys, tags):
+        """Makes room for the rows `needed` (rows_needed's, checked by growth_error) of owned
+        tagged `keys`: grows the members that need it (grow), then evicts from each hybrid
+        member still short of rows (at max_capacity) the keys it needs freed."""
+        self.grow(needed)
+        short = np.flatnonzero(needed > self.capacities)
+        if short.size:
+            split, self._split = self._split, None
+            mine = split[1] if split[0] is keys and split[1] is not None else self._keys_of(
+                keys, tags)
+            for t in short.tolist():
+                self.members[t].make_room(int(needed[t] - self.capacities[t]), mine[t])
+
+    def grow(self, needed):
+        """Grows each member whose rows `needed` (host int64 [members]) pass its capacity, in
+        place: its capacity doubled until they fit, at most max_capacity. The flat values, times
+        and slots are laid out again with the new row_starts and the grown members' indexes
+        rebuilt, every one made before any is taken (so a failure, of memory say, leaves the
+        group as it was; until then the group's arrays are held twice); every key keeps its
+        member's row. The rows of the members after a grown one move (see the module's
+        docstring); the group forgets its saved passes."""
+        members, backend = self.members, self.backend
+        capacities = np.array([member.grown_capacity(int(n)) if n > c else int(c) for member, n, c
+                               in zip(members, needed, self.capacities)], dtype=np.int64)
+        if np.array_equal(capacities, self.capacities):
+            return
+        old = self.row_starts
+        starts = np.concatenate([[0], np.cumsum(capacities)]).astype(np.int64)
+
+        def relaid(flat, initial):
+            return self._joined([backend.row_view(flat, int(old[t]), int(old[t + 1]))
+                                 for t in range(len(members))], initial, starts=starts)
+        values, times = relaid(self.values, 0.0), relaid(self.times, 0.0)
+        statistics = None if self.statistics is None else relaid(self.statistics, 0)
+        slots = {name: relaid(flat, self.slot_initial[name]) for name, flat in self.slots.items()}
+        indexes = [rebuilt_index(backend, member.index, int(c)) if c != member.capacity
+                   else member.index for member, c in zip(members, capacities)]
+        self.row_starts, self.capacities = starts, capacities  # taken: nothing fails from here
+        self.values, self.times, self.slots = values, times, slots
+        self.statistics = statistics
+        for t, member in enumerate(members):
+            member.values, member.times = self._view(values, t), self._view(times, t)
+            if statistics is not None:
+                member.statistics = self._view(statistics, t)
+            for name, flat in slots.items():
+                member.slots[name] = self._view(flat, t)
+            member.index, member.capacity = indexes[t], int(capacities[t])
+        self.forget_steps()
+        backend.release_unused()
+
+    def insert_kept(self, state, placed):
+        """Ends insert_start's call without reading `placed`, where the caller knows that no
+        member can pass its room: keeps the placed keys (undone if the step fails later; the
+        caller counts the lookup with count_kept once the lookup's agreement passed); each
+        index counts its placed keys when its size is next read or settle(placed, its host copy)
+        hands them over. Returns (flat rows, vectors)."""
+        indexes, found, vectors, _, held, reusing = state
+        self.backend.hash_insert_many_done(indexes, found, placed, True)
+        self._record_undo(found, held)  # first: a failure below still takes the keys out
+        if held is not None:  # a group that evicts: its members hand their rows out later
+            for t, member in enumerate(self.members):
+                member.take_rows_later(placed, t)
+            if reusing:  # a freed row still holds its last key's slots: reset on the device
+                new_keys, new_rows, count = found[1], found[2], found[4]
+                for name, flat in self.slots.items():
+                    self.backend.init_rows(flat, new_rows, new_keys, random_init.make_spec(
+                        "constant", self.slot_initial[name]), 0, count)
+        return found[0], vectors
+
+    def settle(self, placed, host_placed):
+        """Hands insert_kept's `placed`, read by the host since, to the indexes it counts for
+        (and, in a group that evicts, to the members that hand rows out by it)."""
+        for index in self.indexes():
+            index.settle_size(placed, host_placed)
+        if self.evicts:
+            for member in self.members:
+                member.settle_rows(placed, host_placed)
+
+    def insert_error(self, state, placed):
+        """TableFullError for the first member whose shard the host counts `placed` overflow,
+        else None."""
+        sizes = state[3]
+        over = np.flatnonzero(sizes + placed > self.capacities)
+        if not over.size:
+            return None
+        t = int(over[0])
+        return self.members[t].full_error(int(sizes[t]), int(placed[t]))
+
+    def insert_finish(self, state, placed, keep):
+        """Ends insert_start's call with the host counts `placed`: keep=True keeps the placed
+        keys (undone if the step fails later) and returns (flat rows, vectors); keep=False
+        erases them again (a failed step) and returns None."""
+        indexes, found, vectors, _, held, _ = state
+        backend = self.backend
+        backend.hash_insert_many_done(indexes, found, placed, keep)
+        placed_rows = None  # a group that evicts: the flat rows of the keys placed
+        if held is not None and placed.any():
+            placed_rows = backend.row_view(found[2], 0, int(placed.sum()))
+        if not keep:  # nothing counted yet: a row's counts are still 0 when no key took it
+            self._rebuild_worn()
+            return None
+        if placed.any():  # first: a failure below still takes the keys out
+            self._record_undo(found, held)
+        self.count_kept(state)
+        if placed_rows is not None:
+            reused = [member.take_rows(int(n)) for member, n in zip(self.members, placed)]
+            if any(reused):  # a freed row still holds its last key's slots
+                reset_slot_rows(backend, self.slots, self.slot_initial, self.dim, placed_rows)
+        return found[0], vectors
+
+    def count_kept(self, state):
+        """Counts a kept insert's lookup (`state`: insert_start's) in the rows' statistics and
+        stamps the new rows, in one launch (a group that evicts; else nothing). Called once the
+        step is known to go on (by insert_finish with keep=True, or after the lookup's agreement
+        for insert_kept), as a table alone counts after the agreement (a step that fails there
+        counts nothing)."""
+        if self.evicts:
+            found = state[1]
+            rows, new_rows, count = found[0], found[2], found[4]
+            for member in self.members:  # the group's rows: at least each member's
+                if member.statistics is not None:
+                    member.note_touched(int(rows.shape[0]))
+            self.backend.touch_rows(self.statistics, rows, self.journal.step,
+                                    stamp=(self.times, new_rows, time.time(), count))
+
+    def _record_undo(self, found, held):
+        """Records in the step journal the erasing of the new keys of hash_insert_many's
+        `found`, by the row_starts their flat rows have (a later growth replaces row_starts);
+        held: None, or each member's held_state before the insert (a group that evicts)."""
+        new_keys, new_rows, new_tags, count = found[1:5]
+        starts = self.row_starts
+        self.journal.record(
+            lambda: self._undo_insert(new_keys, new_rows, new_tags, count, starts, held))
+
+    def _undo_insert(self, new_keys, new_rows, new_tags, count, starts, held):
+        """Erases the keys a failed step inserted, member by member, and resets their slots'
+        rows (as EmbeddingTable._undo_insert; a hybrid member also its statistics, free list and
+        high water: DynamicTable.undo_placed); starts: the row_starts of their flat rows."""
+        backend = self.backend
+        count = int(backend.to_host(count).reshape(-1)[0])
+        keys, rows, tags = (backend.to_host(a)[:count] for a in (new_keys, new_rows, new_tags))
+        for t, table in enumerate(self.members):
+            mine = tags == t
+            if not mine.any():
+                continue
+            own_keys = backend.asarray(keys[mine])
+            own_rows = backend.asarray(rows[mine] - starts[t])
+            if held is not None:
+                table.undo_placed(own_keys, own_rows, held[t])
+                continue
+            table.index.erase(own_keys)
+            table.reset_slot_rows(own_rows)
+        self._rebuild_worn()
+
+    def _rebuild_worn(self):
+        for table in self.members:
+            table.index = rebuilt_if_worn(self.backend, table.index, table.capacity)
+
+
+def distinct_per_tag(keys, tags, count):
+    """Host int64 [count]: how many distinct keys each tag in [0, count) has among host `keys`
+    (int64 [n]) of `tags` (int64 [n]). The tags' stable order (a radix sort of small ints), then
+    one sort of each tag's keys: a third of a lexsort of (tag, key) pairs' time."""
+    order = np.argsort(tags, kind="stable")
+    bounds = np.searchsorted(tags[order], np.arange(count + 1))
+    keys = keys[order]
+    out = np.zeros(count, dtype=np.int64)
+    for t in np.flatnonzero(np.diff(bounds)).tolist():
+        mine = np.sort(keys[bounds[t]:bounds[t + 1]])
+        out[t] = 1 + np.count_nonzero(mine[1:] != mine[:-1])
+    return out
+
+
+def group_kind(table, position, alone=()):
+    """What a table may share a pass with (module docstring): tables of one kind form a group."""
+    dynamic = getattr(table, "dynamic", None)
+    if dynamic is not None and dynamic.var_type == "hbm" and position not in alone:
+        return ("hbm", table.dim, table.placement, table.spec)
+    if dynamic is not None and position not in alone and (
+            table.hbm_rows is None or table.hbm_rows >= dynamic.max_capacity):
+        return ("hybrid", table.dim, table.placement, table.spec)  # never split
+    if type(table) is not EmbeddingTable or position in alone:
+        return ("alone", position)
+    if table.use_hashtable:
+        return ("hash", table.dim, table.placement, table.spec)
+    return ("group", table.dim, table.placement)
+
+
+def plan(runtime, tables, alone=()):
+    """Returns the lookup of `tables` as [Unit]: the tables of one kind (group_kind) as one
+    TableGroup or HashGroup (made now, once, if they have none), every other table as a unit of
+    its own. alone: positions that stay units of their own (hash tables with a low-frequency
+    filter). The units keep the order of their first table in `tables`."""
+    lookup = (tuple(map(id, tables)), tuple(alone))
+    group = getattr(tables[0], "group", None) if tables else None
+    if group is not None and group.planned[0] == lookup and group.live(runtime):
+        return group.planned[1]
+    classes = collections.OrderedDict()
+    for position, table in enumerate(tables):
+        classes.setdefault(group_kind(table, position, alone), []).append(position)
+    units = []
+    for positions in classes.values():
+        group = _group_of(runtime, [tables[p] for p in positions]) if len(positions) > 1 else None
+        if group is None:
+            units += [Unit(tables[p], [p]) for p in positions]
+            continue
+        place = {id(tables[p]): p for p in positions}
+        units.append(Unit(group, [place[id(member)] for member in group.members]))
+    if len(units) == 1 and isinstance(units[0].table, TableGroup):
+        units[0].table.planned = (lookup, units)  # the same lookup next step: no planning
+    return units
+
+
+def _group_of(runtime, members):
+    """The live TableGroup of exactly `members`, a new one if none of them is in a live group,
+    else None (a table named twice, or grouped with other tables)."""
+    if len({id(table) for table in members}) != len(members):
+        return None
+    groups = {id(table.group): table.group for table in members if table.group is not None}
+    for group in list(groups.values()):
+        if not group.live(runtime):
+            group.dissolve()
+            del groups[id(group)]
+    if not groups:
+        return (HashGroup if members[0].use_hashtable else TableGroup)(runtime, members)
+    if len(groups) == 1:
+        group = next(iter(groups.values()))
+        if len(group.members) == len(members) and all(t.group is group for t in members):
+            return group
+    return None
+
+
+ALIGN_ROWS = 8  # int64 rows per 64 bytes: TensorFlow takes no tensor less aligned than that
+
+
+def split_gradient(backend, group, summed, rows, ranks, starts):
+    """Returns per member (values [u_t, dim], rows [u_t] of its own) as views of the group's
+    backward result: summed [u, dim] for flat rows [u] ascending, laid out by `starts` (the
+    row_starts the lookup routed with: a growth since may have replaced group.row_starts);
+    ranks (host): how many rows lie below each of starts. Each member's rows start 64-byte
+    aligned, so a framework takes them without a copy. Remembers the result for a whole-group
+    update."""
+    counts = np.diff(ranks)
+    piece_starts = np.concatenate(
+        [[0], np.cumsum(-(-counts // ALIGN_ROWS) * ALIGN_ROWS)]).astype(np.int64)
+    own_rows = backend.local_rows(rows, starts, piece_starts[:-1] - ranks[:-1],
+                                  int(piece_starts[-1]))
+    pieces = []
+    for t in range(len(group.members)):
+        start, count, first = int(piece_starts[t]), int(counts[t]), int(ranks[t])
+        pieces.append((backend.row_view(summed, first, first + count),
+                       backend.row_view(own_rows, start, start + count)))
+    distinct_rows.remember_all(own_rows, [r for _, r in pieces])
+    group.last_gradient = (rows, summed, pieces, starts)
+    return pieces
+
+
+def _same_memory(arrays, pieces):
+    """True if each array is its piece, or lies on the same memory (a framework handed it back
+    through DLPack); empty arrays match empty pieces."""
+    if all(a is b for a, b in zip(arrays, pieces)):
+        return True
+    return [_address(a) for a in arrays] == [_address(b) for b in pieces]
+
+
+def _address(array):
+    return distinct_rows.address(array) if array.shape[0] else (None, 0)
+
+
+def group_gradients(backend, tables, values_list, rows_list):
+    """Returns [(group, flat rows, values, positions, counts)] for each group all of whose
+    members are in `tables` once: the group's distinct flat rows, their gradient values, the
+    members' places in `tables` (group order) and how many distinct rows each has. The gradient
+    of the group's last backward pass, handed back unchanged (the same memory), is used as it
+    is (with the members' values joined where any was replaced, e.g. clipped); any other is
+    checked (one wait for all members' bounds), joined into the group's rows and summed per row
+    (one wait). Raises InvalidInputError naming the table for a gradient that does not fit,
+    before anything changes."""
+    out = []
+    for group, positions in _complete_groups(tables):
+        values = [_float32(backend, values_list[p]) for p in positions]
+        rows = [backend.asarray(rows_list[p]) for p in positions]
+        for table, v, r in zip(group.members, values, rows):
+            if len(r.shape) != 1 or tuple(v.shape) != (r.shape[0], group.dim) or (
+                    r.dtype not in (np.int64, np.int32)):
+                raise InvalidInputError(
+                    "%s: an update needs gradient values [n, %d] and int rows [n], got %s and "
+                    "%s %s" % (table.name, group.dim, list(v.shape), r.dtype, list(r.shape)))
+        last = group.last_gradient
+        if last is not None and last[3] is group.row_starts and _same_memory(
+                rows, [r for _, r in last[2]]):
+            same = _same_memory(values, [v for v, _ in last[2]])
+            out.append((group, last[0], last[1] if same else backend.join_rows(values),
+                        positions, [int(r.shape[0]) for r in rows]))
+        else:
+            distinct, summed, counts = _joined_gradient(backend, group, values, rows)
+            out.append((group, distinct, summed, positions, counts))
+    return out
+
+
+def _complete_groups(tables):
+    """(group, positions in group order) for each group whose members are all in `tables`."""
+    groups = collections.OrderedDict()
+    for position, table in enumerate(tables):
+        if getattr(table, "group", None) is not None:
+            groups.setdefault(id(table.group), (table.group, {}))[1][id(table)] = position
+    for group, places in groups.values():
+        positions = [places.get(id(member)) for member in group.members]
+        if len(places) == len(group.members) and None not in positions:
+            yield group, positions
+
+
+def _float32(backend, values):
+    values = backend.asarray(values)
+    if values.dtype != np.float32:
+        values = backend.asarray(backend.to_host(values).astype(np.float32))
+    return values
+
+
+def _joined_gradient(backend, group, values, rows):
+    """(distinct flat rows, summed values, distinct rows per member) of the members'
+    gradients (values, own rows), checked."""
+    bounds = backend.index_bounds(rows)
+    for t, (table, r) in enumerate(zip(group.members, rows)):
+        held = int(group.row_starts[t + 1] - group.row_starts[t])
+        low, high = (int(b) for b in bounds[t])
+        if r.shape[0] and (low < 0 or high >= held):
+            raise InvalidInputError(
+                "%s: gradient rows must be in [0, %d) (this rank's shard), got %d..%d. Apply "
+                "the gradient of this table's own lookup." % (table.name, held, low, high))
+    total = int(group.row_starts[-1])
+    flat = backend.join_keys(rows, group.row_starts[:-1])
+    (distinct, inverse, ranks), = backend.distinct_rows_many([(flat, total, group.row_starts)])
+    summed = backend.segment_sum(backend.join_rows(values), inverse, int(distinct.shape[0]))
+    return distinct, summed, [int(c) for c in np.diff(ranks)]
+
+
+def keyed_gradient(backend, group, values, rows, counts):
+    """Returns (distinct flat rows, their summed values, host distinct rows per member) of a
+    keyed gradient: values [n, dim], rows [n] each member's own rows, counts host int64 [T]
+    how many are member t's (member after member). The group's last keyed backward result
+    handed back unchanged (the same memory) is used as it is (its values may be replaced); any
+    other is checked (one wait for all members' bounds), moved into the group's rows and
+    summed per row (one wait). Raises InvalidInputError naming the table for rows that do not
+    fit, before anything changes."""
+    values = _float32(backend, values)
+    last = group.last_keyed
+    if last is not None and last[3] is group.row_starts and _same_memory([rows], [last[0]]):
+        return last[2], (last[1] if _same_memory([values], [last[1]]) else values), counts.copy()
+    cuts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    bounds = backend.part_bounds([rows], cuts)
+    held = np.diff(group.row_starts)
+    bad = (np.diff(cuts) > 0) & ((bounds[:, 0] < 0) | (bounds[:, 1] >= held))
+    if np.any(bad):
+        t = int(np.argmax(bad))
+        raise InvalidInputError(
+            "%s: gradient rows must be in [0, %d) (this rank's shard), got %d..%d. Apply the "
+            "gradient of this table's own lookup." % (group.members[t].name, int(held[t]),
+                                                     int(bounds[t, 0]), int(bounds[t, 1])))
+    flat = backend.offset_parts(rows, cuts, group.row_starts[:-1])
+    (distinct, inverse, ranks), = backend.distinct_rows_many(
+        [(flat, int(group.row_starts[-1]), group.row_starts)])
+    summed = backend.segment_sum(values, inverse, int(distinct.shape[0]))
+    return distinct, summed, np.diff(ranks).astype(np.int64)

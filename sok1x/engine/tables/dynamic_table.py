@@ -1,0 +1,564 @@
+"""Hash tables that grow and evict: one rank's shard of a sok1x.DynamicVariable (issue 11, D6, D11).
+
+var_type "hbm": the shard starts with init_capacity rows and doubles when a step's new keys do not
+fit (the index rebuilt; values, every optimizer slot and the update times copied into arrays
+twice the size; every key keeps its row), up to max_capacity; a step that needs more raises
+TableFullError on every rank, changing nothing.
+var_type "hybrid": grows the same way (its access statistics copied too), and once max_capacity
+rows are held, a step's new keys take the rows of keys evicted by evict_strategy: "lru" the keys
+looked up least recently, "lfu" the keys looked up least often (ties: least recently, then the
+smaller key), never a key looked up in the current step. Evicted keys and their vectors are kept
+until pop_evicted() hands them out, once, unless drop_evicted(name) said no one reads them (SOK's
+v2 front door, until a sok1x.sparse_read_and_evict of the table is built or called): then they
+are dropped, as SOK drops them, and the host neither copies nor holds them.
+With max_hbm_for_vectors > 0, rows beyond what that many GiB of vectors hold live in page-locked
+host memory that the same kernels read (engine/tables/hybrid_rows.py); optimizer slots split alike.
+
+Rows of evicted keys go to a free list and are handed out again, last freed first; a new key on a
+reused row gets its initial value (D10) and every slot's initial value. Per row a hybrid table
+keeps one 16-byte record of access statistics, statistics[row] = (last step, count): the step
+journal's counter at the row's last training lookup, and its training lookups (each rank's
+lookup of a key counts once). One touch_rows per lookup updates them (one sector per key, where
+two arrays took two) and stamps the new rows' update times in the same launch (rows split
+between GPU and host memory: the lookup's kernel counts it, a fill_rows stamps); a row's record
+is zeroed when its key leaves (eviction, undo), so a new key's row starts from 0.
+Eviction reads them and the index once, on the host: the cost of a step that evicts, not of the
+others. Nothing else reads them, so an hbm table, which never evicts, keeps none (statistics
+None; its lookups stamp the new rows alone). Checkpoints do not hold the statistics (a loaded
+table starts from zero).
+Every insert is recorded in the step journal (engine/lookup/step_journal.py): a failed step erases its
+new keys, puts evicted keys back with their vectors, slots and statistics, and restores the free
+list.
+"""
+import collections
+import time
+
+import numpy as np
+
+from sok1x.engine.tables import hybrid_rows
+from sok1x.engine.tables import placement as placements
+from sok1x.engine.tables.table import EmbeddingTable, rebuilt_if_worn, rebuilt_index
+from sok1x.errors import TableFullError
+
+VAR_TYPES = ("hbm", "hybrid")
+EVICT_STRATEGIES = ("lru", "lfu")
+LAST_STEP, COUNT = 0, 1  # the columns of DynamicTable.statistics
+_DROPPED = set()  # names of tables whose evicted keys no one reads (drop_evicted)
+_READ = set()  # names whose evicted keys something reads: kept for good in this process
+
+
+def drop_evicted(name, drop):
+    """drop=True: table `name` (made now or later, in this process) drops the keys it evicts
+    instead of keeping them for pop_evicted, unless something was ever said to read them;
+    drop=False: something reads them: it keeps them from now on, whatever a later drop=True
+    (another graph's variable of the same name, say) says."""
+    if not drop:
+        _READ.add(name)
+        _DROPPED.discard(name)
+    elif name not in _READ:
+        _DROPPED.add(name)
+
+Dynamic = collections.namedtuple(
+    "Dynamic", "var_type init_capacity max_capacity evict_strategy max_hbm_for_vectors")
+Dynamic.__doc__ = """A growing table's settings (per rank): var_type "hbm" | "hybrid";
+init_capacity and max_capacity rows; evict_strategy "lru" | "lfu" (hybrid); max_hbm_for_vectors:
+GiB of vectors kept in GPU memory before the rest go to page-locked host memory (hybrid; 0: no
+limit)."""
+
+
+def make_dynamic(var_type="hbm", init_capacity=1024, max_capacity=None, evict_strategy="lru",
+                 max_hbm_for_vectors=0.0):
+    """Returns checked Dynamic settings; raises ValueError naming the bad field.
+    max_capacity None: init_capacity (a table that never grows)."""
+    if var_type not in VAR_TYPES:
+        raise ValueError("var_type must be one of %s, got %r" % (VAR_TYPES, var_type))
+    if evict_strategy not in EVICT_STRATEGIES:
+        raise ValueError("evict_strategy must be one of %s, got %r"
+                         % (EVICT_STRATEGIES, evict_strategy))
+    init_capacity = int(init_capacity)
+    max_capacity = init_capacity if max_capacity is None else int(max_capacity)
+    if init_capacity < 1 or max_capacity < init_capacity:
+        raise ValueError("need 1 <= init_capacity <= max_capacity, got %d and %d"
+                         % (init_capacity, max_capacity))
+    if float(max_hbm_for_vectors) < 0:
+        raise ValueError("max_hbm_for_vectors must be >= 0 GiB, got %r" % (max_hbm_for_vectors,))
+    return Dynamic(var_type, init_capacity, max_capacity, evict_strategy,
+                   float(max_hbm_for_vectors))
+
+
+def make_table(runtime, name, dim, capacity, use_hashtable, spec, placement=placements.MOD,
+               dynamic=None, initialize=True):
+    """Returns the shard for api.create_table's settings: a DynamicTable when `dynamic` is set,
+    else an EmbeddingTable (initialize: see EmbeddingTable)."""
+    if dynamic is None:
+        return EmbeddingTable(runtime, name, dim, capacity, use_hashtable, spec, placement,
+                              initialize)
+    return DynamicTable(runtime, name, dim, spec, placement, dynamic)
+
+
+def hbm_rows(dynamic, dim):
+    """Rows of vectors that fit in max_hbm_for_vectors GiB (at least 1), or None: every row in
+    GPU memory (hbm, or hybrid without a limit)."""
+    if dynamic.var_type != "hybrid" or not dynamic.max_hbm_for_vectors:
+        return None
+    return max(1, int(dynamic.max_hbm_for_vectors * 2 ** 30) // (4 * int(dim)))
+
+
+class _CountedState:
+    """A DynamicTable's free list or high water, kept in attribute `name`: a hash group's insert
+    that kept its count on the device (take_rows_later) is counted when either is next read,
+    unless the next op header hands the count over first (settle_rows). Setting one (an undo
+    restoring it, an eviction, a load) drops a pending count: it belongs to the insert being
+    undone, or was read by the getter just before."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def __get__(self, table, owner=None):
+        if table is None:
+            return self
+        if table._pending is not None:
+            table._settle()
+        return getattr(table, self.name)
+
+    def __set__(self, table, value):
+        table._pending = None
+        setattr(table, self.name, value)
+
+
+class DynamicTable(EmbeddingTable):
+    """A growing (and, for hybrid, evicting) hash-table shard. Beyond EmbeddingTable's
+    attributes: dynamic (Dynamic), max_capacity, statistics (backend int64 [capacity, 2]: each
+    row's last step and count, columns LAST_STEP and COUNT; None for var_type "hbm")."""
+
+    def __init__(self, runtime, name, dim, spec, placement, dynamic):
+        super().__init__(runtime, name, dim, dynamic.init_capacity, True, spec, placement)
+        self.dynamic = dynamic
+        self.settings = self.settings[:1] + (dynamic.max_capacity,) + self.settings[2:] + (
+            dynamic,)
+        self.max_capacity = dynamic.max_capacity
+        self.hbm_rows = hbm_rows(dynamic, self.dim)
+        if self.hbm_rows is not None:
+            self.values = hybrid_rows.new_rows_array(self.backend, self.values.shape,
+                                                     np.float32, self.hbm_rows)
+        self.statistics = (self.backend.zeros((self.capacity, 2), np.int64)
+                           if dynamic.var_type == "hybrid" else None)
+        self._pending = None  # (placed, member) of a hash group's insert not counted yet
+        self._free = np.zeros(0, np.int64)  # rows given back, reused last freed first
+        self._free_uploaded = None  # (host base of the free list, its device copy reversed)
+        self._high_water = 0  # rows [0, high_water) were handed out at least once
+        self._evicted = []  # (keys, values) host arrays not handed out yet
+        self.evicted_keys = 0  # how many keys this shard has evicted since made or loaded
+        self._counted = None  # (keys, index size, missing) from the last capacity_error
+        self._touched = (-1, 0)  # (step, at least the rows this step's lookups counted so far)
+
+    # The free list and the high water, as of every insert (_CountedState below)
+    _free = _CountedState("_free_rows")
+    _high_water = _CountedState("_high")
+
+    def _settle(self):
+        """Counts the pending insert: one read of its counts, handed to the whole group (every
+        member of one insert waits on the same counts)."""
+        placed = self._pending[0]
+        host = self.backend.to_host(placed).reshape(-1)
+        if self.group is not None:
+            self.group.settle(placed, host)
+        if self._pending is not None:  # not a group's any more
+            self.settle_rows(placed, host)
+
+    def capacity_error(self, keys, missing=None):
+        """Returns TableFullError if this rank's owned `keys` cannot all be held even after
+        growing to max_capacity (and, for hybrid, evicting every key the step has not looked
+        up), else None. missing: how many of `keys` are new, where the caller counted them (a
+        hash group's rows_needed); else counted here (a wait). Changes nothing."""
+        if self.index.size + int(keys.shape[0]) <= self.max_capacity:
+            return None  # fits even if every key is new: nothing to count, no wait
+        if missing is None:
+            missing = self.index.count_missing(keys)
+        self._counted = (keys, self.index.size, missing)  # rows_of's count, one wait fewer
+        needed = self.index.size + missing
+        if needed <= self.max_capacity:
+            return None
+        evictable = 0
+        if self.dynamic.var_type == "hybrid":
+            if needed - self._surely_evictable(keys, missing) <= self.max_capacity:
+                return None  # no read of the statistics: the eviction reads them once
+            evictable = int(np.count_nonzero(self._evictable(keys)))
+            if needed - evictable <= self.max_capacity:
+                return None
+        return TableFullError(
+            "%s: the shard on rank %d is full: %d keys held of max_capacity=%d, %d new keys "
+            "arrived and %d held keys may be evicted (var_type=%r). %s"
+            % (self.name, self.rank, self.index.size, self.max_capacity, missing, evictable,
+               self.dynamic.var_type, "Raise max_capacity, or look up fewer new keys per step."
+               if self.dynamic.var_type == "hybrid" else
+               "Raise max_capacity, or use var_type='hybrid' to evict."))
+
+    def full_error(self, used, missing):
+        """The TableFullError of `missing` new keys arriving at a shard holding `used` keys
+        that cannot grow past max_capacity (a hash group's member, engine/lookup/table_group.py)."""
+        return TableFullError(
+            "%s: the shard on rank %d is full: %d keys held of max_capacity=%d and %d new keys "
+            "arrived (var_type=%r). Raise max_capacity, or use var_type='hybrid' to evict."
+            % (self.name, self.rank, used, self.max_capacity, missing, self.dynamic.var_type))
+
+    def rows_of(self, keys, insert):
+        """Returns the rows of owned `keys`; insert=True (a training lookup) adds unseen keys
+        (call capacity_error first), growing or evicting to make room, and counts the lookup.
+        While every key would fit even if new, nothing is counted first: one kernel finds and
+        places the keys (HashIndex.find_or_insert), the step's one wait is for how many it
+        placed."""
+        if not insert:
+            return self.index.find(keys)
+        return self._placed_rows(keys, False)[0]
+
+    def _placed_rows(self, keys, fetch):
+        """rows_of(keys, True); returns (rows, vectors), vectors None unless `fetch`
+        (EmbeddingTable.inserted_rows_and_vectors)."""
+        before = (self._free, self._high_water)
+        counted, self._counted = self._counted, None
+        if self.index.size + int(keys.shape[0]) <= self.capacity:
+            return self._insert(keys, None, before, None, fetch)
+        if counted is not None and counted[0] is keys and counted[1] == self.index.size:
+            missing = counted[2]  # capacity_error just counted these keys
+        else:
+            missing = self.index.count_missing(keys)
+        if missing == 0:
+            found = self.index.find(keys)
+            if self.statistics is not None:
+                self.note_touched(int(found.shape[0]))
+                self.backend.touch_rows(self.statistics, found, self.journal.step)
+            return found, (self.gather(found) if fetch else None)
+        needed = self.index.size + missing
+        if needed > self.capacity and self.capacity < self.max_capacity:
+            self._grow(needed)
+        evicted = None
+        if needed > self.capacity:
+            evicted = self._evict(needed - self.capacity, self.index.find(keys))
+        return self._insert(keys, missing, before, evicted, fetch)
+
+    def _insert(self, keys, missing, before, evicted, fetch):
+        """Finds or places `keys` (missing: how many are new, or None when every key fits even
+        if new), new keys taking freed rows (last freed first), then fresh ones; initialises
+        the new rows, counts the lookup and records the undo (before: the free list and high
+        water before this lookup's eviction, `evicted`). Returns (rows, vectors), vectors None
+        unless `fetch`: for split rows one kernel also initialises the new rows, counts the
+        lookup and copies every key's vector out; otherwise the init, the count and the gather
+        are queued before the host waits for how many keys were placed."""
+        backend = self.backend
+        # an hbm table frees no row, so its rows [0, index.size) are its keys' (a hash group's
+        # insert, engine/lookup/table_group.py, hands them out without counting _high_water)
+        plain = self._free.shape[0] == 0 and (self.statistics is None
+                                              or self._high_water == self.index.size)
+        pool = None if plain else self._free_rows_on_device()
+        fused = fetch and hybrid_rows.is_split(self.values)
+        gathered = []
+
+        def queue_rows(new_keys, new_rows, count, rows):  # runs while the host waits for count
+            if not fused:
+                hybrid_rows.init_rows(backend, self.values, new_rows, new_keys, self.spec,
+                                      self.table_id, count)
+            if fused or self.statistics is None:  # counted by the kernel, or not kept
+                self.stamp(new_rows, count)
+            else:  # the count and the new rows' update time in one launch
+                backend.touch_rows(self.statistics, rows, self.journal.step,
+                                   stamp=(self.times, new_rows, time.time(), count))
+            if fetch and not fused:
+                gathered.append(self.gather(rows))
+
+        # queue_rows or the fused kernel counts every key in the statistics: noted first, so a
+        # failure after the count keeps the note (a note of more than was counted is safe)
+        if self.statistics is not None:
+            self.note_touched(int(keys.shape[0]))
+        next_row = None if plain else self._high_water
+        if fused:  # the kernel counts the lookup too
+            rows, vectors, new_keys, new_rows = self.index.find_or_insert_values(
+                keys, self.values, self.spec, self.table_id, row_pool=pool, missing=missing,
+                next_row=next_row, queue_first=queue_rows,
+                touch=(self.statistics, self.journal.step))
+        else:
+            rows, new_keys, new_rows = self.index.find_or_insert(
+                keys, row_pool=pool, missing=missing, next_row=next_row, queue_first=queue_rows)
+            vectors = gathered[0] if fetch else None
+        placed = int(new_keys.shape[0])
+        if placed:
+            reused = self._take_rows(placed)
+            if reused:
+                self.reset_slot_rows(new_rows[:reused])
+            self.journal.record(lambda: self._undo_insert(new_keys, new_rows, before[0],
+                                                          before[1], evicted))
+        return rows, vectors
+
+    def _free_rows_on_device(self):
+        """The free list in taking order (last freed first) as a device array. Taking rows
+        shortens the host list from its end, so one upload serves until the list is rebuilt
+        (an eviction, or an undo to a list of another base)."""
+        free, uploaded = self._free, self._free_uploaded
+        if uploaded is None or not _is_prefix(free, uploaded[0]):
+            base = free.base if _is_prefix(free, free.base) else free
+            uploaded = self._free_uploaded = (base, self.backend.upload_staged(
+                np.ascontiguousarray(base[::-1])))
+        base, device = uploaded
+        start = base.shape[0] - free.shape[0]
+        return device[start:] if start else device
+
+    def may_count_later(self):
+        """Never: a DynamicVariable's lookup grows or evicts by the count of its new keys."""
+        return False
+
+    def slot(self, name, initial_value=0.0):
+        """Returns the optimizer slot `name` (rows split as the values'), creating it if new
+        (in a group: a view of the group's slot)."""
+        if name not in self.slots and self.group is not None:
+            self.group.slot(name, initial_value)
+        if name not in self.slots:
+            self.slots[name] = hybrid_rows.new_rows_array(
+                self.backend, self.values.shape, np.float32, self.hbm_rows, float(initial_value))
+            self.slot_initial[name] = float(initial_value)
+        return self.slots[name]
+
+    def pop_evicted(self):
+        """Returns (keys int64 [n], values float32 [n, dim]) host arrays of the keys evicted
+        since the last call, in eviction order, and forgets them."""
+        evicted, self._evicted = self._evicted, []
+        if not evicted:
+            return np.zeros(0, np.int64), np.zeros((0, self.dim), np.float32)
+        return (np.concatenate([keys for keys, _ in evicted]),
+                np.concatenate([values for _, values in evicted]))
+
+    def _held_rows(self):
+        """Host bool [capacity]: rows holding a key."""
+        held = np.zeros(self.capacity, dtype=bool)
+        held[:self._high_water] = True
+        held[self._free] = False
+        return held
+
+    def note_touched(self, rows):
+        """Adds `rows` (at least the rows a lookup just counted in the statistics) to what the
+        current step has touched (_surely_evictable's bound)."""
+        step, touched = self._touched
+        self._touched = (self.journal.step, (touched if step == self.journal.step else 0) + rows)
+
+    def _surely_evictable(self, keys, missing):
+        """At most as many as _evictable(keys) counts, from host counts alone: the held rows
+        less those this step's lookups touched (note_touched) and the held ones among `keys`
+        (at most its length less the `missing` new keys; a key from several ranks counts each
+        time, so this serves where a step brings few keys to a full shard, the usual case). The
+        journal's steps only grow, so only this step's lookups made a row's last step the
+        current one."""
+        step, touched = self._touched
+        held = self._high_water - int(self._free.shape[0])
+        return held - (touched if step == self.journal.step else 0) - (
+            int(keys.shape[0]) - int(missing))
+
+    def _evictable(self, keys):
+        """Host bool [capacity]: held rows that neither the current step nor `keys` looked up."""
+        backend = self.backend
+        last, batch_rows = backend.download_staged_many(
+            [backend.column(self.statistics, LAST_STEP), self.index.find(keys)])
+        evictable = self._held_rows() & (last < self.journal.step)
+        evictable[batch_rows[batch_rows >= 0]] = False
+        return evictable
+
+    def _evict(self, count, batch_rows):
+        """Evicts `count` keys that neither the current step nor this lookup (its held keys'
+        rows `batch_rows`, -1 for new keys) looked up, by the strategy; returns what undoing it
+        needs: (keys, rows, values, slots, statistics, evicted entry)."""
+        backend, to_host = self.backend, self.backend.to_host
+        keys, rows = self.index.export()
+        # every held key's statistics in the export's order (ordered by row), gathered on the
+        # device: one download and one wait with the keys, rows and this lookup's rows, read
+        # where they land (staging views: megabytes a member, not copied again on the host)
+        keys, rows, held, batch_rows = backend.download_staged_many(
+            [keys, rows, backend.take_rows(self.statistics, rows), batch_rows])
+        last = held[:, LAST_STEP]  # held is a gather: the table's statistics stay as they are
+        batch_rows = batch_rows[batch_rows >= 0]  # held keys this lookup looked up: not evicted
+        last[np.searchsorted(rows, batch_rows)] = self.journal.step
+        columns = [last, keys]
+        if self.dynamic.evict_strategy != "lru":
+            columns.insert(0, held[:, COUNT])
+        evictable = last < self.journal.step
+        if evictable.all():  # (the usual case: a step looks up few of a full shard's keys)
+            order = first_by(count, columns)
+        else:
+            evictable = np.flatnonzero(evictable)
+            order = evictable[first_by(count, [c[evictable] for c in columns])]
+        victim_keys, victim_rows = keys[order], rows[order]
+        device_rows = backend.asarray(victim_rows)
+        values = hybrid_rows.gather_rows(backend, self.values, device_rows)
+        saved = (victim_keys, victim_rows, values,
+                 {name: hybrid_rows.gather_rows(backend, s, device_rows)
+                  for name, s in self.slots.items()},
+                 backend.take_rows(self.statistics, device_rows))
+        backend.put_rows(self.statistics, device_rows,
+                         backend.zeros((victim_rows.shape[0], 2), np.int64))
+        self.evicted_keys += int(victim_rows.shape[0])
+        entry = None
+        if self.name not in _DROPPED:  # read by someone: the host keeps a copy until then
+            entry = (victim_keys, to_host(values))
+            self._evicted.append(entry)
+        self.index.erase(backend.asarray(victim_keys))
+        self.index = rebuilt_if_worn(backend, self.index, self.capacity)
+        self._free = np.concatenate([self._free, victim_rows])
+        return saved + (entry,)
+
+    def _take_rows(self, count):
+        """Hands out the rows of `count` new keys: freed rows first (last freed first), then
+        fresh ones; returns how many were freed rows."""
+        reused = min(count, self._free.shape[0])
+        self._free = self._free[:self._free.shape[0] - reused]
+        self._high_water += count - reused
+        return reused
+
+    def _undo_insert(self, new_keys, new_rows, free_before, high_water_before, evicted):
+        """Undoes one insert of a failed step (engine/lookup/step_journal.py)."""
+        backend = self.backend
+        self.index.erase(new_keys)
+        self.reset_slot_rows(new_rows)
+        if self.statistics is not None:
+            backend.put_rows(self.statistics, new_rows,
+                             backend.zeros((int(new_rows.shape[0]), 2), np.int64))
+        if evicted is not None:
+            self._put_back(evicted)
+        self._free, self._high_water = free_before, high_water_before
+        self.index = rebuilt_if_worn(backend, self.index, self.capacity)
+
+    def _put_back(self, evicted):
+        """Gives the keys of one _evict (its undo record `evicted`) their rows, vectors, slots
+        and statistics again, and takes them out of what pop_evicted hands out."""
+        backend = self.backend
+        keys, rows, values, slots, statistics, entry = evicted
+        device_rows = backend.asarray(rows)
+        self.index.assign(backend.asarray(keys), device_rows)
+        hybrid_rows.put_rows(backend, self.values, device_rows, values)
+        for name, saved in slots.items():
+            hybrid_rows.put_rows(backend, self.slots[name], device_rows, saved)
+        backend.put_rows(self.statistics, device_rows, statistics)
+        self._evicted = [e for e in self._evicted if e is not entry]
+        self.evicted_keys -= int(keys.shape[0])
+
+    # -- what a hash group of hybrid tables asks of its members (engine/lookup/table_group.py) ---------
+
+    def rows_source(self):
+        """(row_pool, next_row) for a hash group's insert (backend.hash_insert_many's pools):
+        the freed rows in taking order and the high water, or (None, None) where no row was
+        freed (new keys take rows index.size, index.size + 1, ...)."""
+        if self._free.shape[0] == 0:
+            return None, None
+        return self._free_rows_on_device(), self._high_water
+
+    def held_state(self):
+        """What undo_placed needs to put the free list and high water back."""
+        return self._free, self._high_water
+
+    def take_rows(self, count):
+        """Hands out the rows of `count` keys a hash group placed (by rows_source's order);
+        returns how many were freed rows."""
+        return self._take_rows(count)
+
+    def take_rows_later(self, placed, t):
+        """take_rows of placed[t] (placed: a hash group's device counts), counted when the free
+        list or the high water is next read, or when settle_rows hands the host copy over."""
+        if self._pending is not None:  # an earlier count first
+            self._settle()
+        self._pending = (placed, t)
+
+    def settle_rows(self, placed, host_placed):
+        """Hands over the host copy of take_rows_later's counts `placed`, if still pending."""
+        if self._pending is not None and self._pending[0] is placed:
+            t = self._pending[1]
+            self._pending = None
+            self._take_rows(int(host_placed[t]))
+
+    def undo_placed(self, new_keys, new_rows, held):
+        """Undoes a hash group's placing of `new_keys` at this shard's `new_rows` (backend
+        arrays) in a failed step; held: held_state() before it."""
+        self._undo_insert(new_keys, new_rows, held[0], held[1], None)
+
+    def make_room(self, count, keys):
+        """Evicts `count` keys that neither the current step nor owned `keys` (backend) looked
+        up, by the strategy, recording in the step journal how to put them back."""
+        held = self.held_state()
+        evicted = self._evict(count, self.index.find(keys))
+        self.journal.record(lambda: self._undo_evict(evicted, held))
+
+    def _undo_evict(self, evicted, held):
+        self._put_back(evicted)
+        self._free, self._high_water = held
+        self.index = rebuilt_if_worn(self.backend, self.index, self.capacity)
+
+    def emptied(self):
+        """Forgets every key's place for a load into this shard where it is (a hash group's
+        member): no freed row, no row handed out, no statistics, nothing evicted to hand out."""
+        self._free, self._high_water, self._evicted = np.zeros(0, np.int64), 0, []
+        self.evicted_keys = 0  # as a table made anew by a load
+        if self.statistics is not None:
+            self.backend.fill_value(self.statistics, 0)
+
+    def grown_capacity(self, needed):
+        """The capacity doubled until `needed` rows fit, at most max_capacity."""
+        capacity = self.capacity
+        while capacity < needed:
+            capacity *= 2
+        return min(capacity, self.max_capacity)
+
+    def _grow(self, needed):
+        """Doubles the capacity until `needed` rows fit (at most max_capacity), keeping every
+        key's row, vector, slots and statistics. A hash group's member (engine/lookup/table_group.py)
+        grows through its group, which holds its arrays."""
+        if self.group is not None:
+            rows = self.group.capacities.copy()
+            rows[self.group.members.index(self)] = needed
+            self.group.grow(rows)
+            return
+        backend = self.backend
+        capacity = self.grown_capacity(needed)
+        self.values = hybrid_rows.grown(backend, self.values, capacity, self.hbm_rows)
+        self.slots = {name: hybrid_rows.grown(backend, s, capacity, self.hbm_rows,
+                                              self.slot_initial[name])
+                      for name, s in self.slots.items()}
+        if self.statistics is not None:
+            self.statistics = hybrid_rows.grown(backend, self.statistics, capacity, None)
+        self.times = hybrid_rows.grown(backend, self.times, capacity, None)
+        self.index = rebuilt_index(backend, self.index, capacity)
+        self.capacity = capacity
+
+
+def first_by(count, columns):
+    """Positions of the `count` entries that come first when ordered by `columns` (host arrays
+    of one length, the most significant first, the last one's values distinct), in that order:
+    a partition per column instead of a sort of every entry (an eviction picks a batch's worth
+    of a shard's keys)."""
+    n = int(columns[0].shape[0])
+    if count >= n:
+        return np.lexsort(columns[::-1])
+    picked = _first(count, None, columns, n)
+    return picked[np.lexsort([c[picked] for c in columns[::-1]])]
+
+
+def _first(count, index, columns, n):
+    """The `count` entries among positions `index` (None: all n) that come first by
+    `columns`, in any order."""
+    size = n if index is None else int(index.shape[0])
+    if count <= 0:
+        return np.zeros(0, np.int64)
+    if count >= size:
+        return np.arange(n) if index is None else index
+    column = columns[0] if index is None else columns[0][index]
+    if len(columns) == 1:
+        chosen = np.argpartition(column, count - 1)[:count]
+        return chosen if index is None else index[chosen]
+    if column.min() == column.max():  # all tied (one step's keys, say): the next column decides
+        return _first(count, index, columns[1:], n)
+    cut = np.partition(column, count - 1)[count - 1]
+    below, tied = np.flatnonzero(column < cut), np.flatnonzero(column == cut)
+    if index is not None:
+        below, tied = index[below], index[tied]
+    return np.concatenate([below, _first(count - below.shape[0], tied, columns[1:], n)])
+
+
+def _is_prefix(array, base):
+    """True when 1-D `array` is base[:len(array)] (a view of it, or base itself)."""
+    if base is None or not (array is base or array.base is base):
+        return False
+    return array.ctypes.data == base.ctypes.data and array.strides == base.strides
