@@ -5,7 +5,7 @@ checkpoint_dir save and restore the table's rows and optimizer slots with no new
 A table's saveable carries one small string tensor: its manifest entry (engine/
 checkpoint/manifest.py: dims, slots, placement, each rank's shard file with size and checksum).
 The rows are in shard files beside the checkpoint prefix, one per table and rank, written by
-every rank in parallel (engine/checkpoint/tables.py), named so that TensorFlow deletes them with their
+every rank in parallel (checkpoint/tables.py), named so that TensorFlow deletes them with their
 checkpoint (checkpoint.saver_shard_name). TensorFlow writes the entries last, in its own index
 file, so a checkpoint is whole or absent. A Saver run on rank 0 only (the Horovod idiom) saves
 and restores every rank's rows: the other ranks take part at their next op

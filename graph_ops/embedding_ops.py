@@ -18,7 +18,7 @@ TableSpec = collections.namedtuple(
     "TableSpec", "name dim capacity use_hashtable init_spec placement dynamic")
 TableSpec.__new__.__defaults__ = ("mod", None)
 TableSpec.__doc__ = ("What the engine needs to create a shard; name is the handle variable's "
-                     "name; placement: which rank owns a key (engine/tables/placement.py); dynamic: "
+                     "name; placement: which rank owns a key (tables/placement.py); dynamic: "
                      "None or a growing table's settings (engine/tables/dynamic_table.py).")
 
 _DENSE_GRAD = "Sok1xDenseLookup"

@@ -20,4 +20,6 @@ if [ "$what" = test ]; then
   bash "$root/scripts/install_horovod.sh" "$venv/bin/python"
 fi
 # Non-editable on purpose: the tests must see exactly what a user's `pip install` gets.
+# A stale build/ folder would ship modules that no longer exist in the sources.
+rm -rf "$root/build"
 "$venv/bin/python" -m pip install -q --no-deps --force-reinstall "$root"

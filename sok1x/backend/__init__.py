@@ -81,7 +81,7 @@ Every backend module exposes the same names, and the engine's algorithms call on
         find, count_missing, find_or_insert(keys, row_pool, missing, next_row, queue_first),
         find_or_insert_values(keys, values, spec, table_id, ...) (also initialises the new
         rows and returns every key's vector), erase, assign, export
-    A hash group's members (engine/lookup/table_group.py's HashGroup), keys tagged with their member:
+    A hash group's members (lookup/table_group.py's HashGroup), keys tagged with their member:
     part_tags(cuts) -> int64 [cuts[-1]]                the part of each position (one launch)
     unique_many_start(..., tags_list)                  de-duplicates a tagged array per (tag, key)
     hash_insert_many(indexes, keys, tags, row_starts, pools=None) -> (rows, new_keys, new_rows,

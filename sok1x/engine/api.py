@@ -118,7 +118,7 @@ def _forward_state(runtime, table_name, token, op):
 def create_table(name, dim, capacity, use_hashtable, spec, replace=False,
                  placement=placements.MOD, dynamic=None):
     """Declares this rank's shard of table `name` (spec: an InitializerSpec; placement: which
-    rank owns a key, engine/tables/placement.py); the shard is made, and its memory taken, by the first
+    rank owns a key, tables/placement.py); the shard is made, and its memory taken, by the first
     lookup after this call, so a failure there fails that step on every rank. replace=True makes
     it anew at that point (fresh initial values, no optimizer state), as re-running a variable's
     initializer does; replace=False keeps an existing shard. Raises Sok1xError if `name` exists

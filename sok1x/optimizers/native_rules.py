@@ -11,8 +11,8 @@ from sok1x.engine.tables import optimizer_updates
 from sok1x.graph_ops.tf_compat import tf1
 
 Update = collections.namedtuple("Update", "rule hyper options")
-Update.__doc__ = ("rule: a sok1x.engine.tables.optimizer_updates rule; hyper: name -> scalar tensor or "
-                  "number; options: name -> Python constant.")
+Update.__doc__ = ("rule: a sok1x.engine.tables.optimizer_updates rule; hyper: name -> scalar "
+                  "tensor or number; options: name -> Python constant.")
 
 _FLOAT = tf1.float32
 

@@ -1,4 +1,4 @@
-"""The checkpoint shards' crc32 on several threads (engine/checkpoint/checksum.py) equals zlib.crc32,
+"""The checkpoint shards' crc32 on several threads (checkpoint/checksum.py) equals zlib.crc32,
 bit for bit, for buffers cut into pieces of every shape (one piece, equal pieces, a short last
 piece) and any running crc; zlib's own crc32 is the reference."""
 import os

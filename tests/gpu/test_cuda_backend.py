@@ -146,7 +146,7 @@ def test_many_at_once_equals_one_by_one(cuda, rng):
 
 @pytest.mark.parametrize("world_size", [1, 2, 8])
 def test_sizes_left_on_the_device_match_the_cpu(cuda, rng, world_size):
-    """What an op header carries (engine/lookup/exchange_header.py): padded distinct keys bucketed by a
+    """What an op header carries (lookup/exchange_header.py): padded distinct keys bucketed by a
     device count, their per-owner counts, the checks' flag and the header's records."""
     arrays = [random_keys(rng, n) for n in (1000, 0, 77777, 1)]
     arrays[0][:5] = -np.arange(2, 7)  # bad keys: every kernel still stays in place

@@ -1,4 +1,4 @@
-"""Growing, evicting and hybrid tables (engine/tables/dynamic_table.py) on the cuda backend against the
+"""Growing, evicting and hybrid tables (tables/dynamic_table.py) on the cuda backend against the
 same tables on the cpu backend, the reference, fed the same keys.
 
     python3 -m pytest -q tests/gpu/test_dynamic_cuda.py                 (one GPU: the shard)

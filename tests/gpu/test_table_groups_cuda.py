@@ -241,7 +241,7 @@ def test_a_keyed_step_launches_and_waits_as_for_one_table():
     assert counts[26]["host_waits"] == counts[1]["host_waits"]
 
 
-# -- hash groups: v1 hash tables of one dim, placement and initializer (engine/lookup/table_group.py) --
+# -- hash groups: v1 hash tables of one dim, placement and initializer (lookup/table_group.py) --
 
 HASH_SPAN = 2 ** 50  # a hash table takes any non-negative key
 
@@ -463,7 +463,7 @@ def test_hash_group_ops_equal_the_cpu_backend():
             np.testing.assert_allclose(got[3][row], want[3][cpu_row], rtol=1e-6)
 
 
-# -- hbm DynamicVariables in hash groups: members grow in place (engine/lookup/table_group.py) ----------
+# -- hbm DynamicVariables in hash groups: members grow in place (lookup/table_group.py) ----------
 
 def make_hbm_tables(prefix, count, init=8, most=8192):
     from sok1x.engine.tables.dynamic_table import make_dynamic
@@ -552,7 +552,7 @@ def test_a_lookups_gradient_after_its_group_grew_updates_its_own_keys():
     assert_same_hash_steps(names, [([], got)], [([], want)], got_state)
 
 
-# -- hybrid DynamicVariables in hash groups: members grow, then evict (engine/lookup/table_group.py) ---
+# -- hybrid DynamicVariables in hash groups: members grow, then evict (lookup/table_group.py) ---
 
 def make_hybrid_tables(prefix, count, init=8, most=1024):
     from sok1x.engine.tables.dynamic_table import make_dynamic

@@ -1,5 +1,5 @@
 """hbm DynamicVariables in hash groups (DESIGN D13, issue 17 item 1) on the cpu backend, at any
-number of ranks: growing tables (engine/tables/dynamic_table.py, var_type "hbm") of one dim, placement and
+number of ranks: growing tables (tables/dynamic_table.py, var_type "hbm") of one dim, placement and
 initializer looked up together pass as one HashGroup, which grows its members in place when a
 step's new keys pass their capacity, and give what the same tables give looked up one by one
 (forward, gradients, the keys each shard holds, their rows and slots, the capacities), beside a

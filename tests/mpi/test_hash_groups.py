@@ -13,14 +13,10 @@ from mpi4py import MPI
 from checkpoint_reference import assert_same, every_row
 from sok1x.backend import cpu, random_init
 from sok1x.backend.cpu import random_rows as cpu_random
-from sok1x.engine import (
-    api,
-    checkpoint,
-    checkpoint_join,
-    checkpoint_manifest,
-    runtime,
-    table_group,
-)
+from sok1x.engine import api, checkpoint, runtime
+from sok1x.engine.checkpoint import join as checkpoint_join
+from sok1x.engine.checkpoint import manifest as checkpoint_manifest
+from sok1x.engine.lookup import table_group
 from sok1x.engine.lookup.keyed import KeyedInput
 from sok1x.engine.op_keys import name_key
 from sok1x.engine.op_order import OpId

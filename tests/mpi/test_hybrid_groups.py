@@ -1,5 +1,5 @@
 """hybrid DynamicVariables in hash groups (DESIGN D13, issue 17 item 1) on the cpu backend, at any
-number of ranks: growing and evicting tables (engine/tables/dynamic_table.py, var_type "hybrid") of one
+number of ranks: growing and evicting tables (tables/dynamic_table.py, var_type "hybrid") of one
 dim, placement and initializer looked up together pass as one HashGroup, which grows its members
 and, at max_capacity, evicts from each the keys it needs freed, handing the freed rows to the
 new keys; they give what the same tables give looked up one by one (forward, gradients, the keys

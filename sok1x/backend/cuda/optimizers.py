@@ -1,7 +1,7 @@
 """The cuda backend's optimizer updates: the kernels of cuda_kernels/optimizers.cu on GPUArrays.
 
 The same functions, arguments and formulas as cpu/optimizers.py (the reference): state arrays are
-float32 [capacity, dim] GPUArrays changed in place (or split arrays, engine/tables/hybrid_rows.py, whose
+float32 [capacity, dim] GPUArrays changed in place (or split arrays, tables/hybrid_rows.py, whose
 rows the kernels find in either part), `rows` distinct int64 rows (int32 is widened),
 `grads` float32 [len(rows), dim]; NumPy rows or grads are copied to the GPU first. All work is
 queued on the sok1x stream inside the primary context; nothing waits for the GPU.

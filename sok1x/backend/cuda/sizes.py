@@ -1,4 +1,4 @@
-"""The cuda backend's part of the op header (engine/lookup/exchange_header.py): kernels that write the
+"""The cuda backend's part of the op header (lookup/exchange_header.py): kernels that write the
 header's records and input-error flags on the device, so counts and flags that kernels produced
 reach the other ranks without a host copy first. The host reads them once, after the exchange."""
 import numpy as np

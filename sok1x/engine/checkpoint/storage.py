@@ -2,7 +2,7 @@
 files, each checksummed as it goes, and the atomic write of small files (the manifest).
 
 A file is written by one writer thread, in order, while the caller prepares what comes next, and
-read by several I/O threads at once (engine/checkpoint/checksum.py): on Linux a file's writes queue at
+read by several I/O threads at once (checkpoint/checksum.py): on Linux a file's writes queue at
 its inode lock, its reads do not. Checksums are zlib's crc32, taken block by block on checksum
 threads while the writer or reader moves the next blocks (or on that thread itself where there
 is one core). A file is written under a temporary name and renamed into place once complete and

@@ -22,7 +22,7 @@ Keys and gradients are backend arrays (device arrays on cuda); a step waits on t
 whatever the number of tables: for the forward's header (the keys' checks flag, distinct keys and
 per-owner counts are left on the device and ride in it) and for the backward's (the owners'
 distinct rows are counted on the device before it, and read with it). A training lookup of hash
-tables (a hash group, engine/lookup/table_group.py, or a v1 hash table alone) whose shards cannot fill
+tables (a hash group, lookup/table_group.py, or a v1 hash table alone) whose shards cannot fill
 up in it waits no more: the header tells every rank each rank's keys and room per table, so
 every rank sees alike that no owner can overflow, and the keys each table placed are read in
 the next header's wait. Otherwise it waits once more for the keys its hash groups placed, twice
@@ -140,14 +140,14 @@ def _described(backend, check):
 
 def lookup_forward_many(runtime, tables, op, keys_list, training, local_error=None,
                         key_check=None, admit_ratios=None, tags_list=None, tag_counts=None):
-    """Collective. tables: EmbeddingTables (or TableGroups, engine/lookup/table_group.py); keys_list:
+    """Collective. tables: EmbeddingTables (or TableGroups, lookup/table_group.py); keys_list:
     one backend int 1-D array per table. Returns (vectors, routings): per table backend float32
     [n_t, dim_t] in input order, and the Routing its backward pass needs. Raises the step's input
     errors on every rank before any table changes. key_check: the caller's KeyCheck of the
     step's inputs (start_key_checks; default: one of keys_list); admit_ratios: None, or per
     table None or the ratio of new keys a training lookup of a hash table admits
     (engine/tables/admission.py: the others give zeros and no gradient); tags_list: None, or per
-    table None or, for a HashGroup (engine/lookup/table_group.py), backend int64 [n_t]: the member of
+    table None or, for a HashGroup (lookup/table_group.py), backend int64 [n_t]: the member of
     each key (a group's keys are de-duplicated per (tag, key), and its tags travel with its keys
     in the same exchange); tag_counts: None, or per table None or, for a HashGroup, host int64
     [members]: how many of this rank's keys each member has (before de-duplication).

@@ -18,7 +18,7 @@ framework tensor each way.
                ascending, table after table), counts host int64 [T] (rows per table)
     update:    values, rows, counts as the backward returns them (or changed values)
 
-When the tables are one table group (engine/lookup/table_group.py) in its own order, or one table, the
+When the tables are one table group (lookup/table_group.py) in its own order, or one table, the
 keys, checks, exchange, gather, pooling and update are one pass each: the keys' per-table bounds
 are taken in one op, the keys moved into the group's id space in one op, the member outputs are
 the group's output as it is. Any other set of tables (several groups, hash tables beside dense

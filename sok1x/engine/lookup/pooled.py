@@ -10,7 +10,7 @@ pooling happens after the vectors come back, on the rank that asked (SOK all-gat
 reduce-scatters partial sums instead): it reuses the one exchange every front door shares and
 moves nnz * dim floats each way, against world_size * segments * dim for the reduce-scatter.
 
-The tables of a lookup pass in units (engine/lookup/table_group.py): a group's keys are joined in its id
+The tables of a lookup pass in units (lookup/table_group.py): a group's keys are joined in its id
 space and looked up, pooled (its members' output rows one after the other) and, backward,
 spread and summed in one pass; the members get row views of the group's outputs and gradients.
 Members with different combiners or weighting share the lookup and are pooled apart.
@@ -21,7 +21,9 @@ import numpy as np
 
 from sok1x.engine.lookup import table_group
 from sok1x.engine.lookup.checks import first_error
-from sok1x.engine.lookup.key_exchange import lookup_backward_many, lookup_forward_many, start_key_checks
+from sok1x.engine.lookup.key_exchange import (
+    lookup_backward_many, lookup_forward_many, start_key_checks,
+)
 from sok1x.errors import InvalidInputError
 
 COMBINERS = ("sum", "mean")
@@ -40,7 +42,7 @@ Pool.__doc__ = """One pooling pass: the keys' output rows (None: each key its ow
 rows, weights or None, and the mean's per-row divisors or None."""
 
 UnitPooling = collections.namedtuple("UnitPooling", "unit routing pools key_counts segments")
-UnitPooling.__doc__ = """What the backward pass needs of one unit (engine/lookup/table_group.py): the
+UnitPooling.__doc__ = """What the backward pass needs of one unit (lookup/table_group.py): the
 Unit, its Routing, its Pools (one over all members' keys joined, or one per member when their
 combiners or weighting differ), and per member its number of keys and of output rows."""
 
@@ -80,7 +82,7 @@ def pooled_forward_many(runtime, tables, op, inputs, training, local_error=None,
                         extra_checks=(), key_limits=None):
     """Collective. inputs: one PooledInput per table. Returns (outputs, state): per table backend
     float32 [num_segments, dim], and what pooled_backward_many needs. The tables pass in units
-    (engine/lookup/table_group.py): a group's keys are joined, looked up and pooled in one pass. Every
+    (lookup/table_group.py): a group's keys are joined, looked up and pooled in one pass. Every
     input error, on any rank, raises on every rank before any table changes. extra_checks: more
     (array, check(bounds)) pairs read in the same wait; key_limits: per table None or its number
     of keys (see key_exchange.check_step_keys)."""

@@ -83,7 +83,9 @@ import numpy as np
 from sok1x.backend import random_init
 from sok1x.engine.lookup import distinct_rows
 from sok1x.engine.tables import placement as placements
-from sok1x.engine.tables.table import EmbeddingTable, rebuilt_if_worn, rebuilt_index, reset_slot_rows
+from sok1x.engine.tables.table import (
+    EmbeddingTable, rebuilt_if_worn, rebuilt_index, reset_slot_rows,
+)
 from sok1x.errors import InvalidInputError
 
 Unit = collections.namedtuple("Unit", "table positions")

@@ -26,7 +26,7 @@ Eviction reads them and the index once, on the host: the cost of a step that evi
 others. Nothing else reads them, so an hbm table, which never evicts, keeps none (statistics
 None; its lookups stamp the new rows alone). Checkpoints do not hold the statistics (a loaded
 table starts from zero).
-Every insert is recorded in the step journal (engine/lookup/step_journal.py): a failed step erases its
+Every insert is recorded in the step journal (lookup/step_journal.py): a failed step erases its
 new keys, puts evicted keys back with their vectors, slots and statistics, and restores the free
 list.
 """
@@ -437,7 +437,7 @@ class DynamicTable(EmbeddingTable):
         self._evicted = [e for e in self._evicted if e is not entry]
         self.evicted_keys -= int(keys.shape[0])
 
-    # -- what a hash group of hybrid tables asks of its members (engine/lookup/table_group.py) ---------
+    # -- what a hash group of hybrid tables asks of its members (lookup/table_group.py) ---------
 
     def rows_source(self):
         """(row_pool, next_row) for a hash group's insert (backend.hash_insert_many's pools):
@@ -504,7 +504,7 @@ class DynamicTable(EmbeddingTable):
 
     def _grow(self, needed):
         """Doubles the capacity until `needed` rows fit (at most max_capacity), keeping every
-        key's row, vector, slots and statistics. A hash group's member (engine/lookup/table_group.py)
+        key's row, vector, slots and statistics. A hash group's member (lookup/table_group.py)
         grows through its group, which holds its arrays."""
         if self.group is not None:
             rows = self.group.capacities.copy()

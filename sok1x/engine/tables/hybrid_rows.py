@@ -68,7 +68,7 @@ def init_rows(backend, array, rows, keys, spec, table_id, count=None):
 
 
 def apply_update(backend, update, var, slots, rows, grads, hyper, options):
-    """Runs optimizer rule `update` (engine/tables/optimizer_updates.py) on var and its slots (arrays
+    """Runs optimizer rule `update` (tables/optimizer_updates.py) on var and its slots (arrays
     split alike, or plain) for distinct `rows` with gradient `grads`: one kernel over both
     parts (a rule that decays every row decays every row of both)."""
     update(backend, var, slots, rows, grads, hyper, options)

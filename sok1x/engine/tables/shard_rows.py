@@ -4,7 +4,7 @@ local shard only).
 
 Keys are global ids (sok1x.Variable) or hash keys (sok1x.DynamicVariable); each must be owned by
 this rank under the table's placement (engine/tables/placement.py). With slot=(name, initial value)
-they read and write the rows of one of the table's optimizer slots (engine/tables/table.py, made with
+they read and write the rows of one of the table's optimizer slots (tables/table.py, made with
 that initial value if the optimizer has not yet) instead of its values: the slot of a key is
 the row its key has in the table, so a slot has the table's keys.
 """

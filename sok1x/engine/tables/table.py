@@ -1,6 +1,6 @@
 """One rank's shard of an embedding table: its rows, its key index and its optimizer slots.
 
-Which rank owns a key is the table's placement (engine/tables/placement.py, D6). With a hash table a key
+Which rank owns a key is the table's placement (tables/placement.py, D6). With a hash table a key
 gets the next free row of its owner on first sight (find-or-insert); without one its row follows
 from the key (key // world_size) and every row is initialised up front. A row's initial value
 depends only on (seed, table, key) (D10).
@@ -38,7 +38,7 @@ class EmbeddingTable:
         self.journal = runtime.journal
         self.settings = (self.dim, self.capacity, self.use_hashtable, spec, self.placement)
         self.slot_initial = {}
-        self.group = None  # the TableGroup holding this table's arrays (engine/lookup/table_group.py)
+        self.group = None  # the TableGroup holding this table's arrays (lookup/table_group.py)
         # A table placed on one rank holds no rows on the others.
         held = self.capacity if placements.holds_rows(self.placement, self.rank) else 0
         self.values = backend.zeros((held, self.dim), np.float32)
