@@ -109,8 +109,8 @@ class SokVariants(sok_steps.EngineStep):
         outs, token = results[:-1], int(results[-1])
         # d(0.5 ||out||^2) / d out is out itself: the framework hands the outputs back, as the
         # device and host variants do, so the three differ by the crossing alone (a PyTorch op
-        # here, o * 1.0 until session 6, timed the framework's own pass over the outputs in
-        # this variant only: bench/NOTES.md).
+        # here, o * 1.0 until 90ffa22 (2026-11-23), timed the framework's own pass over the
+        # outputs in this variant only: bench/NOTES.md).
         tops = outs
         grads = seam.op(lambda *g: [a for pair in self._backward(token, list(g)) for a in pair],
                         *tops)

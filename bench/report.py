@@ -2,7 +2,7 @@
 
     python bench/report.py --name 2026-11-21-h200x4 --steps DIR --hash DIR --rows DIR --cpu DIR
 
-DIR holds what bench/gpu_pass.sh wrote (w1.json, w2.json, w4.json, hash.json, rows.json) or
+DIR holds what bench/pass.sh's stages wrote (w1.json, w2.json, w4.json, hash.json, rows.json) or
 cpu_step.py wrote (cpu1.json, cpu2.json, cpu4.json). --rows-label picks which kernels of rows.json
 are reported (its "installed" ones by default). Targets are issue 5's.
 """
