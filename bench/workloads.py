@@ -1,7 +1,8 @@
 """The two benchmark models and their input batches.
 
-seed: the README's demo, All2AllDenseEmbedding(slot_num=10, nnz_per_slot=5, dim=16) at a global
-    batch of 65536 split over the ranks (strong scaling); keys uniform over 2^22.
+seed: SOK's demo (legacy_examples/demo_tf1.py), All2AllDenseEmbedding(slot_num=10,
+    nnz_per_slot=5, dim=16) at a global batch of 65536 split over the ranks (strong scaling);
+    keys uniform over 2^22.
 dlrm: 26 categorical features of one key each, dim 128, 16384 samples per rank (weak scaling);
     feature t's keys follow a power law (p(k) ~ (k + 1)^-1.05 over 2^20 values) and live in the
     key range [t * 2^20, (t + 1) * 2^20) of one table, as SOK programs put several features in

@@ -4,7 +4,7 @@
 # v1/: the TF1 demo tests of SOK's v1 API (unit_test/test_scripts/tf1), as of the commit before
 #      SOK's v1 was removed (7db464771, "Sok experiment to offical"); v2/: the function tests of
 #      its v2 API (sparse_operation_kit/test/function_test) as of 2f2016fa8, the commit the
-#      counts in the README were taken at.
+#      counts in docs/migration.md were taken at.
 set -euo pipefail
 clone=$1 dest=$2
 mkdir -p "$dest/v1" "$dest/v2"
