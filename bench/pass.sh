@@ -163,10 +163,11 @@ suites() {  # space-separated run_all.sh suites at 1 GPU, log folder name
   grep -hE '^==' "$work/$2.log" >>"$summary"
   grep -hE '^(FAILED|ERROR)' "$work/$2"/*.log 2>/dev/null | head -12 >>"$summary"
 }
-test_at() {  # name, seconds, ranks, pytest arguments...: this checkout's tests, installed tree
-  local name=$1 cap=$2 ranks=$3; shift 3
-  PYTHONPATH=$(path_of after) run "$name" "$cap" mpiexec ${mpi_bind:-} -n "$ranks" python3 -m \
-    pytest -q -p no:cacheprovider --color=no "$@"
+test_at() {  # name, seconds, ranks (or "serial"), pytest arguments...: this checkout's tests
+  local name=$1 cap=$2 ranks=$3 launch=(); shift 3
+  [ "$ranks" = serial ] || launch=(mpiexec ${mpi_bind:-} -n "$ranks")
+  PYTHONPATH=$(path_of after) run "$name" "$cap" "${launch[@]}" python3 -m pytest -q \
+    -p no:cacheprovider --color=no "$@"
 }
 
 # The stages: stage_NAME ARGUMENTS (the words after "=").
@@ -250,7 +251,7 @@ stage_checkpoint() {
 }
 stage_kernel_tests() {
   local n
-  test_at test-backend 120 1 "$here/tests/gpu/test_cuda_backend.py"
+  test_at test-backend 120 serial "$here/tests/gpu/test_cuda_backend.py"
   for n in 2 4; do
     [ "$n" -le "$gpus" ] || continue
     test_at "test-nccl-$n" 90 "$n" "$here/tests/gpu/test_nccl_collectives.py"
