@@ -42,9 +42,11 @@ def test_every_marker_marks_a_python_block():
     assert len(runnable_blocks()) >= 5, "docs/ lost its runnable examples"
 
 
-@pytest.mark.parametrize("page, index, ranks, source", runnable_blocks(),
-                         ids=lambda value: str(value) if not isinstance(value, str) or
-                         len(value) < 40 else "code")
+BLOCKS = runnable_blocks()
+
+
+@pytest.mark.parametrize("page, index, ranks, source", BLOCKS,
+                         ids=["%s-%d" % (page, index) for page, index, _, _ in BLOCKS])
 def test_runnable_block(tmp_path, page, index, ranks, source):
     script = tmp_path / "block.py"
     script.write_text(source + "\n")
