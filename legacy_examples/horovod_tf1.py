@@ -60,7 +60,7 @@ def synthetic_batches(args, rank, size):
 
 
 def build(args, keys, labels):
-    """Returns (global loss after the update, train op): sok1x's Adam for the embedding inside
+    """Returns (global loss after the update, train op): TensorFlow's Adam for the embedding inside
     sok.OptimizerScope, Adam over Horovod-summed gradients for the dense layers."""
     embedding = sok.All2AllDenseEmbedding(
         max_vocabulary_size_per_gpu=args.vocabulary_per_gpu,

@@ -1,7 +1,7 @@
 """SOK's v2 API on sok1x in a TF1 graph program: a sok.Variable (a dense table, rows spread over
 the ranks) and a sok.DynamicVariable (a hash table that grows as keys arrive) looked up together
 by sok.lookup_sparse, a dense tower, and one tf.compat.v1.train.AdamOptimizer wrapped by
-sok.OptimizerWrapper for both tables (dense variables keep it as it is, after sok.allreduce).
+sok.OptimizerWrapper for both tables and the dense variables (whose gradients sok.allreduce sums).
 At the end it writes both tables with their Adam slots by sok.dump, trains on, then sok.load puts
 them back and checks that a lookup reads the dumped rows again. Prints loss and samples/s every
 --log_every steps. Runs on TensorFlow 1.15 and on TensorFlow 2.x in graph mode.
