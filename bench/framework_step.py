@@ -18,8 +18,9 @@ exchange, update: LazyAdam, Adagrad for mlperf26) five ways:
                    release_to_framework, as graph_ops/boundary.py does for TensorFlow (three ops:
                    forward, backward, update)
     sok1x_host     host staging, as TensorFlow 1.15's py_func, with the fewest bytes
-                   (api.compact_lookup): per table the batch's distinct rows and int32 indices
-                   (or the pooled vectors, where fewer) come to the host; the framework copies
+                   (api.compact_lookup, joined: all tables' distinct rows in one array and
+                   int32 indices into it in another, or the pooled vectors where those are
+                   fewer bytes) come to the host; the framework copies
                    them to its GPU, gathers there (the lookup's outputs, what its dense layers
                    read), and hands back the gather's gradient (the distinct rows' sums) through
                    the host; the backward's slices cross down and up to the update op, as they
@@ -183,36 +184,32 @@ class SokVariants(sok_steps.EngineStep):
         backend, device = self.backend, self.torch_device
         up, down = sum(k.nbytes for k in keys_host), 0
         keys = backend.upload_staged(keys_host[0])
-        results, token = api.compact_lookup(self.names, "fwd", self._compact_inputs(keys), True)
+        joined, token = api.compact_lookup(self.names, "fwd", self._compact_inputs(keys), True,
+                                           joined=True)
         staged = backend.download_staged_many(
-            [a for r in results for a in r if a is not None])
+            [a for a in (joined.rows, joined.indices) if a is not None])
         down += sum(a.nbytes for a in staged)
         # The framework: its own copies to its GPU, its gather (the lookup's outputs, the dense
         # layers' input), top gradient = output, the gather's gradient (per distinct row the
         # sum of its keys'), its copy to the host into page-locked memory.
-        staged, outs, host_grads = iter(staged), [], []
-        for result in results:
-            rows = torch.from_numpy(next(staged)).to(device, non_blocking=True)
-            up += rows.numel() * 4
-            if result.indices is None:
-                out = grad = rows
-            else:
-                index = torch.from_numpy(next(staged)).to(device, non_blocking=True)
-                up += index.numel() * 4
-                index = index.long()
-                out = rows.index_select(0, index)
-                grad = torch.zeros_like(rows).index_add_(0, index, out)
-            outs.append(out)
-            host = backend.host_buffer(grad.numel() * 4).view(np.float32).reshape(
-                tuple(grad.shape))
-            torch.from_numpy(host).copy_(grad, non_blocking=True)
-            down += host.nbytes
-            host_grads.append(host)
+        rows = torch.from_numpy(staged[0]).to(device, non_blocking=True)
+        up += rows.numel() * 4
+        if joined.indices is None:
+            out = grad = rows
+        else:
+            index = torch.from_numpy(staged[1]).to(device, non_blocking=True)
+            up += index.numel() * 4
+            index = index.long()
+            out = rows.index_select(0, index)
+            grad = torch.zeros_like(rows).index_add_(0, index, out)
+        host = backend.host_buffer(grad.numel() * 4).view(np.float32).reshape(tuple(grad.shape))
+        torch.from_numpy(host).copy_(grad, non_blocking=True)
+        down += host.nbytes
         if device.type == "cuda":  # the framework's copies done before the engine reads them
             torch.cuda.current_stream(device).synchronize()
-        grads = [backend.upload_staged(g) for g in host_grads]
-        up += sum(g.nbytes for g in host_grads)
-        pairs = api.pooled_lookup_grad(self.names, "bwd", token, grads)
+        grads = [backend.upload_staged(host)]
+        up += host.nbytes
+        pairs = api.compact_lookup_grad(self.names, "bwd", token, grads)
         if not kept:  # the slices cross to the host and back, as between two py_funcs
             host_pairs = backend.download_staged_many([a for pair in pairs for a in pair])
             slices = sum(a.nbytes for a in host_pairs)
@@ -221,7 +218,7 @@ class SokVariants(sok_steps.EngineStep):
         api.apply_optimizer_updates(self.names, self.rule, self.slot_prefix, {}, self._hyper(),
                                     [v for v, _ in pairs], [r for _, r in pairs])
         self.crossed["sok1x_host_kept" if kept else "sok1x_host"] = (up, down)
-        return outs
+        return [out]
 
 
 def shard_weight(rt, names, device):

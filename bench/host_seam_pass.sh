@@ -7,7 +7,9 @@ set -u
 here=$(pwd); out=${OUT:-/tmp/sok1x-host-seam}; mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export SOK1X_KERNEL_CACHE_DIR=/tmp/sok1x-kernels
-python3 -m pip install -q --no-index --no-deps --target /tmp/wheels .device-wheels/*.whl || exit 1
+rm -rf /tmp/after  # a warm machine may hold another tree there
+python3 -m pip install -q --no-index --no-deps --upgrade --target /tmp/wheels .device-wheels/*.whl \
+  >/dev/null 2>&1 || exit 1
 python3 -m pip install -q --no-index --no-deps --no-build-isolation --target /tmp/after . \
   >"$out/install.log" 2>&1 || { echo "install failed"; tail "$out/install.log"; exit 1; }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"

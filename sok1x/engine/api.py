@@ -19,7 +19,11 @@ from sok1x.engine.lookup.checks import check_dense_shape, check_sparse_shape, fi
 from sok1x.engine.lookup.exchange_header import confirm_same_op, exchange_header
 from sok1x.engine.lookup.key_exchange import lookup_backward, lookup_forward
 from sok1x.engine.op_order import as_op_id
-from sok1x.engine.lookup.compact import CompactRows, compact_forward_many  # noqa: F401
+from sok1x.engine.lookup.compact import (  # noqa: F401  (CompactRows: part of the API)
+    CompactRows,
+    compact_backward_many,
+    compact_forward_many,
+)
 from sok1x.engine.lookup.pooled import (  # noqa: F401  (PooledInput: part of the API)
     COMBINERS,
     PooledInput,
@@ -253,16 +257,28 @@ def pooled_lookup_grad(table_names, op, token, grads):
         return pooled_backward_many(rt, tables, op, state, list(grads))
 
 
-def compact_lookup(table_names, op, inputs, training, key_limits=None, itemsize=4):
+def compact_lookup(table_names, op, inputs, training, key_limits=None, itemsize=4,
+                   joined=False):
     """Collective: pooled_lookup for a seam that crosses the host (engine/lookup/compact.py).
     Returns (per table CompactRows: the pooled vectors, or the batch's distinct rows and int32
     indices of each key's row among them, whichever takes fewer bytes of `itemsize` floats;
-    token for pooled_lookup_grad, whose grads are per table shaped like its rows)."""
+    joined=True, tables of one dim: one JoinedRows of all; token for compact_lookup_grad)."""
     with _step() as rt:
         tables = _tables_for_collective(rt, list(table_names), op)
         rows, state = compact_forward_many(rt, tables, op, list(inputs), training, key_limits,
-                                           itemsize)
+                                           itemsize, joined)
         return rows, np.int64(rt.stash.put(_forward_key(op), state))
+
+
+def compact_lookup_grad(table_names, op, token, grads):
+    """Collective. grads: per table float32 shaped like compact_lookup's rows (or, joined, one
+    array shaped like its rows). Returns per table (values [u, dim_t], rows [u]) of this rank's
+    shard."""
+    names = list(table_names)
+    with _step() as rt:
+        tables = _tables_for_collective(rt, names, op)
+        state = _forward_state(rt, ",".join(names), token, op)
+        return compact_backward_many(rt, tables, op, state, list(grads))
 
 
 def keyed_lookup(table_names, op, keyed, training, key_limits=None):

@@ -113,7 +113,7 @@ def test_host_seam_step_equals_the_device_step(cuda, rng, hashed):
         grads.append(leaf.grad.cpu().numpy())
     assert forms == ["distinct", "pooled", "pooled"]
     with runtime.entered():
-        got = api.pooled_lookup_grad(names, "seam_bwd", token,
+        got = api.compact_lookup_grad(names, "seam_bwd", token,
                                      [cuda.upload_staged(g) for g in grads])
         got = [by_key(cuda, name, pair) for name, pair in zip(names, got)]
     for (got_values, got_keys), (want_values, want_keys) in zip(got, want):

@@ -25,9 +25,9 @@ def engine():
     return runtime.init(backend="cpu")
 
 
-def make_tables(tag, dims, hashed=(False,) * 4):
+def make_tables(tag, dims, hashed=None):
     names = ["compact_%s_%d" % (tag, t) for t in range(len(dims))]
-    for name, dim, hashtable in zip(names, dims, hashed):
+    for name, dim, hashtable in zip(names, dims, hashed or (False,) * len(dims)):
         api.create_table(name, dim, 4 * VOCAB, hashtable, SPEC, replace=True)
     return names
 
@@ -116,7 +116,7 @@ def test_the_fewer_bytes_give_the_pooled_lookups_outputs_and_gradients(hashed):
                                    rtol=1e-5, atol=1e-6)
         grads.append(framework_gradient(top, result.indices, distinct, item))
     assert forms == ["distinct", "pooled", "distinct", "pooled"]
-    got_grads = api.pooled_lookup_grad(names, "compact_bwd", token, grads)
+    got_grads = api.compact_lookup_grad(names, "compact_bwd", token, grads)
     for got, want, name in zip(got_grads, want_grads, names):
         got = by_key(name, got)
         np.testing.assert_array_equal(got[1], want[1])
@@ -138,7 +138,7 @@ def test_a_filtered_table_crosses_pooled():
     result, token = api.compact_lookup(names, "compact_filter_fwd", [
         PooledInput(keys, None, 20, None, "sum", 0.5)], True)
     assert result[0].indices is None and result[0].rows.shape == (20, 4)
-    api.pooled_lookup_grad(names, "compact_filter_bwd", token, [np.ones((20, 4), np.float32)])
+    api.compact_lookup_grad(names, "compact_filter_bwd", token, [np.ones((20, 4), np.float32)])
 
 
 def test_bad_input_on_one_rank_fails_every_rank_and_changes_nothing():
@@ -158,3 +158,40 @@ def test_bad_input_on_one_rank_fails_every_rank_and_changes_nothing():
         with pytest.raises(InvalidInputError, match=message):
             api.compact_lookup(names, "compact_bad_fwd_" + what, inputs, True)
         assert [runtime.get().tables[n].index.size for n in names] == held
+
+
+@pytest.mark.parametrize("hot", [1, 8])
+def test_tables_of_one_dim_cross_joined(hot):
+    """26 tables of one dim as dlrm26's: one array of rows and one of indices for all (where
+    distinct rows pay, one key per row and many repeats), or the pooled rows joined (eight
+    distinct keys per row), and one joined gradient back."""
+    count, batch, dim = 26, 12, 8
+    rng = np.random.default_rng([7, RANK, hot])
+    inputs = []
+    for _ in range(count):
+        keys = (rng.integers(0, 4, size=batch) if hot == 1 else
+                rng.permutation(4 * VOCAB)[:batch * hot]) * SIZE + RANK
+        segments = None if hot == 1 else np.arange(batch * hot) // hot
+        inputs.append(PooledInput(keys, segments, batch, None, "sum"))
+    tops = rng.standard_normal((count * batch, dim)).astype(np.float32)
+    names = make_tables("joined%d" % hot, (dim,) * count)
+    pooled, token = api.pooled_lookup(names, "joined_ref_fwd", inputs, True)
+    want_grads = [by_key(name, pair) for name, pair in zip(names, api.pooled_lookup_grad(
+        names, "joined_ref_bwd", token, np.split(tops, count)))]
+    make_tables("joined%d" % hot, (dim,) * count)
+    joined, token = api.compact_lookup(names, "joined_fwd", inputs, True, joined=True)
+    if hot == 1:
+        assert joined.indices.dtype == np.int32 and joined.indices.shape == (count * batch,)
+        np.testing.assert_array_equal(joined.row_counts, [len(np.unique(i.keys)) for i in inputs])
+        np.testing.assert_allclose(joined.rows[joined.indices], np.concatenate(pooled))
+        grads = np.zeros(joined.rows.shape, np.float32)
+        np.add.at(grads, joined.indices, tops)
+    else:
+        assert joined.indices is None
+        np.testing.assert_array_equal(joined.rows, np.concatenate(pooled))
+        grads = tops
+    got = api.compact_lookup_grad(names, "joined_bwd", token, [grads])
+    for (got_values, got_keys), (want_values, want_keys) in zip(
+            [by_key(name, pair) for name, pair in zip(names, got)], want_grads):
+        np.testing.assert_array_equal(got_keys, want_keys)
+        np.testing.assert_allclose(got_values, want_values, rtol=1e-5, atol=1e-5)

@@ -13,7 +13,7 @@ distinct is chosen where u * dim * itemsize + 4 * nnz < num_segments * dim * ite
 of the floats that cross, 2 for a float16 layer), never for a table with a low-frequency filter
 (its admission counts each key's occurrences) or for bad input (the step then fails as
 pooled_lookup's does, on every rank). Either way the forward state is pooled_forward_many's, so
-pooled_backward_many takes per table gradients shaped like its rows: for distinct rows each key
+compact_lookup_grad takes per table gradients shaped like its rows: for distinct rows each key
 is its own output row, and their gradients go to the owners unchanged.
 """
 import collections
@@ -21,7 +21,23 @@ import collections
 import numpy as np
 
 from sok1x.engine.lookup.checks import KEY_DTYPES
-from sok1x.engine.lookup.pooled import PooledInput, check_input, pooled_forward_many
+from sok1x.engine.lookup.pooled import (
+    PooledInput,
+    check_input,
+    pooled_backward_many,
+    pooled_forward_many,
+)
+
+JoinedRows = collections.namedtuple("JoinedRows", "rows indices row_counts")
+JoinedRows.__doc__ = """All tables' results joined (tables of one dim, joined=True): rows
+(backend float32 [sum r_t, dim], table after table), indices (None where every table crossed
+pooled, else backend int32 [sum nnz_t], each key's row in `rows`), row_counts (host int64 [T]:
+r_t, each table's pooled or distinct rows). One form for all: distinct where their bytes summed
+are fewer."""
+
+CompactState = collections.namedtuple("CompactState", "pooling row_counts")
+CompactState.__doc__ = """What compact_backward_many needs: pooled_forward_many's state, and
+row_counts (host int64 [T]) where the gradient comes joined, else None."""
 
 CompactRows = collections.namedtuple("CompactRows", "rows indices")
 CompactRows.__doc__ = """One table's result of compact_forward_many: rows (backend float32:
@@ -46,11 +62,12 @@ def _candidates(inputs, error):
             and 0 < item.keys.shape[0] < _INT32_LIMIT]
 
 
-def compact_forward_many(runtime, tables, op, inputs, training, key_limits=None, itemsize=4):
+def compact_forward_many(runtime, tables, op, inputs, training, key_limits=None, itemsize=4,
+                         joined=False):
     """Collective. pooled_forward_many's lookup (inputs: one PooledInput per table) returning
-    per table the CompactRows of fewer bytes, and the state pooled_backward_many takes (its
-    gradients shaped like each table's rows). Raises the step's input errors on every rank
-    before any table changes, as pooled_forward_many."""
+    per table the CompactRows of fewer bytes (joined=True, tables of one dim: one JoinedRows for
+    all), and the state compact_backward_many takes. Raises the step's input errors on every
+    rank before any table changes, as pooled_forward_many."""
     backend = runtime.backend
     inputs = [item._replace(keys=backend.asarray(item.keys),
                             segment_ids=None if item.segment_ids is None else backend.asarray(
@@ -66,15 +83,52 @@ def compact_forward_many(runtime, tables, op, inputs, training, key_limits=None,
     candidates = _candidates(inputs, error)
     found = backend.unique_many([inputs[p].keys for p in candidates], ordered=False) \
         if candidates else []
+    joined = joined and len({table.dim for table in tables}) == 1
     items, indices = list(inputs), [None] * len(inputs)
+    chosen = _distinct_choice(tables, inputs, candidates, found, itemsize, joined)
     for p, (distinct, inverse) in zip(candidates, found):
-        item, dim = inputs[p], tables[p].dim
-        count = int(distinct.shape[0])
-        if distinct_pays(count, int(item.keys.shape[0]), int(item.num_segments), dim, itemsize):
-            items[p] = PooledInput(distinct, None, count, None, "sum")
+        if p in chosen:
+            items[p] = PooledInput(distinct, None, int(distinct.shape[0]), None, "sum")
             indices[p] = inverse
     outputs, state = pooled_forward_many(
         runtime, tables, op, items, training, local_error=error, extra_checks=checks,
         key_limits=key_limits, checked_keys=[item.keys for item in inputs])
-    return [CompactRows(rows, None if index is None else backend.narrow_indices(index))
-            for rows, index in zip(outputs, indices)], state
+    if not joined:
+        return [CompactRows(rows, None if index is None else backend.narrow_indices(index))
+                for rows, index in zip(outputs, indices)], CompactState(state, None)
+    row_counts = np.array([int(rows.shape[0]) for rows in outputs], np.int64)
+    rows = outputs[0] if len(outputs) == 1 else backend.join_rows(outputs)
+    index = None
+    if chosen:
+        starts = np.concatenate([[0], np.cumsum(row_counts)[:-1]]).astype(np.int64)
+        index = backend.narrow_indices(backend.join_keys(indices, starts))
+    return JoinedRows(rows, index, row_counts), CompactState(state, row_counts)
+
+
+def _distinct_choice(tables, inputs, candidates, found, itemsize, joined):
+    """The positions that cross as distinct rows: each where that pays, or (joined) all of them
+    where every table may and the sum pays."""
+    sizes = [(int(distinct.shape[0]), int(inputs[p].keys.shape[0]),
+              int(inputs[p].num_segments), tables[p].dim)
+             for p, (distinct, _) in zip(candidates, found)]
+    if not joined:
+        return {p for p, size in zip(candidates, sizes) if distinct_pays(*size, itemsize)}
+    if len(candidates) < len(inputs):
+        return set()
+    total = [sum(size[i] for size in sizes) for i in range(3)]
+    return set(candidates) if distinct_pays(*total, tables[0].dim, itemsize) else set()
+
+
+def compact_backward_many(runtime, tables, op, state, grads_list):
+    """Collective. state: compact_forward_many's; grads_list: per table float32 gradients
+    shaped like its rows, or (joined) one [sum r_t, dim]. Returns pooled_backward_many's per
+    table (values, rows)."""
+    if state.row_counts is not None:
+        grads = runtime.backend.asarray(grads_list[0])
+        if len(grads.shape) == 2 and int(grads.shape[0]) == int(state.row_counts.sum()):
+            starts = np.concatenate([[0], np.cumsum(state.row_counts)]).astype(np.int64)
+            grads_list = [runtime.backend.row_view(grads, int(a), int(b))
+                          for a, b in zip(starts[:-1], starts[1:])]
+        else:  # pooled_backward_many reports the mismatch on every rank
+            grads_list = [grads] * len(tables)
+    return pooled_backward_many(runtime, tables, op, state.pooling, grads_list)
