@@ -18,9 +18,10 @@ exchange, update: LazyAdam, Adagrad for mlperf26) five ways:
                    release_to_framework, as graph_ops/boundary.py does for TensorFlow (three ops:
                    forward, backward, update)
     sok1x_host     host staging, as TensorFlow 1.15's py_func, with the fewest bytes
-                   (api.compact_lookup, joined: all tables' distinct rows in one array and
-                   int32 indices into it in another, or the pooled vectors where those are
-                   fewer bytes) come to the host; the framework copies
+                   (api.compact_keyed_lookup: the distinct rows of all tables' keys, found
+                   in one pass for a table group, in one array and int32 indices into it in
+                   another, or the pooled vectors where those are fewer bytes) come to the
+                   host; the framework copies
                    them to its GPU, gathers there (the lookup's outputs, what its dense layers
                    read), and hands back the gather's gradient (the distinct rows' sums) through
                    the host; the backward's slices cross down and up to the update op, as they
@@ -161,22 +162,15 @@ class SokVariants(sok_steps.EngineStep):
         with runtime.entered():
             return self._host(keys_host, kept)
 
-    def _compact_inputs(self, keys):
-        """Per table a PooledInput of the step's keys (each key its own output row)."""
+    def _keyed_input(self, keys):
+        """The step's keys as one KeyedInput (dlrm: one table, each key its own row)."""
         w = self.w
         if w.tables is None:
             flat = self.backend.reshape(keys, -1)
-            return [api.PooledInput(flat, None, int(flat.shape[0]), None, "sum")]
-        cuts = np.concatenate([[0], np.cumsum(self._lengths)])
-        return [api.PooledInput(self.backend.row_view(keys, int(a), int(b)),
-                                self._table_segments(t), w.batch_per_rank, None, "sum")
-                for t, (a, b) in enumerate(zip(cuts[:-1], cuts[1:]))]
-
-    def _table_segments(self, t):
-        if self._segments is None:
-            return None
-        cuts = np.concatenate([[0], np.cumsum(self._lengths)])
-        return self.backend.row_view(self._segments, int(cuts[t]), int(cuts[t + 1]))
+            count = int(flat.shape[0])
+            return api.KeyedInput(flat, [count], None, [count], None, "sum")
+        return api.KeyedInput(keys, self._lengths, self._segments,
+                              [w.batch_per_rank] * len(self.names), None, "sum")
 
     def _host(self, keys_host, kept):
         """One step through the host seam with the fewest bytes (sok1x_host); kept: the update
@@ -184,8 +178,8 @@ class SokVariants(sok_steps.EngineStep):
         backend, device = self.backend, self.torch_device
         up, down = sum(k.nbytes for k in keys_host), 0
         keys = backend.upload_staged(keys_host[0])
-        joined, token = api.compact_lookup(self.names, "fwd", self._compact_inputs(keys), True,
-                                           joined=True)
+        joined, token = api.compact_keyed_lookup(self.names, "fwd", self._keyed_input(keys),
+                                                 True)
         staged = backend.download_staged_many(
             [a for a in (joined.rows, joined.indices) if a is not None])
         down += sum(a.nbytes for a in staged)

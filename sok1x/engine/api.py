@@ -23,6 +23,7 @@ from sok1x.engine.lookup.compact import (  # noqa: F401  (CompactRows: part of t
     CompactRows,
     compact_backward_many,
     compact_forward_many,
+    compact_keyed_forward,
 )
 from sok1x.engine.lookup.pooled import (  # noqa: F401  (PooledInput: part of the API)
     COMBINERS,
@@ -267,6 +268,18 @@ def compact_lookup(table_names, op, inputs, training, key_limits=None, itemsize=
         tables = _tables_for_collective(rt, list(table_names), op)
         rows, state = compact_forward_many(rt, tables, op, list(inputs), training, key_limits,
                                            itemsize, joined)
+        return rows, np.int64(rt.stash.put(_forward_key(op), state))
+
+
+def compact_keyed_lookup(table_names, op, keyed, training, key_limits=None, itemsize=4):
+    """Collective: keyed_lookup for a seam that crosses the host (engine/lookup/compact.py):
+    keyed: a KeyedInput. Returns (JoinedRows: the distinct rows of all tables' keys, one pass for
+    a table group, and int32 indices of each key's row, or the pooled rows where fewer bytes;
+    token for compact_lookup_grad, whose one gradient is shaped like the rows)."""
+    with _step() as rt:
+        tables = _tables_for_collective(rt, list(table_names), op)
+        rows, state = compact_keyed_forward(rt, tables, op, keyed, training, key_limits,
+                                            itemsize)
         return rows, np.int64(rt.stash.put(_forward_key(op), state))
 
 

@@ -195,3 +195,42 @@ def test_tables_of_one_dim_cross_joined(hot):
             [by_key(name, pair) for name, pair in zip(names, got)], want_grads):
         np.testing.assert_array_equal(got_keys, want_keys)
         np.testing.assert_allclose(got_values, want_values, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("count,hot", [(1, 1), (26, 1), (26, 8)])
+def test_a_keyed_lookup_crosses_its_distinct_rows_once_for_all_tables(count, hot):
+    """A KeyedInput over one table or a group of 26 (compact_keyed_lookup): one key per row
+    with repeats crosses as the unit's distinct rows and int32 indices (keys repeated across
+    tables are different rows), eight distinct keys per row as the pooled rows."""
+    batch, dim = 12, 8
+    rng = np.random.default_rng([9, RANK, count, hot])
+    keys = [(rng.integers(0, 4, size=batch) if hot == 1 else
+             rng.permutation(4 * VOCAB)[:batch * hot]) * SIZE + RANK for _ in range(count)]
+    segments = None if hot == 1 else [np.arange(batch * hot) // hot] * count
+    inputs = [PooledInput(k, None if segments is None else segments[t], batch, None, "sum")
+              for t, k in enumerate(keys)]
+    tops = rng.standard_normal((count * batch, dim)).astype(np.float32)
+    names = make_tables("keyed%d_%d" % (count, hot), (dim,) * count)
+    pooled, token = api.pooled_lookup(names, "keyed_ref_fwd", inputs, True)
+    want_grads = [by_key(name, pair) for name, pair in zip(names, api.pooled_lookup_grad(
+        names, "keyed_ref_bwd", token, np.split(tops, count)))]
+    make_tables("keyed%d_%d" % (count, hot), (dim,) * count)
+    keyed = api.KeyedInput(np.concatenate(keys), [batch * hot] * count,
+                           None if segments is None else np.concatenate(segments),
+                           [batch] * count, None, "sum")
+    joined, token = api.compact_keyed_lookup(names, "keyed_fwd", keyed, True)
+    if hot == 1:
+        distinct = sum(len(np.unique(k)) for k in keys)
+        assert joined.indices.dtype == np.int32 and joined.rows.shape == (distinct, dim)
+        np.testing.assert_allclose(joined.rows[joined.indices], np.concatenate(pooled))
+        grads = np.zeros(joined.rows.shape, np.float32)
+        np.add.at(grads, joined.indices, tops)
+    else:
+        assert joined.indices is None
+        np.testing.assert_allclose(joined.rows, np.concatenate(pooled), rtol=1e-6, atol=1e-6)
+        grads = tops
+    got = api.compact_lookup_grad(names, "keyed_bwd", token, [grads])
+    for (got_values, got_keys), (want_values, want_keys) in zip(
+            [by_key(name, pair) for name, pair in zip(names, got)], want_grads):
+        np.testing.assert_array_equal(got_keys, want_keys)
+        np.testing.assert_allclose(got_values, want_values, rtol=1e-5, atol=1e-5)

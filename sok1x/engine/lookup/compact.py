@@ -21,6 +21,7 @@ import collections
 import numpy as np
 
 from sok1x.engine.lookup.checks import KEY_DTYPES
+from sok1x.engine.lookup.keyed import keyed_backward, keyed_distinct_forward
 from sok1x.engine.lookup.pooled import (
     PooledInput,
     check_input,
@@ -32,12 +33,14 @@ JoinedRows = collections.namedtuple("JoinedRows", "rows indices row_counts")
 JoinedRows.__doc__ = """All tables' results joined (tables of one dim, joined=True): rows
 (backend float32 [sum r_t, dim], table after table), indices (None where every table crossed
 pooled, else backend int32 [sum nnz_t], each key's row in `rows`), row_counts (host int64 [T]:
-r_t, each table's pooled or distinct rows). One form for all: distinct where their bytes summed
-are fewer."""
+r_t, each table's pooled or distinct rows; None for a keyed lookup's distinct rows, which are
+the unit's, not per table). One form for all: distinct where their bytes summed are fewer."""
 
-CompactState = collections.namedtuple("CompactState", "pooling row_counts")
-CompactState.__doc__ = """What compact_backward_many needs: pooled_forward_many's state, and
-row_counts (host int64 [T]) where the gradient comes joined, else None."""
+CompactState = collections.namedtuple("CompactState", "pooling row_counts keyed",
+                                      defaults=(False,))
+CompactState.__doc__ = """What compact_backward_many needs: pooled_forward_many's state (keyed:
+keyed.py's KeyedState), and row_counts (host int64 [T]) where the gradient comes joined in
+per-table pieces, else None."""
 
 CompactRows = collections.namedtuple("CompactRows", "rows indices")
 CompactRows.__doc__ = """One table's result of compact_forward_many: rows (backend float32:
@@ -119,10 +122,36 @@ def _distinct_choice(tables, inputs, candidates, found, itemsize, joined):
     return set(candidates) if distinct_pays(*total, tables[0].dim, itemsize) else set()
 
 
+def compact_keyed_forward(runtime, tables, op, item, training, key_limits=None, itemsize=4):
+    """Collective. The joined form of a KeyedInput's lookup (tables of one dim): where the
+    tables pass as one unit of dense tables, the keys are de-duplicated once for all of them
+    (keyed.keyed_distinct_forward). Returns (JoinedRows: distinct rows and int32 indices with
+    row_counts None, or the pooled rows with row_counts the tables' num_segments; the state
+    compact_backward_many takes)."""
+    dim = tables[0].dim
+
+    def pays(distinct, keys, segments):
+        return distinct_pays(distinct, keys, segments, dim, itemsize)
+
+    rows, inverse, state = keyed_distinct_forward(runtime, tables, op, item, training,
+                                                  key_limits, pays)
+    if inverse is None:
+        counts = np.asarray(item.num_segments, np.int64).reshape(-1)
+        return JoinedRows(rows, None, counts), CompactState(state, None, True)
+    return (JoinedRows(rows, runtime.backend.narrow_indices(inverse), None),
+            CompactState(state, None, True))
+
+
 def compact_backward_many(runtime, tables, op, state, grads_list):
     """Collective. state: compact_forward_many's; grads_list: per table float32 gradients
     shaped like its rows, or (joined) one [sum r_t, dim]. Returns pooled_backward_many's per
     table (values, rows)."""
+    if state.keyed:
+        values, rows, counts = keyed_backward(runtime, tables, op, state.pooling, grads_list[0],
+                                              rows_per_table=True)
+        starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        return [(runtime.backend.row_view(values, int(a), int(b)), r)
+                for a, b, r in zip(starts[:-1], starts[1:], rows)]
     if state.row_counts is not None:
         grads = runtime.backend.asarray(grads_list[0])
         if len(grads.shape) == 2 and int(grads.shape[0]) == int(state.row_counts.sum()):
