@@ -119,3 +119,49 @@ def test_host_seam_step_equals_the_device_step(cuda, rng, hashed):
     for (got_values, got_keys), (want_values, want_keys) in zip(got, want):
         np.testing.assert_array_equal(got_keys, want_keys)
         np.testing.assert_allclose(got_values, want_values, rtol=1e-4, atol=1e-4)
+
+
+def test_keyed_host_seam_step_equals_the_keyed_device_step(cuda, rng):
+    """26 tables of one key per row as one KeyedInput (dlrm26's step): the unit's distinct rows
+    and indices through staging and PyTorch's gather give keyed_lookup's outputs, and the
+    gather's gradient its gradients."""
+    rt = runtime.get()
+    device = torch.device("cuda", rt.device_ordinal)
+    count, batch, dim = 26, 2000, 32
+    names = ["host_seam_keyed_%d" % t for t in range(count)]
+    keys = np.concatenate([(np.minimum(rng.zipf(1.3, size=batch), VOCAB) - 1) * rt.size
+                           + rt.rank for _ in range(count)])
+    keyed = api.KeyedInput(keys, [batch] * count, None, [batch] * count, None, "sum")
+    top = np.asarray(rng.standard_normal((count * batch, dim)), np.float32)
+
+    def fresh():
+        for name in names:
+            api.create_table(name, dim, 4 * VOCAB, False, SPEC, replace=True)
+
+    fresh()
+    with runtime.entered():
+        out, token = api.keyed_lookup(names, "keyed_ref_fwd", keyed._replace(
+            keys=cuda.asarray(keys)), True)
+        want_out = cuda.to_host(out)
+        values, rows, counts = api.keyed_lookup_grad(names, "keyed_ref_bwd", token,
+                                                     cuda.asarray(top), rows_per_table=True)
+        starts = np.concatenate([[0], np.cumsum(counts)])
+        want = [by_key(cuda, name, (cuda.row_view(values, int(a), int(b)), r))
+                for name, a, b, r in zip(names, starts[:-1], starts[1:], rows)]
+    fresh()
+    with runtime.entered():
+        joined, token = api.compact_keyed_lookup(names, "keyed_fwd", keyed._replace(
+            keys=cuda.upload_staged(keys)), True)
+        assert joined.indices is not None
+        host_rows, host_indices = cuda.download_staged_many([joined.rows, joined.indices])
+    rows_t = torch.from_numpy(np.array(host_rows)).to(device).requires_grad_()
+    got_out = rows_t.index_select(0, torch.from_numpy(np.array(host_indices)).to(device).long())
+    np.testing.assert_allclose(got_out.detach().cpu().numpy(), want_out, rtol=1e-6, atol=1e-6)
+    got_out.backward(torch.from_numpy(top).to(device))
+    with runtime.entered():
+        got = api.compact_lookup_grad(names, "keyed_bwd", token,
+                                      [cuda.upload_staged(rows_t.grad.cpu().numpy())])
+        got = [by_key(cuda, name, pair) for name, pair in zip(names, got)]
+    for (got_values, got_keys), (want_values, want_keys) in zip(got, want):
+        np.testing.assert_array_equal(got_keys, want_keys)
+        np.testing.assert_allclose(got_values, want_values, rtol=1e-4, atol=1e-4)
