@@ -22,7 +22,9 @@ knows them as its backward's own rows (engine/lookup/distinct_rows.py).
 
 On the host seam (TensorFlow 1.15 on GPUs: every byte crosses PCIe twice), graph mode takes the
 compact form instead: per table the pooled vectors or, where fewer bytes, the batch's distinct
-rows and int32 indices, which the graph gathers and pools on TensorFlow's device (_CompactForm).
+rows and int32 indices, which the graph gathers and pools on TensorFlow's device (_CompactForm);
+tables the keyed form fits cross as one array of the unit's distinct rows and one of indices
+(_CompactKeyedForm: de-duplicated once for a table group), each table then updated on its own.
 """
 import collections
 import functools
@@ -247,20 +249,70 @@ class _CompactForm(_ListForm):
         return pooled
 
     def tops(self, outputs, grads):
-        tops = []
-        for t in range(len(self.tables)):
-            rows, grad = outputs[2 * t], grads[2 * t]
-            if grad is None:
-                grad = tf1.zeros_like(rows)
-            elif isinstance(grad, tf1.IndexedSlices):  # the gather's: summed per distinct row
-                grad = tf1.math.unsorted_segment_sum(grad.values, grad.indices,
-                                                     tf1.shape(rows)[0])
-            tops.append(grad)
-        return tops
+        return [_rows_gradient(outputs[2 * t], grads[2 * t]) for t in range(len(self.tables))]
 
     def backward(self, token, tops, op_id, name):
         pairs = _backward_op(self.tables, token, tops, op_id, name, api.compact_lookup_grad)
         return pairs, pairs[0][0].op
+
+
+class _CompactKeyedForm(_KeyedForm):
+    """The compact form of tables of one dim and one pooling (the keyed form's inputs): one
+    array of the unit's distinct rows (de-duplicated once for a table group) and one of int32
+    indices, or the pooled rows of all tables joined; the graph gathers, pools and splits."""
+
+    def __init__(self, tables, items, key_limits):
+        _KeyedForm.__init__(self, tables, items, key_limits)
+        self.dtypes = [tf1.float32, tf1.int32, tf1.int64]
+
+    def function(self, op_id):
+        names = [table.name for table in self.tables]
+        count, combiner, key_limits = len(names), self.items[0].combiner, self.key_limits
+        weighted = self.items[0].weights is not None
+
+        def run(*arrays):
+            keys, lengths, segment_ids, num_segments = arrays[count:count + 4]
+            weights = arrays[count + 4] if weighted else None
+            joined, token = api.compact_keyed_lookup(names, op_id, KeyedInput(
+                keys, lengths, segment_ids, num_segments, weights, combiner), True, key_limits)
+            indices = np.zeros(0, np.int32) if joined.indices is None else joined.indices
+            return [joined.rows, indices, token]
+        return run
+
+    def pooled(self, outputs):
+        rows, indices = outputs[0], outputs[1]
+        rows.set_shape([None, self.tables[0].dim])
+        indices.set_shape([None])
+        starts = tf1.math.cumsum(self.num_segments, exclusive=True)
+        items = self.items
+        joined = TableInput(
+            None, tf1.concat([tf1.cast(item.segment_ids, tf1.int64) + starts[t]
+                              for t, item in enumerate(items)], 0),
+            tf1.reduce_sum(self.num_segments),
+            None if items[0].weights is None else tf1.concat([i.weights for i in items], 0),
+            items[0].combiner)
+        out = tf1.cond(tf1.size(indices) > 0, functools.partial(_pool_distinct, rows, indices,
+                                                                 joined),
+                       functools.partial(tf1.identity, rows))
+        out.set_shape([None, self.tables[0].dim])
+        return tf1.split(out, self.num_segments, num=len(self.tables))
+
+    def tops(self, outputs, grads):
+        return [_rows_gradient(outputs[0], grads[0])]
+
+    def backward(self, token, tops, op_id, name):
+        pairs = _backward_op(self.tables, token, tops, op_id, name, api.compact_lookup_grad)
+        return pairs, pairs[0][0].op
+
+
+def _rows_gradient(rows, grad):
+    """The dense gradient of the rows a compact form handed over: the gather's IndexedSlices
+    summed per distinct row, zeros where no output is used."""
+    if grad is None:
+        return tf1.zeros_like(rows)
+    if isinstance(grad, tf1.IndexedSlices):
+        return tf1.math.unsorted_segment_sum(grad.values, grad.indices, tf1.shape(rows)[0])
+    return grad
 
 
 def _pool_distinct(rows, indices, item):
@@ -284,7 +336,8 @@ def _form(tables, items, key_limits, eager=False, traced=False):
     """The form of one lookup's op: compact on the host seam in graph mode (not traced by a
     tf.function, whose tape differentiates the pooled outputs), else keyed or list."""
     if not eager and not traced and _CompactForm.fits(items):
-        return _CompactForm(tables, items, key_limits)
+        keyed = _KeyedForm.fits(tables, items)
+        return (_CompactKeyedForm if keyed else _CompactForm)(tables, items, key_limits)
     keyed = not eager and _KeyedForm.fits(tables, items)
     return (_KeyedForm if keyed else _ListForm)(tables, items, key_limits)
 

@@ -67,22 +67,37 @@ def model(sok_side, initials, inputs):
     return graph, pooled, grads, train, after
 
 
-def test_the_host_seam_step_equals_tensorflows_own(monkeypatch):
+def keyed_batches(rng):
+    """Three tables of one dim and one pooling (sum, no weights): the keyed form's inputs, whose
+    distinct rows pay summed over the tables."""
+    one_hot, _, _, _ = batches(rng)[0]
+    weighted = rng.integers(0, 3, size=(BATCH, 5))
+    weighted[::4] = -1
+    return [(one_hot, None, "sum", 8), (rng.integers(0, 4, size=(BATCH, 1)), None, "sum", 8),
+            (weighted, None, "sum", 8)]
+
+
+@pytest.mark.parametrize("keyed", [False, True])
+def test_the_host_seam_step_equals_tensorflows_own(monkeypatch, keyed):
     monkeypatch.setenv(boundary.SEAM_ENV, "host")
     rng = np.random.default_rng([11, RANK])
-    inputs = batches(rng)
+    inputs = keyed_batches(rng) if keyed else batches(rng)
     initials = [np.random.default_rng(t).uniform(-1, 1, (ROWS, dim)).astype(np.float32)
                 for t, (*_, dim) in enumerate(inputs)]
     graph, pooled, _, train, after = model(True, initials, inputs)
     forward = [op for op in graph.get_operations() if op.type == "PyFunc"
                and any(o.dtype == tf1.int32 for o in op.outputs)]
-    assert len(forward) == 1  # the compact form: rows and int32 indices per table
-    indices = [forward[0].outputs[2 * t + 1] for t in range(len(inputs))]
+    assert len(forward) == 1  # the compact form: rows and int32 indices (per table, or joined)
+    outputs = forward[0].outputs
+    indices = [outputs[1]] if keyed else [outputs[2 * t + 1] for t in range(len(inputs))]
     with tf_support.initialized_session(graph) as sess:
         got_pooled, got_sizes = sess.run([pooled, [tf1.size(i) for i in indices]])
         sess.run(train)
         shards = sess.run(after)
-    assert got_sizes[0] == BATCH and got_sizes[1] == 0 and got_sizes[2] > 0, got_sizes
+    if keyed:  # all tables' keys: the unit's distinct rows
+        assert got_sizes == [sum(ids[ids >= 0].size for ids, *_ in inputs)], got_sizes
+    else:
+        assert got_sizes[0] == BATCH and got_sizes[1] == 0 and got_sizes[2] > 0, got_sizes
     ref_graph, ref_pooled, ref_grads, _, _ = model(False, initials, inputs)
     with tf_support.session(ref_graph) as sess:
         sess.run(tf1.global_variables_initializer())
