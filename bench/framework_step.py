@@ -17,8 +17,23 @@ exchange, update: LazyAdam, Adagrad for mlperf26) five ways:
                    the update's slices cross as DLPack capsules, ordered by wait_for_framework /
                    release_to_framework, as graph_ops/boundary.py does for TensorFlow (three ops:
                    forward, backward, update)
-    sok1x_host     host staging, as TensorFlow 1.15's py_func: every op's inputs come from and its
-                   outputs go to host NumPy arrays through page-locked buffers
+    sok1x_host     host staging, as TensorFlow 1.15's py_func, with the fewest bytes
+                   (api.compact_keyed_lookup: the distinct rows of all tables' keys, found
+                   in one pass for a table group, in one array and int32 indices into it in
+                   another, or the pooled vectors where those are fewer bytes) come to the
+                   host; the framework copies
+                   them to its GPU, gathers there (the lookup's outputs, what its dense layers
+                   read), and hands back the gather's gradient (the distinct rows' sums) through
+                   the host; the backward's slices cross down and up to the update op, as they
+                   do between two py_funcs. Every copy is counted, the framework's too
+                   (bytes_h2d / bytes_d2h), and pcie_bound_ms is what they take at the measured
+                   page-locked rates
+    sok1x_host_kept  sok1x_host with the update taking the backward's slices where they are (the
+                   graph handing the update op the backward's own values, not a copy): what
+                   a step of this seam costs without that round trip
+    sok1x_host_pooled  host staging as before: every op's inputs come from and its outputs go to
+                   host NumPy arrays through page-locked buffers, the pooled vectors crossing
+                   (the framework's own copies to and from its GPU not made, nor counted)
     sok1x_device   the engine on device arrays, no framework at all
     torch_dedup    the strongest plain-PyTorch step we could write: torch.unique before the
                    exchange, all_to_all_single, index_select, the same optimizer on the unique
@@ -55,7 +70,9 @@ import workloads
 SPEC = random_init.make_spec("uniform", -1.0, 1.0, seed=5)
 CHECK_STEPS = 2
 SUMMARY_NAMES = ("ms_per_step", "ms_min", "ms_max", "ms_repeats")
-VARIANTS = ("sok1x_dlpack", "sok1x_host", "sok1x_device", "torch_dedup", "torch_plain")
+VARIANTS = ("sok1x_dlpack", "sok1x_host", "sok1x_host_kept", "sok1x_host_pooled", "sok1x_device",
+            "torch_dedup", "torch_plain")
+HOST_VARIANTS = ("sok1x_host", "sok1x_host_kept", "sok1x_host_pooled")
 
 
 def parse_args(argv):
@@ -94,10 +111,11 @@ class SokVariants(sok_steps.EngineStep):
     """The three sok1x ways of one step (sok_steps.EngineStep): on engine arrays (device), through
     the zero-copy seam with PyTorch as the framework (dlpack), and through host staging (host)."""
 
-    def __init__(self, rt, w, names):
+    def __init__(self, rt, w, names, device=None):
         super().__init__(rt, w, names)
         self.seam = TorchSeam(rt.backend)
-        self.crossed_bytes = 0
+        self.torch_device = device
+        self.crossed = {}  # variant -> (bytes host-to-device, device-to-host) of its last step
 
     def dlpack(self, keys_torch):
         with runtime.entered():
@@ -119,25 +137,82 @@ class SokVariants(sok_steps.EngineStep):
                 *grads)
         return outs
 
-    def host(self, keys_host):
+    def host_pooled(self, keys_host):
         with runtime.entered():
-            return self._host(keys_host)
+            return self._host_pooled(keys_host)
 
-    def _host(self, keys_host):
+    def _host_pooled(self, keys_host):
         backend = self.backend
-        crossed = sum(k.nbytes for k in keys_host)
+        up = sum(k.nbytes for k in keys_host)
         results = self._forward(*[backend.upload_staged(k) for k in keys_host])
         outs = [backend.download_staged(o) for o in results[:-1]]
         token = int(results[-1])
         tops = outs  # d(0.5 ||out||^2) / d out: the framework hands the same arrays back
-        crossed += 2 * sum(o.nbytes for o in outs)
+        up += sum(o.nbytes for o in outs)
         pairs = self._backward(token, [backend.upload_staged(t) for t in tops])
         host_pairs = [(backend.download_staged(v), backend.download_staged(r)) for v, r in pairs]
-        crossed += 2 * sum(v.nbytes + r.nbytes for v, r in host_pairs)
+        slices = sum(v.nbytes + r.nbytes for v, r in host_pairs)
         self._update([(backend.upload_staged(v), backend.upload_staged(r))
                       for v, r in host_pairs], self._hyper())
-        self.crossed_bytes = crossed
+        self.crossed["sok1x_host_pooled"] = (up + slices, up - sum(k.nbytes for k in keys_host)
+                                             + slices)
         return outs
+
+    def host(self, keys_host, kept=False):
+        with runtime.entered():
+            return self._host(keys_host, kept)
+
+    def _keyed_input(self, keys):
+        """The step's keys as one KeyedInput (dlrm: one table, each key its own row)."""
+        w = self.w
+        if w.tables is None:
+            flat = self.backend.reshape(keys, -1)
+            count = int(flat.shape[0])
+            return api.KeyedInput(flat, [count], None, [count], None, "sum")
+        return api.KeyedInput(keys, self._lengths, self._segments,
+                              [w.batch_per_rank] * len(self.names), None, "sum")
+
+    def _host(self, keys_host, kept):
+        """One step through the host seam with the fewest bytes (sok1x_host); kept: the update
+        takes the backward's slices where they are (sok1x_host_kept)."""
+        backend, device = self.backend, self.torch_device
+        up, down = sum(k.nbytes for k in keys_host), 0
+        keys = backend.upload_staged(keys_host[0])
+        joined, token = api.compact_keyed_lookup(self.names, "fwd", self._keyed_input(keys),
+                                                 True)
+        staged = backend.download_staged_many(
+            [a for a in (joined.rows, joined.indices) if a is not None])
+        down += sum(a.nbytes for a in staged)
+        # The framework: its own copies to its GPU, its gather (the lookup's outputs, the dense
+        # layers' input), top gradient = output, the gather's gradient (per distinct row the
+        # sum of its keys'), its copy to the host into page-locked memory.
+        rows = torch.from_numpy(staged[0]).to(device, non_blocking=True)
+        up += rows.numel() * 4
+        if joined.indices is None:
+            out = grad = rows
+        else:
+            index = torch.from_numpy(staged[1]).to(device, non_blocking=True)
+            up += index.numel() * 4
+            index = index.long()
+            out = rows.index_select(0, index)
+            grad = torch.zeros_like(rows).index_add_(0, index, out)
+        host = backend.host_buffer(grad.numel() * 4).view(np.float32).reshape(tuple(grad.shape))
+        torch.from_numpy(host).copy_(grad, non_blocking=True)
+        down += host.nbytes
+        if device.type == "cuda":  # the framework's copies done before the engine reads them
+            torch.cuda.current_stream(device).synchronize()
+        grads = [backend.upload_staged(host)]
+        up += host.nbytes
+        pairs = api.compact_lookup_grad(self.names, "bwd", token, grads)
+        if not kept:  # the slices cross to the host and back, as between two py_funcs
+            host_pairs = backend.download_staged_many([a for pair in pairs for a in pair])
+            slices = sum(a.nbytes for a in host_pairs)
+            up, down = up + slices, down + slices
+            pairs = list(zip(*[iter([backend.upload_staged(a) for a in host_pairs])] * 2))
+        api.apply_optimizer_updates(self.names, self.rule, self.slot_prefix, {}, self._hyper(),
+                                    [v for v, _ in pairs], [r for _, r in pairs])
+        self.crossed["sok1x_host_kept" if kept else "sok1x_host"] = (up, down)
+        return [out]
 
 
 def shard_weight(rt, names, device):
@@ -246,6 +321,8 @@ def _single_table_runs(rt, w, device, sok, names):
         "sok1x_device": lambda s: sok.device([keys_device[s % 3]]),
         "sok1x_dlpack": lambda s: sok.dlpack([keys_torch[s % 3]]),
         "sok1x_host": lambda s: sok.host([batches.keys[s % 3]]),
+        "sok1x_host_kept": lambda s: sok.host([batches.keys[s % 3]], kept=True),
+        "sok1x_host_pooled": lambda s: sok.host_pooled([batches.keys[s % 3]]),
         "torch_dedup": lambda s: [dedup.step(keys_torch[s % 3].reshape(-1))],
         "torch_plain": lambda s: [plain.step(batches.keys[s % 3])],
     }
@@ -262,6 +339,8 @@ def _table_runs(rt, w, device, sok, names):
         "sok1x_device": lambda s: sok.device(keys_device[s % 3]),
         "sok1x_dlpack": lambda s: sok.dlpack(joined_torch[s % 3]),
         "sok1x_host": lambda s: sok.host([joined[s % 3]]),
+        "sok1x_host_kept": lambda s: sok.host([joined[s % 3]], kept=True),
+        "sok1x_host_pooled": lambda s: sok.host_pooled([joined[s % 3]]),
     }
     if w.hashed:
         weight = hashed_shard_weight(rt, names, w.tables, w.dim, device)
@@ -282,7 +361,7 @@ def host_outputs(backend, outs):
         backend.to_host(o))).reshape(-1) for o in outs])
 
 
-def run_workload(rt, name, device, steps, repeats, scale):
+def run_workload(rt, name, device, steps, repeats, scale, pcie):
     w = workloads.workload(name, rt.size, scale)
     reason = too_big(w, rt, device)
     if reason is not None:
@@ -290,7 +369,7 @@ def run_workload(rt, name, device, steps, repeats, scale):
         return [{"workload": name, "ranks": rt.size, "skipped": reason}]
     backend = rt.backend
     names = sok_steps.make_tables(rt, w, SPEC)
-    sok = SokVariants(rt, w, names)
+    sok = SokVariants(rt, w, names, device)
     runs = (_single_table_runs if w.tables is None else _table_runs)(rt, w, device, sok, names)
 
     # Same outputs on the first steps: every variant from the same initial table.
@@ -322,8 +401,13 @@ def run_workload(rt, name, device, steps, repeats, scale):
                  "tables": len(names), "global_batch": w.global_batch,
                  "max_abs_diff_vs_sok1x_device": diffs[variant]}
         entry.update(harness.summary(times[variant], SUMMARY_NAMES))
-        if variant == "sok1x_host":
-            entry["bytes_crossing_per_step"] = int(job_max(sok.crossed_bytes))
+        if variant in HOST_VARIANTS:
+            up, down = (int(job_max(b)) for b in sok.crossed[variant])
+            entry.update(bytes_crossing_per_step=up + down, bytes_h2d=up, bytes_d2h=down,
+                         pcie_bound_ms=up / (pcie["h2d_gbps"] * 1e6)
+                         + down / (pcie["d2h_gbps"] * 1e6))
+            if entry["pcie_bound_ms"] > 0:  # on the cpu backend nothing crosses a bus
+                entry["over_pcie_bound"] = entry["ms_per_step"] / entry["pcie_bound_ms"]
         if variant == "sok1x_device":
             entry["per_step_counts"] = counts
         entries.append(entry)
@@ -488,7 +572,7 @@ def main(argv):
                                                 args.scale)
             else:
                 payload["steps"] += run_workload(rt, name, device, args.steps, args.repeats,
-                                                 args.scale)
+                                                 args.scale, payload["pcie"])
         except Exception as exc:  # keep the other workloads' figures; the log has the trace
             import traceback
             traceback.print_exc()

@@ -97,3 +97,9 @@ extern "C" __global__ void add_rows_float64(double* table, const int64* rows, in
 extern "C" __global__ void widen_int32(const int* src, int64 n, int64* dst) {
   for (int64 i = global_thread_id(); i < n; i += global_thread_count()) dst[i] = src[i];
 }
+
+// Positions below 2^31 (a batch's indices into its distinct rows) as int32, for a seam that
+// crosses the host: half the bytes of int64.
+extern "C" __global__ void narrow_int64(const int64* src, int64 n, int* dst) {
+  for (int64 i = global_thread_id(); i < n; i += global_thread_count()) dst[i] = (int)src[i];
+}

@@ -19,8 +19,17 @@ takes them as one array (engine/lookup/keyed.py), returns one pooled output that
 table's rows on the way back; so a step crosses the seam a few times, not a few times per table.
 Each table's rows stay an output of their own: its update op hands them back, and the engine
 knows them as its backward's own rows (engine/lookup/distinct_rows.py).
+
+On the host seam (TensorFlow 1.15 on GPUs: every byte crosses PCIe twice), graph mode takes the
+compact form instead: per table the pooled vectors or, where fewer bytes, the batch's distinct
+rows and int32 indices, which the graph gathers and pools on TensorFlow's device (_CompactForm);
+tables the keyed form fits cross as one array of the unit's distinct rows and one of indices
+(_CompactKeyedForm: de-duplicated once for a table group), each table then updated on its own.
 """
 import collections
+import functools
+
+import numpy as np
 
 from sok1x.engine import api
 from sok1x.engine.lookup.keyed import KeyedInput
@@ -60,7 +69,7 @@ def _forward_function(tables, items, key_limits, op_id):
     weighted = [item.weights is not None for item in items]
     ratios = [item.admit_ratio for item in items]
 
-    def run(*arrays):
+    def run(*arrays, lookup=None):
         position, pooled_inputs = len(tables), []
         for combiner, has_weights, ratio in zip(combiners, weighted, ratios):
             keys, segment_ids, num_segments = arrays[position:position + 3]
@@ -70,6 +79,10 @@ def _forward_function(tables, items, key_limits, op_id):
                 weights, position = arrays[position], position + 1
             pooled_inputs.append(PooledInput(keys, segment_ids, int(num_segments), weights,
                                              combiner, ratio))
+        if lookup is not None:  # the compact form's: per table rows and int32 indices
+            results, token = lookup(pooled_inputs, True, key_limits)
+            return [a for rows, indices in results for a in (
+                rows, np.zeros(0, np.int32) if indices is None else indices)] + [token]
         outputs, token = api.pooled_lookup(names, op_id, pooled_inputs, True, key_limits)
         return list(outputs) + [token]
     return run
@@ -195,7 +208,136 @@ def keyed_gradient_of(values):
     return per_graph(op.graph, "keyed_gradients", dict).get(op.name)
 
 
-def _form(tables, items, key_limits, eager=False):
+class _CompactForm(_ListForm):
+    """Host staging (TensorFlow 1.15 on GPUs, DESIGN D1): per table the engine hands over the
+    fewer bytes (engine/lookup/compact.py): the pooled vectors, or the batch's distinct rows and
+    int32 indices of each key's row among them, and the graph gathers and pools on
+    TensorFlow's own device (tf.gather, tf.math.unsorted_segment_sum: the math of
+    tf.nn.embedding_lookup_sparse). Which one a step took shows in the indices: empty for pooled
+    rows (distinct rows come only for keys). The gather's gradient is, per distinct row, the sum
+    of its keys' gradients: what crosses back."""
+
+    def __init__(self, tables, items, key_limits):
+        _ListForm.__init__(self, tables, items, key_limits)
+        self.dtypes = [tf1.float32, tf1.int32] * len(tables) + [tf1.int64]
+
+    @staticmethod
+    def fits(items):
+        """True on the host seam, for items of int keys and no filter."""
+        return boundary.seam_path() == boundary.HOST_STAGING and all(
+            item.keys.dtype in (tf1.int32, tf1.int64) and item.admit_ratio is None
+            for item in items)
+
+    def function(self, op_id):
+        names = [table.name for table in self.tables]
+        forward = _forward_function(self.tables, self.items, self.key_limits, op_id)
+
+        def run(*arrays):
+            return forward(*arrays, lookup=functools.partial(api.compact_lookup, names, op_id))
+        return run
+
+    def pooled(self, outputs):
+        pooled = []
+        for t, (table, item) in enumerate(zip(self.tables, self.items)):
+            rows, indices = outputs[2 * t], outputs[2 * t + 1]
+            rows.set_shape([None, table.dim])
+            indices.set_shape([None])
+            pooled.append(tf1.cond(tf1.size(indices) > 0,
+                                   functools.partial(_pool_distinct, rows, indices, item),
+                                   functools.partial(tf1.identity, rows)))
+            pooled[-1].set_shape([None, table.dim])
+        return pooled
+
+    def tops(self, outputs, grads):
+        return [_rows_gradient(outputs[2 * t], grads[2 * t]) for t in range(len(self.tables))]
+
+    def backward(self, token, tops, op_id, name):
+        pairs = _backward_op(self.tables, token, tops, op_id, name, api.compact_lookup_grad)
+        return pairs, pairs[0][0].op
+
+
+class _CompactKeyedForm(_KeyedForm):
+    """The compact form of tables of one dim and one pooling (the keyed form's inputs): one
+    array of the unit's distinct rows (de-duplicated once for a table group) and one of int32
+    indices, or the pooled rows of all tables joined; the graph gathers, pools and splits."""
+
+    def __init__(self, tables, items, key_limits):
+        _KeyedForm.__init__(self, tables, items, key_limits)
+        self.dtypes = [tf1.float32, tf1.int32, tf1.int64]
+
+    def function(self, op_id):
+        names = [table.name for table in self.tables]
+        count, combiner, key_limits = len(names), self.items[0].combiner, self.key_limits
+        weighted = self.items[0].weights is not None
+
+        def run(*arrays):
+            keys, lengths, segment_ids, num_segments = arrays[count:count + 4]
+            weights = arrays[count + 4] if weighted else None
+            joined, token = api.compact_keyed_lookup(names, op_id, KeyedInput(
+                keys, lengths, segment_ids, num_segments, weights, combiner), True, key_limits)
+            indices = np.zeros(0, np.int32) if joined.indices is None else joined.indices
+            return [joined.rows, indices, token]
+        return run
+
+    def pooled(self, outputs):
+        rows, indices = outputs[0], outputs[1]
+        rows.set_shape([None, self.tables[0].dim])
+        indices.set_shape([None])
+        starts = tf1.math.cumsum(self.num_segments, exclusive=True)
+        items = self.items
+        joined = TableInput(
+            None, tf1.concat([tf1.cast(item.segment_ids, tf1.int64) + starts[t]
+                              for t, item in enumerate(items)], 0),
+            tf1.reduce_sum(self.num_segments),
+            None if items[0].weights is None else tf1.concat([i.weights for i in items], 0),
+            items[0].combiner)
+        out = tf1.cond(tf1.size(indices) > 0, functools.partial(_pool_distinct, rows, indices,
+                                                                 joined),
+                       functools.partial(tf1.identity, rows))
+        out.set_shape([None, self.tables[0].dim])
+        return tf1.split(out, self.num_segments, num=len(self.tables))
+
+    def tops(self, outputs, grads):
+        return [_rows_gradient(outputs[0], grads[0])]
+
+    def backward(self, token, tops, op_id, name):
+        pairs = _backward_op(self.tables, token, tops, op_id, name, api.compact_lookup_grad)
+        return pairs, pairs[0][0].op
+
+
+def _rows_gradient(rows, grad):
+    """The dense gradient of the rows a compact form handed over: the gather's IndexedSlices
+    summed per distinct row, zeros where no output is used."""
+    if grad is None:
+        return tf1.zeros_like(rows)
+    if isinstance(grad, tf1.IndexedSlices):
+        return tf1.math.unsorted_segment_sum(grad.values, grad.indices, tf1.shape(rows)[0])
+    return grad
+
+
+def _pool_distinct(rows, indices, item):
+    """float32 [num_segments, dim]: the keys' rows (rows gathered by indices) pooled by the
+    item's segment ids, weights and combiner, as tf.nn.embedding_lookup_sparse."""
+    vectors = tf1.gather(rows, indices)
+    weights = None if item.weights is None else tf1.reshape(item.weights, [-1, 1])
+    if weights is not None:
+        vectors = vectors * weights
+    num_segments = tf1.cast(item.num_segments, tf1.int64)
+    segment_ids = tf1.cast(item.segment_ids, tf1.int64)
+    pooled = tf1.math.unsorted_segment_sum(vectors, segment_ids, num_segments)
+    if item.combiner != "mean":
+        return pooled
+    ones = tf1.ones_like(segment_ids, tf1.float32) if weights is None else item.weights
+    total = tf1.math.unsorted_segment_sum(ones, segment_ids, num_segments)
+    return tf1.math.divide_no_nan(pooled, tf1.reshape(total, [-1, 1]))
+
+
+def _form(tables, items, key_limits, eager=False, traced=False):
+    """The form of one lookup's op: compact on the host seam in graph mode (not traced by a
+    tf.function, whose tape differentiates the pooled outputs), else keyed or list."""
+    if not eager and not traced and _CompactForm.fits(items):
+        keyed = _KeyedForm.fits(tables, items)
+        return (_CompactKeyedForm if keyed else _CompactForm)(tables, items, key_limits)
     keyed = not eager and _KeyedForm.fits(tables, items)
     return (_KeyedForm if keyed else _ListForm)(tables, items, key_limits)
 
@@ -213,12 +355,14 @@ def _indexed_slices(table, values, rows):
     return tf1.IndexedSlices(values, rows, dense_shape)
 
 
-def _backward_op(tables, token, grads, op_id, name):
-    """Makes the engine's backward op; returns per table (values, rows) tensors."""
+def _backward_op(tables, token, grads, op_id, name, lookup_grad=None):
+    """Makes the engine's backward op (lookup_grad: api.pooled_lookup_grad or
+    api.compact_lookup_grad); returns per table (values, rows) tensors."""
     names = [table.name for table in tables]
+    lookup_grad = lookup_grad or api.pooled_lookup_grad
 
     def run(token_now, *grads_now):
-        results = api.pooled_lookup_grad(names, op_id, token_now, list(grads_now))
+        results = lookup_grad(names, op_id, token_now, list(grads_now))
         return [array for pair in results for array in pair]
     outputs = boundary.engine_op(run, [token] + list(grads),
                                  [tf1.float32, tf1.int64] * len(tables), name, host_inputs=(0,))
@@ -240,9 +384,10 @@ def pooled_lookup(tables, handles, items, key_limits, name):
     if tf1.executing_eagerly():
         inputs, host = _flat_inputs(handle_values, items)
         return _eager_lookup(tables, inputs, host, items, key_limits, name, prepare)
-    form = _form(tables, items, key_limits)
+    traced = tf_compat.inside_function()
+    form = _form(tables, items, key_limits, traced=traced)
     inputs, host = form.inputs(handle_values)
-    if tf_compat.inside_function():
+    if traced:
         return _function_lookup(form, inputs, host, name, prepare)
     outputs, tower = _forward_op(form, inputs, host, name, prepare, _GRAD)
     per_graph(outputs[0].graph, "pooled_lookups", dict)[outputs[0].op.name] = (form, tower)

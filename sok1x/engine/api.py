@@ -19,6 +19,12 @@ from sok1x.engine.lookup.checks import check_dense_shape, check_sparse_shape, fi
 from sok1x.engine.lookup.exchange_header import confirm_same_op, exchange_header
 from sok1x.engine.lookup.key_exchange import lookup_backward, lookup_forward
 from sok1x.engine.op_order import as_op_id
+from sok1x.engine.lookup.compact import (  # noqa: F401  (CompactRows: part of the API)
+    CompactRows,
+    compact_backward_many,
+    compact_forward_many,
+    compact_keyed_forward,
+)
 from sok1x.engine.lookup.pooled import (  # noqa: F401  (PooledInput: part of the API)
     COMBINERS,
     PooledInput,
@@ -250,6 +256,42 @@ def pooled_lookup_grad(table_names, op, token, grads):
         tables = _tables_for_collective(rt, names, op)
         state = _forward_state(rt, ",".join(names), token, op)
         return pooled_backward_many(rt, tables, op, state, list(grads))
+
+
+def compact_lookup(table_names, op, inputs, training, key_limits=None, itemsize=4,
+                   joined=False):
+    """Collective: pooled_lookup for a seam that crosses the host (engine/lookup/compact.py).
+    Returns (per table CompactRows: the pooled vectors, or the batch's distinct rows and int32
+    indices of each key's row among them, whichever takes fewer bytes of `itemsize` floats;
+    joined=True, tables of one dim: one JoinedRows of all; token for compact_lookup_grad)."""
+    with _step() as rt:
+        tables = _tables_for_collective(rt, list(table_names), op)
+        rows, state = compact_forward_many(rt, tables, op, list(inputs), training, key_limits,
+                                           itemsize, joined)
+        return rows, np.int64(rt.stash.put(_forward_key(op), state))
+
+
+def compact_keyed_lookup(table_names, op, keyed, training, key_limits=None, itemsize=4):
+    """Collective: keyed_lookup for a seam that crosses the host (engine/lookup/compact.py):
+    keyed: a KeyedInput. Returns (JoinedRows: the distinct rows of all tables' keys, one pass for
+    a table group, and int32 indices of each key's row, or the pooled rows where fewer bytes;
+    token for compact_lookup_grad, whose one gradient is shaped like the rows)."""
+    with _step() as rt:
+        tables = _tables_for_collective(rt, list(table_names), op)
+        rows, state = compact_keyed_forward(rt, tables, op, keyed, training, key_limits,
+                                            itemsize)
+        return rows, np.int64(rt.stash.put(_forward_key(op), state))
+
+
+def compact_lookup_grad(table_names, op, token, grads):
+    """Collective. grads: per table float32 shaped like compact_lookup's rows (or, joined, one
+    array shaped like its rows). Returns per table (values [u, dim_t], rows [u]) of this rank's
+    shard."""
+    names = list(table_names)
+    with _step() as rt:
+        tables = _tables_for_collective(rt, names, op)
+        state = _forward_state(rt, ",".join(names), token, op)
+        return compact_backward_many(rt, tables, op, state, list(grads))
 
 
 def keyed_lookup(table_names, op, keyed, training, key_limits=None):

@@ -527,6 +527,11 @@ def release_to_framework():
     """Nothing to order on the host: the outputs are complete when an op returns."""
 
 
+def narrow_indices(indices):
+    """Returns int32 [n] of int64 positions `indices` [n], each below 2**31."""
+    return np.asarray(indices).astype(np.int32)
+
+
 def upload_staged(host_array):
     """The host is the cpu backend's device: the array itself."""
     return np.asarray(host_array)

@@ -525,6 +525,23 @@ def release_to_framework():
     cuda_context.order_default_stream_after()
 
 
+@memoised_per_context
+def _narrow_kernel():
+    return prepared("rows.cu", "narrow_int64", "PqP")
+
+
+@uses_context
+def narrow_indices(indices):
+    """Returns int32 [n] of int64 positions `indices` [n], each below 2**31 (the caller's
+    guarantee: positions into an array of fewer rows)."""
+    indices = index_array(indices, "indices")
+    narrow = _pooled_empty(indices.shape, np.int32)
+    if indices.size:
+        launch(_narrow_kernel(), indices.size, ptr(indices),
+               indices.size, ptr(narrow))
+    return narrow
+
+
 @uses_context
 def upload_staged(host_array):
     """Returns a GPUArray copy of a host array through page-locked staging (queued)."""

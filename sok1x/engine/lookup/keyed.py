@@ -197,20 +197,58 @@ def _key_limits(tables, key_limits, group):
     return known
 
 
-def keyed_forward(runtime, tables, op, item, training, key_limits=None):
-    """Collective. item: a KeyedInput over `tables` (all of one dim). Returns (float32
-    [sum(num_segments), dim], KeyedState). Every input error, on any rank, raises on every rank
-    before any table changes."""
-    backend = runtime.backend
+def _normalized(backend, tables, item):
+    """`item` with backend arrays and host int64 counts; raises ValueError for tables of
+    several dims."""
     dim_error = _one_dim_error(tables)
     if dim_error is not None:
         raise dim_error
-    item = item._replace(keys=backend.asarray(item.keys),
+    return item._replace(keys=backend.asarray(item.keys),
                          segment_ids=None if item.segment_ids is None else backend.asarray(
                              item.segment_ids),
                          lengths=np.asarray(item.lengths, dtype=np.int64).reshape(-1),
                          num_segments=np.asarray(item.num_segments, dtype=np.int64).reshape(-1),
                          weights=None if item.weights is None else backend.asarray(item.weights))
+
+
+def keyed_distinct_forward(runtime, tables, op, item, training, key_limits, pays):
+    """Collective. keyed_forward for a seam that crosses the host (engine/lookup/compact.py):
+    where the tables pass as one unit of dense tables (one table, or a TableGroup in its order)
+    and pays(distinct keys, keys, output rows) says so, the batch's keys are de-duplicated once,
+    in the group's id space, and looked up once each. Returns (rows, inverse, KeyedState):
+    rows float32 [u, dim], the distinct keys' vectors, and inverse int64 [nnz], each key's row
+    among them (keyed_backward then takes gradients [u, dim]); else keyed_forward's pooled
+    output, None and its state."""
+    backend = runtime.backend
+    item = _normalized(backend, tables, item)
+    error, cuts, segment_cuts = _checked_layout(tables, item)
+    unit = None if error is not None else _one_unit(runtime, tables)
+    if unit is None or unit.table.use_hashtable or not item.keys.shape[0]:
+        out, state = keyed_forward(runtime, tables, op, item, training, key_limits)
+        return out, None, state
+    group = unit.table if isinstance(unit.table, table_group.TableGroup) else None
+    keys = item.keys
+    if group is not None:
+        keys, = backend.offset_parts_many([keys], cuts, [group.key_starts[:-1]])
+    distinct, inverse = backend.unique(keys, ordered=False)  # the host waits for their count
+    count = int(distinct.shape[0])
+    if not pays(count, int(keys.shape[0]), int(segment_cuts[-1])):
+        out, state = keyed_forward(runtime, tables, op, item, training, key_limits)
+        return out, None, state
+    key_check = _key_check(backend, tables, item, cuts, key_limits, group)
+    (found,), (routing,) = lookup_forward_many(runtime, [unit.table], op, [distinct], training,
+                                               key_check=key_check)
+    pool = make_pool(backend, None, count, None, "sum")  # each distinct key its own row
+    pooling = UnitPooling(unit, routing, [pool], item.lengths, item.num_segments)
+    return found, inverse, KeyedState(pooling, cuts, np.array([0, count], np.int64), False)
+
+
+def keyed_forward(runtime, tables, op, item, training, key_limits=None):
+    """Collective. item: a KeyedInput over `tables` (all of one dim). Returns (float32
+    [sum(num_segments), dim], KeyedState). Every input error, on any rank, raises on every rank
+    before any table changes."""
+    backend = runtime.backend
+    item = _normalized(backend, tables, item)
     error, cuts, segment_cuts = _checked_layout(tables, item)
     unit = _one_unit(runtime, tables)
     if unit is None:

@@ -46,7 +46,7 @@ UnitPooling.__doc__ = """What the backward pass needs of one unit (lookup/table_
 Unit, its Routing, its Pools (one over all members' keys joined, or one per member when their
 combiners or weighting differ), and per member its number of keys and of output rows."""
 
-def _check_input(runtime, table, item):
+def check_input(table, item):
     """Returns (error or None, extra bound checks) for one table's PooledInput."""
     name = table.name
     if item.combiner not in COMBINERS:
@@ -79,13 +79,14 @@ def _check_input(runtime, table, item):
 
 
 def pooled_forward_many(runtime, tables, op, inputs, training, local_error=None,
-                        extra_checks=(), key_limits=None):
+                        extra_checks=(), key_limits=None, checked_keys=None):
     """Collective. inputs: one PooledInput per table. Returns (outputs, state): per table backend
     float32 [num_segments, dim], and what pooled_backward_many needs. The tables pass in units
     (lookup/table_group.py): a group's keys are joined, looked up and pooled in one pass. Every
     input error, on any rank, raises on every rank before any table changes. extra_checks: more
     (array, check(bounds)) pairs read in the same wait; key_limits: per table None or its number
-    of keys (see key_exchange.check_step_keys)."""
+    of keys (see key_exchange.check_step_keys); checked_keys: None, or per table the keys whose
+    bounds judge the step (the batch's own, where inputs hold its distinct keys)."""
     backend = runtime.backend
     inputs = [item._replace(keys=backend.asarray(item.keys),
                             segment_ids=None if item.segment_ids is None else backend.asarray(
@@ -96,12 +97,12 @@ def pooled_forward_many(runtime, tables, op, inputs, training, local_error=None,
     error, checks = local_error, list(extra_checks)
     for table, item in zip(tables, inputs):
         if error is None:
-            error, more = _check_input(runtime, table, item)
+            error, more = check_input(table, item)
             checks += more
     key_check = None
     if error is None:  # judged with the distinct-key counts, in one wait
-        key_check = start_key_checks(runtime, tables, [item.keys for item in inputs], checks,
-                                     key_limits)
+        key_check = start_key_checks(runtime, tables, checked_keys or [
+            item.keys for item in inputs], checks, key_limits)
     units = table_group.plan(runtime, tables, [p for p, item in enumerate(inputs)
                                                if item.admit_ratio is not None])
     unit_keys = [_joined_keys(backend, unit, [inputs[p] for p in unit.positions], error)
