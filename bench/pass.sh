@@ -25,8 +25,9 @@
 #   profile      Nsight Compute over profile_kernels.py (SpeedOfLight, Occupancy) -> ncu.txt
 #   steps1       step_and_exchange.py on 1 GPU;  steps: on 1, 2 and 4 GPUs (as many as there are)
 #   group        group_lookup.py (one fused lookup of 26 tables vs 26 lookups) on 1 to 8 GPUs
-#   framework    framework_step.py on 1, 2, 4, 8 GPUs (up to the machine's), each workload of
-#                $SOK1X_FRAMEWORK_WORKLOADS (default seed,dlrm,dlrm26,mlperf26) in a process of its
+#   framework[=W,...]  framework_step.py on 1, 2, 4, 8 GPUs (up to the machine's), each workload
+#                named (else $SOK1X_FRAMEWORK_WORKLOADS, default seed,dlrm,dlrm26,mlperf26) in a
+#                process of its
 #                own ($SOK1X_FRAMEWORK_LIMIT_S each, default 240), then framework_report.py ->
 #                framework.{json,md,png}
 #   checkpoint   checkpoint_io.py: dump + load of 10M x 128 rows on 1 and 4 GPUs beside plain disk
@@ -75,6 +76,8 @@
 #   find-or-insert  find-or-insert-ab suites=hash-values,dynamic-1gpu,cuda-backend,engine-1gpu
 #                ncu-find-or-insert
 #   dynamic-before-after  host-way dynamic-tests breakdown dynamic-ab backend-tests hash-ab
+#   host-seam    suites=host-seam-1gpu framework=dlrm,dlrm26 (TensorFlow 1.15's host-staging step
+#                beside the device step: framework_step.py's sok1x_host* variants)
 set -u
 here=$(cd "$(dirname "$0")/.." && pwd)
 usage() { sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-2}"; }
@@ -101,6 +104,7 @@ while [ $# -gt 0 ]; do
       suites=hash-values,dynamic-1gpu,cuda-backend,engine-1gpu ncu-find-or-insert) ;;
     dynamic-before-after) stages+=(host-way dynamic-tests breakdown dynamic-ab backend-tests
       hash-ab) ;;
+    host-seam) stages+=(suites=host-seam-1gpu framework=dlrm,dlrm26) ;;
     *) stages+=("$1") ;;
   esac
   shift
@@ -218,7 +222,7 @@ stage_group() {
 stage_framework() {
   # Each workload in a process of its own: what one leaves in the GPU's memory pools cannot
   # crowd the next out (at 1 GPU, seed then dlrm did not fit one H200 together).
-  local n w files=() workloads=${SOK1X_FRAMEWORK_WORKLOADS:-seed,dlrm,dlrm26,mlperf26}
+  local n w files=() workloads=${*:-${SOK1X_FRAMEWORK_WORKLOADS:-seed,dlrm,dlrm26,mlperf26}}
   for n in 1 2 4 8; do
     [ "$n" -le "$gpus" ] || continue
     for w in ${workloads//,/ }; do
