@@ -1,0 +1,56 @@
+"""SOK's and DeepRec's own example and tutorial programs, ported with only the imports, the data
+(synthetic) and the sizes changed (legacy_examples/sok_ports, legacy_examples/deeprec_ports), run
+as real MPI jobs at 1 and 2 CPU ranks: each must train to its end, and where it prints its loss,
+every loss is finite and the last steps' mean is below the first steps'."""
+import math
+import os
+import re
+import sys
+
+import pytest
+from mpi_jobs import mpiexec, run_stoppable
+
+import tensorflow as tf
+
+EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "..", "legacy_examples")
+LIMIT_S = 120
+TF2 = int(tf.__version__.split(".")[0]) >= 2
+# port: (needs Horovod, needs TensorFlow 2 (an eager TF2 program), loss pattern or None,
+#        the line that says it reached its end)
+PORTS = {
+    "deeprec_ports/sok_dlrm.py": (True, False, r"Iteration:\d+\s+loss:(\S+)", "Training time"),
+}
+
+
+def _horovod():
+    try:
+        import horovod.tensorflow  # noqa: F401
+        return True
+    except ImportError:
+        return False
+
+
+def losses(text, pattern):
+    """The losses a port printed, in order (both ranks' lines where both print)."""
+    return [float(value) for value in re.findall(pattern, text)]
+
+
+@pytest.mark.parametrize("ranks", [1, 2])
+@pytest.mark.parametrize("port", sorted(PORTS))
+def test_port_trains_to_the_end(port, ranks):
+    needs_horovod, tf2_only, pattern, done_line = PORTS[port]
+    if tf2_only and not TF2:
+        pytest.skip("%s is a TensorFlow 2 eager program (SOK's TF2 API)" % port)
+    if needs_horovod and not _horovod():
+        pytest.skip("%s uses Horovod, which this environment lacks" % port)
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    done = run_stoppable([mpiexec(), "-n", str(ranks), sys.executable,
+                          os.path.join(EXAMPLES, port)], env, LIMIT_S)
+    assert done.returncode == 0, done.explain()
+    assert done.stdout.count(done_line) == ranks, done.explain()  # every rank got there
+    if pattern is not None:
+        found = losses(done.stdout, pattern)
+        assert len(found) >= 6, done.explain()
+        assert all(math.isfinite(v) for v in found), found
+        third = len(found) // 3
+        assert sum(found[-third:]) / third < sum(found[:third]) / third, found
