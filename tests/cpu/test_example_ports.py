@@ -15,14 +15,18 @@ import tensorflow as tf
 EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "..", "legacy_examples")
 LIMIT_S = 120
 TF2 = int(tf.__version__.split(".")[0]) >= 2
-EVERY_RANK, RANK_0 = "every rank", "rank 0"
+EVERY_RANK, TWICE_A_RANK, RANK_0 = 1, 2, 0
 # port: (needs Horovod, needs TensorFlow 2 (an eager TF2 program), loss pattern or None,
-#        the line that says it reached its end, and which ranks print it)
+#        the text of its last output, and how often it shows: per rank, or once (rank 0))
 PORTS = {
     "deeprec_ports/sok_dlrm.py": (True, False, r"Iteration:\d+\s+loss:(\S+)", "Training time",
                                   EVERY_RANK),
     "sok_ports/amp_tf1.py": (True, False, r"step \d+, loss (\S+)", "[INFO]: step 9,", RANK_0),
     "sok_ports/lookup_sparse_distributed_example.py": (True, True, None, "grad2:", EVERY_RANK),
+    "sok_ports/lookup_sparse_dynamic_example.py": (True, True, None, "grad:", TWICE_A_RANK),
+    "sok_ports/dynamic_variable_example.py": (True, True, None, "embedding after:", EVERY_RANK),
+    "sok_ports/all2all_dense_embedding_example.py": (True, True, None, "param after:",
+                                                     EVERY_RANK),
 }
 
 
@@ -51,7 +55,7 @@ def test_port_trains_to_the_end(port, ranks):
     done = run_stoppable([mpiexec(), "-n", str(ranks), sys.executable,
                           os.path.join(EXAMPLES, port)], env, LIMIT_S)
     assert done.returncode == 0, done.explain()
-    expected = ranks if printed_by == EVERY_RANK else 1
+    expected = ranks * printed_by if printed_by else 1
     assert done.stdout.count(done_line) == expected, done.explain()
     if pattern is not None:
         found = losses(done.stdout, pattern)
