@@ -27,6 +27,13 @@ PORTS = {
     "sok_ports/dynamic_variable_example.py": (True, True, None, "embedding after:", EVERY_RANK),
     "sok_ports/all2all_dense_embedding_example.py": (True, True, None, "param after:",
                                                      EVERY_RANK),
+    "sok_ports/dense_demo_horovod.py": (True, True, r"Iteration: \d+, loss=(\S+)",
+                                        "Iteration: 9,", EVERY_RANK),
+}
+# Ports that show a gap sok1x still has: they must keep failing until it is closed (strict).
+KNOWN_GAPS = {
+    "sok_ports/dense_demo_horovod.py": "SOK v1's layers (All2AllDenseEmbedding) made eagerly "
+    "under TensorFlow 2 behaviour fail in their handle's initializer (a symbolic Init gate)",
 }
 
 
@@ -43,8 +50,18 @@ def losses(text, pattern):
     return [float(value) for value in re.findall(pattern, text)]
 
 
-@pytest.mark.parametrize("ranks", [1, 2])
-@pytest.mark.parametrize("port", sorted(PORTS))
+def _cases():
+    """(port, ranks) at 1 and 2 ranks; a known gap at 1 rank only, expected to fail (strict)."""
+    for port in sorted(PORTS):
+        if port in KNOWN_GAPS:
+            yield pytest.param(port, 1, marks=pytest.mark.xfail(strict=True,
+                                                                reason=KNOWN_GAPS[port]))
+        else:
+            for ranks in (1, 2):
+                yield pytest.param(port, ranks)
+
+
+@pytest.mark.parametrize("port,ranks", list(_cases()))
 def test_port_trains_to_the_end(port, ranks):
     needs_horovod, tf2_only, pattern, done_line, printed_by = PORTS[port]
     if tf2_only and not TF2:
