@@ -24,6 +24,7 @@ PORTS = {
     "sok_ports/amp_tf1.py": (True, False, r"step \d+, loss (\S+)", "[INFO]: step 9,", RANK_0),
     "sok_ports/lookup_sparse_distributed_example.py": (True, True, None, "grad2:", EVERY_RANK),
     "sok_ports/lookup_sparse_dynamic_example.py": (True, True, None, "grad:", TWICE_A_RANK),
+    "sok_ports/lookup_sparse_localized_example.py": (True, True, None, "v2 after:", EVERY_RANK),
     "sok_ports/dynamic_variable_example.py": (True, True, None, "embedding after:", EVERY_RANK),
     "sok_ports/all2all_dense_embedding_example.py": (True, True, None, "param after:",
                                                      EVERY_RANK),
