@@ -165,8 +165,22 @@ def fail_job(exit_code, reason, prefix="sok1x-run"):
             # mpiexec's proxy stops forwarding a rank's output once it hears of the abort: give
             # it a moment to pass the line on first (without, hydra lost it now and then).
             time.sleep(_OUTPUT_DRAIN_S)
+            if mpi.COMM_WORLD.Get_size() == 1:
+                _exit_alone(exit_code)
             mpi.COMM_WORLD.Abort(exit_code)
     return exit_code
+
+
+def _exit_alone(exit_code):
+    """Ends a one-rank job at once with exit_code, running no exit-time destructor: MPI_Abort
+    has no peer to stop there, and its exit runs native destructors (Horovod's, after Horovod
+    brought MPI up itself) that wait for the GIL mpi4py holds during the abort, for ever."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # a closed or broken stream: nothing left to flush
+            pass
+    os._exit(exit_code or 1)
 
 
 def describe_death(wait_status):

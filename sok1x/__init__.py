@@ -51,6 +51,15 @@ _LAZY = {
     "incremental_model_dump": "sok1x.v2.checkpoint_api",
     "Saver": "sok1x.v1.saver",
     "kit_lib": "sok1x.kit_lib",
+    "GraphKeys": "sok1x.core",
+    "get_embedding": "sok1x.embeddings.layer_store",
+    "set_comm_tool": "sok1x.communication",
+    "DistributedVariable": "sok1x.distributed_variable",
+    "LocalizedVariable": "sok1x.distributed_variable",
+    "core": "sok1x.core",
+    "embeddings": "sok1x.embeddings",
+    "experiment": "sok1x.experiment",
+    "operations": "sok1x.operations",
     "tf_version": "sok1x.kit_lib",
 }
 

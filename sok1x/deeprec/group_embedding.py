@@ -12,6 +12,9 @@ without any call, is "localized"):
   variables themselves (data parallel: each rank holds every row, the program's optimizer
   trains them as stock TensorFlow does); sok1x variables among them still go through sok1x.
 """
+import importlib
+import importlib.util
+
 from sok1x.common.handle_variable import create_graph_handle
 from sok1x.common.sparse_ids import ids_parts, weight_values
 from sok1x.deeprec import plain_variables
@@ -33,7 +36,8 @@ _strategy = [LOCALIZED]
 def enable_distributed_strategy(strategy="collective", **init_options):
     """DeepRec's tf.config.experimental.enable_distributed_strategy: the strategy of the group
     lookups built from now on. "collective" brings sok1x up now (every rank must call it;
-    sok1x.init's options may be passed) and shards the tables over the ranks; "localized" looks
+    sok1x.init's options may be passed), then Horovod where it is installed (hvd.init(), as
+    DeepRec does: hvd.size() works right after), and shards the tables over the ranks; "localized" looks
     plain variables up on each rank's own device (data parallel). Raises ValueError for
     another strategy."""
     if strategy not in STRATEGIES:
@@ -42,7 +46,19 @@ def enable_distributed_strategy(strategy="collective", **init_options):
             "GroupEmbedding strategies)" % (strategy, " and ".join(repr(s) for s in STRATEGIES)))
     if strategy == COLLECTIVE:
         runtime.init(**init_options)
+        _bring_up_horovod()
     _strategy[0] = strategy
+
+
+def _bring_up_horovod():
+    """hvd.init() where horovod.tensorflow is installed, as DeepRec's collective strategy does
+    (after sok1x, so MPI is already up with the thread support both need); idempotent."""
+    try:
+        found = importlib.util.find_spec("horovod.tensorflow") is not None
+    except (ImportError, ValueError):  # a broken or half-installed horovod package
+        found = False
+    if found:
+        importlib.import_module("horovod.tensorflow").init()
 
 
 def enable_group_embedding(fusion_type="collective", **init_options):

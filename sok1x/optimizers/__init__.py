@@ -20,4 +20,13 @@ from sok1x.optimizers.scope import OptimizerScope
 
 _guard.install()
 
-__all__ = ["Adam", "KerasAdam", "LazyAdamOptimizer", "OptimizerScope"]
+
+def split_embedding_variable_from_others(variables):
+    """SOK v1's sok.optimizers.split_embedding_variable_from_others (the same as
+    sok1x.split_embedding_variable_from_others): (embedding_vars, other_vars)."""
+    from sok1x.common.handle_variable import split_embedding_variable_from_others as split
+    return split(variables)
+
+
+__all__ = ["Adam", "KerasAdam", "LazyAdamOptimizer", "OptimizerScope",
+           "split_embedding_variable_from_others"]

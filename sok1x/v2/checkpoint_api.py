@@ -19,6 +19,7 @@ from sok1x.graph_ops.embedding_tag import table_of
 from sok1x.engine import checkpoint
 from sok1x.graph_ops import init_ops
 from sok1x.graph_ops.tf_compat import py_func, tf1
+from sok1x.v2 import sok_dump_files
 
 
 def table_names(variables):
@@ -63,17 +64,39 @@ def _run_or_op(function, name):
 _DONE = np.int64(0)
 
 
-def dump(path, vars, optimizer=None):  # noqa: A002  (SOK's parameter name)
+def _listed(variables):
+    return list(variables) if isinstance(variables, (list, tuple)) else [variables]
+
+
+def dump(path, vars, optimizer=None, file_format=None):  # noqa: A002  (SOK's parameter name)
     """Writes each variable's table (keys, values, slots of `optimizer`, or every slot when
-    None) into folder `path`: every rank its own shard, then the manifest. Collective."""
+    None) into folder `path`: every rank its own shard, then the manifest. Collective.
+
+    SOK's own files instead (`<name>_0-key`, `-weight`, `-<Optimizer>-<slot>` with SOK's
+    header, byte for byte, for sok1x.Variable / DynamicVariable; SOK's readers and sok.load
+    read them): file_format="sok", or SOK1X_DUMP_FORMAT=sok in the environment for an unchanged
+    SOK program. Then only `optimizer`'s slots are written, none without one, as SOK does."""
+    if sok_dump_files.chosen_format(file_format) == sok_dump_files.SOK_FORMAT:
+        variables = _listed(vars)
+        return _run_or_op(lambda: sok_dump_files.dump(path, variables, optimizer),
+                          "sok1x_dump_sok_files")
     names, prefixes = table_names(vars), _slot_prefixes(optimizer)
     return _run_or_op(lambda: checkpoint.dump_tables(path, names, prefixes), "sok1x_dump")
 
 
-def load(path, vars, optimizer=None):  # noqa: A002
+def load(path, vars, optimizer=None, file_format=None):  # noqa: A002
     """Restores each variable's table from `path` (written by dump on any number of ranks): the
     table then holds exactly the file's rows and slots (only `optimizer`'s when given).
-    Collective; raises sok1x.errors.CheckpointError for a missing, corrupt or mismatched file."""
+    A folder of SOK's own files (file_format="sok", SOK1X_DUMP_FORMAT=sok, or a folder with
+    SOK's key file and no sok1x manifest) loads SOK's way: the file's rows (and `optimizer`'s
+    slots) written over the table's, at any rank count. Collective; raises
+    sok1x.errors.CheckpointError for a missing, corrupt or mismatched file."""
+    variables = _listed(vars)
+    chosen = sok_dump_files.chosen_format(file_format)
+    if chosen == sok_dump_files.SOK_FORMAT or (
+            file_format is None and sok_dump_files.is_sok_folder(path, variables)):
+        return _run_or_op(lambda: sok_dump_files.load(path, variables, optimizer),
+                          "sok1x_load_sok_files")
     names, prefixes = table_names(vars), _slot_prefixes(optimizer)
     return _run_or_op(lambda: checkpoint.load_tables(path, names, prefixes), "sok1x_load")
 

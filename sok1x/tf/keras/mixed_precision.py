@@ -30,3 +30,9 @@ class LossScaleOptimizer(object):
     def __getattr__(self, name):
         # apply_gradients, initializer, minimize... are the wrapped optimizer's.
         return getattr(self.optimizer, name)
+
+# SOK v1's module of this package: sok.tf.keras.mixed_precision.loss_scale_optimizer.
+from sok1x.common import alias_modules  # noqa: E402
+
+alias_modules.install(__name__, {"loss_scale_optimizer": {
+    "LossScaleOptimizer": LossScaleOptimizer}})

@@ -9,3 +9,9 @@ from sok1x.optimizers.keras_adam import Adam
 from sok1x.optimizers.lazy_adam import LazyAdamOptimizer
 
 __all__ = ["Adam", "LazyAdamOptimizer"]
+
+# SOK v1's modules of this package: sok.tf.keras.optimizers.adam and .lazy_adam.
+from sok1x.common import alias_modules  # noqa: E402
+
+alias_modules.install(__name__, {"adam": {"Adam": Adam},
+                                 "lazy_adam": {"LazyAdamOptimizer": LazyAdamOptimizer}})
