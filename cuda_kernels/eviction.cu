@@ -34,15 +34,15 @@ __device__ __forceinline__ Score shuffled(const Score& s, int from) {
   return t;
 }
 
-// One warp per segment [starts[s], starts[s + 1]) of `keys` (the evicting keys, sorted by
-// (bucket, key); a segment holds one bucket's): the k-th key of a segment gets the k-th lowest
+// One warp per segment [starts[s], starts[s + 1]) of the evicting keys (in hash order; a
+// segment holds the keys of bucket buckets[s]): the k-th key of a segment gets the k-th lowest
 // evictable key of its bucket, or -1 when the bucket has no more. rest != 0 (one segment, one
 // warp): every key still without a victim (victim_rows[i] == -1), in order, gets the lowest
 // evictable key of the whole shard; *left (zeroed by the caller) counts the first pass's keys
 // without a victim, so the second pass returns at once when there are none. A chosen victim's
 // record is written to victim_records[i] as it was, and its last step set to `step` (so it is chosen once).
 extern "C" __global__ void evict_pick(const int64* slots, uint64 slot_count, int64* statistics,
-                                      int64 step, int64 lfu, int64 bits, const int64* keys,
+                                      int64 step, int64 lfu, int64 bits, const int64* buckets,
                                       const int64* starts, int64 segments, int64 rest,
                                       uint64* left, int64* victim_keys, int64* victim_rows,
                                       int64* victim_records) {
@@ -53,7 +53,7 @@ extern "C" __global__ void evict_pick(const int64* slots, uint64 slot_count, int
   for (int64 s = global_thread_id() / 32; s < segments; s += warps) {
     const int64 begin = starts[s], end = starts[s + 1];
     if (begin >= end) continue;
-    const uint64 bucket = rest ? 0 : bucket_of(keys[begin], bits);
+    const uint64 bucket = rest ? 0 : (uint64)buckets[s];
     uint64 lo = 0, hi = slot_count - 1;
     if (!rest && bits > 0) {
       const uint64 first_hash = bucket << (64 - bits);

@@ -19,27 +19,31 @@ from test_dynamic_table import (  # noqa: F401  (sok1x_up: the module's cpu engi
 MASK = 2 ** 64 - 1
 
 
-def reference_bucket(key, bits):
-    """The top `bits` bits of MurmurHash3's 64-bit finaliser of `key`, in Python integers."""
+def reference_hash(key):
+    """MurmurHash3's 64-bit finaliser of `key`, in Python integers."""
     x = int(key)
     x ^= x >> 33
     x = (x * 0xFF51AFD7ED558CCD) & MASK
     x ^= x >> 33
     x = (x * 0xC4CEB9FE1A85EC53) & MASK
-    x ^= x >> 33
-    return x >> (64 - bits) if bits else 0
+    return x ^ (x >> 33)
+
+
+def reference_bucket(key, bits):
+    """The top `bits` bits of the key's hash."""
+    return reference_hash(key) >> (64 - bits) if bits else 0
 
 
 def reference_victims(held, new_keys, count, bits, step, lfu, looked_up=()):
     """held: {key: (last step, count)}; returns the victims of the first `count` of `new_keys`
-    in (bucket, key) order, one per key: its bucket's lowest-score evictable key not taken yet,
-    else the shard's; None where none is left."""
+    in hash order, one per key: its bucket's lowest-score evictable key not taken yet, else the
+    shard's; None where none is left."""
     def score(key):
         last, uses = held[key]
         return (uses, last, key) if lfu else (last, key)
 
     evictable = {k for k, (last, _) in held.items() if last < step and k not in looked_up}
-    evicting = sorted(set(new_keys), key=lambda k: (reference_bucket(k, bits), k))[:count]
+    evicting = sorted(set(new_keys), key=reference_hash)[:count]
     victims = []
     for key in evicting:
         bucket = reference_bucket(key, bits)
@@ -72,8 +76,8 @@ def test_the_backends_pick_is_the_stated_policy():
         count = int(rng.integers(1, new.shape[0] + 1))
         held = {int(k): tuple(statistics[r]) for k, r in zip(keys, range(keys.shape[0]))}
         want = reference_victims(held, new.tolist(), count, bits, step, lfu)
-        sorted_keys, starts = evicting_keys(new, np.full(new.shape, -1), count, bits)
-        got_keys, got_rows, records = cpu.pick_victims(index, statistics.copy(), sorted_keys,
+        buckets, starts = evicting_keys(new, np.full(new.shape, -1), count, bits)
+        got_keys, got_rows, records = cpu.pick_victims(index, statistics.copy(), buckets,
                                                        starts, bits, step, lfu)
         assert [None if k < 0 else int(k) for k in got_keys] == want, trial
         for k, r, record in zip(got_keys, got_rows, records):

@@ -20,16 +20,16 @@ def stamp_last_step(statistics, rows, step):
     statistics[rows[rows >= 0], 0] = step
 
 
-def pick_victims(index, statistics, keys, starts, bits, step, lfu):
-    """Victims for the evicting `keys` (int64 [m], sorted by (bucket, key); starts: int64 [s + 1]
-    offsets of its buckets' segments) in the shard of HashIndex `index` and records
-    `statistics` (int64 [capacity, 2]: last step, count). Returns (victim_keys, victim_rows,
-    victim_records [m, 2]): key i's victim is the k-th lowest-score evictable key of its bucket
-    when it is the k-th key of its segment, else (its bucket used up) the lowest one of the
-    shard left over, keys taken in order; -1 (and records 0) where none is left. The victims'
-    records are returned as they were and their last step set to `step`."""
-    keys = np.asarray(keys, dtype=np.int64)
-    m = keys.shape[0]
+def pick_victims(index, statistics, buckets, starts, bits, step, lfu):
+    """Victims for m evicting keys in runs by bucket (host int64 starts [s + 1]: the runs'
+    offsets, m = starts[-1]; buckets [s]: each run's bucket) in the shard of HashIndex `index`
+    and records `statistics` (int64 [capacity, 2]: last step, count). Returns (victim_keys,
+    victim_rows, victim_records [m, 2]): key i's victim is the k-th lowest-score evictable key
+    of its bucket when it is the k-th key of its run, else (its bucket used up) the lowest one
+    of the shard left over, taken in the keys' order; -1 (and records 0) where none is left.
+    The victims' records are returned as they were and their last step set to `step`."""
+    starts = np.asarray(starts, dtype=np.int64)
+    m = int(starts[-1])
     victim_keys = np.full(m, -1, dtype=np.int64)
     victim_rows = np.full(m, -1, dtype=np.int64)
     victim_records = np.zeros((m, 2), dtype=np.int64)
@@ -43,7 +43,7 @@ def pick_victims(index, statistics, keys, starts, bits, step, lfu):
     score = [cand_keys, cand_records[:, 0]] + ([cand_records[:, 1]] if lfu else [])
     cand_buckets = bucket_of(cand_keys, bits)
     by_bucket = np.lexsort(score + [cand_buckets])  # (bucket, score), lowest first
-    buckets = bucket_of(keys, bits)
+    buckets = np.repeat(np.asarray(buckets, dtype=np.int64), np.diff(starts))
     sorted_buckets = cand_buckets[by_bucket]
     first = np.searchsorted(sorted_buckets, buckets, "left")
     end = np.searchsorted(sorted_buckets, buckets, "right")

@@ -34,12 +34,13 @@ def stamp_last_step(statistics, rows, step):
 
 
 @uses_context
-def pick_victims(index, statistics, keys, starts, bits, step, lfu):
+def pick_victims(index, statistics, buckets, starts, bits, step, lfu):
     """As backend/cpu/eviction.py's: (victim_keys, victim_rows, victim_records [m, 2]) int64
     GPUArrays, queued (no wait): one warp per bucket segment, then one warp for the keys whose
     bucket was used up."""
-    keys, starts = index_array(keys, "keys"), index_array(starts, "starts")
-    m, segments = keys.shape[0], starts.shape[0] - 1
+    host_starts = np.asarray(starts, dtype=np.int64)
+    m, segments = int(host_starts[-1]), host_starts.shape[0] - 1
+    buckets, starts = index_array(buckets, "buckets"), index_array(host_starts, "starts")
     victim_keys = fill_bytes(empty((m,), np.int64), 0xFF)
     victim_rows = fill_bytes(empty((m,), np.int64), 0xFF)
     victim_records = fill_bytes(empty((m, 2), np.int64), 0)
@@ -47,7 +48,7 @@ def pick_victims(index, statistics, keys, starts, bits, step, lfu):
         return victim_keys, victim_rows, victim_records
     pick = _eviction_kernels()["pick"]
     common = (ptr(index._slots), index.slot_count, ptr(statistics), int(step), int(bool(lfu)),
-              int(bits), ptr(keys))
+              int(bits), ptr(buckets))
     left = fill_bytes(empty((1,), np.uint64), 0)
     outputs = (ptr(left), ptr(victim_keys), ptr(victim_rows), ptr(victim_records))
     blocks = -(-segments // _WARPS_PER_BLOCK)

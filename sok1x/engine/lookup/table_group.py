@@ -83,6 +83,7 @@ import numpy as np
 from sok1x.backend import random_init
 from sok1x.engine.lookup import distinct_rows
 from sok1x.engine.tables import placement as placements
+from sok1x.engine.tables.dynamic_table import make_room_many
 from sok1x.engine.tables.table import (
     EmbeddingTable, rebuilt_if_worn, rebuilt_index, reset_slot_rows,
 )
@@ -319,7 +320,8 @@ class HashGroup(TableGroup):
         for t in over.tolist():
             member = self.members[t]
             if mine is not None:  # rows_needed counted its new keys
-                error = member.capacity_error(mine[t], int(needed[t] - sizes[t]))
+                error = member.capacity_error(self.backend.asarray(mine[t]),
+                                              int(needed[t] - sizes[t]))
             else:
                 error = member.full_error(int(sizes[t]), int(needed[t] - sizes[t]))
             if error is not None:
@@ -327,13 +329,12 @@ class HashGroup(TableGroup):
         return None
 
     def _keys_of(self, keys, tags):
-        """{member: backend int64, its keys among tagged `keys`} (host work: a step that grows
-        or evicts)."""
+        """{member: host int64, its keys among tagged `keys`} (host work: a step that grows or
+        evicts)."""
         keys, tags = self.backend.download_staged_many([keys, tags])  # read, not kept
         order = np.argsort(np.asarray(tags), kind="stable")
         cuts = np.cumsum(np.bincount(np.asarray(tags), minlength=len(self.members)))[:-1]
-        return dict(enumerate(self.backend.asarray(part) for part in
-                              np.split(np.asarray(keys)[order], cuts)))
+        return dict(enumerate(np.split(np.asarray(keys)[order], cuts)))
 
     def make_room(self, needed, keys, tags):
         """Makes room for the rows `needed` (rows_needed's, checked by growth_error) of owned
@@ -345,8 +346,9 @@ class HashGroup(TableGroup):
             split, self._split = self._split, None
             mine = split[1] if split[0] is keys and split[1] is not None else self._keys_of(
                 keys, tags)
-            for t in short.tolist():
-                self.members[t].make_room(int(needed[t] - self.capacities[t]), mine[t])
+            make_room_many([self.members[t] for t in short.tolist()],
+                           [int(needed[t] - self.capacities[t]) for t in short.tolist()],
+                           [mine[t] for t in short.tolist()])
 
     def grow(self, needed):
         """Grows each member whose rows `needed` (host int64 [members]) pass its capacity, in

@@ -32,6 +32,7 @@ new keys, puts evicted keys back with their vectors, slots and statistics, and r
 list.
 """
 import collections
+import functools
 import time
 
 import numpy as np
@@ -364,21 +365,37 @@ class DynamicTable(EmbeddingTable):
     def _evict(self, count, keys):
         """Evicts `count` keys that neither the current step nor this lookup (owned `keys`, a
         backend array) looked up, chosen on the device per bucket by score (eviction.py states
-        the policy); returns what undoing it needs: (keys, rows, values, slots, statistics,
-        evicted entry, (looked-up rows, their records before this))."""
+        the policy); returns what undoing it needs (_evict_finish)."""
+        backend = self.backend
+        host_keys, found = (np.array(a) for a in backend.download_staged_many(
+            [keys, self.index.find(keys)]))
+        queued = self._victims_queued(count, host_keys, found)
+        victims = [np.array(a) for a in backend.download_staged_many(list(queued[0][:2]))]
+        return self._evict_finish(count, queued, victims)
+
+    def _victims_queued(self, count, host_keys, found):
+        """Queues the choice of `count` victims for owned keys `host_keys` (host; found: their
+        host rows, -1 for new keys): the rows looked up stamped with the step (their records
+        kept), then backend.pick_victims. Returns ((victim keys, rows, records), (looked-up rows,
+        their records before)), device arrays. Reads the host arrays before it returns."""
         backend, step = self.backend, self.journal.step
-        host_keys, found = backend.download_staged_many([keys, self.index.find(keys)])
         bits = eviction.bucket_bits(self.capacity)
-        new_keys, starts = eviction.evicting_keys(host_keys, found, count, bits)
-        looked_up = backend.asarray(np.unique(found[found >= 0]))  # read before the next download
+        buckets, starts = eviction.evicting_keys(host_keys, found, count, bits)
+        looked_up = backend.asarray(found[found >= 0])  # repeats: the same record put twice
         pinned = (looked_up, backend.take_rows(self.statistics, looked_up))
         backend.stamp_last_step(self.statistics, looked_up, step)  # not evicted by this step
-        victim_keys, victim_rows, records = backend.pick_victims(
-            self.index, self.statistics, new_keys, starts, bits, step,
-            self.dynamic.evict_strategy == "lfu")
-        device_keys, device_rows = victim_keys, victim_rows
-        victim_keys, victim_rows = (np.array(a) for a in backend.download_staged_many(
-            [victim_keys, victim_rows]))
+        picked = backend.pick_victims(self.index, self.statistics, buckets, starts, bits, step,
+                                      self.dynamic.evict_strategy == "lfu")
+        return picked, pinned
+
+    def _evict_finish(self, count, queued, victims):
+        """Evicts the victims _victims_queued chose (`victims`: host copies of their keys and
+        rows); returns what undoing it needs: (keys, rows, values, slots, statistics, evicted
+        entry, (looked-up rows, their records before)). Raises RuntimeError, putting the stamps
+        back, where fewer than `count` were found (capacity_error rules that out)."""
+        backend = self.backend
+        (device_keys, device_rows, records), pinned = queued
+        victim_keys, victim_rows = victims
         if victim_rows.shape[0] != count or (victim_rows < 0).any():
             backend.put_rows(self.statistics, *pinned)
             raise RuntimeError("%s: %d of the %d keys to evict on rank %d were found"
@@ -396,7 +413,7 @@ class DynamicTable(EmbeddingTable):
         if self.name not in _DROPPED:  # read by someone: the host keeps a copy until then
             entry = (victim_keys, backend.to_host(values))
             self._evicted.append(entry)
-        self.index.erase(device_keys)
+        self.index.erase(device_keys, all_held=True)
         self.index = rebuilt_if_worn(backend, self.index, self.capacity)
         self._free = np.concatenate([self._free, victim_rows])
         return saved + (entry, pinned)
@@ -482,6 +499,7 @@ class DynamicTable(EmbeddingTable):
         evicted = self._evict(count, keys)
         self.journal.record(lambda: self._undo_evict(evicted, held))
 
+
     def _undo_evict(self, evicted, held):
         self._put_back(evicted)
         self._free, self._high_water = held
@@ -522,6 +540,25 @@ class DynamicTable(EmbeddingTable):
         self.times = hybrid_rows.grown(backend, self.times, capacity, None)
         self.index = rebuilt_index(backend, self.index, capacity)
         self.capacity = capacity
+
+
+def make_room_many(tables, counts, host_keys):
+    """DynamicTable.make_room of several `tables` (a hash group's members; counts[i] keys to
+    evict for owned host keys host_keys[i]) with two host waits in all: the keys' rows, then
+    the victims every member's pick chose."""
+    if not tables:
+        return
+    backend = tables[0].backend
+    found = [np.array(f) for f in backend.download_staged_many(
+        [t.index.find(backend.asarray(k)) for t, k in zip(tables, host_keys)])]
+    queued = [t._victims_queued(c, np.asarray(k), f)
+              for t, c, k, f in zip(tables, counts, host_keys, found)]
+    victims = [np.array(v) for v in backend.download_staged_many(
+        [a for q in queued for a in q[0][:2]])]
+    for i, (table, count, picked) in enumerate(zip(tables, counts, queued)):
+        held = table.held_state()
+        evicted = table._evict_finish(count, picked, victims[2 * i:2 * i + 2])
+        table.journal.record(functools.partial(table._undo_evict, evicted, held))
 
 
 def _is_prefix(array, base):

@@ -12,17 +12,18 @@ exactly n held keys, chosen as follows:
   "lfu", (its count of training lookups, that last step, key). Lowest goes first. So "least
   recently used" means: least recently used among the evictable keys of the new key's bucket,
   at the granularity of steps, ties broken by the smaller key, not of the whole shard.
-- The new keys that evict are the step's new keys in (bucket, key) order (all of them once the
-  shard is full; at the step that fills it, the first n). The k-th of them in a bucket takes the
-  k-th lowest-score evictable key of that bucket; one whose bucket has no evictable key left
-  takes the lowest-score evictable key left in the whole shard (keys in the same order).
+- The new keys that evict are the step's new keys in the order of their hashes, which orders
+  them by bucket (all of them once the shard is full; at the step that fills it, the first n).
+  The k-th of them in a bucket takes the k-th lowest-score evictable key of that bucket; one
+  whose bucket has no evictable key left takes the lowest-score evictable key left in the
+  whole shard (new keys in the same order).
 The choice is a function of the keys, their records and the step, never of thread timing, so
 the cpu and cuda backends evict the same keys and a run repeats exactly. A step that cannot make
 room (fewer evictable keys than new ones) fails on every rank before evicting (TableFullError).
 """
 import numpy as np
 
-from sok1x.backend.cpu.eviction import bucket_of
+from sok1x.backend.cpu.hash import scramble
 
 KEYS_PER_BUCKET = 64
 
@@ -36,11 +37,11 @@ def bucket_bits(capacity):
 
 def evicting_keys(keys, found, count, bits):
     """The first `count` distinct keys of host int64 `keys` whose `found` row is -1 (new ones),
-    by (bucket, key); returns (those keys, int64 starts [segments + 1] of their buckets' runs)."""
-    new_keys = np.unique(np.asarray(keys)[np.asarray(found) < 0])
-    buckets = bucket_of(new_keys, bits)
-    order = np.lexsort((new_keys, buckets))[:int(count)]
-    new_keys, buckets = new_keys[order], buckets[order]
+    in hash order (one sort of their hashes: by bucket, then hash); returns (the bucket of each
+    run of them, int64 starts [runs + 1] of the runs), what pick_victims takes."""
+    hashes = np.unique(scramble(np.asarray(keys)[np.asarray(found) < 0]))[:int(count)]
+    buckets = (hashes >> np.uint64(64 - bits)).astype(np.int64) if bits else np.zeros(
+        hashes.shape, np.int64)
     cuts = np.flatnonzero(buckets[1:] != buckets[:-1]) + 1
-    starts = np.concatenate([[0], cuts, [new_keys.shape[0]]]).astype(np.int64)
-    return new_keys, starts
+    starts = np.concatenate([[0], cuts, [hashes.shape[0]]]).astype(np.int64)
+    return buckets[starts[:-1]], starts
