@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # A one-GPU pass for the device eviction (issue 38): this tree's GPU tests ($PASS_SUITES, default
 # dynamic-1gpu table-groups-1gpu), growth_step.py of a "before" tree and of this one in
-# alternating processes ($PASS_ROUNDS rounds, default 3), then framework_step.py's dlrm26_full
-# and dlrm26_hybrid on this tree (--repeats 5).
+# alternating processes ($PASS_ROUNDS rounds, default 3), a cProfile of this tree's growth_step
+# (growth-profile.txt), then framework_step.py's dlrm26_full and dlrm26_hybrid on this tree
+# (--repeats 5, --steps $PASS_FRAMEWORK_STEPS, default 10).
 #     bash bench/eviction_pass.sh BEFORE_TREE      (from this checkout's root; $OUT)
 set -u
 here=$(pwd); before=$(cd "${1:?usage: eviction_pass.sh BEFORE_TREE}" && pwd)
@@ -15,6 +16,8 @@ for round in $(seq "${PASS_ROUNDS:-3}"); do
       >>"$summary"
   done
 done
-bench after framework_step.py framework_full --workloads dlrm26_full,dlrm26_hybrid --repeats 5
+SOK1X_BENCH_PROFILE=$out/growth-profile.txt bench after growth_step.py growth_profiled --repeats 1
+bench after framework_step.py framework_full --workloads dlrm26_full,dlrm26_hybrid --repeats 5 \
+  --steps "${PASS_FRAMEWORK_STEPS:-10}"
 grep -E 'ms/step|evict|Error' "$out/framework_full.log" | sed 's/^/  /' >>"$summary"
 say "== done"
