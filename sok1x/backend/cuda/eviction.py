@@ -11,6 +11,7 @@ from sok1x.backend.cuda.kernel_launch import (
     memoised_per_context,
     prepared,
     ptr,
+    row_view,
 )
 
 _WARPS_PER_BLOCK = 8
@@ -40,7 +41,11 @@ def pick_victims(index, statistics, buckets, starts, bits, step, lfu):
     bucket was used up."""
     host_starts = np.asarray(starts, dtype=np.int64)
     m, segments = int(host_starts[-1]), host_starts.shape[0] - 1
-    buckets, starts = index_array(buckets, "buckets"), index_array(host_starts, "starts")
+    # one upload: the runs' starts, [0, m] (the second pass's one run), the runs' buckets
+    joined = index_array(np.concatenate([host_starts, [0, m], np.asarray(buckets, np.int64)]),
+                         "starts")
+    starts, whole = joined, row_view(joined, segments + 1, segments + 3)
+    buckets = row_view(joined, segments + 3, 2 * segments + 3)
     victim_keys = fill_bytes(empty((m,), np.int64), 0xFF)
     victim_rows = fill_bytes(empty((m,), np.int64), 0xFF)
     victim_records = fill_bytes(empty((m, 2), np.int64), 0)
@@ -54,6 +59,5 @@ def pick_victims(index, statistics, buckets, starts, bits, step, lfu):
     blocks = -(-segments // _WARPS_PER_BLOCK)
     launch(pick, 32 * segments, *(common + (ptr(starts), segments, 0) + outputs),
            block=32 * _WARPS_PER_BLOCK, blocks=blocks)
-    whole = index_array(np.array([0, m], dtype=np.int64), "starts")
     launch(pick, 32, *(common + (ptr(whole), 1, 1) + outputs), block=32, blocks=1)
     return victim_keys, victim_rows, victim_records

@@ -236,7 +236,7 @@ class HashGroup(TableGroup):
         self.evicts = any(getattr(table, "statistics", None) is not None for table in members)
         self.grows = self.evicts or bool(np.any(self.max_capacities > self.capacities))
         self.statistics = None
-        self._split = None  # (keys, per member its keys) of growth_error, for make_room
+        self._split = None  # (keys, per member its keys, host and device) of growth_error
         if self.evicts:
             self.statistics = self._joined([table.statistics for table in members], 0)
             for t, table in enumerate(members):
@@ -316,12 +316,13 @@ class HashGroup(TableGroup):
         over = np.flatnonzero(needed > self.max_capacities)
         sizes = self.sizes()
         mine = self._keys_of(keys, tags) if self.evicts and over.size else None
-        self._split = (keys, mine)  # make_room's, for the same keys
+        uploaded = {}  # member: its keys on the device
+        self._split = (keys, mine, uploaded)  # make_room's, for the same keys
         for t in over.tolist():
             member = self.members[t]
             if mine is not None:  # rows_needed counted its new keys
-                error = member.capacity_error(self.backend.asarray(mine[t]),
-                                              int(needed[t] - sizes[t]))
+                uploaded[t] = self.backend.asarray(mine[t])
+                error = member.capacity_error(uploaded[t], int(needed[t] - sizes[t]))
             else:
                 error = member.full_error(int(sizes[t]), int(needed[t] - sizes[t]))
             if error is not None:
@@ -344,11 +345,12 @@ class HashGroup(TableGroup):
         short = np.flatnonzero(needed > self.capacities)
         if short.size:
             split, self._split = self._split, None
-            mine = split[1] if split[0] is keys and split[1] is not None else self._keys_of(
-                keys, tags)
-            make_room_many([self.members[t] for t in short.tolist()],
-                           [int(needed[t] - self.capacities[t]) for t in short.tolist()],
-                           [mine[t] for t in short.tolist()])
+            mine, uploaded = (split[1], split[2]) if split[0] is keys and split[1] is not None \
+                else (self._keys_of(keys, tags), {})
+            short = short.tolist()
+            make_room_many([self.members[t] for t in short],
+                           [int(needed[t] - self.capacities[t]) for t in short],
+                           [mine[t] for t in short], [uploaded.get(t) for t in short])
 
     def grow(self, needed):
         """Grows each member whose rows `needed` (host int64 [members]) pass its capacity, in

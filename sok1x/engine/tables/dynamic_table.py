@@ -542,15 +542,16 @@ class DynamicTable(EmbeddingTable):
         self.capacity = capacity
 
 
-def make_room_many(tables, counts, host_keys):
+def make_room_many(tables, counts, host_keys, device_keys):
     """DynamicTable.make_room of several `tables` (a hash group's members; counts[i] keys to
-    evict for owned host keys host_keys[i]) with two host waits in all: the keys' rows, then
-    the victims every member's pick chose."""
+    evict for owned host keys host_keys[i], device_keys[i] their device copy or None) with two
+    host waits in all: the keys' rows, then the victims every member's pick chose."""
     if not tables:
         return
     backend = tables[0].backend
     found = [np.array(f) for f in backend.download_staged_many(
-        [t.index.find(backend.asarray(k)) for t, k in zip(tables, host_keys)])]
+        [t.index.find(backend.asarray(k) if d is None else d)
+         for t, k, d in zip(tables, host_keys, device_keys)])]
     queued = [t._victims_queued(c, np.asarray(k), f)
               for t, c, k, f in zip(tables, counts, host_keys, found)]
     victims = [np.array(v) for v in backend.download_staged_many(

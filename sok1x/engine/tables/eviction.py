@@ -39,7 +39,8 @@ def evicting_keys(keys, found, count, bits):
     """The first `count` distinct keys of host int64 `keys` whose `found` row is -1 (new ones),
     in hash order (one sort of their hashes: by bucket, then hash); returns (the bucket of each
     run of them, int64 starts [runs + 1] of the runs), what pick_victims takes."""
-    hashes = np.unique(scramble(np.asarray(keys)[np.asarray(found) < 0]))[:int(count)]
+    hashes = np.sort(scramble(np.asarray(keys)[np.asarray(found) < 0]))  # not np.unique: NumPy
+    hashes = hashes[np.concatenate([[True], hashes[1:] != hashes[:-1]])][:int(count)]  # 2 hashes
     buckets = (hashes >> np.uint64(64 - bits)).astype(np.int64) if bits else np.zeros(
         hashes.shape, np.int64)
     cuts = np.flatnonzero(buckets[1:] != buckets[:-1]) + 1
