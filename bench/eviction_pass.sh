@@ -17,7 +17,8 @@ for round in $(seq "${PASS_ROUNDS:-3}"); do
   done
 done
 SOK1X_BENCH_PROFILE=$out/growth-profile.txt bench after growth_step.py growth_profiled --repeats 1
-bench after framework_step.py framework_full --workloads "${PASS_FRAMEWORK_WORKLOADS:-dlrm26_full,dlrm26_hybrid}" --repeats 5 \
+workloads=${PASS_FRAMEWORK_WORKLOADS:-dlrm26_full,dlrm26_hybrid}
+bench after framework_step.py framework_full --workloads "$workloads" --repeats 5 \
   --steps "${PASS_FRAMEWORK_STEPS:-10}"
 grep -E 'ms/step|evict|Error' "$out/framework_full.log" | sed 's/^/  /' >>"$summary"
 say "== done"
