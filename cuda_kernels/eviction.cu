@@ -40,7 +40,8 @@ __device__ __forceinline__ Score shuffled(const Score& s, int from) {
 // warp): every key still without a victim (victim_rows[i] == -1), in order, gets the lowest
 // evictable key of the whole shard; *left (zeroed by the caller) counts the first pass's keys
 // without a victim, so the second pass returns at once when there are none. A chosen victim's
-// record is written to victim_records[i] as it was, and its last step set to `step` (so it is chosen once).
+// record is written to victim_records[i] as it was, and its last step set to `step` (so it is
+// chosen once).
 extern "C" __global__ void evict_pick(const int64* slots, uint64 slot_count, int64* statistics,
                                       int64 step, int64 lfu, int64 bits, const int64* buckets,
                                       const int64* starts, int64 segments, int64 rest,

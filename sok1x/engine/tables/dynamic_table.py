@@ -8,10 +8,10 @@ var_type "hybrid": grows the same way (its access statistics copied too), and on
 rows are held, a step's new keys take the rows of keys evicted by evict_strategy, per bucket by
 score, on the device ("lru": the keys of the new key's bucket looked up least recently, "lfu":
 least often; eviction.py states exactly what is guaranteed), never a key looked up in the current
-step. Evicted keys and their vectors are kept
-until pop_evicted() hands them out, once, unless drop_evicted(name) said no one reads them (SOK's
-v2 front door, until a sok1x.sparse_read_and_evict of the table is built or called): then they
-are dropped, as SOK drops them, and the host neither copies nor holds them.
+step. Evicted keys and their vectors are kept until pop_evicted() hands them out, once, unless
+drop_evicted(name) said no one reads them (SOK's v2 front door, until a
+sok1x.sparse_read_and_evict of the table is built or called): then they are dropped, as SOK
+drops them, and the host neither copies nor holds them.
 With max_hbm_for_vectors > 0, rows beyond what that many GiB of vectors hold live in page-locked
 host memory that the same kernels read (engine/tables/hybrid_rows.py); optimizer slots split alike.
 
@@ -24,8 +24,9 @@ two arrays took two) and stamps the new rows' update times in the same launch (r
 between GPU and host memory: the lookup's kernel counts it, a fill_rows stamps); a row's record
 is zeroed when its key leaves (eviction, undo), so a new key's row starts from 0.
 Eviction reads them on the device (eviction.py: per bucket by score, the policy stated there):
-the host reads the step's keys and the victims, never the shard. Nothing else reads them, so an hbm table, which never evicts, keeps none (statistics
-None; its lookups stamp the new rows alone). Checkpoints do not hold the statistics (a loaded
+the host reads the step's keys and the victims, never the shard. Nothing else reads them, so an
+hbm table, which never evicts, keeps none (statistics None; its lookups stamp the new rows
+alone). Checkpoints do not hold the statistics (a loaded
 table starts from zero).
 Every insert is recorded in the step journal (lookup/step_journal.py): a failed step erases its
 new keys, puts evicted keys back with their vectors, slots and statistics, and restores the free
