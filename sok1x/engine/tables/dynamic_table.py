@@ -8,10 +8,10 @@ var_type "hybrid": grows the same way (its access statistics copied too), and on
 rows are held, a step's new keys take the rows of keys evicted by evict_strategy, per bucket by
 score, on the device ("lru": the keys of the new key's bucket looked up least recently, "lfu":
 least often; eviction.py states exactly what is guaranteed), never a key looked up in the current
-step. Evicted keys and their vectors are kept until pop_evicted() hands them out, once, unless
-drop_evicted(name) said no one reads them (SOK's v2 front door, until a
-sok1x.sparse_read_and_evict of the table is built or called): then they are dropped, as SOK
-drops them, and the host neither copies nor holds them.
+step. Evicted keys and their vectors are kept (the vectors in device memory) until
+pop_evicted() hands them out, once, unless drop_evicted(name) said no one reads them (SOK's v2
+front door, until a sok1x.sparse_read_and_evict of the table is built or called): then they are
+dropped, as SOK drops them.
 With max_hbm_for_vectors > 0, rows beyond what that many GiB of vectors hold live in page-locked
 host memory that the same kernels read (engine/tables/hybrid_rows.py); optimizer slots split alike.
 
@@ -150,7 +150,7 @@ class DynamicTable(EmbeddingTable):
         self._free = np.zeros(0, np.int64)  # rows given back, reused last freed first
         self._free_uploaded = None  # (host base of the free list, its device copy reversed)
         self._high_water = 0  # rows [0, high_water) were handed out at least once
-        self._evicted = []  # (keys, values) host arrays not handed out yet
+        self._evicted = []  # (host keys, device values) not handed out yet
         self.evicted_keys = 0  # how many keys this shard has evicted since made or loaded
         self._counted = None  # (keys, index size, missing) from the last capacity_error
         self._touched = (-1, 0)  # (step, at least the rows this step's lookups counted so far)
@@ -322,12 +322,15 @@ class DynamicTable(EmbeddingTable):
 
     def pop_evicted(self):
         """Returns (keys int64 [n], values float32 [n, dim]) host arrays of the keys evicted
-        since the last call, in eviction order, and forgets them."""
+        since the last call, in eviction order, and forgets them (the vectors were kept in
+        device memory until now: one read of them all)."""
         evicted, self._evicted = self._evicted, []
         if not evicted:
             return np.zeros(0, np.int64), np.zeros((0, self.dim), np.float32)
+        with self.backend.device_context():
+            values = self.backend.to_host_many([values for _, values in evicted])
         return (np.concatenate([keys for keys, _ in evicted]),
-                np.concatenate([values for _, values in evicted]))
+                np.concatenate([np.asarray(v).reshape(-1, self.dim) for v in values]))
 
     def _held_rows(self):
         """Host bool [capacity]: rows holding a key."""
@@ -411,8 +414,8 @@ class DynamicTable(EmbeddingTable):
                          backend.zeros((victim_rows.shape[0], 2), np.int64))
         self.evicted_keys += int(victim_rows.shape[0])
         entry = None
-        if self.name not in _DROPPED:  # read by someone: the host keeps a copy until then
-            entry = (victim_keys, backend.to_host(values))
+        if self.name not in _DROPPED:  # read by someone: kept on the device until then
+            entry = (victim_keys, values)
             self._evicted.append(entry)
         self.index.erase(device_keys, all_held=True)
         self.index = rebuilt_if_worn(backend, self.index, self.capacity)
