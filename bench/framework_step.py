@@ -8,8 +8,9 @@ dense table holding each key's initial value where sok1x's rows lie in arrival o
 hashed_shard_weight); mlperf26 = MLPerf
 DLRM-DCNv2's 26 tables, skipped with a message where the job's GPUs cannot hold them;
 dlrm26_dynamic = dlrm26 on hbm DynamicVariables (one hash group; the same peer as
-dlrm26_hash); dlrm26_hybrid = the same on hybrid ones; dlrm_dynamic = dlrm on a
-DynamicVariable, "hbm" beside "hybrid", run_dynamic),
+dlrm26_hash); dlrm26_hybrid = the same on hybrid ones; dlrm26_full = on hybrid ones that are
+full, every step evicting (workloads.full_rows); dlrm_dynamic = dlrm on a DynamicVariable,
+"hbm" beside "hybrid", run_dynamic),
 from the same initial tables, the same step (forward lookup, top gradient = output, backward
 exchange, update: LazyAdam, Adagrad for mlperf26) five ways:
 

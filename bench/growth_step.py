@@ -12,8 +12,8 @@ three ways, each from tables made anew and filled alike:
     grow     hbm, init_capacity rows: every member of the group doubles in this step (its flat
              values, LazyAdam's two slots and update times laid out again, its index rebuilt)
     evict    hybrid, max_capacity rows: every member evicts --new keys by LRU and hands their rows
-             to the new keys, keeping the evicted keys and vectors on the host for a reader
-             (sok1x.sparse_read_and_evict)
+             to the new keys, keeping the evicted keys and vectors for a reader, who reads them
+             in the timed step (api.pop_evicted of every table: sok1x.sparse_read_and_evict)
     evict_drop  the same where no one reads evicted keys (a DynamicVariable's default, as SOK's:
              they are dropped, not copied to the host)
 and `second`: the step after the growth (the group at its new size, new keys that fit).
@@ -110,6 +110,15 @@ class Case:
         return sum(int(a.nbytes) for a in arrays)
 
 
+def read_evicted(case, way, _=None):
+    """The reader's part of an evict step: every table's evicted keys and vectors handed to the
+    host (api.pop_evicted, as a sok1x.sparse_read_and_evict each step); nothing for the other
+    ways."""
+    if way == "evict":
+        for name in case.names:
+            api.pop_evicted(name)
+
+
 def timed(rt, run):
     """The slowest rank's ms of run() (synchronised, after a barrier)."""
     harness.barrier()
@@ -148,7 +157,7 @@ def run_case(rt, args, way, repeat, peaks, profile=False):
                               backend.synchronize, "%s, %d rank(s)" % (way, rt.size), steps=1)
         ms = float("nan")
     else:
-        ms = timed(rt, lambda: case.step(case.steps[0], "first"))
+        ms = timed(rt, lambda: read_evicted(case, way, case.step(case.steps[0], "first")))
     grown = [api.shard(name).capacity for name in case.names]
     result = {"ms": ms, "group_bytes_before": before_bytes, "used_before": before,
               "grew": harness.job_max(any(g > c for g, c in zip(grown, capacities))),

@@ -19,6 +19,10 @@ dlrm26_dynamic: dlrm26 on 26 sok1x.DynamicVariables of var_type "hbm" (one hash 
     grow: max_capacity twice the rows a shard needs), the same PyTorch peer as dlrm26_hash.
 dlrm26_hybrid: the same on var_type "hybrid" (rows all in GPU memory; one hash group that counts
     its lookups and may evict), the same peer.
+dlrm26_full: dlrm26 on hybrid DynamicVariables that are full (issue 38): a shard's max_capacity
+    is FULL_ROOM x the most distinct keys one batch brings it (full_rows), less than the three
+    batches' union, so once the first steps filled it every step evicts (LRU); the same peer,
+    whose table holds every key.
 mlperf26: the embedding of MLPerf's DLRM-DCNv2 benchmark: 26 tables with the Criteo 1TB
     cardinalities and multi-hot sizes below (keys uniform within a table), dim 128, sum pooling,
     Adagrad, global batch 55296 split over the ranks (strong scaling). Its rows and accumulators
@@ -70,6 +74,8 @@ def workload(name, size, scale=1):
         return workload("dlrm26", size, scale)._replace(name="dlrm26_dynamic", hashed="hbm")
     if name == "dlrm26_hybrid":
         return workload("dlrm26", size, scale)._replace(name="dlrm26_hybrid", hashed="hybrid")
+    if name == "dlrm26_full":
+        return workload("dlrm26", size, scale)._replace(name="dlrm26_full", hashed="hybrid")
     if name == "mlperf26":
         global_batch = 55296 // scale
         vocabs = tuple(max(1, c // scale) for c in MLPERF_CARDINALITIES)
@@ -82,7 +88,7 @@ def table_batches(w, rank, size, count=3, seed=99):
     """For a workload of several tables: `count` batches, each per table its int64 keys
     [batch_per_rank * hotness_t] (sample-major, relative to the table). dlrm26 takes dlrm's
     keys; mlperf26 draws keys uniformly within each table."""
-    if w.name in ("dlrm26", "dlrm26_hash", "dlrm26_dynamic", "dlrm26_hybrid"):
+    if w.name in ("dlrm26", "dlrm26_hash", "dlrm26_dynamic", "dlrm26_hybrid", "dlrm26_full"):
         out = []
         for keys in Batches(w, rank, size, count).keys:  # dlrm's keys
             keys = keys - np.arange(w.slots).reshape(1, -1, 1) * w.vocab
@@ -91,6 +97,20 @@ def table_batches(w, rank, size, count=3, seed=99):
     rng = np.random.default_rng([seed, rank])
     return [[rng.integers(0, vocab, size=w.batch_per_rank * hot, dtype=np.int64)
              for vocab, hot in zip(w.tables, w.hotness)] for _ in range(count)]
+
+
+FULL_ROOM = 1.1
+
+
+def full_rows(w, size):
+    """dlrm26_full's max_capacity of a shard: FULL_ROOM x the most distinct keys of one table
+    that one global batch brings, over the size ranks (an even share each)."""
+    most = 0
+    for step in range(3):
+        for t in range(w.slots):
+            keys = np.concatenate([table_batches(w, r, size)[step][t] for r in range(size)])
+            most = max(most, np.unique(keys).shape[0])
+    return int(FULL_ROOM * most / size) + 1
 
 
 def total_vocabulary(w):

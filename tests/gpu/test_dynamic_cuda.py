@@ -248,3 +248,37 @@ def test_hash_erase_and_row_pool_equal_cpu():
             found.append((after, sorted(placed), sorted(placed.values()), index.size))
     np.testing.assert_array_equal(found[0][0], found[1][0])
     assert found[0][1:] == found[1][1:]
+
+
+@pytest.mark.parametrize("lfu", [False, True])
+@pytest.mark.parametrize("touched", [0.0, 0.9])
+def test_device_victims_equal_cpu(lfu, touched):
+    """pick_victims (cuda_kernels/eviction.cu) against the cpu twin on one shard of 2^16 keys
+    (1024 buckets) with many tied records: the same victims, records and statistics after.
+    touched: the share of keys the step already looked up, so buckets run out and the
+    shard-wide second pass serves the rest."""
+    from sok1x.backend import cuda
+    from sok1x.engine.tables.eviction import bucket_bits, evicting_keys
+    rng = np.random.default_rng(38)
+    capacity, step_now = 1 << 16, 9
+    keys = np.unique(rng.integers(0, 2 ** 40, size=capacity + 64))[:capacity]
+    rng.shuffle(keys)
+    statistics = np.stack([rng.integers(0, step_now, capacity),
+                           rng.integers(0, 4, capacity)], axis=1).astype(np.int64)
+    statistics[rng.random(capacity) < touched, 0] = step_now
+    new = np.unique(rng.integers(2 ** 40, 2 ** 41, size=6000))
+    bits = bucket_bits(capacity)
+    buckets, starts = evicting_keys(new, np.full(new.shape, -1), new.shape[0], bits)
+    results = []
+    for backend in (cuda, cpu):
+        with backend.device_context():
+            index = backend.HashIndex(capacity)
+            index.assign(backend.asarray(keys), backend.asarray(np.arange(capacity)))
+            stats = backend.asarray(statistics.copy())
+            picked = backend.pick_victims(index, stats, buckets, starts, bits, step_now, lfu)
+            results.append([backend.to_host(a) for a in picked] + [backend.to_host(stats)])
+    for got, want in zip(*results):
+        np.testing.assert_array_equal(got, want)
+    victims = results[1][0]
+    assert (victims >= 0).sum() == min(new.shape[0], int((statistics[:, 0] < step_now).sum()))
+    assert len(set(victims[victims >= 0].tolist())) == int((victims >= 0).sum())

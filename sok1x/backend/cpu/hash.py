@@ -156,8 +156,9 @@ class HashIndex:
         self._insert(keys, np.asarray(rows, dtype=np.int64))
         self.size += keys.shape[0]
 
-    def erase(self, keys):
-        """Removes distinct `keys`; returns int64 rows they had (-1 where a key was not held)."""
+    def erase(self, keys, all_held=False):
+        """Removes distinct `keys`; returns int64 rows they had (-1 where a key was not held).
+        all_held: the caller knows every key is held (cuda's then waits for no count)."""
         slots = self._locate(np.asarray(keys, dtype=np.int64))
         held = slots[slots >= 0]
         rows = np.where(slots >= 0, self._slot_rows[np.maximum(slots, 0)], EMPTY)

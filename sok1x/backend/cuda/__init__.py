@@ -42,6 +42,7 @@ from sok1x.backend.cuda.hash_groups import (  # noqa: F401  (part of the op set:
 )
 from sok1x.backend.cuda.bulk import (  # noqa: F401  (part of the op set: checkpoints)
     free_device_memory, host_buffer, write_rows)
+from sok1x.backend.cuda.eviction import pick_victims, stamp_last_step  # noqa: F401  (op set)
 from sok1x.backend.cuda.host_row_order import host_order
 from sok1x.backend.cuda.hash import HashIndex  # noqa: F401  (part of the op set)
 from sok1x.backend.cuda.sizes import flag_outside, header_records  # noqa: F401  (the op set)

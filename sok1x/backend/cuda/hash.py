@@ -290,16 +290,17 @@ class HashIndex:
         return rows, row_view(new_keys, 0, count), row_view(new_rows, 0, count)
 
     @uses_context
-    def erase(self, keys):
+    def erase(self, keys, all_held=False):
         """Removes distinct `keys`; returns int64 rows they had (-1 where a key was not held).
-        Waits for the GPU (the count of erased keys)."""
+        Waits for the GPU (the count of erased keys), unless all_held: the caller knows every
+        key is held (an eviction's victims)."""
         keys = index_array(keys, "keys")
         rows = empty((keys.shape[0],), np.int64)
         if keys.shape[0]:
             erased = fill_bytes(empty((1,), np.uint64), 0)
             launch(_hash_kernels()["erase"], keys.shape[0], ptr(self._slots), self.slot_count,
                    ptr(keys), keys.shape[0], ptr(rows), ptr(erased))
-            count = int(to_host(erased)[0])
+            count = keys.shape[0] if all_held else int(to_host(erased)[0])
             self.size -= count
             self.tombstones += count
         return rows

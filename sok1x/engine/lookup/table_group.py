@@ -83,6 +83,7 @@ import numpy as np
 from sok1x.backend import random_init
 from sok1x.engine.lookup import distinct_rows
 from sok1x.engine.tables import placement as placements
+from sok1x.engine.tables.dynamic_table import make_room_many
 from sok1x.engine.tables.table import (
     EmbeddingTable, rebuilt_if_worn, rebuilt_index, reset_slot_rows,
 )
@@ -235,7 +236,7 @@ class HashGroup(TableGroup):
         self.evicts = any(getattr(table, "statistics", None) is not None for table in members)
         self.grows = self.evicts or bool(np.any(self.max_capacities > self.capacities))
         self.statistics = None
-        self._split = None  # (keys, per member its keys) of growth_error, for make_room
+        self._split = None  # (keys, per member its keys, host and device) of growth_error
         if self.evicts:
             self.statistics = self._joined([table.statistics for table in members], 0)
             for t, table in enumerate(members):
@@ -315,11 +316,13 @@ class HashGroup(TableGroup):
         over = np.flatnonzero(needed > self.max_capacities)
         sizes = self.sizes()
         mine = self._keys_of(keys, tags) if self.evicts and over.size else None
-        self._split = (keys, mine)  # make_room's, for the same keys
+        uploaded = {}  # member: its keys on the device
+        self._split = (keys, mine, uploaded)  # make_room's, for the same keys
         for t in over.tolist():
             member = self.members[t]
             if mine is not None:  # rows_needed counted its new keys
-                error = member.capacity_error(mine[t], int(needed[t] - sizes[t]))
+                uploaded[t] = self.backend.asarray(mine[t])
+                error = member.capacity_error(uploaded[t], int(needed[t] - sizes[t]))
             else:
                 error = member.full_error(int(sizes[t]), int(needed[t] - sizes[t]))
             if error is not None:
@@ -327,13 +330,12 @@ class HashGroup(TableGroup):
         return None
 
     def _keys_of(self, keys, tags):
-        """{member: backend int64, its keys among tagged `keys`} (host work: a step that grows
-        or evicts)."""
+        """{member: host int64, its keys among tagged `keys`} (host work: a step that grows or
+        evicts)."""
         keys, tags = self.backend.download_staged_many([keys, tags])  # read, not kept
         order = np.argsort(np.asarray(tags), kind="stable")
         cuts = np.cumsum(np.bincount(np.asarray(tags), minlength=len(self.members)))[:-1]
-        return dict(enumerate(self.backend.asarray(part) for part in
-                              np.split(np.asarray(keys)[order], cuts)))
+        return dict(enumerate(np.split(np.asarray(keys)[order], cuts)))
 
     def make_room(self, needed, keys, tags):
         """Makes room for the rows `needed` (rows_needed's, checked by growth_error) of owned
@@ -343,10 +345,12 @@ class HashGroup(TableGroup):
         short = np.flatnonzero(needed > self.capacities)
         if short.size:
             split, self._split = self._split, None
-            mine = split[1] if split[0] is keys and split[1] is not None else self._keys_of(
-                keys, tags)
-            for t in short.tolist():
-                self.members[t].make_room(int(needed[t] - self.capacities[t]), mine[t])
+            mine, uploaded = (split[1], split[2]) if split[0] is keys and split[1] is not None \
+                else (self._keys_of(keys, tags), {})
+            short = short.tolist()
+            make_room_many([self.members[t] for t in short],
+                           [int(needed[t] - self.capacities[t]) for t in short],
+                           [mine[t] for t in short], [uploaded.get(t) for t in short])
 
     def grow(self, needed):
         """Grows each member whose rows `needed` (host int64 [members]) pass its capacity, in

@@ -5,12 +5,13 @@ fit (the index rebuilt; values, every optimizer slot and the update times copied
 twice the size; every key keeps its row), up to max_capacity; a step that needs more raises
 TableFullError on every rank, changing nothing.
 var_type "hybrid": grows the same way (its access statistics copied too), and once max_capacity
-rows are held, a step's new keys take the rows of keys evicted by evict_strategy: "lru" the keys
-looked up least recently, "lfu" the keys looked up least often (ties: least recently, then the
-smaller key), never a key looked up in the current step. Evicted keys and their vectors are kept
-until pop_evicted() hands them out, once, unless drop_evicted(name) said no one reads them (SOK's
-v2 front door, until a sok1x.sparse_read_and_evict of the table is built or called): then they
-are dropped, as SOK drops them, and the host neither copies nor holds them.
+rows are held, a step's new keys take the rows of keys evicted by evict_strategy, per bucket by
+score, on the device ("lru": the keys of the new key's bucket looked up least recently, "lfu":
+least often; eviction.py states exactly what is guaranteed), never a key looked up in the current
+step. Evicted keys and their vectors are kept (the vectors in device memory) until
+pop_evicted() hands them out, once, unless drop_evicted(name) said no one reads them (SOK's v2
+front door, until a sok1x.sparse_read_and_evict of the table is built or called): then they are
+dropped, as SOK drops them.
 With max_hbm_for_vectors > 0, rows beyond what that many GiB of vectors hold live in page-locked
 host memory that the same kernels read (engine/tables/hybrid_rows.py); optimizer slots split alike.
 
@@ -22,20 +23,22 @@ lookup of a key counts once). One touch_rows per lookup updates them (one sector
 two arrays took two) and stamps the new rows' update times in the same launch (rows split
 between GPU and host memory: the lookup's kernel counts it, a fill_rows stamps); a row's record
 is zeroed when its key leaves (eviction, undo), so a new key's row starts from 0.
-Eviction reads them and the index once, on the host: the cost of a step that evicts, not of the
-others. Nothing else reads them, so an hbm table, which never evicts, keeps none (statistics
-None; its lookups stamp the new rows alone). Checkpoints do not hold the statistics (a loaded
+Eviction reads them on the device (eviction.py: per bucket by score, the policy stated there):
+the host reads the step's keys and the victims, never the shard. Nothing else reads them, so an
+hbm table, which never evicts, keeps none (statistics None; its lookups stamp the new rows
+alone). Checkpoints do not hold the statistics (a loaded
 table starts from zero).
 Every insert is recorded in the step journal (lookup/step_journal.py): a failed step erases its
 new keys, puts evicted keys back with their vectors, slots and statistics, and restores the free
 list.
 """
 import collections
+import functools
 import time
 
 import numpy as np
 
-from sok1x.engine.tables import hybrid_rows
+from sok1x.engine.tables import eviction, hybrid_rows
 from sok1x.engine.tables import placement as placements
 from sok1x.engine.tables.table import EmbeddingTable, rebuilt_if_worn, rebuilt_index
 from sok1x.errors import TableFullError
@@ -147,7 +150,7 @@ class DynamicTable(EmbeddingTable):
         self._free = np.zeros(0, np.int64)  # rows given back, reused last freed first
         self._free_uploaded = None  # (host base of the free list, its device copy reversed)
         self._high_water = 0  # rows [0, high_water) were handed out at least once
-        self._evicted = []  # (keys, values) host arrays not handed out yet
+        self._evicted = []  # (host keys, device values) not handed out yet
         self.evicted_keys = 0  # how many keys this shard has evicted since made or loaded
         self._counted = None  # (keys, index size, missing) from the last capacity_error
         self._touched = (-1, 0)  # (step, at least the rows this step's lookups counted so far)
@@ -234,7 +237,7 @@ class DynamicTable(EmbeddingTable):
             self._grow(needed)
         evicted = None
         if needed > self.capacity:
-            evicted = self._evict(needed - self.capacity, self.index.find(keys))
+            evicted = self._evict(needed - self.capacity, keys)
         return self._insert(keys, missing, before, evicted, fetch)
 
     def _insert(self, keys, missing, before, evicted, fetch):
@@ -319,12 +322,15 @@ class DynamicTable(EmbeddingTable):
 
     def pop_evicted(self):
         """Returns (keys int64 [n], values float32 [n, dim]) host arrays of the keys evicted
-        since the last call, in eviction order, and forgets them."""
+        since the last call, in eviction order, and forgets them (the vectors were kept in
+        device memory until now: one read of them all)."""
         evicted, self._evicted = self._evicted, []
         if not evicted:
             return np.zeros(0, np.int64), np.zeros((0, self.dim), np.float32)
+        with self.backend.device_context():
+            values = self.backend.to_host_many([values for _, values in evicted])
         return (np.concatenate([keys for keys, _ in evicted]),
-                np.concatenate([values for _, values in evicted]))
+                np.concatenate([np.asarray(v).reshape(-1, self.dim) for v in values]))
 
     def _held_rows(self):
         """Host bool [capacity]: rows holding a key."""
@@ -360,47 +366,61 @@ class DynamicTable(EmbeddingTable):
         evictable[batch_rows[batch_rows >= 0]] = False
         return evictable
 
-    def _evict(self, count, batch_rows):
-        """Evicts `count` keys that neither the current step nor this lookup (its held keys'
-        rows `batch_rows`, -1 for new keys) looked up, by the strategy; returns what undoing it
-        needs: (keys, rows, values, slots, statistics, evicted entry)."""
-        backend, to_host = self.backend, self.backend.to_host
-        keys, rows = self.index.export()
-        # every held key's statistics in the export's order (ordered by row), gathered on the
-        # device: one download and one wait with the keys, rows and this lookup's rows, read
-        # where they land (staging views: megabytes a member, not copied again on the host)
-        keys, rows, held, batch_rows = backend.download_staged_many(
-            [keys, rows, backend.take_rows(self.statistics, rows), batch_rows])
-        last = held[:, LAST_STEP]  # held is a gather: the table's statistics stay as they are
-        batch_rows = batch_rows[batch_rows >= 0]  # held keys this lookup looked up: not evicted
-        last[np.searchsorted(rows, batch_rows)] = self.journal.step
-        columns = [last, keys]
-        if self.dynamic.evict_strategy != "lru":
-            columns.insert(0, held[:, COUNT])
-        evictable = last < self.journal.step
-        if evictable.all():  # (the usual case: a step looks up few of a full shard's keys)
-            order = first_by(count, columns)
-        else:
-            evictable = np.flatnonzero(evictable)
-            order = evictable[first_by(count, [c[evictable] for c in columns])]
-        victim_keys, victim_rows = keys[order], rows[order]
-        device_rows = backend.asarray(victim_rows)
+    def _evict(self, count, keys):
+        """Evicts `count` keys that neither the current step nor this lookup (owned `keys`, a
+        backend array) looked up, chosen on the device per bucket by score (eviction.py states
+        the policy); returns what undoing it needs (_evict_finish)."""
+        backend = self.backend
+        host_keys, found = (np.array(a) for a in backend.download_staged_many(
+            [keys, self.index.find(keys)]))
+        queued = self._victims_queued(count, host_keys, found)
+        victims = [np.array(a) for a in backend.download_staged_many(list(queued[0][:2]))]
+        return self._evict_finish(count, queued, victims)
+
+    def _victims_queued(self, count, host_keys, found):
+        """Queues the choice of `count` victims for owned keys `host_keys` (host; found: their
+        host rows, -1 for new keys): the rows looked up stamped with the step (their records
+        kept), then backend.pick_victims. Returns ((victim keys, rows, records), (looked-up rows,
+        their records before)), device arrays. Reads the host arrays before it returns."""
+        backend, step = self.backend, self.journal.step
+        bits = eviction.bucket_bits(self.capacity)
+        buckets, starts = eviction.evicting_keys(host_keys, found, count, bits)
+        looked_up = backend.asarray(found[found >= 0])  # repeats: the same record put twice
+        pinned = (looked_up, backend.take_rows(self.statistics, looked_up))
+        backend.stamp_last_step(self.statistics, looked_up, step)  # not evicted by this step
+        picked = backend.pick_victims(self.index, self.statistics, buckets, starts, bits, step,
+                                      self.dynamic.evict_strategy == "lfu")
+        return picked, pinned
+
+    def _evict_finish(self, count, queued, victims):
+        """Evicts the victims _victims_queued chose (`victims`: host copies of their keys and
+        rows); returns what undoing it needs: (keys, rows, values, slots, statistics, evicted
+        entry, (looked-up rows, their records before)). Raises RuntimeError, putting the stamps
+        back, where fewer than `count` were found (capacity_error rules that out)."""
+        backend = self.backend
+        (device_keys, device_rows, records), pinned = queued
+        victim_keys, victim_rows = victims
+        if victim_rows.shape[0] != count or (victim_rows < 0).any():
+            backend.put_rows(self.statistics, *pinned)
+            raise RuntimeError("%s: %d of the %d keys to evict on rank %d were found"
+                               % (self.name, int(np.count_nonzero(victim_rows >= 0)), count,
+                                  self.rank))
         values = hybrid_rows.gather_rows(backend, self.values, device_rows)
         saved = (victim_keys, victim_rows, values,
                  {name: hybrid_rows.gather_rows(backend, s, device_rows)
                   for name, s in self.slots.items()},
-                 backend.take_rows(self.statistics, device_rows))
+                 records)
         backend.put_rows(self.statistics, device_rows,
                          backend.zeros((victim_rows.shape[0], 2), np.int64))
         self.evicted_keys += int(victim_rows.shape[0])
         entry = None
-        if self.name not in _DROPPED:  # read by someone: the host keeps a copy until then
-            entry = (victim_keys, to_host(values))
+        if self.name not in _DROPPED:  # read by someone: kept on the device until then
+            entry = (victim_keys, values)
             self._evicted.append(entry)
-        self.index.erase(backend.asarray(victim_keys))
+        self.index.erase(device_keys, all_held=True)
         self.index = rebuilt_if_worn(backend, self.index, self.capacity)
         self._free = np.concatenate([self._free, victim_rows])
-        return saved + (entry,)
+        return saved + (entry, pinned)
 
     def _take_rows(self, count):
         """Hands out the rows of `count` new keys: freed rows first (last freed first), then
@@ -427,7 +447,8 @@ class DynamicTable(EmbeddingTable):
         """Gives the keys of one _evict (its undo record `evicted`) their rows, vectors, slots
         and statistics again, and takes them out of what pop_evicted hands out."""
         backend = self.backend
-        keys, rows, values, slots, statistics, entry = evicted
+        keys, rows, values, slots, statistics, entry, pinned = evicted
+        backend.put_rows(self.statistics, *pinned)
         device_rows = backend.asarray(rows)
         self.index.assign(backend.asarray(keys), device_rows)
         hybrid_rows.put_rows(backend, self.values, device_rows, values)
@@ -479,8 +500,9 @@ class DynamicTable(EmbeddingTable):
         """Evicts `count` keys that neither the current step nor owned `keys` (backend) looked
         up, by the strategy, recording in the step journal how to put them back."""
         held = self.held_state()
-        evicted = self._evict(count, self.index.find(keys))
+        evicted = self._evict(count, keys)
         self.journal.record(lambda: self._undo_evict(evicted, held))
+
 
     def _undo_evict(self, evicted, held):
         self._put_back(evicted)
@@ -524,37 +546,24 @@ class DynamicTable(EmbeddingTable):
         self.capacity = capacity
 
 
-def first_by(count, columns):
-    """Positions of the `count` entries that come first when ordered by `columns` (host arrays
-    of one length, the most significant first, the last one's values distinct), in that order:
-    a partition per column instead of a sort of every entry (an eviction picks a batch's worth
-    of a shard's keys)."""
-    n = int(columns[0].shape[0])
-    if count >= n:
-        return np.lexsort(columns[::-1])
-    picked = _first(count, None, columns, n)
-    return picked[np.lexsort([c[picked] for c in columns[::-1]])]
-
-
-def _first(count, index, columns, n):
-    """The `count` entries among positions `index` (None: all n) that come first by
-    `columns`, in any order."""
-    size = n if index is None else int(index.shape[0])
-    if count <= 0:
-        return np.zeros(0, np.int64)
-    if count >= size:
-        return np.arange(n) if index is None else index
-    column = columns[0] if index is None else columns[0][index]
-    if len(columns) == 1:
-        chosen = np.argpartition(column, count - 1)[:count]
-        return chosen if index is None else index[chosen]
-    if column.min() == column.max():  # all tied (one step's keys, say): the next column decides
-        return _first(count, index, columns[1:], n)
-    cut = np.partition(column, count - 1)[count - 1]
-    below, tied = np.flatnonzero(column < cut), np.flatnonzero(column == cut)
-    if index is not None:
-        below, tied = index[below], index[tied]
-    return np.concatenate([below, _first(count - below.shape[0], tied, columns[1:], n)])
+def make_room_many(tables, counts, host_keys, device_keys):
+    """DynamicTable.make_room of several `tables` (a hash group's members; counts[i] keys to
+    evict for owned host keys host_keys[i], device_keys[i] their device copy or None) with two
+    host waits in all: the keys' rows, then the victims every member's pick chose."""
+    if not tables:
+        return
+    backend = tables[0].backend
+    found = [np.array(f) for f in backend.download_staged_many(
+        [t.index.find(backend.asarray(k) if d is None else d)
+         for t, k, d in zip(tables, host_keys, device_keys)])]
+    queued = [t._victims_queued(c, np.asarray(k), f)
+              for t, c, k, f in zip(tables, counts, host_keys, found)]
+    victims = [np.array(v) for v in backend.download_staged_many(
+        [a for q in queued for a in q[0][:2]])]
+    for i, (table, count, picked) in enumerate(zip(tables, counts, queued)):
+        held = table.held_state()
+        evicted = table._evict_finish(count, picked, victims[2 * i:2 * i + 2])
+        table.journal.record(functools.partial(table._undo_evict, evicted, held))
 
 
 def _is_prefix(array, base):
