@@ -56,14 +56,14 @@ _BASE36 = "0123456789abcdefghijklmnopqrstuvwxyz"
 MOST_SAVER_SHARDS = 36 ** 4
 
 
-def saver_shard_name(stem, table_index, rank):
-    """'<stem>.data-tXXXX-of-rYYYY' (table_index and rank in four base-36 digits): a Saver's
-    shard beside checkpoint prefix `stem`. TensorFlow deletes '<prefix>.data-?????-of-?????'
-    with the checkpoint (max_to_keep), so the shards go with it; its reader opens only its own
-    numbered data files."""
+def saver_shard_name(stem, table_index, rank, generation="t"):
+    """'<stem>.data-<generation>XXXX-of-rYYYY' (table_index and rank in four base-36 digits;
+    generation a letter, engine/checkpoint/generations.py): a Saver's shard beside checkpoint
+    prefix `stem`. TensorFlow deletes '<prefix>.data-?????-of-?????' with the checkpoint
+    (max_to_keep), so the shards go with it; its reader opens only its own numbered data files."""
     def digits(number):
         return "".join(_BASE36[(number // 36 ** p) % 36] for p in (3, 2, 1, 0))
-    return "%s.data-t%s-of-r%s" % (stem, digits(table_index), digits(rank))
+    return "%s.data-%s%s-of-r%s" % (stem, generation, digits(table_index), digits(rank))
 
 
 def ready_tables(rt, names, what):
