@@ -15,7 +15,7 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
+import tensorflow  # noqa: E402,F401  (before sok1x: its eager API)
 from mpi4py import MPI  # noqa: E402
 
 import sok1x as sok  # noqa: E402
