@@ -106,6 +106,27 @@ def _keras_sgd(opt):
     return Update("keras_momentum", hyper, {"nesterov": bool(opt.nesterov)})
 
 
+class AllRowsMomentumSGD:
+    """Marks a Keras OptimizerV2 SGD (with momentum) that stands for a TF 2.11+ Keras SGD: its
+    momentum decays on every row (rule keras_momentum_all_rows). Made by all_rows_momentum_sgd."""
+
+
+_ALL_ROWS_SGD = []
+
+
+def all_rows_momentum_sgd(learning_rate, momentum, nesterov):
+    """A Keras OptimizerV2 SGD whose sparse update on sok1x tables is TF 2.11+ Keras SGD's."""
+    if not _ALL_ROWS_SGD:
+        _ALL_ROWS_SGD.append(type("AllRowsMomentumSGD", (AllRowsMomentumSGD,
+                                                         tf1.keras.optimizers.SGD), {}))
+    return _ALL_ROWS_SGD[0](learning_rate, momentum=momentum, nesterov=nesterov)
+
+
+def _keras_sgd_all_rows(opt):
+    hyper = {"lr": _keras_lr(opt), "momentum": _keras_hyper(opt, "momentum")}
+    return Update("keras_momentum_all_rows", hyper, {"nesterov": bool(opt.nesterov)})
+
+
 def keras_adam(opt):
     """Keras Adam's sparse update: moments of every row decay; amsgrad keeps vhat."""
     step = _float(opt.iterations + 1)
@@ -193,6 +214,8 @@ def _slot_map_of(optimizer):
             keras_v2.Adadelta: (lambda o: ("adadelta", {}),
                                 {"accum_grad": "accum", "accum_var": "accum_update"}),
         })
+    if isinstance(optimizer, AllRowsMomentumSGD):
+        return (lambda o: ("keras_momentum_all_rows", {}), _same("momentum"))
     return _slot_maps.get(type(optimizer))
 
 
@@ -231,4 +254,6 @@ def builder_for(optimizer):
             keras_v2.Adamax: _keras_adamax,
             keras_v2.Adadelta: _keras_adadelta,
         })
+    if isinstance(optimizer, AllRowsMomentumSGD):
+        return _keras_sgd_all_rows
     return _builders.get(type(optimizer))

@@ -28,11 +28,20 @@ def _hyper(optimizer, name):
     return float(tf1.keras.backend.get_value(getattr(optimizer, name)))
 
 
+def _sgd_twin(optimizer):
+    """Without momentum OptimizerV2's SGD; with it, one whose momentum decays on every row, as
+    the TF 2.11+ one's does on a sparse gradient (native_rules.all_rows_momentum_sgd)."""
+    momentum = _hyper(optimizer, "momentum")
+    if not momentum:
+        return tf1.keras.optimizers.SGD(_lr(optimizer))
+    return native_rules.all_rows_momentum_sgd(_lr(optimizer), momentum,
+                                              bool(optimizer.nesterov))
+
+
 # Keras (TF 2.11+) optimizer class name -> twin OptimizerV2 with the same sparse math (checked
-# against them in tests/cpu/jobs/v2_eager_job.py); SGD only without momentum (with momentum it
-# decays every row's velocity, OptimizerV2 the touched ones).
+# against them in tests/cpu/jobs/v2_eager_job.py).
 _TWINS = {
-    "SGD": lambda o: None if _hyper(o, "momentum") else tf1.keras.optimizers.SGD(_lr(o)),
+    "SGD": _sgd_twin,
     "Adam": lambda o: tf1.keras.optimizers.Adam(
         _lr(o), beta_1=_hyper(o, "beta_1"), beta_2=_hyper(o, "beta_2"),
         epsilon=_hyper(o, "epsilon"), amsgrad=bool(o.amsgrad)),
@@ -40,9 +49,9 @@ _TWINS = {
         _lr(o), initial_accumulator_value=_hyper(o, "initial_accumulator_value"),
         epsilon=_hyper(o, "epsilon")),
 }
-# Not here (refused, as SOK refuses every TF 2.11+ Keras optimizer): SGD with momentum, Adamax,
-# Adadelta, Ftrl, RMSprop... decay every row's state on IndexedSlices (and move every row that
-# ever had a gradient), unlike their OptimizerV2 forms; use those (tf.keras.optimizers.legacy).
+# Not here (refused, as SOK refuses every TF 2.11+ Keras optimizer): Adamax, Adadelta, Ftrl,
+# RMSprop... decay every row's state on IndexedSlices (and move every row that ever had a
+# gradient), unlike their OptimizerV2 forms; use those (tf.keras.optimizers.legacy).
 
 
 def _new_keras_base():
@@ -73,7 +82,7 @@ def _twin_of(optimizer):
             "sok1x's row updates do not reproduce. Call sok1x.init() first (as SOK's programs "
             "do: use_legacy_optimizer=True makes tf.keras.optimizers and tf.optimizers the "
             "legacy ones) or use tf.keras.optimizers.legacy.%s. TF 2.11+ Keras optimizers "
-            "supported through a twin: SGD without momentum, Adam and Adagrad."
+            "supported through a twin: SGD (with or without momentum), Adam and Adagrad."
             % (type(optimizer).__name__, type(optimizer).__name__))
     return twin
 

@@ -10,6 +10,7 @@ exchange already happened in the lookup's backward pass.
     sgd             -                                     lr
     momentum        momentum                              lr momentum           nesterov
     keras_momentum  momentum                              lr momentum           nesterov
+    keras_momentum_all_rows  momentum  [all rows]         lr momentum           nesterov
     adagrad         accumulator (initial_accumulator)     lr epsilon            initial_accumulator
     ftrl            accumulator (initial_accumulator),    lr lr_power l1 l2     initial_accumulator
                     linear                                l2_shrinkage
@@ -23,6 +24,7 @@ exchange already happened in the lookup's backward pass.
     adadelta        accum, accum_update                   lr rho epsilon
 
 momentum and keras_momentum are tf.compat.v1.train.MomentumOptimizer's and Keras SGD's forms;
+keras_momentum_all_rows is TF 2.11+ Keras SGD's (every row's momentum decays, every row moves);
 rmsprop is TensorFlow's SparseApply(Centered)RMSProp (TF1 RMSProp, Keras RMSprop with momentum);
 keras_rmsprop is Keras RMSprop without momentum. [all rows]: state decays on every row of the
 shard each step. lr_t is the bias-corrected rate lr * sqrt(1 - beta2^t) / (1 - beta1^t) (adamax:
@@ -58,6 +60,18 @@ def _momentum(backend, var, slots, rows, grads, hyper, options):
 
 def _keras_momentum(backend, var, slots, rows, grads, hyper, options):
     backend.update_keras_momentum(var, slots["momentum"], rows, grads, hyper["lr"],
+                                  hyper["momentum"], bool(options.get("nesterov")))
+
+
+def _keras_momentum_all_rows(backend, var, slots, rows, grads, hyper, options):
+    """TF 2.11+ Keras SGD with momentum on a sparse gradient: keras_momentum on every row of
+    the shard, the rows without a gradient taking a zero one (their momentum decays and moves
+    them, as that optimizer's dense momentum update does)."""
+    num_rows, dim = int(var.shape[0]), int(grads.shape[1])
+    dense = backend.zeros((num_rows, dim), np.float32)
+    backend.put_rows(dense, rows, grads)
+    every_row = backend.asarray(np.arange(num_rows, dtype=np.int64))
+    backend.update_keras_momentum(var, slots["momentum"], every_row, dense, hyper["lr"],
                                   hyper["momentum"], bool(options.get("nesterov")))
 
 
@@ -126,6 +140,8 @@ RULES = {
     "sgd": Rule(("lr",), _no_slots, _sgd),
     "momentum": Rule(("lr", "momentum"), lambda o: [("momentum", 0.0)], _momentum),
     "keras_momentum": Rule(("lr", "momentum"), lambda o: [("momentum", 0.0)], _keras_momentum),
+    "keras_momentum_all_rows": Rule(("lr", "momentum"), lambda o: [("momentum", 0.0)],
+                                    _keras_momentum_all_rows),
     "adagrad": Rule(("lr", "epsilon"), _accumulator_slots, _adagrad),
     "ftrl": Rule(("lr", "lr_power", "l1", "l2", "l2_shrinkage"), _ftrl_slots, _ftrl),
     "rmsprop": Rule(("lr", "rho", "momentum", "epsilon"), _rmsprop_slots, _rmsprop),
