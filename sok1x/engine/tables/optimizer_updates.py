@@ -10,7 +10,6 @@ exchange already happened in the lookup's backward pass.
     sgd             -                                     lr
     momentum        momentum                              lr momentum           nesterov
     keras_momentum  momentum                              lr momentum           nesterov
-    keras_momentum_all_rows  momentum  [all rows]         lr momentum           nesterov
     adagrad         accumulator (initial_accumulator)     lr epsilon            initial_accumulator
     ftrl            accumulator (initial_accumulator),    lr lr_power l1 l2     initial_accumulator
                     linear                                l2_shrinkage
@@ -24,7 +23,8 @@ exchange already happened in the lookup's backward pass.
     adadelta        accum, accum_update                   lr rho epsilon
 
 momentum and keras_momentum are tf.compat.v1.train.MomentumOptimizer's and Keras SGD's forms;
-keras_momentum_all_rows is TF 2.11+ Keras SGD's (every row's momentum decays, every row moves);
+keras_momentum, adamax, adadelta and ftrl + "_all_rows" are TF 2.11+ Keras SGD's, Adamax's,
+Adadelta's and Ftrl's forms: the rule on every row, zero gradient where none came [all rows];
 rmsprop is TensorFlow's SparseApply(Centered)RMSProp (TF1 RMSProp, Keras RMSprop with momentum);
 keras_rmsprop is Keras RMSprop without momentum. [all rows]: state decays on every row of the
 shard each step. lr_t is the bias-corrected rate lr * sqrt(1 - beta2^t) / (1 - beta1^t) (adamax:
@@ -63,16 +63,18 @@ def _keras_momentum(backend, var, slots, rows, grads, hyper, options):
                                   hyper["momentum"], bool(options.get("nesterov")))
 
 
-def _keras_momentum_all_rows(backend, var, slots, rows, grads, hyper, options):
-    """TF 2.11+ Keras SGD with momentum on a sparse gradient: keras_momentum on every row of
-    the shard, the rows without a gradient taking a zero one (their momentum decays and moves
-    them, as that optimizer's dense momentum update does)."""
-    num_rows, dim = int(var.shape[0]), int(grads.shape[1])
-    dense = backend.zeros((num_rows, dim), np.float32)
-    backend.put_rows(dense, rows, grads)
-    every_row = backend.asarray(np.arange(num_rows, dtype=np.int64))
-    backend.update_keras_momentum(var, slots["momentum"], every_row, dense, hyper["lr"],
-                                  hyper["momentum"], bool(options.get("nesterov")))
+def _on_every_row(update):
+    """The update of a TF 2.11+ Keras optimizer on a sparse gradient from `update` (its
+    OptimizerV2 form's): `update` on every row of the shard, the rows without a gradient taking
+    a zero one, so every row's state decays and every row moves by it, as that optimizer's dense
+    state update does."""
+    def every_row(backend, var, slots, rows, grads, hyper, options):
+        num_rows, dim = int(var.shape[0]), int(grads.shape[1])
+        dense = backend.zeros((num_rows, dim), np.float32)
+        backend.put_rows(dense, rows, grads)
+        every = backend.asarray(np.arange(num_rows, dtype=np.int64))
+        update(backend, var, slots, every, dense, hyper, options)
+    return every_row
 
 
 def _accumulator_slots(options):
@@ -140,8 +142,6 @@ RULES = {
     "sgd": Rule(("lr",), _no_slots, _sgd),
     "momentum": Rule(("lr", "momentum"), lambda o: [("momentum", 0.0)], _momentum),
     "keras_momentum": Rule(("lr", "momentum"), lambda o: [("momentum", 0.0)], _keras_momentum),
-    "keras_momentum_all_rows": Rule(("lr", "momentum"), lambda o: [("momentum", 0.0)],
-                                    _keras_momentum_all_rows),
     "adagrad": Rule(("lr", "epsilon"), _accumulator_slots, _adagrad),
     "ftrl": Rule(("lr", "lr_power", "l1", "l2", "l2_shrinkage"), _ftrl_slots, _ftrl),
     "rmsprop": Rule(("lr", "rho", "momentum", "epsilon"), _rmsprop_slots, _rmsprop),
@@ -152,6 +152,12 @@ RULES = {
     "adadelta": Rule(("lr", "rho", "epsilon"), lambda o: [("accum", 0.0), ("accum_update", 0.0)],
                      _adadelta),
 }
+
+
+# TF 2.11+ Keras SGD (momentum), Adamax, Adadelta and Ftrl: their OptimizerV2 rules on every row.
+ALL_ROWS = "_all_rows"
+for _name in ("keras_momentum", "adamax", "adadelta", "ftrl"):
+    RULES[_name + ALL_ROWS] = RULES[_name]._replace(update=_on_every_row(RULES[_name].update))
 
 
 def slot_key(slot_prefix, slot):
