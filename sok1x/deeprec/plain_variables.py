@@ -272,8 +272,12 @@ def after_update(handle, rows, update):
     in its place. Otherwise `update` itself."""
     if tf1.executing_eagerly():
         return update
+    try:
+        graph = handle.graph
+    except AttributeError:  # an eager variable (in a tf.function): never a group lookup's
+        return update
     table = table_of(handle)
-    face = _plain(handle.graph).get(table.name) if table is not None else None
+    face = _plain(graph).get(table.name) if table is not None else None
     if face is None or not _one_process():
         return update
     num_rows = int(face.variable.get_shape()[0])
