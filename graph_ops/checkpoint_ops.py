@@ -6,8 +6,10 @@ A table's saveable carries one small string tensor: its manifest entry (engine/
 checkpoint/manifest.py: dims, slots, placement, each rank's shard file with size and checksum).
 The rows are in shard files beside the checkpoint prefix, one per table and rank, written by
 every rank in parallel (checkpoint/tables.py), named so that TensorFlow deletes them with their
-checkpoint (checkpoint.saver_shard_name). TensorFlow writes the entries last, in its own index
-file, so a checkpoint is whole or absent. A Saver run on rank 0 only (the Horovod idiom) saves
+checkpoint (checkpoint.saver_shard_name), never over the files of the checkpoint already at the
+prefix (a generation letter in the name, engine/checkpoint/generations.py). TensorFlow writes
+the entries last, in its own index file, so a checkpoint is whole or absent, and the previous
+one stays whole until then. A Saver run on rank 0 only (the Horovod idiom) saves
 and restores every rank's rows: the other ranks take part at their next op
 (engine/checkpoint/join.py).
 
@@ -25,7 +27,7 @@ from sok1x.engine import checkpoint, runtime
 from sok1x.engine.checkpoint import join as checkpoint_join
 from sok1x.engine.checkpoint import manifest as checkpoint_manifest
 from sok1x.errors import CheckpointError
-from sok1x.graph_ops import init_ops, shared_checkpoint_dir
+from sok1x.graph_ops import init_ops, saver_index, shared_checkpoint_dir
 from sok1x.graph_ops.tf_compat import py_func, saveable_classes, tf1
 
 class _SaverTables:
@@ -73,8 +75,10 @@ def _bring_up(tables, ensure_up):
 def save_tables(group, ensure_up, prefix, sharded_filename):
     """Collective, run by a Saver's first table op: opens the save (engine/checkpoint/join.py:
     ranks that do not run it themselves take part at their next op), writes every rank's shard
-    of every table of `group` beside checkpoint `prefix`, and, when every rank saves, takes
-    turns with ranks that share the directory; fills group.saved."""
+    of every table of `group` beside checkpoint `prefix` under names the checkpoint there does not
+    use, and, when every rank saves, takes turns with ranks that share the directory; fills
+    group.saved. The files the new index replaces are removed once it is written
+    (graph_ops/saver_index.py)."""
     tables = list(group.save_tables.values())
     names = [table.name for table in tables]
     prefix = os.fsdecode(prefix)
@@ -86,13 +90,16 @@ def save_tables(group, ensure_up, prefix, sharded_filename):
                                   % (checkpoint.MOST_SAVER_SHARDS, checkpoint.MOST_SAVER_SHARDS))
         description, everyone = checkpoint_join.open_checkpoint(rt, {
             "kind": "save", "names": names, "directory": os.path.dirname(os.path.abspath(prefix)),
-            "stem": os.path.basename(prefix), "gather": sorted(group.gather.items())})
+            "stem": os.path.basename(prefix), "gather": sorted(group.gather.items()),
+            "live": saver_index.named_generations(prefix, names)})
         manifest = checkpoint_join.perform(description)
         group.gathered = manifest["gathered"]
         group.saved = {name: checkpoint_manifest.encode(checkpoint_manifest.make(
             manifest["world_size"], {name: manifest["tables"][name]})) for name in names}
         if everyone:
             shared_checkpoint_dir.take_turns(rt, sharded_filename, checkpoint_join.timeout())
+        saver_index.remove_replaced_when_indexed(prefix, names, manifest["generation"],
+                                                 checkpoint_join.timeout())
 
 
 def restore_tables(group, ensure_up, prefix):

@@ -46,18 +46,24 @@ def _sharing_ranks(host, directory):
     return seen
 
 
-def _index_stamp(prefix):
+def index_stamp(prefix):
+    """The mtime (ns) of checkpoint `prefix`'s index file, or None where there is none."""
     try:
         return os.stat(prefix + ".index").st_mtime_ns
     except OSError:
         return None
 
 
+def merged_since(prefix, stamp):
+    """Whether TensorFlow merged a checkpoint at `prefix` since its index had mtime `stamp`."""
+    return index_stamp(prefix) != stamp and not os.path.exists(prefix + "_temp")
+
+
 def _report_when_merged(comm, prefix, stamp, peer, timeout):
     """Thread: sends `peer` its turn once this rank's checkpoint `prefix` is merged."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if _index_stamp(prefix) != stamp and not os.path.exists(prefix + "_temp"):
+        if merged_since(prefix, stamp):
             break
         time.sleep(0.005)
     comm.send(True, dest=peer, tag=_TURN_TAG)
@@ -84,5 +90,5 @@ def take_turns(runtime, sharded_filename, timeout):
             time.sleep(0.002)
     if after:
         threading.Thread(target=_report_when_merged, name="sok1x-checkpoint-turn",
-                         args=(host.comm, prefix, _index_stamp(prefix), after[0], timeout)
+                         args=(host.comm, prefix, index_stamp(prefix), after[0], timeout)
                          ).start()

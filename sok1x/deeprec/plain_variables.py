@@ -13,8 +13,10 @@ gets the table's gradient. The variable stays the table's face to TensorFlow:
   and every Saver save does the same before it reads the variable, so a checkpoint or SavedModel
   holds the trained rows under the variable's own name. A save gathers the rows inside itself
   (checkpoint_ops.rows_gathered_by_save), so a save that rank 0 runs alone writes back too.
-  Between two of those, the variable itself holds the rows of the last write-back:
-  `sess.run(variable)` wants a sync first.
+  Between two of those, on several ranks, the variable itself holds the rows of the last
+  write-back: `sess.run(variable)` wants a sync first. Where one process holds every row (a
+  1-rank job), every update writes the rows it changed back at once (`after_update`), so the
+  variable and TensorFlow's own lookups over it always see the trained rows.
 """
 import numpy as np
 
@@ -253,3 +255,37 @@ def _reads(tensor, variable):
     if handle is None:
         return tensor.op is variable.op
     return tensor.op.type == "ReadVariableOp" and tensor.op.inputs[0] is handle
+
+
+def _one_process():
+    """Whether this job has one rank (it then holds every row of every table)."""
+    if runtime.is_initialized():
+        return runtime.get().size == 1
+    from sok1x.comm.process_group import import_mpi
+    return import_mpi().COMM_WORLD.Get_size() == 1
+
+
+def after_update(handle, rows, update):
+    """Returns `update` (the op updating rows `rows` of `handle`'s table), followed, where
+    `handle` stands for a plain variable and one process holds every row, by a write of the
+    updated rows into the variable (local: a read of those rows, a scatter): the op to run
+    in its place. Otherwise `update` itself."""
+    if tf1.executing_eagerly():
+        return update
+    try:
+        graph = handle.graph
+    except AttributeError:  # an eager variable (in a tf.function): never a group lookup's
+        return update
+    table = table_of(handle)
+    face = _plain(graph).get(table.name) if table is not None else None
+    if face is None or not _one_process():
+        return update
+    num_rows = int(face.variable.get_shape()[0])
+
+    def read(keys):
+        return shard_rows.read_local(table.name, keys, key_limit=num_rows)[0]
+    with tf1.name_scope(None), tf1.control_dependencies([update]):
+        keys = tf1.cast(rows, tf1.int64)  # one rank: a row of the shard is its key
+        values = py_func(read, [keys], tf1.float32, name="sok1x_updated_rows")
+        values.set_shape([None, face.variable.get_shape()[1]])
+        return tf1.group(update, face.scatter(keys, values), name="sok1x_update_and_write_back")

@@ -29,6 +29,10 @@ class _Whole:
         """An op writing `rows` [vocab, dim] into the variable."""
         return self.variable.assign(rows, read_value=False)
 
+    def scatter(self, keys, rows):
+        """An op writing `rows` [n, dim] into the variable's rows `keys` (int64 [n])."""
+        return tf1.scatter_update(self.variable, keys, rows).op
+
 
 class _Partitioned:
     """A PartitionedVariable split along its rows, read and written in "mod" order."""
@@ -56,6 +60,15 @@ class _Partitioned:
         return tf1.group(*[part.assign(tf1.gather(rows, tf1.constant(ids)), read_value=False)
                            for part, ids in zip(self.parts, self._rows)])
 
+    def scatter(self, keys, rows):
+        count = len(self.parts)
+        ops = []
+        for index, part in enumerate(self.parts):
+            mine = tf1.reshape(tf1.where(tf1.equal(keys % count, index)), [-1])
+            ops.append(tf1.scatter_update(part, tf1.gather(keys, mine) // count,
+                                          tf1.gather(rows, mine)).op)
+        return tf1.group(*ops)
+
 
 def is_plain_table(value):
     """True for what a group lookup takes as a plain TensorFlow table: a tf.Variable or a
@@ -66,7 +79,8 @@ def is_plain_table(value):
 
 def face_of(variable):
     """The rows of `variable` (a tf.Variable or a PartitionedVariable) as one table: an object
-    with .variable, .parts (its tf.Variables), .name, .read() and .assign(rows). Raises
+    with .variable, .parts (its tf.Variables), .name, .read(), .assign(rows) and
+    .scatter(keys, rows). Raises
     ValueError for a partitioned variable not split along its rows as "mod" lookups read it."""
     if not is_partitioned_variable(variable):
         return _Whole(variable)

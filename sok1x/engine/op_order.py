@@ -12,7 +12,9 @@ ticks it at the start of every sess.run that runs the tower, before TensorFlow c
 on this rank alone (a RaggedTensor whose splits disagree with its values, say); executed eagerly,
 or for an op named without a tower, the op's own header ticks it. The count rides in every
 header, so a rank whose step failed before sok1x ran meets its peers' previous step with a
-higher count, and every rank raises OrderError instead of pairing two different steps.
+higher count: the ranks behind raise OrderError for that step (the others skipped it), and the
+ranks ahead meet their next call, so every rank fails the skipped step and all go on together
+from the next, never pairing two different steps.
 """
 import collections
 import threading
@@ -53,11 +55,6 @@ class TowerClock:
             return self.tick(op.tower)
         with self._lock:
             return self._calls[op.tower]
-
-    def catch_up(self, tower, call):
-        """Sets `tower`'s count to `call` if it is behind (ranks re-align after a skipped step)."""
-        with self._lock:
-            self._calls[tower] = max(self._calls[tower], int(call))
 
     def take_back(self, tower):
         """Uncounts the latest call of `tower`: it failed on every rank before it ran (ranks met

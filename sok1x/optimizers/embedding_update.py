@@ -73,11 +73,12 @@ def update_op(optimizer, handle, values, indices, update, keyed=None):
             % (describe(handle), crossing.name, crossing.type))
     grouped = None if keyed is None else keyed.update_op(optimizer, handle, values, indices,
                                                          update)
-    if grouped is not None:
-        return grouped
-    return optimizer_ops.apply_rows_update(
-        table.name, values, indices, update.rule, update.hyper, update.options,
-        slot_prefix=slot_prefix(optimizer), name="sok1x_%s_update" % update.rule)
+    if grouped is None:
+        grouped = optimizer_ops.apply_rows_update(
+            table.name, values, indices, update.rule, update.hyper, update.options,
+            slot_prefix=slot_prefix(optimizer), name="sok1x_%s_update" % update.rule)
+    from sok1x.deeprec import plain_variables  # (it imports the optimizers' scope)
+    return plain_variables.after_update(handle, indices, grouped)
 
 
 class KeyedUpdates:

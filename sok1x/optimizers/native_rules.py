@@ -106,6 +106,36 @@ def _keras_sgd(opt):
     return Update("keras_momentum", hyper, {"nesterov": bool(opt.nesterov)})
 
 
+class AllRows:
+    """Marks a Keras OptimizerV2 that stands for its TF 2.11+ Keras namesake on sok1x tables:
+    its rule runs on every row (optimizer_updates.ALL_ROWS), as that one's sparse update does.
+    Made by all_rows_twin."""
+
+
+_ALL_ROWS_CLASSES = {}
+
+
+def all_rows_twin(keras_v2_class, *args, **kwargs):
+    """A `keras_v2_class` (a tf.compat.v1.keras.optimizers class) optimizer made with
+    (*args, **kwargs) whose updates of sok1x tables run on every row (AllRows)."""
+    cls = _ALL_ROWS_CLASSES.get(keras_v2_class)
+    if cls is None:
+        cls = type("AllRows" + keras_v2_class.__name__, (AllRows, keras_v2_class), {})
+        _ALL_ROWS_CLASSES[keras_v2_class] = cls
+    return cls(*args, **kwargs)
+
+
+def _base_class(optimizer):
+    """The OptimizerV2 class an AllRows optimizer is made of (else its own class)."""
+    cls = type(optimizer)
+    return cls.__mro__[2] if isinstance(optimizer, AllRows) else cls
+
+
+def _on_every_row(rule):
+    return rule if rule.endswith(optimizer_updates.ALL_ROWS) or rule == "sgd" else (
+        rule + optimizer_updates.ALL_ROWS)
+
+
 def keras_adam(opt):
     """Keras Adam's sparse update: moments of every row decay; amsgrad keeps vhat."""
     step = _float(opt.iterations + 1)
@@ -193,7 +223,15 @@ def _slot_map_of(optimizer):
             keras_v2.Adadelta: (lambda o: ("adadelta", {}),
                                 {"accum_grad": "accum", "accum_var": "accum_update"}),
         })
-    return _slot_maps.get(type(optimizer))
+    found = _slot_maps.get(_base_class(optimizer))
+    if found is None or not isinstance(optimizer, AllRows):
+        return found
+    rule_and_options, names = found
+
+    def on_every_row(opt):
+        rule, options = rule_and_options(opt)
+        return _on_every_row(rule), options
+    return on_every_row, names
 
 
 def engine_slot(optimizer, slot_name):
@@ -231,4 +269,11 @@ def builder_for(optimizer):
             keras_v2.Adamax: _keras_adamax,
             keras_v2.Adadelta: _keras_adadelta,
         })
-    return _builders.get(type(optimizer))
+    build = _builders.get(_base_class(optimizer))
+    if build is None or not isinstance(optimizer, AllRows):
+        return build
+
+    def on_every_row(opt):
+        update = build(opt)
+        return update._replace(rule=_on_every_row(update.rule))
+    return on_every_row

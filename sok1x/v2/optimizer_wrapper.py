@@ -28,11 +28,38 @@ def _hyper(optimizer, name):
     return float(tf1.keras.backend.get_value(getattr(optimizer, name)))
 
 
+def _sgd_twin(optimizer):
+    """Without momentum OptimizerV2's SGD; with it, one whose momentum decays on every row."""
+    momentum = _hyper(optimizer, "momentum")
+    if not momentum:
+        return tf1.keras.optimizers.SGD(_lr(optimizer))
+    return native_rules.all_rows_twin(tf1.keras.optimizers.SGD, _lr(optimizer), momentum=momentum,
+                                      nesterov=bool(optimizer.nesterov))
+
+
+def _ftrl_twin(o):
+    return native_rules.all_rows_twin(
+        tf1.keras.optimizers.Ftrl, _lr(o), learning_rate_power=_hyper(o, "learning_rate_power"),
+        initial_accumulator_value=_hyper(o, "initial_accumulator_value"),
+        l1_regularization_strength=_hyper(o, "l1_regularization_strength"),
+        l2_regularization_strength=_hyper(o, "l2_regularization_strength"),
+        l2_shrinkage_regularization_strength=_hyper(o, "l2_shrinkage_regularization_strength"),
+        beta=_hyper(o, "beta"))
+
+
 # Keras (TF 2.11+) optimizer class name -> twin OptimizerV2 with the same sparse math (checked
-# against them in tests/cpu/jobs/v2_eager_job.py); SGD only without momentum (with momentum it
-# decays every row's velocity, OptimizerV2 the touched ones).
+# against them in tests/cpu/jobs/new_keras_refusal_job.py and v2_eager_job.py). SGD with
+# momentum, Adamax, Adadelta and Ftrl decay (or recompute) every row's state and move every row
+# on a sparse gradient: their twins' rules run on every row (native_rules.all_rows_twin).
 _TWINS = {
-    "SGD": lambda o: None if _hyper(o, "momentum") else tf1.keras.optimizers.SGD(_lr(o)),
+    "SGD": _sgd_twin,
+    "Adamax": lambda o: native_rules.all_rows_twin(
+        tf1.keras.optimizers.Adamax, _lr(o), beta_1=_hyper(o, "beta_1"),
+        beta_2=_hyper(o, "beta_2"), epsilon=_hyper(o, "epsilon")),
+    "Adadelta": lambda o: native_rules.all_rows_twin(
+        tf1.keras.optimizers.Adadelta, _lr(o), rho=_hyper(o, "rho"),
+        epsilon=_hyper(o, "epsilon")),
+    "Ftrl": _ftrl_twin,
     "Adam": lambda o: tf1.keras.optimizers.Adam(
         _lr(o), beta_1=_hyper(o, "beta_1"), beta_2=_hyper(o, "beta_2"),
         epsilon=_hyper(o, "epsilon"), amsgrad=bool(o.amsgrad)),
@@ -40,9 +67,8 @@ _TWINS = {
         _lr(o), initial_accumulator_value=_hyper(o, "initial_accumulator_value"),
         epsilon=_hyper(o, "epsilon")),
 }
-# Not here (refused, as SOK refuses every TF 2.11+ Keras optimizer): SGD with momentum, Adamax,
-# Adadelta, Ftrl, RMSprop... decay every row's state on IndexedSlices (and move every row that
-# ever had a gradient), unlike their OptimizerV2 forms; use those (tf.keras.optimizers.legacy).
+# Not here (refused, as SOK refuses every TF 2.11+ Keras optimizer): RMSprop, Nadam, AdamW,
+# Lion...; use their OptimizerV2 forms (tf.keras.optimizers.legacy).
 
 
 def _new_keras_base():
@@ -73,7 +99,7 @@ def _twin_of(optimizer):
             "sok1x's row updates do not reproduce. Call sok1x.init() first (as SOK's programs "
             "do: use_legacy_optimizer=True makes tf.keras.optimizers and tf.optimizers the "
             "legacy ones) or use tf.keras.optimizers.legacy.%s. TF 2.11+ Keras optimizers "
-            "supported through a twin: SGD without momentum, Adam and Adagrad."
+            "supported through a twin: SGD, Adam, Adagrad, Adamax, Adadelta and Ftrl."
             % (type(optimizer).__name__, type(optimizer).__name__))
     return twin
 

@@ -151,6 +151,12 @@ RULES = {
     "lazy_adam": ({"lr_t": 0.01, "beta1": 0.9, "beta2": 0.999, "epsilon": 1e-7}, {}),
     "adamax": ({"lr_t": 0.01, "beta1": 0.9, "beta2": 0.999, "epsilon": 1e-7}, {}),
     "adadelta": ({"lr": 1.0, "rho": 0.95, "epsilon": 1e-7}, {}),
+    # TF 2.11+ Keras SGD (momentum), Adamax, Adadelta and Ftrl: the rules on every row
+    "keras_momentum_all_rows": ({"lr": 0.1, "momentum": 0.9}, {"nesterov": True}),
+    "adamax_all_rows": ({"lr_t": 0.01, "beta1": 0.9, "beta2": 0.999, "epsilon": 1e-7}, {}),
+    "adadelta_all_rows": ({"lr": 1.0, "rho": 0.5, "epsilon": 1e-7}, {}),
+    "ftrl_all_rows": ({"lr": 0.2, "lr_power": -0.5, "l1": 0.01, "l2": 0.01,
+                       "l2_shrinkage": 0.1}, {"initial_accumulator": 0.1}),
 }
 
 

@@ -126,6 +126,56 @@ def whole(table):
     return tf1.convert_to_tensor(table)
 
 
+def two_table_model(lookup, partitions):
+    """Two plain variables ("array" of `partitions` partitions, "constant") looked up by
+    lookup(tables, ids) -> [pooled], sum and mean, trained by Adagrad on their squares.
+    Returns (tables, ids placeholder, train op, plain TF lookups over the tables)."""
+    tables = [table_variable("array", "first", partitions), table_variable("constant", "second")]
+    ids = tf1.sparse_placeholder(tf1.int64)
+    pooled = lookup(tables, ids)
+    loss = tf1.add_n([tf1.reduce_sum(out * out) for out in pooled])
+    train = tf1.train.AdagradOptimizer(0.3).minimize(loss)
+    plain = [tf1.nn.embedding_lookup_sparse(table, ids, None, combiner="sum")
+             for table in tables]
+    return tables, ids, train, plain
+
+
+def _trained(lookup, partitions, batches):
+    """(each table's rows, its plain lookups of the last batch) after training on `batches`."""
+    with tf1.Graph().as_default() as graph:
+        tables, ids, train, plain = two_table_model(lookup, partitions)
+        feeds = [{ids: tf1.SparseTensorValue(indices, values, [GLOBAL_BATCH, 3])}
+                 for indices, values in batches]
+        with session(graph) as sess:
+            sess.run(tf1.global_variables_initializer())
+            for feed in feeds:
+                sess.run(train, feed)
+            return sess.run([whole(t) for t in tables]), sess.run(plain, feeds[-1])
+
+
+@pytest.mark.parametrize("partitions", [0, 3], ids=["whole", "3_partitions"])
+def test_one_process_sees_the_trained_rows_in_the_variables_and_their_plain_lookups(
+        world, partitions):
+    """Where one process holds every row (a 1-rank job), sess.run(variable) and a plain
+    tf.nn.embedding_lookup_sparse over it see the trained rows after every step, with no sync,
+    for tables updated together (one update op of a fused lookup): against stock TensorFlow
+    training the same variables."""
+    _, size = world
+    if size > 1:
+        pytest.skip("on several ranks the variables hold the last write-back (a sync or save)")
+    batches = [global_ids(30 + step) for step in range(STEPS)]
+    want_rows, want_plain = _trained(
+        lambda tables, ids: [tf1.nn.embedding_lookup_sparse(table, ids, None, combiner=c)
+                             for table, c in zip(tables, ["sum", "mean"])], partitions, batches)
+    got_rows, got_plain = _trained(
+        lambda tables, ids: sok1x.group_embedding_lookup_sparse(tables, [ids, ids],
+                                                                ["sum", "mean"]),
+        partitions, batches)
+    for got, want in zip(got_rows + got_plain, want_rows + want_plain):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    assert not np.allclose(got_rows[1], 0.5)  # trained away from the initial rows
+
+
 @pytest.mark.parametrize("partitions", [0, 3], ids=["whole", "3_partitions"])
 @pytest.mark.parametrize("use_resource", [True, False], ids=["resource", "ref"])
 def test_trained_rows_reach_the_variable_and_the_checkpoint_as_stock_tf(world, rank_dir,
@@ -145,8 +195,10 @@ def test_trained_rows_reach_the_variable_and_the_checkpoint_as_stock_tf(world, r
             initial = sess.run(value)
             for feed in feeds:
                 sess.run(train, feed)
-            # until a sync or a save the variable holds the rows of the last write-back
-            np.testing.assert_allclose(sess.run(value), initial)
+            if size > 1:  # until a sync or a save: the rows of the last write-back
+                np.testing.assert_allclose(sess.run(value), initial)
+            else:  # one process holds every row: each update wrote its rows back
+                np.testing.assert_allclose(sess.run(value), want, rtol=1e-5, atol=1e-6)
             saver.save(sess, prefix)  # writes the table back first
             np.testing.assert_allclose(sess.run(value), want, rtol=1e-5, atol=1e-6)
             sess.run([part.assign(np.zeros(part.shape, np.float32))

@@ -1,8 +1,9 @@
 """Ranks in different steps or different ops never pair (DESIGN D3, D7; issue 19 item 2): every
 exchange carries the op's id and its tower's call count, so a rank whose step TensorFlow failed
 before sok1x ran, a sok1x.dump against a training step, and two towers run in another order on
-each rank raise OrderError on every rank at once, naming each rank's op and call; nothing
-changes, nothing waits until a timeout, and the ranks are in step again afterwards."""
+each rank raise OrderError at once, naming each rank's op and call (a step skipped on some ranks
+fails on every rank, and all go on from the same next step); nothing changes, nothing waits
+until a timeout."""
 import re
 
 import numpy as np
@@ -53,7 +54,7 @@ def _same_shards(before, after):
 
 
 @needs_peers
-def test_a_step_tensorflow_fails_on_one_rank_does_not_pair_with_its_next_step():
+def test_a_step_tensorflow_fails_on_one_rank_fails_on_the_others_and_the_next_steps_pair():
     fed = {}
 
     def ids_of():
@@ -71,16 +72,72 @@ def test_a_step_tensorflow_fails_on_one_rank_does_not_pair_with_its_next_step():
             # TensorFlow rejects the splits here: sok1x never runs in this step on this rank.
             with pytest.raises(tf1.errors.InvalidArgumentError):
                 sess.run(train, bad)
-        # The last rank's next step meets the others' current one: OrderError on every rank.
-        with pytest.raises(tf1.errors.OpError) as raised:
-            sess.run(train, good)
-        calls = _assert_order_error(raised.value, "lookup")
-        assert "different steps" in str(raised.value)
-        assert calls[LAST] == calls[0] + 1 and set(calls) == {calls[0], calls[LAST]}, calls
-        _same_shards(before, sess.run(export))
-        # Caught and carried on: the ranks are in step again and train together.
+        else:
+            # The others' step meets the last rank's next one: it fails, changing nothing.
+            with pytest.raises(tf1.errors.OpError) as raised:
+                sess.run(train, good)
+            calls = _assert_order_error(raised.value, "lookup")
+            assert "different steps" in str(raised.value)
+            assert calls[LAST] == calls[0] + 1 and set(calls) == {calls[0], calls[LAST]}, calls
+            _same_shards(before, sess.run(export))
+        # The next step pairs with the next step on every rank, and trains.
         sess.run(train, good)
         assert not np.array_equal(before[1], sess.run(export)[1])
+
+
+ROWS, STEPS, SKIPPED = 11, 6, 2
+
+
+def _step_keys(step, rank):
+    """Keys rank `rank` looks up at `step`: two bags of two, different per step and rank."""
+    return np.random.default_rng(1000 * step + rank).integers(0, ROWS, size=4)
+
+
+def _reference_table(steps):
+    """The table after SGD(0.5) on sum(lookup) over `steps`: each row loses 0.5 per key seen
+    on any rank at each step (an independent NumPy reference)."""
+    table = np.arange(ROWS * 2, dtype=np.float32).reshape(ROWS, 2)
+    for step in steps:
+        for rank in range(SIZE):
+            for key in _step_keys(step, rank):
+                table[key] -= 0.5
+    return table
+
+
+@needs_peers
+@pytest.mark.parametrize("inter_op", [1, 8])
+@pytest.mark.parametrize("skipper", [0, LAST])
+def test_a_step_skipped_on_one_rank_fails_everywhere_and_all_go_on_together(skipper, inter_op):
+    """A loop of steps where TensorFlow fails step SKIPPED on rank `skipper` before sok1x runs
+    (bad RaggedTensor splits): that step fails on every rank, every other step trains on every
+    rank, paired with the same step everywhere, and nothing waits for a timeout."""
+    fed = {}
+
+    def ids_of():
+        fed["values"] = tf1.placeholder(tf1.int64, [None])
+        fed["splits"] = tf1.placeholder(tf1.int64, [None])
+        return tf1.RaggedTensor.from_row_splits(fed["values"], fed["splits"])
+    graph, train, export, _ = _training_graph(ids_of)
+    outcomes = []
+    with tf_support.session(graph, inter_op) as sess:
+        with graph.as_default():
+            sess.run(sok.Init(backend="cpu"))
+            sess.run(tf1.global_variables_initializer())
+        for step in range(STEPS):
+            bad = step == SKIPPED and RANK == skipper
+            feed = {fed["values"]: _step_keys(step, RANK),
+                    fed["splits"]: np.array([0, 2, 5] if bad else [0, 2, 4])}
+            try:
+                sess.run(train, feed)
+                outcomes.append("ok")
+            except tf1.errors.OpError as error:
+                outcomes.append("failed: %s" % type(error).__name__)
+                if not bad:
+                    _assert_order_error(error, "lookup")
+        keys, values = sess.run(export)
+    assert [o == "ok" for o in outcomes] == [step != SKIPPED for step in range(STEPS)], outcomes
+    want = _reference_table([step for step in range(STEPS) if step != SKIPPED])
+    np.testing.assert_allclose(values, want[keys], rtol=1e-6)
 
 
 @needs_peers

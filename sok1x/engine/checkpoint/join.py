@@ -24,7 +24,8 @@ import threading
 
 import numpy as np
 
-from sok1x.engine import checkpoint
+from sok1x.engine import checkpoint, runtime
+from sok1x.engine.checkpoint import generations
 from sok1x.engine.lookup import exchange_header
 from sok1x.engine.tables import shard_rows
 from sok1x.engine.op_keys import name_key
@@ -128,15 +129,22 @@ def perform(description):
     name, under "gather", [table name, number of keys] pairs of tables (without hash table)
     whose every row the saving ranks need (to write them back into the TensorFlow variables
     those tables stand for): every rank sends its rows inside the save, which rank 0 may run
-    alone, and the manifest gains "gathered": {name: float32 [keys, dim]}."""
+    alone, and the manifest gains "gathered": {name: float32 [keys, dim]}, and "generation":
+    the letter of its shard files. A save's "live" is the letters of the shards the prefix's
+    TensorFlow index names ([] for none, None where it could not be read)."""
     if description["kind"] == "save":
-        stem = description["stem"]
+        stem, directory = description["stem"], description["directory"]
+        # Never over the live checkpoint's files: a save killed before TensorFlow's index
+        # leaves the previous checkpoint whole (engine/checkpoint/generations.py).
+        letter = generations.open_generation(runtime.get().host, directory, stem,
+                                             description.get("live"))
         manifest = checkpoint.save_shards(
-            description["directory"], stem, description["names"],
-            name_file=lambda index, rank: checkpoint.saver_shard_name(stem, index, rank))
+            directory, stem, description["names"],
+            name_file=lambda index, rank: checkpoint.saver_shard_name(stem, index, rank,
+                                                                      letter))
         gathered = {name: shard_rows.gather_all(name, keys)
                     for name, keys in description.get("gather", ())}
-        return dict(manifest, gathered=gathered)
+        return dict(manifest, gathered=gathered, generation=letter)
     checkpoint.load_shards(description["directory"], description["manifests"],
                            description["where"], description["names"])
     return None
@@ -153,7 +161,7 @@ def _register_farewell(rt):
     _farewell["registered"] = True
 
     def farewell():
-        from sok1x.engine import failure_guard, runtime
+        from sok1x.engine import failure_guard
         state = failure_guard._state
         if state["failing_thread"] is not None or state["exit_code"] not in (None, 0, False):
             return

@@ -19,6 +19,7 @@ import uuid
 import numpy as np
 
 from sok1x.engine.checkpoint import format as checkpoint_format
+from sok1x.engine.checkpoint.folder_lock import folder_locked
 from sok1x.engine.checkpoint import load as checkpoint_load
 from sok1x.engine.checkpoint import manifest as checkpoint_manifest
 from sok1x.engine.tables import hybrid_rows
@@ -56,14 +57,14 @@ _BASE36 = "0123456789abcdefghijklmnopqrstuvwxyz"
 MOST_SAVER_SHARDS = 36 ** 4
 
 
-def saver_shard_name(stem, table_index, rank):
-    """'<stem>.data-tXXXX-of-rYYYY' (table_index and rank in four base-36 digits): a Saver's
-    shard beside checkpoint prefix `stem`. TensorFlow deletes '<prefix>.data-?????-of-?????'
-    with the checkpoint (max_to_keep), so the shards go with it; its reader opens only its own
-    numbered data files."""
+def saver_shard_name(stem, table_index, rank, generation="t"):
+    """'<stem>.data-<generation>XXXX-of-rYYYY' (table_index and rank in four base-36 digits;
+    generation a letter, engine/checkpoint/generations.py): a Saver's shard beside checkpoint
+    prefix `stem`. TensorFlow deletes '<prefix>.data-?????-of-?????' with the checkpoint
+    (max_to_keep), so the shards go with it; its reader opens only its own numbered data files."""
     def digits(number):
         return "".join(_BASE36[(number // 36 ** p) % 36] for p in (3, 2, 1, 0))
-    return "%s.data-t%s-of-r%s" % (stem, digits(table_index), digits(rank))
+    return "%s.data-%s%s-of-r%s" % (stem, generation, digits(table_index), digits(rank))
 
 
 def ready_tables(rt, names, what):
@@ -262,34 +263,56 @@ def _previous_entries(path):
         return {}
 
 
+def _remove_unnamed_dump_files(path, manifest):
+    """Removes the dump shards (and temporary files of dumps) in folder `path` that `manifest`
+    does not name: leftovers of a dump that died. Only under the folder's exclusive lock."""
+    named = {shard["file"] for entry in manifest["tables"].values() for shard in entry["shards"]}
+    try:
+        names = os.listdir(path)
+    except OSError:
+        return
+    for name in names:
+        leftover = name.startswith("dump-") and (name.endswith(".shard") or ".tmp-" in name)
+        if (leftover and name not in named) or name.startswith(MANIFEST_NAME + ".tmp-"):
+            remove_quietly(os.path.join(path, name))
+
+
 def dump_tables(path, table_names, slot_prefixes=None):
     """Collective. Writes every rank's shard of each table into folder `path` (made if
     missing), then the folder's manifest (sok1x-checkpoint.json, written atomically by each rank
     once all shards are on disk): keys, values and the slots whose names start with one of
-    `slot_prefixes` + "/" (every slot when None). Tables dumped before into `path` stay; these
-    tables' previous shards are removed once the new manifest is in place. A crash leaves the
-    previous manifest and its shards: the tables load whole, as they were, or as they are now."""
+    `slot_prefixes` + "/" (every slot when None). Tables dumped before into `path` stay, also
+    by other jobs at the same time (they take turns: checkpoint/folder_lock.py); these tables'
+    previous shards, and dump files no manifest names, are removed once the new manifest is in
+    place. A crash leaves the previous manifest and its shards: the tables load whole, as they
+    were, or as they are now."""
     with _runtime.entered() as rt:
         confirm_same_op(rt, "sok1x.dump")  # a training step on another rank: OrderError
-        previous = _previous_entries(path)
-        stem = "dump-%s" % rt.host.broadcast_object(
-            "%d-%s" % (int(time.time()), uuid.uuid4().hex[:8]) if rt.rank == 0 else None)
-        manifest = save_shards(path, stem, table_names, slot_prefixes)
-        entries = dict(previous)
-        entries.update(manifest["tables"])
-        manifest["tables"] = entries
-        error = None
-        try:
-            write_atomically(os.path.join(path, MANIFEST_NAME),
-                             checkpoint_manifest.encode(manifest))
-        except OSError as exc:
-            error = CheckpointError("rank %d cannot write %s: %s" % (
-                rt.rank, os.path.join(path, MANIFEST_NAME), exc))
-        rt.host.raise_together(error, "sok1x.dump into %s" % path)
-        for name in table_names:
-            for shard in previous.get(name, {}).get("shards", []):
-                if shard["rank"] == rt.rank or (rt.rank == 0 and shard["rank"] >= rt.size):
-                    remove_quietly(os.path.join(path, shard["file"]))
+        with folder_locked(rt.host, path, exclusive=True):
+            _dump_locked(rt, path, table_names, slot_prefixes)
+
+
+def _dump_locked(rt, path, table_names, slot_prefixes):
+    """dump_tables' work, while this job holds the folder's lock."""
+    previous = _previous_entries(path)
+    stem = "dump-%s" % rt.host.broadcast_object(
+        "%d-%s" % (int(time.time()), uuid.uuid4().hex[:8]) if rt.rank == 0 else None)
+    manifest = save_shards(path, stem, table_names, slot_prefixes)
+    entries = dict(previous)
+    entries.update(manifest["tables"])
+    manifest["tables"] = entries
+    error = None
+    try:
+        write_atomically(os.path.join(path, MANIFEST_NAME), checkpoint_manifest.encode(manifest))
+    except OSError as exc:
+        error = CheckpointError("rank %d cannot write %s: %s" % (
+            rt.rank, os.path.join(path, MANIFEST_NAME), exc))
+    rt.host.raise_together(error, "sok1x.dump into %s" % path)
+    for name in table_names:
+        for shard in previous.get(name, {}).get("shards", []):
+            if shard["rank"] == rt.rank or (rt.rank == 0 and shard["rank"] >= rt.size):
+                remove_quietly(os.path.join(path, shard["file"]))
+    _remove_unnamed_dump_files(path, manifest)
 
 
 def load_tables(path, table_names, slot_prefixes=None):
@@ -300,7 +323,8 @@ def load_tables(path, table_names, slot_prefixes=None):
     where = os.path.join(path, MANIFEST_NAME)
     with _runtime.entered() as rt:
         confirm_same_op(rt, "sok1x.load")  # a training step on another rank: OrderError
-        load_shards(path, [_read_quietly(where)], where, table_names, slot_prefixes)
+        with folder_locked(rt.host, path, exclusive=False):  # not while another job dumps
+            load_shards(path, [_read_quietly(where)], where, table_names, slot_prefixes)
 
 
 def incremental_tables(table_names, since_utc):

@@ -71,29 +71,40 @@ def _records(runtime, fields, counts, error_flag, also_read, shared=None):
     return hosts[0], hosts[1], hosts[2:]
 
 
+def _in_skewed_steps(received):
+    """Whether every rank is in the same op (op, tower, place) but not the same call of it: a
+    step failed on some ranks before sok1x ran while the others went on."""
+    same = received[:, [_OP, _TOWER, _PLACE]]
+    return bool((same == same[0]).all()) and bool((received[:, _CALL] != received[0, _CALL]).any())
+
+
+def _skipped_step_error(runtime, op, call, received):
+    """The OrderError of a rank whose call is behind its peers' (they skipped this step): it
+    fails this step alone (the others wait for its next one, which meets theirs)."""
+    lines = ["rank %d: %s (call %d of its tower)" % (r, op.name, c)
+             for r, c in enumerate(received[:, _CALL])]
+    return OrderError(
+        "ranks reached different sok1x collectives (rank %d is in %s, call %d):\n  %s\nThe ranks "
+        "are in different steps: this step failed on ranks %s before sok1x ran (for example "
+        "TensorFlow rejected their input), so it fails here too and changes nothing; the ranks "
+        "go on together from the next step." % (
+            runtime.rank, op.name, call, "\n  ".join(lines),
+            [r for r, c in enumerate(received[:, _CALL]) if c > call]))
+
+
 def _raise_order_error(runtime, op, call, received):
     """Every rank sees the same records, so every rank is here: gathers each rank's op and call
-    and raises OrderError naming them. Ranks in the same op whose calls differ (one skipped a
-    step) re-align their tower's count first, so the next call meets again; ranks in different
-    ops take back the call a tower's first op counted, as that call failed everywhere."""
+    and raises OrderError naming them. Ranks in different ops take back the call a tower's first
+    op counted, as that call failed everywhere."""
     names = runtime.host.all_gather_object((op.name, int(call)))
     lines = ["rank %d: %s (call %d of its tower)" % (r, n, c) for r, (n, c) in enumerate(names)]
-    same_op = np.all(received[:, _OP] == received[0, _OP]) and np.all(
-        received[:, _PLACE] == received[0, _PLACE])
-    if same_op:
-        CLOCK.catch_up(op.tower, int(received[:, _CALL].max()))
-        advice = (
-            "The ranks are in different steps: a step failed on some ranks before sok1x ran "
-            "(for example TensorFlow rejected one rank's input) while the others went on. This "
-            "step fails on every rank; the ranks are in step again from the next one.")
-    else:
-        if op.position == 0:
-            CLOCK.take_back(op.tower)
-        advice = (
-            "Every rank must run the same communicating ops in the same order. Usual causes: a "
-            "train and an eval tower fetched in one sess.run (fetch them in separate sess.run "
-            "calls), ranks fetching different ops, or sok1x.dump on some ranks only. Build an "
-            "independent tower inside `with sok1x.new_tower():`.")
+    if op.position == 0:
+        CLOCK.take_back(op.tower)
+    advice = (
+        "Every rank must run the same communicating ops in the same order. Usual causes: a "
+        "train and an eval tower fetched in one sess.run (fetch them in separate sess.run "
+        "calls), ranks fetching different ops, or sok1x.dump on some ranks only. Build an "
+        "independent tower inside `with sok1x.new_tower():`.")
     raise OrderError("ranks reached different sok1x collectives (rank %d is in %s, call %d):"
                      "\n  %s\n%s" % (runtime.rank, op.name, call, "\n  ".join(lines), advice))
 
@@ -132,12 +143,21 @@ def exchange_sizes(runtime, op, counts=None, local_error=None, error_flag=None, 
     extra, late = extra[:len(also_read)], extra[len(also_read):]
     for (_, settle), host in zip(later, late):
         settle(host)
-    while _joined_checkpoint(runtime, op, received[:, _OP], fields[_OP]):
-        told = _shared_values(shared)
+    while True:
+        while _joined_checkpoint(runtime, op, received[:, _OP], fields[_OP]):
+            told = _shared_values(shared)
+            sent, received, extra = _records(runtime, fields, counts, error_flag, also_read,
+                                             told)
+        agree = received[:, _OP:_PLACE + 1]  # op, tower, call, place: the leading fields
+        if not (agree != agree[0]).any():
+            break
+        if not _in_skewed_steps(received):
+            _raise_order_error(runtime, op, call, received)
+        if call < received[:, _CALL].max():  # the others skipped this step: it fails here
+            raise _skipped_step_error(runtime, op, call, received)
+        # This rank is in the step after one that failed elsewhere before sok1x ran (this
+        # rank's own call of it failed too): it meets the others' next call of the op.
         sent, received, extra = _records(runtime, fields, counts, error_flag, also_read, told)
-    agree = received[:, _OP:_PLACE + 1]  # op, tower, call, place: the leading fields
-    if (agree != agree[0]).any():
-        _raise_order_error(runtime, op, call, received)
     if received[:, _ERROR].any():
         if local_error is None and sent[0, _ERROR] and describe_error is not None:
             local_error = describe_error()

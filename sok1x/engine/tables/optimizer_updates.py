@@ -23,6 +23,8 @@ exchange already happened in the lookup's backward pass.
     adadelta        accum, accum_update                   lr rho epsilon
 
 momentum and keras_momentum are tf.compat.v1.train.MomentumOptimizer's and Keras SGD's forms;
+keras_momentum, adamax, adadelta and ftrl + "_all_rows" are TF 2.11+ Keras SGD's, Adamax's,
+Adadelta's and Ftrl's forms: the rule on every row, zero gradient where none came [all rows];
 rmsprop is TensorFlow's SparseApply(Centered)RMSProp (TF1 RMSProp, Keras RMSprop with momentum);
 keras_rmsprop is Keras RMSprop without momentum. [all rows]: state decays on every row of the
 shard each step. lr_t is the bias-corrected rate lr * sqrt(1 - beta2^t) / (1 - beta1^t) (adamax:
@@ -59,6 +61,20 @@ def _momentum(backend, var, slots, rows, grads, hyper, options):
 def _keras_momentum(backend, var, slots, rows, grads, hyper, options):
     backend.update_keras_momentum(var, slots["momentum"], rows, grads, hyper["lr"],
                                   hyper["momentum"], bool(options.get("nesterov")))
+
+
+def _on_every_row(update):
+    """The update of a TF 2.11+ Keras optimizer on a sparse gradient from `update` (its
+    OptimizerV2 form's): `update` on every row of the shard, the rows without a gradient taking
+    a zero one, so every row's state decays and every row moves by it, as that optimizer's dense
+    state update does."""
+    def every_row(backend, var, slots, rows, grads, hyper, options):
+        num_rows, dim = int(var.shape[0]), int(grads.shape[1])
+        dense = backend.zeros((num_rows, dim), np.float32)
+        backend.put_rows(dense, rows, grads)
+        every = backend.asarray(np.arange(num_rows, dtype=np.int64))
+        update(backend, var, slots, every, dense, hyper, options)
+    return every_row
 
 
 def _accumulator_slots(options):
@@ -136,6 +152,12 @@ RULES = {
     "adadelta": Rule(("lr", "rho", "epsilon"), lambda o: [("accum", 0.0), ("accum_update", 0.0)],
                      _adadelta),
 }
+
+
+# TF 2.11+ Keras SGD (momentum), Adamax, Adadelta and Ftrl: their OptimizerV2 rules on every row.
+ALL_ROWS = "_all_rows"
+for _name in ("keras_momentum", "adamax", "adadelta", "ftrl"):
+    RULES[_name + ALL_ROWS] = RULES[_name]._replace(update=_on_every_row(RULES[_name].update))
 
 
 def slot_key(slot_prefix, slot):

@@ -1,0 +1,49 @@
+"""What a TensorFlow checkpoint's index says of sok1x's shard files (DESIGN D8): the shard
+generations it names (engine/checkpoint/generations.py), read before a save, so the save writes
+beside them and removes only files no checkpoint names; and, after a save, a thread that removes
+the replaced generation once TensorFlow's new index names the new one."""
+import os
+import threading
+import time
+
+from sok1x.engine.checkpoint import generations
+from sok1x.engine.checkpoint import manifest as checkpoint_manifest
+from sok1x.errors import CheckpointError
+from sok1x.graph_ops import shared_checkpoint_dir
+from sok1x.graph_ops.tf_compat import tf1
+
+_POLL_S = 0.05
+
+
+def named_generations(prefix, names):
+    """The shard generations that the checkpoint at `prefix` names for tables `names`: a sorted
+    list ([] where there is no checkpoint at `prefix`), or None where its index is there but
+    cannot be read (nothing may then be removed)."""
+    if not os.path.exists(prefix + ".index"):
+        return []
+    try:
+        reader = tf1.train.NewCheckpointReader(prefix)
+        manifests = [checkpoint_manifest.decode(reader.get_tensor("%s/sok1x_table" % name),
+                                                prefix)
+                     for name in names if reader.has_tensor("%s/sok1x_table" % name)]
+    except (tf1.errors.OpError, CheckpointError, ValueError):
+        return None
+    return generations.live_generations(os.path.basename(prefix), manifests)
+
+
+def remove_replaced_when_indexed(prefix, names, letter, seconds):
+    """Starts a thread that, once the index at `prefix` is rewritten and names generation
+    `letter` for tables `names` (TensorFlow finished this save), removes the prefix's shards of
+    every other generation; it gives up after `seconds` (the next save removes them)."""
+    stamp = shared_checkpoint_dir.index_stamp(prefix)
+
+    def watch():
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if (shared_checkpoint_dir.merged_since(prefix, stamp)
+                    and named_generations(prefix, names) == [letter]):
+                generations.remove_stale(os.path.dirname(os.path.abspath(prefix)),
+                                         os.path.basename(prefix), {letter})
+                return
+            time.sleep(_POLL_S)
+    threading.Thread(target=watch, name="sok1x-saver-generations", daemon=True).start()

@@ -1,0 +1,70 @@
+"""An MPI job for test_concurrent_dumps: jobs that sok1x.dump their own tables into one folder at
+the same time, round after round, and one that loads every table afterwards.
+
+    concurrent_dump_job.py dump  <folder> <tag> <start_at> <rounds>   tables '<tag>_t0..2' (eager
+        sok1x.Variable): from time start_at on, each round assigns round-made values to every
+        row and dumps the tables into <folder>. Prints "DUMPED <tag>".
+    concurrent_dump_job.py check <folder> <rounds> <tag>...   loads every tag's tables from
+        <folder> and checks them against the values of their last round; checks that every
+        dump file in <folder> is one its manifest names. Prints "CHECKED".
+"""
+import json
+import os
+import sys
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+import numpy as np  # noqa: E402
+import tensorflow  # noqa: E402,F401  (before sok1x: its eager API)
+from mpi4py import MPI  # noqa: E402
+
+import sok1x as sok  # noqa: E402
+
+COMM = MPI.COMM_WORLD
+ROWS, DIM, TABLES = 20, 4, 3
+
+
+def values_of(tag, table, round_):
+    """The rows every rank assigns to table `table` of job `tag` in round `round_`."""
+    base = sum(ord(c) for c in tag) * 1000.0 + table * 100.0 + round_
+    return (base + np.arange(ROWS * DIM).reshape(ROWS, DIM) * 0.01).astype(np.float32)
+
+
+def tables_of(tag):
+    return [sok.Variable(np.zeros((ROWS, DIM), np.float32), name="%s_t%d" % (tag, t))
+            for t in range(TABLES)]
+
+
+def dump(folder, tag, start_at, rounds):
+    tables = tables_of(tag)
+    keys = np.arange(ROWS, dtype=np.int64)
+    while time.time() < float(start_at):
+        time.sleep(0.01)
+    for round_ in range(int(rounds)):
+        for t, table in enumerate(tables):
+            sok.assign(table, keys, values_of(tag, t, round_))
+        sok.dump(folder, tables)
+    COMM.barrier()
+    print("DUMPED %s" % tag, flush=True)
+
+
+def check(folder, rounds, *tags):
+    for tag in tags:
+        tables = tables_of(tag)
+        sok.load(folder, tables)
+        for t, table in enumerate(tables):
+            keys, values = sok.export(table)
+            want = values_of(tag, t, int(rounds) - 1)[np.asarray(keys)]
+            np.testing.assert_array_equal(np.asarray(values), want, err_msg="%s_t%d" % (tag, t))
+    with open(os.path.join(folder, "sok1x-checkpoint.json")) as handle:
+        manifest = json.load(handle)
+    named = {shard["file"] for entry in manifest["tables"].values() for shard in entry["shards"]}
+    dump_files = {n for n in os.listdir(folder) if n.startswith("dump-") or ".tmp-" in n}
+    assert dump_files == named, ("files no manifest names", sorted(dump_files - named))
+    assert len(named) == len(tags) * TABLES * COMM.size or len(tags) > 1, sorted(named)
+    print("CHECKED", flush=True)
+
+
+if __name__ == "__main__":
+    sok.init(backend="cpu")
+    {"dump": dump, "check": check}[sys.argv[1]](*sys.argv[2:])

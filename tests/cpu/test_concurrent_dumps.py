@@ -1,0 +1,35 @@
+"""Jobs that sok1x.dump into one folder at the same time keep each other's tables and leave no
+file that no manifest names (DESIGN D8), as real MPI jobs: a 1-rank and a 2-rank job dump
+their own three tables into one folder, starting at the same moment, round after round; then a
+job loads all six and finds each as its job's last round left it, and every dump file in the
+folder is one the manifest names."""
+import os
+import subprocess
+import sys
+import time
+
+from mpi_jobs import JOBS, mpiexec, run_job
+
+JOB = "concurrent_dump_job.py"
+ROUNDS = 25
+
+
+def _start(ranks, *args):
+    command = [mpiexec(), "-n", str(ranks), sys.executable, os.path.join(JOBS, JOB)]
+    return subprocess.Popen(command + [str(a) for a in args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, universal_newlines=True,
+                            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+
+
+def test_concurrent_dumps_into_one_folder_keep_every_table(tmp_path):
+    folder = str(tmp_path / "dumps")
+    start_at = time.time() + 20  # both jobs up and waiting by then
+    jobs = {"alpha": _start(1, "dump", folder, "alpha", start_at, ROUNDS),
+            "beta": _start(2, "dump", folder, "beta", start_at, ROUNDS)}
+    for tag, job in jobs.items():
+        stdout, stderr = job.communicate(timeout=240)
+        assert job.returncode == 0 and "DUMPED " + tag in stdout, stdout + stderr[-4000:]
+    for ranks in (1, 2):
+        check = run_job(ranks, JOB, "check", folder, ROUNDS, "alpha", "beta")
+        assert check.returncode == 0 and "CHECKED" in check.stdout, (
+            check.stdout + check.stderr[-4000:])
