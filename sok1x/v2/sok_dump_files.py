@@ -8,6 +8,7 @@ import numpy as np
 
 from sok1x.engine import runtime
 from sok1x.engine.checkpoint import sok_format
+from sok1x.engine.checkpoint.folder_lock import folder_locked
 from sok1x.engine.tables import shard_rows
 from sok1x.v2 import slot_views
 from sok1x.v2.variables import DYNAMIC, VARIABLE, kind_of
@@ -80,14 +81,15 @@ def dump(path, variables, optimizer):
     if host.rank == 0:
         os.makedirs(path, exist_ok=True)
     host.barrier()
-    for table in tables:
-        keys, weights = _sorted_export(table)
-        if table.owner is not None and not table.dynamic:
-            keys = keys.astype(np.uint64)  # SOK writes a localized Variable's keys so
-        states = [(suffix, slot, _sorted_export(table, engine)[1])
-                  for suffix, slot, engine in table.slots]
-        sok_format.write_table(host, path, table.stem, keys, weights, states, table.owner)
-    host.barrier()
+    # Jobs dumping into (or loading from) one folder take turns, as the sharded format's do.
+    with folder_locked(host, path, exclusive=True):
+        for table in tables:
+            keys, weights = _sorted_export(table)
+            if table.owner is not None and not table.dynamic:
+                keys = keys.astype(np.uint64)  # SOK writes a localized Variable's keys so
+            states = [(suffix, slot, _sorted_export(table, engine)[1])
+                      for suffix, slot, engine in table.slots]
+            sok_format.write_table(host, path, table.stem, keys, weights, states, table.owner)
 
 
 def load(path, variables, optimizer):
@@ -97,13 +99,14 @@ def load(path, variables, optimizer):
     tables = [_Table(v, optimizer) for v in variables]
     host = runtime.get().host
     read, error = [], None
-    try:
-        for table in tables:
-            slots = [(suffix, slot) for suffix, slot, _ in table.slots]
-            read.append(sok_format.read_table(path, table.stem, table.dim, slots))
-    except Exception as caught:  # every rank raises together, none changes a table
-        error = caught
-    host.raise_together(error, "sok1x.load of %s" % path)
+    with folder_locked(host, path, exclusive=False):  # not while another job dumps there
+        try:
+            for table in tables:
+                slots = [(suffix, slot) for suffix, slot, _ in table.slots]
+                read.append(sok_format.read_table(path, table.stem, table.dim, slots))
+        except Exception as caught:  # every rank raises together, none changes a table
+            error = caught
+        host.raise_together(error, "sok1x.load of %s" % path)
     for table, (keys, weights, states) in zip(tables, read):
         shard_rows.assign(table.name, keys, weights, table.key_limit)
         for (_, _, engine), rows in zip(table.slots, states):
