@@ -41,11 +41,18 @@ def py_func(func, inputs, output_dtypes, name):
         # One result goes back in a list: given a bare 0-d array, TensorFlow's kernel keeps a
         # reference to its value (py_func.cc, IsSingleNone: PyArray_GETITEM, never released),
         # a Python int or float each call (TensorFlow wraps bytes in a list for the same reason).
-        one = func
-
-        def func(*args):
-            return [one(*args)]
+        func = _one_result_in_a_list(func)
     return tf1.py_func(func, inputs, output_dtypes, stateful=True, name=name)
+
+
+def _one_result_in_a_list(func):
+    """Returns a function that calls `func` and returns its one result in a list. A function of
+    its own, not a `def` inside py_func's `if`: TensorFlow 1.15's autograph, which converts
+    py_func when a Keras layer's call reaches it, turns a name defined in a branch into an
+    unbound local."""
+    def listed(*args):
+        return [func(*args)]
+    return listed
 
 
 def py_function(func, inputs, output_dtypes, name):
