@@ -151,7 +151,7 @@ def _install_thread_hook():
     """Makes an uncaught exception in any thread fail the job (threading.excepthook, or its
     stand-in on Python 3.7)."""
     if hasattr(threading, "excepthook"):
-        _install_thread_hook()
+        threading.excepthook = _thread_excepthook(threading.excepthook)  # novermin
     else:
         _guard_thread_runs(_thread_excepthook(_print_thread_exception))
 
@@ -308,7 +308,7 @@ def install():
         if not enabled():
             return False
         sys.excepthook = _excepthook(sys.excepthook)
-        threading.excepthook = _thread_excepthook(threading.excepthook)  # novermin
+        _install_thread_hook()
         sys.exit = _exit_recorder(sys.exit)
         atexit.register(_at_exit)
         _install_signal_handlers_in_main_thread()
