@@ -19,6 +19,27 @@ HAS_DLPACK = _dlpack is not None
 _executing_eagerly_outside_functions = getattr(tf1, "executing_eagerly_outside_functions", None)
 
 
+def _leave_sok1x_unconverted():
+    """Adds sok1x to the packages autograph calls as they are (as it does numpy and tensorflow).
+
+    A Keras layer's call, and what a user's converted call reaches, would otherwise be rewritten:
+    sok1x's graph-building code, and with it the closures its ops run at step time (py_func's
+    callbacks), which then run every call through autograph's converted_call (TensorFlow 1.15:
+    slow, and an error on a writable memoryview). The rule list is not public API in TensorFlow
+    1.15 or 2.x; both keep it at the same place, and TensorFlow's own tests prepend to it alike.
+    """
+    try:
+        from tensorflow.python.autograph.core import config
+    except ImportError:  # a TensorFlow without autograph converts nothing
+        return
+    rules = tuple(getattr(config, "CONVERSION_RULES", ()))
+    if not any(isinstance(rule, config.DoNotConvert) and rule.matches("sok1x") for rule in rules):
+        config.CONVERSION_RULES = (config.DoNotConvert("sok1x"),) + rules
+
+
+_leave_sok1x_unconverted()
+
+
 def tf2_behavior():
     """True when TensorFlow 2 behaviour is on (TensorFlow 2.x unless the program called
     tf.compat.v1.disable_v2_behavior(); never on 1.15): a TF1 program run on TensorFlow 2 sees
