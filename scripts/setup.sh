@@ -5,9 +5,9 @@
 #   demo            TensorFlow 2.15 (CPU), the MPICH wheel and mpi4py, and sok1x: no Horovod, which
 #                   the demo never imports (building it takes minutes)
 #   test37          TensorFlow 1.15.5 on Python 3.7 (the TensorFlow sok1x's users run): the MPICH
-#                   wheel, mpi4py 3.1.6 built with that wheel's mpicc, pytest, sok1x, and Horovod
-#                   where SOK1X_HOROVOD37_VERSION names a release to build (default: none, see
-#                   below)
+#                   wheel, mpi4py 3.1.6 built with that wheel's mpicc, pytest, Horovod 0.28.1 (it
+#                   builds against TensorFlow 1.15.5; SOK1X_HOROVOD37_VERSION names another
+#                   release, or none when set empty), and sok1x
 #   demo37          the same without the test tools and Horovod
 # Python 3.7 is found as $SOK1X_PY37, else pyenv's 3.7.16 ($(pyenv root)/versions/3.7.16), else
 # python3.7 on PATH.
@@ -52,8 +52,8 @@ esac
 if [ "$what" = test ]; then
   bash "$root/scripts/install_horovod.sh" "$venv/bin/python"
 fi
-if [ "$what" = test37 ] && [ -n "${SOK1X_HOROVOD37_VERSION:-}" ]; then
-  SOK1X_HOROVOD_VERSION=$SOK1X_HOROVOD37_VERSION \
+if [ "$what" = test37 ] && [ -n "${SOK1X_HOROVOD37_VERSION-0.28.1}" ]; then
+  SOK1X_HOROVOD_VERSION=${SOK1X_HOROVOD37_VERSION-0.28.1} \
     bash "$root/scripts/install_horovod.sh" "$venv/bin/python"
 fi
 # Non-editable on purpose: the tests must see exactly what a user's `pip install` gets.
