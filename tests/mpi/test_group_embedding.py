@@ -75,7 +75,12 @@ def reference(initial, batches, coefficients, shapes=TABLES):
         grads = [tf1.convert_to_tensor(g) for g in tf1.gradients(loss, tables)]
         with session(graph) as sess:
             sess.run(tf1.global_variables_initializer())
-            return sess.run(outs), sess.run(grads)
+            outs, grads = sess.run(outs), sess.run(grads)
+    # An empty row's weighted mean: TensorFlow 1.15 divides 0 by a weight sum of 0 (NaN), 2.x
+    # uses div_no_nan (0), as sok1x and SOK do.
+    for out, (indices, _, _) in zip(outs, batches):
+        out[np.setdiff1d(np.arange(GLOBAL_BATCH), indices[:, 0])] = 0.0
+    return outs, grads
 
 
 def dense_gradient(handle, slices_value, vocabulary, size, rank):
