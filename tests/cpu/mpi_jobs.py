@@ -15,6 +15,22 @@ def mpiexec():
     return beside if os.path.exists(beside) else shutil.which("mpiexec")
 
 
+def tensorflow_version():
+    """(major, minor) of the TensorFlow installed here."""
+    from sok1x.graph_ops import tf_compat
+    return tf_compat.VERSION
+
+
+def skip_before_tensorflow(version, what):
+    """Skips the calling test, saying why, on a TensorFlow older than `version` ((major,
+    minor)), which lacks `what` (e.g. TensorFlow 2's eager API, which TensorFlow 1.15 lacks)."""
+    if tensorflow_version() < tuple(version):
+        import pytest
+        from sok1x.graph_ops import tf_compat
+        pytest.skip("TensorFlow %s has no %s (%d.%d+)" % (tf_compat.tf.__version__, what,
+                                                         version[0], version[1]))
+
+
 def skip_where_the_seam_cannot_run(seam):
     """Skips the calling test, saying why, when `seam` (a SOK1X_SEAM value or None) cannot run on
     the TensorFlow installed here: "dlpack", the zero-copy seam, needs TensorFlow >= 2.2's
