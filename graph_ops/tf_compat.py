@@ -123,6 +123,17 @@ def layer_compute_dtype(layer):
     return tf1.as_dtype(dtype or tf1.float32)
 
 
+def keras_dtype(dtype):
+    """Returns `dtype` as this TensorFlow's Keras layers take it: a dtype policy's name
+    ("mixed_float16") becomes a Policy on TensorFlow 1.15, whose layers take only a Policy object
+    for one (2.x takes the name too); anything else is returned as it is."""
+    experimental = getattr(keras.mixed_precision, "experimental", None)
+    if (isinstance(dtype, str) and VERSION < (2, 0) and experimental is not None
+            and dtype.startswith("mixed_")):
+        return experimental.Policy(dtype)
+    return dtype
+
+
 def set_keras_global_policy(name):
     """Sets Keras' global dtype policy ("mixed_float16", "float32") on TensorFlow 1.15 and 2.x."""
     mixed_precision = keras.mixed_precision

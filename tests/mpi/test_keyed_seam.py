@@ -37,7 +37,8 @@ def test_keyed_lookup_equals_tensorflow(combiner, weighted, optimizer, clipped, 
     graph = tf1.Graph()
     with graph.as_default():
         variables = [sok.Variable(values) for values in initial]
-        dense = [tf1.Variable(values) for values in initial]
+        # resource variables: TensorFlow 1.15's Keras Adam makes no slots for a ref variable
+        dense = [tf1.Variable(values, use_resource=True) for values in initial]
         ids = [tf1.sparse.placeholder(tf1.int64 if t % 2 else tf1.int32, name="ids%d" % t)
                for t in range(TABLES)]
         weights = [tf1.sparse.placeholder(tf1.float32, name="w%d" % t) if weighted else None
