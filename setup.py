@@ -33,7 +33,7 @@ setup(
     version="0.1.0",
     description="Model-parallel GPU embedding tables for TensorFlow 1.x-style training programs "
     "(SparseOperationKit's API)",
-    python_requires=">=3.8",
+    python_requires=">=3.7",
     packages=list(PACKAGES),
     package_dir=PACKAGES,
     package_data={"sok1x.cuda_kernels": ["*.cu", "*.cuh"]},

@@ -100,8 +100,12 @@ def nvcc_architectures(nvcc=None):
 def package_version():
     """Returns the installed sok1x version, or '0+source' when running from a checkout."""
     try:
-        from importlib import metadata
-        return metadata.version("sok1x")
+        try:
+            from importlib import metadata  # novermin: Python >= 3.8, 3.7 below
+            return metadata.version("sok1x")
+        except ImportError:  # Python 3.7: setuptools' reader of the same metadata
+            import pkg_resources
+            return pkg_resources.get_distribution("sok1x").version
     except Exception:  # not installed, or no metadata: the source hash still keys the cache
         return "0+source"
 

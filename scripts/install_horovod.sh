@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# Installs Horovod 0.28.1 (TensorFlow + MPI ops only: no Gloo, PyTorch, MXNet or GPU ops) into
-# the environment of a Python interpreter, building it from the sdist against that
-# environment's TensorFlow and the `mpich` PyPI wheel's MPI (mpicxx in the venv's bin/).
+# Installs Horovod 0.28.1, or the release SOK1X_HOROVOD_VERSION names (TensorFlow + MPI ops only:
+# no Gloo, PyTorch, MXNet or GPU ops), into the environment of a Python interpreter, building it
+# from the sdist against that environment's TensorFlow and the `mpich` PyPI wheel's MPI (mpicxx in
+# the venv's bin/).
 #
 #   scripts/install_horovod.sh [PYTHON]        # default: python3 on PATH
 #
 # Needs in that environment: tensorflow(-cpu), numpy, and mpicxx (e.g. `pip install mpich`);
 # a C++17 compiler (g++) on PATH. cmake is taken from PATH if >= 3.13, else pip-installed.
-# Idempotent: exits at once when `import horovod.tensorflow` already gives 0.28.1 with MPI.
+# Idempotent: exits at once when `import horovod.tensorflow` already gives that release with MPI.
 #
 # Knobs (environment):
 #   HOROVOD_BUILD_JOBS      parallel compile jobs (default: number of cores)
@@ -17,7 +18,7 @@
 #                           set to an empty string to neither read nor write it.
 set -euo pipefail
 
-HVD_VERSION=0.28.1
+HVD_VERSION=${SOK1X_HOROVOD_VERSION:-0.28.1}
 PY_ARG=${1:-python3}
 PY=$(command -v "$PY_ARG" || true)
 if [ -z "$PY" ]; then
@@ -115,13 +116,24 @@ CACHE_DIR=""
 if [ -n "$CACHE_ROOT" ]; then
     KEY=$("$PY" - "$HVD_VERSION" "$MPI_PREFIX" "${SOK1X_HOROVOD_DEBUG:-0}" <<'EOF'
 import hashlib, sys
-from importlib import metadata
+try:
+    from importlib import metadata
+    def version(name):
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return None
+except ImportError:  # Python 3.7
+    import pkg_resources
+    def version(name):
+        try:
+            return pkg_resources.get_distribution(name).version
+        except pkg_resources.DistributionNotFound:
+            return None
 def ver(*names):
     for n in names:
-        try:
-            return n + "=" + metadata.version(n)
-        except metadata.PackageNotFoundError:
-            pass
+        if version(n) is not None:
+            return n + "=" + version(n)
     return "-"
 parts = [sys.argv[1], sys.version, sys.prefix, sys.argv[2], sys.argv[3],
          ver("tensorflow-cpu", "tensorflow", "tf-nightly"), ver("mpich"), ver("numpy")]

@@ -1,9 +1,17 @@
-"""Prints one closing line, 'total: N passed, N failed, N skipped', over JUnit XML files."""
+"""Prints one closing line, 'total: N passed, N failed, N skipped', over JUnit XML files.
+
+    python junit_total.py [--label LABEL] FILE...
+
+With --label the line starts with LABEL instead of 'total' (one lane's line). A file that is
+missing or unreadable (a job that aborted before writing it) counts as one failure. Exits 1 when
+anything failed."""
 import sys
 import xml.etree.ElementTree as ElementTree
 
 
-def main(paths):
+def count(paths):
+    """Returns (passed, failed, skipped) over the JUnit files `paths`, printing a line for each
+    file that holds no results."""
     passed = failed = skipped = 0
     for path in paths:
         try:
@@ -19,7 +27,15 @@ def main(paths):
             passed += tests - bad - skip
             failed += bad
             skipped += skip
-    print("total: %d passed, %d failed, %d skipped" % (passed, failed, skipped))
+    return passed, failed, skipped
+
+
+def main(args):
+    label = "total"
+    if args[:1] == ["--label"]:
+        label, args = args[1], args[2:]
+    passed, failed, skipped = count(args)
+    print("%s: %d passed, %d failed, %d skipped" % (label, passed, failed, skipped))
     return 1 if failed else 0
 
 

@@ -11,7 +11,8 @@ on COMM_WORLD, after printing the rank's traceback (where there is one) and one 
 to stderr (recorded for sok1x-run too, which then names the rank in its last line):
 
 - an uncaught exception in the main thread (sys.excepthook) or in any other thread
-  (threading.excepthook; SystemExit in a thread ends only that thread, as in Python);
+  (threading.excepthook, or on Python 3.7 a wrapper of each Thread's run() made after install();
+  SystemExit in a thread ends only that thread, as in Python);
 - sys.exit(code) with a non-zero or non-integer code from the main thread, seen at exit (atexit):
   the last such call counts, even one whose SystemExit the program caught and survived (Python
   keeps the real exit status to itself, so a bare `raise SystemExit(3)` escapes this; sok1x-run's
@@ -102,6 +103,57 @@ def _thread_excepthook(previous):
         name = args.thread.name if args.thread is not None else "?"
         fail(exit_code or 1, "in thread %s: %s" % (name, reason))
     return hook
+
+
+class _ThreadExceptArgs(object):
+    """What threading.excepthook is given (Python >= 3.8), for Python 3.7's stand-in."""
+
+    def __init__(self, exc_type, exc_value, exc_traceback, thread):
+        self.exc_type, self.exc_value = exc_type, exc_value
+        self.exc_traceback, self.thread = exc_traceback, thread
+
+
+def _print_thread_exception(args):
+    """Prints an uncaught thread exception as Python 3.7 does ("Exception in thread NAME:")."""
+    if args.exc_type is SystemExit:
+        return
+    import traceback
+    name = args.thread.name if args.thread is not None else threading.get_ident()
+    sys.stderr.write("Exception in thread %s:\n" % name)
+    traceback.print_exception(args.exc_type, args.exc_value, args.exc_traceback)
+    sys.stderr.flush()
+
+
+def _guard_thread_runs(hook):
+    """Python 3.7 has no threading.excepthook: every Thread made from now on (subclasses too,
+    which must call Thread.__init__) runs its run() under a wrapper that gives an exception
+    escaping it to `hook` as _ThreadExceptArgs (the hook prints it, as Python would)."""
+    original_init = threading.Thread.__init__
+
+    def __init__(self, *args, **kwargs):
+        original_init(self, *args, **kwargs)
+        original_run = self.run
+
+        def run(*run_args, **run_kwargs):
+            try:
+                original_run(*run_args, **run_kwargs)
+            except SystemExit:
+                raise
+            except BaseException:
+                hook(_ThreadExceptArgs(*(sys.exc_info() + (self,))))
+        self.run = run
+
+    __init__.__wrapped__ = original_init
+    threading.Thread.__init__ = __init__
+
+
+def _install_thread_hook():
+    """Makes an uncaught exception in any thread fail the job (threading.excepthook, or its
+    stand-in on Python 3.7)."""
+    if hasattr(threading, "excepthook"):
+        threading.excepthook = _thread_excepthook(threading.excepthook)  # novermin
+    else:
+        _guard_thread_runs(_thread_excepthook(_print_thread_exception))
 
 
 def _exit_recorder(original_exit):
@@ -256,7 +308,7 @@ def install():
         if not enabled():
             return False
         sys.excepthook = _excepthook(sys.excepthook)
-        threading.excepthook = _thread_excepthook(threading.excepthook)
+        _install_thread_hook()
         sys.exit = _exit_recorder(sys.exit)
         atexit.register(_at_exit)
         _install_signal_handlers_in_main_thread()

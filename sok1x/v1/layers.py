@@ -3,7 +3,7 @@ from sok1x.common.handle_variable import create_handle
 from sok1x.graph_ops.embedding_tag import table_of
 from sok1x.graph_ops import embedding_ops
 from sok1x.graph_ops.table_names import claim_table_name
-from sok1x.graph_ops.tf_compat import keras, layer_compute_dtype, tf1
+from sok1x.graph_ops.tf_compat import keras, keras_dtype, layer_compute_dtype, tf1
 from sok1x.common.initializers import spec_from_initializer
 from sok1x.v1 import sok_files
 
@@ -70,8 +70,18 @@ def _in_compute_dtype(layer, outputs):
     return outputs if dtype == tf1.float32 else tf1.cast(outputs, dtype)
 
 
+def _training(training):
+    """A layer call's training flag as a Python bool: None (not told) is the default, True."""
+    return True if training is None else bool(training)
+
+
 class _TableLayer(keras.layers.Layer):
     """What SOK's v1 layers share: one table, whose handle variable is `var`."""
+
+    def __init__(self, **kwargs):
+        if "dtype" in kwargs:  # dtype="mixed_float16" on TensorFlow 1.15 too
+            kwargs["dtype"] = keras_dtype(kwargs["dtype"])
+        super(_TableLayer, self).__init__(**kwargs)
 
     @property
     def embedding_variable(self):
@@ -102,7 +112,8 @@ class All2AllDenseEmbedding(_TableLayer):
                       key_dtype, embedding_initializer)
 
     def call(self, inputs, training=True):
-        """inputs: int keys; training: Python bool (False: unknown keys give zero vectors)."""
+        """inputs: int keys; training: Python bool (False: unknown keys give zero vectors; None,
+        which TensorFlow 1.15's Keras models pass when not told, is the default, True)."""
         keys = _engine_keys(self, tf1.convert_to_tensor(inputs))
         row_shape = None
         if not self.dynamic_input:
@@ -113,7 +124,7 @@ class All2AllDenseEmbedding(_TableLayer):
                                  % (self.name, self.slot_num, self.nnz_per_slot, keys.shape))
             row_shape = (self.slot_num, self.nnz_per_slot)
         return _in_compute_dtype(self, embedding_ops.dense_lookup(
-            table_of(self.var), self.var.read_value(), keys, bool(training), row_shape,
+            table_of(self.var), self.var.read_value(), keys, _training(training), row_shape,
             self.name + "_lookup"))
 
 
@@ -142,7 +153,7 @@ class DistributedEmbedding(_TableLayer):
                       key_dtype, embedding_initializer)
 
     def call(self, inputs, training=True):
-        """inputs: tf.SparseTensor of int keys; training: Python bool."""
+        """inputs: tf.SparseTensor of int keys; training: Python bool (None: True, as above)."""
         if not isinstance(inputs, tf1.SparseTensor):
             raise ValueError("%s: input must be a tf.SparseTensor of keys, got %r"
                              % (self.name, type(inputs).__name__))
@@ -153,5 +164,5 @@ class DistributedEmbedding(_TableLayer):
                                   inputs.dense_shape)
         return _in_compute_dtype(self, embedding_ops.sparse_lookup(
             table_of(self.var), self.var.read_value(), inputs, self.slot_num, self.max_nnz,
-            self.combiner, bool(training), self.name + "_lookup", symbolic_input=symbolic))
+            self.combiner, _training(training), self.name + "_lookup", symbolic_input=symbolic))
 

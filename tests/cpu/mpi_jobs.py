@@ -15,9 +15,41 @@ def mpiexec():
     return beside if os.path.exists(beside) else shutil.which("mpiexec")
 
 
+def tensorflow_version():
+    """(major, minor) of the TensorFlow installed here."""
+    from sok1x.graph_ops import tf_compat
+    return tf_compat.VERSION
+
+
+def skip_before_tensorflow(version, what):
+    """Skips the calling test, saying why, on a TensorFlow older than `version` ((major,
+    minor)), which lacks `what` (e.g. TensorFlow 2's eager API, which TensorFlow 1.15 lacks)."""
+    if tensorflow_version() < tuple(version):
+        import pytest
+        from sok1x.graph_ops import tf_compat
+        pytest.skip("TensorFlow %s has no %s (%d.%d+)" % (tf_compat.tf.__version__, what,
+                                                         version[0], version[1]))
+
+
+def skip_where_the_seam_cannot_run(seam):
+    """Skips the calling test, saying why, when `seam` (a SOK1X_SEAM value or None) cannot run on
+    the TensorFlow installed here: "dlpack", the zero-copy seam, needs TensorFlow >= 2.2's
+    tf.experimental.dlpack, which TensorFlow 1.15 lacks (its ops cross by host staging, which
+    the same tests run with seam "host")."""
+    if seam != "dlpack":
+        return
+    import pytest
+    from sok1x.graph_ops import tf_compat
+    if not tf_compat.HAS_DLPACK:
+        pytest.skip("TensorFlow %s has no DLPack (tf.experimental.dlpack, 2.2+): the zero-copy "
+                    "seam cannot run; the host-staging cases run instead"
+                    % tf_compat.tf.__version__)
+
+
 def run_job(ranks, script, *args, timeout=240, seam=None):
     """Runs jobs/<script> on `ranks` ranks (seam: None, or the SOK1X_SEAM to force); returns
-    the CompletedProcess (text output)."""
+    the CompletedProcess (text output). Skips the test where `seam` cannot run here."""
+    skip_where_the_seam_cannot_run(seam)
     command = [mpiexec(), "-n", str(ranks), sys.executable, os.path.join(JOBS, script)]
     command += [str(a) for a in args]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")

@@ -1,4 +1,4 @@
-"""What sok1x promises about where it runs: TensorFlow 1.15's API only, Python 3.8 syntax, and a
+"""What sok1x promises about where it runs: TensorFlow 1.15's API only, Python 3.7 syntax, and a
 framework-free engine. Checked on the installed package, so what ships is what is checked."""
 import ast
 import os
@@ -113,11 +113,11 @@ def test_engine_runs_without_tensorflow_installed():
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr
 
 
-def test_python_3_8_syntax():
+def test_python_3_7_syntax():
     vermin = shutil.which("vermin")
     if vermin is None:
         pytest.skip("vermin is not installed")
-    result = subprocess.run([vermin, "--target=3.8-", "--no-tips", "--violations",
+    result = subprocess.run([vermin, "--target=3.7-", "--no-tips", "--violations",
                              "--eval-annotations", PACKAGE], capture_output=True, text=True,
                             timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr

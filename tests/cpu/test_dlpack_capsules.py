@@ -15,6 +15,10 @@ import pytest
 
 from sok1x.backend import cpu, dlpack
 
+if not hasattr(np, "from_dlpack"):  # NumPy < 1.22: the last NumPy for Python 3.7 is 1.21
+    pytest.skip("NumPy %s has no DLPack (np.from_dlpack, 1.22+), the independent producer and "
+                "consumer these tests compare with" % np.__version__, allow_module_level=True)
+
 ARRAYS = [np.arange(7, dtype=np.int64), np.linspace(0, 1, 24, dtype=np.float32).reshape(4, 6),
           np.arange(60, dtype=np.uint8).reshape(3, 4, 5), np.array(2.5, dtype=np.float64),
           np.zeros((0, 3), np.int32)]

@@ -18,7 +18,7 @@ import sys
 
 import pytest
 
-from mpi_jobs import JOBS, mpiexec, run_stoppable
+from mpi_jobs import JOBS, mpiexec, run_stoppable, skip_where_the_seam_cannot_run
 
 pytestmark = pytest.mark.timeout(1800)
 KIB_PER_STEP = 0.05
@@ -26,7 +26,9 @@ SEAMS = ("dlpack", "host")
 
 
 def soak(seam, ranks, steps, env_changes=None):
-    """Runs the soak job; returns (per rank KiB per step after warm-up, the Finished job)."""
+    """Runs the soak job; returns (per rank KiB per step after warm-up, the Finished job).
+    Skips the test where `seam` cannot run here."""
+    skip_where_the_seam_cannot_run(seam)
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", SOK1X_SEAM=seam)
     env.update(env_changes or {})
     command = [mpiexec(), "-n", str(ranks), sys.executable, os.path.join(JOBS, "seam_soak.py"),

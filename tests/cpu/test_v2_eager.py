@@ -2,7 +2,9 @@
 program, SOK's v2 SGD check and OptimizerWrapper around tf.keras optimizers (jobs/v2_eager_job.py),
 and the idioms of SOK's own TF2 scripts (jobs/sok_eager_idioms_job.py), at 2 and 4 ranks."""
 import pytest
-from mpi_jobs import run_passing_job
+from mpi_jobs import run_passing_job, skip_before_tensorflow
+
+TF2_EAGER = "TensorFlow 2 eager execution (SOK's v2 API executing eagerly, tf.GradientTape)"
 
 STEPS = 30  # SOK's check runs 100; 30 here for CI time (100 pass too)
 
@@ -12,9 +14,11 @@ STEPS = 30  # SOK's check runs 100; 30 here for CI time (100 pass too)
 # from zero-copy only in how inputs cross).
 @pytest.mark.parametrize("ranks,seam", [(2, "dlpack"), (4, "dlpack"), (2, "host")])
 def test_v2_api_eagerly(ranks, seam):
+    skip_before_tensorflow((2, 0), TF2_EAGER)
     run_passing_job(ranks, seam, "v2_eager_job.py", "V2 EAGER OK", STEPS, timeout=240)
 
 
 @pytest.mark.parametrize("ranks,seam", [(2, "dlpack"), (4, "dlpack"), (2, "host")])
 def test_sok_scripts_eager_idioms(ranks, seam):
+    skip_before_tensorflow((2, 0), TF2_EAGER)
     run_passing_job(ranks, seam, "sok_eager_idioms_job.py", "SOK EAGER IDIOMS OK", timeout=240)

@@ -6,7 +6,7 @@ error on every rank."""
 import numpy as np
 import pytest
 from mpi4py import MPI
-from tf_support import session, tf1
+from tf_support import embedding_lookup_sparse, session, tf1
 
 import sok1x
 from sok1x.backend import cpu
@@ -69,8 +69,8 @@ def reference(initial, batches, coefficients, shapes=TABLES):
                 tables, batches, shapes):
             shape = [GLOBAL_BATCH, max_ids]
             sp_weights = None if weights is None else tf1.SparseTensor(indices, weights, shape)
-            outs.append(tf1.nn.embedding_lookup_sparse(
-                table, tf1.SparseTensor(indices, ids, shape), sp_weights, combiner=combiner))
+            outs.append(embedding_lookup_sparse(
+                table, tf1.SparseTensor(indices, ids, shape), sp_weights, combiner))
         loss = tf1.add_n([tf1.reduce_sum(o * c) for o, c in zip(outs, coefficients)])
         grads = [tf1.convert_to_tensor(g) for g in tf1.gradients(loss, tables)]
         with session(graph) as sess:

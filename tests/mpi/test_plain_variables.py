@@ -8,7 +8,7 @@ import os
 
 import numpy as np
 import pytest
-from tf_support import session, tf1
+from tf_support import embedding_lookup_sparse, session, tf1
 
 import sok1x
 
@@ -331,7 +331,7 @@ def test_localized_strategy_looks_variables_up_with_tensorflow_on_each_rank(worl
         weights = tf1.SparseTensor(ids.indices, tf1.ones_like(ids.values, tf1.float32) * 2.0,
                                    ids.dense_shape)
         out, = sok1x.group_embedding_lookup_sparse([table], [ids], ["mean"], sp_weights=[weights])
-        stock = tf1.nn.embedding_lookup_sparse(table, ids, weights, combiner="mean")
+        stock = embedding_lookup_sparse(table, ids, weights, "mean")
         grads = tf1.gradients(tf1.reduce_sum(out), list(table) if partitions else [table])
         assert all(isinstance(grad, tf1.IndexedSlices) for grad in grads)
         assert sok1x.deeprec.group_embedding.handle_of(table) is None

@@ -104,7 +104,7 @@ def _train_graph(kind, optimizer, keys, labels, vocabulary, use_hashtable, direc
     # The reference: one process, the whole batch, a [vocabulary, DIM] table of ones.
     ref_batch = tf1.placeholder(tf1.int64, [None, SLOTS, NNZ])
     ref_label = tf1.placeholder(tf1.float32, [None, 1])
-    table = tf1.Variable(tf1.ones([vocabulary, DIM]), name="reference_table")
+    table = tf1.Variable(tf1.ones([vocabulary, DIM]), name="reference_table", use_resource=True)
     ref_out = tf1.keras.layers.Dense(1, kernel_initializer="ones", bias_initializer="zeros")
     ref_vectors = _reference_vectors(kind, table, ref_batch)
     ref_loss = _bce(ref_label, ref_out(ref_vectors))

@@ -5,6 +5,16 @@ tf1 = tf.compat.v1
 tf1.disable_eager_execution()
 
 
+def embedding_lookup_sparse(params, sp_ids, sp_weights, combiner):
+    """tf.nn.embedding_lookup_sparse as TensorFlow 2.x (and sok1x, and SOK) pool it: a row
+    without ids is zeros under every combiner. TensorFlow 1.15 divides a weighted mean's (or
+    sqrtn's) empty row, 0, by its weight sum, 0: NaN there, made 0 here."""
+    out = tf1.nn.embedding_lookup_sparse(params, sp_ids, sp_weights, combiner=combiner)
+    if sp_weights is None or combiner == "sum" or not tf.__version__.startswith("1."):
+        return out
+    return tf1.where(tf1.is_nan(out), tf1.zeros_like(out), out)
+
+
 def session(graph, inter_op_threads=2):
     """Returns a tf.compat.v1.Session on `graph` with the given inter-op thread count."""
     config = tf1.ConfigProto(inter_op_parallelism_threads=inter_op_threads,
