@@ -3,8 +3,9 @@
 #   A  TensorFlow 1.15.5 on Python 3.7 (what sok1x's users run; the host-staging seam, since 1.15
 #      has no DLPack), in its own virtual environment (SOK1X_VENV37, default .venv37/)
 #   B  TensorFlow 2.15 on the python3 on PATH (SOK1X_VENV, default .venv/)
-# Each lane runs the serial tests, then the MPI tests as real jobs of 1, 2 and 4 ranks (lane A: 4
-# ranks on the subset below; lane B: the zero-copy seam, and host staging again at 2 ranks), and
+# Each lane runs the serial tests (lane B also builds docs/, warnings as errors), then the MPI
+# tests as real jobs of 1, 2 and 4 ranks (lane A: 4 ranks on the subset below; lane B: the
+# zero-copy seam, and host staging again at 2 ranks), and
 # prints one line of its totals and wall time; the last line is the total over both:
 # `total: N passed, N failed, N skipped`.
 # No GPU needed. SOK1X_LANES picks lanes ("A B" by default; "A" or "B" runs one). Python 3.7 is
@@ -47,6 +48,10 @@ run_lane() {
   PATH="$venv/bin:$PATH" python -m pytest -q -p no:cacheprovider --timeout=600 -rs \
     --junitxml="$results/$name/serial.xml" "$root/tests/cpu" || status=$?
   lane_files+=("$results/$name/serial.xml")
+  if [ "$name" = B ]; then  # MkDocs runs on lane B's Python only: the docs, warnings as errors
+    echo "== lane $name: documentation build"
+    bash "$root/scripts/docs.sh" "$venv" || { echo "== documentation build FAILED"; status=1; }
+  fi
   for job in "$@"; do
     IFS=: read -r seam ranks subset <<<"$job"
     xml="$results/$name/mpi-$ranks-$seam.xml"
