@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 
-from mpi_jobs import JOBS, mpiexec, run_job
+from mpi_jobs import JOBS, mpiexec, run_job, skip_before_tensorflow
 
 JOB = "concurrent_dump_job.py"
 ROUNDS = 25
@@ -22,6 +22,9 @@ def _start(ranks, *args):
 
 
 def test_concurrent_dumps_into_one_folder_keep_every_table(tmp_path):
+    # The jobs dump round after round through sok1x's eager v2 calls (the folder's lock is the
+    # engine's, whatever the TensorFlow; test_sharded_checkpoint covers dumps in graph mode).
+    skip_before_tensorflow((2, 0), "eager execution (the jobs run SOK's v2 calls at once)")
     folder = str(tmp_path / "dumps")
     start_at = time.time() + 20  # both jobs up and waiting by then
     jobs = {"alpha": _start(1, "dump", folder, "alpha", start_at, ROUNDS),

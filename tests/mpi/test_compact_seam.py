@@ -51,7 +51,7 @@ def model(sok_side, initials, inputs):
             pooled = sok.lookup_sparse(tables, [i for i, _ in sparse_inputs],
                                        [w for _, w in sparse_inputs], combiners=combiners)
         else:
-            pooled = [tf1.nn.embedding_lookup_sparse(table, i, w, combiner=combiner)
+            pooled = [tf_support.embedding_lookup_sparse(table, i, w, combiner)
                       for table, (i, w), combiner in zip(tables, sparse_inputs, combiners)]
         scale = [tf1.constant(np.linspace(0.5, 2.0, dim, dtype=np.float32)) for *_, dim in inputs]
         loss = tf1.add_n([tf1.reduce_sum(p * p * s) for p, s in zip(pooled, scale)])
