@@ -32,12 +32,7 @@ PORTS = {
                                         "Iteration: 9,", EVERY_RANK),
 }
 # Ports that show a gap sok1x still has: they must keep failing until it is closed (strict).
-KNOWN_GAPS = {
-    "sok_ports/dense_demo_horovod.py": "SOK v1's layers under TensorFlow 2 eager: "
-    "sok.Init() does not bring sok1x up eagerly, the layer's handle initializer waits on a "
-    "symbolic Init gate, sok.optimizers.Adam lacks experimental_aggregate_gradients, and in a "
-    "tf.function the tape's gradient of the layer's handle arrives dense",
-}
+KNOWN_GAPS = {}
 
 
 def _horovod():
