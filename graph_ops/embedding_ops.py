@@ -10,6 +10,7 @@ import collections
 import numpy as np
 
 from sok1x.engine import api, runtime
+from sok1x.engine.op_order import as_op_id
 from sok1x.errors import NotInitializedError
 from sok1x.graph_ops import boundary, init_ops, ordering
 from sok1x.graph_ops.graph_state import per_graph
@@ -196,11 +197,18 @@ def dense_lookup(table, handle, keys, training, row_shape, name):
     row_shape: (slot_num, nnz_per_slot) checked at run time, or None for any shape."""
     ensure_up = init_ops.bring_up_on_first_use()
 
+    def run_of(op_id):
+        def run(keys_value, _handle):
+            return api.dense_lookup(table.name, op_id, keys_value, training, row_shape)
+        return run
+
+    if tf1.executing_eagerly():
+        return _eager_lookup(table, run_of, [keys], (), _bring_up(ensure_up, table), handle,
+                             api.dense_lookup_grad, name)
+
     def forward(handle_value, gradient):
         def build(op_id):
-            def run(keys_value, _handle):
-                return api.dense_lookup(table.name, op_id, keys_value, training, row_shape)
-            vectors, token = boundary.engine_op(run, [keys, handle_value],
+            vectors, token = boundary.engine_op(run_of(op_id), [keys, handle_value],
                                                 [tf1.float32, tf1.int64], name,
                                                 gradient=gradient, unread_inputs=(1,),
                                                 prepare=_bring_up(ensure_up, table))
@@ -224,13 +232,20 @@ def sparse_lookup(table, handle, sp_keys, slot_num, max_nnz, combiner, training,
     ensure_up = init_ops.bring_up_on_first_use()
     symbolic = symbolic_input or is_symbolic(sp_keys) or is_symbolic(sp_keys.values)
 
+    def run_of(op_id):
+        def run(indices, values, dense_shape, _handle):
+            return api.sparse_lookup(table.name, op_id, indices, values, dense_shape,
+                                     slot_num, max_nnz, combiner, training)
+        return run
+
+    keys = [sp_keys.indices, sp_keys.values, sp_keys.dense_shape]
+    if tf1.executing_eagerly():
+        return _eager_lookup(table, run_of, keys, (2,), _bring_up(ensure_up, table), handle,
+                             api.sparse_lookup_grad, name)
+
     def forward(handle_value, gradient):
         def build(op_id):
-            def run(indices, values, dense_shape, _handle):
-                return api.sparse_lookup(table.name, op_id, indices, values, dense_shape,
-                                         slot_num, max_nnz, combiner, training)
-            inputs = [sp_keys.indices, sp_keys.values, sp_keys.dense_shape, handle_value]
-            pooled, token = boundary.engine_op(run, inputs, [tf1.float32, tf1.int64], name,
+            pooled, token = boundary.engine_op(run_of(op_id), keys + [handle_value], [tf1.float32, tf1.int64], name,
                                                gradient=gradient, host_inputs=(2,),
                                                unread_inputs=(3,),
                                                prepare=_bring_up(ensure_up, table))
@@ -263,3 +278,41 @@ def _differentiable(forward, handle, gradient_name, engine_grad, name):
 
     return lookup(handle)
 
+
+
+_EAGER_NAMES = 64
+_eager_pending = {}  # eager lookup name -> forward calls since its last gradient
+
+
+def _eager_lookup(table, run_of, inputs, host, prepare, handle, engine_grad, name):
+    """Executing eagerly (not in a tf.function): runs run_of(op id) on inputs + [handle] now and
+    returns its vectors, differentiable by tf.GradientTape through tf.custom_gradient (the
+    handle's gradient: the engine's IndexedSlices). The n-th lookup of a layer since its last
+    gradient has an op id of its own (64 reused from step to step), the same on every rank."""
+    base = "%s:%s" % (name, table.name)
+    occurrence = _eager_pending.get(base, 0)
+    _eager_pending[base] = (occurrence + 1) % _EAGER_NAMES
+    op_name = "%s#%d" % (base, occurrence)
+    forward_id, backward_id = as_op_id(op_name), as_op_id(op_name + "_grad")
+
+    @tf1.custom_gradient
+    def lookup(handle_value):
+        vectors, token = boundary.engine_op(run_of(forward_id), list(inputs) + [handle_value],
+                                            [tf1.float32, tf1.int64], name, host_inputs=host,
+                                            prepare=prepare, unread_inputs=(len(inputs),))
+        # The gradient keeps no output tensor (an output the engine lent TensorFlow through
+        # DLPack must be released while Python still runs; the tape's records live on).
+        token = int(token)
+
+        def gradient(upstream):
+            _eager_pending[base] = 0
+
+            def run(token_now, grads):
+                return engine_grad(table.name, backward_id, token_now, grads)
+            values, rows = boundary.engine_op(run, [tf1.constant(token, tf1.int64), upstream],
+                                              [tf1.float32, tf1.int64], name + "_grad",
+                                              host_inputs=(0,))
+            return _indexed_slices(table, values, rows)
+        return vectors, gradient
+
+    return lookup(handle)

@@ -1,10 +1,9 @@
 """An MPI job for test_v1_eager: SOK's v1 layers (All2AllDenseEmbedding, DistributedEmbedding)
-trained eagerly (TensorFlow 2) by a tf.function step under tf.GradientTape, as SOK's DenseDemo
-does, against tf.nn.embedding_lookup(_sparse) on a plain tf.Variable trained the same way in one
+trained eagerly (TensorFlow 2) under tf.GradientTape, by a tf.function step as SOK's DenseDemo
+does and by a step executed eagerly, against tf.nn.embedding_lookup(_sparse) on a plain tf.Variable trained the same way in one
 process over the global batch (every rank's keys). Prints "V1 EAGER OK" on success.
 
-Checked: sok.Init() brings sok1x up at once; the handle's gradient in the tf.function is
-tf.IndexedSlices; per step the loss summed over ranks equals the reference's; after training
+Checked: sok.Init() brings sok1x up at once; the handle's gradient is tf.IndexedSlices; per step the loss summed over ranks equals the reference's; after training
 every row equals the reference's (sok.optimizers.Adam against tf.compat.v1.train.AdamOptimizer,
 and a Keras SGD in sok.OptimizerScope against the same SGD with the reference's gradient).
 """
@@ -63,8 +62,10 @@ def _to_sparse(keys):
                            [flat.shape[0], NNZ])
 
 
-def train(layer_kind, optimizer_kind):
-    """Trains one layer and the reference; raises AssertionError where they differ."""
+def train(layer_kind, optimizer_kind, compiled):
+    """Trains one layer (its step a tf.function when `compiled`, else executed eagerly) and the
+    reference; raises AssertionError where they differ."""
+    maybe_function = tf.function if compiled else (lambda f: f)
     if layer_kind == "dense":
         layer = sok.All2AllDenseEmbedding(max_vocabulary_size_per_gpu=VOCAB,
                                           embedding_vec_size=DIM, slot_num=SLOTS,
@@ -75,7 +76,7 @@ def train(layer_kind, optimizer_kind):
                                          use_hashtable=False)
     all_keys = np.arange(VOCAB, dtype=np.int64).reshape(-1, SLOTS, NNZ)
 
-    @tf.function
+    @maybe_function
     def read_rows():
         if layer_kind == "dense":
             return tf.reshape(layer(all_keys, training=False), [VOCAB, DIM])
@@ -95,7 +96,7 @@ def train(layer_kind, optimizer_kind):
                                                combiner="mean")
         return tf.reshape(pooled, [-1, SLOTS, DIM])
 
-    @tf.function
+    @maybe_function
     def step(keys, targets):
         with tf.GradientTape() as tape:
             loss = tf.reduce_sum(tf.square(layer(keys, training=True) - targets))
@@ -119,7 +120,8 @@ def train(layer_kind, optimizer_kind):
     # (traced again when the first trace made the optimizer's variables)
     assert seen and set(seen) == {"IndexedSlices"}, "the handle's gradient: %s" % seen
     np.testing.assert_allclose(read_rows().numpy(), reference.numpy(), rtol=1e-5, atol=1e-6,
-                               err_msg="%s, %s: the trained rows" % (layer_kind, optimizer_kind))
+                               err_msg="%s, %s, %s: the trained rows" % (
+                                   layer_kind, optimizer_kind, compiled))
 
 
 def main():
@@ -127,7 +129,8 @@ def main():
     assert sok.num_gpus() == SIZE  # up at once, as SOK's Init executing eagerly
     for layer_kind in ("dense", "sparse"):
         for optimizer_kind in ("plugin_adam", "keras_sgd"):
-            train(layer_kind, optimizer_kind)
+            for compiled in (True, False):
+                train(layer_kind, optimizer_kind, compiled)
     COMM.Barrier()
     if RANK == 0:
         print("V1 EAGER OK")
