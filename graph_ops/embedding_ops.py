@@ -245,7 +245,8 @@ def sparse_lookup(table, handle, sp_keys, slot_num, max_nnz, combiner, training,
 
     def forward(handle_value, gradient):
         def build(op_id):
-            pooled, token = boundary.engine_op(run_of(op_id), keys + [handle_value], [tf1.float32, tf1.int64], name,
+            pooled, token = boundary.engine_op(run_of(op_id), keys + [handle_value],
+                                               [tf1.float32, tf1.int64], name,
                                                gradient=gradient, host_inputs=(2,),
                                                unread_inputs=(3,),
                                                prepare=_bring_up(ensure_up, table))

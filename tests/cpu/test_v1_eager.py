@@ -1,6 +1,6 @@
 """SOK's v1 layers trained eagerly (TensorFlow 2, under tf.GradientTape: a tf.function step as
-SOK's DenseDemo, and a step executed eagerly) against tf.nn.embedding_lookup(_sparse) on a plain tf.Variable trained the same
-way (jobs/v1_eager_job.py), in MPI jobs of their own at 1 and 2 ranks."""
+SOK's DenseDemo, and a step executed eagerly) against tf.nn.embedding_lookup(_sparse) on a plain
+tf.Variable trained the same way (jobs/v1_eager_job.py), in MPI jobs at 1 and 2 ranks."""
 import pytest
 from mpi_jobs import run_passing_job
 

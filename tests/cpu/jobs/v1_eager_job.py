@@ -1,11 +1,13 @@
 """An MPI job for test_v1_eager: SOK's v1 layers (All2AllDenseEmbedding, DistributedEmbedding)
 trained eagerly (TensorFlow 2) under tf.GradientTape, by a tf.function step as SOK's DenseDemo
-does and by a step executed eagerly, against tf.nn.embedding_lookup(_sparse) on a plain tf.Variable trained the same way in one
-process over the global batch (every rank's keys). Prints "V1 EAGER OK" on success.
+does and by a step executed eagerly, against tf.nn.embedding_lookup(_sparse) on a plain
+tf.Variable trained the same way in one process over the global batch (every rank's keys).
+Prints "V1 EAGER OK" on success.
 
-Checked: sok.Init() brings sok1x up at once; the handle's gradient is tf.IndexedSlices; per step the loss summed over ranks equals the reference's; after training
-every row equals the reference's (sok.optimizers.Adam against tf.compat.v1.train.AdamOptimizer,
-and a Keras SGD in sok.OptimizerScope against the same SGD with the reference's gradient).
+Checked: sok.Init() brings sok1x up at once; the handle's gradient is tf.IndexedSlices; per step
+the loss summed over ranks equals the reference's; after training every row equals the
+reference's (sok.optimizers.Adam against tf.compat.v1.train.AdamOptimizer, and a Keras SGD in
+sok.OptimizerScope against the same SGD on the reference's gradient).
 """
 import os
 import sys
