@@ -36,12 +36,12 @@ def _optimizers(kind):
     # SOK v1's Keras SGD: TF 2.11+ keeps it as tf.keras.optimizers.legacy.SGD
     keras_sgd = getattr(getattr(tf.keras.optimizers, "legacy", None), "SGD",
                         tf.keras.optimizers.SGD)
-    mine = keras_sgd(learning_rate=0.5)
+    mine = keras_sgd(learning_rate=0.05)
 
     def apply(grads, variables):
         with sok.OptimizerScope(variables):
             mine.apply_gradients(zip(grads, variables), experimental_aggregate_gradients=False)
-    return apply, keras_sgd(learning_rate=0.5)
+    return apply, keras_sgd(learning_rate=0.05)
 
 
 def _global_keys(rng):
