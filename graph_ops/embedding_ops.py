@@ -9,10 +9,12 @@ import collections
 
 import numpy as np
 
-from sok1x.engine import api
+from sok1x.engine import api, runtime
+from sok1x.engine.op_order import as_op_id
+from sok1x.errors import NotInitializedError
 from sok1x.graph_ops import boundary, init_ops, ordering
 from sok1x.graph_ops.graph_state import per_graph
-from sok1x.graph_ops.tf_compat import py_func, tf1
+from sok1x.graph_ops.tf_compat import inside_function, py_func, tf1
 
 TableSpec = collections.namedtuple(
     "TableSpec", "name dim capacity use_hashtable init_spec placement dynamic")
@@ -46,6 +48,21 @@ def handle_initial_value(table, init_gate, fill=None, fill_inputs=()):
                     name="sok1x_create_table")
     value.set_shape([1])
     return value
+
+
+def eager_initial_value(table, fill=None, fill_inputs=()):
+    """Returns the handle variable's initial value, float32 [1], executing eagerly: creates the
+    shard now and runs fill(*values of fill_inputs) when given. Raises NotInitializedError when
+    sok1x is not up (sok1x.Init() or sok1x.init() first)."""
+    if not runtime.is_initialized():
+        raise NotInitializedError(
+            "%s: sok1x is not initialized; call sok1x.Init(global_batch_size=...) (eagerly it "
+            "brings sok1x up at once) or sok1x.init() before creating embedding layers or "
+            "variables" % table.name)
+    create_table_now(table, replace=True)
+    if fill is not None:
+        fill(*[tf1.convert_to_tensor(value).numpy() for value in fill_inputs])
+    return tf1.zeros([1], tf1.float32)
 
 
 def _remember(op, table, tower):
@@ -180,20 +197,31 @@ def dense_lookup(table, handle, keys, training, row_shape, name):
     row_shape: (slot_num, nnz_per_slot) checked at run time, or None for any shape."""
     ensure_up = init_ops.bring_up_on_first_use()
 
-    def build(op_id):
+    def run_of(op_id):
         def run(keys_value, _handle):
             return api.dense_lookup(table.name, op_id, keys_value, training, row_shape)
-        vectors, token = boundary.engine_op(run, [keys, handle], [tf1.float32, tf1.int64], name,
-                                            gradient=_DENSE_GRAD, unread_inputs=(1,),
-                                            prepare=_bring_up(ensure_up, table))
-        vectors.set_shape(keys.shape.concatenate([table.dim]))
-        token.set_shape([])
-        return vectors, vectors.op
+        return run
 
-    vectors, tower = ordering.chained(ordering.FORWARD, name, build,
-                                      symbolic_input=is_symbolic(keys))
-    _remember(vectors.op, table, tower)
-    return vectors
+    if tf1.executing_eagerly():
+        return _eager_lookup(table, run_of, [keys], (), _bring_up(ensure_up, table), handle,
+                             api.dense_lookup_grad, name)
+
+    def forward(handle_value, gradient):
+        def build(op_id):
+            vectors, token = boundary.engine_op(run_of(op_id), [keys, handle_value],
+                                                [tf1.float32, tf1.int64], name,
+                                                gradient=gradient, unread_inputs=(1,),
+                                                prepare=_bring_up(ensure_up, table))
+            vectors.set_shape(keys.shape.concatenate([table.dim]))
+            token.set_shape([])
+            return vectors, vectors.op
+
+        vectors, tower = ordering.chained(ordering.FORWARD, name, build,
+                                          symbolic_input=is_symbolic(keys))
+        _remember(vectors.op, table, tower)
+        return vectors
+
+    return _differentiable(forward, handle, _DENSE_GRAD, api.dense_lookup_grad, name)
 
 
 def sparse_lookup(table, handle, sp_keys, slot_num, max_nnz, combiner, training, name,
@@ -202,21 +230,90 @@ def sparse_lookup(table, handle, sp_keys, slot_num, max_nnz, combiner, training,
     `sp_keys` ([batch * slot_num, max_nnz]), its keys' vectors combined by sum or mean.
     symbolic_input: the keys are (made from) a Keras model's symbolic input."""
     ensure_up = init_ops.bring_up_on_first_use()
-
-    def build(op_id):
-        def run(indices, values, dense_shape, _handle):
-            return api.sparse_lookup(table.name, op_id, indices, values, dense_shape, slot_num,
-                                     max_nnz, combiner, training)
-        inputs = [sp_keys.indices, sp_keys.values, sp_keys.dense_shape, handle]
-        pooled, token = boundary.engine_op(run, inputs, [tf1.float32, tf1.int64], name,
-                                           gradient=_SPARSE_GRAD, host_inputs=(2,),
-                                           unread_inputs=(3,), prepare=_bring_up(ensure_up, table))
-        pooled.set_shape([None, slot_num, table.dim])
-        token.set_shape([])
-        return pooled, pooled.op
-
     symbolic = symbolic_input or is_symbolic(sp_keys) or is_symbolic(sp_keys.values)
-    pooled, tower = ordering.chained(ordering.FORWARD, name, build, symbolic_input=symbolic)
-    _remember(pooled.op, table, tower)
-    return pooled
 
+    def run_of(op_id):
+        def run(indices, values, dense_shape, _handle):
+            return api.sparse_lookup(table.name, op_id, indices, values, dense_shape,
+                                     slot_num, max_nnz, combiner, training)
+        return run
+
+    keys = [sp_keys.indices, sp_keys.values, sp_keys.dense_shape]
+    if tf1.executing_eagerly():
+        return _eager_lookup(table, run_of, keys, (2,), _bring_up(ensure_up, table), handle,
+                             api.sparse_lookup_grad, name)
+
+    def forward(handle_value, gradient):
+        def build(op_id):
+            pooled, token = boundary.engine_op(run_of(op_id), keys + [handle_value],
+                                               [tf1.float32, tf1.int64], name,
+                                               gradient=gradient, host_inputs=(2,),
+                                               unread_inputs=(3,),
+                                               prepare=_bring_up(ensure_up, table))
+            pooled.set_shape([None, slot_num, table.dim])
+            token.set_shape([])
+            return pooled, pooled.op
+
+        pooled, tower = ordering.chained(ordering.FORWARD, name, build, symbolic_input=symbolic)
+        _remember(pooled.op, table, tower)
+        return pooled
+
+    return _differentiable(forward, handle, _SPARSE_GRAD, api.sparse_lookup_grad, name)
+
+
+def _differentiable(forward, handle, gradient_name, engine_grad, name):
+    """Returns forward(handle, gradient op type)'s output, differentiable for the handle: by the
+    registered gradient in graph mode; inside a tf.function, whose tape finds gradients by op
+    type and ignores gradient_override_map, by tf.custom_gradient, so the handle's gradient is
+    the engine's IndexedSlices, never a dense tensor."""
+    if not inside_function():
+        return forward(handle, gradient_name)
+
+    @tf1.custom_gradient
+    def lookup(handle_value):
+        outputs = forward(handle_value, None)
+
+        def gradient(upstream):
+            return _backward(outputs.op, upstream, engine_grad, name + "_grad")
+        return outputs, gradient
+
+    return lookup(handle)
+
+
+
+_EAGER_NAMES = 64
+_eager_pending = {}  # eager lookup name -> forward calls since its last gradient
+
+
+def _eager_lookup(table, run_of, inputs, host, prepare, handle, engine_grad, name):
+    """Executing eagerly (not in a tf.function): runs run_of(op id) on inputs + [handle] now and
+    returns its vectors, differentiable by tf.GradientTape through tf.custom_gradient (the
+    handle's gradient: the engine's IndexedSlices). The n-th lookup of a layer since its last
+    gradient has an op id of its own (64 reused from step to step), the same on every rank."""
+    base = "%s:%s" % (name, table.name)
+    occurrence = _eager_pending.get(base, 0)
+    _eager_pending[base] = (occurrence + 1) % _EAGER_NAMES
+    op_name = "%s#%d" % (base, occurrence)
+    forward_id, backward_id = as_op_id(op_name), as_op_id(op_name + "_grad")
+
+    @tf1.custom_gradient
+    def lookup(handle_value):
+        vectors, token = boundary.engine_op(run_of(forward_id), list(inputs) + [handle_value],
+                                            [tf1.float32, tf1.int64], name, host_inputs=host,
+                                            prepare=prepare, unread_inputs=(len(inputs),))
+        # The gradient keeps no output tensor (an output the engine lent TensorFlow through
+        # DLPack must be released while Python still runs; the tape's records live on).
+        token = int(token)
+
+        def gradient(upstream):
+            _eager_pending[base] = 0
+
+            def run(token_now, grads):
+                return engine_grad(table.name, backward_id, token_now, grads)
+            values, rows = boundary.engine_op(run, [tf1.constant(token, tf1.int64), upstream],
+                                              [tf1.float32, tf1.int64], name + "_grad",
+                                              host_inputs=(0,))
+            return _indexed_slices(table, values, rows)
+        return vectors, gradient
+
+    return lookup(handle)

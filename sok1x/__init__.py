@@ -84,8 +84,13 @@ def Init(**kwargs):  # noqa: N802  (SOK's v1 name)
     """Returns the graph's Init op; running it brings sok1x up on every rank (collective,
     idempotent). kwargs: global_batch_size (checked equal on every rank), backend ("auto",
     "cuda" or "cpu"); other SOK options are accepted. Every sok1x variable initializer depends
-    on this op, so tf.compat.v1.global_variables_initializer() also brings sok1x up."""
+    on this op, so tf.compat.v1.global_variables_initializer() also brings sok1x up.
+    Executing eagerly (TensorFlow 2), as SOK's, it brings sok1x up at once and returns None."""
     from sok1x.graph_ops import init_ops
+    from sok1x.graph_ops.tf_compat import tf1
+    if tf1.executing_eagerly():
+        _runtime.init(**kwargs)
+        return None
     return init_ops.init_op(**kwargs)
 
 

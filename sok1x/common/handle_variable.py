@@ -18,8 +18,9 @@ def create_handle(layer, table_name, dim, capacity, use_hashtable, init_spec, pl
     """Adds the handle variable to Keras `layer` and returns it, tagged with its TableSpec.
     Its initializer depends on the graph's Init op and creates this rank's shard, then runs
     fill() (writes this rank's initial rows) when given. layer=None makes a free-standing
-    variable (sok1x.Variable); executing eagerly, the shard is made at once (sok1x.init() must
-    have run). dynamic: a growing table's settings (sok1x.DynamicVariable)."""
+    variable (sok1x.Variable); executing eagerly (a free-standing variable, or a layer built
+    eagerly or by a tf.function), the shard is made at once (sok1x.init() or, eagerly,
+    sok1x.Init() must have run). dynamic: a growing table's settings (sok1x.DynamicVariable)."""
     # Native optimizers must not touch this variable outside OptimizerScope; the guard that
     # enforces it goes in with the first table, whichever way sok1x was imported.
     guard.install()
@@ -32,9 +33,11 @@ def create_handle(layer, table_name, dim, capacity, use_hashtable, init_spec, pl
         handle = tf1.Variable(np.zeros([1], np.float32), trainable=trainable, use_resource=True,
                               name=table_name.split("/")[-1])
     else:
-        gate = init_ops.gate()
+        gate = None if tf1.executing_eagerly() else init_ops.gate()
 
         def initial_value(shape=None, dtype=None, **_):
+            if tf1.executing_eagerly():  # a Keras layer built eagerly or by a tf.function
+                return embedding_ops.eager_initial_value(table, fill, fill_inputs)
             return embedding_ops.handle_initial_value(table, gate, fill, fill_inputs)
 
         if layer is None:

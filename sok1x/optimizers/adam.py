@@ -22,10 +22,14 @@ class Adam(InitializerMixin):
         self._adam = tf1.train.AdamOptimizer(learning_rate=learning_rate, beta1=beta_1,
                                              beta2=beta_2, epsilon=epsilon, name=name)
 
-    def apply_gradients(self, grads_and_vars, global_step=None, name=None):
+    def apply_gradients(self, grads_and_vars, global_step=None, name=None,
+                        experimental_aggregate_gradients=True):
         """Returns the op applying one Adam step to each (gradient, embedding variable) pair;
-        increments `global_step` when given. Raises UnsupportedOptimizerError for a variable
-        that is not a sok1x embedding variable."""
+        increments `global_step` when given. experimental_aggregate_gradients: Keras' keyword,
+        accepted as SOK's is and ignored (an embedding gradient is never summed over ranks).
+        Raises UnsupportedOptimizerError for a variable that is not a sok1x embedding
+        variable."""
+        del experimental_aggregate_gradients
         pairs = list(grads_and_vars)
         for _, variable in pairs:
             if not is_embedding_variable(variable):

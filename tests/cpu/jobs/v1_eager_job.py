@@ -1,0 +1,142 @@
+"""An MPI job for test_v1_eager: SOK's v1 layers (All2AllDenseEmbedding, DistributedEmbedding)
+trained eagerly (TensorFlow 2) under tf.GradientTape, by a tf.function step as SOK's DenseDemo
+does and by a step executed eagerly, against tf.nn.embedding_lookup(_sparse) on a plain
+tf.Variable trained the same way in one process over the global batch (every rank's keys).
+Prints "V1 EAGER OK" on success.
+
+Checked: sok.Init() brings sok1x up at once; the handle's gradient is tf.IndexedSlices; per step
+the loss summed over ranks equals the reference's; after training every row equals the
+reference's (sok.optimizers.Adam against tf.compat.v1.train.AdamOptimizer, and a Keras SGD in
+sok.OptimizerScope against the same SGD on the reference's gradient).
+"""
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+from mpi4py import MPI  # noqa: E402
+
+import sok1x as sok  # noqa: E402
+import eager_job  # noqa: E402
+
+COMM = MPI.COMM_WORLD
+RANK, SIZE = COMM.Get_rank(), COMM.Get_size()
+VOCAB, DIM, SLOTS, NNZ, LOCAL_BATCH, STEPS = 24, 4, 3, 2, 4, 5
+
+
+def _optimizers(kind):
+    """(sok1x's embedding optimizer, its apply(grads, vars), the reference optimizer)."""
+    if kind == "plugin_adam":
+        mine = sok.optimizers.Adam(learning_rate=0.05)
+
+        def apply(grads, variables):
+            mine.apply_gradients(zip(grads, variables), experimental_aggregate_gradients=False)
+        return apply, tf.compat.v1.train.AdamOptimizer(0.05, epsilon=1e-7)
+    # SOK v1's Keras SGD: TF 2.11+ keeps it as tf.keras.optimizers.legacy.SGD
+    keras_sgd = getattr(getattr(tf.keras.optimizers, "legacy", None), "SGD",
+                        tf.keras.optimizers.SGD)
+    mine = keras_sgd(learning_rate=0.05)
+
+    def apply(grads, variables):
+        with sok.OptimizerScope(variables):
+            mine.apply_gradients(zip(grads, variables), experimental_aggregate_gradients=False)
+    return apply, keras_sgd(learning_rate=0.05)
+
+
+def _global_keys(rng):
+    """The global batch's keys int64 [SIZE * LOCAL_BATCH, SLOTS, NNZ], the same on every rank
+    (rank r takes rows r * LOCAL_BATCH ...)."""
+    return rng.integers(0, VOCAB, size=(SIZE * LOCAL_BATCH, SLOTS, NNZ)).astype(np.int64)
+
+
+def _mine(array):
+    return array[RANK * LOCAL_BATCH:(RANK + 1) * LOCAL_BATCH]
+
+
+def _to_sparse(keys):
+    """Dense keys [b, SLOTS, NNZ] as DistributedEmbedding's SparseTensor [b * SLOTS, NNZ], the
+    last key of each odd row left out (rows of different lengths)."""
+    flat = keys.reshape(-1, NNZ)
+    indices = [[r, n] for r in range(flat.shape[0]) for n in range(NNZ - (r % 2))]
+    values = [flat[r, n] for r, n in indices]
+    return tf.SparseTensor(np.array(indices, np.int64), np.array(values, np.int64),
+                           [flat.shape[0], NNZ])
+
+
+def train(layer_kind, optimizer_kind, compiled):
+    """Trains one layer (its step a tf.function when `compiled`, else executed eagerly) and the
+    reference; raises AssertionError where they differ."""
+    maybe_function = tf.function if compiled else (lambda f: f)
+    if layer_kind == "dense":
+        layer = sok.All2AllDenseEmbedding(max_vocabulary_size_per_gpu=VOCAB,
+                                          embedding_vec_size=DIM, slot_num=SLOTS,
+                                          nnz_per_slot=NNZ, use_hashtable=False)
+    else:
+        layer = sok.DistributedEmbedding("mean", max_vocabulary_size_per_gpu=VOCAB,
+                                         embedding_vec_size=DIM, slot_num=SLOTS, max_nnz=NNZ,
+                                         use_hashtable=False)
+    all_keys = np.arange(VOCAB, dtype=np.int64).reshape(-1, SLOTS, NNZ)
+
+    @maybe_function
+    def read_rows():
+        if layer_kind == "dense":
+            return tf.reshape(layer(all_keys, training=False), [VOCAB, DIM])
+        one_per_row = tf.SparseTensor(np.stack([np.arange(VOCAB), np.zeros(VOCAB)], 1)
+                                      .astype(np.int64), np.arange(VOCAB, dtype=np.int64),
+                                      [VOCAB, NNZ])
+        return tf.reshape(layer(one_per_row, training=False), [VOCAB, DIM])
+
+    reference = tf.Variable(read_rows().numpy())
+    apply, reference_optimizer = _optimizers(optimizer_kind)
+    seen = []
+
+    def lookup(keys):
+        if layer_kind == "dense":
+            return tf.nn.embedding_lookup(reference, keys)
+        pooled = tf.nn.embedding_lookup_sparse(reference, _to_sparse(keys), None,
+                                               combiner="mean")
+        return tf.reshape(pooled, [-1, SLOTS, DIM])
+
+    @maybe_function
+    def step(keys, targets):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(tf.square(layer(keys, training=True) - targets))
+        grads = tape.gradient(loss, [layer.embedding_variable])
+        seen.extend(type(g).__name__ for g in grads)
+        apply(grads, [layer.embedding_variable])
+        return loss
+
+    rng = np.random.default_rng(11)
+    for _ in range(STEPS):
+        keys = _global_keys(rng)
+        targets = rng.uniform(-1, 1, size=(SIZE * LOCAL_BATCH, SLOTS) +
+                              ((NNZ,) if layer_kind == "dense" else ()) + (DIM,))
+        targets = targets.astype(np.float32)
+        local_keys = _mine(keys) if layer_kind == "dense" else _to_sparse(_mine(keys))
+        loss = COMM.allreduce(float(step(local_keys, _mine(targets))))
+        with tf.GradientTape() as tape:
+            want = tf.reduce_sum(tf.square(lookup(keys) - targets))
+        reference_optimizer.apply_gradients(zip(tape.gradient(want, [reference]), [reference]))
+        np.testing.assert_allclose(loss, float(want), rtol=1e-5, err_msg=layer_kind)
+    # (traced again when the first trace made the optimizer's variables)
+    assert seen and set(seen) == {"IndexedSlices"}, "the handle's gradient: %s" % seen
+    np.testing.assert_allclose(read_rows().numpy(), reference.numpy(), rtol=1e-5, atol=1e-6,
+                               err_msg="%s, %s, %s: the trained rows" % (
+                                   layer_kind, optimizer_kind, compiled))
+
+
+def main():
+    assert sok.Init(global_batch_size=SIZE * LOCAL_BATCH) is None
+    assert sok.num_gpus() == SIZE  # up at once, as SOK's Init executing eagerly
+    for layer_kind in ("dense", "sparse"):
+        for optimizer_kind in ("plugin_adam", "keras_sgd"):
+            for compiled in (True, False):
+                train(layer_kind, optimizer_kind, compiled)
+    COMM.Barrier()
+    if RANK == 0:
+        print("V1 EAGER OK")
+
+
+if __name__ == "__main__":
+    eager_job.run(main)

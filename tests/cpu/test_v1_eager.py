@@ -1,0 +1,17 @@
+"""SOK's v1 layers trained eagerly (TensorFlow 2, under tf.GradientTape: a tf.function step as
+SOK's DenseDemo, and a step executed eagerly) against tf.nn.embedding_lookup(_sparse) on a plain
+tf.Variable trained the same way (jobs/v1_eager_job.py), in MPI jobs at 1 and 2 ranks."""
+import pytest
+from mpi_jobs import run_passing_job
+
+import tensorflow as tf
+
+TF2 = int(tf.__version__.split(".")[0]) >= 2
+
+
+# Host staging at 2 ranks only: its eager path differs from zero-copy only in how inputs cross.
+@pytest.mark.skipif(not TF2, reason="TensorFlow 1.15 does not execute eagerly by default "
+                    "(SOK's v1 layers there are graph-mode programs, tests/mpi)")
+@pytest.mark.parametrize("ranks,seam", [(1, "dlpack"), (2, "dlpack"), (2, "host")])
+def test_v1_layers_eagerly(ranks, seam):
+    run_passing_job(ranks, seam, "v1_eager_job.py", "V1 EAGER OK", timeout=240)
