@@ -43,10 +43,13 @@ case $what in
   test37|demo37)
     # mpi4py from its source, against the MPICH wheel just installed (its mpicc in the venv's
     # bin/): there is no mpi4py 3.1.6 wheel for Linux, and a system MPI must not be picked up.
-    if ! "$venv/bin/python" -c 'import mpi4py; assert mpi4py.__version__ == "3.1.6"' \
-        >/dev/null 2>&1; then
+    # Never from pip's wheel cache: the library embeds the lib/ of the venv that built it as
+    # RUNPATH, so a wheel built for another venv fails to load libmpi once that venv is gone.
+    if ! "$venv/bin/python" -c 'import mpi4py; assert mpi4py.__version__ == "3.1.6"
+from mpi4py import MPI' >/dev/null 2>&1; then
       PATH="$venv/bin:$PATH" MPICC="$venv/bin/mpicc" \
-        "$venv/bin/python" -m pip install -q --no-binary mpi4py "mpi4py==3.1.6"
+        "$venv/bin/python" -m pip install -q --no-cache-dir --force-reinstall --no-deps \
+        --no-binary mpi4py "mpi4py==3.1.6"
     fi ;;
 esac
 if [ "$what" = test ]; then
