@@ -26,9 +26,10 @@
 #   steps1       step_and_exchange.py on 1 GPU;  steps: on 1, 2 and 4 GPUs (as many as there are)
 #   group        group_lookup.py (one fused lookup of 26 tables vs 26 lookups) on 1 to 8 GPUs
 #   framework[=W,...]  framework_step.py on 1, 2, 4, 8 GPUs (up to the machine's), each workload
-#                named (else $SOK1X_FRAMEWORK_WORKLOADS, default seed,dlrm,dlrm26,mlperf26) in a
-#                process of its
-#                own ($SOK1X_FRAMEWORK_LIMIT_S each, default 240), then framework_report.py ->
+#                named (else $SOK1X_FRAMEWORK_WORKLOADS, default every workload: seed, dlrm,
+#                dlrm26, dlrm26_hash, dlrm26_dynamic, dlrm26_hybrid, dlrm26_full, and mlperf26,
+#                which skips itself below four H200s) in a process of its own
+#                ($SOK1X_FRAMEWORK_LIMIT_S each, default 240), then framework_report.py ->
 #                framework.{json,md,png}
 #   checkpoint   checkpoint_io.py: dump + load of 10M x 128 rows on 1 and 4 GPUs beside plain disk
 #                I/O ($SOK1X_CKPT_DIR, default /tmp/sok1x-ckpt-io), then 1M rows on cuda and cpu,
@@ -222,7 +223,8 @@ stage_group() {
 stage_framework() {
   # Each workload in a process of its own: what one leaves in the GPU's memory pools cannot
   # crowd the next out (at 1 GPU, seed then dlrm did not fit one H200 together).
-  local n w files=() workloads=${*:-${SOK1X_FRAMEWORK_WORKLOADS:-seed,dlrm,dlrm26,mlperf26}}
+  local all=seed,dlrm,dlrm26,dlrm26_hash,dlrm26_dynamic,dlrm26_hybrid,dlrm26_full,mlperf26
+  local n w files=() workloads=${*:-${SOK1X_FRAMEWORK_WORKLOADS:-$all}}
   for n in 1 2 4 8; do
     [ "$n" -le "$gpus" ] || continue
     for w in ${workloads//,/ }; do
