@@ -37,6 +37,26 @@ def import_mpi():
     return MPI
 
 
+# Launchers that start the job's processes themselves, and the variable each sets to their count.
+LAUNCHER_SIZES = (("horovodrun (Gloo)", "HOROVOD_SIZE"),)
+
+
+def launcher_mismatch(size, environ=None):
+    """Returns an InitError when a launcher's environment says the job has more processes than
+    MPI's COMM_WORLD (`size`) holds, else None: `horovodrun --gloo` starts processes that are
+    each an MPI job of one, and training there would give every process every key."""
+    environ = os.environ if environ is None else environ
+    for launcher, variable in LAUNCHER_SIZES:
+        value = environ.get(variable, "")
+        if size == 1 and value.isdigit() and int(value) > 1:
+            return InitError(
+                "this process is an MPI job of one, but %s=%s says %s started %s processes: each "
+                "would hold and train every table alone. sok1x takes its ranks from MPI: launch "
+                "with `mpiexec -n %s python ...`, `sok1x-run -np %s ...` or `horovodrun --mpi`."
+                % (variable, value, launcher, value, value, value))
+    return None
+
+
 class ProcessGroup:
     """Facts about this process's place in the job.
 
@@ -51,6 +71,9 @@ class ProcessGroup:
         self.world = base.Dup()
         self.rank = self.world.Get_rank()
         self.size = self.world.Get_size()
+        mismatch = launcher_mismatch(self.size)
+        if mismatch is not None:
+            raise mismatch
         local = self.world.Split_type(MPI.COMM_TYPE_SHARED, key=self.rank)
         self.local_rank = local.Get_rank()
         self.local_size = local.Get_size()
