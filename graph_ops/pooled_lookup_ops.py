@@ -152,16 +152,23 @@ class _KeyedForm(_ListForm):
             inputs.append(tf1.concat([item.weights for item in items], 0))
         return inputs, [count + 1, count + 3]
 
-    def function(self, op_id):
-        names = [table.name for table in self.tables]
-        count, combiner, key_limits = len(names), self.items[0].combiner, self.key_limits
+    def keyed_input(self):
+        """Returns a function of the op's arrays that gives the engine's KeyedInput."""
+        count, combiner = len(self.tables), self.items[0].combiner
         weighted = self.items[0].weights is not None
 
-        def run(*arrays):
+        def keyed(arrays):
             keys, lengths, segment_ids, num_segments = arrays[count:count + 4]
             weights = arrays[count + 4] if weighted else None
-            out, token = api.keyed_lookup(names, op_id, KeyedInput(
-                keys, lengths, segment_ids, num_segments, weights, combiner), True, key_limits)
+            return KeyedInput(keys, lengths, segment_ids, num_segments, weights, combiner)
+        return keyed
+
+    def function(self, op_id):
+        names, key_limits = [table.name for table in self.tables], self.key_limits
+        keyed = self.keyed_input()
+
+        def run(*arrays):
+            out, token = api.keyed_lookup(names, op_id, keyed(arrays), True, key_limits)
             return [out, token]
         return run
 
@@ -266,15 +273,12 @@ class _CompactKeyedForm(_KeyedForm):
         self.dtypes = [tf1.float32, tf1.int32, tf1.int64]
 
     def function(self, op_id):
-        names = [table.name for table in self.tables]
-        count, combiner, key_limits = len(names), self.items[0].combiner, self.key_limits
-        weighted = self.items[0].weights is not None
+        names, key_limits = [table.name for table in self.tables], self.key_limits
+        keyed = self.keyed_input()
 
         def run(*arrays):
-            keys, lengths, segment_ids, num_segments = arrays[count:count + 4]
-            weights = arrays[count + 4] if weighted else None
-            joined, token = api.compact_keyed_lookup(names, op_id, KeyedInput(
-                keys, lengths, segment_ids, num_segments, weights, combiner), True, key_limits)
+            joined, token = api.compact_keyed_lookup(names, op_id, keyed(arrays), True,
+                                                     key_limits)
             indices = np.zeros(0, np.int32) if joined.indices is None else joined.indices
             return [joined.rows, indices, token]
         return run
