@@ -12,10 +12,14 @@ import sok1x
 if sys.argv[1] == "up":
     import mpi4py.MPI as MPI
     sok1x.enable_distributed_strategy(strategy="collective", backend="cpu")
-    print("hvd %d of %d; mpi %d of %d" % (hvd.rank(), hvd.size(), MPI.COMM_WORLD.Get_rank(),
-                                           MPI.COMM_WORLD.Get_size()), flush=True)
+    # one write a line: mpiexec forwards both ranks' output into one stream
+    sys.stdout.write("hvd %d of %d; mpi %d of %d\n" % (hvd.rank(), hvd.size(),
+                                                     MPI.COMM_WORLD.Get_rank(),
+                                                     MPI.COMM_WORLD.Get_size()))
+    sys.stdout.flush()
     sok1x.enable_distributed_strategy(strategy="collective", backend="cpu")  # idempotent
-    print("again %d" % hvd.size(), flush=True)
+    sys.stdout.write("again %d\n" % hvd.size())
+    sys.stdout.flush()
 else:
     hvd.init()
     sok1x.init(backend="cpu")
