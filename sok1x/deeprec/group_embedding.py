@@ -37,9 +37,9 @@ def enable_distributed_strategy(strategy="collective", **init_options):
     """DeepRec's tf.config.experimental.enable_distributed_strategy: the strategy of the group
     lookups built from now on. "collective" brings sok1x up now (every rank must call it;
     sok1x.init's options may be passed), then Horovod where it is installed (hvd.init(), as
-    DeepRec does: hvd.size() works right after), and shards the tables over the ranks; "localized" looks
-    plain variables up on each rank's own device (data parallel). Raises ValueError for
-    another strategy."""
+    DeepRec does: hvd.size() works right after), and shards the tables over the ranks;
+    "localized" looks plain variables up on each rank's own device (data parallel). Raises
+    ValueError for another strategy."""
     if strategy not in STRATEGIES:
         raise ValueError(
             "enable_distributed_strategy(strategy=%r): sok1x supports %s (DeepRec's "

@@ -18,7 +18,7 @@ from mpi4py import MPI  # noqa: E402
 
 from sok1x.backend import random_init  # noqa: E402
 from sok1x.engine import api, runtime  # noqa: E402
-from sok1x.engine.lookup import table_group  # noqa: E402
+from sok1x.engine.lookup import group_gradients, table_group  # noqa: E402
 from sok1x.engine.lookup.keyed import KeyedInput  # noqa: E402
 from sok1x.engine.lookup.pooled import PooledInput  # noqa: E402
 from sok1x.errors import InvalidInputError  # noqa: E402
@@ -112,7 +112,7 @@ def test_a_group_equals_its_tables_one_by_one(mixed):
         grads = api.pooled_lookup_grad(together, "cg_bwd", token, tops)
         values, rows = [g[0] for g in grads], [g[1] for g in grads]
         tables = [api.shard(name) for name in together]
-        (found,) = table_group.group_gradients(runtime.get().backend, tables, values, rows)
+        (found,) = group_gradients.group_gradients(runtime.get().backend, tables, values, rows)
         assert found[1] is tables[0].group.last_gradient[0]  # the backward's own rows
         api.apply_optimizer_updates(together, "lazy_adam", "Adam", {}, HYPER, values, rows)
         for t, name in enumerate(alone):

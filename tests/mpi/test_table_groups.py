@@ -9,7 +9,7 @@ from mpi4py import MPI
 from sok1x.backend import random_init
 from sok1x.backend.cpu import random_rows as cpu_random
 from sok1x.engine import api, runtime
-from sok1x.engine.lookup import table_group
+from sok1x.engine.lookup import group_gradients
 from sok1x.engine.op_keys import name_key
 from sok1x.engine.lookup.pooled import PooledInput
 from sok1x.errors import InvalidInputError
@@ -85,7 +85,7 @@ def test_a_group_equals_its_tables_one_by_one(placement, mixed, rule):
         tables = [api.shard(name) for name in together]
         assert tables[0].group is not None and tables[0].group.members == tables
         values, rows = [g[0] for g in grads], [g[1] for g in grads]
-        (found,) = table_group.group_gradients(runtime.get().backend, tables, values, rows)
+        (found,) = group_gradients.group_gradients(runtime.get().backend, tables, values, rows)
         assert found[1] is tables[0].group.last_gradient[0]  # the backward's own rows
         api.apply_optimizer_updates(together, rule, prefix, {}, hyper, values, rows)
         for t, name in enumerate(alone):
@@ -134,7 +134,7 @@ def test_a_whole_group_update_takes_the_values_it_is_given():
     rows = [r for _, r in grads]
     backend = runtime.get().backend
     tables = [api.shard(name) for name in together]
-    (found,) = table_group.group_gradients(backend, tables, clipped, rows)
+    (found,) = group_gradients.group_gradients(backend, tables, clipped, rows)
     assert found[1] is tables[0].group.last_gradient[0]
     api.apply_optimizer_updates(together, "sgd", "SGD", {}, hyper, clipped, rows)
     for t, name in enumerate(alone):

@@ -62,7 +62,7 @@ def read_file(path, file_type, slot_name=""):
             head = f.read(HEADER_BYTES)
             data = f.read()
     except OSError as error:
-        raise CheckpointError("SOK dump file %s cannot be read: %s" % (path, error))
+        raise CheckpointError("SOK dump file %s cannot be read: %s" % (path, error)) from error
     if len(head) != HEADER_BYTES:
         raise CheckpointError("SOK dump file %s is shorter than SOK's %d-byte header"
                               % (path, HEADER_BYTES))

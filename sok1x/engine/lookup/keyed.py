@@ -30,7 +30,7 @@ import collections
 import numpy as np
 
 from sok1x.engine.tables import optimizer_updates
-from sok1x.engine.lookup import table_group
+from sok1x.engine.lookup import group_gradients, table_group
 from sok1x.engine.lookup.checks import KEY_DTYPES, V1_LIMIT, VARIABLE_LIMIT, check_keys_by_bounds
 from sok1x.engine.lookup.checks import first_error
 from sok1x.engine.lookup.key_exchange import KeyCheck, lookup_backward_many, lookup_forward_many
@@ -335,7 +335,7 @@ def keyed_backward(runtime, tables, op, state, grads, rows_per_table=False):
     counts = np.diff(ranks).astype(np.int64)
     starts = pooling.routing.row_starts
     if rows_per_table:  # the values' pieces are row views of summed: joined, they are summed
-        pieces = table_group.split_gradient(backend, group, summed, rows, ranks, starts)
+        pieces = group_gradients.split_gradient(backend, group, summed, rows, ranks, starts)
         return summed, [r for _, r in pieces], counts
     own = backend.local_rows(rows, starts, np.zeros(len(tables), np.int64), int(rows.shape[0]))
     group.last_keyed = (own, summed, rows, starts)
@@ -372,7 +372,7 @@ def keyed_update(backend, tables, rule_name, slot_prefix, options, hyper, values
         row_pieces = [backend.row_view(rows, int(a), int(b)) for a, b in zip(cuts[:-1], cuts[1:])]
         return optimizer_updates.apply_updates(backend, tables, rule_name, slot_prefix, options,
                                                hyper, value_pieces, row_pieces)
-    flat, summed, distinct_counts = table_group.keyed_gradient(backend, group, values, rows,
+    flat, summed, distinct_counts = group_gradients.keyed_gradient(backend, group, values, rows,
                                                                counts)
     optimizer_updates.apply_group_update(backend, group, rule_name, slot_prefix, options, hyper,
                                          flat, summed)

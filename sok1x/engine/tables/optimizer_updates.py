@@ -37,7 +37,7 @@ import collections
 import numpy as np
 
 from sok1x.engine.lookup import distinct_rows
-from sok1x.engine.lookup import table_group
+from sok1x.engine.lookup import group_gradients
 from sok1x.errors import InvalidInputError, Sok1xError
 
 Rule = collections.namedtuple("Rule", "hyper_names slots update")
@@ -239,7 +239,7 @@ def apply_updates(backend, tables, rule_name, slot_prefix, options, hyper, value
     _checked_rule(rule_name, hyper)
     options = dict(options or {})
     counts = [None] * len(tables)
-    joined = table_group.group_gradients(backend, tables, values_list, rows_list)
+    joined = group_gradients.group_gradients(backend, tables, values_list, rows_list)
     for group, rows, summed, positions, distinct_counts in joined:
         apply_group_update(backend, group, rule_name, slot_prefix, options, hyper, rows, summed)
         for position, count in zip(positions, distinct_counts):

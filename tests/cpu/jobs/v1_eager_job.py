@@ -10,7 +10,6 @@ reference's (sok.optimizers.Adam against tf.compat.v1.train.AdamOptimizer, and a
 sok.OptimizerScope against the same SGD on the reference's gradient).
 """
 import os
-import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # noqa: E402
