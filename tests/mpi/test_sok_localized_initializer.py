@@ -33,7 +33,7 @@ def test_every_rank_sees_the_owners_initializer(world, combiner):
         ids = tf1.RaggedTensor.from_tensor(tf1.constant(mine, tf1.int64))
         pooled = sok1x.lookup_sparse([var], [ids], None, [combiner])[0]
         loss = tf1.reduce_sum(pooled)
-        train = sok1x.OptimizerWrapper(tf1.keras.optimizers.SGD(LR)).apply_gradients(
+        train = sok1x.OptimizerWrapper(tf1.train.GradientDescentOptimizer(LR)).apply_gradients(
             zip(tf1.gradients(loss, [var]), [var]))
         with tf1.control_dependencies([train]):
             after = tf1.identity(loss)
