@@ -33,6 +33,11 @@ PORTS = {
     "sok_ports/dense_demo_horovod.py": (True, True, r"Iteration: \d+, loss=(" + NUMBER + ")",
                                         "Iteration: 9,", EVERY_RANK),
 }
+# Command-line options a port also runs with (each a case of its own, beside its defaults).
+# DenseDemo's Keras optimizers: TF 2.11+'s own in sok.OptimizerScope (OptimizerV2 before 2.11).
+OPTIONS = {
+    "sok_ports/dense_demo_horovod.py": (("--optimizer", "sgd"), ("--optimizer", "adam")),
+}
 # Ports that show a gap sok1x still has: they must keep failing until it is closed (strict).
 KNOWN_GAPS = {}
 
@@ -51,18 +56,21 @@ def losses(text, pattern):
 
 
 def _cases():
-    """(port, ranks) at 1 and 2 ranks; a known gap at 1 rank only, expected to fail (strict)."""
+    """(port, ranks, options) at 1 and 2 ranks, with its defaults and each of its OPTIONS; a
+    known gap at 1 rank only, expected to fail (strict)."""
     for port in sorted(PORTS):
         if port in KNOWN_GAPS:
-            yield pytest.param(port, 1, marks=pytest.mark.xfail(strict=True,
-                                                                reason=KNOWN_GAPS[port]))
+            yield pytest.param(port, 1, (), marks=pytest.mark.xfail(strict=True,
+                                                                    reason=KNOWN_GAPS[port]))
         else:
-            for ranks in (1, 2):
-                yield pytest.param(port, ranks)
+            for options in ((),) + OPTIONS.get(port, ()):
+                for ranks in (1, 2):
+                    label = "-".join([port, str(ranks)] + [o.lstrip("-") for o in options])
+                    yield pytest.param(port, ranks, options, id=label)
 
 
-@pytest.mark.parametrize("port,ranks", list(_cases()))
-def test_port_trains_to_the_end(port, ranks):
+@pytest.mark.parametrize("port,ranks,options", list(_cases()))
+def test_port_trains_to_the_end(port, ranks, options):
     needs_horovod, tf2_only, pattern, done_line, printed_by = PORTS[port]
     if tf2_only and not TF2:
         pytest.skip("%s is a TensorFlow 2 eager program (SOK's TF2 API)" % port)
@@ -72,7 +80,7 @@ def test_port_trains_to_the_end(port, ranks):
     # interleave (block-buffered, a loss ran into the other rank's line: "5.58[INFO]: ...").
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
     done = run_stoppable([mpiexec(), "-n", str(ranks), sys.executable,
-                          os.path.join(EXAMPLES, port)], env, LIMIT_S)
+                          os.path.join(EXAMPLES, port)] + list(options), env, LIMIT_S)
     assert done.returncode == 0, done.explain()
     expected = ranks * printed_by if printed_by else 1
     assert done.stdout.count(done_line) == expected, done.explain()
