@@ -18,6 +18,7 @@ import importlib.util
 from sok1x.common.handle_variable import create_graph_handle
 from sok1x.common.sparse_ids import ids_parts, weight_values
 from sok1x.deeprec import plain_variables
+from sok1x.deeprec.embedding_variables import check_target_gpu
 from sok1x.deeprec.variable_faces import is_plain_table
 from sok1x.graph_ops.embedding_tag import table_of
 from sok1x.engine import runtime
@@ -37,9 +38,9 @@ def enable_distributed_strategy(strategy="collective", **init_options):
     """DeepRec's tf.config.experimental.enable_distributed_strategy: the strategy of the group
     lookups built from now on. "collective" brings sok1x up now (every rank must call it;
     sok1x.init's options may be passed), then Horovod where it is installed (hvd.init(), as
-    DeepRec does: hvd.size() works right after), and shards the tables over the ranks; "localized" looks
-    plain variables up on each rank's own device (data parallel). Raises ValueError for
-    another strategy."""
+    DeepRec does: hvd.size() works right after), and shards the tables over the ranks;
+    "localized" looks plain variables up on each rank's own device (data parallel). Raises
+    ValueError for another strategy."""
     if strategy not in STRATEGIES:
         raise ValueError(
             "enable_distributed_strategy(strategy=%r): sok1x supports %s (DeepRec's "
@@ -157,6 +158,7 @@ def _is_plain_variable(param):
 def _handle_of_param(param, index):
     """(handle, number of keys or None) of one entry of params."""
     if table_of(param) is not None:
+        check_target_gpu(param, "group_embedding_lookup_sparse: params[%d]" % index)
         return param, getattr(param, "num_rows", None)
     if _is_plain_variable(param):
         return shard_plain_variable(param), int(param.get_shape()[0])
