@@ -19,16 +19,17 @@ modelzoo/features/group_embedding/dcnv2/train.py at commit
 EmbeddingVariables (tf.get_embedding_variable, int64 keys hashed from the CSV's strings) looked
 up together by tf.nn.group_embedding_lookup_sparse under the "collective" strategy, trained by
 tf.train.AdagradOptimizer in a MonitoredTrainingSession, the loss summed over the ranks by
-Horovod. Changed: the imports (tensorflow -> tensorflow.compat.v1 and sok1x.deeprec.install(),
-the one added line), the data (a synthetic train.csv of the same columns, learnable labels,
-written to a temporary folder when --data_location is not given, in place of Criteo's), the
-sizes (embedding dims 64/128 -> 8/16, MLP [1024, 512, 256, 1] -> [64, 32, 16, 1], batch 512 ->
-64, steps 501 -> 60, the loss logged every 2 steps instead of every 500), and checkpoint_dir,
-which the original passes to MonitoredTrainingSession but never defines (a NameError): set to
-None here, as without a checkpoint. The original's blank line after every line is dropped.
-The --use_feature_columns path (tf.feature_column.categorical_column_with_embedding) is kept
-but not supported by sok1x. Runs as `mpiexec -n N python group_embedding_dcnv2.py`; logs
-"loss = x, steps = i" (TensorFlow's INFO log) and prints "Training completed.".
+Horovod. Changed: the imports (tensorflow -> tensorflow.compat.v1 with tf.disable_v2_behavior(),
+and `import sok1x; sok1x.deeprec.install()`, which puts DeepRec's names on it), the data (a
+synthetic train.csv of the same columns, learnable labels, written to a temporary folder when
+--data_location is not given, in place of Criteo's), the sizes (embedding dims 64/128 -> 8/16,
+MLP [1024, 512, 256, 1] -> [64, 32, 16, 1], batch 512 -> 64, steps 501 -> 60, the loss logged
+every 2 steps instead of every 500), and checkpoint_dir, which the original passes to
+MonitoredTrainingSession but never defines (a NameError): set to None here, as without a
+checkpoint. The original's blank line after every line is dropped. The --use_feature_columns
+path (tf.feature_column.categorical_column_with_embedding) is kept but not supported by sok1x.
+Runs as `mpiexec -n N python group_embedding_dcnv2.py`; logs "loss = x, steps = i" (TensorFlow's
+INFO log) and prints "Training completed.".
 """
 import numpy as np
 from ast import arg
