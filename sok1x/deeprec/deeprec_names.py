@@ -12,6 +12,9 @@ install() sets, on the running TensorFlow, the names DeepRec (a fork of TensorFl
     tf.feature_column.group_embedding_column_scope   sok1x.group_embedding_column_scope
     tf.config.experimental.enable_distributed_strategy   sok1x.enable_distributed_strategy
     tf.config.experimental.enable_group_embedding    (DeepRec's older spelling)
+    tf.get_embedding_variable, tf.EmbeddingVariableOption, tf.InitializerOption,
+    tf.StorageOption, tf.CounterFilter, tf.CBFFilter, tf.GlobalStepEvict, tf.L2WeightEvict
+                                                     sok1x.deeprec's (embedding_variables.py)
 
 on tf and tf.compat.v1 alike, and the same functions in the internal modules DeepRec's own
 programs and tests import them from (tensorflow.python.ops.embedding_ops,
@@ -21,6 +24,7 @@ DeepRec program runs with sok1x's implementations of DeepRec's names.
 """
 import importlib
 
+from sok1x.deeprec import embedding_variables
 from sok1x.deeprec.group_embedding import (enable_distributed_strategy, enable_group_embedding,
                                            group_embedding_lookup_sparse)
 from sok1x.deeprec.group_embedding_columns import group_embedding_column_scope
@@ -30,7 +34,10 @@ INSTALLED_NAMES = (
     ("feature_column", "group_embedding_column_scope", group_embedding_column_scope),
     ("config.experimental", "enable_distributed_strategy", enable_distributed_strategy),
     ("config.experimental", "enable_group_embedding", enable_group_embedding),
-)
+) + tuple(("", name, getattr(embedding_variables, name)) for name in (
+    # DeepRec's EmbeddingVariable API (embedding_variables.py), on tf itself
+    "get_embedding_variable", "EmbeddingVariableOption", "InitializerOption", "StorageOption",
+    "CounterFilter", "CBFFilter", "GlobalStepEvict", "L2WeightEvict"))
 
 # Internal modules (not public API: set only where the module imports) -> names set there.
 INTERNAL_NAMES = (
@@ -50,7 +57,7 @@ def _modules(path):
     found = []
     for root in (tf, tf.compat.v1):
         module = root
-        for part in path.split("."):
+        for part in path.split(".") if path else ():
             module = getattr(module, part, None)
         if module is not None and all(module is not m for m in found):
             found.append(module)
@@ -65,7 +72,7 @@ def install():
     for path, name, function in INSTALLED_NAMES:
         for module in _modules(path):
             setattr(module, name, function)
-        installed.append("tf.%s.%s" % (path, name))
+        installed.append(".".join(["tf"] + ([path] if path else []) + [name]))
     for path, name, function in INTERNAL_NAMES:
         try:
             module = importlib.import_module(path)

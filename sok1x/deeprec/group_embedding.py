@@ -18,6 +18,7 @@ import importlib.util
 from sok1x.common.handle_variable import create_graph_handle
 from sok1x.common.sparse_ids import ids_parts, weight_values
 from sok1x.deeprec import plain_variables
+from sok1x.deeprec.embedding_variables import check_target_gpu
 from sok1x.deeprec.variable_faces import is_plain_table
 from sok1x.graph_ops.embedding_tag import table_of
 from sok1x.engine import runtime
@@ -157,6 +158,7 @@ def _is_plain_variable(param):
 def _handle_of_param(param, index):
     """(handle, number of keys or None) of one entry of params."""
     if table_of(param) is not None:
+        check_target_gpu(param, "group_embedding_lookup_sparse: params[%d]" % index)
         return param, getattr(param, "num_rows", None)
     if _is_plain_variable(param):
         return shard_plain_variable(param), int(param.get_shape()[0])

@@ -103,14 +103,18 @@ def _guarded(apply_gradients):
 
 
 def _twin_wrapper(optimizer, embedding):
-    """For a TF 2.11+ Keras optimizer applied directly to variables that need no
-    OptimizerScope (sok1x.Variable / DynamicVariable, as SOK's programs do): the
-    sok1x.OptimizerWrapper kept on it (its twin OptimizerV2 and that one's slots persist across
-    steps); None for other optimizers or variables. Raises UnsupportedOptimizerError, saying
-    why and what to use, for one without a twin."""
+    """For a TF 2.11+ Keras optimizer applied to embedding variables it may update: those that
+    need no OptimizerScope (sok1x.Variable / DynamicVariable, as SOK's v2 programs apply it)
+    and those of an active sok1x.OptimizerScope (SOK v1's layers, as its DenseDemo applies
+    it): the sok1x.OptimizerWrapper kept on it (its twin OptimizerV2 and that one's slots
+    persist across steps); None for other optimizers or variables. Raises
+    UnsupportedOptimizerError, saying why and what to use, for one without a twin."""
     from sok1x.v2.optimizer_wrapper import is_new_keras, OptimizerWrapper
-    if not all(scope.needs_no_scope(v) for v in embedding) or not is_new_keras(optimizer):
+    if not is_new_keras(optimizer):
         return None
+    outside = [v for v in embedding if not scope.covers(v)]
+    if outside:
+        raise _outside_scope(optimizer, outside[0])
     wrapper = getattr(optimizer, "_sok1x_wrapper", None)
     if wrapper is None:
         wrapper = OptimizerWrapper(optimizer)  # one without a twin is refused, saying why

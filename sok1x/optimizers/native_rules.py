@@ -23,7 +23,8 @@ SUPPORTED = (
     "MomentumOptimizer, AdagradOptimizer, AdamOptimizer, FtrlOptimizer, RMSPropOptimizer and "
     "AdadeltaOptimizer, and the Keras optimizers SGD, Adam, Adagrad, RMSprop, Ftrl, Adamax and "
     "Adadelta of tf.compat.v1.keras.optimizers "
-    "(tf.keras.optimizers in TF 1.15, tf.keras.optimizers.legacy in TF 2.11+)")
+    "(tf.keras.optimizers in TF 1.15, tf.keras.optimizers.legacy in TF 2.11+), and TF 2.11+ "
+    "Keras SGD, Adam, Adagrad, Adamax, Adadelta and Ftrl (tf.keras.optimizers)")
 
 
 def _float(value):

@@ -159,12 +159,16 @@ class OptimizerWrapper:
         """The wrapped TensorFlow optimizer."""
         return self._optimizer
 
-    def apply_gradients(self, grads_and_vars, global_step=None, name=None):
+    def apply_gradients(self, grads_and_vars, global_step=None, name=None, **keras_options):
         """Applies one step to every (gradient, variable) pair: sok1x variables through the
-        engine, others by the wrapped optimizer. Returns its op (graph mode) or result."""
+        engine, others by the wrapped optimizer. keras_options (a Keras optimizer's
+        experimental_aggregate_gradients, skip_gradients_aggregation) go to the wrapped
+        optimizer's own apply_gradients. Returns its op (graph mode) or result."""
         pairs = [(g, v) for g, v in grads_and_vars if g is not None]
         embedding = [v for _, v in pairs if is_embedding_variable(v)]
-        kwargs = {} if name is None else {"name": name}
+        kwargs = dict(keras_options)
+        if name is not None:
+            kwargs["name"] = name
         if global_step is not None:
             kwargs["global_step"] = global_step
         if self._twin is None:
@@ -177,7 +181,7 @@ class OptimizerWrapper:
             with OptimizerScope(embedding):
                 results.append(self._twin.apply_gradients(sparse))
         if dense:
-            results.append(self._optimizer.apply_gradients(dense))
+            results.append(self._optimizer.apply_gradients(dense, **keras_options))
         if tf1.executing_eagerly():
             return results[-1] if results else None
         return tf1.group(*results)

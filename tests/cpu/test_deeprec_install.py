@@ -1,6 +1,6 @@
-"""sok1x.deeprec.install() puts DeepRec's GroupEmbedding names on the running TensorFlow, and
-and the internal module names DeepRec's programs import, and nothing else does: importing sok1x
-and using its own group names patches nothing (DESIGN D12)."""
+"""sok1x.deeprec.install() puts DeepRec's GroupEmbedding and EmbeddingVariable names on the
+running TensorFlow, and the internal module names DeepRec's programs import, and nothing else
+does: importing sok1x and using its own group names patches nothing (DESIGN D12)."""
 from without_modules import run_without
 
 _CHECK = """
@@ -28,8 +28,13 @@ sok1x.enable_group_embedding
 assert not any(hasattr(m, n) for m, n in names + internal), [
     (m.__name__, n) for m, n in names + internal if hasattr(m, n)]
 assert tf.compat.v1.feature_column.embedding_column is embedding_column
+ev_names = ["get_embedding_variable", "EmbeddingVariableOption", "InitializerOption",
+            "StorageOption", "CounterFilter", "CBFFilter", "GlobalStepEvict", "L2WeightEvict"]
+assert not any(hasattr(m, n) for m in (tf, tf.compat.v1) for n in ev_names)
 installed = sok1x.deeprec.install()
 assert all(getattr(m, n) is getattr(sok1x, n) for m, n in names + internal)
+assert all(getattr(m, n) is getattr(sok1x.deeprec, n) for m in (tf, tf.compat.v1)
+           for n in ev_names)
 assert tf.compat.v1.feature_column.embedding_column is embedding_column
 print(" ".join(installed))
 """
@@ -42,6 +47,9 @@ def test_only_install_patches_tensorflow():
         "tf.nn.group_embedding_lookup_sparse", "tf.feature_column.group_embedding_column_scope",
         "tf.config.experimental.enable_distributed_strategy",
         "tf.config.experimental.enable_group_embedding",
+        "tf.get_embedding_variable", "tf.EmbeddingVariableOption", "tf.InitializerOption",
+        "tf.StorageOption", "tf.CounterFilter", "tf.CBFFilter", "tf.GlobalStepEvict",
+        "tf.L2WeightEvict",
         "tensorflow.python.ops.embedding_ops.group_embedding_lookup_sparse",
         "tensorflow.python.feature_column.feature_column_v2.group_embedding_column_scope",
         "tensorflow.python.framework.config.enable_distributed_strategy",

@@ -1,7 +1,8 @@
 """SOK's and DeepRec's own example and tutorial programs, ported with only the imports, the data
 (synthetic) and the sizes changed (legacy_examples/sok_ports, legacy_examples/deeprec_ports), run
 as real MPI jobs at 1 and 2 CPU ranks: each must train to its end, and where it prints its loss,
-every loss is finite and the last steps' mean is below the first steps'."""
+every loss is finite and the last steps' mean is below the first steps' (a loss that
+TensorFlow's LoggingTensorHook logs is read from stderr)."""
 import math
 import os
 import re
@@ -22,6 +23,8 @@ NUMBER = r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|nan|inf)"  # a printed float, nan 
 PORTS = {
     "deeprec_ports/sok_dlrm.py": (True, False, r"Iteration:\d+\s+loss:(" + NUMBER + ")",
                                   "Training time", EVERY_RANK),
+    "deeprec_ports/group_embedding_dcnv2.py": (True, False, r"loss = (" + NUMBER + r"), steps",
+                                               "Training completed.", EVERY_RANK),
     "sok_ports/amp_tf1.py": (True, False, r"step \d+, loss (" + NUMBER + ")", "[INFO]: step 9,",
                              RANK_0),
     "sok_ports/lookup_sparse_distributed_example.py": (True, True, None, "grad2:", EVERY_RANK),
@@ -32,6 +35,11 @@ PORTS = {
                                                      EVERY_RANK),
     "sok_ports/dense_demo_horovod.py": (True, True, r"Iteration: \d+, loss=(" + NUMBER + ")",
                                         "Iteration: 9,", EVERY_RANK),
+}
+# Command-line options a port also runs with (each a case of its own, beside its defaults).
+# DenseDemo's Keras optimizers: TF 2.11+'s own in sok.OptimizerScope (OptimizerV2 before 2.11).
+OPTIONS = {
+    "sok_ports/dense_demo_horovod.py": (("--optimizer", "sgd"), ("--optimizer", "adam")),
 }
 # Ports that show a gap sok1x still has: they must keep failing until it is closed (strict).
 KNOWN_GAPS = {}
@@ -51,18 +59,21 @@ def losses(text, pattern):
 
 
 def _cases():
-    """(port, ranks) at 1 and 2 ranks; a known gap at 1 rank only, expected to fail (strict)."""
+    """(port, ranks, options) at 1 and 2 ranks, with its defaults and each of its OPTIONS; a
+    known gap at 1 rank only, expected to fail (strict)."""
     for port in sorted(PORTS):
         if port in KNOWN_GAPS:
-            yield pytest.param(port, 1, marks=pytest.mark.xfail(strict=True,
-                                                                reason=KNOWN_GAPS[port]))
+            yield pytest.param(port, 1, (), marks=pytest.mark.xfail(strict=True,
+                                                                    reason=KNOWN_GAPS[port]))
         else:
-            for ranks in (1, 2):
-                yield pytest.param(port, ranks)
+            for options in ((),) + OPTIONS.get(port, ()):
+                for ranks in (1, 2):
+                    label = "-".join([port, str(ranks)] + [o.lstrip("-") for o in options])
+                    yield pytest.param(port, ranks, options, id=label)
 
 
-@pytest.mark.parametrize("port,ranks", list(_cases()))
-def test_port_trains_to_the_end(port, ranks):
+@pytest.mark.parametrize("port,ranks,options", list(_cases()))
+def test_port_trains_to_the_end(port, ranks, options):
     needs_horovod, tf2_only, pattern, done_line, printed_by = PORTS[port]
     if tf2_only and not TF2:
         pytest.skip("%s is a TensorFlow 2 eager program (SOK's TF2 API)" % port)
@@ -72,12 +83,12 @@ def test_port_trains_to_the_end(port, ranks):
     # interleave (block-buffered, a loss ran into the other rank's line: "5.58[INFO]: ...").
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
     done = run_stoppable([mpiexec(), "-n", str(ranks), sys.executable,
-                          os.path.join(EXAMPLES, port)], env, LIMIT_S)
+                          os.path.join(EXAMPLES, port)] + list(options), env, LIMIT_S)
     assert done.returncode == 0, done.explain()
     expected = ranks * printed_by if printed_by else 1
     assert done.stdout.count(done_line) == expected, done.explain()
     if pattern is not None:
-        found = losses(done.stdout, pattern)
+        found = losses(done.stdout + "\n" + done.stderr, pattern)  # TF's log goes to stderr
         assert len(found) >= 6, done.explain()
         assert all(math.isfinite(v) for v in found), found
         third = len(found) // 3

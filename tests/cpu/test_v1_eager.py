@@ -2,7 +2,7 @@
 SOK's DenseDemo, and a step executed eagerly) against tf.nn.embedding_lookup(_sparse) on a plain
 tf.Variable trained the same way (jobs/v1_eager_job.py), in MPI jobs at 1 and 2 ranks."""
 import pytest
-from mpi_jobs import run_passing_job
+from mpi_jobs import run_passing_job, skip_before_tensorflow
 
 import tensorflow as tf
 
@@ -15,3 +15,12 @@ TF2 = int(tf.__version__.split(".")[0]) >= 2
 @pytest.mark.parametrize("ranks,seam", [(1, "dlpack"), (2, "dlpack"), (2, "host")])
 def test_v1_layers_eagerly(ranks, seam):
     run_passing_job(ranks, seam, "v1_eager_job.py", "V1 EAGER OK", timeout=240)
+
+
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_v1_layers_with_new_keras_optimizers_in_optimizer_scope(ranks):
+    """TF 2.11+ Keras SGD (with and without momentum), Adam and Adamax in sok.OptimizerScope,
+    as SOK's DenseDemo applies them, against the same optimizers on the plain variable."""
+    skip_before_tensorflow((2, 11), "TF 2.11+ Keras optimizers (tf.keras.optimizers before "
+                           "2.11 are the OptimizerV2 ones the other cases train with)")
+    run_passing_job(ranks, "dlpack", "v1_eager_job.py", "V1 EAGER OK", "new_keras", timeout=240)

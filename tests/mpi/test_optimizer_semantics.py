@@ -184,15 +184,37 @@ def test_subclass_of_a_supported_optimizer_is_unsupported(world):
             MyAdam(0.1).apply_gradients([(grad, layer.var)])
 
 
-def test_new_keras_optimizer_is_unsupported(world):
+def _new_keras():
+    """TensorFlow's tf.keras.optimizers where they are TF 2.11+'s (else the test skips)."""
     import tensorflow as tf
     if tf.keras.optimizers.Adam is keras_v2.Adam:
         pytest.skip("this TensorFlow's tf.keras.optimizers.Adam is OptimizerV2")
+    return tf.keras.optimizers
+
+
+def test_new_keras_optimizer_without_a_twin_is_unsupported(world):
+    new_keras = _new_keras()
     with tf1.Graph().as_default():
         layer, grad = _embedding_graph()
         with sok1x.OptimizerScope([layer.var]), pytest.raises(UnsupportedOptimizerError,
-                                                              match="legacy"):
-            tf.keras.optimizers.Adam(0.1).apply_gradients([(grad, layer.var)])
+                                                              match="Nadam.*legacy"):
+            new_keras.Nadam(0.1).apply_gradients([(grad, layer.var)])
+
+
+def test_new_keras_optimizer_in_the_scope_trains_as_its_optimizer_v2_form(world):
+    """TF 2.11+ Keras Adam in sok1x.OptimizerScope (SOK's DenseDemo --optimizer adam), against
+    the OptimizerV2 Adam of the same math on the reference's plain variable."""
+    new_keras = _new_keras()
+
+    def sok1x_side(step, fed):
+        return new_keras.Adam(0.05), keras_v2.Adam(0.05)
+
+    def reference_side(step, fed):
+        optimizer = keras_v2.Adam(0.05)
+        return optimizer, optimizer
+
+    got, want = run_both(world, sok1x_side, reference_side)
+    assert_same_training(got, want)
 
 
 @pytest.mark.parametrize("make", [lambda: tf1.train.AdamOptimizer(0.1),

@@ -7,7 +7,9 @@ Prints "V1 EAGER OK" on success.
 Checked: sok.Init() brings sok1x up at once; the handle's gradient is tf.IndexedSlices; per step
 the loss summed over ranks equals the reference's; after training every row equals the
 reference's (sok.optimizers.Adam against tf.compat.v1.train.AdamOptimizer, and a Keras SGD in
-sok.OptimizerScope against the same SGD on the reference's gradient).
+sok.OptimizerScope against the same SGD on the reference's gradient; with the argument
+"new_keras", TF 2.11+ Keras SGD, SGD with momentum, Adam and Adamax in sok.OptimizerScope against
+the same optimizers on the reference).
 """
 import os
 
@@ -22,6 +24,15 @@ import eager_job  # noqa: E402
 COMM = MPI.COMM_WORLD
 RANK, SIZE = COMM.Get_rank(), COMM.Get_size()
 VOCAB, DIM, SLOTS, NNZ, LOCAL_BATCH, STEPS = 24, 4, 3, 2, 4, 5
+# With the argument "new_keras" (TF 2.11+): TF 2.11+ Keras optimizers, which move every row
+# (SGD with momentum, Adam, Adamax: state decays on rows a step does not touch), in place of
+# SOK's Adam and the legacy Keras SGD.
+NEW_KERAS = {
+    "new_keras_sgd": lambda: tf.keras.optimizers.SGD(0.05),
+    "new_keras_momentum": lambda: tf.keras.optimizers.SGD(0.05, momentum=0.9),
+    "new_keras_adam": lambda: tf.keras.optimizers.Adam(0.05),
+    "new_keras_adamax": lambda: tf.keras.optimizers.Adamax(0.05),
+}
 
 
 def _optimizers(kind):
@@ -32,6 +43,13 @@ def _optimizers(kind):
         def apply(grads, variables):
             mine.apply_gradients(zip(grads, variables), experimental_aggregate_gradients=False)
         return apply, tf.compat.v1.train.AdamOptimizer(0.05, epsilon=1e-7)
+    if kind in NEW_KERAS:  # a TF 2.11+ Keras optimizer in sok.OptimizerScope, as DenseDemo's
+        mine, theirs = NEW_KERAS[kind](), NEW_KERAS[kind]()
+
+        def apply(grads, variables):
+            with sok.OptimizerScope(variables):
+                mine.apply_gradients(zip(grads, variables), experimental_aggregate_gradients=False)
+        return apply, theirs
     # SOK v1's Keras SGD: TF 2.11+ keeps it as tf.keras.optimizers.legacy.SGD
     keras_sgd = getattr(getattr(tf.keras.optimizers, "legacy", None), "SGD",
                         tf.keras.optimizers.SGD)
@@ -128,8 +146,12 @@ def train(layer_kind, optimizer_kind, compiled):
 def main():
     assert sok.Init(global_batch_size=SIZE * LOCAL_BATCH) is None
     assert sok.num_gpus() == SIZE  # up at once, as SOK's Init executing eagerly
+    if "new_keras" in sys.argv[1:]:
+        optimizer_kinds = sorted(NEW_KERAS)
+    else:
+        optimizer_kinds = ("plugin_adam", "keras_sgd")
     for layer_kind in ("dense", "sparse"):
-        for optimizer_kind in ("plugin_adam", "keras_sgd"):
+        for optimizer_kind in optimizer_kinds:
             for compiled in (True, False):
                 train(layer_kind, optimizer_kind, compiled)
     COMM.Barrier()
