@@ -12,6 +12,7 @@ sok.OptimizerScope against the same SGD on the reference's gradient; with the ar
 the same optimizers on the reference).
 """
 import os
+import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # noqa: E402
