@@ -9,9 +9,14 @@ _TABLE_ATTR = "_sok1x_table"
 
 
 def tag(handle, table):
-    """Marks `handle` as the variable of `table` (an embedding_ops.TableSpec), puts it in the
-    EMBEDDING_VARIABLES collection and the table in the Saver's saveables (D8). Returns handle."""
+    """Marks `handle` as the variable of `table` (an embedding_ops.TableSpec; the components of
+    a distributed handle too), puts it in the EMBEDDING_VARIABLES collection and the table in
+    the Saver's saveables (D8). Returns handle."""
     setattr(handle, _TABLE_ATTR, table)
+    # Made in a tf.distribute strategy's scope, handle is a distributed (mirrored) variable:
+    # its per-device components, which the strategy's optimizer updates are given, are tagged.
+    for component in tf1.distribute.get_strategy().experimental_local_results(handle):
+        setattr(component, _TABLE_ATTR, table)
     tf1.add_to_collection(EMBEDDING_VARIABLES, handle)
     checkpoint_ops.add_saveable(table)
     return handle

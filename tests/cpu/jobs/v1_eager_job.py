@@ -9,7 +9,8 @@ the loss summed over ranks equals the reference's; after training every row equa
 reference's (sok.optimizers.Adam against tf.compat.v1.train.AdamOptimizer, and a Keras SGD in
 sok.OptimizerScope against the same SGD on the reference's gradient; with the argument
 "new_keras", TF 2.11+ Keras SGD, SGD with momentum, Adam and Adamax in sok.OptimizerScope against
-the same optimizers on the reference).
+the same optimizers on the reference); the layer and its optimizer made in a one-device
+tf.distribute.MirroredStrategy and stepped by strategy.run train the same.
 """
 import os
 import sys
@@ -36,8 +37,16 @@ NEW_KERAS = {
 }
 
 
-def _optimizers(kind):
-    """(sok1x's embedding optimizer, its apply(grads, vars), the reference optimizer)."""
+def _optimizers(kind, strategy):
+    """(apply(grads, vars) of sok1x's embedding optimizer, made in `strategy`'s scope, and the
+    reference optimizer, made outside it)."""
+    with strategy.scope():
+        apply, _ = _mine_and_reference(kind)
+    return apply, _mine_and_reference(kind)[1]
+
+
+def _mine_and_reference(kind):
+    """(apply(grads, vars) of sok1x's embedding optimizer, the reference optimizer)."""
     if kind == "plugin_adam":
         mine = sok.optimizers.Adam(learning_rate=0.05)
 
@@ -82,18 +91,22 @@ def _to_sparse(keys):
                            [flat.shape[0], NNZ])
 
 
-def train(layer_kind, optimizer_kind, compiled):
-    """Trains one layer (its step a tf.function when `compiled`, else executed eagerly) and the
-    reference; raises AssertionError where they differ."""
+def train(layer_kind, optimizer_kind, compiled, mirrored=False):
+    """Trains one layer (its step a tf.function when `compiled`, else executed eagerly; made and
+    run in a one-device tf.distribute.MirroredStrategy when `mirrored`, as SOK's
+    MirroredStrategy tutorials do) and the reference; raises AssertionError where they differ."""
     maybe_function = tf.function if compiled else (lambda f: f)
-    if layer_kind == "dense":
-        layer = sok.All2AllDenseEmbedding(max_vocabulary_size_per_gpu=VOCAB,
-                                          embedding_vec_size=DIM, slot_num=SLOTS,
-                                          nnz_per_slot=NNZ, use_hashtable=False)
-    else:
-        layer = sok.DistributedEmbedding("mean", max_vocabulary_size_per_gpu=VOCAB,
-                                         embedding_vec_size=DIM, slot_num=SLOTS, max_nnz=NNZ,
-                                         use_hashtable=False)
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0"]) if mirrored \
+        else tf.distribute.get_strategy()
+    with strategy.scope():
+        if layer_kind == "dense":
+            layer = sok.All2AllDenseEmbedding(max_vocabulary_size_per_gpu=VOCAB,
+                                              embedding_vec_size=DIM, slot_num=SLOTS,
+                                              nnz_per_slot=NNZ, use_hashtable=False)
+        else:
+            layer = sok.DistributedEmbedding("mean", max_vocabulary_size_per_gpu=VOCAB,
+                                             embedding_vec_size=DIM, slot_num=SLOTS,
+                                             max_nnz=NNZ, use_hashtable=False)
     all_keys = np.arange(VOCAB, dtype=np.int64).reshape(-1, SLOTS, NNZ)
 
     @maybe_function
@@ -105,8 +118,11 @@ def train(layer_kind, optimizer_kind, compiled):
                                       [VOCAB, NNZ])
         return tf.reshape(layer(one_per_row, training=False), [VOCAB, DIM])
 
-    reference = tf.Variable(read_rows().numpy())
-    apply, reference_optimizer = _optimizers(optimizer_kind)
+    def rows():  # built (its handle made) in the strategy, as SOK's tutorials build theirs
+        return strategy.experimental_local_results(strategy.run(read_rows))[0].numpy()
+
+    reference = tf.Variable(rows())
+    apply, reference_optimizer = _optimizers(optimizer_kind, strategy)
     seen = []
 
     def lookup(keys):
@@ -132,14 +148,18 @@ def train(layer_kind, optimizer_kind, compiled):
                               ((NNZ,) if layer_kind == "dense" else ()) + (DIM,))
         targets = targets.astype(np.float32)
         local_keys = _mine(keys) if layer_kind == "dense" else _to_sparse(_mine(keys))
-        loss = COMM.allreduce(float(step(local_keys, _mine(targets))))
+        replica_loss = strategy.run(step, args=(local_keys, _mine(targets)))
+        loss = COMM.allreduce(float(strategy.experimental_local_results(replica_loss)[0]))
         with tf.GradientTape() as tape:
             want = tf.reduce_sum(tf.square(lookup(keys) - targets))
         reference_optimizer.apply_gradients(zip(tape.gradient(want, [reference]), [reference]))
         np.testing.assert_allclose(loss, float(want), rtol=1e-5, err_msg=layer_kind)
     # (traced again when the first trace made the optimizer's variables)
+    if mirrored:
+        assert type(layer.embedding_variable).__name__ == "MirroredVariable", \
+            type(layer.embedding_variable)
     assert seen and set(seen) == {"IndexedSlices"}, "the handle's gradient: %s" % seen
-    np.testing.assert_allclose(read_rows().numpy(), reference.numpy(), rtol=1e-5, atol=1e-6,
+    np.testing.assert_allclose(rows(), reference.numpy(), rtol=1e-5, atol=1e-6,
                                err_msg="%s, %s, %s: the trained rows" % (
                                    layer_kind, optimizer_kind, compiled))
 
@@ -155,6 +175,9 @@ def main():
         for optimizer_kind in optimizer_kinds:
             for compiled in (True, False):
                 train(layer_kind, optimizer_kind, compiled)
+    if "new_keras" not in sys.argv[1:]:
+        for optimizer_kind in optimizer_kinds:
+            train("dense", optimizer_kind, compiled=True, mirrored=True)
     COMM.Barrier()
     if RANK == 0:
         print("V1 EAGER OK")
