@@ -37,6 +37,8 @@ PORTS = {
                                         "Iteration: 9,", EVERY_RANK),
     "sok_ports/amp_tf2.py": (False, True, r"step \d+, loss (" + NUMBER + ")", "[INFO]: step 9,",
                              EVERY_RANK),
+    "sok_ports/run_sok_MirroredStrategy.py": (False, True, r"Iteration: \d+, loss=(" + NUMBER +
+                                              ")", "Iteration: 9,", EVERY_RANK),
 }
 # Command-line options a port also runs with (each a case of its own, beside its defaults).
 # DenseDemo's Keras optimizers: TF 2.11+'s own in sok.OptimizerScope (OptimizerV2 before 2.11).
