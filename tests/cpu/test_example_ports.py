@@ -39,6 +39,8 @@ PORTS = {
                              EVERY_RANK),
     "sok_ports/run_sok_MirroredStrategy.py": (False, True, r"Iteration: \d+, loss=(" + NUMBER +
                                               ")", "Iteration: 9,", EVERY_RANK),
+    "sok_ports/run_sok_MultiWorker_mpi.py": (False, True, r"Iteration: \d+, loss=(" + NUMBER +
+                                             ")", "Average iteration time", RANK_0),
 }
 # Command-line options a port also runs with (each a case of its own, beside its defaults).
 # DenseDemo's Keras optimizers: TF 2.11+'s own in sok.OptimizerScope (OptimizerV2 before 2.11).
