@@ -8,12 +8,13 @@ import os
 import re
 import sys
 
+import numpy as np
 import pytest
 from mpi_jobs import mpiexec, run_stoppable
 
 import tensorflow as tf
 
-EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "..", "legacy_examples")
+EXAMPLES = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "legacy_examples"))
 LIMIT_S = 120
 TF2 = int(tf.__version__.split(".")[0]) >= 2
 EVERY_RANK, TWICE_A_RANK, RANK_0 = 1, 2, 0
@@ -41,12 +42,34 @@ PORTS = {
                                               ")", "Iteration: 9,", EVERY_RANK),
     "sok_ports/run_sok_MultiWorker_mpi.py": (False, True, r"Iteration: \d+, loss=(" + NUMBER +
                                              ")", "Average iteration time", RANK_0),
+    # (random labels, as SOK's example has them: its loss need not fall; its files are checked)
+    "sok_ports/hps_sok_train.py": (True, True, None, "generate hps weight success!", RANK_0),
 }
 # Command-line options a port also runs with (each a case of its own, beside its defaults).
 # DenseDemo's Keras optimizers: TF 2.11+'s own in sok.OptimizerScope (OptimizerV2 before 2.11).
 OPTIONS = {
     "sok_ports/dense_demo_horovod.py": (("--optimizer", "sgd"), ("--optimizer", "adam")),
 }
+
+
+def hps_files_hold_the_trained_tables(folder):
+    """hps_sok_train.py's HPS files (dlrm_sparse.model/table<i>/key, emb_vector), converted by
+    the example's own code from sok.dump's SOK-format files: per table the keys int64, distinct,
+    in [0, 120) and nearly all of them (random samples over 100 to 120 keys), one 4-wide
+    float32 vector each, and the vectors trained (Adam at learning rate 1 moves them well past
+    the initializer's [-0.05, 0.05])."""
+    for table in range(3):
+        where = os.path.join(folder, "dlrm_sparse.model", "table%d" % table)
+        keys = np.fromfile(os.path.join(where, "key"), np.int64)
+        vectors = np.fromfile(os.path.join(where, "emb_vector"), np.float32)
+        assert len(np.unique(keys)) == len(keys) and 90 <= len(keys) < 120, keys
+        assert keys.min() >= 0 and keys.max() < 120, keys
+        assert vectors.size == 4 * len(keys), (vectors.size, len(keys))
+        assert np.isfinite(vectors).all() and (np.abs(vectors) > 0.5).mean() > 0.5, vectors
+
+
+# What a port leaves in its working folder, checked after it ends: port -> check(folder).
+FILE_CHECKS = {"sok_ports/hps_sok_train.py": hps_files_hold_the_trained_tables}
 # Ports that show a gap sok1x still has: they must keep failing until it is closed (strict).
 KNOWN_GAPS = {}
 
@@ -79,7 +102,7 @@ def _cases():
 
 
 @pytest.mark.parametrize("port,ranks,options", list(_cases()))
-def test_port_trains_to_the_end(port, ranks, options):
+def test_port_trains_to_the_end(port, ranks, options, tmp_path, monkeypatch):
     needs_horovod, tf2_only, pattern, done_line, printed_by = PORTS[port]
     if tf2_only and not TF2:
         pytest.skip("%s is a TensorFlow 2 eager program (SOK's TF2 API)" % port)
@@ -88,6 +111,7 @@ def test_port_trains_to_the_end(port, ranks, options):
     # Unbuffered, and losses matched as numbers: the ranks' prints share one pipe and may
     # interleave (block-buffered, a loss ran into the other rank's line: "5.58[INFO]: ...").
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
+    monkeypatch.chdir(tmp_path)  # where a port writes its files
     done = run_stoppable([mpiexec(), "-n", str(ranks), sys.executable,
                           os.path.join(EXAMPLES, port)] + list(options), env, LIMIT_S)
     assert done.returncode == 0, done.explain()
@@ -99,3 +123,5 @@ def test_port_trains_to_the_end(port, ranks, options):
         assert all(math.isfinite(v) for v in found), found
         third = len(found) // 3
         assert sum(found[-third:]) / third < sum(found[:third]) / third, found
+    if port in FILE_CHECKS:
+        FILE_CHECKS[port](str(tmp_path))
