@@ -68,9 +68,11 @@ def create_graph_handle(table, fill=None):
 
 
 def split_embedding_variable_from_others(variables):
-    """Returns (embedding_vars, other_vars), two tuples, splitting `variables` (an iterable of
-    variables) into sok1x embedding variables and the rest, each in the given order."""
+    """Returns (embedding_vars, other_vars), two lists, as SOK's code returns them (its
+    docstring says tuples; SOK's DLRM tutorial adds a list to them), splitting `variables` (an
+    iterable of variables) into sok1x embedding variables and the rest, each in the given
+    order."""
     variables = list(variables)
-    embedding = tuple(v for v in variables if is_embedding_variable(v))
-    others = tuple(v for v in variables if not is_embedding_variable(v))
+    embedding = [v for v in variables if is_embedding_variable(v)]
+    others = [v for v in variables if not is_embedding_variable(v)]
     return embedding, others

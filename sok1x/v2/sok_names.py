@@ -15,7 +15,7 @@
 from sok1x.engine.tables import placement as placements
 from sok1x.engine.tables import shard_rows
 from sok1x.graph_ops import embedding_ops, init_ops, ordering, pooled_lookup_ops
-from sok1x.graph_ops.embedding_tag import handle_value, is_embedding_variable, table_of
+from sok1x.graph_ops.embedding_tag import handle_value, table_of
 from sok1x.graph_ops.tf_compat import py_func, tf1
 
 
@@ -130,10 +130,9 @@ def attach_reads(handle, local_rows):
 
 def filter_variables(variables):
     """SOK v2's filter_variables: returns ([sok1x variables], [other variables]) of
-    `variables`, each in the given order."""
-    variables = list(variables)
-    return ([v for v in variables if is_embedding_variable(v)],
-            [v for v in variables if not is_embedding_variable(v)])
+    `variables`, each in the given order (SOK v1's split_embedding_variable_from_others)."""
+    from sok1x.common.handle_variable import split_embedding_variable_from_others
+    return split_embedding_variable_from_others(variables)
 
 
 def SGD(lr=0.01, learning_rate=None, name="SGD", **kwargs):  # noqa: N802  (SOK's name)

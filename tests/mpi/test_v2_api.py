@@ -25,8 +25,8 @@ def test_variable_rows_live_on_their_ranks():
         localized = sok.Variable(values, mode="localized:%d" % (SIZE - 1))
         random = sok.Variable(tf1.keras.initializers.RandomUniform(-1, 1, seed=3), shape=[9, 2])
         exports = [sok.export(v) for v in (distributed, localized, random)]
-        assert sok.split_embedding_variable_from_others(tf1.trainable_variables())[0] == (
-            distributed, localized, random)
+        assert sok.split_embedding_variable_from_others(tf1.trainable_variables())[0] == [
+            distributed, localized, random]
     with tf_support.initialized_session(graph) as sess:
         (dk, dv), (lk, lv), (rk, rv) = sess.run(exports)
     np.testing.assert_array_equal(dk, np.arange(RANK, 15, SIZE))

@@ -136,7 +136,10 @@ def train(layer_kind, optimizer_kind, compiled, mirrored=False):
     def step(keys, targets):
         with tf.GradientTape() as tape:
             loss = tf.reduce_sum(tf.square(layer(keys, training=True) - targets))
-        grads = tape.gradient(loss, [layer.embedding_variable])
+        # SOK's returns two lists (optimizers/utils.py), which SOK's DLRM tutorial adds to
+        emb_vars, others = sok.split_embedding_variable_from_others(layer.trainable_variables)
+        assert type(emb_vars) is list and type(others) is list, (emb_vars, others)
+        grads = tape.gradient(loss, [] + emb_vars)
         seen.extend(type(g).__name__ for g in grads)
         apply(grads, [layer.embedding_variable])
         return loss
