@@ -44,6 +44,8 @@ PORTS = {
                                              ")", "Average iteration time", RANK_0),
     # (its loss logged every 4 steps barely moves in 25 steps at SOK's learning rates)
     "sok_ports/dlrm/main.py": (False, True, None, "finish 25 steps training for DLRM", RANK_0),
+    # (SOK's synthetic data, random labels; it logs its loss every 1000 steps, of 30)
+    "sok_ports/dlrm_benchmark/main.py": (True, True, None, "main time:", EVERY_RANK),
     # (random labels, as SOK's example has them: its loss need not fall; its files are checked)
     "sok_ports/hps_sok_train.py": (True, True, None, "generate hps weight success!", RANK_0),
 }
