@@ -23,7 +23,7 @@ import utility
 # SOK's tutorial is for TensorFlow <= 2.10, whose tf.keras.optimizers.Adam is the OptimizerV2 that
 # one LossScaleOptimizer applies to two sets of variables; in TF 2.11+ that one is
 # tf.keras.optimizers.legacy.Adam (the new one refuses variables it was not built with).
-keras_optimizers = utility.keras_optimizers
+keras_optimizers = getattr(tf.keras.optimizers, "legacy", tf.keras.optimizers)
 
 
 def main():

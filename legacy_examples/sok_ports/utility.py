@@ -4,9 +4,7 @@ get_dense_optimizer of sparse_operation_kit/unit_test/test_scripts/tf2/utils.py,
 re-exports). Changed: the import (sparse_operation_kit -> sok1x); the data: TFDataset and
 get_dataset make synthetic batches with learnable labels (a label is 1 where its keys' hidden
 scores sum above zero) in place of SOK's data files and random labels, each process its own
-samples (seeded by its MPI rank) in batches of the size asked for; the Keras optimizers are
-taken from tf.keras.optimizers.legacy in TF 2.11+, where those of the TensorFlow SOK's
-tutorials are for are now named.
+samples (seeded by its MPI rank) in batches of the size asked for.
 """
 import os
 
@@ -15,8 +13,6 @@ import tensorflow as tf
 
 import sok1x as sok
 from models import SOKDenseDemo  # noqa: F401  (SOK's utility re-exports it)
-
-keras_optimizers = getattr(tf.keras.optimizers, "legacy", tf.keras.optimizers)
 
 
 def mpi_rank():
@@ -65,9 +61,9 @@ def get_embedding_optimizer(optimizer_type):
     if optimizer_type == "plugin_adam":
         return sok.optimizers.Adam
     elif optimizer_type == "adam":
-        return keras_optimizers.Adam
+        return tf.keras.optimizers.Adam
     elif optimizer_type == "sgd":
-        return keras_optimizers.SGD
+        return tf.keras.optimizers.SGD
     else:
         raise ValueError("Not supported optimizer_type: %s" % optimizer_type)
 
@@ -76,10 +72,10 @@ def get_dense_optimizer(optimizer_type):
     if not isinstance(optimizer_type, str):
         raise ValueError("optimizer_type must be str type, but got ", type(optimizer_type))
     if optimizer_type == "plugin_adam":
-        return keras_optimizers.Adam
+        return tf.keras.optimizers.Adam
     elif optimizer_type == "adam":
-        return keras_optimizers.Adam
+        return tf.keras.optimizers.Adam
     elif optimizer_type == "sgd":
-        return keras_optimizers.SGD
+        return tf.keras.optimizers.SGD
     else:
         raise ValueError("Not supported optimizer_type: %s" % optimizer_type)

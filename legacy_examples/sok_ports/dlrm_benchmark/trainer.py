@@ -3,9 +3,7 @@
 sparse_operation_kit/documents/tutorials/DLRM_Benchmark/trainer.py): a tf.function step, Keras
 SGD for the embedding in sok.OptimizerScope and for the dense layers over Horovod's
 all-reduce, a warm-up and polynomial-decay schedule assigned to both, AUC over Horovod.
-Changed: the imports (sparse_operation_kit -> sok1x; nvtx, used only in comments, dropped),
-and Keras' SGD taken from tf.keras.optimizers.legacy in TF 2.11+, where the one of the
-TensorFlow SOK's tutorial is for (its `lr` variable assigned each step) is now named.
+Changed: the imports (sparse_operation_kit -> sok1x; nvtx, used only in comments, dropped).
 SOK's code: Copyright (c) 2022, NVIDIA CORPORATION, under the Apache License 2.0.
 """
 import time
@@ -154,9 +152,8 @@ class Trainer:
 
         self._loss_fn = tf.losses.BinaryCrossentropy(from_logits=True)
 
-        keras_optimizers = getattr(tf.keras.optimizers, "legacy", tf.keras.optimizers)  # port
-        self._dense_optimizer = keras_optimizers.SGD(base_lr)
-        self._embedding_optimizer = keras_optimizers.SGD(base_lr)
+        self._dense_optimizer = tf.keras.optimizers.SGD(base_lr)
+        self._embedding_optimizer = tf.keras.optimizers.SGD(base_lr)
         if self._amp:
             self._embedding_optimizer = tf.keras.mixed_precision.LossScaleOptimizer(
                 self._embedding_optimizer, initial_scale=1024, dynamic=False
