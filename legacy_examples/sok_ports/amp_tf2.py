@@ -1,4 +1,4 @@
-"""Port of SOK's MixedPrecision tutorial for TensorFlow 2 (HugeCTR commit 7db464771~1,
+"""Port of SOK's MixedPrecision tutorial for TensorFlow 2 (HugeCTR commit f31630a84,
 sparse_operation_kit/documents/tutorials/MixedPrecision/amp_tf2.py): an All2AllDenseEmbedding
 model (utility.SOKDenseDemo) under Keras' mixed_float16 policy, in a
 tf.distribute.MirroredStrategy, trained by Keras Adam wrapped in Keras' LossScaleOptimizer (a

@@ -1,4 +1,4 @@
-"""Port of SOK's DenseDemo model (HugeCTR commit 7db464771~1, sparse_operation_kit/documents/
+"""Port of SOK's DenseDemo model (HugeCTR commit f31630a84, sparse_operation_kit/documents/
 tutorials/DenseDemo/models.py): SOKDenseDemo, an All2AllDenseEmbedding followed by dense layers,
 which SOK's DenseDemo and MixedPrecision tutorials import. Changed: the import
 (sparse_operation_kit -> sok1x); the file's other models (HashtableEmbedding, TfDenseDemo, used

@@ -1,5 +1,5 @@
 """Port of SOK's DenseDemo tutorial with tf.distribute.MirroredStrategy (HugeCTR commit
-7db464771~1, sparse_operation_kit/documents/tutorials/DenseDemo/run_sok_MirroredStrategy.py):
+f31630a84, sparse_operation_kit/documents/tutorials/DenseDemo/run_sok_MirroredStrategy.py):
 an All2AllDenseEmbedding model (models.SOKDenseDemo) trained in a tf.function by SOK's Adam
 (plugin_adam, the default) or a Keras optimizer in sok.OptimizerScope, step by step through
 strategy.run, eagerly (TensorFlow 2).

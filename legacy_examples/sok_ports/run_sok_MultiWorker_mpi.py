@@ -1,5 +1,5 @@
 """Port of SOK's DenseDemo tutorial with tf.distribute.MultiWorkerMirroredStrategy over MPI
-(HugeCTR commit 7db464771~1, sparse_operation_kit/documents/tutorials/DenseDemo/
+(HugeCTR commit f31630a84, sparse_operation_kit/documents/tutorials/DenseDemo/
 run_sok_MultiWorker_mpi.py): one worker per MPI rank, TF_CONFIG made from the rank; an
 All2AllDenseEmbedding model (models.SOKDenseDemo) trained in a tf.function by SOK's Adam
 (plugin_adam, the default) or a Keras optimizer in sok.OptimizerScope, the dense gradients and

@@ -1,4 +1,4 @@
-"""Port of what SOK's tutorials import from their utility (HugeCTR commit 7db464771~1,
+"""Port of what SOK's tutorials import from their utility (HugeCTR commit f31630a84,
 sparse_operation_kit/documents/tutorials/utility.py, and get_embedding_optimizer /
 get_dense_optimizer of sparse_operation_kit/unit_test/test_scripts/tf2/utils.py, which it
 re-exports). Changed: the import (sparse_operation_kit -> sok1x); the data: TFDataset and

@@ -1,4 +1,4 @@
-"""Port of SOK's DLRM tutorial's input reader (HugeCTR commit 7db464771~1,
+"""Port of SOK's DLRM tutorial's input reader (HugeCTR commit f31630a84,
 sparse_operation_kit/documents/tutorials/DLRM/dataset.py). Changed: the data. CriteoTsvReader
 keeps its signature and what its dataset yields (features {"dense_features": float32
 [b, num_dense_features], "sparse_features": {"0": int32 [b], ...}}, labels int32 [b, 1]), but

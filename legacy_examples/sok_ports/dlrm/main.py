@@ -1,4 +1,4 @@
-"""Port of SOK's DLRM tutorial (HugeCTR commit 7db464771~1,
+"""Port of SOK's DLRM tutorial (HugeCTR commit f31630a84,
 sparse_operation_kit/documents/tutorials/DLRM/main.py): DLRM over the 26 Criteo features, its
 embedding SOK's All2AllDenseEmbedding (--embedding_layer SOK) or TensorFlow's, trained in a
 tf.function through tf.distribute's MirroredStrategy, MultiWorkerMirroredStrategy or Horovod,

@@ -1,5 +1,5 @@
 # ruff: noqa  (SOK's code as SOK wrote it: its unused imports and long lines stay)
-"""Port of SOK's DLRM tutorial's models (HugeCTR commit 7db464771~1,
+"""Port of SOK's DLRM tutorial's models (HugeCTR commit f31630a84,
 sparse_operation_kit/documents/tutorials/DLRM/models.py): DLRM with SOK's All2AllDenseEmbedding
 over all 26 features (SOKEmbedding), or TensorFlow's embeddings (TFEmbedding: Keras Embedding,
 or SOK v1's TFDistributedEmbedding when TF_MP). Changed: the imports (sparse_operation_kit ->

@@ -1,5 +1,5 @@
 # ruff: noqa  (SOK's code as SOK wrote it: its unused imports and long lines stay)
-"""Port of SOK's DLRM tutorial's utils (HugeCTR commit 7db464771~1,
+"""Port of SOK's DLRM tutorial's utils (HugeCTR commit f31630a84,
 sparse_operation_kit/documents/tutorials/DLRM/utils.py): the learning-rate schedule, the
 strategy helpers (all-reduce, all-gather, broadcast through tf.distribute or Horovod) and the
 logs. Changed: the import (sparse_operation_kit -> sok1x), Keras' optimizers taken from

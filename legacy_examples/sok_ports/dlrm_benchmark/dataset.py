@@ -1,5 +1,5 @@
 # ruff: noqa  (SOK's code as SOK wrote it: its unused imports and long lines stay)
-"""Port of SOK's DLRM_Benchmark readers (HugeCTR commit 7db464771~1,
+"""Port of SOK's DLRM_Benchmark readers (HugeCTR commit f31630a84,
 sparse_operation_kit/documents/tutorials/DLRM_Benchmark/dataset.py): the Criteo binary files
 (one file, or one per feature) and SOK's SyntheticDataset (random labels, dense features and
 keys over each feature's vocabulary). Unchanged; the port runs SyntheticDataset.

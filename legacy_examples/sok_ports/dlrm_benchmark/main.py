@@ -1,5 +1,5 @@
 # ruff: noqa  (SOK's code as SOK wrote it: its unused imports and long lines stay)
-"""Port of SOK's DLRM benchmark (HugeCTR commit 7db464771~1,
+"""Port of SOK's DLRM benchmark (HugeCTR commit f31630a84,
 sparse_operation_kit/documents/tutorials/DLRM_Benchmark/main.py, run by SOK as `horovodrun -np 8
 ./hvd_wrapper.sh python3 main.py ...`): DLRM on the 26 Criteo features over one
 All2AllDenseEmbedding, with Horovod for the dense layers, timed (throughput every 1000 steps,

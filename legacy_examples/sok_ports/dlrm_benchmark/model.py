@@ -1,5 +1,5 @@
 # ruff: noqa  (SOK's code as SOK wrote it: its unused imports and long lines stay)
-"""Port of SOK's DLRM_Benchmark model (HugeCTR commit 7db464771~1,
+"""Port of SOK's DLRM_Benchmark model (HugeCTR commit f31630a84,
 sparse_operation_kit/documents/tutorials/DLRM_Benchmark/model.py): DLRM whose 26 features share
 one All2AllDenseEmbedding (dynamic_input=True, keys offset by each feature's vocabulary
 prefix sum, optionally made unique first: --compress). Changed: the import

@@ -1,5 +1,5 @@
 # ruff: noqa  (SOK's code as SOK wrote it: its unused imports and long lines stay)
-"""Port of SOK's DLRM_Benchmark trainer (HugeCTR commit 7db464771~1,
+"""Port of SOK's DLRM_Benchmark trainer (HugeCTR commit f31630a84,
 sparse_operation_kit/documents/tutorials/DLRM_Benchmark/trainer.py): a tf.function step, Keras
 SGD for the embedding in sok.OptimizerScope and for the dense layers over Horovod's
 all-reduce, a warm-up and polynomial-decay schedule assigned to both, AUC over Horovod.
