@@ -18,6 +18,13 @@ from sok1x.optimizers.scope import OptimizerScope
 
 
 def _lr(optimizer):
+    """The twin's learning rate: the optimizer's LearningRateSchedule itself, which the twin
+    applies at its own step count (the optimizer's own count never advances: its sparse steps
+    are the twin's), else a callable reading the optimizer's current rate."""
+    schedule = getattr(optimizer, "_learning_rate", None)
+    if isinstance(schedule, tf1.keras.optimizers.schedules.LearningRateSchedule):
+        return schedule
+
     def learning_rate():
         value = optimizer.learning_rate
         return tf1.cast(value() if callable(value) else value, tf1.float32)

@@ -8,8 +8,9 @@ Checked: sok.Init() brings sok1x up at once; the handle's gradient is tf.Indexed
 the loss summed over ranks equals the reference's; after training every row equals the
 reference's (sok.optimizers.Adam against tf.compat.v1.train.AdamOptimizer, and a Keras SGD in
 sok.OptimizerScope against the same SGD on the reference's gradient; with the argument
-"new_keras", TF 2.11+ Keras SGD, SGD with momentum, Adam and Adamax in sok.OptimizerScope against
-the same optimizers on the reference); the layer and its optimizer made in a one-device
+"new_keras", TF 2.11+ Keras SGD (with a constant rate and with a learning-rate schedule), SGD
+with momentum, Adam and Adamax in sok.OptimizerScope against the same optimizers on the
+reference); the layer and its optimizer made in a one-device
 tf.distribute.MirroredStrategy and stepped by strategy.run train the same.
 """
 import os
@@ -34,6 +35,9 @@ NEW_KERAS = {
     "new_keras_momentum": lambda: tf.keras.optimizers.SGD(0.05, momentum=0.9),
     "new_keras_adam": lambda: tf.keras.optimizers.Adam(0.05),
     "new_keras_adamax": lambda: tf.keras.optimizers.Adamax(0.05),
+    # a learning-rate schedule, as SOK's DLRM tutorial sets on its embedding optimizer
+    "new_keras_sgd_schedule": lambda: tf.keras.optimizers.SGD(
+        tf.keras.optimizers.schedules.PiecewiseConstantDecay([1, 3], [0.05, 0.02, 0.01])),
 }
 
 
