@@ -22,6 +22,22 @@ def tag(handle, table):
     return handle
 
 
+def check_one_device(table_name):
+    """Raises ValueError naming table `table_name` where a tf.distribute strategy in scope runs
+    several devices in this process: sok1x trains one device per process, so its ops would run
+    once per device and update the table that often. Does nothing otherwise."""
+    if not tf1.distribute.has_strategy():
+        return
+    devices = list(tf1.distribute.get_strategy().extended.worker_devices)
+    if len(devices) > 1:
+        raise ValueError(
+            "sok1x table %s is made in a tf.distribute strategy over %d devices of this process "
+            "(%s); sok1x trains one device per process: start one process per device (mpiexec "
+            "-n N, sok1x-run) and give each a strategy of its own device, e.g. "
+            "tf.distribute.MirroredStrategy(['/gpu:0']) with CUDA_VISIBLE_DEVICES set per rank"
+            % (table_name, len(devices), ", ".join(devices)))
+
+
 def table_of(variable):
     """Returns the TableSpec of a sok1x embedding variable, or None for any other variable."""
     return getattr(variable, _TABLE_ATTR, None)

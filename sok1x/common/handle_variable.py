@@ -8,7 +8,7 @@ split_embedding_variable_from_others() and OptimizerScope recognise.
 import numpy as np
 
 from sok1x.graph_ops import embedding_ops, init_ops
-from sok1x.graph_ops.embedding_tag import is_embedding_variable, tag
+from sok1x.graph_ops.embedding_tag import check_one_device, is_embedding_variable, tag
 from sok1x.graph_ops.tf_compat import tf1
 from sok1x.optimizers import guard
 
@@ -24,6 +24,7 @@ def create_handle(layer, table_name, dim, capacity, use_hashtable, init_spec, pl
     # Native optimizers must not touch this variable outside OptimizerScope; the guard that
     # enforces it goes in with the first table, whichever way sok1x was imported.
     guard.install()
+    check_one_device(table_name)
     table = embedding_ops.TableSpec(table_name, dim, capacity, use_hashtable, init_spec,
                                     placement, dynamic)
     if layer is None and tf1.executing_eagerly():
@@ -56,6 +57,7 @@ def create_graph_handle(table, fill=None):
     any control-flow or control-dependency context. Its initializer depends on the Init op and
     runs fill() (when given) once the shard exists."""
     guard.install()
+    check_one_device(table.name)
     gate = init_ops.gate()
     scope, _, leaf = table.name.rpartition("/")
     with tf1.init_scope(), tf1.name_scope(scope + "/" if scope else None):

@@ -90,7 +90,10 @@ def _guarded(apply_gradients):
             wrapper = _twin_wrapper(self, embedding)
             if wrapper is None:
                 raise _unsupported(self, embedding[0])
-            return wrapper.apply_gradients(pairs, *args, **kwargs)
+            # Keras' own order of positional arguments: (grads_and_vars, name, skip_...)
+            options = dict(zip(("name", "skip_gradients_aggregation"), args))
+            options.update(kwargs)
+            return wrapper.apply_gradients(pairs, **options)
         outside = [v for v in embedding if not scope.covers(v)]
         if outside:
             raise _outside_scope(self, outside[0])
@@ -117,7 +120,13 @@ def _twin_wrapper(optimizer, embedding):
         raise _outside_scope(optimizer, outside[0])
     wrapper = getattr(optimizer, "_sok1x_wrapper", None)
     if wrapper is None:
-        wrapper = OptimizerWrapper(optimizer)  # one without a twin is refused, saying why
+        try:
+            wrapper = OptimizerWrapper(optimizer)  # one without a twin is refused, saying why
+        except UnsupportedOptimizerError as error:
+            raise UnsupportedOptimizerError("%s cannot update the sok1x embedding variable %s: %s"
+                                            % (_class_name(optimizer),
+                                               embedding_update.describe(embedding[0]),
+                                               error)) from None
         optimizer._sok1x_wrapper = wrapper
     return wrapper
 

@@ -185,8 +185,12 @@ class OptimizerWrapper:
         sparse = [(g, v) for g, v in pairs if is_embedding_variable(v)]
         results = []
         if sparse:
+            # Never all-reduced over a strategy's replicas: each rank's embedding gradients are
+            # its own shard's rows (under MultiWorkerMirroredStrategy an all-reduce would mix
+            # the ranks' shards), whatever the caller asked of the dense half.
             with OptimizerScope(embedding):
-                results.append(self._twin.apply_gradients(sparse))
+                results.append(self._twin.apply_gradients(
+                    sparse, experimental_aggregate_gradients=False))
         if dense:
             results.append(self._optimizer.apply_gradients(dense, **keras_options))
         if tf1.executing_eagerly():

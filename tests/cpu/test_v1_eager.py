@@ -24,3 +24,21 @@ def test_v1_layers_with_new_keras_optimizers_in_optimizer_scope(ranks):
     skip_before_tensorflow((2, 11), "TF 2.11+ Keras optimizers (tf.keras.optimizers before "
                            "2.11 are the OptimizerV2 ones the other cases train with)")
     run_passing_job(ranks, "dlpack", "v1_eager_job.py", "V1 EAGER OK", "new_keras", timeout=240)
+
+
+def test_new_keras_adam_under_a_multi_worker_strategy_leaves_embedding_gradients_alone():
+    """SOK's MultiWorker DenseDemo with --optimizer adam: under a MultiWorkerMirroredStrategy of
+    one worker per rank, TF 2.11+ Keras Adam in sok.OptimizerScope trains the rows as the
+    reference does (before, its twin all-reduced each rank's shard gradients over the workers
+    and applied the mix)."""
+    skip_before_tensorflow((2, 11), "TF 2.11+ Keras optimizers")
+    run_passing_job(2, "dlpack", "v1_eager_job.py", "V1 EAGER OK", "multiworker", timeout=240)
+
+
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_a_layer_in_a_strategy_of_two_devices_is_refused_naming_its_table(ranks):
+    """sok1x trains one device per process: a v1 layer made in a MirroredStrategy over two
+    devices of one process is refused with the table's name (it would be updated once per
+    device), and the job goes on to make and use a layer outside it."""
+    run_passing_job(ranks, "dlpack", "v1_eager_job.py", "V1 EAGER OK", "two_devices",
+                    timeout=240)

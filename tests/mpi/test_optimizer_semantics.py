@@ -197,8 +197,9 @@ def test_new_keras_optimizer_without_a_twin_is_unsupported(world):
     with tf1.Graph().as_default():
         layer, grad = _embedding_graph()
         with sok1x.OptimizerScope([layer.var]), pytest.raises(UnsupportedOptimizerError,
-                                                              match="Nadam.*legacy"):
+                                                              match="Nadam.*legacy") as raised:
             new_keras.Nadam(0.1).apply_gradients([(grad, layer.var)])
+        assert layer.var.name in str(raised.value), str(raised.value)
 
 
 def test_new_keras_optimizer_in_the_scope_trains_as_its_optimizer_v2_form(world):

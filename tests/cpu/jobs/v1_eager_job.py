@@ -11,7 +11,9 @@ sok.OptimizerScope against the same SGD on the reference's gradient; with the ar
 "new_keras", TF 2.11+ Keras SGD (with a constant rate and with a learning-rate schedule), SGD
 with momentum, Adam and Adamax in sok.OptimizerScope against the same optimizers on the
 reference); the layer and its optimizer made in a one-device
-tf.distribute.MirroredStrategy and stepped by strategy.run train the same.
+tf.distribute.MirroredStrategy and stepped by strategy.run train the same; with the argument
+"multiworker", a TF 2.11+ Keras Adam under a tf.distribute.MultiWorkerMirroredStrategy of one
+worker per rank trains the same (its embedding gradients are not all-reduced over workers).
 """
 import os
 import sys
@@ -95,13 +97,37 @@ def _to_sparse(keys):
                            [flat.shape[0], NNZ])
 
 
-def train(layer_kind, optimizer_kind, compiled, mirrored=False):
+def multi_worker_strategy():
+    """A tf.distribute.MultiWorkerMirroredStrategy with one worker per rank (TF_CONFIG from the
+    rank, as SOK's MultiWorker tutorial sets it; ports rank 0 found free). Made before any
+    other TensorFlow work of the process, as TensorFlow requires."""
+    import json
+    import socket
+    ports = []
+    if RANK == 0:
+        held = [socket.socket() for _ in range(SIZE)]
+        for s in held:
+            s.bind(("localhost", 0))
+        ports = [s.getsockname()[1] for s in held]
+        for s in held:
+            s.close()
+    ports = COMM.bcast(ports, root=0)
+    os.environ["TF_CONFIG"] = json.dumps({
+        "cluster": {"worker": ["localhost:%d" % p for p in ports]},
+        "task": {"type": "worker", "index": RANK}})
+    return tf.distribute.MultiWorkerMirroredStrategy()
+
+
+def train(layer_kind, optimizer_kind, compiled, mirrored=False, strategy=None):
     """Trains one layer (its step a tf.function when `compiled`, else executed eagerly; made and
     run in a one-device tf.distribute.MirroredStrategy when `mirrored`, as SOK's
-    MirroredStrategy tutorials do) and the reference; raises AssertionError where they differ."""
+    MirroredStrategy tutorials do, or in `strategy`) and the reference; raises AssertionError
+    where they differ."""
     maybe_function = tf.function if compiled else (lambda f: f)
-    strategy = tf.distribute.MirroredStrategy(["/cpu:0"]) if mirrored \
-        else tf.distribute.get_strategy()
+    if strategy is None:
+        strategy = tf.distribute.MirroredStrategy(["/cpu:0"]) if mirrored \
+            else tf.distribute.get_strategy()
+    mirrored = mirrored or strategy is not tf.distribute.get_strategy()
     with strategy.scope():
         if layer_kind == "dense":
             layer = sok.All2AllDenseEmbedding(max_vocabulary_size_per_gpu=VOCAB,
@@ -171,7 +197,45 @@ def train(layer_kind, optimizer_kind, compiled, mirrored=False):
                                    layer_kind, optimizer_kind, compiled))
 
 
+def refuse_two_devices():
+    """A v1 layer made in a MirroredStrategy over two devices of this process is refused,
+    naming its table, before any table is made."""
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+    assert sok.Init(global_batch_size=SIZE * LOCAL_BATCH) is None
+    with tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]).scope():
+        try:
+            sok.All2AllDenseEmbedding(max_vocabulary_size_per_gpu=VOCAB, embedding_vec_size=DIM,
+                                      slot_num=SLOTS, nnz_per_slot=NNZ, use_hashtable=False,
+                                      name="two_device_table")
+        except ValueError as error:
+            assert "two_device_table" in str(error) and "over 2 devices" in str(error), error
+        else:
+            raise AssertionError("a layer in a two-device MirroredStrategy was not refused")
+    layer = sok.All2AllDenseEmbedding(max_vocabulary_size_per_gpu=VOCAB, embedding_vec_size=DIM,
+                                      slot_num=SLOTS, nnz_per_slot=NNZ, use_hashtable=False)
+    keys = np.zeros((1, SLOTS, NNZ), np.int64)
+    assert layer(keys, training=False).shape == (1, SLOTS, NNZ, DIM)
+
+
 def main():
+    if "two_devices" in sys.argv[1:]:
+        refuse_two_devices()
+        COMM.Barrier()
+        if RANK == 0:
+            print("V1 EAGER OK")
+        return
+    if "multiworker" in sys.argv[1:]:
+        # TF 2.11+ Keras Adam in OptimizerScope under MultiWorkerMirroredStrategy, as SOK's
+        # MultiWorker DenseDemo: the embedding gradients must not be all-reduced over workers
+        strategy = multi_worker_strategy()
+        with strategy.scope():
+            assert sok.Init(global_batch_size=SIZE * LOCAL_BATCH) is None
+        train("dense", "new_keras_adam", compiled=True, strategy=strategy)
+        COMM.Barrier()
+        if RANK == 0:
+            print("V1 EAGER OK")
+        return
     assert sok.Init(global_batch_size=SIZE * LOCAL_BATCH) is None
     assert sok.num_gpus() == SIZE  # up at once, as SOK's Init executing eagerly
     if "new_keras" in sys.argv[1:]:
