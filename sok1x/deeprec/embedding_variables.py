@@ -148,7 +148,8 @@ def get_embedding_variable(name, embedding_dim, key_dtype=tf1.int64, value_dtype
     regularizer, collections, caching_device, partitioner, custom_getter, constraint,
     steps_to_live, init_data_source, an evict, filter or ckpt option, a storage type, a key
     dtype other than int64/int32, a value dtype other than float32, a bad embedding_dim, or a
-    name already made in this graph; nothing is made then."""
+    name already made in this graph under the same variable scope (a scope with reuse gives
+    that variable back, as tf.get_variable does); nothing is made then."""
     from sok1x.v2.variables import DynamicVariable
     if not isinstance(name, str) or not name:
         raise ValueError("get_embedding_variable: name must be a non-empty string, got %r"
@@ -157,7 +158,7 @@ def get_embedding_variable(name, embedding_dim, key_dtype=tf1.int64, value_dtype
         raise ValueError("get_embedding_variable(%r): embedding_dim must be a positive int, "
                          "got %r" % (name, embedding_dim))
     dtype = _key_dtype(key_dtype, name)
-    if value_dtype is not None and tf1.as_dtype(value_dtype) != tf1.float32:
+    if value_dtype is not None and _as_dtype(value_dtype) != tf1.float32:
         raise ValueError("get_embedding_variable(%r): value_dtype must be float32 (sok1x "
                          "tables are float32), got %r" % (name, value_dtype))
     option = EmbeddingVariableOption() if ev_option is None else ev_option
@@ -170,9 +171,17 @@ def get_embedding_variable(name, embedding_dim, key_dtype=tf1.int64, value_dtype
         raise ValueError("get_embedding_variable(%r): sok1x does not support %s"
                          % (name, "; ".join("%s (%s)" % pair for pair in refused)))
     made = per_graph(tf1.get_default_graph(), "embedding_variables", dict)
-    if name in made:
-        raise ValueError("get_embedding_variable(%r): an EmbeddingVariable of that name already "
-                         "exists in this graph" % (name,))
+    scope = tf1.get_variable_scope()
+    full_name = "%s/%s" % (scope.name, name) if scope.name else name
+    if full_name in made:
+        if scope.reuse:  # True or tf.AUTO_REUSE: DeepRec's variable scopes give it back
+            return made[full_name]
+        raise ValueError("get_embedding_variable(%r): an EmbeddingVariable %s already exists in "
+                         "this graph (a variable_scope with reuse gives it back)"
+                         % (name, full_name))
+    if scope.reuse is True:
+        raise ValueError("get_embedding_variable(%r): no EmbeddingVariable %s exists to reuse "
+                         "(the variable_scope has reuse=True)" % (name, full_name))
     if option.init.initializer is not None:
         initializer = option.init.initializer
     if initializer is None:
@@ -180,9 +189,16 @@ def get_embedding_variable(name, embedding_dim, key_dtype=tf1.int64, value_dtype
     with tf1.device(None):  # the engine holds the rows; the small handle goes where TF puts it
         variable = DynamicVariable(int(embedding_dim), initializer=initializer, var_type="hbm",
                                    name=name, key_type=dtype, trainable=trainable)
-    setattr(variable, _EV_ATTR, name)
-    made[name] = variable
+    setattr(variable, _EV_ATTR, full_name)
+    made[full_name] = variable
     return variable
+
+
+def _as_dtype(value_dtype):
+    try:
+        return tf1.as_dtype(value_dtype)
+    except TypeError:
+        return None  # refused below, naming the variable
 
 
 def is_embedding_variable(value):

@@ -149,6 +149,29 @@ def test_unsupported_options_are_refused_naming_the_variable(kwargs, what):
             get_embedding_variable("ev_refused", 4)
 
 
+def test_variable_scopes_name_embedding_variables_and_reuse_gives_them_back():
+    """As tf.get_variable in DeepRec: one name under two scopes makes two variables; a scope
+    with reuse=True or AUTO_REUSE gives the one made back; reuse=True of a name never made,
+    and the same name again without reuse, are refused naming it."""
+    with tf1.Graph().as_default():
+        with tf1.variable_scope("tower_a"):
+            a = get_embedding_variable("ev_scoped", 4)
+        with tf1.variable_scope("tower_b"):
+            b = get_embedding_variable("ev_scoped", 4)
+        assert a is not b
+        with tf1.variable_scope("tower_a", reuse=True):
+            assert get_embedding_variable("ev_scoped", 4) is a
+            with pytest.raises(ValueError, match="tower_a/ev_never_made.*reuse=True"):
+                get_embedding_variable("ev_never_made", 4)
+        with tf1.variable_scope("tower_b", reuse=tf1.AUTO_REUSE):
+            assert get_embedding_variable("ev_scoped", 4) is b
+        with tf1.variable_scope("tower_a"):
+            with pytest.raises(ValueError, match="tower_a/ev_scoped already exists"):
+                get_embedding_variable("ev_scoped", 4)
+        with pytest.raises(ValueError, match="'ev_dtype'.*value_dtype must be float32"):
+            get_embedding_variable("ev_dtype", 4, value_dtype="not a dtype")
+
+
 def test_a_table_placed_on_one_gpu_is_refused_by_the_group_lookup():
     with tf1.Graph().as_default():
         variable = get_embedding_variable("ev_placed", 4)
