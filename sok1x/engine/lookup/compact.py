@@ -24,7 +24,7 @@ from sok1x.engine.lookup.checks import KEY_DTYPES
 from sok1x.engine.lookup.keyed import keyed_backward, keyed_distinct_forward
 from sok1x.engine.lookup.pooled import (
     PooledInput,
-    check_input,
+    checked_inputs,
     pooled_backward_many,
     pooled_forward_many,
 )
@@ -72,17 +72,7 @@ def compact_forward_many(runtime, tables, op, inputs, training, key_limits=None,
     all), and the state compact_backward_many takes. Raises the step's input errors on every
     rank before any table changes, as pooled_forward_many."""
     backend = runtime.backend
-    inputs = [item._replace(keys=backend.asarray(item.keys),
-                            segment_ids=None if item.segment_ids is None else backend.asarray(
-                                item.segment_ids),
-                            weights=None if item.weights is None else backend.asarray(
-                                item.weights))
-              for item in inputs]
-    error, checks = None, []
-    for table, item in zip(tables, inputs):
-        if error is None:
-            error, more = check_input(table, item)
-            checks += more
+    inputs, error, checks = checked_inputs(backend, tables, inputs)
     candidates = _candidates(inputs, error)
     found = backend.unique_many([inputs[p].keys for p in candidates], ordered=False) \
         if candidates else []
@@ -95,7 +85,7 @@ def compact_forward_many(runtime, tables, op, inputs, training, key_limits=None,
             indices[p] = inverse
     outputs, state = pooled_forward_many(
         runtime, tables, op, items, training, local_error=error, extra_checks=checks,
-        key_limits=key_limits, checked_keys=[item.keys for item in inputs])
+        key_limits=key_limits, checked_keys=[item.keys for item in inputs], inputs_checked=True)
     if not joined:
         return [CompactRows(rows, None if index is None else backend.narrow_indices(index))
                 for rows, index in zip(outputs, indices)], CompactState(state, None)

@@ -78,27 +78,42 @@ def check_input(table, item):
     return None, [(item.segment_ids, segment_check, (0, segments - 1))]
 
 
-def pooled_forward_many(runtime, tables, op, inputs, training, local_error=None,
-                        extra_checks=(), key_limits=None, checked_keys=None):
-    """Collective. inputs: one PooledInput per table. Returns (outputs, state): per table backend
-    float32 [num_segments, dim], and what pooled_backward_many needs. The tables pass in units
-    (lookup/table_group.py): a group's keys are joined, looked up and pooled in one pass. Every
-    input error, on any rank, raises on every rank before any table changes. extra_checks: more
-    (array, check(bounds)) pairs read in the same wait; key_limits: per table None or its number
-    of keys (see key_exchange.check_step_keys); checked_keys: None, or per table the keys whose
-    bounds judge the step (the batch's own, where inputs hold its distinct keys)."""
-    backend = runtime.backend
+def checked_inputs(backend, tables, inputs, error=None, checks=()):
+    """Returns (inputs, error, checks): the PooledInputs (one per table) with their arrays on
+    the backend, `error` or else the first input error, and `checks` with each input's bound
+    checks (read in the step's wait) up to that error."""
     inputs = [item._replace(keys=backend.asarray(item.keys),
                             segment_ids=None if item.segment_ids is None else backend.asarray(
                                 item.segment_ids),
                             weights=None if item.weights is None else backend.asarray(
                                 item.weights))
               for item in inputs]
-    error, checks = local_error, list(extra_checks)
+    checks = list(checks)
     for table, item in zip(tables, inputs):
         if error is None:
             error, more = check_input(table, item)
             checks += more
+    return inputs, error, checks
+
+
+def pooled_forward_many(runtime, tables, op, inputs, training, local_error=None,
+                        extra_checks=(), key_limits=None, checked_keys=None,
+                        inputs_checked=False):
+    """Collective. inputs: one PooledInput per table. Returns (outputs, state): per table backend
+    float32 [num_segments, dim], and what pooled_backward_many needs. The tables pass in units
+    (lookup/table_group.py): a group's keys are joined, looked up and pooled in one pass. Every
+    input error, on any rank, raises on every rank before any table changes. extra_checks: more
+    (array, check(bounds)) pairs read in the same wait; key_limits: per table None or its number
+    of keys (see key_exchange.check_step_keys); checked_keys: None, or per table the keys whose
+    bounds judge the step (the batch's own, where inputs hold its distinct keys);
+    inputs_checked: the caller made them with checked_inputs, whose error and checks it passes
+    as local_error and extra_checks."""
+    backend = runtime.backend
+    if inputs_checked:
+        error, checks = local_error, list(extra_checks)
+    else:
+        inputs, error, checks = checked_inputs(backend, tables, inputs, local_error,
+                                               extra_checks)
     key_check = None
     if error is None:  # judged with the distinct-key counts, in one wait
         key_check = start_key_checks(runtime, tables, checked_keys or [
