@@ -29,12 +29,11 @@ Compile errors raise KernelCompileError with the nvcc command, its output and th
 import hashlib
 import os
 import shutil
-import stat
 import subprocess
 import tempfile
 import threading
-import warnings
 
+from sok1x.common import private_cache
 from sok1x.errors import Sok1xError
 
 KERNEL_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -43,7 +42,6 @@ _CACHE_MAGIC = b"sok1x-cubin-v1\n"
 _lock = threading.RLock()
 _nvcc_facts = {}
 _modules = {}
-_refused_folders = set()  # warned about once per process
 
 
 class KernelCompileError(Sok1xError):
@@ -114,38 +112,8 @@ def cache_folder():
     """Returns the versioned disk cache folder, or None when SOK1X_KERNEL_CACHE=0."""
     if os.environ.get("SOK1X_KERNEL_CACHE", "1").strip().lower() in ("0", "false", "no", "off"):
         return None
-    root = os.environ.get("SOK1X_KERNEL_CACHE_DIR")
-    if not root:
-        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-        root = os.path.join(base, "sok1x", "kernels")
+    root = os.environ.get("SOK1X_KERNEL_CACHE_DIR") or private_cache.cache_root("kernels")
     return os.path.join(root, package_version())
-
-
-def _not_private(path, status):
-    """Returns why a file or folder with os.stat() `status` may not feed the cache, or None."""
-    if status.st_uid != os.getuid():
-        return "%s belongs to user %d, not to this user (%d)" % (path, status.st_uid,
-                                                                os.getuid())
-    if status.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        return "%s can be written by other users (mode %03o)" % (
-            path, stat.S_IMODE(status.st_mode))
-    return None
-
-
-def _make_private_folders(folder):
-    """Creates `folder` and its missing parents with mode 0700 (the umask can only narrow it)."""
-    missing = []
-    while folder and not os.path.isdir(folder):
-        missing.append(folder)
-        parent = os.path.dirname(folder)
-        if parent == folder:
-            break
-        folder = parent
-    for path in reversed(missing):
-        try:
-            os.mkdir(path, 0o700)
-        except FileExistsError:
-            pass
 
 
 def private_cache_folder():
@@ -155,26 +123,10 @@ def private_cache_folder():
     folder = cache_folder()
     if folder is None:
         return None
-    try:
-        _make_private_folders(folder)
-        reasons = [_not_private(path, os.stat(path)) for path in (os.path.dirname(folder),
-                                                                  folder)]
-    except OSError:
-        return None  # not usable: only the write is lost, as before
-    reasons = [reason for reason in reasons if reason]
-    if not reasons:
-        return folder
-    with _lock:
-        first = folder not in _refused_folders
-        _refused_folders.add(folder)
-    if first:
-        warnings.warn(
-            "sok1x does not use the kernel cache folder %s: %s. Kernels it held would be loaded "
-            "into this job, so it must be a folder only you can write; kernels are compiled in "
-            "memory instead. Make it yours with `chmod 700` (and chown), point "
-            "SOK1X_KERNEL_CACHE_DIR at a private folder, or set SOK1X_KERNEL_CACHE=0." % (
-                folder, "; ".join(reasons)), RuntimeWarning, stacklevel=3)
-    return None
+    return private_cache.private_folder(
+        folder, "Kernels it held", "kernels are compiled in memory instead",
+        "point SOK1X_KERNEL_CACHE_DIR at a private folder, or set SOK1X_KERNEL_CACHE=0",
+        stacklevel=4)
 
 
 def _read_text(name):
@@ -200,7 +152,7 @@ def _cache_read(path):
     """Returns the cubin stored at path, or None if absent, unreadable or corrupt."""
     try:
         with open(path, "rb") as handle:
-            if _not_private(path, os.fstat(handle.fileno())):
+            if private_cache.not_private(path, os.fstat(handle.fileno())):
                 return None
             blob = handle.read()
     except OSError:

@@ -12,6 +12,7 @@ import warnings
 import pytest
 
 from sok1x import cuda_kernels
+from sok1x.common import private_cache
 from sok1x.cuda_kernels import compiler
 
 CHECKOUT_KERNELS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
@@ -126,7 +127,7 @@ def cache_root(tmp_path, monkeypatch):
     """A cache root that does not exist yet, under a folder only this user can write."""
     monkeypatch.setenv("SOK1X_KERNEL_CACHE", "1")
     monkeypatch.setenv("SOK1X_KERNEL_CACHE_DIR", str(tmp_path / "shared" / "kernels"))
-    monkeypatch.setattr(compiler, "_refused_folders", set())
+    monkeypatch.setattr(private_cache, "_refused", set())
     return tmp_path / "shared" / "kernels"
 
 
