@@ -101,8 +101,14 @@ The seam to a framework (graph_ops/boundary.py, DESIGN D1):
     from_dlpack(capsule) -> array       read a framework's tensor in place (consumes the capsule)
     to_dlpack(array) -> capsule         hand an array to a framework without a copy
     exportable(array) -> array          the array as to_dlpack hands it over uncopied (aligned)
-    wait_for_framework()                order sok1x's work after the framework's queued work
-    release_to_framework()              order the framework's later work after sok1x's
+    wait_for_framework(stream=0)        order sok1x's work after the framework's queued work (on
+                                        `stream`, a framework's CUstream; cpu: nothing to order)
+    release_to_framework(stream=0)      order the framework's later work after sok1x's
+    borrow(address, shape, dtype, owner)   an array over a framework's memory at an address (its
+                                        TensorFlow kernel's inputs), `owner` kept alive with it
+    address_of(array) -> int            where an array's first element lies
+    memory_device(address) -> int or None   the GPU whose memory an address is (cpu: None)
+    device_ordinal() -> int or None     the GPU sok1x runs on (cpu: None)
     upload_staged(host) / download_staged(array)   host staging (page-locked buffers on cuda)
 
 Bulk host <-> device moves (checkpoints, engine/checkpoint*.py):

@@ -27,6 +27,7 @@ DEVICE_CUDA_HOST = 3
 
 _CODES = {"i": 0, "u": 1, "f": 2}
 _KINDS = {code: kind for kind, code in _CODES.items()}
+BOOL_CODE = 6  # DLPack's kDLBool (one byte a value)
 
 # A DLManagedTensor, read and written whole with one struct call (a crossing of the seam reads or
 # writes one per tensor, and ctypes' Structure fields cost a microsecond each): DLTensor (data,
@@ -80,12 +81,26 @@ def numpy_dtype(code, bits, lanes=1):
     found = _DTYPES.get((code, bits)) if lanes == 1 else None
     if found is not None:
         return found
+    if int(code) == BOOL_CODE and int(bits) == 8 and int(lanes) == 1:
+        found = _DTYPES[(code, bits)] = np.dtype(np.bool_)
+        return found
     kind = _KINDS.get(int(code))
     if kind is None or int(lanes) != 1 or int(bits) % 8:
         raise TypeError("DLPack dtype (code %d, bits %d, lanes %d) is not supported; sok1x "
                         "takes int, uint and float tensors" % (code, bits, lanes))
     found = _DTYPES[(code, bits)] = np.dtype("%s%d" % (kind, int(bits) // 8))
     return found
+
+
+def type_code(dtype):
+    """Returns the DLPack (code, bits) of a NumPy dtype; raises TypeError for one sok1x lacks."""
+    dtype = np.dtype(dtype)
+    if dtype == np.bool_:
+        return BOOL_CODE, 8
+    code = _CODES.get(dtype.kind)
+    if code is None:
+        raise TypeError("dtype %s has no DLPack code sok1x uses" % dtype)
+    return code, dtype.itemsize * 8
 
 
 class ImportedTensor:

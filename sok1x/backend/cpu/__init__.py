@@ -475,12 +475,12 @@ def scatter_add_rows(table, rows, values):
 
 
 class _HostMemory:
-    """Exposes an imported DLPack tensor's memory to NumPy and keeps the tensor alive."""
+    """Exposes host memory a framework owns to NumPy and keeps `owner` (what frees it) alive."""
 
-    def __init__(self, imported):
-        self._imported = imported
-        self.__array_interface__ = {"data": (imported.address, False), "shape": imported.shape,
-                                    "typestr": imported.dtype.str, "version": 3}
+    def __init__(self, address, shape, dtype, owner):
+        self._owner = owner
+        self.__array_interface__ = {"data": (address, False), "shape": tuple(shape),
+                                    "typestr": np.dtype(dtype).str, "version": 3}
 
 
 def from_dlpack(capsule):
@@ -492,7 +492,30 @@ def from_dlpack(capsule):
         raise TypeError("the cpu backend takes host tensors; this DLPack tensor is on device "
                         "type %d (place the op on the CPU, or use the cuda backend)"
                         % imported.device_type)
-    return np.asarray(_HostMemory(imported))
+    return np.asarray(_HostMemory(imported.address, imported.shape, imported.dtype, imported))
+
+
+def borrow(address, shape, dtype, owner=None):
+    """Returns a NumPy array over C-contiguous host memory a framework owns at `address` (0 for
+    no elements), read and written in place; `owner` lives as long as the array."""
+    if not address:
+        return np.zeros(shape, dtype)
+    return np.asarray(_HostMemory(address, shape, dtype, owner))
+
+
+def address_of(array):
+    """The address of an array's first element."""
+    return np.asarray(array).__array_interface__["data"][0]
+
+
+def memory_device(address):
+    """None: the cpu backend reads host memory only."""
+    return None
+
+
+def device_ordinal():
+    """None: the cpu backend runs on no GPU."""
+    return None
 
 
 _ALIGNMENT = 64  # TensorFlow refuses (aborts on) tensors whose data is not 64-byte aligned
@@ -520,11 +543,11 @@ def to_dlpack(array):
                                  0, array)
 
 
-def wait_for_framework():
+def wait_for_framework(stream=0):
     """Nothing to order on the host: the framework's inputs are complete when it calls."""
 
 
-def release_to_framework():
+def release_to_framework(stream=0):
     """Nothing to order on the host: the outputs are complete when an op returns."""
 
 

@@ -515,15 +515,42 @@ def to_dlpack(array):
 
 
 @uses_context
-def wait_for_framework():
-    """Orders sok1x's stream after the framework's queued work (no host wait)."""
-    cuda_context.order_after_default_stream()
+def wait_for_framework(stream=0):
+    """Orders sok1x's stream after the framework's queued work (no host wait): after `stream`, a
+    framework's CUstream as an int, or by default the default stream."""
+    cuda_context.order_after_default_stream(stream)
 
 
 @uses_context
-def release_to_framework():
-    """Orders the framework's later work after sok1x's queued work (no host wait)."""
-    cuda_context.order_default_stream_after()
+def release_to_framework(stream=0):
+    """Orders the framework's later work after sok1x's queued work (no host wait): on `stream`,
+    a framework's CUstream as an int, or by default the default stream."""
+    cuda_context.order_default_stream_after(stream)
+
+
+@uses_context
+def borrow(address, shape, dtype, owner=None):
+    """Returns a GPUArray over C-contiguous device memory a framework owns at `address` (0 for
+    no elements), read and written in place; `owner` lives as long as the array."""
+    if not address:
+        return _pooled_empty(shape, dtype)
+    return wrap(tuple(shape), dtype, int(address), base=owner)
+
+
+def address_of(array):
+    """The device address of a GPUArray's first element (0 when it has none)."""
+    return ptr(array)
+
+
+def device_ordinal():
+    """The ordinal of the GPU sok1x runs on."""
+    return cuda_context.device_ordinal()
+
+
+@uses_context
+def memory_device(address):
+    """The ordinal of the GPU whose memory `address` is, or None for any other address."""
+    return cuda_context.device_of(int(address))
 
 
 @memoised_per_context

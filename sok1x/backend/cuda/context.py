@@ -23,10 +23,12 @@ current and pops it again on the way out.
                                back with no current context); held_blocks, free_held()
     visible_device_count()     GPUs this process sees (before activate)
     foreign_block(imported)    a pointer holder for memory another framework owns (DLPack)
-    order_after_default_stream()   sok1x's stream waits for work queued before on the default
-                               stream, and so on every blocking stream (TensorFlow's)
-    order_default_stream_after()   the default stream, and every blocking stream after it, waits
-                               for work queued so far on sok1x's stream
+    order_after_default_stream(stream)   sok1x's stream waits for work queued before on
+                               `stream` (a framework's CUstream), by default the default stream,
+                               and so on every blocking stream (TensorFlow's Python ops)
+    order_default_stream_after(stream)   `stream` (by default the default stream, and every
+                               blocking stream after it) waits for work queued so far on sok1x's
+    device_of(address)         the GPU ordinal of device memory, None for any other address
     device_ordinal(), is_active(), context()
     release()                  wait for the stream, free the pool's held blocks, forget it all
 
@@ -274,7 +276,9 @@ def _driver_api():
     for name, argtypes in (("cuEventCreate", [ctypes.POINTER(ctypes.c_void_p), ctypes.c_uint]),
                            ("cuEventRecord", [ctypes.c_void_p, ctypes.c_void_p]),
                            ("cuStreamWaitEvent", [ctypes.c_void_p, ctypes.c_void_p,
-                                                  ctypes.c_uint])):
+                                                  ctypes.c_uint]),
+                           ("cuPointerGetAttribute", [ctypes.c_void_p, ctypes.c_int,
+                                                      ctypes.c_void_p])):
         getattr(library, name).argtypes = argtypes
         getattr(library, name).restype = ctypes.c_int
     return library
@@ -301,24 +305,47 @@ def _event(name):
     return events[name]
 
 
-def order_after_default_stream():
-    """Makes sok1x's stream wait (on the GPU, no host wait) for everything queued before on the
-    default stream, which itself waits for the blocking streams TensorFlow queues on: a
-    framework's tensors are complete before sok1x's kernels read them. Call inside entered()."""
+def order_after_default_stream(stream=_LEGACY_STREAM):
+    """Makes sok1x's stream wait (on the GPU, no host wait) for everything queued before on
+    `stream`, a framework's CUstream as an int (default: the default stream, which itself waits
+    for the blocking streams TensorFlow's Python ops queue on): a framework's tensors are
+    complete before sok1x's kernels read them. Call inside entered()."""
     api = _driver_api()
     event = _event("framework_ready")
-    _checked(api.cuEventRecord(event, _LEGACY_STREAM), "cuEventRecord")
+    _checked(api.cuEventRecord(event, stream), "cuEventRecord")
     _checked(api.cuStreamWaitEvent(stream_handle(), event, 0), "cuStreamWaitEvent")
 
 
-def order_default_stream_after():
-    """Makes the default stream (and so every blocking stream after it) wait, on the GPU, for the
-    work queued so far on sok1x's stream: a framework reading sok1x's outputs reads them
-    complete. Call inside entered()."""
+def order_default_stream_after(stream=_LEGACY_STREAM):
+    """Makes `stream` (default: the default stream, and so every blocking stream after it) wait,
+    on the GPU, for the work queued so far on sok1x's stream: a framework reading sok1x's
+    outputs reads them complete. Call inside entered()."""
     api = _driver_api()
     event = _event("outputs_ready")
     _checked(api.cuEventRecord(event, stream_handle()), "cuEventRecord")
-    _checked(api.cuStreamWaitEvent(_LEGACY_STREAM, event, 0), "cuStreamWaitEvent")
+    _checked(api.cuStreamWaitEvent(stream, event, 0), "cuStreamWaitEvent")
+
+
+_POINTER_DEVICE_ORDINAL = 9  # CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
+_POINTER_MEMORY_TYPE = 2  # CU_POINTER_ATTRIBUTE_MEMORY_TYPE
+_MEMORY_DEVICE = 2  # CU_MEMORYTYPE_DEVICE
+
+
+def device_of(address):
+    """The ordinal of the GPU whose memory `address` is, or None for memory that is not a GPU's
+    (host memory, or an address the driver does not know). Call inside entered()."""
+    import ctypes
+    api = _driver_api()
+    memory_type, ordinal = ctypes.c_uint(0), ctypes.c_int(-1)
+    if api.cuPointerGetAttribute(ctypes.byref(memory_type), _POINTER_MEMORY_TYPE,
+                                 ctypes.c_void_p(address)) != 0:
+        return None
+    if memory_type.value != _MEMORY_DEVICE:
+        return None
+    if api.cuPointerGetAttribute(ctypes.byref(ordinal), _POINTER_DEVICE_ORDINAL,
+                                 ctypes.c_void_p(address)) != 0:
+        return None
+    return ordinal.value
 
 
 def allocate(nbytes):
