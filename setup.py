@@ -36,11 +36,12 @@ setup(
     python_requires=">=3.7",
     packages=list(PACKAGES),
     package_dir=PACKAGES,
-    package_data={"sok1x.cuda_kernels": ["*.cu", "*.cuh"]},
+    package_data={"sok1x.cuda_kernels": ["*.cu", "*.cuh"], "sok1x.graph_ops": ["*.cc"]},
     install_requires=["numpy>=1.17", "mpi4py>=3"],
     extras_require={
         "gpu": ["pycuda"],
         "test": ["pytest", "pytest-timeout", "vermin"],
     },
-    entry_points={"console_scripts": ["sok1x-run = sok1x.launch.runner:main"]},
+    entry_points={"console_scripts": ["sok1x-run = sok1x.launch.runner:main",
+                                      "sok1x-build-ops = sok1x.graph_ops.op_library:main"]},
 )

@@ -1,53 +1,147 @@
 """The seam between TensorFlow and the engine (DESIGN D1): the one place where a step's tensors
-cross to sok1x and back. Every per-step graph op (lookups, their gradients, table updates) is
-made here by engine_op(); nothing else converts tensors.
+cross to sok1x and back. Every per-step graph op (lookups, their gradients, table updates, the
+dense collectives, the tickers) is made here by engine_op() or host_op(); nothing else converts
+tensors.
 
-Two paths, chosen once when an op is built:
+Three paths, chosen once when an op is built:
 
-    zero-copy (TensorFlow >= 2.2)   a tf.py_function. Each input tensor crosses as a DLPack capsule
-                                    that the backend reads in place (a GPU tensor stays on the
-                                    GPU); outputs cross back as capsules TensorFlow adopts.
-    host staging (TensorFlow 1.15)  a tf.compat.v1.py_func, which hands over NumPy arrays. On cuda
-                                    they go through page-locked buffers kept across steps, one
-                                    asynchronous copy each way on the engine's stream.
+    kernels (every TensorFlow,      the op Sok1xEngineCall of sok1x's op library, compiled
+    graph mode; the default)        against the installed TensorFlow (graph_ops/op_library.py).
+                                    Its CPU and GPU kernels hand the engine TensorFlow's own
+                                    buffers and, on GPU, the op's CUDA stream; the engine's
+                                    arrays become the outputs (sok1x/engine/kernel_calls.py).
+    zero-copy (TensorFlow >= 2.2,   a tf.py_function. Each input tensor crosses as a DLPack
+    eagerly, or without kernels)    capsule that the backend reads in place (a GPU tensor stays
+                                    on the GPU); outputs cross back as capsules TensorFlow adopts.
+    host staging (TensorFlow 1.15   a tf.compat.v1.py_func, which hands over NumPy arrays. On
+    without kernels)                cuda they go through page-locked buffers kept across steps,
+                                    one asynchronous copy each way on the engine's stream.
 
-SOK1X_SEAM=dlpack or =host forces one (the tests run both on the TensorFlow they have).
+SOK1X_SEAM=kernels, =dlpack or =host forces one (the tests run each on the TensorFlow they
+have). Executing eagerly there is no op to build: the function runs at once (_call_now).
 
-Stream order on cuda: TensorFlow queues its kernels on its own (blocking) streams, sok1x on its
-stream. Before the engine reads an input, backend.wait_for_framework() makes sok1x's stream wait
-on the GPU for the work queued before; before outputs go back, backend.release_to_framework()
-makes TensorFlow's later work wait for sok1x's. Neither waits on the host.
+Stream order on cuda: TensorFlow queues its kernels on its own streams, sok1x on its stream.
+Before the engine reads an input, backend.wait_for_framework() makes sok1x's stream wait on the
+GPU for the work queued before (on the kernel's own stream, or the default stream); before
+outputs go back, backend.release_to_framework() makes TensorFlow's later work wait for sok1x's.
+Neither waits on the host.
 """
 import os
+import sys
 
 import numpy as np
 
-from sok1x.engine import runtime
-from sok1x.graph_ops import tf_compat
+from sok1x.engine import kernel_calls, runtime
+from sok1x.graph_ops import op_library, tf_compat
+from sok1x.graph_ops.graph_state import per_graph
 from sok1x.graph_ops.tf_compat import tf1
 
 SEAM_ENV = "SOK1X_SEAM"
-ZERO_COPY, HOST_STAGING = "dlpack", "host"
-_OP_TYPES = {ZERO_COPY: "EagerPyFunc", HOST_STAGING: "PyFunc"}
+KERNELS, ZERO_COPY, HOST_STAGING = "kernels", "dlpack", "host"
+PATHS = (KERNELS, ZERO_COPY, HOST_STAGING)
+KERNEL_OP = "Sok1xEngineCall"
+_OP_TYPES = {KERNELS: KERNEL_OP, ZERO_COPY: "EagerPyFunc", HOST_STAGING: "PyFunc"}
+_KERNEL_GRADIENT = "%s@kernels"  # the name a gradient is registered under for kernel ops
 
 
 def seam_path():
-    """Returns ZERO_COPY where TensorFlow has DLPack, else HOST_STAGING, unless SOK1X_SEAM forces
-    one; raises ValueError for a value it does not know or dlpack on a TensorFlow without it."""
+    """Returns KERNELS where sok1x's op library can be had (built on first use), else ZERO_COPY
+    where TensorFlow has DLPack, else HOST_STAGING, unless SOK1X_SEAM forces one; raises
+    ValueError for a value it does not know, or a forced path this TensorFlow cannot take."""
     forced = os.environ.get(SEAM_ENV, "").strip().lower()
-    if forced not in ("", ZERO_COPY, HOST_STAGING):
-        raise ValueError("%s=%r: use %r or %r" % (SEAM_ENV, forced, ZERO_COPY, HOST_STAGING))
+    if forced not in ("",) + PATHS:
+        raise ValueError("%s=%r: use %s" % (SEAM_ENV, forced, ", ".join(map(repr, PATHS))))
     if forced == ZERO_COPY and not tf_compat.HAS_DLPACK:
         raise ValueError("%s=dlpack, but TensorFlow %s has no DLPack (2.2 or newer has); use "
                          "%s=host" % (SEAM_ENV, ".".join(map(str, tf_compat.VERSION)), SEAM_ENV))
+    if forced == KERNELS and not op_library.available():
+        raise ValueError("%s=kernels, but sok1x's op library cannot be had: %s"
+                         % (SEAM_ENV, op_library.reason()))
     if forced:
         return forced
+    if op_library.available():
+        return KERNELS
     return ZERO_COPY if tf_compat.HAS_DLPACK else HOST_STAGING
+
+
+def eager_path(path):
+    """The path of a call made eagerly, where there is no graph op: DLPack where TensorFlow has
+    it, else host staging (a forced SOK1X_SEAM=host stays host)."""
+    if path == KERNELS:
+        return ZERO_COPY if tf_compat.HAS_DLPACK else HOST_STAGING
+    return path
 
 
 def op_type(path=None):
     """The TensorFlow op type engine_op makes on `path` (for gradient_override_map)."""
     return _OP_TYPES[path or seam_path()]
+
+
+def describe(path=None):
+    """One line saying how this process's graph ops cross (what sok1x.Init says)."""
+    path = path or seam_path()
+    if path == KERNELS:
+        loaded = op_library.load()
+        return "graph ops run as sok1x's TensorFlow kernels (%s%s)" % (
+            loaded.path, "" if loaded.gpu_stream else "; GPU kernels order by the default stream")
+    why = "" if os.environ.get(SEAM_ENV) else ": %s" % op_library.reason()
+    return "graph ops cross by %s%s" % (
+        "DLPack (tf.py_function)" if path == ZERO_COPY else "host staging (tf.py_func)", why)
+
+
+_announced = []
+
+
+def announce():
+    """Writes, once per process and on rank 0 only, the line saying how the job's graph ops
+    cross (sok1x.Init and sok1x.init call it once sok1x is up; SOK1X_QUIET=1 leaves it out)."""
+    if _announced or not runtime.is_initialized():
+        return
+    _announced.append(True)
+    rt = runtime.get()
+    if rt.rank != 0 or os.environ.get("SOK1X_QUIET", "").strip() in ("1", "true", "yes"):
+        return
+    sys.stderr.write("sok1x: %d rank(s) on the %s backend; %s\n" % (rt.size, rt.backend.NAME,
+                                                                     describe()))
+    sys.stderr.flush()
+
+
+def register_gradient(name):
+    """Decorator: registers gradient function fn(op, *grads) as `name` for sok1x's ops on every
+    path. A kernel op takes its device inputs and outputs before its host ones; fn sees the op's
+    inputs and outputs in engine_op's order all the same, and returns its input gradients so."""
+    def register(function):
+        tf1.RegisterGradient(name)(function)
+        tf1.RegisterGradient(_KERNEL_GRADIENT % name)(_in_call_order(function))
+        return function
+    return register
+
+
+class _OpInCallOrder:
+    """A kernel op whose inputs and outputs read in engine_op's order (else as the op)."""
+
+    def __init__(self, op, call):
+        self._op = op
+        inputs, outputs = [None] * len(op.inputs), [None] * len(op.outputs)
+        for k, i in enumerate(call.input_order):
+            inputs[i] = op.inputs[k]
+        for k, i in enumerate(call.output_order):
+            outputs[i] = op.outputs[k]
+        self.inputs, self.outputs = inputs, outputs
+
+    def __getattr__(self, name):
+        return getattr(self._op, name)
+
+
+def _in_call_order(function):
+    def gradient(op, *grads):
+        call = kernel_calls.call_of(op.get_attr("function"))
+        ordered = [None] * len(grads)
+        for k, i in enumerate(call.output_order):
+            ordered[i] = grads[k]
+        result = list(function(_OpInCallOrder(op, call), *ordered))
+        return [result[i] for i in call.input_order]
+    return gradient
 
 
 def _is_on_gpu(tensor):
@@ -114,7 +208,7 @@ def _call_now(path, function, inputs, dtypes, host_positions, prepare, unread):
         prepare()
     backend = runtime.get().backend
     tensors = [tf1.convert_to_tensor(t) for t in inputs]
-    arrays = _inputs_to_engine(path, backend, tensors, host_positions, unread)
+    arrays = _inputs_to_engine(eager_path(path), backend, tensors, host_positions, unread)
     backend.wait_for_framework()
     results = function(*arrays)
     backend.release_to_framework()
@@ -124,7 +218,7 @@ def _call_now(path, function, inputs, dtypes, host_positions, prepare, unread):
 
 
 def engine_op(function, inputs, output_dtypes, name, gradient=None, host_inputs=(),
-              prepare=None, unread_inputs=()):
+              prepare=None, unread_inputs=(), host_outputs=()):
     """Returns the outputs of a new op that runs `function` in the engine.
 
     function(*arrays) takes backend arrays (NumPy on cpu, device arrays on cuda) and returns one
@@ -134,13 +228,20 @@ def engine_op(function, inputs, output_dtypes, name, gradient=None, host_inputs=
     makes tables). gradient: the name of a registered gradient for this op (graph mode; executing
     eagerly the function runs at once, and a gradient comes from tf.custom_gradient).
     unread_inputs: positions of inputs the function does not read (a lookup's handle variables,
-    there for the gradient): they do not cross, and the function gets None."""
+    there for the gradient): they do not cross, and the function gets None. host_outputs:
+    positions of outputs that are host values (a token, counts: on a GPU the kernel gives them
+    in host memory)."""
     path = seam_path()
     single = not isinstance(output_dtypes, (list, tuple))
     dtypes = [tf1.as_dtype(d) for d in ([output_dtypes] if single else output_dtypes)]
     host_positions, unread = frozenset(host_inputs), frozenset(unread_inputs)
     if tf1.executing_eagerly():
         outputs = _call_now(path, function, inputs, dtypes, host_positions, prepare, unread)
+        return outputs[0] if single else outputs
+
+    if path == KERNELS:
+        outputs = _kernel_op(function, inputs, output_dtypes, name, gradient, host_positions,
+                             frozenset(host_outputs), prepare, unread)
         return outputs[0] if single else outputs
 
     def finish(backend, results, convert):
@@ -173,4 +274,56 @@ def engine_op(function, inputs, output_dtypes, name, gradient=None, host_inputs=
     graph = tf1.get_default_graph()
     with graph.gradient_override_map({op_type(path): gradient} if gradient else {}):
         outputs = make(run, list(inputs), dtypes, name)
+    return outputs[0] if single else outputs
+
+
+def _kernel_op(function, inputs, output_dtypes, name, gradient, host_positions, host_outputs,
+               prepare, unread):
+    """engine_op's kernel path: one Sok1xEngineCall op; returns its outputs in engine_op's
+    order."""
+    single = not isinstance(output_dtypes, (list, tuple))
+    dtypes = [tf1.as_dtype(d) for d in ([output_dtypes] if single else output_dtypes)]
+    kinds = ["unread" if i in unread else "host" if i in host_positions else "device"
+             for i in range(len(inputs))]
+    output_kinds = ["host" if i in host_outputs else "device" for i in range(len(dtypes))]
+    call = kernel_calls.KernelCall(
+        function, kinds, output_kinds,
+        dtypes[0].as_numpy_dtype if single else [d.as_numpy_dtype for d in dtypes], name,
+        prepare)
+    graph = tf1.get_default_graph()
+    per_graph(graph, "kernel_calls", list).append(call)  # the registry holds it weakly
+    tensors = [tf1.convert_to_tensor(t) for t in inputs]
+    device_inputs = [tensors[i] for i, k in zip(call.input_order, call.input_kinds)
+                     if k != "host"]
+    host_inputs = [tensors[i] for i, k in zip(call.input_order, call.input_kinds) if k == "host"]
+    ops = op_library.load().ops
+    overrides = {KERNEL_OP: _KERNEL_GRADIENT % gradient} if gradient else {}
+    with graph.gradient_override_map(overrides):
+        device_outputs, host_outputs_ = ops.sok1x_engine_call(
+            device_inputs=device_inputs, host_inputs=host_inputs,
+            Tout=[dtypes[i] for i, k in zip(call.output_order, call.output_kinds)
+                  if k == "device"],
+            Thost_out=[dtypes[i] for i, k in zip(call.output_order, call.output_kinds)
+                       if k == "host"],
+            function=kernel_calls.register(call), name=name)
+    outputs = [None] * len(dtypes)
+    for i, tensor in zip(call.output_order, list(device_outputs) + list(host_outputs_)):
+        outputs[i] = tensor
+    return outputs
+
+
+def host_op(function, inputs, output_dtypes, name, gradient=None):
+    """Returns the outputs of a new op running `function` on host NumPy values and returning
+    host values (a tower's ticker, a table's flags, work the engine does on the host): on the
+    kernel path a Sok1xEngineCall op whose every input and output is in host memory, else a
+    py_func. gradient: a name registered with register_gradient. Graph mode only."""
+    if seam_path() != KERNELS:
+        with tf1.get_default_graph().gradient_override_map(
+                {"PyFunc": gradient} if gradient else {}):
+            return tf_compat.py_func(function, inputs, output_dtypes, name)
+    single = not isinstance(output_dtypes, (list, tuple))
+    count = 1 if single else len(output_dtypes)
+    outputs = _kernel_op(function, inputs, output_dtypes, name, gradient,
+                         frozenset(range(len(inputs))), frozenset(range(count)), None,
+                         frozenset())
     return outputs[0] if single else outputs

@@ -5,10 +5,10 @@ import numpy as np
 
 from sok1x.engine import api
 from sok1x.errors import Sok1xError
-from sok1x.graph_ops import init_ops, ordering
+from sok1x.graph_ops import boundary, init_ops, ordering
 from sok1x.graph_ops.embedding_ops import is_embedding_gradient
 from sok1x.graph_ops.embedding_tag import is_embedding_variable
-from sok1x.graph_ops.tf_compat import py_func, tf1
+from sok1x.graph_ops.tf_compat import tf1
 
 
 def _dense(tensor, position):
@@ -42,8 +42,8 @@ def allreduce(tensors, average=True, name="sok1x_allreduce"):
             def run(*arrays):
                 ensure_up()
                 return api.allreduce(op_id, list(arrays), average)
-            outputs = py_func(run, group, [dtype] * len(group),
-                              name="%s_%s" % (name, dtype.name))
+            outputs = boundary.host_op(run, group, [dtype] * len(group),
+                                       "%s_%s" % (name, dtype.name))
             for out, src in zip(outputs, group):
                 out.set_shape(src.shape)
             return outputs, outputs[0].op
@@ -69,7 +69,8 @@ def broadcast_variables(variables, root_rank=0, name="sok1x_broadcast"):
                 ensure_up()
                 return [np.asarray(a) for a in api.broadcast(op_id, list(arrays), root_rank)]
             values = [v.read_value() if hasattr(v, "read_value") else v for v in variables]
-            outputs = py_func(run, values, [v.dtype.base_dtype for v in variables], name=name)
+            outputs = boundary.host_op(run, values, [v.dtype.base_dtype for v in variables],
+                                       name)
             for out, v in zip(outputs, variables):
                 out.set_shape(v.shape)
             return outputs, outputs[0].op

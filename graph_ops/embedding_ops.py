@@ -167,12 +167,12 @@ def is_embedding_gradient(gradient):
     return op is not None and op.name in _backward_ops(op.graph)
 
 
-@tf1.RegisterGradient(_DENSE_GRAD)
+@boundary.register_gradient(_DENSE_GRAD)
 def _dense_lookup_grad(op, grad, _token_grad):
     return [None, _backward(op, grad, api.dense_lookup_grad, op.name.split("/")[-1] + "_grad")]
 
 
-@tf1.RegisterGradient(_SPARSE_GRAD)
+@boundary.register_gradient(_SPARSE_GRAD)
 def _sparse_lookup_grad(op, grad, _token_grad):
     slices = _backward(op, grad, api.sparse_lookup_grad, op.name.split("/")[-1] + "_grad")
     return [None, None, None, slices]
@@ -211,7 +211,8 @@ def dense_lookup(table, handle, keys, training, row_shape, name):
             vectors, token = boundary.engine_op(run_of(op_id), [keys, handle_value],
                                                 [tf1.float32, tf1.int64], name,
                                                 gradient=gradient, unread_inputs=(1,),
-                                                prepare=_bring_up(ensure_up, table))
+                                                prepare=_bring_up(ensure_up, table),
+                                                host_outputs=(1,))
             vectors.set_shape(keys.shape.concatenate([table.dim]))
             token.set_shape([])
             return vectors, vectors.op
@@ -249,7 +250,8 @@ def sparse_lookup(table, handle, sp_keys, slot_num, max_nnz, combiner, training,
                                                [tf1.float32, tf1.int64], name,
                                                gradient=gradient, host_inputs=(2,),
                                                unread_inputs=(3,),
-                                               prepare=_bring_up(ensure_up, table))
+                                               prepare=_bring_up(ensure_up, table),
+                                               host_outputs=(1,))
             pooled.set_shape([None, slot_num, table.dim])
             token.set_shape([])
             return pooled, pooled.op

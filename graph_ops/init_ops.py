@@ -38,6 +38,8 @@ def _bring_up(state):
                 "sok1x.init()) first.")
         if state.options is not None:
             runtime.init(**state.options)
+        from sok1x.graph_ops import boundary
+        boundary.announce()
         return np.int64(runtime.get().size)
     return run
 

@@ -41,7 +41,8 @@ def apply_rows_update(table_name, values, rows, rule, hyper, options, slot_prefi
                                            _hyper_now(names, scalars_now), values_now, rows_now)
         return np.int64(count)
 
-    updated = boundary.engine_op(run, [values, rows, packed], tf1.int64, name, host_inputs=(2,))
+    updated = boundary.engine_op(run, [values, rows, packed], tf1.int64, name, host_inputs=(2,),
+                                 host_outputs=(0,))
     return updated if tf1.executing_eagerly() else updated.op
 
 
@@ -71,5 +72,6 @@ def apply_keyed_update(keyed, rule, hyper, options, slot_prefix, name):
         return np.int64(0)
 
     inputs = [keyed.values, keyed.counts] + list(keyed.rows) + [packed]
-    updated = boundary.engine_op(run, inputs, tf1.int64, name, host_inputs=(1, count + 2))
+    updated = boundary.engine_op(run, inputs, tf1.int64, name, host_inputs=(1, count + 2),
+                                 host_outputs=(0,))
     return updated.op

@@ -23,8 +23,9 @@ import contextlib
 import numpy as np
 
 from sok1x.engine.op_order import CLOCK, OpId
+from sok1x.graph_ops import boundary
 from sok1x.graph_ops.graph_state import per_graph
-from sok1x.graph_ops.tf_compat import py_func, tf1
+from sok1x.graph_ops.tf_compat import tf1
 
 FORWARD, BACKWARD, OTHER = "forward", "backward", "other"
 
@@ -118,4 +119,4 @@ def _ticker(tower_name):
     def tick():
         return np.int64(CLOCK.tick(tower_name))
     with tf1.control_dependencies(None):
-        return py_func(tick, [], tf1.int64, name=tower_name + "_ticker").op
+        return boundary.host_op(tick, [], tf1.int64, tower_name + "_ticker").op

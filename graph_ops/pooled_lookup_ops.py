@@ -191,7 +191,7 @@ class _KeyedForm(_ListForm):
             return [values, counts] + list(rows)
         outputs = boundary.engine_op(run, [token, tops[0]],
                                      [tf1.float32, tf1.int64] + [tf1.int64] * count, name,
-                                     host_inputs=(0,))
+                                     host_inputs=(0,), host_outputs=(1,))
         outputs[0].set_shape([None, self.tables[0].dim])
         for rows in outputs[2:]:
             rows.set_shape([None])
@@ -406,7 +406,8 @@ def _forward_op(form, inputs, host, name, prepare, gradient):
     def build(op_id):
         outputs = boundary.engine_op(form.function(op_id), inputs, form.dtypes, name,
                                      gradient=gradient, host_inputs=host, prepare=prepare,
-                                     unread_inputs=range(count))
+                                     unread_inputs=range(count),
+                                     host_outputs=(len(form.dtypes) - 1,))
         outputs[-1].set_shape([])
         return outputs, outputs[0].op
 
@@ -445,7 +446,7 @@ def _chained_backward(form, token, tops, tower, name):
             for table, (values, rows) in zip(form.tables, pairs)]
 
 
-@tf1.RegisterGradient(_GRAD)
+@boundary.register_gradient(_GRAD)
 def _pooled_lookup_grad(op, *grads):
     form, tower = per_graph(op.graph, "pooled_lookups", dict)[op.name]
     slices = _chained_backward(form, op.outputs[-1], form.tops(op.outputs[:-1], grads), tower,

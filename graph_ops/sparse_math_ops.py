@@ -5,7 +5,8 @@ not chained; the engine's lock keeps them from running beside another engine cal
 import collections
 
 from sok1x.engine import api
-from sok1x.graph_ops.tf_compat import py_func, tf1
+from sok1x.graph_ops import boundary
+from sok1x.graph_ops.tf_compat import tf1
 
 Unique = collections.namedtuple("Unique", "y idx")
 Unique.__doc__ = "What sok1x.unique returns, as tf.unique: y (distinct values), idx (x == y[idx])."
@@ -29,8 +30,8 @@ def unique(x, out_idx=tf1.int32, name=None):
         keys, inverse = api.unique(values)
         return keys, inverse.astype(out_idx.as_numpy_dtype, copy=False)
 
-    with tf1.get_default_graph().gradient_override_map({"PyFunc": _UNIQUE_GRAD}):
-        y, idx = py_func(run, [x], [x.dtype, out_idx], name=name or "sok1x_unique")
+    y, idx = boundary.host_op(run, [x], [x.dtype, out_idx], name or "sok1x_unique",
+                              gradient=_UNIQUE_GRAD)
     y.set_shape([None])
     idx.set_shape(x.shape)
     return Unique(y, idx)
@@ -54,9 +55,8 @@ def unsorted_segment_sum(data, segment_ids, num_segments, name=None):
     def run(values, ids, count):
         return api.unsorted_segment_sum(values, ids, count).astype(numpy_dtype, copy=False)
 
-    with tf1.get_default_graph().gradient_override_map({"PyFunc": _SEGMENT_SUM_GRAD}):
-        sums = py_func(run, [data, segment_ids, num_segments], data.dtype,
-                       name=name or "sok1x_unsorted_segment_sum")
+    sums = boundary.host_op(run, [data, segment_ids, num_segments], data.dtype,
+                            name or "sok1x_unsorted_segment_sum", gradient=_SEGMENT_SUM_GRAD)
     if segment_ids.shape.ndims is not None and data.shape.ndims is not None:
         count = tf1.get_static_value(num_segments)
         sums.set_shape(tf1.TensorShape([None if count is None else int(count)]).concatenate(
@@ -64,12 +64,12 @@ def unsorted_segment_sum(data, segment_ids, num_segments, name=None):
     return sums
 
 
-@tf1.RegisterGradient(_UNIQUE_GRAD)
+@boundary.register_gradient(_UNIQUE_GRAD)
 def _unique_grad(op, *grads):
     return [None]
 
 
-@tf1.RegisterGradient(_SEGMENT_SUM_GRAD)
+@boundary.register_gradient(_SEGMENT_SUM_GRAD)
 def _unsorted_segment_sum_grad(op, grad):
     """d data = grad[segment_ids], zero where an id was negative (its entry was dropped)."""
     segment_ids = op.inputs[1]

@@ -90,6 +90,8 @@ def Init(**kwargs):  # noqa: N802  (SOK's v1 name)
     from sok1x.graph_ops.tf_compat import tf1
     if tf1.executing_eagerly():
         _runtime.init(**kwargs)
+        from sok1x.graph_ops import boundary
+        boundary.announce()
         return None
     return init_ops.init_op(**kwargs)
 
@@ -103,8 +105,10 @@ def init(comm_tool="horovod", use_legacy_optimizer=True, **kwargs):
     del comm_tool
     _runtime.init(**kwargs)
     if importlib.util.find_spec("tensorflow") is not None:
+        from sok1x.graph_ops import boundary
         from sok1x.graph_ops.tf_compat import use_legacy_keras_optimizers
         use_legacy_keras_optimizers(bool(use_legacy_optimizer))
+        boundary.announce()
 
 
 def rank():

@@ -23,7 +23,7 @@ import numpy as np
 from sok1x.deeprec.variable_faces import face_of
 from sok1x.engine import runtime
 from sok1x.engine.tables import shard_rows
-from sok1x.graph_ops import checkpoint_ops, init_ops
+from sok1x.graph_ops import boundary, checkpoint_ops, init_ops
 from sok1x.graph_ops.embedding_tag import table_of
 from sok1x.graph_ops.graph_state import per_graph
 from sok1x.graph_ops.tf_compat import py_func, replace_input, tf1
@@ -106,11 +106,11 @@ def _load_rows_op(table, face):
         return np.int64(_take_rows(table.name, num_rows, value))
 
     with tf1.name_scope(None):
-        needed = py_func(needs_rows, [], tf1.bool, name="sok1x_table_needs_rows")
+        needed = boundary.host_op(needs_rows, [], tf1.bool, "sok1x_table_needs_rows")
         needed.set_shape([])
         return tf1.cond(
             needed,
-            lambda: py_func(load, [face.read()], tf1.int64, name="sok1x_rows_in"),
+            lambda: boundary.host_op(load, [face.read()], tf1.int64, "sok1x_rows_in"),
             lambda: tf1.constant(0, tf1.int64)).op
 
 
@@ -286,6 +286,6 @@ def after_update(handle, rows, update):
         return shard_rows.read_local(table.name, keys, key_limit=num_rows)[0]
     with tf1.name_scope(None), tf1.control_dependencies([update]):
         keys = tf1.cast(rows, tf1.int64)  # one rank: a row of the shard is its key
-        values = py_func(read, [keys], tf1.float32, name="sok1x_updated_rows")
+        values = boundary.engine_op(read, [keys], tf1.float32, "sok1x_updated_rows")
         values.set_shape([None, face.variable.get_shape()[1]])
         return tf1.group(update, face.scatter(keys, values), name="sok1x_update_and_write_back")

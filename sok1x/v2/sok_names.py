@@ -14,9 +14,9 @@
 """
 from sok1x.engine.tables import placement as placements
 from sok1x.engine.tables import shard_rows
-from sok1x.graph_ops import embedding_ops, init_ops, ordering, pooled_lookup_ops
+from sok1x.graph_ops import boundary, embedding_ops, init_ops, ordering, pooled_lookup_ops
 from sok1x.graph_ops.embedding_tag import handle_value, table_of
-from sok1x.graph_ops.tf_compat import py_func, tf1
+from sok1x.graph_ops.tf_compat import tf1
 
 
 def _lookup(variable, ids, name):
@@ -67,7 +67,8 @@ def _local_lookup(variable, table, ids, name):
 
     @tf1.custom_gradient
     def read(handle_read):
-        vectors, rows = py_func(run, [ids, handle_read], [tf1.float32, tf1.int64], name=name)
+        vectors, rows = boundary.engine_op(run, [ids, handle_read], [tf1.float32, tf1.int64],
+                                           name, unread_inputs=(1,))
         vectors.set_shape([None, table.dim])
         rows.set_shape([None])
 

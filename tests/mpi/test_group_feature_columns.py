@@ -5,7 +5,7 @@ the whole batch. Columns outside a scope stay TensorFlow's."""
 import numpy as np
 import pytest
 from mpi4py import MPI
-from tf_support import session, tf1
+from tf_support import ENGINE_OP_TYPES, session, tf1
 
 import sok1x
 from sok1x.backend import cpu
@@ -138,7 +138,7 @@ def test_wide_and_deep_from_grouped_columns_trains_as_stock_tensorflow(world):
     batches = [step_batch(s % 2) for s in range(STEPS)]
     with tf1.Graph().as_default() as graph:
         placeholders, loss, train = build_program(True, size)
-        lookups = [op for op in graph.get_operations() if op.type in ("EagerPyFunc", "PyFunc")
+        lookups = [op for op in graph.get_operations() if op.type in ENGINE_OP_TYPES
                    and "lookup" in op.name and "grad" not in op.name]
         assert len(lookups) == 2, [op.name for op in lookups]  # one per scope
         losses = []

@@ -18,14 +18,16 @@ from sok1x.graph_ops import boundary, tf_compat
 tf1 = tf_support.tf1
 COMM = MPI.COMM_WORLD
 RANK, SIZE = COMM.Get_rank(), COMM.Get_size()
-# TensorFlow 1.15's PyFunc copies every NumPy output into a new tensor (2.x adopts an aligned
-# one's memory), so there the update gets a copy of the backward pass's distinct rows, which the
-# engine does not know, and checks and de-duplicates them again: one wait each, two more a step.
-# On the host seam (TensorFlow 1.15's, or SOK1X_SEAM=host) the forward crosses in its compact
-# form (engine/lookup/compact.py), which reads the batch's distinct-row count to choose between
-# the rows and the pooled vectors: one wait more.
-MAX_HOST_WAITS = ((2 if tf_compat.VERSION >= (2, 0) else 4)
-                  + (1 if boundary.seam_path() == boundary.HOST_STAGING else 0))
+# sok1x's kernels and the zero-copy seam lend TensorFlow the engine's own arrays, so the update
+# gets the backward pass's distinct rows as the engine made them. TensorFlow 1.15's PyFunc
+# copies every NumPy output into a new tensor (2.x's adopts an aligned one's memory), so on the
+# host seam there the update gets a copy of them, which the engine does not know, and checks
+# and de-duplicates them again: one wait each, two more a step. On the host seam the forward
+# crosses in its compact form (engine/lookup/compact.py), which reads the batch's distinct-row
+# count to choose between the rows and the pooled vectors: one wait more.
+HOST_SEAM = boundary.seam_path() == boundary.HOST_STAGING
+MAX_HOST_WAITS = ((4 if HOST_SEAM and tf_compat.VERSION < (2, 0) else 2)
+                  + (1 if HOST_SEAM else 0))
 
 
 def _per_step_stats(tables, fetch_update=True):

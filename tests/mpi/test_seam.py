@@ -1,7 +1,9 @@
 """The seam between TensorFlow and the engine (graph_ops/boundary.py, DESIGN D1) on TensorFlow's
-CPU tensors: which path an op takes, that the zero-copy path hands the engine TensorFlow's own
-memory and TensorFlow the engine's, that nothing exported stays held after a step, and that both
-paths give the same numbers, bit for bit, and that a step leaves no Python memory behind."""
+CPU tensors: which path an op takes, that sok1x's kernels and the zero-copy path hand the engine
+TensorFlow's own memory and TensorFlow the engine's, that an input the engine keeps stays
+TensorFlow's to read, that nothing lent stays held after a step, that errors reach sess.run as
+py_func's do, that every path gives the same numbers, bit for bit, and that a step leaves no
+Python memory behind."""
 import gc
 import itertools
 import sys
@@ -12,9 +14,13 @@ from tf_support import session, tf1
 
 import sok1x
 from sok1x.backend import cpu, dlpack
-from sok1x.graph_ops import boundary, tf_compat
+from sok1x.engine import kernel_calls
+from sok1x.errors import OrderError
+from sok1x.graph_ops import boundary, op_library, tf_compat
 
 needs_dlpack = pytest.mark.skipif(not tf_compat.HAS_DLPACK, reason="TensorFlow without DLPack")
+needs_kernels = pytest.mark.skipif(not op_library.available(),
+                                   reason="sok1x's op library cannot be built here")
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -22,10 +28,12 @@ def sok1x_up():
     sok1x.init(backend="cpu")
 
 
-@pytest.fixture(params=["dlpack", "host"])
+@pytest.fixture(params=["kernels", "dlpack", "host"])
 def seam(request, monkeypatch):
     if request.param == "dlpack" and not tf_compat.HAS_DLPACK:
         pytest.skip("TensorFlow without DLPack")
+    if request.param == "kernels" and not op_library.available():
+        pytest.skip("sok1x's op library cannot be built here: %s" % op_library.reason())
     monkeypatch.setenv(boundary.SEAM_ENV, request.param)
     return request.param
 
@@ -33,7 +41,8 @@ def seam(request, monkeypatch):
 def test_the_path_is_chosen_at_graph_build(seam):
     with tf1.Graph().as_default():
         out = boundary.engine_op(lambda x: x, [tf1.constant([1.0])], tf1.float32, "identity")
-        assert out.op.type == {"dlpack": "EagerPyFunc", "host": "PyFunc"}[seam]
+        assert out.op.type == {"kernels": "Sok1xEngineCall", "dlpack": "EagerPyFunc",
+                               "host": "PyFunc"}[seam]
 
 
 def test_an_unknown_seam_is_an_error(monkeypatch):
@@ -63,6 +72,89 @@ def test_zero_copy_reads_tensorflow_memory_in_place_and_hands_back_its_own(monke
     np.testing.assert_array_equal(got, np.arange(1000) * 2.0)
     assert seen["in_place"] and not seen["writable_copy"]
     assert dlpack.live_exports() == 0, "an exported array is still held after the step"
+
+
+@needs_kernels
+def test_kernels_read_tensorflow_memory_in_place_and_hand_back_the_engines(monkeypatch):
+    monkeypatch.setenv(boundary.SEAM_ENV, "kernels")
+    seen, before = {}, kernel_calls.lent_count()
+
+    def engine(keys):
+        seen["in_place"] = isinstance(keys.base, kernel_calls._HostView)
+        seen["writable_copy"] = keys.flags.owndata
+        raw = np.empty(keys.size * 4 + 64, np.uint8)  # an aligned engine array: lent
+        start = -raw.ctypes.data % 64
+        out = raw[start:start + keys.size * 4].view(np.float32)
+        out[:] = keys * 2
+        seen["made"] = out.ctypes.data
+        return out
+
+    def reader(values):
+        seen["read"] = values.__array_interface__["data"][0]
+        return np.float32(values.sum())
+
+    with tf1.Graph().as_default() as graph:
+        keys = tf1.placeholder(tf1.int64, [None])
+        out = boundary.engine_op(engine, [keys], tf1.float32, "double")
+        total = boundary.engine_op(reader, [out], tf1.float32, "read", host_outputs=(0,))
+        with session(graph) as sess:
+            got, got_total = sess.run([out, total], {keys: np.arange(1000)})
+    del out, total, graph
+    gc.collect()
+    np.testing.assert_array_equal(got, np.arange(1000) * 2.0)
+    assert got_total == 999.0 * 1000
+    assert seen["in_place"] and not seen["writable_copy"]
+    assert seen["read"] == seen["made"], "the output was copied on its way to the next op"
+    del got
+    gc.collect()
+    assert kernel_calls.lent_count() == before, "a lent array is still held"
+
+
+@needs_kernels
+def test_an_input_the_engine_keeps_stays_readable(monkeypatch):
+    """The engine may keep a view of an input past its op (a forward pass stashes its keys for
+    the backward): TensorFlow must not reuse that memory while the engine holds it."""
+    monkeypatch.setenv(boundary.SEAM_ENV, "kernels")
+    kept = []
+
+    def keep(keys):
+        kept.append(keys)
+        return np.int64(keys.shape[0])
+
+    with tf1.Graph().as_default() as graph:
+        feed = tf1.placeholder(tf1.int64, [None])
+        count = boundary.engine_op(keep, [feed * 3], tf1.int64, "keep", host_outputs=(0,))
+        churn = tf1.reduce_sum(tf1.ones([4096]) * tf1.cast(feed[0], tf1.float32))
+        with session(graph) as sess:
+            for step in range(20):
+                sess.run([count, churn], {feed: np.arange(4096) + step})
+    for step, keys in enumerate(kept):
+        np.testing.assert_array_equal(keys, (np.arange(4096) + step) * 3)
+
+
+@needs_kernels
+# (exception class, message): made when raised, never at collection (Python 3.7's MemoryError
+# free list hands a kept instance's memory to later MemoryErrors of other classes)
+@pytest.mark.parametrize("kind, text, tf_error", [
+    (ValueError, "bad keys", "InvalidArgumentError"),
+    (TypeError, "bad dtype", "InvalidArgumentError"),
+    (MemoryError, "no room", "ResourceExhaustedError"),
+    (OrderError, "ranks reached different sok1x collectives", "UnknownError")])
+def test_engine_errors_reach_sess_run_as_py_funcs_do(monkeypatch, kind, text, tf_error):
+    monkeypatch.setenv(boundary.SEAM_ENV, "kernels")
+    before = kernel_calls.lent_count()
+
+    def engine(x):
+        raise kind(text)
+
+    with tf1.Graph().as_default() as graph:
+        out = boundary.engine_op(engine, [tf1.constant([1.0])], tf1.float32, "failing")
+        with session(graph) as sess:
+            with pytest.raises(getattr(tf1.errors, tf_error)) as info:
+                sess.run(out)
+    assert "%s: %s" % (kind.__name__, text) in str(info.value)
+    gc.collect()
+    assert kernel_calls.lent_count() == before
 
 
 def test_host_staging_hands_numpy_arrays(monkeypatch):
@@ -168,12 +260,14 @@ def _train_two_steps(seed):
     return first + second
 
 
-def test_both_paths_give_the_same_numbers(monkeypatch):
-    if not tf_compat.HAS_DLPACK:
-        pytest.skip("TensorFlow without DLPack")
-    monkeypatch.setenv(boundary.SEAM_ENV, "dlpack")
-    zero_copy = _train_two_steps(3)
+def test_every_path_gives_the_same_numbers(monkeypatch):
     monkeypatch.setenv(boundary.SEAM_ENV, "host")
     staged = _train_two_steps(3)
-    for a, b in zip(zero_copy, staged):
-        np.testing.assert_array_equal(a, b)
+    paths = [path for path, can in (("kernels", op_library.available()),
+                                    ("dlpack", tf_compat.HAS_DLPACK)) if can]
+    if not paths:
+        pytest.skip("this TensorFlow has only host staging")
+    for path in paths:
+        monkeypatch.setenv(boundary.SEAM_ENV, path)
+        for a, b in zip(_train_two_steps(3), staged):
+            np.testing.assert_array_equal(a, b, err_msg=path)

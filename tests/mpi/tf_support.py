@@ -4,6 +4,9 @@ import tensorflow as tf
 tf1 = tf.compat.v1
 tf1.disable_eager_execution()
 
+# The op types of sok1x's per-step ops on each seam (graph_ops/boundary.py).
+ENGINE_OP_TYPES = ("Sok1xEngineCall", "PyFunc", "EagerPyFunc")
+
 
 def embedding_lookup_sparse(params, sp_ids, sp_weights, combiner):
     """tf.nn.embedding_lookup_sparse as TensorFlow 2.x (and sok1x, and SOK) pool it: a row

@@ -1,0 +1,383 @@
+"""The Python half of sok1x's TensorFlow kernels (DESIGN D1), framework-free.
+
+graph_ops/engine_call_op.cc's kernel (op Sok1xEngineCall, on CPU and GPU) calls on_call() with
+one CallRecord: the number of a registered KernelCall, TensorFlow's input buffers (addresses,
+dtypes, shapes: device inputs, then host inputs), on GPU the op's CUDA stream, and room for the
+outputs. on_call() reads the inputs in place as backend arrays, orders the engine's stream after
+TensorFlow's (events, never a synchronize), runs the call's function, orders TensorFlow's stream
+after the engine's, and writes one TensorRecord per output:
+
+    keep != 0   the engine's array is lent: the output IS its memory (no copy, on the device or
+                the host, 64-byte aligned as TensorFlow requires); TensorFlow calls release(keep)
+                when it drops the tensor
+    keep == 0   an output TensorFlow allocated (sok1x_allocate_output) and on_call filled with
+                the result's bytes: small and unaligned host outputs, every host output on GPU,
+                and empty outputs
+
+An input the engine still holds after the call (the stash of a forward pass keeps a view of its
+keys, say) is retained through the C library (sok1x_retain_input), so TensorFlow cannot reuse its
+memory while the engine reads it, and released when the engine drops it.
+
+Nothing here needs TensorFlow: the GPU tests drive on_call() with PyTorch's pointers and stream
+standing in (tests/gpu/test_kernel_calls_cuda.py), and graph_ops/op_library.py attaches it to
+the compiled library with attach().
+"""
+import collections
+import ctypes
+import functools
+import itertools
+import struct
+import traceback
+import weakref
+
+import numpy as np
+
+from sok1x.backend import dlpack
+from sok1x.engine import runtime
+
+MAX_DIMS = 8
+TENSOR_RECORD = struct.Struct("=QQqqq%dq" % MAX_DIMS)  # data, keep, code, bits, ndim, dims
+CALL_RECORD = struct.Struct("=qqQQqQqQqQq")
+CALL_FUNCTION = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p)
+RELEASE_FUNCTION = ctypes.CFUNCTYPE(None, ctypes.c_uint64)
+_ERROR_CODE_AT = 8 * 8  # CallRecord.error_code's offset
+_ALIGNMENT = 64
+
+# TensorFlow's error codes for Python exceptions, as py_func maps them.
+INVALID_ARGUMENT, UNKNOWN, RESOURCE_EXHAUSTED, OUT_OF_RANGE, UNIMPLEMENTED = 3, 2, 8, 11, 12
+_CODES = ((StopIteration, OUT_OF_RANGE), ((ValueError, TypeError), INVALID_ARGUMENT),
+          (MemoryError, RESOURCE_EXHAUSTED), (NotImplementedError, UNIMPLEMENTED))
+
+_calls = weakref.WeakValueDictionary()  # number -> KernelCall (its graph holds it)
+_numbers = itertools.count(1)
+_lent = {}  # keep -> the engine array TensorFlow holds as an output
+_keeps = itertools.count(1)
+_library = {}  # "retain", "release", "allocate": the C library's functions, once attached
+
+
+class KernelCall:
+    """One graph op's call into the engine.
+
+    function(*arrays) -> one result or a list, as boundary.engine_op's; inputs: per input of the
+    function "device", "host" (a NumPy value) or "unread" (None, nothing read); outputs: per
+    result "device" or "host" (a host value: tokens, counts); output_dtypes: NumPy dtypes;
+    prepare(): runs first (brings sok1x up); name: the op's, for errors."""
+
+    def __init__(self, function, inputs, outputs, output_dtypes, name, prepare=None):
+        self.function, self.prepare, self.name = function, prepare, name
+        self.single = not isinstance(output_dtypes, (list, tuple))
+        self.output_dtypes = [np.dtype(d) for d in ([output_dtypes] if self.single
+                                                    else output_dtypes)]
+        kinds = list(inputs)
+        # the op takes device inputs first, then host inputs (graph_ops/engine_call_op.cc)
+        self.input_order = ([i for i, k in enumerate(kinds) if k != "host"]
+                            + [i for i, k in enumerate(kinds) if k == "host"])
+        self.input_kinds = [kinds[i] for i in self.input_order]
+        outputs = list(outputs)
+        self.output_order = ([i for i, k in enumerate(outputs) if k == "device"]
+                             + [i for i, k in enumerate(outputs) if k == "host"])
+        self.output_kinds = [outputs[i] for i in self.output_order]
+        self.checked_device = False
+
+    def __call__(self, *arrays):
+        results = self.function(*arrays)
+        return [results] if self.single else list(results)
+
+
+def register(call):
+    """Returns the number the op's attr carries for KernelCall `call`. The registry holds it
+    weakly: keep `call` alive as long as the op may run (its graph holds it)."""
+    number = next(_numbers)
+    _calls[number] = call
+    return number
+
+
+def call_of(number):
+    """The KernelCall registered as `number`; raises KeyError when its graph is gone."""
+    return _calls[number]
+
+
+def _code(exception):
+    for kinds, code in _CODES:
+        if isinstance(exception, kinds):
+            return code
+    return UNKNOWN
+
+
+def _write_error(address, fields, exception):
+    """Writes the error code and message of `exception` into the CallRecord at `address`."""
+    text = "%s: %s\n%s" % (type(exception).__name__, exception,
+                           "".join(traceback.format_tb(exception.__traceback__)))
+    data = text.encode("utf-8", "replace")[:max(fields[10] - 1, 0)] + b"\0"
+    ctypes.memmove(fields[9], data, len(data))
+    ctypes.memmove(address + _ERROR_CODE_AT, struct.pack("=q", _code(exception)), 8)
+
+
+class _Input:
+    """Owner of one borrowed input's memory: retained through the C library when the engine
+    keeps it past the call, released when the engine drops it."""
+    __slots__ = ("handle", "__weakref__")
+
+    def __init__(self):
+        self.handle = None
+
+    def __del__(self):
+        handle, self.handle = self.handle, None
+        if handle is not None:
+            try:
+                _library["release"](handle)
+            except Exception:  # at exit: the library detached, or this module torn down
+                pass
+
+
+def _read_inputs(backend, call, fields, on_gpu):
+    """Returns (the function's arguments, the owners of the borrowed inputs)."""
+    count = fields[4]
+    raw = ctypes.string_at(fields[5], count * TENSOR_RECORD.size) if count else b""
+    arguments = [None] * len(call.input_order)
+    owners = []
+    for index in range(count):
+        data, _, code, bits, ndim, *dims = TENSOR_RECORD.unpack_from(raw,
+                                                                     index * TENSOR_RECORD.size)
+        kind = call.input_kinds[index]
+        if kind == "unread":
+            owners.append(None)
+            continue
+        dtype = dlpack.numpy_dtype(code, bits)
+        shape = tuple(dims[:ndim])
+        owner = _Input()
+        owners.append(owner)
+        if kind == "host" or not on_gpu:
+            array = np.asarray(_HostView(data, shape, dtype, owner)) if data else np.zeros(
+                shape, dtype)
+            if kind == "device" and backend.NAME != "cpu":  # the op on TensorFlow's CPU
+                array = backend.upload_staged(array)
+            arguments[call.input_order[index]] = array
+            continue
+        if not call.checked_device and data:
+            _check_device(backend, call, data, index)
+        arguments[call.input_order[index]] = backend.borrow(data, shape, dtype, owner)
+    call.checked_device = True
+    return arguments, owners
+
+
+def _check_device(backend, call, address, index):
+    """On a call's first step: TensorFlow's device input lies on sok1x's GPU."""
+    if backend.NAME == "cpu":
+        raise RuntimeError(
+            "%s: TensorFlow placed this op on a GPU, but sok1x runs on its cpu backend; "
+            "give sok1x.Init backend='cuda' (or 'auto'), or place the model on the CPU"
+            % call.name)
+    device, own = backend.memory_device(address), backend.device_ordinal()
+    if device != own:
+        raise RuntimeError(
+            "%s: input %d is not in the memory of sok1x's GPU (it is on %s): place the op on "
+            "this rank's GPU (one GPU per rank; TensorFlow's visible_device_list)"
+            % (call.name, index, "host memory" if device is None else "GPU %d" % device))
+
+
+class _HostView:
+    """Host memory TensorFlow owns, as NumPy sees it; keeps its owner alive."""
+    __slots__ = ("_owner", "__array_interface__")
+
+    def __init__(self, address, shape, dtype, owner):
+        self._owner = owner
+        self.__array_interface__ = {"data": (address, False), "shape": shape,
+                                    "typestr": dtype.str, "version": 3}
+
+
+def _retain_kept(address, owners):
+    """Retains, through the C library, each input whose owner outlived the call's own
+    references: the engine keeps a view of it."""
+    retain = _library.get("retain")
+    for index, reference in enumerate(owners):
+        owner = reference()
+        if owner is not None and retain is not None:
+            owner.handle = retain(address, index)
+
+
+def _output_record(backend, result, dtype, kind, on_gpu, allocate):
+    """The TensorRecord of one result: lent, or copied into allocate(shape) (an output
+    TensorFlow allocated: its address)."""
+    host = isinstance(result, (np.ndarray, np.generic)) or np.isscalar(result)
+    if host:
+        result = np.asarray(result, dtype=dtype)
+        if not result.flags.c_contiguous:  # (ascontiguousarray would make a scalar 1-D)
+            result = np.ascontiguousarray(result)
+        if kind == "device" and on_gpu:
+            result = backend.asarray(result)
+            host = False
+    elif result.dtype != dtype:
+        raise TypeError("engine result of dtype %s where the op declares %s"
+                        % (result.dtype, dtype))
+    elif not on_gpu:  # a device result of an op TensorFlow placed on its CPU
+        result, host = np.array(backend.to_host(result), order="C"), True
+    shape = tuple(result.shape)
+    if len(shape) > MAX_DIMS:
+        raise ValueError("an engine result of %d dims (at most %d cross)" % (len(shape),
+                                                                              MAX_DIMS))
+    code, bits = dlpack.type_code(dtype)
+    keep = 0
+    if not result.size:
+        address = 0
+        allocate(shape)
+    elif host:
+        address = result.__array_interface__["data"][0]
+        # lent where TensorFlow can take it (the engine knows its own rows by their memory)
+        if not address % _ALIGNMENT and not on_gpu:
+            keep = next(_keeps)
+            _lent[keep] = result
+        else:
+            ctypes.memmove(allocate(shape), address, result.nbytes)
+            address = 0
+    else:
+        result = backend.exportable(result)
+        address = backend.address_of(result)
+        keep = next(_keeps)
+        _lent[keep] = result
+    return TENSOR_RECORD.pack(address, keep, code, bits, len(shape),
+                              *(shape + (0,) * (MAX_DIMS - len(shape))))
+
+
+def on_call(address, allocator=None):
+    """The kernel's callback: runs the KernelCall of the CallRecord at `address`; returns 0, or
+    1 with the error written into the record (TensorFlow raises it from sess.run).
+    allocator(index, shape) -> address: TensorFlow's output allocation (default: the C
+    library's sok1x_allocate_output)."""
+    fields = CALL_RECORD.unpack(ctypes.string_at(address, CALL_RECORD.size))
+    owners = ()
+    try:
+        call = _calls.get(fields[0])
+        if call is None:
+            raise RuntimeError("no sok1x engine call %d in this process (an op of a graph "
+                               "imported from another process?)" % fields[0])
+        if call.prepare is not None:
+            call.prepare()
+        backend = runtime.get().backend
+        on_gpu, stream = bool(fields[1]), fields[2]
+        arguments, owners = _read_inputs(backend, call, fields, on_gpu)
+        owners = [None if o is None else weakref.ref(o) for o in owners]
+        if on_gpu:
+            backend.wait_for_framework(stream)
+        results = call(*arguments)
+        del arguments
+        allocator = allocator or _allocator(address)
+        records = [_output_record(backend, results[i], call.output_dtypes[i], kind, on_gpu,
+                                  functools.partial(allocator, index))
+                   for index, (i, kind) in enumerate(zip(call.output_order, call.output_kinds))]
+        del results
+        if on_gpu:
+            backend.release_to_framework(stream)
+        if records:
+            ctypes.memmove(fields[7], b"".join(records), len(records) * TENSOR_RECORD.size)
+        _retain_kept(address, [r or _dead for r in owners])
+        return 0
+    except BaseException as exc:  # every error goes back to TensorFlow, never through C
+        _write_error(address, fields, exc)
+        exc.__traceback__ = None
+        del exc
+        _retain_kept(address, [r or _dead for r in owners])
+        return 1
+
+
+def _dead():
+    return None
+
+
+def _allocator(address):
+    """allocator(index, shape) of the call at `address`: the C library's output allocation."""
+    allocate = _library["allocate"]
+
+    def allocator(index, shape):
+        dims = (ctypes.c_int64 * max(len(shape), 1))(*shape)
+        failed = ctypes.c_int64(0)
+        data = allocate(address, index, len(shape), dims, ctypes.byref(failed))
+        if failed.value:
+            raise MemoryError("TensorFlow could not allocate an output of shape %s"
+                              % list(shape))
+        return data or 0
+    return allocator
+
+
+Output = collections.namedtuple("Output", "address keep dtype shape host")
+Output.__doc__ = """One output as the kernel gets it: the engine's memory lent as `keep` (release
+it with release(keep)), or, keep 0, `host` a NumPy copy of host bytes."""
+
+
+def invoke(number, inputs, on_gpu, stream=0):
+    """What graph_ops/engine_call_op.cc's kernel does, for callers without TensorFlow (the GPU
+    tests and benchmarks, with PyTorch as the framework): calls on_call() for KernelCall
+    `number` on inputs, each (address, NumPy dtype, shape) of device inputs then host inputs
+    (the call's input_order). Returns its outputs as Output tuples in the call's output_order;
+    raises RuntimeError carrying the error TensorFlow would raise."""
+    call = _calls[number]
+    records = b"".join(TENSOR_RECORD.pack(int(address), 0, *dlpack.type_code(dtype),
+                                          len(shape), *(tuple(shape) + (0,) * (
+                                              MAX_DIMS - len(shape))))
+                       for address, dtype, shape in inputs)
+    count = len(call.output_order)
+    input_buffer = ctypes.create_string_buffer(records, max(len(records), 1))
+    output_buffer = ctypes.create_string_buffer(max(count, 1) * TENSOR_RECORD.size)
+    message = ctypes.create_string_buffer(4096)
+    record = ctypes.create_string_buffer(CALL_RECORD.pack(
+        number, int(on_gpu), int(stream), 0, len(inputs), ctypes.addressof(input_buffer), count,
+        ctypes.addressof(output_buffer), 0, ctypes.addressof(message), len(message)))
+    allocated = {}
+
+    def allocator(index, shape):  # TensorFlow's allocate_output, in host memory
+        allocated[index] = np.empty(shape, call.output_dtypes[call.output_order[index]])
+        return allocated[index].__array_interface__["data"][0] if allocated[index].size else 0
+
+    if on_call(ctypes.addressof(record), allocator) != 0:
+        raise RuntimeError(message.value.decode("utf-8", "replace"))
+    outputs = []
+    for index in range(count):
+        address, keep, code, bits, ndim, *dims = TENSOR_RECORD.unpack_from(
+            output_buffer.raw, index * TENSOR_RECORD.size)
+        dtype, shape = dlpack.numpy_dtype(code, bits), tuple(dims[:ndim])
+        outputs.append(Output(address, keep, dtype, shape, allocated.get(index)))
+    return outputs
+
+
+def release(keep):
+    """TensorFlow dropped the output lent as `keep`: the engine gets its memory back."""
+    _lent.pop(keep, None)
+
+
+def lent_count():
+    """How many engine arrays TensorFlow holds as outputs now (for leak tests)."""
+    return len(_lent)
+
+
+_callbacks = {}
+
+
+def attach(library):
+    """Connects the compiled op library (a ctypes.CDLL) to on_call() and release(); detached
+    again at exit, before Python goes (a tensor TensorFlow frees after that keeps its memory)."""
+    if _callbacks.get("library") is library:
+        return
+    library.sok1x_set_callbacks.argtypes = [CALL_FUNCTION, RELEASE_FUNCTION]
+    library.sok1x_retain_input.restype = ctypes.c_void_p
+    library.sok1x_retain_input.argtypes = [ctypes.c_void_p, ctypes.c_int64]
+    library.sok1x_release_input.argtypes = [ctypes.c_void_p]
+    library.sok1x_allocate_output.restype = ctypes.c_void_p
+    library.sok1x_allocate_output.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
+                                              ctypes.c_void_p, ctypes.c_void_p]
+    call, release_function = CALL_FUNCTION(on_call), RELEASE_FUNCTION(release)
+    _callbacks.update(library=library, call=call, release=release_function)
+    _library.update(retain=library.sok1x_retain_input, release=library.sok1x_release_input,
+                    allocate=library.sok1x_allocate_output)
+    library.sok1x_set_callbacks(call, release_function)
+    import atexit
+    atexit.register(_detach, library)
+
+
+def _detach(library):
+    try:
+        library.sok1x_set_callbacks(CALL_FUNCTION(), RELEASE_FUNCTION())
+    except Exception:  # the library or ctypes already torn down
+        pass
+    _library.clear()
+
+
