@@ -3,6 +3,7 @@ plot, with issue 9's targets checked:
 
     python3 bench/framework_report.py --name 2026-11-22-h200x2 --out DIR fw1.json fw2.json
 
+    (k) sok1x_kernels (the TensorFlow kernels' seam) within 10% of (c) sok1x_device
     (a) sok1x_dlpack within 10% of (c) sok1x_device
     (b) sok1x_host within 1.25 x (c) + bytes crossing / measured page-locked bandwidth
     (c) sok1x_device at least 2x faster than (d) torch_dedup (for every workload: the PyTorch
@@ -57,6 +58,11 @@ def summarise(runs):
         if device is None:
             continue
         c = device["ms_per_step"]
+        if variant == "sok1x_kernels":
+            ratio = entry["ms_per_step"] / c
+            checks.append({"check": "(k) kernels / device", "workload": workload,
+                           "ranks": ranks, "value": ratio, "target": "<= 1.10",
+                           "met": ratio <= 1.10})
         if variant == "sok1x_dlpack":
             ratio = entry["ms_per_step"] / c
             checks.append({"check": "(a) dlpack / device", "workload": workload, "ranks": ranks,
@@ -116,8 +122,8 @@ def markdown(name, runs, table, checks):
     lines.append("| workload | variant | " + " | ".join("%d GPU" % r for r in ranks_list) + " |")
     lines.append("|---|---|" + "---|" * len(ranks_list))
     for workload in WORKLOADS:
-        for variant in ("sok1x_dlpack", "sok1x_host", "sok1x_device", "torch_dedup",
-                        "torch_plain"):
+        for variant in ("sok1x_kernels", "sok1x_dlpack", "sok1x_host", "sok1x_device",
+                        "torch_dedup", "torch_plain"):
             cells = []
             for ranks in ranks_list:
                 entry = table.get((workload, variant, ranks))
@@ -151,8 +157,8 @@ def plot(path, runs, table):
     figure, axes = plt.subplots(1, len(workloads), figsize=(5 * len(workloads), 4))
     axes = axes if len(workloads) > 1 else [axes]
     for axis, workload in zip(axes, workloads):
-        for variant in ("sok1x_dlpack", "sok1x_host", "sok1x_device", "torch_dedup",
-                        "torch_plain"):
+        for variant in ("sok1x_kernels", "sok1x_dlpack", "sok1x_host", "sok1x_device",
+                        "torch_dedup", "torch_plain"):
             points = [(r, table[(workload, variant, r)]) for r in sorted(runs)
                       if (workload, variant, r) in table]
             if not points:

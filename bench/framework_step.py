@@ -18,6 +18,12 @@ exchange, update: LazyAdam, Adagrad for mlperf26) five ways:
                    the update's slices cross as DLPack capsules, ordered by wait_for_framework /
                    release_to_framework, as graph_ops/boundary.py does for TensorFlow (three ops:
                    forward, backward, update)
+    sok1x_kernels  sok1x's TensorFlow kernels with PyTorch as the framework: each op hands the
+                   engine its tensors' device pointers and its current CUDA stream, as
+                   graph_ops/engine_call_op.cc does with TensorFlow's (the kernel's own few
+                   lines done by kernel_calls.invoke, in Python), and takes the engine's lent
+                   outputs as its tensors without a copy (__cuda_array_interface__); three ops:
+                   forward, backward, update
     sok1x_host     host staging, as TensorFlow 1.15's py_func, with the fewest bytes
                    (api.compact_keyed_lookup: the distinct rows of all tables' keys, found
                    in one pass for a table group, in one array and int32 indices into it in
@@ -61,7 +67,7 @@ import torch
 from torch.utils import dlpack as torch_dlpack
 
 from sok1x.backend import random_init
-from sok1x.engine import api, runtime
+from sok1x.engine import api, kernel_calls, runtime
 
 import harness
 import sok_steps
@@ -71,7 +77,7 @@ import workloads
 SPEC = random_init.make_spec("uniform", -1.0, 1.0, seed=5)
 CHECK_STEPS = 2
 SUMMARY_NAMES = ("ms_per_step", "ms_min", "ms_max", "ms_repeats")
-VARIANTS = ("sok1x_dlpack", "sok1x_host", "sok1x_host_kept", "sok1x_host_pooled", "sok1x_device",
+VARIANTS = ("sok1x_kernels", "sok1x_dlpack", "sok1x_host", "sok1x_host_kept", "sok1x_host_pooled", "sok1x_device",
             "torch_dedup", "torch_plain")
 HOST_VARIANTS = ("sok1x_host", "sok1x_host_kept", "sok1x_host_pooled")
 
@@ -108,6 +114,61 @@ class TorchSeam:
                 for r in results]
 
 
+class Lent:
+    """An output the engine lent, as PyTorch takes it (no copy): its memory goes back to the
+    engine when PyTorch drops the tensor, as TensorFlow's tensor gives it back through the
+    kernel."""
+
+    def __init__(self, output, on_gpu):
+        self.keep = output.keep
+        interface = {"data": (output.address, False), "shape": output.shape, "version": 2,
+                     "typestr": output.dtype.str, "strides": None}
+        if on_gpu:
+            self.__cuda_array_interface__ = interface
+        else:  # the cpu backend (a smoke run of this script): host memory
+            self.__array_interface__ = dict(interface, version=3)
+
+    def __del__(self):
+        kernel_calls.release(self.keep)
+
+
+_TORCH_DTYPES = {torch.int64: np.int64, torch.int32: np.int32, torch.float32: np.float32}
+
+
+def _described(value):
+    """(address, NumPy dtype, shape) of a torch tensor or a NumPy array (a host output)."""
+    if torch.is_tensor(value):
+        return value.data_ptr(), _TORCH_DTYPES[value.dtype], tuple(value.shape)
+    return value.__array_interface__["data"][0], value.dtype, value.shape
+
+
+class TorchKernels:
+    """PyTorch as TensorFlow at the kernel seam: an op is a registered KernelCall, called with
+    its tensors' addresses and PyTorch's current stream; device outputs come back lent, host
+    outputs (the token) as host values."""
+
+    def __init__(self, device):
+        self.on_gpu = device.type == "cuda"
+        self.calls = []
+
+    def register(self, function, inputs, outputs, dtypes):
+        call = kernel_calls.KernelCall(function, inputs, outputs, dtypes, "bench")
+        self.calls.append(call)
+        return kernel_calls.register(call)
+
+    def op(self, number, tensors, hosts=()):
+        inputs = [_described(t) for t in list(tensors) + list(hosts)]
+        stream = torch.cuda.current_stream().cuda_stream if self.on_gpu else 0
+        return [self._tensor(o) for o in kernel_calls.invoke(number, inputs, self.on_gpu, stream)]
+
+    def _tensor(self, output):
+        if not output.keep:
+            return output.host
+        if self.on_gpu:
+            return torch.as_tensor(Lent(output, True), device="cuda")
+        return torch.from_numpy(np.asarray(Lent(output, False)))
+
+
 class SokVariants(sok_steps.EngineStep):
     """The three sok1x ways of one step (sok_steps.EngineStep): on engine arrays (device), through
     the zero-copy seam with PyTorch as the framework (dlpack), and through host staging (host)."""
@@ -117,6 +178,27 @@ class SokVariants(sok_steps.EngineStep):
         self.seam = TorchSeam(rt.backend)
         self.torch_device = device
         self.crossed = {}  # variant -> (bytes host-to-device, device-to-host) of its last step
+        self.kernels = TorchKernels(device)
+        self._kernel_ops = (  # the keys come as one array (dlrm26's: all tables' keys, keyed)
+            self.kernels.register(lambda keys: self._forward(keys), ["device"],
+                                  ["device", "host"], [np.float32, np.int64]),
+            self.kernels.register(
+                lambda token, grads: list(self._backward(int(token), [grads])[0]),
+                ["host", "device"], ["device", "device"], [np.float32, np.int64]),
+            self.kernels.register(
+                lambda values, rows: self._update([(values, rows)], self._hyper()) or np.int64(0),
+                ["device", "device"], ["host"], np.int64))
+
+    def kernels_step(self, keys_torch):
+        with runtime.entered():
+            return self._kernels_step(keys_torch)
+
+    def _kernels_step(self, keys_torch):
+        forward, backward, update = self._kernel_ops
+        out, token = self.kernels.op(forward, keys_torch)
+        values, rows = self.kernels.op(backward, [out], [token])  # top gradient = output
+        self.kernels.op(update, [values, rows])
+        return [out]
 
     def dlpack(self, keys_torch):
         with runtime.entered():
@@ -320,6 +402,7 @@ def _single_table_runs(rt, w, device, sok, names):
     del weight
     return {
         "sok1x_device": lambda s: sok.device([keys_device[s % 3]]),
+        "sok1x_kernels": lambda s: sok.kernels_step([keys_torch[s % 3]]),
         "sok1x_dlpack": lambda s: sok.dlpack([keys_torch[s % 3]]),
         "sok1x_host": lambda s: sok.host([batches.keys[s % 3]]),
         "sok1x_host_kept": lambda s: sok.host([batches.keys[s % 3]], kept=True),
@@ -338,6 +421,7 @@ def _table_runs(rt, w, device, sok, names):
     joined_torch = [[torch.from_numpy(k).to(device)] for k in joined]
     runs = {
         "sok1x_device": lambda s: sok.device(keys_device[s % 3]),
+        "sok1x_kernels": lambda s: sok.kernels_step(joined_torch[s % 3]),
         "sok1x_dlpack": lambda s: sok.dlpack(joined_torch[s % 3]),
         "sok1x_host": lambda s: sok.host([joined[s % 3]]),
         "sok1x_host_kept": lambda s: sok.host([joined[s % 3]], kept=True),

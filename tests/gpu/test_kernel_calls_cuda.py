@@ -1,0 +1,220 @@
+"""The Python half of sok1x's TensorFlow kernels on a GPU (sok1x/engine/kernel_calls.py, DESIGN
+D1), with PyTorch standing in for TensorFlow: kernel_calls.invoke() hands on_call() what the
+compiled kernel hands it (PyTorch's device pointers, shapes, dtypes, and PyTorch's current CUDA
+stream as the op's stream), and PyTorch takes the lent outputs as its tensors, without a copy.
+A training step through it equals the engine's own step bit for bit, also when PyTorch's stream
+is still writing the keys when the call is made. No TensorFlow needed.
+
+    python3 -m pytest -q tests/gpu/test_kernel_calls_cuda.py
+"""
+import gc
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("pycuda")
+
+from sok1x.backend import random_init  # noqa: E402
+from sok1x.engine import api, kernel_calls, runtime  # noqa: E402
+
+pytestmark = pytest.mark.timeout(300, method="thread")
+SPEC = random_init.make_spec("uniform", -1.0, 1.0, seed=17)
+SLEEP_CYCLES = 400_000_000  # ~0.2 s of a spinning kernel: far longer than the host's calls
+DIM, SLOTS, NNZ, BATCH = 16, 3, 4, 512
+_TORCH_DTYPES = {torch.int64: np.int64, torch.int32: np.int32, torch.float32: np.float32}
+
+
+@pytest.fixture(scope="module")
+def cuda(engine):
+    torch.cuda.set_device(engine.device_ordinal)
+    return engine.backend
+
+
+class Lent:
+    """An output the engine lent, as PyTorch takes it (no copy): gives the memory back to the
+    engine when PyTorch drops the tensor, as TensorFlow's tensor does through the kernel."""
+
+    def __init__(self, output):
+        self.keep = output.keep
+        self.__cuda_array_interface__ = {
+            "data": (output.address, False), "shape": output.shape, "version": 2,
+            "typestr": output.dtype.str, "strides": None}
+
+    def __del__(self):
+        kernel_calls.release(self.keep)
+
+
+def as_torch(output):
+    """A kernel output as a torch tensor: the lent memory itself, or the host bytes."""
+    if output.keep:
+        return torch.as_tensor(Lent(output), device="cuda")
+    return torch.from_numpy(output.host)
+
+
+def call(number, device_tensors, host_arrays=(), stream=None):
+    """One kernel call, as the compiled kernel makes it, on PyTorch's current stream."""
+    inputs = [(t.data_ptr(), _TORCH_DTYPES[t.dtype], tuple(t.shape)) for t in device_tensors]
+    inputs += [(a.__array_interface__["data"][0], a.dtype, a.shape) for a in host_arrays]
+    if stream is None:
+        stream = torch.cuda.current_stream().cuda_stream
+    return [as_torch(o) for o in kernel_calls.invoke(number, inputs, True, stream)]
+
+
+class KernelStep:
+    """A dense lookup, its gradient and a LazyAdam update of one table, as three kernel ops."""
+
+    def __init__(self, table):
+        self.table = table
+        self.keep = [
+            kernel_calls.KernelCall(self._forward, ["device"], ["device", "host"],
+                                    [np.float32, np.int64], "forward"),
+            kernel_calls.KernelCall(self._backward, ["host", "device"], ["device", "device"],
+                                    [np.float32, np.int64], "backward"),
+            kernel_calls.KernelCall(self._update, ["device", "device", "host"], ["host"],
+                                    np.int64, "update")]
+        self.numbers = [kernel_calls.register(c) for c in self.keep]
+
+    def _forward(self, keys):
+        return api.dense_lookup(self.table, "kc_fwd", keys, True, (SLOTS, NNZ))
+
+    def _backward(self, token, grads):
+        return api.dense_lookup_grad(self.table, "kc_bwd", int(token), grads)
+
+    def _update(self, values, rows, hyper):
+        return np.int64(update(self.table, values, rows, hyper))
+
+    def step(self, keys, step, stream=None):
+        forward, backward, update_number = self.numbers
+        vectors, token = call(forward, [keys], stream=stream)
+        top = vectors * 2.0  # PyTorch computes the top gradient on its stream
+        values, rows = call(backward, [top], [token.numpy()])
+        call(update_number, [values, rows], [hyper_array(step)])
+        return vectors, values, rows
+
+
+def update(table, values, rows, hyper):
+    names = ("lr_t", "beta1", "beta2", "epsilon")
+    return api.apply_optimizer_update(table, "lazy_adam", "Adam", {},
+                                      dict(zip(names, (float(h) for h in hyper))), values, rows)
+
+
+def hyper_array(step):
+    """LazyAdam's hyper-parameters at 1-based `step` (TensorFlow's lr_t), float32 as they cross."""
+    lr_t = 0.01 * (1.0 - 0.999 ** step) ** 0.5 / (1.0 - 0.9 ** step)
+    return np.array([lr_t, 0.9, 0.999, 1e-7], np.float32)
+
+
+def engine_step(cuda, table, keys, step):
+    """The same step on engine arrays, with no framework at all."""
+    vectors, token = api.dense_lookup(table, "kc_fwd", cuda.asarray(keys), True, (SLOTS, NNZ))
+    values, rows = api.dense_lookup_grad(table, "kc_bwd", token, vectors * 2.0)
+    update(table, values, rows, hyper_array(step))
+    return cuda.to_host(vectors), cuda.to_host(values), cuda.to_host(rows)
+
+
+def batches(rng, count):
+    return [rng.integers(0, 1 << 20, size=(BATCH, SLOTS, NNZ), dtype=np.int64)
+            for _ in range(count)]
+
+
+def table_rows(cuda, table, keys):
+    with runtime.entered():
+        return cuda.to_host(api.read_rows(table, "kc_read", cuda.asarray(keys.reshape(-1))))
+
+
+def test_a_step_through_the_kernel_half_equals_the_engines_step(cuda, rng):
+    data = batches(rng, 6)
+    api.create_table("kc_table", DIM, 1 << 18, True, SPEC, replace=True)
+    want = [engine_step(cuda, "kc_table", keys, s + 1) for s, keys in enumerate(data)]
+    want_rows = table_rows(cuda, "kc_table", np.concatenate(data))
+    api.create_table("kc_table", DIM, 1 << 18, True, SPEC, replace=True)  # the same start
+    kernels = KernelStep("kc_table")
+    before = kernel_calls.lent_count()
+    for s, keys in enumerate(data):
+        got = kernels.step(torch.from_numpy(keys).cuda(), s + 1)
+        for tensor, expected in zip(got, want[s]):
+            np.testing.assert_array_equal(tensor.cpu().numpy(), expected)
+        del got
+    np.testing.assert_array_equal(table_rows(cuda, "kc_table", np.concatenate(data)), want_rows)
+    gc.collect()
+    assert kernel_calls.lent_count() == before, "an output PyTorch dropped was not given back"
+
+
+def _late_keys(stream, keys):
+    """Keys that `stream` writes only after a long spinning kernel."""
+    with torch.cuda.stream(stream):
+        late = torch.zeros_like(keys)
+        torch.cuda._sleep(SLEEP_CYCLES)
+        late.copy_(keys)
+    return late
+
+
+def test_keys_the_framework_stream_is_still_writing_are_waited_for(cuda, rng):
+    keys = batches(rng, 1)[0]
+    api.create_table("kc_late", DIM, 1 << 18, True, SPEC, replace=True)
+    want = engine_step(cuda, "kc_late", keys, 1)
+    api.create_table("kc_late", DIM, 1 << 18, True, SPEC, replace=True)
+    kernels = KernelStep("kc_late")
+    side = torch.cuda.Stream()  # PyTorch's side streams do not wait for the default stream
+    source = torch.from_numpy(keys).cuda()
+    torch.cuda.synchronize()
+    with torch.cuda.stream(side):
+        got = kernels.step(_late_keys(side, source), 1)
+        side.synchronize()
+    for tensor, expected in zip(got, want):
+        np.testing.assert_array_equal(tensor.cpu().numpy(), expected)
+
+
+def test_without_the_op_stream_the_engine_would_read_too_early(cuda, rng):
+    # The control for the test above: handed the default stream instead of the one writing the
+    # keys, the engine reads them before they are written, so the test above can fail.
+    keys = batches(rng, 1)[0] + 1  # no zero key: a key read too early is zero
+    api.create_table("kc_early", DIM, 1 << 18, True, SPEC, replace=True)
+    kernels = KernelStep("kc_early")
+    side = torch.cuda.Stream()
+    source = torch.from_numpy(keys).cuda()
+    torch.cuda.synchronize()
+    with torch.cuda.stream(side):
+        late = _late_keys(side, source)
+        forward = kernels.numbers[0]
+        vectors, _ = call(forward, [late], stream=0)
+    torch.cuda.synchronize()
+    api.create_table("kc_early", DIM, 1 << 18, True, SPEC, replace=True)
+    zeros = engine_step(cuda, "kc_early", np.zeros_like(keys), 1)[0]
+    assert (vectors.cpu().numpy().reshape(-1, DIM) == zeros.reshape(-1, DIM)[0]).all(
+        axis=1).any()
+
+
+def test_outputs_are_the_engines_memory_and_inputs_are_read_in_place(cuda):
+    seen = {}
+    made = cuda.asarray(np.arange(64 * 4, dtype=np.float32).reshape(64, 4))
+
+    def function(values):
+        seen["input"] = int(values.gpudata)
+        return made
+
+    kept = kernel_calls.KernelCall(function, ["device"], ["device"], np.float32, "lend")
+    number = kernel_calls.register(kept)
+    source = torch.ones(10, device="cuda")
+    out, = call(number, [source])
+    assert seen["input"] == source.data_ptr()
+    assert out.data_ptr() == int(made.gpudata), "the output was copied"
+    np.testing.assert_array_equal(out.cpu().numpy(), np.arange(256).reshape(64, 4))
+
+
+def test_host_outputs_come_back_as_bytes_in_host_memory(cuda):
+    kept = kernel_calls.KernelCall(lambda: (np.int64(42), np.arange(3, dtype=np.int64)), [],
+                                   ["host", "host"], [np.int64, np.int64], "host_values")
+    token, counts = call(kernel_calls.register(kept), [])
+    assert not token.is_cuda and int(token) == 42 and counts.tolist() == [0, 1, 2]
+
+
+def test_a_host_pointer_given_as_a_device_input_is_refused(cuda):
+    kept = kernel_calls.KernelCall(lambda keys: keys, ["device"], ["device"], np.int64,
+                                   "misplaced")
+    host = np.arange(8, dtype=np.int64)
+    with pytest.raises(RuntimeError, match="not in the memory of sok1x's GPU"):
+        kernel_calls.invoke(kernel_calls.register(kept),
+                            [(host.__array_interface__["data"][0], host.dtype, host.shape)],
+                            True, 0)
