@@ -66,7 +66,7 @@ import numpy as np
 import torch
 from torch.utils import dlpack as torch_dlpack
 
-from sok1x.backend import random_init
+from sok1x.backend import dlpack, random_init
 from sok1x.engine import api, kernel_calls, runtime
 
 import harness
@@ -115,18 +115,11 @@ class TorchSeam:
 
 
 class Lent:
-    """An output the engine lent, as PyTorch takes it (no copy): its memory goes back to the
-    engine when PyTorch drops the tensor, as TensorFlow's tensor gives it back through the
-    kernel."""
+    """What keeps an output the engine lent: its memory goes back to the engine when PyTorch
+    drops the tensor, as TensorFlow's tensor gives it back through the kernel."""
 
-    def __init__(self, output, on_gpu):
-        self.keep = output.keep
-        interface = {"data": (output.address, False), "shape": output.shape, "version": 2,
-                     "typestr": output.dtype.str, "strides": None}
-        if on_gpu:
-            self.__cuda_array_interface__ = interface
-        else:  # the cpu backend (a smoke run of this script): host memory
-            self.__array_interface__ = dict(interface, version=3)
+    def __init__(self, keep):
+        self.keep = keep
 
     def __del__(self):
         kernel_calls.release(self.keep)
@@ -149,6 +142,8 @@ class TorchKernels:
 
     def __init__(self, device):
         self.on_gpu = device.type == "cuda"
+        self.where = ((dlpack.DEVICE_CUDA, torch.cuda.current_device()) if self.on_gpu
+                      else (dlpack.DEVICE_CPU, 0))
         self.calls = []
 
     def register(self, function, inputs, outputs, dtypes):
@@ -162,11 +157,12 @@ class TorchKernels:
         return [self._tensor(o) for o in kernel_calls.invoke(number, inputs, self.on_gpu, stream)]
 
     def _tensor(self, output):
+        """A lent output as a torch tensor over its memory (PyTorch's cheapest way in: a
+        DLPack capsule; TensorFlow's kernel makes its tensor in C++); host bytes as they are."""
         if not output.keep:
             return output.host
-        if self.on_gpu:
-            return torch.as_tensor(Lent(output, True), device="cuda")
-        return torch.from_numpy(np.asarray(Lent(output, False)))
+        return torch_dlpack.from_dlpack(dlpack.export_capsule(
+            output.address, output.shape, output.dtype, *self.where, Lent(output.keep)))
 
 
 class SokVariants(sok_steps.EngineStep):

@@ -27,6 +27,7 @@ import ctypes
 import functools
 import itertools
 import struct
+import sys
 import traceback
 import weakref
 
@@ -42,6 +43,7 @@ CALL_FUNCTION = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p)
 RELEASE_FUNCTION = ctypes.CFUNCTYPE(None, ctypes.c_uint64)
 _ERROR_CODE_AT = 8 * 8  # CallRecord.error_code's offset
 _ALIGNMENT = 64
+_NO_DIMS = (0,) * MAX_DIMS
 
 # TensorFlow's error codes for Python exceptions, as py_func maps them.
 INVALID_ARGUMENT, UNKNOWN, RESOURCE_EXHAUSTED, OUT_OF_RANGE, UNIMPLEMENTED = 3, 2, 8, 11, 12
@@ -77,6 +79,9 @@ class KernelCall:
         self.output_order = ([i for i, k in enumerate(outputs) if k == "device"]
                              + [i for i, k in enumerate(outputs) if k == "host"])
         self.output_kinds = [outputs[i] for i in self.output_order]
+        # per output of the op (its order): the result's place, dtype and DLPack type code
+        self.outputs = [(i, kind, self.output_dtypes[i], dlpack.type_code(self.output_dtypes[i]))
+                        for i, kind in zip(self.output_order, self.output_kinds)]
         self.checked_device = False
 
     def __call__(self, *arrays):
@@ -116,7 +121,7 @@ def _write_error(address, fields, exception):
 class _Input:
     """Owner of one borrowed input's memory: retained through the C library when the engine
     keeps it past the call, released when the engine drops it."""
-    __slots__ = ("handle", "__weakref__")
+    __slots__ = ("handle",)
 
     def __init__(self):
         self.handle = None
@@ -186,17 +191,21 @@ class _HostView:
                                     "typestr": dtype.str, "version": 3}
 
 
+_OWNED_ONCE = 2  # sys.getrefcount of an owner only the owners list holds (and the argument)
+
+
 def _retain_kept(address, owners):
-    """Retains, through the C library, each input whose owner outlived the call's own
-    references: the engine keeps a view of it."""
+    """Retains, through the C library, each input whose owner something besides the owners
+    list still holds once the call is over: the engine keeps a view of it."""
     retain = _library.get("retain")
-    for index, reference in enumerate(owners):
-        owner = reference()
-        if owner is not None and retain is not None:
+    if retain is None:
+        return
+    for index, owner in enumerate(owners):
+        if owner is not None and sys.getrefcount(owner) > _OWNED_ONCE:
             owner.handle = retain(address, index)
 
 
-def _output_record(backend, result, dtype, kind, on_gpu, allocate):
+def _output_record(backend, result, dtype, code_bits, kind, on_gpu, allocate):
     """The TensorRecord of one result: lent, or copied into allocate(shape) (an output
     TensorFlow allocated: its address)."""
     host = isinstance(result, (np.ndarray, np.generic)) or np.isscalar(result)
@@ -216,7 +225,6 @@ def _output_record(backend, result, dtype, kind, on_gpu, allocate):
     if len(shape) > MAX_DIMS:
         raise ValueError("an engine result of %d dims (at most %d cross)" % (len(shape),
                                                                               MAX_DIMS))
-    code, bits = dlpack.type_code(dtype)
     keep = 0
     if not result.size:
         address = 0
@@ -235,8 +243,8 @@ def _output_record(backend, result, dtype, kind, on_gpu, allocate):
         address = backend.address_of(result)
         keep = next(_keeps)
         _lent[keep] = result
-    return TENSOR_RECORD.pack(address, keep, code, bits, len(shape),
-                              *(shape + (0,) * (MAX_DIMS - len(shape))))
+    return TENSOR_RECORD.pack(address, keep, code_bits[0], code_bits[1], len(shape),
+                              *(shape + _NO_DIMS[len(shape):]))
 
 
 def on_call(address, allocator=None):
@@ -256,47 +264,38 @@ def on_call(address, allocator=None):
         backend = runtime.get().backend
         on_gpu, stream = bool(fields[1]), fields[2]
         arguments, owners = _read_inputs(backend, call, fields, on_gpu)
-        owners = [None if o is None else weakref.ref(o) for o in owners]
         if on_gpu:
             backend.wait_for_framework(stream)
         results = call(*arguments)
         del arguments
-        allocator = allocator or _allocator(address)
-        records = [_output_record(backend, results[i], call.output_dtypes[i], kind, on_gpu,
+        allocator = allocator or functools.partial(_allocate, address)
+        records = [_output_record(backend, results[i], dtype, code_bits, kind, on_gpu,
                                   functools.partial(allocator, index))
-                   for index, (i, kind) in enumerate(zip(call.output_order, call.output_kinds))]
+                   for index, (i, kind, dtype, code_bits) in enumerate(call.outputs)]
         del results
         if on_gpu:
             backend.release_to_framework(stream)
         if records:
             ctypes.memmove(fields[7], b"".join(records), len(records) * TENSOR_RECORD.size)
-        _retain_kept(address, [r or _dead for r in owners])
+        _retain_kept(address, owners)
         return 0
     except BaseException as exc:  # every error goes back to TensorFlow, never through C
         _write_error(address, fields, exc)
         exc.__traceback__ = None
         del exc
-        _retain_kept(address, [r or _dead for r in owners])
+        _retain_kept(address, owners)
         return 1
 
 
-def _dead():
-    return None
-
-
-def _allocator(address):
-    """allocator(index, shape) of the call at `address`: the C library's output allocation."""
-    allocate = _library["allocate"]
-
-    def allocator(index, shape):
-        dims = (ctypes.c_int64 * max(len(shape), 1))(*shape)
-        failed = ctypes.c_int64(0)
-        data = allocate(address, index, len(shape), dims, ctypes.byref(failed))
-        if failed.value:
-            raise MemoryError("TensorFlow could not allocate an output of shape %s"
-                              % list(shape))
-        return data or 0
-    return allocator
+def _allocate(address, index, shape):
+    """Output `index` of the call at `address`, of `shape`, allocated by TensorFlow (the C
+    library's sok1x_allocate_output); returns its address (0 for no elements)."""
+    dims = (ctypes.c_int64 * max(len(shape), 1))(*shape)
+    failed = ctypes.c_int64(0)
+    data = _library["allocate"](address, index, len(shape), dims, ctypes.byref(failed))
+    if failed.value:
+        raise MemoryError("TensorFlow could not allocate an output of shape %s" % list(shape))
+    return data or 0
 
 
 Output = collections.namedtuple("Output", "address keep dtype shape host")
@@ -311,17 +310,21 @@ def invoke(number, inputs, on_gpu, stream=0):
     (the call's input_order). Returns its outputs as Output tuples in the call's output_order;
     raises RuntimeError carrying the error TensorFlow would raise."""
     call = _calls[number]
-    records = b"".join(TENSOR_RECORD.pack(int(address), 0, *dlpack.type_code(dtype),
-                                          len(shape), *(tuple(shape) + (0,) * (
-                                              MAX_DIMS - len(shape))))
-                       for address, dtype, shape in inputs)
     count = len(call.output_order)
-    input_buffer = ctypes.create_string_buffer(records, max(len(records), 1))
-    output_buffer = ctypes.create_string_buffer(max(count, 1) * TENSOR_RECORD.size)
-    message = ctypes.create_string_buffer(4096)
-    record = ctypes.create_string_buffer(CALL_RECORD.pack(
-        number, int(on_gpu), int(stream), 0, len(inputs), ctypes.addressof(input_buffer), count,
-        ctypes.addressof(output_buffer), 0, ctypes.addressof(message), len(message)))
+    buffers = _invoke_buffers.get((number, len(inputs)))
+    if buffers is None:
+        buffers = _invoke_buffers[(number, len(inputs))] = (
+            ctypes.create_string_buffer(max(len(inputs), 1) * TENSOR_RECORD.size),
+            ctypes.create_string_buffer(max(count, 1) * TENSOR_RECORD.size),
+            ctypes.create_string_buffer(4096), ctypes.create_string_buffer(CALL_RECORD.size))
+    input_buffer, output_buffer, message, record = buffers
+    for index, (address, dtype, shape) in enumerate(inputs):
+        TENSOR_RECORD.pack_into(input_buffer, index * TENSOR_RECORD.size, int(address), 0,
+                                *dlpack.type_code(dtype), len(shape),
+                                *(tuple(shape) + _NO_DIMS[len(shape):]))
+    CALL_RECORD.pack_into(record, 0, number, int(on_gpu), int(stream), 0, len(inputs),
+                          ctypes.addressof(input_buffer), count, ctypes.addressof(output_buffer),
+                          0, ctypes.addressof(message), len(message))
     allocated = {}
 
     def allocator(index, shape):  # TensorFlow's allocate_output, in host memory
@@ -333,10 +336,13 @@ def invoke(number, inputs, on_gpu, stream=0):
     outputs = []
     for index in range(count):
         address, keep, code, bits, ndim, *dims = TENSOR_RECORD.unpack_from(
-            output_buffer.raw, index * TENSOR_RECORD.size)
+            output_buffer, index * TENSOR_RECORD.size)
         dtype, shape = dlpack.numpy_dtype(code, bits), tuple(dims[:ndim])
         outputs.append(Output(address, keep, dtype, shape, allocated.get(index)))
     return outputs
+
+
+_invoke_buffers = {}  # (number, inputs) -> invoke()'s records, reused
 
 
 def release(keep):

@@ -107,10 +107,12 @@ def hyper_array(step):
 
 def engine_step(cuda, table, keys, step):
     """The same step on engine arrays, with no framework at all."""
-    vectors, token = api.dense_lookup(table, "kc_fwd", cuda.asarray(keys), True, (SLOTS, NNZ))
-    values, rows = api.dense_lookup_grad(table, "kc_bwd", token, vectors * 2.0)
-    update(table, values, rows, hyper_array(step))
-    return cuda.to_host(vectors), cuda.to_host(values), cuda.to_host(rows)
+    with runtime.entered():  # PyCUDA makes arrays (vectors * 2.0) only with its context
+        vectors, token = api.dense_lookup(table, "kc_fwd", cuda.asarray(keys), True,
+                                          (SLOTS, NNZ))
+        values, rows = api.dense_lookup_grad(table, "kc_bwd", token, vectors * 2.0)
+        update(table, values, rows, hyper_array(step))
+        return cuda.to_host(vectors), cuda.to_host(values), cuda.to_host(rows)
 
 
 def batches(rng, count):
