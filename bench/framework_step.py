@@ -472,7 +472,7 @@ def run_workload(rt, name, device, steps, repeats, scale, pcie):
     timed = {variant: harness.Steps(run, CHECK_STEPS) for variant, run in runs.items()}
     times = harness.interleaved_ms(timed, repeats, steps, synchronize)
     counts = per_step_counts(rt, timed["sok1x_device"], synchronize)
-    for variant in ("sok1x_device", "sok1x_dlpack"):
+    for variant in ("sok1x_device", "sok1x_kernels", "sok1x_dlpack"):
         harness.profile_steps(rt, timed[variant], synchronize, "%s %s, %d GPU(s)" % (
             name, variant, rt.size))
 

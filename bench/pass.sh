@@ -29,7 +29,8 @@
 #                named (else $SOK1X_FRAMEWORK_WORKLOADS, default every workload: seed, dlrm,
 #                dlrm26, dlrm26_hash, dlrm26_dynamic, dlrm26_hybrid, dlrm26_full, and mlperf26,
 #                which skips itself below four H200s) in a process of its own
-#                ($SOK1X_FRAMEWORK_LIMIT_S each, default 240), then framework_report.py ->
+#                ($SOK1X_FRAMEWORK_LIMIT_S each, default 240; $SOK1X_FRAMEWORK_ARGS: more
+#                arguments, e.g. "--repeats 11"), then framework_report.py ->
 #                framework.{json,md,png}
 #   checkpoint   checkpoint_io.py: dump + load of 10M x 128 rows on 1 and 4 GPUs beside plain disk
 #                I/O ($SOK1X_CKPT_DIR, default /tmp/sok1x-ckpt-io), then 1M rows on cuda and cpu,
@@ -230,7 +231,8 @@ stage_framework() {
     for w in ${workloads//,/ }; do
       PYTHONPATH=$PYTHONPATH:$here/bench run "framework-$n-$w" \
         "${SOK1X_FRAMEWORK_LIMIT_S:-240}" mpiexec -n "$n" python3 \
-        "$here/bench/framework_step.py" --out "$work/fw$n-$w.json" --workloads "$w"
+        "$here/bench/framework_step.py" --out "$work/fw$n-$w.json" --workloads "$w" \
+        ${SOK1X_FRAMEWORK_ARGS:-}
       files+=("$work/fw$n-$w.json")
     done
   done

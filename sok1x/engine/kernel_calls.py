@@ -261,20 +261,21 @@ def on_call(address, allocator=None):
                                "imported from another process?)" % fields[0])
         if call.prepare is not None:
             call.prepare()
-        backend = runtime.get().backend
-        on_gpu, stream = bool(fields[1]), fields[2]
-        arguments, owners = _read_inputs(backend, call, fields, on_gpu)
-        if on_gpu:
-            backend.wait_for_framework(stream)
-        results = call(*arguments)
-        del arguments
-        allocator = allocator or functools.partial(_allocate, address)
-        records = [_output_record(backend, results[i], dtype, code_bits, kind, on_gpu,
-                                  functools.partial(allocator, index))
-                   for index, (i, kind, dtype, code_bits) in enumerate(call.outputs)]
-        del results
-        if on_gpu:
-            backend.release_to_framework(stream)
+        with runtime.entered() as rt:  # the device context made current once for the call
+            backend = rt.backend
+            on_gpu, stream = bool(fields[1]), fields[2]
+            arguments, owners = _read_inputs(backend, call, fields, on_gpu)
+            if on_gpu:
+                backend.wait_for_framework(stream)
+            results = call(*arguments)
+            del arguments
+            allocator = allocator or functools.partial(_allocate, address)
+            records = [_output_record(backend, results[i], dtype, code_bits, kind, on_gpu,
+                                      functools.partial(allocator, index))
+                       for index, (i, kind, dtype, code_bits) in enumerate(call.outputs)]
+            del results
+            if on_gpu:
+                backend.release_to_framework(stream)
         if records:
             ctypes.memmove(fields[7], b"".join(records), len(records) * TENSOR_RECORD.size)
         _retain_kept(address, owners)

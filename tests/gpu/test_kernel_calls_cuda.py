@@ -22,6 +22,8 @@ pytestmark = pytest.mark.timeout(300, method="thread")
 SPEC = random_init.make_spec("uniform", -1.0, 1.0, seed=17)
 SLEEP_CYCLES = 400_000_000  # ~0.2 s of a spinning kernel: far longer than the host's calls
 DIM, SLOTS, NNZ, BATCH = 16, 3, 4, 512
+ROWS = 1 << 18  # a table without a hash table: a key's row is the key (one rank), the same in
+# every run (a hash table's rows follow the order concurrent inserts claim them in)
 _TORCH_DTYPES = {torch.int64: np.int64, torch.int32: np.int32, torch.float32: np.float32}
 
 
@@ -116,8 +118,13 @@ def engine_step(cuda, table, keys, step):
 
 
 def batches(rng, count):
-    return [rng.integers(0, 1 << 20, size=(BATCH, SLOTS, NNZ), dtype=np.int64)
+    size = runtime.get().size
+    return [rng.integers(0, ROWS * size, size=(BATCH, SLOTS, NNZ), dtype=np.int64)
             for _ in range(count)]
+
+
+def new_table(name):
+    api.create_table(name, DIM, ROWS, False, SPEC, replace=True)
 
 
 def table_rows(cuda, table, keys):
@@ -127,10 +134,10 @@ def table_rows(cuda, table, keys):
 
 def test_a_step_through_the_kernel_half_equals_the_engines_step(cuda, rng):
     data = batches(rng, 6)
-    api.create_table("kc_table", DIM, 1 << 18, True, SPEC, replace=True)
+    new_table("kc_table")
     want = [engine_step(cuda, "kc_table", keys, s + 1) for s, keys in enumerate(data)]
     want_rows = table_rows(cuda, "kc_table", np.concatenate(data))
-    api.create_table("kc_table", DIM, 1 << 18, True, SPEC, replace=True)  # the same start
+    new_table("kc_table")  # the same start
     kernels = KernelStep("kc_table")
     before = kernel_calls.lent_count()
     for s, keys in enumerate(data):
@@ -154,9 +161,9 @@ def _late_keys(stream, keys):
 
 def test_keys_the_framework_stream_is_still_writing_are_waited_for(cuda, rng):
     keys = batches(rng, 1)[0]
-    api.create_table("kc_late", DIM, 1 << 18, True, SPEC, replace=True)
+    new_table("kc_late")
     want = engine_step(cuda, "kc_late", keys, 1)
-    api.create_table("kc_late", DIM, 1 << 18, True, SPEC, replace=True)
+    new_table("kc_late")
     kernels = KernelStep("kc_late")
     side = torch.cuda.Stream()  # PyTorch's side streams do not wait for the default stream
     source = torch.from_numpy(keys).cuda()
@@ -172,7 +179,7 @@ def test_without_the_op_stream_the_engine_would_read_too_early(cuda, rng):
     # The control for the test above: handed the default stream instead of the one writing the
     # keys, the engine reads them before they are written, so the test above can fail.
     keys = batches(rng, 1)[0] + 1  # no zero key: a key read too early is zero
-    api.create_table("kc_early", DIM, 1 << 18, True, SPEC, replace=True)
+    new_table("kc_early")
     kernels = KernelStep("kc_early")
     side = torch.cuda.Stream()
     source = torch.from_numpy(keys).cuda()
@@ -182,7 +189,7 @@ def test_without_the_op_stream_the_engine_would_read_too_early(cuda, rng):
         forward = kernels.numbers[0]
         vectors, _ = call(forward, [late], stream=0)
     torch.cuda.synchronize()
-    api.create_table("kc_early", DIM, 1 << 18, True, SPEC, replace=True)
+    new_table("kc_early")
     zeros = engine_step(cuda, "kc_early", np.zeros_like(keys), 1)[0]
     assert (vectors.cpu().numpy().reshape(-1, DIM) == zeros.reshape(-1, DIM)[0]).all(
         axis=1).any()
