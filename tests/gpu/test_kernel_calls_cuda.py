@@ -117,6 +117,12 @@ def engine_step(cuda, table, keys, step):
         return cuda.to_host(vectors), cuda.to_host(values), cuda.to_host(rows)
 
 
+def assert_equal(tensors, arrays):
+    """Each torch tensor equals its NumPy array, bit for bit (no tensor kept here after)."""
+    for tensor, expected in zip(tensors, arrays):
+        np.testing.assert_array_equal(tensor.cpu().numpy(), expected)
+
+
 def batches(rng, count):
     size = runtime.get().size
     return [rng.integers(0, ROWS * size, size=(BATCH, SLOTS, NNZ), dtype=np.int64)
@@ -141,10 +147,7 @@ def test_a_step_through_the_kernel_half_equals_the_engines_step(cuda, rng):
     kernels = KernelStep("kc_table")
     before = kernel_calls.lent_count()
     for s, keys in enumerate(data):
-        got = kernels.step(torch.from_numpy(keys).cuda(), s + 1)
-        for tensor, expected in zip(got, want[s]):
-            np.testing.assert_array_equal(tensor.cpu().numpy(), expected)
-        del got
+        assert_equal(kernels.step(torch.from_numpy(keys).cuda(), s + 1), want[s])
     np.testing.assert_array_equal(table_rows(cuda, "kc_table", np.concatenate(data)), want_rows)
     gc.collect()
     assert kernel_calls.lent_count() == before, "an output PyTorch dropped was not given back"
@@ -171,8 +174,7 @@ def test_keys_the_framework_stream_is_still_writing_are_waited_for(cuda, rng):
     with torch.cuda.stream(side):
         got = kernels.step(_late_keys(side, source), 1)
         side.synchronize()
-    for tensor, expected in zip(got, want):
-        np.testing.assert_array_equal(tensor.cpu().numpy(), expected)
+    assert_equal(got, want)
 
 
 def test_without_the_op_stream_the_engine_would_read_too_early(cuda, rng):
