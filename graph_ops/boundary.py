@@ -127,7 +127,8 @@ class _OpInCallOrder:
             inputs[i] = op.inputs[k]
         for k, i in enumerate(call.output_order):
             outputs[i] = op.outputs[k]
-        self.inputs, self.outputs = inputs, outputs
+        self.inputs = inputs
+        self.outputs = outputs[:-1] if call.check else outputs  # not the first-step flag
 
     def __getattr__(self, name):
         return getattr(self._op, name)
@@ -139,6 +140,8 @@ def _in_call_order(function):
         ordered = [None] * len(grads)
         for k, i in enumerate(call.output_order):
             ordered[i] = grads[k]
+        if call.check:
+            ordered = ordered[:-1]
         result = list(function(_OpInCallOrder(op, call), *ordered))
         return [result[i] for i in call.input_order]
     return gradient
@@ -278,18 +281,19 @@ def engine_op(function, inputs, output_dtypes, name, gradient=None, host_inputs=
 
 
 def _kernel_op(function, inputs, output_dtypes, name, gradient, host_positions, host_outputs,
-               prepare, unread):
+               prepare, unread, check=None):
     """engine_op's kernel path: one Sok1xEngineCall op; returns its outputs in engine_op's
-    order."""
+    order. check: whether the op checks its first step (default: first_step_checks())."""
     single = not isinstance(output_dtypes, (list, tuple))
     dtypes = [tf1.as_dtype(d) for d in ([output_dtypes] if single else output_dtypes)]
     kinds = ["unread" if i in unread else "host" if i in host_positions else "device"
              for i in range(len(inputs))]
     output_kinds = ["host" if i in host_outputs else "device" for i in range(len(dtypes))]
+    check = first_step_checks() if check is None else check
     call = kernel_calls.KernelCall(
         function, kinds, output_kinds,
         dtypes[0].as_numpy_dtype if single else [d.as_numpy_dtype for d in dtypes], name,
-        prepare)
+        prepare, check=check)
     graph = tf1.get_default_graph()
     per_graph(graph, "kernel_calls", list).append(call)  # the registry holds it weakly
     tensors = [tf1.convert_to_tensor(t) for t in inputs]
@@ -298,18 +302,87 @@ def _kernel_op(function, inputs, output_dtypes, name, gradient, host_positions, 
     host_inputs = [tensors[i] for i, k in zip(call.input_order, call.input_kinds) if k == "host"]
     ops = op_library.load().ops
     overrides = {KERNEL_OP: _KERNEL_GRADIENT % gradient} if gradient else {}
-    with graph.gradient_override_map(overrides):
+    number = kernel_calls.register(call)
+    all_dtypes = dtypes + ([tf1.bool] if check else [])
+    # an op after another's first-step check: its own first step runs only once that one ran
+    with graph.gradient_override_map(overrides), tf1.control_dependencies(
+            _checks_before(graph, tensors)):
         device_outputs, host_outputs_ = ops.sok1x_engine_call(
             device_inputs=device_inputs, host_inputs=host_inputs,
-            Tout=[dtypes[i] for i, k in zip(call.output_order, call.output_kinds)
+            Tout=[all_dtypes[i] for i, k in zip(call.output_order, call.output_kinds)
                   if k == "device"],
-            Thost_out=[dtypes[i] for i, k in zip(call.output_order, call.output_kinds)
+            Thost_out=[all_dtypes[i] for i, k in zip(call.output_order, call.output_kinds)
                        if k == "host"],
-            function=kernel_calls.register(call), name=name)
-    outputs = [None] * len(dtypes)
+            function=number, name=name)
+    outputs = [None] * len(all_dtypes)
     for i, tensor in zip(call.output_order, list(device_outputs) + list(host_outputs_)):
         outputs[i] = tensor
+    if check:
+        outputs = _with_first_step_check(
+            graph, number, [t for t, k in zip(tensors, kinds) if k != "unread"], outputs,
+            output_kinds, name)
     return outputs
+
+
+CHECK_ENV = "SOK1X_SEAM_CHECK"
+_gpus_seen = []
+
+
+def first_step_checks():
+    """Whether kernel ops check their first step (kernel_calls.compare_first_step): where
+    TensorFlow sees a GPU (the GPU kernel's C++ half is checked where it first runs), unless
+    SOK1X_SEAM_CHECK=0; everywhere with SOK1X_SEAM_CHECK=1 (the CPU kernel's tests)."""
+    forced = os.environ.get(CHECK_ENV, "").strip().lower()
+    if forced in ("0", "1"):
+        return forced == "1"
+    if not _gpus_seen:
+        lister = getattr(getattr(tf_compat.tf.config, "experimental", None),
+                         "list_physical_devices", None)
+        _gpus_seen.append(bool(lister("GPU")) if lister is not None else False)
+    return _gpus_seen[0]
+
+
+def _checks_before(graph, tensors, depth=8):
+    """The first-step checks of the kernel ops that `tensors` were computed from (within
+    `depth` ops): the op made from them waits for them, so each check runs in the step."""
+    checks = per_graph(graph, "seam_checks", dict)
+    if not checks:
+        return []
+    found, seen, pending = [], set(), [(t.op, 0) for t in tensors]
+    while pending:
+        op, level = pending.pop()
+        if op.name in seen or level > depth:
+            continue
+        seen.add(op.name)
+        if op.name in checks:
+            found.append(checks[op.name])
+        pending.extend((t.op, level + 1) for t in op.inputs)
+    return found
+
+
+def _with_first_step_check(graph, number, read, outputs, output_kinds, name):
+    """Adds the first-step check of kernel op `number` (its last output: True on its first
+    call): a py_func, run that once, handing kernel_calls.compare_first_step TensorFlow's own
+    host copies of the read inputs and the outputs. Returns the outputs without the flag, the
+    host ones made to wait for the check (an update op's count is what its step runs)."""
+    flag, outputs = outputs[-1], outputs[:-1]
+
+    def compare(*values):
+        kernel_calls.compare_first_step(number, values)
+        return np.int64(0)
+
+    values = list(read) + list(outputs)
+    done = tf1.cond(flag, lambda: tf_compat.py_func(compare, values, tf1.int64,
+                                                    name + "_seam_check"),
+                    lambda: tf1.constant(0, tf1.int64), name=name + "_first_step")
+    per_graph(graph, "seam_checks", dict)[flag.op.name] = done.op
+    kept = []
+    for tensor, kind in zip(outputs, output_kinds):
+        if kind == "host":
+            with tf1.device("/cpu:0"), tf1.control_dependencies([done]):
+                tensor = tf1.identity(tensor)
+        kept.append(tensor)
+    return kept
 
 
 def host_op(function, inputs, output_dtypes, name, gradient=None):
@@ -325,5 +398,5 @@ def host_op(function, inputs, output_dtypes, name, gradient=None):
     count = 1 if single else len(output_dtypes)
     outputs = _kernel_op(function, inputs, output_dtypes, name, gradient,
                          frozenset(range(len(inputs))), frozenset(range(count)), None,
-                         frozenset())
+                         frozenset(), check=False)  # host memory only: nothing GPU to check
     return outputs[0] if single else outputs

@@ -109,6 +109,7 @@ The seam to a framework (graph_ops/boundary.py, DESIGN D1):
     address_of(array) -> int            where an array's first element lies
     memory_device(address) -> int or None   the GPU whose memory an address is (cpu: None)
     device_ordinal() -> int or None     the GPU sok1x runs on (cpu: None)
+    synchronize_device()                the host waits for all the GPU's streams (cuda)
     upload_staged(host) / download_staged(array)   host staging (page-locked buffers on cuda)
 
 Bulk host <-> device moves (checkpoints, engine/checkpoint*.py):

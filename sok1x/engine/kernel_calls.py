@@ -18,6 +18,16 @@ An input the engine still holds after the call (the stash of a forward pass keep
 keys, say) is retained through the C library (sok1x_retain_input), so TensorFlow cannot reuse its
 memory while the engine reads it, and released when the engine drops it.
 
+The first-step check (DESIGN D1; TensorFlow cannot run on the GPU machines here, so the GPU
+kernel's C++ half is checked where it first runs): an op built with check=True has one more host
+output, True on its first call, when on_call also keeps host copies of what it read and what it
+handed back; a py_func that TensorFlow runs then (graph_ops/boundary.py) hands
+compare_first_step() TensorFlow's own host copies of the same tensors. On any difference this
+rank falls back at once, and asks the others through the next op header
+(engine/lookup/exchange_header.py): from then on every rank's calls cross by host staging (the
+whole device waited for before inputs are read, the inputs copied through the host, the outputs
+complete before the call returns), each rank saying so once.
+
 Nothing here needs TensorFlow: the GPU tests drive on_call() with PyTorch's pointers and stream
 standing in (tests/gpu/test_kernel_calls_cuda.py), and graph_ops/op_library.py attaches it to
 the compiled library with attach().
@@ -65,17 +75,25 @@ class KernelCall:
     result "device" or "host" (a host value: tokens, counts); output_dtypes: NumPy dtypes;
     prepare(): runs first (brings sok1x up); name: the op's, for errors."""
 
-    def __init__(self, function, inputs, outputs, output_dtypes, name, prepare=None):
+    def __init__(self, function, inputs, outputs, output_dtypes, name, prepare=None,
+                 check=False):
         self.function, self.prepare, self.name = function, prepare, name
         self.single = not isinstance(output_dtypes, (list, tuple))
         self.output_dtypes = [np.dtype(d) for d in ([output_dtypes] if self.single
                                                     else output_dtypes)]
+        outputs = list(outputs)
+        self.check = check  # one more host output: True on the first call (the check's)
+        if check:
+            outputs.append("host")
+            self.output_dtypes.append(np.dtype(np.bool_))
+        self.first_seen = None  # (what the first call read, what it handed back), op order
+        self.first_done = False
         kinds = list(inputs)
         # the op takes device inputs first, then host inputs (graph_ops/engine_call_op.cc)
         self.input_order = ([i for i, k in enumerate(kinds) if k != "host"]
                             + [i for i, k in enumerate(kinds) if k == "host"])
         self.input_kinds = [kinds[i] for i in self.input_order]
-        outputs = list(outputs)
+        self.kinds = kinds  # per argument of the function
         self.output_order = ([i for i, k in enumerate(outputs) if k == "device"]
                              + [i for i, k in enumerate(outputs) if k == "host"])
         self.output_kinds = [outputs[i] for i in self.output_order]
@@ -84,9 +102,12 @@ class KernelCall:
                         for i, kind in zip(self.output_order, self.output_kinds)]
         self.checked_device = False
 
-    def __call__(self, *arrays):
+    def __call__(self, *arrays, first=False):
         results = self.function(*arrays)
-        return [results] if self.single else list(results)
+        results = [results] if self.single else list(results)
+        if self.check:
+            results.append(np.bool_(first))
+        return results
 
 
 def register(call):
@@ -205,9 +226,9 @@ def _retain_kept(address, owners):
             owner.handle = retain(address, index)
 
 
-def _output_record(backend, result, dtype, code_bits, kind, on_gpu, allocate):
+def _output_record(backend, result, dtype, code_bits, kind, on_gpu, allocate, lend=True):
     """The TensorRecord of one result: lent, or copied into allocate(shape) (an output
-    TensorFlow allocated: its address)."""
+    TensorFlow allocated: its address; every host result when not `lend`)."""
     host = isinstance(result, (np.ndarray, np.generic)) or np.isscalar(result)
     if host:
         result = np.asarray(result, dtype=dtype)
@@ -232,7 +253,7 @@ def _output_record(backend, result, dtype, code_bits, kind, on_gpu, allocate):
     elif host:
         address = result.__array_interface__["data"][0]
         # lent where TensorFlow can take it (the engine knows its own rows by their memory)
-        if not address % _ALIGNMENT and not on_gpu:
+        if lend and not address % _ALIGNMENT and not on_gpu:
             keep = next(_keeps)
             _lent[keep] = result
         else:
@@ -264,17 +285,31 @@ def on_call(address, allocator=None):
         with runtime.entered() as rt:  # the device context made current once for the call
             backend = rt.backend
             on_gpu, stream = bool(fields[1]), fields[2]
+            staging = _seam["fallback"]
+            if staging and on_gpu:
+                backend.synchronize_device()  # TensorFlow's work, whatever stream it is on
             arguments, owners = _read_inputs(backend, call, fields, on_gpu)
-            if on_gpu:
+            if on_gpu and not staging:
                 backend.wait_for_framework(stream)
-            results = call(*arguments)
+            if staging:
+                arguments = [_staged(backend, a, k) for a, k in zip(arguments, call.kinds)]
+            first = call.check and not call.first_done
+            if first:
+                read = [_host_copy(backend, a) for a, k in zip(arguments, call.kinds)
+                        if k != "unread"]
+            results = call(*arguments, first=first)
             del arguments
+            if first:  # what it hands back (the check flag left out)
+                call.first_seen = read + [_host_copy(backend, r) for r in results[:-1]]
+                call.first_done = True
             allocator = allocator or functools.partial(_allocate, address)
             records = [_output_record(backend, results[i], dtype, code_bits, kind, on_gpu,
-                                      functools.partial(allocator, index))
+                                      functools.partial(allocator, index), lend=not staging)
                        for index, (i, kind, dtype, code_bits) in enumerate(call.outputs)]
             del results
-            if on_gpu:
+            if on_gpu and staging:
+                backend.synchronize()  # the outputs complete before TensorFlow gets them
+            elif on_gpu:
                 backend.release_to_framework(stream)
         if records:
             ctypes.memmove(fields[7], b"".join(records), len(records) * TENSOR_RECORD.size)
@@ -286,6 +321,96 @@ def on_call(address, allocator=None):
         del exc
         _retain_kept(address, owners)
         return 1
+
+
+_seam = {"fallback": False, "asked": None, "said": False}
+
+
+def _host_copy(backend, value):
+    """A host NumPy copy of an argument or a result (a device array downloaded: one wait)."""
+    if isinstance(value, (np.ndarray, np.generic)) or np.isscalar(value):
+        return np.array(value)
+    return np.array(backend.to_host(value))
+
+
+def _staged(backend, value, kind):
+    """An argument as host staging hands it over: engine memory of its own (a copy)."""
+    if kind == "unread" or value is None:
+        return value
+    if kind == "host" or isinstance(value, np.ndarray):
+        return np.array(value)
+    return backend.asarray(np.array(backend.to_host(value)))
+
+
+def compare_first_step(number, values):
+    """The first-step check of KernelCall `number`: `values` are TensorFlow's host copies of
+    the function's read arguments, then of its results (the check flag left out), in their
+    order. On any difference this rank falls back to host staging and asks every rank to.
+    Returns the difference found, or None."""
+    call = _calls.get(number)
+    seen = None if call is None else call.first_seen
+    if seen is None:
+        return None
+    call.first_seen = None
+    names = (["input %d" % i for i, kind in enumerate(call.kinds) if kind != "unread"]
+             + ["output %d" % i for i in range(len(call.output_dtypes) - 1)])
+    for name, mine, theirs in zip(names, seen, values):
+        difference = _differ(mine, np.asarray(theirs))
+        if difference:
+            reason = "%s: %s %s" % (call.name, name, difference)
+            _fall_back_here(reason)
+            return reason
+    return None
+
+
+def _differ(mine, theirs):
+    """Why two host arrays differ (shape, dtype or bytes), or None when bit for bit equal."""
+    if mine.shape != theirs.shape:
+        return "has shape %s in the engine, %s in TensorFlow" % (list(mine.shape),
+                                                                 list(theirs.shape))
+    if mine.dtype != theirs.dtype:
+        return "is %s in the engine, %s in TensorFlow" % (mine.dtype, theirs.dtype)
+    if mine.tobytes() != theirs.tobytes():
+        return "holds other bytes in the engine than in TensorFlow"
+    return None
+
+
+def _fall_back_here(reason):
+    """This rank crosses by host staging from now on and asks the others to (next header)."""
+    _seam.update(fallback=True, asked=reason)
+    _say_fallback("this rank found %s" % reason)
+
+
+def fallback_asked():
+    """True while this rank has a fallback to host staging to tell the other ranks of."""
+    return _seam["asked"] is not None
+
+
+def fall_back_with(ranks):
+    """An op header told this rank that `ranks` fell back to host staging: so does this one."""
+    if _seam["asked"] is not None:
+        _seam["asked"] = None  # every rank heard it in this header
+    if not _seam["fallback"]:
+        _seam["fallback"] = True
+        _say_fallback("rank(s) %s found a difference" % ", ".join(map(str, ranks)))
+
+
+def _say_fallback(why):
+    if _seam["said"]:
+        return
+    _seam["said"] = True
+    import warnings
+    warnings.warn(
+        "sok1x: the first-step check of its TensorFlow GPU kernels failed (%s): what the kernel "
+        "handed the engine, or back, is not what TensorFlow holds. From now on this job's graph "
+        "ops cross by host staging, on every rank (slower, and correct). Please report it with "
+        "your TensorFlow and CUDA versions; SOK1X_SEAM=host keeps it so from the start."
+        % why, RuntimeWarning, stacklevel=2)
+
+
+def fallen_back():
+    """True once this process's calls cross by host staging (the first-step check failed)."""
+    return _seam["fallback"]
 
 
 def _allocate(address, index, shape):

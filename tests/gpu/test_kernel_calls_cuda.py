@@ -64,18 +64,20 @@ def call(number, device_tensors, host_arrays=(), stream=None):
 
 
 class KernelStep:
-    """A dense lookup, its gradient and a LazyAdam update of one table, as three kernel ops."""
+    """A dense lookup, its gradient and a LazyAdam update of one table, as three kernel ops
+    (check: with the first-step check's flag, the ops' last output)."""
 
-    def __init__(self, table):
-        self.table = table
+    def __init__(self, table, check=False):
+        self.table, self.check = table, check
         self.keep = [
             kernel_calls.KernelCall(self._forward, ["device"], ["device", "host"],
-                                    [np.float32, np.int64], "forward"),
+                                    [np.float32, np.int64], "forward", check=check),
             kernel_calls.KernelCall(self._backward, ["host", "device"], ["device", "device"],
-                                    [np.float32, np.int64], "backward"),
+                                    [np.float32, np.int64], "backward", check=check),
             kernel_calls.KernelCall(self._update, ["device", "device", "host"], ["host"],
-                                    np.int64, "update")]
+                                    np.int64, "update", check=check)]
         self.numbers = [kernel_calls.register(c) for c in self.keep]
+        self.flags = []  # per call, its first-step flag (check=True)
 
     def _forward(self, keys):
         return api.dense_lookup(self.table, "kc_fwd", keys, True, (SLOTS, NNZ))
@@ -86,13 +88,27 @@ class KernelStep:
     def _update(self, values, rows, hyper):
         return np.int64(update(self.table, values, rows, hyper))
 
-    def step(self, keys, step, stream=None):
+    def step(self, keys, step, stream=None, held=None):
+        """One step; held: a list that gets, per op, TensorFlow's side of the first-step
+        check (host copies of what the op read and gave, as the py_func gets them)."""
         forward, backward, update_number = self.numbers
-        vectors, token = call(forward, [keys], stream=stream)
+        vectors, token = self._op(forward, [keys], [], stream, held)
         top = vectors * 2.0  # PyTorch computes the top gradient on its stream
-        values, rows = call(backward, [top], [token.numpy()])
-        call(update_number, [values, rows], [hyper_array(step)])
+        values, rows = self._op(backward, [top], [token.numpy()], None, held)
+        self._op(update_number, [values, rows], [hyper_array(step)], None, held)
         return vectors, values, rows
+
+    def _op(self, number, tensors, hosts, stream, held):
+        outputs = call(number, tensors, hosts, stream)
+        if self.check:
+            self.flags.append(bool(outputs.pop()))
+        if held is not None:
+            torch.cuda.synchronize()
+            read = [t.cpu().numpy() for t in tensors] + [np.array(a) for a in hosts]
+            if number == self.numbers[1]:  # the backward reads its token first
+                read = read[::-1]
+            held.append((number, read + [o.cpu().numpy() for o in outputs]))
+        return outputs
 
 
 def update(table, values, rows, hyper):
@@ -229,3 +245,35 @@ def test_a_host_pointer_given_as_a_device_input_is_refused(cuda):
         kernel_calls.invoke(kernel_calls.register(kept),
                             [(host.__array_interface__["data"][0], host.dtype, host.shape)],
                             True, 0)
+
+
+def test_the_first_step_check_on_a_gpu(cuda, rng, monkeypatch):
+    for key, value in (("fallback", False), ("asked", None), ("said", False)):
+        monkeypatch.setitem(kernel_calls._seam, key, value)
+    data = batches(rng, 3)
+    new_table("kc_check")
+    want = [engine_step(cuda, "kc_check", keys, s + 1) for s, keys in enumerate(data)]
+    new_table("kc_check")
+    kernels = KernelStep("kc_check", check=True)
+    held = []
+    assert_equal(kernels.step(torch.from_numpy(data[0]).cuda(), 1, held=held), want[0])
+    assert kernels.flags == [True, True, True]  # each op's first call
+    for number, values in held:  # TensorFlow's copies equal what the kernel half kept
+        assert kernel_calls.compare_first_step(number, values) is None
+    assert not kernel_calls.fallen_back()
+    # A difference (here made on purpose) falls back to host staging, which gives the same.
+    kept = kernels.keep[0]
+    kept.first_done, kept.first_seen = False, None
+    assert_equal(kernels.step(torch.from_numpy(data[1]).cuda(), 2, held=held), want[1])
+    number, values = held[3]
+    values[0] = values[0] + 1
+    with pytest.warns(RuntimeWarning, match="first-step check"):
+        assert "input 0 holds other bytes" in kernel_calls.compare_first_step(number, values)
+    assert kernel_calls.fallen_back()
+    side = torch.cuda.Stream()
+    source = torch.from_numpy(data[2]).cuda()
+    torch.cuda.synchronize()
+    with torch.cuda.stream(side):  # staging waits for the whole device: any stream is safe
+        got = kernels.step(_late_keys(side, source), 3, stream=0)
+        side.synchronize()
+    assert_equal(got, want[2])

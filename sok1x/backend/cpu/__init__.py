@@ -222,7 +222,7 @@ def header_records(fields, size, counts, flag, width, shared=None, shared_at=0):
     records = np.zeros((int(size), int(width)), dtype=np.int64)
     records[:, :6] = np.asarray(fields, dtype=np.int64)[:6]
     if flag is not None and flag[0]:
-        records[:, 4] = 1
+        records[:, 4] |= 1  # (bit 1 of the field: a notice, kept)
     if counts is None:
         records[:, 5] = 0
     else:
@@ -516,6 +516,10 @@ def memory_device(address):
 def device_ordinal():
     """None: the cpu backend runs on no GPU."""
     return None
+
+
+def synchronize_device():
+    """Nothing queued on the host: the cpu backend's work is done when its calls return."""
 
 
 _ALIGNMENT = 64  # TensorFlow refuses (aborts on) tensors whose data is not 64-byte aligned

@@ -548,6 +548,14 @@ def device_ordinal():
 
 
 @uses_context
+def synchronize_device():
+    """Waits on the host for all work queued on the GPU, on any stream of its primary context
+    (the kernel seam's host-staging fallback: a framework's stream it cannot name)."""
+    import pycuda.driver as driver
+    driver.Context.synchronize()
+
+
+@uses_context
 def memory_device(address):
     """The ordinal of the GPU whose memory `address` is, or None for any other address."""
     return cuda_context.device_of(int(address))

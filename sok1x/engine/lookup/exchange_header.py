@@ -6,7 +6,8 @@ Each rank sends each other rank one record of RECORD_WIDTH int64:
     1 tower   the id of its tower                       (op_order.tower_key)
     2 call    which call of the tower this is           (op_order.CLOCK)
     3 place   the op's position in its tower
-    4 error   1 if this rank found bad input or cannot run the op (D7)
+    4 error   bit 0: this rank found bad input or cannot run the op (D7); bit 1: this rank
+              asks every rank to cross the seam by host staging (engine/kernel_calls.py)
     5 tables  how many per-table row counts follow
     6...      rows this rank sends that peer, per table (INLINE_TABLES of them)
     SHARED_AT...  values this rank tells every rank alike (SHARED_WIDTH of them): a hash
@@ -30,12 +31,14 @@ import os
 import numpy as np
 
 from sok1x.backend import cpu as host_ops
+from sok1x.engine import kernel_calls
 from sok1x.engine.lookup.checks import first_error
 from sok1x.engine.op_order import CLOCK, as_op_id, op_key, tower_key
 from sok1x.errors import OrderError
 
 ORDER_CHECK_ENV = "SOK1X_ORDER_CHECK"
 _OP, _TOWER, _CALL, _PLACE, _ERROR, _TABLES = range(6)
+_FAILED, _NOTICE = 1, 2  # the error field's bits
 _FIELDS = 6
 INLINE_TABLES = 58
 SHARED_AT = _FIELDS + INLINE_TABLES
@@ -135,7 +138,9 @@ def exchange_sizes(runtime, op, counts=None, local_error=None, error_flag=None, 
     if local_error is not None:
         counts = None
     tables = 0 if counts is None else int(counts.shape[0])
-    fields = [op_key(op), tower_key(op), call, op.position, int(local_error is not None), tables]
+    fields = [op_key(op), tower_key(op), call, op.position,
+              int(local_error is not None) | (_NOTICE if kernel_calls.fallback_asked() else 0),
+              tables]
     later, runtime.read_later = runtime.read_later, []  # read in this wait, handed back
     told = _shared_values(shared)
     sent, received, extra = _records(runtime, fields, counts, error_flag,
@@ -158,8 +163,10 @@ def exchange_sizes(runtime, op, counts=None, local_error=None, error_flag=None, 
         # This rank is in the step after one that failed elsewhere before sok1x ran (this
         # rank's own call of it failed too): it meets the others' next call of the op.
         sent, received, extra = _records(runtime, fields, counts, error_flag, also_read, told)
-    if received[:, _ERROR].any():
-        if local_error is None and sent[0, _ERROR] and describe_error is not None:
+    if (received[:, _ERROR] & _NOTICE).any():
+        kernel_calls.fall_back_with(np.flatnonzero(received[:, _ERROR] & _NOTICE).tolist())
+    if (received[:, _ERROR] & _FAILED).any():
+        if local_error is None and sent[0, _ERROR] & _FAILED and describe_error is not None:
             local_error = describe_error()
         runtime.host.raise_together(local_error, op.name)
     if told is not None:
