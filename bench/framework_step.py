@@ -58,6 +58,7 @@ With SOK1X_BENCH_PROFILE=FILE, rank 0 appends a cProfile of 20 sok1x_device step
 then of 20 sok1x_dlpack steps (what the seam adds on the host)
 ($SOK1X_BENCH_PROFILE_LINES functions by own and by cumulative time, default 30).
 """
+import ctypes
 import functools
 import sys
 import time
@@ -138,13 +139,15 @@ def _described(value):
 class TorchKernels:
     """PyTorch as TensorFlow at the kernel seam: an op is a registered KernelCall, called with
     its tensors' addresses and PyTorch's current stream; device outputs come back lent, host
-    outputs (the token) as host values."""
+    outputs (the token) as host values. stand_in_s adds up the time spent outside on_call,
+    doing in Python what TensorFlow's kernel does in C++ (records in and out, the tensors)."""
 
     def __init__(self, device):
         self.on_gpu = device.type == "cuda"
         self.where = ((dlpack.DEVICE_CUDA, torch.cuda.current_device()) if self.on_gpu
                       else (dlpack.DEVICE_CPU, 0))
         self.calls = []
+        self.stand_in_s = 0.0
 
     def register(self, function, inputs, outputs, dtypes):
         call = kernel_calls.KernelCall(function, inputs, outputs, dtypes, "bench")
@@ -152,9 +155,17 @@ class TorchKernels:
         return kernel_calls.register(call)
 
     def op(self, number, tensors, hosts=()):
+        started = time.perf_counter()
         inputs = [_described(t) for t in list(tensors) + list(hosts)]
         stream = torch.cuda.current_stream().cuda_stream if self.on_gpu else 0
-        return [self._tensor(o) for o in kernel_calls.invoke(number, inputs, self.on_gpu, stream)]
+        record, allocated = kernel_calls.pack_call(number, inputs, self.on_gpu, stream)
+        entered = time.perf_counter()
+        if kernel_calls.on_call(ctypes.addressof(record), allocated.allocate) != 0:
+            raise RuntimeError(allocated.message.value.decode())
+        left = time.perf_counter()
+        outputs = [self._tensor(o) for o in kernel_calls.unpack_outputs(number, allocated)]
+        self.stand_in_s += entered - started + time.perf_counter() - left
+        return outputs
 
     def _tensor(self, output):
         """A lent output as a torch tensor over its memory (PyTorch's cheapest way in: a
@@ -472,6 +483,14 @@ def run_workload(rt, name, device, steps, repeats, scale, pcie):
     timed = {variant: harness.Steps(run, CHECK_STEPS) for variant, run in runs.items()}
     times = harness.interleaved_ms(timed, repeats, steps, synchronize)
     counts = per_step_counts(rt, timed["sok1x_device"], synchronize)
+    stand_in_us = None
+    if "sok1x_kernels" in timed:  # what TensorFlow's C++ would do, here done in Python
+        synchronize()
+        sok.kernels.stand_in_s = 0.0
+        for _ in range(CHECK_STEPS * 10):
+            timed["sok1x_kernels"]()
+        synchronize()
+        stand_in_us = job_max(sok.kernels.stand_in_s / (CHECK_STEPS * 10) * 1e6)
     for variant in ("sok1x_device", "sok1x_kernels", "sok1x_dlpack"):
         harness.profile_steps(rt, timed[variant], synchronize, "%s %s, %d GPU(s)" % (
             name, variant, rt.size))
@@ -491,6 +510,8 @@ def run_workload(rt, name, device, steps, repeats, scale, pcie):
                 entry["over_pcie_bound"] = entry["ms_per_step"] / entry["pcie_bound_ms"]
         if variant == "sok1x_device":
             entry["per_step_counts"] = counts
+        if variant == "sok1x_kernels":
+            entry["stand_in_us"] = stand_in_us
         entries.append(entry)
         say("%-8s %-13s %d ranks: %8.3f ms/step (min %.3f, max %.3f)  diff %.1e" % (
             name, variant, rt.size, entry["ms_per_step"], entry["ms_min"], entry["ms_max"],

@@ -60,7 +60,7 @@ INVALID_ARGUMENT, UNKNOWN, RESOURCE_EXHAUSTED, OUT_OF_RANGE, UNIMPLEMENTED = 3, 
 _CODES = ((StopIteration, OUT_OF_RANGE), ((ValueError, TypeError), INVALID_ARGUMENT),
           (MemoryError, RESOURCE_EXHAUSTED), (NotImplementedError, UNIMPLEMENTED))
 
-_calls = weakref.WeakValueDictionary()  # number -> KernelCall (its graph holds it)
+_calls = {}  # number -> weak reference to its KernelCall (its graph holds it)
 _numbers = itertools.count(1)
 _lent = {}  # keep -> the engine array TensorFlow holds as an output
 _keeps = itertools.count(1)
@@ -114,13 +114,14 @@ def register(call):
     """Returns the number the op's attr carries for KernelCall `call`. The registry holds it
     weakly: keep `call` alive as long as the op may run (its graph holds it)."""
     number = next(_numbers)
-    _calls[number] = call
+    _calls[number] = weakref.ref(call, lambda _, number=number: _calls.pop(number, None))
     return number
 
 
 def call_of(number):
-    """The KernelCall registered as `number`; raises KeyError when its graph is gone."""
-    return _calls[number]
+    """The KernelCall registered as `number`, or None when its graph is gone."""
+    reference = _calls.get(number)
+    return None if reference is None else reference()
 
 
 def _code(exception):
@@ -276,7 +277,7 @@ def on_call(address, allocator=None):
     fields = CALL_RECORD.unpack(ctypes.string_at(address, CALL_RECORD.size))
     owners = ()
     try:
-        call = _calls.get(fields[0])
+        call = call_of(fields[0])
         if call is None:
             raise RuntimeError("no sok1x engine call %d in this process (an op of a graph "
                                "imported from another process?)" % fields[0])
@@ -347,7 +348,7 @@ def compare_first_step(number, values):
     the function's read arguments, then of its results (the check flag left out), in their
     order. On any difference this rank falls back to host staging and asks every rank to.
     Returns the difference found, or None."""
-    call = _calls.get(number)
+    call = call_of(number)
     seen = None if call is None else call.first_seen
     if seen is None:
         return None
@@ -435,36 +436,58 @@ def invoke(number, inputs, on_gpu, stream=0):
     `number` on inputs, each (address, NumPy dtype, shape) of device inputs then host inputs
     (the call's input_order). Returns its outputs as Output tuples in the call's output_order;
     raises RuntimeError carrying the error TensorFlow would raise."""
-    call = _calls[number]
+    record, allocated = pack_call(number, inputs, on_gpu, stream)
+    if on_call(ctypes.addressof(record), allocated.allocate) != 0:
+        raise RuntimeError(allocated.message.value.decode("utf-8", "replace"))
+    return unpack_outputs(number, allocated)
+
+
+class _Allocated:
+    """invoke()'s record buffers and the outputs it had allocated (TensorFlow's allocate_output,
+    in host memory)."""
+
+    def __init__(self, call, count, inputs):
+        self.call, self.count = call, count
+        self.inputs = ctypes.create_string_buffer(max(inputs, 1) * TENSOR_RECORD.size)
+        self.outputs = ctypes.create_string_buffer(max(count, 1) * TENSOR_RECORD.size)
+        self.message = ctypes.create_string_buffer(4096)
+        self.record = ctypes.create_string_buffer(CALL_RECORD.size)
+        self.arrays = {}
+
+    def allocate(self, index, shape):
+        array = np.empty(shape, self.call.output_dtypes[self.call.output_order[index]])
+        self.arrays[index] = array
+        return array.__array_interface__["data"][0] if array.size else 0
+
+
+def pack_call(number, inputs, on_gpu, stream=0):
+    """invoke()'s first half (the kernel's work before its callback): the CallRecord of a call
+    of `number` on `inputs`. Returns (the record, its _Allocated)."""
+    call = call_of(number)
     count = len(call.output_order)
-    buffers = _invoke_buffers.get((number, len(inputs)))
-    if buffers is None:
-        buffers = _invoke_buffers[(number, len(inputs))] = (
-            ctypes.create_string_buffer(max(len(inputs), 1) * TENSOR_RECORD.size),
-            ctypes.create_string_buffer(max(count, 1) * TENSOR_RECORD.size),
-            ctypes.create_string_buffer(4096), ctypes.create_string_buffer(CALL_RECORD.size))
-    input_buffer, output_buffer, message, record = buffers
+    allocated = _invoke_buffers.get((number, len(inputs)))
+    if allocated is None:
+        allocated = _invoke_buffers[(number, len(inputs))] = _Allocated(call, count, len(inputs))
+    allocated.arrays = {}
     for index, (address, dtype, shape) in enumerate(inputs):
-        TENSOR_RECORD.pack_into(input_buffer, index * TENSOR_RECORD.size, int(address), 0,
+        TENSOR_RECORD.pack_into(allocated.inputs, index * TENSOR_RECORD.size, int(address), 0,
                                 *dlpack.type_code(dtype), len(shape),
                                 *(tuple(shape) + _NO_DIMS[len(shape):]))
-    CALL_RECORD.pack_into(record, 0, number, int(on_gpu), int(stream), 0, len(inputs),
-                          ctypes.addressof(input_buffer), count, ctypes.addressof(output_buffer),
-                          0, ctypes.addressof(message), len(message))
-    allocated = {}
+    CALL_RECORD.pack_into(allocated.record, 0, number, int(on_gpu), int(stream), 0,
+                          len(inputs), ctypes.addressof(allocated.inputs), count,
+                          ctypes.addressof(allocated.outputs), 0,
+                          ctypes.addressof(allocated.message), len(allocated.message))
+    return allocated.record, allocated
 
-    def allocator(index, shape):  # TensorFlow's allocate_output, in host memory
-        allocated[index] = np.empty(shape, call.output_dtypes[call.output_order[index]])
-        return allocated[index].__array_interface__["data"][0] if allocated[index].size else 0
 
-    if on_call(ctypes.addressof(record), allocator) != 0:
-        raise RuntimeError(message.value.decode("utf-8", "replace"))
+def unpack_outputs(number, allocated):
+    """invoke()'s second half (the kernel's work after its callback): the Output tuples."""
     outputs = []
-    for index in range(count):
+    for index in range(allocated.count):
         address, keep, code, bits, ndim, *dims = TENSOR_RECORD.unpack_from(
-            output_buffer, index * TENSOR_RECORD.size)
-        dtype, shape = dlpack.numpy_dtype(code, bits), tuple(dims[:ndim])
-        outputs.append(Output(address, keep, dtype, shape, allocated.get(index)))
+            allocated.outputs, index * TENSOR_RECORD.size)
+        outputs.append(Output(address, keep, dlpack.numpy_dtype(code, bits),
+                              tuple(dims[:ndim]), allocated.arrays.get(index)))
     return outputs
 
 
