@@ -128,8 +128,8 @@ def markdown(name, runs, table, checks):
     lines.append("| workload | variant | " + " | ".join("%d GPU" % r for r in ranks_list) + " |")
     lines.append("|---|---|" + "---|" * len(ranks_list))
     for workload in WORKLOADS:
-        for variant in ("sok1x_kernels", "sok1x_dlpack", "sok1x_host", "sok1x_device",
-                        "torch_dedup", "torch_plain"):
+        for variant in ("sok1x_kernels", "sok1x_kernels_unordered", "sok1x_dlpack",
+                        "sok1x_host", "sok1x_device", "torch_dedup", "torch_plain"):
             cells = []
             for ranks in ranks_list:
                 entry = table.get((workload, variant, ranks))

@@ -60,6 +60,7 @@ then of 20 sok1x_dlpack steps (what the seam adds on the host)
 """
 import ctypes
 import functools
+import os
 import sys
 import time
 
@@ -176,6 +177,10 @@ class TorchKernels:
             output.address, output.shape, output.dtype, *self.where, Lent(output.keep)))
 
 
+def _no_order(stream=0):
+    return None
+
+
 class SokVariants(sok_steps.EngineStep):
     """The three sok1x ways of one step (sok_steps.EngineStep): on engine arrays (device), through
     the zero-copy seam with PyTorch as the framework (dlpack), and through host staging (host)."""
@@ -199,6 +204,17 @@ class SokVariants(sok_steps.EngineStep):
     def kernels_step(self, keys_torch):
         with runtime.entered():
             return self._kernels_step(keys_torch)
+
+    def kernels_unordered(self, keys_torch):
+        """kernels_step with the stream ordering left out (SOK1X_BENCH_UNORDERED=1: what the
+        events cost; at one GPU the framework here queues no GPU work, so nothing races)."""
+        backend = self.backend
+        wait, release = backend.wait_for_framework, backend.release_to_framework
+        backend.wait_for_framework = backend.release_to_framework = _no_order
+        try:
+            return self.kernels_step(keys_torch)
+        finally:
+            backend.wait_for_framework, backend.release_to_framework = wait, release
 
     def _kernels_step(self, keys_torch):
         forward, backward, update = self._kernel_ops
@@ -410,6 +426,7 @@ def _single_table_runs(rt, w, device, sok, names):
     return {
         "sok1x_device": lambda s: sok.device([keys_device[s % 3]]),
         "sok1x_kernels": lambda s: sok.kernels_step([keys_torch[s % 3]]),
+        "sok1x_kernels_unordered": lambda s: sok.kernels_unordered([keys_torch[s % 3]]),
         "sok1x_dlpack": lambda s: sok.dlpack([keys_torch[s % 3]]),
         "sok1x_host": lambda s: sok.host([batches.keys[s % 3]]),
         "sok1x_host_kept": lambda s: sok.host([batches.keys[s % 3]], kept=True),
@@ -429,6 +446,7 @@ def _table_runs(rt, w, device, sok, names):
     runs = {
         "sok1x_device": lambda s: sok.device(keys_device[s % 3]),
         "sok1x_kernels": lambda s: sok.kernels_step(joined_torch[s % 3]),
+        "sok1x_kernels_unordered": lambda s: sok.kernels_unordered(joined_torch[s % 3]),
         "sok1x_dlpack": lambda s: sok.dlpack(joined_torch[s % 3]),
         "sok1x_host": lambda s: sok.host([joined[s % 3]]),
         "sok1x_host_kept": lambda s: sok.host([joined[s % 3]], kept=True),
@@ -463,6 +481,8 @@ def run_workload(rt, name, device, steps, repeats, scale, pcie):
     names = sok_steps.make_tables(rt, w, SPEC)
     sok = SokVariants(rt, w, names, device)
     runs = (_single_table_runs if w.tables is None else _table_runs)(rt, w, device, sok, names)
+    if os.environ.get("SOK1X_BENCH_UNORDERED") != "1":
+        runs.pop("sok1x_kernels_unordered")
 
     # Same outputs on the first steps: every variant from the same initial table.
     first = {}
