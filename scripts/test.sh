@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Installs everything on a fresh machine, then runs the CPU test suite in two lanes:
-#   A  TensorFlow 1.15.5 on Python 3.7 (what sok1x's users run; the host-staging seam, since 1.15
-#      has no DLPack), in its own virtual environment (SOK1X_VENV37, default .venv37/)
+#   A  TensorFlow 1.15.5 on Python 3.7 (what sok1x's users run), in its own virtual environment
+#      (SOK1X_VENV37, default .venv37/)
 #   B  TensorFlow 2.15 on the python3 on PATH (SOK1X_VENV, default .venv/)
 # Each lane runs the serial tests (lane B also builds docs/, warnings as errors), then the MPI
-# tests as real jobs of 1, 2 and 4 ranks (lane A: host staging, 4 ranks on the subset below;
-# lane B: the zero-copy seam), and
+# tests as real jobs of 1, 2 and 4 ranks through sok1x's TensorFlow kernels, built from this
+# checkout against the lane's TensorFlow (lane A's 4 ranks on the subset below), and one more
+# job at 2 ranks on the lane's old seam (A: host staging, B: zero-copy through DLPack), and
 # prints one line of its totals and wall time; the last line is the total over both:
 # `total: N passed, N failed, N skipped`.
 # No GPU needed. SOK1X_LANES picks lanes ("A B" by default; "A" or "B" runs one). Python 3.7 is
@@ -77,16 +78,17 @@ run_lane() {
 
 for lane in $lanes; do
   case $lane in
-    # TensorFlow 1.15 has no DLPack: every op crosses by host staging, the seam this lane tests.
+    # sok1x's kernels ("auto": built on first use), then host staging, TensorFlow 1.15's seam
+    # where the kernels cannot be built, forced.
     A) run_lane A "${SOK1X_VENV37:-$root/.venv37}" test37 "TensorFlow 1.15.5, Python 3.7" \
-         auto:1 auto:2 auto:4:subset ;;
-    # The zero-copy seam (DLPack, what this TensorFlow always takes) at 1, 2 and 4 ranks. Host
-    # staging, TensorFlow 1.15's seam, is lane A's at 1, 2 and 4 ranks; on this TensorFlow it
-    # runs only where SOK1X_SEAM forces it (graph_ops/boundary.py), and the serial tests that
-    # force it (test_memory_soak, the jobs mpi_jobs runs with seam "host") still do:
-    # SOK1X_LANE_B_HOST=1 adds the whole MPI suite under it at 2 ranks (about 80 s).
+         auto:1 auto:2 auto:4:subset host:2 ;;
+    # sok1x's kernels, then the zero-copy seam (DLPack: eager programs' seam, and graph mode's
+    # where the kernels cannot be built), forced. Host staging on this TensorFlow runs where
+    # SOK1X_SEAM forces it (graph_ops/boundary.py) in the serial tests that force it
+    # (test_memory_soak, the jobs mpi_jobs runs with seam "host"); SOK1X_LANE_B_HOST=1 adds the
+    # whole MPI suite under it at 2 ranks (about 80 s).
     B) run_lane B "${SOK1X_VENV:-$root/.venv}" test "TensorFlow 2.15, $(python3 -V 2>&1)" \
-         dlpack:1 dlpack:2 dlpack:4 ${SOK1X_LANE_B_HOST:+host:2} ;;
+         auto:1 auto:2 auto:4 dlpack:2 ${SOK1X_LANE_B_HOST:+host:2} ;;
     *) echo "test.sh: unknown lane '$lane' in SOK1X_LANES (use A and/or B)" >&2; exit 2 ;;
   esac
 done
