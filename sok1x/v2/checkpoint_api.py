@@ -76,8 +76,8 @@ def dump(path, vars, optimizer=None, file_format=None):  # noqa: A002  (SOK's pa
     header, byte for byte, for sok1x.Variable / DynamicVariable; SOK's readers and sok.load
     read them): file_format="sok", or SOK1X_DUMP_FORMAT=sok in the environment for an unchanged
     SOK program. Then only `optimizer`'s slots are written, none without one, as SOK does."""
-    if sok_dump_files.chosen_format(file_format) == sok_dump_files.SOK_FORMAT:
-        variables = _listed(vars)
+    variables = _listed(vars)
+    if sok_dump_files.chosen_format(file_format, variables) == sok_dump_files.SOK_FORMAT:
         return _run_or_op(lambda: sok_dump_files.dump(path, variables, optimizer),
                           "sok1x_dump_sok_files")
     names, prefixes = table_names(vars), _slot_prefixes(optimizer)
@@ -88,13 +88,13 @@ def load(path, vars, optimizer=None, file_format=None):  # noqa: A002
     """Restores each variable's table from `path` (written by dump on any number of ranks): the
     table then holds exactly the file's rows and slots (only `optimizer`'s when given).
     A folder of SOK's own files (file_format="sok", SOK1X_DUMP_FORMAT=sok, or a folder with
-    SOK's key file and no sok1x manifest) loads SOK's way: the file's rows (and `optimizer`'s
-    slots) written over the table's, at any rank count. Collective; raises
-    sok1x.errors.CheckpointError for a missing, corrupt or mismatched file."""
+    sok1x's marker of them or SOK's key file, and no newer sok1x manifest) loads SOK's way:
+    the file's rows (and `optimizer`'s slots) written over the table's, at any rank count.
+    Collective; raises sok1x.errors.CheckpointError for a missing, corrupt or mismatched
+    file."""
     variables = _listed(vars)
-    chosen = sok_dump_files.chosen_format(file_format)
-    if chosen == sok_dump_files.SOK_FORMAT or (
-            file_format is None and sok_dump_files.is_sok_folder(path, variables)):
+    chosen = sok_dump_files.format_to_load(file_format, path, variables)
+    if chosen == sok_dump_files.SOK_FORMAT:
         return _run_or_op(lambda: sok_dump_files.load(path, variables, optimizer),
                           "sok1x_load_sok_files")
     names, prefixes = table_names(vars), _slot_prefixes(optimizer)
