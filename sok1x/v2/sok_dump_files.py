@@ -1,5 +1,5 @@
-"""sok1x.dump / sok1x.load in SOK v2's own file format (engine/checkpoint/sok_format.py), for
-sok1x.Variable and sok1x.DynamicVariable tables: each table and the slots of the
+"""sok1x.dump / sok1x.load in SOK v2's own file format (engine/checkpoint/sok_format.py), the
+default for sok1x.Variable and sok1x.DynamicVariable tables: each table and the slots of the
 optimizer that trains it, as SOK's dump_load.py writes and reads them, with sok1x's guarantees
 (engine/checkpoint/sok_write.py, sok_read.py, sok_marker.py). Eager or inside a py_func: these
 run at once, collectively. Which format a call uses is decided here (chosen_format,
@@ -28,16 +28,20 @@ def _all_sok_variables(variables):
 
 
 def chosen_format(file_format, variables):
-    """The format a dump writes: file_format when given, else $SOK1X_DUMP_FORMAT, else sharded.
-    Raises ValueError for another value."""
-    del variables
-    return _asked_format(file_format) or SHARDED_FORMAT
+    """The format a dump writes: file_format when given, else $SOK1X_DUMP_FORMAT, else SOK's
+    when every variable is a sok1x.Variable or DynamicVariable (SOK v2's tables), else sharded
+    (v1 layers' and DeepRec's tables, which SOK's format has no files for). Raises ValueError
+    for another value."""
+    asked = _asked_format(file_format)
+    if asked is not None:
+        return asked
+    return SOK_FORMAT if _all_sok_variables(variables) else SHARDED_FORMAT
 
 
 def format_to_load(file_format, path, variables):
     """The format a load reads: file_format or $SOK1X_DUMP_FORMAT when given; for v2 tables,
     what folder `path` holds of them (sok1x's marker of SOK's files or SOK's own key file, or
-    sok1x's sharded manifest; both: the newer), sharded by default and for other tables."""
+    sok1x's sharded manifest; both: the newer), SOK's by default; sharded for other tables."""
     asked = _asked_format(file_format)
     if asked is not None:
         return asked
@@ -47,7 +51,7 @@ def format_to_load(file_format, path, variables):
     sok_files = sok_read.is_sok_folder(path, stems)
     manifest = os.path.join(path, MANIFEST_NAME)
     if not os.path.exists(manifest):
-        return SOK_FORMAT if sok_files else SHARDED_FORMAT
+        return SOK_FORMAT
     if not sok_files:
         return SHARDED_FORMAT
     marker = os.path.join(path, sok_marker.MARKER_NAME)
