@@ -3,7 +3,8 @@ guarantees, as real MPI jobs (jobs/sok_files_job.py): a 2-rank dump loads equal 
 ranks; a rank SIGKILLed while writing its rows, while the previous files are kept, or between
 two renames over SOK's names leaves the previous dump loadable (never the new rows of one file
 beside the old of another), and the next dump into the folder gives SOK's own readers the
-previous files back; a changed byte, a cut file or a missing one is refused naming it."""
+previous files back; a changed byte, a cut file, a missing one or a slot file the dump did not
+write is refused naming it."""
 import shutil
 
 import pytest

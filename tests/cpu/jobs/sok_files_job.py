@@ -16,9 +16,9 @@ DynamicVariable's (a hash table), both trained by Adam, dumped with their Adam s
                                             (rank 0, after two files renamed over SOK's names)
     sok_files_job.py other <dir>            dumps another table into <dir> (a later dump, which
                                             puts back what a dump that died left)
-    sok_files_job.py corrupt <dir>          a changed byte, a cut file, a missing slot file:
-                                            each an error naming the file on every rank, and no
-                                            table changed
+    sok_files_job.py corrupt <dir>          a changed byte, a cut file, a missing slot file, a
+                                            slot the dump did not write: each an error naming
+                                            the file on every rank, and no table changed
 """
 import os
 import shutil
@@ -158,6 +158,14 @@ def corrupt(path):
         if COMM.rank == 0:
             shutil.move(saved, target)
         COMM.barrier()
+    # a slot the dump did not write (another optimizer's) is refused, not read from elsewhere
+    extra = dense._replace(slots=dense.slots + (("Adam-w", "w", ("Adam/w", 0.0)),))
+    try:
+        sok_read.load_tables(path, [extra])
+    except CheckpointError as error:
+        assert "sokjob_dense-Adam-w" in str(error), str(error)
+    else:
+        raise AssertionError("a slot file the dump did not write was loaded")
     print("rank %d: every damage refused" % COMM.rank, flush=True)
 
 
