@@ -7,11 +7,9 @@ DistributedGradientTape for the dense layers), the tables dumped by sok.dump in 
 format, the dense part saved as a Keras SavedModel, and rank 0 converting SOK's dump files into
 HPS's sparse model files (key, emb_vector) with the example's own code, which reads SOK's files
 past their 296-byte header.
-Changed: the import (sparse_operation_kit -> sok1x); SOK1X_DUMP_FORMAT=sok set beside the
-example's TF_CPP_MIN_LOG_LEVEL, so sok.dump writes SOK's format as SOK's does (sok1x's default is
-its own sharded format); the sizes (3 tables of 4-wide vectors and 100 to 120 keys, at most 5
-keys a sample, a global batch of 64, the local batch split over hvd.size() ranks, not a fixed
-gpu_num of 2); the data stays the example's random samples; and rank 0 alone saves the dense
+Changed: the import (sparse_operation_kit -> sok1x); the sizes (3 tables of 4-wide vectors
+and 100 to 120 keys, at most 5 keys a sample, a global batch of 64, the local batch split over
+hvd.size() ranks, not a fixed gpu_num of 2); the data stays the example's random samples; and rank 0 alone saves the dense
 model, which SOK's has every rank save into one folder at once (TensorFlow's MergeV2Checkpoints
 then fails on a rank whose temporary files the other removed: 3 of 6 runs at 2 ranks here).
 The HPS side (hps_use_sok_weight_inference.py) needs HugeCTR's hierarchical_parameter_server
@@ -24,7 +22,6 @@ import sys
 import os
 
 os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
-os.environ.setdefault("SOK1X_DUMP_FORMAT", "sok")  # port: sok.dump writes SOK's file format
 import numpy as np
 import tensorflow as tf
 import horovod.tensorflow as hvd

@@ -8,10 +8,12 @@ Changed: the imports (sparse_operation_kit -> sok1x; nvtx and its ranges dropped
 utility are the ports beside this file), the data (utility's synthetic batches with learnable
 labels, in place of the data files; --iterations says how many), the sizes (the arguments'
 defaults, which SOK's requires on the command line), the rank and size also read from MPICH's
-PMI_RANK / PMI_SIZE where Open MPI's OMPI_COMM_WORLD_* are not set.
+PMI_RANK / PMI_SIZE where Open MPI's OMPI_COMM_WORLD_* are not set, and the workers' ports:
+TensorFlow's own gRPC on localhost, on consecutive ports from one that no process held when
+rank 0 looked (utility.free_port_base), where SOK's use 12345 and up, which two jobs on one
+host would both take.
 The same as SOK: one process per device, so this program's strategy code is SOK's as it is
-(on CPU ranks TensorFlow runs its collectives without NCCL by itself). The strategy's workers
-talk over TensorFlow's own gRPC on localhost:12345 and up, as SOK's do.
+(on CPU ranks TensorFlow runs its collectives without NCCL by itself).
 Runs as `mpiexec -n N python run_sok_MultiWorker_mpi.py`; rank 0 prints "Iteration: i, loss=x".
 """
 import argparse
@@ -38,7 +40,7 @@ def main(args, task_id):
     if args.total_gpu_num == 1:
         strategy = tf.distribute.MirroredStrategy()
     else:
-        port = 12345
+        port = utility.free_port_base(args.worker_num)  # port: SOK's is 12345
         os.environ["TF_CONFIG"] = json.dumps(
             {
                 "cluster": {

@@ -4,7 +4,8 @@ get_dense_optimizer of sparse_operation_kit/unit_test/test_scripts/tf2/utils.py,
 re-exports). Changed: the import (sparse_operation_kit -> sok1x); the data: TFDataset and
 get_dataset make synthetic batches with learnable labels (a label is 1 where its keys' hidden
 scores sum above zero) in place of SOK's data files and random labels, each process its own
-samples (seeded by its MPI rank) in batches of the size asked for.
+samples (seeded by its MPI rank) in batches of the size asked for; free_port_base, the
+MultiWorker tutorial's ports in place of SOK's fixed 12345.
 """
 import os
 
@@ -53,6 +54,33 @@ def get_dataset(global_batch_size, read_batchsize, iter_num=10, vocabulary_size=
         raise ValueError("utility.get_dataset: use_sparse_mask=True is not ported")
     return synthetic_dataset(read_batchsize, iter_num * repeat, vocabulary_size, slot_num,
                              max_nnz)
+
+
+def free_port_base(count):
+    """port: the first of `count` consecutive TCP ports that no process held on this host when
+    rank 0 looked (the OS picks the first; every rank gets rank 0's answer through mpi4py), in
+    place of SOK's fixed 12345, so two jobs on one host never share a worker's port."""
+    import socket
+
+    from mpi4py import MPI
+
+    base = None
+    if MPI.COMM_WORLD.rank == 0:
+        for _ in range(100):
+            held = []
+            try:
+                for offset in range(count):
+                    held.append(socket.socket())
+                    held[-1].bind(("", 0 if offset == 0 else base + offset))
+                    if offset == 0:
+                        base = held[0].getsockname()[1]
+                break
+            except (OSError, OverflowError):
+                base = None  # one of the next ports is taken: another first port
+            finally:
+                for sock in held:
+                    sock.close()
+    return MPI.COMM_WORLD.bcast(base)
 
 
 def get_embedding_optimizer(optimizer_type):

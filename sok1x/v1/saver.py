@@ -30,7 +30,7 @@ class Saver:
         `filepath` (made if missing; every rank writes its shard), and SOK's own two files of
         its keys and values beside it (sok_files.py, from rank 0). Returns an op in graph
         mode."""
-        dumped = checkpoint_api.dump(filepath, [embedding_variable])
+        dumped = checkpoint_api.dump(filepath, [embedding_variable], file_format="sharded")
         if tf1.executing_eagerly():
             sok_files.write(filepath, embedding_variable)
             return None

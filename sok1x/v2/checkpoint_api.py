@@ -1,15 +1,18 @@
 """SOK's dump / load / incremental_model_dump for sok1x tables (DESIGN D8).
 
-`vars` are the tables' variables: the v1 layers' handle variables (layer.var), or any object
-with a table (anything sok1x.graph_ops.embedding_tag.table_of() knows, or with a
-`table_name`). A dump is sharded: every rank writes its own rows of each table to a file of its
-own in the folder, in parallel, then the folder's manifest (sok1x-checkpoint.json) is written;
-the tables of one call load whole or not at all, on any number of ranks (sok1x/engine/
-checkpoint.py). The folder must be one that every rank sees (a shared file system).
-
-optimizer=None saves (and loads) every optimizer slot a table has, so nothing trained is lost;
-an optimizer limits both to that optimizer's slots. In graph mode dump and load return an op
-(run it on every rank, at the same point); eagerly they run at once.
+`vars` are the tables' variables: sok1x.Variable / DynamicVariable handles (SOK v2's), the v1
+layers' handle variables (layer.var), or any object with a table (anything
+sok1x.graph_ops.embedding_tag.table_of() knows, or with a `table_name`). Two formats, both
+written in bounded memory and published whole (a crash leaves the previous dump loadable), both
+loadable on any number of ranks; the folder must be one that every rank sees:
+  - SOK's own files (v2/sok_dump_files.py), the default for SOK v2's tables, as SOK writes
+    them, so SOK's readers read them: `<name>-key`, `-weight`, `-<Optimizer>-<slot>` (only
+    `optimizer`'s slots, none without one, as SOK does);
+  - sok1x's sharded format (engine/checkpoint/tables.py), the default for other tables, or
+    file_format="sharded" / SOK1X_DUMP_FORMAT=sharded: every rank its own shard file, then the
+    manifest (sok1x-checkpoint.json); optimizer=None there means every slot.
+In graph mode dump and load return an op (run it on every rank, at the same point); eagerly
+they run at once.
 """
 import datetime
 
@@ -69,15 +72,17 @@ def _listed(variables):
 
 
 def dump(path, vars, optimizer=None, file_format=None):  # noqa: A002  (SOK's parameter name)
-    """Writes each variable's table (keys, values, slots of `optimizer`, or every slot when
-    None) into folder `path`: every rank its own shard, then the manifest. Collective.
+    """Writes each variable's table into folder `path`. Collective.
 
-    SOK's own files instead (`<name>_0-key`, `-weight`, `-<Optimizer>-<slot>` with SOK's
-    header, byte for byte, for sok1x.Variable / DynamicVariable; SOK's readers and sok.load
-    read them): file_format="sok", or SOK1X_DUMP_FORMAT=sok in the environment for an unchanged
-    SOK program. Then only `optimizer`'s slots are written, none without one, as SOK does."""
-    if sok_dump_files.chosen_format(file_format) == sok_dump_files.SOK_FORMAT:
-        variables = _listed(vars)
+    sok1x.Variable / DynamicVariable tables go, by default, into SOK's own files
+    (`<name>_0-key`, `-weight`, `-<Optimizer>-<slot>` with SOK's header, byte for byte, as
+    SOK's sok.dump writes them; SOK's readers and sok.load read them): only `optimizer`'s
+    slots, none without one, as SOK does. file_format="sharded" (or SOK1X_DUMP_FORMAT=sharded),
+    and the default for other tables: sok1x's sharded format, every rank its own shard (keys,
+    values, slots of `optimizer`, or every slot when None), then the manifest.
+    file_format="sok" (or SOK1X_DUMP_FORMAT=sok) asks for SOK's files."""
+    variables = _listed(vars)
+    if sok_dump_files.chosen_format(file_format, variables) == sok_dump_files.SOK_FORMAT:
         return _run_or_op(lambda: sok_dump_files.dump(path, variables, optimizer),
                           "sok1x_dump_sok_files")
     names, prefixes = table_names(vars), _slot_prefixes(optimizer)
@@ -85,16 +90,17 @@ def dump(path, vars, optimizer=None, file_format=None):  # noqa: A002  (SOK's pa
 
 
 def load(path, vars, optimizer=None, file_format=None):  # noqa: A002
-    """Restores each variable's table from `path` (written by dump on any number of ranks): the
-    table then holds exactly the file's rows and slots (only `optimizer`'s when given).
-    A folder of SOK's own files (file_format="sok", SOK1X_DUMP_FORMAT=sok, or a folder with
-    SOK's key file and no sok1x manifest) loads SOK's way: the file's rows (and `optimizer`'s
-    slots) written over the table's, at any rank count. Collective; raises
-    sok1x.errors.CheckpointError for a missing, corrupt or mismatched file."""
+    """Restores each variable's table from `path` (written by dump on any number of ranks).
+    SOK's files (file_format="sok" or SOK1X_DUMP_FORMAT=sok; else found in the folder for
+    sok1x.Variable / DynamicVariable tables: sok1x's dump in SOK's format, or SOK's own) load
+    SOK's way: the files' rows (and `optimizer`'s slots) written over the table's. A sharded
+    dump (file_format="sharded", or the folder's manifest, the newer where both are there):
+    the table then holds exactly the dump's rows and slots (only `optimizer`'s when given).
+    Collective; raises sok1x.errors.CheckpointError for a missing, corrupt or mismatched file,
+    changing no table."""
     variables = _listed(vars)
-    chosen = sok_dump_files.chosen_format(file_format)
-    if chosen == sok_dump_files.SOK_FORMAT or (
-            file_format is None and sok_dump_files.is_sok_folder(path, variables)):
+    chosen = sok_dump_files.format_to_load(file_format, path, variables)
+    if chosen == sok_dump_files.SOK_FORMAT:
         return _run_or_op(lambda: sok_dump_files.load(path, variables, optimizer),
                           "sok1x_load_sok_files")
     names, prefixes = table_names(vars), _slot_prefixes(optimizer)

@@ -2,11 +2,14 @@
 file that no manifest names (DESIGN D8), as real MPI jobs: a 1-rank and a 2-rank job dump
 their own three tables into one folder, starting at the same moment, round after round; then a
 job loads all six and finds each as its job's last round left it, and every dump file in the
-folder is one the manifest names."""
+folder is one the manifest names. In both formats: SOK's files (sok.dump's default for these
+sok1x.Variable tables; SOK's reader reads each table's last round too) and sharded."""
 import os
 import subprocess
 import sys
 import time
+
+import pytest
 
 from mpi_jobs import JOBS, mpiexec, run_job, skip_before_tensorflow
 
@@ -21,18 +24,19 @@ def _start(ranks, *args):
                             env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
 
 
-def test_concurrent_dumps_into_one_folder_keep_every_table(tmp_path):
+@pytest.mark.parametrize("file_format", ["sok", "sharded"])
+def test_concurrent_dumps_into_one_folder_keep_every_table(tmp_path, file_format):
     # The jobs dump round after round through sok1x's eager v2 calls (the folder's lock is the
     # engine's, whatever the TensorFlow; test_sharded_checkpoint covers dumps in graph mode).
     skip_before_tensorflow((2, 0), "eager execution (the jobs run SOK's v2 calls at once)")
     folder = str(tmp_path / "dumps")
     start_at = time.time() + 20  # both jobs up and waiting by then
-    jobs = {"alpha": _start(1, "dump", folder, "alpha", start_at, ROUNDS),
-            "beta": _start(2, "dump", folder, "beta", start_at, ROUNDS)}
+    jobs = {"alpha": _start(1, "dump", file_format, folder, "alpha", start_at, ROUNDS),
+            "beta": _start(2, "dump", file_format, folder, "beta", start_at, ROUNDS)}
     for tag, job in jobs.items():
         stdout, stderr = job.communicate(timeout=240)
         assert job.returncode == 0 and "DUMPED " + tag in stdout, stdout + stderr[-4000:]
     for ranks in (1, 2):
-        check = run_job(ranks, JOB, "check", folder, ROUNDS, "alpha", "beta")
+        check = run_job(ranks, JOB, "check", file_format, folder, ROUNDS, "alpha", "beta")
         assert check.returncode == 0 and "CHECKED" in check.stdout, (
             check.stdout + check.stderr[-4000:])

@@ -6,6 +6,7 @@ TensorFlow's LoggingTensorHook logs is read from stderr)."""
 import math
 import os
 import re
+import socket
 import sys
 
 import numpy as np
@@ -104,6 +105,39 @@ def _cases():
                 for ranks in ((1, 2) if not options else (2,)):
                     label = "-".join([port, str(ranks)] + [o.lstrip("-") for o in options])
                     yield pytest.param(port, ranks, options, id=label)
+
+
+# Ports whose workers talk over TensorFlow's gRPC on localhost, on ports SOK fixes at 12345 and up.
+GRPC_PORTS = ["sok_ports/run_sok_MultiWorker_mpi.py", "sok_ports/dlrm/main.py"]
+SOK_GRPC_PORT = 12345
+
+
+@pytest.mark.parametrize("port", GRPC_PORTS)
+def test_a_grpc_port_trains_beside_a_job_on_soks_ports(port, tmp_path, monkeypatch):
+    """Another job holds localhost:12345 and 12346 (SOK's ports for 2 workers): the port picks
+    free ones and trains to its end at 2 ranks, as two CI jobs on one host must."""
+    if not TF2:
+        pytest.skip("%s is a TensorFlow 2 eager program (SOK's TF2 API)" % port)
+    held = []
+    for number in range(2):
+        sock = socket.socket()
+        try:
+            sock.bind(("", SOK_GRPC_PORT + number))
+            sock.listen(1)
+            held.append(sock)
+        except OSError:  # another process holds it already: held all the same
+            sock.close()
+    _, _, _, done_line, printed_by = PORTS[port]
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
+    monkeypatch.chdir(tmp_path)
+    try:
+        done = run_stoppable([mpiexec(), "-n", "2", sys.executable,
+                              os.path.join(EXAMPLES, port)], env, LIMIT_S)
+    finally:
+        for sock in held:
+            sock.close()
+    assert done.returncode == 0, done.explain()
+    assert done.stdout.count(done_line) == (2 * printed_by if printed_by else 1), done.explain()
 
 
 @pytest.mark.parametrize("port,ranks,options", list(_cases()))

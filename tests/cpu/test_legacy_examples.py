@@ -72,7 +72,10 @@ def test_sok_v2_trains_and_loads_what_it_dumped(tmp_path):
                       "--dump_dir", tmp_path / "dump")
     assert_progress(out, "v2", 4)
     assert "rows equal" in out, out
-    assert os.path.exists(str(tmp_path / "dump" / "sok1x-checkpoint.json"))
+    # sok.dump's default for SOK v2's tables: SOK's own files, and sok1x's marker of them
+    names = os.listdir(str(tmp_path / "dump"))
+    assert "sok1x-sok-files.json" in names and "sok1x-checkpoint.json" not in names, names
+    assert len([n for n in names if n.endswith("-key")]) == 2, names
 
 
 def test_deeprec_group_embedding():

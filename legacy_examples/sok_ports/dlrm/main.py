@@ -8,8 +8,11 @@ Changed: the imports (sparse_operation_kit -> sok1x; models, utils and dataset a
 beside this file), the data (dataset.py's synthetic samples in place of the Criteo files; the
 file patterns only name them), the sizes (every vocabulary at most 1000, the arguments'
 defaults, which SOK's requires on the command line: a global batch of 64, 4-wide vectors,
-small MLPs, 24 steps, validation every 4, the schedule's warm-up 4 steps), and the rank and size
-also read from MPICH's PMI_RANK / PMI_SIZE where Open MPI's OMPI_COMM_WORLD_* are not set.
+small MLPs, 24 steps, validation every 4, the schedule's warm-up 4 steps), the rank and size
+also read from MPICH's PMI_RANK / PMI_SIZE where Open MPI's OMPI_COMM_WORLD_* are not set, and
+the multiworker strategy's ports: TensorFlow's gRPC on localhost, on consecutive ports from one
+that no process held when rank 0 looked (utils.free_port_base), where SOK's use 12345 and up,
+which two jobs on one host would both take.
 The strategies: multiworker (the default here) is one worker per MPI rank, as sok1x runs, so
 its code is SOK's as it is. mirrored: SOK's one process over all GPUs; under sok1x each rank's
 MirroredStrategy has its one device and the dense layers are not all-reduced across ranks.
@@ -80,7 +83,7 @@ def main(args):
 
         import json
 
-        port = 12345
+        port = utils.free_port_base(args.gpu_num)  # port: SOK's is 12345
         os.environ["TF_CONFIG"] = json.dumps(
             {
                 "cluster": {

@@ -5,7 +5,8 @@ strategy helpers (all-reduce, all-gather, broadcast through tf.distribute or Hor
 logs. Changed: the import (sparse_operation_kit -> sok1x), Keras' optimizers taken from
 tf.keras.optimizers.legacy in TF 2.11+, where those of the TensorFlow SOK's tutorial is for are
 now named, and the rank that show_logs prints on also read from MPICH's PMI_RANK where Open
-MPI's OMPI_COMM_WORLD_RANK is not set.
+MPI's OMPI_COMM_WORLD_RANK is not set; free_port_base, the multiworker strategy's ports in
+place of SOK's fixed 12345.
 SOK's code: Copyright (c) 2021, NVIDIA CORPORATION, under the Apache License 2.0.
 """
 
@@ -103,6 +104,33 @@ class WarmUpAndPolyDecay(tf.keras.optimizers.schedules.LearningRateSchedule):
             "decay_steps": self.decay_steps,
             "decay_start_steps": self.decay_start_steps,
         }
+
+
+def free_port_base(count):
+    """port: the first of `count` consecutive TCP ports that no process held on this host when
+    rank 0 looked (the OS picks the first; every rank gets rank 0's answer through mpi4py), in
+    place of SOK's fixed 12345, so two jobs on one host never share a worker's port."""
+    import socket
+
+    from mpi4py import MPI
+
+    base = None
+    if MPI.COMM_WORLD.rank == 0:
+        for _ in range(100):
+            held = []
+            try:
+                for offset in range(count):
+                    held.append(socket.socket())
+                    held[-1].bind(("", 0 if offset == 0 else base + offset))
+                    if offset == 0:
+                        base = held[0].getsockname()[1]
+                break
+            except (OSError, OverflowError):
+                base = None  # one of the next ports is taken: another first port
+            finally:
+                for sock in held:
+                    sock.close()
+    return MPI.COMM_WORLD.bcast(base)
 
 
 def get_optimizer(optimizer=None):

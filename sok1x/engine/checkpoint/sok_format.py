@@ -1,6 +1,6 @@
-"""SOK v2's own dump files, written and read byte for byte as SOK's dump_load.py defines them
-(HugeCTR 2f2016fa8, sparse_operation_kit/dump_load.py), so SOK's readers (HPS conversion, a
-user's tools) read sok1x's dumps and a folder SOK dumped loads into sok1x at any rank count.
+"""SOK v2's own dump files, byte for byte as SOK's dump_load.py defines them (HugeCTR
+2f2016fa8, sparse_operation_kit/dump_load.py), so SOK's readers (HPS conversion, a user's
+tools) read sok1x's dumps and a folder SOK dumped loads into sok1x at any rank count.
 
 A folder holds, per table, files named from the variable's name with every punctuation
 character made "_" (`emb:0` -> `emb_0`):
@@ -15,8 +15,10 @@ float16 4, float32 5, float64 6) as a big-endian uint32; then the array's raw by
 Rows come as SOK's allgather writes them: in rounds of at most 64 MiB per rank, each round every
 rank's slice in rank order (a rank's rows ascend by row, a DynamicVariable's by key); a table on
 one rank ("localized") is written by that rank, a sok1x.Variable's keys as uint64 0..n-1.
-Framework-free: the front door (sok1x/v2/sok_dump_files.py) finds the tables and slots.
+This module is the layout only; sok_write.py and sok_read.py move the bytes, sok_marker.py
+makes a dump appear whole.
 """
+import collections
 import os
 import string
 
@@ -30,6 +32,17 @@ ROUND_BYTES = 64 * 1024 * 1024
 KEY_FILE, WEIGHT_FILE, STATE_FILE = 0, 1, 2
 DTYPES = (np.int32, np.int64, np.uint32, np.uint64, np.float16, np.float32, np.float64)
 OPTIMIZER_NAMES = ("SGD", "Adamax", "Adadelta", "Adagrad", "Ftrl", "Adam")
+
+SokTable = collections.namedtuple("SokTable", "name stem dim dynamic key_limit owner slots")
+SokTable.__doc__ = """One table in SOK's files: name (the engine table), stem (SOK's file stem),
+dim, dynamic (a DynamicVariable: a hash table, rows by key), key_limit (a sok1x.Variable's
+number of keys, None for a DynamicVariable), owner (the rank holding every row of a localized
+table, None when spread), slots: (file suffix "<Optimizer>-<slot>", slot name, engine slot
+(name, initial value)) per optimizer slot written or read."""
+
+SokFile = collections.namedtuple("SokFile", "suffix file_type slot_name")
+SokFile.__doc__ = """One of a table's files: its name's suffix after "<stem>-", SOK's file type
+and slot name (its header's)."""
 
 
 def file_stem(variable_name):
@@ -47,6 +60,17 @@ def optimizer_file_name(class_description):
     return found[-1]
 
 
+def files_of(table):
+    """The SokFiles of `table` (a SokTable): key, weight, then one per slot."""
+    return ([SokFile("key", KEY_FILE, ""), SokFile("weight", WEIGHT_FILE, "")]
+            + [SokFile(suffix, STATE_FILE, slot) for suffix, slot, _ in table.slots])
+
+
+def file_name(stem, suffix):
+    """'<stem>-<suffix>': the name SOK gives a table's file."""
+    return "%s-%s" % (stem, suffix)
+
+
 def encode_header(file_type, slot_name, dtype):
     """Returns SOK's 296-byte file header (see the module docstring)."""
     index = [np.dtype(d) for d in DTYPES].index(np.dtype(dtype))
@@ -54,15 +78,16 @@ def encode_header(file_type, slot_name, dtype):
         slot_name.rjust(SLOT_NAME_BYTES, " ").encode() + index.to_bytes(INT_BYTES, "big")
 
 
-def read_file(path, file_type, slot_name=""):
-    """Returns the array in SOK file `path` (1-D, its header's dtype). Raises CheckpointError
-    naming the file when it is missing, short, of another type or slot, or ragged."""
+def open_file(path, file_type, slot_name=""):
+    """Checks SOK file `path`'s header; returns (dtype, number of values after it). Raises
+    CheckpointError naming the file when it is missing, short, of another type or slot, or
+    ragged."""
     try:
         with open(path, "rb") as f:
             head = f.read(HEADER_BYTES)
-            data = f.read()
+            size = os.fstat(f.fileno()).st_size
     except OSError as error:
-        raise CheckpointError("SOK dump file %s cannot be read: %s" % (path, error)) from error
+        raise CheckpointError("SOK dump file %s cannot be read: %s" % (path, error)) from None
     if len(head) != HEADER_BYTES:
         raise CheckpointError("SOK dump file %s is shorter than SOK's %d-byte header"
                               % (path, HEADER_BYTES))
@@ -75,10 +100,10 @@ def read_file(path, file_type, slot_name=""):
                               "%d; expected file type %d, slot %r" % (path, kind, slot, index,
                                                                       file_type, slot_name))
     dtype = np.dtype(DTYPES[index])
-    if len(data) % dtype.itemsize:
+    if (size - HEADER_BYTES) % dtype.itemsize:
         raise CheckpointError("SOK dump file %s: %d bytes after the header are not whole %s "
-                              "values" % (path, len(data), dtype.name))
-    return np.frombuffer(data, dtype=dtype)
+                              "values" % (path, size - HEADER_BYTES, dtype.name))
+    return dtype, (size - HEADER_BYTES) // dtype.itemsize
 
 
 def rounds(rows, dim, itemsize):
@@ -89,74 +114,20 @@ def rounds(rows, dim, itemsize):
     return -(-rows // per_round), per_round
 
 
-def _write_gathered(host, path, header, array, round_plan):
-    """Rank 0 writes header + every rank's rows of `array` in SOK's rounds (collective)."""
-    count, per_round = round_plan
-    out = open(path, "wb") if host.rank == 0 else None
-    try:
-        if out is not None:
-            out.write(header)
-        for i in range(count):
-            piece = array[min(i * per_round, len(array)):min((i + 1) * per_round, len(array))]
-            gathered = host.all_gather_v(piece)[0] if host.size > 1 else piece
-            if out is not None:
-                np.ascontiguousarray(gathered).tofile(out)
-    finally:
-        if out is not None:
-            out.close()
-
-
-def write_table(host, directory, stem, keys, weights, states, owner=None):
-    """Writes one table's SOK files into `directory` (collective). keys: this rank's keys
-    (int64, or uint64 for SOK's localized Variable); weights float32 [n, dim] in their order;
-    states: [(file suffix "<Optimizer>-<slot>", slot name, float32 [n, dim])]. owner: None when
-    every rank holds some rows (rank 0 writes them all, gathered), else the one rank holding
-    them all, which writes alone. Raises CheckpointError on every rank for a table with no rows
-    (SOK refuses those too)."""
-    weights = np.ascontiguousarray(weights, dtype=np.float32)
-    dim = int(weights.shape[1])
-    counts = [len(keys)] if host.size == 1 else host.all_gather_object(len(keys))
-    if sum(counts) == 0:
-        raise CheckpointError("%s: the table holds no rows; SOK's dump format cannot hold an "
-                              "empty table" % stem)
-    files = [("key", KEY_FILE, "", np.asarray(keys))]
-    files.append(("weight", WEIGHT_FILE, "", weights))
-    files += [(suffix, STATE_FILE, slot, np.ascontiguousarray(rows, dtype=np.float32))
-              for suffix, slot, rows in states]
+def segments(rows_per_rank, dim, owner):
+    """Where each rank's rows go in a table's files, in file order: [(rank, first row, stop
+    row, first row in the file)]. rows_per_rank: every rank's row count; owner: the rank that
+    writes a localized table alone (its rows in one piece), None for SOK's rounds (float32
+    rows: the rounds of every file of the table follow the weight file's)."""
     if owner is not None:
-        if host.rank == owner:
-            for suffix, kind, slot, array in files:
-                with open(os.path.join(directory, "%s-%s" % (stem, suffix)), "wb") as out:
-                    out.write(encode_header(kind, slot, array.dtype))
-                    np.ascontiguousarray(array).tofile(out)
-        return
-    plans = [rounds(len(keys), dim, 4)] if host.size == 1 else \
-        host.all_gather_object(rounds(len(keys), dim, 4))
-    count = max(plan[0] for plan in plans)
-    for suffix, kind, slot, array in files:
-        _write_gathered(host, os.path.join(directory, "%s-%s" % (stem, suffix)),
-                        encode_header(kind, slot, array.dtype), array,
-                        (count, rounds(len(keys), dim, 4)[1]))
-
-
-def read_table(directory, stem, dim, slots):
-    """Reads one table's SOK files: returns (keys int64 [n], weights float32 [n, dim],
-    [states float32 [n, dim] per (file suffix, slot name) of `slots`]). Raises CheckpointError
-    naming the file for a missing or malformed one, or rows of another dim."""
-    def path(suffix):
-        return os.path.join(directory, "%s-%s" % (stem, suffix))
-    keys = read_file(path("key"), KEY_FILE)
-    arrays = [read_file(path("weight"), WEIGHT_FILE)]
-    arrays += [read_file(path(suffix), STATE_FILE, slot) for suffix, slot in slots]
-    names = ["weight"] + [suffix for suffix, _ in slots]
-    shaped = []
-    for name, array in zip(names, arrays):
-        if array.size != keys.size * dim:
-            raise CheckpointError("SOK dump file %s holds %d values: not %d keys x dim %d"
-                                  % (path(name), array.size, keys.size, dim))
-        shaped.append(array.astype(np.float32).reshape(-1, dim))
-    if keys.size and (keys.dtype.kind == "i" and keys.min() < 0 or
-                      int(keys.max()) > np.iinfo(np.int64).max):
-        raise CheckpointError("SOK dump file %s holds keys outside sok1x's int64 range"
-                              % path("key"))
-    return keys.astype(np.int64), shaped[0], shaped[1:]
+        count = rows_per_rank[owner]
+        return [(owner, 0, count, 0)] if count else []
+    plans = [rounds(count, dim, 4) for count in rows_per_rank]
+    out, at = [], 0
+    for index in range(max(plan[0] for plan in plans)):
+        for rank, (count, (_, per_round)) in enumerate(zip(rows_per_rank, plans)):
+            first, stop = min(index * per_round, count), min((index + 1) * per_round, count)
+            if stop > first:
+                out.append((rank, first, stop, at))
+                at += stop - first
+    return out

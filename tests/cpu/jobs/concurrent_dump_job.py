@@ -1,12 +1,14 @@
 """An MPI job for test_concurrent_dumps: jobs that sok1x.dump their own tables into one folder at
 the same time, round after round, and one that loads every table afterwards.
 
-    concurrent_dump_job.py dump  <folder> <tag> <start_at> <rounds>   tables '<tag>_t0..2' (eager
-        sok1x.Variable): from time start_at on, each round assigns round-made values to every
-        row and dumps the tables into <folder>. Prints "DUMPED <tag>".
-    concurrent_dump_job.py check <folder> <rounds> <tag>...   loads every tag's tables from
-        <folder> and checks them against the values of their last round; checks that every
-        dump file in <folder> is one its manifest names. Prints "CHECKED".
+    concurrent_dump_job.py dump  <format> <folder> <tag> <start_at> <rounds>   tables
+        '<tag>_t0..2' (eager sok1x.Variable): from time start_at on, each round assigns
+        round-made values to every row and dumps the tables into <folder> in <format> ("sok":
+        sok.dump's default, SOK's files; "sharded"). Prints "DUMPED <tag>".
+    concurrent_dump_job.py check <format> <folder> <rounds> <tag>...   loads every tag's tables
+        from <folder> and checks them against the values of their last round; checks that
+        every dump file in <folder> is one its manifest (or marker) names, and, for SOK's
+        files, that SOK's reader reads the last round's values from them. Prints "CHECKED".
 """
 import json
 import os
@@ -19,6 +21,8 @@ import tensorflow  # noqa: E402,F401  (before sok1x: its eager API)
 from mpi4py import MPI  # noqa: E402
 
 import sok1x as sok  # noqa: E402
+from sok1x.engine.checkpoint import sok_marker  # noqa: E402
+import sok_dump_writer as sok_reader  # noqa: E402
 
 COMM = MPI.COMM_WORLD
 ROWS, DIM, TABLES = 20, 4, 3
@@ -35,7 +39,7 @@ def tables_of(tag):
             for t in range(TABLES)]
 
 
-def dump(folder, tag, start_at, rounds):
+def dump(file_format, folder, tag, start_at, rounds):
     tables = tables_of(tag)
     keys = np.arange(ROWS, dtype=np.int64)
     while time.time() < float(start_at):
@@ -43,12 +47,12 @@ def dump(folder, tag, start_at, rounds):
     for round_ in range(int(rounds)):
         for t, table in enumerate(tables):
             sok.assign(table, keys, values_of(tag, t, round_))
-        sok.dump(folder, tables)
+        sok.dump(folder, tables, file_format=None if file_format == "sok" else file_format)
     COMM.barrier()
     print("DUMPED %s" % tag, flush=True)
 
 
-def check(folder, rounds, *tags):
+def check(file_format, folder, rounds, *tags):
     for tag in tags:
         tables = tables_of(tag)
         sok.load(folder, tables)
@@ -56,12 +60,37 @@ def check(folder, rounds, *tags):
             keys, values = sok.export(table)
             want = values_of(tag, t, int(rounds) - 1)[np.asarray(keys)]
             np.testing.assert_array_equal(np.asarray(values), want, err_msg="%s_t%d" % (tag, t))
+    if file_format == "sok":
+        check_sok_files(folder, rounds, tags)
+        return
     with open(os.path.join(folder, "sok1x-checkpoint.json")) as handle:
         manifest = json.load(handle)
     named = {shard["file"] for entry in manifest["tables"].values() for shard in entry["shards"]}
     dump_files = {n for n in os.listdir(folder) if n.startswith("dump-") or ".tmp-" in n}
     assert dump_files == named, ("files no manifest names", sorted(dump_files - named))
     assert len(named) == len(tags) * TABLES * COMM.size or len(tags) > 1, sorted(named)
+    print("CHECKED", flush=True)
+
+
+def check_sok_files(folder, rounds, tags):
+    """The marker names every table's files, nothing else of a dump is left, and SOK's reader
+    reads each table's last round from SOK's names."""
+    with open(os.path.join(folder, sok_marker.MARKER_NAME)) as handle:
+        marker = json.load(handle)
+    named = {held["file"] for entry in marker["tables"].values()
+             for held in entry["files"].values()}
+    dump_files = {n for n in os.listdir(folder) if "-key" in n or "-weight" in n or ".tmp-" in n}
+    assert dump_files == named, ("files the marker does not name", sorted(dump_files ^ named))
+    for tag in tags:
+        for t in range(TABLES):
+            stem = "%s_t%d_0" % (tag, t)
+            arrays = []
+            for suffix in ("key", "weight"):
+                with open(os.path.join(folder, "%s-%s" % (stem, suffix)), "rb") as handle:
+                    arrays.append(sok_reader.read(handle.read())[2])
+            keys = arrays[0].astype(np.int64)
+            want = values_of(tag, t, int(rounds) - 1)[keys]
+            np.testing.assert_array_equal(arrays[1].reshape(want.shape), want, err_msg=stem)
     print("CHECKED", flush=True)
 
 

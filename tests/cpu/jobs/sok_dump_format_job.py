@@ -1,13 +1,14 @@
-"""An MPI job for test_sok_dump_format: sok.dump(..., file_format="sok") writes SOK v2's own
-files byte for byte as a faithful writer built from SOK's code (sok_dump_writer.py) would from
-the same shards, and sok.load reads files that writer made as if SOK had dumped them on another
-number of ranks. Executing eagerly, as SOK's v2 programs do. argv[1]: the round size in bytes
-("sok": SOK's 64 MiB; a small one makes every table take several of SOK's save rounds).
+"""An MPI job for test_sok_dump_format: sok.dump(path, vars, optimizer), unchanged SOK code,
+writes SOK v2's own files byte for byte as a faithful writer built from SOK's code
+(sok_dump_writer.py) would from the same shards, and sok.load reads files that writer made as
+if SOK had dumped them on another number of ranks. Executing eagerly, as SOK's v2 programs do.
+argv[1]: the round size in bytes ("sok": SOK's 64 MiB; a small one makes every table take
+several of SOK's save rounds).
 Prints "SOK DUMP FORMAT OK" on success.
 
 1. A distributed and a localized sok.Variable and a DynamicVariable, trained by
    sok.OptimizerWrapper(Adagrad): each file equals the faithful writer's bytes, SOK's reader
-   reads keys and rows back, and the default format stays sok1x's sharded one.
+   reads keys and rows back; file_format="sharded" writes sok1x's sharded format instead.
 2. Files the writer made from tables spread over 3 SOK ranks (other values, other slots) load
    into every table at this rank count: each rank's rows and slot rows are the files' by key.
 3. A weight file cut short fails on every rank naming the file, and no table changes.
@@ -58,7 +59,7 @@ def expected_files(name, variable, optimizer, round_bytes):
 
 
 def check_dump(tables, optimizer, folder, round_bytes):
-    sok.dump(folder, list(tables.values()), optimizer, file_format="sok")
+    sok.dump(folder, list(tables.values()), optimizer)  # SOK's call: SOK's files
     COMM.Barrier()
     for name, variable in tables.items():
         for file_name, want in expected_files(name, variable, optimizer, round_bytes).items():
@@ -71,7 +72,7 @@ def check_dump(tables, optimizer, folder, round_bytes):
                 np.testing.assert_array_equal(np.sort(array), np.sort(held))
     assert not os.path.exists(os.path.join(folder, "sok1x-checkpoint.json"))
     sharded = folder + "-sharded"
-    sok.dump(sharded, list(tables.values()), optimizer)
+    sok.dump(sharded, list(tables.values()), optimizer, file_format="sharded")
     assert os.path.exists(os.path.join(sharded, "sok1x-checkpoint.json"))
     assert not any(n.endswith("-key") for n in os.listdir(sharded))
 
