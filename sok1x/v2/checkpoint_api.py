@@ -13,13 +13,9 @@ an optimizer limits both to that optimizer's slots. In graph mode dump and load 
 """
 import datetime
 
-import numpy as np
-
 from sok1x.graph_ops.embedding_tag import table_of
 from sok1x.engine import checkpoint
-from sok1x.graph_ops import init_ops
-from sok1x.graph_ops.tf_compat import py_func, tf1
-from sok1x.v2 import sok_dump_files
+from sok1x.v2 import checkpoint_steps, sok_dump_files
 
 
 def table_names(variables):
@@ -37,31 +33,22 @@ def table_names(variables):
     return names
 
 
-def _slot_prefixes(optimizer):
+def _slot_prefixes(optimizer, loading=False):
     """The slot prefix in the tables of `optimizer` (a sok1x.OptimizerWrapper: of the optimizer
-    it applies to sok1x variables), as a list; None for every slot."""
+    it applies to sok1x variables), as a list; None for every slot. loading: an optimizer that
+    has updated no table yet takes its prefix now, the one its first update will use (a load
+    before the first step, as a restarted program makes its optimizers in the same order)."""
     if optimizer is None:
         return None
-    from sok1x.optimizers.embedding_update import known_slot_prefix
+    from sok1x.optimizers.embedding_update import known_slot_prefix, slot_prefix
     applier = getattr(optimizer, "_applier", None)
-    return [known_slot_prefix(applier() if callable(applier) else optimizer)]
+    applier = applier() if callable(applier) else optimizer
+    return [(slot_prefix if loading else known_slot_prefix)(applier)]
 
 
 def _run_or_op(function, name):
     """Runs function() now (eager) or returns an op that runs it (graph mode)."""
-    if tf1.executing_eagerly():
-        function()
-        return None
-    ensure_up = init_ops.bring_up_on_first_use()
-
-    def run():
-        ensure_up()
-        function()
-        return _DONE
-    return py_func(run, [], tf1.int64, name=name).op
-
-
-_DONE = np.int64(0)
+    return checkpoint_steps.StepState(None, []).dump_op(lambda _: function(), name)
 
 
 def _listed(variables):
@@ -71,34 +58,54 @@ def _listed(variables):
 def dump(path, vars, optimizer=None, file_format=None):  # noqa: A002  (SOK's parameter name)
     """Writes each variable's table (keys, values, slots of `optimizer`, or every slot when
     None) into folder `path`: every rank its own shard, then the manifest. Collective.
+    With an optimizer whose step counters sok1x keeps (a sok1x.OptimizerWrapper, a TF 2.11+
+    Keras optimizer applied to sok1x variables), they are written too (checkpoint_steps.py).
 
     SOK's own files instead (`<name>_0-key`, `-weight`, `-<Optimizer>-<slot>` with SOK's
     header, byte for byte, for sok1x.Variable / DynamicVariable; SOK's readers and sok.load
     read them): file_format="sok", or SOK1X_DUMP_FORMAT=sok in the environment for an unchanged
     SOK program. Then only `optimizer`'s slots are written, none without one, as SOK does."""
+    variables = _listed(vars)
+    optimizer = checkpoint_steps.applying(optimizer, variables)
+    steps = checkpoint_steps.StepState(optimizer, variables)
     if sok_dump_files.chosen_format(file_format) == sok_dump_files.SOK_FORMAT:
-        variables = _listed(vars)
-        return _run_or_op(lambda: sok_dump_files.dump(path, variables, optimizer),
-                          "sok1x_dump_sok_files")
+        def write_sok_files(record):
+            sok_dump_files.dump(path, variables, optimizer)
+            if record is not None:
+                checkpoint_steps.write_sok_steps(path, variables, optimizer, record)
+        return steps.dump_op(write_sok_files, "sok1x_dump_sok_files")
     names, prefixes = table_names(vars), _slot_prefixes(optimizer)
-    return _run_or_op(lambda: checkpoint.dump_tables(path, names, prefixes), "sok1x_dump")
+    return steps.dump_op(lambda record: checkpoint.dump_tables(
+        path, names, prefixes, None if record is None else (prefixes[0], record)), "sok1x_dump")
 
 
 def load(path, vars, optimizer=None, file_format=None):  # noqa: A002
     """Restores each variable's table from `path` (written by dump on any number of ranks): the
-    table then holds exactly the file's rows and slots (only `optimizer`'s when given).
+    table then holds exactly the file's rows and slots (only `optimizer`'s when given), and the
+    step counters sok1x keeps for `optimizer` (see dump) their dumped values (unchanged where
+    the dump holds none).
     A folder of SOK's own files (file_format="sok", SOK1X_DUMP_FORMAT=sok, or a folder with
     SOK's key file and no sok1x manifest) loads SOK's way: the file's rows (and `optimizer`'s
     slots) written over the table's, at any rank count. Collective; raises
-    sok1x.errors.CheckpointError for a missing, corrupt or mismatched file."""
+    sok1x.errors.CheckpointError for a missing, corrupt or mismatched file, changing nothing."""
     variables = _listed(vars)
+    optimizer = checkpoint_steps.applying(optimizer, variables)
+    steps = checkpoint_steps.StepState(optimizer, variables)
+    prefixes = _slot_prefixes(optimizer, loading=True)
     chosen = sok_dump_files.chosen_format(file_format)
     if chosen == sok_dump_files.SOK_FORMAT or (
             file_format is None and sok_dump_files.is_sok_folder(path, variables)):
-        return _run_or_op(lambda: sok_dump_files.load(path, variables, optimizer),
-                          "sok1x_load_sok_files")
-    names, prefixes = table_names(vars), _slot_prefixes(optimizer)
-    return _run_or_op(lambda: checkpoint.load_tables(path, names, prefixes), "sok1x_load")
+        def read_sok_files():
+            record = None
+            if steps.named:
+                record = checkpoint_steps.read_sok_steps(path, variables, optimizer, steps.names())
+            sok_dump_files.load(path, variables, optimizer)
+            return record
+        return steps.load_op(read_sok_files, "sok1x_load_sok_files")
+    names = table_names(vars)
+    recorded = (prefixes[0], steps.names()) if steps.named else None
+    return steps.load_op(lambda: checkpoint.load_tables(path, names, prefixes, recorded),
+                         "sok1x_load")
 
 
 def load_values(path, vars):  # noqa: A002
