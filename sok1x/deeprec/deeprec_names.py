@@ -15,6 +15,10 @@ install() sets, on the running TensorFlow, the names DeepRec (a fork of TensorFl
     tf.get_embedding_variable, tf.EmbeddingVariableOption, tf.InitializerOption,
     tf.StorageOption, tf.CounterFilter, tf.CBFFilter, tf.GlobalStepEvict, tf.L2WeightEvict
                                                      sok1x.deeprec's (embedding_variables.py)
+    tf.feature_column.categorical_column_with_embedding, and embedding_column and
+    shared_embedding_columns that take it (TensorFlow's own for other columns)
+                                                     sok1x.deeprec's (embedding_variable_columns.py,
+                                                     deeprec_embedding_columns.py)
 
 on tf and tf.compat.v1 alike, and the same functions in the internal modules DeepRec's own
 programs and tests import them from (tensorflow.python.ops.embedding_ops,
@@ -24,7 +28,8 @@ DeepRec program runs with sok1x's implementations of DeepRec's names.
 """
 import importlib
 
-from sok1x.deeprec import embedding_variables
+from sok1x.deeprec import (deeprec_embedding_columns, embedding_variable_columns,
+                           embedding_variables)
 from sok1x.deeprec.group_embedding import (enable_distributed_strategy, enable_group_embedding,
                                            group_embedding_lookup_sparse)
 from sok1x.deeprec.group_embedding_columns import group_embedding_column_scope
@@ -37,7 +42,14 @@ INSTALLED_NAMES = (
 ) + tuple(("", name, getattr(embedding_variables, name)) for name in (
     # DeepRec's EmbeddingVariable API (embedding_variables.py), on tf itself
     "get_embedding_variable", "EmbeddingVariableOption", "InitializerOption", "StorageOption",
-    "CounterFilter", "CBFFilter", "GlobalStepEvict", "L2WeightEvict"))
+    "CounterFilter", "CBFFilter", "GlobalStepEvict", "L2WeightEvict")) + (
+    # DeepRec's EmbeddingVariable feature columns (embedding_variable_columns.py)
+    ("feature_column", "categorical_column_with_embedding",
+     embedding_variable_columns.categorical_column_with_embedding),
+    ("feature_column", "embedding_column", deeprec_embedding_columns.embedding_column),
+    ("feature_column", "shared_embedding_columns",
+     deeprec_embedding_columns.shared_embedding_columns),
+)
 
 # Internal modules (not public API: set only where the module imports) -> names set there.
 INTERNAL_NAMES = (
@@ -48,6 +60,8 @@ INTERNAL_NAMES = (
     ("tensorflow.python.framework.config", "enable_distributed_strategy",
      enable_distributed_strategy),
     ("tensorflow.python.framework.config", "enable_group_embedding", enable_group_embedding),
+    ("tensorflow.python.feature_column.feature_column_v2", "categorical_column_with_embedding",
+     embedding_variable_columns.categorical_column_with_embedding),
 )
 
 

@@ -150,7 +150,6 @@ def get_embedding_variable(name, embedding_dim, key_dtype=tf1.int64, value_dtype
     dtype other than int64/int32, a value dtype other than float32, a bad embedding_dim, or a
     name already made in this graph under the same variable scope (a scope with reuse gives
     that variable back, as tf.get_variable does); nothing is made then."""
-    from sok1x.v2.variables import DynamicVariable
     if not isinstance(name, str) or not name:
         raise ValueError("get_embedding_variable: name must be a non-empty string, got %r"
                          % (name,))
@@ -182,16 +181,44 @@ def get_embedding_variable(name, embedding_dim, key_dtype=tf1.int64, value_dtype
     if scope.reuse is True:
         raise ValueError("get_embedding_variable(%r): no EmbeddingVariable %s exists to reuse "
                          "(the variable_scope has reuse=True)" % (name, full_name))
+    return _made(full_name, name, embedding_dim, dtype, initializer, trainable, option)
+
+
+def _made(full_name, table_name, embedding_dim, key_dtype, initializer, trainable, option):
+    """Makes the EmbeddingVariable `full_name` of this graph (checked options)."""
+    from sok1x.v2.variables import DynamicVariable
     if option.init.initializer is not None:
         initializer = option.init.initializer
     if initializer is None:
         initializer = tf1.truncated_normal_initializer()
     with tf1.device(None):  # the engine holds the rows; the small handle goes where TF puts it
         variable = DynamicVariable(int(embedding_dim), initializer=initializer, var_type="hbm",
-                                   name=name, key_type=dtype, trainable=trainable)
+                                   name=table_name, key_type=key_dtype, trainable=trainable)
     setattr(variable, _EV_ATTR, full_name)
-    made[full_name] = variable
+    per_graph(tf1.get_default_graph(), "embedding_variables", dict)[full_name] = variable
     return variable
+
+
+def refused_options(ev_option):
+    """The (option, why) pairs of `ev_option` (a tf.EmbeddingVariableOption or None) that sok1x
+    does not honour."""
+    option = EmbeddingVariableOption() if ev_option is None else ev_option
+    return _refusals(option, isinstance(option, EmbeddingVariableOption))
+
+
+def column_embedding_variable(full_name, embedding_dim, initializer, trainable, ev_option):
+    """The EmbeddingVariable `full_name` (a variable scope path) of an embedding column over
+    categorical_column_with_embedding, made on first use in this graph with its column's
+    (checked) ev_option; the same one again after (a column looked up twice, shared columns).
+    Its table is named `full_name` too."""
+    graph = tf1.get_default_graph()
+    made = per_graph(graph, "embedding_variables", dict)
+    if full_name not in made:
+        option = EmbeddingVariableOption() if ev_option is None else ev_option
+        parent, _, base = full_name.rpartition("/")
+        with graph.name_scope(parent + "/" if parent else None):  # absolute: named full_name
+            _made(full_name, base, embedding_dim, tf1.int64, initializer, trainable, option)
+    return made[full_name]
 
 
 def _as_dtype(value_dtype):

@@ -13,14 +13,16 @@ tensor, it looks up every member column of that scope passed to the same input_l
 fused sok1x lookup (group_embedding's pooled op) and keeps the others' results on input_layer's
 feature builder for when input_layer asks them. The columns of that call are read from
 input_layer's own frame (its `feature_columns` beside the builder); where they cannot be found,
-a column is looked up on its own, which gives the same numbers. On exit the names are TensorFlow's
-again: columns built outside are TensorFlow's, untouched.
+a column is looked up on its own, which gives the same numbers. On exit the names are what they
+were (TensorFlow's, or sok1x.deeprec.install()'s): columns built outside are untouched.
 
 A scope's name names its group: the columns of scopes of one name are looked up together, and its
 tables are named after it. A member column's table is a sok1x table [num_buckets, dimension]
 sharded over the ranks (no [num_buckets, dimension] TensorFlow variable is made), named <scope
 name>/<column name>/embedding_weights, with its initializer drawn by sok1x
-(sok1x.common.initializers; TensorFlow's default truncated normal of embedding_column included).
+(sok1x.common.initializers; TensorFlow's default truncated normal of embedding_column included);
+over categorical_column_with_embedding it is an EmbeddingVariable (embedding_variable_columns.py),
+which also serves such columns built outside a scope, each looked up alone.
 Like safe_embedding_lookup_sparse, ids < 0 (and, for mean, weights <= 0) are dropped and a row
 without ids gives zeros. Combiners: sum and mean (DeepRec's); max_norm and ckpt_to_load_from are
 not supported (errors name the column). A column of the scope used twice shares its table. Only
@@ -36,6 +38,7 @@ from sok1x.graph_ops.tf_compat import tf1
 from sok1x.deeprec.group_embedding import (LOCALIZED, check_combiner, strategy, table_handle,
                                            table_input)
 from sok1x.common.initializers import spec_from_initializer
+from sok1x.deeprec import embedding_variable_columns
 
 _PATCHED = ("embedding_column", "shared_embedding_columns")
 _OUTPUTS_ATTR = "_sok1x_group_outputs"
@@ -58,10 +61,12 @@ def _embedding_column_class():
 
 
 class _Group:
-    """One group_embedding_column_scope: its name and the tables of its columns."""
+    """One group_embedding_column_scope: its name and the tables of its columns. alone: a
+    column over categorical_column_with_embedding built outside a scope, looked up alone."""
 
-    def __init__(self, name):
+    def __init__(self, name, alone=False):
         self.name = name
+        self.alone = alone
 
 
 def _make_group_column_class():
@@ -77,16 +82,24 @@ def _make_group_column_class():
         def _get_dense_tensor(self, inputs, weight_collections=None, trainable=None):
             return _dense_tensor(self, inputs)
 
+        def create_state(self, state_manager):
+            raise _not_for_dense_features(self)  # before DenseFeatures makes a variable
+
         def get_dense_tensor(self, transformation_cache, state_manager):
-            raise NotImplementedError(
-                "%s was built in sok1x.group_embedding_column_scope, which groups the lookups of "
-                "tf.compat.v1.feature_column.input_layer; pass it to input_layer instead of "
-                "DenseFeatures" % self.name)
+            raise _not_for_dense_features(self)
 
     return GroupEmbeddingColumn
 
 
 _CLASS = []
+
+
+def _not_for_dense_features(column):
+    how = ("is an embedding column over categorical_column_with_embedding, which sok1x looks up"
+           if column._sok1x_group.alone else
+           "was built in sok1x.group_embedding_column_scope, which groups the lookups")
+    return NotImplementedError("%s %s through tf.compat.v1.feature_column.input_layer; pass it "
+                               "to input_layer instead of DenseFeatures" % (column.name, how))
 
 
 def group_column_class():
@@ -121,7 +134,21 @@ def _group_column(tf_column, group, table_key, name=None):
     column._sok1x_name = name
     column._sok1x_group = group
     column._sok1x_table_key = table_key
-    column._sok1x_spec = spec_from_initializer(fields["initializer"], where)
+    column._sok1x_shared = False
+    with_embedding = embedding_variable_columns.of(fields["categorical_column"]) is not None
+    # an EmbeddingVariable takes the initializer itself (embedding_variables.py)
+    column._sok1x_spec = None if with_embedding else spec_from_initializer(
+        fields["initializer"], where)
+    return column
+
+
+def alone_column(tf_column, shared=None, name=None):
+    """TensorFlow's EmbeddingColumn `tf_column` over categorical_column_with_embedding, built
+    outside a group scope, as a column sok1x looks up alone (embedding_variable_columns.py);
+    shared: the name of the EmbeddingVariable it shares with others, or None."""
+    column = _group_column(tf_column, _Group(name or tf_column.name, alone=True),
+                           shared or tf_column.name, name)
+    column._sok1x_shared = shared is not None
     return column
 
 
@@ -139,7 +166,10 @@ def _wrap_shared_embedding_columns(embedding_column, group):
                                  ckpt_to_load_from=None, tensor_name_in_ckpt=None,
                                  max_norm=None, trainable=True, **_):
         columns = list(categorical_columns)
-        sizes = sorted({_num_buckets(c) for c in columns})
+        where = "group_embedding_column_scope(%r): shared_embedding_columns" % group.name
+        embedding_variable_columns.check_shareable(columns, where)
+        with_embedding = any(embedding_variable_columns.of(c) is not None for c in columns)
+        sizes = [0] if with_embedding else sorted({_num_buckets(c) for c in columns})
         if len(sizes) != 1:
             raise ValueError("group_embedding_column_scope(%r): shared_embedding_columns needs "
                              "columns with one num_buckets, got %s" % (group.name, sizes))
@@ -214,7 +244,12 @@ def _sparse_ids(column, inputs):
 
 
 def _handle(column):
-    """The handle variable of member `column`'s table (made on first use in this graph)."""
+    """The handle variable of member `column`'s table (made on first use in this graph): over
+    categorical_column_with_embedding its EmbeddingVariable."""
+    group = column._sok1x_group
+    if embedding_variable_columns.of(column.categorical_column) is not None:
+        return embedding_variable_columns.table_of(column, group.name, group.alone,
+                                                   column._sok1x_shared)
     table_name = "%s/%s/embedding_weights" % (column._sok1x_group.name, column._sok1x_table_key)
     return table_handle(table_name, column.dimension, _num_buckets(column.categorical_column),
                         column._sok1x_spec)
@@ -227,16 +262,18 @@ def _dense_tensor(column, inputs):
         outputs = {}
         setattr(inputs, _OUTPUTS_ATTR, outputs)
     if id(column) not in outputs:
-        members = _columns_of_call(inputs) or [column]
-        members = [c for c in members if is_group_column(c)
-                   and c._sok1x_group.name == column._sok1x_group.name and id(c) not in outputs]
+        group = column._sok1x_group
+        members = [] if group.alone else (_columns_of_call(inputs) or [])
+        members = [c for c in members if is_group_column(c) and not c._sok1x_group.alone
+                   and c._sok1x_group.name == group.name and id(c) not in outputs]
         if all(c is not column for c in members):
             members.append(column)
         handles = [_handle(c) for c in members]
         items = [table_input(*_sparse_ids(c, inputs), combiner=c.combiner,
                              where="group_embedding_column_scope: %s" % c.name) for c in members]
-        key_limits = [_num_buckets(c.categorical_column) for c in members]
-        name = "%s_lookup" % column._sok1x_group.name.replace("/", "_")
+        key_limits = [None if embedding_variable_columns.of(c.categorical_column) is not None
+                      else _num_buckets(c.categorical_column) for c in members]
+        name = "%s_lookup" % group.name.replace("/", "_")
         looked_up = pooled_lookup_ops.pooled_lookup([table_of(h) for h in handles], handles,
                                                     items, key_limits, name)
         for member, vectors in zip(members, looked_up):

@@ -87,7 +87,7 @@ def _guarded(apply_gradients):
             return apply_gradients(self, pairs, *args, **kwargs)
         build = native_rules.builder_for(self)
         if build is None:
-            wrapper = _twin_wrapper(self, embedding)
+            wrapper = kept_wrapper(self, embedding)
             if wrapper is None:
                 raise _unsupported(self, embedding[0])
             # Keras' own order of positional arguments: (grads_and_vars, name, skip_...)
@@ -105,17 +105,18 @@ def _guarded(apply_gradients):
     return guarded_apply_gradients
 
 
-def _twin_wrapper(optimizer, embedding):
+def kept_wrapper(optimizer, embedding, applying=True):
     """For a TF 2.11+ Keras optimizer applied to embedding variables it may update: those that
     need no OptimizerScope (sok1x.Variable / DynamicVariable, as SOK's v2 programs apply it)
     and those of an active sok1x.OptimizerScope (SOK v1's layers, as its DenseDemo applies
     it): the sok1x.OptimizerWrapper kept on it (its twin OptimizerV2 and that one's slots
-    persist across steps); None for other optimizers or variables. Raises
-    UnsupportedOptimizerError, saying why and what to use, for one without a twin."""
+    persist across steps); None for other optimizers or variables. applying=False (a dump or
+    load of its tables) takes any embedding variable. Raises UnsupportedOptimizerError, saying
+    why and what to use, for one without a twin."""
     from sok1x.v2.optimizer_wrapper import is_new_keras, OptimizerWrapper
     if not is_new_keras(optimizer):
         return None
-    outside = [v for v in embedding if not scope.covers(v)]
+    outside = [v for v in embedding if applying and not scope.covers(v)]
     if outside:
         raise _outside_scope(optimizer, outside[0])
     wrapper = getattr(optimizer, "_sok1x_wrapper", None)
@@ -127,7 +128,9 @@ def _twin_wrapper(optimizer, embedding):
                                             % (_class_name(optimizer),
                                                embedding_update.describe(embedding[0]),
                                                error)) from None
-        optimizer._sok1x_wrapper = wrapper
+        # kept as a plain attribute: a Keras optimizer tracks what it is given (the wrapper
+        # depends on it, not the other way round; the twin it tracks itself)
+        object.__setattr__(optimizer, "_sok1x_wrapper", wrapper)
     return wrapper
 
 

@@ -16,13 +16,9 @@ they run at once.
 """
 import datetime
 
-import numpy as np
-
 from sok1x.graph_ops.embedding_tag import table_of
 from sok1x.engine import checkpoint
-from sok1x.graph_ops import init_ops
-from sok1x.graph_ops.tf_compat import py_func, tf1
-from sok1x.v2 import sok_dump_files
+from sok1x.v2 import checkpoint_steps, sok_dump_files
 
 
 def table_names(variables):
@@ -40,31 +36,22 @@ def table_names(variables):
     return names
 
 
-def _slot_prefixes(optimizer):
+def _slot_prefixes(optimizer, loading=False):
     """The slot prefix in the tables of `optimizer` (a sok1x.OptimizerWrapper: of the optimizer
-    it applies to sok1x variables), as a list; None for every slot."""
+    it applies to sok1x variables), as a list; None for every slot. loading: an optimizer that
+    has updated no table yet takes its prefix now, the one its first update will use (a load
+    before the first step, as a restarted program makes its optimizers in the same order)."""
     if optimizer is None:
         return None
-    from sok1x.optimizers.embedding_update import known_slot_prefix
+    from sok1x.optimizers.embedding_update import known_slot_prefix, slot_prefix
     applier = getattr(optimizer, "_applier", None)
-    return [known_slot_prefix(applier() if callable(applier) else optimizer)]
+    applier = applier() if callable(applier) else optimizer
+    return [(slot_prefix if loading else known_slot_prefix)(applier)]
 
 
 def _run_or_op(function, name):
     """Runs function() now (eager) or returns an op that runs it (graph mode)."""
-    if tf1.executing_eagerly():
-        function()
-        return None
-    ensure_up = init_ops.bring_up_on_first_use()
-
-    def run():
-        ensure_up()
-        function()
-        return _DONE
-    return py_func(run, [], tf1.int64, name=name).op
-
-
-_DONE = np.int64(0)
+    return checkpoint_steps.StepState(None, []).dump_op(lambda _: function(), name)
 
 
 def _listed(variables):
@@ -80,13 +67,20 @@ def dump(path, vars, optimizer=None, file_format=None):  # noqa: A002  (SOK's pa
     slots, none without one, as SOK does. file_format="sharded" (or SOK1X_DUMP_FORMAT=sharded),
     and the default for other tables: sok1x's sharded format, every rank its own shard (keys,
     values, slots of `optimizer`, or every slot when None), then the manifest.
-    file_format="sok" (or SOK1X_DUMP_FORMAT=sok) asks for SOK's files."""
+    file_format="sok" (or SOK1X_DUMP_FORMAT=sok) asks for SOK's files.
+    With an optimizer whose step counters sok1x keeps (a sok1x.OptimizerWrapper, a TF 2.11+
+    Keras optimizer applied to sok1x variables), they are written too (checkpoint_steps.py)."""
     variables = _listed(vars)
+    optimizer = checkpoint_steps.applying(optimizer, variables)
+    steps = checkpoint_steps.StepState(optimizer, variables)
     if sok_dump_files.chosen_format(file_format, variables) == sok_dump_files.SOK_FORMAT:
-        return _run_or_op(lambda: sok_dump_files.dump(path, variables, optimizer),
-                          "sok1x_dump_sok_files")
+        def write_sok_files(record):  # the step record published with the tables' files
+            sok_dump_files.dump(path, variables, optimizer, None if record is None else
+                                checkpoint_steps.sok_step_files(variables, optimizer, record))
+        return steps.dump_op(write_sok_files, "sok1x_dump_sok_files")
     names, prefixes = table_names(vars), _slot_prefixes(optimizer)
-    return _run_or_op(lambda: checkpoint.dump_tables(path, names, prefixes), "sok1x_dump")
+    return steps.dump_op(lambda record: checkpoint.dump_tables(
+        path, names, prefixes, None if record is None else (prefixes[0], record)), "sok1x_dump")
 
 
 def load(path, vars, optimizer=None, file_format=None):  # noqa: A002
@@ -96,15 +90,26 @@ def load(path, vars, optimizer=None, file_format=None):  # noqa: A002
     SOK's way: the files' rows (and `optimizer`'s slots) written over the table's. A sharded
     dump (file_format="sharded", or the folder's manifest, the newer where both are there):
     the table then holds exactly the dump's rows and slots (only `optimizer`'s when given).
-    Collective; raises sok1x.errors.CheckpointError for a missing, corrupt or mismatched file,
-    changing no table."""
+    The step counters sok1x keeps for `optimizer` (see dump) get their dumped values
+    (unchanged where the dump holds none). Collective; raises sok1x.errors.CheckpointError for
+    a missing, corrupt or mismatched file, changing no table."""
     variables = _listed(vars)
+    optimizer = checkpoint_steps.applying(optimizer, variables)
+    steps = checkpoint_steps.StepState(optimizer, variables)
+    prefixes = _slot_prefixes(optimizer, loading=True)
     chosen = sok_dump_files.format_to_load(file_format, path, variables)
     if chosen == sok_dump_files.SOK_FORMAT:
-        return _run_or_op(lambda: sok_dump_files.load(path, variables, optimizer),
-                          "sok1x_load_sok_files")
-    names, prefixes = table_names(vars), _slot_prefixes(optimizer)
-    return _run_or_op(lambda: checkpoint.load_tables(path, names, prefixes), "sok1x_load")
+        def read_sok_files():
+            record = None
+            if steps.named:
+                record = checkpoint_steps.read_sok_steps(path, variables, optimizer, steps.names())
+            sok_dump_files.load(path, variables, optimizer)
+            return record
+        return steps.load_op(read_sok_files, "sok1x_load_sok_files")
+    names = table_names(vars)
+    recorded = (prefixes[0], steps.names()) if steps.named else None
+    return steps.load_op(lambda: checkpoint.load_tables(path, names, prefixes, recorded),
+                         "sok1x_load")
 
 
 def load_values(path, vars):  # noqa: A002

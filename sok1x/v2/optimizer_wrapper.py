@@ -12,9 +12,10 @@ variables keep the optimizer given.
 """
 from sok1x.graph_ops.embedding_tag import is_embedding_variable
 from sok1x.errors import UnsupportedOptimizerError
-from sok1x.graph_ops.tf_compat import keras_optimizer_base, tf1
+from sok1x.graph_ops.tf_compat import keras_optimizer_base, tf1, trackable_base
 from sok1x.optimizers import native_rules
 from sok1x.optimizers.scope import OptimizerScope
+from sok1x.v2 import wrapper_steps
 
 
 def _lr(optimizer):
@@ -111,55 +112,26 @@ def _twin_of(optimizer):
     return twin
 
 
-class _OwnStepState:
-    """As SOK's wrapper: the steps applied through it count on a step counter of its own, not on
-    the wrapped optimizer's (a Keras OptimizerV2's `iterations`, a tf.compat.v1.train
-    optimizer's non-slot variables such as Adam's beta powers), so a program may apply the same
-    optimizer object to its dense variables too without advancing the wrapper's bias
-    corrections twice a step."""
-
-    def __init__(self, optimizer):
-        self._optimizer = optimizer
-        self._iterations = None
-        self._non_slot_dict = {}
-
-    def __enter__(self):
-        opt = self._optimizer
-        if isinstance(opt, tf1.keras.optimizers.Optimizer):
-            if self._iterations is None:
-                with tf1.init_scope():
-                    self._iterations = tf1.Variable(
-                        0, dtype=tf1.int64, trainable=False, use_resource=True,
-                        name="sok1x_wrapper_iterations")
-            self._saved = ("_iterations", opt._iterations)
-            opt._iterations = self._iterations
-        elif isinstance(opt, tf1.train.Optimizer):
-            self._saved = ("_non_slot_dict", opt._non_slot_dict)
-            opt._non_slot_dict = self._non_slot_dict
-        else:
-            self._saved = None
-        return self
-
-    def __exit__(self, *exc):
-        if self._saved is not None:
-            setattr(self._optimizer, *self._saved)
-
-
-class OptimizerWrapper:
+class OptimizerWrapper(trackable_base()):
     """Wraps a TensorFlow optimizer so that it updates sok1x.Variable / DynamicVariable handles
     (and v1 embedding variables) beside dense variables. Steps applied through the wrapper
-    count on its own step counter (SOK's). Raises UnsupportedOptimizerError for an optimizer
-    whose math sok1x does not reproduce."""
+    count on its own step counter (SOK's), which checkpoints of the optimizer hold
+    (wrapper_steps.py); on TensorFlow 2.x a tf.train.Checkpoint takes the wrapper itself too.
+    Raises UnsupportedOptimizerError for an optimizer whose math sok1x does not reproduce."""
 
     def __init__(self, optimizer):
         self._optimizer = optimizer
-        self._own_steps = _OwnStepState(optimizer)
+        self._own_steps = wrapper_steps.OwnStepState(optimizer)
         self._twin = _twin_of(optimizer)
         applied = self._twin if self._twin is not None else optimizer
         if native_rules.builder_for(applied) is None:
             raise UnsupportedOptimizerError(
                 "sok1x.OptimizerWrapper: %s is not supported for sok1x variables. Supported: %s"
                 % (type(optimizer).__name__, native_rules.SUPPORTED))
+        if self._twin is not None:
+            wrapper_steps.track_twin(optimizer, self._twin)
+        if hasattr(type(self), "_track_trackable") and hasattr(optimizer, "_track_trackable"):
+            self._track_trackable(optimizer, "optimizer")
 
     @property
     def optimizer(self):
@@ -210,5 +182,18 @@ class OptimizerWrapper:
         (sok1x/v2/slot_views.py), as SOK's wrapper gives its DynamicVariable slot."""
         return self._applier().get_slot(var, name)
 
+    def step_variables(self, var_list=()):
+        """[(name, variable)]: the step state the wrapper updates sok1x variables with (its
+        twin's `iterations`, or its own step counters). Makes it, and the slots of var_list
+        (the sok1x variables it updates), now where the first step would make them."""
+        if self._twin is not None:
+            wrapper_steps.make_keras_v2_state(self._twin, var_list)
+            return [("iterations", self._twin.iterations)]
+        self._own_steps.make(var_list)
+        return self._own_steps.variables()
+
     def __getattr__(self, name):
+        if name.startswith("_self_") or name == "_optimizer":
+            # Trackable's own state (made on first use) is the wrapper's, never the optimizer's
+            raise AttributeError(name)
         return getattr(self._optimizer, name)

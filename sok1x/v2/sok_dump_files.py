@@ -97,11 +97,12 @@ def _tables(variables, optimizer):
     return tables
 
 
-def dump(path, variables, optimizer):
+def dump(path, variables, optimizer, extras=None):
     """Writes each variable's table (and `optimizer`'s slots of it) into folder `path` in SOK's
-    format. Collective. Raises TypeError or ValueError, or CheckpointError on every rank
-    (empty table, a file that cannot be written), leaving the folder's previous dump."""
-    sok_write.dump_tables(path, _tables(variables, optimizer))
+    format; extras: {file stem: {file name: bytes}} published with them (sok_write.py).
+    Collective. Raises TypeError or ValueError, or CheckpointError on every rank (empty table,
+    a file that cannot be written), leaving the folder's previous dump."""
+    sok_write.dump_tables(path, _tables(variables, optimizer), extras)
 
 
 def load(path, variables, optimizer):

@@ -35,24 +35,26 @@ def chunk_rows(row_bytes):
     return max(1, sharded_tables.chunk_bytes() // 4 // int(row_bytes))
 
 
-def dump_tables(folder, tables):
+def dump_tables(folder, tables, extras=None):
     """Writes each SokTable of `tables` into `folder` (made if missing) as SOK's files, then
-    publishes them together. Raises CheckpointError on every rank, publishing nothing, for a
-    table without rows (SOK refuses those too) or a file a rank cannot write."""
+    publishes them together. extras: None, or {stem: {file name: bytes}} rank 0 writes beside a
+    table's files and publishes with them (the optimizer's step record), so the marker never
+    pairs one dump's tables with another's. Raises CheckpointError on every rank, publishing
+    nothing, for a table without rows (SOK refuses those too) or a file a rank cannot write."""
     with _runtime.entered() as rt:
         confirm_same_op(rt, "sok1x.dump")  # a training step on another rank: OrderError
         with folder_locked(rt.host, folder, exclusive=True):
             tag = rt.host.broadcast_object("%d-%s" % (int(time.time()), uuid.uuid4().hex[:8])
                                            if rt.rank == 0 else None)
             try:
-                _dump_locked(rt, folder, tables, tag)
+                _dump_locked(rt, folder, tables, tag, extras or {})
             except BaseException:
                 if rt.rank == 0:
-                    _remove_temporaries(folder, tables, tag)
+                    _remove_temporaries(folder, tables, tag, extras or {})
                 raise
 
 
-def _dump_locked(rt, folder, tables, tag):
+def _dump_locked(rt, folder, tables, tag, extras):
     what = "sok1x.dump of %s into %s" % ([t.stem for t in tables], folder)
     error = None
     if rt.rank == 0:  # leftovers of dumps that died go first (the marker must be readable)
@@ -65,16 +67,25 @@ def _dump_locked(rt, folder, tables, tag):
     error = None
     if rt.rank == 0:
         try:
+            for stem, files in extras.items():
+                for final, data in files.items():
+                    with open(os.path.join(folder, sok_marker.temporary_name(final, tag)),
+                              "wb") as handle:
+                        handle.write(data)
+                    written.setdefault(stem, {})[final] = (len(data), zlib.crc32(data))
             sok_marker.publish(folder, written, tag)
         except (CheckpointError, OSError) as exc:
             error = CheckpointError("rank 0 cannot publish the dump in %s: %s" % (folder, exc))
     rt.host.raise_together(error, what)
 
 
-def _remove_temporaries(folder, tables, tag):
+def _remove_temporaries(folder, tables, tag, extras):
     for table in tables:
         for sok_file in sok_format.files_of(table):
             final = sok_format.file_name(table.stem, sok_file.suffix)
+            remove_quietly(os.path.join(folder, sok_marker.temporary_name(final, tag)))
+    for files in extras.values():
+        for final in files:
             remove_quietly(os.path.join(folder, sok_marker.temporary_name(final, tag)))
 
 

@@ -22,6 +22,7 @@ from sok1x.engine.checkpoint import format as checkpoint_format
 from sok1x.engine.checkpoint.folder_lock import folder_locked
 from sok1x.engine.checkpoint import load as checkpoint_load
 from sok1x.engine.checkpoint import manifest as checkpoint_manifest
+from sok1x.engine.checkpoint import optimizer_steps
 from sok1x.engine.tables import hybrid_rows
 from sok1x.engine.tables import placement as placements
 from sok1x.engine import runtime as _runtime
@@ -277,27 +278,31 @@ def _remove_unnamed_dump_files(path, manifest):
             remove_quietly(os.path.join(path, name))
 
 
-def dump_tables(path, table_names, slot_prefixes=None):
+def dump_tables(path, table_names, slot_prefixes=None, steps=None):
     """Collective. Writes every rank's shard of each table into folder `path` (made if
     missing), then the folder's manifest (sok1x-checkpoint.json, written atomically by each rank
     once all shards are on disk): keys, values and the slots whose names start with one of
-    `slot_prefixes` + "/" (every slot when None). Tables dumped before into `path` stay, also
-    by other jobs at the same time (they take turns: checkpoint/folder_lock.py); these tables'
-    previous shards, and dump files no manifest names, are removed once the new manifest is in
-    place. A crash leaves the previous manifest and its shards: the tables load whole, as they
-    were, or as they are now."""
+    `slot_prefixes` + "/" (every slot when None); steps: None, or (optimizer name, record) of
+    the optimizer's step state (checkpoint/optimizer_steps.py), kept in each table's entry.
+    Tables dumped before into `path` stay, also by other jobs at the same time (they take
+    turns: checkpoint/folder_lock.py); these tables' previous shards, and dump files no manifest
+    names, are removed once the new manifest is in place. A crash leaves the previous manifest
+    and its shards: the tables load whole, as they were, or as they are now."""
     with _runtime.entered() as rt:
         confirm_same_op(rt, "sok1x.dump")  # a training step on another rank: OrderError
         with folder_locked(rt.host, path, exclusive=True):
-            _dump_locked(rt, path, table_names, slot_prefixes)
+            _dump_locked(rt, path, table_names, slot_prefixes, steps)
 
 
-def _dump_locked(rt, path, table_names, slot_prefixes):
+def _dump_locked(rt, path, table_names, slot_prefixes, steps):
     """dump_tables' work, while this job holds the folder's lock."""
     previous = _previous_entries(path)
     stem = "dump-%s" % rt.host.broadcast_object(
         "%d-%s" % (int(time.time()), uuid.uuid4().hex[:8]) if rt.rank == 0 else None)
     manifest = save_shards(path, stem, table_names, slot_prefixes)
+    if steps is not None:
+        for entry in manifest["tables"].values():
+            entry[optimizer_steps.MANIFEST_KEY] = {steps[0]: steps[1]}
     entries = dict(previous)
     entries.update(manifest["tables"])
     manifest["tables"] = entries
@@ -315,16 +320,41 @@ def _dump_locked(rt, path, table_names, slot_prefixes):
     _remove_unnamed_dump_files(path, manifest)
 
 
-def load_tables(path, table_names, slot_prefixes=None):
+def load_tables(path, table_names, slot_prefixes=None, steps=None):
     """Collective. Restores each table from folder `path` (see dump_tables): the table then holds
     exactly the checkpoint's rows and the slots matching `slot_prefixes` (all when None),
-    redistributed over this job's ranks. Raises CheckpointError on every rank, changing no
-    table, for a missing manifest or shard, a corrupt or truncated file, or a mismatched table."""
+    redistributed over this job's ranks. steps: None, or (optimizer name, the names of its step
+    state): returns the record of that optimizer's steps the tables were dumped with (None if
+    none was). Raises CheckpointError on every rank, changing no table, for a missing manifest
+    or shard, a corrupt or truncated file, a mismatched table, or step records that are corrupt,
+    of another optimizer or that differ between the tables."""
     where = os.path.join(path, MANIFEST_NAME)
     with _runtime.entered() as rt:
         confirm_same_op(rt, "sok1x.load")  # a training step on another rank: OrderError
         with folder_locked(rt.host, path, exclusive=False):  # not while another job dumps
-            load_shards(path, [_read_quietly(where)], where, table_names, slot_prefixes)
+            data = _read_quietly(where)
+            record = None
+            if steps is not None:
+                record, error = None, None
+                try:
+                    record = _recorded_steps(data, where, table_names, *steps)
+                except CheckpointError as exc:
+                    error = exc
+                rt.host.raise_together(error, "restoring sok1x tables %s" % list(table_names))
+            load_shards(path, [data], where, table_names, slot_prefixes)
+    return record
+
+
+def _recorded_steps(data, where, table_names, optimizer, expected):
+    """The step record of `optimizer` in manifest bytes `data` for the tables (None if none);
+    raises CheckpointError (a manifest that cannot be read is load_shards' to report)."""
+    try:
+        tables = checkpoint_manifest.decode(data, where)["tables"]
+    except (CheckpointError, TypeError):
+        return None
+    found = [("%s (table %s)" % (where, name), optimizer_steps.of_entry(tables[name], optimizer))
+             for name in table_names if name in tables]
+    return optimizer_steps.agreed(found, expected)
 
 
 def incremental_tables(table_names, since_utc):
