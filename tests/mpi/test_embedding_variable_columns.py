@@ -10,7 +10,7 @@ the column, before anything is made."""
 import numpy as np
 import pytest
 from mpi4py import MPI
-from tf_support import session, tf1
+from tf_support import ENGINE_OP_TYPES, session, tf1
 
 import sok1x
 from sok1x import deeprec
@@ -138,7 +138,7 @@ def train_with_embedding_variables(world, optimizer, how, batches):
         train = OPTIMIZERS[optimizer]().minimize(loss)
         handles, others = sok1x.split_embedding_variable_from_others(tf1.trainable_variables())
         assert not others and len(handles) == 3, tf1.trainable_variables()
-        lookups = [op for op in graph.get_operations() if op.type in ("EagerPyFunc", "PyFunc")
+        lookups = [op for op in graph.get_operations() if op.type in ENGINE_OP_TYPES
                    and "lookup" in op.name and "grad" not in op.name]
         assert len(lookups) == (1 if grouped else 4), [op.name for op in lookups]  # one a column
         by_column = {name: next(h for h in handles if ("%s_" % name) in h.name)

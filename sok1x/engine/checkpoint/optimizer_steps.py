@@ -10,7 +10,6 @@ rows; in SOK's format in a file beside each table's files (file_name below).
 import json
 import os
 
-from sok1x.engine.checkpoint.storage import write_atomically
 from sok1x.errors import CheckpointError
 
 MANIFEST_KEY = "optimizer_steps"
@@ -76,11 +75,6 @@ def file_name(stem, optimizer):
 def encode(record):
     """The bytes of a step record's file."""
     return json.dumps(record, sort_keys=True).encode("utf-8")
-
-
-def write_file(path, record):
-    """Writes `record` to `path` whole (a temporary name, then a rename)."""
-    write_atomically(path, encode(record))
 
 
 def read_file(path):

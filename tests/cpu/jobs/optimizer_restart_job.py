@@ -97,7 +97,9 @@ def first(folder):
         job = _Job(name, "%s_%s" % (name, way))
         job.run(_batches()[:STOP])
         if way == "checkpoint":
-            sok.dump(dump_folder, [job.table])  # the rows and every slot
+            # the rows and every slot: sok1x's sharded format (SOK's files, the default, hold
+            # the slots of the optimizer given, none without one)
+            sok.dump(dump_folder, [job.table], file_format="sharded")
             tf.train.Checkpoint(optimizer=job.optimizer).save(os.path.join(objects, "ckpt"))
         else:
             file_format = "sok" if way == "dump_sok_files" else "sharded"
