@@ -54,6 +54,7 @@ suite optimizer-kernels serial tests/gpu/test_optimizer_kernels.py
 suite init-failures serial tests/gpu/serial
 suite seam-1gpu serial tests/gpu/test_dlpack_seam.py
 suite kernel-calls-1gpu 1 tests/gpu/test_kernel_calls_cuda.py
+suite clean-exit serial tests/gpu/test_clean_exit.py
 suite host-seam-1gpu 1 tests/gpu/test_host_seam_cuda.py
 suite engine-1gpu 1 tests/gpu/test_engine_cuda.py
 suite engine-${gpus}gpu "$gpus" tests/gpu/test_engine_cuda.py

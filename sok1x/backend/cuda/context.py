@@ -190,8 +190,13 @@ def _pooled_block_class():
 
         def __del__(self):
             # Inside entered() of the same context it is current already (push and pop are two
-            # driver calls, and a step frees dozens of blocks).
-            if getattr(_thread, "depth", 0) and _state.get("context") is self._context:
+            # driver calls, and a step frees dozens of blocks). At interpreter exit this
+            # module's globals may be gone already: then push, as for any other thread.
+            try:
+                nested = getattr(_thread, "depth", 0) and _state.get("context") is self._context
+            except Exception:  # noqa: BLE001 (_thread or _state torn down)
+                nested = False
+            if nested:
                 self._allocation.free()
                 return
             self._context.push()
@@ -239,6 +244,11 @@ class _ContextSafePool:
         """Gives the pool's unused blocks back to the driver."""
         with _ENTERED:
             self.pool.free_held()
+
+    def stop_holding(self):
+        """Gives blocks that come back to the pool from now on straight to the driver."""
+        with _ENTERED:
+            self.pool.stop_holding()
 
 
 @functools.lru_cache(maxsize=None)
@@ -406,7 +416,10 @@ def uses_context(function):
 
 
 def release():
-    """Waits for the stream, frees the pool's held memory and forgets the device."""
+    """Waits for the stream, frees the pool's held memory, makes the pool free what comes back
+    to it from now on (arrays the program still holds), and forgets the device. At exit: a
+    block returned to a pool that holds none makes PyCUDA ask for a current context, and where
+    there is none (interpreter teardown) it aborts the process."""
     with _activation_lock:
         if not _state:
             return
@@ -414,6 +427,7 @@ def release():
             with _ENTERED:
                 wait_stream("the wait for the sok1x stream at release")
                 _state["pool"].free_held()
+                _state["pool"].stop_holding()
         except Exception:  # at interpreter exit the driver (or NCCL) may already be gone
             pass
         _state.clear()
