@@ -79,8 +79,8 @@ import workloads
 SPEC = random_init.make_spec("uniform", -1.0, 1.0, seed=5)
 CHECK_STEPS = 2
 SUMMARY_NAMES = ("ms_per_step", "ms_min", "ms_max", "ms_repeats")
-VARIANTS = ("sok1x_kernels", "sok1x_dlpack", "sok1x_host", "sok1x_host_kept", "sok1x_host_pooled", "sok1x_device",
-            "torch_dedup", "torch_plain")
+VARIANTS = ("sok1x_kernels", "sok1x_dlpack", "sok1x_host", "sok1x_host_kept",
+            "sok1x_host_pooled", "sok1x_device", "torch_dedup", "torch_plain")
 HOST_VARIANTS = ("sok1x_host", "sok1x_host_kept", "sok1x_host_pooled")
 
 

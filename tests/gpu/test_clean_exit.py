@@ -8,8 +8,6 @@ import os
 import subprocess
 import sys
 
-import pytest
-
 from conftest import skip_without_gpu
 
 PROGRAM = r"""
