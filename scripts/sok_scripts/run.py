@@ -1,7 +1,8 @@
 """Runs SOK's own TF1/TF2 test scripts on sok1x (CPU backend) with only the import changed.
 
 Adaptations (all mechanical, made by adapt()): the import of sparse_operation_kit becomes sok1x;
-TF1 scripts get tf.compat.v1 (TensorFlow 2.15 has no TF1 top level); horovodrun -> mpiexec;
+on TensorFlow 2.x TF1 scripts get tf.compat.v1 (2.x has no TF1 top level), on TensorFlow 1.x
+they keep upstream's `import tensorflow as tf`; horovodrun -> mpiexec;
 OMPI_* rank variables -> MPICH's PMI_*; batches 16384/65536/8192 -> 1024; iters 100 -> 10.
 
 usage: python scripts/sok_scripts/run.py SOURCES SITE OUTDIR [filter]
@@ -9,8 +10,11 @@ usage: python scripts/sok_scripts/run.py SOURCES SITE OUTDIR [filter]
     SITE     a folder sok1x is installed in (pip install --target SITE .), put first on PYTHONPATH
     OUTDIR   where the adapted scripts, logs/ and results.tsv (one line per run) go
     filter   a regular expression over "name npRANKS" (default: every run)
-Run it with the python and mpiexec of the environment that has TensorFlow, Horovod and mpi4py.
-Environment: HARNESS_TIMEOUT_S (seconds a run may take, default 150), HARNESS_V1_ITERS.
+Run it with the python and mpiexec of the environment that has TensorFlow, Horovod and mpi4py;
+on TensorFlow 1.x the tf2 function tests are left out (they need TensorFlow 2's eager mode).
+Environment: HARNESS_TIMEOUT_S (seconds a run may take, default 150), HARNESS_V1_ITERS,
+HARNESS_V1_ONEDEVICE_AT_2=1 (script.sh's onedevice runs also at 2 ranks under Horovod, numbered
+after the rest), HARNESS_V2_FIRST=1 (the v2 tests before the v1 ones).
 summarize.py OUTDIR... prints the totals and each failure's last error line.
 """
 import os
@@ -28,9 +32,19 @@ TIMEOUT_S = int(os.environ.get("HARNESS_TIMEOUT_S", "150"))
 TF1_IMPORT = "import tensorflow.compat.v1 as tf; tf.disable_v2_behavior()"
 
 
-def adapt(text, tf1):
+def tensorflow_major():
+    """The major version of the TensorFlow that sys.executable imports (1 or 2)."""
+    out = subprocess.check_output([sys.executable, "-c",
+                                   "import tensorflow as tf; print(tf.__version__)"],
+                                  env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    return int(out.decode().strip().splitlines()[-1].split(".")[0])
+
+
+def adapt(text, tf1, tf_major=2):
+    """SOK's script `text` with the mechanical changes above; `tf1`: a TF1 script, which keeps
+    `import tensorflow as tf` where `tf_major` is 1."""
     text = text.replace("import sparse_operation_kit as sok", "import sok1x as sok")
-    if tf1:
+    if tf1 and tf_major >= 2:
         text = re.sub(r"^import tensorflow as tf\s*$", TF1_IMPORT, text, flags=re.M)
     text = text.replace('os.getenv("OMPI_COMM_WORLD_SIZE")', 'os.getenv("PMI_SIZE")')
     text = text.replace('os.getenv("OMPI_COMM_WORLD_RANK")', 'os.getenv("PMI_RANK")')
@@ -46,7 +60,7 @@ def adapt(text, tf1):
     return text
 
 
-def copy_tree(src, dst, tf1):
+def copy_tree(src, dst, tf1, tf_major):
     if os.path.exists(dst):
         shutil.rmtree(dst)
     shutil.copytree(src, dst)
@@ -56,7 +70,7 @@ def copy_tree(src, dst, tf1):
                 path = os.path.join(root, name)
                 with open(path) as f:
                     text = f.read()
-                text = adapt(text, tf1)
+                text = adapt(text, tf1, tf_major)
                 if path.endswith("/v1/utils.py"):
                     with open(os.path.join(os.path.dirname(__file__), "numpy_utils.py")) as g:
                         text += g.read()
@@ -64,12 +78,12 @@ def copy_tree(src, dst, tf1):
                     f.write(text)
 
 
-def v1_runs():
-    """(name, cwd-relative dir, argv, ranks) from script.sh: the onedevice runs at 1 rank,
-    the horovod runs at 1 and 2 ranks."""
+def _script_sh_lines():
+    """(argv from the script's name on, horovod?) of each test run in SOK's script.sh, batch
+    1024 (HARNESS_V1_ITERS: iterations)."""
     with open(os.path.join(V1_SRC, "script.sh")) as f:
         text = f.read().replace("\\\n", " ")
-    runs = []
+    lines = []
     for line in text.splitlines():
         line = line.strip()
         if "test_dense_emb_demo.py" not in line and "test_sparse_emb_demo.py" not in line:
@@ -81,10 +95,34 @@ def v1_runs():
         iters = os.environ.get("HARNESS_V1_ITERS")
         if iters:
             argv = [a.replace("--iter_num=30", "--iter_num=" + iters) for a in argv]
-        horovod = "horovod" in line
+        lines.append((argv, "horovod" in line))
+    return lines
+
+
+def v1_runs():
+    """(name, cwd-relative dir, argv, ranks) from script.sh: the onedevice runs at 1 rank,
+    the horovod runs at 1 and 2 ranks."""
+    runs = []
+    for argv, horovod in _script_sh_lines():
         for ranks in ([1, 2] if horovod else [1]):
             label = "v1/%s#%d" % (" ".join(argv[:1] + argv[2:]), len(runs))
             runs.append((label, "v1", argv, ranks))
+    return runs
+
+
+def v1_onedevice_runs_under_horovod(first_index):
+    """script.sh's onedevice runs at 2 ranks under Horovod (--distributed_tool=horovod, no
+    --gpu_num), which SOK's script.sh runs on one GPU only: HARNESS_V1_ONEDEVICE_AT_2=1 adds
+    them after every other run, so the other runs keep their numbers."""
+    runs = []
+    for argv, horovod in _script_sh_lines():
+        if horovod:
+            continue
+        argv = [a for a in argv if not a.startswith("--gpu_num")]
+        argv = ["--distributed_tool=horovod" if a.startswith("--distributed_tool") else a
+                for a in argv]
+        label = "v1-horovod/%s#%d" % (" ".join(argv[:1] + argv[2:]), first_index + len(runs))
+        runs.append((label, "v1", argv, 2))
     return runs
 
 
@@ -127,13 +165,19 @@ def main():
     V1_SRC, V2_SRC = os.path.join(sources, "v1"), os.path.join(sources, "v2")
     work = os.path.join(outdir, "work")
     os.makedirs(work, exist_ok=True)
-    copy_tree(V1_SRC, os.path.join(work, "v1"), tf1=True)
-    copy_tree(os.path.join(V2_SRC, "tf1"), os.path.join(work, "tf1"), tf1=True)
-    copy_tree(os.path.join(V2_SRC, "tf2"), os.path.join(work, "tf2"), tf1=False)
+    tf_major = tensorflow_major()
+    copy_tree(V1_SRC, os.path.join(work, "v1"), True, tf_major)
+    copy_tree(os.path.join(V2_SRC, "tf1"), os.path.join(work, "tf1"), True, tf_major)
+    copy_tree(os.path.join(V2_SRC, "tf2"), os.path.join(work, "tf2"), False, tf_major)
     runs = v1_runs() + v2_runs(1) + v2_runs(2)
+    if os.environ.get("HARNESS_V1_ONEDEVICE_AT_2"):
+        runs += v1_onedevice_runs_under_horovod(len(runs))
     order = list(range(len(runs)))
+    if tf_major < 2:  # SOK's tf2 function tests need TensorFlow 2's eager mode
+        order = [i for i in order if runs[i][1].split("/")[0] != "tf2"]
     if os.environ.get("HARNESS_V2_FIRST"):
-        order = order[len(v1_runs()):] + order[:len(v1_runs())]
+        v1 = set(range(len(v1_runs())))
+        order = [i for i in order if i not in v1] + [i for i in order if i in v1]
     env = dict(os.environ, PYTHONPATH=site, TF_CPP_MIN_LOG_LEVEL="2", SOK1X_MPI_TIMEOUT_S="60")
     results = open(os.path.join(outdir, "results.tsv"), "a")
     for index in order:
