@@ -72,13 +72,15 @@ class JobHung(AssertionError):
 
 
 class Finished:
-    """How a job ended: returncode, stdout, stderr (text), seconds (wall time)."""
+    """How a job ended: returncode, stdout, stderr (text), seconds (wall time), ended (its
+    time.time() at the end, to set against times the job printed)."""
 
     def __init__(self, returncode, stdout, stderr, seconds):
         self.returncode = returncode
         self.stdout = stdout
         self.stderr = stderr
         self.seconds = seconds
+        self.ended = time.time()
 
     @property
     def last_stderr_line(self):

@@ -139,8 +139,9 @@ def _save_and_restore(way, name, folder, batches):
                         saver.save(sess, prefix)
                     else:
                         sess.run(dump)
-                    if checkpoint is not None:
-                        path = checkpoint.save(prefix + "-objects", session=sess)
+                    if checkpoint is not None:  # TensorFlow's own files: one set a rank
+                        path = checkpoint.save(os.path.join(
+                            folder, "objects-rank%d" % RANK, "model"), session=sess)
                     continue
                 if saver is not None:
                     saver.restore(sess, prefix)

@@ -10,6 +10,7 @@ init ran elsewhere), clean (nothing fails; every rank prints "rank R finished"),
 import os
 import signal
 import sys
+import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # noqa: E402
@@ -52,7 +53,7 @@ def main(mode, steps):
     rng = np.random.default_rng(0)
     with tf1.train.MonitoredTrainingSession(hooks=hooks, checkpoint_dir=None) as sess:
         rank = sok1x.rank()
-        print("rank %d up" % rank, flush=True)
+        print("rank %d up at %.3f" % (rank, time.time()), flush=True)
         for number in range(steps):
             if mode == "sigterm" and number == FAIL_STEP and rank == size - 1:
                 os.kill(os.getpid(), signal.SIGTERM)
