@@ -3,9 +3,10 @@
 #   A  TensorFlow 1.15.5 on Python 3.7 (what sok1x's users run), in its own virtual environment
 #      (SOK1X_VENV37, default .venv37/)
 #   B  TensorFlow 2.15 on the python3 on PATH (SOK1X_VENV, default .venv/)
-# Each lane runs the serial tests (lane B also builds docs/, warnings as errors), then the MPI
+# Each lane runs the serial tests (lane B leaves those that run no TensorFlow to lane A, and
+# builds docs/, warnings as errors), then the MPI
 # tests as real jobs of 1, 2 and 4 ranks through sok1x's TensorFlow kernels, built from this
-# checkout against the lane's TensorFlow (lane A's 4 ranks on the subset below), and one more
+# checkout against the lane's TensorFlow (4 ranks on the subset below), and one more
 # job at 2 ranks on the lane's old seam (A: host staging, B: zero-copy through DLPack), and
 # prints one line of its totals and wall time; the last line is the total over both:
 # `total: N passed, N failed, N skipped`.
@@ -22,16 +23,18 @@ status=0
 files=()
 summaries=()
 
-# Lane A's 4-rank pass runs these files only (CI time: that lane's MPI jobs are the slowest): every
-# front door (v1 layers, v2 in graph mode, DeepRec), the ordering of collectives and the seam.
-# SOK1X_LANE_A_RANK4=all runs the whole of tests/mpi there.
-lane_a_rank4=(test_dense_embedding.py test_sparse_embedding.py test_sok_programs.py test_v2_api.py
+# The 4-rank passes run these files only (CI time: a 4-rank job on 2 cores is the slowest; the
+# whole of tests/mpi at 4 ranks took 7 min in lane B): every front door (v1 layers, v2 in graph
+# mode, DeepRec), the ordering of collectives, the seam and its kernels, and checkpoints.
+# SOK1X_RANK4=all runs the whole of tests/mpi there.
+rank4_files=(test_dense_embedding.py test_sparse_embedding.py test_sok_programs.py test_v2_api.py
   test_group_embedding.py test_group_feature_columns.py test_deeprec_seed.py test_ordering.py
-  test_keyed_seam.py test_seam.py)
+  test_keyed_seam.py test_seam.py test_kernel_ops.py test_sok_v1_saver.py
+  test_sharded_checkpoint.py)
 
 # run_lane NAME VENV SET LABEL JOB...: set-up, serial tests, then one MPI job per JOB
-# (seam:ranks[:subset], seam "auto" leaving the choice to sok1x; "subset": lane A's 4-rank
-# files above, not all of tests/mpi), JUnit files under $results/NAME/.
+# (seam:ranks[:subset], seam "auto" leaving the choice to sok1x; "subset": the 4-rank files
+# above, not all of tests/mpi), JUnit files under $results/NAME/.
 run_lane() {
   local name=$1 venv=$2 set=$3 label=$4
   shift 4
@@ -46,8 +49,9 @@ run_lane() {
     return
   fi
   echo "== lane $name: serial tests"
-  PATH="$venv/bin:$PATH" python -m pytest -q -p no:cacheprovider --timeout=600 -rs \
-    --junitxml="$results/$name/serial.xml" "$root/tests/cpu" || status=$?
+  # SOK1X_TEST_LANE: lane B leaves the serial tests that run no TensorFlow to lane A
+  PATH="$venv/bin:$PATH" SOK1X_TEST_LANE=$name python -m pytest -q -p no:cacheprovider \
+    --timeout=600 -rs --junitxml="$results/$name/serial.xml" "$root/tests/cpu" || status=$?
   lane_files+=("$results/$name/serial.xml")
   if [ "$name" = B ]; then  # MkDocs runs on lane B's Python only: the docs, warnings as errors
     echo "== lane $name: documentation build"
@@ -57,8 +61,8 @@ run_lane() {
     IFS=: read -r seam ranks subset <<<"$job"
     xml="$results/$name/mpi-$ranks-$seam.xml"
     tests=("$root/tests/mpi")
-    if [ -n "$subset" ] && [ "${SOK1X_LANE_A_RANK4:-}" != all ]; then
-      tests=("${lane_a_rank4[@]/#/$root/tests/mpi/}")
+    if [ -n "$subset" ] && [ "${SOK1X_RANK4:-}" != all ]; then
+      tests=("${rank4_files[@]/#/$root/tests/mpi/}")
     fi
     echo "== lane $name: MPI tests on $ranks ranks, $seam seam${subset:+ (${#tests[@]} files)}"
     if [ "$seam" = auto ]; then
@@ -88,7 +92,7 @@ for lane in $lanes; do
     # (test_memory_soak, the jobs mpi_jobs runs with seam "host"); SOK1X_LANE_B_HOST=1 adds the
     # whole MPI suite under it at 2 ranks (about 80 s).
     B) run_lane B "${SOK1X_VENV:-$root/.venv}" test "TensorFlow 2.15, $(python3 -V 2>&1)" \
-         auto:1 auto:2 auto:4 dlpack:2 ${SOK1X_LANE_B_HOST:+host:2} ;;
+         auto:1 auto:2 auto:4:subset dlpack:2 ${SOK1X_LANE_B_HOST:+host:2} ;;
     *) echo "test.sh: unknown lane '$lane' in SOK1X_LANES (use A and/or B)" >&2; exit 2 ;;
   esac
 done

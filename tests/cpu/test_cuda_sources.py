@@ -10,6 +10,7 @@ import re
 import warnings
 
 import pytest
+from mpi_jobs import lane_a_only
 
 from sok1x import cuda_kernels
 from sok1x.common import private_cache
@@ -18,6 +19,7 @@ from sok1x.cuda_kernels import compiler
 CHECKOUT_KERNELS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))), "cuda_kernels")
 ARCHITECTURES = ("sm_70", "sm_80", "sm_90")
+pytestmark = lane_a_only()
 NVCC = cuda_kernels.find_nvcc()
 needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc not found (set SOK1X_NVCC or CUDA_HOME "
                                 "to compile the kernels)")

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from mpi_jobs import JOBS, JobHung, mpiexec, run_stoppable
+from mpi_jobs import JOBS, JobHung, lane_a_only, mpiexec, run_stoppable
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -60,6 +60,7 @@ ENGINE_FAILURES = [
 ]
 
 
+@lane_a_only()
 @pytest.mark.parametrize("ranks", [2, 4])
 @pytest.mark.parametrize("launcher", LAUNCHERS)
 @pytest.mark.parametrize("mode, exit_code, reason", ENGINE_FAILURES)
@@ -68,6 +69,7 @@ def test_a_failing_rank_ends_the_job(mode, exit_code, reason, launcher, ranks):
     assert_failed(finished, ranks - 1, exit_code, reason.format(rank=ranks - 1))
 
 
+@lane_a_only()
 def test_a_peer_that_never_joins_times_the_host_collective_out():
     """The last rank stays alive but never enters the step: the others' MPI wait ends after
     SOK1X_MPI_TIMEOUT_S and the job is aborted, naming the waiting rank and the collective."""
@@ -80,6 +82,7 @@ def test_a_peer_that_never_joins_times_the_host_collective_out():
         finished.explain()
 
 
+@lane_a_only()
 def test_a_killed_rank_ends_a_plain_mpiexec_job():
     """SIGKILL cannot be caught: the peers wait in the step's MPI collective until mpiexec sees
     the process die and ends the job (hydra does within seconds; so does Open MPI's mpirun)."""
@@ -103,6 +106,7 @@ def test_sigterm_after_init_inside_sess_run_ends_the_job():
     assert_failed(finished, 1, 128 + signal.SIGTERM, "killed by SIGTERM")
 
 
+@lane_a_only()
 @pytest.mark.parametrize("ranks", [2, 4])
 @pytest.mark.parametrize("launcher", LAUNCHERS)
 def test_a_normal_exit_stays_clean(launcher, ranks):
@@ -113,6 +117,7 @@ def test_a_normal_exit_stays_clean(launcher, ranks):
     assert "failed" not in finished.stderr and "Abort" not in finished.stderr, finished.explain()
 
 
+@lane_a_only()
 def test_the_opt_out_leaves_a_failed_job_to_the_launcher():
     """SOK1X_ABORT_ON_FAILURE=0: no abort from sok1x; sys.exit(3) leaves rank 1 waiting in
     MPI_Finalize for its peer, as before sok1x had the guard (the job is stopped by timeout)."""
@@ -141,6 +146,7 @@ def resident_growth(finished, steps):
     return [by_step[samples[-1]][r] - by_step[warm][r] for r in range(2)]
 
 
+@lane_a_only()
 def test_a_long_engine_run_keeps_its_memory_flat():
     """3000 steps of lookup, gradient and update (about 3 KiB of keys, rows and routing per
     step): anything a step leaves behind would add megabytes."""

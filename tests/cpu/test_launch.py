@@ -17,12 +17,12 @@ import termios
 import time
 
 import pytest
-from mpi_jobs import Finished, run_stoppable
+from mpi_jobs import Finished, lane_a_only, run_stoppable
 
 from sok1x.launch import failure_report, job_status, mpi_launcher, rank_guard, runner
 from sok1x.launch.job import JobResult
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.timeout(300), lane_a_only()]
 
 SCRIPTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "launch_scripts")
 REPORT_RANK = os.path.join(SCRIPTS, "report_rank.py")

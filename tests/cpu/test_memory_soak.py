@@ -1,13 +1,15 @@
-"""Long training loops keep their resident memory flat on both seams (DESIGN D1): after a warm-up
-of a quarter of the steps, a rank's resident memory grows by less than 0.05 KiB per step in each
-half of the rest (a leak grows both; the allocator taking one block more at one moment, one).
+"""Long training loops keep their resident memory flat on every seam (DESIGN D1): after a
+warm-up of a quarter of the steps, a rank's resident memory grows by less than 0.05 KiB per step
+in each half of the rest (a leak grows both; the allocator taking one block more at one moment,
+one).
 
 The job (tests/cpu/jobs/seam_soak.py) trains one sok1x layer in a tf.compat.v1 Session: lookup,
-gradient and Adam update, three engine ops a step. 20,000 steps on one rank per seam, and shorter
-runs at 2 and 4 ranks (the bound is per step, and a growth of the size once measured, 0.9 KiB a
-step, shows within a few hundred steps). Each seam: the kernels (the default where the op library
-builds), zero-copy DLPack and host staging. The growth once measured came from UCX's memory hooks,
-which MPICH loads (sok1x/comm/process_group.py): with them on, this test fails at every size.
+gradient and Adam update, three engine ops a step, through each seam: the kernels (the default
+where the op library builds), zero-copy DLPack and host staging. 10,000 steps on one rank, and
+shorter runs at 2 ranks (the bound is per step, and a growth of the size once measured, 0.9 KiB
+a step, shows within a few hundred steps; 4 ranks showed what 2 do, at twice the CI time).
+The growth once measured came from UCX's memory hooks, which MPICH loads
+(sok1x/comm/process_group.py): with them on, this test fails at every size.
 The 0.2 KiB a step left after that on the zero-copy seam (Python 3.11) was 16 B per EagerTensor
 TensorFlow never freed and a Python int per step its PyFunc kernel kept; graph_ops/tf_compat.py
 frees or avoids both (release_eager_tensors, py_func), and tests/mpi/test_seam.py counts the
@@ -62,13 +64,13 @@ def soak(seam, ranks, steps, env_changes=None):
 
 
 @pytest.mark.parametrize("seam", SEAMS)
-def test_twenty_thousand_steps_on_one_rank(seam):
-    growth, finished = soak(seam, 1, 20000)
+def test_ten_thousand_steps_on_one_rank(seam):
+    growth, finished = soak(seam, 1, 10000)
     assert max(growth) < KIB_PER_STEP, "%s: %s KiB per step\n%s" % (
         seam, growth, finished.explain()[-3000:])
 
 
-@pytest.mark.parametrize("ranks", [2, 4])
+@pytest.mark.parametrize("ranks", [2])
 @pytest.mark.parametrize("seam", SEAMS)
 def test_a_multi_rank_loop_stays_flat(seam, ranks):
     growth, finished = soak(seam, ranks, MULTI_RANK_STEPS)

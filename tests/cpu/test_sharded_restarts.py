@@ -7,7 +7,9 @@ import re
 import shutil
 
 import pytest
-from mpi_jobs import run_job
+from mpi_jobs import lane_a_only, run_job
+
+pytestmark = lane_a_only()
 
 JOB = "shard_job.py"
 

@@ -8,7 +8,9 @@ write is refused naming it."""
 import shutil
 
 import pytest
-from mpi_jobs import run_job
+from mpi_jobs import lane_a_only, run_job
+
+pytestmark = lane_a_only()
 
 JOB = "sok_files_job.py"
 
