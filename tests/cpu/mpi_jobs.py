@@ -9,13 +9,14 @@ import time
 JOBS = os.path.join(os.path.dirname(__file__), "jobs")
 
 
-def lane_a_only():
-    """A pytest mark for a test that runs no TensorFlow (engine jobs, the launcher, the CUDA
-    sources): scripts/test.sh runs the serial tests in two lanes that differ by TensorFlow, and
-    with SOK1X_TEST_LANE=B (lane B) such a test is left to lane A. Run alone, it runs."""
+def lane_a_only(why="no TensorFlow in it"):
+    """A pytest mark for a test CI needs in one lane only: scripts/test.sh runs the serial tests
+    in two lanes that differ by TensorFlow, and with SOK1X_TEST_LANE=B (lane B) such a test is
+    left to lane A. `why`: what makes one lane enough (by default: it runs no TensorFlow). Run
+    alone, it runs."""
     import pytest
     return pytest.mark.skipif(os.environ.get("SOK1X_TEST_LANE") == "B",
-                              reason="no TensorFlow in it: CI runs it in lane A")
+                              reason="%s: CI runs it in lane A" % why)
 
 
 def mpiexec():

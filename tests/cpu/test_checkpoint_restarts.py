@@ -10,7 +10,9 @@ import shutil
 
 import numpy as np
 import pytest
-from mpi_jobs import run_job
+from mpi_jobs import lane_a_only, run_job
+
+pytestmark = lane_a_only("Saver restarts over rank counts; lane B's MPI suites save and restore")
 
 
 def _losses(path):

@@ -24,6 +24,8 @@ SOK1X_RUN = os.path.join(os.path.dirname(sys.executable), "sok1x-run")
 JOB_LIMIT_S = 45
 HANG_TIMEOUT_S = 150
 LAUNCHERS = ("mpiexec", "sok1x-run")
+# The session jobs' TensorFlow side is a MonitoredTrainingSession, which lane B's MPI suites run.
+SESSION_JOB = lane_a_only("a failing Session job; lane B's MPI suites run sessions on 2.15")
 
 
 def run_job(launcher, ranks, script, *args, env_changes=None):
@@ -92,6 +94,7 @@ def test_a_killed_rank_ends_a_plain_mpiexec_job():
     assert "finished" not in finished.stdout, finished.explain()
 
 
+@SESSION_JOB
 @pytest.mark.parametrize("ranks", [2, 4])
 @pytest.mark.parametrize("launcher", LAUNCHERS)
 def test_an_error_in_a_session_hook_ends_the_job(launcher, ranks):
@@ -100,6 +103,7 @@ def test_an_error_in_a_session_hook_ends_the_job(launcher, ranks):
                   "RuntimeError: a session hook of rank %d broke" % (ranks - 1))
 
 
+@SESSION_JOB
 def test_sigterm_after_init_inside_sess_run_ends_the_job():
     """InitHook brings sok1x up on a TensorFlow thread; the signal handlers still get set."""
     finished = run_job("mpiexec", 2, "failing_session.py", "sigterm")
@@ -155,6 +159,7 @@ def test_a_long_engine_run_keeps_its_memory_flat():
     assert max(growth) < 512, "resident memory grew by %s KiB" % growth
 
 
+@SESSION_JOB
 def test_a_long_session_loop_keeps_its_memory_flat():
     """1000 MonitoredTrainingSession steps of 256 keys per rank; keeping a step's keys or
     routing would add 5 KiB a step or more. (The 0.6 to 0.9 KiB a step once seen here came from

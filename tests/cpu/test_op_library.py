@@ -9,9 +9,12 @@ import subprocess
 import sys
 
 import pytest
+from mpi_jobs import lane_a_only
 
 from sok1x.graph_ops import op_library
 
+# The cache's and the ahead-of-time build's logic is the same for every TensorFlow.
+CACHE_LOGIC = lane_a_only("the op cache's logic, the same on every TensorFlow")
 pytestmark = pytest.mark.skipif(op_library.compiler() is None,
                                 reason="no C++ compiler on this machine")
 
@@ -89,6 +92,7 @@ def test_builds_into_an_empty_cache_and_trains_through_its_kernels(tmp_path):
     assert os.stat(os.path.join(cache, built[0])).st_mtime_ns == stamp
 
 
+@CACHE_LOGIC
 def test_a_damaged_library_in_the_cache_is_built_again(tmp_path):
     cache = str(tmp_path / "ops")
     run({"SOK1X_OPS_CACHE_DIR": cache, "SOK1X_OPS_LIBRARY": None})
@@ -118,6 +122,7 @@ def test_without_a_compiler_it_says_so_and_trains_through_the_old_seam(tmp_path)
     assert "no C++ compiler was found" in done.stderr and "sok1x-build-ops" in done.stderr
 
 
+@CACHE_LOGIC
 def test_a_library_built_ahead_of_time_serves_a_node_without_a_compiler(tmp_path):
     into = str(tmp_path / "prebuilt")
     command = os.path.join(os.path.dirname(sys.executable), "sok1x-build-ops")
@@ -138,6 +143,7 @@ def test_a_library_built_ahead_of_time_serves_a_node_without_a_compiler(tmp_path
         str(tmp_path / "empty"))
 
 
+@CACHE_LOGIC
 def test_sok1x_ops_0_keeps_the_old_seam_without_a_warning(tmp_path):
     done = run({"SOK1X_OPS": "0", "SOK1X_OPS_CACHE_DIR": str(tmp_path / "ops")})
     assert said(done, "SEAM").endswith("False") and said(done, "LOSSES") == WANT_LOSSES

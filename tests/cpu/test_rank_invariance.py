@@ -1,7 +1,9 @@
 """D10: with the global batch split over ranks, an N-rank job computes what a 1-rank job does."""
 import numpy as np
 import pytest
-from mpi_jobs import run_job
+from mpi_jobs import lane_a_only, run_job
+
+pytestmark = lane_a_only("outputs over rank counts; lane B's MPI suites compare 1, 2 and 4 ranks")
 
 
 def outputs_of(ranks, folder):
