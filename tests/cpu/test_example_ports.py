@@ -11,7 +11,7 @@ import sys
 
 import numpy as np
 import pytest
-from mpi_jobs import mpiexec, run_stoppable
+from mpi_jobs import lane_a_only, mpiexec, run_stoppable
 
 import tensorflow as tf
 
@@ -100,11 +100,13 @@ def _cases():
             yield pytest.param(port, 1, (), marks=pytest.mark.xfail(strict=True,
                                                                     reason=KNOWN_GAPS[port]))
         else:
+            tf2_only = PORTS[port][1]
+            marks = () if tf2_only else (lane_a_only("a TensorFlow 1 program, run on 1.15"),)
             for options in ((),) + OPTIONS.get(port, ()):
                 # an option's run at 2 ranks only: the exchange is there, and CI's time is short
                 for ranks in ((1, 2) if not options else (2,)):
                     label = "-".join([port, str(ranks)] + [o.lstrip("-") for o in options])
-                    yield pytest.param(port, ranks, options, id=label)
+                    yield pytest.param(port, ranks, options, id=label, marks=marks)
 
 
 # Ports whose workers talk over TensorFlow's gRPC on localhost, on ports SOK fixes at 12345 and up.
@@ -145,8 +147,6 @@ def test_port_trains_to_the_end(port, ranks, options, tmp_path, monkeypatch):
     needs_horovod, tf2_only, pattern, done_line, printed_by = PORTS[port]
     if tf2_only and not TF2:
         pytest.skip("%s is a TensorFlow 2 eager program (SOK's TF2 API)" % port)
-    if not tf2_only and os.environ.get("SOK1X_TEST_LANE") == "B":
-        pytest.skip("%s is a TensorFlow 1 program: CI runs it in lane A, on 1.15" % port)
     if needs_horovod and not _horovod():
         pytest.skip("%s uses Horovod, which this environment lacks" % port)
     # Unbuffered, and losses matched as numbers: the ranks' prints share one pipe and may
