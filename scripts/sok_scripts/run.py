@@ -169,15 +169,15 @@ def main():
     copy_tree(V1_SRC, os.path.join(work, "v1"), True, tf_major)
     copy_tree(os.path.join(V2_SRC, "tf1"), os.path.join(work, "tf1"), True, tf_major)
     copy_tree(os.path.join(V2_SRC, "tf2"), os.path.join(work, "tf2"), False, tf_major)
-    runs = v1_runs() + v2_runs(1) + v2_runs(2)
+    v1 = v1_runs()
+    runs = v1 + v2_runs(1) + v2_runs(2)
     if os.environ.get("HARNESS_V1_ONEDEVICE_AT_2"):
         runs += v1_onedevice_runs_under_horovod(len(runs))
     order = list(range(len(runs)))
     if tf_major < 2:  # SOK's tf2 function tests need TensorFlow 2's eager mode
         order = [i for i in order if runs[i][1].split("/")[0] != "tf2"]
     if os.environ.get("HARNESS_V2_FIRST"):
-        v1 = set(range(len(v1_runs())))
-        order = [i for i in order if i not in v1] + [i for i in order if i in v1]
+        order = [i for i in order if i >= len(v1)] + [i for i in order if i < len(v1)]
     env = dict(os.environ, PYTHONPATH=site, TF_CPP_MIN_LOG_LEVEL="2", SOK1X_MPI_TIMEOUT_S="60")
     results = open(os.path.join(outdir, "results.tsv"), "a")
     for index in order:
