@@ -115,3 +115,13 @@ __device__ __forceinline__ void touch_row(int64* statistics, int64 row, int64 st
   record[0] = step;
   atomicAdd((uint64*)(record + 1), 1ULL);
 }
+
+// The part holding position i: the last t with starts[t] <= i (empty parts are skipped over).
+__device__ __forceinline__ int64 part_of(const int64* starts, int64 count, int64 i) {
+  int64 low = 0, high = count - 1;
+  while (low < high) {
+    const int64 middle = (low + high + 1) >> 1;
+    if (starts[middle] <= i) low = middle; else high = middle - 1;
+  }
+  return low;
+}

@@ -1,7 +1,8 @@
 // The op header's records (sok1x/engine/lookup/exchange_header.py), written on the device so the
 // per-owner counts and input-error flags that kernels produced never cross to the host before
 // the header's one exchange. records: [size, width] int64; record j goes to rank j:
-//   0..5  op, tower, call, place, error, tables   (error |= *flag when flag is given)
+//   0..5  op, tower, call, place, error, tables   (error |= *flag when flag is given: bit 0 an
+//         input error, bit 2 an overflow of a per-peer capacity, peer_capacity.py)
 //   6...  counts[t * size + j] for t < tables, before shared_at (when it is not 0)
 //   shared_at...  shared[0, shared_len): values this rank tells every rank alike
 #include "common.cuh"
@@ -12,7 +13,7 @@ extern "C" __global__ void header_records(int64 op, int64 tower, int64 call, int
                                           int64 shared_at, int64 shared_len, int64 size,
                                           int64 width, int64* records) {
   const int64 total = size * width;
-  const int64 failed = error | (flag != nullptr && *flag != 0 ? 1 : 0);
+  const int64 failed = error | (flag != nullptr ? *flag : 0);
   for (int64 i = global_thread_id(); i < total; i += global_thread_count()) {
     const int64 peer = i / width;
     const int64 field = i - peer * width;

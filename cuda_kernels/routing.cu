@@ -106,3 +106,35 @@ extern "C" __global__ void floor_divide_int64(const int64* keys, int64 n, int64 
     quotients[i] = quotient;
   }
 }
+
+// Per-peer capacity slots (sok1x/engine/lookup/peer_capacity.py). For the tables t < tables, laid
+// end to end (table t's bucketed positions are [starts[t], starts[t + 1]) of `slots`):
+// slots[starts[t] + j] = o * caps[t] + i for the i-th key bucketed to owner o when i < caps[t],
+// else -1 (past the cap, or past the table's bucketed keys: counts[t, :] sum to at most its
+// positions). Any counts[t, o] > caps[t] sets `bit` in *flag_out, which also takes *flag_in.
+extern "C" __global__ void peer_slots(const int64* counts, const int64* caps,
+                                      const int64* starts, int64 tables, int64 world_size,
+                                      const int64* flag_in, int64 bit, int64* slots,
+                                      unsigned long long* flag_out) {
+  const int64 total = starts[tables];
+  const int64 checks = tables * world_size;
+  const int64 work = total > checks ? total : checks;
+  for (int64 g = global_thread_id(); g < work; g += global_thread_count()) {
+    if (g < checks && counts[g] > caps[g / world_size]) atomicOr(flag_out, (unsigned long long)bit);
+    if (g == 0 && flag_in != nullptr) atomicOr(flag_out, (unsigned long long)*flag_in);
+    if (g >= total) continue;
+    const int64 t = part_of(starts, tables, g);
+    const int64 j = g - starts[t];
+    const int64* own = counts + t * world_size;
+    int64 slot = -1, below = 0;
+    for (int64 o = 0; o < world_size; ++o) {
+      if (j < below + own[o]) {
+        const int64 i = j - below;
+        if (i < caps[t]) slot = o * caps[t] + i;
+        break;
+      }
+      below += own[o];
+    }
+    slots[g] = slot;
+  }
+}

@@ -53,6 +53,20 @@ __device__ __forceinline__ void put_rows(SplitRows<Word> dst, int64 dst_rows, co
   }
 }
 
+// dst[dst_index[i]] = src[src_index[i]] for i < n where both indices are >= 0: a position with
+// either index negative (a padded slot of a per-peer buffer, a key past the count) moves nothing.
+template <typename Word>
+__device__ __forceinline__ void move_rows(const Word* src, const int64* src_index, Word* dst,
+                                          const int64* dst_index, int64 n, int64 words_per_row) {
+  const int64 total = n * words_per_row;
+  for (int64 w = global_thread_id(); w < total; w += global_thread_count()) {
+    const int64 i = w / words_per_row;
+    const int64 column = w - i * words_per_row;
+    const int64 from = src_index[i], to = dst_index[i];
+    if (from >= 0 && to >= 0) dst[to * words_per_row + column] = src[from * words_per_row + column];
+  }
+}
+
 #define ROW_COPY_KERNELS(SUFFIX, WORD)                                                        \
   extern "C" __global__ void take_rows_##SUFFIX(SplitRows<WORD> src, int64 src_rows,          \
                                                 const int64* index, int64 n,                  \
@@ -65,6 +79,11 @@ __device__ __forceinline__ void put_rows(SplitRows<Word> dst, int64 dst_rows, co
                                                int64 n, int64 words_per_row,                   \
                                                const WORD* src, const int64* order) {          \
     put_rows<WORD>(dst, dst_rows, index, n, words_per_row, src, order);                       \
+  }                                                                                           \
+  extern "C" __global__ void move_rows_##SUFFIX(const WORD* src, const int64* src_index,       \
+                                                WORD* dst, const int64* dst_index, int64 n,   \
+                                                int64 words_per_row) {                        \
+    move_rows<WORD>(src, src_index, dst, dst_index, n, words_per_row);                        \
   }
 
 ROW_COPY_KERNELS(w1, unsigned char)
@@ -73,14 +92,14 @@ ROW_COPY_KERNELS(w8, unsigned long long)
 ROW_COPY_KERNELS(w16, uint4)
 
 // table[rows[i]] += values[i] elementwise over `width` columns; repeated rows add up (atomicAdd,
-// so the order of the additions is not fixed).
+// so the order of the additions is not fixed); a negative row adds nothing (a padded slot).
 template <typename Real>
 __device__ __forceinline__ void add_rows(Real* table, const int64* rows, int64 n, int64 width,
                                          const Real* values) {
   const int64 total = n * width;
   for (int64 e = global_thread_id(); e < total; e += global_thread_count()) {
     const int64 i = e / width;
-    atomicAdd(table + rows[i] * width + (e - i * width), values[e]);
+    if (rows[i] >= 0) atomicAdd(table + rows[i] * width + (e - i * width), values[e]);
   }
 }
 

@@ -14,16 +14,6 @@
 // minus the rank at its start: read with the total, in the same single wait.
 #include "common.cuh"
 
-// The part holding position i: the last t with starts[t] <= i (empty parts are skipped over).
-__device__ __forceinline__ int64 part_of(const int64* starts, int64 count, int64 i) {
-  int64 low = 0, high = count - 1;
-  while (low < high) {
-    const int64 middle = (low + high + 1) >> 1;
-    if (starts[middle] <= i) low = middle; else high = middle - 1;
-  }
-  return low;
-}
-
 // out[i] = part_t[i - starts[t]] + offsets[t] for the int64 parts.
 extern "C" __global__ void join_int64_parts(const int64* parts, int64 count, int64* out) {
   const int64* starts = parts + count;
@@ -58,10 +48,12 @@ extern "C" __global__ void join_word_rows(const int64* parts, int64 count, int64
   }
 }
 
-// bits: [ceil(bound / 32)] zeroed by the caller; rows in [0, bound).
+// bits: [ceil(bound / 32)] zeroed by the caller; rows in [0, bound), or negative: a padded slot
+// of a per-peer buffer, which is no row (its inverse is -1).
 extern "C" __global__ void mark_rows(const int64* rows, int64 n, unsigned* bits) {
   for (int64 i = global_thread_id(); i < n; i += global_thread_count()) {
     const int64 row = rows[i];
+    if (row < 0) continue;
     atomicOr(bits + (row >> 5), 1u << (row & 31));
   }
 }
@@ -86,6 +78,10 @@ extern "C" __global__ void emit_distinct_rows(const int64* rows, int64 n, const 
                                               int64* distinct, int64* inverse) {
   for (int64 i = global_thread_id(); i < n; i += global_thread_count()) {
     const int64 row = rows[i];
+    if (row < 0) {
+      inverse[i] = -1;
+      continue;
+    }
     const int64 rank = rank_of(bits, word_ranks, words, row);
     inverse[i] = rank;
     distinct[rank] = row;

@@ -11,7 +11,8 @@ Every backend module exposes the same names, and the engine's algorithms call on
     counts() -> dict                       what this process queued and waited for; "host_waits"
                                            (cpu counts the calls at which cuda would wait)
     empty(shape, dtype) / zeros(shape, dtype)
-    fill_value(array, value)               every element = value (float32, or 0 for any dtype)
+    fill_value(array, value)               every element = value (float32; 0 for any dtype, -1
+                                           for signed integers)
     host_mapped_zeros(shape, dtype)        zeros in page-locked host memory the device's kernels
                                            read and write in place (cpu: an ordinary array)
     split_zeros(shape, dtype, hbm_rows) -> ([device part, host part], whole)
@@ -34,8 +35,8 @@ Every backend module exposes the same names, and the engine's algorithms call on
                                                launch on cuda: a table group's keys)
     join_rows(arrays) -> float32               float32 arrays joined along axis 0 (one launch)
     distinct_rows_many(items) -> [(distinct, inverse, ranks)]   per (rows in [0, bound), bound,
-        boundaries ending at bound): distinct rows ascending, each row's place among them, and
-        how many lie below each boundary; one wait for all items
+        boundaries ending at bound): distinct rows ascending, each row's place among them (-1
+        for a row -1: a padded slot), and how many lie below each boundary; one wait for all
     Arrays holding several tables' parts one after the other (cut at host cuts [P + 1]):
     part_bounds(arrays, cuts) -> host int64 [len(arrays) * P, 2]   (min, max) of each part, one
         wait; part_bounds_deferred(arrays, cuts) leaves them on the device
@@ -57,6 +58,11 @@ Every backend module exposes the same names, and the engine's algorithms call on
         [size, width]   an op header's records (op, tower, call, place, error | flag[0], tables,
         counts[t, peer]..., from shared_at the values every peer is told alike)
     flag_outside(bounds, ranges) -> int64 [1]          1 if a (min, max) row leaves its range
+    peer_slots_many(counts, caps, lengths, flag, bit) -> (slots, flag_out)   per table the slot
+        of each bucketed key in a [size, caps[t]] per-peer buffer (-1 past its cap or the keys),
+        and flag[0] with `bit` set where a count exceeds its cap (engine/lookup/peer_capacity.py)
+    move_rows(src, src_index, dst, dst_index)   dst[dst_index[i]] = src[src_index[i]] where both
+        are >= 0, in place (packing rows into per-peer buffers and out)
     column(matrix, index) -> [n]                       one column of an int64 [n, k] matrix
     segment_counts(segment_ids, n) -> float32 [n]      ids per segment
     scale_rows(values, factors, divide) -> values * (or /, 0 where 0) factors per row
@@ -70,7 +76,8 @@ Every backend module exposes the same names, and the engine's algorithms call on
     put_rows(dst, index, src)                          dst[index] = src (index has no repeats)
     unique(keys, ordered) -> (unique_keys, inverse)    first-occurrence order, like tf.unique
                                                        (ordered=False: any order)
-    segment_sum(values, segment_ids, num_segments)     like tf.math.unsorted_segment_sum
+    segment_sum(values, segment_ids, num_segments)     like tf.math.unsorted_segment_sum (a
+                                                       negative id adds nothing)
     gather_rows(table, rows) -> [n, dim]               row -1 gives a zero vector
     scatter_add_rows(table, rows, values)              table[rows] += values, repeats summed
     init_rows(table, rows, keys, spec, table_id, count=None)   initial values (random_init.py)

@@ -187,6 +187,54 @@ def test_sizes_left_on_the_device_match_the_cpu(cuda, rng, world_size):
     assert (want[:, 6:10] == host_owner_counts.T).all() and not want[:, 10:12].any()
 
 
+@pytest.mark.parametrize("world_size", [2, 8])
+def test_per_peer_capacity_pieces_match_the_cpu(cuda, rng, world_size):
+    """What a lookup sized by per-peer capacities runs (engine/lookup/peer_capacity.py): slots
+    from device counts with the overflow bit, rows packed into the capacity buffers and back
+    (key rows, vector rows of every word width), keys -1 as padding, padded rows that are no
+    row and sum to nothing, and the overflow bit in the op header."""
+    lengths = [3000, 0, 77, 1]
+    counts = np.stack([rng.multinomial(n * 9 // 10, [1.0 / world_size] * world_size)
+                       for n in lengths]).astype(np.int64)
+    for caps in (counts.max(axis=1) + 1, np.maximum(counts.max(axis=1) - 3, 1)):
+        flag_in = np.ones(1, np.int64)
+        slots, flag = cuda.peer_slots_many(cuda.asarray(counts), caps, lengths,
+                                           cuda.asarray(flag_in), 4)
+        want_slots, want_flag = cpu.peer_slots_many(counts, caps, lengths, flag_in, 4)
+        for got, want in zip(slots, want_slots):
+            np.testing.assert_array_equal(host(cuda, got), want)
+        assert int(host(cuda, flag)[0]) == int(want_flag[0])
+    assert int(want_flag[0]) == 5 and (want_slots[0] == -1).sum() > lengths[0] // 10
+    for row_shape, dtype in [((), np.int64), ((3,), np.float32), ((16,), np.float32)]:
+        src = (rng.standard_normal((500,) + row_shape) * 100).astype(dtype)
+        src_index = rng.permutation(600)[:400] - 100  # some negative: those move nothing
+        dst_index = rng.permutation(900)[:400] - 300
+        want = np.full((600,) + row_shape, -1, dtype)
+        cpu.move_rows(src, src_index, want, dst_index)
+        got = (cuda.fill_value(cuda.empty(want.shape, dtype), -1) if dtype == np.int64 else
+               cuda.asarray(np.full(want.shape, -1, dtype)))
+        cuda.move_rows(cuda.asarray(src), cuda.asarray(src_index), got, cuda.asarray(dst_index))
+        np.testing.assert_array_equal(host(cuda, got), want)
+    rows = rng.integers(0, 5000, size=4000).astype(np.int64)
+    rows[rng.permutation(4000)[:300]] = -1  # a slot no key filled
+    items = [(rows, 5000, np.array([0, 2500, 5000], np.int64))]
+    started, sizes = cuda.distinct_rows_many_start([(cuda.asarray(rows),) + items[0][1:]])
+    (g_rows, g_inverse, g_ranks), = cuda.distinct_rows_many_finish(started, host(cuda, sizes))
+    (w_rows, w_inverse, w_ranks), = cpu.distinct_rows_many(items)
+    np.testing.assert_array_equal(host(cuda, g_rows), w_rows)
+    np.testing.assert_array_equal(host(cuda, g_inverse), w_inverse)
+    np.testing.assert_array_equal(g_ranks, w_ranks)
+    assert (w_inverse == -1).sum() == (rows == -1).sum() > 0
+    values = rng.standard_normal((4000, 8)).astype(np.float32)
+    summed = host(cuda, cuda.segment_sum(cuda.asarray(values), g_inverse, w_rows.shape[0]))
+    assert_sums_close(summed, cpu.segment_sum(values, w_inverse, w_rows.shape[0]))
+    fields = [11, 22, 33, 1, 0, 4]
+    records = cuda.header_records(fields, world_size, None, flag, 64)
+    want = cpu.header_records(fields, world_size, None, want_flag, 64)
+    np.testing.assert_array_equal(host(cuda, records), want)
+    assert (want[:, 4] == 5).all()
+
+
 def test_the_halves_of_unique_and_distinct_rows_equal_the_whole(cuda, rng):
     arrays = [random_keys(rng, n) for n in (1000, 0, 777)]
     started, counts = cuda.unique_many_start([cuda.asarray(a) for a in arrays], ordered=True)

@@ -216,13 +216,13 @@ def unique_many_padded(started):
 
 def header_records(fields, size, counts, flag, width, shared=None, shared_at=0):
     """Returns int64 [size, width]: per peer j, the 6 `fields` (op, tower, call, place, error,
-    tables; error or-ed with flag[0]), then counts[t, j] for t < tables (counts [tables, size]
+    tables; error or-ed with flag[0]: bit 0 an input error, bit 2 a capacity's overflow), then counts[t, j] for t < tables (counts [tables, size]
     or None; flag int64 [1] or None), and from field shared_at on the values `shared` (or
     None), the same for every peer."""
     records = np.zeros((int(size), int(width)), dtype=np.int64)
     records[:, :6] = np.asarray(fields, dtype=np.int64)[:6]
-    if flag is not None and flag[0]:
-        records[:, 4] |= 1  # (bit 1 of the field: a notice, kept)
+    if flag is not None:
+        records[:, 4] |= int(flag[0])  # bit 0 an input error, bit 2 an overflow (other bits kept)
     if counts is None:
         records[:, 5] = 0
     else:
@@ -231,6 +231,27 @@ def header_records(fields, size, counts, flag, width, shared=None, shared_at=0):
     if shared is not None and len(shared):
         records[:, shared_at:shared_at + len(shared)] = np.asarray(shared, dtype=np.int64)
     return records
+
+
+def peer_slots_many(counts, caps, lengths, flag, bit):
+    """Slots in per-peer capacity buffers: counts int64 [tables, size] (keys bucketed to each
+    owner); caps host int64 [tables]; lengths, each table's bucketed positions. Returns (slots,
+    flag_out): per table int64 [lengths[t]], the i-th key bucketed to owner o at o * caps[t] + i,
+    -1 past the cap or the keys; flag_out int64 [1], flag[0] (flag may be None) with `bit` set
+    where some count exceeds its cap."""
+    counts = np.asarray(counts, dtype=np.int64)
+    caps = np.asarray(caps, dtype=np.int64)
+    slots = []
+    for own, cap, length in zip(counts, caps, lengths):
+        owner = np.repeat(np.arange(own.shape[0], dtype=np.int64), own)
+        within = np.arange(owner.shape[0], dtype=np.int64) - (np.cumsum(own) - own)[owner]
+        out = np.full(int(length), -1, dtype=np.int64)
+        out[:owner.shape[0]] = np.where(within < cap, owner * cap + within, -1)
+        slots.append(out)
+    flag_out = np.zeros(1, dtype=np.int64)
+    flag_out[0] = (0 if flag is None else int(flag[0])) | (
+        int(bit) if (counts > caps[:, None]).any() else 0)
+    return slots, flag_out
 
 
 def flag_outside(bounds, ranges):
@@ -322,8 +343,8 @@ def join_rows(arrays):
 
 
 def distinct_rows_many(items):
-    """items: (rows int64 [n] in [0, bound), bound, boundaries int64 [k] ascending, the last one
-    bound). Returns per item (distinct rows ascending [u], inverse [n], int64 [k]: how many
+    """items: (rows int64 [n] in [0, bound), or -1: no row, whose inverse is -1; bound,
+    boundaries int64 [k] ascending, the last one bound). Returns per item (distinct rows ascending [u], inverse [n], int64 [k]: how many
     distinct rows lie below each boundary)."""
     COUNTS["host_waits"] += 1
     return distinct_rows_many_start(items)[0]
@@ -335,7 +356,14 @@ def distinct_rows_many_start(items):
     out = []
     for rows, _, boundaries in items:
         rows = np.asarray(rows, dtype=np.int64)
-        distinct, inverse = _unique_ascending(rows) if rows.size else (rows[:0], rows[:0])
+        present = rows >= 0
+        if present.all():
+            distinct, inverse = _unique_ascending(rows) if rows.size else (rows[:0], rows[:0])
+        else:  # padded slots of a per-peer buffer: no row
+            distinct, found = _unique_ascending(rows[present]) if present.any() else (
+                rows[:0], rows[:0])
+            inverse = np.full(rows.shape[0], -1, dtype=np.int64)
+            inverse[present] = found
         ranks = np.searchsorted(distinct, np.asarray(boundaries, dtype=np.int64))
         out.append((distinct, inverse.astype(np.int64, copy=False), ranks.astype(np.int64)))
     sizes = np.concatenate([ranks for _, _, ranks in out]) if out else np.zeros(0, np.int64)
@@ -396,6 +424,15 @@ def put_rows(dst, index, src):
     _rows(dst)[index] = src
 
 
+def move_rows(src, src_index, dst, dst_index):
+    """dst[dst_index[i]] = src[src_index[i]] along axis 0 where both indices are >= 0 (in
+    place; no repeats among those dst_index)."""
+    src_index = np.asarray(src_index, dtype=np.int64)
+    dst_index = np.asarray(dst_index, dtype=np.int64)
+    moving = (src_index >= 0) & (dst_index >= 0)
+    _rows(dst)[dst_index[moving]] = _rows(src)[src_index[moving]]
+
+
 def unique(keys, ordered=True):
     """Returns (unique_keys, inverse): with ordered=True in first-occurrence order, as tf.unique;
     with ordered=False in any order (ascending here), which the engine's own de-duplication
@@ -428,10 +465,14 @@ def _unique_ascending(keys):
 
 
 def segment_sum(values, segment_ids, num_segments):
-    """Returns [num_segments, ...] sums of `values` rows per segment id (absent ids give zeros)."""
+    """Returns [num_segments, ...] sums of `values` rows per segment id (absent ids give zeros;
+    a negative id, a padded slot, adds nothing)."""
     values = np.asarray(values)
     segment_ids = np.asarray(segment_ids, dtype=np.int64)
     num_segments = int(num_segments)
+    if segment_ids.size and segment_ids.min() < 0:
+        kept = segment_ids >= 0
+        return segment_sum(values[kept], segment_ids[kept], num_segments)
     if (values.dtype.kind == "f" and values.ndim == 2 and segment_ids.size
             and segment_ids[0] >= 0 and segment_ids[-1] < num_segments
             and np.all(segment_ids[1:] >= segment_ids[:-1])):

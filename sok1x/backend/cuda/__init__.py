@@ -45,7 +45,11 @@ from sok1x.backend.cuda.bulk import (  # noqa: F401  (part of the op set: checkp
 from sok1x.backend.cuda.eviction import pick_victims, stamp_last_step  # noqa: F401  (op set)
 from sok1x.backend.cuda.host_row_order import host_order
 from sok1x.backend.cuda.hash import HashIndex  # noqa: F401  (part of the op set)
-from sok1x.backend.cuda.sizes import flag_outside, header_records  # noqa: F401  (the op set)
+from sok1x.backend.cuda.sizes import (  # noqa: F401  (part of the op set)
+    flag_outside,
+    header_records,
+    peer_slots_many,
+)
 from sok1x.backend.cuda.unique_keys import (  # noqa: F401  (part of the op set)
     unique,
     unique_many,
@@ -53,7 +57,12 @@ from sok1x.backend.cuda.unique_keys import (  # noqa: F401  (part of the op set)
     unique_many_padded,
     unique_many_start,
 )
-from sok1x.backend.cuda.rows import gather_rows, put_rows, take_rows  # noqa: F401  (op set)
+from sok1x.backend.cuda.rows import (  # noqa: F401  (part of the op set)
+    gather_rows,
+    move_rows,
+    put_rows,
+    take_rows,
+)
 from sok1x.backend.cuda.optimizers import (  # noqa: F401  (part of the op set: optimizer updates)
     update_adadelta,
     update_adagrad,
@@ -139,9 +148,12 @@ def zeros(shape, dtype):
 
 @uses_context
 def fill_value(array, value):
-    """Sets every element of `array` to `value` (a float32 array, or any array for 0), queued."""
+    """Sets every element of `array` to `value` (a float32 array, any array for 0, a signed
+    integer array for -1), queued."""
     if not value:
         return fill_bytes(array, 0)
+    if value == -1 and array.dtype.kind == "i":
+        return fill_bytes(array, 0xFF)
     return fill_float32(array, value)
 
 

@@ -42,7 +42,8 @@ def _row_copy_kernels(word_bytes):
     SplitRows (PPq), then the order (P, 0 for none)."""
     suffix = "w%d" % word_bytes
     return (prepared("rows.cu", "take_rows_" + suffix, "PPqqPqqiPP"),
-            prepared("rows.cu", "put_rows_" + suffix, "PPqqPqqPP"))
+            prepared("rows.cu", "put_rows_" + suffix, "PPqqPqqPP"),
+            prepared("rows.cu", "move_rows_" + suffix, "PPPPqq"))
 
 
 def _row_table(array, what):
@@ -61,7 +62,7 @@ def _take(array, index, zero_negative):
     out = empty((index.shape[0],) + row_shape, array.dtype)
     if out.size:
         word = _word_bytes(row_bytes, array, out)
-        take, _ = _row_copy_kernels(word)
+        take = _row_copy_kernels(word)[0]
         words_per_row = row_bytes // word
         order = host_order(array, index, zero_negative)  # held until the launch is queued
         launch(take, index.shape[0] * words_per_row, *split_args(array, words_per_row),
@@ -94,9 +95,29 @@ def put_rows(dst, index, src):
             src.shape, (index.shape[0],) + row_shape))
     if src.size:
         word = _word_bytes(row_bytes, dst, src)
-        _, put = _row_copy_kernels(word)
+        put = _row_copy_kernels(word)[1]
         words_per_row = row_bytes // word
         order = host_order(dst, index)  # held until the launch is queued
         launch(put, index.shape[0] * words_per_row, *split_args(dst, words_per_row),
                dst.shape[0], ptr(index), index.shape[0], words_per_row, ptr(src),
                _order_ptr(order))
+
+
+@uses_context
+def move_rows(src, src_index, dst, dst_index):
+    """dst[dst_index[i]] = src[src_index[i]] along axis 0 for every i where both indices are >= 0
+    (device arrays of one dtype and row shape; dst_index without repeats among those i): packs
+    rows into a per-peer capacity buffer and back out (lookup/peer_capacity.py). In place."""
+    src = device_array(src, "src")
+    dst = device_array(dst, "dst", src.dtype)
+    src_index, dst_index = index_array(src_index, "src_index"), index_array(dst_index, "dst_index")
+    row_shape, row_bytes = _row_shape(src, "src")
+    if tuple(dst.shape[1:]) != row_shape or src_index.shape != dst_index.shape:
+        raise ValueError("move_rows: rows of %s into %s by %d and %d indices" % (
+            src.shape, dst.shape, src_index.shape[0], dst_index.shape[0]))
+    n = int(src_index.shape[0])
+    if n and row_bytes:
+        word = _word_bytes(row_bytes, src, dst)
+        words_per_row = row_bytes // word
+        launch(_row_copy_kernels(word)[2], n * words_per_row, ptr(src), ptr(src_index),
+               ptr(dst), ptr(dst_index), n, words_per_row)

@@ -1,6 +1,8 @@
 """The cuda backend's part of the op header (lookup/exchange_header.py): kernels that write the
 header's records and input-error flags on the device, so counts and flags that kernels produced
-reach the other ranks without a host copy first. The host reads them once, after the exchange."""
+reach the other ranks without a host copy first. The host reads them once, after the exchange.
+Also the slots of per-peer capacity buffers (lookup/peer_capacity.py), whose overflow flag rides
+in the header as an input error's does."""
 import numpy as np
 
 from sok1x.backend.cuda.context import uses_context
@@ -11,6 +13,7 @@ from sok1x.backend.cuda.kernel_launch import (
     memoised_per_context,
     prepared,
     ptr,
+    row_view,
     to_device,
 )
 from sok1x.backend.cuda.groups import device_constant
@@ -19,7 +22,8 @@ from sok1x.backend.cuda.groups import device_constant
 @memoised_per_context
 def _header_kernels():
     return (prepared("header.cu", "header_records", "qqqqqqPPPqqqqP"),
-            prepared("header.cu", "flag_outside", "PPqP"))
+            prepared("header.cu", "flag_outside", "PPqP"),
+            prepared("routing.cu", "peer_slots", "PPPqqPqPP"))
 
 
 @uses_context
@@ -50,3 +54,22 @@ def flag_outside(bounds, ranges):
         launch(_header_kernels()[1], count, ptr(bounds), ptr(device_constant(ranges)), count,
                ptr(flag))
     return flag
+
+
+@uses_context
+def peer_slots_many(counts, caps, lengths, flag, bit):
+    """Slots in per-peer capacity buffers, one launch for every table: counts, int64 GPUArray
+    [tables, size] (keys bucketed to each owner, bucket_by_owner_many_deferred's); caps, host
+    int64 [tables]; lengths, each table's bucketed positions. Returns (slots, flag_out): per table
+    an int64 GPUArray [lengths[t]], the i-th key bucketed to owner o at o * caps[t] + i, -1 past
+    the cap or the keys; flag_out an int64 GPUArray [1], flag[0] (flag may be None) with `bit`
+    set where some count exceeds its cap. No wait."""
+    caps = np.asarray(caps, dtype=np.int64)
+    tables, size = int(counts.shape[0]), int(counts.shape[1])
+    starts = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    slots = empty((max(int(starts[-1]), 1),), np.int64)
+    flag_out = fill_bytes(empty((1,), np.int64), 0)
+    launch(_header_kernels()[2], max(int(starts[-1]), tables * size), ptr(counts),
+           ptr(device_constant(caps)), ptr(device_constant(starts)), tables, size,
+           0 if flag is None else ptr(flag), int(bit), ptr(slots), ptr(flag_out))
+    return [row_view(slots, int(a), int(b)) for a, b in zip(starts[:-1], starts[1:])], flag_out

@@ -7,7 +7,8 @@ Each rank sends each other rank one record of RECORD_WIDTH int64:
     2 call    which call of the tower this is           (op_order.CLOCK)
     3 place   the op's position in its tower
     4 error   bit 0: this rank found bad input or cannot run the op (D7); bit 1: this rank
-              asks every rank to cross the seam by host staging (engine/kernel_calls.py)
+              asks every rank to cross the seam by host staging (engine/kernel_calls.py);
+              bit 2: this rank's keys overflow a per-peer capacity (lookup/peer_capacity.py)
     5 tables  how many per-table row counts follow
     6...      rows this rank sends that peer, per table (INLINE_TABLES of them)
     SHARED_AT...  values this rank tells every rank alike (SHARED_WIDTH of them): a hash
@@ -38,7 +39,7 @@ from sok1x.errors import OrderError
 
 ORDER_CHECK_ENV = "SOK1X_ORDER_CHECK"
 _OP, _TOWER, _CALL, _PLACE, _ERROR, _TABLES = range(6)
-_FAILED, _NOTICE = 1, 2  # the error field's bits
+_FAILED, _NOTICE, OVERFLOW = 1, 2, 4  # the error field's bits
 _FIELDS = 6
 INLINE_TABLES = 58
 SHARED_AT = _FIELDS + INLINE_TABLES
@@ -112,11 +113,13 @@ def _raise_order_error(runtime, op, call, received):
                      "\n  %s\n%s" % (runtime.rank, op.name, call, "\n  ".join(lines), advice))
 
 
-Sizes = collections.namedtuple("Sizes", "sent received extra shared")
+Sizes = collections.namedtuple("Sizes", "sent received extra shared overflow")
+Sizes.__new__.__defaults__ = (False,)
 Sizes.__doc__ = """What an op header told the host: sent and received (host int64 [size, tables],
 rows this rank sends each rank and receives from each, per table; None when no counts went),
 extra (host copies of the arrays passed as also_read), shared (host int64 [size, k]: the
-values each rank passed as shared, None when none went)."""
+values each rank passed as shared, None when none went), overflow (True when some rank's
+error_flag had bit OVERFLOW: a per-peer capacity was exceeded, lookup/peer_capacity.py)."""
 
 
 def exchange_sizes(runtime, op, counts=None, local_error=None, error_flag=None, also_read=(),
@@ -124,8 +127,8 @@ def exchange_sizes(runtime, op, counts=None, local_error=None, error_flag=None, 
     """Collective on every rank: the op header. op: an OpId (or a name); counts: backend int64
     [tables, size], rows this rank sends each rank per table (on the device on cuda; None: no
     data exchange follows); local_error: an error this rank found; error_flag: backend int64
-    [1], set on the device when this rank's input is bad, and describe_error() returns that
-    error; also_read: backend arrays whose host copies the caller needs now (read in the same
+    [1], bit 0 set on the device when this rank's input is bad (describe_error() returns that
+    error), bit OVERFLOW when its keys overflow a per-peer capacity; also_read: backend arrays whose host copies the caller needs now (read in the same
     wait); shared: None, or a function returning host int64 [k <= SHARED_WIDTH] this rank tells
     every rank (every rank's k the same), called again when a joined checkpoint (a restore may
     replace tables) repeats the header. Returns Sizes; raises OrderError or the input error of
@@ -171,12 +174,14 @@ def exchange_sizes(runtime, op, counts=None, local_error=None, error_flag=None, 
         runtime.host.raise_together(local_error, op.name)
     if told is not None:
         told = received[:, SHARED_AT:SHARED_AT + told.shape[0]].copy()
+    overflow = bool((received[:, _ERROR] & OVERFLOW).any())
     if counts is None:
-        return Sizes(None, None, extra, told)
+        return Sizes(None, None, extra, told, overflow)
     if tables > INLINE_TABLES:
-        return _exchange_all_counts(runtime, counts, extra)._replace(shared=told)
+        return _exchange_all_counts(runtime, counts, extra)._replace(shared=told,
+                                                                     overflow=overflow)
     columns = slice(_FIELDS, _FIELDS + tables)
-    return Sizes(sent[:, columns].copy(), received[:, columns].copy(), extra, told)
+    return Sizes(sent[:, columns].copy(), received[:, columns].copy(), extra, told, overflow)
 
 
 def _shared_values(shared):

@@ -37,7 +37,7 @@ import functools
 import numpy as np
 
 from sok1x.engine.tables import admission
-from sok1x.engine.lookup import distinct_rows
+from sok1x.engine.lookup import distinct_rows, peer_capacity
 from sok1x.engine.lookup.checks import (
     KEY_DTYPES,
     V1_LIMIT,
@@ -52,7 +52,8 @@ from sok1x.errors import InvalidInputError
 
 Routing = collections.namedtuple(
     "Routing",
-    "inverse distinct perm send_counts recv_counts owner_rows count may_miss row_starts")
+    "inverse distinct perm send_counts recv_counts owner_rows count may_miss row_starts slots")
+Routing.__new__.__defaults__ = (None,)
 Routing.__doc__ = """How one forward pass moved one table's keys: inverse (backend int64
 [count], the distinct key of each input position; None on one rank, where keys are not
 de-duplicated), distinct (how many distinct keys), perm (backend int64, the distinct key of each
@@ -60,7 +61,10 @@ bucketed position; None on one rank: the keys as they came), send_counts / recv_
 int64 [size]), owner_rows (backend int64, the owner's row of each key it received, -1 where a
 lookup without insert missed), count (keys in), may_miss (rows may be -1: a hash table looked up
 without insert, or with a low-frequency filter), row_starts (a TableGroup's row_starts when it
-routed, host int64 [T + 1], which a later growth replaces but never changes; else None)."""
+routed, host int64 [T + 1], which a later growth replaces but never changes; else None), slots
+(backend int64, the per-peer capacity slot of each bucketed position, -1 past the keys, when the
+lookup sent capacity buffers (lookup/peer_capacity.py): distinct and perm are then padded to the
+keys, the counts are the caps, and owner_rows holds -1 at the slots no key filled; else None)."""
 
 
 KeyCheck = collections.namedtuple("KeyCheck", "bounds judge flag error")
@@ -171,7 +175,7 @@ def lookup_forward_many(runtime, tables, op, keys_list, training, local_error=No
     bounded, shared = _room_and_keys(tables, keys_list, tagged, training, tag_counts,
                                      admit_ratios)
     send_counts = np.zeros((size, len(tables)), dtype=np.int64)
-    prepared, sent_tags = [], []
+    prepared, sent_tags, slots = [], [], None
     if error is None and size == 1:  # alone, nothing crosses a network: no de-duplication
         for t, keys in enumerate(keys_list):
             keys = backend.asarray(keys)
@@ -182,7 +186,7 @@ def lookup_forward_many(runtime, tables, op, keys_list, training, local_error=No
                               shared=shared).shared
         recv_counts = send_counts
     else:
-        owner_counts = None
+        owner_counts, plan = None, None
         if error is None:  # distinct keys and owner counts stay on the device: the header
             # carries the counts, and its one wait tells how many distinct keys there are
             started, distinct_counts = backend.unique_many_start(
@@ -191,16 +195,34 @@ def lookup_forward_many(runtime, tables, op, keys_list, training, local_error=No
             perms, owner_counts = backend.bucket_by_owner_many_deferred(
                 [d for d, _ in distinct], size, [table.owner_rule for table in tables],
                 distinct_counts)
-            for (keys, inverse), perm in zip(distinct, perms):
-                prepared.append((keys, inverse, perm, backend.take_rows(keys, perm)))
+            plan = peer_capacity.plan_of(runtime, as_op_id(op), tables)
+            if plan is not None and plan.caps is not None:  # sized by the caps, not the counts
+                slots, flag = backend.peer_slots_many(
+                    owner_counts, plan.caps, [keys.shape[0] for keys, _ in distinct], flag,
+                    peer_capacity.OVERFLOW)
+            for t, ((keys, inverse), perm) in enumerate(zip(distinct, perms)):
+                sends = (backend.take_rows(keys, perm) if slots is None else
+                         _packed(backend, keys, perm, slots[t], size * int(plan.caps[t]), -1))
+                prepared.append((keys, inverse, perm, sends))
             sent_tags = [_distinct_tags(backend, prepared[t], tags_list[t]) for t in tagged]
         sizes = exchange_sizes(runtime, op, owner_counts, error, flag, describe_error=describe,
                                shared=shared)
         send_counts, recv_counts, told = sizes.sent, sizes.received, sizes.shared
-        prepared = [_cut(backend, p, int(send_counts[:, t].sum()))
-                    for t, p in enumerate(prepared)]
-        sent_tags = [backend.row_view(tags, 0, int(send_counts[:, t].sum()))
-                     for tags, t in zip(sent_tags, tagged)]
+        if slots is not None and not sizes.overflow:
+            send_counts = recv_counts = np.repeat(plan.caps[None, :], size, axis=0)
+            plan.sized += 1
+        else:
+            if slots is not None:  # some rank overflowed a cap: this step goes by its counts
+                prepared = [(k, i, p, backend.take_rows(k, p)) for k, i, p, _ in prepared]
+                slots = None
+            if plan is not None:
+                peer_capacity.settle(runtime, plan, send_counts,
+                                     [keys.shape[0] for keys in keys_list])
+            prepared = [_cut(backend, p, int(send_counts[:, t].sum()))
+                        for t, p in enumerate(prepared)]
+            sent_tags = [backend.row_view(tags, 0, int(send_counts[:, t].sum()))
+                         for tags, t in zip(sent_tags, tagged)]
+    slots = slots or [None] * len(tables)
     owned = _exchange(runtime, [p[3] for p in prepared] + sent_tags,
                       _with_columns(send_counts, tagged), _with_columns(recv_counts, tagged))
     owned, owned_tags = owned[:len(tables)], dict(zip(tagged, owned[len(tables):]))
@@ -232,7 +254,10 @@ def lookup_forward_many(runtime, tables, op, keys_list, training, local_error=No
     for t, (table, keys) in enumerate(zip(tables, keys_list)):
         distinct, inverse, perm, _ = prepared[t]
         spread = returned[t]
-        if perm is not None:
+        if slots[t] is not None:  # the capacity buffer's rows back to the distinct keys
+            spread = backend.empty((distinct.shape[0], table.dim), np.float32)
+            backend.move_rows(returned[t], slots[t], spread, perm)
+        elif perm is not None:
             spread = backend.empty((distinct.shape[0], table.dim), np.float32)
             backend.put_rows(spread, perm, returned[t])
         outs.append(spread if inverse is None else backend.take_rows(spread, inverse))
@@ -240,8 +265,17 @@ def lookup_forward_many(runtime, tables, op, keys_list, training, local_error=No
                                 recv_counts[:, t].copy(), owner_rows[t], keys.shape[0],
                                 table.use_hashtable and (not training or
                                                          passed[t] is not None),
-                                getattr(table, "row_starts", None)))
+                                getattr(table, "row_starts", None), slots[t]))
     return outs, routings
+
+
+def _packed(backend, rows, index, slots, length, pad):
+    """A per-peer capacity buffer [length, ...]: rows[index[i]] at slots[i] (slots -1 move
+    nothing), `pad` everywhere else (-1 for keys: no row; 0 for gradients)."""
+    packed = backend.fill_value(backend.empty((length,) + tuple(rows.shape[1:]), rows.dtype),
+                                pad)
+    backend.move_rows(rows, index, packed, slots)
+    return packed
 
 
 def _distinct_tags(backend, prepared, tags):
@@ -463,8 +497,12 @@ def exchange_gradients_many(runtime, tables, op, routings, grads_list):
         grads = backend.asarray(grads)
         per_key = grads if routing.inverse is None else backend.segment_sum(
             grads, routing.inverse, routing.distinct)
-        bucketed.append(per_key if routing.perm is None else backend.take_rows(per_key,
-                                                                               routing.perm))
+        if routing.slots is not None:
+            bucketed.append(_packed(backend, per_key, routing.perm, routing.slots,
+                                    int(routing.send_counts.sum()), 0))
+        else:
+            bucketed.append(per_key if routing.perm is None else backend.take_rows(
+                per_key, routing.perm))
     owned = _exchange(runtime, bucketed, send_counts, recv_counts)
     return [(rows, backend.segment_sum(received, inverse, rows.shape[0]), ranks)
             for (rows, inverse, ranks), received in zip(

@@ -1,0 +1,178 @@
+"""Lookups sized by per-peer capacities (engine/lookup/peer_capacity.py, DESIGN D14) on the cpu
+backend, at any number of ranks: every step equals the same step exchanged by its counts, bit for
+bit (outputs, gradient values and rows), over many steps with changing keys; a step whose keys
+overflow a cap runs by its counts and the caps grow; ranks with different numbers of keys; bad
+input fails every rank; and the backend's pieces against NumPy."""
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+from sok1x.backend import cpu, random_init
+from sok1x.engine import api, runtime
+from sok1x.engine.lookup import peer_capacity
+from sok1x.engine.lookup.pooled import PooledInput
+from sok1x.errors import InvalidInputError
+
+COMM = MPI.COMM_WORLD
+RANK, SIZE = COMM.Get_rank(), COMM.Get_size()
+SPEC = random_init.make_spec("uniform", -1.0, 1.0, seed=4)
+VOCAB = 96 * SIZE
+
+
+@pytest.fixture(scope="module", autouse=True)
+def engine():
+    return runtime.init(backend="cpu")
+
+
+@pytest.fixture(autouse=True)
+def capacities_on(monkeypatch):
+    monkeypatch.setenv(peer_capacity.ENV, "1")
+
+
+def make_tables(tag, dims, placement="mod"):
+    names = ["capacity_%s_%d" % (tag, t) for t in range(len(dims))]
+    for name, dim in zip(names, dims):
+        api.create_table(name, dim, 128, False, SPEC, replace=True, placement=placement)
+    return names
+
+
+def inputs_for(rng, sizes, skew=False):
+    """Per table a PooledInput of `sizes[t]` keys (repeats among them); skew: every key owned
+    by rank 0, distinct ones, so that a cap set from uniform keys overflows."""
+    out = []
+    for n in sizes:
+        if skew:
+            keys = rng.permutation(VOCAB // SIZE)[:n] * SIZE
+        else:
+            keys = rng.integers(0, VOCAB, size=n)
+        segments = np.sort(rng.integers(0, max(n // 3, 1), size=n))
+        out.append(PooledInput(keys, segments, max(n // 3, 1), None, "sum"))
+    return out
+
+
+def run_step(names, op, inputs, tops, counted, monkeypatch):
+    """One forward and backward of `names` under op names op_fwd / op_bwd: (outputs, per table
+    (values, rows) ordered by row). counted: the op's exchanges go by their counts."""
+    monkeypatch.setenv(peer_capacity.ENV, "0" if counted else "1")
+    outputs, token = api.pooled_lookup(names, op + "_fwd", inputs, True)
+    grads = api.pooled_lookup_grad(names, op + "_bwd", token, tops)
+    ordered = []
+    for values, rows in grads:
+        order = np.argsort(rows, kind="stable")
+        ordered.append((np.asarray(values)[order], np.asarray(rows)[order]))
+    return outputs, ordered
+
+
+def plan(op):
+    """The Plan of forward op `op` (None: its exchanges go by their counts)."""
+    plans = [p for key, p in runtime.get().capacities.items() if key[0] == op + "_fwd"]
+    assert len(plans) == (SIZE > 1), plans  # alone, the lookup makes none
+    return plans[0] if plans else None
+
+
+def assert_same(got, want):
+    (outputs, grads), (want_outputs, want_grads) = got, want
+    for a, b in zip(outputs, want_outputs):
+        np.testing.assert_array_equal(a, b)
+    for (values, rows), (want_values, want_rows) in zip(grads, want_grads):
+        np.testing.assert_array_equal(rows, want_rows)
+        np.testing.assert_array_equal(values, want_values)
+
+
+@pytest.mark.parametrize("dims", [(8, 8, 8), (4, 16)], ids=["one group", "two dims"])
+def test_sized_steps_equal_counted_steps_bit_for_bit(dims, monkeypatch):
+    names = make_tables("same%d" % len(dims), dims)
+    rng = np.random.default_rng([11, RANK])
+    for step in range(12):
+        sizes = [40 + 7 * t + step % 5 for t in range(len(dims))]
+        inputs = inputs_for(rng, sizes)
+        tops = [rng.standard_normal((item.num_segments, dim)).astype(np.float32)
+                for item, dim in zip(inputs, dims)]
+        want = run_step(names, "counted_same%d" % len(dims), inputs, tops, True, monkeypatch)
+        got = run_step(names, "sized_same%d" % len(dims), inputs, tops, False, monkeypatch)
+        assert_same(got, want)
+    sized = plan("sized_same%d" % len(dims))
+    assert plan("counted_same%d" % len(dims)) is None
+    if SIZE == 1:
+        assert sized is None  # alone, nothing crosses a network: nothing to size
+        return
+    assert sized.caps is not None and sized.sized + sized.settled == 12
+    assert sized.sized >= 9, (sized.sized, sized.settled)
+
+
+def test_a_step_that_overflows_goes_by_its_counts_and_the_caps_grow(monkeypatch):
+    names = make_tables("skew", (8,))
+    rng = np.random.default_rng([12, RANK])
+    kinds = [False, False, True, True, False]  # uniform, uniform, skewed twice, uniform
+    caps = []
+    for skew in kinds:
+        inputs = inputs_for(rng, [64], skew)
+        tops = [rng.standard_normal((inputs[0].num_segments, 8)).astype(np.float32)]
+        want = run_step(names, "counted_skew", inputs, tops, True, monkeypatch)
+        got = run_step(names, "sized_skew", inputs, tops, False, monkeypatch)
+        assert_same(got, want)
+        if SIZE > 1:
+            caps.append((int(plan("sized_skew").caps[0]), plan("sized_skew").settled))
+    if SIZE == 1:
+        return
+    # set at the first step; the first skewed step overflows (64 distinct keys to rank 0) and
+    # sets them again, the second fits: what every rank sent rank 0 now fits its cap
+    assert caps[0][1] == 1 and caps[1][1] == 1
+    assert caps[2][1] == 2 and caps[2][0] >= 64 > caps[1][0]
+    assert caps[3] == caps[2] and caps[4] == caps[2]
+    assert plan("sized_skew").sized == 3
+
+
+def test_ranks_with_different_numbers_of_keys(monkeypatch):
+    names = make_tables("uneven", (8, 8))
+    rng = np.random.default_rng([13, RANK])
+    for step in range(6):
+        sizes = [5 + 30 * RANK + step, 1 + 9 * ((RANK + step) % 3)]
+        inputs = inputs_for(rng, sizes)
+        tops = [rng.standard_normal((item.num_segments, 8)).astype(np.float32)
+                for item in inputs]
+        want = run_step(names, "counted_uneven", inputs, tops, True, monkeypatch)
+        got = run_step(names, "sized_uneven", inputs, tops, False, monkeypatch)
+        assert_same(got, want)
+
+
+def test_bad_input_in_a_sized_step_fails_every_rank(monkeypatch):
+    names = make_tables("bad", (8,))
+    rng = np.random.default_rng([14, RANK])
+    good = inputs_for(rng, [30])
+    tops = [np.ones((good[0].num_segments, 8), np.float32)]
+    run_step(names, "sized_bad", good, tops, False, monkeypatch)
+    run_step(names, "sized_bad", good, tops, False, monkeypatch)
+    bad = [good[0]._replace(keys=np.where(np.arange(30) == 3, -5, good[0].keys))]
+    if RANK != SIZE - 1:
+        bad = good
+    with pytest.raises(InvalidInputError, match="negative|outside|-5"):
+        run_step(names, "sized_bad", bad, tops, False, monkeypatch)
+    want = run_step(names, "counted_bad", good, tops, True, monkeypatch)
+    assert_same(run_step(names, "sized_bad", good, tops, False, monkeypatch), want)
+
+
+def test_peer_slots_place_each_owners_keys_in_its_block():
+    counts = np.array([[2, 0, 3], [1, 1, 1]], np.int64)
+    slots, flag = cpu.peer_slots_many(counts, np.array([2, 4], np.int64), [6, 3], None, 4)
+    # table 0: owner 0's keys at 0, 1; owner 2's first two at 4, 5, its third past the cap
+    np.testing.assert_array_equal(slots[0], [0, 1, 4, 5, -1, -1])
+    np.testing.assert_array_equal(slots[1], [0, 4, 8])
+    assert flag[0] == 4
+    _, flag = cpu.peer_slots_many(counts, np.array([3, 1], np.int64), [6, 3],
+                                  np.array([1], np.int64), 4)
+    assert flag[0] == 1  # no count over its cap: the input flag alone
+
+
+def test_move_rows_skips_negative_indices_and_padded_rows_sum_to_nothing():
+    src = np.arange(12, dtype=np.float32).reshape(6, 2)
+    dst = np.full((4, 2), -7, np.float32)
+    cpu.move_rows(src, np.array([5, 0, -1, 2]), dst, np.array([1, -1, 3, 0]))
+    np.testing.assert_array_equal(dst, [[4, 5], [10, 11], [-7, -7], [-7, -7]])
+    rows = np.array([4, -1, 2, 4, -1], np.int64)
+    (distinct, inverse, ranks), = cpu.distinct_rows_many_start([(rows, 8, [8])])[0]
+    np.testing.assert_array_equal(distinct, [2, 4])
+    np.testing.assert_array_equal(inverse, [1, -1, 0, 1, -1])
+    np.testing.assert_array_equal(ranks, [2])
+    summed = cpu.segment_sum(np.ones((5, 3), np.float32), inverse, 2)
+    np.testing.assert_array_equal(summed, [[1, 1, 1], [2, 2, 2]])
