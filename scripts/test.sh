@@ -30,11 +30,12 @@ summaries=()
 rank4_files=(test_dense_embedding.py test_sparse_embedding.py test_sok_programs.py test_v2_api.py
   test_group_embedding.py test_group_feature_columns.py test_deeprec_seed.py test_ordering.py
   test_keyed_seam.py test_seam.py test_kernel_ops.py test_sok_v1_saver.py
-  test_sharded_checkpoint.py)
+  test_sharded_checkpoint.py test_peer_capacity.py)
 
 # run_lane NAME VENV SET LABEL JOB...: set-up, serial tests, then one MPI job per JOB
-# (seam:ranks[:subset], seam "auto" leaving the choice to sok1x; "subset": the 4-rank files
-# above, not all of tests/mpi), JUnit files under $results/NAME/.
+# (seam:ranks[:subset[:capacity]], seam "auto" leaving the choice to sok1x; "subset": the 4-rank
+# files above, not all of tests/mpi; "capacity": lookups sized by per-peer capacities,
+# SOK1X_PEER_CAPACITY=1), JUnit files under $results/NAME/.
 run_lane() {
   local name=$1 venv=$2 set=$3 label=$4
   shift 4
@@ -58,15 +59,16 @@ run_lane() {
     bash "$root/scripts/docs.sh" "$venv" || { echo "== documentation build FAILED"; status=1; }
   fi
   for job in "$@"; do
-    IFS=: read -r seam ranks subset <<<"$job"
+    IFS=: read -r seam ranks subset capacity <<<"$job"
     xml="$results/$name/mpi-$ranks-$seam.xml"
     tests=("$root/tests/mpi")
     if [ -n "$subset" ] && [ "${SOK1X_RANK4:-}" != all ]; then
       tests=("${rank4_files[@]/#/$root/tests/mpi/}")
     fi
-    echo "== lane $name: MPI tests on $ranks ranks, $seam seam${subset:+ (${#tests[@]} files)}"
+    echo "== lane $name: MPI tests on $ranks ranks, $seam seam${subset:+ (${#tests[@]} files)}"\
+      "${capacity:+(per-peer capacities)}"
     if [ "$seam" = auto ]; then
-      PATH="$venv/bin:$PATH" mpiexec -n "$ranks" python -m pytest -q -p no:cacheprovider \
+      PATH="$venv/bin:$PATH" SOK1X_PEER_CAPACITY=${capacity:+1} mpiexec -n "$ranks" python -m pytest -q -p no:cacheprovider \
         --timeout=300 -rs --junitxml="$xml" "${tests[@]}" || status=$?
     else
       PATH="$venv/bin:$PATH" SOK1X_SEAM=$seam mpiexec -n "$ranks" python -m pytest -q \
@@ -86,13 +88,14 @@ for lane in $lanes; do
     # where the kernels cannot be built, forced.
     A) run_lane A "${SOK1X_VENV37:-$root/.venv37}" test37 "TensorFlow 1.15.5, Python 3.7" \
          auto:1 auto:2 auto:4:subset host:2 ;;
-    # sok1x's kernels, then the zero-copy seam (DLPack: eager programs' seam, and graph mode's
-    # where the kernels cannot be built), forced. Host staging on this TensorFlow runs where
+    # sok1x's kernels (at 4 ranks with lookups sized by per-peer capacities), then the
+    # zero-copy seam (DLPack: eager programs' seam, and graph mode's where the kernels cannot
+    # be built), forced. Host staging on this TensorFlow runs where
     # SOK1X_SEAM forces it (graph_ops/boundary.py) in the serial tests that force it
     # (test_memory_soak, the jobs mpi_jobs runs with seam "host"); SOK1X_LANE_B_HOST=1 adds the
     # whole MPI suite under it at 2 ranks (about 80 s).
     B) run_lane B "${SOK1X_VENV:-$root/.venv}" test "TensorFlow 2.15, $(python3 -V 2>&1)" \
-         auto:1 auto:2 auto:4:subset dlpack:2 ${SOK1X_LANE_B_HOST:+host:2} ;;
+         auto:1 auto:2 auto:4:subset:capacity dlpack:2 ${SOK1X_LANE_B_HOST:+host:2} ;;
     *) echo "test.sh: unknown lane '$lane' in SOK1X_LANES (use A and/or B)" >&2; exit 2 ;;
   esac
 done
