@@ -16,7 +16,7 @@ from sok1x.errors import InvalidInputError
 COMM = MPI.COMM_WORLD
 RANK, SIZE = COMM.Get_rank(), COMM.Get_size()
 SPEC = random_init.make_spec("uniform", -1.0, 1.0, seed=4)
-VOCAB = 96 * SIZE
+VOCAB = 1024 * SIZE
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -32,7 +32,8 @@ def capacities_on(monkeypatch):
 def make_tables(tag, dims, placement="mod"):
     names = ["capacity_%s_%d" % (tag, t) for t in range(len(dims))]
     for name, dim in zip(names, dims):
-        api.create_table(name, dim, 128, False, SPEC, replace=True, placement=placement)
+        api.create_table(name, dim, VOCAB // SIZE, False, SPEC, replace=True,
+                         placement=placement)
     return names
 
 
@@ -106,7 +107,7 @@ def test_a_step_that_overflows_goes_by_its_counts_and_the_caps_grow(monkeypatch)
     kinds = [False, False, True, True, False]  # uniform, uniform, skewed twice, uniform
     caps = []
     for skew in kinds:
-        inputs = inputs_for(rng, [64], skew)
+        inputs = inputs_for(rng, [256], skew)
         tops = [rng.standard_normal((inputs[0].num_segments, 8)).astype(np.float32)]
         want = run_step(names, "counted_skew", inputs, tops, True, monkeypatch)
         got = run_step(names, "sized_skew", inputs, tops, False, monkeypatch)
@@ -115,12 +116,12 @@ def test_a_step_that_overflows_goes_by_its_counts_and_the_caps_grow(monkeypatch)
             caps.append((int(plan("sized_skew").caps[0]), plan("sized_skew").settled))
     if SIZE == 1:
         return
-    # set at the first step; the first skewed step overflows (64 distinct keys to rank 0) and
-    # sets them again, the second fits: what every rank sent rank 0 now fits its cap
-    assert caps[0][1] == 1 and caps[1][1] == 1
-    assert caps[2][1] == 2 and caps[2][0] >= 64 > caps[1][0]
+    # set at the first step; the first skewed step overflows (256 distinct keys to rank 0) and
+    # sets them again; from then on every step fits (no rank has more than 256 keys)
+    assert caps[0][1] == 1 and caps[1][0] < 256
+    assert caps[2][1] == caps[1][1] + 1 and caps[2][0] >= 256
     assert caps[3] == caps[2] and caps[4] == caps[2]
-    assert plan("sized_skew").sized == 3
+    assert plan("sized_skew").sized == 5 - caps[4][1]
 
 
 def test_ranks_with_different_numbers_of_keys(monkeypatch):

@@ -20,10 +20,13 @@ every rank decides alike: at an op's first lookup, which runs the counted way (i
 the op header), every rank tells every rank over MPI the most keys it sent one peer and its
 number of keys (one small all-reduce), and
 
-    cap_t = min(bound_t, the even share ceil(bound_t / size) times the least multiple of 1/4
-                that holds HEADROOM times the most keys any rank sent any peer)
+    cap_t = min(bound_t, most_t + 4 * sqrt(most_t), rounded up to a multiple of 8)
 
-bound_t the most keys any rank had. A step in which some rank's count exceeds a cap (more keys
+most_t the most keys any rank sent any peer, bound_t the most keys any rank had (no peer can
+get more). A count of keys spread at random over the owners varies by about its square root, so
+4 of those above the most seen leaves room for a step's chance while sending few padded slots
+(a multiple of the even share, as DESIGN D14 has it, would send 25% more with a quarter's
+headroom and still need the overflow path for skewed keys). A step in which some rank's count exceeds a cap (more keys
 than before, or skewed ones) sets bit 2 of that rank's op header error field on the device; the
 header reaches every rank, so every rank sees the overflow alike, runs the step the counted way
 (the header carried its counts) and sets the caps again from it: never a wrong answer.
@@ -31,7 +34,8 @@ header reaches every rank, so every rank sees the overflow alike, runs the step 
 Cost, per table of dim d and lookup: memory, 8 * n bytes of slots (n the rank's keys), and
 size * cap_t * (8 + 4 * d) bytes each way for the key and vector buffers (the backward's
 gradients alike); on the wire, (size - 1) * cap_t * (8 + 4 * d) bytes each way a rank, against
-the distinct keys' own bytes the counted way: with uniform keys about HEADROOM times as many.
+the distinct keys' own bytes the counted way: with uniform keys, 1 + 4 / sqrt(most_t) times
+as many (1.06 for 4,096 keys a peer).
 """
 import os
 
@@ -40,7 +44,8 @@ import numpy as np
 from sok1x.engine.lookup.exchange_header import OVERFLOW  # noqa: F401  (the flag's bit)
 
 ENV = "SOK1X_PEER_CAPACITY"
-HEADROOM = 1.25
+SPREADS = 4  # a cap's room above the most keys seen, in standard deviations of a count
+ALIGN = 8
 
 
 class Plan:
@@ -79,12 +84,10 @@ def settle(runtime, plan, send_counts, key_counts):
                            np.asarray(key_counts, np.int64)])
     most, bound = np.split(runtime.host.all_reduce(mine, op="max"), 2)
     plan.settled += 1
-    plan.caps = np.array([_cap(int(m), int(b), runtime.size) for m, b in zip(most, bound)],
-                         dtype=np.int64)
+    plan.caps = np.array([_cap(int(m), int(b)) for m, b in zip(most, bound)], dtype=np.int64)
 
 
-def _cap(most, bound, size):
+def _cap(most, bound):
     """The cap of one table (see the module's docstring), at least 1."""
-    even = max(1, -(-bound // size))
-    quarters = int(np.ceil(4.0 * HEADROOM * most / even))
-    return max(1, min(max(bound, 1), -(-(quarters * even) // 4)))
+    room = most + SPREADS * np.sqrt(most)
+    return max(1, min(max(bound, 1), ALIGN * int(np.ceil(room / ALIGN))))
