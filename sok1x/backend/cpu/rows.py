@@ -27,9 +27,10 @@ def gather_rows(table, rows):
     rows = np.asarray(rows, dtype=np.int64)
     if rows.size == 0 or rows.min() >= 0:
         return np.take(table, rows, axis=0)
-    out = np.zeros((rows.shape[0],) + table.shape[1:], dtype=table.dtype)
-    found = rows >= 0
-    out[found] = table[rows[found]]
+    if table.shape[0] == 0:  # every row is -1 (a shard with no rows, padded slots)
+        return np.zeros((rows.shape[0],) + table.shape[1:], dtype=table.dtype)
+    out = table[np.maximum(rows, 0)]
+    out[rows < 0] = 0
     return out
 
 
