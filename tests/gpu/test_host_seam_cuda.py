@@ -118,7 +118,10 @@ def test_host_seam_step_equals_the_device_step(cuda, rng, hashed):
         got = [by_key(cuda, name, pair) for name, pair in zip(names, got)]
     for (got_values, got_keys), (want_values, want_keys) in zip(got, want):
         np.testing.assert_array_equal(got_keys, want_keys)
-        np.testing.assert_allclose(got_values, want_values, rtol=1e-4, atol=1e-4)
+        # GPU sums in any order: a sum that cancels near zero keeps the rounding of its largest
+        # terms (one H100, 2026-11-25: -0.14993 against -0.15007 among sums near 150)
+        scale = max(1.0, float(np.abs(want_values).max()))
+        np.testing.assert_allclose(got_values, want_values, rtol=1e-4, atol=1e-5 * scale)
 
 
 def test_keyed_host_seam_step_equals_the_keyed_device_step(cuda, rng):
