@@ -108,10 +108,12 @@ extern "C" __global__ void floor_divide_int64(const int64* keys, int64 n, int64 
 }
 
 // Per-peer capacity slots (sok1x/engine/lookup/peer_capacity.py). For the tables t < tables, laid
-// end to end (table t's bucketed positions are [starts[t], starts[t + 1]) of `slots`):
-// slots[starts[t] + j] = o * caps[t] + i for the i-th key bucketed to owner o when i < caps[t],
-// else -1 (past the cap, or past the table's bucketed keys: counts[t, :] sum to at most its
-// positions). Any counts[t, o] > caps[t] sets `bit` in *flag_out, which also takes *flag_in.
+// end to end (table t's bucketed positions are [starts[t], starts[t + 1]) of `slots`), with
+// caps[t * world_size + o] slots for owner o, owner o's block after those of the owners below it:
+// slots[starts[t] + j] = (the caps of t's owners below o) + i for the i-th key bucketed to owner
+// o when i < its cap, else -1 (past the cap, or past the table's bucketed keys: counts[t, :] sum
+// to at most its positions). Any counts[t, o] > caps[t, o] sets `bit` in *flag_out, which also
+// takes *flag_in.
 extern "C" __global__ void peer_slots(const int64* counts, const int64* caps,
                                       const int64* starts, int64 tables, int64 world_size,
                                       const int64* flag_in, int64 bit, int64* slots,
@@ -120,20 +122,22 @@ extern "C" __global__ void peer_slots(const int64* counts, const int64* caps,
   const int64 checks = tables * world_size;
   const int64 work = total > checks ? total : checks;
   for (int64 g = global_thread_id(); g < work; g += global_thread_count()) {
-    if (g < checks && counts[g] > caps[g / world_size]) atomicOr(flag_out, (unsigned long long)bit);
+    if (g < checks && counts[g] > caps[g]) atomicOr(flag_out, (unsigned long long)bit);
     if (g == 0 && flag_in != nullptr) atomicOr(flag_out, (unsigned long long)*flag_in);
     if (g >= total) continue;
     const int64 t = part_of(starts, tables, g);
     const int64 j = g - starts[t];
     const int64* own = counts + t * world_size;
-    int64 slot = -1, below = 0;
+    const int64* cap = caps + t * world_size;
+    int64 slot = -1, below = 0, base = 0;
     for (int64 o = 0; o < world_size; ++o) {
       if (j < below + own[o]) {
         const int64 i = j - below;
-        if (i < caps[t]) slot = o * caps[t] + i;
+        if (i < cap[o]) slot = base + i;
         break;
       }
       below += own[o];
+      base += cap[o];
     }
     slots[g] = slot;
   }

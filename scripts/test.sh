@@ -71,7 +71,8 @@ run_lane() {
       PATH="$venv/bin:$PATH" SOK1X_PEER_CAPACITY=${capacity:+1} mpiexec -n "$ranks" python -m pytest -q -p no:cacheprovider \
         --timeout=300 -rs --junitxml="$xml" "${tests[@]}" || status=$?
     else
-      PATH="$venv/bin:$PATH" SOK1X_SEAM=$seam mpiexec -n "$ranks" python -m pytest -q \
+      PATH="$venv/bin:$PATH" SOK1X_SEAM=$seam SOK1X_PEER_CAPACITY=${capacity:+1} mpiexec \
+        -n "$ranks" python -m pytest -q \
         -p no:cacheprovider --timeout=300 -rs --junitxml="$xml" "${tests[@]}" || status=$?
     fi
     lane_files+=("$xml")
@@ -88,14 +89,13 @@ for lane in $lanes; do
     # where the kernels cannot be built, forced.
     A) run_lane A "${SOK1X_VENV37:-$root/.venv37}" test37 "TensorFlow 1.15.5, Python 3.7" \
          auto:1 auto:2 auto:4:subset host:2 ;;
-    # sok1x's kernels (at 4 ranks with lookups sized by per-peer capacities), then the
-    # zero-copy seam (DLPack: eager programs' seam, and graph mode's where the kernels cannot
-    # be built), forced. Host staging on this TensorFlow runs where
+    # sok1x's kernels, then the zero-copy seam (DLPack: eager programs' seam, and graph mode's
+    # where the kernels cannot be built), forced, with lookups sized by per-peer capacities. Host staging on this TensorFlow runs where
     # SOK1X_SEAM forces it (graph_ops/boundary.py) in the serial tests that force it
     # (test_memory_soak, the jobs mpi_jobs runs with seam "host"); SOK1X_LANE_B_HOST=1 adds the
     # whole MPI suite under it at 2 ranks (about 80 s).
     B) run_lane B "${SOK1X_VENV:-$root/.venv}" test "TensorFlow 2.15, $(python3 -V 2>&1)" \
-         auto:1 auto:2 auto:4:subset:capacity dlpack:2 ${SOK1X_LANE_B_HOST:+host:2} ;;
+         auto:1 auto:2 auto:4:subset dlpack:2::capacity ${SOK1X_LANE_B_HOST:+host:2} ;;
     *) echo "test.sh: unknown lane '$lane' in SOK1X_LANES (use A and/or B)" >&2; exit 2 ;;
   esac
 done

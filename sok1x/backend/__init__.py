@@ -59,8 +59,9 @@ Every backend module exposes the same names, and the engine's algorithms call on
         counts[t, peer]..., from shared_at the values every peer is told alike)
     flag_outside(bounds, ranges) -> int64 [1]          1 if a (min, max) row leaves its range
     peer_slots_many(counts, caps, lengths, flag, bit) -> (slots, flag_out)   per table the slot
-        of each bucketed key in a [size, caps[t]] per-peer buffer (-1 past its cap or the keys),
-        and flag[0] with `bit` set where a count exceeds its cap (engine/lookup/peer_capacity.py)
+        of each bucketed key in a per-peer buffer of caps[t, o] slots for owner o (-1 past its
+        cap or the keys), and flag[0] with `bit` set where a count exceeds its cap
+        (engine/lookup/peer_capacity.py)
     move_rows(src, src_index, dst, dst_index)   dst[dst_index[i]] = src[src_index[i]] where both
         are >= 0, in place (packing rows into per-peer buffers and out)
     column(matrix, index) -> [n]                       one column of an int64 [n, k] matrix

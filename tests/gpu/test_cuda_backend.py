@@ -196,7 +196,8 @@ def test_per_peer_capacity_pieces_match_the_cpu(cuda, rng, world_size):
     lengths = [3000, 0, 77, 1]
     counts = np.stack([rng.multinomial(n * 9 // 10, [1.0 / world_size] * world_size)
                        for n in lengths]).astype(np.int64)
-    for caps in (counts.max(axis=1) + 1, np.maximum(counts.max(axis=1) - 3, 1)):
+    for caps in (counts + 1, np.maximum(counts - rng.integers(-2, 3, size=counts.shape), 0),
+                 np.maximum(counts - 3, 0)):  # the last overflows
         flag_in = np.ones(1, np.int64)
         slots, flag = cuda.peer_slots_many(cuda.asarray(counts), caps, lengths,
                                            cuda.asarray(flag_in), 4)
@@ -205,6 +206,8 @@ def test_per_peer_capacity_pieces_match_the_cpu(cuda, rng, world_size):
             np.testing.assert_array_equal(host(cuda, got), want)
         assert int(host(cuda, flag)[0]) == int(want_flag[0])
     assert int(want_flag[0]) == 5 and (want_slots[0] == -1).sum() > lengths[0] // 10
+    _, clear = cpu.peer_slots_many(counts, counts, lengths, None, 4)
+    assert int(clear[0]) == 0
     for row_shape, dtype in [((), np.int64), ((3,), np.float32), ((16,), np.float32)]:
         src = (rng.standard_normal((500,) + row_shape) * 100).astype(dtype)
         src_index = rng.permutation(600)[:400] - 100  # some negative: those move nothing

@@ -11,7 +11,7 @@ from sok1x.backend import cpu, random_init
 from sok1x.engine import api, runtime
 from sok1x.engine.lookup import peer_capacity
 from sok1x.engine.lookup.pooled import PooledInput
-from sok1x.errors import InvalidInputError
+from sok1x.errors import InitError, InvalidInputError
 
 COMM = MPI.COMM_WORLD
 RANK, SIZE = COMM.Get_rank(), COMM.Get_size()
@@ -37,15 +37,15 @@ def make_tables(tag, dims, placement="mod"):
     return names
 
 
-def inputs_for(rng, sizes, skew=False):
-    """Per table a PooledInput of `sizes[t]` keys (repeats among them); skew: every key owned
-    by rank 0, distinct ones, so that a cap set from uniform keys overflows."""
+def inputs_for(rng, sizes, skew=False, vocab=VOCAB):
+    """Per table a PooledInput of `sizes[t]` keys below `vocab` (repeats among them); skew: every
+    key owned by rank 0, distinct ones, so that a cap set from uniform keys overflows."""
     out = []
     for n in sizes:
         if skew:
             keys = rng.permutation(VOCAB // SIZE)[:n] * SIZE
         else:
-            keys = rng.integers(0, VOCAB, size=n)
+            keys = rng.integers(0, vocab, size=n)
         segments = np.sort(rng.integers(0, max(n // 3, 1), size=n))
         out.append(PooledInput(keys, segments, max(n // 3, 1), None, "sum"))
     return out
@@ -112,16 +112,46 @@ def test_a_step_that_overflows_goes_by_its_counts_and_the_caps_grow(monkeypatch)
         want = run_step(names, "counted_skew", inputs, tops, True, monkeypatch)
         got = run_step(names, "sized_skew", inputs, tops, False, monkeypatch)
         assert_same(got, want)
-        if SIZE > 1:
-            caps.append((int(plan("sized_skew").caps[0]), plan("sized_skew").settled))
+        if SIZE > 1:  # table 0's cap for owner 0, which the skewed keys all go to
+            caps.append((int(plan("sized_skew").caps[0, 0]), plan("sized_skew").settled))
     if SIZE == 1:
         return
     # set at the first step; the first skewed step overflows (256 distinct keys to rank 0) and
     # sets them again; from then on every step fits (no rank has more than 256 keys)
     assert caps[0][1] == 1 and caps[1][0] < 256
     assert caps[2][1] == caps[1][1] + 1 and caps[2][0] >= 256
-    assert caps[3] == caps[2] and caps[4] == caps[2]
+    assert caps[3] == caps[2] and caps[4] == caps[2]  # caps only grow
     assert plan("sized_skew").sized == 5 - caps[4][1]
+
+
+def test_a_table_on_one_rank_sends_the_other_ranks_no_padding(monkeypatch):
+    names = make_tables("onerank", (8, 8), placement=("rank", SIZE - 1))
+    rng = np.random.default_rng([15, RANK])
+    for step in range(5):
+        inputs = inputs_for(rng, [50, 20], vocab=VOCAB // SIZE)
+        tops = [rng.standard_normal((item.num_segments, 8)).astype(np.float32)
+                for item in inputs]
+        want = run_step(names, "counted_onerank", inputs, tops, True, monkeypatch)
+        got = run_step(names, "sized_onerank", inputs, tops, False, monkeypatch)
+        assert_same(got, want)
+    if SIZE > 1:  # one slot for each rank that owns nothing of the tables
+        caps = plan("sized_onerank").caps
+        np.testing.assert_array_equal(caps[:, :SIZE - 1], 1)
+        assert (caps[:, SIZE - 1] >= 20).all() and plan("sized_onerank").sized == 4
+
+
+def test_ranks_that_size_lookups_differently_fail_every_rank(monkeypatch):
+    names = make_tables("mixed", (8,))
+    rng = np.random.default_rng([16, RANK])
+    inputs = inputs_for(rng, [30])
+    tops = [np.ones((inputs[0].num_segments, 8), np.float32)]
+    monkeypatch.setenv(peer_capacity.ENV, "1" if RANK == 0 else "0")
+    if SIZE == 1:
+        api.pooled_lookup(names, "mixed_fwd", inputs, True)
+        return
+    for _ in range(2):  # every call of the op, not the first alone
+        with pytest.raises(InitError, match="SOK1X_PEER_CAPACITY"):
+            api.pooled_lookup(names, "mixed_fwd", inputs, True)
 
 
 def test_ranks_with_different_numbers_of_keys_or_none(monkeypatch):
@@ -155,13 +185,18 @@ def test_bad_input_in_a_sized_step_fails_every_rank(monkeypatch):
 
 def test_peer_slots_place_each_owners_keys_in_its_block():
     counts = np.array([[2, 0, 3], [1, 1, 1]], np.int64)
-    slots, flag = cpu.peer_slots_many(counts, np.array([2, 4], np.int64), [6, 3], None, 4)
+    caps = np.array([[2, 2, 2], [4, 4, 4]], np.int64)
+    slots, flag = cpu.peer_slots_many(counts, caps, [6, 3], None, 4)
     # table 0: owner 0's keys at 0, 1; owner 2's first two at 4, 5, its third past the cap
     np.testing.assert_array_equal(slots[0], [0, 1, 4, 5, -1, -1])
     np.testing.assert_array_equal(slots[1], [0, 4, 8])
     assert flag[0] == 4
-    _, flag = cpu.peer_slots_many(counts, np.array([3, 1], np.int64), [6, 3],
-                                  np.array([1], np.int64), 4)
+    caps = np.array([[1, 0, 4], [1, 2, 1]], np.int64)  # each owner's block as long as its cap
+    slots, flag = cpu.peer_slots_many(counts, caps, [6, 3], np.array([1], np.int64), 4)
+    np.testing.assert_array_equal(slots[0], [0, -1, 1, 2, 3, -1])
+    np.testing.assert_array_equal(slots[1], [0, 1, 3])
+    assert flag[0] == 5  # owner 0 of table 0 overflows; the input flag kept
+    _, flag = cpu.peer_slots_many(counts, counts + 1, [6, 3], np.array([1], np.int64), 4)
     assert flag[0] == 1  # no count over its cap: the input flag alone
 
 

@@ -216,9 +216,9 @@ def unique_many_padded(started):
 
 def header_records(fields, size, counts, flag, width, shared=None, shared_at=0):
     """Returns int64 [size, width]: per peer j, the 6 `fields` (op, tower, call, place, error,
-    tables; error or-ed with flag[0]: bit 0 an input error, bit 2 a capacity's overflow), then counts[t, j] for t < tables (counts [tables, size]
-    or None; flag int64 [1] or None), and from field shared_at on the values `shared` (or
-    None), the same for every peer."""
+    tables; error or-ed with flag[0]: bit 0 an input error, bit 2 a capacity's overflow), then
+    counts[t, j] for t < tables (counts [tables, size] or None; flag int64 [1] or None), and from
+    field shared_at on the values `shared` (or None), the same for every peer."""
     records = np.zeros((int(size), int(width)), dtype=np.int64)
     records[:, :6] = np.asarray(fields, dtype=np.int64)[:6]
     if flag is not None:
@@ -235,22 +235,23 @@ def header_records(fields, size, counts, flag, width, shared=None, shared_at=0):
 
 def peer_slots_many(counts, caps, lengths, flag, bit):
     """Slots in per-peer capacity buffers: counts int64 [tables, size] (keys bucketed to each
-    owner); caps host int64 [tables]; lengths, each table's bucketed positions. Returns (slots,
-    flag_out): per table int64 [lengths[t]], the i-th key bucketed to owner o at o * caps[t] + i,
-    -1 past the cap or the keys; flag_out int64 [1], flag[0] (flag may be None) with `bit` set
-    where some count exceeds its cap."""
+    owner); caps host int64 [tables, size] (slots for each owner); lengths, each table's
+    bucketed positions. Returns (slots, flag_out): per table int64 [lengths[t]], the i-th key
+    bucketed to owner o at sum(caps[t, :o]) + i, -1 past its cap or the keys; flag_out int64
+    [1], flag[0] (flag may be None) with `bit` set where a count exceeds its cap."""
     counts = np.asarray(counts, dtype=np.int64)
-    caps = np.asarray(caps, dtype=np.int64)
+    caps = np.asarray(caps, dtype=np.int64).reshape(counts.shape)
     slots = []
     for own, cap, length in zip(counts, caps, lengths):
         owner = np.repeat(np.arange(own.shape[0], dtype=np.int64), own)
         within = np.arange(owner.shape[0], dtype=np.int64) - (np.cumsum(own) - own)[owner]
         out = np.full(int(length), -1, dtype=np.int64)
-        out[:owner.shape[0]] = np.where(within < cap, owner * cap + within, -1)
+        out[:owner.shape[0]] = np.where(within < cap[owner],
+                                        (np.cumsum(cap) - cap)[owner] + within, -1)
         slots.append(out)
     flag_out = np.zeros(1, dtype=np.int64)
     flag_out[0] = (0 if flag is None else int(flag[0])) | (
-        int(bit) if (counts > caps[:, None]).any() else 0)
+        int(bit) if (counts > caps).any() else 0)
     return slots, flag_out
 
 
@@ -343,9 +344,9 @@ def join_rows(arrays):
 
 
 def distinct_rows_many(items):
-    """items: (rows int64 [n] in [0, bound), or -1: no row, whose inverse is -1; bound,
-    boundaries int64 [k] ascending, the last one bound). Returns per item (distinct rows ascending [u], inverse [n], int64 [k]: how many
-    distinct rows lie below each boundary)."""
+    """items: (rows int64 [n] in [0, bound), or -1: no row, whose inverse is -1; bound, boundaries
+    int64 [k] ascending, the last one bound). Returns per item (distinct rows ascending [u], inverse
+    [n], int64 [k]: how many distinct rows lie below each boundary)."""
     COUNTS["host_waits"] += 1
     return distinct_rows_many_start(items)[0]
 

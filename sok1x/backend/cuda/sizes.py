@@ -60,16 +60,16 @@ def flag_outside(bounds, ranges):
 def peer_slots_many(counts, caps, lengths, flag, bit):
     """Slots in per-peer capacity buffers, one launch for every table: counts, int64 GPUArray
     [tables, size] (keys bucketed to each owner, bucket_by_owner_many_deferred's); caps, host
-    int64 [tables]; lengths, each table's bucketed positions. Returns (slots, flag_out): per table
-    an int64 GPUArray [lengths[t]], the i-th key bucketed to owner o at o * caps[t] + i, -1 past
-    the cap or the keys; flag_out an int64 GPUArray [1], flag[0] (flag may be None) with `bit`
-    set where some count exceeds its cap. No wait."""
-    caps = np.asarray(caps, dtype=np.int64)
+    int64 [tables, size] (slots for each owner); lengths, each table's bucketed positions.
+    Returns (slots, flag_out): per table an int64 GPUArray [lengths[t]], the i-th key bucketed to
+    owner o at sum(caps[t, :o]) + i, -1 past its cap or the keys; flag_out an int64 GPUArray
+    [1], flag[0] (flag may be None) with `bit` set where a count exceeds its cap. No wait."""
+    caps = np.ascontiguousarray(caps, dtype=np.int64)
     tables, size = int(counts.shape[0]), int(counts.shape[1])
     starts = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
     slots = empty((max(int(starts[-1]), 1),), np.int64)
     flag_out = fill_bytes(empty((1,), np.int64), 0)
     launch(_header_kernels()[2], max(int(starts[-1]), tables * size), ptr(counts),
-           ptr(device_constant(caps)), ptr(device_constant(starts)), tables, size,
+           ptr(device_constant(caps.reshape(-1))), ptr(device_constant(starts)), tables, size,
            0 if flag is None else ptr(flag), int(bit), ptr(slots), ptr(flag_out))
     return [row_view(slots, int(a), int(b)) for a, b in zip(starts[:-1], starts[1:])], flag_out

@@ -8,7 +8,8 @@ Each rank sends each other rank one record of RECORD_WIDTH int64:
     3 place   the op's position in its tower
     4 error   bit 0: this rank found bad input or cannot run the op (D7); bit 1: this rank
               asks every rank to cross the seam by host staging (engine/kernel_calls.py);
-              bit 2: this rank's keys overflow a per-peer capacity (lookup/peer_capacity.py)
+              bit 2: this rank's keys overflow a per-peer capacity, bit 3: this rank sizes
+              the lookup by per-peer capacities (lookup/peer_capacity.py)
     5 tables  how many per-table row counts follow
     6...      rows this rank sends that peer, per table (INLINE_TABLES of them)
     SHARED_AT...  values this rank tells every rank alike (SHARED_WIDTH of them): a hash
@@ -35,11 +36,11 @@ from sok1x.backend import cpu as host_ops
 from sok1x.engine import kernel_calls
 from sok1x.engine.lookup.checks import first_error
 from sok1x.engine.op_order import CLOCK, as_op_id, op_key, tower_key
-from sok1x.errors import OrderError
+from sok1x.errors import InitError, OrderError
 
 ORDER_CHECK_ENV = "SOK1X_ORDER_CHECK"
 _OP, _TOWER, _CALL, _PLACE, _ERROR, _TABLES = range(6)
-_FAILED, _NOTICE, OVERFLOW = 1, 2, 4  # the error field's bits
+_FAILED, _NOTICE, OVERFLOW, _SIZED = 1, 2, 4, 8  # the error field's bits
 _FIELDS = 6
 INLINE_TABLES = 58
 SHARED_AT = _FIELDS + INLINE_TABLES
@@ -123,16 +124,18 @@ error_flag had bit OVERFLOW: a per-peer capacity was exceeded, lookup/peer_capac
 
 
 def exchange_sizes(runtime, op, counts=None, local_error=None, error_flag=None, also_read=(),
-                   describe_error=None, shared=None):
+                   describe_error=None, shared=None, sized=None):
     """Collective on every rank: the op header. op: an OpId (or a name); counts: backend int64
-    [tables, size], rows this rank sends each rank per table (on the device on cuda; None: no
-    data exchange follows); local_error: an error this rank found; error_flag: backend int64
-    [1], bit 0 set on the device when this rank's input is bad (describe_error() returns that
-    error), bit OVERFLOW when its keys overflow a per-peer capacity; also_read: backend arrays whose host copies the caller needs now (read in the same
-    wait); shared: None, or a function returning host int64 [k <= SHARED_WIDTH] this rank tells
-    every rank (every rank's k the same), called again when a joined checkpoint (a restore may
-    replace tables) repeats the header. Returns Sizes; raises OrderError or the input error of
-    any rank on every rank."""
+    [tables, size], rows this rank sends each rank per table (on the device on cuda; None: no data
+    exchange follows); local_error: an error this rank found; error_flag: backend int64 [1], bit 0
+    set on the device when this rank's input is bad (describe_error() returns that error), bit
+    OVERFLOW when its keys overflow a per-peer capacity; also_read: backend arrays whose host copies
+    the caller needs now (read in the same wait); shared: None, or a function returning host int64
+    [k <= SHARED_WIDTH] this rank tells every rank (every rank's k the same), called again when a
+    joined checkpoint (a restore may replace tables) repeats the header; sized: None, or whether
+    this rank sizes the lookup by per-peer capacities (lookup/peer_capacity.py; every rank must).
+    Returns Sizes; raises OrderError, the input error of any rank, or InitError where ranks size the
+    lookup differently, on every rank."""
     op = as_op_id(op)
     if op.position == 0:  # a tower's first op opens a step (engine/lookup/step_journal.py)
         runtime.journal.begin_step()
@@ -142,8 +145,8 @@ def exchange_sizes(runtime, op, counts=None, local_error=None, error_flag=None, 
         counts = None
     tables = 0 if counts is None else int(counts.shape[0])
     fields = [op_key(op), tower_key(op), call, op.position,
-              int(local_error is not None) | (_NOTICE if kernel_calls.fallback_asked() else 0),
-              tables]
+              int(local_error is not None) | (_NOTICE if kernel_calls.fallback_asked() else 0)
+              | (_SIZED if sized else 0), tables]
     later, runtime.read_later = runtime.read_later, []  # read in this wait, handed back
     told = _shared_values(shared)
     sent, received, extra = _records(runtime, fields, counts, error_flag,
@@ -172,6 +175,12 @@ def exchange_sizes(runtime, op, counts=None, local_error=None, error_flag=None, 
         if local_error is None and sent[0, _ERROR] & _FAILED and describe_error is not None:
             local_error = describe_error()
         runtime.host.raise_together(local_error, op.name)
+    if sized is not None and len(set((received[:, _ERROR] & _SIZED).tolist())) > 1:
+        raise InitError(
+            "%s: ranks %s size their lookups by per-peer capacities and ranks %s do not: start "
+            "every rank with the same SOK1X_PEER_CAPACITY" % (
+                op.name, np.flatnonzero(received[:, _ERROR] & _SIZED).tolist(),
+                np.flatnonzero((received[:, _ERROR] & _SIZED) == 0).tolist()))
     if told is not None:
         told = received[:, SHARED_AT:SHARED_AT + told.shape[0]].copy()
     overflow = bool((received[:, _ERROR] & OVERFLOW).any())

@@ -202,14 +202,15 @@ def lookup_forward_many(runtime, tables, op, keys_list, training, local_error=No
                     peer_capacity.OVERFLOW)
             for t, ((keys, inverse), perm) in enumerate(zip(distinct, perms)):
                 sends = (backend.take_rows(keys, perm) if slots is None else
-                         _packed(backend, keys, perm, slots[t], size * int(plan.caps[t]), -1))
+                         _packed(backend, keys, perm, slots[t], int(plan.caps[t].sum()), -1))
                 prepared.append((keys, inverse, perm, sends))
             sent_tags = [_distinct_tags(backend, prepared[t], tags_list[t]) for t in tagged]
         sizes = exchange_sizes(runtime, op, owner_counts, error, flag, describe_error=describe,
-                               shared=shared)
+                               shared=shared, sized=None if error else plan is not None)
         send_counts, recv_counts, told = sizes.sent, sizes.received, sizes.shared
         if slots is not None and not sizes.overflow:
-            send_counts = recv_counts = np.repeat(plan.caps[None, :], size, axis=0)
+            send_counts = peer_capacity.send_counts(plan)
+            recv_counts = peer_capacity.recv_counts(plan, runtime.rank)
             plan.sized += 1
         else:
             if slots is not None:  # some rank overflowed a cap: this step goes by its counts

@@ -2,40 +2,46 @@
 count read back (DESIGN D14, issue 45's first step).
 
 With SOK1X_PEER_CAPACITY=1, a lookup on more than one rank of tables whose rows follow from their
-keys (sok1x.Variable, v1 tables without a hash table, and their table groups) sends each owner a
-fixed number of slots per table, cap_t, whatever this step's keys:
+keys (sok1x.Variable, v1 tables without a hash table, and their table groups) sends each owner o
+a fixed number of slots per table t, cap[t, o], whatever this step's keys:
 
-    rank r's send buffer of table t: [size, cap_t] keys; owner o's i-th distinct key (in bucket
-    order) goes to slot o * cap_t + i; the slots no key fills hold key -1
+    rank r's send buffer of table t: sum(cap[t, :]) keys; owner o's block follows the blocks of
+    the owners below it, its i-th distinct key (in bucket order) in the block's slot i; the
+    slots no key fills hold key -1
 
 and every buffer of the step is sized by a bound: the distinct keys, their inverse and bucket
-order are as long as the batch's keys (padded), and what crosses the network, what the owner
-finds, gathers and sums is size * cap_t rows. Kernels read the real counts from the device
-(backend.peer_slots_many turns the per-owner counts into slots): a slot -1 moves nothing
-(backend.move_rows), a key -1 has row -1, whose vector is zeros and whose gradient adds to no
-row (backend.distinct_rows_many, backend.segment_sum).
+order are as long as the batch's keys (padded), what crosses the network and what the owner o
+finds, gathers and sums is size * cap[t, o] rows. No kernel reads a count to know where the
+keys end: backend.peer_slots_many turns the per-owner counts on the device into slots, a slot
+-1 moves nothing (backend.move_rows), a key -1 has row -1, whose vector is zeros and whose
+gradient adds to no row (backend.distinct_rows_many, backend.segment_sum).
 
-cap_t is one number on every rank (each rank's send to a peer is that peer's receive), set where
-every rank decides alike: at an op's first lookup, which runs the counted way (its counts are in
-the op header), every rank tells every rank over MPI the most keys it sent one peer and its
-number of keys (one small all-reduce), and
+The caps are the same numbers on every rank (each rank's send to a peer is that peer's
+receive), set where every rank decides alike: at an op's first lookup, which runs the counted
+way (its counts are in the op header), every rank tells every rank over MPI how many keys it
+sent each owner and how many keys it had (one small all-reduce), and
 
-    cap_t = min(bound_t, most_t + 4 * sqrt(most_t), rounded up to a multiple of 8)
+    cap[t, o] = min(bound_t, most_to + 4 * sqrt(most_to), rounded up to a multiple of 8), >= 1
 
-most_t the most keys any rank sent any peer, bound_t the most keys any rank had (no peer can
+most_to the most keys any rank sent owner o, bound_t the most keys any rank had (no owner can
 get more). A count of keys spread at random over the owners varies by about its square root, so
-4 of those above the most seen leaves room for a step's chance while sending few padded slots
-(a multiple of the even share, as DESIGN D14 has it, would send 25% more with a quarter's
-headroom and still need the overflow path for skewed keys). A step in which some rank's count exceeds a cap (more keys
-than before, or skewed ones) sets bit 2 of that rank's op header error field on the device; the
-header reaches every rank, so every rank sees the overflow alike, runs the step the counted way
-(the header carried its counts) and sets the caps again from it: never a wrong answer.
+4 of those above the most seen leaves room for a step's chance while sending few padded slots;
+an owner that got no keys (a table placed on one rank, skewed keys) gets one slot. (DESIGN D14's
+"a multiple of the even share" sent 25% padding with a quarter's headroom, and every owner the
+same: a table on one rank sent size times its keys.) A step in which some rank's count exceeds a
+cap (more keys than before, or skewed ones) sets bit 2 of that rank's op header error field on
+the device; the header reaches every rank, so every rank sees the overflow alike, runs the step
+the counted way (the header carried its counts) and raises the caps that step needed: caps only
+grow, so no two tables take turns overflowing. The header also tells whether each rank sizes the
+lookup this way: ranks started with different SOK1X_PEER_CAPACITY fail it on every rank
+(InitError), never hang.
 
 Cost, per table of dim d and lookup: memory, 8 * n bytes of slots (n the rank's keys), and
-size * cap_t * (8 + 4 * d) bytes each way for the key and vector buffers (the backward's
-gradients alike); on the wire, (size - 1) * cap_t * (8 + 4 * d) bytes each way a rank, against
-the distinct keys' own bytes the counted way: with uniform keys, 1 + 4 / sqrt(most_t) times
-as many (1.06 for 4,096 keys a peer).
+sum(cap[t, :]) * (8 + 4 * d) bytes each way for the key and vector buffers sent, size *
+cap[t, rank] received (the backward's gradients alike); on the wire, the caps' slots of the
+other ranks, against the distinct keys' own bytes the counted way: with uniform keys about
+1 + 4 / sqrt(most_to) times as many (a little more: most_to is the largest count seen, and the
+caps round up to 8).
 """
 import os
 
@@ -49,9 +55,9 @@ ALIGN = 8
 
 
 class Plan:
-    """An op's per-peer capacities: caps, host int64 [tables], or None until settle sets them
-    (then the op's lookup runs the counted way); sized, how many of its lookups the caps sized;
-    settled, how many times settle set them."""
+    """An op's per-peer capacities: caps, host int64 [tables, size] (slots per table and owner),
+    or None until settle sets them (then the op's lookup runs the counted way); sized, how many
+    of its lookups the caps sized; settled, how many times settle set them."""
     __slots__ = ("caps", "sized", "settled")
 
     def __init__(self):
@@ -65,8 +71,8 @@ def enabled():
 
 def plan_of(runtime, op, tables):
     """Returns the Plan of a lookup `op` of `tables` (an OpId), or None where its exchanges are
-    sized by counts (one rank, a hash table among them, or SOK1X_PEER_CAPACITY unset). Every rank
-    answers alike."""
+    sized by counts (one rank, a hash table among them, or SOK1X_PEER_CAPACITY unset). Ranks
+    that answer differently fail the lookup in its op header (exchange_header.py)."""
     hashed = tuple(bool(table.use_hashtable) for table in tables)
     key = (op.name, op.tower, hashed)  # a name may be used again with other tables
     if key not in runtime.capacities:
@@ -75,19 +81,30 @@ def plan_of(runtime, op, tables):
     return runtime.capacities[key]
 
 
-def settle(runtime, plan, send_counts, key_counts):
+def send_counts(plan):
+    """Host int64 [size, tables]: the rows a sized lookup sends each rank per table."""
+    return np.ascontiguousarray(plan.caps.T)
+
+
+def recv_counts(plan, rank):
+    """Host int64 [size, tables]: the rows a sized lookup receives from each rank per table
+    (every rank sends this rank its cap for this rank)."""
+    return np.repeat(plan.caps[:, rank][None, :], plan.caps.shape[1], axis=0)
+
+
+def settle(runtime, plan, sent, key_counts):
     """Collective (one small MPI all-reduce): sets plan.caps from a lookup that ran the counted
-    way (the op's first, or one that overflowed its caps: every rank knows from the op header).
-    send_counts: host int64 [size, tables], the distinct keys this rank sent each rank;
-    key_counts: this rank's keys per table (the bound)."""
-    mine = np.concatenate([np.asarray(send_counts, np.int64).max(axis=0),
-                           np.asarray(key_counts, np.int64)])
-    most, bound = np.split(runtime.host.all_reduce(mine, op="max"), 2)
-    plan.settled += 1
-    plan.caps = np.array([_cap(int(m), int(b)) for m, b in zip(most, bound)], dtype=np.int64)
-
-
-def _cap(most, bound):
-    """The cap of one table (see the module's docstring), at least 1."""
+    way (the op's first, or one that overflowed its caps: every rank knows from the op header),
+    never below what they were. sent: host int64 [size, tables], the distinct keys this rank
+    sent each rank; key_counts: this rank's keys per table (the bound)."""
+    sent = np.asarray(sent, np.int64).T  # [tables, size]
+    mine = np.concatenate([sent.reshape(-1), np.asarray(key_counts, np.int64)])
+    told = runtime.host.all_reduce(mine, op="max")
+    most, bound = told[:sent.size].reshape(sent.shape), told[sent.size:]
     room = most + SPREADS * np.sqrt(most)
-    return max(1, min(max(bound, 1), ALIGN * int(np.ceil(room / ALIGN))))
+    caps = np.minimum(np.maximum(bound, 1)[:, None], ALIGN * np.ceil(room / ALIGN))
+    caps = np.maximum(caps, 1).astype(np.int64)
+    if plan.caps is not None and plan.caps.shape == caps.shape:
+        caps = np.maximum(caps, plan.caps)  # caps only grow: no two tables take turns
+    plan.caps = caps
+    plan.settled += 1
