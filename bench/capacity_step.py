@@ -10,6 +10,8 @@ slowest rank's, median of --repeats with min and max), and Python calls per step
 --steps steps on rank 0). Prints one line per way and the ratio sized / counted.
 """
 import cProfile
+import functools
+import itertools
 import os
 import pstats
 import sys
@@ -50,16 +52,16 @@ def make_steps(rt, args):
         tops = [rt.backend.asarray(np.ones((args.keys // 4, args.dim), np.float32))
                 for _ in names]
         batches.append((inputs, tops))
-    steps = {}
-    for way in ("counted", "sized"):
-        def run(state={"step": 0}, way=way):
-            os.environ[peer_capacity.ENV] = "1" if way == "sized" else "0"
-            inputs, tops = batches[state["step"] % len(batches)]
-            state["step"] += 1
-            _, token = api.pooled_lookup(names, way + "_fwd", inputs, True)
-            api.pooled_lookup_grad(names, way + "_bwd", token, tops)
-        steps[way] = run
-    return steps
+    return {way: functools.partial(_step, names, way, batches, itertools.count())
+            for way in ("counted", "sized")}
+
+
+def _step(names, way, batches, counter):
+    """One forward and backward of `names` the given way, on the next of `batches`."""
+    os.environ[peer_capacity.ENV] = "1" if way == "sized" else "0"
+    inputs, tops = batches[next(counter) % len(batches)]
+    _, token = api.pooled_lookup(names, way + "_fwd", inputs, True)
+    api.pooled_lookup_grad(names, way + "_bwd", token, tops)
 
 
 def python_calls(run, steps):

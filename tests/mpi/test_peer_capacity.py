@@ -127,7 +127,7 @@ def test_a_step_that_overflows_goes_by_its_counts_and_the_caps_grow(monkeypatch)
 def test_a_table_on_one_rank_sends_the_other_ranks_no_padding(monkeypatch):
     names = make_tables("onerank", (8, 8), placement=("rank", SIZE - 1))
     rng = np.random.default_rng([15, RANK])
-    for step in range(5):
+    for _ in range(5):
         inputs = inputs_for(rng, [50, 20], vocab=VOCAB // SIZE)
         tops = [rng.standard_normal((item.num_segments, 8)).astype(np.float32)
                 for item in inputs]
@@ -144,7 +144,6 @@ def test_ranks_that_size_lookups_differently_fail_every_rank(monkeypatch):
     names = make_tables("mixed", (8,))
     rng = np.random.default_rng([16, RANK])
     inputs = inputs_for(rng, [30])
-    tops = [np.ones((inputs[0].num_segments, 8), np.float32)]
     monkeypatch.setenv(peer_capacity.ENV, "1" if RANK == 0 else "0")
     if SIZE == 1:
         api.pooled_lookup(names, "mixed_fwd", inputs, True)
