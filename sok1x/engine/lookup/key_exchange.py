@@ -45,7 +45,7 @@ from sok1x.engine.lookup.checks import (
     check_keys_by_bounds,
     first_error,
 )
-from sok1x.engine.lookup.exchange_header import SHARED_WIDTH, exchange_sizes
+from sok1x.engine.lookup.exchange_header import OVERFLOW, SHARED_WIDTH, exchange_sizes
 from sok1x.engine.op_order import as_op_id
 from sok1x.engine.tables.table import EmbeddingTable
 from sok1x.errors import InvalidInputError
@@ -199,7 +199,7 @@ def lookup_forward_many(runtime, tables, op, keys_list, training, local_error=No
             if plan is not None and plan.caps is not None:  # sized by the caps, not the counts
                 slots, flag = backend.peer_slots_many(
                     owner_counts, plan.caps, [keys.shape[0] for keys, _ in distinct], flag,
-                    peer_capacity.OVERFLOW)
+                    OVERFLOW)
             for t, ((keys, inverse), perm) in enumerate(zip(distinct, perms)):
                 sends = (backend.take_rows(keys, perm) if slots is None else
                          _packed(backend, keys, perm, slots[t], int(plan.caps[t].sum()), -1))
@@ -255,12 +255,12 @@ def lookup_forward_many(runtime, tables, op, keys_list, training, local_error=No
     for t, (table, keys) in enumerate(zip(tables, keys_list)):
         distinct, inverse, perm, _ = prepared[t]
         spread = returned[t]
-        if slots[t] is not None:  # the capacity buffer's rows back to the distinct keys
+        if perm is not None:
             spread = backend.empty((distinct.shape[0], table.dim), np.float32)
-            backend.move_rows(returned[t], slots[t], spread, perm)
-        elif perm is not None:
-            spread = backend.empty((distinct.shape[0], table.dim), np.float32)
-            backend.put_rows(spread, perm, returned[t])
+            if slots[t] is not None:  # the capacity buffer's rows back to the distinct keys
+                backend.move_rows(returned[t], slots[t], spread, perm)
+            else:
+                backend.put_rows(spread, perm, returned[t])
         outs.append(spread if inverse is None else backend.take_rows(spread, inverse))
         routings.append(Routing(inverse, distinct.shape[0], perm, send_counts[:, t].copy(),
                                 recv_counts[:, t].copy(), owner_rows[t], keys.shape[0],

@@ -47,8 +47,6 @@ import os
 
 import numpy as np
 
-from sok1x.engine.lookup.exchange_header import OVERFLOW  # noqa: F401  (the flag's bit)
-
 ENV = "SOK1X_PEER_CAPACITY"
 SPREADS = 4  # a cap's room above the most keys seen, in standard deviations of a count
 ALIGN = 8
