@@ -22,6 +22,7 @@ cd "$results"
 status=0
 files=()
 summaries=()
+logs=()  # "XML:LOG" of each MPI job
 
 # The 4-rank passes run these files only (CI time: a 4-rank job on 2 cores is the slowest; the
 # whole of tests/mpi at 4 ranks took 7 min in lane B): every front door (v1 layers, v2 in graph
@@ -32,6 +33,31 @@ rank4_files=(test_dense_embedding.py test_sparse_embedding.py test_sok_programs.
   test_keyed_seam.py test_seam.py test_kernel_ops.py test_sok_v1_saver.py
   test_sharded_checkpoint.py test_peer_capacity.py)
 
+# run_job VENV SEAM RANKS CAPACITY XML LOG TEST...: one MPI job of pytest (seam "auto": sok1x
+# chooses; CAPACITY non-empty: SOK1X_PEER_CAPACITY=1), its output shown and kept in LOG, so that a
+# job ending without its results has its last lines printed again at the end (show_lost_jobs).
+run_job() {
+  local venv=$1 seam=$2 ranks=$3 capacity=$4 xml=$5 log=$6
+  shift 6
+  local -a env=(PATH="$venv/bin:$PATH" PYTHONFAULTHANDLER=1 SOK1X_PEER_CAPACITY=${capacity:+1})
+  [ "$seam" = auto ] || env+=(SOK1X_SEAM="$seam")
+  env "${env[@]}" mpiexec -n "$ranks" python -m pytest -q -p no:cacheprovider --timeout=300 \
+    -rs --junitxml="$xml" "$@" 2>&1 | tee "$log"
+  return "${PIPESTATUS[0]}"
+}
+
+# show_lost_jobs: for each MPI job that wrote no results, the end of its output.
+show_lost_jobs() {
+  local pair xml log
+  for pair in "${logs[@]}"; do
+    xml=${pair%%:*} log=${pair#*:}
+    if [ ! -s "$xml" ]; then
+      echo "== $(basename "$log" .log) ended without results; its last 60 lines:"
+      tail -n 60 "$log"
+    fi
+  done
+}
+
 # run_lane NAME VENV SET LABEL JOB...: set-up, serial tests, then one MPI job per JOB
 # (seam:ranks[:subset[:capacity]], seam "auto" leaving the choice to sok1x; "subset": the 4-rank
 # files above, not all of tests/mpi; "capacity": lookups sized by per-peer capacities,
@@ -39,7 +65,7 @@ rank4_files=(test_dense_embedding.py test_sparse_embedding.py test_sok_programs.
 run_lane() {
   local name=$1 venv=$2 set=$3 label=$4
   shift 4
-  local start=$SECONDS lane_files=() job seam ranks xml tests
+  local start=$SECONDS lane_files=() job seam ranks xml log tests
   mkdir -p "$results/$name"
   echo "== lane $name ($label): set-up"
   if ! bash "$root/scripts/setup.sh" "$venv" "$set"; then
@@ -67,14 +93,9 @@ run_lane() {
     fi
     echo "== lane $name: MPI tests on $ranks ranks, $seam seam${subset:+ (${#tests[@]} files)}"\
       "${capacity:+(per-peer capacities)}"
-    if [ "$seam" = auto ]; then
-      PATH="$venv/bin:$PATH" SOK1X_PEER_CAPACITY=${capacity:+1} mpiexec -n "$ranks" python -m pytest -q -p no:cacheprovider \
-        --timeout=300 -rs --junitxml="$xml" "${tests[@]}" || status=$?
-    else
-      PATH="$venv/bin:$PATH" SOK1X_SEAM=$seam SOK1X_PEER_CAPACITY=${capacity:+1} mpiexec \
-        -n "$ranks" python -m pytest -q \
-        -p no:cacheprovider --timeout=300 -rs --junitxml="$xml" "${tests[@]}" || status=$?
-    fi
+    log="$results/$name/mpi-$ranks-$seam.log"
+    run_job "$venv" "$seam" "$ranks" "$capacity" "$xml" "$log" "${tests[@]}" || status=$?
+    logs+=("$xml:$log")
     lane_files+=("$xml")
   done
   files+=("${lane_files[@]}")
@@ -99,6 +120,7 @@ for lane in $lanes; do
     *) echo "test.sh: unknown lane '$lane' in SOK1X_LANES (use A and/or B)" >&2; exit 2 ;;
   esac
 done
+show_lost_jobs
 for line in "${summaries[@]}"; do
   echo "$line"
 done
