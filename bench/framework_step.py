@@ -46,6 +46,13 @@ exchange, update: LazyAdam, Adagrad for mlperf26) five ways:
                    exchange, all_to_all_single, index_select, the same optimizer on the unique
                    rows; for several tables, the tables concatenated with key offsets into one
                    weight (TorchRec's fused table-batched embedding), one pass for all
+    torch_graph    torch_dedup's step at one rank over fixed-size buffers (distinct keys by a sort,
+                   padded to the keys' number), captured once with torch.cuda.CUDAGraph and
+                   replayed (torch_reference.TorchGraphStep): the peer a captured sok1x step is
+                   held against (issue 45); its GPU floor (the graph replayed back to back, no
+                   host work) is reported beside it. Made where the GPU has room for one more
+                   copy of the tables and their slots, else left out with a message (before
+                   torch_plain, which then gives way)
     torch_plain    the earlier bench/ reference (torch_reference.py: no de-duplication; one table)
 
 Each variant is timed as the median of --repeats repeats of --steps steps (wall clock, the GPU
@@ -80,7 +87,7 @@ SPEC = random_init.make_spec("uniform", -1.0, 1.0, seed=5)
 CHECK_STEPS = 2
 SUMMARY_NAMES = ("ms_per_step", "ms_min", "ms_max", "ms_repeats")
 VARIANTS = ("sok1x_kernels", "sok1x_dlpack", "sok1x_host", "sok1x_host_kept",
-            "sok1x_host_pooled", "sok1x_device", "torch_dedup", "torch_plain")
+            "sok1x_host_pooled", "sok1x_device", "torch_dedup", "torch_graph", "torch_plain")
 HOST_VARIANTS = ("sok1x_host", "sok1x_host_kept", "sok1x_host_pooled")
 
 
@@ -420,10 +427,19 @@ def _single_table_runs(rt, w, device, sok, names):
         weight = hashed_shard_weight(rt, names, [workloads.total_vocabulary(w)], w.dim, device)
     else:
         weight = shard_weight(rt, names, device)
-    dedup = torch_reference.TorchDedupStep(weight.clone(), rt.rank, rt.size)
-    plain = torch_reference.TorchShardedEmbedding(weight.clone(), rt.rank, rt.size, False, w.nnz)
+    graph = _graph_step(rt, w, weight, device, keys_torch[0].numel())
+    if graph is None:
+        dedup = torch_reference.TorchDedupStep(weight.clone(), rt.rank, rt.size)
+    else:  # over torch_graph's shard, its check starting from the rows torch_graph's does
+        shared, slots = graph.shard()
+        dedup = torch_reference.TorchDedupStep(shared, rt.rank, rt.size, slots)
+        graph.restore = graph.snapshot([k.reshape(-1) for k in keys_torch[:CHECK_STEPS]])
+    plain = None
+    if _room_for(device, _peer_bytes(w, weight), "torch_plain"):
+        plain = torch_reference.TorchShardedEmbedding(weight.clone(), rt.rank, rt.size, False,
+                                                      w.nnz)
     del weight
-    return {
+    runs = {
         "sok1x_device": lambda s: sok.device([keys_device[s % 3]]),
         "sok1x_kernels": lambda s: sok.kernels_step([keys_torch[s % 3]]),
         "sok1x_kernels_unordered": lambda s: sok.kernels_unordered([keys_torch[s % 3]]),
@@ -432,8 +448,52 @@ def _single_table_runs(rt, w, device, sok, names):
         "sok1x_host_kept": lambda s: sok.host([batches.keys[s % 3]], kept=True),
         "sok1x_host_pooled": lambda s: sok.host_pooled([batches.keys[s % 3]]),
         "torch_dedup": lambda s: [dedup.step(keys_torch[s % 3].reshape(-1))],
-        "torch_plain": lambda s: [plain.step(batches.keys[s % 3])],
     }
+    if graph is not None:
+        runs["torch_graph"] = lambda s: graph.step(keys_torch[s % 3].reshape(-1))
+    if plain is not None:
+        runs["torch_plain"] = lambda s: [plain.step(batches.keys[s % 3])]
+    return runs, graph
+
+
+def _room_for(device, nbytes, variant):
+    """True when the GPU has `nbytes` free and 2 GiB to spare (every rank of the job alike);
+    else says that `variant` is left out. Anything fits on the cpu (nothing is measured)."""
+    if device.type != "cuda":
+        return True
+    free, _ = torch.cuda.mem_get_info(device)
+    if harness.job_min(free) >= nbytes + (2 << 30):
+        return True
+    say("%s left out: it needs %.1f GB more than the %.1f GB free" % (
+        variant, (nbytes + (2 << 30) - free) / 1e9, free / 1e9))
+    return False
+
+
+def _peer_bytes(w, weight):
+    """What one more PyTorch peer needs on the GPU while sok1x's optimizer slots are still to be
+    made (at its first update): the peer's copy of the shard and its slots, and sok1x's slots
+    (torch_graph's copy is torch_dedup's too: it shares it)."""
+    slots = 2 if w.optimizer == "lazy_adam" else 1
+    return (2 + 2 * slots) * weight.numel() * weight.element_size()
+
+
+def _graph_step(rt, w, weight, device, key_count, **tables):
+    """torch_graph's TorchGraphStep over a copy of `weight`, or None (and why, said) on several
+    ranks, on the cpu, without room, or when PyTorch cannot capture the step."""
+    if device.type != "cuda":
+        return None  # CUDA graphs need a GPU
+    if rt.size != 1:
+        say("torch_graph left out: on several ranks its exchange needs fixed per-peer buffers, "
+            "which it does not have yet (one rank only)")
+        return None
+    if not _room_for(device, _peer_bytes(w, weight), "torch_graph"):
+        return None
+    try:
+        return torch_reference.TorchGraphStep(weight.clone(), key_count, w.optimizer, **tables)
+    except RuntimeError as exc:  # a capture PyTorch refuses: the other variants still run
+        say("torch_graph left out: %s" % exc)
+        torch.cuda.synchronize(device)
+        return None
 
 
 def _table_runs(rt, w, device, sok, names):
@@ -458,11 +518,19 @@ def _table_runs(rt, w, device, sok, names):
         weight = shard_weight(rt, names, device)
     offsets = np.concatenate([[0], np.cumsum([-(-v // rt.size) * rt.size
                                               for v in w.tables])[:-1]])
+    graph = _graph_step(rt, w, weight, device, len(joined[0]), key_offsets=offsets.tolist(),
+                        hotness=w.hotness, batch=w.batch_per_rank)
+    slots = None
+    if graph is not None:  # torch_dedup over torch_graph's shard, as above
+        weight, slots = graph.shard()
+        graph.restore = graph.snapshot([k[0] for k in joined_torch[:CHECK_STEPS]])
     group = torch_reference.TorchGroupStep(weight, rt.rank, rt.size, offsets.tolist(),
-                                           w.hotness, w.batch_per_rank, w.optimizer)
+                                           w.hotness, w.batch_per_rank, w.optimizer, slots)
     del weight
     runs["torch_dedup"] = lambda s: group.step(keys_torch[s % 3])
-    return runs
+    if graph is not None:
+        runs["torch_graph"] = lambda s: graph.step(joined_torch[s % 3][0])
+    return runs, graph
 
 
 def host_outputs(backend, outs):
@@ -480,7 +548,8 @@ def run_workload(rt, name, device, steps, repeats, scale, pcie):
     backend = rt.backend
     names = sok_steps.make_tables(rt, w, SPEC)
     sok = SokVariants(rt, w, names, device)
-    runs = (_single_table_runs if w.tables is None else _table_runs)(rt, w, device, sok, names)
+    runs, graph = (_single_table_runs if w.tables is None else _table_runs)(rt, w, device, sok,
+                                                                            names)
     if os.environ.get("SOK1X_BENCH_UNORDERED") != "1":
         runs.pop("sok1x_kernels_unordered")
 
@@ -490,6 +559,8 @@ def run_workload(rt, name, device, steps, repeats, scale, pcie):
         if variant.startswith("sok1x"):
             sok_steps.make_tables(rt, w, SPEC)
             sok.step_count = 0
+        if variant == "torch_graph":  # torch_dedup stepped its shard: back to the first rows
+            graph.restore()
         first[variant] = [host_outputs(backend, run(s)) for s in range(CHECK_STEPS)]
     reference = first["sok1x_device"]
     diffs = {v: job_max(max(float(np.max(np.abs(a - b))) for a, b in zip(outs, reference)))
@@ -514,6 +585,7 @@ def run_workload(rt, name, device, steps, repeats, scale, pcie):
     for variant in ("sok1x_device", "sok1x_kernels", "sok1x_dlpack"):
         harness.profile_steps(rt, timed[variant], synchronize, "%s %s, %d GPU(s)" % (
             name, variant, rt.size))
+    graph_floor_ms = None if graph is None else job_max(graph.floor_ms())  # changes its shard
 
     entries = []
     for variant in runs:
@@ -532,11 +604,16 @@ def run_workload(rt, name, device, steps, repeats, scale, pcie):
             entry["per_step_counts"] = counts
         if variant == "sok1x_kernels":
             entry["stand_in_us"] = stand_in_us
+        if variant in ("torch_graph", "sok1x_device") and graph_floor_ms is not None:
+            entry["torch_graph_floor_ms"] = graph_floor_ms
         entries.append(entry)
         say("%-8s %-13s %d ranks: %8.3f ms/step (min %.3f, max %.3f)  diff %.1e" % (
             name, variant, rt.size, entry["ms_per_step"], entry["ms_min"], entry["ms_max"],
             diffs[variant]))
     say("%-8s per step of sok1x_device: %s" % (name, counts))
+    if graph_floor_ms is not None:
+        say("%-8s torch_graph's GPU floor (its graph replayed back to back): %.3f ms"
+            % (name, graph_floor_ms))
     if name == "mlperf26" and device.type == "cuda":
         bandwidth = device_bandwidth(device, rt.size)
         floor_ms, floor_bytes = step_floor(w, workloads.table_batches(w, rt.rank, rt.size),

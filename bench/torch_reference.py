@@ -85,10 +85,9 @@ class TorchShardedEmbedding:
 class TorchDedupStep:
     """The strongest plain-PyTorch step: distinct keys cross once, LazyAdam on distinct rows."""
 
-    def __init__(self, weight, rank, size):
+    def __init__(self, weight, rank, size, slots=None):
         self.weight = weight
-        self.m = torch.zeros_like(weight)
-        self.v = torch.zeros_like(weight)
+        self.m, self.v = slots or (torch.zeros_like(weight), torch.zeros_like(weight))
         self.rank, self.size, self.count = rank, size, 0
 
     @torch.no_grad()
@@ -132,7 +131,7 @@ class TorchGroupStep:
     keys_list: per table int64 [batch * hotness_t] (sample-major); returns per table [batch, dim].
     """
 
-    def __init__(self, weight, rank, size, key_offsets, hotness, batch, optimizer):
+    def __init__(self, weight, rank, size, key_offsets, hotness, batch, optimizer, slots=None):
         device = weight.device
         self.weight, self.rank, self.size, self.batch = weight, rank, size, batch
         self.optimizer, self.count = optimizer, 0
@@ -145,6 +144,9 @@ class TorchGroupStep:
             for t, h in enumerate(hotness)])
         self.tables = len(hotness)
         self.one_hot = all(h == 1 for h in hotness)
+        if slots is not None:  # another peer's (TorchGraphStep.shard), as they are
+            self.slots = list(slots)
+            return
         self.slots = [torch.zeros_like(weight)] + (
             [torch.zeros_like(weight)] if optimizer == "lazy_adam" else [])
         if optimizer == "adagrad":
@@ -200,3 +202,153 @@ def _lazy_adam(weight, m_all, v_all, rows, grads, count):
     v_all.index_copy_(0, rows, v)
     weight.index_add_(0, rows, m.div_(v.sqrt_().add_(hyper["epsilon"])), alpha=-hyper["lr_t"])
 
+
+
+class TorchGraphStep:
+    """TorchGroupStep's step at one rank (one table: TorchDedupStep's) over buffers whose sizes
+    never change, captured once with torch.cuda.CUDAGraph and replayed: what a PyTorch user gets
+    from CUDA graphs for this step, the peer issue 45 holds sok1x's captured step against.
+
+    The distinct keys come from one sort of the step's keys (torch.unique's output is as long
+    as the data says, which a graph cannot be): the i-th distinct key in the i-th slot, a slot
+    past the last distinct key pointing at a scratch row of its own appended to the shard (one
+    row for all of them made the pads' updates contend for it: 13 ms a step on seed), which
+    that pad alone reads and updates (its gradient is zero); the real rows get LazyAdam's (or
+    Adagrad's) update exactly as TorchGroupStep gives them. The learning rate is a device scalar
+    set before each replay. A step's host work: the keys copied into the graph's buffer, the rate
+    filled in, one replay.
+
+    weight: the shard [rows, dim] (copied); key_count: the keys of every step; key_offsets,
+    hotness, batch: as TorchGroupStep's (None: one table, each key its own output row).
+    step(keys) takes every table's keys as one int64 array (the tables one after the other)
+    and returns the outputs (one per table, or one), the graph's own buffers, valid until the
+    next step. shard() lends the shard and its slots to another peer (torch_dedup beside it:
+    one H200 holds sok1x's dlrm26 and two copies of it, not three); snapshot() lets the two
+    start their first steps from the same rows."""
+
+    WARMUP = 3
+
+    def __init__(self, weight, key_count, optimizer="lazy_adam", key_offsets=None, hotness=None,
+                 batch=None):
+        device = weight.device
+        self.weight = torch.cat([weight, weight.new_zeros((key_count, weight.shape[1]))])
+        self.pad_rows = torch.arange(key_count, device=device) + int(weight.shape[0])
+        self.optimizer, self.count, self.batch = optimizer, 0, batch
+        self.slots = [torch.zeros_like(self.weight)] + (
+            [torch.zeros_like(self.weight)] if optimizer == "lazy_adam" else [])
+        if optimizer == "adagrad":
+            self.slots[0].fill_(ADAGRAD_INITIAL)
+        self.keys = torch.zeros(key_count, dtype=torch.int64, device=device)
+        self.rate = torch.zeros((), dtype=torch.float32, device=device)
+        self.position_offsets = self.segments = None
+        self.tables = 1
+        if key_offsets is not None:
+            counts = torch.tensor([batch * h for h in hotness], device=device)
+            self.position_offsets = torch.repeat_interleave(
+                torch.tensor(key_offsets, dtype=torch.int64, device=device), counts)
+            self.tables = len(hotness)
+            if any(h != 1 for h in hotness):
+                self.segments = torch.cat([
+                    t * batch + torch.div(torch.arange(batch * h, device=device), h,
+                                          rounding_mode="floor")
+                    for t, h in enumerate(hotness)])
+        self.rows = int(weight.shape[0])
+        self.restore = lambda: None  # a snapshot() its caller keeps here
+        self.graph, self.out = self._captured()
+        self.outputs = [self.out] if key_offsets is None else list(self.out.split(batch))
+
+    def shard(self):
+        """(weight, slots): views of the shard's rows and its slots' (the scratch rows left
+        out), for a peer that steps over the same memory."""
+        return self.weight[:self.rows], [slot[:self.rows] for slot in self.slots]
+
+    def _rows_of(self, keys):
+        return keys if self.position_offsets is None else keys + self.position_offsets
+
+    def snapshot(self, keys_list):
+        """Returns a function that puts back, once, the rows the steps of `keys_list` (this
+        step's key arrays) may change, in the shard and its slots, as they are now."""
+        rows = torch.unique(torch.cat([self._rows_of(k) for k in keys_list]))
+        state = [self.weight] + self.slots
+        saved = [t.index_select(0, rows) for t in state]
+
+        def restore():
+            for t, before in zip(state, saved):
+                t.index_copy_(0, rows, before)
+            saved.clear()
+        return restore
+
+    def _captured(self):
+        """Warms the step up on a side stream (as torch.cuda.graphs asks), captures it, and puts
+        back the rows the warm-up's keys (zeros) changed in the shard and its slots."""
+        restore = self.snapshot([self.keys])
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(self.WARMUP):
+                self._step()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = self._step()
+        restore()
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()  # the warm-up's blocks back to the driver, for sok1x's pool
+        return graph, out
+
+    @torch.no_grad()
+    def _step(self):
+        keys = self.keys if self.position_offsets is None else self.keys + self.position_offsets
+        ordered, order = torch.sort(keys)
+        first = torch.ones_like(ordered, dtype=torch.bool)
+        first[1:] = ordered[1:] != ordered[:-1]
+        slot = torch.cumsum(first, 0) - 1  # the distinct key of each ordered position
+        inverse = torch.empty_like(slot).scatter_(0, order, slot)
+        rows = self.pad_rows.clone().scatter_(0, slot, ordered)
+        per_distinct = self.weight.index_select(0, rows)
+        per_key = per_distinct.index_select(0, inverse)
+        if self.segments is None:  # each key its own output row
+            pooled = per_key
+            grads = torch.zeros_like(per_distinct).index_add_(0, inverse, per_key)
+        else:
+            pooled = per_key.new_zeros((self.tables * self.batch, per_key.shape[1]))
+            pooled.index_add_(0, self.segments, per_key)
+            grads = torch.zeros_like(per_distinct).index_add_(
+                0, inverse, pooled.index_select(0, self.segments))
+        if self.optimizer == "adagrad":
+            accumulator = self.slots[0].index_select(0, rows).addcmul_(grads, grads)
+            self.slots[0].index_copy_(0, rows, accumulator)
+            self.weight.index_add_(0, rows, grads.div_(accumulator.sqrt_().add_(EPSILON)),
+                                   alpha=-LEARNING_RATE)
+        else:
+            m_all, v_all = self.slots
+            m = m_all.index_select(0, rows).mul_(BETA1).add_(grads, alpha=1 - BETA1)
+            v = v_all.index_select(0, rows).mul_(BETA2).addcmul_(grads, grads,
+                                                                 value=1 - BETA2)
+            m_all.index_copy_(0, rows, m)
+            v_all.index_copy_(0, rows, v)
+            # rate * x then -1 * that: bit for bit _lazy_adam's alpha=-lr_t (float32 either way)
+            self.weight.index_add_(0, rows, m.div_(v.sqrt_().add_(EPSILON)).mul_(self.rate),
+                                   alpha=-1)
+        return pooled
+
+    def step(self, keys):
+        self.count += 1
+        if self.optimizer == "lazy_adam":
+            self.rate.fill_(lazy_adam_hyper(self.count)["lr_t"])
+        self.keys.copy_(keys)
+        self.graph.replay()
+        return self.outputs
+
+    def floor_ms(self, replays=50):
+        """The GPU's time for one replay, replayed back to back with no host work between them
+        (the keys and rate left as they are): the step's floor on this device. Changes the shard,
+        so call it after every figure is taken."""
+        torch.cuda.synchronize()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(replays):
+            self.graph.replay()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / replays
