@@ -116,7 +116,7 @@ class TorchDedupStep:
 
     def _lazy_adam(self, rows, grads):
         self.count += 1
-        _lazy_adam(self.weight, self.m, self.v, rows, grads, self.count)
+        _lazy_adam(self.weight, self.m, self.v, rows, grads, lazy_adam_hyper(self.count)["lr_t"])
 
 
 class TorchGroupStep:
@@ -166,15 +166,9 @@ class TorchGroupStep:
             back = exchange(self.weight.index_select(0, rows), recv_split, send_split)
             per_distinct = torch.empty_like(back)
             per_distinct[order] = back
-        per_key = per_distinct.index_select(0, inverse)
-        if self.one_hot:  # keys are table-major, sample-major: key i is output row i
-            pooled = per_key
-            summed = torch.zeros_like(per_distinct).index_add_(0, inverse, per_key)
-        else:
-            pooled = per_key.new_zeros((self.tables * self.batch, per_key.shape[1]))
-            pooled.index_add_(0, self.segments, per_key)
-            summed = torch.zeros_like(per_distinct).index_add_(
-                0, inverse, pooled.index_select(0, self.segments))
+        pooled, summed = _pooled_and_summed(per_distinct, inverse,
+                                            None if self.one_hot else self.segments,
+                                            self.tables * self.batch)
         if self.size == 1:
             grads = summed
         else:
@@ -184,23 +178,44 @@ class TorchGroupStep:
             grads.index_add_(0, row_inverse, received)
         self.count += 1
         if self.optimizer == "adagrad":
-            accumulator = self.slots[0].index_select(0, rows).addcmul_(grads, grads)
-            self.slots[0].index_copy_(0, rows, accumulator)
-            self.weight.index_add_(0, rows, grads.div_(accumulator.sqrt_().add_(EPSILON)),
-                                   alpha=-LEARNING_RATE)
+            _adagrad(self.weight, self.slots[0], rows, grads)
         else:
-            _lazy_adam(self.weight, self.slots[0], self.slots[1], rows, grads, self.count)
+            _lazy_adam(self.weight, self.slots[0], self.slots[1], rows, grads,
+                       lazy_adam_hyper(self.count)["lr_t"])
         return list(pooled.split(self.batch))
 
 
-def _lazy_adam(weight, m_all, v_all, rows, grads, count):
-    hyper = lazy_adam_hyper(count)
-    m = m_all.index_select(0, rows).mul_(hyper["beta1"]).add_(grads, alpha=1 - hyper["beta1"])
-    v = v_all.index_select(0, rows).mul_(hyper["beta2"]).addcmul_(
-        grads, grads, value=1 - hyper["beta2"])
+def _pooled_and_summed(per_distinct, inverse, segments, outputs):
+    """(the lookup's outputs, each distinct key's gradient) of a step whose top gradient is its
+    output: with segments None each key its own output row, else sum pooling of the keys into
+    `outputs` rows by segment id."""
+    per_key = per_distinct.index_select(0, inverse)
+    if segments is None:  # keys are table-major, sample-major: key i is output row i
+        return per_key, torch.zeros_like(per_distinct).index_add_(0, inverse, per_key)
+    pooled = per_key.new_zeros((outputs, per_key.shape[1])).index_add_(0, segments, per_key)
+    return pooled, torch.zeros_like(per_distinct).index_add_(
+        0, inverse, pooled.index_select(0, segments))
+
+
+def _adagrad(weight, accumulator_all, rows, grads):
+    accumulator = accumulator_all.index_select(0, rows).addcmul_(grads, grads)
+    accumulator_all.index_copy_(0, rows, accumulator)
+    weight.index_add_(0, rows, grads.div_(accumulator.sqrt_().add_(EPSILON)),
+                      alpha=-LEARNING_RATE)
+
+
+def _lazy_adam(weight, m_all, v_all, rows, grads, rate):
+    """LazyAdam on distinct `rows`; rate: lr_t, a float or a device scalar (a captured step's,
+    applied as rate * x then -1 * that: bit for bit the float's alpha=-lr_t in float32)."""
+    m = m_all.index_select(0, rows).mul_(BETA1).add_(grads, alpha=1 - BETA1)
+    v = v_all.index_select(0, rows).mul_(BETA2).addcmul_(grads, grads, value=1 - BETA2)
     m_all.index_copy_(0, rows, m)
     v_all.index_copy_(0, rows, v)
-    weight.index_add_(0, rows, m.div_(v.sqrt_().add_(hyper["epsilon"])), alpha=-hyper["lr_t"])
+    step = m.div_(v.sqrt_().add_(EPSILON))
+    if torch.is_tensor(rate):
+        weight.index_add_(0, rows, step.mul_(rate), alpha=-1)
+    else:
+        weight.index_add_(0, rows, step, alpha=-rate)
 
 
 
@@ -305,31 +320,12 @@ class TorchGraphStep:
         slot = torch.cumsum(first, 0) - 1  # the distinct key of each ordered position
         inverse = torch.empty_like(slot).scatter_(0, order, slot)
         rows = self.pad_rows.clone().scatter_(0, slot, ordered)
-        per_distinct = self.weight.index_select(0, rows)
-        per_key = per_distinct.index_select(0, inverse)
-        if self.segments is None:  # each key its own output row
-            pooled = per_key
-            grads = torch.zeros_like(per_distinct).index_add_(0, inverse, per_key)
-        else:
-            pooled = per_key.new_zeros((self.tables * self.batch, per_key.shape[1]))
-            pooled.index_add_(0, self.segments, per_key)
-            grads = torch.zeros_like(per_distinct).index_add_(
-                0, inverse, pooled.index_select(0, self.segments))
+        pooled, grads = _pooled_and_summed(self.weight.index_select(0, rows), inverse,
+                                           self.segments, self.tables * (self.batch or 0))
         if self.optimizer == "adagrad":
-            accumulator = self.slots[0].index_select(0, rows).addcmul_(grads, grads)
-            self.slots[0].index_copy_(0, rows, accumulator)
-            self.weight.index_add_(0, rows, grads.div_(accumulator.sqrt_().add_(EPSILON)),
-                                   alpha=-LEARNING_RATE)
+            _adagrad(self.weight, self.slots[0], rows, grads)
         else:
-            m_all, v_all = self.slots
-            m = m_all.index_select(0, rows).mul_(BETA1).add_(grads, alpha=1 - BETA1)
-            v = v_all.index_select(0, rows).mul_(BETA2).addcmul_(grads, grads,
-                                                                 value=1 - BETA2)
-            m_all.index_copy_(0, rows, m)
-            v_all.index_copy_(0, rows, v)
-            # rate * x then -1 * that: bit for bit _lazy_adam's alpha=-lr_t (float32 either way)
-            self.weight.index_add_(0, rows, m.div_(v.sqrt_().add_(EPSILON)).mul_(self.rate),
-                                   alpha=-1)
+            _lazy_adam(self.weight, self.slots[0], self.slots[1], rows, grads, self.rate)
         return pooled
 
     def step(self, keys):
