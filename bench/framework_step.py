@@ -50,9 +50,10 @@ exchange, update: LazyAdam, Adagrad for mlperf26) five ways:
                    padded to the keys' number), captured once with torch.cuda.CUDAGraph and
                    replayed (torch_reference.TorchGraphStep): the peer a captured sok1x step is
                    held against (issue 45); its GPU floor (the graph replayed back to back, no
-                   host work) is reported beside it. Made where the GPU has room for one more
-                   copy of the tables and their slots, else left out with a message (before
-                   torch_plain, which then gives way)
+                   host work) is reported beside it. torch_dedup steps over torch_graph's
+                   copy of the shard (one H200 holds no third copy beside sok1x's); made at one
+                   rank where the GPU has room for that copy, never beside hybrid tables, else
+                   left out with a message (before torch_plain, which then gives way)
     torch_plain    the earlier bench/ reference (torch_reference.py: no de-duplication; one table)
 
 Each variant is timed as the median of --repeats repeats of --steps steps (wall clock, the GPU
@@ -479,7 +480,8 @@ def _peer_bytes(w, weight):
 
 def _graph_step(rt, w, weight, device, key_count, **tables):
     """torch_graph's TorchGraphStep over a copy of `weight`, or None (and why, said) on several
-    ranks, on the cpu, without room, or when PyTorch cannot capture the step."""
+    ranks, on the cpu, beside hybrid tables, without room, or when PyTorch cannot capture the
+    step."""
     if device.type != "cuda":
         return None  # CUDA graphs need a GPU
     if w.hashed == "hybrid":  # seen on one H200: sok1x's tables then ran out of memory
