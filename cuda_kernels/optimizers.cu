@@ -2,7 +2,8 @@
 // same formulas as sok1x/backend/cpu/optimizers.py (the reference these are tested against).
 //
 // Row kernels update the rows that have a gradient: rows[i] (distinct) gets grads[i * dim + c].
-// One thread updates one element, e = i * dim + c, in a grid-stride loop.
+// One thread updates one element, e = i * dim + c, in a grid-stride loop. A row -1 is a padded
+// position (a step's buffers sized by its keys, not its rows: DESIGN D14): nothing is done for it.
 // The *_all_rows kernels run once over every element of the shard and find a row's gradient
 // through position_of_row (mark_rows fills it; -1 means no gradient this step), so state that
 // decays on every row (TensorFlow's sparse Adam, Keras' RMSprop without momentum) takes one pass.
@@ -15,15 +16,20 @@ typedef SplitRows<float> Rows;  // a state array, maybe split (common.cuh)
 #define FOR_EACH_ELEMENT(e, total) \
   for (int64 e = global_thread_id(); e < (total); e += global_thread_count())
 
-// Index into the [capacity, dim] state of element e of the [n, dim] gradient.
+// Index into the [capacity, dim] state of element e of the [n, dim] gradient; negative for a
+// padded position (row -1), which the caller skips.
 __device__ __forceinline__ int64 shard_index(const int64* rows, int64 e, int64 dim) {
   const int64 i = e / dim;
-  return rows[i] * dim + (e - i * dim);
+  const int64 row = rows[i];
+  return row < 0 ? -1 : row * dim + (e - i * dim);
 }
 
 extern "C" __global__ void update_sgd(Rows var, const int64* rows, const float* grads, int64 n,
                                       int64 dim, float lr) {
-  FOR_EACH_ELEMENT(e, n * dim) { var[shard_index(rows, e, dim)] -= lr * grads[e]; }
+  FOR_EACH_ELEMENT(e, n * dim) {
+    const int64 s = shard_index(rows, e, dim);
+    if (s >= 0) var[s] -= lr * grads[e];
+  }
 }
 
 extern "C" __global__ void update_momentum(Rows var, Rows accum, const int64* rows,
@@ -31,6 +37,7 @@ extern "C" __global__ void update_momentum(Rows var, Rows accum, const int64* ro
                                            float momentum, int nesterov) {
   FOR_EACH_ELEMENT(e, n * dim) {
     const int64 s = shard_index(rows, e, dim);
+    if (s < 0) continue;
     const float g = grads[e];
     const float a = accum[s] * momentum + g;
     accum[s] = a;
@@ -43,6 +50,7 @@ extern "C" __global__ void update_keras_momentum(Rows var, Rows accum, const int
                                                  float momentum, int nesterov) {
   FOR_EACH_ELEMENT(e, n * dim) {
     const int64 s = shard_index(rows, e, dim);
+    if (s < 0) continue;
     const float g = grads[e];
     const float a = accum[s] * momentum - g * lr;
     accum[s] = a;
@@ -55,6 +63,7 @@ extern "C" __global__ void update_adagrad(Rows var, Rows accum, const int64* row
                                           float epsilon) {
   FOR_EACH_ELEMENT(e, n * dim) {
     const int64 s = shard_index(rows, e, dim);
+    if (s < 0) continue;
     const float g = grads[e];
     const float a = accum[s] + g * g;
     accum[s] = a;
@@ -71,6 +80,7 @@ extern "C" __global__ void update_ftrl(Rows var, Rows accum, Rows linear, const 
                                        float lr_power, float l1, float l2, float l2_shrinkage) {
   FOR_EACH_ELEMENT(e, n * dim) {
     const int64 s = shard_index(rows, e, dim);
+    if (s < 0) continue;
     const float g = grads[e];
     const float w = var[s];
     const float old_accum = accum[s];
@@ -92,6 +102,7 @@ extern "C" __global__ void update_rmsprop(Rows var, Rows ms, Rows mom, Rows mg,
   const float one_minus_rho = 1.0f - rho;
   FOR_EACH_ELEMENT(e, n * dim) {
     const int64 s = shard_index(rows, e, dim);
+    if (s < 0) continue;
     const float g = grads[e];
     const float new_ms = ms[s] * rho + g * g * one_minus_rho;
     ms[s] = new_ms;
@@ -112,6 +123,7 @@ extern "C" __global__ void update_lazy_adam(Rows var, Rows m, Rows v, const int6
                                             float beta1, float beta2, float epsilon) {
   FOR_EACH_ELEMENT(e, n * dim) {
     const int64 s = shard_index(rows, e, dim);
+    if (s < 0) continue;
     const float g = grads[e];
     const float new_m = m[s] * beta1 + g * (1.0f - beta1);
     const float new_v = v[s] * beta2 + g * g * (1.0f - beta2);
@@ -126,6 +138,7 @@ extern "C" __global__ void update_adamax(Rows var, Rows m, Rows u, const int64* 
                                          float beta1, float beta2, float epsilon) {
   FOR_EACH_ELEMENT(e, n * dim) {
     const int64 s = shard_index(rows, e, dim);
+    if (s < 0) continue;
     const float g = grads[e];
     const float new_m = m[s] * beta1 + g * (1.0f - beta1);
     const float new_u = fmaxf(u[s] * beta2, fabsf(g));
@@ -141,6 +154,7 @@ extern "C" __global__ void update_adadelta(Rows var, Rows accum, Rows accum_upda
   const float one_minus_rho = 1.0f - rho;
   FOR_EACH_ELEMENT(e, n * dim) {
     const int64 s = shard_index(rows, e, dim);
+    if (s < 0) continue;
     const float g = grads[e];
     const float new_accum = accum[s] * rho + g * g * one_minus_rho;
     accum[s] = new_accum;
@@ -151,9 +165,11 @@ extern "C" __global__ void update_adadelta(Rows var, Rows accum, Rows accum_upda
   }
 }
 
-// position_of_row[rows[i]] = i; the caller set every entry to -1 first.
+// position_of_row[rows[i]] = i for every row >= 0; the caller set every entry to -1 first.
 extern "C" __global__ void mark_rows(const int64* rows, int64 n, int64* position_of_row) {
-  FOR_EACH_ELEMENT(i, n) { position_of_row[rows[i]] = i; }
+  FOR_EACH_ELEMENT(i, n) {
+    if (rows[i] >= 0) position_of_row[rows[i]] = i;
+  }
 }
 
 // Gradient of element e of the shard, 0 for a row without one.

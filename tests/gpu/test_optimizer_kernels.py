@@ -178,3 +178,42 @@ def test_engine_update_on_cuda_matches_cpu(gpu, rng, rule):
     for name in want.slots:
         np.testing.assert_allclose(cuda.to_host(got.slots[name]), want.slots[name], rtol=1e-4,
                                    atol=1e-5, err_msg=name)
+
+
+# ---- padded rows (DESIGN D14: a step's buffers sized by its keys, not its rows) -------------
+
+PADDED_HYPER = {"lr": 0.1, "lr_t": 0.01, "beta1": 0.9, "beta2": 0.999, "epsilon": 1e-7,
+                "momentum": 0.9, "rho": 0.9, "lr_power": -0.5, "l1": 0.01, "l2": 0.02,
+                "l2_shrinkage": 0.05}
+PADDED_OPTIONS = {"nesterov": True, "initial_accumulator": 0.1, "initial_rms": 1.0,
+                  "centered": True, "amsgrad": True}
+
+
+@pytest.mark.parametrize("rule", sorted(optimizer_updates.RULES))
+def test_padded_rows_are_skipped(gpu, rng, rule):
+    """Each rule's update over rows padded with -1 (junk gradients beside them) equals, bit for
+    bit on the GPU, its update over the rows alone; the shard's last row is never written."""
+    cuda, _ = gpu
+    capacity, dim, n, padded = 3000, 16, 700, 1024
+    update = optimizer_updates.RULES[rule].update
+    rows = rng.choice(capacity - 1, size=n, replace=False).astype(np.int64)
+    grads = rng.standard_normal((n, dim)).astype(np.float32)
+    places = np.sort(rng.choice(padded, size=n, replace=False))
+    padded_rows = np.full(padded, -1, np.int64)
+    padded_grads = rng.standard_normal((padded, dim)).astype(np.float32) * 1e3
+    padded_rows[places], padded_grads[places] = rows, grads
+    var = rng.standard_normal((capacity, dim)).astype(np.float32)
+    slots = {name: rng.uniform(1.0, 2.0, (capacity, dim)).astype(np.float32)
+             for name, _ in optimizer_updates.RULES[rule].slots(PADDED_OPTIONS)}
+    results = []
+    for update_rows, update_grads in ((rows, grads), (padded_rows, padded_grads)):
+        device_var = cuda.asarray(var)
+        device_slots = {name: cuda.asarray(s) for name, s in slots.items()}
+        update(cuda, device_var, device_slots, cuda.asarray(update_rows),
+               cuda.asarray(update_grads), PADDED_HYPER, PADDED_OPTIONS)
+        results.append([cuda.to_host(device_var)] + [cuda.to_host(device_slots[name])
+                                                     for name in sorted(slots)])
+    for index, (want, got) in enumerate(zip(*results)):
+        assert got.tobytes() == want.tobytes(), "%s: state %d" % (rule, index)
+    if not rule.endswith("_all_rows") and rule != "adam" and rule != "keras_rmsprop":
+        assert results[1][0][-1].tobytes() == var[-1].tobytes()

@@ -2,9 +2,10 @@
 
 The same functions, arguments and formulas as cpu/optimizers.py (the reference): state arrays are
 float32 [capacity, dim] GPUArrays changed in place (or split arrays, tables/hybrid_rows.py, whose
-rows the kernels find in either part), `rows` distinct int64 rows (int32 is widened),
-`grads` float32 [len(rows), dim]; NumPy rows or grads are copied to the GPU first. All work is
-queued on the sok1x stream inside the primary context; nothing waits for the GPU.
+rows the kernels find in either part), `rows` distinct int64 rows (int32 is widened; a row -1 is
+padding, skipped), `grads` float32 [len(rows), dim]; NumPy rows or grads are copied to the GPU
+first. All work is queued on the sok1x stream inside the primary context; nothing waits for the
+GPU.
 """
 import numpy as np
 
@@ -53,14 +54,15 @@ def _state(array, what, like=None):
 def _gradient(var, rows, grads, ordered=True):
     """Returns (rows, grads, n, dim) checked against var [capacity, dim]; for a split var and
     `ordered`, rows and grads permuted so the kernels walk host rows in ascending regions
-    (cuda_host_order; the all-rows kernels walk the whole shard in order anyway)."""
+    (cuda_host_order; rows -1, padding the kernels skip, go among the device rows; the all-rows
+    kernels walk the whole shard in order anyway)."""
     _state(var, "var")
     rows = index_array(rows, "rows")
     grads = device_array(grads, "grads", np.float32)
     dim = var.shape[1]
     if grads.shape != (rows.shape[0], dim):
         raise ValueError("grads has shape %s, expected %s" % (grads.shape, (rows.shape[0], dim)))
-    order = host_order(var, rows) if ordered else None
+    order = host_order(var, rows, zero_negative=True) if ordered else None
     if order is not None:  # rows are distinct: the update does not depend on their order
         rows, grads = take_rows(rows, order), take_rows(grads, order)
     return rows, grads, rows.shape[0], dim

@@ -1,7 +1,8 @@
 """Optimizer updates of one shard (DESIGN D2): each supported optimizer's TensorFlow sparse-apply
 semantics, on the backend's update kernels, with its state in the table's slots beside the rows.
 
-The gradient arrives as backend arrays (values [n, dim], rows [n]) of this rank's shard. Rows may
+The gradient arrives as backend arrays (values [n, dim], rows [n]) of this rank's shard; a row -1
+that a lookup's backward made is padding (DESIGN D14), which every rule skips. Rows may
 repeat (a table looked up twice in one graph), so they are first summed per row with the
 backend's unique and segment_sum, as TensorFlow's optimizers do. The update is local: the
 exchange already happened in the lookup's backward pass.
@@ -71,7 +72,8 @@ def _on_every_row(update):
     def every_row(backend, var, slots, rows, grads, hyper, options):
         num_rows, dim = int(var.shape[0]), int(grads.shape[1])
         dense = backend.zeros((num_rows, dim), np.float32)
-        backend.put_rows(dense, rows, grads)
+        positions = backend.asarray(np.arange(int(rows.shape[0]), dtype=np.int64))
+        backend.move_rows(grads, positions, dense, rows)  # a row -1 (padding) moves nothing
         every = backend.asarray(np.arange(num_rows, dtype=np.int64))
         update(backend, var, slots, every, dense, hyper, options)
     return every_row
