@@ -51,6 +51,7 @@ suite cuda-backend serial tests/gpu/test_cuda_backend.py -s
 suite hash-values serial tests/gpu/test_hash_values_cuda.py
 suite host-order serial tests/gpu/test_host_order_cuda.py
 suite optimizer-kernels serial tests/gpu/test_optimizer_kernels.py
+suite captured-graph serial tests/gpu/test_captured_graph.py -s
 suite init-failures serial tests/gpu/serial
 suite seam-1gpu serial tests/gpu/test_dlpack_seam.py
 suite kernel-calls-1gpu 1 tests/gpu/test_kernel_calls_cuda.py

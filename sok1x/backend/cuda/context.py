@@ -31,6 +31,9 @@ current and pops it again on the way out.
     device_of(address)         the GPU ordinal of device memory, None for any other address
     device_ordinal(), is_active(), context()
     release()                  wait for the stream, free the pool's held blocks, forget it all
+    capture_recorder(), set_capture_recorder(list or None)
+                               while the stream is captured (captured_graph.py): the blocks the
+                               pool hands out are recorded for the graph; a host wait raises
 
 A caller that launches its own work (the NCCL communicator) does it inside entered() and on
 stream_handle(), so it is ordered with sok1x's kernels without any host synchronisation. PyCUDA
@@ -45,6 +48,7 @@ from sok1x.errors import DeviceMemoryError, InitError, NotInitializedError
 
 _state = {}
 _waiter = {}
+_capture = {"recorder": None}
 _SPIN_S = 0.002
 _activation_lock = threading.Lock()
 _thread = threading.local()
@@ -130,6 +134,9 @@ def wait_until(what, is_done):
     query) is True. Bounded where a communicator set a waiter (raises its CommError naming
     `what`). Never call a blocking CUDA call (a synchronize, a copy to pageable memory, PyCUDA's
     GPUArray.get()) behind a collective instead: it cannot be bounded or interrupted."""
+    if _capture["recorder"] is not None:
+        from sok1x.backend.cuda.captured_graph import forbid_inside_capture
+        forbid_inside_capture("a host wait (%s)" % what)
     # Most waits end within microseconds: query at full speed first (as synchronize spins), and
     # only a longer wait goes to the communicator's polling, which backs off to 1 ms pauses.
     deadline = time.monotonic() + _SPIN_S
@@ -142,6 +149,17 @@ def wait_until(what, is_done):
             time.sleep(_SPIN_S / 2)
         else:
             time.sleep(0)  # let TensorFlow's other Python threads run
+
+
+def capture_recorder():
+    """The list a capture of the sok1x stream records the pool's blocks in, or None while no
+    capture runs (captured_graph.py)."""
+    return _capture["recorder"]
+
+
+def set_capture_recorder(recorder):
+    """Starts (a list) or ends (None) the pool's recording of blocks for a capture."""
+    _capture["recorder"] = recorder
 
 
 def wait_stream(what="a wait for the sok1x stream"):
@@ -230,7 +248,11 @@ class _ContextSafePool:
                 "max_vocabulary_size_per_gpu smaller." % (
                     _state.get("ordinal", -1), nbytes / 2.0 ** 20, free / 2.0 ** 30,
                     total / 2.0 ** 30, exc)) from exc
-        return _pooled_block_class()(allocation, self._context, self._pop)
+        block = _pooled_block_class()(allocation, self._context, self._pop)
+        recorder = _capture["recorder"]
+        if recorder is not None:  # the graph being captured owns it (captured_graph.py)
+            recorder.append((block, int(nbytes)))
+        return block
 
     @property
     def held_blocks(self):
