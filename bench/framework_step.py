@@ -480,8 +480,8 @@ def _peer_bytes(w, weight):
 
 def _graph_step(rt, w, weight, device, key_count, **tables):
     """torch_graph's TorchGraphStep over a copy of `weight`, or None (and why, said) on several
-    ranks, on the cpu, beside hybrid tables, without room, or when PyTorch cannot capture the
-    step."""
+    ranks, on the cpu, beside hybrid or hash tables, without room, or when PyTorch cannot
+    capture the step."""
     if device.type != "cuda":
         return None  # CUDA graphs need a GPU
     if w.hashed in ("hybrid", True):  # seen on one H200: sok1x's tables ran out of memory

@@ -43,3 +43,8 @@ class CheckpointError(Sok1xError):
 
 class LaunchError(Sok1xError):
     """sok1x-run could not find or drive an MPI launcher."""
+
+
+class CaptureError(Sok1xError):
+    """Work that cannot be recorded in a CUDA graph was queued during a capture of the sok1x
+    stream (a host wait, an upload), or the driver refused the capture."""

@@ -27,15 +27,10 @@ import ctypes
 import functools
 
 from sok1x.backend.cuda import context as cuda_context
-from sok1x.errors import Sok1xError
+from sok1x.errors import CaptureError  # noqa: F401  (raised here, named by callers)
 
 _CAPTURE_MODE_RELAXED = 2  # CU_STREAM_CAPTURE_MODE_RELAXED
 _CAPTURE_STATUS_NONE = 0  # CU_STREAM_CAPTURE_STATUS_NONE
-
-
-class CaptureError(Sok1xError):
-    """Work that cannot be recorded in a CUDA graph was queued during a capture, or the driver
-    refused the capture."""
 
 
 @functools.lru_cache(maxsize=None)
@@ -60,15 +55,6 @@ def _graph_api():
 def _checked(result, call):
     if result != 0:
         raise CaptureError("CUDA driver call %s failed with error %d" % (call, result))
-
-
-def forbid_inside_capture(what):
-    """Raises CaptureError when the sok1x stream is being captured: `what` (a host wait, an
-    upload) cannot be recorded. Costs one attribute read outside a capture."""
-    if cuda_context.capture_recorder() is not None:
-        raise CaptureError("%s inside a captured CUDA graph: a graph replays device work only "
-                           "(DESIGN D14); do it before the capture or read it after a replay"
-                           % what)
 
 
 class CapturedGraph:

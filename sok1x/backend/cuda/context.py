@@ -44,7 +44,7 @@ import functools
 import threading
 import time
 
-from sok1x.errors import DeviceMemoryError, InitError, NotInitializedError
+from sok1x.errors import CaptureError, DeviceMemoryError, InitError, NotInitializedError
 
 _state = {}
 _waiter = {}
@@ -134,9 +134,7 @@ def wait_until(what, is_done):
     query) is True. Bounded where a communicator set a waiter (raises its CommError naming
     `what`). Never call a blocking CUDA call (a synchronize, a copy to pageable memory, PyCUDA's
     GPUArray.get()) behind a collective instead: it cannot be bounded or interrupted."""
-    if _capture["recorder"] is not None:
-        from sok1x.backend.cuda.captured_graph import forbid_inside_capture
-        forbid_inside_capture("a host wait (%s)" % what)
+    forbid_inside_capture("a host wait (%s)" % what)
     # Most waits end within microseconds: query at full speed first (as synchronize spins), and
     # only a longer wait goes to the communicator's polling, which backs off to 1 ms pauses.
     deadline = time.monotonic() + _SPIN_S
@@ -155,6 +153,15 @@ def capture_recorder():
     """The list a capture of the sok1x stream records the pool's blocks in, or None while no
     capture runs (captured_graph.py)."""
     return _capture["recorder"]
+
+
+def forbid_inside_capture(what):
+    """Raises CaptureError while the sok1x stream is being captured: `what` (a host wait, an
+    upload) cannot be recorded. One dictionary read outside a capture."""
+    if _capture["recorder"] is not None:
+        raise CaptureError("%s inside a captured CUDA graph: a graph replays device work only "
+                           "(DESIGN D14); do it before the capture or read it after a replay"
+                           % what)
 
 
 def set_capture_recorder(recorder):

@@ -110,18 +110,10 @@ def _view(block, shape, dtype):
     return block[:dtype.itemsize * elements(shape)].view(dtype).reshape(shape)
 
 
-def _not_captured(what):
-    """Raises CaptureError, before anything is queued, while the stream is captured: a copy
-    between host and device cannot be recorded (captured_graph.py)."""
-    if cuda_context.capture_recorder() is not None:
-        from sok1x.backend.cuda.captured_graph import forbid_inside_capture
-        forbid_inside_capture(what)
-
-
 def upload(device_ptr, host_array):
     """Queues a copy of the C-contiguous, non-empty `host_array` to `device_ptr`; the host does
     not wait for the stream. Call inside cuda_context.entered()."""
-    _not_captured("an upload of host data")
+    cuda_context.forbid_inside_capture("an upload of host data")  # (captured_graph.py)
     stream = cuda_context.stream()
     index = _blocks.index_holding(host_array)
     if index is None:
@@ -149,7 +141,7 @@ def download_many(arrays, what):
 def download_later(arrays, what):
     """Queues download_many()'s copies and returns a function that waits for them and returns
     the host views: work queued on the stream in between runs while the host waits."""
-    _not_captured("a host wait (%s)" % what)
+    cuda_context.forbid_inside_capture("a host wait (%s)" % what)  # before anything queues
     stream = cuda_context.stream()
     hosts, last = [], None
     for array in arrays:
