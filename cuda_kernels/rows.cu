@@ -13,7 +13,8 @@ __device__ __forceinline__ int64 ordered(const int64* order, int64 t) {
   return order != nullptr ? order[t] : t;
 }
 
-// index < 0: a zero row when zero_negative, else counted from the end (NumPy's rule).
+// index < 0: a zero row when zero_negative, else counted from the end (NumPy's rule); with
+// zero_negative an index past the end gives a zero row too (gather_rows of keys checked later).
 template <typename Word>
 __device__ __forceinline__ void take_rows(SplitRows<Word> src, int64 src_rows, const int64* index,
                                           int64 n, int64 words_per_row, int zero_negative,
@@ -25,15 +26,13 @@ __device__ __forceinline__ void take_rows(SplitRows<Word> src, int64 src_rows, c
     const int64 i = ordered(order, t);
     const int64 out = i * words_per_row + column;
     int64 row = index[i];
-    if (row < 0) {
-      if (zero_negative) {
-        Word zero;
-        memset(&zero, 0, sizeof(Word));
-        dst[out] = zero;
-        continue;
-      }
-      row += src_rows;
+    if (zero_negative && (row < 0 || row >= src_rows)) {
+      Word zero;
+      memset(&zero, 0, sizeof(Word));
+      dst[out] = zero;
+      continue;
     }
+    if (row < 0) row += src_rows;
     dst[out] = src[row * words_per_row + column];
   }
 }

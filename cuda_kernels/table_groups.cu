@@ -88,6 +88,47 @@ extern "C" __global__ void emit_distinct_rows(const int64* rows, int64 n, const 
   }
 }
 
+// mark_rows for rows that may lie anywhere (a step whose key checks are read later): a row
+// outside [0, bound) marks nothing.
+extern "C" __global__ void mark_rows_below(const int64* rows, int64 n, int64 bound,
+                                           unsigned* bits) {
+  for (int64 i = global_thread_id(); i < n; i += global_thread_count()) {
+    const int64 row = rows[i];
+    if (row < 0 || row >= bound) continue;
+    atomicOr(bits + (row >> 5), 1u << (row & 31));
+  }
+}
+
+// The distinct rows laid out in pieces sized before the step (engine/lookup/bounded_step.py):
+// the rows of range t ([row_starts[t], row_starts[t + 1])) fill piece t, from piece_starts[t]
+// on, ascending; first_ranks[t] is the rank of row_starts[t]. flat[p] = the row, local[p] = the
+// row less row_starts[t], inverse[i] = p; places no row fills keep what the caller put there
+// (-1). A row outside [0, bound), or past its piece's end (only input the step rejects can do
+// that), gets inverse -1 and writes nothing.
+extern "C" __global__ void emit_padded_rows(const int64* rows, int64 n, int64 bound,
+                                            const unsigned* bits, const int64* word_ranks,
+                                            int64 words, const int64* row_starts,
+                                            const int64* piece_starts, int64 count,
+                                            const int64* first_ranks, int64* flat,
+                                            int64* local, int64* inverse) {
+  for (int64 i = global_thread_id(); i < n; i += global_thread_count()) {
+    const int64 row = rows[i];
+    if (row < 0 || row >= bound || row >= row_starts[count]) {
+      inverse[i] = -1;
+      continue;
+    }
+    const int64 t = part_of(row_starts, count, row);
+    const int64 place = piece_starts[t] + rank_of(bits, word_ranks, words, row) - first_ranks[t];
+    if (place >= piece_starts[t + 1]) {
+      inverse[i] = -1;
+      continue;
+    }
+    inverse[i] = place;
+    flat[place] = row;
+    local[place] = row - row_starts[t];
+  }
+}
+
 // ranks[j] = how many distinct rows lie below bounds[j] (j < count); bounds ascending.
 extern "C" __global__ void ranks_at(const unsigned* bits, const int64* word_ranks, int64 words,
                                     const int64* bounds, int64 count, int64* ranks) {

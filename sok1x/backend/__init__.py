@@ -45,11 +45,17 @@ Every backend module exposes the same names, and the engine's algorithms call on
         length, array j with offsets[j] (one launch for all on cuda)
     local_rows(rows, row_starts, moves, length) -> int64   distinct rows ascending, less the
         start of the range t holding each, table t's moved by moves[t] (to an aligned place)
+    distinct_rows_padded(rows, bound, row_starts, piece_starts) -> (flat, local, inverse)
+        no wait: the distinct rows of range t ascending in piece t (from piece_starts[t]), each
+        row and its offset in its range, -1 where no row is; inverse -1 for a row outside
+        [0, bound) or past its piece (engine/lookup/bounded_step.py)
     Sizes left on the device for an op header to carry and read (engine/lookup/exchange_header.py):
     bucket_by_owner_many_deferred(keys_list, world_size, owner_rules, valid_counts=None)
         -> (perms, counts [tables, world_size]), no wait; valid_counts: device counts of the
         leading keys to bucket (unique_many_padded's output)
     index_bounds_deferred(arrays) -> int64 [len(arrays), 2]                      no wait
+    read_later(array) -> collect()   queues array's copy to the host now; collect() waits for
+        that copy alone and returns it (a flag read once later work is queued)
     unique_many_start(keys_list, ordered) -> (started, counts); unique_many_finish(started,
         host_counts) -> [(unique_keys, inverse)]; distinct_rows_many_start(items) -> (started,
         sizes); distinct_rows_many_finish(started, host_sizes): the two halves around the wait;

@@ -17,7 +17,7 @@ from sok1x.engine.lookup import keyed as keyed_lookup_module
 from sok1x.engine import runtime as _runtime
 from sok1x.engine.lookup.checks import check_dense_shape, check_sparse_shape, first_error
 from sok1x.engine.lookup.exchange_header import confirm_same_op, exchange_header
-from sok1x.engine.lookup.key_exchange import lookup_backward, lookup_forward
+from sok1x.engine.lookup.key_exchange import lookup_backward, lookup_forward, lookup_forward_many
 from sok1x.engine.op_order import as_op_id
 from sok1x.engine.lookup.compact import (  # noqa: F401  (CompactRows: part of the API)
     CompactRows,
@@ -168,10 +168,12 @@ def create_table(name, dim, capacity, use_hashtable, spec, replace=False,
                 "variables' initializer to create it anew" % name)
 
 
-def dense_lookup(table_name, op, keys, training, row_shape=None):
+def dense_lookup(table_name, op, keys, training, row_shape=None, checks="end"):
     """Collective. op: the calling op's OpId or name; keys: int array [batch, *row_shape] (any
     shape when row_shape is None). Returns (float32 [*keys.shape, dim], token for
-    dense_lookup_grad)."""
+    dense_lookup_grad). checks="backward": the caller runs dense_lookup_grad on the token,
+    and a bounded one-rank step (SOK1X_BOUNDED_STEP=1, engine/lookup/bounded_step.py) leaves
+    the keys' checks to it, so the forward does not wait; bad keys then fail the backward."""
     with _step() as rt:
         keys = rt.backend.asarray(keys)
         table = _table_for_collective(rt, table_name, op)
@@ -179,8 +181,8 @@ def dense_lookup(table_name, op, keys, training, row_shape=None):
         if row_shape is not None:
             error = check_dense_shape(table.name, keys, row_shape[0], row_shape[1])
         backend = rt.backend
-        vectors, routing = lookup_forward(rt, table, op, backend.reshape(keys, -1), training,
-                                          error)
+        (vectors,), (routing,) = lookup_forward_many(rt, [table], op, [backend.reshape(keys, -1)],
+                                                     training, error, defer_check=checks)
         token = rt.stash.put(_forward_key(op), routing)
         return backend.reshape(vectors, tuple(keys.shape) + (table.dim,)), np.int64(token)
 
@@ -294,15 +296,15 @@ def compact_lookup_grad(table_names, op, token, grads):
         return compact_backward_many(rt, tables, op, state, list(grads))
 
 
-def keyed_lookup(table_names, op, keyed, training, key_limits=None):
+def keyed_lookup(table_names, op, keyed, training, key_limits=None, checks="end"):
     """Collective: one pooled lookup of several tables of one dim whose keys come as ONE array
     (engine/lookup/keyed.py; TorchRec's KeyedJaggedTensor). keyed: a KeyedInput; key_limits: as
-    pooled_lookup's. Returns (float32 [sum(num_segments), dim], the tables' outputs one after
-    the other; token for keyed_lookup_grad)."""
+    pooled_lookup's; checks: as dense_lookup's. Returns (float32 [sum(num_segments), dim], the
+    tables' outputs one after the other; token for keyed_lookup_grad)."""
     with _step() as rt:
         tables = _tables_for_collective(rt, list(table_names), op)
         out, state = keyed_lookup_module.keyed_forward(rt, tables, op, keyed, training,
-                                                       key_limits)
+                                                       key_limits, checks)
         return out, np.int64(rt.stash.put(_forward_key(op), state))
 
 

@@ -77,7 +77,8 @@ class Runtime:
     communicating op, for the run-time order check), journal (the current step's undo
     actions, engine/lookup/step_journal.py) and read_later ((backend array, callback) pairs: counts
     the host needs some time, read in the next op header's wait and handed to callback),
-    capacities (per lookup op, its per-peer capacities: engine/lookup/peer_capacity.py). On
+    capacities (per lookup op, its per-peer capacities: engine/lookup/peer_capacity.py),
+    unread_checks (forwards' key checks their backward reads: engine/lookup/bounded_step.py). On
     cpu, `data` is an MpiCommunicator of its own over the same communicator as `host`, so each
     counts its own calls (stats())."""
 
@@ -100,6 +101,7 @@ class Runtime:
         self.journal = StepJournal()
         self.read_later = []
         self.capacities = {}
+        self.unread_checks = []
 
     def tables_named(self, names):
         """Returns the tables of `names` as a tuple, the same tuple while no table is made,

@@ -73,6 +73,17 @@ def to_host_many(arrays):
     return [np.asarray(array) for array in arrays]
 
 
+def read_later(array):
+    """Returns a function that returns `array` as a NumPy copy: where cuda queues the copy now
+    and waits for it alone when called."""
+    host = np.array(array, copy=True)
+
+    def collect():
+        COUNTS["host_waits"] += 1
+        return host
+    return collect
+
+
 def split_zeros(shape, dtype, hbm_rows):
     """Zeros [shape] split at row hbm_rows: ([device part, host part], whole). On cpu both
     parts are views of `whole`, the one array every row op indexes (a row is where its index
@@ -374,6 +385,30 @@ def distinct_rows_many_start(items):
 def distinct_rows_many_finish(started, host_sizes):
     """Returns distinct_rows_many_start's list of (distinct, inverse, ranks)."""
     return started
+
+
+def distinct_rows_padded(rows, bound, row_starts, piece_starts):
+    """The distinct rows of `rows` laid out in pieces sized before the step: the rows in
+    [row_starts[t], row_starts[t + 1]) ascending in piece t, from piece_starts[t] on. Returns
+    (flat, local, inverse): flat and local int64 [piece_starts[-1]], each row and the row less
+    its range's start, -1 where no row is; inverse int64 [n], each row's place, -1 for a row
+    outside [0, bound) or one that does not fit its piece."""
+    rows = np.asarray(rows, dtype=np.int64)
+    starts = np.asarray(row_starts, dtype=np.int64)
+    pieces = np.asarray(piece_starts, dtype=np.int64)
+    flat = np.full(int(pieces[-1]), -1, dtype=np.int64)
+    local = flat.copy()
+    inverse = np.full(rows.shape[0], -1, dtype=np.int64)
+    kept = (rows >= 0) & (rows < min(int(bound), int(starts[-1])))
+    distinct, found = _unique_ascending(rows[kept]) if kept.any() else (rows[:0], rows[:0])
+    part = np.searchsorted(starts[:-1], distinct, side="right") - 1
+    places = pieces[part] + np.arange(distinct.shape[0]) - np.searchsorted(distinct,
+                                                                             starts[:-1])[part]
+    fits = places < pieces[part + 1]
+    flat[places[fits]] = distinct[fits]
+    local[places[fits]] = distinct[fits] - starts[part[fits]]
+    inverse[kept] = np.where(fits, places, -1)[found]
+    return flat, local, inverse
 
 
 def local_rows(rows, row_starts, moves, length):

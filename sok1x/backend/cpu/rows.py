@@ -22,15 +22,17 @@ def counted_rows(rows, count):
 
 
 def gather_rows(table, rows):
-    """Returns table[rows] with a zero vector where rows == -1."""
+    """Returns table[rows] with a zero vector where rows == -1, or where a row lies past the
+    table (keys whose checks are read later: engine/lookup/bounded_step.py)."""
     table = whole_rows(table)
     rows = np.asarray(rows, dtype=np.int64)
-    if rows.size == 0 or rows.min() >= 0:
+    if rows.size == 0 or (rows.min() >= 0 and rows.max() < table.shape[0]):
         return np.take(table, rows, axis=0)
     if table.shape[0] == 0:  # every row is -1 (a shard with no rows, padded slots)
         return np.zeros((rows.shape[0],) + table.shape[1:], dtype=table.dtype)
-    out = table[np.maximum(rows, 0)]
-    out[rows < 0] = 0
+    outside = (rows < 0) | (rows >= table.shape[0])
+    out = table[np.where(outside, 0, rows)]
+    out[outside] = 0
     return out
 
 

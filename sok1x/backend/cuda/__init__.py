@@ -23,6 +23,7 @@ from sok1x.backend.cuda.groups import (  # noqa: F401  (part of the op set: tabl
     distinct_rows_many,
     distinct_rows_many_finish,
     distinct_rows_many_start,
+    distinct_rows_padded,
     index_bounds,
     index_bounds_deferred,
     join_keys,
@@ -99,6 +100,7 @@ from sok1x.backend.cuda.kernel_launch import (
     split_args,
     to_device,
     to_host as _copy_to_host,
+    to_host_later as _copy_to_host_later,
     is_device_array,
     waited_stream,
     wrap,
@@ -129,6 +131,13 @@ def to_host_many(arrays):
     (the device arrays' copies are the caller's)."""
     return [np.array(host, copy=True) if is_device_array(array) else host
             for array, host in zip(arrays, download_staged_many(arrays))]
+
+
+@uses_context
+def read_later(array):
+    """Queues a copy of device `array` to the host now; returns a function that waits for that
+    copy alone (not for work queued after it) and returns a NumPy copy."""
+    return _copy_to_host_later(array, "a flag the host reads later")
 
 
 def counts():

@@ -45,6 +45,8 @@ def _kernels():
             "emit": prepared(source, "emit_distinct_rows", "PqPPqPP"),
             "ranks": prepared(source, "ranks_at", "PPqPqP"),
             "local": prepared(source, "local_rows", "PqPqPP"),
+            "mark_below": prepared(source, "mark_rows_below", "PqqP"),
+            "emit_padded": prepared(source, "emit_padded_rows", "PqqPPqPPqPPPP"),
             "tags": prepared(source, "part_tags", "PqP")}
 
 
@@ -251,6 +253,39 @@ def distinct_rows_many_finish(started, host_ranks):
                    ptr(distinct), ptr(inverse))
         out.append((distinct, inverse, np.asarray(host_ranks[start:start + count]).copy()))
     return out
+
+
+@uses_context
+def distinct_rows_padded(rows, bound, row_starts, piece_starts):
+    """The distinct rows of `rows` (int64 [n], any values) laid out in pieces sized before the
+    step, queued without a wait: the rows in [row_starts[t], row_starts[t + 1]) ascending in
+    piece t, from piece_starts[t] on (host int64 [T + 1] both). Returns (flat, local, inverse):
+    flat and local int64 [piece_starts[-1]], each row and the row less its range's start, -1
+    where no row is; inverse int64 [n], each row's place, -1 for a row outside [0, bound) or
+    one that does not fit its piece."""
+    kernels = _kernels()
+    rows = index_array(rows, "rows")
+    starts = np.asarray(row_starts, dtype=np.int64)
+    pieces = np.asarray(piece_starts, dtype=np.int64)
+    n, count, length = rows.shape[0], starts.shape[0] - 1, int(pieces[-1])
+    flat = fill_bytes(empty((length,), np.int64), 0xFF)
+    local = fill_bytes(empty((length,), np.int64), 0xFF)
+    inverse = empty((n,), np.int64)
+    if not n:
+        return flat, local, inverse
+    words = (int(bound) + 31) // 32 + 1
+    bits = fill_bytes(empty((words,), np.uint32), 0)
+    launch(kernels["mark_below"], n, ptr(rows), n, int(bound), ptr(bits))
+    popcounts = empty((words,), np.int64)
+    launch(kernels["popcounts"], words, ptr(bits), words, ptr(popcounts))
+    word_ranks = exclusive_scan(popcounts, words)
+    first_ranks = empty((count,), np.int64)
+    launch(kernels["ranks"], count, ptr(bits), ptr(word_ranks), words,
+           ptr(device_constant(starts[:-1])), count, ptr(first_ranks))
+    launch(kernels["emit_padded"], n, ptr(rows), n, int(bound), ptr(bits), ptr(word_ranks),
+           words, ptr(device_constant(starts)), ptr(device_constant(pieces)), count,
+           ptr(first_ranks), ptr(flat), ptr(local), ptr(inverse))
+    return flat, local, inverse
 
 
 @uses_context

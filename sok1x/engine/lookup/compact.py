@@ -138,7 +138,7 @@ def compact_backward_many(runtime, tables, op, state, grads_list):
     table (values, rows)."""
     if state.keyed:
         values, rows, counts = keyed_backward(runtime, tables, op, state.pooling, grads_list[0],
-                                              rows_per_table=True)
+                                              rows_per_table=True, bounded=False)
         starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         return [(runtime.backend.row_view(values, int(a), int(b)), r)
                 for a, b, r in zip(starts[:-1], starts[1:], rows)]

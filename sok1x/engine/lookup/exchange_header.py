@@ -34,6 +34,7 @@ import numpy as np
 
 from sok1x.backend import cpu as host_ops
 from sok1x.engine import kernel_calls
+from sok1x.engine.lookup import bounded_step
 from sok1x.engine.lookup.checks import first_error
 from sok1x.engine.op_order import CLOCK, as_op_id, op_key, tower_key
 from sok1x.errors import InitError, OrderError
@@ -137,6 +138,8 @@ def exchange_sizes(runtime, op, counts=None, local_error=None, error_flag=None, 
     Returns Sizes; raises OrderError, the input error of any rank, or InitError where ranks size the
     lookup differently, on every rank."""
     op = as_op_id(op)
+    if runtime.unread_checks:  # a forward's checks its backward never read: they fail here
+        bounded_step.read_left(runtime)
     if op.position == 0:  # a tower's first op opens a step (engine/lookup/step_journal.py)
         runtime.journal.begin_step()
     call = CLOCK.call_of(op)

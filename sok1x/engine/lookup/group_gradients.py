@@ -39,6 +39,19 @@ def split_gradient(backend, group, summed, rows, ranks, starts):
     return pieces
 
 
+def split_padded(backend, group, summed, rows, padded, starts):
+    """split_gradient for a bounded backward (lookup/bounded_step.py), whose rows lie in a
+    piece per member already (padded: its bounded_step.Padded): per member (values, own rows)
+    as views of its piece, -1 rows and zeros where no row is. Remembers the result."""
+    pieces = []
+    for a, b in zip(padded.piece_starts[:-1], padded.piece_starts[1:]):
+        pieces.append((backend.row_view(summed, int(a), int(b)),
+                       backend.row_view(padded.local, int(a), int(b))))
+    distinct_rows.remember_all(padded.local, [r for _, r in pieces])
+    group.last_gradient = (rows, summed, pieces, starts)
+    return pieces
+
+
 def _same_memory(arrays, pieces):
     """True if each array is its piece, or lies on the same memory (a framework handed it back
     through DLPack); empty arrays match empty pieces."""

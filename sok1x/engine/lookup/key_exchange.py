@@ -37,7 +37,7 @@ import functools
 import numpy as np
 
 from sok1x.engine.tables import admission
-from sok1x.engine.lookup import distinct_rows, peer_capacity
+from sok1x.engine.lookup import bounded_step, distinct_rows, peer_capacity
 from sok1x.engine.lookup.checks import (
     KEY_DTYPES,
     V1_LIMIT,
@@ -52,8 +52,9 @@ from sok1x.errors import InvalidInputError
 
 Routing = collections.namedtuple(
     "Routing",
-    "inverse distinct perm send_counts recv_counts owner_rows count may_miss row_starts slots")
-Routing.__new__.__defaults__ = (None,)
+    "inverse distinct perm send_counts recv_counts owner_rows count may_miss row_starts slots "
+    "check")
+Routing.__new__.__defaults__ = (None, None)
 Routing.__doc__ = """How one forward pass moved one table's keys: inverse (backend int64
 [count], the distinct key of each input position; None on one rank, where keys are not
 de-duplicated), distinct (how many distinct keys), perm (backend int64, the distinct key of each
@@ -64,7 +65,8 @@ without insert, or with a low-frequency filter), row_starts (a TableGroup's row_
 routed, host int64 [T + 1], which a later growth replaces but never changes; else None), slots
 (backend int64, the per-peer capacity slot of each bucketed position, -1 past the keys, when the
 lookup sent capacity buffers (lookup/peer_capacity.py): distinct and perm are then padded to the
-keys, the counts are the caps, and owner_rows holds -1 at the slots no key filled; else None)."""
+keys, the counts are the caps, and owner_rows holds -1 at the slots no key filled; else None),
+check (the lookup's key checks its backward reads, a bounded_step.Deferred, or None)."""
 
 
 KeyCheck = collections.namedtuple("KeyCheck", "bounds judge flag error")
@@ -143,7 +145,8 @@ def _described(backend, check):
 
 
 def lookup_forward_many(runtime, tables, op, keys_list, training, local_error=None,
-                        key_check=None, admit_ratios=None, tags_list=None, tag_counts=None):
+                        key_check=None, admit_ratios=None, tags_list=None, tag_counts=None,
+                        defer_check=None):
     """Collective. tables: EmbeddingTables (or TableGroups, lookup/table_group.py); keys_list:
     one backend int 1-D array per table. Returns (vectors, routings): per table backend float32
     [n_t, dim_t] in input order, and the Routing its backward pass needs. Raises the step's input
@@ -154,7 +157,11 @@ def lookup_forward_many(runtime, tables, op, keys_list, training, local_error=No
     table None or, for a HashGroup (lookup/table_group.py), backend int64 [n_t]: the member of
     each key (a group's keys are de-duplicated per (tag, key), and its tags travel with its keys
     in the same exchange); tag_counts: None, or per table None or, for a HashGroup, host int64
-    [members]: how many of this rank's keys each member has (before de-duplication).
+    [members]: how many of this rank's keys each member has (before de-duplication);
+    defer_check: None (the checks are read before anything is gathered), "end" (the caller
+    reads nothing past the keys' places: no segment ids; a one-rank bounded step reads them
+    once its gather is queued) or "backward" (as "end", and the caller runs the lookup's
+    backward: the bounded step leaves them to it, bounded_step.py).
 
     The host waits once, for the op header: the keys are de-duplicated and bucketed by owner
     before anything is read (the kernels read nothing out of place whatever the keys), and the
@@ -175,15 +182,19 @@ def lookup_forward_many(runtime, tables, op, keys_list, training, local_error=No
     bounded, shared = _room_and_keys(tables, keys_list, tagged, training, tag_counts,
                                      admit_ratios)
     send_counts = np.zeros((size, len(tables)), dtype=np.int64)
-    prepared, sent_tags, slots = [], [], None
+    prepared, sent_tags, slots, deferred = [], [], None, None
     if error is None and size == 1:  # alone, nothing crosses a network: no de-duplication
         for t, keys in enumerate(keys_list):
             keys = backend.asarray(keys)
             send_counts[0, t] = keys.shape[0]
             prepared.append((keys, None, None, keys))
         sent_tags = [backend.asarray(tags_list[t]) for t in tagged]
-        told = exchange_sizes(runtime, op, None, error, flag, describe_error=describe,
-                              shared=shared).shared
+        later = defer_check is not None and bounded_step.defers(runtime, tables, training, flag)
+        told = exchange_sizes(runtime, op, None, error, None if later else flag,
+                              describe_error=describe, shared=shared).shared
+        if later:
+            deferred = bounded_step.Deferred(backend.read_later(flag), describe,
+                                             as_op_id(op).name)
         recv_counts = send_counts
     else:
         owner_counts, plan = None, None
@@ -266,7 +277,10 @@ def lookup_forward_many(runtime, tables, op, keys_list, training, local_error=No
                                 recv_counts[:, t].copy(), owner_rows[t], keys.shape[0],
                                 table.use_hashtable and (not training or
                                                          passed[t] is not None),
-                                getattr(table, "row_starts", None), slots[t]))
+                                getattr(table, "row_starts", None), slots[t],
+                                deferred if defer_check == "backward" else None))
+    if deferred is not None:
+        bounded_step.defer_or_read(runtime, deferred, defer_check == "backward")
     return outs, routings
 
 
@@ -476,12 +490,16 @@ def lookup_forward(runtime, table, op, keys, training, local_error=None):
     return vectors[0], routings[0]
 
 
-def exchange_gradients_many(runtime, tables, op, routings, grads_list):
+def exchange_gradients_many(runtime, tables, op, routings, grads_list, pieces_list=None):
     """Collective. grads_list: per table backend float32 [routing.count, dim] in the forward's
     input order. Returns per table backend (rows [u], summed [u, dim], ranks) of this rank's
     shard: per row used, the sum of its gradients over the job (a row -1 collects keys an
-    inference lookup missed); ranks: see _owned_rows."""
+    inference lookup missed); ranks: see _owned_rows. pieces_list: None, or per table None or
+    the host cuts [members + 1] of a group's keys member by member: a one-rank bounded step then
+    lays each table's rows out in pieces sized by its keys, without a wait (ranks is then a
+    bounded_step.Padded, rows and summed are padded with -1 rows and zeros)."""
     backend = runtime.backend
+    deferred = bounded_step.take(runtime, routings)
     error = None
     for table, routing, grads in zip(tables, routings, grads_list):
         if tuple(grads.shape) != (routing.count, table.dim):
@@ -490,9 +508,13 @@ def exchange_gradients_many(runtime, tables, op, routings, grads_list):
                 % (as_op_id(op).name, list(grads.shape), routing.count, table.dim))
     send_counts = np.stack([routing.send_counts for routing in routings], axis=1)
     recv_counts = np.stack([routing.recv_counts for routing in routings], axis=1)
-    # The owners' distinct rows are counted before the header, and read in its one wait.
-    started, sizes = _owned_rows_start(backend, tables, routings)
-    host_sizes = exchange_sizes(runtime, op, None, error, also_read=sizes).extra
+    padded = _padded_pieces(runtime, tables, routings, pieces_list)
+    if padded is None:  # the owners' distinct rows counted before the header, read in its wait
+        bounded_step.raise_if_set(runtime, deferred)  # counting reads rows only in range
+        deferred = []
+        started, sizes = _owned_rows_start(backend, tables, routings)
+    host_sizes = exchange_sizes(runtime, op, None, error,
+                                also_read=sizes if padded is None else ()).extra
     bucketed = []
     for routing, grads in zip(routings, grads_list):
         grads = backend.asarray(grads)
@@ -505,9 +527,42 @@ def exchange_gradients_many(runtime, tables, op, routings, grads_list):
             bucketed.append(per_key if routing.perm is None else backend.take_rows(
                 per_key, routing.perm))
     owned = _exchange(runtime, bucketed, send_counts, recv_counts)
+    if padded is not None:
+        out = [_padded_sums(backend, table, routing, received, pieces)
+               for table, routing, received, pieces in zip(tables, routings, owned, padded)]
+        bounded_step.raise_if_set(runtime, deferred)  # the forward's checks, its work queued
+        return out
     return [(rows, backend.segment_sum(received, inverse, rows.shape[0]), ranks)
             for (rows, inverse, ranks), received in zip(
                 _owned_rows_finish(backend, started, host_sizes), owned)]
+
+
+def _padded_pieces(runtime, tables, routings, pieces_list):
+    """Per table the host piece_starts of a bounded backward (bounded_step.py), or None where
+    the backward counts its rows: several ranks, a hash table, or a group without its cuts."""
+    if pieces_list is None or not bounded_step.enabled(runtime):
+        return None
+    out = []
+    for table, routing, cuts in zip(tables, routings, pieces_list):
+        members = len(_row_starts(table, routing)) - 1
+        if table.use_hashtable or routing.may_miss or routing.inverse is not None:
+            return None
+        if cuts is None and members == 1:
+            cuts = np.array([0, routing.count], np.int64)
+        if cuts is None or len(cuts) != members + 1 or int(cuts[-1]) != routing.count:
+            return None
+        out.append(bounded_step.piece_starts(cuts))
+    return out
+
+
+def _padded_sums(backend, table, routing, received, pieces):
+    """(rows, summed, Padded) of a bounded backward: each member's distinct rows ascending in
+    its piece, -1 and zeros in the places no row fills."""
+    starts = _row_starts(table, routing)
+    flat, local, inverse = backend.distinct_rows_padded(routing.owner_rows, int(starts[-1]),
+                                                        starts, pieces)
+    summed = backend.segment_sum(received, inverse, int(pieces[-1]))
+    return flat, summed, bounded_step.Padded(pieces, local)
 
 
 def _owned_rows_start(backend, tables, routings):
@@ -548,13 +603,14 @@ def _row_starts(table, routing):
     return np.array([0, int(table.values.shape[0])], np.int64)
 
 
-def lookup_backward_many(runtime, tables, op, routings, grads_list):
+def lookup_backward_many(runtime, tables, op, routings, grads_list, pieces_list=None):
     """Collective. As exchange_gradients_many, but returns per table backend (values [u, dim],
-    rows [u], ranks) of the rows that exist, for an IndexedSlices (ranks: see _owned_rows)."""
+    rows [u], ranks) of the rows that exist, for an IndexedSlices (ranks: see _owned_rows; a
+    bounded_step.Padded where pieces_list made the backward bounded)."""
     backend = runtime.backend
     out = []
     for table, routing, (rows, summed, ranks) in zip(tables, routings, exchange_gradients_many(
-            runtime, tables, op, routings, grads_list)):
+            runtime, tables, op, routings, grads_list, pieces_list)):
         if routing.may_miss:  # rare: the gradient of an inference lookup; drop the misses
             host_rows = backend.to_host(rows)
             used = host_rows >= 0
@@ -573,8 +629,9 @@ def lookup_backward_many(runtime, tables, op, routings, grads_list):
 
 
 def lookup_backward(runtime, table, op, routing, grads):
-    """Collective. lookup_backward_many for one table: returns backend (values, rows)."""
-    return lookup_backward_many(runtime, [table], op, [routing], [grads])[0][:2]
+    """Collective. lookup_backward_many for one table: returns backend (values, rows); a
+    bounded one-rank step (bounded_step.py) pads them with zeros and rows -1."""
+    return lookup_backward_many(runtime, [table], op, [routing], [grads], [None])[0][:2]
 
 
 def exchange_gradients(runtime, table, op, routing, grads):

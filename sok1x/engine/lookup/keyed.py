@@ -30,7 +30,7 @@ import collections
 import numpy as np
 
 from sok1x.engine.tables import optimizer_updates
-from sok1x.engine.lookup import group_gradients, table_group
+from sok1x.engine.lookup import bounded_step, group_gradients, table_group
 from sok1x.engine.lookup.checks import KEY_DTYPES, V1_LIMIT, VARIABLE_LIMIT, check_keys_by_bounds
 from sok1x.engine.lookup.checks import first_error
 from sok1x.engine.lookup.key_exchange import KeyCheck, lookup_backward_many, lookup_forward_many
@@ -243,10 +243,11 @@ def keyed_distinct_forward(runtime, tables, op, item, training, key_limits, pays
     return found, inverse, KeyedState(pooling, cuts, np.array([0, count], np.int64), False)
 
 
-def keyed_forward(runtime, tables, op, item, training, key_limits=None):
+def keyed_forward(runtime, tables, op, item, training, key_limits=None, checks="end"):
     """Collective. item: a KeyedInput over `tables` (all of one dim). Returns (float32
     [sum(num_segments), dim], KeyedState). Every input error, on any rank, raises on every rank
-    before any table changes."""
+    before any table changes; checks="backward": the caller runs the backward, which may read
+    the keys' checks (a bounded step, lookup/bounded_step.py)."""
     backend = runtime.backend
     item = _normalized(backend, tables, item)
     error, cuts, segment_cuts = _checked_layout(tables, item)
@@ -271,7 +272,9 @@ def keyed_forward(runtime, tables, op, item, training, key_limits=None):
         keys = backend.asarray(np.zeros(0, np.int64))
     (found,), (routing,) = lookup_forward_many(runtime, [unit.table], op, [keys], training,
                                                error, key_check=key_check, tags_list=[tags],
-                                               tag_counts=[tag_counts])
+                                               tag_counts=[tag_counts],
+                                               defer_check=None if segment_ids is not None
+                                               else checks)
     num_segments = int(segment_cuts[-1])
     pool = make_pool(backend, segment_ids, num_segments, item.weights, item.combiner)
     pooling = UnitPooling(unit, routing, [pool], item.lengths, item.num_segments)
@@ -300,11 +303,13 @@ def _forward_by_table(runtime, tables, op, item, training, key_limits, error, cu
     return backend.join_rows(outputs), KeyedState(state, cuts, segment_cuts, True)
 
 
-def keyed_backward(runtime, tables, op, state, grads, rows_per_table=False):
+def keyed_backward(runtime, tables, op, state, grads, rows_per_table=False, bounded=True):
     """Collective. grads: float32 [sum(num_segments), dim] like the forward's output. Returns
     (values [u, dim], rows int64 [u], counts host int64 [T]) of this rank's shards; with
     rows_per_table, rows is a list of each table's rows (64-byte aligned, known distinct when
-    handed back to a per-table update: engine/lookup/distinct_rows.py)."""
+    handed back to a per-table update: engine/lookup/distinct_rows.py). A bounded one-rank
+    step (lookup/bounded_step.py; bounded=False keeps the rows counted, for a seam that sends
+    them over the host) returns a piece per table sized by its keys, padded with rows -1."""
     backend = runtime.backend
     grads = backend.asarray(grads)
     dim = tables[0].dim
@@ -326,10 +331,23 @@ def keyed_backward(runtime, tables, op, state, grads, rows_per_table=False):
     # a gradient that does not fit: exchange_gradients_many reports it on every rank
     per_key = spread_rows(backend, grads, pooling.pools[0]) if fits else backend.empty(
         (0, dim), np.float32)
-    (summed, rows, ranks), = lookup_backward_many(runtime, [unit.table], op, [pooling.routing],
-                                                  [per_key])
     group = unit.table
-    if not isinstance(group, table_group.TableGroup):
+    grouped = isinstance(group, table_group.TableGroup)
+    (summed, rows, ranks), = lookup_backward_many(runtime, [unit.table], op, [pooling.routing],
+                                                  [per_key],
+                                                  [state.cuts if grouped else None] if bounded
+                                                  else None)
+    if isinstance(ranks, bounded_step.Padded):  # a bounded step: a piece per member
+        counts = np.diff(ranks.piece_starts)
+        if not grouped:
+            return summed, [rows] if rows_per_table else rows, counts
+        starts = pooling.routing.row_starts
+        if rows_per_table:
+            pieces = group_gradients.split_padded(backend, group, summed, rows, ranks, starts)
+            return summed, [r for _, r in pieces], counts
+        group.last_keyed = (ranks.local, summed, rows, starts)
+        return summed, ranks.local, counts
+    if not grouped:
         return summed, [rows] if rows_per_table else rows, np.array([int(rows.shape[0])],
                                                                     dtype=np.int64)
     counts = np.diff(ranks).astype(np.int64)

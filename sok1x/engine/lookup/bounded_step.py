@@ -1,0 +1,111 @@
+"""A one-rank training step whose host waits for nothing but its key checks: its buffers are
+sized before it, and its checks are read once its own work is queued (DESIGN D14 on one rank;
+SOK1X_BOUNDED_STEP=1). It serves the dense lookup (api.dense_lookup) and the keyed lookup
+(api.keyed_lookup) of tables whose rows follow from their keys; a seam that sends the rows over
+the host (engine/lookup/compact.py) keeps them counted, as every lookup on several ranks does.
+
+Forward. A training lookup of tables whose rows follow from their keys (no hash table: no insert
+happens in it), without segment ids, starts its key checks on the device, queues a copy of their
+flag to the host (backend.read_later, so reading it waits for the checks alone) and queues its
+gather before anything reads them. The gather gives a zero row for a key outside the shard, so
+nothing is read out of place whatever the keys. Then either the lookup reads the checks' flag
+itself, once its work is queued (checks="end", what a framework's op does: it cannot know
+whether the step runs a backward), or, where its caller promises to run the backward
+(checks="backward", the engine's own training step), it keeps the flag (defer_or_read) for the
+backward, which reads it once its own work is queued (take, raise_if_set); so a step waits once,
+in its backward. A promise broken (no backward came) is caught by the next collective op
+(read_left), which fails with the forward's error. No table has changed by then: the update is a
+later op, and a failed backward hands it nothing.
+
+Backward. The distinct rows of the keys are not counted on the host: they go into pieces whose
+size is known before the step, backend.distinct_rows_padded. Member t of a table group (or the
+one table) gets piece t, with a place for each of its keys, rounded up to ALIGN_ROWS, so every
+piece starts 64 bytes aligned and a framework takes it without a copy. Member t's distinct rows
+fill the front of its piece in ascending order; a place no row fills holds row -1 and a zero
+gradient, which every optimizer update skips (backend/*/optimizers.py). The backward returns the
+pieces, and each piece's size stands for the member's count of rows.
+
+    keys of member t:   cuts[t] .. cuts[t + 1]        (host, from the forward)
+    piece of member t:  piece_starts[t] .. piece_starts[t + 1],
+                        piece_starts = 0, cumsum(ceil((cuts[t + 1] - cuts[t]) / 8) * 8)
+
+Cost, one lookup of n keys of dim d, of which u are distinct: the backward's rows, local rows
+and summed gradients are as long as the keys (rounded up by at most 7 a member), not as the
+distinct keys: (16 + 4 d) (n - u) bytes more, and the update reads n - u more rows (-1, skipped
+at once). Nothing crosses a network on one rank. On several ranks this switch changes nothing
+yet: the exchanges are sized by counts or by per-peer capacities (peer_capacity.py).
+"""
+import collections
+import os
+
+import numpy as np
+
+ENV = "SOK1X_BOUNDED_STEP"
+ALIGN_ROWS = 8  # int64 rows per 64 bytes
+
+Deferred = collections.namedtuple("Deferred", "read describe op_name")
+Deferred.__doc__ = """A forward's key checks left unread: read() -> the host copy of their flag
+(backend.read_later: the copy queued with the checks, so reading waits for them alone; nonzero
+where a key is bad), describe() -> the error that names it, op_name (for the message)."""
+
+Padded = collections.namedtuple("Padded", "piece_starts local")
+Padded.__doc__ = """How a backward laid out its distinct rows: piece_starts (host int64 [T + 1]),
+local (backend int64 [piece_starts[-1]]: each row less its member's first row, -1 where no row
+is)."""
+
+
+def enabled(runtime):
+    """True when SOK1X_BOUNDED_STEP=1 and the job has one rank."""
+    return runtime.size == 1 and os.environ.get(ENV, "0") in ("1", "true", "True")
+
+
+def defers(runtime, tables, training, flag):
+    """True if a lookup of `tables` leaves its key checks' `flag` unread (see the module)."""
+    return (flag is not None and training and enabled(runtime)
+            and not any(table.use_hashtable for table in tables))
+
+
+def defer_or_read(runtime, deferred, backward):
+    """Keeps a forward's Deferred checks for its backward (backward=True; the next collective
+    op reads them if it never comes), or reads them now (raising the bad input's error)."""
+    if backward:
+        runtime.unread_checks.append(deferred)
+    else:
+        raise_if_set(runtime, [deferred])
+
+
+def take(runtime, routings):
+    """The Deferred checks of `routings` (each once), no longer left for the next op."""
+    taken = []
+    for routing in routings:
+        deferred = getattr(routing, "check", None)
+        if deferred is not None and not any(deferred is d for d in taken):
+            taken.append(deferred)
+            for position, unread in enumerate(runtime.unread_checks):
+                if unread is deferred:
+                    del runtime.unread_checks[position]
+                    break
+    return taken
+
+
+def raise_if_set(runtime, taken, note=""):
+    """Reads the flags of `taken` (a wait each, for its checks alone) and raises the first bad
+    input's error as the forward's op header would have (runtime.host.raise_together), `note`
+    after its name."""
+    for deferred in taken:
+        if int(deferred.read()[0]):
+            runtime.host.raise_together(deferred.describe(), deferred.op_name + note)
+
+
+def read_left(runtime):
+    """Reads the checks of forwards whose backward never came and raises the
+    first bad input's error, naming its lookup."""
+    taken, runtime.unread_checks = list(runtime.unread_checks), []
+    raise_if_set(runtime, taken, " (its checks read by the next op: it had no backward pass)")
+
+
+def piece_starts(cuts):
+    """Host int64 [T + 1]: where each member's piece starts, its keys' count (cuts, host [T + 1])
+    rounded up to ALIGN_ROWS."""
+    sizes = np.diff(np.asarray(cuts, dtype=np.int64))
+    return np.concatenate([[0], np.cumsum(-(-sizes // ALIGN_ROWS) * ALIGN_ROWS)]).astype(np.int64)

@@ -1,0 +1,167 @@
+"""The bounded one-rank step (engine/lookup/bounded_step.py, SOK1X_BOUNDED_STEP=1) on the cuda
+engine at one GPU: the kernels lay the distinct rows out in pieces exactly as the cpu backend
+does (rows out of range included), a gather gives zeros past the table, and over many steps a
+bounded step equals the counted one (outputs bit for bit; gradients once the padding is
+dropped, and the tables after the updates, up to the order of atomic additions), for one table
+looked up dense and a group looked up keyed, waiting on the host once a step instead of twice;
+bad keys fail in the backward and change no table.
+
+    mpiexec --allow-run-as-root -n 1 python3 -m pytest -q tests/gpu/test_bounded_step_cuda.py
+"""
+import numpy as np
+import pytest
+
+pytest.importorskip("pycuda")
+
+from sok1x.backend import cpu, random_init  # noqa: E402
+from sok1x.engine import api, runtime  # noqa: E402
+from sok1x.engine.lookup import bounded_step  # noqa: E402
+from sok1x.engine.lookup.keyed import KeyedInput  # noqa: E402
+from sok1x.errors import InvalidInputError  # noqa: E402
+
+pytestmark = [pytest.mark.timeout(300, method="thread"), pytest.mark.usefixtures("engine")]
+SPEC = random_init.make_spec("uniform", -1.0, 1.0, seed=41)
+DIM, ROWS = 16, 5000
+HYPER = {"lr_t": 0.01, "beta1": 0.9, "beta2": 0.999, "epsilon": 1e-8}
+
+
+def host(array):
+    return runtime.get().backend.to_host(array)
+
+
+def make_pair(tag, count):
+    """`count` tables made twice with the same rows: (bounded names, counted names)."""
+    backend = runtime.get().backend
+    pair = []
+    for way in ("bounded", "counted"):
+        names = ["%s_%s_%d" % (way, tag, t) for t in range(count)]
+        for t, name in enumerate(names):
+            api.create_table(name, DIM, ROWS + 64 * t, False, SPEC, replace=True)
+            api.shard(name)
+        pair.append(names)
+    for a, b in zip(*pair):
+        shard = api.shard(b)
+        rows = backend.asarray(np.arange(shard.values.shape[0], dtype=np.int64))
+        backend.put_rows(shard.values, rows, backend.asarray(host(api.shard(a).values)))
+    return pair
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_padded_layout_equals_cpu(seed):
+    backend = runtime.get().backend
+    rng = np.random.default_rng(seed)
+    members = 1 + seed
+    row_starts = np.concatenate([[0], np.cumsum(rng.integers(0, 3000, size=members))])
+    lengths = rng.integers(0, 4000, size=members)
+    pieces = bounded_step.piece_starts(np.concatenate([[0], np.cumsum(lengths)]))
+    bound = int(row_starts[-1])
+    rows = rng.integers(-3, bound + 50, size=int(lengths.sum()))
+    got = backend.distinct_rows_padded(backend.asarray(rows), bound, row_starts, pieces)
+    for a, b in zip(got, cpu.distinct_rows_padded(rows, bound, row_starts, pieces)):
+        np.testing.assert_array_equal(host(a), b)
+
+
+def test_gather_past_the_table_gives_zeros():
+    backend = runtime.get().backend
+    table = backend.asarray(np.arange(40, dtype=np.float32).reshape(10, 4) + 1)
+    rows = np.array([0, 9, 10, -1, 12345, 3])
+    got = host(backend.gather_rows(table, backend.asarray(rows)))
+    want = cpu.gather_rows(host(table), rows)
+    np.testing.assert_array_equal(got, want)
+    assert not want[[2, 3, 4]].any()
+
+
+def assert_tables_close(bounded, counted):
+    for a, b in zip(bounded, counted):
+        np.testing.assert_allclose(host(api.shard(a).values), host(api.shard(b).values),
+                                   rtol=1e-5, atol=1e-6)
+        for slot in ("Adam/m", "Adam/v"):
+            np.testing.assert_allclose(host(api.shard(a).slots[slot]),
+                                       host(api.shard(b).slots[slot]), rtol=1e-5, atol=1e-7)
+
+
+def dense_step(name, keys, bounded, monkeypatch, checks="backward"):
+    monkeypatch.setenv(bounded_step.ENV, "1" if bounded else "0")
+    backend = runtime.get().backend
+    out, token = api.dense_lookup(name, name + "_fwd", backend.asarray(keys), True,
+                                  checks=checks)
+    values, rows = api.dense_lookup_grad(name, name + "_bwd", token, out)
+    api.apply_optimizer_updates([name], "lazy_adam", "Adam", {}, HYPER, [values], [rows])
+    return host(out), host(values), host(rows)
+
+
+def test_dense_steps_equal_counted(monkeypatch):
+    (bounded,), (counted,) = make_pair("dense", 1)
+    rng = np.random.default_rng(3)
+    for step in range(8):
+        keys = rng.integers(0, ROWS, size=(2048 + 64 * step, 2))
+        got, want = dense_step(bounded, keys, True, monkeypatch), dense_step(
+            counted, keys, False, monkeypatch)
+        np.testing.assert_array_equal(got[0], want[0])
+        kept = got[2] >= 0
+        assert got[2].shape[0] == -(-keys.size // 8) * 8 and not got[1][~kept].any()
+        order = np.argsort(want[2])
+        np.testing.assert_array_equal(got[2][kept], want[2][order])
+        np.testing.assert_allclose(got[1][kept], want[1][order], rtol=1e-5, atol=1e-6)
+        assert_tables_close([bounded], [counted])
+
+
+def test_keyed_group_steps_equal_counted(monkeypatch):
+    count = 6
+    bounded, counted = make_pair("keyed", count)
+    backend = runtime.get().backend
+    rng = np.random.default_rng(5)
+    for step in range(6):
+        lengths = np.array([512 + 97 * ((t + step) % 4) for t in range(count)])
+        keys = np.concatenate([rng.integers(0, ROWS + 64 * t, size=n)
+                               for t, n in enumerate(lengths)])
+        results = []
+        for names, on in ((bounded, True), (counted, False)):
+            monkeypatch.setenv(bounded_step.ENV, "1" if on else "0")
+            item = KeyedInput(backend.asarray(keys), lengths, None, lengths, None, "sum")
+            out, token = api.keyed_lookup(names, names[0] + "_fwd", item, True,
+                                          checks="backward")
+            values, rows, counts = api.keyed_lookup_grad(names, names[0] + "_bwd", token, out)
+            api.apply_keyed_update(names, "lazy_adam", "Adam", {}, HYPER, values, rows, counts)
+            results.append((host(out), host(values), host(rows), counts))
+        got, want = results
+        np.testing.assert_array_equal(got[0], want[0])
+        np.testing.assert_array_equal(got[3], -(-lengths // 8) * 8)
+        got_cuts, want_cuts = np.cumsum([0] + list(got[3])), np.cumsum([0] + list(want[3]))
+        for t in range(count):
+            rows = got[2][got_cuts[t]:got_cuts[t + 1]]
+            kept = rows >= 0
+            np.testing.assert_array_equal(rows[kept], want[2][want_cuts[t]:want_cuts[t + 1]])
+            np.testing.assert_allclose(got[1][got_cuts[t]:got_cuts[t + 1]][kept],
+                                       want[1][want_cuts[t]:want_cuts[t + 1]], rtol=1e-5,
+                                       atol=1e-6)
+        assert_tables_close(bounded, counted)
+
+
+@pytest.mark.parametrize("checks", ["end", "backward"])
+def test_a_bounded_step_waits_once(checks, monkeypatch):
+    (bounded,), (counted,) = make_pair("waits_" + checks, 1)
+    keys = np.random.default_rng(8).integers(0, ROWS, size=(4096,))
+    waits = {}
+    for name, on in ((bounded, True), (counted, False)):
+        dense_step(name, keys, on, monkeypatch, checks)
+        before = runtime.get().stats()["host_waits"]
+        dense_step(name, keys, on, monkeypatch, checks)
+        waits[on] = runtime.get().stats()["host_waits"] - before
+    # host() reads the three results: three waits each, beside the step's own
+    assert waits == {True: 3 + 1, False: 3 + 2}
+
+
+def test_bad_keys_fail_in_the_backward(monkeypatch):
+    (bounded,), _ = make_pair("bad", 1)
+    monkeypatch.setenv(bounded_step.ENV, "1")
+    backend = runtime.get().backend
+    before = host(api.shard(bounded).values)
+    keys = backend.asarray(np.array([3, ROWS + 7, 5, -2]))
+    out, token = api.dense_lookup(bounded, bounded + "_fwd", keys, True, checks="backward")
+    with pytest.raises(InvalidInputError, match=bounded):
+        api.dense_lookup_grad(bounded, bounded + "_bwd", token, out)
+    assert not host(out)[[1, 3]].any()
+    np.testing.assert_array_equal(host(api.shard(bounded).values), before)
+    with pytest.raises(InvalidInputError, match=bounded):  # the forward reads them itself
+        api.dense_lookup(bounded, bounded + "_fwd", keys, True)

@@ -1,0 +1,208 @@
+"""The bounded one-rank step (engine/lookup/bounded_step.py, SOK1X_BOUNDED_STEP=1, DESIGN D14)
+on the cpu backend, at any number of ranks: over many steps with changing, repeated keys it
+equals the counted step bit for bit (outputs, the gradient's rows and values once its padding
+is dropped, and every table row and optimizer slot after the updates), for one table looked up
+dense and for a table group looked up keyed; on one rank its backward hands back pieces sized
+by the keys and the step waits on the host once instead of twice; bad keys fail the step with
+today's error and change no table: in the forward, or in the backward where the caller promised
+one (and, when it never comes, in the next collective op); the backend's padded layout against
+a reference built row by row."""
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+from sok1x.backend import cpu, random_init
+from sok1x.engine import api, runtime
+from sok1x.engine.lookup import bounded_step
+from sok1x.engine.lookup.keyed import KeyedInput
+from sok1x.errors import InvalidInputError
+
+COMM = MPI.COMM_WORLD
+RANK, SIZE = COMM.Get_rank(), COMM.Get_size()
+SPEC = random_init.make_spec("uniform", -1.0, 1.0, seed=31)
+DIM, ROWS = 8, 40
+RULES = {"lazy_adam": ("Adam", ("m", "v")), "adagrad": ("Adagrad", ("accumulator",))}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def engine():
+    return runtime.init(backend="cpu")
+
+
+def hyper(rule, step):
+    if rule == "adagrad":
+        return {"lr": 0.1, "epsilon": 1e-7}
+    lr = 0.01 * np.sqrt(1 - 0.999 ** step) / (1 - 0.9 ** step)
+    return {"lr_t": lr, "beta1": 0.9, "beta2": 0.999, "epsilon": 1e-8}
+
+
+def make_tables(tag, count):
+    """`count` tables made twice with the same rows: (bounded names, counted names)."""
+    pair = []
+    for way in ("bounded", "counted"):
+        names = ["%s_%s_%d" % (way, tag, t) for t in range(count)]
+        for t, name in enumerate(names):
+            api.create_table(name, DIM, ROWS + 8 * t, False, SPEC, replace=True)
+        pair.append(names)
+    for a, b in zip(*pair):
+        api.shard(b).values[...] = api.shard(a).values
+    return pair
+
+
+def dense_step(name, keys, top_scale, rule, step, bounded, monkeypatch, checks="backward"):
+    """One dense lookup, backward and update of table `name`: (output, values, rows)."""
+    monkeypatch.setenv(bounded_step.ENV, "1" if bounded else "0")
+    out, token = api.dense_lookup(name, name + "_fwd", keys, True, checks=checks)
+    values, rows = api.dense_lookup_grad(name, name + "_bwd", token, out * top_scale)
+    prefix = RULES[rule][0]
+    api.apply_optimizer_updates([name], rule, prefix, {}, hyper(rule, step), [values], [rows])
+    return np.array(out), np.array(values), np.array(rows)
+
+
+def keyed_step(names, keys, lengths, top_scale, rule, step, bounded, monkeypatch):
+    """One keyed lookup (each key its own output row), backward and update of `names`."""
+    monkeypatch.setenv(bounded_step.ENV, "1" if bounded else "0")
+    item = KeyedInput(keys, lengths, None, lengths, None, "sum")
+    out, token = api.keyed_lookup(names, names[0] + "_fwd", item, True, checks="backward")
+    values, rows, counts = api.keyed_lookup_grad(names, names[0] + "_bwd", token,
+                                                 out * top_scale)
+    api.apply_keyed_update(names, rule, RULES[rule][0], {}, hyper(rule, step), values, rows,
+                           counts)
+    return np.array(out), np.array(values), np.array(rows), counts
+
+
+def without_padding(values, rows):
+    kept = rows >= 0
+    return values[kept], rows[kept]
+
+
+def assert_tables_equal(bounded, counted, rule):
+    for a, b in zip(bounded, counted):
+        np.testing.assert_array_equal(api.shard(a).values, api.shard(b).values)
+        for slot in RULES[rule][1]:
+            np.testing.assert_array_equal(api.shard(a).slot(slot), api.shard(b).slot(slot))
+
+
+@pytest.mark.parametrize("rule", ["lazy_adam", "adagrad"])
+def test_dense_step_equals_counted(rule, monkeypatch):
+    bounded, counted = make_tables("dense_" + rule, 1)
+    rng = np.random.default_rng([5, RANK])
+    for step in range(1, 8):
+        keys = rng.integers(0, ROWS * SIZE, size=(6 + step, 3))  # repeats among them
+        scale = np.float32(0.5 + step)
+        got = dense_step(bounded[0], keys, scale, rule, step, True, monkeypatch)
+        want = dense_step(counted[0], keys, scale, rule, step, False, monkeypatch)
+        np.testing.assert_array_equal(got[0], want[0])
+        values, rows = without_padding(got[1], got[2])
+        np.testing.assert_array_equal(rows, want[2])
+        np.testing.assert_array_equal(values, want[1])
+        if SIZE == 1:  # one place per key, rounded up to 8, the rest padding
+            assert got[2].shape[0] == -(-keys.size // 8) * 8 > want[2].shape[0]
+            assert not got[1][got[2] < 0].any()
+        else:  # the switch changes nothing on several ranks yet
+            assert got[2].shape == want[2].shape
+        assert_tables_equal(bounded, counted, rule)
+
+
+@pytest.mark.parametrize("rule", ["lazy_adam", "adagrad"])
+def test_keyed_group_step_equals_counted(rule, monkeypatch):
+    count = 5
+    bounded, counted = make_tables("keyed_" + rule, count)
+    rng = np.random.default_rng([9, RANK])
+    for step in range(1, 7):
+        lengths = np.array([(3 * t + step) % 7 + (t != 2) for t in range(count)])  # one empty
+        keys = np.concatenate([rng.integers(0, (ROWS + 8 * t) * SIZE, size=n)
+                               for t, n in enumerate(lengths)])
+        scale = np.float32(1.5 - 0.1 * step)
+        got = keyed_step(bounded, keys, lengths, scale, rule, step, True, monkeypatch)
+        want = keyed_step(counted, keys, lengths, scale, rule, step, False, monkeypatch)
+        np.testing.assert_array_equal(got[0], want[0])
+        got_cuts = np.concatenate([[0], np.cumsum(got[3])])
+        want_cuts = np.concatenate([[0], np.cumsum(want[3])])
+        for t in range(count):
+            values, rows = without_padding(got[1][got_cuts[t]:got_cuts[t + 1]],
+                                           got[2][got_cuts[t]:got_cuts[t + 1]])
+            np.testing.assert_array_equal(rows, want[2][want_cuts[t]:want_cuts[t + 1]])
+            np.testing.assert_array_equal(values, want[1][want_cuts[t]:want_cuts[t + 1]])
+        if SIZE == 1:
+            np.testing.assert_array_equal(got[3], -(-lengths // 8) * 8)
+        assert_tables_equal(bounded, counted, rule)
+
+
+@pytest.mark.parametrize("checks", ["end", "backward"])
+def test_one_rank_step_waits_once(checks, monkeypatch):
+    """Counted, the forward waits for its checks and the backward for its rows' count. Bounded
+    on one rank, the backward counts nothing, and the checks are read once the forward's gather
+    is queued (checks="end") or once the backward's work is (checks="backward")."""
+    bounded, counted = make_tables("waits_" + checks, 1)
+    keys = np.arange(12) % (ROWS * SIZE)
+    waits = {}
+    for name, on in ((bounded[0], True), (counted[0], False)):
+        dense_step(name, keys, np.float32(1), "adagrad", 1, on, monkeypatch, checks)  # warm
+        before = runtime.get().stats()["host_waits"]
+        dense_step(name, keys, np.float32(1), "adagrad", 2, on, monkeypatch, checks)
+        waits[on] = runtime.get().stats()["host_waits"] - before
+    assert waits[False] == 2
+    assert waits[True] == (1 if SIZE == 1 else 2)
+
+
+@pytest.mark.parametrize("checks", ["end", "backward"])
+def test_bad_keys_fail_the_step_and_change_nothing(checks, monkeypatch):
+    """checks="end": the forward fails, as counted; "backward": the backward fails (the forward
+    gave zeros for the bad key, reading nothing out of place)."""
+    bounded, _ = make_tables("bad_" + checks, 1)
+    name = bounded[0]
+    monkeypatch.setenv(bounded_step.ENV, "1")
+    before = api.shard(name).values.copy()
+    keys = np.array([1, 2, ROWS * SIZE + 5, 3])  # past the table
+    failed_in = None
+    with pytest.raises(InvalidInputError, match=name):
+        failed_in = "forward"
+        out, token = api.dense_lookup(name, name + "_fwd", keys, True, checks=checks)
+        np.testing.assert_array_equal(np.asarray(out)[2], 0)
+        failed_in = "backward"
+        api.dense_lookup_grad(name, name + "_bwd", token, out)
+    assert failed_in == ("backward" if checks == "backward" and SIZE == 1 else "forward")
+    np.testing.assert_array_equal(api.shard(name).values, before)
+    assert not runtime.get().unread_checks
+    dense_step(name, keys[[0, 1, 3]], np.float32(1), "adagrad", 1, True, monkeypatch, checks)
+
+
+def test_a_promised_backward_that_never_comes_fails_the_next_op(monkeypatch):
+    bounded, _ = make_tables("lone", 1)
+    name = bounded[0]
+    monkeypatch.setenv(bounded_step.ENV, "1")
+    with pytest.raises(InvalidInputError, match="no backward pass" if SIZE == 1 else name):
+        api.dense_lookup(name, name + "_fwd", np.array([-3, 1]), True, checks="backward")
+        api.dense_lookup(name, name + "_fwd", np.array([0, 1]), True)
+    assert not runtime.get().unread_checks
+
+
+def padded_reference(rows, bound, row_starts, piece_starts):
+    """distinct_rows_padded built one range at a time."""
+    flat = np.full(piece_starts[-1], -1)
+    local, inverse = flat.copy(), np.full(len(rows), -1)
+    for t in range(len(row_starts) - 1):
+        low, high = row_starts[t], min(row_starts[t + 1], bound)
+        mine = sorted({int(r) for r in rows if low <= r < high})
+        room = piece_starts[t + 1] - piece_starts[t]
+        for place, row in enumerate(mine[:room]):
+            flat[piece_starts[t] + place] = row
+            local[piece_starts[t] + place] = row - low
+            inverse[np.asarray(rows) == row] = piece_starts[t] + place
+    return flat, local, inverse
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_padded_layout(seed):
+    rng = np.random.default_rng(seed)
+    members = 1 + seed % 4
+    row_starts = np.concatenate([[0], np.cumsum(rng.integers(0, 30, size=members))])
+    lengths = rng.integers(0, 20, size=members)
+    piece_starts = bounded_step.piece_starts(np.concatenate([[0], np.cumsum(lengths)]))
+    bound = int(row_starts[-1])
+    rows = rng.integers(-2, bound + 3, size=int(lengths.sum()) + seed)  # some out of range
+    got = cpu.distinct_rows_padded(rows, bound, row_starts, piece_starts)
+    for a, b in zip(got, padded_reference(rows, bound, row_starts, piece_starts)):
+        np.testing.assert_array_equal(a, b)
+    assert np.all(piece_starts % 8 == 0)
