@@ -42,6 +42,10 @@ exchange, update: LazyAdam, Adagrad for mlperf26) five ways:
                    host NumPy arrays through page-locked buffers, the pooled vectors crossing
                    (the framework's own copies to and from its GPU not made, nor counted)
     sok1x_device   the engine on device arrays, no framework at all
+    sok1x_bounded  sok1x_device as a bounded step (SOK1X_BOUNDED_STEP=1,
+                   engine/lookup/bounded_step.py): on one rank the forward leaves its key
+                   checks to the backward and the backward's rows are padded to the keys, so
+                   the host waits once a step, not twice (the same on several ranks)
     torch_dedup    the strongest plain-PyTorch step we could write: torch.unique before the
                    exchange, all_to_all_single, index_select, the same optimizer on the unique
                    rows; for several tables, the tables concatenated with key offsets into one
@@ -78,6 +82,7 @@ from torch.utils import dlpack as torch_dlpack
 
 from sok1x.backend import dlpack, random_init
 from sok1x.engine import api, kernel_calls, runtime
+from sok1x.engine.lookup import bounded_step
 
 import harness
 import sok_steps
@@ -88,7 +93,8 @@ SPEC = random_init.make_spec("uniform", -1.0, 1.0, seed=5)
 CHECK_STEPS = 2
 SUMMARY_NAMES = ("ms_per_step", "ms_min", "ms_max", "ms_repeats")
 VARIANTS = ("sok1x_kernels", "sok1x_dlpack", "sok1x_host", "sok1x_host_kept",
-            "sok1x_host_pooled", "sok1x_device", "torch_dedup", "torch_graph", "torch_plain")
+            "sok1x_host_pooled", "sok1x_device", "sok1x_bounded", "torch_dedup", "torch_graph",
+            "torch_plain")
 HOST_VARIANTS = ("sok1x_host", "sok1x_host_kept", "sok1x_host_pooled")
 
 
@@ -208,6 +214,19 @@ class SokVariants(sok_steps.EngineStep):
             self.kernels.register(
                 lambda values, rows: self._update([(values, rows)], self._hyper()) or np.int64(0),
                 ["device", "device"], ["host"], np.int64))
+
+    def bounded(self, keys_device):
+        """device() as a bounded step (engine/lookup/bounded_step.py, SOK1X_BOUNDED_STEP=1):
+        on one rank no host wait but the backward's read of the forward's checks."""
+        before = os.environ.get(bounded_step.ENV)
+        os.environ[bounded_step.ENV] = "1"
+        try:
+            return self.device(keys_device)
+        finally:
+            if before is None:
+                del os.environ[bounded_step.ENV]
+            else:
+                os.environ[bounded_step.ENV] = before
 
     def kernels_step(self, keys_torch):
         with runtime.entered():
@@ -442,6 +461,7 @@ def _single_table_runs(rt, w, device, sok, names):
     del weight
     runs = {
         "sok1x_device": lambda s: sok.device([keys_device[s % 3]]),
+        "sok1x_bounded": lambda s: sok.bounded([keys_device[s % 3]]),
         "sok1x_kernels": lambda s: sok.kernels_step([keys_torch[s % 3]]),
         "sok1x_kernels_unordered": lambda s: sok.kernels_unordered([keys_torch[s % 3]]),
         "sok1x_dlpack": lambda s: sok.dlpack([keys_torch[s % 3]]),
@@ -513,6 +533,7 @@ def _table_runs(rt, w, device, sok, names):
     joined_torch = [[torch.from_numpy(k).to(device)] for k in joined]
     runs = {
         "sok1x_device": lambda s: sok.device(keys_device[s % 3]),
+        "sok1x_bounded": lambda s: sok.bounded(keys_device[s % 3]),
         "sok1x_kernels": lambda s: sok.kernels_step(joined_torch[s % 3]),
         "sok1x_kernels_unordered": lambda s: sok.kernels_unordered(joined_torch[s % 3]),
         "sok1x_dlpack": lambda s: sok.dlpack(joined_torch[s % 3]),
@@ -582,6 +603,7 @@ def run_workload(rt, name, device, steps, repeats, scale, pcie):
     timed = {variant: harness.Steps(run, CHECK_STEPS) for variant, run in runs.items()}
     times = harness.interleaved_ms(timed, repeats, steps, synchronize)
     counts = per_step_counts(rt, timed["sok1x_device"], synchronize)
+    bounded_counts = per_step_counts(rt, timed["sok1x_bounded"], synchronize)
     stand_in_us = None
     if "sok1x_kernels" in timed:  # what TensorFlow's C++ would do, here done in Python
         synchronize()
@@ -610,6 +632,8 @@ def run_workload(rt, name, device, steps, repeats, scale, pcie):
                 entry["over_pcie_bound"] = entry["ms_per_step"] / entry["pcie_bound_ms"]
         if variant == "sok1x_device":
             entry["per_step_counts"] = counts
+        if variant == "sok1x_bounded":
+            entry["per_step_counts"] = bounded_counts
         if variant == "sok1x_kernels":
             entry["stand_in_us"] = stand_in_us
         if variant in ("torch_graph", "sok1x_device") and graph_floor_ms is not None:
@@ -619,6 +643,7 @@ def run_workload(rt, name, device, steps, repeats, scale, pcie):
             name, variant, rt.size, entry["ms_per_step"], entry["ms_min"], entry["ms_max"],
             diffs[variant]))
     say("%-8s per step of sok1x_device: %s" % (name, counts))
+    say("%-8s per step of sok1x_bounded: %s" % (name, bounded_counts))
     if graph_floor_ms is not None:
         say("%-8s torch_graph's GPU floor (its graph replayed back to back): %.3f ms"
             % (name, graph_floor_ms))

@@ -180,11 +180,12 @@ class EngineStep:
     def _forward(self, *keys):
         w = self.w
         if w.tables is None:
-            out, token = api.dense_lookup(self.names[0], "fwd", keys[0], True, (w.slots, w.nnz))
+            out, token = api.dense_lookup(self.names[0], "fwd", keys[0], True, (w.slots, w.nnz),
+                                          checks="backward")  # this step runs the backward
             return [out, token]
         keyed = KeyedInput(keys[0], self._lengths, self._segments,
                            [w.batch_per_rank] * len(self.names), None, "sum")
-        out, token = api.keyed_lookup(self.names, "fwd", keyed, True)
+        out, token = api.keyed_lookup(self.names, "fwd", keyed, True, checks="backward")
         return [out, token]
 
     def _backward(self, token, grads):
