@@ -612,7 +612,7 @@ def run_workload(rt, name, device, steps, repeats, scale, pcie):
             timed["sok1x_kernels"]()
         synchronize()
         stand_in_us = job_max(sok.kernels.stand_in_s / (CHECK_STEPS * 10) * 1e6)
-    for variant in ("sok1x_device", "sok1x_kernels", "sok1x_dlpack"):
+    for variant in ("sok1x_device", "sok1x_bounded", "sok1x_kernels", "sok1x_dlpack"):
         harness.profile_steps(rt, timed[variant], synchronize, "%s %s, %d GPU(s)" % (
             name, variant, rt.size))
     graph_floor_ms = None if graph is None else job_max(graph.floor_ms())  # changes its shard

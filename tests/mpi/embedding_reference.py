@@ -28,9 +28,13 @@ def reference_lookup(layer, keys):
 
 
 def shard_gradient_by_key(layer, values, rows):
-    """Turns one rank's IndexedSlices (values, local rows) into {key: gradient} over all ranks."""
+    """Turns one rank's IndexedSlices (values, local rows) into {key: gradient} over all ranks.
+    Rows -1 are padding (a bounded step's, SOK1X_BOUNDED_STEP=1): their values must be zeros."""
     rt = runtime.get()
     table = rt.tables[layer.var._sok1x_table.name]
+    rows, values = np.asarray(rows), np.asarray(values)
+    assert not values[rows < 0].any(), "a padded row -1 carries a gradient"
+    rows, values = rows[rows >= 0], values[rows >= 0]
     if table.use_hashtable:
         keys_held, rows_held = table.index.export()
         key_of_row = dict(zip(rows_held.tolist(), keys_held.tolist()))
