@@ -312,7 +312,9 @@ def keyed_lookup_grad(table_names, op, token, grads, rows_per_table=False):
     """Collective. grads: float32 shaped like keyed_lookup's output. Returns (values [u, dim],
     rows int64 [u]: each table's own shard rows, table after table, counts host int64 [T]: rows
     per table). rows_per_table: rows as a list of per-table arrays instead, for per-table
-    updates (apply_optimizer_update(s)), which know them for the backward's own rows."""
+    updates (apply_optimizer_update(s)), which know them for the backward's own rows. A bounded
+    one-rank step (SOK1X_BOUNDED_STEP=1) pads each table's rows to its keys (rounded up to 8)
+    with rows -1 and zero values, and counts are those pieces' sizes."""
     names = list(table_names)
     with _step() as rt:
         tables = _tables_for_collective(rt, names, op)
@@ -323,7 +325,8 @@ def keyed_lookup_grad(table_names, op, token, grads, rows_per_table=False):
 def apply_keyed_update(table_names, rule, slot_prefix, options, hyper, values, rows, counts):
     """Local. apply_optimizer_updates for a keyed_lookup_grad's (values, rows, counts): one pass
     over the rows of a table group. rows: joined, or a list of per-table arrays (its
-    rows_per_table form). Returns per table the number of distinct rows updated."""
+    rows_per_table form). Returns per table the number of distinct rows updated (after a
+    bounded step's backward, the size of its piece: padding rows -1 included, and skipped)."""
     with _runtime.entered() as rt:
         tables = None if rt.pending_tables else rt.tables_named(table_names)
         if tables is None:
