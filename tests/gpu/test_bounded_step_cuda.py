@@ -3,8 +3,8 @@ engine at one GPU: the kernels lay the distinct rows out in pieces exactly as th
 does (rows out of range included), a gather gives zeros past the table, and over many steps a
 bounded step equals the counted one (outputs bit for bit; gradients once the padding is
 dropped, and the tables after the updates, up to the order of atomic additions), for one table
-looked up dense and a group looked up keyed, waiting on the host once a step instead of twice;
-bad keys fail in the backward and change no table.
+looked up dense and a group looked up keyed and pooled, waiting on the host once a step instead
+of twice; bad keys fail in the backward and change no table.
 
     mpiexec --allow-run-as-root -n 1 python3 -m pytest -q tests/gpu/test_bounded_step_cuda.py
 """
@@ -17,6 +17,7 @@ from sok1x.backend import cpu, random_init  # noqa: E402
 from sok1x.engine import api, runtime  # noqa: E402
 from sok1x.engine.lookup import bounded_step  # noqa: E402
 from sok1x.engine.lookup.keyed import KeyedInput  # noqa: E402
+from sok1x.engine.lookup.pooled import PooledInput  # noqa: E402
 from sok1x.errors import InvalidInputError  # noqa: E402
 
 pytestmark = [pytest.mark.timeout(300, method="thread"), pytest.mark.usefixtures("engine")]
@@ -135,6 +136,41 @@ def test_keyed_group_steps_equal_counted(monkeypatch):
             np.testing.assert_allclose(got[1][got_cuts[t]:got_cuts[t + 1]][kept],
                                        want[1][want_cuts[t]:want_cuts[t + 1]], rtol=1e-5,
                                        atol=1e-6)
+        assert_tables_close(bounded, counted)
+
+
+def test_pooled_group_steps_equal_counted(monkeypatch):
+    count = 5
+    bounded, counted = make_pair("pooled", count)
+    backend = runtime.get().backend
+    rng = np.random.default_rng(11)
+    for step in range(5):
+        inputs, tops = [], []
+        for t in range(count):
+            n, rows = 700 + 131 * ((t + step) % 3), 256
+            keys = rng.integers(0, ROWS + 64 * t, size=n)
+            segments = np.sort(rng.integers(0, rows, size=n))
+            inputs.append(PooledInput(backend.asarray(keys), backend.asarray(segments), rows,
+                                      None, "mean" if t % 2 else "sum"))
+            tops.append(backend.asarray(rng.standard_normal((rows, DIM)).astype(np.float32)))
+        results = []
+        for names, on in ((bounded, True), (counted, False)):
+            monkeypatch.setenv(bounded_step.ENV, "1" if on else "0")
+            outs, token = api.pooled_lookup(names, names[0] + "_fwd", inputs, True)
+            grads = api.pooled_lookup_grad(names, names[0] + "_bwd", token, tops)
+            api.apply_optimizer_updates(names, "lazy_adam", "Adam", {}, HYPER,
+                                        [v for v, _ in grads], [r for _, r in grads])
+            results.append(([host(o) for o in outs], [(host(v), host(r)) for v, r in grads]))
+        for a, b in zip(results[0][0], results[1][0]):
+            np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+        for t, ((values, rows), (want_values, want_rows)) in enumerate(
+                zip(results[0][1], results[1][1])):
+            kept = rows >= 0
+            assert rows.shape[0] == -(-inputs[t].keys.shape[0] // 8) * 8
+            assert not values[~kept].any()
+            order = np.argsort(want_rows)
+            np.testing.assert_array_equal(rows[kept], want_rows[order])
+            np.testing.assert_allclose(values[kept], want_values[order], rtol=1e-5, atol=1e-6)
         assert_tables_close(bounded, counted)
 
 

@@ -15,6 +15,7 @@ from sok1x.backend import cpu, random_init
 from sok1x.engine import api, runtime
 from sok1x.engine.lookup import bounded_step
 from sok1x.engine.lookup.keyed import KeyedInput
+from sok1x.engine.lookup.pooled import PooledInput
 from sok1x.errors import InvalidInputError
 
 COMM = MPI.COMM_WORLD
@@ -126,6 +127,43 @@ def test_keyed_group_step_equals_counted(rule, monkeypatch):
             np.testing.assert_array_equal(values, want[1][want_cuts[t]:want_cuts[t + 1]])
         if SIZE == 1:
             np.testing.assert_array_equal(got[3], -(-lengths // 8) * 8)
+        assert_tables_equal(bounded, counted, rule)
+
+
+@pytest.mark.parametrize("rule", ["lazy_adam", "adagrad"])
+def test_pooled_group_step_equals_counted(rule, monkeypatch):
+    """A pooled lookup (segment ids, sum and mean) of a group: each table's gradient comes as
+    its own piece, padded; the update takes the pieces as they are."""
+    count = 4
+    bounded, counted = make_tables("pooled_" + rule, count)
+    rng = np.random.default_rng([13, RANK])
+    for step in range(1, 6):
+        inputs, tops = [], []
+        for t in range(count):
+            n, rows = 4 + (t + step) % 5, 3
+            keys = rng.integers(0, (ROWS + 8 * t) * SIZE, size=n)
+            segments = np.sort(rng.integers(0, rows, size=n))
+            inputs.append(PooledInput(keys, segments, rows, None, "mean" if t % 2 else "sum"))
+            tops.append(rng.standard_normal((rows, DIM)).astype(np.float32))
+        results = []
+        for names, on in ((bounded, True), (counted, False)):
+            monkeypatch.setenv(bounded_step.ENV, "1" if on else "0")
+            outs, token = api.pooled_lookup(names, names[0] + "_fwd", inputs, True)
+            grads = api.pooled_lookup_grad(names, names[0] + "_bwd", token, tops)
+            api.apply_optimizer_updates(names, rule, RULES[rule][0], {}, hyper(rule, step),
+                                        [v for v, _ in grads], [r for _, r in grads])
+            results.append(([np.array(o) for o in outs],
+                            [(np.array(v), np.array(r)) for v, r in grads]))
+        for a, b in zip(results[0][0], results[1][0]):
+            np.testing.assert_array_equal(a, b)
+        for t, ((values, rows), (want_values, want_rows)) in enumerate(zip(*[r[1] for r in
+                                                                              results])):
+            got_values, got_rows = without_padding(values, rows)
+            order = np.argsort(want_rows, kind="stable")
+            np.testing.assert_array_equal(got_rows, want_rows[order])
+            np.testing.assert_array_equal(got_values, want_values[order])
+            if SIZE == 1:
+                assert rows.shape[0] == -(-inputs[t].keys.shape[0] // 8) * 8
         assert_tables_equal(bounded, counted, rule)
 
 

@@ -150,4 +150,4 @@ def compact_backward_many(runtime, tables, op, state, grads_list):
                           for a, b in zip(starts[:-1], starts[1:])]
         else:  # pooled_backward_many reports the mismatch on every rank
             grads_list = [grads] * len(tables)
-    return pooled_backward_many(runtime, tables, op, state.pooling, grads_list)
+    return pooled_backward_many(runtime, tables, op, state.pooling, grads_list, bounded=False)

@@ -320,7 +320,7 @@ def keyed_backward(runtime, tables, op, state, grads, rows_per_table=False, boun
     if state.pieces:
         pieces = [backend.row_view(grads, int(a), int(b)) if fits else grads
                   for a, b in zip(state.segment_cuts[:-1], state.segment_cuts[1:])]
-        pairs = pooled_backward_many(runtime, tables, op, state.pooling, pieces)
+        pairs = pooled_backward_many(runtime, tables, op, state.pooling, pieces, bounded)
         counts = np.array([int(rows.shape[0]) for _, rows in pairs], dtype=np.int64)
         rows = [r for _, r in pairs]
         if not rows_per_table:

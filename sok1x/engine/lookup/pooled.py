@@ -19,7 +19,7 @@ import collections
 
 import numpy as np
 
-from sok1x.engine.lookup import group_gradients, table_group
+from sok1x.engine.lookup import bounded_step, group_gradients, table_group
 from sok1x.engine.lookup.checks import first_error
 from sok1x.engine.lookup.key_exchange import (
     lookup_backward_many, lookup_forward_many, start_key_checks,
@@ -224,10 +224,12 @@ def spread_rows(backend, grads, pool):
     return spread
 
 
-def pooled_backward_many(runtime, tables, op, state, grads_list):
+def pooled_backward_many(runtime, tables, op, state, grads_list, bounded=True):
     """Collective. state: pooled_forward_many's; grads_list: per table float32 [num_segments,
     dim] (backend or NumPy). Returns per table backend (values [u, dim], rows [u]) of this rank's
-    shard. A gradient that does not fit, in any table, fails the step on every rank."""
+    shard. A gradient that does not fit, in any table, fails the step on every rank. A bounded
+    one-rank step (lookup/bounded_step.py; bounded=False keeps the rows counted, for a seam that
+    sends them over the host) pads each table's rows to its keys with rows -1 and zeros."""
     backend = runtime.backend
     per_key = []
     for pooling in state:
@@ -248,15 +250,21 @@ def pooled_backward_many(runtime, tables, op, state, grads_list):
             per_key.append(backend.join_rows([spread_rows(backend, g, pool)
                                               for g, pool in zip(grads, pooling.pools)]))
     units = [pooling.unit for pooling in state]
+    pieces = None  # a group's keys come member after member (_joined_keys)
+    if bounded:
+        pieces = [None if len(pooling.unit.positions) == 1 else np.concatenate(
+            [[0], np.cumsum(pooling.key_counts)]).astype(np.int64) for pooling in state]
     results = lookup_backward_many(runtime, [unit.table for unit in units], op,
-                                   [pooling.routing for pooling in state], per_key)
+                                   [pooling.routing for pooling in state], per_key, pieces)
     out = [None] * len(tables)
     for pooling, (summed, rows, ranks) in zip(state, results):
         unit = pooling.unit
         if len(unit.positions) == 1:
             out[unit.positions[0]] = (summed, rows)
             continue
-        for p, pair in zip(unit.positions, group_gradients.split_gradient(
-                backend, unit.table, summed, rows, ranks, pooling.routing.row_starts)):
+        split = (group_gradients.split_padded if isinstance(ranks, bounded_step.Padded)
+                 else group_gradients.split_gradient)
+        for p, pair in zip(unit.positions, split(backend, unit.table, summed, rows, ranks,
+                                                 pooling.routing.row_starts)):
             out[p] = pair
     return out
