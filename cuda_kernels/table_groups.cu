@@ -14,7 +14,8 @@
 // minus the rank at its start: read with the total, in the same single wait.
 #include "common.cuh"
 
-// out[i] = part_t[i - starts[t]] + offsets[t] for the int64 parts.
+// out[i] = part_t[i - starts[t]] + offsets[t] for the int64 parts (a negative element, a padded
+// row -1 or a key its checks reject, stays as it is).
 extern "C" __global__ void join_int64_parts(const int64* parts, int64 count, int64* out) {
   const int64* starts = parts + count;
   const int64* offsets = parts + 2 * count + 1;
@@ -22,7 +23,8 @@ extern "C" __global__ void join_int64_parts(const int64* parts, int64 count, int
   for (int64 i = global_thread_id(); i < total; i += global_thread_count()) {
     const int64 t = part_of(starts, count, i);
     const int64* source = (const int64*)parts[t];
-    out[i] = source[i - starts[t]] + offsets[t];
+    const int64 value = source[i - starts[t]];
+    out[i] = value < 0 ? value : value + offsets[t];  // a padded row -1 stays -1
   }
 }
 

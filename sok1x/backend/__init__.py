@@ -32,7 +32,8 @@ Every backend module exposes the same names, and the engine's algorithms call on
         the same for several arrays at once, with one wait for all their sizes
     index_bounds(arrays) -> host int64 [len(arrays), 2]   (min, max) of each, one wait for all
     join_keys(arrays, offsets) -> int64        the int arrays plus an offset each, joined (one
-                                               launch on cuda: a table group's keys)
+                                               launch on cuda: a table group's keys; negative
+                                               elements, padding -1, stay as they are)
     join_rows(arrays) -> float32               float32 arrays joined along axis 0 (one launch)
     distinct_rows_many(items) -> [(distinct, inverse, ranks)]   per (rows in [0, bound), bound,
         boundaries ending at bound): distinct rows ascending, each row's place among them (-1

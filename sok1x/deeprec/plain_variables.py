@@ -286,6 +286,7 @@ def after_update(handle, rows, update):
         return shard_rows.read_local(table.name, keys, key_limit=num_rows)[0]
     with tf1.name_scope(None), tf1.control_dependencies([update]):
         keys = tf1.cast(rows, tf1.int64)  # one rank: a row of the shard is its key
+        keys = tf1.boolean_mask(keys, keys >= 0)  # rows -1: a bounded step's padding
         values = boundary.engine_op(read, [keys], tf1.float32, "sok1x_updated_rows")
         values.set_shape([None, face.variable.get_shape()[1]])
         return tf1.group(update, face.scatter(keys, values), name="sok1x_update_and_write_back")

@@ -244,3 +244,30 @@ def test_padded_layout(seed):
     for a, b in zip(got, padded_reference(rows, bound, row_starts, piece_starts)):
         np.testing.assert_array_equal(a, b)
     assert np.all(piece_starts % 8 == 0)
+
+
+@pytest.mark.parametrize("grouped", [False, True])
+def test_padded_rows_handed_back_as_copies_are_skipped(grouped, monkeypatch):
+    """A framework may hand the update a copy of the backward's rows (not their memory): rows -1
+    are padding there too, skipped, whether the update goes per table or through a group."""
+    count = 3 if grouped else 1
+    bounded, counted = make_tables("copies_%d" % grouped, count)
+    rng = np.random.default_rng([21, RANK])
+    values = [rng.standard_normal((10, DIM)).astype(np.float32) for _ in range(count)]
+    rows = [np.unique(rng.integers(0, ROWS, size=7)) for _ in range(count)]
+    padded_values = [np.concatenate([v[:len(r)], np.zeros((3, DIM), np.float32)])
+                     for v, r in zip(values, rows)]
+    padded_rows = [np.concatenate([r, [-1, -1, -1]]) for r in rows]
+    api.apply_optimizer_updates(bounded, "adagrad", "Adagrad", {}, hyper("adagrad", 1),
+                                padded_values, padded_rows)
+    api.apply_optimizer_updates(counted, "adagrad", "Adagrad", {}, hyper("adagrad", 1),
+                                [v[:len(r)] for v, r in zip(values, rows)], rows)
+    assert_tables_equal(bounded, counted, "adagrad")
+    if grouped:  # the keyed form's joined rows and counts
+        counts = np.array([len(r) for r in padded_rows])
+        api.apply_keyed_update(bounded, "adagrad", "Adagrad", {}, hyper("adagrad", 2),
+                               np.concatenate(padded_values), np.concatenate(padded_rows), counts)
+        api.apply_keyed_update(counted, "adagrad", "Adagrad", {}, hyper("adagrad", 2),
+                               np.concatenate([v[:len(r)] for v, r in zip(values, rows)]),
+                               np.concatenate(rows), np.array([len(r) for r in rows]))
+        assert_tables_equal(bounded, counted, "adagrad")

@@ -73,8 +73,11 @@ def inputs_of_every_kind(rng):
 
 
 def by_key(name, pair):
-    """(values, keys) of a backward's (values, shard rows), in key order."""
-    values, rows = pair
+    """(values, keys) of a backward's (values, shard rows), in key order; rows -1 are a bounded
+    step's padding (SOK1X_BOUNDED_STEP=1), whose values must be zeros, dropped."""
+    values, rows = (np.asarray(a) for a in pair)
+    assert not values[rows < 0].any(), "a padded row -1 carries a gradient"
+    values, rows = values[rows >= 0], rows[rows >= 0]
     table = runtime.get().tables[name]
     if table.use_hashtable:
         held_keys, held_rows = table.index.export()

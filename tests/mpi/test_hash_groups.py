@@ -100,6 +100,9 @@ def gradient_by_key(name, values, rows):
         key_of_row = dict(zip(held.tolist(), keys.tolist()))
     out = {}
     for row, value in zip(np.asarray(rows).tolist(), np.asarray(values, dtype=np.float64)):
+        if row < 0:  # a bounded step's padding (SOK1X_BOUNDED_STEP=1): no gradient
+            assert not value.any()
+            continue
         key = key_of_row[row] if table.use_hashtable else row
         out[key] = out.get(key, 0.0) + value
     return out

@@ -319,10 +319,10 @@ def part_bounds_deferred(arrays, cuts):
 def offset_parts(array, cuts, offsets):
     """Returns int64 [n]: each element of part t of int `array` (cut at host `cuts` [P + 1])
     plus host offsets[t]: the keys of several tables, given as one array, in a group's id
-    space."""
+    space; a negative element stays as it is (join_keys)."""
     counts = np.diff(np.asarray(cuts, dtype=np.int64))
-    return np.asarray(array, dtype=np.int64) + np.repeat(
-        np.asarray(offsets, dtype=np.int64), counts)
+    return _offset(np.asarray(array, dtype=np.int64),
+                   np.repeat(np.asarray(offsets, dtype=np.int64), counts))
 
 
 def offset_parts_many(arrays, cuts, offsets):
@@ -342,11 +342,17 @@ def reshape(array, shape):
 
 
 def join_keys(arrays, offsets):
-    """Returns int64 [sum n_t]: each int array t plus offsets[t], joined in order."""
+    """Returns int64 [sum n_t]: each int array t plus offsets[t], joined in order; a negative
+    element (a padded row -1, or a key its checks reject) stays as it is."""
     if not arrays:
         return np.zeros(0, np.int64)
-    return np.concatenate([np.asarray(a, dtype=np.int64) + np.int64(o)
+    return np.concatenate([_offset(np.asarray(a, dtype=np.int64), np.int64(o))
                            for a, o in zip(arrays, offsets)])
+
+
+def _offset(values, offsets):
+    """values + offsets where values >= 0, values elsewhere."""
+    return np.where(values >= 0, values + offsets, values)
 
 
 def join_rows(arrays):

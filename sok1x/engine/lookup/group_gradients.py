@@ -121,7 +121,7 @@ def _joined_gradient(backend, group, values, rows):
     for t, (table, r) in enumerate(zip(group.members, rows)):
         held = int(group.row_starts[t + 1] - group.row_starts[t])
         low, high = (int(b) for b in bounds[t])
-        if r.shape[0] and (low < 0 or high >= held):
+        if r.shape[0] and (low < -1 or high >= held):  # -1: padding, skipped
             raise InvalidInputError(
                 "%s: gradient rows must be in [0, %d) (this rank's shard), got %d..%d. Apply "
                 "the gradient of this table's own lookup." % (table.name, held, low, high))
@@ -147,7 +147,7 @@ def keyed_gradient(backend, group, values, rows, counts):
     cuts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
     bounds = backend.part_bounds([rows], cuts)
     held = np.diff(group.row_starts)
-    bad = (np.diff(cuts) > 0) & ((bounds[:, 0] < 0) | (bounds[:, 1] >= held))
+    bad = (np.diff(cuts) > 0) & ((bounds[:, 0] < -1) | (bounds[:, 1] >= held))  # -1: padding
     if np.any(bad):
         t = int(np.argmax(bad))
         raise InvalidInputError(

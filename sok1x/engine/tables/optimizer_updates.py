@@ -202,7 +202,7 @@ def _checked_gradient(backend, table, values, rows):
     known = rows.dtype == np.int64 and distinct_rows.is_known(rows)
     if rows.shape[0] and not known:
         low, high = (int(b) for b in backend.index_bounds([rows])[0])
-        if low < 0 or high >= table.values.shape[0]:
+        if low < -1 or high >= table.values.shape[0]:  # -1: padding, skipped
             raise InvalidInputError(
                 "%s: gradient rows must be in [0, %d) (this rank's shard), got %d..%d. Apply the "
                 "gradient of this table's own lookup." % (table.name, table.values.shape[0], low,
