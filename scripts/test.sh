@@ -33,13 +33,15 @@ rank4_files=(test_dense_embedding.py test_sparse_embedding.py test_sok_programs.
   test_keyed_seam.py test_seam.py test_kernel_ops.py test_sok_v1_saver.py
   test_sharded_checkpoint.py test_peer_capacity.py test_bounded_step.py)
 
-# run_job VENV SEAM RANKS CAPACITY XML LOG TEST...: one MPI job of pytest (seam "auto": sok1x
-# chooses; CAPACITY non-empty: SOK1X_PEER_CAPACITY=1), its output shown and kept in LOG, so that a
-# job ending without its results has its last lines printed again at the end (show_lost_jobs).
+# run_job VENV SEAM RANKS CAPACITY BOUNDED XML LOG TEST...: one MPI job of pytest (seam "auto":
+# sok1x chooses; CAPACITY non-empty: SOK1X_PEER_CAPACITY=1; BOUNDED non-empty:
+# SOK1X_BOUNDED_STEP=1), its output shown and kept in LOG, so that a job ending without its
+# results has its last lines printed again at the end (show_lost_jobs).
 run_job() {
-  local venv=$1 seam=$2 ranks=$3 capacity=$4 xml=$5 log=$6
-  shift 6
-  local -a env=(PATH="$venv/bin:$PATH" PYTHONFAULTHANDLER=1 SOK1X_PEER_CAPACITY=${capacity:+1})
+  local venv=$1 seam=$2 ranks=$3 capacity=$4 bounded=$5 xml=$6 log=$7
+  shift 7
+  local -a env=(PATH="$venv/bin:$PATH" PYTHONFAULTHANDLER=1 SOK1X_PEER_CAPACITY=${capacity:+1}
+    SOK1X_BOUNDED_STEP=${bounded:+1})
   [ "$seam" = auto ] || env+=(SOK1X_SEAM="$seam")
   env "${env[@]}" mpiexec -n "$ranks" python -m pytest -q -p no:cacheprovider --timeout=300 \
     -rs --junitxml="$xml" "$@" 2>&1 | tee "$log"
@@ -59,9 +61,10 @@ show_lost_jobs() {
 }
 
 # run_lane NAME VENV SET LABEL JOB...: set-up, serial tests, then one MPI job per JOB
-# (seam:ranks[:subset[:capacity]], seam "auto" leaving the choice to sok1x; "subset": the 4-rank
-# files above, not all of tests/mpi; "capacity": lookups sized by per-peer capacities,
-# SOK1X_PEER_CAPACITY=1), JUnit files under $results/NAME/.
+# (seam:ranks[:subset[:capacity[:bounded]]], seam "auto" leaving the choice to sok1x; "subset":
+# the 4-rank files above, not all of tests/mpi; "capacity": lookups sized by per-peer
+# capacities, SOK1X_PEER_CAPACITY=1; "bounded": one-rank steps sized by their keys,
+# SOK1X_BOUNDED_STEP=1), JUnit files under $results/NAME/.
 run_lane() {
   local name=$1 venv=$2 set=$3 label=$4
   shift 4
@@ -85,16 +88,17 @@ run_lane() {
     bash "$root/scripts/docs.sh" "$venv" || { echo "== documentation build FAILED"; status=1; }
   fi
   for job in "$@"; do
-    IFS=: read -r seam ranks subset capacity <<<"$job"
-    xml="$results/$name/mpi-$ranks-$seam.xml"
+    IFS=: read -r seam ranks subset capacity bounded <<<"$job"
+    xml="$results/$name/mpi-$ranks-$seam${bounded:+-bounded}.xml"
     tests=("$root/tests/mpi")
     if [ -n "$subset" ] && [ "${SOK1X_RANK4:-}" != all ]; then
       tests=("${rank4_files[@]/#/$root/tests/mpi/}")
     fi
     echo "== lane $name: MPI tests on $ranks ranks, $seam seam${subset:+ (${#tests[@]} files)}"\
-      "${capacity:+(per-peer capacities)}"
-    log="$results/$name/mpi-$ranks-$seam.log"
-    run_job "$venv" "$seam" "$ranks" "$capacity" "$xml" "$log" "${tests[@]}" || status=$?
+      "${capacity:+(per-peer capacities)}${bounded:+(bounded steps)}"
+    log="$results/$name/mpi-$ranks-$seam${bounded:+-bounded}.log"
+    run_job "$venv" "$seam" "$ranks" "$capacity" "$bounded" "$xml" "$log" "${tests[@]}" \
+      || status=$?
     logs+=("$xml:$log")
     lane_files+=("$xml")
   done
@@ -106,10 +110,11 @@ run_lane() {
 
 for lane in $lanes; do
   case $lane in
-    # sok1x's kernels ("auto": built on first use), then host staging, TensorFlow 1.15's seam
-    # where the kernels cannot be built, forced.
+    # sok1x's kernels ("auto": built on first use), at one rank also with bounded steps
+    # (SOK1X_BOUNDED_STEP=1, about 90 s), then host staging, TensorFlow 1.15's seam where the
+    # kernels cannot be built, forced.
     A) run_lane A "${SOK1X_VENV37:-$root/.venv37}" test37 "TensorFlow 1.15.5, Python 3.7" \
-         auto:1 auto:2 auto:4:subset host:2 ;;
+         auto:1 auto:1:::bounded auto:2 auto:4:subset host:2 ;;
     # sok1x's kernels, then the zero-copy seam (DLPack: eager programs' seam, and graph mode's
     # where the kernels cannot be built), forced, with lookups sized by per-peer capacities. Host staging on this TensorFlow runs where
     # SOK1X_SEAM forces it (graph_ops/boundary.py) in the serial tests that force it
