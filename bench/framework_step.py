@@ -56,7 +56,7 @@ exchange, update: LazyAdam, Adagrad for mlperf26) five ways:
                    held against (issue 45); its GPU floor (the graph replayed back to back, no
                    host work) is reported beside it. torch_dedup steps over torch_graph's
                    copy of the shard (one H200 holds no third copy beside sok1x's); made at one
-                   rank where the GPU has room for that copy, never beside hybrid tables, else
+                   rank where the GPU has room for that copy (hash and hybrid tables too), else
                    left out with a message (before torch_plain, which then gives way)
     torch_plain    the earlier bench/ reference (torch_reference.py: no de-duplication; one table)
 
@@ -500,16 +500,11 @@ def _peer_bytes(w, weight):
 
 def _graph_step(rt, w, weight, device, key_count, **tables):
     """torch_graph's TorchGraphStep over a copy of `weight`, or None (and why, said) on several
-    ranks, on the cpu, beside hybrid or hash tables, without room, or when PyTorch cannot
-    capture the step."""
+    ranks, on the cpu, without room, or when PyTorch cannot capture the step. (Beside hash and
+    hybrid tables it ran out of memory until sok_steps.make_tables dropped the old shards
+    before a remake, 2026-11-26.)"""
     if device.type != "cuda":
         return None  # CUDA graphs need a GPU
-    if w.hashed in ("hybrid", True):  # seen on one H200: sok1x's tables ran out of memory
-        # (v1 hash tables, 2026-11-26: at the first-steps check's remake, even when the room
-        # check passed; where the memory goes is not found yet)
-        say("torch_graph left out: sok1x's %s tables beside two PyTorch copies of the shard "
-            "do not fit one H200" % ("hybrid" if w.hashed == "hybrid" else "hash"))
-        return None
     if rt.size != 1:
         say("torch_graph left out: on several ranks its exchange needs fixed per-peer buffers, "
             "which it does not have yet (one rank only)")

@@ -134,6 +134,13 @@ def make_tables(rt, w, spec):
     else:
         names, sizes = ["fw_%s_%d" % (w.name, t) for t in range(len(w.tables))], w.tables
     full = workloads.full_rows(w, rt.size) if w.name == "dlrm26_full" else None
+    # The old shards go first, their memory back to the driver: a remake (the first-steps check
+    # makes the tables once per sok1x variant) must not hold two sets at once beside PyTorch's
+    # copies (dlrm26_dynamic ran out of memory on one H200 at a remake, 2026-11-26).
+    for name in names:
+        rt.tables.pop(name, None)
+    if hasattr(rt.backend, "free_device_memory"):
+        rt.backend.free_device_memory()
     for name, keys in zip(names, sizes):
         rows = -(-keys // rt.size)
         dynamic = (make_dynamic(w.hashed, rows, 2 * rows) if w.hashed in ("hbm", "hybrid")
