@@ -139,8 +139,7 @@ def make_tables(rt, w, spec):
     # copies (dlrm26_dynamic ran out of memory on one H200 at a remake, 2026-11-26).
     for name in names:
         rt.tables.pop(name, None)
-    if hasattr(rt.backend, "free_device_memory"):
-        rt.backend.free_device_memory()
+    rt.backend.free_device_memory()
     for name, keys in zip(names, sizes):
         rows = -(-keys // rt.size)
         dynamic = (make_dynamic(w.hashed, rows, 2 * rows) if w.hashed in ("hbm", "hybrid")

@@ -39,21 +39,18 @@ yet: the exchanges are sized by counts or by per-peer capacities (peer_capacity.
 import collections
 import os
 
-import numpy as np
+from sok1x.engine.lookup.group_gradients import (  # noqa: F401  (the layout is a group's)
+    ALIGN_ROWS,
+    Padded,
+    piece_starts,
+)
 
 ENV = "SOK1X_BOUNDED_STEP"
-ALIGN_ROWS = 8  # int64 rows per 64 bytes
 
 Deferred = collections.namedtuple("Deferred", "read describe op_name")
 Deferred.__doc__ = """A forward's key checks left unread: read() -> the host copy of their flag
 (backend.read_later: the copy queued with the checks, so reading waits for them alone; nonzero
 where a key is bad), describe() -> the error that names it, op_name (for the message)."""
-
-Padded = collections.namedtuple("Padded", "piece_starts local")
-Padded.__doc__ = """How a backward laid out its distinct rows: piece_starts (host int64 [T + 1]),
-local (backend int64 [piece_starts[-1]]: each row less its member's first row, -1 where no row
-is)."""
-
 
 def enabled(runtime):
     """True when SOK1X_BOUNDED_STEP=1 and the job has one rank."""
@@ -103,10 +100,3 @@ def read_left(runtime):
     first bad input's error, naming its lookup."""
     taken, runtime.unread_checks = list(runtime.unread_checks), []
     raise_if_set(runtime, taken, " (its checks read by the next op: it had no backward pass)")
-
-
-def piece_starts(cuts):
-    """Host int64 [T + 1]: where each member's piece starts, its keys' count (cuts, host [T + 1])
-    rounded up to ALIGN_ROWS."""
-    sizes = np.diff(np.asarray(cuts, dtype=np.int64))
-    return np.concatenate([[0], np.cumsum(-(-sizes // ALIGN_ROWS) * ALIGN_ROWS)]).astype(np.int64)

@@ -16,38 +16,41 @@ from sok1x.errors import InvalidInputError
 
 ALIGN_ROWS = 8  # int64 rows per 64 bytes: TensorFlow takes no tensor less aligned than that
 
+Padded = collections.namedtuple("Padded", "piece_starts local")
+Padded.__doc__ = """How a bounded backward (lookup/bounded_step.py) laid out its distinct rows, a
+piece per member already: piece_starts (host int64 [T + 1], piece_starts(its keys' cuts)), local
+(backend int64 [piece_starts[-1]]: each row less its member's first row, -1 where no row is)."""
+
+
+def piece_starts(cuts):
+    """Host int64 [T + 1]: where each member's piece starts, 64-byte aligned, for pieces of
+    np.diff(cuts) rows (cuts host [T + 1])."""
+    sizes = np.diff(np.asarray(cuts, dtype=np.int64))
+    return np.concatenate([[0], np.cumsum(-(-sizes // ALIGN_ROWS) * ALIGN_ROWS)]).astype(np.int64)
+
 
 def split_gradient(backend, group, summed, rows, ranks, starts):
     """Returns per member (values [u_t, dim], rows [u_t] of its own) as views of the group's
     backward result: summed [u, dim] for flat rows [u] ascending, laid out by `starts` (the
     row_starts the lookup routed with: a growth since may have replaced group.row_starts);
-    ranks (host): how many rows lie below each of starts. Each member's rows start 64-byte
-    aligned, so a framework takes them without a copy. Remembers the result for a whole-group
-    update."""
-    counts = np.diff(ranks)
-    piece_starts = np.concatenate(
-        [[0], np.cumsum(-(-counts // ALIGN_ROWS) * ALIGN_ROWS)]).astype(np.int64)
-    own_rows = backend.local_rows(rows, starts, piece_starts[:-1] - ranks[:-1],
-                                  int(piece_starts[-1]))
+    ranks (host): how many rows lie below each of starts, or a bounded backward's Padded (its
+    rows and values lie in their pieces already, -1 rows and zeros where no row is). Each
+    member's rows start 64-byte aligned, so a framework takes them without a copy. Remembers
+    the result for a whole-group update."""
+    if isinstance(ranks, Padded):
+        own_starts, own_rows = ranks.piece_starts, ranks.local
+        sizes, value_starts = np.diff(own_starts), own_starts
+    else:
+        sizes, value_starts = np.diff(ranks), ranks
+        own_starts = piece_starts(ranks)
+        own_rows = backend.local_rows(rows, starts, own_starts[:-1] - ranks[:-1],
+                                      int(own_starts[-1]))
     pieces = []
     for t in range(len(group.members)):
-        start, count, first = int(piece_starts[t]), int(counts[t]), int(ranks[t])
+        start, count, first = int(own_starts[t]), int(sizes[t]), int(value_starts[t])
         pieces.append((backend.row_view(summed, first, first + count),
                        backend.row_view(own_rows, start, start + count)))
     distinct_rows.remember_all(own_rows, [r for _, r in pieces])
-    group.last_gradient = (rows, summed, pieces, starts)
-    return pieces
-
-
-def split_padded(backend, group, summed, rows, padded, starts):
-    """split_gradient for a bounded backward (lookup/bounded_step.py), whose rows lie in a
-    piece per member already (padded: its bounded_step.Padded): per member (values, own rows)
-    as views of its piece, -1 rows and zeros where no row is. Remembers the result."""
-    pieces = []
-    for a, b in zip(padded.piece_starts[:-1], padded.piece_starts[1:]):
-        pieces.append((backend.row_view(summed, int(a), int(b)),
-                       backend.row_view(padded.local, int(a), int(b))))
-    distinct_rows.remember_all(padded.local, [r for _, r in pieces])
     group.last_gradient = (rows, summed, pieces, starts)
     return pieces
 

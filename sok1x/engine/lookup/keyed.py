@@ -30,7 +30,7 @@ import collections
 import numpy as np
 
 from sok1x.engine.tables import optimizer_updates
-from sok1x.engine.lookup import bounded_step, group_gradients, table_group
+from sok1x.engine.lookup import group_gradients, table_group
 from sok1x.engine.lookup.checks import KEY_DTYPES, V1_LIMIT, VARIABLE_LIMIT, check_keys_by_bounds
 from sok1x.engine.lookup.checks import first_error
 from sok1x.engine.lookup.key_exchange import KeyCheck, lookup_backward_many, lookup_forward_many
@@ -337,25 +337,17 @@ def keyed_backward(runtime, tables, op, state, grads, rows_per_table=False, boun
                                                   [per_key],
                                                   [state.cuts if grouped else None] if bounded
                                                   else None)
-    if isinstance(ranks, bounded_step.Padded):  # a bounded step: a piece per member
-        counts = np.diff(ranks.piece_starts)
-        if not grouped:
-            return summed, [rows] if rows_per_table else rows, counts
-        starts = pooling.routing.row_starts
-        if rows_per_table:
-            pieces = group_gradients.split_padded(backend, group, summed, rows, ranks, starts)
-            return summed, [r for _, r in pieces], counts
-        group.last_keyed = (ranks.local, summed, rows, starts)
-        return summed, ranks.local, counts
-    if not grouped:
+    if not grouped:  # one piece: padded or not, the count is the rows'
         return summed, [rows] if rows_per_table else rows, np.array([int(rows.shape[0])],
                                                                     dtype=np.int64)
-    counts = np.diff(ranks).astype(np.int64)
+    padded = isinstance(ranks, group_gradients.Padded)  # a bounded step: a piece per member
+    counts = np.diff(ranks.piece_starts if padded else ranks).astype(np.int64)
     starts = pooling.routing.row_starts
     if rows_per_table:  # the values' pieces are row views of summed: joined, they are summed
         pieces = group_gradients.split_gradient(backend, group, summed, rows, ranks, starts)
         return summed, [r for _, r in pieces], counts
-    own = backend.local_rows(rows, starts, np.zeros(len(tables), np.int64), int(rows.shape[0]))
+    own = ranks.local if padded else backend.local_rows(
+        rows, starts, np.zeros(len(tables), np.int64), int(rows.shape[0]))
     group.last_keyed = (own, summed, rows, starts)
     return summed, own, counts
 

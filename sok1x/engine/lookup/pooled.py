@@ -19,7 +19,7 @@ import collections
 
 import numpy as np
 
-from sok1x.engine.lookup import bounded_step, group_gradients, table_group
+from sok1x.engine.lookup import group_gradients, table_group
 from sok1x.engine.lookup.checks import first_error
 from sok1x.engine.lookup.key_exchange import (
     lookup_backward_many, lookup_forward_many, start_key_checks,
@@ -262,9 +262,7 @@ def pooled_backward_many(runtime, tables, op, state, grads_list, bounded=True):
         if len(unit.positions) == 1:
             out[unit.positions[0]] = (summed, rows)
             continue
-        split = (group_gradients.split_padded if isinstance(ranks, bounded_step.Padded)
-                 else group_gradients.split_gradient)
-        for p, pair in zip(unit.positions, split(backend, unit.table, summed, rows, ranks,
-                                                 pooling.routing.row_starts)):
+        for p, pair in zip(unit.positions, group_gradients.split_gradient(
+                backend, unit.table, summed, rows, ranks, pooling.routing.row_starts)):
             out[p] = pair
     return out
