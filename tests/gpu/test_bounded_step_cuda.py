@@ -81,6 +81,17 @@ def assert_tables_close(bounded, counted):
                                        host(api.shard(b).slots[slot]), rtol=1e-5, atol=1e-7)
 
 
+def assert_gradient_matches(values, rows, want_values, want_rows):
+    """A bounded backward's (values, rows) against the counted one's: padding rows -1 carry
+    zeros; the other rows are the counted rows, each with its values (up to the order of
+    atomic additions)."""
+    kept = rows >= 0
+    assert not values[~kept].any()
+    order = np.argsort(want_rows)
+    np.testing.assert_array_equal(rows[kept], want_rows[order])
+    np.testing.assert_allclose(values[kept], want_values[order], rtol=1e-5, atol=1e-6)
+
+
 def dense_step(name, keys, bounded, monkeypatch, checks="backward"):
     monkeypatch.setenv(bounded_step.ENV, "1" if bounded else "0")
     backend = runtime.get().backend
@@ -99,11 +110,8 @@ def test_dense_steps_equal_counted(monkeypatch):
         got, want = dense_step(bounded, keys, True, monkeypatch), dense_step(
             counted, keys, False, monkeypatch)
         np.testing.assert_array_equal(got[0], want[0])
-        kept = got[2] >= 0
-        assert got[2].shape[0] == -(-keys.size // 8) * 8 and not got[1][~kept].any()
-        order = np.argsort(want[2])
-        np.testing.assert_array_equal(got[2][kept], want[2][order])
-        np.testing.assert_allclose(got[1][kept], want[1][order], rtol=1e-5, atol=1e-6)
+        assert got[2].shape[0] == -(-keys.size // 8) * 8
+        assert_gradient_matches(got[1], got[2], want[1], want[2])
         assert_tables_close([bounded], [counted])
 
 
@@ -130,12 +138,10 @@ def test_keyed_group_steps_equal_counted(monkeypatch):
         np.testing.assert_array_equal(got[3], -(-lengths // 8) * 8)
         got_cuts, want_cuts = np.cumsum([0] + list(got[3])), np.cumsum([0] + list(want[3]))
         for t in range(count):
-            rows = got[2][got_cuts[t]:got_cuts[t + 1]]
-            kept = rows >= 0
-            np.testing.assert_array_equal(rows[kept], want[2][want_cuts[t]:want_cuts[t + 1]])
-            np.testing.assert_allclose(got[1][got_cuts[t]:got_cuts[t + 1]][kept],
-                                       want[1][want_cuts[t]:want_cuts[t + 1]], rtol=1e-5,
-                                       atol=1e-6)
+            mine, theirs = slice(got_cuts[t], got_cuts[t + 1]), slice(want_cuts[t],
+                                                                      want_cuts[t + 1])
+            assert_gradient_matches(got[1][mine], got[2][mine], want[1][theirs],
+                                    want[2][theirs])
         assert_tables_close(bounded, counted)
 
 
@@ -165,12 +171,8 @@ def test_pooled_group_steps_equal_counted(monkeypatch):
             np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
         for t, ((values, rows), (want_values, want_rows)) in enumerate(
                 zip(results[0][1], results[1][1])):
-            kept = rows >= 0
             assert rows.shape[0] == -(-inputs[t].keys.shape[0] // 8) * 8
-            assert not values[~kept].any()
-            order = np.argsort(want_rows)
-            np.testing.assert_array_equal(rows[kept], want_rows[order])
-            np.testing.assert_allclose(values[kept], want_values[order], rtol=1e-5, atol=1e-6)
+            assert_gradient_matches(values, rows, want_values, want_rows)
         assert_tables_close(bounded, counted)
 
 
