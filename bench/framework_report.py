@@ -120,6 +120,11 @@ def summarise(runs):
                            "ranks": ranks, "value": entry["ms_per_step"] / c,
                            "target": "reported", "met": None})
             checks += _python_us_check("(45) python_us a bounded step", workload, ranks, entry)
+        if variant == "sok1x_replayed":
+            checks.append({"check": "(45) replayed / device", "workload": workload,
+                           "ranks": ranks, "value": entry["ms_per_step"] / c,
+                           "target": "reported", "met": None})
+            checks += _python_us_check("(45) python_us a replayed step", workload, ranks, entry)
         if variant == "torch_graph":
             speedup = entry["ms_per_step"] / c
             checks.append({"check": "(45) torch_graph / device", "workload": workload,
@@ -171,8 +176,8 @@ def markdown(name, runs, table, checks):
     lines.append("|---|---|" + "---|" * len(ranks_list))
     for workload in WORKLOADS:
         for variant in ("sok1x_kernels", "sok1x_kernels_unordered", "sok1x_dlpack",
-                        "sok1x_host", "sok1x_device", "sok1x_bounded", "torch_dedup",
-                        "torch_graph", "torch_plain"):
+                        "sok1x_host", "sok1x_device", "sok1x_bounded", "sok1x_replayed",
+                        "torch_dedup", "torch_graph", "torch_plain"):
             cells = []
             for ranks in ranks_list:
                 entry = table.get((workload, variant, ranks))
@@ -192,7 +197,7 @@ def markdown(name, runs, table, checks):
               "microseconds they took, python_us: the host's microseconds not spent waiting, "
               "NCCL collectives, MPI exchanges):", ""]
     for (workload, variant, ranks), entry in sorted(table.items()):
-        if variant in ("sok1x_device", "sok1x_bounded"):
+        if variant in ("sok1x_device", "sok1x_bounded", "sok1x_replayed"):
             lines.append("- %s %s, %d GPU(s), %d table(s): %s" % (
                 workload, variant, ranks, entry["tables"], entry["per_step_counts"]))
     return "\n".join(lines) + "\n"
@@ -207,7 +212,8 @@ def plot(path, runs, table):
     axes = axes if len(workloads) > 1 else [axes]
     for axis, workload in zip(axes, workloads):
         for variant in ("sok1x_kernels", "sok1x_dlpack", "sok1x_host", "sok1x_device",
-                        "sok1x_bounded", "torch_dedup", "torch_graph", "torch_plain"):
+                        "sok1x_bounded", "sok1x_replayed", "torch_dedup", "torch_graph",
+                        "torch_plain"):
             points = [(r, table[(workload, variant, r)]) for r in sorted(runs)
                       if (workload, variant, r) in table]
             if not points:

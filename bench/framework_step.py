@@ -46,6 +46,9 @@ exchange, update: LazyAdam, Adagrad for mlperf26) five ways:
                    engine/lookup/bounded_step.py): on one rank the forward leaves its key
                    checks to the backward and the backward's rows are padded to the keys, so
                    the host waits once a step, not twice (the same on several ranks)
+    sok1x_replayed sok1x_bounded with the dense lookup passing replay=True (one table: seed,
+                   dlrm): on one rank its forward and backward are recorded once as CUDA graphs
+                   and replayed (engine/lookup/replayed_step.py); the update is not yet
     torch_dedup    the strongest plain-PyTorch step we could write: torch.unique before the
                    exchange, all_to_all_single, index_select, the same optimizer on the unique
                    rows; for several tables, the tables concatenated with key offsets into one
@@ -93,8 +96,8 @@ SPEC = random_init.make_spec("uniform", -1.0, 1.0, seed=5)
 CHECK_STEPS = 2
 SUMMARY_NAMES = ("ms_per_step", "ms_min", "ms_max", "ms_repeats")
 VARIANTS = ("sok1x_kernels", "sok1x_dlpack", "sok1x_host", "sok1x_host_kept",
-            "sok1x_host_pooled", "sok1x_device", "sok1x_bounded", "torch_dedup", "torch_graph",
-            "torch_plain")
+            "sok1x_host_pooled", "sok1x_device", "sok1x_bounded", "sok1x_replayed", "torch_dedup",
+            "torch_graph", "torch_plain")
 HOST_VARIANTS = ("sok1x_host", "sok1x_host_kept", "sok1x_host_pooled")
 
 
@@ -227,6 +230,15 @@ class SokVariants(sok_steps.EngineStep):
                 del os.environ[bounded_step.ENV]
             else:
                 os.environ[bounded_step.ENV] = before
+
+    def replayed(self, keys_device):
+        """bounded() with the dense lookup passing replay=True: on one rank its forward and
+        backward are replayed from recorded shape classes (engine/lookup/replayed_step.py)."""
+        self.replay = True
+        try:
+            return self.bounded(keys_device)
+        finally:
+            self.replay = False
 
     def kernels_step(self, keys_torch):
         with runtime.entered():
@@ -462,6 +474,7 @@ def _single_table_runs(rt, w, device, sok, names):
     runs = {
         "sok1x_device": lambda s: sok.device([keys_device[s % 3]]),
         "sok1x_bounded": lambda s: sok.bounded([keys_device[s % 3]]),
+        "sok1x_replayed": lambda s: sok.replayed([keys_device[s % 3]]),
         "sok1x_kernels": lambda s: sok.kernels_step([keys_torch[s % 3]]),
         "sok1x_kernels_unordered": lambda s: sok.kernels_unordered([keys_torch[s % 3]]),
         "sok1x_dlpack": lambda s: sok.dlpack([keys_torch[s % 3]]),
@@ -599,6 +612,8 @@ def run_workload(rt, name, device, steps, repeats, scale, pcie):
     times = harness.interleaved_ms(timed, repeats, steps, synchronize)
     counts = per_step_counts(rt, timed["sok1x_device"], synchronize)
     bounded_counts = per_step_counts(rt, timed["sok1x_bounded"], synchronize)
+    replayed_counts = (per_step_counts(rt, timed["sok1x_replayed"], synchronize)
+                       if "sok1x_replayed" in timed else None)
     stand_in_us = None
     if "sok1x_kernels" in timed:  # what TensorFlow's C++ would do, here done in Python
         synchronize()
@@ -607,7 +622,10 @@ def run_workload(rt, name, device, steps, repeats, scale, pcie):
             timed["sok1x_kernels"]()
         synchronize()
         stand_in_us = job_max(sok.kernels.stand_in_s / (CHECK_STEPS * 10) * 1e6)
-    for variant in ("sok1x_device", "sok1x_bounded", "sok1x_kernels", "sok1x_dlpack"):
+    for variant in ("sok1x_device", "sok1x_bounded", "sok1x_replayed", "sok1x_kernels",
+                    "sok1x_dlpack"):
+        if variant not in timed:
+            continue
         harness.profile_steps(rt, timed[variant], synchronize, "%s %s, %d GPU(s)" % (
             name, variant, rt.size))
     graph_floor_ms = None if graph is None else job_max(graph.floor_ms())  # changes its shard
@@ -629,6 +647,8 @@ def run_workload(rt, name, device, steps, repeats, scale, pcie):
             entry["per_step_counts"] = counts
         if variant == "sok1x_bounded":
             entry["per_step_counts"] = bounded_counts
+        if variant == "sok1x_replayed":
+            entry["per_step_counts"] = replayed_counts
         if variant == "sok1x_kernels":
             entry["stand_in_us"] = stand_in_us
         if variant in ("torch_graph", "sok1x_device") and graph_floor_ms is not None:
@@ -639,6 +659,8 @@ def run_workload(rt, name, device, steps, repeats, scale, pcie):
             diffs[variant]))
     say("%-8s per step of sok1x_device: %s" % (name, counts))
     say("%-8s per step of sok1x_bounded: %s" % (name, bounded_counts))
+    if replayed_counts is not None:
+        say("%-8s per step of sok1x_replayed: %s" % (name, replayed_counts))
     if graph_floor_ms is not None:
         say("%-8s torch_graph's GPU floor (its graph replayed back to back): %.3f ms"
             % (name, graph_floor_ms))

@@ -175,6 +175,7 @@ class EngineStep:
                 [np.arange(w.batch_per_rank * hot, dtype=np.int64) // hot for hot in hotness]
                 or [np.zeros(0, np.int64)]))
         self._counts = None  # the keyed backward's rows per table, for the update
+        self.replay = False  # dense lookups: replay=True (engine/lookup/replayed_step.py)
 
     def _hyper(self):
         self.step_count += 1
@@ -187,7 +188,8 @@ class EngineStep:
         w = self.w
         if w.tables is None:
             out, token = api.dense_lookup(self.names[0], "fwd", keys[0], True, (w.slots, w.nnz),
-                                          checks="backward")  # this step runs the backward
+                                          checks="backward",  # this step runs the backward
+                                          replay=self.replay)
             return [out, token]
         keyed = KeyedInput(keys[0], self._lengths, self._segments,
                            [w.batch_per_rank] * len(self.names), None, "sum")

@@ -18,6 +18,7 @@ from sok1x.engine import runtime as _runtime
 from sok1x.engine.lookup.checks import check_dense_shape, check_sparse_shape, first_error
 from sok1x.engine.lookup.exchange_header import confirm_same_op, exchange_header
 from sok1x.engine.lookup.key_exchange import lookup_backward, lookup_forward, lookup_forward_many
+from sok1x.engine.lookup import replayed_step
 from sok1x.engine.op_order import as_op_id
 from sok1x.engine.lookup.compact import (  # noqa: F401  (CompactRows: part of the API)
     CompactRows,
@@ -168,12 +169,15 @@ def create_table(name, dim, capacity, use_hashtable, spec, replace=False,
                 "variables' initializer to create it anew" % name)
 
 
-def dense_lookup(table_name, op, keys, training, row_shape=None, checks="end"):
+def dense_lookup(table_name, op, keys, training, row_shape=None, checks="end", replay=False):
     """Collective. op: the calling op's OpId or name; keys: int array [batch, *row_shape] (any
     shape when row_shape is None). Returns (float32 [*keys.shape, dim], token for
     dense_lookup_grad). checks="backward": the caller runs dense_lookup_grad on the token,
     and a bounded one-rank step (SOK1X_BOUNDED_STEP=1, engine/lookup/bounded_step.py) leaves
-    the keys' checks to it, so the forward does not wait; bad keys then fail the backward."""
+    the keys' checks to it, so the forward does not wait; bad keys then fail the backward.
+    replay=True: the caller is done with this output and its backward's before it calls this
+    lookup again, so such a bounded step may be replayed from a recorded shape class, writing
+    them into the same arrays each time (engine/lookup/replayed_step.py, SOK1X_CAPTURE)."""
     with _step() as rt:
         keys = rt.backend.asarray(keys)
         table = _table_for_collective(rt, table_name, op)
@@ -181,8 +185,15 @@ def dense_lookup(table_name, op, keys, training, row_shape=None, checks="end"):
         if row_shape is not None:
             error = check_dense_shape(table.name, keys, row_shape[0], row_shape[1])
         backend = rt.backend
-        (vectors,), (routing,) = lookup_forward_many(rt, [table], op, [backend.reshape(keys, -1)],
-                                                     training, error, defer_check=checks)
+        flat = backend.reshape(keys, -1)
+        replayed = None
+        if replay and error is None:
+            replayed = replayed_step.forward(rt, table, op, flat, training, checks)
+        if replayed is None:
+            (vectors,), (routing,) = lookup_forward_many(rt, [table], op, [flat], training, error,
+                                                         defer_check=checks)
+        else:
+            vectors, routing = replayed
         token = rt.stash.put(_forward_key(op), routing)
         return backend.reshape(vectors, tuple(keys.shape) + (table.dim,)), np.int64(token)
 
@@ -196,6 +207,10 @@ def dense_lookup_grad(table_name, op, token, grads):
         grads = rt.backend.asarray(grads)
         if grads.dtype == np.float32 and grads.size % table.dim == 0:
             grads = rt.backend.reshape(grads, (-1, table.dim))
+        if rt.replays is not None:
+            replayed = replayed_step.backward(rt, table, op, routing, grads)
+            if replayed is not None:
+                return replayed
         return lookup_backward(rt, table, op, routing, grads)
 
 

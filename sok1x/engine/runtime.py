@@ -78,7 +78,8 @@ class Runtime:
     actions, engine/lookup/step_journal.py) and read_later ((backend array, callback) pairs: counts
     the host needs some time, read in the next op header's wait and handed to callback),
     capacities (per lookup op, its per-peer capacities: engine/lookup/peer_capacity.py),
-    unread_checks (forwards' key checks their backward reads: engine/lookup/bounded_step.py). On
+    unread_checks (forwards' key checks their backward reads: engine/lookup/bounded_step.py),
+    replays (recorded shape classes of replayed steps, or None: engine/lookup/replayed_step.py). On
     cpu, `data` is an MpiCommunicator of its own over the same communicator as `host`, so each
     counts its own calls (stats())."""
 
@@ -102,6 +103,7 @@ class Runtime:
         self.read_later = []
         self.capacities = {}
         self.unread_checks = []
+        self.replays = None
 
     def tables_named(self, names):
         """Returns the tables of `names` as a tuple, the same tuple while no table is made,
@@ -234,6 +236,10 @@ def shutdown():
     """Drops the Runtime (tables included) and closes an NCCL communicator; for tests and exit."""
     global _runtime
     with LOCK:
+        if _runtime is not None and _runtime.replays is not None:
+            from sok1x.engine.lookup import replayed_step
+            with _runtime.backend.device_context():  # graphs go inside their context
+                replayed_step.free(_runtime)
         if _runtime is not None and _runtime.backend.NAME != "cpu":
             from sok1x.backend.cuda import context as cuda_context
             cuda_context.set_stream_waiter(None)

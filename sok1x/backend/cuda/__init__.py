@@ -41,6 +41,7 @@ from sok1x.backend.cuda.hash_groups import (  # noqa: F401  (part of the op set:
     hash_insert_many_done,
     init_rows_tagged,
 )
+from sok1x.backend.cuda.captured_graph import captured_work  # noqa: F401  (op set: D14)
 from sok1x.backend.cuda.bulk import (  # noqa: F401  (part of the op set: checkpoints)
     free_device_memory, host_buffer, write_rows)
 from sok1x.backend.cuda.eviction import pick_victims, stamp_last_step  # noqa: F401  (op set)

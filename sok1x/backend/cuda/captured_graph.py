@@ -22,6 +22,9 @@ replay, so:
 - Scalars given to a kernel (a learning rate, a count) are fixed at capture: what changes per
   step must come from device memory the caller fills before replay.
 Capture mode is relaxed: the pool may ask the driver for new memory while recording.
+
+captured_work(run) is the form the engine uses (engine/lookup/replayed_step.py): run() queues its
+work on fixed inputs and returns its outputs, a list of arrays the graph writes at each replay.
 """
 import ctypes
 import functools
@@ -154,6 +157,38 @@ class _Capturing:
             return False
         finally:
             self._entered.__exit__(None, None, None)
+
+
+class CapturedWork:
+    """run()'s device work, recorded once, not done: outputs (what run() returned while it was
+    recorded: the arrays every replay writes), replay(), held_bytes, free(). The cpu backend's
+    twin runs run() again at each replay instead (backend/cpu/rerun.py)."""
+
+    def __init__(self, run):
+        self.graph = CapturedGraph()
+        with self.graph.capture():
+            self.outputs = run()
+
+    def replay(self):
+        """Queues the recorded work again (one launch): it writes self.outputs."""
+        self.graph.replay()
+
+    @property
+    def held_bytes(self):
+        return self.graph.held_bytes
+
+    def free(self):
+        """Gives the graph and its memory back (idempotent); the outputs are not to be read
+        after."""
+        self.graph.free()
+        self.outputs = None
+
+
+def captured_work(run):
+    """Records run()'s work on the sok1x stream, without doing it; returns a CapturedWork. The
+    caller runs it once eagerly before: that makes every constant the work uploads, which a
+    capture cannot (CaptureError)."""
+    return CapturedWork(run)
 
 
 def stream_is_capturing():

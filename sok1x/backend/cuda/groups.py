@@ -11,6 +11,7 @@ import collections
 
 import numpy as np
 
+from sok1x.backend.cuda import context as cuda_context
 from sok1x.backend.cuda.context import uses_context
 from sok1x.backend.cuda.kernel_launch import (
     copy_rows_async,
@@ -62,6 +63,9 @@ def device_constant(host_values):
             _uploaded.popitem(last=False)
     else:
         _uploaded.move_to_end(key)
+        recorder = cuda_context.capture_recorder()
+        if recorder is not None:  # a captured graph reads it at every replay: keep it alive
+            recorder.append((array, 0))
     return array
 
 

@@ -138,7 +138,7 @@ def _judged(backend, check, sizes):
     return check.judge(hosts[0]), hosts[1:]
 
 
-def _described(backend, check):
+def check_error(backend, check):
     """The error of a check whose flag the device set (read now: a failing step may wait)."""
     error = _judged(backend, check, [])[0]
     return error or InvalidInputError("an index of this step lies outside its range")
@@ -176,7 +176,7 @@ def lookup_forward_many(runtime, tables, op, keys_list, training, local_error=No
     flag = None if error is not None else key_check.flag
 
     def describe():
-        return _described(backend, key_check)
+        return check_error(backend, key_check)
     tags_list = tags_list or [None] * len(tables)
     tagged = [t for t, tags in enumerate(tags_list) if tags is not None and error is None]
     bounded, shared = _room_and_keys(tables, keys_list, tagged, training, tag_counts,
@@ -528,7 +528,7 @@ def exchange_gradients_many(runtime, tables, op, routings, grads_list, pieces_li
                 per_key, routing.perm))
     owned = _exchange(runtime, bucketed, send_counts, recv_counts)
     if padded is not None:
-        out = [_padded_sums(backend, table, routing, received, pieces)
+        out = [padded_sums(backend, table, routing, received, pieces)
                for table, routing, received, pieces in zip(tables, routings, owned, padded)]
         bounded_step.raise_if_set(runtime, deferred)  # the forward's checks, its work queued
         return out
@@ -555,7 +555,7 @@ def _padded_pieces(runtime, tables, routings, pieces_list):
     return out
 
 
-def _padded_sums(backend, table, routing, received, pieces):
+def padded_sums(backend, table, routing, received, pieces):
     """(rows, summed, Padded) of a bounded backward: each member's distinct rows ascending in
     its piece, -1 and zeros in the places no row fills."""
     starts = _row_starts(table, routing)

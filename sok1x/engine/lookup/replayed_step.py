@@ -1,0 +1,267 @@
+"""A one-rank bounded step's dense lookup and its backward, recorded once per shape class and
+replayed (DESIGN D14, issue 45 item 2; SOK1X_CAPTURE=0 turns it off).
+
+Which steps. A dense training lookup (api.dense_lookup) of one table whose rows follow from its
+keys (no hash table), on one rank with the bounded step on (SOK1X_BOUNDED_STEP=1, bounded_step.py:
+then neither the lookup nor its backward reads a count back), whose caller passes replay=True:
+it runs the lookup's backward (checks="backward") or reads the checks at the lookup's end, and is
+done with the lookup's output and the backward's (values, rows) before it calls the same lookup
+again, because a replay writes them into the same arrays. The engine's own step does (bench/);
+a framework's op, which cannot promise it, keeps the uncaptured path.
+
+Shape class. A forward op (its tower, place and name), its table, the keys' shape and dtype and
+the checks mode. First sight: the uncaptured path, as without the switch. Second sight: the keys
+are copied into a fixed array, the forward's device work runs on it eagerly (this step's result,
+and every constant the work uploads made now) and is then recorded (backend.captured_work: a CUDA
+graph on cuda; on cpu kept to run again, backend/cpu/rerun.py). From the third sight on, the step
+copies its keys into the fixed array and replays: one launch for the key checks, the row lookup
+and the gather. The backward of a replayed forward is recorded at its first sight the same way
+(its top gradient read in place when it is the forward's own output, else copied into a fixed
+array) and replayed from the next. What the host still does per op: the op header's order checks
+(exchange_header.exchange_sizes: alone, no data crosses), the copy of the flag of the key checks
+(backend.read_later), the stash of the routing, and the reading of the flag where the uncaptured
+path reads it (bounded_step.py), so a replayed step with bad keys fails as the uncaptured one
+does, on its forward (checks="end") or its backward (checks="backward"), and changes no table.
+
+Memory. A class holds its fixed keys (8 n bytes for n int64 keys), what its graph allocated (the
+bounds and flag, the rows 8 n, the output 4 n dim) and its backward's (rows, local rows and
+summed gradients as long as the keys rounded up to 8: 16 n + 4 n dim, plus a fixed gradient
+4 n dim where it is not the forward's output); held_bytes() says what all classes hold. At most
+MAX_CLASSES forward classes are kept, the oldest freed first. Any change to the job's tables
+(made, replaced, dropped: TableRegistry.version) frees every class, as does shutdown (inside the
+device context, so nothing is freed at the interpreter's exit).
+"""
+import collections
+import functools
+import os
+
+import numpy as np
+
+from sok1x.engine.lookup import bounded_step, distinct_rows
+from sok1x.engine.lookup.checks import KEY_DTYPES
+from sok1x.engine.lookup.exchange_header import exchange_sizes
+from sok1x.engine.lookup.key_exchange import (
+    KeyCheck,
+    Routing,
+    check_error,
+    padded_sums,
+    start_key_checks,
+)
+from sok1x.engine.op_order import as_op_id
+
+ENV = "SOK1X_CAPTURE"
+MAX_CLASSES = 16
+_SIGHTINGS_KEPT = 1024
+
+
+def enabled(runtime):
+    """True when the bounded step applies (bounded_step.enabled) and SOK1X_CAPTURE is not 0."""
+    return (bounded_step.enabled(runtime)
+            and os.environ.get(ENV, "1") not in ("0", "false", "False"))
+
+
+class _Forward:
+    """One forward shape class: its table, fixed keys, recorded work and backward classes."""
+
+    def __init__(self, key, table, keys, work, judge):
+        self.key, self.table, self.values, self.keys = key, table, table.values, keys
+        self.work, self.judge = work, judge
+        self.routing = self.check = None  # made from the outputs at the first replay
+        self.backwards = {}  # top gradient read in place (True) or copied (False) -> _Backward
+
+    def outputs(self):
+        """(bounds, flag, rows, vectors): the arrays every replay writes."""
+        return self.work.outputs
+
+    @property
+    def held_bytes(self):
+        return (int(self.keys.nbytes) + self.work.held_bytes
+                + sum(b.held_bytes for b in self.backwards.values()))
+
+    def free(self):
+        for backward in self.backwards.values():
+            backward.free()
+        self.work.free()
+        self.backwards = {}
+
+
+class _Backward:
+    """One backward shape class of a _Forward: its fixed top gradient and recorded work."""
+
+    def __init__(self, grads, own, work):
+        self.grads, self.own, self.work = grads, own, work
+
+    @property
+    def held_bytes(self):
+        return self.work.held_bytes + (0 if self.own else int(self.grads.nbytes))
+
+    def free(self):
+        self.work.free()
+
+
+class _Classes:
+    """A runtime's shape classes (runtime.replays)."""
+
+    def __init__(self, version):
+        self.version = version
+        self.forwards = collections.OrderedDict()
+        self.by_rows = {}  # id of a class's fixed rows array -> the class (its backward's key)
+        self.sightings = collections.Counter()
+
+    def free(self):
+        for entry in self.forwards.values():
+            entry.free()
+        self.forwards.clear()
+        self.by_rows.clear()
+        self.sightings.clear()
+
+
+def _classes(runtime):
+    classes = runtime.replays
+    if classes is None or classes.version != runtime.tables.version:
+        if classes is not None:
+            classes.free()  # a table was made, replaced or dropped: its graphs may read it
+        classes = runtime.replays = _Classes(runtime.tables.version)
+    return classes
+
+
+def _forward_run(runtime, table, keys):
+    """The device work of a one-rank bounded forward of `table`'s `keys`: the key checks on the
+    device, the rows, the gather (zeros past the table). Returns (KeyCheck, rows, vectors)."""
+    check = start_key_checks(runtime, [table], [keys])
+    rows = table.rows_of(keys, False)
+    return check, rows, table.gather(rows)
+
+
+def _routing(table, count, rows, deferred):
+    counts = np.array([count], dtype=np.int64)
+    return Routing(None, count, None, counts, counts.copy(), rows, count, False,
+                   getattr(table, "row_starts", None), None, deferred)
+
+
+def forward(runtime, table, op, keys, training, checks):
+    """api.dense_lookup's replayed path (module docstring) for flat `keys` (backend array):
+    returns (vectors [n, dim], Routing), or None where the uncaptured path must run (not such a
+    step, or the first sight of its class). Raises as the uncaptured path does."""
+    if not (training and checks in ("end", "backward") and enabled(runtime)
+            and not table.use_hashtable and keys.dtype in KEY_DTYPES and len(keys.shape) == 1):
+        return None
+    op = as_op_id(op)
+    classes = _classes(runtime)
+    key = (op.tower, op.position, op.name, table.name, int(keys.shape[0]), keys.dtype.str,
+           checks)
+    entry = classes.forwards.get(key)
+    if entry is not None and (entry.table is not table or entry.values is not table.values):
+        _drop(classes, key)
+        entry = None
+    if entry is None:
+        classes.sightings[key] += 1
+        if classes.sightings[key] < 2:
+            return None
+        return _capture_forward(runtime, classes, key, table, op, keys, checks)
+    backend = runtime.backend
+    exchange_sizes(runtime, op, None, None, None)  # alone: the order checks, no data
+    if keys is not entry.keys:
+        backend.write_rows(entry.keys, 0, keys)
+    entry.work.replay()
+    bounds, flag, rows, vectors = entry.outputs()
+    if entry.routing is None:  # the outputs exist from the first replay on (cpu makes them then)
+        entry.routing = _routing(table, int(keys.shape[0]), rows, None)
+        entry.check = KeyCheck(bounds, entry.judge, flag, None)
+        classes.by_rows[id(rows)] = entry
+    deferred = bounded_step.Deferred(backend.read_later(flag),
+                                     functools.partial(check_error, backend, entry.check), op.name)
+    bounded_step.defer_or_read(runtime, deferred, checks == "backward")
+    return vectors, entry.routing._replace(check=deferred if checks == "backward" else None)
+
+
+def _capture_forward(runtime, classes, key, table, op, keys, checks):
+    """The second sight of a forward class: this step runs eagerly on fixed keys, then its work
+    is recorded. Returns (vectors, Routing) of this step (its backward takes the uncaptured
+    path: its rows are not the class's)."""
+    backend = runtime.backend
+    exchange_sizes(runtime, op, None, None, None)
+    fixed = backend.empty(tuple(keys.shape), keys.dtype)
+    backend.write_rows(fixed, 0, keys)
+    check, rows, vectors = _forward_run(runtime, table, fixed)
+
+    def run():
+        recorded, recorded_rows, recorded_vectors = _forward_run(runtime, table, fixed)
+        return [recorded.bounds, recorded.flag, recorded_rows, recorded_vectors]
+    work = backend.captured_work(run)
+    while len(classes.forwards) >= MAX_CLASSES:
+        _drop(classes, next(iter(classes.forwards)))
+    classes.forwards[key] = _Forward(key, table, fixed, work, check.judge)
+    deferred = bounded_step.Deferred(backend.read_later(check.flag),
+                                     functools.partial(check_error, backend, check), op.name)
+    bounded_step.defer_or_read(runtime, deferred, checks == "backward")
+    return vectors, _routing(table, int(keys.shape[0]), rows,
+                             deferred if checks == "backward" else None)
+
+
+def _drop(classes, key):
+    entry = classes.forwards.pop(key)
+    if entry.routing is not None:
+        classes.by_rows.pop(id(entry.routing.owner_rows), None)
+    entry.free()
+
+
+def backward(runtime, table, op, routing, grads):
+    """api.dense_lookup_grad's replayed path: the backward of a replayed forward's `routing`
+    with top gradient `grads` (backend float32 [n, dim]). Returns (values, rows) as
+    key_exchange.lookup_backward does (padded: bounded_step.py), or None where the uncaptured
+    path must run (routing not a replayed one, a gradient of another shape)."""
+    classes = runtime.replays
+    entry = None if classes is None else classes.by_rows.get(id(routing.owner_rows))
+    if (entry is None or entry.routing.owner_rows is not routing.owner_rows
+            or entry.table is not table or tuple(grads.shape) != (routing.count, table.dim)
+            or grads.dtype != np.float32):
+        return None
+    backend = runtime.backend
+    deferred = bounded_step.take(runtime, [routing])
+    exchange_sizes(runtime, op, None, None)
+    vectors = entry.outputs()[3]
+    own = (backend.address_of(grads) == backend.address_of(vectors)
+           and tuple(grads.shape) == tuple(vectors.shape))  # a view of the forward's output
+    recorded = entry.backwards.get(own)
+    if recorded is None:
+        fixed = grads if own else backend.empty(tuple(grads.shape), np.float32)
+        if not own:
+            backend.write_rows(fixed, 0, grads)
+        pieces = bounded_step.piece_starts(np.array([0, routing.count], dtype=np.int64))
+        run = functools.partial(_backward_run, backend, table, entry.routing, fixed, pieces)
+        out = run()  # this step, eagerly; then recorded for the next
+        entry.backwards[own] = _Backward(fixed, own, backend.captured_work(run))
+    else:
+        if not own:
+            backend.write_rows(recorded.grads, 0, grads)
+        recorded.work.replay()
+        out = recorded.work.outputs
+    bounded_step.raise_if_set(runtime, deferred)  # the forward's checks, this work queued
+    rows = backend.exportable(out[0])
+    distinct_rows.remember(rows)
+    return out[1], rows
+
+
+def _backward_run(backend, table, routing, grads, pieces):
+    """The device work of a one-rank bounded backward: [rows, summed, local rows] padded."""
+    rows, summed, padded = padded_sums(backend, table, routing, grads, pieces)
+    return [rows, summed, padded.local]
+
+
+def held_bytes(runtime):
+    """Device bytes the runtime's shape classes hold (module docstring)."""
+    classes = runtime.replays
+    return 0 if classes is None else sum(e.held_bytes for e in classes.forwards.values())
+
+
+def classes_held(runtime):
+    """How many forward shape classes the runtime holds."""
+    return 0 if runtime.replays is None else len(runtime.replays.forwards)
+
+
+def free(runtime):
+    """Frees every shape class (call inside the device context: runtime.entered())."""
+    if runtime.replays is not None:
+        runtime.replays.free()
+        runtime.replays = None

@@ -1,0 +1,174 @@
+"""The replayed step (engine/lookup/replayed_step.py, SOK1X_CAPTURE, DESIGN D14) on the cpu
+backend, at any number of ranks: a dense lookup of one table, its backward and the update, run
+with replay=True under the bounded step, equal the same step run uncaptured bit for bit (outputs,
+the padded gradient's rows and values, every row and optimizer slot) over many steps with
+changing keys, with the top gradient the output itself or another array, across shape classes
+that come and go; on one rank the classes are really recorded and replayed (held, counted,
+freed when a table is remade and at MAX_CLASSES), on several ranks nothing is recorded; bad keys
+in a replayed step fail it with the uncaptured error, in its forward or its backward, change no
+table, and the replays go on after; SOK1X_CAPTURE=0 records nothing."""
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+from sok1x.backend import random_init
+from sok1x.engine import api, runtime
+from sok1x.engine.lookup import bounded_step, replayed_step
+from sok1x.errors import InvalidInputError
+
+COMM = MPI.COMM_WORLD
+RANK, SIZE = COMM.Get_rank(), COMM.Get_size()
+SPEC = random_init.make_spec("uniform", -1.0, 1.0, seed=37)
+DIM, ROWS = 8, 48
+RULES = {"lazy_adam": ("Adam", ("m", "v")), "adagrad": ("Adagrad", ("accumulator",))}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def engine():
+    return runtime.init(backend="cpu")
+
+
+@pytest.fixture(autouse=True)
+def bounded(monkeypatch):
+    monkeypatch.setenv(bounded_step.ENV, "1")
+    monkeypatch.delenv(replayed_step.ENV, raising=False)
+
+
+def hyper(rule, step):
+    if rule == "adagrad":
+        return {"lr": 0.1, "epsilon": 1e-7}
+    lr = 0.01 * np.sqrt(1 - 0.999 ** step) / (1 - 0.9 ** step)
+    return {"lr_t": lr, "beta1": 0.9, "beta2": 0.999, "epsilon": 1e-8}
+
+
+def make_tables(tag):
+    """The same table made twice: (replayed name, uncaptured name)."""
+    names = ["replayed_" + tag, "uncaptured_" + tag]
+    for name in names:
+        api.create_table(name, DIM, ROWS, False, SPEC, replace=True)
+    api.shard(names[1]).values[...] = api.shard(names[0]).values
+    return names
+
+
+def step(name, keys, scale, rule, number, replay, checks="backward"):
+    """A dense lookup, backward and update of `name`; returns host copies of (output, values,
+    rows). scale None: the output itself is the top gradient."""
+    out, token = api.dense_lookup(name, name + "_fwd", keys, True, checks=checks,
+                                  replay=replay)
+    copied = np.array(out)  # the replayed output is rewritten by the next replay
+    grads = out if scale is None else out * scale
+    values, rows = api.dense_lookup_grad(name, name + "_bwd", token, grads)
+    copies = np.array(values), np.array(rows)
+    api.apply_optimizer_updates([name], rule, RULES[rule][0], {}, hyper(rule, number),
+                                [values], [rows])
+    return (copied,) + copies
+
+
+def assert_same_tables(names, rule):
+    a, b = (api.shard(name) for name in names)
+    np.testing.assert_array_equal(a.values, b.values)
+    for slot in RULES[rule][1]:
+        np.testing.assert_array_equal(a.slot(slot), b.slot(slot))
+
+
+def held():
+    with runtime.entered() as rt:
+        return replayed_step.classes_held(rt), replayed_step.held_bytes(rt)
+
+
+def run_both(names, keys, scale, rule, number, checks="backward"):
+    got = step(names[0], keys, scale, rule, number, True, checks)
+    want = step(names[1], keys, scale, rule, number, False, checks)
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a, b)
+    assert_same_tables(names, rule)
+    return got
+
+
+@pytest.mark.parametrize("rule", ["lazy_adam", "adagrad"])
+@pytest.mark.parametrize("top", ["output", "scaled"])
+@pytest.mark.parametrize("checks", ["backward", "end"])
+def test_replayed_equals_uncaptured(rule, top, checks):
+    names = make_tables("equal_%s_%s_%s" % (rule, top, checks))
+    rng = np.random.default_rng([7, RANK])
+    for number in range(1, 11):
+        keys = rng.integers(0, ROWS * SIZE, size=(13, 2))  # one shape class, repeated keys
+        scale = None if top == "output" else np.float32(0.5 + 0.25 * number)
+        run_both(names, keys, scale, rule, number, checks)
+    classes, nbytes = held()
+    if SIZE == 1:  # recorded at the second step and replayed since
+        assert classes == 1
+        assert nbytes >= 26 * 8 + 26 * DIM * 4  # its fixed keys and output at least
+    else:  # several ranks exchange keys: nothing is recorded
+        assert classes == 0
+
+
+def test_shape_classes_come_and_go():
+    names = make_tables("classes")
+    rng = np.random.default_rng([11, RANK])
+    sizes = [5, 9, 5, 5, 17, 9, 9, 5, 17, 17, 9, 5]
+    for number, count in enumerate(sizes, 1):
+        keys = rng.integers(0, ROWS * SIZE, size=count)
+        run_both(names, keys, np.float32(2.0), "lazy_adam", number)
+    assert held()[0] == (3 if SIZE == 1 else 0)
+
+
+def test_at_most_max_classes(monkeypatch):
+    monkeypatch.setattr(replayed_step, "MAX_CLASSES", 2)
+    names = make_tables("most")
+    rng = np.random.default_rng([13, RANK])
+    for number, count in enumerate([3, 3, 4, 4, 6, 6, 3, 3, 3], 1):
+        keys = rng.integers(0, ROWS * SIZE, size=count)
+        run_both(names, keys, None, "adagrad", number)
+        assert held()[0] <= 2
+
+
+def test_a_remade_table_frees_the_classes():
+    names = make_tables("remade")
+    rng = np.random.default_rng([17, RANK])
+    for number in range(1, 5):
+        run_both(names, rng.integers(0, ROWS * SIZE, size=7), None, "lazy_adam", number)
+    assert held()[0] == (1 if SIZE == 1 else 0)
+    names = make_tables("remade")  # replace=True: the old shards go
+    for number in range(1, 5):
+        if number == 1:
+            run_both(names, rng.integers(0, ROWS * SIZE, size=7), None, "lazy_adam", number)
+            assert held() == (0, 0)  # the first sight after the change: nothing held
+        else:
+            run_both(names, rng.integers(0, ROWS * SIZE, size=7), None, "lazy_adam", number)
+    assert held()[0] == (1 if SIZE == 1 else 0)
+
+
+@pytest.mark.parametrize("checks", ["backward", "end"])
+def test_bad_keys_in_a_replayed_step(checks):
+    names = make_tables("bad_" + checks)
+    rng = np.random.default_rng([19, RANK])
+    for number in range(1, 5):
+        run_both(names, rng.integers(0, ROWS * SIZE, size=10), None, "adagrad", number,
+                 checks)
+    before = api.shard(names[0]).values.copy()
+    keys = rng.integers(0, ROWS * SIZE, size=10)
+    keys[3] = ROWS * SIZE + 2 if RANK == 0 else keys[3]  # one rank's key past the table
+    with pytest.raises(InvalidInputError, match="replayed_bad_%s" % checks):
+        step(names[0], keys, None, "adagrad", 5, True, checks)
+    np.testing.assert_array_equal(api.shard(names[0]).values, before)
+    negative = rng.integers(0, ROWS * SIZE, size=10)
+    negative[-1] = -4 if RANK == SIZE - 1 else negative[-1]
+    with pytest.raises(InvalidInputError, match="replayed_bad_%s" % checks):
+        step(names[0], negative, None, "adagrad", 5, True, checks)
+    np.testing.assert_array_equal(api.shard(names[0]).values, before)
+    for number in range(5, 8):  # the uncaptured table skipped the failed steps too
+        run_both(names, rng.integers(0, ROWS * SIZE, size=10), None, "adagrad", number,
+                 checks)
+    assert held()[0] == (1 if SIZE == 1 else 0)
+
+
+def test_capture_off_records_nothing(monkeypatch):
+    monkeypatch.setenv(replayed_step.ENV, "0")
+    with runtime.entered() as rt:
+        replayed_step.free(rt)
+    names = make_tables("off")
+    rng = np.random.default_rng([23, RANK])
+    for number in range(1, 5):
+        run_both(names, rng.integers(0, ROWS * SIZE, size=6), None, "lazy_adam", number)
+    assert held() == (0, 0)
