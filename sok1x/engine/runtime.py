@@ -28,6 +28,8 @@ def _counted(method):
     def changing(self, *args, **kwargs):
         self.version = next(_versions)
         self._named.clear()
+        if self.on_change is not None:
+            self.on_change()
         return method(self, *args, **kwargs)
     changing.__name__ = method.__name__
     return changing
@@ -38,10 +40,12 @@ class TableRegistry(dict):
     before) at every binding, rebinding and removal of a name through the methods below, so what
     was derived from the tables of some names (named(), a TableGroup's liveness) holds while it
     is unchanged: per step, no look at each table. (`|=` and dict's own functions called on it
-    bypass the count; nothing uses them.)"""
+    bypass the count; nothing uses them.) on_change: None, or called at each such change, before
+    it."""
 
-    def __init__(self):
+    def __init__(self, on_change=None):
         super().__init__()
+        self.on_change = on_change
         self.version = next(_versions)
         self._named = {}  # tuple of names -> tuple of their tables, until the next change
 
@@ -95,7 +99,7 @@ class Runtime:
         self.size = group.size
         self.global_batch_size = global_batch_size
         self.device_ordinal = device_ordinal
-        self.tables = TableRegistry()
+        self.tables = TableRegistry(self._drop_replays)
         self.pending_tables = {}
         self.stash = Stash()
         self.towers = TowerTracker()
@@ -104,6 +108,13 @@ class Runtime:
         self.capacities = {}
         self.unread_checks = []
         self.replays = None
+
+    def _drop_replays(self):
+        """A table is made, replaced or dropped: the recorded steps that may read the old one
+        go now, with their memory (engine/lookup/replayed_step.py)."""
+        if self.replays is not None:
+            from sok1x.engine.lookup import replayed_step
+            replayed_step.free(self)
 
     def tables_named(self, names):
         """Returns the tables of `names` as a tuple, the same tuple while no table is made,

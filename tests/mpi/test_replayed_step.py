@@ -129,7 +129,8 @@ def test_a_remade_table_frees_the_classes():
     for number in range(1, 5):
         run_both(names, rng.integers(0, ROWS * SIZE, size=7), None, "lazy_adam", number)
     assert held()[0] == (1 if SIZE == 1 else 0)
-    names = make_tables("remade")  # replace=True: the old shards go
+    names = make_tables("remade")  # replace=True: the old shards go, and the classes at once
+    assert held() == (0, 0)
     for number in range(1, 5):
         if number == 1:
             run_both(names, rng.integers(0, ROWS * SIZE, size=7), None, "lazy_adam", number)

@@ -28,8 +28,9 @@ bounds and flag, the rows 8 n, the output 4 n dim) and its backward's (rows, loc
 summed gradients as long as the keys rounded up to 8: 16 n + 4 n dim, plus a fixed gradient
 4 n dim where it is not the forward's output); held_bytes() says what all classes hold. At most
 MAX_CLASSES forward classes are kept, the oldest freed first. Any change to the job's tables
-(made, replaced, dropped: TableRegistry.version) frees every class, as does shutdown (inside the
-device context, so nothing is freed at the interpreter's exit).
+(made, replaced, dropped: the TableRegistry calls Runtime._drop_replays) frees every class at
+once, with the memory it holds, as does shutdown (inside the device context, so nothing is freed
+at the interpreter's exit); a class whose table's rows moved is dropped at its next sight.
 """
 import collections
 import functools
@@ -64,7 +65,8 @@ class _Forward:
     """One forward shape class: its table, fixed keys, recorded work and backward classes."""
 
     def __init__(self, key, table, keys, work, judge):
-        self.key, self.table, self.values, self.keys = key, table, table.values, keys
+        self.key, self.table, self.keys = key, table, keys
+        self.values = _where(table)
         self.work, self.judge = work, judge
         self.routing = self.check = None  # made from the outputs at the first replay
         self.backwards = {}  # top gradient read in place (True) or copied (False) -> _Backward
@@ -125,6 +127,13 @@ def _classes(runtime):
     return classes
 
 
+def _where(table):
+    """Where a table's rows are: (address, shape). A class whose table's rows moved is dropped
+    (the graph reads them where they were); the array itself is not kept, so that a table that
+    gives its rows up (a checkpoint load, say) does not hold them through a class."""
+    return table.backend.address_of(table.values), tuple(table.values.shape)
+
+
 def _forward_run(runtime, table, keys):
     """The device work of a one-rank bounded forward of `table`'s `keys`: the key checks on the
     device, the rows, the gather (zeros past the table). Returns (KeyCheck, rows, vectors)."""
@@ -151,7 +160,7 @@ def forward(runtime, table, op, keys, training, checks):
     key = (op.tower, op.position, op.name, table.name, int(keys.shape[0]), keys.dtype.str,
            checks)
     entry = classes.forwards.get(key)
-    if entry is not None and (entry.table is not table or entry.values is not table.values):
+    if entry is not None and (entry.table is not table or entry.values != _where(table)):
         _drop(classes, key)
         entry = None
     if entry is None:
