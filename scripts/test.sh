@@ -31,7 +31,8 @@ logs=()  # "XML:LOG" of each MPI job
 rank4_files=(test_dense_embedding.py test_sparse_embedding.py test_sok_programs.py test_v2_api.py
   test_group_embedding.py test_group_feature_columns.py test_deeprec_seed.py test_ordering.py
   test_keyed_seam.py test_seam.py test_kernel_ops.py test_sok_v1_saver.py
-  test_sharded_checkpoint.py test_peer_capacity.py test_bounded_step.py)
+  test_sharded_checkpoint.py test_peer_capacity.py test_bounded_step.py
+  test_replayed_step.py)
 
 # run_job VENV SEAM RANKS CAPACITY BOUNDED XML LOG TEST...: one MPI job of pytest (seam "auto":
 # sok1x chooses; CAPACITY non-empty: SOK1X_PEER_CAPACITY=1; BOUNDED non-empty:
