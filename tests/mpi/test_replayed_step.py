@@ -173,3 +173,19 @@ def test_capture_off_records_nothing(monkeypatch):
     for number in range(1, 5):
         run_both(names, rng.integers(0, ROWS * SIZE, size=6), None, "lazy_adam", number)
     assert held() == (0, 0)
+
+
+def test_two_tables_of_different_dims_in_one_step():
+    pairs = []
+    for tag, dim in (("wide", 12), ("narrow", 3)):
+        names = ["replayed_" + tag, "uncaptured_" + tag]
+        for name in names:
+            api.create_table(name, dim, ROWS, False, SPEC, replace=True)
+        api.shard(names[1]).values[...] = api.shard(names[0]).values
+        pairs.append(names)
+    rng = np.random.default_rng([29, RANK])
+    for number in range(1, 9):
+        for names, count in zip(pairs, (11, 4 + number % 2)):  # the narrow one: two classes
+            run_both(names, rng.integers(0, ROWS * SIZE, size=(count, 2)), None, "adagrad",
+                     number)
+    assert held()[0] == (3 if SIZE == 1 else 0)
