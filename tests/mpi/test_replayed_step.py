@@ -6,7 +6,9 @@ changing keys, with the top gradient the output itself or another array, across 
 that come and go; on one rank the classes are really recorded and replayed (held, counted,
 freed when a table is remade and at MAX_CLASSES), on several ranks nothing is recorded; bad keys
 in a replayed step fail it with the uncaptured error, in its forward or its backward, change no
-table, and the replays go on after; SOK1X_CAPTURE=0 records nothing."""
+table, and the replays go on after; two tables of different dims replay in one step; work the
+backend refuses to record (CaptureError) leaves its class uncaptured and the steps right;
+SOK1X_CAPTURE=0 records nothing."""
 import numpy as np
 import pytest
 from mpi4py import MPI
@@ -189,3 +191,18 @@ def test_two_tables_of_different_dims_in_one_step():
             run_both(names, rng.integers(0, ROWS * SIZE, size=(count, 2)), None, "adagrad",
                      number)
     assert held()[0] == (3 if SIZE == 1 else 0)
+
+
+def test_work_that_cannot_be_recorded_stays_uncaptured(monkeypatch):
+    from sok1x.errors import CaptureError
+    names = make_tables("refused")
+    with runtime.entered() as rt:
+        backend = rt.backend
+
+    def refuse(run):
+        raise CaptureError("an upload of host data inside a captured CUDA graph")
+    monkeypatch.setattr(backend, "captured_work", refuse)
+    rng = np.random.default_rng([31, RANK])
+    for number in range(1, 7):
+        run_both(names, rng.integers(0, ROWS * SIZE, size=9), None, "lazy_adam", number)
+    assert held() == (0, 0)

@@ -17,10 +17,12 @@ graph on cuda; on cpu kept to run again, backend/cpu/rerun.py). From the third s
 copies its keys into the fixed array and replays: one launch for the key checks, the row lookup
 and the gather. The backward of a replayed forward is recorded at its first sight the same way
 (its top gradient read in place when it is the forward's own output, else copied into a fixed
-array) and replayed from the next. What the host still does per op: the op header's order checks
-(exchange_header.exchange_sizes: alone, no data crosses), the copy of the flag of the key checks
-(backend.read_later), the stash of the routing, and the reading of the flag where the uncaptured
-path reads it (bounded_step.py), so a replayed step with bad keys fails as the uncaptured one
+array) and replayed from the next. Work that cannot be recorded (CaptureError: a host wait or an
+upload inside it) leaves its class uncaptured from then on; the step that found it stands.
+What the host still does per op: the op header's order checks (exchange_header.exchange_sizes:
+alone, no data crosses), the copy of the flag of the key checks (backend.read_later), the stash
+of the routing, and the reading of the flag where the uncaptured path reads it (bounded_step.py),
+so a replayed step with bad keys fails as the uncaptured one
 does, on its forward (checks="end") or its backward (checks="backward"), and changes no table.
 
 Memory. A class holds its fixed keys (8 n bytes for n int64 keys), what its graph allocated (the
@@ -49,6 +51,7 @@ from sok1x.engine.lookup.key_exchange import (
     start_key_checks,
 )
 from sok1x.engine.op_order import as_op_id
+from sok1x.errors import CaptureError
 
 ENV = "SOK1X_CAPTURE"
 MAX_CLASSES = 16
@@ -95,10 +98,13 @@ class _Backward:
 
     @property
     def held_bytes(self):
+        if self.work is None:
+            return 0
         return self.work.held_bytes + (0 if self.own else int(self.grads.nbytes))
 
     def free(self):
-        self.work.free()
+        if self.work is not None:
+            self.work.free()
 
 
 class _Classes:
@@ -109,6 +115,7 @@ class _Classes:
         self.forwards = collections.OrderedDict()
         self.by_rows = {}  # id of a class's fixed rows array -> the class (its backward's key)
         self.sightings = collections.Counter()
+        self.refused = set()  # classes whose work could not be recorded: uncaptured from then on
 
     def free(self):
         for entry in self.forwards.values():
@@ -116,6 +123,7 @@ class _Classes:
         self.forwards.clear()
         self.by_rows.clear()
         self.sightings.clear()
+        self.refused.clear()
 
 
 def _classes(runtime):
@@ -165,7 +173,7 @@ def forward(runtime, table, op, keys, training, checks):
         entry = None
     if entry is None:
         classes.sightings[key] += 1
-        if classes.sightings[key] < 2:
+        if classes.sightings[key] < 2 or key in classes.refused:
             return None
         return _capture_forward(runtime, classes, key, table, op, keys, checks)
     backend = runtime.backend
@@ -197,15 +205,27 @@ def _capture_forward(runtime, classes, key, table, op, keys, checks):
     def run():
         recorded, recorded_rows, recorded_vectors = _forward_run(runtime, table, fixed)
         return [recorded.bounds, recorded.flag, recorded_rows, recorded_vectors]
-    work = backend.captured_work(run)
-    while len(classes.forwards) >= MAX_CLASSES:
-        _drop(classes, next(iter(classes.forwards)))
-    classes.forwards[key] = _Forward(key, table, fixed, work, check.judge)
+    work = _recorded(backend, run)
+    if work is None:
+        classes.refused.add(key)
+    else:
+        while len(classes.forwards) >= MAX_CLASSES:
+            _drop(classes, next(iter(classes.forwards)))
+        classes.forwards[key] = _Forward(key, table, fixed, work, check.judge)
     deferred = bounded_step.Deferred(backend.read_later(check.flag),
                                      functools.partial(check_error, backend, check), op.name)
     bounded_step.defer_or_read(runtime, deferred, checks == "backward")
     return vectors, _routing(table, int(keys.shape[0]), rows,
                              deferred if checks == "backward" else None)
+
+
+def _recorded(backend, run):
+    """backend.captured_work(run), or None where the work cannot be recorded (CaptureError: it
+    waits on the host or uploads; nothing was queued, and the step's eager result stands)."""
+    try:
+        return backend.captured_work(run)
+    except CaptureError:
+        return None
 
 
 def _drop(classes, key):
@@ -233,14 +253,15 @@ def backward(runtime, table, op, routing, grads):
     own = (backend.address_of(grads) == backend.address_of(vectors)
            and tuple(grads.shape) == tuple(vectors.shape))  # a view of the forward's output
     recorded = entry.backwards.get(own)
-    if recorded is None:
+    if recorded is None or recorded.work is None:  # first sight, or a work that was refused
         fixed = grads if own else backend.empty(tuple(grads.shape), np.float32)
         if not own:
             backend.write_rows(fixed, 0, grads)
         pieces = bounded_step.piece_starts(np.array([0, routing.count], dtype=np.int64))
         run = functools.partial(_backward_run, backend, table, entry.routing, fixed, pieces)
         out = run()  # this step, eagerly; then recorded for the next
-        entry.backwards[own] = _Backward(fixed, own, backend.captured_work(run))
+        if recorded is None:
+            entry.backwards[own] = _Backward(fixed, own, _recorded(backend, run))
     else:
         if not own:
             backend.write_rows(recorded.grads, 0, grads)
