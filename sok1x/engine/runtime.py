@@ -112,9 +112,9 @@ class Runtime:
     def _drop_replays(self):
         """A table is made, replaced or dropped: the recorded steps that may read the old one
         go now, with their memory (engine/lookup/replayed_step.py)."""
-        if self.replays is not None:
-            from sok1x.engine.lookup import replayed_step
-            replayed_step.free(self)
+        if self.replays is not None:  # (freed through the object: no import back from here)
+            self.replays.free()
+            self.replays = None
 
     def tables_named(self, names):
         """Returns the tables of `names` as a tuple, the same tuple while no table is made,
@@ -248,9 +248,8 @@ def shutdown():
     global _runtime
     with LOCK:
         if _runtime is not None and _runtime.replays is not None:
-            from sok1x.engine.lookup import replayed_step
             with _runtime.backend.device_context():  # graphs go inside their context
-                replayed_step.free(_runtime)
+                _runtime._drop_replays()
         if _runtime is not None and _runtime.backend.NAME != "cpu":
             from sok1x.backend.cuda import context as cuda_context
             cuda_context.set_stream_waiter(None)
