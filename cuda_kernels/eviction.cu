@@ -1,5 +1,6 @@
-// Victims of a full DynamicVariable shard, chosen on the device per bucket by score
-// (engine/tables/eviction.py states the policy; backend/cpu/eviction.py is its NumPy twin).
+// Victims of full DynamicVariable shards, chosen on the device per bucket by score, for every
+// member of a table group in one pass (a table alone is a group of one). engine/tables/eviction.py
+// states the policy; backend/cpu/eviction.py is its NumPy twin.
 //
 // A key's bucket is the top `bits` bits of scramble_key(key) (0 bits: one bucket, the whole
 // shard). Because a key's home slot is fastrange(scramble_key(key), slot_count), the keys of
@@ -9,7 +10,87 @@
 // engine stamps the rows the step looked up first). Its score is (last step, key) for LRU and
 // (count, last step, key) for LFU; the lowest goes first. Keys are distinct, so the order is
 // total and the choice is a function of keys, records and step, never of thread timing.
+//
+// Which new keys evict: member t's first count distinct new keys in hash order, which orders
+// them by bucket. The k-th of them in a bucket takes the k-th victim of that bucket, so the pick
+// needs only how many distinct new keys each bucket has (a segment per bucket of each evicting
+// member): no sort. Three passes count them: evict_bucket_counts, a scan, evict_bucket_scatter
+// (each new key into its segment) and evict_bucket_distinct (a key counted at its first place
+// in the segment, so a key from several ranks counts once); a scan of the distinct counts then
+// gives each segment its evicting keys' place among the member's.
 #include "common.cuh"
+
+// A member as the kernels take it: EVICT_MEMBER int64 entries each (backend/cuda/eviction.py).
+#define EVICT_MEMBER 8
+
+struct Evicting {
+  const int64* slots;
+  uint64 slot_count;
+  int64 row_start;      // its rows among the group's flat rows (statistics, victim rows)
+  int64 bits;           // bucket bits
+  int64 count;          // keys it evicts (0: none, and no segments)
+  int64 first_victim;   // its victims' place in the outputs
+  int64 first_segment;  // its first bucket's segment
+  int64 lfu;
+};
+
+__device__ __forceinline__ Evicting evicting_member(const int64* members, int64 t) {
+  const int64* m = members + EVICT_MEMBER * t;
+  const Evicting e = {(const int64*)m[0], (uint64)m[1], m[2], m[3], m[4], m[5], m[6], m[7]};
+  return e;
+}
+
+__device__ __forceinline__ uint64 bucket_of(int64 key, int64 bits) {
+  return bits == 0 ? 0 : scramble_key((uint64)key) >> (64 - bits);
+}
+
+// The segment of keys[i] when it is a new key (found[i] < 0) of a member that evicts, else -1.
+__device__ __forceinline__ int64 segment_of(const int64* members, const int64* keys,
+                                            const int64* tags, const int64* found, int64 i) {
+  if (found[i] >= 0) return -1;
+  const Evicting m = evicting_member(members, tags[i]);
+  if (m.count == 0) return -1;
+  return m.first_segment + (int64)bucket_of(keys[i], m.bits);
+}
+
+// counts[s] (zeroed by the caller) += the new keys (repeats too) of segment s.
+extern "C" __global__ void evict_bucket_counts(const int64* members, const int64* keys,
+                                               const int64* tags, const int64* found, int64 n,
+                                               int64* counts) {
+  for (int64 i = global_thread_id(); i < n; i += global_thread_count()) {
+    const int64 s = segment_of(members, keys, tags, found, i);
+    if (s >= 0) atomicAdd((uint64*)(counts + s), 1ULL);
+  }
+}
+
+// Each new key of an evicting member into its segment: entry_keys[starts[s] + k], in any order
+// within it (fill zeroed by the caller), entry_segments alike.
+extern "C" __global__ void evict_bucket_scatter(const int64* members, const int64* keys,
+                                                const int64* tags, const int64* found, int64 n,
+                                                const int64* starts, int64* fill,
+                                                int64* entry_keys, int64* entry_segments) {
+  for (int64 i = global_thread_id(); i < n; i += global_thread_count()) {
+    const int64 s = segment_of(members, keys, tags, found, i);
+    if (s < 0) continue;
+    const int64 at = starts[s] + (int64)atomicAdd((uint64*)(fill + s), 1ULL);
+    entry_keys[at] = keys[i];
+    entry_segments[at] = s;
+  }
+}
+
+// distinct[s] (zeroed by the caller) += the distinct keys of segment s: an entry counts where
+// no earlier entry of its segment holds its key (a segment holds about a bucket's new keys).
+extern "C" __global__ void evict_bucket_distinct(const int64* starts, int64 segments,
+                                                 const int64* entry_keys,
+                                                 const int64* entry_segments, int64* distinct) {
+  const int64 total = starts[segments];
+  for (int64 e = global_thread_id(); e < total; e += global_thread_count()) {
+    const int64 s = entry_segments[e], key = entry_keys[e];
+    bool first = true;
+    for (int64 f = starts[s]; f < e && first; ++f) first = entry_keys[f] != key;
+    if (first) atomicAdd((uint64*)(distinct + s), 1ULL);
+  }
+}
 
 struct Score {
   int64 first, second, key, row;
@@ -21,10 +102,6 @@ __device__ __forceinline__ bool lower(const Score& a, const Score& b) {
   return a.key < b.key;
 }
 
-__device__ __forceinline__ uint64 bucket_of(int64 key, int64 bits) {
-  return bits == 0 ? 0 : scramble_key((uint64)key) >> (64 - bits);
-}
-
 __device__ __forceinline__ Score shuffled(const Score& s, int from) {
   Score t;
   t.first = __shfl_xor_sync(FULL_WARP, s.first, from);
@@ -34,29 +111,57 @@ __device__ __forceinline__ Score shuffled(const Score& s, int from) {
   return t;
 }
 
-// One warp per segment [starts[s], starts[s + 1]) of the evicting keys (in hash order; a
-// segment holds the keys of bucket buckets[s]): the k-th key of a segment gets the k-th lowest
-// evictable key of its bucket, or -1 when the bucket has no more. rest != 0 (one segment, one
-// warp): every key still without a victim (victim_rows[i] == -1), in order, gets the lowest
-// evictable key of the whole shard; *left (zeroed by the caller) counts the first pass's keys
-// without a victim, so the second pass returns at once when there are none. A chosen victim's
-// record is written to victim_records[i] as it was, and its last step set to `step` (so it is
-// chosen once).
-extern "C" __global__ void evict_pick(const int64* slots, uint64 slot_count, int64* statistics,
-                                      int64 step, int64 lfu, int64 bits, const int64* buckets,
-                                      const int64* starts, int64 segments, int64 rest,
+// The member of segment s (members that evict own 2^bits segments each, in member order).
+__device__ __forceinline__ int64 member_of_segment(const int64* members, int64 member_count,
+                                                   int64 s) {
+  for (int64 t = 0; t < member_count; ++t) {
+    const Evicting m = evicting_member(members, t);
+    if (m.count > 0 && s >= m.first_segment && s < m.first_segment + (1LL << m.bits)) return t;
+  }
+  return -1;
+}
+
+// One warp per work item. rest == 0: an item is a segment s (bucket s - first_segment of its
+// member), whose evicting keys are the places [begin, end) of the outputs: the k-th gets the
+// k-th lowest evictable key of its bucket, or -1 when the bucket has no more. rest != 0: an item
+// is a member, and every one of its evicting keys still without a victim (victim_rows[i] ==
+// -1), in order, gets the lowest evictable key of the whole shard; *left (zeroed by the caller)
+// counts the first pass's keys without a victim, so the second pass returns at once when there
+// are none. A chosen victim's record is written to victim_records[i] as it was, and its last
+// step set to `step` (so it is chosen once); victim_rows holds flat rows.
+extern "C" __global__ void evict_pick(const int64* members, int64 member_count,
+                                      int64* statistics, int64 step,
+                                      const int64* distinct_starts, int64 items, int64 rest,
                                       uint64* left, int64* victim_keys, int64* victim_rows,
                                       int64* victim_records) {
   if (rest && *left == 0) return;  // every key found a victim in its bucket
   const int lane = (int)lane_id();
   const int64 warps = global_thread_count() / 32;
   const int64 INF = 0x7fffffffffffffffLL;
-  for (int64 s = global_thread_id() / 32; s < segments; s += warps) {
-    const int64 begin = starts[s], end = starts[s + 1];
+  for (int64 item = global_thread_id() / 32; item < items; item += warps) {
+    const int64 t = rest ? item : member_of_segment(members, member_count, item);
+    if (t < 0) continue;
+    const Evicting m = evicting_member(members, t);
+    if (m.count == 0) continue;
+    const int64 bits = rest ? 0 : m.bits;
+    const uint64 bucket = rest ? 0 : (uint64)(item - m.first_segment);
+    const int64 held_end = m.first_victim + m.count;
+    int64 begin, end;
+    if (rest) {  // the member's distinct new keys may be fewer than it must evict
+      const int64 base = distinct_starts[m.first_segment];
+      const int64 all = distinct_starts[m.first_segment + (1LL << m.bits)] - base;
+      begin = m.first_victim;
+      end = m.first_victim + (all < m.count ? all : m.count);
+    } else {
+      begin = m.first_victim + distinct_starts[item] - distinct_starts[m.first_segment];
+      end = begin + distinct_starts[item + 1] - distinct_starts[item];
+      if (end > held_end) end = held_end;
+    }
     if (begin >= end) continue;
-    const uint64 bucket = rest ? 0 : (uint64)buckets[s];
+    const int64* slots = m.slots;
+    const uint64 slot_count = m.slot_count;
     uint64 lo = 0, hi = slot_count - 1;
-    if (!rest && bits > 0) {
+    if (bits > 0) {
       const uint64 first_hash = bucket << (64 - bits);
       const uint64 last_hash = first_hash + ((~0ULL) >> bits);
       lo = __umul64hi(first_hash, slot_count);
@@ -84,13 +189,13 @@ extern "C" __global__ void evict_pick(const int64* slots, uint64 slot_count, int
         for (uint64 p = lane; p < length; p += 32) {
           const uint64 slot = (lo + p) % slot_count;
           const int64 key = slots[2 * slot];
-          if (key < 0 || (!rest && bucket_of(key, bits) != bucket)) continue;
-          const int64 row = slots[2 * slot + 1];
+          if (key < 0 || (bits > 0 && bucket_of(key, bits) != bucket)) continue;
+          const int64 row = m.row_start + slots[2 * slot + 1];
           const volatile int64* record = statistics + 2 * row;
           const int64 last = record[0];
           if (last >= step) continue;
           const int64 count = record[1];
-          const Score mine = {lfu ? count : last, lfu ? last : 0, key, row};
+          const Score mine = {m.lfu ? count : last, m.lfu ? last : 0, key, row};
           if (lower(mine, best)) best = mine;
         }
         for (int from = 16; from > 0; from >>= 1) {

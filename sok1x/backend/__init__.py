@@ -93,8 +93,9 @@ Every backend module exposes the same names, and the engine's algorithms call on
         records (last step, count) of rows >= 0; stamp (times, new_rows, now, count): also
         fill_rows(times, new_rows, now, count), in the same launch on cuda
     stamp_last_step(statistics, rows, step)            records' last step = step (rows >= 0)
-    pick_victims(index, statistics, keys, starts, bits, step, lfu) -> (keys, rows, records)
-        a full shard's victims for evicting keys sorted by bucket (cpu/eviction.py), no wait
+    pick_victims(indexes, statistics, row_starts, keys, tags, found, counts, bits, step, lfu)
+        -> (keys, rows, records): the victims of a table group's full shards for a lookup's
+        new keys, per bucket by score (cpu/eviction.py), no wait and no sort
     HashIndex(capacity)                                key -> row index of a shard (cpu/hash.py):
         find, count_missing, find_or_insert(keys, row_pool, missing, next_row, queue_first),
         find_or_insert_values(keys, values, spec, table_id, ...) (also initialises the new

@@ -253,32 +253,60 @@ def test_hash_erase_and_row_pool_equal_cpu():
 @pytest.mark.parametrize("lfu", [False, True])
 @pytest.mark.parametrize("touched", [0.0, 0.9])
 def test_device_victims_equal_cpu(lfu, touched):
-    """pick_victims (cuda_kernels/eviction.cu) against the cpu twin on one shard of 2^16 keys
-    (1024 buckets) with many tied records: the same victims, records and statistics after.
-    touched: the share of keys the step already looked up, so buckets run out and the
-    shard-wide second pass serves the rest."""
+    """pick_victims (cuda_kernels/eviction.cu) against the cpu twin on a group of three shards
+    at once: 2^16 keys (1024 buckets), 2^12 keys (64 buckets) and 100 keys (one bucket), with
+    many tied records, their new keys interleaved, repeated and mixed with held ones, one member
+    evicting nothing. The same victims, records and statistics after. touched: the share of
+    keys the step already looked up, so buckets run out and the member-wide second pass serves
+    the rest."""
     from sok1x.backend import cuda
-    from sok1x.engine.tables.eviction import bucket_bits, evicting_keys
+    from sok1x.engine.tables.eviction import bucket_bits
     rng = np.random.default_rng(38)
-    capacity, step_now = 1 << 16, 9
-    keys = np.unique(rng.integers(0, 2 ** 40, size=capacity + 64))[:capacity]
-    rng.shuffle(keys)
-    statistics = np.stack([rng.integers(0, step_now, capacity),
-                           rng.integers(0, 4, capacity)], axis=1).astype(np.int64)
-    statistics[rng.random(capacity) < touched, 0] = step_now
-    new = np.unique(rng.integers(2 ** 40, 2 ** 41, size=6000))
-    bits = bucket_bits(capacity)
-    buckets, starts = evicting_keys(new, np.full(new.shape, -1), new.shape[0], bits)
+    capacities, step_now = [1 << 16, 1 << 12, 100, 1 << 10], 9
+    row_starts = np.concatenate([[0], np.cumsum(capacities)]).astype(np.int64)
+    shards, keys, tags, found, counts = [], [], [], [], []
+    for t, capacity in enumerate(capacities):
+        held = np.unique(rng.integers(0, 2 ** 40, size=capacity + 64))[:capacity]
+        rng.shuffle(held)
+        shards.append(held)
+        new = np.unique(rng.integers(2 ** 40, 2 ** 41, size=min(6000, capacity)))
+        looked = held[:50]
+        keys += [new, new[:200], looked]
+        tags.append(np.full(new.shape[0] + min(200, new.shape[0]) + looked.shape[0], t))
+        found += [np.full(new.shape[0] + min(200, new.shape[0]), -1),
+                  row_starts[t] + np.arange(looked.shape[0])]
+        counts.append(0 if t == 3 else new.shape[0] - 5 * t)
+    keys, tags, found = (np.concatenate(a).astype(np.int64) for a in (keys, tags, found))
+    order = rng.permutation(keys.shape[0])
+    keys, tags, found = keys[order], tags[order], found[order]
+    statistics = np.stack([rng.integers(0, step_now, row_starts[-1]),
+                           rng.integers(0, 4, row_starts[-1])], axis=1).astype(np.int64)
+    statistics[rng.random(row_starts[-1]) < touched, 0] = step_now
+    bits = [bucket_bits(c) for c in capacities]
     results = []
     for backend in (cuda, cpu):
         with backend.device_context():
-            index = backend.HashIndex(capacity)
-            index.assign(backend.asarray(keys), backend.asarray(np.arange(capacity)))
+            indexes = []
+            for held in shards:
+                index = backend.HashIndex(held.shape[0])
+                index.assign(backend.asarray(held), backend.asarray(np.arange(held.shape[0])))
+                indexes.append(index)
             stats = backend.asarray(statistics.copy())
-            picked = backend.pick_victims(index, stats, buckets, starts, bits, step_now, lfu)
+            backend.stamp_last_step(stats, backend.asarray(found), step_now)
+            picked = backend.pick_victims(indexes, stats, row_starts, backend.asarray(keys),
+                                          backend.asarray(tags), backend.asarray(found), counts,
+                                          bits, step_now, [lfu, not lfu, lfu, lfu])
             results.append([backend.to_host(a) for a in picked] + [backend.to_host(stats)])
     for got, want in zip(*results):
         np.testing.assert_array_equal(got, want)
-    victims = results[1][0]
-    assert (victims >= 0).sum() == min(new.shape[0], int((statistics[:, 0] < step_now).sum()))
+    victims, rows = results[1][0], results[1][1]
+    assert victims.shape[0] == sum(counts)
     assert len(set(victims[victims >= 0].tolist())) == int((victims >= 0).sum())
+    stamped = statistics.copy()
+    cpu.stamp_last_step(stamped, found, step_now)
+    for t in range(len(capacities)):  # as many as it may evict, each in its own rows
+        mine = rows[sum(counts[:t]):sum(counts[:t + 1])]
+        evictable = int((stamped[row_starts[t]:row_starts[t + 1], 0] < step_now).sum())
+        assert (mine >= 0).sum() == min(counts[t], evictable)
+        mine = mine[mine >= 0]
+        assert ((mine >= row_starts[t]) & (mine < row_starts[t + 1])).all()

@@ -10,7 +10,7 @@ from sok1x.engine import api, runtime
 from sok1x.engine.checkpoint.tables import dump_tables, load_tables
 from sok1x.engine.op_order import OpId
 from sok1x.engine.tables.dynamic_table import make_dynamic
-from sok1x.engine.tables.eviction import bucket_bits, evicting_keys
+from sok1x.engine.tables.eviction import bucket_bits
 from sok1x.errors import InvalidInputError
 
 from test_dynamic_table import (  # noqa: F401  (sok1x_up: the module's cpu engine)
@@ -57,32 +57,65 @@ def reference_victims(held, new_keys, count, bits, step, lfu, looked_up=()):
     return victims
 
 
+def _random_shard(rng, capacity, step):
+    """A HashIndex of `capacity` rows holding some random keys at rows 0.., and their records
+    (many ties): (index, keys, records int64 [capacity, 2])."""
+    index = HashIndex(capacity)
+    keys = rng.choice(10 ** 6, size=int(rng.integers(1, capacity + 1)), replace=False)
+    index.assign(keys, np.arange(keys.shape[0]))
+    statistics = np.zeros((capacity, 2), np.int64)
+    statistics[:keys.shape[0], 0] = rng.integers(0, step + 1, keys.shape[0])
+    statistics[:keys.shape[0], 1] = rng.integers(0, 3, keys.shape[0])
+    return index, keys, statistics
+
+
 def test_the_backends_pick_is_the_stated_policy():
-    """backend.cpu.pick_victims (the twin of eviction.cu) against reference_victims: random
-    shards with many ties, buckets of 1 to 8, buckets used up, too few evictable keys."""
+    """backend.cpu.pick_victims (the twin of eviction.cu) against reference_victims for a group
+    of 1 to 4 shards at once: random shards with many ties, buckets of 1 to 8, buckets used up,
+    too few evictable keys, members that evict nothing, new keys repeated, held keys looked up."""
     rng = np.random.default_rng(38)
     for trial in range(150):
-        capacity = int(rng.integers(4, 300))
-        index = HashIndex(capacity)
-        keys = rng.choice(10 ** 6, size=int(rng.integers(1, capacity + 1)), replace=False)
-        index.assign(keys, np.arange(keys.shape[0]))
-        statistics = np.zeros((capacity, 2), np.int64)
-        step = int(rng.integers(2, 6))
-        statistics[:keys.shape[0], 0] = rng.integers(0, step + 1, keys.shape[0])
-        statistics[:keys.shape[0], 1] = rng.integers(0, 3, keys.shape[0])
-        bits, lfu = int(rng.integers(0, 4)), bool(trial % 2)
-        new = rng.choice(np.arange(10 ** 6, 2 * 10 ** 6), size=int(rng.integers(1, 80)),
-                         replace=False)
-        count = int(rng.integers(1, new.shape[0] + 1))
-        held = {int(k): tuple(statistics[r]) for k, r in zip(keys, range(keys.shape[0]))}
-        want = reference_victims(held, new.tolist(), count, bits, step, lfu)
-        buckets, starts = evicting_keys(new, np.full(new.shape, -1), count, bits)
-        got_keys, got_rows, records = cpu.pick_victims(index, statistics.copy(), buckets,
-                                                       starts, bits, step, lfu)
-        assert [None if k < 0 else int(k) for k in got_keys] == want, trial
-        for k, r, record in zip(got_keys, got_rows, records):
-            if k >= 0:
-                assert int(index.find([k])[0]) == r and tuple(record) == held[int(k)]
+        members, step = int(rng.integers(1, 5)), int(rng.integers(2, 6))
+        shards = [_random_shard(rng, int(rng.integers(4, 300)), step) for _ in range(members)]
+        capacities = [index.capacity for index, _, _ in shards]
+        row_starts = np.concatenate([[0], np.cumsum(capacities)]).astype(np.int64)
+        statistics = np.concatenate([records for _, _, records in shards])
+        bits = [int(rng.integers(0, 4)) for _ in range(members)]
+        lfu = [bool(rng.integers(0, 2)) for _ in range(members)]
+        keys, tags, found, counts, wants = [], [], [], [], []
+        for t, (index, held_keys, records) in enumerate(shards):
+            new = rng.choice(np.arange(10 ** 6, 2 * 10 ** 6), size=int(rng.integers(1, 80)),
+                             replace=False)
+            looked = held_keys[:int(rng.integers(0, 3))]
+            mine = np.concatenate([new, new[:3], looked])  # a key from two ranks, held ones
+            keys.append(mine)
+            tags.append(np.full(mine.shape, t))
+            found.append(np.concatenate([np.full(new.shape[0] + min(3, new.shape[0]), -1),
+                                         row_starts[t] + index.find(looked)]))
+            count = int(rng.integers(0, new.shape[0] + 1))
+            counts.append(count)
+            held = {int(k): tuple(records[r]) for k, r in zip(held_keys,
+                                                              range(held_keys.shape[0]))}
+            after_looking = {k: ((step, c) if k in set(looked.tolist()) else (last, c))
+                             for k, (last, c) in held.items()}
+            wants.append(reference_victims(after_looking, new.tolist(), count, bits[t], step,
+                                           lfu[t]))
+        keys, tags, found = (np.concatenate(a).astype(np.int64) for a in (keys, tags, found))
+        order = rng.permutation(keys.shape[0])  # the members' keys interleaved
+        stamped = statistics.copy()
+        cpu.stamp_last_step(stamped, found, step)
+        got_keys, got_rows, records = cpu.pick_victims(
+            [index for index, _, _ in shards], stamped, row_starts, keys[order], tags[order],
+            found[order], counts, bits, step, lfu)
+        at = 0
+        for t, (index, _, _) in enumerate(shards):
+            mine = slice(at, at + counts[t])
+            at += counts[t]
+            assert [None if k < 0 else int(k) for k in got_keys[mine]] == wants[t], trial
+            for k, r, record in zip(got_keys[mine], got_rows[mine], records[mine]):
+                if k >= 0:
+                    assert int(index.find([k])[0]) + row_starts[t] == r
+                    assert tuple(record) == tuple(statistics[r]) and stamped[r, 0] == step
 
 
 def test_buckets_hold_about_64_keys():

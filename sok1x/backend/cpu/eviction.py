@@ -1,5 +1,5 @@
-"""The victims of a full DynamicVariable shard on NumPy: the twin of cuda_kernels/eviction.cu
-(engine/tables/eviction.py states the policy). Both choose the same victims for the same index,
+"""The victims of full DynamicVariable shards on NumPy: the twin of cuda_kernels/eviction.cu
+(engine/tables/eviction.py states the policy). Both choose the same victims for the same indexes,
 records, keys and step."""
 import numpy as np
 
@@ -20,15 +20,57 @@ def stamp_last_step(statistics, rows, step):
     statistics[rows[rows >= 0], 0] = step
 
 
-def pick_victims(index, statistics, buckets, starts, bits, step, lfu):
-    """Victims for m evicting keys in runs by bucket (host int64 starts [s + 1]: the runs'
-    offsets, m = starts[-1]; buckets [s]: each run's bucket) in the shard of HashIndex `index`
-    and records `statistics` (int64 [capacity, 2]: last step, count). Returns (victim_keys,
-    victim_rows, victim_records [m, 2]): key i's victim is the k-th lowest-score evictable key
-    of its bucket when it is the k-th key of its run, else (its bucket used up) the lowest one
-    of the shard left over, taken in the keys' order; -1 (and records 0) where none is left.
-    The victims' records are returned as they were and their last step set to `step`."""
-    starts = np.asarray(starts, dtype=np.int64)
+def evicting_runs(new_keys, count, bits):
+    """The first `count` distinct keys of host int64 `new_keys` in hash order (by bucket, then
+    hash; the hash is a bijection, so equal hashes are equal keys); returns (the bucket of each
+    run of them, int64 starts [runs + 1] of the runs)."""
+    hashes = np.sort(scramble(np.asarray(new_keys, dtype=np.int64)))
+    hashes = hashes[np.concatenate([[True], hashes[1:] != hashes[:-1]])][:int(count)]
+    buckets = (hashes >> np.uint64(64 - bits)).astype(np.int64) if bits else np.zeros(
+        hashes.shape, np.int64)
+    cuts = np.flatnonzero(buckets[1:] != buckets[:-1]) + 1
+    starts = np.concatenate([[0], cuts, [hashes.shape[0]]]).astype(np.int64)
+    return buckets[starts[:-1]], starts
+
+
+def pick_victims(indexes, statistics, row_starts, keys, tags, found, counts, bits, step, lfu):
+    """Victims for the full shards of a table group (one table: a group of one).
+
+    indexes: the members' HashIndexes; statistics: int64 [rows, 2] records (last step, count)
+    of the group's flat rows, member t's at row_starts[t] + its row; keys, tags, found: a
+    training lookup's owned keys, each key's member, and its flat row (-1: a new key);
+    counts[t]: keys member t evicts (host; 0: none); bits[t]: its bucket bits; step; lfu[t]:
+    its evict_strategy is "lfu". Member t's evicting keys are its first counts[t] distinct new
+    keys in hash order; the k-th of them in a bucket gets the k-th lowest-score evictable key of
+    that bucket, and those whose bucket ran out the member's lowest left over, in order.
+    Returns (victim_keys, victim_rows, victim_records [m, 2]), m = sum(counts), member t's at
+    [sum(counts[:t]), sum(counts[:t + 1])): each victim's key, flat row and record as it was
+    (-1, -1 and 0 where none is left). The victims' last step is set to `step`."""
+    keys, tags, found = (np.asarray(a, dtype=np.int64) for a in (keys, tags, found))
+    counts = np.asarray(counts, dtype=np.int64)
+    m = int(counts.sum())
+    victim_keys = np.full(m, -1, dtype=np.int64)
+    victim_rows = np.full(m, -1, dtype=np.int64)
+    victim_records = np.zeros((m, 2), dtype=np.int64)
+    at = 0
+    for t, index in enumerate(indexes):
+        count = int(counts[t])
+        if count == 0:
+            continue
+        start = int(row_starts[t])
+        buckets, starts = evicting_runs(keys[(tags == t) & (found < 0)], count, int(bits[t]))
+        picked = _pick_in_shard(index, statistics[start:start + index.capacity], buckets,
+                                starts, int(bits[t]), step, bool(lfu[t]))
+        end = at + int(starts[-1])
+        victim_keys[at:end], victim_records[at:end] = picked[0], picked[2]
+        victim_rows[at:end] = np.where(picked[1] >= 0, picked[1] + start, -1)
+        at += count
+    return victim_keys, victim_rows, victim_records
+
+
+def _pick_in_shard(index, statistics, buckets, starts, bits, step, lfu):
+    """pick_victims in one shard (its records `statistics`, rows its own) for evicting keys in
+    runs by bucket (starts [s + 1]: the runs' offsets; buckets [s]: each run's bucket)."""
     m = int(starts[-1])
     victim_keys = np.full(m, -1, dtype=np.int64)
     victim_rows = np.full(m, -1, dtype=np.int64)

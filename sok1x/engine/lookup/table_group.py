@@ -63,9 +63,9 @@ the same exchange):
     freed rows per member, DynamicTable.rows_source), and its members hand those rows out by
     their counts of placed keys: read in the lookup where a member may fill up, else, as an hbm
     group's, in the next op header's wait (DynamicTable.take_rows_later; reused rows' slots are
-    reset on the device meanwhile). A member short of rows at max_capacity evicts on the host,
-    after the lookup's agreement, as it would alone (DynamicTable.make_room; a step that evicts
-    is the slow path);
+    reset on the device meanwhile). The members short of rows at max_capacity evict together,
+    after the lookup's agreement: their victims chosen on the device in one pass, read by the
+    host once (HashGroup.make_room, engine/tables/eviction.py);
   - a hybrid DynamicVariable whose rows split between GPU and host memory (max_hbm_for_vectors
     too small for max_capacity rows) is a unit of its own: a flat device array cannot view its
     host rows;
@@ -76,13 +76,14 @@ the same exchange):
     member was re-made, by re-running its initializer, is dissolved first).
 """
 import collections
+import functools
 import time
 
 import numpy as np
 
 from sok1x.backend import random_init
+from sok1x.engine.tables import eviction
 from sok1x.engine.tables import placement as placements
-from sok1x.engine.tables.dynamic_table import make_room_many
 from sok1x.engine.tables.table import (
     EmbeddingTable, rebuilt_if_worn, rebuilt_index, reset_slot_rows,
 )
@@ -234,7 +235,6 @@ class HashGroup(TableGroup):
         self.evicts = any(getattr(table, "statistics", None) is not None for table in members)
         self.grows = self.evicts or bool(np.any(self.max_capacities > self.capacities))
         self.statistics = None
-        self._split = None  # (keys, per member its keys, host and device) of growth_error
         if self.evicts:
             self.statistics = self._joined([table.statistics for table in members], 0)
             for t, table in enumerate(members):
@@ -313,14 +313,14 @@ class HashGroup(TableGroup):
         the step did not look up), else None."""
         over = np.flatnonzero(needed > self.max_capacities)
         sizes = self.sizes()
-        mine = self._keys_of(keys, tags) if self.evicts and over.size else None
-        uploaded = {}  # member: its keys on the device
-        self._split = (keys, mine, uploaded)  # make_room's, for the same keys
+        mine = None  # {member: its keys}, read only where a hybrid member passes it
         for t in over.tolist():
             member = self.members[t]
+            if self.evicts and mine is None:
+                mine = self._keys_of(keys, tags)
             if mine is not None:  # rows_needed counted its new keys
-                uploaded[t] = self.backend.asarray(mine[t])
-                error = member.capacity_error(uploaded[t], int(needed[t] - sizes[t]))
+                error = member.capacity_error(self.backend.asarray(mine[t]),
+                                              int(needed[t] - sizes[t]))
             else:
                 error = member.full_error(int(sizes[t]), int(needed[t] - sizes[t]))
             if error is not None:
@@ -328,8 +328,8 @@ class HashGroup(TableGroup):
         return None
 
     def _keys_of(self, keys, tags):
-        """{member: host int64, its keys among tagged `keys`} (host work: a step that grows or
-        evicts)."""
+        """{member: host int64, its keys among tagged `keys`} (host work: a step in which a
+        hybrid member passes its max_capacity)."""
         keys, tags = self.backend.download_staged_many([keys, tags])  # read, not kept
         order = np.argsort(np.asarray(tags), kind="stable")
         cuts = np.cumsum(np.bincount(np.asarray(tags), minlength=len(self.members)))[:-1]
@@ -337,18 +337,24 @@ class HashGroup(TableGroup):
 
     def make_room(self, needed, keys, tags):
         """Makes room for the rows `needed` (rows_needed's, checked by growth_error) of owned
-        tagged `keys`: grows the members that need it (grow), then evicts from each hybrid
-        member still short of rows (at max_capacity) the keys it needs freed."""
+        tagged `keys`: grows the members that need it (grow), then evicts from every hybrid
+        member still short of rows (at max_capacity) the keys it needs freed, all at once
+        (engine/tables/eviction.py), recording in the step journal how to put them back."""
         self.grow(needed)
-        short = np.flatnonzero(needed > self.capacities)
-        if short.size:
-            split, self._split = self._split, None
-            mine, uploaded = (split[1], split[2]) if split[0] is keys and split[1] is not None \
-                else (self._keys_of(keys, tags), {})
-            short = short.tolist()
-            make_room_many([self.members[t] for t in short],
-                           [int(needed[t] - self.capacities[t]) for t in short],
-                           [mine[t] for t in short], [uploaded.get(t) for t in short])
+        short = needed > self.capacities
+        if not short.any():
+            return
+        held = [member.held_state() for member in self.members]
+        evicted = eviction.evict(self.members, np.where(short, needed - self.capacities, 0),
+                                 keys, tags, self.statistics, self.row_starts, self.values,
+                                 self.slots)
+        self.journal.record(functools.partial(self._undo_evict, evicted, held))
+
+    def _undo_evict(self, evicted, held):
+        """Undoes make_room's eviction (`evicted`; held: each member's held_state before)."""
+        evicted.put_back()
+        for member, state in zip(self.members, held):
+            member.restore_held(state)
 
     def grow(self, needed):
         """Grows each member whose rows `needed` (host int64 [members]) pass its capacity, in

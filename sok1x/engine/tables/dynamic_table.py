@@ -24,7 +24,7 @@ two arrays took two) and stamps the new rows' update times in the same launch (r
 between GPU and host memory: the lookup's kernel counts it, a fill_rows stamps); a row's record
 is zeroed when its key leaves (eviction, undo), so a new key's row starts from 0.
 Eviction reads them on the device (eviction.py: per bucket by score, the policy stated there):
-the host reads the step's keys and the victims, never the shard. Nothing else reads them, so an
+the host reads the victims' keys and rows, never the shard. Nothing else reads them, so an
 hbm table, which never evicts, keeps none (statistics None; its lookups stamp the new rows
 alone). Checkpoints do not hold the statistics (a loaded
 table starts from zero).
@@ -33,7 +33,6 @@ new keys, puts evicted keys back with their vectors, slots and statistics, and r
 list.
 """
 import collections
-import functools
 import time
 
 import numpy as np
@@ -369,58 +368,39 @@ class DynamicTable(EmbeddingTable):
     def _evict(self, count, keys):
         """Evicts `count` keys that neither the current step nor this lookup (owned `keys`, a
         backend array) looked up, chosen on the device per bucket by score (eviction.py states
-        the policy); returns what undoing it needs (_evict_finish)."""
-        backend = self.backend
-        host_keys, found = (np.array(a) for a in backend.download_staged_many(
-            [keys, self.index.find(keys)]))
-        queued = self._victims_queued(count, host_keys, found)
-        victims = [np.array(a) for a in backend.download_staged_many(list(queued[0][:2]))]
-        return self._evict_finish(count, queued, victims)
+        the policy); returns its undo record (eviction.Evicted)."""
+        tags = self.backend.zeros((int(keys.shape[0]),), np.int64)
+        return eviction.evict([self], [count], keys, tags, self.statistics,
+                              np.array([0, self.capacity], dtype=np.int64), self.values,
+                              self.slots)
 
-    def _victims_queued(self, count, host_keys, found):
-        """Queues the choice of `count` victims for owned keys `host_keys` (host; found: their
-        host rows, -1 for new keys): the rows looked up stamped with the step (their records
-        kept), then backend.pick_victims. Returns ((victim keys, rows, records), (looked-up rows,
-        their records before)), device arrays. Reads the host arrays before it returns."""
-        backend, step = self.backend, self.journal.step
-        bits = eviction.bucket_bits(self.capacity)
-        buckets, starts = eviction.evicting_keys(host_keys, found, count, bits)
-        looked_up = backend.asarray(found[found >= 0])  # repeats: the same record put twice
-        pinned = (looked_up, backend.take_rows(self.statistics, looked_up))
-        backend.stamp_last_step(self.statistics, looked_up, step)  # not evicted by this step
-        picked = backend.pick_victims(self.index, self.statistics, buckets, starts, bits, step,
-                                      self.dynamic.evict_strategy == "lfu")
-        return picked, pinned
-
-    def _evict_finish(self, count, queued, victims):
-        """Evicts the victims _victims_queued chose (`victims`: host copies of their keys and
-        rows); returns what undoing it needs: (keys, rows, values, slots, statistics, evicted
-        entry, (looked-up rows, their records before)). Raises RuntimeError, putting the stamps
-        back, where fewer than `count` were found (capacity_error rules that out)."""
-        backend = self.backend
-        (device_keys, device_rows, records), pinned = queued
-        victim_keys, victim_rows = victims
-        if victim_rows.shape[0] != count or (victim_rows < 0).any():
-            backend.put_rows(self.statistics, *pinned)
-            raise RuntimeError("%s: %d of the %d keys to evict on rank %d were found"
-                               % (self.name, int(np.count_nonzero(victim_rows >= 0)), count,
-                                  self.rank))
-        values = hybrid_rows.gather_rows(backend, self.values, device_rows)
-        saved = (victim_keys, victim_rows, values,
-                 {name: hybrid_rows.gather_rows(backend, s, device_rows)
-                  for name, s in self.slots.items()},
-                 records)
-        backend.put_rows(self.statistics, device_rows,
-                         backend.zeros((victim_rows.shape[0], 2), np.int64))
-        self.evicted_keys += int(victim_rows.shape[0])
+    def take_victims(self, keys, rows, device_keys, values):
+        """Takes the victims eviction.evict chose here out of this shard: host `keys` at host
+        `rows`, device_keys their device copy, values their vectors (device); their rows join
+        the free list. Returns the entry pop_evicted hands out, or None where nothing reads
+        them (drop_evicted)."""
+        self.evicted_keys += int(rows.shape[0])
         entry = None
         if self.name not in _DROPPED:  # read by someone: kept on the device until then
-            entry = (victim_keys, values)
+            entry = (keys, values)
             self._evicted.append(entry)
         self.index.erase(device_keys, all_held=True)
-        self.index = rebuilt_if_worn(backend, self.index, self.capacity)
-        self._free = np.concatenate([self._free, victim_rows])
-        return saved + (entry, pinned)
+        self.index = rebuilt_if_worn(self.backend, self.index, self.capacity)
+        self._free = np.concatenate([self._free, rows])
+        return entry
+
+    def restore_victims(self, keys, rows, values, slots, records, entry):
+        """Undoes take_victims: the victims (host keys and rows) get their rows, vectors,
+        slots ({name: saved}) and records again, and leave what pop_evicted hands out."""
+        backend = self.backend
+        device_rows = backend.asarray(rows)
+        self.index.assign(backend.asarray(keys), device_rows)
+        hybrid_rows.put_rows(backend, self.values, device_rows, values)
+        for name, saved in slots.items():
+            hybrid_rows.put_rows(backend, self.slots[name], device_rows, saved)
+        backend.put_rows(self.statistics, device_rows, records)
+        self._evicted = [e for e in self._evicted if e is not entry]
+        self.evicted_keys -= int(keys.shape[0])
 
     def _take_rows(self, count):
         """Hands out the rows of `count` new keys: freed rows first (last freed first), then
@@ -439,24 +419,9 @@ class DynamicTable(EmbeddingTable):
             backend.put_rows(self.statistics, new_rows,
                              backend.zeros((int(new_rows.shape[0]), 2), np.int64))
         if evicted is not None:
-            self._put_back(evicted)
+            evicted.put_back()
         self._free, self._high_water = free_before, high_water_before
         self.index = rebuilt_if_worn(backend, self.index, self.capacity)
-
-    def _put_back(self, evicted):
-        """Gives the keys of one _evict (its undo record `evicted`) their rows, vectors, slots
-        and statistics again, and takes them out of what pop_evicted hands out."""
-        backend = self.backend
-        keys, rows, values, slots, statistics, entry, pinned = evicted
-        backend.put_rows(self.statistics, *pinned)
-        device_rows = backend.asarray(rows)
-        self.index.assign(backend.asarray(keys), device_rows)
-        hybrid_rows.put_rows(backend, self.values, device_rows, values)
-        for name, saved in slots.items():
-            hybrid_rows.put_rows(backend, self.slots[name], device_rows, saved)
-        backend.put_rows(self.statistics, device_rows, statistics)
-        self._evicted = [e for e in self._evicted if e is not entry]
-        self.evicted_keys -= int(keys.shape[0])
 
     # -- what a hash group of hybrid tables asks of its members (lookup/table_group.py) ---------
 
@@ -505,7 +470,12 @@ class DynamicTable(EmbeddingTable):
 
 
     def _undo_evict(self, evicted, held):
-        self._put_back(evicted)
+        evicted.put_back()
+        self.restore_held(held)
+
+    def restore_held(self, held):
+        """Puts the free list and high water back as held_state() gave them (an undone
+        eviction's), rebuilding a worn index."""
         self._free, self._high_water = held
         self.index = rebuilt_if_worn(self.backend, self.index, self.capacity)
 
@@ -544,26 +514,6 @@ class DynamicTable(EmbeddingTable):
         self.times = hybrid_rows.grown(backend, self.times, capacity, None)
         self.index = rebuilt_index(backend, self.index, capacity)
         self.capacity = capacity
-
-
-def make_room_many(tables, counts, host_keys, device_keys):
-    """DynamicTable.make_room of several `tables` (a hash group's members; counts[i] keys to
-    evict for owned host keys host_keys[i], device_keys[i] their device copy or None) with two
-    host waits in all: the keys' rows, then the victims every member's pick chose."""
-    if not tables:
-        return
-    backend = tables[0].backend
-    found = [np.array(f) for f in backend.download_staged_many(
-        [t.index.find(backend.asarray(k) if d is None else d)
-         for t, k, d in zip(tables, host_keys, device_keys)])]
-    queued = [t._victims_queued(c, np.asarray(k), f)
-              for t, c, k, f in zip(tables, counts, host_keys, found)]
-    victims = [np.array(v) for v in backend.download_staged_many(
-        [a for q in queued for a in q[0][:2]])]
-    for i, (table, count, picked) in enumerate(zip(tables, counts, queued)):
-        held = table.held_state()
-        evicted = table._evict_finish(count, picked, victims[2 * i:2 * i + 2])
-        table.journal.record(functools.partial(table._undo_evict, evicted, held))
 
 
 def _is_prefix(array, base):

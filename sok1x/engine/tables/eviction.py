@@ -20,10 +20,17 @@ exactly n held keys, chosen as follows:
 The choice is a function of the keys, their records and the step, never of thread timing, so
 the cpu and cuda backends evict the same keys and a run repeats exactly. A step that cannot make
 room (fewer evictable keys than new ones) fails on every rank before evicting (TableFullError).
+
+How: evict() takes every member of a table group that must evict at once (a table alone is a
+group of one). The device counts each bucket's distinct new keys and picks the victims of every
+member in one pass (backend.pick_victims), with no sort and no host copy of the keys; the host
+then reads the victims' keys and rows once, for the free lists and the indexes. What undoing
+the eviction needs (the victims' vectors, slots and records, the looked-up rows' records) is
+gathered on the device, one gather per array for the whole group.
 """
 import numpy as np
 
-from sok1x.backend.cpu.hash import scramble
+from sok1x.engine.tables import hybrid_rows
 
 KEYS_PER_BUCKET = 64
 
@@ -35,14 +42,74 @@ def bucket_bits(capacity):
     return buckets.bit_length() - 1
 
 
-def evicting_keys(keys, found, count, bits):
-    """The first `count` distinct keys of host int64 `keys` whose `found` row is -1 (new ones),
-    in hash order (one sort of their hashes: by bucket, then hash); returns (the bucket of each
-    run of them, int64 starts [runs + 1] of the runs), what pick_victims takes."""
-    hashes = np.sort(scramble(np.asarray(keys)[np.asarray(found) < 0]))  # not np.unique: NumPy
-    hashes = hashes[np.concatenate([[True], hashes[1:] != hashes[:-1]])][:int(count)]  # 2 hashes
-    buckets = (hashes >> np.uint64(64 - bits)).astype(np.int64) if bits else np.zeros(
-        hashes.shape, np.int64)
-    cuts = np.flatnonzero(buckets[1:] != buckets[:-1]) + 1
-    starts = np.concatenate([[0], cuts, [hashes.shape[0]]]).astype(np.int64)
-    return buckets[starts[:-1]], starts
+class Evicted:
+    """One evict()'s undo record: put_back() gives every victim its key, row, vector, slots and
+    record again and the looked-up rows their records as they were (the caller restores the
+    members' free lists and high water)."""
+
+    def __init__(self, backend, statistics, found, pinned):
+        self.backend, self.statistics = backend, statistics
+        self.found, self.pinned = found, pinned  # every key's flat row, its record before
+        self.members = []  # (table, host keys, host rows, values, slots, records, entry)
+
+    def put_back(self):
+        backend = self.backend
+        for table, keys, rows, values, slots, records, entry in reversed(self.members):
+            table.restore_victims(keys, rows, values, slots, records, entry)
+        found = np.asarray(backend.to_host(self.found))  # undoing a failed step: a wait
+        rows, first = np.unique(found, return_index=True)
+        held = rows >= 0
+        if held.any():
+            backend.put_rows(self.statistics, backend.asarray(rows[held]),
+                             backend.take_rows(self.pinned, backend.asarray(first[held])))
+
+
+def evict(tables, counts, keys, tags, statistics, row_starts, values, slots):
+    """Evicts counts[t] keys from each of `tables` (host int64; a table group's members in
+    order, or one table alone) that neither the current step nor this lookup looked up: the
+    lookup's owned `keys` (backend int64), tags[i] the member of keys[i]. statistics, values and
+    slots ({name: array}) are the flat arrays of their rows, member t's from row_starts[t].
+    Returns an Evicted for the step journal. Raises RuntimeError, changing nothing, where a
+    member finds fewer victims than it needs (capacity_error rules that out)."""
+    first = tables[0]
+    backend, step = first.backend, first.journal.step
+    counts = np.asarray(counts, dtype=np.int64)
+    indexes = [table.index for table in tables]
+    found = backend.hash_find_many(indexes, keys, tags, row_starts)
+    evicted = Evicted(backend, statistics, found, backend.gather_rows(statistics, found))
+    backend.stamp_last_step(statistics, found, step)  # what this step looked up stays
+    picked = backend.pick_victims(
+        indexes, statistics, row_starts, keys, tags, found, counts,
+        [bucket_bits(table.capacity) for table in tables], step,
+        [table.dynamic.evict_strategy == "lfu" for table in tables])
+    device_keys, device_rows, records = picked
+    host_keys, host_rows = (np.array(a) for a in
+                            backend.download_staged_many([device_keys, device_rows]))
+    starts = np.concatenate([[0], np.cumsum(counts)])
+    missing = np.flatnonzero(host_rows < 0)
+    if missing.size:
+        t = int(np.searchsorted(starts, missing[0], "right") - 1)
+        chosen = np.flatnonzero(host_rows >= 0)  # their records as they were
+        if chosen.size:
+            backend.put_rows(statistics, backend.asarray(host_rows[chosen]),
+                             backend.take_rows(records, backend.asarray(chosen)))
+        evicted.put_back()
+        found_here = int(np.count_nonzero(host_rows[starts[t]:starts[t + 1]] >= 0))
+        raise RuntimeError("%s: %d of the %d keys to evict on rank %d were found"
+                           % (tables[t].name, found_here, int(counts[t]), first.rank))
+    saved_values = hybrid_rows.gather_rows(backend, values, device_rows)
+    saved_slots = {name: hybrid_rows.gather_rows(backend, s, device_rows)
+                   for name, s in slots.items()}
+    backend.put_rows(statistics, device_rows, backend.zeros((int(starts[-1]), 2), np.int64))
+    for t, table in enumerate(tables):
+        a, b = int(starts[t]), int(starts[t + 1])
+        if a == b:
+            continue
+        mine_keys, mine_values, mine_records = (backend.row_view(array, a, b) for array in
+                                                (device_keys, saved_values, records))
+        rows = host_rows[a:b] - int(row_starts[t])
+        entry = table.take_victims(host_keys[a:b], rows, mine_keys, mine_values)
+        evicted.members.append((table, host_keys[a:b], rows, mine_values,
+                                {name: backend.row_view(s, a, b)
+                                 for name, s in saved_slots.items()}, mine_records, entry))
+    return evicted
