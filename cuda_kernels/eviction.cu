@@ -17,7 +17,9 @@
 // member): no sort. Three passes count them: evict_bucket_counts, a scan, evict_bucket_scatter
 // (each new key into its segment) and evict_bucket_distinct (a key counted at its first place
 // in the segment, so a key from several ranks counts once); a scan of the distinct counts then
-// gives each segment its evicting keys' place among the member's.
+// gives each segment its evicting keys' place among the member's. The same passes, over
+// segments of about 32 keys each, count a hash group's new keys per member
+// (evict_member_totals) where the host must know whether its members fit.
 #include "common.cuh"
 
 // A member as the kernels take it: EVICT_MEMBER int64 entries each (backend/cuda/eviction.py).
@@ -53,13 +55,15 @@ __device__ __forceinline__ int64 segment_of(const int64* members, const int64* k
   return m.first_segment + (int64)bucket_of(keys[i], m.bits);
 }
 
-// counts[s] (zeroed by the caller) += the new keys (repeats too) of segment s.
+// counts[s] (zeroed by the caller) += the new keys (repeats too) of segment s; arrivals (may be
+// null, zeroed by the caller): arrivals[t] += every key of member t.
 extern "C" __global__ void evict_bucket_counts(const int64* members, const int64* keys,
                                                const int64* tags, const int64* found, int64 n,
-                                               int64* counts) {
+                                               int64* counts, int64* arrivals) {
   for (int64 i = global_thread_id(); i < n; i += global_thread_count()) {
     const int64 s = segment_of(members, keys, tags, found, i);
     if (s >= 0) atomicAdd((uint64*)(counts + s), 1ULL);
+    if (arrivals != nullptr) atomicAdd((uint64*)(arrivals + tags[i]), 1ULL);
   }
 }
 
@@ -89,6 +93,17 @@ extern "C" __global__ void evict_bucket_distinct(const int64* starts, int64 segm
     bool first = true;
     for (int64 f = starts[s]; f < e && first; ++f) first = entry_keys[f] != key;
     if (first) atomicAdd((uint64*)(distinct + s), 1ULL);
+  }
+}
+
+// totals[t] = member t's distinct new keys (0 for a member with no segments).
+extern "C" __global__ void evict_member_totals(const int64* members, int64 member_count,
+                                               const int64* distinct_starts, int64* totals) {
+  for (int64 t = global_thread_id(); t < member_count; t += global_thread_count()) {
+    const Evicting m = evicting_member(members, t);
+    totals[t] = m.count > 0 ? distinct_starts[m.first_segment + (1LL << m.bits)] -
+                                  distinct_starts[m.first_segment]
+                            : 0;
   }
 }
 

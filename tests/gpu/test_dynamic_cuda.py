@@ -310,3 +310,23 @@ def test_device_victims_equal_cpu(lfu, touched):
         assert (mine >= 0).sum() == min(counts[t], evictable)
         mine = mine[mine >= 0]
         assert ((mine >= row_starts[t]) & (mine < row_starts[t + 1])).all()
+
+
+def test_device_count_of_new_keys_equals_cpu():
+    """count_new_keys (cuda_kernels/eviction.cu's segments of about 32 keys) against the cpu
+    twin: a hash group's 300,000 keys over 26 members, most repeated, some held, one member
+    with no key, one with every key."""
+    from sok1x.backend import cuda
+    rng = np.random.default_rng(46)
+    for members, n in ((26, 300000), (3, 1000), (1, 5)):
+        keys = rng.integers(0, n // 3 + 1, n).astype(np.int64)
+        tags = rng.integers(0, max(1, members - 1), n).astype(np.int64)  # the last: no key
+        found = np.where(rng.random(n) < 0.3, 5, -1).astype(np.int64)
+        got = []
+        for backend in (cuda, cpu):
+            with backend.device_context():
+                counted = backend.count_new_keys(members, backend.asarray(keys),
+                                                 backend.asarray(tags), backend.asarray(found))
+                got.append(backend.to_host(counted))
+        np.testing.assert_array_equal(got[0], got[1])
+        assert got[1][1].sum() == n

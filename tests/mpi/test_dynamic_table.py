@@ -14,7 +14,6 @@ from sok1x.backend.cpu import random_rows as cpu_random
 from sok1x.backend.owner_rules import OWNER_HASH
 from sok1x.engine import api, runtime
 from sok1x.engine.tables import hybrid_rows
-from sok1x.engine.lookup.table_group import distinct_per_tag
 from sok1x.engine.tables.dynamic_table import make_dynamic
 from sok1x.engine.op_keys import name_key
 from sok1x.errors import InvalidInputError, TableFullError
@@ -407,13 +406,18 @@ def test_hash_erase_and_row_pool():
 
 
 def test_a_groups_count_of_new_keys_per_member_is_numpys_count_of_distinct_pairs():
-    """distinct_per_tag, the hash group's exact count of new keys per member near full, against
-    np.unique over (tag, key) pairs: repeated keys, a key in several tags, tags with none."""
+    """backend count_new_keys (cpu), the hash group's exact count of new keys per member near
+    full, against np.unique over (tag, key) pairs: repeated keys, a key in several tags, tags
+    with none, held keys (found >= 0) left out of the first row and counted in the second."""
     rng = np.random.default_rng(24)
     for _ in range(200):
         n, count = int(rng.integers(0, 300)), int(rng.integers(1, 9))
         keys = rng.integers(-5, int(rng.integers(1, 50)), n).astype(np.int64)
         tags = rng.integers(0, count, n).astype(np.int64)
-        pairs = np.unique(np.stack([tags, keys], axis=1), axis=0)
-        want = np.bincount(pairs[:, 0], minlength=count) if n else np.zeros(count, np.int64)
-        np.testing.assert_array_equal(distinct_per_tag(keys, tags, count), want)
+        found = np.where(rng.random(n) < 0.2, 7, -1)
+        new = found < 0
+        pairs = np.unique(np.stack([tags[new], keys[new]], axis=1), axis=0)
+        want = np.bincount(pairs[:, 0], minlength=count) if new.any() else np.zeros(count)
+        got = cpu.count_new_keys(count, keys, tags, found)
+        np.testing.assert_array_equal(got[0], want)
+        np.testing.assert_array_equal(got[1], np.bincount(tags, minlength=count))

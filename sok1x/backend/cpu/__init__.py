@@ -18,7 +18,11 @@ from sok1x.backend.cpu.hash import (  # noqa: F401  (part of the op set)
 )
 from sok1x.backend.cpu import optimizers as cpu_optimizers
 from sok1x.backend.cpu.rerun import captured_work  # noqa: F401  (part of the op set: D14)
-from sok1x.backend.cpu.eviction import pick_victims, stamp_last_step  # noqa: F401  (op set)
+from sok1x.backend.cpu.eviction import (  # noqa: F401  (part of the op set)
+    count_new_keys,
+    pick_victims,
+    stamp_last_step,
+)
 from sok1x.backend import dlpack
 from sok1x.backend.owner_rules import OWNER_FIXED, OWNER_HASH, OWNER_MOD
 from sok1x.backend.cpu.rows import (  # noqa: F401  (part of the op set)

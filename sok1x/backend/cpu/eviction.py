@@ -33,6 +33,25 @@ def evicting_runs(new_keys, count, bits):
     return buckets[starts[:-1]], starts
 
 
+def count_new_keys(parts, keys, tags, found):
+    """A hash group's count of a training lookup's owned keys (keys[i] of member tags[i] <
+    parts, found[i] its flat row, -1 for a new key): int64 [2, parts], row 0 each member's
+    distinct new keys, row 1 all its keys (repeats too). The tags' stable order (a radix sort
+    of small ints), then one sort of each member's new keys."""
+    keys, tags, found = (np.asarray(a, dtype=np.int64) for a in (keys, tags, found))
+    out = np.zeros((2, parts), dtype=np.int64)
+    out[1] = np.bincount(tags, minlength=parts)[:parts]
+    new = found < 0
+    keys, tags = keys[new], tags[new]
+    order = np.argsort(tags, kind="stable")
+    bounds = np.searchsorted(tags[order], np.arange(parts + 1))
+    keys = keys[order]
+    for t in np.flatnonzero(np.diff(bounds)).tolist():
+        mine = np.sort(keys[bounds[t]:bounds[t + 1]])
+        out[0, t] = 1 + np.count_nonzero(mine[1:] != mine[:-1])
+    return out
+
+
 def pick_victims(indexes, statistics, row_starts, keys, tags, found, counts, bits, step, lfu):
     """Victims for the full shards of a table group (one table: a group of one).
 

@@ -44,7 +44,11 @@ from sok1x.backend.cuda.hash_groups import (  # noqa: F401  (part of the op set:
 from sok1x.backend.cuda.captured_graph import captured_work  # noqa: F401  (op set: D14)
 from sok1x.backend.cuda.bulk import (  # noqa: F401  (part of the op set: checkpoints)
     free_device_memory, host_buffer, write_rows)
-from sok1x.backend.cuda.eviction import pick_victims, stamp_last_step  # noqa: F401  (op set)
+from sok1x.backend.cuda.eviction import (  # noqa: F401  (part of the op set)
+    count_new_keys,
+    pick_victims,
+    stamp_last_step,
+)
 from sok1x.backend.cuda.host_row_order import host_order
 from sok1x.backend.cuda.hash import HashIndex  # noqa: F401  (part of the op set)
 from sok1x.backend.cuda.sizes import (  # noqa: F401  (part of the op set)

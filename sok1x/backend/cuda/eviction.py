@@ -18,14 +18,16 @@ from sok1x.backend.cuda.kernel_launch import (
 )
 
 _WARPS_PER_BLOCK = 8
+_KEYS_PER_SEGMENT = 32  # count_new_keys' segments
 
 
 @memoised_per_context
 def _eviction_kernels():
     return {
-        "counts": prepared("eviction.cu", "evict_bucket_counts", "PPPPqP"),
+        "counts": prepared("eviction.cu", "evict_bucket_counts", "PPPPqPP"),
         "scatter": prepared("eviction.cu", "evict_bucket_scatter", "PPPPqPPPP"),
         "distinct": prepared("eviction.cu", "evict_bucket_distinct", "PqPPP"),
+        "totals": prepared("eviction.cu", "evict_member_totals", "PqPP"),
         "pick": prepared("eviction.cu", "evict_pick", "PqPqPqqPPPP"),
         "stamp": prepared("eviction.cu", "stamp_last_step", "PPqq"),
     }
@@ -40,27 +42,21 @@ def stamp_last_step(statistics, rows, step):
                rows.shape[0], int(step))
 
 
-@uses_context
-def pick_victims(indexes, statistics, row_starts, keys, tags, found, counts, bits, step, lfu):
-    """As backend/cpu/eviction.py's: (victim_keys, victim_rows, victim_records [m, 2]) int64
-    GPUArrays, queued (no wait). Sized by the keys and the host's counts: a segment per bucket
-    of each evicting member (2^bits of them, about a 64th of its rows), then one warp per
-    segment and one per member for the keys whose bucket was used up."""
+def _new_key_segments(indexes, row_starts, keys, tags, found, counts, bits, lfu,
+                      arrivals=None):
+    """The passes both functions below share: each new key of a member with counts[t] > 0 into
+    a segment per bucket of `bits` bits, and the distinct keys counted per segment. indexes:
+    the members' HashIndexes, or None where no pick follows; arrivals: None, or a zeroed device
+    int64 [T] that gets every member's keys (repeats too). Returns (the device member list, the
+    number of segments, distinct_starts [segments + 1]: the exclusive scan of the distinct
+    counts)."""
     counts = np.asarray(counts, dtype=np.int64)
     bits = np.asarray(bits, dtype=np.int64)
-    m = int(counts.sum())
-    victim_keys = fill_bytes(empty((m,), np.int64), 0xFF)
-    victim_rows = fill_bytes(empty((m,), np.int64), 0xFF)
-    victim_records = fill_bytes(empty((m, 2), np.int64), 0)
-    keys, tags, found = (index_array(a, what) for a, what in
-                         ((keys, "keys"), (tags, "tags"), (found, "found")))
-    n = keys.shape[0]
-    if m == 0 or n == 0:
-        return victim_keys, victim_rows, victim_records
     segments = np.where(counts > 0, np.left_shift(1, bits), 0)
     first_segment = np.concatenate([[0], np.cumsum(segments)[:-1]])
     first_victim = np.concatenate([[0], np.cumsum(counts)[:-1]])
-    listing = np.array([[int(index._slots.gpudata), index.slot_count, int(start), int(b),
+    listing = np.array([[0 if index is None else int(index._slots.gpudata),
+                         0 if index is None else index.slot_count, int(start), int(b),
                          int(c), int(v), int(s), int(bool(f))]
                         for index, start, b, c, v, s, f in zip(
                             indexes, row_starts, bits, counts, first_victim, first_segment,
@@ -68,24 +64,61 @@ def pick_victims(indexes, statistics, row_starts, keys, tags, found, counts, bit
     members = to_device(listing.reshape(-1))
     total = int(segments.sum())
     kernels = _eviction_kernels()
-    # per segment: new keys, places taken, distinct keys; then the pick's counter
-    zeroed = fill_bytes(empty((3 * total + 1,), np.int64), 0)
+    n = keys.shape[0]
+    # per segment: new keys, places taken, distinct keys
+    zeroed = fill_bytes(empty((3 * total,), np.int64), 0)
     counted, taken = row_view(zeroed, 0, total), row_view(zeroed, total, 2 * total)
     distinct = row_view(zeroed, 2 * total, 3 * total)
-    left = ptr(zeroed) + 8 * 3 * total
     common = (ptr(members), ptr(keys), ptr(tags), ptr(found), n)
-    launch(kernels["counts"], n, *common, ptr(counted))
+    launch(kernels["counts"], n, *common, ptr(counted), 0 if arrivals is None else ptr(arrivals))
     starts = exclusive_scan(counted, total)
     entry_keys, entry_segments = empty((n,), np.int64), empty((n,), np.int64)
     launch(kernels["scatter"], n, *common, ptr(starts), ptr(taken), ptr(entry_keys),
            ptr(entry_segments))
     launch(kernels["distinct"], n, ptr(starts), total, ptr(entry_keys), ptr(entry_segments),
            ptr(distinct))
-    distinct_starts = exclusive_scan(distinct, total)
-    outputs = (left, ptr(victim_keys), ptr(victim_rows), ptr(victim_records))
+    return members, total, exclusive_scan(distinct, total)
+
+
+@uses_context
+def count_new_keys(parts, keys, tags, found):
+    """As backend/cpu/eviction.py's: int64 [2, parts] on the device, queued (no wait)."""
+    keys, tags, found = (index_array(a, what) for a, what in
+                         ((keys, "keys"), (tags, "tags"), (found, "found")))
+    n = keys.shape[0]
+    out = fill_bytes(empty((2, parts), np.int64), 0)
+    if n == 0:
+        return out
+    bits = max(0, (n // _KEYS_PER_SEGMENT).bit_length() - 1)  # segments of about 32 keys
+    members, _, distinct_starts = _new_key_segments(
+        [None] * parts, [0] * parts, keys, tags, found, [1] * parts, [bits] * parts,
+        [False] * parts, arrivals=row_view(out.reshape(-1), parts, 2 * parts))
+    launch(_eviction_kernels()["totals"], parts, ptr(members), parts, ptr(distinct_starts),
+           ptr(out))
+    return out
+
+
+@uses_context
+def pick_victims(indexes, statistics, row_starts, keys, tags, found, counts, bits, step, lfu):
+    """As backend/cpu/eviction.py's: (victim_keys, victim_rows, victim_records [m, 2]) int64
+    GPUArrays, queued (no wait). Sized by the keys and the host's counts: a segment per bucket
+    of each evicting member (2^bits of them, about a 64th of its rows), then one warp per
+    segment and one per member for the keys whose bucket was used up."""
+    m = int(np.sum(counts))
+    victim_keys = fill_bytes(empty((m,), np.int64), 0xFF)
+    victim_rows = fill_bytes(empty((m,), np.int64), 0xFF)
+    victim_records = fill_bytes(empty((m, 2), np.int64), 0)
+    keys, tags, found = (index_array(a, what) for a, what in
+                         ((keys, "keys"), (tags, "tags"), (found, "found")))
+    if m == 0 or keys.shape[0] == 0:
+        return victim_keys, victim_rows, victim_records
+    members, total, distinct_starts = _new_key_segments(indexes, row_starts, keys, tags, found,
+                                                        counts, bits, lfu)
+    left = fill_bytes(empty((1,), np.uint64), 0)
+    outputs = (ptr(left), ptr(victim_keys), ptr(victim_rows), ptr(victim_records))
     head = (ptr(members), len(indexes), ptr(statistics), int(step), ptr(distinct_starts))
     for items, rest in ((total, 0), (len(indexes), 1)):
         blocks = -(-items // _WARPS_PER_BLOCK)
-        launch(kernels["pick"], 32 * items, *(head + (items, rest) + outputs),
+        launch(_eviction_kernels()["pick"], 32 * items, *(head + (items, rest) + outputs),
                block=32 * _WARPS_PER_BLOCK, blocks=blocks)
     return victim_keys, victim_rows, victim_records

@@ -235,6 +235,7 @@ class HashGroup(TableGroup):
         self.evicts = any(getattr(table, "statistics", None) is not None for table in members)
         self.grows = self.evicts or bool(np.any(self.max_capacities > self.capacities))
         self.statistics = None
+        self._arrivals = None  # (keys, host int64 [members]) of rows_needed
         if self.evicts:
             self.statistics = self._joined([table.statistics for table in members], 0)
             for t, table in enumerate(members):
@@ -290,10 +291,11 @@ class HashGroup(TableGroup):
 
     def rows_needed(self, keys, tags, most=None):
         """Host int64 [members]: the rows each member needs to hold its keys and the new ones
-        among owned tagged `keys` (a training lookup's), counted exactly (one wait), where a
-        member that may grow might not hold them even if all were new; else None (no wait).
-        most: None, or host int64 [members], the most keys of each member that can arrive
-        (the op header's bound; else all of `keys`)."""
+        among owned tagged `keys` (a training lookup's), counted exactly on the device
+        (backend.count_new_keys; one wait for the counts), where a member that may grow might
+        not hold them even if all were new; else None (no wait). most: None, or host int64
+        [members], the most keys of each member that can arrive (the op header's bound; else
+        all of `keys`)."""
         if not self.grows:
             return None
         sizes = self.sizes()
@@ -302,25 +304,32 @@ class HashGroup(TableGroup):
             arriving = np.minimum(np.asarray(most, dtype=np.int64), arriving)
         if np.all(sizes + arriving <= self.capacities):
             return None
-        rows, keys, tags = self.backend.download_staged_many([self.find(keys, tags), keys, tags])
-        new = np.asarray(rows) < 0  # keys come from every rank: counted once per (tag, key)
-        keys, tags = np.asarray(keys)[new], np.asarray(tags)[new]
-        return sizes + distinct_per_tag(keys, tags, len(self.members))
+        counted = self.backend.count_new_keys(len(self.members), keys, tags,
+                                              self.find(keys, tags))
+        counted = np.asarray(self.backend.download_staged(counted))
+        self._arrivals = (keys, counted[1].copy())  # growth_error's, for the same keys
+        return sizes + counted[0]
 
     def growth_error(self, needed, keys, tags):
         """TableFullError for the first member whose rows `needed` (rows_needed's, for owned
         tagged `keys`) pass its max_capacity (for a hybrid member: even after evicting every key
-        the step did not look up), else None."""
+        the step did not look up), else None. A hybrid member's check reads no key where the
+        host's counts tell (DynamicTable.capacity_error)."""
         over = np.flatnonzero(needed > self.max_capacities)
         sizes = self.sizes()
-        mine = None  # {member: its keys}, read only where a hybrid member passes it
+        arrivals = self._arrivals[1] if self._arrivals and self._arrivals[0] is keys else None
+        mine = {}  # {member: its keys}, read only where a check needs them
+
+        def keys_of(t):
+            if not mine:
+                mine.update(self._keys_of(keys, tags))
+            return self.backend.asarray(mine[t])
         for t in over.tolist():
             member = self.members[t]
-            if self.evicts and mine is None:
-                mine = self._keys_of(keys, tags)
-            if mine is not None:  # rows_needed counted its new keys
-                error = member.capacity_error(self.backend.asarray(mine[t]),
-                                              int(needed[t] - sizes[t]))
+            if self.evicts:  # rows_needed counted its new keys
+                error = member.capacity_error(
+                    functools.partial(keys_of, t), int(needed[t] - sizes[t]),
+                    None if arrivals is None else int(arrivals[t]))
             else:
                 error = member.full_error(int(sizes[t]), int(needed[t] - sizes[t]))
             if error is not None:
@@ -328,8 +337,8 @@ class HashGroup(TableGroup):
         return None
 
     def _keys_of(self, keys, tags):
-        """{member: host int64, its keys among tagged `keys`} (host work: a step in which a
-        hybrid member passes its max_capacity)."""
+        """{member: host int64, its keys among tagged `keys`} (host work: a hybrid member's
+        check that the host's counts cannot settle)."""
         keys, tags = self.backend.download_staged_many([keys, tags])  # read, not kept
         order = np.argsort(np.asarray(tags), kind="stable")
         cuts = np.cumsum(np.bincount(np.asarray(tags), minlength=len(self.members)))[:-1]
@@ -500,20 +509,6 @@ class HashGroup(TableGroup):
     def _rebuild_worn(self):
         for table in self.members:
             table.index = rebuilt_if_worn(self.backend, table.index, table.capacity)
-
-
-def distinct_per_tag(keys, tags, count):
-    """Host int64 [count]: how many distinct keys each tag in [0, count) has among host `keys`
-    (int64 [n]) of `tags` (int64 [n]). The tags' stable order (a radix sort of small ints), then
-    one sort of each tag's keys: a third of a lexsort of (tag, key) pairs' time."""
-    order = np.argsort(tags, kind="stable")
-    bounds = np.searchsorted(tags[order], np.arange(count + 1))
-    keys = keys[order]
-    out = np.zeros(count, dtype=np.int64)
-    for t in np.flatnonzero(np.diff(bounds)).tolist():
-        mine = np.sort(keys[bounds[t]:bounds[t + 1]])
-        out[t] = 1 + np.count_nonzero(mine[1:] != mine[:-1])
-    return out
 
 
 def group_kind(table, position, alone=()):

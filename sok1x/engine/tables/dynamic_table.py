@@ -168,24 +168,31 @@ class DynamicTable(EmbeddingTable):
         if self._pending is not None:  # not a group's any more
             self.settle_rows(placed, host)
 
-    def capacity_error(self, keys, missing=None):
+    def capacity_error(self, keys, missing=None, arriving=None):
         """Returns TableFullError if this rank's owned `keys` cannot all be held even after
         growing to max_capacity (and, for hybrid, evicting every key the step has not looked
         up), else None. missing: how many of `keys` are new, where the caller counted them (a
-        hash group's rows_needed); else counted here (a wait). Changes nothing."""
-        if self.index.size + int(keys.shape[0]) <= self.max_capacity:
+        hash group's rows_needed); else counted here (a wait). keys may be a function returning
+        them, with `arriving` their number and `missing` given: it is called only where the
+        host's counts cannot tell (a hybrid shard's count of the keys it may evict). Changes
+        nothing."""
+        if arriving is None:
+            arriving = int(keys.shape[0])
+        if self.index.size + arriving <= self.max_capacity:
             return None  # fits even if every key is new: nothing to count, no wait
         if missing is None:
             missing = self.index.count_missing(keys)
-        self._counted = (keys, self.index.size, missing)  # rows_of's count, one wait fewer
+        if not callable(keys):
+            self._counted = (keys, self.index.size, missing)  # rows_of's count, one wait fewer
         needed = self.index.size + missing
         if needed <= self.max_capacity:
             return None
         evictable = 0
         if self.dynamic.var_type == "hybrid":
-            if needed - self._surely_evictable(keys, missing) <= self.max_capacity:
+            if needed - self._surely_evictable(arriving, missing) <= self.max_capacity:
                 return None  # no read of the statistics: the eviction reads them once
-            evictable = int(np.count_nonzero(self._evictable(keys)))
+            evictable = int(np.count_nonzero(self._evictable(keys() if callable(keys)
+                                                             else keys)))
             if needed - evictable <= self.max_capacity:
                 return None
         return TableFullError(
@@ -328,6 +335,8 @@ class DynamicTable(EmbeddingTable):
             return np.zeros(0, np.int64), np.zeros((0, self.dim), np.float32)
         with self.backend.device_context():
             values = self.backend.to_host_many([values for _, values in evicted])
+        if len(evicted) == 1:  # one eviction since the last call: no second copy
+            return evicted[0][0], np.asarray(values[0]).reshape(-1, self.dim)
         return (np.concatenate([keys for keys, _ in evicted]),
                 np.concatenate([np.asarray(v).reshape(-1, self.dim) for v in values]))
 
@@ -344,17 +353,17 @@ class DynamicTable(EmbeddingTable):
         step, touched = self._touched
         self._touched = (self.journal.step, (touched if step == self.journal.step else 0) + rows)
 
-    def _surely_evictable(self, keys, missing):
+    def _surely_evictable(self, arriving, missing):
         """At most as many as _evictable(keys) counts, from host counts alone: the held rows
-        less those this step's lookups touched (note_touched) and the held ones among `keys`
-        (at most its length less the `missing` new keys; a key from several ranks counts each
-        time, so this serves where a step brings few keys to a full shard, the usual case). The
-        journal's steps only grow, so only this step's lookups made a row's last step the
-        current one."""
+        less those this step's lookups touched (note_touched) and the held ones among the
+        `arriving` keys (at most their number less the `missing` new keys; a key from several
+        ranks counts each time, so this serves where a step brings few keys to a full shard, the
+        usual case). The journal's steps only grow, so only this step's lookups made a row's
+        last step the current one."""
         step, touched = self._touched
         held = self._high_water - int(self._free.shape[0])
         return held - (touched if step == self.journal.step else 0) - (
-            int(keys.shape[0]) - int(missing))
+            int(arriving) - int(missing))
 
     def _evictable(self, keys):
         """Host bool [capacity]: held rows that neither the current step nor `keys` looked up."""
