@@ -107,6 +107,28 @@ extern "C" __global__ void evict_member_totals(const int64* members, int64 membe
   }
 }
 
+// evictable[t] (zeroed by the caller) += member t's held rows whose last step is below `step`
+// and whose flat row's bit in `looked` (the rows the lookup found, table_groups.cu's mark_rows)
+// is clear: the keys it may evict. A warp's count takes one atomicAdd.
+extern "C" __global__ void evict_count_evictable(const int64* members, int64 member_count,
+                                                 const int64* statistics, int64 step,
+                                                 const unsigned* looked, int64* evictable) {
+  for (int64 t = 0; t < member_count; ++t) {
+    const Evicting m = evicting_member(members, t);
+    for (int64 base = first_of_warp(); base < (int64)m.slot_count;
+         base += global_thread_count()) {
+      const int64 s = base + (int64)lane_id();
+      bool yes = false;
+      if (s < (int64)m.slot_count && m.slots[2 * s] >= 0) {
+        const int64 row = m.row_start + m.slots[2 * s + 1];
+        yes = statistics[2 * row] < step && ((looked[row >> 5] >> (row & 31)) & 1u) == 0;
+      }
+      const unsigned votes = __ballot_sync(FULL_WARP, yes);
+      if (lane_id() == 0 && votes != 0) atomicAdd((uint64*)(evictable + t), (uint64)__popc(votes));
+    }
+  }
+}
+
 struct Score {
   int64 first, second, key, row;
 };

@@ -367,6 +367,19 @@ extern "C" __global__ void hash_assign(int64* slots, uint64 slot_count, const in
   }
 }
 
+// Every held key of `old` (its slots) placed with its row in `slots`, an empty index of room
+// enough (HashIndex.rehashed): tombstones and empty slots are left behind.
+extern "C" __global__ void hash_reinsert(const int64* old, uint64 old_count, int64* slots,
+                                         uint64 slot_count) {
+  for (int64 s = global_thread_id(); s < (int64)old_count; s += global_thread_count()) {
+    const int64 key = old[2 * s];
+    if (key < 0) continue;  // EMPTY_KEY or TOMBSTONE_KEY
+    bool claimed;
+    const int64 slot = find_or_claim_slot(slots, 2, slot_count, key, &claimed);
+    if (slot >= 0) slots[2 * slot + 1] = old[2 * s + 1];
+  }
+}
+
 // Erases distinct keys: a held key's slot becomes TOMBSTONE_KEY; rows[i] gets its row, or -1
 // where keys[i] was not held; *erased counts the keys erased.
 extern "C" __global__ void hash_erase(int64* slots, uint64 slot_count, const int64* keys, int64 n,

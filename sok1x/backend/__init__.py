@@ -93,6 +93,8 @@ Every backend module exposes the same names, and the engine's algorithms call on
         records (last step, count) of rows >= 0; stamp (times, new_rows, now, count): also
         fill_rows(times, new_rows, now, count), in the same launch on cuda
     stamp_last_step(statistics, rows, step)            records' last step = step (rows >= 0)
+    count_evictable(indexes, statistics, row_starts, found, step) -> int64 [T]: each member's
+        held keys a lookup may evict (last step below `step`, not found by it), no wait
     count_new_keys(parts, keys, tags, found) -> int64 [2, parts]: a hash group's distinct new
         keys and all its keys per member, no wait and no sort
     pick_victims(indexes, statistics, row_starts, keys, tags, found, counts, bits, step, lfu)

@@ -330,3 +330,41 @@ def test_device_count_of_new_keys_equals_cpu():
                 got.append(backend.to_host(counted))
         np.testing.assert_array_equal(got[0], got[1])
         assert got[1][1].sum() == n
+
+
+def test_device_count_of_evictable_keys_and_rehash_equal_cpu():
+    """count_evictable (eviction.cu) against the cpu twin on a group of three shards with
+    erased keys (tombstones) and looked-up rows; then HashIndex.rehashed (hash_reinsert) holds
+    the same keys at the same rows with no tombstone, on both backends."""
+    from sok1x.backend import cuda
+    rng = np.random.default_rng(47)
+    capacities, step_now = [1 << 15, 3000, 64], 7
+    row_starts = np.concatenate([[0], np.cumsum(capacities)]).astype(np.int64)
+    statistics = np.stack([rng.integers(0, step_now + 1, row_starts[-1]),
+                           rng.integers(0, 4, row_starts[-1])], axis=1).astype(np.int64)
+    found = rng.integers(-1, row_starts[-1], 5000).astype(np.int64)
+    shards = [np.unique(rng.integers(0, 2 ** 40, capacity + 64))[:capacity]
+              for capacity in capacities]
+    got = []
+    for backend in (cuda, cpu):
+        with backend.device_context():
+            indexes = []
+            for held in shards:
+                index = backend.HashIndex(held.shape[0])
+                index.assign(backend.asarray(held), backend.asarray(np.arange(held.shape[0])))
+                index.erase(backend.asarray(held[::3]))
+                indexes.append(index)
+            counted = backend.count_evictable(indexes, backend.asarray(statistics), row_starts,
+                                              backend.asarray(found), step_now)
+            fresh = [index.rehashed(index.capacity) for index in indexes]
+            rows = [backend.to_host(index.find(backend.asarray(held)))
+                    for index, held in zip(fresh, shards)]
+            got.append((backend.to_host(counted), rows,
+                        [(index.size, index.tombstones) for index in fresh]))
+    np.testing.assert_array_equal(got[0][0], got[1][0])
+    for mine, theirs, held in zip(got[0][1], got[1][1], shards):
+        np.testing.assert_array_equal(mine, theirs)
+        want = np.arange(held.shape[0])
+        want[::3] = -1
+        np.testing.assert_array_equal(mine, want)
+    assert got[0][2] == got[1][2] == [(c - len(range(0, c, 3)), 0) for c in capacities]

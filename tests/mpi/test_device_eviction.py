@@ -219,3 +219,23 @@ def test_a_checkpoint_of_a_full_shard_loads_and_trains_on(world, shared_dir):
     train_step(name, "ckpt_3", keys)
     assert api.pop_evicted(name)[0].tolist() == want
     assert api.shard(name).index.size == 128
+
+
+def test_a_groups_count_of_evictable_keys_is_the_policys():
+    """backend.cpu.count_evictable, what each member of a group may evict in a lookup, against
+    the policy's sentence: held keys whose last step is older than the step and that the
+    lookup did not find. Random shards, some rows looked up (repeated), members alike."""
+    rng = np.random.default_rng(46)
+    for trial in range(60):
+        members, step = int(rng.integers(1, 5)), int(rng.integers(2, 6))
+        shards = [_random_shard(rng, int(rng.integers(4, 300)), step) for _ in range(members)]
+        row_starts = np.concatenate([[0], np.cumsum([i.capacity for i, _, _ in shards])])
+        statistics = np.concatenate([records for _, _, records in shards])
+        found = rng.integers(-1, row_starts[-1], int(rng.integers(0, 50)))
+        want = []
+        for t, (index, keys, _) in enumerate(shards):
+            want.append(sum(1 for key in keys.tolist()
+                            for row in [int(index.find([key])[0]) + int(row_starts[t])]
+                            if statistics[row, 0] < step and row not in set(found.tolist())))
+        got = cpu.count_evictable([i for i, _, _ in shards], statistics, row_starts, found, step)
+        assert got.tolist() == want, trial

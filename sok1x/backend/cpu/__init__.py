@@ -19,6 +19,7 @@ from sok1x.backend.cpu.hash import (  # noqa: F401  (part of the op set)
 from sok1x.backend.cpu import optimizers as cpu_optimizers
 from sok1x.backend.cpu.rerun import captured_work  # noqa: F401  (part of the op set: D14)
 from sok1x.backend.cpu.eviction import (  # noqa: F401  (part of the op set)
+    count_evictable,
     count_new_keys,
     pick_victims,
     stamp_last_step,

@@ -52,6 +52,20 @@ def count_new_keys(parts, keys, tags, found):
     return out
 
 
+def count_evictable(indexes, statistics, row_starts, found, step):
+    """int64 [T]: per member of a table group, its held keys that a training lookup may evict:
+    their record's last step below `step` and their flat row not among `found` (the rows the
+    lookup's keys have, -1 for new ones)."""
+    found = np.asarray(found, dtype=np.int64)
+    looked = np.zeros(int(statistics.shape[0]), dtype=bool)
+    looked[found[found >= 0]] = True
+    out = np.zeros(len(indexes), dtype=np.int64)
+    for t, index in enumerate(indexes):
+        rows = index.export()[1] + int(row_starts[t])
+        out[t] = np.count_nonzero((statistics[rows, 0] < step) & ~looked[rows])
+    return out
+
+
 def pick_victims(indexes, statistics, row_starts, keys, tags, found, counts, bits, step, lfu):
     """Victims for the full shards of a table group (one table: a group of one).
 

@@ -184,6 +184,13 @@ class HashIndex:
             pending = pending[~winners]
             slot = (slot[~winners] + 1) & self._mask
 
+    def rehashed(self, capacity):
+        """Returns a new HashIndex of `capacity` rows holding this index's keys at their rows,
+        without tombstones."""
+        fresh = HashIndex(capacity)
+        fresh.assign(*self.export())
+        return fresh
+
     def export(self):
         """Returns (keys, rows) of every held key, ordered by row."""
         used = self._slot_keys >= 0

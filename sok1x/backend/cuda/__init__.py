@@ -45,6 +45,7 @@ from sok1x.backend.cuda.captured_graph import captured_work  # noqa: F401  (op s
 from sok1x.backend.cuda.bulk import (  # noqa: F401  (part of the op set: checkpoints)
     free_device_memory, host_buffer, write_rows)
 from sok1x.backend.cuda.eviction import (  # noqa: F401  (part of the op set)
+    count_evictable,
     count_new_keys,
     pick_victims,
     stamp_last_step,

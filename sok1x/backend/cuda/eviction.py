@@ -28,6 +28,8 @@ def _eviction_kernels():
         "scatter": prepared("eviction.cu", "evict_bucket_scatter", "PPPPqPPPP"),
         "distinct": prepared("eviction.cu", "evict_bucket_distinct", "PqPPP"),
         "totals": prepared("eviction.cu", "evict_member_totals", "PqPP"),
+        "evictable": prepared("eviction.cu", "evict_count_evictable", "PqPqPP"),
+        "mark": prepared("table_groups.cu", "mark_rows", "PqP"),
         "pick": prepared("eviction.cu", "evict_pick", "PqPqPqqPPPP"),
         "stamp": prepared("eviction.cu", "stamp_last_step", "PPqq"),
     }
@@ -96,6 +98,26 @@ def count_new_keys(parts, keys, tags, found):
     launch(_eviction_kernels()["totals"], parts, ptr(members), parts, ptr(distinct_starts),
            ptr(out))
     return out
+
+
+@uses_context
+def count_evictable(indexes, statistics, row_starts, found, step):
+    """As backend/cpu/eviction.py's: int64 [T] on the device, queued (no wait): a bit per flat
+    row marks the found ones, then one pass over every member's slots."""
+    parts = len(indexes)
+    found = index_array(found, "found")
+    evictable = fill_bytes(empty((parts,), np.int64), 0)
+    rows = int(statistics.shape[0])
+    looked = fill_bytes(empty((max(1, -(-rows // 32)),), np.uint32), 0)
+    kernels = _eviction_kernels()
+    if found.shape[0]:
+        launch(kernels["mark"], found.shape[0], ptr(found), found.shape[0], ptr(looked))
+    listing = np.array([[int(index._slots.gpudata), index.slot_count, int(start), 0, 0, 0, 0, 0]
+                        for index, start in zip(indexes, row_starts)], dtype=np.int64)
+    members = to_device(listing.reshape(-1))
+    launch(kernels["evictable"], max(index.slot_count for index in indexes), ptr(members), parts,
+           ptr(statistics), int(step), ptr(looked), ptr(evictable))
+    return evictable
 
 
 @uses_context

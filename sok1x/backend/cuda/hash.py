@@ -57,6 +57,7 @@ def _hash_kernels():
                                          "PPqPPP" + "PPqqqQQddP"),
         "erase": prepared("hash_table.cu", "hash_erase", "PQPqPP"),
         "assign": prepared("hash_table.cu", "hash_assign", "PQPPq"),
+        "reinsert": prepared("hash_table.cu", "hash_reinsert", "PQPQ"),
         "keys_by_row": prepared("hash_table.cu", "hash_keys_by_row", "PQqPPP"),
         "compact_rows": prepared("hash_table.cu", "hash_compact_rows", "PPPqPP"),
     }
@@ -320,6 +321,16 @@ class HashIndex:
             launch(_hash_kernels()["assign"], keys.shape[0], ptr(self._slots), self.slot_count,
                    ptr(keys), ptr(rows), keys.shape[0])
         self.size += keys.shape[0]
+
+    @uses_context
+    def rehashed(self, capacity):
+        """Returns a new HashIndex of `capacity` rows (at least size, and past every held row)
+        holding this index's keys at their rows, without tombstones: one launch, no wait."""
+        fresh = HashIndex(capacity)
+        launch(_hash_kernels()["reinsert"], self.slot_count, ptr(self._slots), self.slot_count,
+               ptr(fresh._slots), fresh.slot_count)
+        fresh.size = self.size
+        return fresh
 
     @uses_context
     def export(self):

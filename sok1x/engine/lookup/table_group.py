@@ -235,7 +235,7 @@ class HashGroup(TableGroup):
         self.evicts = any(getattr(table, "statistics", None) is not None for table in members)
         self.grows = self.evicts or bool(np.any(self.max_capacities > self.capacities))
         self.statistics = None
-        self._arrivals = None  # (keys, host int64 [members]) of rows_needed
+        self._arrivals = None  # rows_needed's (keys, per member its keys, evictable)
         if self.evicts:
             self.statistics = self._joined([table.statistics for table in members], 0)
             for t, table in enumerate(members):
@@ -304,11 +304,15 @@ class HashGroup(TableGroup):
             arriving = np.minimum(np.asarray(most, dtype=np.int64), arriving)
         if np.all(sizes + arriving <= self.capacities):
             return None
-        counted = self.backend.count_new_keys(len(self.members), keys, tags,
-                                              self.find(keys, tags))
-        counted = np.asarray(self.backend.download_staged(counted))
-        self._arrivals = (keys, counted[1].copy())  # growth_error's, for the same keys
-        return sizes + counted[0]
+        backend, found = self.backend, self.find(keys, tags)
+        counting = [backend.count_new_keys(len(self.members), keys, tags, found)]
+        if self.evicts:  # what each member may evict, should it pass max_capacity
+            counting.append(backend.count_evictable(self.indexes(), self.statistics,
+                                                    self.row_starts, found, self.journal.step))
+        counted = [np.array(a) for a in backend.download_staged_many(counting)]
+        # growth_error's, for the same keys: each member's keys, and keys it may evict
+        self._arrivals = (keys, counted[0][1], counted[1] if self.evicts else None)
+        return sizes + counted[0][0]
 
     def growth_error(self, needed, keys, tags):
         """TableFullError for the first member whose rows `needed` (rows_needed's, for owned
@@ -317,7 +321,9 @@ class HashGroup(TableGroup):
         host's counts tell (DynamicTable.capacity_error)."""
         over = np.flatnonzero(needed > self.max_capacities)
         sizes = self.sizes()
-        arrivals = self._arrivals[1] if self._arrivals and self._arrivals[0] is keys else None
+        arrivals = evictable = None
+        if self._arrivals is not None and self._arrivals[0] is keys:
+            arrivals, evictable = self._arrivals[1:]
         mine = {}  # {member: its keys}, read only where a check needs them
 
         def keys_of(t):
@@ -329,7 +335,8 @@ class HashGroup(TableGroup):
             if self.evicts:  # rows_needed counted its new keys
                 error = member.capacity_error(
                     functools.partial(keys_of, t), int(needed[t] - sizes[t]),
-                    None if arrivals is None else int(arrivals[t]))
+                    None if arrivals is None else int(arrivals[t]),
+                    None if evictable is None else int(evictable[t]))
             else:
                 error = member.full_error(int(sizes[t]), int(needed[t] - sizes[t]))
             if error is not None:

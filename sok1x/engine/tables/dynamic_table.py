@@ -168,14 +168,14 @@ class DynamicTable(EmbeddingTable):
         if self._pending is not None:  # not a group's any more
             self.settle_rows(placed, host)
 
-    def capacity_error(self, keys, missing=None, arriving=None):
+    def capacity_error(self, keys, missing=None, arriving=None, evictable=None):
         """Returns TableFullError if this rank's owned `keys` cannot all be held even after
         growing to max_capacity (and, for hybrid, evicting every key the step has not looked
         up), else None. missing: how many of `keys` are new, where the caller counted them (a
         hash group's rows_needed); else counted here (a wait). keys may be a function returning
         them, with `arriving` their number and `missing` given: it is called only where the
-        host's counts cannot tell (a hybrid shard's count of the keys it may evict). Changes
-        nothing."""
+        host's counts cannot tell (a hybrid shard's count of the keys it may evict), unless
+        `evictable` is that count (a hash group's, backend.count_evictable). Changes nothing."""
         if arriving is None:
             arriving = int(keys.shape[0])
         if self.index.size + arriving <= self.max_capacity:
@@ -187,14 +187,15 @@ class DynamicTable(EmbeddingTable):
         needed = self.index.size + missing
         if needed <= self.max_capacity:
             return None
-        evictable = 0
-        if self.dynamic.var_type == "hybrid":
+        if self.dynamic.var_type != "hybrid":
+            evictable = 0
+        elif evictable is None:
             if needed - self._surely_evictable(arriving, missing) <= self.max_capacity:
                 return None  # no read of the statistics: the eviction reads them once
             evictable = int(np.count_nonzero(self._evictable(keys() if callable(keys)
                                                              else keys)))
-            if needed - evictable <= self.max_capacity:
-                return None
+        if needed - evictable <= self.max_capacity:
+            return None
         return TableFullError(
             "%s: the shard on rank %d is full: %d keys held of max_capacity=%d, %d new keys "
             "arrived and %d held keys may be evicted (var_type=%r). %s"

@@ -205,11 +205,8 @@ class EmbeddingTable:
 
 def rebuilt_index(backend, index, capacity):
     """Returns a new HashIndex of `capacity` rows holding index's keys at their rows (no
-    tombstones)."""
-    keys, rows = index.export()
-    fresh = backend.HashIndex(capacity)
-    fresh.assign(keys, rows)
-    return fresh
+    tombstones; on the device, no wait)."""
+    return index.rehashed(capacity)
 
 
 def rebuilt_if_worn(backend, index, capacity):
