@@ -250,6 +250,16 @@ def test_hash_erase_and_row_pool_equal_cpu():
     assert found[0][1:] == found[1][1:]
 
 
+def shard_indexes(backend, shards):
+    """A full HashIndex on `backend` per host int64 array of keys in `shards`, key i at row i."""
+    indexes = []
+    for held in shards:
+        index = backend.HashIndex(held.shape[0])
+        index.assign(backend.asarray(held), backend.asarray(np.arange(held.shape[0])))
+        indexes.append(index)
+    return indexes
+
+
 @pytest.mark.parametrize("lfu", [False, True])
 @pytest.mark.parametrize("touched", [0.0, 0.9])
 def test_device_victims_equal_cpu(lfu, touched):
@@ -286,11 +296,7 @@ def test_device_victims_equal_cpu(lfu, touched):
     results = []
     for backend in (cuda, cpu):
         with backend.device_context():
-            indexes = []
-            for held in shards:
-                index = backend.HashIndex(held.shape[0])
-                index.assign(backend.asarray(held), backend.asarray(np.arange(held.shape[0])))
-                indexes.append(index)
+            indexes = shard_indexes(backend, shards)
             stats = backend.asarray(statistics.copy())
             backend.stamp_last_step(stats, backend.asarray(found), step_now)
             picked = backend.pick_victims(indexes, stats, row_starts, backend.asarray(keys),
@@ -348,12 +354,9 @@ def test_device_count_of_evictable_keys_and_rehash_equal_cpu():
     got = []
     for backend in (cuda, cpu):
         with backend.device_context():
-            indexes = []
-            for held in shards:
-                index = backend.HashIndex(held.shape[0])
-                index.assign(backend.asarray(held), backend.asarray(np.arange(held.shape[0])))
+            indexes = shard_indexes(backend, shards)
+            for index, held in zip(indexes, shards):
                 index.erase(backend.asarray(held[::3]))
-                indexes.append(index)
             counted = backend.count_evictable(indexes, backend.asarray(statistics), row_starts,
                                               backend.asarray(found), step_now)
             fresh = [index.rehashed(index.capacity) for index in indexes]
