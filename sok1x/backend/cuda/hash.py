@@ -324,8 +324,12 @@ class HashIndex:
 
     @uses_context
     def rehashed(self, capacity):
-        """Returns a new HashIndex of `capacity` rows (at least size, and past every held row)
-        holding this index's keys at their rows, without tombstones: one launch, no wait."""
+        """Returns a new HashIndex of `capacity` rows (past every held row) holding this index's
+        keys at their rows, without tombstones: one launch, no wait. Raises OverflowError where
+        they do not fit. The caller may drop this index at once: its slots' own allocation
+        (driver.mem_alloc) is freed only once the device is done with them."""
+        if self.size > capacity:
+            raise OverflowError("%d keys do not fit in %d rows" % (self.size, capacity))
         fresh = HashIndex(capacity)
         launch(_hash_kernels()["reinsert"], self.slot_count, ptr(self._slots), self.slot_count,
                ptr(fresh._slots), fresh.slot_count)

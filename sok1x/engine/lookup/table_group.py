@@ -356,14 +356,20 @@ class HashGroup(TableGroup):
         tagged `keys`: grows the members that need it (grow), then evicts from every hybrid
         member still short of rows (at max_capacity) the keys it needs freed, all at once
         (engine/tables/eviction.py), recording in the step journal how to put them back."""
+        self._arrivals = None  # growth_error's, read: the keys go
         self.grow(needed)
         short = needed > self.capacities
         if not short.any():
             return
         held = [member.held_state() for member in self.members]
-        evicted = eviction.evict(self.members, np.where(short, needed - self.capacities, 0),
-                                 keys, tags, self.statistics, self.row_starts, self.values,
-                                 self.slots)
+        try:
+            evicted = eviction.evict(
+                self.members, np.where(short, needed - self.capacities, 0), keys, tags,
+                lambda: (self.statistics, self.row_starts, self.values, self.slots))
+        except BaseException:  # evict gave the victims back: the free lists too
+            for member, state in zip(self.members, held):
+                member.restore_held(state)
+            raise
         self.journal.record(functools.partial(self._undo_evict, evicted, held))
 
     def _undo_evict(self, evicted, held):

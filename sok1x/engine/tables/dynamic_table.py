@@ -177,6 +177,7 @@ class DynamicTable(EmbeddingTable):
         host's counts cannot tell (a hybrid shard's count of the keys it may evict), unless
         `evictable` is that count (a hash group's, backend.count_evictable). Changes nothing."""
         if arriving is None:
+            keys = keys() if callable(keys) else keys
             arriving = int(keys.shape[0])
         if self.index.size + arriving <= self.max_capacity:
             return None  # fits even if every key is new: nothing to count, no wait
@@ -336,8 +337,10 @@ class DynamicTable(EmbeddingTable):
             return np.zeros(0, np.int64), np.zeros((0, self.dim), np.float32)
         with self.backend.device_context():
             values = self.backend.to_host_many([values for _, values in evicted])
-        if len(evicted) == 1:  # one eviction since the last call: no second copy
-            return evicted[0][0], np.asarray(values[0]).reshape(-1, self.dim)
+        if len(evicted) == 1:  # one eviction since the last call: no second copy on cuda
+            # (on cpu the vectors are the undo record's own: a copy the caller may change)
+            vectors = np.array(values[0]) if self.backend.NAME == "cpu" else values[0]
+            return np.array(evicted[0][0]), np.asarray(vectors).reshape(-1, self.dim)
         return (np.concatenate([keys for keys, _ in evicted]),
                 np.concatenate([np.asarray(v).reshape(-1, self.dim) for v in values]))
 
@@ -380,23 +383,30 @@ class DynamicTable(EmbeddingTable):
         backend array) looked up, chosen on the device per bucket by score (eviction.py states
         the policy); returns its undo record (eviction.Evicted)."""
         tags = self.backend.zeros((int(keys.shape[0]),), np.int64)
-        return eviction.evict([self], [count], keys, tags, self.statistics,
-                              np.array([0, self.capacity], dtype=np.int64), self.values,
-                              self.slots)
+        return eviction.evict([self], [count], keys, tags, lambda: (
+            self.statistics, np.array([0, self.capacity], dtype=np.int64), self.values,
+            self.slots))
 
     def take_victims(self, keys, rows, device_keys, values):
         """Takes the victims eviction.evict chose here out of this shard: host `keys` at host
         `rows`, device_keys their device copy, values their vectors (device); their rows join
         the free list. Returns the entry pop_evicted hands out, or None where nothing reads
-        them (drop_evicted)."""
+        them (drop_evicted). All or nothing: a failed rebuild of the worn index (its memory)
+        gives the keys back to the index and changes nothing else."""
+        index = self.index
+        index.erase(device_keys, all_held=True)
+        try:
+            rebuilt = rebuilt_if_worn(self.backend, index, self.capacity)
+        except BaseException:
+            index.assign(device_keys, self.backend.asarray(rows))
+            raise
+        self.index = rebuilt
+        self._free = np.concatenate([self._free, rows])
         self.evicted_keys += int(rows.shape[0])
         entry = None
         if self.name not in _DROPPED:  # read by someone: kept on the device until then
             entry = (keys, values)
             self._evicted.append(entry)
-        self.index.erase(device_keys, all_held=True)
-        self.index = rebuilt_if_worn(self.backend, self.index, self.capacity)
-        self._free = np.concatenate([self._free, rows])
         return entry
 
     def restore_victims(self, keys, rows, values, slots, records, entry):
@@ -470,18 +480,6 @@ class DynamicTable(EmbeddingTable):
         """Undoes a hash group's placing of `new_keys` at this shard's `new_rows` (backend
         arrays) in a failed step; held: held_state() before it."""
         self._undo_insert(new_keys, new_rows, held[0], held[1], None)
-
-    def make_room(self, count, keys):
-        """Evicts `count` keys that neither the current step nor owned `keys` (backend) looked
-        up, by the strategy, recording in the step journal how to put them back."""
-        held = self.held_state()
-        evicted = self._evict(count, keys)
-        self.journal.record(lambda: self._undo_evict(evicted, held))
-
-
-    def _undo_evict(self, evicted, held):
-        evicted.put_back()
-        self.restore_held(held)
 
     def restore_held(self, held):
         """Puts the free list and high water back as held_state() gave them (an undone

@@ -47,8 +47,10 @@ class Evicted:
     record again and the looked-up rows their records as they were (the caller restores the
     members' free lists and high water)."""
 
-    def __init__(self, backend, statistics, found, pinned):
-        self.backend, self.statistics = backend, statistics
+    def __init__(self, backend, flat_arrays, row_starts, found, pinned):
+        self.backend = backend
+        self.flat_arrays = flat_arrays  # () -> (statistics, row_starts) as they are then
+        self.row_starts = np.asarray(row_starts, dtype=np.int64)  # those `found` counts in
         self.found, self.pinned = found, pinned  # every key's flat row, its record before
         self.members = []  # (table, host keys, host rows, values, slots, records, entry)
 
@@ -59,24 +61,31 @@ class Evicted:
         found = np.asarray(backend.to_host(self.found))  # undoing a failed step: a wait
         rows, first = np.unique(found, return_index=True)
         held = rows >= 0
-        if held.any():
-            backend.put_rows(self.statistics, backend.asarray(rows[held]),
-                             backend.take_rows(self.pinned, backend.asarray(first[held])))
+        if held.any():  # the group may have grown since: its rows moved with its row_starts
+            rows, first = rows[held], first[held]
+            statistics, starts = self.flat_arrays()
+            member = np.searchsorted(self.row_starts, rows, "right") - 1
+            rows = rows - self.row_starts[member] + np.asarray(starts)[member]
+            backend.put_rows(statistics, backend.asarray(rows),
+                             backend.take_rows(self.pinned, backend.asarray(first)))
 
 
-def evict(tables, counts, keys, tags, statistics, row_starts, values, slots):
+def evict(tables, counts, keys, tags, flat_arrays):
     """Evicts counts[t] keys from each of `tables` (host int64; a table group's members in
     order, or one table alone) that neither the current step nor this lookup looked up: the
-    lookup's owned `keys` (backend int64), tags[i] the member of keys[i]. statistics, values and
-    slots ({name: array}) are the flat arrays of their rows, member t's from row_starts[t].
-    Returns an Evicted for the step journal. Raises RuntimeError, changing nothing, where a
-    member finds fewer victims than it needs (capacity_error rules that out)."""
+    lookup's owned `keys` (backend int64), tags[i] the member of keys[i]. flat_arrays() returns
+    (statistics, row_starts, values, slots): the flat arrays of their rows as they are then,
+    member t's from row_starts[t] (slots: {name: array}). Returns an Evicted for the step
+    journal. Raises, changing nothing, where something fails: RuntimeError where a member finds
+    fewer victims than it needs (capacity_error rules that out)."""
     first = tables[0]
     backend, step = first.backend, first.journal.step
+    statistics, row_starts, values, slots = flat_arrays()
     counts = np.asarray(counts, dtype=np.int64)
     indexes = [table.index for table in tables]
     found = backend.hash_find_many(indexes, keys, tags, row_starts)
-    evicted = Evicted(backend, statistics, found, backend.gather_rows(statistics, found))
+    evicted = Evicted(backend, lambda: flat_arrays()[:2], row_starts, found,
+                      backend.gather_rows(statistics, found))
     backend.stamp_last_step(statistics, found, step)  # what this step looked up stays
     picked = backend.pick_victims(
         indexes, statistics, row_starts, keys, tags, found, counts,
@@ -101,15 +110,20 @@ def evict(tables, counts, keys, tags, statistics, row_starts, values, slots):
     saved_slots = {name: hybrid_rows.gather_rows(backend, s, device_rows)
                    for name, s in slots.items()}
     backend.put_rows(statistics, device_rows, backend.zeros((int(starts[-1]), 2), np.int64))
-    for t, table in enumerate(tables):
-        a, b = int(starts[t]), int(starts[t + 1])
-        if a == b:
-            continue
-        mine_keys, mine_values, mine_records = (backend.row_view(array, a, b) for array in
-                                                (device_keys, saved_values, records))
-        rows = host_rows[a:b] - int(row_starts[t])
-        entry = table.take_victims(host_keys[a:b], rows, mine_keys, mine_values)
-        evicted.members.append((table, host_keys[a:b], rows, mine_values,
-                                {name: backend.row_view(s, a, b)
-                                 for name, s in saved_slots.items()}, mine_records, entry))
+    try:
+        for t, table in enumerate(tables):
+            a, b = int(starts[t]), int(starts[t + 1])
+            if a == b:
+                continue
+            mine_keys, mine_values, mine_records = (backend.row_view(array, a, b) for array in
+                                                    (device_keys, saved_values, records))
+            rows = host_rows[a:b] - int(row_starts[t])
+            entry = table.take_victims(host_keys[a:b], rows, mine_keys, mine_values)
+            evicted.members.append((table, host_keys[a:b], rows, mine_values,
+                                    {name: backend.row_view(s, a, b)
+                                     for name, s in saved_slots.items()}, mine_records, entry))
+    except BaseException:  # the members done so far give their victims back
+        backend.put_rows(statistics, device_rows, records)
+        evicted.put_back()
+        raise
     return evicted
