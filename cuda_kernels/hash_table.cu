@@ -207,6 +207,19 @@ extern "C" __global__ void hash_find_or_insert_tagged(const int64* members, cons
   }
 }
 
+// hash_erase over a group's members, in one launch: keys[i], a key member tags[i] holds (an
+// eviction's victims), leaves its index (its slot a tombstone).
+extern "C" __global__ void hash_erase_tagged(const int64* members, const int64* keys,
+                                             const int64* tags, int64 n) {
+  for (int64 i = global_thread_id(); i < n; i += global_thread_count()) {
+    const Member member = member_of(members, tags[i]);
+    const int64 slot = find_slot(member.slots, 2, member.slot_count, keys[i]);
+    if (slot < 0) continue;
+    member.slots[2 * slot + 1] = -1;
+    member.slots[2 * slot] = TOMBSTONE_KEY;
+  }
+}
+
 #define GROUP 8  // keys whose row copies one warp keeps in flight together
 
 // The first row of a split table's host part, or -1 when fresh is null (every row is the first

@@ -339,9 +339,10 @@ def test_device_count_of_new_keys_equals_cpu():
 
 
 def test_device_count_of_evictable_keys_and_rehash_equal_cpu():
-    """count_evictable (eviction.cu) against the cpu twin on a group of three shards with
-    erased keys (tombstones) and looked-up rows; then HashIndex.rehashed (hash_reinsert) holds
-    the same keys at the same rows with no tombstone, on both backends."""
+    """hash_erase_many (hash_erase_tagged) takes a third of a group of three shards' keys out in
+    one launch; count_evictable (eviction.cu) against the cpu twin with those tombstones and
+    looked-up rows; then HashIndex.rehashed (hash_reinsert, in place on cuda) holds the same
+    keys at the same rows with no tombstone, on both backends."""
     from sok1x.backend import cuda
     rng = np.random.default_rng(47)
     capacities, step_now = [1 << 15, 3000, 64], 7
@@ -355,8 +356,11 @@ def test_device_count_of_evictable_keys_and_rehash_equal_cpu():
     for backend in (cuda, cpu):
         with backend.device_context():
             indexes = shard_indexes(backend, shards)
-            for index, held in zip(indexes, shards):
-                index.erase(backend.asarray(held[::3]))
+            erased = [held[::3] for held in shards]
+            tags = np.repeat(np.arange(len(shards)), [e.shape[0] for e in erased])
+            backend.hash_erase_many(indexes, backend.asarray(np.concatenate(erased)),
+                                    backend.asarray(tags), [e.shape[0] for e in erased])
+            assert [index.tombstones for index in indexes] == [e.shape[0] for e in erased]
             counted = backend.count_evictable(indexes, backend.asarray(statistics), row_starts,
                                               backend.asarray(found), step_now)
             fresh = [index.rehashed(index.capacity) for index in indexes]

@@ -11,6 +11,7 @@ import numpy as np
 
 from sok1x.backend.cpu.hash import (  # noqa: F401  (part of the op set)
     HashIndex,
+    hash_erase_many,
     hash_find_many,
     hash_insert_many,
     hash_insert_many_done,

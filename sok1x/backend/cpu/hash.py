@@ -242,6 +242,15 @@ def hash_insert_many_done(indexes, found, placed, keep):
             index.erase(new_keys[:count][mine])
 
 
+def hash_erase_many(indexes, keys, tags, counts):
+    """Erases a hash group's keys, keys[i] one that member tags[i] holds (counts[t]: how many
+    are member t's)."""
+    keys, tags = np.asarray(keys, dtype=np.int64), np.asarray(tags, dtype=np.int64)
+    for t, index in enumerate(indexes):
+        if counts[t]:
+            index.erase(keys[tags == t])
+
+
 def hash_find_many(indexes, keys, tags, row_starts):
     """Flat rows (row_starts[t] + the row) of a hash group's keys, keys[i] one of member
     tags[i]'s, -1 where its index does not hold it."""

@@ -36,6 +36,7 @@ from sok1x.backend.cuda.groups import (  # noqa: F401  (part of the op set: tabl
     part_tags,
 )
 from sok1x.backend.cuda.hash_groups import (  # noqa: F401  (part of the op set: hash groups)
+    hash_erase_many,
     hash_find_many,
     hash_insert_many,
     hash_insert_many_done,

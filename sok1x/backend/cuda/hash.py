@@ -324,12 +324,23 @@ class HashIndex:
 
     @uses_context
     def rehashed(self, capacity):
-        """Returns a new HashIndex of `capacity` rows (past every held row) holding this index's
-        keys at their rows, without tombstones: one launch, no wait. Raises OverflowError where
-        they do not fit. The caller may drop this index at once: its slots' own allocation
-        (driver.mem_alloc) is freed only once the device is done with them."""
+        """Returns a HashIndex of `capacity` rows (past every held row) holding this index's
+        keys at their rows, without tombstones, with no wait: this index itself where the
+        capacity is its own (its slots copied to pooled memory, emptied and filled again: no
+        allocation of its own, whose free would wait for the device), else a new one (the caller
+        may drop this one at once: its slots' free waits until the device is done with them).
+        Raises OverflowError where they do not fit."""
         if self.size > capacity:
             raise OverflowError("%d keys do not fit in %d rows" % (self.size, capacity))
+        if capacity == self.capacity:
+            held = empty(self._slots.shape, np.int64)
+            driver.memcpy_dtod_async(ptr(held), ptr(self._slots), self._slots.nbytes,
+                                     cuda_context.stream())
+            fill_bytes(self._slots, 0xFF)
+            launch(_hash_kernels()["reinsert"], self.slot_count, ptr(held), self.slot_count,
+                   ptr(self._slots), self.slot_count)
+            self.tombstones = 0
+            return self
         fresh = HashIndex(capacity)
         launch(_hash_kernels()["reinsert"], self.slot_count, ptr(self._slots), self.slot_count,
                ptr(fresh._slots), fresh.slot_count)

@@ -1,5 +1,6 @@
 """A hash group's members' HashIndexes in one launch (engine/lookup/table_group.py's HashGroup, the
-kernels hash_find_tagged and hash_find_or_insert_tagged of cuda_kernels/hash_table.cu, and
+kernels hash_find_tagged, hash_find_or_insert_tagged and hash_erase_tagged of
+cuda_kernels/hash_table.cu, and
 init_rows_tagged_float32 of random_init.cu).
 
 The members travel to a kernel as one int64 list, seven entries each: the address and slot count
@@ -35,6 +36,7 @@ from sok1x.backend.cuda.groups import device_constant
 def _kernels():
     return {"find": prepared("hash_table.cu", "hash_find_tagged", "PPPqP"),
             "insert": prepared("hash_table.cu", "hash_find_or_insert_tagged", "PPPqPPPPPP"),
+            "erase": prepared("hash_table.cu", "hash_erase_tagged", "PPPq"),
             "init": prepared("random_init.cu", "init_rows_tagged_float32", "PPqPPPqPqiiQPdd")}
 
 
@@ -63,6 +65,20 @@ def hash_find_many(indexes, keys, tags, row_starts):
         launch(_kernels()["find"], keys.shape[0], ptr(members), ptr(keys), ptr(tags),
                keys.shape[0], ptr(rows))
     return rows
+
+
+@uses_context
+def hash_erase_many(indexes, keys, tags, counts):
+    """Erases a hash group's keys, keys[i] one that member tags[i] holds (an eviction's
+    victims; counts[t], host: how many are member t's), in one launch and no wait."""
+    keys, tags = index_array(keys, "keys"), index_array(tags, "tags")
+    if keys.shape[0]:
+        members = _members(indexes, [0] * len(indexes))
+        launch(_kernels()["erase"], keys.shape[0], ptr(members), ptr(keys), ptr(tags),
+               keys.shape[0])
+    for index, count in zip(indexes, counts):
+        index.size -= int(count)
+        index.tombstones += int(count)
 
 
 @uses_context

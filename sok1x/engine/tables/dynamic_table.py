@@ -15,7 +15,7 @@ dropped, as SOK drops them.
 With max_hbm_for_vectors > 0, rows beyond what that many GiB of vectors hold live in page-locked
 host memory that the same kernels read (engine/tables/hybrid_rows.py); optimizer slots split alike.
 
-Rows of evicted keys go to a free list and are handed out again, last freed first; a new key on a
+Rows of evicted keys go to a free list and are handed out again, first freed first; a new key on a
 reused row gets its initial value (D10) and every slot's initial value. Per row a hybrid table
 keeps one 16-byte record of access statistics, statistics[row] = (last step, count): the step
 journal's counter at the row's last training lookup, and its training lookups (each rank's
@@ -146,8 +146,8 @@ class DynamicTable(EmbeddingTable):
         self.statistics = (self.backend.zeros((self.capacity, 2), np.int64)
                            if dynamic.var_type == "hybrid" else None)
         self._pending = None  # (placed, member) of a hash group's insert not counted yet
-        self._free = np.zeros(0, np.int64)  # rows given back, reused last freed first
-        self._free_uploaded = None  # (host base of the free list, its device copy reversed)
+        self._free = np.zeros(0, np.int64)  # rows given back, reused first freed first
+        self._free_uploaded = None  # (host base of the free list, its device copy)
         self._high_water = 0  # rows [0, high_water) were handed out at least once
         self._evicted = []  # (host keys, device values) not handed out yet
         self.evicted_keys = 0  # how many keys this shard has evicted since made or loaded
@@ -250,7 +250,7 @@ class DynamicTable(EmbeddingTable):
 
     def _insert(self, keys, missing, before, evicted, fetch):
         """Finds or places `keys` (missing: how many are new, or None when every key fits even
-        if new), new keys taking freed rows (last freed first), then fresh ones; initialises
+        if new), new keys taking freed rows (first freed first), then fresh ones; initialises
         the new rows, counts the lookup and records the undo (before: the free list and high
         water before this lookup's eviction, `evicted`). Returns (rows, vectors), vectors None
         unless `fetch`: for split rows one kernel also initialises the new rows, counts the
@@ -301,14 +301,15 @@ class DynamicTable(EmbeddingTable):
         return rows, vectors
 
     def _free_rows_on_device(self):
-        """The free list in taking order (last freed first) as a device array. Taking rows
-        shortens the host list from its end, so one upload serves until the list is rebuilt
-        (an eviction, or an undo to a list of another base)."""
+        """The free list in taking order (first freed first) as a device array. Taking rows
+        shortens the host list from its front, so one upload (or an eviction's own device rows,
+        take_victims) serves until the list is rebuilt (an eviction onto rows still free, or an
+        undo to a list of another base)."""
         free, uploaded = self._free, self._free_uploaded
-        if uploaded is None or not _is_prefix(free, uploaded[0]):
-            base = free.base if _is_prefix(free, free.base) else free
+        if uploaded is None or not _is_suffix(free, uploaded[0]):
+            base = free.base if _is_suffix(free, free.base) else free
             uploaded = self._free_uploaded = (base, self.backend.upload_staged(
-                np.ascontiguousarray(base[::-1])))
+                np.ascontiguousarray(base)))
         base, device = uploaded
         start = base.shape[0] - free.shape[0]
         return device[start:] if start else device
@@ -387,21 +388,19 @@ class DynamicTable(EmbeddingTable):
             self.statistics, np.array([0, self.capacity], dtype=np.int64), self.values,
             self.slots))
 
-    def take_victims(self, keys, rows, device_keys, values):
-        """Takes the victims eviction.evict chose here out of this shard: host `keys` at host
-        `rows`, device_keys their device copy, values their vectors (device); their rows join
-        the free list. Returns the entry pop_evicted hands out, or None where nothing reads
-        them (drop_evicted). All or nothing: a failed rebuild of the worn index (its memory)
-        gives the keys back to the index and changes nothing else."""
-        index = self.index
-        index.erase(device_keys, all_held=True)
-        try:
-            rebuilt = rebuilt_if_worn(self.backend, index, self.capacity)
-        except BaseException:
-            index.assign(device_keys, self.backend.asarray(rows))
-            raise
-        self.index = rebuilt
-        self._free = np.concatenate([self._free, rows])
+    def take_victims(self, keys, rows, device_rows, values):
+        """Takes the victims eviction.evict chose here, and erased from the index, out of this
+        shard: host `keys` at host `rows` (device_rows: their device copy), values their
+        vectors (device); their rows join the free list (where it was empty, the device copy
+        serves as the next insert's pool, no upload). Returns the entry pop_evicted hands out,
+        or None where nothing reads them (drop_evicted). All or nothing: a failed rebuild of the
+        worn index (its memory) changes nothing here."""
+        self.index = rebuilt_if_worn(self.backend, self.index, self.capacity)
+        if self._free.shape[0]:
+            self._free = np.concatenate([self._free, rows])
+        else:
+            self._free = rows
+            self._free_uploaded = (rows, device_rows)
         self.evicted_keys += int(rows.shape[0])
         entry = None
         if self.name not in _DROPPED:  # read by someone: kept on the device until then
@@ -409,9 +408,10 @@ class DynamicTable(EmbeddingTable):
             self._evicted.append(entry)
         return entry
 
-    def restore_victims(self, keys, rows, values, slots, records, entry):
-        """Undoes take_victims: the victims (host keys and rows) get their rows, vectors,
-        slots ({name: saved}) and records again, and leave what pop_evicted hands out."""
+    def restore_victims(self, keys, rows, values, slots, records, entry, taken):
+        """Undoes an eviction here: the victims (host keys and rows) go back into the index
+        with their vectors, slots ({name: saved}) and records, and, where take_victims `taken`
+        them, leave what pop_evicted hands out (the free list is the caller's)."""
         backend = self.backend
         device_rows = backend.asarray(rows)
         self.index.assign(backend.asarray(keys), device_rows)
@@ -419,14 +419,15 @@ class DynamicTable(EmbeddingTable):
         for name, saved in slots.items():
             hybrid_rows.put_rows(backend, self.slots[name], device_rows, saved)
         backend.put_rows(self.statistics, device_rows, records)
-        self._evicted = [e for e in self._evicted if e is not entry]
-        self.evicted_keys -= int(keys.shape[0])
+        if taken:
+            self._evicted = [e for e in self._evicted if e is not entry]
+            self.evicted_keys -= int(keys.shape[0])
 
     def _take_rows(self, count):
-        """Hands out the rows of `count` new keys: freed rows first (last freed first), then
+        """Hands out the rows of `count` new keys: freed rows first (first freed first), then
         fresh ones; returns how many were freed rows."""
         reused = min(count, self._free.shape[0])
-        self._free = self._free[:self._free.shape[0] - reused]
+        self._free = self._free[reused:]
         self._high_water += count - reused
         return reused
 
@@ -524,8 +525,10 @@ class DynamicTable(EmbeddingTable):
         self.capacity = capacity
 
 
-def _is_prefix(array, base):
-    """True when 1-D `array` is base[:len(array)] (a view of it, or base itself)."""
+def _is_suffix(array, base):
+    """True when 1-D `array` is base[len(base) - len(array):] (a view of it, or base itself)."""
     if base is None or not (array is base or array.base is base):
         return False
-    return array.ctypes.data == base.ctypes.data and array.strides == base.strides
+    skipped = base.shape[0] - array.shape[0]
+    return (array.ctypes.data == base.ctypes.data + skipped * base.strides[0]
+            and array.strides == base.strides)

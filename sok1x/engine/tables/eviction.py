@@ -52,12 +52,13 @@ class Evicted:
         self.flat_arrays = flat_arrays  # () -> (statistics, row_starts) as they are then
         self.row_starts = np.asarray(row_starts, dtype=np.int64)  # those `found` counts in
         self.found, self.pinned = found, pinned  # every key's flat row, its record before
-        self.members = []  # (table, host keys, host rows, values, slots, records, entry)
+        # per member: [table, host keys, host rows, values, slots, records, entry, taken]
+        self.members = []
 
     def put_back(self):
         backend = self.backend
-        for table, keys, rows, values, slots, records, entry in reversed(self.members):
-            table.restore_victims(keys, rows, values, slots, records, entry)
+        for table, keys, rows, values, slots, records, entry, taken in reversed(self.members):
+            table.restore_victims(keys, rows, values, slots, records, entry, taken)
         found = np.asarray(backend.to_host(self.found))  # undoing a failed step: a wait
         rows, first = np.unique(found, return_index=True)
         held = rows >= 0
@@ -110,19 +111,25 @@ def evict(tables, counts, keys, tags, flat_arrays):
     saved_slots = {name: hybrid_rows.gather_rows(backend, s, device_rows)
                    for name, s in slots.items()}
     backend.put_rows(statistics, device_rows, backend.zeros((int(starts[-1]), 2), np.int64))
+    # each victim's row in its member, and every victim out of its index: one launch each
+    member_rows = backend.offset_parts(device_rows, starts, -np.asarray(row_starts[:-1]))
+    backend.hash_erase_many(indexes, device_keys, backend.part_tags(starts), counts)
+    rows_on_device = []  # per record below, its victims' rows in its member
+    for t, table in enumerate(tables):
+        a, b = int(starts[t]), int(starts[t + 1])
+        if a < b:
+            rows_on_device.append(backend.row_view(member_rows, a, b))
+            evicted.members.append(
+                [table, host_keys[a:b], host_rows[a:b] - int(row_starts[t]),
+                 backend.row_view(saved_values, a, b),
+                 {name: backend.row_view(s, a, b) for name, s in saved_slots.items()},
+                 backend.row_view(records, a, b), None, False])
     try:
-        for t, table in enumerate(tables):
-            a, b = int(starts[t]), int(starts[t + 1])
-            if a == b:
-                continue
-            mine_keys, mine_values, mine_records = (backend.row_view(array, a, b) for array in
-                                                    (device_keys, saved_values, records))
-            rows = host_rows[a:b] - int(row_starts[t])
-            entry = table.take_victims(host_keys[a:b], rows, mine_keys, mine_values)
-            evicted.members.append((table, host_keys[a:b], rows, mine_values,
-                                    {name: backend.row_view(s, a, b)
-                                     for name, s in saved_slots.items()}, mine_records, entry))
-    except BaseException:  # the members done so far give their victims back
+        for record, device_rows_here in zip(evicted.members, rows_on_device):
+            table, keys, rows, values = record[:4]
+            record[6] = table.take_victims(keys, rows, device_rows_here, values)
+            record[7] = True
+    except BaseException:  # every victim back in its index, the members done so far undone
         backend.put_rows(statistics, device_rows, records)
         evicted.put_back()
         raise
