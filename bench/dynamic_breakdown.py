@@ -43,7 +43,7 @@ def main(argv):
     pool = None  # hbm: the index's own next rows, as the engine's
     if table._free.shape[0]:
         new_per_call = keys_per_call - int(keys_per_call * HIT_RATE)
-        pool = backend.asarray(table._free[::-1][:new_per_call].copy())  # the next free rows
+        pool = backend.asarray(table._free[:new_per_call].copy())  # the next free rows
     snapshot = Snapshot(backend, table.index)
     results = {"environment": harness.environment(), "dim": args.dim, "rows": rows,
                "host_share": args.share}

@@ -110,10 +110,9 @@ def evict(tables, counts, keys, tags, flat_arrays):
     saved_values = hybrid_rows.gather_rows(backend, values, device_rows)
     saved_slots = {name: hybrid_rows.gather_rows(backend, s, device_rows)
                    for name, s in slots.items()}
-    backend.put_rows(statistics, device_rows, backend.zeros((int(starts[-1]), 2), np.int64))
     # each victim's row in its member, and every victim out of its index: one launch each
+    # (what allocates comes before the first change)
     member_rows = backend.offset_parts(device_rows, starts, -np.asarray(row_starts[:-1]))
-    backend.hash_erase_many(indexes, device_keys, backend.part_tags(starts), counts)
     rows_on_device = []  # per record below, its victims' rows in its member
     for t, table in enumerate(tables):
         a, b = int(starts[t]), int(starts[t + 1])
@@ -124,11 +123,13 @@ def evict(tables, counts, keys, tags, flat_arrays):
                  backend.row_view(saved_values, a, b),
                  {name: backend.row_view(s, a, b) for name, s in saved_slots.items()},
                  backend.row_view(records, a, b), None, False])
+    backend.hash_erase_many(indexes, device_keys, backend.part_tags(starts), counts)
     try:
+        backend.put_rows(statistics, device_rows,
+                         backend.zeros((int(starts[-1]), 2), np.int64))
         for record, device_rows_here in zip(evicted.members, rows_on_device):
             table, keys, rows, values = record[:4]
-            record[6] = table.take_victims(keys, rows, device_rows_here, values)
-            record[7] = True
+            record[6:] = [table.take_victims(keys, rows, device_rows_here, values), True]
     except BaseException:  # every victim back in its index, the members done so far undone
         backend.put_rows(statistics, device_rows, records)
         evicted.put_back()

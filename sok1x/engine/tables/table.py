@@ -204,8 +204,9 @@ class EmbeddingTable:
 
 
 def rebuilt_index(backend, index, capacity):
-    """Returns a new HashIndex of `capacity` rows holding index's keys at their rows (no
-    tombstones; on the device, no wait)."""
+    """Returns a HashIndex of `capacity` rows holding index's keys at their rows, without
+    tombstones (on the device, no wait): HashIndex.rehashed, which may rebuild `index` in
+    place."""
     return index.rehashed(capacity)
 
 
