@@ -17,24 +17,17 @@ from sok1x.engine.lookup import bounded_step
 from sok1x.engine.lookup.keyed import KeyedInput
 from sok1x.engine.lookup.pooled import PooledInput
 from sok1x.errors import InvalidInputError
+from step_rules import RULES, hyper
 
 COMM = MPI.COMM_WORLD
 RANK, SIZE = COMM.Get_rank(), COMM.Get_size()
 SPEC = random_init.make_spec("uniform", -1.0, 1.0, seed=31)
 DIM, ROWS = 8, 40
-RULES = {"lazy_adam": ("Adam", ("m", "v")), "adagrad": ("Adagrad", ("accumulator",))}
 
 
 @pytest.fixture(scope="module", autouse=True)
 def engine():
     return runtime.init(backend="cpu")
-
-
-def hyper(rule, step):
-    if rule == "adagrad":
-        return {"lr": 0.1, "epsilon": 1e-7}
-    lr = 0.01 * np.sqrt(1 - 0.999 ** step) / (1 - 0.9 ** step)
-    return {"lr_t": lr, "beta1": 0.9, "beta2": 0.999, "epsilon": 1e-8}
 
 
 def make_tables(tag, count):
