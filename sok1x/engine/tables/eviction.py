@@ -24,9 +24,11 @@ room (fewer evictable keys than new ones) fails on every rank before evicting (T
 How: evict() takes every member of a table group that must evict at once (a table alone is a
 group of one). The device counts each bucket's distinct new keys and picks the victims of every
 member in one pass (backend.pick_victims), with no sort and no host copy of the keys; the host
-then reads the victims' keys and rows once, for the free lists and the indexes. What undoing
-the eviction needs (the victims' vectors, slots and records, the looked-up rows' records) is
-gathered on the device, one gather per array for the whole group.
+then reads the victims' keys and rows once, for the free lists and what pop_evicted hands out.
+One launch erases every victim (backend.hash_erase_many), and each member's victims' rows, on
+the device already, are its next insert's pool (its free list is taken first freed first).
+What undoing the eviction needs (the victims' vectors, slots and records, the looked-up rows'
+records) is gathered on the device, one gather per array for the whole group.
 """
 import numpy as np
 
