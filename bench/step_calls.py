@@ -46,6 +46,9 @@ def parse_args(argv):
                              "one hash group")
     parser.add_argument("--top", type=int, default=15,
                         help="functions listed whose calls per step differ most")
+    parser.add_argument("--stats", default=None,
+                        help="FILE: rank 0 writes each workload's cProfile there, its functions "
+                             "by own time and by cumulative time (where the host time goes)")
     return parser.parse_args(argv)
 
 
@@ -63,6 +66,21 @@ def module_of(filename, function):
         return path.rsplit("-packages/", 1)[1].split("/")[0].replace(".py", "")
     folder, name = os.path.split(path)
     return "stdlib " + (os.path.basename(folder) if name == "__init__.py" else name[:-3])
+
+
+def write_stats(path, profiles, steps, top=45):
+    """Writes each workload's cProfile (`profiles`: {name: cProfile}) to `path` as text: the
+    functions by own time, then by cumulative time, `top` of each; and each raw, for pstats, to
+    `path`.<workload>.prof."""
+    import io
+    with open(path, "w") as out:
+        for name, profile in profiles.items():
+            profile.dump_stats("%s.%s.prof" % (path, name))
+            text = io.StringIO()
+            stats = pstats.Stats(profile, stream=text).strip_dirs()
+            for order in ("tottime", "cumulative"):
+                stats.sort_stats(order).print_stats(top)
+            out.write("== %s, %d steps ==\n%s\n" % (name, steps, text.getvalue()))
 
 
 def calls_per_step(profile, steps):
@@ -144,8 +162,10 @@ def main(argv):
     names = args.workloads.split(",")
     cases = {name: Case(rt, name, args.scale, args.features, args.segment_ids, args.hashed)
              for name in names}
-    calls = {name: calls_per_step(cases[name].profile(args.steps), args.steps)
-             for name in names}
+    profiles = {name: cases[name].profile(args.steps) for name in names}
+    calls = {name: calls_per_step(profiles[name], args.steps) for name in names}
+    if args.stats and rt.rank == 0:
+        write_stats(args.stats, profiles, args.steps)
     for line in report(names, calls, args.top):
         harness.say(line)
     times = {name: [] for name in names}

@@ -393,6 +393,38 @@ extern "C" __global__ void hash_reinsert(const int64* old, uint64 old_count, int
   }
 }
 
+// Rehashing several indexes in place (hash_groups.py's hash_rehash_many), step 1: listing holds
+// per index t its first slot among all of them (starts[t], ascending), its slots' address and its
+// slot count, as [starts | addresses | counts]; every slot s of them is copied to held[s] (16
+// bytes) and emptied (key and row -1). Step 2 (hash_reinsert_many) puts the held keys back.
+extern "C" __global__ void hash_take_slots_many(const int64* listing, int64 parts, int64 total,
+                                                int64* held) {
+  for (int64 s = global_thread_id(); s < total; s += global_thread_count()) {
+    const int64 t = part_of(listing, parts, s);
+    int64* slot = (int64*)listing[parts + t] + 2 * (s - listing[t]);
+    held[2 * s] = slot[0];
+    held[2 * s + 1] = slot[1];
+    slot[0] = EMPTY_KEY;
+    slot[1] = -1;
+  }
+}
+
+// Step 2: every key held[s] (not free, not a tombstone) back into the index it came from, at its
+// row.
+extern "C" __global__ void hash_reinsert_many(const int64* listing, int64 parts, int64 total,
+                                              const int64* held) {
+  for (int64 s = global_thread_id(); s < total; s += global_thread_count()) {
+    const int64 key = held[2 * s];
+    if (key < 0) continue;  // EMPTY_KEY or TOMBSTONE_KEY
+    const int64 t = part_of(listing, parts, s);
+    int64* slots = (int64*)listing[parts + t];
+    bool claimed;
+    const int64 slot = find_or_claim_slot(slots, 2, (uint64)listing[2 * parts + t], key,
+                                          &claimed);
+    if (slot >= 0) slots[2 * slot + 1] = held[2 * s + 1];
+  }
+}
+
 // Erases distinct keys: a held key's slot becomes TOMBSTONE_KEY; rows[i] gets its row, or -1
 // where keys[i] was not held; *erased counts the keys erased.
 extern "C" __global__ void hash_erase(int64* slots, uint64 slot_count, const int64* keys, int64 n,

@@ -116,6 +116,8 @@ Every backend module exposes the same names, and the engine's algorithms call on
         hash_insert_many_done(indexes, found, host placed, keep) ends the call (keep=False
         erases its keys again)
     hash_find_many(indexes, keys, tags, row_starts) -> flat rows, -1 where not held
+    hash_rehash_many(indexes) -> indexes               each rebuilt without tombstones (cuda:
+                                                       in place, two launches for all)
     init_rows_tagged(table, rows, keys, tags, spec, table_ids, count=None)   init_rows with the
         table id of each key's member
 

@@ -341,8 +341,9 @@ def test_device_count_of_new_keys_equals_cpu():
 def test_device_count_of_evictable_keys_and_rehash_equal_cpu():
     """hash_erase_many (hash_erase_tagged) takes a third of a group of three shards' keys out in
     one launch; count_evictable (eviction.cu) against the cpu twin with those tombstones and
-    looked-up rows; then HashIndex.rehashed (hash_reinsert, in place on cuda) holds the same
-    keys at the same rows with no tombstone, on both backends."""
+    looked-up rows; then hash_rehash_many (two shards at once) and HashIndex.rehashed (the
+    third; both in place on cuda: hash_take_slots_many, hash_reinsert_many) hold the same keys at
+    the same rows with no tombstone, on both backends."""
     from sok1x.backend import cuda
     rng = np.random.default_rng(47)
     capacities, step_now = [1 << 15, 3000, 64], 7
@@ -363,7 +364,8 @@ def test_device_count_of_evictable_keys_and_rehash_equal_cpu():
             assert [index.tombstones for index in indexes] == [e.shape[0] for e in erased]
             counted = backend.count_evictable(indexes, backend.asarray(statistics), row_starts,
                                               backend.asarray(found), step_now)
-            fresh = [index.rehashed(index.capacity) for index in indexes]
+            fresh = (backend.hash_rehash_many(indexes[:2])
+                     + [indexes[2].rehashed(indexes[2].capacity)])
             rows = [backend.to_host(index.find(backend.asarray(held)))
                     for index, held in zip(fresh, shards)]
             got.append((backend.to_host(counted), rows,

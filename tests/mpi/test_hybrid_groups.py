@@ -276,29 +276,29 @@ def _records(names):
 
 
 def test_an_eviction_that_fails_midway_changes_no_member(monkeypatch):
-    """The members of a group evict together. Where the rebuild of a worn index fails (its
-    memory) after an earlier member took its victims out, the step fails and every member is as
-    before it: keys, vectors, slots, statistics records, free lists, high water; the group then
-    trains on. One rank: the failure is this rank's alone."""
+    """The members of a group evict together. Where a member fails to take its victims out (its
+    host memory, say) after an earlier member took its own, the step fails and every member is
+    as before it: keys, vectors, slots, statistics records, free lists, high water; the group
+    then trains on. One rank: the failure is this rank's alone."""
     if SIZE > 1:
         pytest.skip("a failure of one rank's memory: run at one rank")
     names = make_tables("yg_midway")
     run_steps(names, True, steps=3, tag="yg_midway")
     before, records = held_state(names), _records(names)
     calls = []
-    rebuilt = dynamic_table.rebuilt_if_worn
+    take = dynamic_table.DynamicTable.take_victims
 
-    def worn_out(backend, index, capacity):  # each evicting member rebuilds its index
-        calls.append(index)
+    def short_of_memory(table, victims, t):  # each evicting member takes its victims
+        calls.append(t)
         if len(calls) == 2:
-            raise MemoryError("no memory for a rebuilt index")
-        return rebuilt(backend, index, capacity)
-    monkeypatch.setattr(dynamic_table, "rebuilt_if_worn", worn_out)
+            raise MemoryError("no memory for the free list")
+        return take(table, victims, t)
+    monkeypatch.setattr(dynamic_table.DynamicTable, "take_victims", short_of_memory)
     fresh, _ = batch(np.random.default_rng([8, RANK]), 7)  # new keys only: full members evict
-    with pytest.raises(MemoryError, match="rebuilt index"):
+    with pytest.raises(MemoryError, match="free list"):
         api.pooled_lookup(names, OpId("yg_midway_fwd", "yg_midway", 0), fresh, True)
     monkeypatch.undo()
-    assert len(calls) >= 2
+    assert len(calls) == 2
     assert_unchanged(names, before, capacities=False)
     assert _records(names) == records
     assert all(full_state(name)[2] == {} for name in names)  # nothing evicted to hand out

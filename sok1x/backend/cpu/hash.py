@@ -251,6 +251,12 @@ def hash_erase_many(indexes, keys, tags, counts):
             index.erase(keys[tags == t])
 
 
+def hash_rehash_many(indexes):
+    """Each of `indexes` rebuilt at its own capacity without tombstones, every key at its row;
+    returns them (new HashIndexes here; cuda rebuilds them in place)."""
+    return [index.rehashed(index.capacity) for index in indexes]
+
+
 def hash_find_many(indexes, keys, tags, row_starts):
     """Flat rows (row_starts[t] + the row) of a hash group's keys, keys[i] one of member
     tags[i]'s, -1 where its index does not hold it."""

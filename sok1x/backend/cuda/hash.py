@@ -25,6 +25,7 @@ from sok1x.backend.cuda import context as cuda_context
 from sok1x.backend.cuda import host_row_order as cuda_host_order
 from sok1x.backend import random_init as recipe
 from sok1x.backend.cuda.context import uses_context
+from sok1x.backend.cuda.hash_groups import hash_rehash_many
 from sok1x.backend.cuda.host_row_order import host_order_and_start
 from sok1x.backend.cuda.kernel_launch import (
     empty,
@@ -326,22 +327,14 @@ class HashIndex:
     def rehashed(self, capacity):
         """Returns a HashIndex of `capacity` rows (past every held row) holding this index's
         keys at their rows, without tombstones, with no wait: this index itself where the
-        capacity is its own (its slots copied to pooled memory, emptied and filled again: no
-        allocation of its own, whose free would wait for the device; the copy, 16 bytes a slot,
-        stays in sok1x's pool for the next one until release_unused), else a new one (the caller
+        capacity is its own (hash_rehash_many: no allocation of its own, whose free would wait
+        for the device), else a new one (the caller
         may drop this one at once: its slots' free waits until the device is done with them).
         Raises OverflowError where they do not fit."""
         if self.size > capacity:
             raise OverflowError("%d keys do not fit in %d rows" % (self.size, capacity))
         if capacity == self.capacity:
-            held = empty(self._slots.shape, np.int64)
-            driver.memcpy_dtod_async(ptr(held), ptr(self._slots), self._slots.nbytes,
-                                     cuda_context.stream())
-            fill_bytes(self._slots, 0xFF)
-            launch(_hash_kernels()["reinsert"], self.slot_count, ptr(held), self.slot_count,
-                   ptr(self._slots), self.slot_count)
-            self.tombstones = 0
-            return self
+            return hash_rehash_many([self])[0]
         fresh = HashIndex(capacity)
         launch(_hash_kernels()["reinsert"], self.slot_count, ptr(self._slots), self.slot_count,
                ptr(fresh._slots), fresh.slot_count)

@@ -1,6 +1,6 @@
 """A hash group's members' HashIndexes in one launch (engine/lookup/table_group.py's HashGroup, the
-kernels hash_find_tagged, hash_find_or_insert_tagged and hash_erase_tagged of
-cuda_kernels/hash_table.cu, and
+kernels hash_find_tagged, hash_find_or_insert_tagged, hash_erase_tagged and the rehash's
+hash_take_slots_many and hash_reinsert_many of cuda_kernels/hash_table.cu, and
 init_rows_tagged_float32 of random_init.cu).
 
 The members travel to a kernel as one int64 list, seven entries each: the address and slot count
@@ -37,6 +37,8 @@ def _kernels():
     return {"find": prepared("hash_table.cu", "hash_find_tagged", "PPPqP"),
             "insert": prepared("hash_table.cu", "hash_find_or_insert_tagged", "PPPqPPPPPP"),
             "erase": prepared("hash_table.cu", "hash_erase_tagged", "PPPq"),
+            "take_slots": prepared("hash_table.cu", "hash_take_slots_many", "PqqP"),
+            "reinsert": prepared("hash_table.cu", "hash_reinsert_many", "PqqP"),
             "init": prepared("random_init.cu", "init_rows_tagged_float32", "PPqPPPqPqiiQPdd")}
 
 
@@ -79,6 +81,29 @@ def hash_erase_many(indexes, keys, tags, counts):
     for index, count in zip(indexes, counts):
         index.size -= int(count)
         index.tombstones += int(count)
+
+
+@uses_context
+def hash_rehash_many(indexes):
+    """Rebuilds each of `indexes` in place without tombstones, every key at its row: their slots
+    copied to one pooled array (16 bytes a slot; it stays in sok1x's pool for the next rehash
+    until release_unused), emptied and filled again, two launches for all, no wait and no
+    allocation of their own. Returns the indexes."""
+    indexes = list(indexes)
+    if not indexes:
+        return indexes
+    counts = np.array([index.slot_count for index in indexes], dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    addresses = np.array([int(index._slots.gpudata) for index in indexes], dtype=np.int64)
+    listing = to_device(np.concatenate([starts, addresses, counts]))
+    total = int(counts.sum())
+    held = empty((total, 2), np.int64)
+    kernels = _kernels()
+    for kernel in ("take_slots", "reinsert"):
+        launch(kernels[kernel], total, ptr(listing), len(indexes), total, ptr(held))
+    for index in indexes:
+        index.tombstones = 0
+    return indexes
 
 
 @uses_context

@@ -85,7 +85,7 @@ from sok1x.backend import random_init
 from sok1x.engine.tables import eviction
 from sok1x.engine.tables import placement as placements
 from sok1x.engine.tables.table import (
-    EmbeddingTable, rebuilt_if_worn, rebuilt_index, reset_slot_rows,
+    EmbeddingTable, rebuild_worn, rebuilt_index, reset_slot_rows,
 )
 
 Unit = collections.namedtuple("Unit", "table positions")
@@ -520,8 +520,7 @@ class HashGroup(TableGroup):
         self._rebuild_worn()
 
     def _rebuild_worn(self):
-        for table in self.members:
-            table.index = rebuilt_if_worn(self.backend, table.index, table.capacity)
+        rebuild_worn(self.backend, self.members)
 
 
 def group_kind(table, position, alone=()):

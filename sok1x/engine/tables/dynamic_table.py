@@ -388,37 +388,37 @@ class DynamicTable(EmbeddingTable):
             self.statistics, np.array([0, self.capacity], dtype=np.int64), self.values,
             self.slots))
 
-    def take_victims(self, keys, rows, device_rows, values):
-        """Takes the victims eviction.evict chose here, and erased from the index, out of this
-        shard: host `keys` at host `rows` (device_rows: their device copy), values their
-        vectors (device); their rows join the free list (where it was empty, the device copy
-        serves as the next insert's pool, no upload). Returns the entry pop_evicted hands out,
-        or None where nothing reads them (drop_evicted). All or nothing: a failed rebuild of the
-        worn index (its memory) changes nothing here."""
-        self.index = rebuilt_if_worn(self.backend, self.index, self.capacity)
+    def take_victims(self, victims, t):
+        """Takes the victims eviction.evict chose here (member t of `victims`, an
+        eviction.Victims), erased from the index already, out of this shard: their rows join
+        the free list (where it was empty, their device copy serves as the next insert's pool,
+        no upload). Returns the entry pop_evicted hands out (their keys, and their vectors on the
+        device), or None where nothing reads them (drop_evicted)."""
+        rows = victims.rows(t).copy()  # its own base: _free_rows_on_device's suffix test
         if self._free.shape[0]:
             self._free = np.concatenate([self._free, rows])
         else:
             self._free = rows
-            self._free_uploaded = (rows, device_rows)
+            self._free_uploaded = (rows, victims.part(victims.device_rows, t))
         self.evicted_keys += int(rows.shape[0])
         entry = None
         if self.name not in _DROPPED:  # read by someone: kept on the device until then
-            entry = (keys, values)
+            entry = (victims.keys(t), victims.part(victims.values, t))
             self._evicted.append(entry)
         return entry
 
-    def restore_victims(self, keys, rows, values, slots, records, entry, taken):
-        """Undoes an eviction here: the victims (host keys and rows) go back into the index
-        with their vectors, slots ({name: saved}) and records, and, where take_victims `taken`
-        them, leave what pop_evicted hands out (the free list is the caller's)."""
+    def restore_victims(self, victims, t, entry, taken):
+        """Undoes an eviction here: member t of `victims` goes back into the index with its
+        vectors, slots and records, and, where take_victims `taken` them, leaves what
+        pop_evicted hands out (`entry`; the free list is the caller's)."""
         backend = self.backend
-        device_rows = backend.asarray(rows)
+        keys = victims.keys(t)
+        device_rows = victims.part(victims.device_rows, t)
         self.index.assign(backend.asarray(keys), device_rows)
-        hybrid_rows.put_rows(backend, self.values, device_rows, values)
-        for name, saved in slots.items():
-            hybrid_rows.put_rows(backend, self.slots[name], device_rows, saved)
-        backend.put_rows(self.statistics, device_rows, records)
+        hybrid_rows.put_rows(backend, self.values, device_rows, victims.part(victims.values, t))
+        for name, saved in victims.slots.items():
+            hybrid_rows.put_rows(backend, self.slots[name], device_rows, victims.part(saved, t))
+        backend.put_rows(self.statistics, device_rows, victims.part(victims.records, t))
         if taken:
             self._evicted = [e for e in self._evicted if e is not entry]
             self.evicted_keys -= int(keys.shape[0])

@@ -33,6 +33,7 @@ records) is gathered on the device, one gather per array for the whole group.
 import numpy as np
 
 from sok1x.engine.tables import hybrid_rows
+from sok1x.engine.tables.table import rebuild_worn
 
 KEYS_PER_BUCKET = 64
 
@@ -42,6 +43,32 @@ def bucket_bits(capacity):
     at most capacity / KEYS_PER_BUCKET (0: one bucket)."""
     buckets = max(1, int(capacity) // KEYS_PER_BUCKET)
     return buckets.bit_length() - 1
+
+
+class Victims:
+    """The victims of one evict(), every member's in one set of arrays, member t's at
+    [starts[t], starts[t + 1]): host keys and rows (the member's own rows), and on the device
+    their member rows, vectors, slots ({name: array}) and records (what undoing needs). A
+    member's part is cut out only where asked (a step evicting from 26 members asks for two
+    of each)."""
+
+    def __init__(self, backend, starts, keys, rows, device_rows, values, slots, records):
+        self.backend, self.starts = backend, starts
+        self.host_keys, self.host_rows = keys, rows
+        self.device_rows, self.values, self.slots = device_rows, values, slots
+        self.records = records
+
+    def keys(self, t):
+        """Host int64: member t's victims."""
+        return self.host_keys[self.starts[t]:self.starts[t + 1]]
+
+    def rows(self, t):
+        """Host int64: the rows of member t's victims, in the member."""
+        return self.host_rows[self.starts[t]:self.starts[t + 1]]
+
+    def part(self, array, t):
+        """Member t's rows of one of the device arrays above."""
+        return self.backend.row_view(array, int(self.starts[t]), int(self.starts[t + 1]))
 
 
 class Evicted:
@@ -54,13 +81,14 @@ class Evicted:
         self.flat_arrays = flat_arrays  # () -> (statistics, row_starts) as they are then
         self.row_starts = np.asarray(row_starts, dtype=np.int64)  # those `found` counts in
         self.found, self.pinned = found, pinned  # every key's flat row, its record before
-        # per member: [table, host keys, host rows, values, slots, records, entry, taken]
+        self.victims = None  # Victims, once chosen
+        # per member with victims: (t, table, the entry take_victims returned, taken)
         self.members = []
 
     def put_back(self):
-        backend = self.backend
-        for table, keys, rows, values, slots, records, entry, taken in reversed(self.members):
-            table.restore_victims(keys, rows, values, slots, records, entry, taken)
+        backend, victims = self.backend, self.victims
+        for t, table, entry, taken in reversed(self.members):
+            table.restore_victims(victims, t, entry, taken)
         found = np.asarray(backend.to_host(self.found))  # undoing a failed step: a wait
         rows, first = np.unique(found, return_index=True)
         held = rows >= 0
@@ -109,31 +137,27 @@ def evict(tables, counts, keys, tags, flat_arrays):
         found_here = int(np.count_nonzero(host_rows[starts[t]:starts[t + 1]] >= 0))
         raise RuntimeError("%s: %d of the %d keys to evict on rank %d were found"
                            % (tables[t].name, found_here, int(counts[t]), first.rank))
-    saved_values = hybrid_rows.gather_rows(backend, values, device_rows)
-    saved_slots = {name: hybrid_rows.gather_rows(backend, s, device_rows)
-                   for name, s in slots.items()}
-    # each victim's row in its member, and every victim out of its index: one launch each
-    # (what allocates comes before the first change)
-    member_rows = backend.offset_parts(device_rows, starts, -np.asarray(row_starts[:-1]))
-    rows_on_device = []  # per record below, its victims' rows in its member
-    for t, table in enumerate(tables):
-        a, b = int(starts[t]), int(starts[t + 1])
-        if a < b:
-            rows_on_device.append(backend.row_view(member_rows, a, b))
-            evicted.members.append(
-                [table, host_keys[a:b], host_rows[a:b] - int(row_starts[t]),
-                 backend.row_view(saved_values, a, b),
-                 {name: backend.row_view(s, a, b) for name, s in saved_slots.items()},
-                 backend.row_view(records, a, b), None, False])
+    # what allocates comes before the first change
+    firsts = np.asarray(row_starts[:-1], dtype=np.int64)
+    evicted.victims = Victims(
+        backend, starts, host_keys, host_rows - np.repeat(firsts, counts),
+        backend.offset_parts(device_rows, starts, -firsts),
+        hybrid_rows.gather_rows(backend, values, device_rows),
+        {name: hybrid_rows.gather_rows(backend, s, device_rows) for name, s in slots.items()},
+        records)
     backend.hash_erase_many(indexes, device_keys, backend.part_tags(starts), counts)
     try:
         backend.put_rows(statistics, device_rows,
                          backend.zeros((int(starts[-1]), 2), np.int64))
-        for record, device_rows_here in zip(evicted.members, rows_on_device):
-            table, keys, rows, values = record[:4]
-            record[6:] = [table.take_victims(keys, rows, device_rows_here, values), True]
+        rebuild_worn(backend, tables)  # the erased keys' tombstones: every worn index at once
+        for t, table in enumerate(tables):
+            if counts[t]:
+                evicted.members.append((t, table, table.take_victims(evicted.victims, t), True))
     except BaseException:  # every victim back in its index, the members done so far undone
         backend.put_rows(statistics, device_rows, records)
+        done = {member[0] for member in evicted.members}
+        evicted.members += [(t, table, None, False) for t, table in enumerate(tables)
+                            if counts[t] and t not in done]
         evicted.put_back()
         raise
     return evicted

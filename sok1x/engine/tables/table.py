@@ -210,12 +210,25 @@ def rebuilt_index(backend, index, capacity):
     return index.rehashed(capacity)
 
 
+def is_worn(index, capacity):
+    """True once `index`'s tombstones pass half the capacity (probes walk past tombstones, so
+    they lengthen every probe chain): time to rebuild it."""
+    return index.tombstones * 2 > capacity
+
+
 def rebuilt_if_worn(backend, index, capacity):
-    """Returns `index`, or a rebuilt one once its tombstones pass half the capacity (probes walk
-    past tombstones, so they lengthen every probe chain)."""
-    if index.tombstones * 2 > capacity:
+    """Returns `index`, or a rebuilt one where it is_worn."""
+    if is_worn(index, capacity):
         return rebuilt_index(backend, index, capacity)
     return index
+
+
+def rebuild_worn(backend, tables):
+    """Rebuilds the index of each of `tables` that is_worn, all at once
+    (backend.hash_rehash_many: on cuda two launches for all, no wait)."""
+    worn = [table for table in tables if is_worn(table.index, table.capacity)]
+    for table, index in zip(worn, backend.hash_rehash_many([table.index for table in worn])):
+        table.index = index
 
 
 def reset_slot_rows(backend, slots, slot_initial, dim, rows):
