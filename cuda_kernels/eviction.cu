@@ -56,14 +56,25 @@ __device__ __forceinline__ int64 segment_of(const int64* members, const int64* k
 }
 
 // counts[s] (zeroed by the caller) += the new keys (repeats too) of segment s; arrivals (may be
-// null, zeroed by the caller): arrivals[t] += every key of member t.
+// null, zeroed by the caller): arrivals[t] += every key of member t, one atomicAdd per member of
+// a warp's keys (a group's keys come member after member: a few dozen counters would otherwise
+// take every key's atomicAdd in turn).
 extern "C" __global__ void evict_bucket_counts(const int64* members, const int64* keys,
                                                const int64* tags, const int64* found, int64 n,
                                                int64* counts, int64* arrivals) {
-  for (int64 i = global_thread_id(); i < n; i += global_thread_count()) {
-    const int64 s = segment_of(members, keys, tags, found, i);
-    if (s >= 0) atomicAdd((uint64*)(counts + s), 1ULL);
-    if (arrivals != nullptr) atomicAdd((uint64*)(arrivals + tags[i]), 1ULL);
+  for (int64 first = first_of_warp(); first < n; first += global_thread_count()) {
+    const int64 i = first + lane_id();
+    if (i < n) {
+      const int64 s = segment_of(members, keys, tags, found, i);
+      if (s >= 0) atomicAdd((uint64*)(counts + s), 1ULL);
+    }
+    if (arrivals != nullptr) {
+      const int64 tag = i < n ? tags[i] : -1;
+      const unsigned same = __match_any_sync(FULL_WARP, tag);
+      if (tag >= 0 && (int)lane_id() == __ffs(same) - 1) {
+        atomicAdd((uint64*)(arrivals + tag), (uint64)__popc(same));
+      }
+    }
   }
 }
 
@@ -158,6 +169,71 @@ __device__ __forceinline__ int64 member_of_segment(const int64* members, int64 m
   return -1;
 }
 
+#define PICK_WARPS 8   // warps per block of evict_pick (backend/cuda/eviction.py launches 8)
+#define PICK_CAP 128   // a bucket's evictable keys ranked in shared memory (a bucket holds ~64)
+
+__device__ __forceinline__ Score candidate_score(const int64 (*pool)[PICK_CAP], int c, bool lfu) {
+  const Score s = {lfu ? pool[1][c] : pool[0][c], lfu ? pool[0][c] : 0, pool[2][c], pool[3][c]};
+  return s;
+}
+
+// A segment's pick by rank: the warp gathers its bucket's evictable keys (last step below `step`)
+// from the slot range [lo, lo + length) into `pool` (per key: last step, count, key, flat row);
+// the one of rank r (r lower scores in the bucket) is the victim of the bucket's r-th evicting
+// key, places [begin, end). The same choice as taking, key after key, the lowest score not taken
+// yet, with one read of the bucket where that reads it once per key. Returns false, having
+// changed nothing, where the bucket has more than PICK_CAP evictable keys.
+__device__ bool pick_by_rank(const Evicting& m, int64* statistics, int64 step, uint64 bucket,
+                             int64 bits, uint64 lo, uint64 length, int64 begin, int64 end,
+                             int64 (*pool)[PICK_CAP], uint64* left, int64* victim_keys,
+                             int64* victim_rows, int64* victim_records) {
+  const int lane = (int)lane_id();
+  int n = 0;
+  for (uint64 base = 0; base < length; base += 32) {
+    const uint64 p = base + lane;
+    bool yes = false;
+    int64 key = 0, row = 0, last = 0;
+    if (p < length) {
+      const uint64 slot = (lo + p) % m.slot_count;
+      key = m.slots[2 * slot];
+      if (key >= 0 && (bits == 0 || bucket_of(key, bits) == bucket)) {
+        row = m.row_start + m.slots[2 * slot + 1];
+        last = statistics[2 * row];
+        yes = last < step;
+      }
+    }
+    const unsigned votes = __ballot_sync(FULL_WARP, yes);
+    const int total = n + __popc(votes);
+    if (total > PICK_CAP) return false;
+    if (yes) {
+      const int at = n + __popc(votes & lanes_below());
+      pool[0][at] = last;
+      pool[1][at] = statistics[2 * row + 1];
+      pool[2][at] = key;
+      pool[3][at] = row;
+    }
+    n = total;
+  }
+  __syncwarp();
+  const int64 wanted = end - begin;
+  for (int c = lane; c < n; c += 32) {
+    const Score mine = candidate_score(pool, c, m.lfu != 0);
+    int64 rank = 0;
+    for (int d = 0; d < n; ++d) rank += lower(candidate_score(pool, d, m.lfu != 0), mine);
+    if (rank < wanted) {
+      const int64 i = begin + rank;
+      victim_keys[i] = mine.key;
+      victim_rows[i] = mine.row;
+      victim_records[2 * i] = pool[0][c];
+      victim_records[2 * i + 1] = pool[1][c];
+      statistics[2 * mine.row] = step;
+    }
+  }
+  if (lane == 0 && n < wanted) atomicAdd(left, (uint64)(wanted - n));  // their places stay -1
+  __syncwarp();
+  return true;
+}
+
 // One warp per work item. rest == 0: an item is a segment s (bucket s - first_segment of its
 // member), whose evicting keys are the places [begin, end) of the outputs: the k-th gets the
 // k-th lowest evictable key of its bucket, or -1 when the bucket has no more. rest != 0: an item
@@ -172,6 +248,8 @@ extern "C" __global__ void evict_pick(const int64* members, int64 member_count,
                                       uint64* left, int64* victim_keys, int64* victim_rows,
                                       int64* victim_records) {
   if (rest && *left == 0) return;  // every key found a victim in its bucket
+  __shared__ int64 pools[PICK_WARPS][4][PICK_CAP];
+  int64 (*pool)[PICK_CAP] = pools[(threadIdx.x / 32) % PICK_WARPS];
   const int lane = (int)lane_id();
   const int64 warps = global_thread_count() / 32;
   const int64 INF = 0x7fffffffffffffffLL;
@@ -217,8 +295,12 @@ extern "C" __global__ void evict_pick(const int64* members, int64 member_count,
         break;
       }
     }
+    if (!rest && pick_by_rank(m, statistics, step, bucket, bits, lo, length, begin, end, pool,
+                              left, victim_keys, victim_rows, victim_records)) {
+      continue;
+    }
     for (int64 chunk = begin; chunk < end; chunk += 32) {
-      // rest: the keys still without a victim, 32 read at a time, taken in order
+      // rest, or a bucket past PICK_CAP: the keys without a victim, 32 read at a time, in order
       const bool waiting = chunk + lane < end && (!rest || victim_rows[chunk + lane] == -1);
       for (unsigned todo = __ballot_sync(FULL_WARP, waiting); todo != 0; todo &= todo - 1) {
         const int64 i = chunk + __ffs(todo) - 1;
@@ -252,6 +334,97 @@ extern "C" __global__ void evict_pick(const int64* members, int64 member_count,
           }
         }
         __syncwarp();
+      }
+    }
+  }
+}
+
+#define REST_CAP 4096  // a member's evictable keys left after its buckets, ranked by one block
+
+// The second pass by rank, one block (PICK_WARPS warps) per member, between evict_pick's passes:
+// the member's places still without a victim are listed in order (waiting, from its first
+// victim's place), its evictable keys left (last step below `step`: the first pass stamped its
+// victims) gathered into its REST_CAP entries of `candidates` (last step, count, key, row, each a
+// column of REST_CAP), and the key of rank r among them is the victim of the r-th waiting place:
+// what evict_pick's second pass, key after key, chooses, with one read of the shard where that
+// reads it once per key. A member with more evictable keys left than REST_CAP is counted in
+// *again and left to that pass (which returns at once where *again is 0). Returns at once where
+// *left (the first pass's keys without a victim) is 0.
+extern "C" __global__ void evict_pick_rest(const int64* members, int64 member_count,
+                                           int64* statistics, int64 step,
+                                           const int64* distinct_starts, const uint64* left,
+                                           uint64* again, int64* waiting, int64* candidates,
+                                           int64* victim_keys, int64* victim_rows,
+                                           int64* victim_records) {
+  if (*left == 0) return;
+  __shared__ int64 warp_counts[PICK_WARPS];
+  __shared__ uint64 listed, gathered;
+  const int warp = (int)(threadIdx.x / 32);
+  for (int64 t = blockIdx.x; t < member_count; t += gridDim.x) {
+    const Evicting m = evicting_member(members, t);
+    if (m.count == 0) continue;
+    const int64 base = distinct_starts[m.first_segment];
+    const int64 all = distinct_starts[m.first_segment + (1LL << m.bits)] - base;
+    const int64 begin = m.first_victim, end = m.first_victim + (all < m.count ? all : m.count);
+    if (begin >= end) continue;
+    if (threadIdx.x == 0) listed = gathered = 0;
+    __syncthreads();
+    for (int64 first = begin; first < end; first += blockDim.x) {  // the waiting places, in order
+      const int64 p = first + threadIdx.x;
+      const bool yes = p < end && victim_rows[p] == -1;
+      const unsigned votes = __ballot_sync(FULL_WARP, yes);
+      if (lane_id() == 0) warp_counts[warp] = __popc(votes);
+      __syncthreads();
+      int64 at = (int64)listed + __popc(votes & lanes_below());
+      for (int w = 0; w < warp; ++w) at += warp_counts[w];
+      if (yes) waiting[m.first_victim + at] = p;
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        for (int w = 0; w < PICK_WARPS; ++w) listed += warp_counts[w];
+      }
+      __syncthreads();
+    }
+    const int64 wanted = (int64)listed;
+    int64* pool = candidates + 4 * REST_CAP * t;
+    for (int64 s = threadIdx.x; wanted > 0 && s < (int64)m.slot_count; s += blockDim.x) {
+      const int64 key = m.slots[2 * s];
+      if (key < 0) continue;
+      const int64 row = m.row_start + m.slots[2 * s + 1];
+      const int64 last = statistics[2 * row];
+      if (last >= step) continue;
+      const uint64 at = atomicAdd(&gathered, 1ULL);
+      if (at < REST_CAP) {
+        pool[at] = last;
+        pool[REST_CAP + at] = statistics[2 * row + 1];
+        pool[2 * REST_CAP + at] = key;
+        pool[3 * REST_CAP + at] = row;
+      }
+    }
+    __syncthreads();
+    const int64 n = (int64)gathered;
+    __syncthreads();  // every thread has read listed and gathered before the next member's reset
+    if (wanted == 0) continue;
+    if (n > REST_CAP) {
+      if (threadIdx.x == 0) atomicAdd(again, 1ULL);
+      continue;
+    }
+    const bool lfu = m.lfu != 0;
+    for (int64 c = threadIdx.x; c < n; c += blockDim.x) {
+      const Score mine = {lfu ? pool[REST_CAP + c] : pool[c], lfu ? pool[c] : 0,
+                          pool[2 * REST_CAP + c], pool[3 * REST_CAP + c]};
+      int64 rank = 0;
+      for (int64 d = 0; d < n; ++d) {
+        const Score other = {lfu ? pool[REST_CAP + d] : pool[d], lfu ? pool[d] : 0,
+                             pool[2 * REST_CAP + d], 0};
+        rank += lower(other, mine);
+      }
+      if (rank < wanted) {
+        const int64 i = waiting[m.first_victim + rank];
+        victim_keys[i] = mine.key;
+        victim_rows[i] = mine.row;
+        victim_records[2 * i] = pool[c];
+        victim_records[2 * i + 1] = pool[REST_CAP + c];
+        statistics[2 * mine.row] = step;
       }
     }
   }

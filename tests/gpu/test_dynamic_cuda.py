@@ -263,16 +263,20 @@ def shard_indexes(backend, shards):
 @pytest.mark.parametrize("lfu", [False, True])
 @pytest.mark.parametrize("touched", [0.0, 0.9])
 def test_device_victims_equal_cpu(lfu, touched):
-    """pick_victims (cuda_kernels/eviction.cu) against the cpu twin on a group of three shards
-    at once: 2^16 keys (1024 buckets), 2^12 keys (64 buckets) and 100 keys (one bucket), with
-    many tied records, their new keys interleaved, repeated and mixed with held ones, one member
-    evicting nothing. The same victims, records and statistics after. touched: the share of
-    keys the step already looked up, so buckets run out and the member-wide second pass serves
-    the rest."""
+    """pick_victims (cuda_kernels/eviction.cu) against the cpu twin on a group of five shards
+    at once: 2^16 keys (1024 buckets), 2^12 keys (64 buckets), 100 keys (one bucket) and 250
+    keys (two buckets of about 125: with nothing touched, some pass the 128 evictable keys a
+    warp ranks in shared memory and are picked key by key instead), with many tied records,
+    their new keys interleaved, repeated and mixed with held ones, one member (2^10 keys)
+    evicting nothing, and 2^14 keys whose 300 new keys all fall in one bucket (the rest, ranked
+    by a block where the member has at most 4096 evictable keys left, else key by key). The
+    same victims, records and statistics after. touched: the share of keys the step already
+    looked up, so buckets run out and the member-wide second pass serves the rest."""
     from sok1x.backend import cuda
+    from sok1x.backend.cpu.eviction import bucket_of
     from sok1x.engine.tables.eviction import bucket_bits
     rng = np.random.default_rng(38)
-    capacities, step_now = [1 << 16, 1 << 12, 100, 1 << 10], 9
+    capacities, step_now = [1 << 16, 1 << 12, 100, 1 << 10, 250, 1 << 14], 9
     row_starts = np.concatenate([[0], np.cumsum(capacities)]).astype(np.int64)
     shards, keys, tags, found, counts = [], [], [], [], []
     for t, capacity in enumerate(capacities):
@@ -280,6 +284,9 @@ def test_device_victims_equal_cpu(lfu, touched):
         rng.shuffle(held)
         shards.append(held)
         new = np.unique(rng.integers(2 ** 40, 2 ** 41, size=min(6000, capacity)))
+        if t == 5:  # one crowded bucket
+            new = np.unique(rng.integers(2 ** 40, 2 ** 41, size=1 << 20))
+            new = new[bucket_of(new, bucket_bits(capacity)) == 0][:300]
         looked = held[:50]
         keys += [new, new[:200], looked]
         tags.append(np.full(new.shape[0] + min(200, new.shape[0]) + looked.shape[0], t))
@@ -301,7 +308,7 @@ def test_device_victims_equal_cpu(lfu, touched):
             backend.stamp_last_step(stats, backend.asarray(found), step_now)
             picked = backend.pick_victims(indexes, stats, row_starts, backend.asarray(keys),
                                           backend.asarray(tags), backend.asarray(found), counts,
-                                          bits, step_now, [lfu, not lfu, lfu, lfu])
+                                          bits, step_now, [lfu, not lfu, lfu, lfu, lfu, lfu])
             results.append([backend.to_host(a) for a in picked] + [backend.to_host(stats)])
     for got, want in zip(*results):
         np.testing.assert_array_equal(got, want)

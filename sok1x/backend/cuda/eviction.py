@@ -17,7 +17,8 @@ from sok1x.backend.cuda.kernel_launch import (
     to_device,
 )
 
-_WARPS_PER_BLOCK = 8
+_WARPS_PER_BLOCK = 8  # evict_pick's and evict_pick_rest's PICK_WARPS
+_REST_CAP = 4096  # eviction.cu's REST_CAP
 _KEYS_PER_SEGMENT = 32  # count_new_keys' segments
 
 
@@ -31,6 +32,7 @@ def _eviction_kernels():
         "evictable": prepared("eviction.cu", "evict_count_evictable", "PqPqPP"),
         "mark": prepared("table_groups.cu", "mark_rows", "PqP"),
         "pick": prepared("eviction.cu", "evict_pick", "PqPqPqqPPPP"),
+        "rest": prepared("eviction.cu", "evict_pick_rest", "PqPqPPPPPPPP"),
         "stamp": prepared("eviction.cu", "stamp_last_step", "PPqq"),
     }
 
@@ -125,7 +127,9 @@ def pick_victims(indexes, statistics, row_starts, keys, tags, found, counts, bit
     """As backend/cpu/eviction.py's: (victim_keys, victim_rows, victim_records [m, 2]) int64
     GPUArrays, queued (no wait). Sized by the keys and the host's counts: a segment per bucket
     of each evicting member (2^bits of them, about a 64th of its rows), then one warp per
-    segment and one per member for the keys whose bucket was used up."""
+    segment (its bucket's evictable keys ranked in shared memory), one block per member for the
+    keys whose bucket was used up (the member's evictable keys left, ranked), and one warp per
+    member, key by key, where a member has more of those than a block ranks."""
     m = int(np.sum(counts))
     victim_keys = fill_bytes(empty((m,), np.int64), 0xFF)
     victim_rows = fill_bytes(empty((m,), np.int64), 0xFF)
@@ -136,11 +140,19 @@ def pick_victims(indexes, statistics, row_starts, keys, tags, found, counts, bit
         return victim_keys, victim_rows, victim_records
     members, total, distinct_starts = _new_key_segments(indexes, row_starts, keys, tags, found,
                                                         counts, bits, lfu)
-    left = fill_bytes(empty((1,), np.uint64), 0)
-    outputs = (ptr(left), ptr(victim_keys), ptr(victim_rows), ptr(victim_records))
-    head = (ptr(members), len(indexes), ptr(statistics), int(step), ptr(distinct_starts))
-    for items, rest in ((total, 0), (len(indexes), 1)):
-        blocks = -(-items // _WARPS_PER_BLOCK)
-        launch(_eviction_kernels()["pick"], 32 * items, *(head + (items, rest) + outputs),
-               block=32 * _WARPS_PER_BLOCK, blocks=blocks)
+    parts, kernels = len(indexes), _eviction_kernels()
+    left = fill_bytes(empty((2,), np.uint64), 0)  # the first pass's keys without a victim, then
+    again = row_view(left, 1, 2)  # the members evict_pick_rest leaves to the last pass
+    victims = (ptr(victim_keys), ptr(victim_rows), ptr(victim_records))
+    head = (ptr(members), parts, ptr(statistics), int(step), ptr(distinct_starts))
+    block = 32 * _WARPS_PER_BLOCK
+    launch(kernels["pick"], 32 * total, *(head + (total, 0, ptr(left)) + victims), block=block,
+           blocks=-(-total // _WARPS_PER_BLOCK))
+    waiting = empty((m,), np.int64)
+    candidates = empty((parts * 4 * _REST_CAP,), np.int64)
+    launch(kernels["rest"], block * parts, *(head + (ptr(left), ptr(again), ptr(waiting),
+                                                     ptr(candidates)) + victims),
+           block=block, blocks=parts)
+    launch(kernels["pick"], 32 * parts, *(head + (parts, 1, ptr(again)) + victims), block=block,
+           blocks=-(-parts // _WARPS_PER_BLOCK))
     return victim_keys, victim_rows, victim_records
