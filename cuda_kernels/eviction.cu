@@ -169,8 +169,14 @@ __device__ __forceinline__ int64 member_of_segment(const int64* members, int64 m
   return -1;
 }
 
-#define PICK_WARPS 8   // warps per block of evict_pick (backend/cuda/eviction.py launches 8)
-#define PICK_CAP 128   // a bucket's evictable keys ranked in shared memory (a bucket holds ~64)
+// Warps per block of evict_pick (backend/cuda/eviction.py launches 4) and of evict_pick_rest
+// (8). A bucket holds 64 to 128 keys on average (eviction.py's bucket_bits), so PICK_CAP of its
+// evictable keys ranked in shared memory leave the key-by-key path to a bucket far out in the
+// tail: that path costs a warp about a microsecond a key, and the pass lasts as long as its
+// slowest warp.
+#define PICK_WARPS 4
+#define REST_WARPS 8
+#define PICK_CAP 256
 
 __device__ __forceinline__ Score candidate_score(const int64 (*pool)[PICK_CAP], int c, bool lfu) {
   const Score s = {lfu ? pool[1][c] : pool[0][c], lfu ? pool[0][c] : 0, pool[2][c], pool[3][c]};
@@ -341,14 +347,15 @@ extern "C" __global__ void evict_pick(const int64* members, int64 member_count,
 
 #define REST_CAP 4096  // a member's evictable keys left after its buckets, ranked by one block
 
-// The second pass by rank, one block (PICK_WARPS warps) per member, between evict_pick's passes:
+// The second pass by rank, one block (REST_WARPS warps) per member, between evict_pick's passes:
 // the member's places still without a victim are listed in order (waiting, from its first
 // victim's place), its evictable keys left (last step below `step`: the first pass stamped its
 // victims) gathered into its REST_CAP entries of `candidates` (last step, count, key, row, each a
 // column of REST_CAP), and the key of rank r among them is the victim of the r-th waiting place:
 // what evict_pick's second pass, key after key, chooses, with one read of the shard where that
-// reads it once per key. A member with more evictable keys left than REST_CAP is counted in
-// *again and left to that pass (which returns at once where *again is 0). Returns at once where
+// reads it once per key. A member with more evictable keys left than REST_CAP, or few keys
+// waiting among many evictable ones (ranking would cost more), is counted in *again and left to
+// that pass (which returns at once where *again is 0). Returns at once where
 // *left (the first pass's keys without a victim) is 0.
 extern "C" __global__ void evict_pick_rest(const int64* members, int64 member_count,
                                            int64* statistics, int64 step,
@@ -357,7 +364,7 @@ extern "C" __global__ void evict_pick_rest(const int64* members, int64 member_co
                                            int64* victim_keys, int64* victim_rows,
                                            int64* victim_records) {
   if (*left == 0) return;
-  __shared__ int64 warp_counts[PICK_WARPS];
+  __shared__ int64 warp_counts[REST_WARPS];
   __shared__ uint64 listed, gathered;
   const int warp = (int)(threadIdx.x / 32);
   for (int64 t = blockIdx.x; t < member_count; t += gridDim.x) {
@@ -380,7 +387,7 @@ extern "C" __global__ void evict_pick_rest(const int64* members, int64 member_co
       if (yes) waiting[m.first_victim + at] = p;
       __syncthreads();
       if (threadIdx.x == 0) {
-        for (int w = 0; w < PICK_WARPS; ++w) listed += warp_counts[w];
+        for (int w = 0; w < REST_WARPS; ++w) listed += warp_counts[w];
       }
       __syncthreads();
     }
@@ -404,7 +411,10 @@ extern "C" __global__ void evict_pick_rest(const int64* members, int64 member_co
     const int64 n = (int64)gathered;
     __syncthreads();  // every thread has read listed and gathered before the next member's reset
     if (wanted == 0) continue;
-    if (n > REST_CAP) {
+    // ranking costs about n * n / blockDim.x reads a thread, key by key about wanted *
+    // slot_count / 32 a lane: the cheaper one serves
+    if (n > REST_CAP ||
+        (double)n * (double)n / blockDim.x > (double)wanted * (double)m.slot_count / 32.0) {
       if (threadIdx.x == 0) atomicAdd(again, 1ULL);
       continue;
     }

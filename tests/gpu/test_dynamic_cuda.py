@@ -263,24 +263,27 @@ def shard_indexes(backend, shards):
 @pytest.mark.parametrize("lfu", [False, True])
 @pytest.mark.parametrize("touched", [0.0, 0.9])
 def test_device_victims_equal_cpu(lfu, touched):
-    """pick_victims (cuda_kernels/eviction.cu) against the cpu twin on a group of five shards
-    at once: 2^16 keys (1024 buckets), 2^12 keys (64 buckets), 100 keys (one bucket) and 250
-    keys (two buckets of about 125: with nothing touched, some pass the 128 evictable keys a
-    warp ranks in shared memory and are picked key by key instead), with many tied records,
+    """pick_victims (cuda_kernels/eviction.cu) against the cpu twin on a group of six shards
+    at once: 2^16 keys (1024 buckets), 2^12 keys (64 buckets), 100 keys (one bucket) and 2^10
+    keys all held in one of its 16 buckets (more evictable keys than the 256 a warp ranks in
+    shared memory: that bucket is picked key by key), with many tied records,
     their new keys interleaved, repeated and mixed with held ones, one member (2^10 keys)
     evicting nothing, and 2^14 keys whose 300 new keys all fall in one bucket (the rest, ranked
-    by a block where the member has at most 4096 evictable keys left, else key by key). The
+    by a block where the member has few evictable keys left, else key by key). The
     same victims, records and statistics after. touched: the share of keys the step already
     looked up, so buckets run out and the member-wide second pass serves the rest."""
     from sok1x.backend import cuda
     from sok1x.backend.cpu.eviction import bucket_of
     from sok1x.engine.tables.eviction import bucket_bits
     rng = np.random.default_rng(38)
-    capacities, step_now = [1 << 16, 1 << 12, 100, 1 << 10, 250, 1 << 14], 9
+    capacities, step_now = [1 << 16, 1 << 12, 100, 1 << 10, 1 << 10, 1 << 14], 9
     row_starts = np.concatenate([[0], np.cumsum(capacities)]).astype(np.int64)
     shards, keys, tags, found, counts = [], [], [], [], []
     for t, capacity in enumerate(capacities):
         held = np.unique(rng.integers(0, 2 ** 40, size=capacity + 64))[:capacity]
+        if t == 4:  # every held key in bucket 0
+            held = np.unique(rng.integers(0, 2 ** 40, size=1 << 16))
+            held = held[bucket_of(held, bucket_bits(capacity)) == 0][:capacity]
         rng.shuffle(held)
         shards.append(held)
         new = np.unique(rng.integers(2 ** 40, 2 ** 41, size=min(6000, capacity)))

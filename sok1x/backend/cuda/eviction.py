@@ -17,7 +17,7 @@ from sok1x.backend.cuda.kernel_launch import (
     to_device,
 )
 
-_WARPS_PER_BLOCK = 8  # evict_pick's and evict_pick_rest's PICK_WARPS
+_PICK_WARPS, _REST_WARPS = 4, 8  # eviction.cu's warps per block of evict_pick, evict_pick_rest
 _REST_CAP = 4096  # eviction.cu's REST_CAP
 _KEYS_PER_SEGMENT = 32  # count_new_keys' segments
 
@@ -145,14 +145,14 @@ def pick_victims(indexes, statistics, row_starts, keys, tags, found, counts, bit
     again = row_view(left, 1, 2)  # the members evict_pick_rest leaves to the last pass
     victims = (ptr(victim_keys), ptr(victim_rows), ptr(victim_records))
     head = (ptr(members), parts, ptr(statistics), int(step), ptr(distinct_starts))
-    block = 32 * _WARPS_PER_BLOCK
+    block = 32 * _PICK_WARPS
     launch(kernels["pick"], 32 * total, *(head + (total, 0, ptr(left)) + victims), block=block,
-           blocks=-(-total // _WARPS_PER_BLOCK))
+           blocks=-(-total // _PICK_WARPS))
     waiting = empty((m,), np.int64)
     candidates = empty((parts * 4 * _REST_CAP,), np.int64)
-    launch(kernels["rest"], block * parts, *(head + (ptr(left), ptr(again), ptr(waiting),
-                                                     ptr(candidates)) + victims),
-           block=block, blocks=parts)
+    launch(kernels["rest"], 32 * _REST_WARPS * parts,
+           *(head + (ptr(left), ptr(again), ptr(waiting), ptr(candidates)) + victims),
+           block=32 * _REST_WARPS, blocks=parts)
     launch(kernels["pick"], 32 * parts, *(head + (parts, 1, ptr(again)) + victims), block=block,
-           blocks=-(-parts // _WARPS_PER_BLOCK))
+           blocks=-(-parts // _PICK_WARPS))
     return victim_keys, victim_rows, victim_records
