@@ -178,9 +178,24 @@ __device__ __forceinline__ int64 member_of_segment(const int64* members, int64 m
 #define REST_WARPS 8
 #define PICK_CAP 256
 
-__device__ __forceinline__ Score candidate_score(const int64 (*pool)[PICK_CAP], int c, bool lfu) {
-  const Score s = {lfu ? pool[1][c] : pool[0][c], lfu ? pool[0][c] : 0, pool[2][c], pool[3][c]};
+// The score of candidate c of a pool of four columns `stride` apart (last step, count, key, flat
+// row): evict_pick's in shared memory, evict_pick_rest's in global memory.
+__device__ __forceinline__ Score candidate_score(const int64* pool, int64 stride, int64 c,
+                                                 bool lfu) {
+  const int64 last = pool[c], count = pool[stride + c];
+  const Score s = {lfu ? count : last, lfu ? last : 0, pool[2 * stride + c],
+                   pool[3 * stride + c]};
   return s;
+}
+
+// The places [begin, end) of member m's evicting keys that its buckets may leave without a
+// victim: its distinct new keys may be fewer than it must evict.
+__device__ __forceinline__ void rest_places(const Evicting& m, const int64* distinct_starts,
+                                            int64* begin, int64* end) {
+  const int64 all = distinct_starts[m.first_segment + (1LL << m.bits)] -
+                    distinct_starts[m.first_segment];
+  *begin = m.first_victim;
+  *end = m.first_victim + (all < m.count ? all : m.count);
 }
 
 // A segment's pick by rank: the warp gathers its bucket's evictable keys (last step below `step`)
@@ -223,9 +238,11 @@ __device__ bool pick_by_rank(const Evicting& m, int64* statistics, int64 step, u
   __syncwarp();
   const int64 wanted = end - begin;
   for (int c = lane; c < n; c += 32) {
-    const Score mine = candidate_score(pool, c, m.lfu != 0);
+    const Score mine = candidate_score(&pool[0][0], PICK_CAP, c, m.lfu != 0);
     int64 rank = 0;
-    for (int d = 0; d < n; ++d) rank += lower(candidate_score(pool, d, m.lfu != 0), mine);
+    for (int d = 0; d < n; ++d) {
+      rank += lower(candidate_score(&pool[0][0], PICK_CAP, d, m.lfu != 0), mine);
+    }
     if (rank < wanted) {
       const int64 i = begin + rank;
       victim_keys[i] = mine.key;
@@ -268,11 +285,8 @@ extern "C" __global__ void evict_pick(const int64* members, int64 member_count,
     const uint64 bucket = rest ? 0 : (uint64)(item - m.first_segment);
     const int64 held_end = m.first_victim + m.count;
     int64 begin, end;
-    if (rest) {  // the member's distinct new keys may be fewer than it must evict
-      const int64 base = distinct_starts[m.first_segment];
-      const int64 all = distinct_starts[m.first_segment + (1LL << m.bits)] - base;
-      begin = m.first_victim;
-      end = m.first_victim + (all < m.count ? all : m.count);
+    if (rest) {
+      rest_places(m, distinct_starts, &begin, &end);
     } else {
       begin = m.first_victim + distinct_starts[item] - distinct_starts[m.first_segment];
       end = begin + distinct_starts[item + 1] - distinct_starts[item];
@@ -370,9 +384,8 @@ extern "C" __global__ void evict_pick_rest(const int64* members, int64 member_co
   for (int64 t = blockIdx.x; t < member_count; t += gridDim.x) {
     const Evicting m = evicting_member(members, t);
     if (m.count == 0) continue;
-    const int64 base = distinct_starts[m.first_segment];
-    const int64 all = distinct_starts[m.first_segment + (1LL << m.bits)] - base;
-    const int64 begin = m.first_victim, end = m.first_victim + (all < m.count ? all : m.count);
+    int64 begin, end;
+    rest_places(m, distinct_starts, &begin, &end);
     if (begin >= end) continue;
     if (threadIdx.x == 0) listed = gathered = 0;
     __syncthreads();
@@ -420,14 +433,9 @@ extern "C" __global__ void evict_pick_rest(const int64* members, int64 member_co
     }
     const bool lfu = m.lfu != 0;
     for (int64 c = threadIdx.x; c < n; c += blockDim.x) {
-      const Score mine = {lfu ? pool[REST_CAP + c] : pool[c], lfu ? pool[c] : 0,
-                          pool[2 * REST_CAP + c], pool[3 * REST_CAP + c]};
+      const Score mine = candidate_score(pool, REST_CAP, c, lfu);
       int64 rank = 0;
-      for (int64 d = 0; d < n; ++d) {
-        const Score other = {lfu ? pool[REST_CAP + d] : pool[d], lfu ? pool[d] : 0,
-                             pool[2 * REST_CAP + d], 0};
-        rank += lower(other, mine);
-      }
+      for (int64 d = 0; d < n; ++d) rank += lower(candidate_score(pool, REST_CAP, d, lfu), mine);
       if (rank < wanted) {
         const int64 i = waiting[m.first_victim + rank];
         victim_keys[i] = mine.key;

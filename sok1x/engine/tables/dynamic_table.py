@@ -412,16 +412,15 @@ class DynamicTable(EmbeddingTable):
         vectors, slots and records, and, where take_victims `taken` them, leaves what
         pop_evicted hands out (`entry`; the free list is the caller's)."""
         backend = self.backend
-        keys = victims.keys(t)
         device_rows = victims.part(victims.device_rows, t)
-        self.index.assign(backend.asarray(keys), device_rows)
+        self.index.assign(victims.part(victims.device_keys, t), device_rows)
         hybrid_rows.put_rows(backend, self.values, device_rows, victims.part(victims.values, t))
         for name, saved in victims.slots.items():
             hybrid_rows.put_rows(backend, self.slots[name], device_rows, victims.part(saved, t))
         backend.put_rows(self.statistics, device_rows, victims.part(victims.records, t))
         if taken:
             self._evicted = [e for e in self._evicted if e is not entry]
-            self.evicted_keys -= int(keys.shape[0])
+            self.evicted_keys -= int(device_rows.shape[0])
 
     def _take_rows(self, count):
         """Hands out the rows of `count` new keys: freed rows first (first freed first), then

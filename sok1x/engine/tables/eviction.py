@@ -48,14 +48,16 @@ def bucket_bits(capacity):
 class Victims:
     """The victims of one evict(), every member's in one set of arrays, member t's at
     [starts[t], starts[t + 1]): host keys and rows (the member's own rows), and on the device
-    their member rows, vectors, slots ({name: array}) and records (what undoing needs). A
+    their keys, member rows, vectors, slots ({name: array}) and records (what undoing needs). A
     member's part is cut out only where asked (a step evicting from 26 members asks for two
     of each)."""
 
-    def __init__(self, backend, starts, keys, rows, device_rows, values, slots, records):
+    def __init__(self, backend, starts, keys, rows, device_keys, device_rows, values, slots,
+                 records):
         self.backend, self.starts = backend, starts
         self.host_keys, self.host_rows = keys, rows
-        self.device_rows, self.values, self.slots = device_rows, values, slots
+        self.device_keys, self.device_rows = device_keys, device_rows
+        self.values, self.slots = values, slots
         self.records = records
 
     def keys(self, t):
@@ -140,7 +142,7 @@ def evict(tables, counts, keys, tags, flat_arrays):
     # what allocates comes before the first change
     firsts = np.asarray(row_starts[:-1], dtype=np.int64)
     evicted.victims = Victims(
-        backend, starts, host_keys, host_rows - np.repeat(firsts, counts),
+        backend, starts, host_keys, host_rows - np.repeat(firsts, counts), device_keys,
         backend.offset_parts(device_rows, starts, -firsts),
         hybrid_rows.gather_rows(backend, values, device_rows),
         {name: hybrid_rows.gather_rows(backend, s, device_rows) for name, s in slots.items()},
@@ -153,8 +155,8 @@ def evict(tables, counts, keys, tags, flat_arrays):
         for t, table in enumerate(tables):
             if counts[t]:
                 evicted.members.append((t, table, table.take_victims(evicted.victims, t), True))
-    except BaseException:  # every victim back in its index, the members done so far undone
-        backend.put_rows(statistics, device_rows, records)
+    except BaseException:
+        # every victim back in its index with its record, the members done so far undone
         done = {member[0] for member in evicted.members}
         evicted.members += [(t, table, None, False) for t, table in enumerate(tables)
                             if counts[t] and t not in done]
