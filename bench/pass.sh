@@ -27,7 +27,8 @@
 #   group        group_lookup.py (one fused lookup of 26 tables vs 26 lookups) on 1 to 8 GPUs
 #   framework[=W,...]  framework_step.py on 1, 2, 4, 8 GPUs (up to the machine's), each workload
 #                named (else $SOK1X_FRAMEWORK_WORKLOADS, default every workload: seed, dlrm,
-#                dlrm26, dlrm26_hash, dlrm26_dynamic, dlrm26_hybrid, dlrm26_full, and mlperf26,
+#                dlrm26, dlrm26_hash, dlrm26_dynamic, dlrm26_hybrid, dlrm26_split, dlrm26_full, and
+#                mlperf26,
 #                which skips itself below four H200s) in a process of its own
 #                ($SOK1X_FRAMEWORK_LIMIT_S each, default 240; $SOK1X_FRAMEWORK_ARGS: more
 #                arguments, e.g. "--repeats 11"), then framework_report.py ->
@@ -224,7 +225,7 @@ stage_group() {
 stage_framework() {
   # Each workload in a process of its own: what one leaves in the GPU's memory pools cannot
   # crowd the next out (at 1 GPU, seed then dlrm did not fit one H200 together).
-  local all=seed,dlrm,dlrm26,dlrm26_hash,dlrm26_dynamic,dlrm26_hybrid,dlrm26_full,mlperf26
+  local all=seed,dlrm,dlrm26,dlrm26_hash,dlrm26_dynamic,dlrm26_hybrid,dlrm26_split,dlrm26_full,mlperf26
   local n w files=() workloads=${*:-${SOK1X_FRAMEWORK_WORKLOADS:-$all}}
   for n in 1 2 4 8; do
     [ "$n" -le "$gpus" ] || continue

@@ -127,8 +127,9 @@ def make_tables(rt, w, spec):
     """Makes Workload w's tables anew, initialised by InitializerSpec `spec`: one (seed, dlrm)
     or one per feature (dlrm26, mlperf26); as v1 hash tables (use_hashtable, a shard holding
     every key its rank owns) where w.hashed, as DynamicVariables of that var_type (that many
-    rows, growing to twice that) where w.hashed is "hbm" or "hybrid"; dlrm26_full's at
-    workloads.full_rows, never growing. Returns their names."""
+    rows, growing to twice that) where w.hashed is "hbm" or "hybrid" (dlrm26_split's with half of
+    the rows they start with in GPU memory); dlrm26_full's at workloads.full_rows, never
+    growing. Returns their names."""
     if w.tables is None:
         names, sizes = ["fw_%s_0" % w.name], [workloads.total_vocabulary(w)]
     else:
@@ -142,8 +143,9 @@ def make_tables(rt, w, spec):
     rt.backend.free_device_memory()
     for name, keys in zip(names, sizes):
         rows = -(-keys // rt.size)
-        dynamic = (make_dynamic(w.hashed, rows, 2 * rows) if w.hashed in ("hbm", "hybrid")
-                   else None)
+        gib = rows // 2 * 4 * w.dim / 2 ** 30 if w.name == "dlrm26_split" else 0.0
+        dynamic = (make_dynamic(w.hashed, rows, 2 * rows, "lru", gib)
+                   if w.hashed in ("hbm", "hybrid") else None)
         if full is not None:  # full from the first steps on: every step evicts
             rows, dynamic = full, make_dynamic("hybrid", full, full, "lru")
         api.create_table(name, w.dim, dynamic.max_capacity if dynamic else rows, bool(w.hashed),

@@ -19,6 +19,9 @@ dlrm26_dynamic: dlrm26 on 26 sok1x.DynamicVariables of var_type "hbm" (one hash 
     grow: max_capacity twice the rows a shard needs), the same PyTorch peer as dlrm26_hash.
 dlrm26_hybrid: the same on var_type "hybrid" (rows all in GPU memory; one hash group that counts
     its lookups and may evict), the same peer.
+dlrm26_split: dlrm26_hybrid with half of each shard's rows' vectors in host memory
+    (max_hbm_for_vectors: the GiB of half the rows a shard starts with; one hash group whose rows
+    split per member, tables/hybrid_rows.py's GroupedRows), the same peer.
 dlrm26_full: dlrm26 on hybrid DynamicVariables that are full (issue 38): a shard's max_capacity
     is FULL_ROOM x the most distinct keys one batch brings it (full_rows), less than the three
     batches' union, so once the first steps filled it every step evicts (LRU); the same peer,
@@ -74,6 +77,8 @@ def workload(name, size, scale=1):
         return workload("dlrm26", size, scale)._replace(name="dlrm26_dynamic", hashed="hbm")
     if name == "dlrm26_hybrid":
         return workload("dlrm26", size, scale)._replace(name="dlrm26_hybrid", hashed="hybrid")
+    if name == "dlrm26_split":
+        return workload("dlrm26", size, scale)._replace(name="dlrm26_split", hashed="hybrid")
     if name == "dlrm26_full":
         return workload("dlrm26", size, scale)._replace(name="dlrm26_full", hashed="hybrid")
     if name == "mlperf26":
@@ -88,7 +93,8 @@ def table_batches(w, rank, size, count=3, seed=99):
     """For a workload of several tables: `count` batches, each per table its int64 keys
     [batch_per_rank * hotness_t] (sample-major, relative to the table). dlrm26 takes dlrm's
     keys; mlperf26 draws keys uniformly within each table."""
-    if w.name in ("dlrm26", "dlrm26_hash", "dlrm26_dynamic", "dlrm26_hybrid", "dlrm26_full"):
+    if w.name in ("dlrm26", "dlrm26_hash", "dlrm26_dynamic", "dlrm26_hybrid", "dlrm26_split",
+                  "dlrm26_full"):
         out = []
         for keys in Batches(w, rank, size, count).keys:  # dlrm's keys
             keys = keys - np.arange(w.slots).reshape(1, -1, 1) * w.vocab

@@ -16,18 +16,51 @@ typedef unsigned long long uint64;
 #define TOMBSTONE_KEY (-2LL)
 #define FULL_WARP 0xffffffffu
 
+// The member of a table group whose elements [starts[t], starts[t + 1]) hold element e, for
+// 0 <= e < starts[members]: a binary search over the members' starts (a group has tens).
+__device__ __forceinline__ int64 member_of(const int64* starts, int64 members, int64 e) {
+  int64 low = 0, high = members;  // starts[low] <= e < starts[high]
+  while (high - low > 1) {
+    const int64 middle = (low + high) >> 1;
+    if (__ldg(starts + middle) <= e) {
+      low = middle;
+    } else {
+      high = middle;
+    }
+  }
+  return low;
+}
+
 // A row array that may be split between GPU memory and page-locked host memory mapped into the
 // device's address space (a hybrid DynamicVariable, engine/tables/hybrid_rows.py): element e < split
 // lives at dev[e], the others at host[e - split]; a plain array has split INT64_MAX. The row
-// index picks the part here, on the device, per access. Passed by value, its layout is that of
-// three 8-byte kernel parameters (pointer, pointer, int64): launch format "PPq".
+// index picks the part here, on the device, per access.
+// A table group's flat rows of such tables (hybrid_rows.GroupedRows) split per member: pieces is
+// then a device listing of split members, [starts (members + 1) | first host element of each |
+// shift to its device element | shift to its host element], in elements, and a member's element
+// e lives at dev[e - device shift] below its first host element, else at host[e - host shift].
+// Kernels that read split or host directly (hash_table.cu's single-table passes) take only
+// arrays without pieces. Passed by value, its layout is that of four 8-byte kernel parameters
+// (pointer, pointer, int64, pointer): launch format "PPqP".
 template <typename T>
 struct SplitRows {
   T* dev;
   T* host;
-  int64 split;
+  int64 split;  // with pieces: the number of members
+  const int64* pieces;
   __device__ __forceinline__ T& operator[](int64 e) const {
-    return e < split ? dev[e] : host[e - split];
+    if (pieces == nullptr) return e < split ? dev[e] : host[e - split];
+    const int64 t = member_of(pieces, split, e);
+    const int64* shifts = pieces + split + 1;
+    return e < __ldg(shifts + t) ? dev[e - __ldg(shifts + split + t)]
+                                 : host[e - __ldg(shifts + 2 * split + t)];
+  }
+  // The element's place in the host part, or -1 for a device element (host_order.cu).
+  __device__ __forceinline__ int64 host_place(int64 e) const {
+    if (pieces == nullptr) return e < split ? -1 : e - split;
+    const int64 t = member_of(pieces, split, e);
+    const int64* shifts = pieces + split + 1;
+    return e < __ldg(shifts + t) ? -1 : e - __ldg(shifts + 2 * split + t);
   }
   __device__ __forceinline__ bool present() const { return dev != nullptr; }
 };

@@ -20,9 +20,11 @@
 // *count (a find_or_insert's rows past the keys it placed, which the kernels skip).
 #include "common.cuh"
 
+// split, pieces: the table's SplitRows fields in rows (common.cuh; pieces null but for a table
+// group's rows split per member).
 __device__ __forceinline__ int region_of(const int64* rows, int64 i, int64 n, int64 valid,
-                                         int64 table_rows, int64 split, int64 shift,
-                                         int zero_negative) {
+                                         int64 table_rows, int64 split, const int64* pieces,
+                                         int64 shift, int zero_negative) {
   if (i >= n) return -1;  // a lane past the end of the batch
   if (i >= valid) return 0;
   int64 row = rows[i];
@@ -30,19 +32,22 @@ __device__ __forceinline__ int region_of(const int64* rows, int64 i, int64 n, in
     if (zero_negative) return 0;
     row += table_rows;  // NumPy's rule, as take_rows and put_rows apply it
   }
-  if (row < split || row >= table_rows) return 0;
-  return 1 + (int)((row - split) >> shift);
+  if (row >= table_rows) return 0;
+  const SplitRows<const char> table = {nullptr, nullptr, split, pieces};
+  const int64 host = table.host_place(row);
+  return host < 0 ? 0 : 1 + (int)(host >> shift);
 }
 
 // counts: [regions], zeroed by the caller; count (may be null): a device count of the leading
 // positions that name rows.
 extern "C" __global__ void host_region_counts(const int64* rows, int64 n, const uint64* count,
-                                              int64 table_rows, int64 split, int64 shift,
+                                              int64 table_rows, int64 split,
+                                              const int64* pieces, int64 shift,
                                               int zero_negative, int64* counts) {
   const int64 valid = count != nullptr && (int64)*count < n ? (int64)*count : n;
   const unsigned lane = lane_id();
   for (int64 base = first_of_warp(); base < n; base += global_thread_count()) {
-    const int region = region_of(rows, base + lane, n, valid, table_rows, split, shift,
+    const int region = region_of(rows, base + lane, n, valid, table_rows, split, pieces, shift,
                                  zero_negative);
     const unsigned peers = __match_any_sync(FULL_WARP, region);
     if (region >= 0 && lane == (unsigned)(__ffs(peers) - 1)) {
@@ -53,14 +58,16 @@ extern "C" __global__ void host_region_counts(const int64* rows, int64 n, const 
 
 // offsets: the exclusive scan of counts (advanced here); order: [n].
 extern "C" __global__ void host_region_scatter(const int64* rows, int64 n, const uint64* count,
-                                               int64 table_rows, int64 split, int64 shift,
+                                               int64 table_rows, int64 split,
+                                               const int64* pieces, int64 shift,
                                                int zero_negative, int64* offsets,
                                                int64* order) {
   const int64 valid = count != nullptr && (int64)*count < n ? (int64)*count : n;
   const unsigned lane = lane_id();
   for (int64 base = first_of_warp(); base < n; base += global_thread_count()) {
     const int64 i = base + lane;
-    const int region = region_of(rows, i, n, valid, table_rows, split, shift, zero_negative);
+    const int region = region_of(rows, i, n, valid, table_rows, split, pieces, shift,
+                                 zero_negative);
     const unsigned peers = __match_any_sync(FULL_WARP, region);
     const int leader = __ffs(peers) - 1;
     int64 start = 0;

@@ -264,11 +264,14 @@ def hash_batch(rng, count, step):
 
 
 def hash_state(name):
-    """This rank's shard of a hash table by key: ({key: (vector, Adam m)}, index size)."""
+    """This rank's shard of a hash table by key: ({key: (vector, Adam m)}, index size); rows
+    read through the row kernels (rows split into host memory too)."""
     table = api.shard(name)
-    keys, rows = (host(a) for a in table.index.export())
-    values, m = host(table.values), host(table.slots["Adam/m"])
-    return {int(k): (values[r], m[r]) for k, r in zip(keys, rows)}, table.index.size
+    backend = table.backend
+    keys, rows = table.index.export()
+    values, m = (host(backend.gather_rows(array, rows))
+                 for array in (table.values, table.slots["Adam/m"]))
+    return {int(k): (values[i], m[i]) for i, k in enumerate(host(keys))}, table.index.size
 
 
 def held_keys(name):
@@ -554,12 +557,20 @@ def test_a_lookups_gradient_after_its_group_grew_updates_its_own_keys():
 
 # -- hybrid DynamicVariables in hash groups: members grow, then evict (lookup/table_group.py) ---
 
-def make_hybrid_tables(prefix, count, init=8, most=1024):
+# Rows of each member in device memory where members split (the rest in host memory): all, a
+# split past the first growths, one row, about half, never split.
+SPLIT_ROWS = [None, 600, 1, 100, 1024]
+
+
+def make_hybrid_tables(prefix, count, init=8, most=1024, split=False):
+    """split: member t keeps SPLIT_ROWS[t] rows in device memory (max_hbm_for_vectors)."""
     from sok1x.engine.tables.dynamic_table import make_dynamic
     names = ["%s_%d" % (prefix, t) for t in range(count)]
     for t, name in enumerate(names):
+        rows = SPLIT_ROWS[t % len(SPLIT_ROWS)] if split else None
+        gib = 0.0 if rows is None else (rows * 4 * DIM + 2) / 2 ** 30
         api.create_table(name, DIM, most, True, SPEC, replace=True, dynamic=make_dynamic(
-            "hybrid", init, most, ("lru", "lfu")[t % 2]))
+            "hybrid", init, most, ("lru", "lfu")[t % 2], gib))
     return names
 
 
@@ -575,11 +586,15 @@ def hybrid_state(name):
             dict(zip(evicted_keys.tolist(), evicted_values)))
 
 
-def test_a_hybrid_group_that_grows_and_evicts_equals_its_tables_one_by_one():
+@pytest.mark.parametrize("split", [False, True])
+def test_a_hybrid_group_that_grows_and_evicts_equals_its_tables_one_by_one(split):
     """Members of 8 rows (at most 1,024) get hundreds of new keys a step: the group grows them,
     then evicts from each the keys it needs freed and hands their rows to the new keys, as
-    each table does alone (the same keys held, vectors, slots, lookup counts, evicted keys)."""
-    names = make_hybrid_tables("cuda_hybrid_group", 5)
+    each table does alone (the same keys held, vectors, slots, lookup counts, evicted keys).
+    split: members whose rows split between device and host memory (SPLIT_ROWS), the group's
+    rows then split per member (hybrid_rows.GroupedRows)."""
+    from sok1x.engine.tables import hybrid_rows
+    names = make_hybrid_tables("cuda_hybrid_group", 5, split=split)
     together, states = [], []
     for step in range(3):
         together += hash_steps(names, True, steps=1, seed=(27, step), first=step)
@@ -588,8 +603,11 @@ def test_a_hybrid_group_that_grows_and_evicts_equals_its_tables_one_by_one():
     group = tables[0].group
     assert isinstance(group, table_group.HashGroup) and group.members == tables and group.evicts
     assert all(table.capacity == 1024 for table in tables)
+    assert isinstance(group.values, hybrid_rows.GroupedRows) == split
+    if split:
+        assert list(group.hbm) == [1024, 600, 1, 100, 1024]
     assert COMM.allreduce(sum(len(s[2]) for s in states[-1]), op=MPI.SUM) > 0  # evicted
-    make_hybrid_tables("cuda_hybrid_group", 5)  # the same tables anew (same initial rows)
+    make_hybrid_tables("cuda_hybrid_group", 5, split=split)  # anew (same initial rows)
     alone = []
     for step in range(3):
         alone += hash_steps(names, False, steps=1, seed=(27, step), first=step)

@@ -25,7 +25,12 @@ def train_step(name, keys, op, gradient):
 
 
 def _host(table, array):
-    return None if array is None else np.asarray(table.backend.to_host(array))
+    """A host copy of a table's array (rows split into host memory: on cpu, the one array
+    holding both parts)."""
+    if array is None:
+        return None
+    whole = getattr(array, "whole", None)
+    return np.asarray(table.backend.to_host(array if whole is None else whole))
 
 
 def every_row(name, slots=ADAM_SLOTS, times=False, trained_only=False):

@@ -132,7 +132,8 @@ def on_some_rank(flag):
 
 
 def assert_a_group_of_views(group):
-    """Every member's arrays are views of its rows in the group's flat arrays."""
+    """Every member's arrays are views of its rows in the group's flat arrays (rows split
+    between device and host memory: on cpu, views of the one array holding the flat rows)."""
     assert list(np.diff(group.row_starts)) == [m.capacity for m in group.members]
     assert list(group.capacities) == [m.capacity for m in group.members]
     for t, member in enumerate(group.members):
@@ -140,6 +141,7 @@ def assert_a_group_of_views(group):
         start = int(group.row_starts[t])
         for mine, flat in [(member.values, group.values), (member.times, group.times)] + [
                 (member.slots[name], group.slots[name]) for name in group.slots]:
+            mine, flat = (getattr(a, "whole", a) for a in (mine, flat))
             assert np.shares_memory(mine, flat)
             assert mine.__array_interface__["data"][0] == flat[start:].__array_interface__[
                 "data"][0]

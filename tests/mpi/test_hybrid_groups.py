@@ -4,8 +4,8 @@ dim, placement and initializer looked up together pass as one HashGroup, which g
 and, at max_capacity, evicts from each the keys it needs freed, handing the freed rows to the
 new keys; they give what the same tables give looked up one by one (forward, gradients, the keys
 each shard holds with their vectors, slots and lookup counts, the evicted keys and their
-vectors, the capacities), beside an hbm DynamicVariable, a hybrid one whose rows split into
-host memory (units of their own) and two hybrid ones of another dim (a second group). A member
+vectors, the capacities), with a member whose rows split into host memory, beside an hbm
+DynamicVariable (a unit of its own) and two hybrid ones of another dim (a second group). A member
 whose step's own keys pass max_capacity fails the step on every rank and changes no table, as
 does another table's failure after the group's insert (no lookup counted); a failed later op of
 a step that evicted puts the evicted keys back; a member's dump and load put its rows back where
@@ -33,13 +33,13 @@ SPEC = random_init.make_spec("uniform", -1.0, 1.0, seed=41)
 DIM, INIT = 8, 2
 WINDOW, SHIFT = 24, 16  # a step's keys of a table: WINDOW consecutive ints, SHIFT on per step
 MAX = 32 // SIZE  # a shard's rows: a step's keys fit (WINDOW / SIZE), five steps' do not
-# name suffix, dim, var_type, GiB of vectors in GPU memory: four hybrid tables of DIM (one
-# group), an hbm one of DIM and a hybrid one whose rows split (units of their own), and two
-# hybrid tables of another dim (a second group)
+# name suffix, dim, var_type, GiB of vectors in GPU memory: five hybrid tables of DIM (one
+# group; s0's rows split once it holds more than 3), an hbm one of DIM (a unit of its own), and
+# two hybrid tables of another dim (a second group)
 LAYOUT = [("y0", DIM, "hybrid", 0.0), ("y1", DIM, "hybrid", 0.0), ("h0", DIM, "hbm", 0.0),
           ("y2", DIM, "hybrid", 0.0), ("s0", DIM, "hybrid", 1e-7), ("y3", DIM, "hybrid", 0.0),
           ("z0", 4, "hybrid", 0.0), ("z1", 4, "hybrid", 0.0)]
-GROUPED = (0, 1, 3, 5, 6, 7)  # the layout's tables in a group (the first four, the last two)
+GROUPED = (0, 1, 3, 4, 5, 6, 7)  # the layout's tables in a group (the first five, the last two)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -132,11 +132,13 @@ def test_a_hybrid_group_that_grows_and_evicts_equals_its_tables_one_by_one(room)
     tables = [api.shard(name) for name in names]
     group = tables[0].group
     assert isinstance(group, table_group.HashGroup) and group.evicts
-    assert group.members == [tables[t] for t in (0, 1, 3, 5)]
+    assert group.members == [tables[t] for t in (0, 1, 3, 4, 5)]
     other = tables[6].group  # another dim: a group of its own
     assert isinstance(other, table_group.HashGroup) and other.evicts and other is not group
     assert other.members == tables[6:8] and other.dim == 4 and group.dim == DIM
-    assert tables[2].group is None and tables[4].group is None  # hbm; rows split
+    assert tables[2].group is None  # hbm
+    assert isinstance(group.values, hybrid_rows.GroupedRows)  # s0's rows split
+    assert hybrid_rows.is_split(tables[4].values) and group.hbm[3] == 3
     for each in (group, other):
         assert_a_group_of_views(each)
         for t, member in enumerate(each.members):
@@ -216,7 +218,7 @@ def test_a_member_whose_own_keys_pass_max_capacity_fails_every_rank_and_changes_
 
 @pytest.mark.parametrize("room", [False, True])
 def test_a_step_another_table_fails_counts_no_lookup_in_the_group(room):
-    """The split table's keys pass its max_capacity on one rank, and the step fails at the
+    """The hbm table's keys pass its max_capacity on one rank, and the step fails at the
     lookup's agreement, after the group inserted its keys: room=False, the group's keys are all
     held but its shards are full (the op header cannot tell they fit: the group inserts and
     waits for its counts); room=True, its shards have room (it inserts without reading the
@@ -233,11 +235,11 @@ def test_a_step_another_table_fails_counts_no_lookup_in_the_group(room):
             inputs[t] = PooledInput(held, None, held.shape[0], None, "sum")
     assert api.shard(names[0]).group is not None
     assert (api.shard(names[0]).index.size == MAX) != room
-    if RANK == SIZE - 1:  # more keys of the split table in one step than its shards hold
-        keys = np.arange(most * SIZE + SIZE, dtype=np.int64) + 10 ** 12
-        inputs[4] = PooledInput(keys, None, keys.shape[0], None, "sum")
+    if RANK == SIZE - 1:  # more keys of the hbm table in one step than its shards hold
+        keys = np.arange(8 * most * SIZE + SIZE, dtype=np.int64) + 10 ** 12
+        inputs[2] = PooledInput(keys, None, keys.shape[0], None, "sum")
     with pytest.raises(TableFullError,
-                       match="_s0: the shard on rank .* max_capacity=%d" % most):
+                       match="_h0: the shard on rank .* max_capacity=%d" % (8 * most)):
         api.pooled_lookup(names, "yg_other_bad", inputs, True)
     assert_unchanged(names, before)
     run_steps(names, True, steps=1, seed=6, tag="yg_other_on")  # the group goes on
@@ -309,15 +311,15 @@ def test_an_eviction_that_fails_midway_changes_no_member(monkeypatch):
 def test_a_hybrid_groups_members_dump_and_load_where_they_are(shared_dir, monkeypatch, way):
     """A load puts every row and slot back into the members where they are (in their group,
     views of its arrays), after they evicted and took freed rows; a member then holds no freed
-    row and no lookup count, and the group trains on, evicting again."""
+    row and no lookup count, and the group trains on, evicting again; s0's rows split between
+    the group's device and host blocks."""
     monkeypatch.setenv("SOK1X_CHECKPOINT_LOAD", way)
     tag = "yg_ckpt_" + way.replace("-", "_")
-    layout = [row for row in LAYOUT if row[0] != "s0"]  # every_row reads no split rows
-    names = make_tables(tag, layout=layout)
-    run_steps(names, True, steps=4, seed=11, tag=tag, layout=layout)
+    names = make_tables(tag)
+    run_steps(names, True, steps=4, seed=11, tag=tag)
     saved = {name: every_row(name, slots=None) for name in names}
     checkpoint.dump_tables(shared_dir, names)
-    run_steps(names, True, steps=2, seed=13, tag=tag, layout=layout)
+    run_steps(names, True, steps=2, seed=13, tag=tag)
     group = api.shard(names[0]).group
     checkpoint.load_tables(shared_dir, names)
     for name in names:
@@ -327,7 +329,8 @@ def test_a_hybrid_groups_members_dump_and_load_where_they_are(shared_dir, monkey
         assert member._free.size == 0 and member._high_water == member.index.size
         assert not np.asarray(member.statistics).any()
     assert_a_group_of_views(group)
-    run_steps(names, True, steps=3, seed=15, tag=tag, layout=layout)
+    assert api.shard(names[4]).group is group and hybrid_rows.is_split(api.shard(names[4]).values)
+    run_steps(names, True, steps=3, seed=15, tag=tag)
     assert api.shard(names[0]).group is group
 
 

@@ -460,7 +460,7 @@ def touch_rows(statistics, rows, step, stamp=None):
 
 @memoised_per_context
 def _init_rows_kernel():
-    return prepared("random_init.cu", "init_rows_float32", "PPqPPqPqiiQQddP")
+    return prepared("random_init.cu", "init_rows_float32", "PPqPPPqPqiiQQddP")
 
 
 @uses_context

@@ -39,7 +39,7 @@ def _kernels():
             "erase": prepared("hash_table.cu", "hash_erase_tagged", "PPPq"),
             "take_slots": prepared("hash_table.cu", "hash_take_slots_many", "PqqP"),
             "reinsert": prepared("hash_table.cu", "hash_reinsert_many", "PqqP"),
-            "init": prepared("random_init.cu", "init_rows_tagged_float32", "PPqPPPqPqiiQPdd")}
+            "init": prepared("random_init.cu", "init_rows_tagged_float32", "PPqPPPPqPqiiQPdd")}
 
 
 def _members(indexes, row_starts, pools=None):

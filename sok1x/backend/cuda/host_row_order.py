@@ -23,6 +23,7 @@ from sok1x.backend.cuda.kernel_launch import (
     prepared,
     ptr,
     SCAN_TILE,
+    split_pieces,
 )
 
 # SOK1X_HOST_ORDER=0 walks split tables' batches as given (the benchmarks' before/after switch).
@@ -43,8 +44,8 @@ _REGIONS = SCAN_TILE - 1
 
 @memoised_per_context
 def _kernels():
-    return (prepared("host_order.cu", "host_region_counts", "PqPqqqiP"),
-            prepared("host_order.cu", "host_region_scatter", "PqPqqqiPP"))
+    return (prepared("host_order.cu", "host_region_counts", "PqPqqPqiP"),
+            prepared("host_order.cu", "host_region_scatter", "PqPqqPqiPP"))
 
 
 def _region_shift(host_rows):
@@ -73,9 +74,10 @@ def host_order_and_start(table, rows, zero_negative=False, count_ptr=0):
     n = rows.shape[0]
     if not ordered(table) or n == 0:
         return None
-    table_rows, split = int(table.shape[0]), int(table.hbm_rows)
+    table_rows, host_rows = int(table.shape[0]), int(table.shape[0]) - int(table.hbm_rows)
     counts_kernel, scatter_kernel = _kernels()
-    shape = (table_rows, split, _region_shift(table_rows - split), int(bool(zero_negative)))
+    shape = (table_rows, *split_pieces(table, 1), _region_shift(host_rows),
+             int(bool(zero_negative)))
     counts = fill_bytes(empty((_REGIONS,), np.int64), 0)
     launch(counts_kernel, n, ptr(rows), n, count_ptr, *shape, ptr(counts))
     offsets = exclusive_scan(counts, _REGIONS)

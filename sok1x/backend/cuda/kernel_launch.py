@@ -102,16 +102,31 @@ def row_bases(array):
 
 
 def split_args(array, units_per_row):
-    """Kernel arguments (device base, host base, split) of common.cuh's SplitRows for a row array
-    indexed in units of 1 / units_per_row rows: a split array's host part starts at unit
-    hbm_rows * units_per_row; a plain GPUArray is (its base, 0, NOT_SPLIT). None gives
-    (0, 0, NOT_SPLIT), an absent array."""
+    """Kernel arguments (device base, host base, split, pieces) of common.cuh's SplitRows for a
+    row array indexed in units of 1 / units_per_row rows: a split array's host part starts at
+    unit hbm_rows * units_per_row; a plain GPUArray is (its base, 0, NOT_SPLIT, 0); a table
+    group's rows split per member (hybrid_rows.GroupedRows) are (device block, host block,
+    members, listing). None gives (0, 0, NOT_SPLIT, 0), an absent array."""
     if array is None:
-        return 0, 0, NOT_SPLIT
+        return 0, 0, NOT_SPLIT, 0
     if is_split(array):
         device, host = array.parts
-        return ptr(device), ptr(host), int(array.hbm_rows) * int(units_per_row)
-    return ptr(array), 0, NOT_SPLIT
+        split, pieces = split_pieces(array, units_per_row)
+        return ptr(device), ptr(host), split, pieces
+    return ptr(array), 0, NOT_SPLIT, 0
+
+
+def split_pieces(array, units_per_row):
+    """(split, pieces address) of a split row array in units of 1 / units_per_row rows (see
+    split_args); a GroupedRows' listing is uploaded once per units and kept with it."""
+    listings = getattr(array, "device_pieces", None)
+    if listings is None:
+        return int(array.hbm_rows) * int(units_per_row), 0
+    units = int(units_per_row)
+    listing = listings.get(units)
+    if listing is None:
+        listing = listings[units] = to_device(array.pieces(units))
+    return len(array.hbm), ptr(listing)
 
 
 def empty(shape, dtype):

@@ -28,7 +28,7 @@ from sok1x.backend.cuda.kernel_launch import (
 from sok1x.backend.cuda.rows import take_rows
 
 _ROWS_ARGS = "PPqq"  # rows, grads, n, dim
-_STATE = "PPq"  # a state array: common.cuh's SplitRows (device base, host base, split)
+_STATE = "PPqP"  # a state array: common.cuh's SplitRows (device base, host base, split, pieces)
 
 
 @memoised_per_context

@@ -39,10 +39,10 @@ def _word_bytes(row_bytes, *arrays):
 @memoised_per_context
 def _row_copy_kernels(word_bytes):
     """(take, put) kernels moving rows in words of `word_bytes` bytes; the table side is a
-    SplitRows (PPq), then the order (P, 0 for none)."""
+    SplitRows (PPqP), then the order (P, 0 for none)."""
     suffix = "w%d" % word_bytes
-    return (prepared("rows.cu", "take_rows_" + suffix, "PPqqPqqiPP"),
-            prepared("rows.cu", "put_rows_" + suffix, "PPqqPqqPP"),
+    return (prepared("rows.cu", "take_rows_" + suffix, "PPqPqPqqiPP"),
+            prepared("rows.cu", "put_rows_" + suffix, "PPqPqPqqPP"),
             prepared("rows.cu", "move_rows_" + suffix, "PPPPqq"))
 
 

@@ -300,7 +300,7 @@ def _emptied_in_place(rt, table):
     table.group.forget_steps()
     table.index = backend.HashIndex(table.capacity)
     for name, array in table.slots.items():
-        backend.fill_value(array, table.slot_initial[name])
+        hybrid_rows.fill(backend, array, table.slot_initial[name])
     if hasattr(table, "emptied"):  # a hybrid DynamicTable: no freed row, no statistics
         table.emptied()
 
@@ -325,10 +325,10 @@ def _take_staged(rt, plan):
             table.emptied()
             table._free, table._high_water = fresh._free, fresh._high_water
     restored = _reset_unrestored_slots(backend, table, plan.kept)
-    backend.write_rows(table.values, 0, fresh.values)
+    hybrid_rows.copy_rows(backend, table.values, fresh.values)  # rows maybe split
     backend.write_rows(table.times, 0, fresh.times)
     for name, initial in restored.items():
-        backend.write_rows(table.slot(name, initial), 0, fresh.slots[name])
+        hybrid_rows.copy_rows(backend, table.slot(name, initial), fresh.slots[name])
     backend.synchronize()  # the copies ran: the fresh shard's memory may go
 
 
@@ -339,7 +339,7 @@ def _reset_unrestored_slots(backend, table, kept):
     restored = {name: initial for name, initial in kept if name is not None}
     for name, array in table.slots.items():
         if name not in restored:
-            backend.fill_value(array, table.slot_initial[name])
+            hybrid_rows.fill(backend, array, table.slot_initial[name])
     return restored
 
 

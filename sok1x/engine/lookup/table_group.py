@@ -55,20 +55,20 @@ the same exchange):
   - a sok1x.DynamicVariable of var_type "hbm" (no host part, no eviction, no statistics) groups
     with hbm DynamicVariables of the same dim, placement and initializer, never with v1 hash
     tables (whose groups so never re-lay their arrays);
-  - a hybrid sok1x.DynamicVariable (rows never split into host memory: max_hbm_for_vectors 0,
-    or enough GiB for max_capacity rows) groups with hybrid DynamicVariables of the same dim,
-    placement and initializer. Such a group also joins its members' access statistics into one
-    flat array (one count of a step's lookup for all members, in the launch that stamps the new
+  - a hybrid sok1x.DynamicVariable groups with hybrid DynamicVariables of the same dim, placement
+    and initializer, whether or not its rows split between GPU and host memory
+    (max_hbm_for_vectors): where a member's do, the group's values and slots are a GroupedRows
+    (tables/hybrid_rows.py), each member's device rows in one device block and its host rows in one
+    host block, which the row kernels read with a split per member, and each member's own arrays are
+    views of its rows in both blocks. Such a group also joins its members' access statistics into
+    one flat array (one count of a step's lookup for all members, in the launch that stamps the new
     rows), hands each member's new keys its freed rows first (the insert launch takes a pool of
-    freed rows per member, DynamicTable.rows_source), and its members hand those rows out by
-    their counts of placed keys: read in the lookup where a member may fill up, else, as an hbm
-    group's, in the next op header's wait (DynamicTable.take_rows_later; reused rows' slots are
-    reset on the device meanwhile). The members short of rows at max_capacity evict together,
-    after the lookup's agreement: their victims chosen on the device in one pass, read by the
-    host once (HashGroup.make_room, engine/tables/eviction.py);
-  - a hybrid DynamicVariable whose rows split between GPU and host memory (max_hbm_for_vectors
-    too small for max_capacity rows) is a unit of its own: a flat device array cannot view its
-    host rows;
+    freed rows per member, DynamicTable.rows_source), and its members hand those rows out by their
+    counts of placed keys: read in the lookup where a member may fill up, else, as an hbm group's,
+    in the next op header's wait (DynamicTable.take_rows_later; reused rows' slots are reset on the
+    device meanwhile). The members short of rows at max_capacity evict together, after the lookup's
+    agreement: their victims chosen on the device in one pass, read by the host once
+    (HashGroup.make_room, engine/tables/eviction.py);
   - optimizer and dtype separate nothing today: values are float32 everywhere, and a group's
     slots are made per slot name, so an optimizer touches only the slots it keeps;
   - a table belongs to one group: the first lookup naming it with others makes its group; a
@@ -82,7 +82,7 @@ import time
 import numpy as np
 
 from sok1x.backend import random_init
-from sok1x.engine.tables import eviction
+from sok1x.engine.tables import eviction, hybrid_rows
 from sok1x.engine.tables import placement as placements
 from sok1x.engine.tables.table import (
     EmbeddingTable, rebuild_worn, rebuilt_index, reset_slot_rows,
@@ -110,7 +110,8 @@ class TableGroup:
         held = [int(table.values.shape[0]) for table in members]
         self.row_starts = np.concatenate([[0], np.cumsum(held)]).astype(np.int64)
         self.key_starts = self._key_starts(members)
-        self.values = self._joined([table.values for table in members], 0.0)
+        self.hbm = self._device_rows(held)
+        self.values = self._joined([table.values for table in members], 0.0, hbm=self.hbm)
         self.times = self._joined([table.times for table in members], 0.0)
         self.slots, self.slot_initial = {}, {}
         self.last_gradient = None  # (flat rows, summed, member pieces, starts): split_gradient
@@ -133,18 +134,39 @@ class TableGroup:
         return np.concatenate(
             [[0], np.cumsum([table.key_limit for table in members])]).astype(np.int64)
 
+    def _device_rows(self, capacities):
+        """Host int64 [T]: the rows of each member that live in device memory at `capacities`
+        (a hybrid DynamicVariable's hbm_rows, tables/hybrid_rows.py), or None when all do: the
+        layout of the group's values and slots (a GroupedRows where some member splits)."""
+        limits = [getattr(table, "hbm_rows", None) for table in self.members]
+        capacities = np.asarray(capacities, dtype=np.int64)
+        if all(limit is None or limit >= c for limit, c in zip(limits, capacities.tolist())):
+            return None
+        return np.array([c if limit is None else min(limit, c)
+                         for limit, c in zip(limits, capacities.tolist())], dtype=np.int64)
+
     def _view(self, array, t):
+        if isinstance(array, hybrid_rows.GroupedRows):
+            return array.member(self.backend, t)
         return self.backend.row_view(array, int(self.row_starts[t]), int(self.row_starts[t + 1]))
 
-    def _joined(self, arrays, initial, row_shape=None, dtype=np.float32, starts=None):
+    def _joined(self, arrays, initial, row_shape=None, dtype=np.float32, starts=None, hbm=None):
         """A flat array holding each of `arrays` from its member's start (starts, default
         row_starts); None entries, and rows past an array's end (a member grown), get `initial`
-        (rows of row_shape, default the arrays' own)."""
+        (rows of row_shape, default the arrays' own). hbm: None, or each member's rows in device
+        memory (_device_rows): then a GroupedRows, each member's rows split where its own are."""
         backend = self.backend
         starts = self.row_starts if starts is None else starts
         known = [a for a in arrays if a is not None]
         if known:
             row_shape, dtype = tuple(known[0].shape[1:]), known[0].dtype
+        if hbm is not None:
+            grouped = hybrid_rows.GroupedRows(backend, np.diff(starts), hbm, row_shape, dtype,
+                                              initial)
+            for t, array in enumerate(arrays):
+                if array is not None:
+                    hybrid_rows.copy_rows(backend, grouped.member(backend, t), array)
+            return grouped
         flat = backend.zeros((int(starts[-1]),) + tuple(row_shape), dtype)
         if initial:
             backend.fill_value(flat, initial)
@@ -158,7 +180,7 @@ class TableGroup:
         new; a member that had the slot already keeps its values."""
         if name not in self.slots:
             flat = self._joined([table.slots.get(name) for table in self.members],
-                                float(initial_value), (self.dim,))
+                                float(initial_value), (self.dim,), hbm=self.hbm)
             self.slots[name], self.slot_initial[name] = flat, float(initial_value)
             for t, table in enumerate(self.members):
                 table.slots[name] = self._view(flat, t)
@@ -391,18 +413,20 @@ class HashGroup(TableGroup):
                                in zip(members, needed, self.capacities)], dtype=np.int64)
         if np.array_equal(capacities, self.capacities):
             return
-        old = self.row_starts
         starts = np.concatenate([[0], np.cumsum(capacities)]).astype(np.int64)
+        hbm = self._device_rows(capacities)
 
-        def relaid(flat, initial):
-            return self._joined([backend.row_view(flat, int(old[t]), int(old[t + 1]))
-                                 for t in range(len(members))], initial, starts=starts)
-        values, times = relaid(self.values, 0.0), relaid(self.times, 0.0)
+        def relaid(flat, initial, split=False):  # the views by the layout of now
+            return self._joined([self._view(flat, t) for t in range(len(members))], initial,
+                                starts=starts, hbm=hbm if split else None)
+        values, times = relaid(self.values, 0.0, True), relaid(self.times, 0.0)
         statistics = None if self.statistics is None else relaid(self.statistics, 0)
-        slots = {name: relaid(flat, self.slot_initial[name]) for name, flat in self.slots.items()}
+        slots = {name: relaid(flat, self.slot_initial[name], True)
+                 for name, flat in self.slots.items()}
         indexes = [rebuilt_index(backend, member.index, int(c)) if c != member.capacity
                    else member.index for member, c in zip(members, capacities)]
         self.row_starts, self.capacities = starts, capacities  # taken: nothing fails from here
+        self.hbm = hbm
         self.values, self.times, self.slots = values, times, slots
         self.statistics = statistics
         for t, member in enumerate(members):
@@ -528,9 +552,8 @@ def group_kind(table, position, alone=()):
     dynamic = getattr(table, "dynamic", None)
     if dynamic is not None and dynamic.var_type == "hbm" and position not in alone:
         return ("hbm", table.dim, table.placement, table.spec)
-    if dynamic is not None and position not in alone and (
-            table.hbm_rows is None or table.hbm_rows >= dynamic.max_capacity):
-        return ("hybrid", table.dim, table.placement, table.spec)  # never split
+    if dynamic is not None and position not in alone:
+        return ("hybrid", table.dim, table.placement, table.spec)
     if type(table) is not EmbeddingTable or position in alone:
         return ("alone", position)
     if table.use_hashtable:

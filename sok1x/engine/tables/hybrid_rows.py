@@ -9,8 +9,17 @@ its row's part on the device (cuda_kernels/common.cuh), so a hybrid lookup or up
 host split, no host wait and no host pass, only the PCIe traffic of the host rows it touches. On
 cpu both parts are views of one NumPy array, which the row ops index.
 
-The functions here take a plain backend array or a SplitRows, so a table's code reads the same
-whichever it holds.
+A table group's flat rows (lookup/table_group.py) of members whose rows split are a GroupedRows:
+member t's rows [starts[t], starts[t + 1]) of the flat numbering, its first hbm[t] rows in one
+device block (all members' device rows, member after member) and the rest in one host block.
+The row kernels take it as they take a SplitRows, with a per-member split: a listing of the
+members' starts and splits (GroupedRows.pieces) beside the two bases, from which each access
+finds its member (common.cuh). Each member's own arrays are SplitRows views of its rows in the
+two blocks, so everything that reads or writes one table works on them unchanged. On cpu one
+array holds the flat rows in order and a member's view is a slice of it.
+
+The functions here take a plain backend array, a SplitRows or a GroupedRows, so a table's code
+reads the same whichever it holds.
 """
 import numpy as np
 
@@ -30,14 +39,113 @@ class SplitRows:
             for part in self.parts:
                 part.fill(initial)
 
+    @classmethod
+    def over(cls, parts, whole, hbm_rows, dtype):
+        """A SplitRows of existing arrays: parts [device part, host part] (whole: the one array
+        both view, cpu; None on cuda), split at hbm_rows. No copy."""
+        array = cls.__new__(cls)
+        rows = int(parts[0].shape[0]) + int(parts[1].shape[0])
+        array.shape = (rows,) + tuple(parts[0].shape[1:])
+        array.dtype, array.hbm_rows = np.dtype(dtype), int(hbm_rows)
+        array.parts, array.whole = list(parts), whole
+        array.offsets = [0, array.hbm_rows]
+        return array
+
     @property
     def ndim(self):
         return len(self.shape)
 
 
+class GroupedRows:
+    """The flat [sum(rows), *row_shape] array of a table group whose members' rows may split
+    (module docstring): member t holds rows[t] rows from starts[t], the first hbm[t] of them in
+    the device block. Attributes: shape, dtype, starts (host int64 [T + 1]), hbm (host int64
+    [T]), hbm_rows (rows of the device block), parts ([device block, host block] on cuda; on cpu
+    both are views of whole, which holds the flat rows in order), whole (cpu; None on cuda),
+    device_pieces (the backend's device copies of pieces(), by units per row)."""
+
+    def __init__(self, backend, rows, hbm, row_shape, dtype, initial=0.0):
+        rows = np.asarray(rows, dtype=np.int64)
+        self.hbm = np.minimum(np.asarray(hbm, dtype=np.int64), rows)
+        self.starts = np.concatenate([[0], np.cumsum(rows)]).astype(np.int64)
+        self._device_starts = np.concatenate([[0], np.cumsum(self.hbm)]).astype(np.int64)
+        self._host_starts = np.concatenate([[0], np.cumsum(rows - self.hbm)]).astype(np.int64)
+        self.hbm_rows = int(self._device_starts[-1])
+        self.shape = (int(self.starts[-1]),) + tuple(int(n) for n in row_shape)
+        self.dtype = np.dtype(dtype)
+        self.parts, self.whole = backend.split_zeros(self.shape, self.dtype, self.hbm_rows)
+        self.device_pieces = {}
+        if initial:
+            for part in self.parts:
+                part.fill(initial)
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    def member(self, backend, t):
+        """Member t's rows as an array of its own (a view, no copy): a SplitRows of its rows in
+        the two blocks, or a plain array where all of them are device rows."""
+        start, stop, hbm = (int(self.starts[t]), int(self.starts[t + 1]), int(self.hbm[t]))
+        if self.whole is not None:  # cpu: the flat rows in order
+            mine = backend.row_view(self.whole, start, stop)
+            if hbm >= stop - start:
+                return mine
+            return SplitRows.over([mine[:hbm], mine[hbm:]], mine, hbm, self.dtype)
+        device, host = self.parts
+        first = int(self._device_starts[t])
+        on_device = backend.row_view(device, first, first + hbm)
+        if hbm >= stop - start:
+            return on_device
+        first = int(self._host_starts[t])
+        return SplitRows.over(
+            [on_device, backend.row_view(host, first, first + stop - start - hbm)], None, hbm,
+            self.dtype)
+
+    def pieces(self, units_per_row):
+        """Host int64 [4T + 1], the kernels' listing of the members (common.cuh's SplitRows, in
+        units of 1 / units_per_row rows): each member's start (and the end), the first unit of
+        its host rows, and the shifts from a flat unit to its device and its host block unit."""
+        units, first = int(units_per_row), self.starts[:-1]
+        host_from = first + self.hbm
+        return np.concatenate([
+            self.starts, host_from, first - self._device_starts[:-1],
+            host_from - self._host_starts[:-1]]).astype(np.int64) * units
+
+
 def is_split(array):
-    """True for a SplitRows."""
-    return isinstance(array, SplitRows)
+    """True for a SplitRows or a GroupedRows (rows that may lie in host memory)."""
+    return isinstance(array, (SplitRows, GroupedRows))
+
+
+def fill(backend, array, value):
+    """Sets every element of `array` (plain or split) to `value` (backend.fill_value's)."""
+    if not is_split(array):
+        backend.fill_value(array, value)
+        return
+    for part in ([array.whole] if array.whole is not None else array.parts):
+        backend.fill_value(part, value)
+
+
+def copy_rows(backend, dst, src):
+    """dst[:len(src)] = src along axis 0, for arrays plain or split (a member's rows moving into
+    a new group layout, a table growing, a load): one copy where neither splits, else through
+    the row kernels, which read and write either part in place, COPY_BYTES of rows at a time
+    (a split table is one that device memory cannot hold whole)."""
+    rows = int(src.shape[0])
+    if not rows:
+        return
+    if not is_split(src) and not is_split(dst):
+        backend.write_rows(dst, 0, src)
+        return
+    row_bytes = max(1, src.dtype.itemsize * int(np.prod(src.shape[1:], dtype=np.int64)))
+    step = max(1, COPY_BYTES // row_bytes)
+    for first in range(0, rows, step):
+        kept = backend.asarray(np.arange(first, min(rows, first + step), dtype=np.int64))
+        backend.put_rows(dst, kept, backend.gather_rows(src, kept))
+
+
+COPY_BYTES = 256 << 20  # copy_rows' device buffer at most
 
 
 def new_rows_array(backend, shape, dtype, hbm_rows, initial=0.0):
@@ -79,9 +187,5 @@ def grown(backend, array, capacity, hbm_rows, initial=0.0):
     same indices, the new rows `initial`."""
     bigger = new_rows_array(backend, (capacity,) + tuple(array.shape[1:]), array.dtype, hbm_rows,
                             initial)
-    kept = backend.asarray(np.arange(array.shape[0], dtype=np.int64))
-    if not is_split(array) and not is_split(bigger):
-        backend.put_rows(bigger, kept, array)
-    else:
-        backend.put_rows(bigger, kept, backend.gather_rows(array, kept))
+    copy_rows(backend, bigger, array)
     return bigger
