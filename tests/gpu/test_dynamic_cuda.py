@@ -206,9 +206,15 @@ def test_host_rows_are_host_memory():
 GROUP_ROWS, GROUP_HBM = [50, 300, 0, 200, 64], [50, 120, 0, 1, 64]
 
 
-def grouped(backend, data, initial=0.0):
-    """A GroupedRows of GROUP_ROWS holding `data` (host [rows, DIM]), or `initial` everywhere."""
-    array = hybrid_rows.GroupedRows(backend, GROUP_ROWS, GROUP_HBM, (DIM,), np.float32, initial)
+def grouped(backend, data, initial=0.0, split=True):
+    """The flat rows of GROUP_ROWS holding `data` (host [rows, DIM]), or `initial` everywhere:
+    a GroupedRows, or with split=False one device array."""
+    if split:
+        array = hybrid_rows.GroupedRows(backend, GROUP_ROWS, GROUP_HBM, (DIM,), np.float32,
+                                        initial)
+    else:
+        array = backend.zeros((sum(GROUP_ROWS), DIM), np.float32)
+        backend.fill_value(array, initial)
     if data is not None:
         every = backend.asarray(np.arange(data.shape[0], dtype=np.int64))
         backend.put_rows(array, every, backend.asarray(data))
@@ -216,22 +222,18 @@ def grouped(backend, data, initial=0.0):
 
 
 def flat_rows(backend, array):
-    """Every flat row of a GroupedRows, on the host, read through the row kernels."""
+    """Every flat row of an array (split or not), on the host, read through the row kernels."""
     every = backend.asarray(np.arange(array.shape[0], dtype=np.int64))
     return np.array(backend.to_host(backend.gather_rows(array, every)))
 
 
-@pytest.mark.parametrize("rule", ["lazy_adam", "adagrad", "adam", "ftrl"])
-def test_grouped_split_rows_equal_cpu(rule):
-    """The row kernels and an optimizer update on a table group's rows split per member equal
-    the cpu backend's flat rows bit for bit: gather (rows -1 give zeros), put, init_rows,
-    init_rows_tagged, the update (its slots split alike). Each member's rows lie in the device
-    block up to its split, then in the host block, member after member, and each member's view
-    reads its own rows; run_all.sh has every split array's batch walked in host_order's order."""
-    from sok1x.backend import cuda
+def group_ops(backend, rule, split, seed=31):
+    """The row kernels and `rule`'s update on flat rows of GROUP_ROWS (grouped()'s): [a gather
+    of random rows and -1, the rows after init_rows and init_rows_tagged, each member's rows
+    through its own view], [the rows and every slot after the update], and the values array."""
     from sok1x.engine.tables import optimizer_updates
     total = sum(GROUP_ROWS)
-    rng = np.random.default_rng(31)
+    rng = np.random.default_rng(seed)
     data = rng.standard_normal((total, DIM)).astype(np.float32)
     picked = rng.permutation(total)[:300].astype(np.int64)
     keys = rng.integers(0, 2 ** 40, size=picked.shape[0]).astype(np.int64)
@@ -240,42 +242,54 @@ def test_grouped_split_rows_equal_cpu(rule):
     grads = rng.standard_normal((120, DIM)).astype(np.float32)
     updated = np.sort(rng.permutation(total)[:120]).astype(np.int64)
     rule_spec = optimizer_updates.RULES[rule]
-    results = {}
-    with cuda.device_context():
-        for backend in (cuda, cpu):
-            var = grouped(backend, data)
-            out = [np.array(backend.to_host(backend.gather_rows(var, backend.asarray(read))))]
-            backend.init_rows(var, backend.asarray(picked[:100]), backend.asarray(keys[:100]),
-                              SPEC, 7)
-            backend.init_rows_tagged(var, backend.asarray(picked[100:]),
-                                     backend.asarray(keys[100:]), backend.asarray(tags[100:]),
-                                     SPEC, np.arange(3, 8, dtype=np.uint64))
-            slots = {name: grouped(backend, None, initial)
-                     for name, initial in rule_spec.slots({})}
-            rule_spec.update(backend, var, slots, backend.asarray(updated),
-                             backend.asarray(grads), HYPER[rule], {})
-            out += [flat_rows(backend, var)] + [flat_rows(backend, s) for _, s in
+    var = grouped(backend, data, split=split)
+    moved = [np.array(backend.to_host(backend.gather_rows(var, backend.asarray(read))))]
+    backend.init_rows(var, backend.asarray(picked[:100]), backend.asarray(keys[:100]), SPEC, 7)
+    backend.init_rows_tagged(var, backend.asarray(picked[100:]), backend.asarray(keys[100:]),
+                             backend.asarray(tags[100:]), SPEC, np.arange(3, 8, dtype=np.uint64))
+    moved.append(flat_rows(backend, var))
+    if split:
+        moved += [flat_rows(backend, var.member(backend, t)) for t in range(len(GROUP_ROWS))]
+    slots = {name: grouped(backend, None, initial, split) for name, initial in
+             rule_spec.slots({})}
+    rule_spec.update(backend, var, slots, backend.asarray(updated), backend.asarray(grads),
+                     HYPER[rule], {})
+    updated_rows = [flat_rows(backend, var)] + [flat_rows(backend, s) for _, s in
                                                 sorted(slots.items())]
-            out += [np.array(backend.to_host(backend.gather_rows(
-                var.member(backend, t), backend.asarray(np.arange(n, dtype=np.int64)))))
-                for t, n in enumerate(GROUP_ROWS)]
-            results[backend.NAME] = out, var
-    (got, var), (want, _) = results["cuda"], results["cpu"]
-    assert len(got) == len(want)
-    for mine, theirs in zip(got, want):
-        np.testing.assert_array_equal(mine, theirs)
-    np.testing.assert_array_equal(got[0][-3], 0.0)
+    return moved, updated_rows, var
+
+
+@pytest.mark.parametrize("rule", ["lazy_adam", "adagrad", "adam", "ftrl"])
+def test_grouped_split_rows_equal_cpu_and_unsplit_rows(rule):
+    """A table group's rows split per member through the row kernels equal the cpu backend's
+    flat rows bit for bit: a gather (rows -1 give zeros), put, init_rows, init_rows_tagged, each
+    member's own view. An optimizer update on them (its slots split alike) equals the same
+    update on one device array bit for bit, and the cpu's to rounding. The rows lie in the
+    device block up to each member's split, then in the host block (page-locked memory), member
+    after member; run_all.sh has every split array's batch walked in host_order's order."""
+    from sok1x.backend import cuda
+    with cuda.device_context():
+        moved, updated, var = group_ops(cuda, rule, True)
+        _, unsplit, _ = group_ops(cuda, rule, False)
+    want_moved, want_updated, _ = group_ops(cpu, rule, True)
+    assert len(moved) == len(want_moved) == 2 + len(GROUP_ROWS)
+    for got, want in zip(moved, want_moved):
+        np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(moved[0][-3], 0.0)  # row -1
+    for got, same, close in zip(updated, unsplit, want_updated):
+        np.testing.assert_array_equal(got, same)
+        np.testing.assert_allclose(got, close, rtol=1e-5, atol=1e-6)
     starts = np.concatenate([[0], np.cumsum(GROUP_ROWS)])
-    final = got[1]
+    final = updated[0]
     on_device = np.concatenate([final[s:s + h] for s, h in zip(starts, GROUP_HBM)])
     in_host = np.concatenate([final[s + h:s + n] for s, n, h in
                               zip(starts, GROUP_ROWS, GROUP_HBM)])
     device_block, host_block = var.parts
     np.testing.assert_array_equal(cuda.to_host(device_block), on_device)
     np.testing.assert_array_equal(host_block.sok1x_host_memory, in_host)  # page-locked memory
-    for t, view in enumerate(var.member(cuda, t) for t in range(len(GROUP_ROWS))):
-        assert view.shape[0] == GROUP_ROWS[t]
-        assert hybrid_rows.is_split(view) == (GROUP_HBM[t] < GROUP_ROWS[t])
+    for t, rows in enumerate(GROUP_ROWS):
+        view = var.member(cuda, t)
+        assert view.shape[0] == rows and hybrid_rows.is_split(view) == (GROUP_HBM[t] < rows)
 
 
 def test_job_lookup_with_hash_owners_equals_cpu_shards():
