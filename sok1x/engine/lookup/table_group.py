@@ -389,14 +389,17 @@ class HashGroup(TableGroup):
                 self.members, np.where(short, needed - self.capacities, 0), keys, tags,
                 lambda: (self.statistics, self.row_starts, self.values, self.slots))
         except BaseException:  # evict gave the victims back: the free lists too
-            for member, state in zip(self.members, held):
-                member.restore_held(state)
+            self._restore_held(held)
             raise
         self.journal.record(functools.partial(self._undo_evict, evicted, held))
 
     def _undo_evict(self, evicted, held):
         """Undoes make_room's eviction (`evicted`; held: each member's held_state before)."""
         evicted.put_back()
+        self._restore_held(held)
+
+    def _restore_held(self, held):
+        """Gives each member back its free list and high water (held: their held_state)."""
         for member, state in zip(self.members, held):
             member.restore_held(state)
 
