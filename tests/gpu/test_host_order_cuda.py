@@ -70,6 +70,30 @@ def test_the_order_is_a_permutation_with_host_rows_in_ascending_regions(cuda, rn
     assert np.unique(regions).shape[0] > 500, "too few regions to test the grouping"
 
 
+def test_a_groups_rows_split_per_member_are_ordered_by_their_host_address(cuda, rng):
+    """A table group's rows split per member (hybrid_rows.GroupedRows): the order puts the
+    device rows (and rows -1) first, then the host rows by their place in the host block."""
+    rows, hbm = [4000, 0, 9000, 3000, 7000], [1000, 0, 1, 3000, 2500]
+    values = hybrid_rows.GroupedRows(cuda, rows, hbm, (4,), np.float32)
+    total = sum(rows)
+    batch = rng.integers(-1, total, size=12000).astype(np.int64)
+    with cuda_context.entered():
+        order = cuda.to_host(cuda_host_order.host_order(values, cuda.asarray(batch),
+                                                        zero_negative=True))
+    assert np.array_equal(np.sort(order), np.arange(batch.shape[0]))
+    starts = np.concatenate([[0], np.cumsum(rows)])
+    host_starts = np.concatenate([[0], np.cumsum(np.subtract(rows, hbm))])
+    member = np.searchsorted(starts, batch, side="right") - 1
+    local = batch - starts[np.maximum(member, 0)]
+    in_host = (batch >= 0) & (local >= np.asarray(hbm)[np.maximum(member, 0)])
+    place = np.where(in_host, host_starts[np.maximum(member, 0)] + local
+                     - np.asarray(hbm)[np.maximum(member, 0)], -1)
+    shift = cuda_host_order._region_shift(int(values.shape[0]) - values.hbm_rows)
+    regions = np.where(place >= 0, 1 + (place >> shift), 0)[order]
+    assert (np.diff(regions) >= 0).all(), "host rows out of address order"
+    assert np.unique(regions).shape[0] > 500, "too few regions to test the grouping"
+
+
 def test_a_table_that_is_not_split_or_has_a_small_host_part_gets_no_order(cuda):
     plain = cuda.zeros((10, 4), np.float32)
     whole = hybrid_rows.SplitRows(cuda, (10, 4), np.float32, 10)  # every row on the device

@@ -256,6 +256,8 @@ class HashIndex:
             launch(_hash_kernels()["find_or_insert"], n, *arguments)
         else:
             values, dim, init, vectors, statistics = fetch
+            if getattr(values, "device_pieces", None) is not None:  # hash_table.cu reads .split
+                raise TypeError("find_or_insert_values takes one table's rows, not a group's")
             fresh = _fresh_bits(values)
             launch(_hash_kernels()["find_or_insert_values"], n, *arguments,
                    *split_args(values, dim), dim, *init, ptr(vectors), *statistics,
