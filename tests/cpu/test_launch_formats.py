@@ -81,8 +81,9 @@ class _Values(ast.NodeVisitor):
         self.scopes = scopes
 
     def value(self, node):
-        if isinstance(node, ast.Constant) and isinstance(node.value, (str, int)):
-            return node.value
+        literal = _literal(node)
+        if isinstance(literal, (str, int)):
+            return literal
         if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Mult)):
             left, right = self.value(node.left), self.value(node.right)
             if isinstance(node.op, ast.Add) and isinstance(left, str) and isinstance(right, str):
@@ -95,6 +96,16 @@ class _Values(ast.NodeVisitor):
                 if node.id in scope:
                     return self.value(scope[node.id])
         return "*"
+
+
+def _literal(node):
+    """A constant's value (Python 3.7's parser makes Str and Num nodes, later ones Constant),
+    else None."""
+    if type(node).__name__ in ("Constant", "Str", "Num", "NameConstant"):
+        for field in ("value", "s", "n"):
+            if hasattr(node, field):
+                return getattr(node, field)
+    return None
 
 
 def _assignments(body):
