@@ -48,19 +48,27 @@ struct SplitRows {
   T* host;
   int64 split;  // with pieces: the number of members
   const int64* pieces;
-  __device__ __forceinline__ T& operator[](int64 e) const {
-    if (pieces == nullptr) return e < split ? dev[e] : host[e - split];
+  // Element e's place in the part holding it; in_host tells which part.
+  __device__ __forceinline__ int64 place(int64 e, bool& in_host) const {
+    if (pieces == nullptr) {
+      in_host = e >= split;
+      return in_host ? e - split : e;
+    }
     const int64 t = member_of(pieces, split, e);
     const int64* shifts = pieces + split + 1;
-    return e < __ldg(shifts + t) ? dev[e - __ldg(shifts + split + t)]
-                                 : host[e - __ldg(shifts + 2 * split + t)];
+    in_host = e >= __ldg(shifts + t);
+    return e - __ldg(shifts + (in_host ? 2 : 1) * split + t);
+  }
+  __device__ __forceinline__ T& operator[](int64 e) const {
+    bool in_host;
+    const int64 at = place(e, in_host);
+    return in_host ? host[at] : dev[at];
   }
   // The element's place in the host part, or -1 for a device element (host_order.cu).
   __device__ __forceinline__ int64 host_place(int64 e) const {
-    if (pieces == nullptr) return e < split ? -1 : e - split;
-    const int64 t = member_of(pieces, split, e);
-    const int64* shifts = pieces + split + 1;
-    return e < __ldg(shifts + t) ? -1 : e - __ldg(shifts + 2 * split + t);
+    bool in_host;
+    const int64 at = place(e, in_host);
+    return in_host ? at : -1;
   }
   __device__ __forceinline__ bool present() const { return dev != nullptr; }
 };

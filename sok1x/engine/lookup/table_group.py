@@ -138,12 +138,10 @@ class TableGroup:
         """Host int64 [T]: the rows of each member that live in device memory at `capacities`
         (a hybrid DynamicVariable's hbm_rows, tables/hybrid_rows.py), or None when all do: the
         layout of the group's values and slots (a GroupedRows where some member splits)."""
-        limits = [getattr(table, "hbm_rows", None) for table in self.members]
-        capacities = np.asarray(capacities, dtype=np.int64)
-        if all(limit is None or limit >= c for limit, c in zip(limits, capacities.tolist())):
-            return None
-        return np.array([c if limit is None else min(limit, c)
-                         for limit, c in zip(limits, capacities.tolist())], dtype=np.int64)
+        capacities = [int(c) for c in capacities]
+        device = [c if getattr(table, "hbm_rows", None) is None else min(table.hbm_rows, c)
+                  for table, c in zip(self.members, capacities)]
+        return None if device == capacities else np.array(device, dtype=np.int64)
 
     def _view(self, array, t):
         if isinstance(array, hybrid_rows.GroupedRows):
