@@ -163,27 +163,26 @@ def _read_inputs(backend, call, fields, on_gpu):
     raw = ctypes.string_at(fields[5], count * TENSOR_RECORD.size) if count else b""
     arguments = [None] * len(call.input_order)
     owners = []
-    for index in range(count):
-        data, _, code, bits, ndim, *dims = TENSOR_RECORD.unpack_from(raw,
-                                                                     index * TENSOR_RECORD.size)
-        kind = call.input_kinds[index]
+    numpy_dtype, borrow, host_backend = dlpack.numpy_dtype, backend.borrow, backend.NAME == "cpu"
+    for (data, _, code, bits, ndim, *dims), kind, place in zip(
+            TENSOR_RECORD.iter_unpack(raw), call.input_kinds, call.input_order):
         if kind == "unread":
             owners.append(None)
             continue
-        dtype = dlpack.numpy_dtype(code, bits)
+        dtype = numpy_dtype(code, bits)
         shape = tuple(dims[:ndim])
         owner = _Input()
         owners.append(owner)
         if kind == "host" or not on_gpu:
             array = np.asarray(_HostView(data, shape, dtype, owner)) if data else np.zeros(
                 shape, dtype)
-            if kind == "device" and backend.NAME != "cpu":  # the op on TensorFlow's CPU
+            if kind == "device" and not host_backend:  # the op on TensorFlow's CPU
                 array = backend.upload_staged(array)
-            arguments[call.input_order[index]] = array
+            arguments[place] = array
             continue
         if not call.checked_device and data:
-            _check_device(backend, call, data, index)
-        arguments[call.input_order[index]] = backend.borrow(data, shape, dtype, owner)
+            _check_device(backend, call, data, len(owners) - 1)
+        arguments[place] = borrow(data, shape, dtype, owner)
     call.checked_device = True
     return arguments, owners
 
@@ -227,10 +226,14 @@ def _retain_kept(address, owners):
             owner.handle = retain(address, index)
 
 
-def _output_record(backend, result, dtype, code_bits, kind, on_gpu, allocate, lend=True):
-    """The TensorRecord of one result: lent, or copied into allocate(shape) (an output
-    TensorFlow allocated: its address; every host result when not `lend`)."""
-    host = isinstance(result, (np.ndarray, np.generic)) or np.isscalar(result)
+_HOST_RESULTS = (np.ndarray, np.generic, int, float, bool)  # a function's host results
+_SMALL_BYTES = 4096  # host results up to this size are copied out through bytes
+
+
+def _output_record(backend, result, dtype, code_bits, kind, on_gpu, allocate, index, lend=True):
+    """The TensorRecord of output `index`, `result`: lent, or copied into allocate(index, shape)
+    (an output TensorFlow allocated: its address; every host result when not `lend`)."""
+    host = isinstance(result, _HOST_RESULTS)
     if host:
         result = np.asarray(result, dtype=dtype)
         if not result.flags.c_contiguous:  # (ascontiguousarray would make a scalar 1-D)
@@ -243,30 +246,35 @@ def _output_record(backend, result, dtype, code_bits, kind, on_gpu, allocate, le
                         % (result.dtype, dtype))
     elif not on_gpu:  # a device result of an op TensorFlow placed on its CPU
         result, host = np.array(backend.to_host(result), order="C"), True
-    shape = tuple(result.shape)
+    shape = result.shape
     if len(shape) > MAX_DIMS:
         raise ValueError("an engine result of %d dims (at most %d cross)" % (len(shape),
                                                                               MAX_DIMS))
     keep = 0
     if not result.size:
         address = 0
-        allocate(shape)
+        allocate(index, shape)
     elif host:
-        address = result.__array_interface__["data"][0]
-        # lent where TensorFlow can take it (the engine knows its own rows by their memory)
-        if lend and not address % _ALIGNMENT and not on_gpu:
-            keep = next(_keeps)
-            _lent[keep] = result
-        else:
-            ctypes.memmove(allocate(shape), address, result.nbytes)
+        copied = on_gpu or not lend
+        if copied and result.nbytes <= _SMALL_BYTES:  # tokens, counts: no address asked for
+            ctypes.memmove(allocate(index, shape), result.tobytes(), result.nbytes)
             address = 0
+        else:
+            address = result.__array_interface__["data"][0]
+            # lent where TensorFlow can take it (the engine knows its own rows by their memory)
+            if not copied and not address % _ALIGNMENT:
+                keep = next(_keeps)
+                _lent[keep] = result
+            else:
+                ctypes.memmove(allocate(index, shape), address, result.nbytes)
+                address = 0
     else:
         result = backend.exportable(result)
         address = backend.address_of(result)
         keep = next(_keeps)
         _lent[keep] = result
     return TENSOR_RECORD.pack(address, keep, code_bits[0], code_bits[1], len(shape),
-                              *(shape + _NO_DIMS[len(shape):]))
+                              *(tuple(shape) + _NO_DIMS[len(shape):]))
 
 
 def on_call(address, allocator=None):
@@ -305,7 +313,7 @@ def on_call(address, allocator=None):
                 call.first_done = True
             allocator = allocator or functools.partial(_allocate, address)
             records = [_output_record(backend, results[i], dtype, code_bits, kind, on_gpu,
-                                      functools.partial(allocator, index), lend=not staging)
+                                      allocator, index, lend=not staging)
                        for index, (i, kind, dtype, code_bits) in enumerate(call.outputs)]
             del results
             if on_gpu and staging:

@@ -4,7 +4,6 @@
 "call sok1x.Init() first" error. Every engine entry point holds `LOCK`, so TensorFlow's inter-op
 threads never run two engine calls, and never two collectives, at the same time in one process.
 """
-import contextlib
 import itertools
 import logging
 import threading
@@ -148,15 +147,34 @@ def get():
     return _runtime
 
 
-@contextlib.contextmanager
+class _Entered:
+    """entered()'s context manager, a class rather than a generator: every engine call and
+    every kernel call enters it (a generator's frame costs about twice as much)."""
+    __slots__ = ("_device",)
+
+    def __enter__(self):
+        LOCK.acquire()
+        try:
+            runtime = get()
+            self._device = runtime.backend.device_context()
+            self._device.__enter__()
+        except BaseException:
+            LOCK.release()
+            raise
+        return runtime
+
+    def __exit__(self, *exc_info):
+        try:
+            return self._device.__exit__(*exc_info)
+        finally:
+            LOCK.release()
+
+
 def entered():
     """Holds LOCK with the backend's device context current on this thread (the cuda backend
-    makes and reshapes device arrays only there); yields the Runtime. Raises
-    NotInitializedError before init()."""
-    with LOCK:
-        runtime = get()
-        with runtime.backend.device_context():
-            yield runtime
+    makes and reshapes device arrays only there); a context manager that gives the Runtime.
+    Raises NotInitializedError before init()."""
+    return _Entered()
 
 
 def _check_global_batch_size(host, global_batch_size):
