@@ -73,7 +73,6 @@ With SOK1X_BENCH_PROFILE=FILE, rank 0 appends a cProfile of 20 sok1x_device step
 then of 20 sok1x_dlpack steps (what the seam adds on the host)
 ($SOK1X_BENCH_PROFILE_LINES functions by own and by cumulative time, default 30).
 """
-import ctypes
 import functools
 import os
 import sys
@@ -83,12 +82,13 @@ import numpy as np
 import torch
 from torch.utils import dlpack as torch_dlpack
 
-from sok1x.backend import dlpack, random_init
-from sok1x.engine import api, kernel_calls, runtime
+from sok1x.backend import random_init
+from sok1x.engine import api, runtime
 from sok1x.engine.lookup import bounded_step
 
 import harness
 import sok_steps
+import torch_kernels
 import torch_reference
 import workloads
 
@@ -133,67 +133,6 @@ class TorchSeam:
                 for r in results]
 
 
-class Lent:
-    """What keeps an output the engine lent: its memory goes back to the engine when PyTorch
-    drops the tensor, as TensorFlow's tensor gives it back through the kernel."""
-
-    def __init__(self, keep):
-        self.keep = keep
-
-    def __del__(self):
-        kernel_calls.release(self.keep)
-
-
-_TORCH_DTYPES = {torch.int64: np.int64, torch.int32: np.int32, torch.float32: np.float32}
-
-
-def _described(value):
-    """(address, NumPy dtype, shape) of a torch tensor or a NumPy array (a host output)."""
-    if torch.is_tensor(value):
-        return value.data_ptr(), _TORCH_DTYPES[value.dtype], tuple(value.shape)
-    return value.__array_interface__["data"][0], value.dtype, value.shape
-
-
-class TorchKernels:
-    """PyTorch as TensorFlow at the kernel seam: an op is a registered KernelCall, called with
-    its tensors' addresses and PyTorch's current stream; device outputs come back lent, host
-    outputs (the token) as host values. stand_in_s adds up the time spent outside on_call,
-    doing in Python what TensorFlow's kernel does in C++ (records in and out, the tensors)."""
-
-    def __init__(self, device):
-        self.on_gpu = device.type == "cuda"
-        self.where = ((dlpack.DEVICE_CUDA, torch.cuda.current_device()) if self.on_gpu
-                      else (dlpack.DEVICE_CPU, 0))
-        self.calls = []
-        self.stand_in_s = 0.0
-
-    def register(self, function, inputs, outputs, dtypes):
-        call = kernel_calls.KernelCall(function, inputs, outputs, dtypes, "bench")
-        self.calls.append(call)
-        return kernel_calls.register(call)
-
-    def op(self, number, tensors, hosts=()):
-        started = time.perf_counter()
-        inputs = [_described(t) for t in list(tensors) + list(hosts)]
-        stream = torch.cuda.current_stream().cuda_stream if self.on_gpu else 0
-        record, allocated = kernel_calls.pack_call(number, inputs, self.on_gpu, stream)
-        entered = time.perf_counter()
-        if kernel_calls.on_call(ctypes.addressof(record), allocated.allocate) != 0:
-            raise RuntimeError(allocated.message.value.decode())
-        left = time.perf_counter()
-        outputs = [self._tensor(o) for o in kernel_calls.unpack_outputs(number, allocated)]
-        self.stand_in_s += entered - started + time.perf_counter() - left
-        return outputs
-
-    def _tensor(self, output):
-        """A lent output as a torch tensor over its memory (PyTorch's cheapest way in: a
-        DLPack capsule; TensorFlow's kernel makes its tensor in C++); host bytes as they are."""
-        if not output.keep:
-            return output.host
-        return torch_dlpack.from_dlpack(dlpack.export_capsule(
-            output.address, output.shape, output.dtype, *self.where, Lent(output.keep)))
-
-
 def _no_order(stream=0):
     return None
 
@@ -207,7 +146,7 @@ class SokVariants(sok_steps.EngineStep):
         self.seam = TorchSeam(rt.backend)
         self.torch_device = device
         self.crossed = {}  # variant -> (bytes host-to-device, device-to-host) of its last step
-        self.kernels = TorchKernels(device)
+        self.kernels = torch_kernels.TorchKernels(device)
         self._kernel_ops = (  # the keys come as one array (dlrm26's: all tables' keys, keyed)
             self.kernels.register(lambda keys: self._forward(keys), ["device"],
                                   ["device", "host"], [np.float32, np.int64]),
@@ -257,9 +196,11 @@ class SokVariants(sok_steps.EngineStep):
 
     def _kernels_step(self, keys_torch):
         forward, backward, update = self._kernel_ops
-        out, token = self.kernels.op(forward, keys_torch)
-        values, rows = self.kernels.op(backward, [out], [token])  # top gradient = output
-        self.kernels.op(update, [values, rows])
+        kernels = self.kernels
+        stream = kernels.stream()
+        out, token = kernels.op(forward, keys_torch, stream=stream)
+        values, rows = kernels.op(backward, [out], [token], stream)  # top gradient = output
+        kernels.op(update, [values, rows], stream=stream)
         return [out]
 
     def dlpack(self, keys_torch):

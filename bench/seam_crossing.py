@@ -15,6 +15,12 @@ framework:
     engine_array           one pooled engine array made and dropped (the unit of an engine op)
     launch                 one row written through the backend (an array made, filled, and a
                            kernel launched: put_rows)
+    kernel_call            one op through sok1x's TensorFlow kernels (framework_step's
+                           sok1x_kernels, torch_kernels.py): a device input and a host input
+                           read in place, a lent device output and a host output handed back,
+                           the two streams ordered; the engine function does nothing
+    kernel_call_engine     kernel_call's own part in sok1x (kernel_calls.on_call), less what
+                           TensorFlow's C++ does and PyTorch's stand-in does in Python
 
 Together these say what a step's seam adds per op beside the engine's own per-op cost.
 """
@@ -23,6 +29,7 @@ import time
 import numpy as np
 
 import harness
+import torch_kernels
 
 
 def per_call_us(run, calls, repeats, synchronize):
@@ -78,14 +85,29 @@ def main():
     def launch():
         backend.put_rows(table, rows, backend.zeros((1, 128), np.float32))
 
+    kernels = torch_kernels.TorchKernels(keys.device)
+    lent = backend.zeros((2048, 128), np.float32)
+    token = np.zeros((), np.int64)
+    number = kernels.register(lambda k, t: [lent, np.int64(1)], ["device", "host"],
+                              ["device", "host"], [np.float32, np.int64])
+    stream = kernels.stream()
+
+    def kernel_call():
+        kernels.op(number, [keys], [token], stream)
+
     results = {}
     with runtime.entered():
         for name, run in (("torch_to_dlpack", torch_to_dlpack), ("import", import_one),
                           ("export", export_one), ("order_both_ways", order_both_ways),
-                          ("engine_array", engine_array), ("launch", launch)):
+                          ("engine_array", engine_array), ("launch", launch),
+                          ("kernel_call", kernel_call)):
+            kernels.stand_in_s = 0.0
             results[name] = per_call_us(run, calls, args.repeats, backend.synchronize)
             capsules.clear()
             exported.clear()
+        stand_in_us = kernels.stand_in_s * 1e6 / (calls * args.repeats + 1)
+        results["kernel_call_engine"] = {
+            key: value - stand_in_us for key, value in results["kernel_call"].items()}
         # from_dlpack's own part: a capsule made outside the timed calls
         made = [backend.to_dlpack(table) for _ in range(calls * (args.repeats + 1))]
 
