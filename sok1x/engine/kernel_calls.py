@@ -256,18 +256,16 @@ def _output_record(backend, result, dtype, code_bits, kind, on_gpu, allocate, in
         allocate(index, shape)
     elif host:
         copied = on_gpu or not lend
-        if copied and result.nbytes <= _SMALL_BYTES:  # tokens, counts: no address asked for
-            ctypes.memmove(allocate(index, shape), result.tobytes(), result.nbytes)
-            address = 0
+        # tokens, counts: copied out through their bytes, no address asked for
+        address = (0 if copied and result.nbytes <= _SMALL_BYTES
+                   else result.__array_interface__["data"][0])
+        # lent where TensorFlow can take it (the engine knows its own rows by their memory)
+        if not copied and not address % _ALIGNMENT:
+            keep = next(_keeps)
+            _lent[keep] = result
         else:
-            address = result.__array_interface__["data"][0]
-            # lent where TensorFlow can take it (the engine knows its own rows by their memory)
-            if not copied and not address % _ALIGNMENT:
-                keep = next(_keeps)
-                _lent[keep] = result
-            else:
-                ctypes.memmove(allocate(index, shape), address, result.nbytes)
-                address = 0
+            ctypes.memmove(allocate(index, shape), address or result.tobytes(), result.nbytes)
+            address = 0
     else:
         result = backend.exportable(result)
         address = backend.address_of(result)
