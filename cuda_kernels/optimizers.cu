@@ -13,6 +13,16 @@
 
 typedef SplitRows<float> Rows;  // a state array, maybe split (common.cuh)
 
+// A rule's hyper-parameters (at most six, in the order the rule takes them): the values passed,
+// or, where `given` is set, read from device memory when the kernel runs. A replayed CUDA graph
+// keeps the scalars it was recorded with, so a captured update reads this step's learning rate
+// from an array the host fills before each replay (DESIGN D14; sok1x/backend/cuda/optimizers.py).
+struct Hyper {
+  const float* given;
+  float value[6];
+  __device__ __forceinline__ float operator[](int i) const { return given ? given[i] : value[i]; }
+};
+
 #define FOR_EACH_ELEMENT(e, total) \
   for (int64 e = global_thread_id(); e < (total); e += global_thread_count())
 
@@ -25,7 +35,8 @@ __device__ __forceinline__ int64 shard_index(const int64* rows, int64 e, int64 d
 }
 
 extern "C" __global__ void update_sgd(Rows var, const int64* rows, const float* grads, int64 n,
-                                      int64 dim, float lr) {
+                                      int64 dim, Hyper h) {
+  const float lr = h[0];
   FOR_EACH_ELEMENT(e, n * dim) {
     const int64 s = shard_index(rows, e, dim);
     if (s >= 0) var[s] -= lr * grads[e];
@@ -33,8 +44,10 @@ extern "C" __global__ void update_sgd(Rows var, const int64* rows, const float* 
 }
 
 extern "C" __global__ void update_momentum(Rows var, Rows accum, const int64* rows,
-                                           const float* grads, int64 n, int64 dim, float lr,
-                                           float momentum, int nesterov) {
+                                           const float* grads, int64 n, int64 dim, Hyper h,
+                                           int nesterov) {
+  const float lr = h[0];
+  const float momentum = h[1];
   FOR_EACH_ELEMENT(e, n * dim) {
     const int64 s = shard_index(rows, e, dim);
     if (s < 0) continue;
@@ -46,8 +59,10 @@ extern "C" __global__ void update_momentum(Rows var, Rows accum, const int64* ro
 }
 
 extern "C" __global__ void update_keras_momentum(Rows var, Rows accum, const int64* rows,
-                                                 const float* grads, int64 n, int64 dim, float lr,
-                                                 float momentum, int nesterov) {
+                                                 const float* grads, int64 n, int64 dim, Hyper h,
+                                                 int nesterov) {
+  const float lr = h[0];
+  const float momentum = h[1];
   FOR_EACH_ELEMENT(e, n * dim) {
     const int64 s = shard_index(rows, e, dim);
     if (s < 0) continue;
@@ -59,8 +74,9 @@ extern "C" __global__ void update_keras_momentum(Rows var, Rows accum, const int
 }
 
 extern "C" __global__ void update_adagrad(Rows var, Rows accum, const int64* rows,
-                                          const float* grads, int64 n, int64 dim, float lr,
-                                          float epsilon) {
+                                          const float* grads, int64 n, int64 dim, Hyper h) {
+  const float lr = h[0];
+  const float epsilon = h[1];
   FOR_EACH_ELEMENT(e, n * dim) {
     const int64 s = shard_index(rows, e, dim);
     if (s < 0) continue;
@@ -76,8 +92,12 @@ __device__ __forceinline__ float accum_power(float accum, float lr_power) {
 }
 
 extern "C" __global__ void update_ftrl(Rows var, Rows accum, Rows linear, const int64* rows,
-                                       const float* grads, int64 n, int64 dim, float lr,
-                                       float lr_power, float l1, float l2, float l2_shrinkage) {
+                                       const float* grads, int64 n, int64 dim, Hyper h) {
+  const float lr = h[0];
+  const float lr_power = h[1];
+  const float l1 = h[2];
+  const float l2 = h[3];
+  const float l2_shrinkage = h[4];
   FOR_EACH_ELEMENT(e, n * dim) {
     const int64 s = shard_index(rows, e, dim);
     if (s < 0) continue;
@@ -97,8 +117,11 @@ extern "C" __global__ void update_ftrl(Rows var, Rows accum, Rows linear, const 
 
 extern "C" __global__ void update_rmsprop(Rows var, Rows ms, Rows mom, Rows mg,
                                           const int64* rows, const float* grads, int64 n,
-                                          int64 dim, float lr, float rho, float momentum,
-                                          float epsilon) {
+                                          int64 dim, Hyper h) {
+  const float lr = h[0];
+  const float rho = h[1];
+  const float momentum = h[2];
+  const float epsilon = h[3];
   const float one_minus_rho = 1.0f - rho;
   FOR_EACH_ELEMENT(e, n * dim) {
     const int64 s = shard_index(rows, e, dim);
@@ -119,8 +142,11 @@ extern "C" __global__ void update_rmsprop(Rows var, Rows ms, Rows mom, Rows mg,
 }
 
 extern "C" __global__ void update_lazy_adam(Rows var, Rows m, Rows v, const int64* rows,
-                                            const float* grads, int64 n, int64 dim, float lr_t,
-                                            float beta1, float beta2, float epsilon) {
+                                            const float* grads, int64 n, int64 dim, Hyper h) {
+  const float lr_t = h[0];
+  const float beta1 = h[1];
+  const float beta2 = h[2];
+  const float epsilon = h[3];
   FOR_EACH_ELEMENT(e, n * dim) {
     const int64 s = shard_index(rows, e, dim);
     if (s < 0) continue;
@@ -134,8 +160,11 @@ extern "C" __global__ void update_lazy_adam(Rows var, Rows m, Rows v, const int6
 }
 
 extern "C" __global__ void update_adamax(Rows var, Rows m, Rows u, const int64* rows,
-                                         const float* grads, int64 n, int64 dim, float lr_t,
-                                         float beta1, float beta2, float epsilon) {
+                                         const float* grads, int64 n, int64 dim, Hyper h) {
+  const float lr_t = h[0];
+  const float beta1 = h[1];
+  const float beta2 = h[2];
+  const float epsilon = h[3];
   FOR_EACH_ELEMENT(e, n * dim) {
     const int64 s = shard_index(rows, e, dim);
     if (s < 0) continue;
@@ -150,7 +179,10 @@ extern "C" __global__ void update_adamax(Rows var, Rows m, Rows u, const int64* 
 
 extern "C" __global__ void update_adadelta(Rows var, Rows accum, Rows accum_update,
                                            const int64* rows, const float* grads, int64 n,
-                                           int64 dim, float lr, float rho, float epsilon) {
+                                           int64 dim, Hyper h) {
+  const float lr = h[0];
+  const float rho = h[1];
+  const float epsilon = h[2];
   const float one_minus_rho = 1.0f - rho;
   FOR_EACH_ELEMENT(e, n * dim) {
     const int64 s = shard_index(rows, e, dim);
@@ -183,8 +215,11 @@ __device__ __forceinline__ float shard_gradient(const int64* position_of_row, co
 
 extern "C" __global__ void update_adam_all_rows(Rows var, Rows m, Rows v, Rows vhat,
                                                 const int64* position_of_row, const float* grads,
-                                                int64 num_rows, int64 dim, float lr_t,
-                                                float beta1, float beta2, float epsilon) {
+                                                int64 num_rows, int64 dim, Hyper h) {
+  const float lr_t = h[0];
+  const float beta1 = h[1];
+  const float beta2 = h[2];
+  const float epsilon = h[3];
   FOR_EACH_ELEMENT(e, num_rows * dim) {
     bool has_gradient;
     const float g = shard_gradient(position_of_row, grads, e, dim, &has_gradient);
@@ -208,8 +243,10 @@ extern "C" __global__ void update_adam_all_rows(Rows var, Rows m, Rows v, Rows v
 extern "C" __global__ void update_keras_rmsprop_all_rows(Rows var, Rows rms, Rows mg,
                                                          const int64* position_of_row,
                                                          const float* grads, int64 num_rows,
-                                                         int64 dim, float lr, float rho,
-                                                         float epsilon) {
+                                                         int64 dim, Hyper h) {
+  const float lr = h[0];
+  const float rho = h[1];
+  const float epsilon = h[2];
   const float one_minus_rho = 1.0f - rho;
   FOR_EACH_ELEMENT(e, num_rows * dim) {
     bool has_gradient;

@@ -424,6 +424,11 @@ def apply_optimizer_updates(table_names, rule, slot_prefix, options, hyper, valu
     from sok1x.engine.tables import optimizer_updates
     with _runtime.entered() as rt:
         tables = [_table(rt, name) for name in table_names]
+        if rt.replays is not None:
+            replayed = replayed_step.update(rt, tables, rule, slot_prefix, options, hyper,
+                                            values_list, rows_list)
+            if replayed is not None:
+                return replayed
         return optimizer_updates.apply_updates(rt.backend, tables, rule, slot_prefix, options,
                                                hyper, list(values_list), list(rows_list))
 

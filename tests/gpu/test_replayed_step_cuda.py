@@ -1,10 +1,11 @@
 """The replayed step (engine/lookup/replayed_step.py, SOK1X_CAPTURE) on the cuda engine at one
-GPU: a dense lookup and its backward recorded as CUDA graphs per shape class and replayed equal
-the uncaptured step over many steps with changing keys (bit for bit where no key repeats, so no
-atomic addition's order matters; outputs and rows bit for bit and sums to rounding otherwise), a
-replayed step queues one graph per op instead of its kernels, bad keys in a replayed step fail it
-and change no table, new shape classes come and the graphs go with a remade table, and a program
-that replays steps and exits without shutting the engine down exits 0.
+GPU: a dense lookup, its backward and its update recorded as CUDA graphs per shape class and
+replayed equal the uncaptured step over many steps with changing keys (bit for bit where no key
+repeats, so no atomic addition's order matters; outputs and rows bit for bit and sums to rounding
+otherwise), every optimizer rule's update with each step's hyper-parameters read from device
+memory, a replayed step queues one graph per op instead of its kernels, bad keys in a replayed
+step fail it and change no table, new shape classes come and the graphs go with a remade table,
+and a program that replays steps and exits without shutting the engine down exits 0.
 
     mpiexec --allow-run-as-root -n 1 python3 -m pytest -q tests/gpu/test_replayed_step_cuda.py
 """
@@ -21,6 +22,7 @@ from conftest import skip_without_gpu  # noqa: E402
 from sok1x.backend import random_init  # noqa: E402
 from sok1x.engine import api, runtime  # noqa: E402
 from sok1x.engine.lookup import bounded_step, replayed_step  # noqa: E402
+from sok1x.engine.tables import optimizer_updates  # noqa: E402
 from sok1x.errors import InvalidInputError  # noqa: E402
 
 pytestmark = [pytest.mark.timeout(300, method="thread"), pytest.mark.usefixtures("engine")]
@@ -60,8 +62,9 @@ def make_pair(tag):
     return names
 
 
-def step(name, keys, scale, rule, number, replay, checks="backward"):
-    """A dense lookup, backward and update of `name`: host (output, values, rows)."""
+def step(name, keys, scale, rule, number, replay, checks="backward", prefix=None, given=None):
+    """A dense lookup, backward and update of `name`: host (output, values, rows); prefix and
+    given: the update's slot prefix and hyper-parameters, where not RULES' and hyper's."""
     backend = runtime.get().backend
     with runtime.entered():
         out, token = api.dense_lookup(name, name + "_fwd", backend.asarray(keys), True,
@@ -71,14 +74,21 @@ def step(name, keys, scale, rule, number, replay, checks="backward"):
             out, backend.asarray(np.full(out.shape[0], scale, np.float32)))
         values, rows = api.dense_lookup_grad(name, name + "_bwd", token, grads)
         got = copied, host(values), host(rows)
-        api.apply_optimizer_updates([name], rule, RULES[rule][0], {}, hyper(rule, number),
-                                    [values], [rows])
+        api.apply_optimizer_updates([name], rule, prefix or RULES[rule][0], {},
+                                    given or hyper(rule, number), [values], [rows])
     return got
 
 
-def tables(names, rule):
+def tables(names, rule=None):
+    """Per table of `names`, host copies of its rows and every slot (by name)."""
     return [[host(api.shard(name).values)] + [host(api.shard(name).slots[slot])
-                                              for slot in RULES[rule][1]] for name in names]
+                                              for slot in sorted(api.shard(name).slots)]
+            for name in names]
+
+
+def updates_recorded():
+    with runtime.entered() as rt:
+        return replayed_step.updates_recorded(rt)
 
 
 def held():
@@ -100,7 +110,40 @@ def test_replayed_equals_uncaptured_bit_for_bit(rule, checks):
         for a, b in zip(*tables(names, rule)):
             for x, y in zip(a, b):
                 np.testing.assert_array_equal(x, y)
-    assert held()[0] == 1
+    assert held()[0] == 1 and updates_recorded() == 1
+
+
+_BASE = {"lr": 0.05, "lr_t": 0.02, "epsilon": 1e-6, "beta1": 0.9, "beta2": 0.999,
+         "momentum": 0.8, "rho": 0.9, "lr_power": -0.5, "l1": 0.001, "l2": 0.01,
+         "l2_shrinkage": 0.02}
+
+
+def every_rule_hyper(rule, number):
+    """Hyper-parameters of `rule` that all move every step (tests/mpi/step_rules.py's)."""
+    names = optimizer_updates.RULES[rule].hyper_names
+    return {name: _BASE[name] * (1.0 - 0.002 * number * (1 + position))
+            for position, name in enumerate(names)}
+
+
+@pytest.mark.parametrize("rule", sorted(optimizer_updates.RULES))
+def test_every_rule_replayed_reads_each_steps_hyper_parameters(rule):
+    names = make_pair("rule_" + rule)
+    rng = np.random.default_rng(13)
+    for number in range(1, 9):
+        keys = rng.permutation(ROWS)[:3000]  # distinct: the sums are exact
+        got = step(names[0], keys, 0.75, rule, number, True, prefix="R",
+                   given=every_rule_hyper(rule, number))
+        want = step(names[1], keys, 0.75, rule, number, False, prefix="R",
+                    given=every_rule_hyper(rule, number))
+        for a, b in zip(got, want):
+            np.testing.assert_array_equal(a, b)
+        for a, b in zip(*tables(names)):
+            for x, y in zip(a, b):
+                np.testing.assert_array_equal(x, y)
+    recorded = updates_recorded()
+    print("%s: update recorded %d" % (rule, recorded))
+    # a rule on every row makes its dense gradient from an upload, which a graph refuses
+    assert recorded == (0 if rule.endswith(optimizer_updates.ALL_ROWS) else 1)
 
 
 def test_repeated_keys_and_a_scaled_gradient():
@@ -122,20 +165,26 @@ def test_a_replayed_step_launches_a_graph_per_op():
     names = make_pair("launches")
     rng = np.random.default_rng(7)
     backend = runtime.get().backend
-    launches = {}
+    launches, update_launches = {}, {}
     for replay in (True, False):
-        for _ in range(1, 6):
+        for number in range(1, 7):
             keys = backend.asarray(rng.integers(0, ROWS, size=8192))
             before = backend.counts()
             with runtime.entered():
                 out, token = api.dense_lookup(names[0], "launch_fwd", keys, True,
                                               checks="backward", replay=replay)
-                api.dense_lookup_grad(names[0], "launch_bwd", token, out)
+                values, rows = api.dense_lookup_grad(names[0], "launch_bwd", token, out)
+                between = backend.counts()
+                api.apply_optimizer_updates([names[0]], "lazy_adam", "Adam", {},
+                                            hyper("lazy_adam", number), [values], [rows])
             after = backend.counts()
-        launches[replay] = after["launches"] - before["launches"]
-    print("kernels launched by a forward and backward: replayed %d, uncaptured %d"
-          % (launches[True], launches[False]))
+        launches[replay] = between["launches"] - before["launches"]
+        update_launches[replay] = after["launches"] - between["launches"]
+    print("kernels launched by a forward and backward: replayed %d, uncaptured %d; by the "
+          "update: replayed %d, uncaptured %d" % (launches[True], launches[False],
+                                                  update_launches[True], update_launches[False]))
     assert launches[True] == 0 < launches[False]
+    assert update_launches[True] == 1 < update_launches[False]  # the replay's: the time stamp
 
 
 @pytest.mark.parametrize("checks", ["backward", "end"])

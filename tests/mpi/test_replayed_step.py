@@ -4,11 +4,13 @@ with replay=True under the bounded step, equal the same step run uncaptured bit 
 the padded gradient's rows and values, every row and optimizer slot) over many steps with
 changing keys, with the top gradient the output itself or another array, across shape classes
 that come and go; on one rank the classes are really recorded and replayed (held, counted,
-freed when a table is remade and at MAX_CLASSES), on several ranks nothing is recorded; bad keys
-in a replayed step fail it with the uncaptured error, in its forward or its backward, change no
-table, and the replays go on after; two tables of different dims replay in one step; work the
-backend refuses to record (CaptureError) leaves its class uncaptured and the steps right;
-SOK1X_CAPTURE=0 records nothing."""
+freed when a table is remade and at MAX_CLASSES), the update too, with each step's
+hyper-parameters for every optimizer rule, and recorded again where a slot moved; on several
+ranks nothing is recorded; bad keys in a replayed step fail it with the uncaptured error, in its
+forward or its backward, change no table, and the replays go on after; two tables of different
+dims replay in one step; work the backend refuses to record (CaptureError) leaves its class
+uncaptured and the steps right; SOK1X_CAPTURE=0 records nothing; an update given a
+hyper-parameter array of the wrong length refuses it."""
 import numpy as np
 import pytest
 from mpi4py import MPI
@@ -17,7 +19,8 @@ from sok1x.backend import random_init
 from sok1x.engine import api, runtime
 from sok1x.engine.lookup import bounded_step, replayed_step
 from sok1x.errors import InvalidInputError
-from step_rules import RULES, hyper
+from sok1x.engine.tables import optimizer_updates
+from step_rules import RULES, every_rule_hyper, hyper
 
 COMM = MPI.COMM_WORLD
 RANK, SIZE = COMM.Get_rank(), COMM.Get_size()
@@ -45,30 +48,37 @@ def make_tables(tag):
     return names
 
 
-def step(name, keys, scale, rule, number, replay, checks="backward"):
+def step(name, keys, scale, rule, number, replay, checks="backward", prefix=None, given=None):
     """A dense lookup, backward and update of `name`; returns host copies of (output, values,
-    rows). scale None: the output itself is the top gradient."""
+    rows). scale None: the output itself is the top gradient; prefix and given: the update's
+    slot prefix and hyper-parameters, where not RULES' and step_rules.hyper's."""
     out, token = api.dense_lookup(name, name + "_fwd", keys, True, checks=checks,
                                   replay=replay)
     copied = np.array(out)  # the replayed output is rewritten by the next replay
     grads = out if scale is None else out * scale
     values, rows = api.dense_lookup_grad(name, name + "_bwd", token, grads)
     copies = np.array(values), np.array(rows)
-    api.apply_optimizer_updates([name], rule, RULES[rule][0], {}, hyper(rule, number),
-                                [values], [rows])
+    api.apply_optimizer_updates([name], rule, prefix or RULES[rule][0], {},
+                                given or hyper(rule, number), [values], [rows])
     return (copied,) + copies
 
 
-def assert_same_tables(names, rule):
+def assert_same_tables(names, rule=None):
     a, b = (api.shard(name) for name in names)
     np.testing.assert_array_equal(a.values, b.values)
-    for slot in RULES[rule][1]:
-        np.testing.assert_array_equal(a.slot(slot), b.slot(slot))
+    assert sorted(a.slots) == sorted(b.slots)
+    for slot in a.slots:
+        np.testing.assert_array_equal(a.slots[slot], b.slots[slot])
 
 
 def held():
     with runtime.entered() as rt:
         return replayed_step.classes_held(rt), replayed_step.held_bytes(rt)
+
+
+def updates_replayed():
+    with runtime.entered() as rt:
+        return replayed_step.updates_recorded(rt)
 
 
 def run_both(names, keys, scale, rule, number, checks="backward"):
@@ -94,6 +104,7 @@ def test_replayed_equals_uncaptured(rule, top, checks):
     if SIZE == 1:  # recorded at the second step and replayed since
         assert classes == 1
         assert nbytes >= 26 * 8 + 26 * DIM * 4  # its fixed keys and output at least
+        assert updates_replayed() == 1  # the update from the fourth step on
     else:  # several ranks exchange keys: nothing is recorded
         assert classes == 0
 
@@ -199,3 +210,44 @@ def test_work_that_cannot_be_recorded_stays_uncaptured(monkeypatch):
     for number in range(1, 7):
         run_both(names, rng.integers(0, ROWS * SIZE, size=9), None, "lazy_adam", number)
     assert held() == (0, 0)
+
+
+@pytest.mark.parametrize("rule", sorted(optimizer_updates.RULES))
+def test_every_rule_is_replayed_with_each_steps_hyper_parameters(rule):
+    names = make_tables("rule_" + rule)
+    rng = np.random.default_rng([37, RANK])
+    for number in range(1, 9):
+        keys = rng.integers(0, ROWS * SIZE, size=(11, 2))
+        got = step(names[0], keys, np.float32(0.75), rule, number, True, prefix="R",
+                   given=every_rule_hyper(rule, number))
+        want = step(names[1], keys, np.float32(0.75), rule, number, False, prefix="R",
+                    given=every_rule_hyper(rule, number))
+        for a, b in zip(got, want):
+            np.testing.assert_array_equal(a, b)
+        assert_same_tables(names)
+    assert updates_replayed() == (1 if SIZE == 1 else 0)
+
+
+def test_an_update_whose_slot_moved_is_recorded_again():
+    names = make_tables("moved")
+    rng = np.random.default_rng([41, RANK])
+    for number in range(1, 11):
+        if number == 6:  # as a load that gives the table new slot arrays would
+            for name in names:
+                shard = api.shard(name)
+                shard.slots["Adam/m"] = shard.slots["Adam/m"].copy()
+        run_both(names, rng.integers(0, ROWS * SIZE, size=8), None, "lazy_adam", number)
+    assert updates_replayed() == (1 if SIZE == 1 else 0)
+
+
+def test_a_hyper_parameter_array_of_the_wrong_length_is_refused():
+    with runtime.entered() as rt:
+        backend = rt.backend
+        var = backend.asarray(np.ones((4, 2), np.float32))
+        accum = backend.asarray(np.ones((4, 2), np.float32))
+        rows = backend.asarray(np.array([1, 3], np.int64))
+        grads = backend.asarray(np.ones((2, 2), np.float32))
+        with backend.hyper_given(backend.asarray(np.array([0.1], np.float32))):
+            with pytest.raises(ValueError, match="2 hyper-parameters"):
+                backend.update_adagrad(var, accum, rows, grads, 0.1, 1e-7)
+        np.testing.assert_array_equal(backend.to_host(var), np.ones((4, 2), np.float32))

@@ -19,6 +19,8 @@ from sok1x.backend.cpu.hash import (  # noqa: F401  (part of the op set)
     scramble,
 )
 from sok1x.backend.cpu import optimizers as cpu_optimizers
+from sok1x.backend.cpu.aligned import exportable  # noqa: F401  (part of the op set)
+from sok1x.backend.given_hyper import hyper_given  # noqa: F401  (part of the op set: D14)
 from sok1x.backend.cpu.rerun import captured_work  # noqa: F401  (part of the op set: D14)
 from sok1x.backend.cpu.eviction import (  # noqa: F401  (part of the op set)
     count_evictable,
@@ -613,21 +615,6 @@ def synchronize_device():
     """Nothing queued on the host: the cpu backend's work is done when its calls return."""
 
 
-_ALIGNMENT = 64  # TensorFlow refuses (aborts on) tensors whose data is not 64-byte aligned
-
-
-def exportable(array):
-    """Returns `array` as to_dlpack hands it over without a copy: C-contiguous and 64-byte
-    aligned (copied if it is not). The engine passes rows it will recognise (distinct_rows)
-    through it, so the framework hands the same memory back."""
-    array = np.asarray(array)
-    if not array.flags.c_contiguous or array.ctypes.data % _ALIGNMENT:
-        raw = np.empty(array.nbytes + _ALIGNMENT, dtype=np.uint8)
-        start = -raw.ctypes.data % _ALIGNMENT
-        aligned = raw[start:start + array.nbytes].view(array.dtype).reshape(array.shape)
-        aligned[...] = array
-        array = aligned
-    return array
 
 
 def to_dlpack(array):

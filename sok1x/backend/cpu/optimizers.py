@@ -6,7 +6,8 @@ Every function changes its state arrays (float32 [capacity, dim]) in place and r
            padded position (a step's buffers sized by its keys, not its rows: DESIGN D14), skipped
            with its gradient
     grads: float32 [n, dim], the (already summed) gradient of each of those rows
-Hyper-parameters are Python or NumPy scalars, used as float32 as TensorFlow does.
+Hyper-parameters are Python or NumPy scalars, used as float32 as TensorFlow does (inside
+hyper_given(array): the array's values, as a replayed step's cuda kernels read them).
 Functions named *_all_rows also decay the state of rows without a gradient, as TensorFlow's sparse
 Adam and Keras' RMSprop without momentum do; the others touch only `rows`.
 """
@@ -15,35 +16,46 @@ import inspect
 
 import numpy as np
 
+from sok1x.backend import given_hyper
 
-def _padding_skipped(update):
-    """Decorator: `update` sees only the rows >= 0 of its `rows` argument and their gradients
-    (a copy is made only where a row is negative)."""
-    names = list(inspect.signature(update).parameters)
-    at_rows, at_grads = names.index("rows"), names.index("grads")
 
-    @functools.wraps(update)
-    def skipping(*args):
-        rows = np.asarray(args[at_rows])
-        used = rows >= 0
-        if rows.shape[0] and not used.all():
-            args = list(args)
-            args[at_rows], args[at_grads] = rows[used], np.asarray(args[at_grads])[used]
-        return update(*args)
-    return skipping
+def _update(*hyper):
+    """Decorator of an update whose hyper-parameters are the parameters named `hyper`, in order:
+    it sees only the rows >= 0 of its `rows` argument and their gradients (a copy is made only
+    where a row is negative), and inside hyper_given(array) the array's values as `hyper`."""
+    def decorate(update):
+        names = list(inspect.signature(update).parameters)
+        at_rows, at_grads = names.index("rows"), names.index("grads")
+        at_hyper = [names.index(name) for name in hyper]
+
+        @functools.wraps(update)
+        def on_used_rows(*args):
+            rows, given = np.asarray(args[at_rows]), given_hyper.given(len(hyper))
+            used = rows >= 0
+            trimmed = rows.shape[0] and not used.all()
+            if trimmed or given is not None:
+                args = list(args)
+            if trimmed:
+                args[at_rows], args[at_grads] = rows[used], np.asarray(args[at_grads])[used]
+            if given is not None:
+                for at, value in zip(at_hyper, given):
+                    args[at] = value
+            return update(*args)
+        return on_used_rows
+    return decorate
 
 
 def _f32(value):
     return np.float32(value)
 
 
-@_padding_skipped
+@_update("lr")
 def update_sgd(var, rows, grads, lr):
     """Gradient descent: var[rows] -= lr * g."""
     var[rows] -= _f32(lr) * grads
 
 
-@_padding_skipped
+@_update("lr", "momentum")
 def update_momentum(var, accum, rows, grads, lr, momentum, nesterov):
     """tf.compat.v1.train.MomentumOptimizer: accum = accum * momentum + g; var -= lr * accum
     (nesterov: var -= lr * g + lr * momentum * accum)."""
@@ -56,7 +68,7 @@ def update_momentum(var, accum, rows, grads, lr, momentum, nesterov):
         var[rows] -= new_accum * lr
 
 
-@_padding_skipped
+@_update("lr", "momentum")
 def update_keras_momentum(var, accum, rows, grads, lr, momentum, nesterov):
     """Keras SGD with momentum: accum = accum * momentum - lr * g; var += accum
     (nesterov: var += momentum * accum - lr * g)."""
@@ -69,7 +81,7 @@ def update_keras_momentum(var, accum, rows, grads, lr, momentum, nesterov):
         var[rows] += new_accum
 
 
-@_padding_skipped
+@_update("lr", "epsilon")
 def update_adagrad(var, accum, rows, grads, lr, epsilon):
     """Adagrad: accum += g^2; var -= lr * g / (sqrt(accum) + epsilon) (epsilon 0 for TF1's)."""
     new_accum = accum[rows] + grads * grads
@@ -77,7 +89,7 @@ def update_adagrad(var, accum, rows, grads, lr, epsilon):
     var[rows] -= _f32(lr) * grads / (np.sqrt(new_accum) + _f32(epsilon))
 
 
-@_padding_skipped
+@_update("lr", "lr_power", "l1", "l2", "l2_shrinkage")
 def update_ftrl(var, accum, linear, rows, grads, lr, lr_power, l1, l2, l2_shrinkage):
     """FTRL-proximal (TensorFlow's SparseApplyFtrlV2; l2_shrinkage 0 is SparseApplyFtrl):
     g' = g + 2 * l2_shrinkage * var; new_accum = accum + g^2;
@@ -101,7 +113,7 @@ def update_ftrl(var, accum, linear, rows, grads, lr, lr_power, l1, l2, l2_shrink
     linear[rows] = new_linear
 
 
-@_padding_skipped
+@_update("lr", "rho", "momentum", "epsilon")
 def update_rmsprop(var, ms, mom, mg, rows, grads, lr, rho, momentum, epsilon):
     """TensorFlow's SparseApplyRMSProp (mg None) / SparseApplyCenteredRMSProp:
     ms = rho * ms + (1 - rho) * g^2; [mg = rho * mg + (1 - rho) * g]
@@ -120,7 +132,7 @@ def update_rmsprop(var, ms, mom, mg, rows, grads, lr, rho, momentum, epsilon):
     var[rows] -= new_mom
 
 
-@_padding_skipped
+@_update("lr_t", "beta1", "beta2", "epsilon")
 def update_lazy_adam(var, m, v, rows, grads, lr_t, beta1, beta2, epsilon):
     """LazyAdam (tf.contrib.opt.LazyAdamOptimizer), rows with a gradient only:
     m = b1 * m + (1 - b1) * g; v = b2 * v + (1 - b2) * g^2; var -= lr_t * m / (sqrt(v) + eps).
@@ -133,7 +145,7 @@ def update_lazy_adam(var, m, v, rows, grads, lr_t, beta1, beta2, epsilon):
     var[rows] -= _f32(lr_t) * new_m / (np.sqrt(new_v) + _f32(epsilon))
 
 
-@_padding_skipped
+@_update("lr_t", "beta1", "beta2", "epsilon")
 def update_adamax(var, m, u, rows, grads, lr_t, beta1, beta2, epsilon):
     """Keras AdaMax's sparse update, rows with a gradient only: m = b1 * m + (1 - b1) * g;
     u = max(b2 * u, |g|); var -= lr_t * m / (u + eps), lr_t = lr / (1 - b1^t)."""
@@ -145,7 +157,7 @@ def update_adamax(var, m, u, rows, grads, lr_t, beta1, beta2, epsilon):
     var[rows] -= _f32(lr_t) * (new_m / (new_u + _f32(epsilon)))
 
 
-@_padding_skipped
+@_update("lr", "rho", "epsilon")
 def update_adadelta(var, accum, accum_update, rows, grads, lr, rho, epsilon):
     """TensorFlow's SparseApplyAdadelta: accum = rho * accum + (1 - rho) * g^2;
     update = sqrt(accum_update + eps) / sqrt(accum + eps) * g; var -= lr * update;
@@ -160,7 +172,7 @@ def update_adadelta(var, accum, accum_update, rows, grads, lr, rho, epsilon):
     accum_update[rows] = old_update * rho + update * update * one_minus_rho
 
 
-@_padding_skipped
+@_update("lr_t", "beta1", "beta2", "epsilon")
 def update_adam_all_rows(var, m, v, vhat, rows, grads, lr_t, beta1, beta2, epsilon):
     """Adam as TensorFlow applies it to IndexedSlices, over the whole shard: m = b1 * m and
     v = b2 * v for every row, plus (1 - b1) * g and (1 - b2) * g^2 on `rows`; with vhat (Keras'
@@ -182,7 +194,7 @@ def update_adam_all_rows(var, m, v, vhat, rows, grads, lr_t, beta1, beta2, epsil
     var -= step
 
 
-@_padding_skipped
+@_update("lr", "rho", "epsilon")
 def update_keras_rmsprop_all_rows(var, rms, mg, rows, grads, lr, rho, epsilon):
     """Keras RMSprop without momentum on IndexedSlices: rms = rho * rms for every row, plus
     (1 - rho) * g^2 on `rows` (centered: the same for mg with g); then on `rows` only

@@ -1,9 +1,11 @@
 """The cpu backend's twin of a captured CUDA graph (backend/cuda/captured_graph.py's
 captured_work): the work is kept, not done, and each replay runs it again and copies what it
 returns into the arrays of its first replay, so a caller sees what it sees on cuda: the same
-output arrays, rewritten at every replay, computed from the fixed inputs as they are when
-replay() is called."""
+output arrays (64-byte aligned, as the pool's blocks are there), rewritten at every replay,
+computed from the fixed inputs as they are when replay() is called."""
 import numpy as np
+
+from sok1x.backend.cpu.aligned import exportable
 
 
 class RerunWork:
@@ -18,7 +20,7 @@ class RerunWork:
         """Runs the work, writing its results into self.outputs."""
         fresh = self._run()
         if self.outputs is None:
-            self.outputs = fresh
+            self.outputs = fresh and [None if out is None else exportable(out) for out in fresh]
             return
         for kept, out in zip(self.outputs, fresh):
             if kept is not None:

@@ -72,6 +72,7 @@ from sok1x.backend.cuda.rows import (  # noqa: F401  (part of the op set)
     put_rows,
     take_rows,
 )
+from sok1x.backend.given_hyper import hyper_given  # noqa: F401  (part of the op set: D14)
 from sok1x.backend.cuda.optimizers import (  # noqa: F401  (part of the op set: optimizer updates)
     update_adadelta,
     update_adagrad,

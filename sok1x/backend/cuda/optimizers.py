@@ -5,9 +5,12 @@ float32 [capacity, dim] GPUArrays changed in place (or split arrays, tables/hybr
 rows the kernels find in either part), `rows` distinct int64 rows (int32 is widened; a row -1 is
 padding, skipped), `grads` float32 [len(rows), dim]; NumPy rows or grads are copied to the GPU
 first. All work is queued on the sok1x stream inside the primary context; nothing waits for the
-GPU.
+GPU. The kernels take the hyper-parameters by value, or inside backend.given_hyper.hyper_given
+read them from device memory when they run (a replayed graph's update).
 """
 import numpy as np
+
+from sok1x.backend import given_hyper
 
 from sok1x.backend.cuda.context import uses_context
 from sok1x.backend.cuda.host_row_order import host_order
@@ -29,6 +32,8 @@ from sok1x.backend.cuda.rows import take_rows
 
 _ROWS_ARGS = "PPqq"  # rows, grads, n, dim
 _STATE = "PPqP"  # a state array: common.cuh's SplitRows (device base, host base, split, pieces)
+_HYPER = "Pffffff"  # optimizers.cu's Hyper: where given, else six values
+_UNUSED = (0.0,) * 6
 
 
 @memoised_per_context
@@ -68,8 +73,13 @@ def _gradient(var, rows, grads, ordered=True):
     return rows, grads, rows.shape[0], dim
 
 
-def _scalars(*values):
-    return tuple(float(value) for value in values)
+def _hyper(*values):
+    """The kernel's Hyper argument (optimizers.cu): 0 and the values, or the address of the
+    array backend.given_hyper.hyper_given() bound, where the kernel reads them when it runs."""
+    given = given_hyper.given(len(values))
+    if given is None:
+        return (0,) + tuple(float(value) for value in values) + _UNUSED[len(values):]
+    return (ptr(given),) + _UNUSED
 
 
 @uses_context
@@ -77,8 +87,8 @@ def update_sgd(var, rows, grads, lr):
     """Gradient descent: var[rows] -= lr * g."""
     rows, grads, n, dim = _gradient(var, rows, grads)
     if n * dim:
-        launch(_kernel("update_sgd", _STATE + _ROWS_ARGS + "f"), n * dim, *split_args(var, dim),
-               ptr(rows), ptr(grads), n, dim, *_scalars(lr))
+        launch(_kernel("update_sgd", _STATE + _ROWS_ARGS + _HYPER), n * dim, *split_args(var, dim),
+               ptr(rows), ptr(grads), n, dim, *_hyper(lr))
 
 
 @uses_context
@@ -87,9 +97,9 @@ def update_momentum(var, accum, rows, grads, lr, momentum, nesterov):
     rows, grads, n, dim = _gradient(var, rows, grads)
     _state(accum, "accum", var)
     if n * dim:
-        launch(_kernel("update_momentum", _STATE * 2 + _ROWS_ARGS + "ffi"), n * dim,
+        launch(_kernel("update_momentum", _STATE * 2 + _ROWS_ARGS + _HYPER + "i"), n * dim,
                *split_args(var, dim), *split_args(accum, dim), ptr(rows), ptr(grads), n, dim,
-               *_scalars(lr, momentum), int(bool(nesterov)))
+               *_hyper(lr, momentum), int(bool(nesterov)))
 
 
 @uses_context
@@ -98,9 +108,9 @@ def update_keras_momentum(var, accum, rows, grads, lr, momentum, nesterov):
     rows, grads, n, dim = _gradient(var, rows, grads)
     _state(accum, "accum", var)
     if n * dim:
-        launch(_kernel("update_keras_momentum", _STATE * 2 + _ROWS_ARGS + "ffi"), n * dim,
+        launch(_kernel("update_keras_momentum", _STATE * 2 + _ROWS_ARGS + _HYPER + "i"), n * dim,
                *split_args(var, dim), *split_args(accum, dim), ptr(rows), ptr(grads), n, dim,
-               *_scalars(lr, momentum), int(bool(nesterov)))
+               *_hyper(lr, momentum), int(bool(nesterov)))
 
 
 @uses_context
@@ -109,9 +119,9 @@ def update_adagrad(var, accum, rows, grads, lr, epsilon):
     rows, grads, n, dim = _gradient(var, rows, grads)
     _state(accum, "accum", var)
     if n * dim:
-        launch(_kernel("update_adagrad", _STATE * 2 + _ROWS_ARGS + "ff"), n * dim,
+        launch(_kernel("update_adagrad", _STATE * 2 + _ROWS_ARGS + _HYPER), n * dim,
                *split_args(var, dim), *split_args(accum, dim), ptr(rows), ptr(grads), n, dim,
-               *_scalars(lr, epsilon))
+               *_hyper(lr, epsilon))
 
 
 @uses_context
@@ -121,9 +131,9 @@ def update_ftrl(var, accum, linear, rows, grads, lr, lr_power, l1, l2, l2_shrink
     _state(accum, "accum", var)
     _state(linear, "linear", var)
     if n * dim:
-        launch(_kernel("update_ftrl", _STATE * 3 + _ROWS_ARGS + "fffff"), n * dim,
+        launch(_kernel("update_ftrl", _STATE * 3 + _ROWS_ARGS + _HYPER), n * dim,
                *split_args(var, dim), *split_args(accum, dim), *split_args(linear, dim),
-               ptr(rows), ptr(grads), n, dim, *_scalars(lr, lr_power, l1, l2, l2_shrinkage))
+               ptr(rows), ptr(grads), n, dim, *_hyper(lr, lr_power, l1, l2, l2_shrinkage))
 
 
 @uses_context
@@ -134,10 +144,10 @@ def update_rmsprop(var, ms, mom, mg, rows, grads, lr, rho, momentum, epsilon):
     _state(mom, "mom", var)
     _state(mg, "mg", var)
     if n * dim:
-        launch(_kernel("update_rmsprop", _STATE * 4 + _ROWS_ARGS + "ffff"), n * dim,
+        launch(_kernel("update_rmsprop", _STATE * 4 + _ROWS_ARGS + _HYPER), n * dim,
                *split_args(var, dim), *split_args(ms, dim), *split_args(mom, dim),
                *split_args(mg, dim), ptr(rows), ptr(grads), n, dim,
-               *_scalars(lr, rho, momentum, epsilon))
+               *_hyper(lr, rho, momentum, epsilon))
 
 
 @uses_context
@@ -147,9 +157,9 @@ def update_lazy_adam(var, m, v, rows, grads, lr_t, beta1, beta2, epsilon):
     _state(m, "m", var)
     _state(v, "v", var)
     if n * dim:
-        launch(_kernel("update_lazy_adam", _STATE * 3 + _ROWS_ARGS + "ffff"), n * dim,
+        launch(_kernel("update_lazy_adam", _STATE * 3 + _ROWS_ARGS + _HYPER), n * dim,
                *split_args(var, dim), *split_args(m, dim), *split_args(v, dim), ptr(rows),
-               ptr(grads), n, dim, *_scalars(lr_t, beta1, beta2, epsilon))
+               ptr(grads), n, dim, *_hyper(lr_t, beta1, beta2, epsilon))
 
 
 @uses_context
@@ -159,9 +169,9 @@ def update_adamax(var, m, u, rows, grads, lr_t, beta1, beta2, epsilon):
     _state(m, "m", var)
     _state(u, "u", var)
     if n * dim:
-        launch(_kernel("update_adamax", _STATE * 3 + _ROWS_ARGS + "ffff"), n * dim,
+        launch(_kernel("update_adamax", _STATE * 3 + _ROWS_ARGS + _HYPER), n * dim,
                *split_args(var, dim), *split_args(m, dim), *split_args(u, dim), ptr(rows),
-               ptr(grads), n, dim, *_scalars(lr_t, beta1, beta2, epsilon))
+               ptr(grads), n, dim, *_hyper(lr_t, beta1, beta2, epsilon))
 
 
 @uses_context
@@ -171,9 +181,9 @@ def update_adadelta(var, accum, accum_update, rows, grads, lr, rho, epsilon):
     _state(accum, "accum", var)
     _state(accum_update, "accum_update", var)
     if n * dim:
-        launch(_kernel("update_adadelta", _STATE * 3 + _ROWS_ARGS + "fff"), n * dim,
+        launch(_kernel("update_adadelta", _STATE * 3 + _ROWS_ARGS + _HYPER), n * dim,
                *split_args(var, dim), *split_args(accum, dim), *split_args(accum_update, dim),
-               ptr(rows), ptr(grads), n, dim, *_scalars(lr, rho, epsilon))
+               ptr(rows), ptr(grads), n, dim, *_hyper(lr, rho, epsilon))
 
 
 def _positions_of_rows(num_rows, rows):
@@ -195,10 +205,10 @@ def update_adam_all_rows(var, m, v, vhat, rows, grads, lr_t, beta1, beta2, epsil
     num_rows = var.shape[0]
     if num_rows * dim:
         positions = _positions_of_rows(num_rows, rows)
-        launch(_kernel("update_adam_all_rows", _STATE * 4 + "PPqqffff"), num_rows * dim,
+        launch(_kernel("update_adam_all_rows", _STATE * 4 + "PPqq" + _HYPER), num_rows * dim,
                *split_args(var, dim), *split_args(m, dim), *split_args(v, dim),
                *split_args(vhat, dim), ptr(positions), ptr(grads), num_rows, dim,
-               *_scalars(lr_t, beta1, beta2, epsilon))
+               *_hyper(lr_t, beta1, beta2, epsilon))
 
 
 @uses_context
@@ -210,6 +220,7 @@ def update_keras_rmsprop_all_rows(var, rms, mg, rows, grads, lr, rho, epsilon):
     num_rows = var.shape[0]
     if num_rows * dim:
         positions = _positions_of_rows(num_rows, rows)
-        launch(_kernel("update_keras_rmsprop_all_rows", _STATE * 3 + "PPqqfff"), num_rows * dim,
+        launch(_kernel("update_keras_rmsprop_all_rows", _STATE * 3 + "PPqq" + _HYPER),
+               num_rows * dim,
                *split_args(var, dim), *split_args(rms, dim), *split_args(mg, dim), ptr(positions),
-               ptr(grads), num_rows, dim, *_scalars(lr, rho, epsilon))
+               ptr(grads), num_rows, dim, *_hyper(lr, rho, epsilon))

@@ -1,5 +1,5 @@
-"""A one-rank bounded step's dense lookup and its backward, recorded once per shape class and
-replayed (DESIGN D14, issue 45 item 2; SOK1X_CAPTURE=0 turns it off).
+"""A one-rank bounded step's dense lookup, its backward and its update, recorded once per shape
+class and replayed (DESIGN D14, issue 45 item 2; SOK1X_CAPTURE=0 turns it off).
 
 Which steps. A dense training lookup (api.dense_lookup) of one table whose rows follow from its
 keys (no hash table), on one rank with the bounded step on (SOK1X_BOUNDED_STEP=1, bounded_step.py:
@@ -17,22 +17,31 @@ graph on cuda; on cpu kept to run again, backend/cpu/rerun.py). From the third s
 copies its keys into the fixed array and replays: one launch for the key checks, the row lookup
 and the gather. The backward of a replayed forward is recorded at its first sight the same way
 (its top gradient read in place when it is the forward's own output, else copied into a fixed
-array) and replayed from the next. Work that cannot be recorded (CaptureError: a host wait or an
-upload inside it) leaves its class uncaptured from then on; the step that found it stands.
+array) and replayed from the next. So is the update (api.apply_optimizer_updates) of one table
+with the very (values, rows) a replayed backward returned, per optimizer rule, slot prefix and
+options: its kernels read the step's hyper-parameters (a learning rate that changes every step)
+from a small device array the host writes before each replay (backend.hyper_given), since a
+graph keeps the scalars it was recorded with; the update's time stamp (Table.stamp, a scalar of
+the step) stays outside the graph, one fill a step. An update whose table's rows or slots moved
+(a load, say) is recorded again. Work that cannot be recorded (CaptureError: a host wait or an
+upload inside it, as the all-rows rules' dense gradient) leaves its class uncaptured from then
+on; the step that found it stands.
 What the host still does per op: the op header's order checks (exchange_header.exchange_sizes:
 alone, no data crosses), the copy of the flag of the key checks (backend.read_later), the stash
 of the routing, and the reading of the flag where the uncaptured path reads it (bounded_step.py),
-so a replayed step with bad keys fails as the uncaptured one
-does, on its forward (checks="end") or its backward (checks="backward"), and changes no table.
+so a replayed step with bad keys fails as the uncaptured one does, on its forward
+(checks="end") or its backward (checks="backward"), and changes no table.
 
 Memory. A class holds its fixed keys (8 n bytes for n int64 keys), what its graph allocated (the
 bounds and flag, the rows 8 n, the output 4 n dim) and its backward's (rows, local rows and
 summed gradients as long as the keys rounded up to 8: 16 n + 4 n dim, plus a fixed gradient
-4 n dim where it is not the forward's output); held_bytes() says what all classes hold. At most
-MAX_CLASSES forward classes are kept, the oldest freed first. Any change to the job's tables
-(made, replaced, dropped: the TableRegistry calls Runtime._drop_replays) frees every class at
-once, with the memory it holds, as does shutdown (inside the device context, so nothing is freed
-at the interpreter's exit); a class whose table's rows moved is dropped at its next sight.
+4 n dim where it is not the forward's output), and each update class 4 bytes per
+hyper-parameter and what its graph allocated (nothing for a table in GPU memory); held_bytes()
+says what all classes hold. At most MAX_CLASSES forward classes are kept, the oldest freed
+first. Any change to the job's tables (made, replaced, dropped: the TableRegistry calls
+Runtime._drop_replays) frees every class at once, with the memory it holds, as does shutdown
+(inside the device context, so nothing is freed at the interpreter's exit); a class whose
+table's rows moved is dropped at its next sight.
 """
 import collections
 import functools
@@ -51,6 +60,7 @@ from sok1x.engine.lookup.key_exchange import (
     start_key_checks,
 )
 from sok1x.engine.op_order import as_op_id
+from sok1x.engine.tables import optimizer_updates
 from sok1x.errors import CaptureError
 
 ENV = "SOK1X_CAPTURE"
@@ -91,16 +101,39 @@ class _Forward:
 
 
 class _Backward:
-    """One backward shape class of a _Forward: its fixed top gradient and recorded work."""
+    """One backward shape class of a _Forward: its fixed top gradient, recorded work and update
+    classes."""
 
     def __init__(self, grads, own, work):
         self.grads, self.own, self.work = grads, own, work
+        self.updates = {}  # (rule, slot prefix, options) -> _Update
 
     @property
     def held_bytes(self):
         if self.work is None:
             return 0
-        return self.work.held_bytes + (0 if self.own else int(self.grads.nbytes))
+        return (self.work.held_bytes + (0 if self.own else int(self.grads.nbytes))
+                + sum(u.held_bytes for u in self.updates.values()))
+
+    def free(self):
+        for update in self.updates.values():
+            update.free()
+        self.updates = {}
+        if self.work is not None:
+            self.work.free()
+
+
+class _Update:
+    """One update class of a _Backward: the array its kernels read the hyper-parameters from,
+    where the table's rows and slots were when it was recorded, and its recorded work (None:
+    refused, the update stays uncaptured)."""
+
+    def __init__(self, given, where, work):
+        self.given, self.where, self.work = given, where, work
+
+    @property
+    def held_bytes(self):
+        return int(self.given.nbytes) + (0 if self.work is None else self.work.held_bytes)
 
     def free(self):
         if self.work is not None:
@@ -114,6 +147,7 @@ class _Classes:
         self.version = version
         self.forwards = collections.OrderedDict()
         self.by_rows = {}  # id of a class's fixed rows array -> the class (its backward's key)
+        self.by_gradient = {}  # id of a backward's summed gradient -> (_Forward, _Backward)
         self.sightings = collections.Counter()
         self.refused = set()  # classes whose work could not be recorded: uncaptured from then on
 
@@ -122,6 +156,7 @@ class _Classes:
             entry.free()
         self.forwards.clear()
         self.by_rows.clear()
+        self.by_gradient.clear()
         self.sightings.clear()
         self.refused.clear()
 
@@ -232,6 +267,9 @@ def _drop(classes, key):
     entry = classes.forwards.pop(key)
     if entry.routing is not None:
         classes.by_rows.pop(id(entry.routing.owner_rows), None)
+    for backward in entry.backwards.values():
+        if backward.work is not None and backward.work.outputs is not None:
+            classes.by_gradient.pop(id(backward.work.outputs[1]), None)
     entry.free()
 
 
@@ -270,7 +308,62 @@ def backward(runtime, table, op, routing, grads):
     bounded_step.raise_if_set(runtime, deferred)  # the forward's checks, this work queued
     rows = backend.exportable(out[0])
     distinct_rows.remember(rows)
+    if recorded is not None and recorded.work is not None and rows is out[0]:
+        classes.by_gradient[id(out[1])] = (entry, recorded)  # its update may be replayed
     return out[1], rows
+
+
+def update(runtime, tables, rule_name, slot_prefix, options, hyper, values_list, rows_list):
+    """api.apply_optimizer_updates' replayed path: the update of one table with the (values,
+    rows) a replayed backward returned, recorded at its first sight per (rule, slot prefix,
+    options) and replayed from the next, its kernels reading this step's hyper-parameters from
+    an array written before the replay (backend.hyper_given). Returns [rows updated] as
+    optimizer_updates.apply_updates does, or None where the uncaptured path must run. Raises as
+    that path does for an unknown rule or a missing hyper-parameter."""
+    classes = runtime.replays
+    if classes is None or not classes.by_gradient or len(tables) != 1:
+        return None
+    found = classes.by_gradient.get(id(values_list[0]))
+    if found is None:
+        return None
+    entry, backward = found
+    out, table = backward.work.outputs, tables[0]
+    if out is None or values_list[0] is not out[1] or rows_list[0] is not out[0] or (
+            table is not entry.table):
+        return None
+    rule = optimizer_updates.checked_rule(rule_name, hyper)
+    options = dict(options or {})
+    backend = runtime.backend
+    slots = {name: table.slot(optimizer_updates.slot_key(slot_prefix, name), initial)
+             for name, initial in rule.slots(options)}
+    where = (_where(table),) + tuple(backend.address_of(s) for s in slots.values())
+    key = (rule_name, slot_prefix, tuple(sorted(options.items())))
+    recorded = backward.updates.get(key)
+    if recorded is not None and recorded.where != where:  # rows or slots moved (a load, say)
+        backward.updates.pop(key).free()
+        recorded = None
+    given = np.array([hyper[name] for name in rule.hyper_names], dtype=np.float32)
+    if recorded is None:  # first sight: this step's update eagerly, then recorded
+        fixed = backend.empty(given.shape, np.float32)
+        backend.write_rows(fixed, 0, given)
+        run = functools.partial(_update_run, backend, table, rule, slots, out, fixed, hyper,
+                                options)
+        run()
+        backward.updates[key] = _Update(fixed, where, _recorded(backend, run))
+    elif recorded.work is None:
+        return None
+    else:
+        backend.write_rows(recorded.given, 0, given)
+        recorded.work.replay()
+    table.stamp(out[0])  # outside the graph: its time is a scalar of this step
+    return [int(out[0].shape[0])]
+
+
+def _update_run(backend, table, rule, slots, gradient, given, hyper, options):
+    """The device work of an update of `table` by optimizer `rule` with a replayed backward's
+    `gradient` [rows, summed, ...], its hyper-parameters read from `given`."""
+    with backend.hyper_given(given):
+        table.apply_update(rule.update, slots, gradient[0], gradient[1], hyper, options)
 
 
 def _backward_run(backend, table, routing, grads, pieces):
@@ -283,6 +376,15 @@ def held_bytes(runtime):
     """Device bytes the runtime's shape classes hold (module docstring)."""
     classes = runtime.replays
     return 0 if classes is None else sum(e.held_bytes for e in classes.forwards.values())
+
+
+def updates_recorded(runtime):
+    """How many updates the runtime's shape classes replay (recorded, not refused)."""
+    if runtime.replays is None:
+        return 0
+    return sum(1 for entry in runtime.replays.forwards.values()
+               for backward in entry.backwards.values()
+               for update in backward.updates.values() if update.work is not None)
 
 
 def classes_held(runtime):

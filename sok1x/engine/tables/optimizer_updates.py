@@ -179,7 +179,9 @@ def _rule(name):
     return rule
 
 
-def _checked_rule(rule_name, hyper):
+def checked_rule(rule_name, hyper):
+    """The Rule named `rule_name`; raises Sok1xError for an unknown rule or a hyper-parameter
+    it reads that `hyper` (name -> float) lacks."""
     rule = _rule(rule_name)
     missing = [name for name in rule.hyper_names if name not in hyper]
     if missing:
@@ -215,7 +217,7 @@ def apply_update(backend, table, rule_name, slot_prefix, options, hyper, values,
     options: dict of constants (see the table above); hyper: dict name -> float for this step.
     Returns the number of distinct rows that had a gradient. Raises InvalidInputError for a
     gradient that does not fit the shard, before anything changes."""
-    rule = _checked_rule(rule_name, hyper)
+    rule = checked_rule(rule_name, hyper)
     options = dict(options or {})
     values, rows, known_distinct = _checked_gradient(backend, table, values, rows)
     if known_distinct:  # the lookup's own backward rows: nothing to sum
@@ -238,7 +240,7 @@ def apply_updates(backend, tables, rule_name, slot_prefix, options, hyper, value
     group's rows and slots; any other table alone. Returns per table the number of distinct rows
     that had a gradient. Raises InvalidInputError for a gradient that does not fit, before any
     group changes."""
-    _checked_rule(rule_name, hyper)
+    checked_rule(rule_name, hyper)
     options = dict(options or {})
     counts = [None] * len(tables)
     joined = group_gradients.group_gradients(backend, tables, values_list, rows_list)
@@ -257,7 +259,7 @@ def apply_updates(backend, tables, rule_name, slot_prefix, options, hyper, value
 def apply_group_update(backend, group, rule_name, slot_prefix, options, hyper, rows, summed):
     """Applies optimizer `rule_name` to a TableGroup's flat rows: rows distinct (flat row ids),
     summed their gradient values."""
-    rule = _checked_rule(rule_name, hyper)
+    rule = checked_rule(rule_name, hyper)
     options = dict(options or {})
     slots = {name: group.slot(slot_key(slot_prefix, name), initial)
              for name, initial in rule.slots(options)}

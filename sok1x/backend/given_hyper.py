@@ -1,0 +1,39 @@
+"""Where the optimizer updates of either backend take their hyper-parameters from (DESIGN D14).
+
+    with backend.hyper_given(array):   # float32 [k], the k hyper-parameters of the update
+        backend.update_lazy_adam(...)  # reads array's values, not its float arguments
+
+A replayed CUDA graph keeps the scalars its kernels were recorded with, so the update a replayed
+step records reads the step's learning rate from a small array the host writes before each
+replay (engine/lookup/replayed_step.py): on cuda the kernels read it from device memory when they
+run (optimizers.cu's Hyper), on cpu the update reads it when it is called, as the cpu twin of a
+replay calls it again. The values are in the order the update function takes them, which is the
+order of its rule's hyper_names (engine/tables/optimizer_updates.py).
+"""
+import contextlib
+
+import numpy as np
+
+_given = [None]  # the array hyper_given() bound, or None
+
+
+@contextlib.contextmanager
+def hyper_given(array):
+    """Inside it, every optimizer update takes its hyper-parameters from `array` (module
+    docstring). Nothing is read or queued here."""
+    outer = _given[0]
+    _given[0] = array
+    try:
+        yield
+    finally:
+        _given[0] = outer
+
+
+def given(count):
+    """The array hyper_given() bound, checked to hold `count` float32 values, or None where none
+    is bound. Raises ValueError for another array."""
+    array = _given[0]
+    if array is not None and (array.dtype != np.float32 or tuple(array.shape) != (count,)):
+        raise ValueError("hyper_given: an update of %d hyper-parameters was given a %s %s array"
+                         % (count, array.dtype, list(array.shape)))
+    return array
