@@ -47,8 +47,11 @@ exchange, update: LazyAdam, Adagrad for mlperf26) five ways:
                    checks to the backward and the backward's rows are padded to the keys, so
                    the host waits once a step, not twice (the same on several ranks)
     sok1x_replayed sok1x_bounded with the dense lookup passing replay=True (one table: seed,
-                   dlrm): on one rank its forward and backward are recorded once as CUDA graphs
-                   and replayed (engine/lookup/replayed_step.py); the update is not yet
+                   dlrm): on one rank its forward, backward and update are recorded once as
+                   CUDA graphs and replayed (engine/lookup/replayed_step.py); its GPU floor
+                   (those graphs replayed back to back, no host work: not the key copy, the
+                   hyper-parameters' write or the update's time stamp) is reported beside it,
+                   whole and per graph
     torch_dedup    the strongest plain-PyTorch step we could write: torch.unique before the
                    exchange, all_to_all_single, index_select, the same optimizer on the unique
                    rows; for several tables, the tables concatenated with key offsets into one
@@ -84,7 +87,7 @@ from torch.utils import dlpack as torch_dlpack
 
 from sok1x.backend import random_init
 from sok1x.engine import api, runtime
-from sok1x.engine.lookup import bounded_step
+from sok1x.engine.lookup import bounded_step, replayed_step
 
 import harness
 import sok_steps
@@ -570,6 +573,8 @@ def run_workload(rt, name, device, steps, repeats, scale, pcie):
         harness.profile_steps(rt, timed[variant], synchronize, "%s %s, %d GPU(s)" % (
             name, variant, rt.size))
     graph_floor_ms = None if graph is None else job_max(graph.floor_ms())  # changes its shard
+    replayed_floor = (replayed_floor_ms(rt, synchronize) if "sok1x_replayed" in timed
+                      else None)  # changes the tables: after every figure too
 
     entries = []
     for variant in runs:
@@ -590,6 +595,8 @@ def run_workload(rt, name, device, steps, repeats, scale, pcie):
             entry["per_step_counts"] = bounded_counts
         if variant == "sok1x_replayed":
             entry["per_step_counts"] = replayed_counts
+            if replayed_floor is not None:
+                entry["replayed_floor_ms"], entry["replayed_floor_parts_ms"] = replayed_floor
         if variant == "sok1x_kernels":
             entry["stand_in_us"] = stand_in_us
         if variant in ("torch_graph", "sok1x_device") and graph_floor_ms is not None:
@@ -605,6 +612,10 @@ def run_workload(rt, name, device, steps, repeats, scale, pcie):
     if graph_floor_ms is not None:
         say("%-8s torch_graph's GPU floor (its graph replayed back to back): %.3f ms"
             % (name, graph_floor_ms))
+    if replayed_floor is not None:
+        say("%-8s sok1x_replayed's GPU floor (its graphs replayed back to back): %.3f ms "
+            "(forward, backward, update alone: %s)" % (name, replayed_floor[0], ", ".join(
+                "%.3f" % part for part in replayed_floor[1])))
     if name == "mlperf26" and device.type == "cuda":
         bandwidth = device_bandwidth(device, rt.size)
         floor_ms, floor_bytes = step_floor(w, workloads.table_batches(w, rt.rank, rt.size),
@@ -713,6 +724,29 @@ def run_dynamic(rt, device, steps, repeats, scale):
     for name in names.values():
         rt.tables.pop(name, None)
     return entries
+
+
+def replayed_floor_ms(rt, synchronize, replays=20):
+    """The replayed step's GPU floor: (ms a step of its recorded graphs replayed back to back with
+    no host work between them, [ms of each graph replayed alone]: forward, backward, update), or
+    None unless the run recorded exactly one step's graphs. Changes the tables (the update
+    replays)."""
+    with runtime.entered():
+        steps = replayed_step.recorded_works(rt)
+        if len(steps) != 1 or len(steps[0]) != 3:
+            return None
+        works = steps[0]
+
+        def timed(run):
+            synchronize()
+            started = time.perf_counter()
+            for _ in range(replays):
+                run()
+            synchronize()
+            return job_max((time.perf_counter() - started) * 1e3 / replays)
+        parts = [timed(work.replay) for work in works]
+        whole = timed(lambda: [work.replay() for work in works])
+    return whole, parts
 
 
 def per_step_counts(rt, run, synchronize, steps=5):

@@ -140,6 +140,21 @@ def barrier():
 
 # -- timing ---------------------------------------------------------------------------------------
 
+def per_call_us(run, calls, repeats, synchronize):
+    """Median (min, max) host microseconds per call of run() over `repeats` rounds of `calls`,
+    each round after synchronize() (few enough calls that the GPU's launch queue never fills
+    and blocks the host: what is timed is the host's own work)."""
+    run()
+    rounds = []
+    for _ in range(repeats):
+        synchronize()
+        start = time.perf_counter()
+        for _ in range(calls):
+            run()
+        rounds.append((time.perf_counter() - start) * 1e6 / calls)
+    return {"median_us": median(rounds), "min_us": min(rounds), "max_us": max(rounds)}
+
+
 def median(values):
     """The median of `values`, as a float."""
     return float(np.median(np.asarray(values, dtype=np.float64)))

@@ -24,27 +24,11 @@ framework:
 
 Together these say what a step's seam adds per op beside the engine's own per-op cost.
 """
-import time
 
 import numpy as np
 
 import harness
 import torch_kernels
-
-
-def per_call_us(run, calls, repeats, synchronize):
-    """Median (min, max) host microseconds per call of run() over `repeats` rounds of `calls`,
-    each round after synchronize() (few enough calls that the GPU's launch queue never fills
-    and blocks the host: what is timed is the host's own work)."""
-    run()
-    rounds = []
-    for _ in range(repeats):
-        synchronize()
-        start = time.perf_counter()
-        for _ in range(calls):
-            run()
-        rounds.append((time.perf_counter() - start) * 1e6 / calls)
-    return {"median_us": harness.median(rounds), "min_us": min(rounds), "max_us": max(rounds)}
 
 
 def main():
@@ -102,7 +86,7 @@ def main():
                           ("engine_array", engine_array), ("launch", launch),
                           ("kernel_call", kernel_call)):
             kernels.stand_in_s = 0.0
-            results[name] = per_call_us(run, calls, args.repeats, backend.synchronize)
+            results[name] = harness.per_call_us(run, calls, args.repeats, backend.synchronize)
             capsules.clear()
             exported.clear()
         stand_in_us = kernels.stand_in_s * 1e6 / (calls * args.repeats + 1)
@@ -113,9 +97,9 @@ def main():
 
         def torch_only():
             torch_dlpack.from_dlpack(made.pop())
-        results["torch_from_dlpack"] = per_call_us(torch_only, calls, args.repeats,
+        results["torch_from_dlpack"] = harness.per_call_us(torch_only, calls, args.repeats,
                                                    backend.synchronize)
-        results["export_and_torch_from_dlpack"] = per_call_us(
+        results["export_and_torch_from_dlpack"] = harness.per_call_us(
             torch_from_dlpack, calls, args.repeats, backend.synchronize)
         backend.synchronize()
     for name, figure in results.items():

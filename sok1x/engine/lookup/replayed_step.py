@@ -378,6 +378,23 @@ def held_bytes(runtime):
     return 0 if classes is None else sum(e.held_bytes for e in classes.forwards.values())
 
 
+def recorded_works(runtime):
+    """Per forward class, the recorded works a step of it replays, in order: the forward's, then
+    each recorded backward's followed by its recorded updates' (what bench/ replays back to back
+    for a replayed step's GPU floor)."""
+    if runtime.replays is None:
+        return []
+    steps = []
+    for entry in runtime.replays.forwards.values():
+        works = [entry.work]
+        for backward in entry.backwards.values():
+            if backward.work is not None:
+                works.append(backward.work)
+                works.extend(u.work for u in backward.updates.values() if u.work is not None)
+        steps.append(works)
+    return steps
+
+
 def updates_recorded(runtime):
     """How many updates the runtime's shape classes replay (recorded, not refused)."""
     if runtime.replays is None:
