@@ -615,8 +615,6 @@ def synchronize_device():
     """Nothing queued on the host: the cpu backend's work is done when its calls return."""
 
 
-
-
 def to_dlpack(array):
     """Returns a DLPack capsule over `array` (copied only if it is not C-contiguous and 64-byte
     aligned, which TensorFlow requires); the array lives until the consumer drops it."""

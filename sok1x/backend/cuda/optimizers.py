@@ -11,7 +11,6 @@ read them from device memory when they run (a replayed graph's update).
 import numpy as np
 
 from sok1x.backend import given_hyper
-
 from sok1x.backend.cuda.context import uses_context
 from sok1x.backend.cuda.host_row_order import host_order
 from sok1x.backend.cuda.kernel_launch import (
