@@ -25,6 +25,7 @@ from sok1x.backend.cuda.kernel_launch import (
     memoised_per_context,
     prepared,
     ptr,
+    row_bases,
     split_args,
 )
 from sok1x.backend.cuda.rows import take_rows
@@ -33,6 +34,7 @@ _ROWS_ARGS = "PPqq"  # rows, grads, n, dim
 _STATE = "PPqP"  # a state array: common.cuh's SplitRows (device base, host base, split, pieces)
 _HYPER = "Pffffff"  # optimizers.cu's Hyper: where given, else six values
 _UNUSED = (0.0,) * 6
+_WIDTHS = {1: "", 4: "_x4"}  # a row kernel's name suffix for the elements a thread updates
 
 
 @memoised_per_context
@@ -70,6 +72,16 @@ def _gradient(var, rows, grads, ordered=True):
     if order is not None:  # rows are distinct: the update does not depend on their order
         rows, grads = take_rows(rows, order), take_rows(grads, order)
     return rows, grads, rows.shape[0], dim
+
+
+def _lanes(dim, grads, *states):
+    """How many elements of a row one thread of a row kernel updates (optimizers.cu's
+    update_rows): 4 where dim % 4 == 0 and the gradient and every state part are 16-byte aligned
+    (the *_x4 kernel: one 16-byte access per array), else 1."""
+    if dim % 4:
+        return 1
+    bases = [ptr(grads)] + [base for state in states for base in row_bases(state)]
+    return 4 if all(base % 16 == 0 for base in bases) else 1
 
 
 def _hyper(*values):
@@ -118,9 +130,10 @@ def update_adagrad(var, accum, rows, grads, lr, epsilon):
     rows, grads, n, dim = _gradient(var, rows, grads)
     _state(accum, "accum", var)
     if n * dim:
-        launch(_kernel("update_adagrad", _STATE * 2 + _ROWS_ARGS + _HYPER), n * dim,
-               *split_args(var, dim), *split_args(accum, dim), ptr(rows), ptr(grads), n, dim,
-               *_hyper(lr, epsilon))
+        lanes = _lanes(dim, grads, var, accum)
+        launch(_kernel("update_adagrad" + _WIDTHS[lanes], _STATE * 2 + _ROWS_ARGS + _HYPER),
+               n * dim // lanes, *split_args(var, dim), *split_args(accum, dim), ptr(rows),
+               ptr(grads), n, dim, *_hyper(lr, epsilon))
 
 
 @uses_context
@@ -156,9 +169,10 @@ def update_lazy_adam(var, m, v, rows, grads, lr_t, beta1, beta2, epsilon):
     _state(m, "m", var)
     _state(v, "v", var)
     if n * dim:
-        launch(_kernel("update_lazy_adam", _STATE * 3 + _ROWS_ARGS + _HYPER), n * dim,
-               *split_args(var, dim), *split_args(m, dim), *split_args(v, dim), ptr(rows),
-               ptr(grads), n, dim, *_hyper(lr_t, beta1, beta2, epsilon))
+        lanes = _lanes(dim, grads, var, m, v)
+        launch(_kernel("update_lazy_adam" + _WIDTHS[lanes], _STATE * 3 + _ROWS_ARGS + _HYPER),
+               n * dim // lanes, *split_args(var, dim), *split_args(m, dim), *split_args(v, dim),
+               ptr(rows), ptr(grads), n, dim, *_hyper(lr_t, beta1, beta2, epsilon))
 
 
 @uses_context
