@@ -35,35 +35,34 @@ def main():
     os.environ[bounded_step.ENV] = "1"
     rt = harness.start_engine(args.backend)
     backend = rt.backend
-    keys_count, rows = 16384 // args.scale, (1 << 20) // args.scale
-    api.create_table("update_calls", DIM, rows, False, SPEC, replace=True)
+    keys_count, vocabulary = 16384 // args.scale, (1 << 20) // args.scale
+    api.create_table("update_calls", DIM, vocabulary, False, SPEC, replace=True)
     rng = harness.seeded_rng()
     hyper = sok_steps.lazy_adam_hyper(1)
 
     def step():
-        keys = backend.asarray(rng.integers(0, rows, size=keys_count))
+        keys = backend.asarray(rng.integers(0, vocabulary, size=keys_count))
         out, token = api.dense_lookup("update_calls", "fwd", keys, True, checks="backward",
                                       replay=True)
-        values, rows_ = api.dense_lookup_grad("update_calls", "bwd", token, out)
-        return values, rows_
+        return api.dense_lookup_grad("update_calls", "bwd", token, out)
 
     with runtime.entered():
         for _ in range(4):  # forward recorded at the 2nd, backward at the 3rd, update at the 4th
-            values, rows_ = step()
+            values, rows = step()
             api.apply_optimizer_updates(["update_calls"], "lazy_adam", "Adam", {}, hyper,
-                                        [values], [rows_])
-        values, rows_ = step()
+                                        [values], [rows])
+        values, rows = step()
         views = (backend.reshape(values, tuple(values.shape)),
-                 backend.reshape(rows_, tuple(rows_.shape)))
-        assert views[0] is not values and views[1] is not rows_
+                 backend.reshape(rows, tuple(rows.shape)))
+        assert views[0] is not values and views[1] is not rows
 
         def update(pair):
             return lambda: api.apply_optimizer_updates(["update_calls"], "lazy_adam", "Adam", {},
                                                        hyper, [pair[0]], [pair[1]])
-        result = {"backend": args.backend, "keys": keys_count, "rows": rows, "dim": DIM,
+        result = {"backend": args.backend, "keys": keys_count, "rows": vocabulary, "dim": DIM,
                   "calls": args.calls, "repeats": args.repeats, "parts": {},
                   "environment": harness.environment()}
-        for name, pair in (("update_uncaptured", views), ("update_replayed", (values, rows_))):
+        for name, pair in (("update_uncaptured", views), ("update_replayed", (values, rows))):
             before = backend.counts().get("launches", 0)
             update(pair)()
             launches = backend.counts().get("launches", 0) - before
