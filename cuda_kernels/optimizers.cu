@@ -18,7 +18,7 @@ typedef SplitRows<float> Rows;  // a state array, maybe split (common.cuh)
 // A rule's hyper-parameters (at most six, in the order the rule takes them): the values passed,
 // or, where `given` is set, read from device memory when the kernel runs. A replayed CUDA graph
 // keeps the scalars it was recorded with, so a captured update reads this step's learning rate
-// from an array the host fills before each replay (DESIGN D14; sok1x/backend/cuda/optimizers.py).
+// from an array the host fills before each replay (DESIGN D14; sok1x/backend/given_hyper.py).
 struct Hyper {
   const float* given;
   float value[6];
