@@ -107,6 +107,34 @@ extern "C" __global__ void add_rows_float32(float* table, const int64* rows, int
   add_rows<float>(table, rows, n, width, values);
 }
 
+// add_rows four columns a thread, for float32 rows whose width is a multiple of 4 and whose table
+// and values are 16-byte aligned: one 16-byte reduction where add_rows makes four (a single
+// instruction from sm_90 on; four scalar ones before), and a quarter of the index work.
+__device__ __forceinline__ void add_four(float* to, const float4& value) {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(to), "f"(value.x),
+               "f"(value.y), "f"(value.z), "f"(value.w)
+               : "memory");
+#else
+  atomicAdd(to, value.x);
+  atomicAdd(to + 1, value.y);
+  atomicAdd(to + 2, value.z);
+  atomicAdd(to + 3, value.w);
+#endif
+}
+
+extern "C" __global__ void add_rows_float32_x4(float* table, const int64* rows, int64 n,
+                                               int64 width, const float* values) {
+  const int64 quads = width / 4;
+  const int64 total = n * quads;
+  const float4* fours = reinterpret_cast<const float4*>(values);
+  for (int64 q = global_thread_id(); q < total; q += global_thread_count()) {
+    const int64 i = q / quads;
+    const int64 row = rows[i];
+    if (row >= 0) add_four(table + row * width + 4 * (q - i * quads), fours[q]);
+  }
+}
+
 extern "C" __global__ void add_rows_float64(double* table, const int64* rows, int64 n,
                                             int64 width, const double* values) {
   add_rows<double>(table, rows, n, width, values);

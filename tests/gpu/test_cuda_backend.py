@@ -387,6 +387,31 @@ def test_segment_sum_and_scatter_add(cuda, rng, dim, n):
     assert_sums_close(host(cuda, device_table), want)
 
 
+def test_rows_of_four_columns_go_four_to_a_thread(cuda, rng, monkeypatch):
+    """segment_sum and scatter_add_rows take add_rows_float32_x4 where the width is a multiple
+    of 4 and both arrays are 16-byte aligned (values one element into their block are not), and
+    agree with cpu either way, a negative row adding nothing and a hot row many times."""
+    chosen, kernel = [], cuda._add_rows_kernel
+    monkeypatch.setattr(cuda, "_add_rows_kernel",
+                        lambda name: chosen.append(name) or kernel(name))
+    for dim, offset in ((12, 0), (12, 1), (6, 0)):
+        ids = rng.integers(-1, 40, size=3000)
+        ids[::3] = 7
+        flat = rng.standard_normal((3000 * dim + offset,)).astype(np.float32)
+        values = flat[offset:].reshape(3000, dim)
+        with cuda_context.entered():  # PyCUDA makes a view with the context current
+            device_values = cuda.asarray(flat)[offset:].reshape(3000, dim)
+        used = ids >= 0
+        want = cpu.segment_sum(values[used], ids[used], 40)
+        got = cuda.segment_sum(device_values, cuda.asarray(ids), 40)
+        assert_sums_close(host(cuda, got), want)
+        table = rng.standard_normal((40, dim)).astype(np.float32)
+        device_table = cuda.asarray(table)
+        cuda.scatter_add_rows(device_table, cuda.asarray(ids), device_values)
+        assert_sums_close(host(cuda, device_table), table + want)
+    assert chosen == ["float32_x4"] * 2 + ["float32"] * 4
+
+
 def test_segment_sum_1d_and_float64(cuda, rng):
     values = rng.standard_normal(3000)
     ids = rng.integers(0, 10, size=3000)
