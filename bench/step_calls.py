@@ -4,6 +4,8 @@ tables (dlrm26), where issue 17 wants 26 tables to cost what one costs on a host
     python bench/step_calls.py --out results/step_calls.json     # cpu backend, one process
     python bench/step_calls.py --workloads dlrm,dlrm26 --scale 64 --steps 20
     python bench/step_calls.py --hashed      # the same as v1 hash tables (dlrm26: a hash group)
+    python bench/step_calls.py --backend cuda --workloads dlrm --scale 1 --replayed \
+        --stats results/replayed.txt         # the replayed step's host work (one rank)
 
 Per workload (workloads.py), framework_step.py's sok1x_device step (sok_steps.EngineStep:
 forward lookup, backward, LazyAdam update through engine/api.py, dense for one table, keyed for
@@ -23,6 +25,7 @@ import numpy as np
 
 from sok1x.backend import random_init
 from sok1x.engine import runtime
+from sok1x.engine.lookup import bounded_step
 
 import harness
 import sok_steps
@@ -44,6 +47,10 @@ def parse_args(argv):
     parser.add_argument("--hashed", action="store_true",
                         help="the tables as v1 hash tables (use_hashtable): dlrm26's are then "
                              "one hash group")
+    parser.add_argument("--replayed", action="store_true",
+                        help="one-table workloads as framework_step.py's sok1x_replayed: the "
+                             "bounded step (SOK1X_BOUNDED_STEP=1) with replay=True, so what is "
+                             "profiled is the host's work around the replayed graphs")
     parser.add_argument("--top", type=int, default=15,
                         help="functions listed whose calls per step differ most")
     parser.add_argument("--stats", default=None,
@@ -98,7 +105,8 @@ def calls_per_step(profile, steps):
 class Case:
     """One workload's tables, batches and step (sok_steps.EngineStep on engine arrays)."""
 
-    def __init__(self, rt, name, scale, features=26, segment_ids=False, hashed=False):
+    def __init__(self, rt, name, scale, features=26, segment_ids=False, hashed=False,
+                 replayed=False):
         w = workloads.workload(name, rt.size, scale)
         if w.name in ("dlrm", "dlrm26", "dlrm26_hash") and features != w.slots:
             w = w._replace(slots=features, tables=w.tables and (w.vocab,) * features,
@@ -106,6 +114,7 @@ class Case:
         self.w = w = w._replace(hashed=w.hashed or hashed)
         self.names = sok_steps.make_tables(rt, w, SPEC)
         self.step = sok_steps.EngineStep(rt, w, self.names, segment_ids)
+        self.step.replay = replayed and w.tables is None
         if w.tables is None:
             keys = workloads.Batches(w, rt.rank, rt.size).keys
         else:  # the batch as one keyed array, table after table
@@ -158,9 +167,12 @@ def report(names, calls, top):
 
 def main(argv):
     args = parse_args(argv)
+    if args.replayed:
+        os.environ[bounded_step.ENV] = "1"
     rt = harness.start_engine(args.backend)
     names = args.workloads.split(",")
-    cases = {name: Case(rt, name, args.scale, args.features, args.segment_ids, args.hashed)
+    cases = {name: Case(rt, name, args.scale, args.features, args.segment_ids, args.hashed,
+                        args.replayed)
              for name in names}
     profiles = {name: cases[name].profile(args.steps) for name in names}
     calls = {name: calls_per_step(profiles[name], args.steps) for name in names}
@@ -177,7 +189,7 @@ def main(argv):
             times[name].append(cases[name].time_ms(args.steps, rt.backend.synchronize))
     result = {"ranks": rt.size, "backend": args.backend, "scale": args.scale,
               "features": args.features, "segment_ids": args.segment_ids,
-              "hashed": args.hashed,
+              "hashed": args.hashed, "replayed": args.replayed,
               "steps_per_repeat": args.steps, "repeats": args.repeats, "workloads": {},
               "environment": harness.environment({"load": os.getloadavg()})}
     for name in names:
