@@ -199,3 +199,25 @@ def test_counts_of_more_tables_than_a_record_holds_still_arrive():
     np.testing.assert_array_equal(got, want)
     few = exchange_header.exchange_header(runtime.get(), "few_tables_header", sent[:, :2])
     np.testing.assert_array_equal(few, want[:, :2])
+
+
+@pytest.mark.skipif(SIZE != 1, reason="the one-rank header")
+def test_one_rank_header_answers_as_its_records_would():
+    """Alone, the header builds no record (exchange_header._alone); it returns what the record
+    path returns (taken where a device flag goes with the header): the counts both ways, the
+    shared values and the host copies asked for."""
+    from sok1x.engine import runtime
+    from sok1x.engine.lookup import exchange_header
+    sok.init(backend="cpu")
+    rt = runtime.get()
+    counts = np.array([[7], [9], [11]], dtype=np.int64)
+    asked = rt.backend.asarray(np.arange(5, dtype=np.int64))
+    answers = [exchange_header.exchange_sizes(
+        rt, "alone_header_%d" % i, counts, also_read=[asked], shared=lambda: [3, 4],
+        error_flag=flag) for i, flag in enumerate([None, rt.backend.zeros((1,), np.int64)])]
+    alone, recorded = answers
+    for got, want in zip(alone[:4], recorded[:4]):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    np.testing.assert_array_equal(alone.sent, [[7, 9, 11]])
+    np.testing.assert_array_equal(alone.shared, [[3, 4]])
+    assert alone.overflow is recorded.overflow is False
