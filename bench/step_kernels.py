@@ -72,8 +72,8 @@ def summarize(path, workloads, steps):
     at = {name: header.index(name) for name in (
         "Kernel Name", "gpu__time_duration.sum", "dram__bytes_read.sum",
         "dram__bytes_write.sum")}
-    scale = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "byte": 1.0, "Kbyte": 1e3,
-             "Mbyte": 1e6, "Gbyte": 1e9}
+    scale = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3,
+             "msecond": 1e3, "byte": 1.0, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9}
 
     def value(row, name):
         return float(row[at[name]].replace(",", "")) * scale.get(units[at[name]], 1.0)
