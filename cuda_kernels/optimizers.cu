@@ -25,6 +25,13 @@ struct Hyper {
   __device__ __forceinline__ float operator[](int i) const { return given ? given[i] : value[i]; }
 };
 
+// dst[i] = h.value[i] for i < count (at most 6): the host writes a replayed update's
+// hyper-parameters into its given array as one launch's arguments, with no host buffer or copy.
+extern "C" __global__ void write_hyper(float* dst, int64 count, Hyper h) {
+  const int64 i = global_thread_id();
+  if (i < count) dst[i] = h.value[i];
+}
+
 #define FOR_EACH_ELEMENT(e, total) \
   for (int64 e = global_thread_id(); e < (total); e += global_thread_count())
 

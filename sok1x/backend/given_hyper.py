@@ -15,6 +15,7 @@ import contextlib
 import numpy as np
 
 _given = [None]  # the array hyper_given() bound, or None
+MOST = 6  # hyper-parameters an update takes at most (optimizers.cu's Hyper holds six)
 
 
 @contextlib.contextmanager
@@ -37,3 +38,14 @@ def given(count):
         raise ValueError("hyper_given: an update of %d hyper-parameters was given a %s %s array"
                          % (count, array.dtype, list(array.shape)))
     return array
+
+
+def written(array, values):
+    """`values` as float32 [k] for backend.write_given(array, values), array being float32 [k]
+    with k <= MOST; raises ValueError naming both otherwise (nothing is written then)."""
+    values = np.asarray(values, dtype=np.float32).reshape(-1)
+    count = values.shape[0]
+    if array.dtype != np.float32 or tuple(array.shape) != (count,) or count > MOST:
+        raise ValueError("write_given: %d values do not fit a %s %s array (at most %d float32)"
+                         % (count, array.dtype, list(array.shape), MOST))
+    return values

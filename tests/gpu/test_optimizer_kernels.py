@@ -130,6 +130,19 @@ def test_rows_of_four_go_four_elements_to_a_thread(gpu, rng, monkeypatch):
                       "update_adagrad", "update_lazy_adam", "update_adagrad"]
 
 
+def test_given_hyper_parameters_are_written_by_one_launch(gpu):
+    """write_given puts the values where a replayed update reads them (optimizers.cu's
+    write_hyper), or refuses values that do not fit the array and writes nothing."""
+    cuda, cuda_optimizers = gpu
+    given = cuda.asarray(np.zeros(6, np.float32))
+    values = np.float32([0.5, 0.9, 0.999, 1e-8, -3.0, 7.25])
+    cuda_optimizers.write_given(given, values)
+    for wrong in ([1.0] * 5, [1.0] * 7):
+        with pytest.raises(ValueError, match="write_given"):
+            cuda_optimizers.write_given(given, wrong)
+    np.testing.assert_array_equal(cuda.to_host(given), values)
+
+
 def test_state_on_the_host_or_misshaped_is_refused(gpu):
     cuda, cuda_optimizers = gpu
     var = cuda.zeros((4, 2), np.float32)

@@ -10,7 +10,8 @@ ranks nothing is recorded; bad keys in a replayed step fail it with the uncaptur
 forward or its backward, change no table, and the replays go on after; two tables of different
 dims replay in one step; work the backend refuses to record (CaptureError) leaves its class
 uncaptured and the steps right; SOK1X_CAPTURE=0 records nothing; an update given a
-hyper-parameter array of the wrong length refuses it."""
+hyper-parameter array of the wrong length refuses it, as write_given refuses values that do not
+fit its array."""
 import numpy as np
 import pytest
 from mpi4py import MPI
@@ -251,3 +252,17 @@ def test_a_hyper_parameter_array_of_the_wrong_length_is_refused():
             with pytest.raises(ValueError, match="2 hyper-parameters"):
                 backend.update_adagrad(var, accum, rows, grads, 0.1, 1e-7)
         np.testing.assert_array_equal(backend.to_host(var), np.ones((4, 2), np.float32))
+
+
+def test_write_given_fills_the_array_or_refuses_and_writes_nothing():
+    with runtime.entered() as rt:
+        backend = rt.backend
+        given = backend.asarray(np.zeros(4, np.float32))
+        values = np.float32([0.5, 0.9, 0.999, 1e-8])
+        backend.write_given(given, values)
+        for wrong in ([1.0] * 3, [1.0] * 5):
+            with pytest.raises(ValueError, match="write_given: %d values" % len(wrong)):
+                backend.write_given(given, wrong)
+        np.testing.assert_array_equal(backend.to_host(given), values)
+        with pytest.raises(ValueError, match="at most 6"):
+            backend.write_given(backend.asarray(np.zeros(7, np.float32)), [1.0] * 7)

@@ -20,6 +20,7 @@ from sok1x.backend.cpu.hash import (  # noqa: F401  (part of the op set)
 )
 from sok1x.backend.cpu import optimizers as cpu_optimizers
 from sok1x.backend.cpu.aligned import exportable  # noqa: F401  (part of the op set)
+from sok1x.backend import given_hyper
 from sok1x.backend.given_hyper import hyper_given  # noqa: F401  (part of the op set: D14)
 from sok1x.backend.cpu.rerun import captured_work  # noqa: F401  (part of the op set: D14)
 from sok1x.backend.cpu.eviction import (  # noqa: F401  (part of the op set)
@@ -121,6 +122,11 @@ update_lazy_adam = _on_rows(cpu_optimizers.update_lazy_adam)
 update_momentum = _on_rows(cpu_optimizers.update_momentum)
 update_rmsprop = _on_rows(cpu_optimizers.update_rmsprop)
 update_sgd = _on_rows(cpu_optimizers.update_sgd)
+
+
+def write_given(array, values):
+    """array[:] = values: the hyper-parameters an update reads from `array` (given_hyper.py)."""
+    array[...] = given_hyper.written(array, values)
 
 
 def release_unused():

@@ -85,6 +85,7 @@ from sok1x.backend.cuda.optimizers import (  # noqa: F401  (part of the op set: 
     update_momentum,
     update_rmsprop,
     update_sgd,
+    write_given,
 )
 from sok1x.backend.cuda.kernel_launch import (
     COUNTS,

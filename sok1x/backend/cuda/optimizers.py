@@ -94,6 +94,19 @@ def _hyper(*values):
 
 
 @uses_context
+def write_given(array, values):
+    """array[:] = values, queued: float32 hyper-parameters for the array an update reads them
+    from (given_hyper.py), carried by one launch's arguments (optimizers.cu's write_hyper)
+    rather than uploaded through a host buffer."""
+    array = device_array(array, "given")
+    values = given_hyper.written(array, values)
+    count = values.shape[0]
+    if count:
+        launch(_kernel("write_hyper", "Pq" + _HYPER), count, ptr(array), count, 0,
+               *(tuple(float(v) for v in values) + _UNUSED[count:]))
+
+
+@uses_context
 def update_sgd(var, rows, grads, lr):
     """Gradient descent: var[rows] -= lr * g."""
     rows, grads, n, dim = _gradient(var, rows, grads)

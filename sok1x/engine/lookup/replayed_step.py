@@ -345,7 +345,7 @@ def update(runtime, tables, rule_name, slot_prefix, options, hyper, values_list,
     given = np.array([hyper[name] for name in rule.hyper_names], dtype=np.float32)
     if recorded is None:  # first sight: this step's update eagerly, then recorded
         fixed = backend.empty(given.shape, np.float32)
-        backend.write_rows(fixed, 0, given)
+        backend.write_given(fixed, given)
         run = functools.partial(_update_run, backend, table, rule, slots, out, fixed, hyper,
                                 options)
         run()
@@ -353,7 +353,7 @@ def update(runtime, tables, rule_name, slot_prefix, options, hyper, values_list,
     elif recorded.work is None:
         return None
     else:
-        backend.write_rows(recorded.given, 0, given)
+        backend.write_given(recorded.given, given)
         recorded.work.replay()
     table.stamp(out[0])  # outside the graph: its time is a scalar of this step
     return [int(out[0].shape[0])]
