@@ -7,8 +7,6 @@ and back without a copy.
 Each call holds runtime.LOCK, so at most one engine call (and one collective) runs at a time in a
 process; each collective call is made by every rank in the same order (graph_ops/ordering.py).
 """
-import contextlib
-
 import numpy as np
 
 from sok1x.backend.random_init import InitializerSpec
@@ -38,13 +36,24 @@ from sok1x.engine.lookup.keyed import KeyedInput  # noqa: F401  (part of the API
 from sok1x.errors import DeviceMemoryError, InvalidInputError, Sok1xError
 
 
-@contextlib.contextmanager
-def _step():
+class _Step:
     """Enters the engine for a collective call of a step; if it raises (on every rank, as
-    collective errors are), the step is rolled back (engine/lookup/step_journal.py). Yields the
-    Runtime."""
-    with _runtime.entered() as rt, rt.journal.guard():
-        yield rt
+    collective errors are), the step is rolled back (engine/lookup/step_journal.py). Gives the
+    Runtime. A class rather than a generator: every step's calls enter it."""
+    __slots__ = ("_entered", "_runtime")
+
+    def __enter__(self):
+        self._entered = _runtime.entered()
+        self._runtime = self._entered.__enter__()
+        return self._runtime
+
+    def __exit__(self, kind, exc, traceback):
+        try:
+            if exc is not None:
+                self._runtime.journal.failed(exc)
+        finally:
+            self._entered.__exit__(kind, exc, traceback)
+        return False
 
 
 def _ready_table(runtime, name):
@@ -178,7 +187,7 @@ def dense_lookup(table_name, op, keys, training, row_shape=None, checks="end", r
     replay=True: the caller is done with this output and its backward's before it calls this
     lookup again, so such a bounded step may be replayed from a recorded shape class, writing
     them into the same arrays each time (engine/lookup/replayed_step.py, SOK1X_CAPTURE)."""
-    with _step() as rt:
+    with _Step() as rt:
         keys = rt.backend.asarray(keys)
         table = _table_for_collective(rt, table_name, op)
         error = None
@@ -201,7 +210,7 @@ def dense_lookup(table_name, op, keys, training, row_shape=None, checks="end", r
 def dense_lookup_grad(table_name, op, token, grads):
     """Collective. grads: float32 [..., dim] shaped like the forward's output. Returns
     (values float32 [u, dim], rows int64 [u]) of this rank's shard."""
-    with _step() as rt:
+    with _Step() as rt:
         table = _table_for_collective(rt, table_name, op)
         routing = _forward_state(rt, table_name, token, op)
         grads = rt.backend.asarray(grads)
@@ -220,7 +229,7 @@ def sparse_lookup(table_name, op, indices, values, dense_shape, slot_num, max_nn
     (float32 [batch, slot_num, dim] pooled by `combiner`, token for sparse_lookup_grad)."""
     if combiner not in COMBINERS:
         raise ValueError("combiner must be one of %s, got %r" % (COMBINERS, combiner))
-    with _step() as rt:
+    with _Step() as rt:
         backend = rt.backend
         table = _table_for_collective(rt, table_name, op)
         indices, keys = backend.asarray(indices), backend.asarray(values)
@@ -247,7 +256,7 @@ def sparse_lookup(table_name, op, indices, values, dense_shape, slot_num, max_nn
 
 def sparse_lookup_grad(table_name, op, token, grads):
     """Collective. grads: float32 [batch, slot_num, dim]. Returns (values, rows) as above."""
-    with _step() as rt:
+    with _Step() as rt:
         table = _table_for_collective(rt, table_name, op)
         state = _forward_state(rt, table_name, token, op)
         return pooled_backward_many(rt, [table], op, state, [grads])[0]
@@ -258,7 +267,7 @@ def pooled_lookup(table_names, op, inputs, training, key_limits=None):
     PooledInput per table; key_limits: per table None or the number of keys it has
     (sok1x.Variable's rows), a tighter bound than its shards' capacity. Returns (list of float32
     [num_segments_t, dim_t], token for pooled_lookup_grad)."""
-    with _step() as rt:
+    with _Step() as rt:
         tables = _tables_for_collective(rt, list(table_names), op)
         outputs, state = pooled_forward_many(rt, tables, op, list(inputs), training,
                                              key_limits=key_limits)
@@ -269,7 +278,7 @@ def pooled_lookup_grad(table_names, op, token, grads):
     """Collective. grads: per table float32 [num_segments_t, dim_t]. Returns per table (values
     [u, dim_t], rows [u]) of this rank's shard."""
     names = list(table_names)
-    with _step() as rt:
+    with _Step() as rt:
         tables = _tables_for_collective(rt, names, op)
         state = _forward_state(rt, ",".join(names), token, op)
         return pooled_backward_many(rt, tables, op, state, list(grads))
@@ -281,7 +290,7 @@ def compact_lookup(table_names, op, inputs, training, key_limits=None, itemsize=
     Returns (per table CompactRows: the pooled vectors, or the batch's distinct rows and int32
     indices of each key's row among them, whichever takes fewer bytes of `itemsize` floats;
     joined=True, tables of one dim: one JoinedRows of all; token for compact_lookup_grad)."""
-    with _step() as rt:
+    with _Step() as rt:
         tables = _tables_for_collective(rt, list(table_names), op)
         rows, state = compact_forward_many(rt, tables, op, list(inputs), training, key_limits,
                                            itemsize, joined)
@@ -293,7 +302,7 @@ def compact_keyed_lookup(table_names, op, keyed, training, key_limits=None, item
     keyed: a KeyedInput. Returns (JoinedRows: the distinct rows of all tables' keys, one pass for
     a table group, and int32 indices of each key's row, or the pooled rows where fewer bytes;
     token for compact_lookup_grad, whose one gradient is shaped like the rows)."""
-    with _step() as rt:
+    with _Step() as rt:
         tables = _tables_for_collective(rt, list(table_names), op)
         rows, state = compact_keyed_forward(rt, tables, op, keyed, training, key_limits,
                                             itemsize)
@@ -305,7 +314,7 @@ def compact_lookup_grad(table_names, op, token, grads):
     array shaped like its rows). Returns per table (values [u, dim_t], rows [u]) of this rank's
     shard."""
     names = list(table_names)
-    with _step() as rt:
+    with _Step() as rt:
         tables = _tables_for_collective(rt, names, op)
         state = _forward_state(rt, ",".join(names), token, op)
         return compact_backward_many(rt, tables, op, state, list(grads))
@@ -316,7 +325,7 @@ def keyed_lookup(table_names, op, keyed, training, key_limits=None, checks="end"
     (engine/lookup/keyed.py; TorchRec's KeyedJaggedTensor). keyed: a KeyedInput; key_limits: as
     pooled_lookup's; checks: as dense_lookup's. Returns (float32 [sum(num_segments), dim], the
     tables' outputs one after the other; token for keyed_lookup_grad)."""
-    with _step() as rt:
+    with _Step() as rt:
         tables = _tables_for_collective(rt, list(table_names), op)
         out, state = keyed_lookup_module.keyed_forward(rt, tables, op, keyed, training,
                                                        key_limits, checks)
@@ -331,7 +340,7 @@ def keyed_lookup_grad(table_names, op, token, grads, rows_per_table=False):
     one-rank step (SOK1X_BOUNDED_STEP=1) pads each table's rows to its keys (rounded up to 8)
     with rows -1 and zero values, and counts are those pieces' sizes."""
     names = list(table_names)
-    with _step() as rt:
+    with _Step() as rt:
         tables = _tables_for_collective(rt, names, op)
         state = _forward_state(rt, ",".join(names), token, op)
         return keyed_lookup_module.keyed_backward(rt, tables, op, state, grads, rows_per_table)
@@ -353,7 +362,7 @@ def apply_keyed_update(table_names, rule, slot_prefix, options, hyper, values, r
 def allreduce(op, arrays, average):
     """Collective. Sums (or averages) each array over ranks in ONE all-reduce of their
     concatenation. arrays: list of float arrays of one dtype. Returns the list, same shapes."""
-    with _step() as rt:
+    with _Step() as rt:
         confirm_same_op(rt, op)
         arrays = [np.asarray(rt.backend.to_host(a)) for a in arrays]
         if not arrays:
@@ -372,7 +381,7 @@ def allreduce(op, arrays, average):
 
 def broadcast(op, arrays, root=0):
     """Collective. Returns rank `root`'s arrays on every rank (one broadcast per array)."""
-    with _step() as rt:
+    with _Step() as rt:
         confirm_same_op(rt, op)
         return [rt.host.broadcast(np.asarray(rt.backend.to_host(a)), root) for a in arrays]
 
@@ -380,7 +389,7 @@ def broadcast(op, arrays, root=0):
 def read_rows(table_name, op, keys):
     """Collective. Returns float32 [len(keys), dim], the current vectors of `keys` (zeros for keys
     never inserted); inserts nothing. For checkpoints and tests."""
-    with _step() as rt:
+    with _Step() as rt:
         table = _table_for_collective(rt, table_name, op)
         vectors, _ = lookup_forward(rt, table, op, rt.backend.asarray(keys).reshape(-1), False)
         return vectors

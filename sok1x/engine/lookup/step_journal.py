@@ -12,8 +12,6 @@ Not undone: optimizer updates already applied in the failed step (they run after
 lookups and their gradients, so an input error comes before them), a table's growth (its capacity
 only), and the access statistics of keys that were looked up.
 """
-import contextlib
-
 from sok1x.errors import CommError
 
 
@@ -39,17 +37,13 @@ class StepJournal:
         while undo:
             undo.pop()()
 
-    @contextlib.contextmanager
-    def guard(self):
-        """Rolls the step back if the body raises, then lets the exception go on. After a
-        CommError the communicator is aborted and the job must restart: an undo that fails
-        then (it waits on the aborted stream) must not hide the error that says why."""
+    def failed(self, exc):
+        """Rolls the step back after `exc` ended a collective call of it (the caller then lets
+        exc go on). After a CommError the communicator is aborted and the job must restart: an
+        undo that fails then (it waits on the aborted stream) must not hide the error that says
+        why; after any other error an undo that fails raises its own error."""
         try:
-            yield
-        except BaseException as exc:
-            try:
-                self.rollback()
-            except Exception:
-                if not isinstance(exc, CommError):
-                    raise
-            raise
+            self.rollback()
+        except Exception:
+            if not isinstance(exc, CommError):
+                raise
