@@ -202,22 +202,31 @@ def test_counts_of_more_tables_than_a_record_holds_still_arrive():
 
 
 @pytest.mark.skipif(SIZE != 1, reason="the one-rank header")
-def test_one_rank_header_answers_as_its_records_would():
-    """Alone, the header builds no record (exchange_header._alone); it returns what the record
-    path returns (taken where a device flag goes with the header): the counts both ways, the
-    shared values and the host copies asked for."""
+def test_one_rank_header_reads_what_it_is_given_in_one_wait():
+    """Alone, the header builds no record (exchange_header._alone): the counts (host or device)
+    come back as sent and received, the shared values as every rank's, the arrays asked for as
+    host copies, a device flag's overflow bit as overflow, and its failure bit as the error
+    describe_error gives."""
     from sok1x.engine import runtime
     from sok1x.engine.lookup import exchange_header
     sok.init(backend="cpu")
     rt = runtime.get()
+    backend = rt.backend
     counts = np.array([[7], [9], [11]], dtype=np.int64)
-    asked = rt.backend.asarray(np.arange(5, dtype=np.int64))
-    answers = [exchange_header.exchange_sizes(
-        rt, "alone_header_%d" % i, counts, also_read=[asked], shared=lambda: [3, 4],
-        error_flag=flag) for i, flag in enumerate([None, rt.backend.zeros((1,), np.int64)])]
-    alone, recorded = answers
-    for got, want in zip(alone[:4], recorded[:4]):
-        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
-    np.testing.assert_array_equal(alone.sent, [[7, 9, 11]])
-    np.testing.assert_array_equal(alone.shared, [[3, 4]])
-    assert alone.overflow is recorded.overflow is False
+    asked = backend.asarray(np.arange(5, dtype=np.int64))
+    for i, (given, flag) in enumerate([(counts, None), (backend.asarray(counts), 0),
+                                       (counts, exchange_header.OVERFLOW)]):
+        error_flag = None if flag is None else backend.asarray(np.array([flag], np.int64))
+        got = exchange_header.exchange_sizes(rt, "alone_header_%d" % i, given,
+                                             also_read=[asked], shared=lambda: [3, 4],
+                                             error_flag=error_flag)
+        np.testing.assert_array_equal(got.sent, [[7, 9, 11]])
+        np.testing.assert_array_equal(got.received, [[7, 9, 11]])
+        np.testing.assert_array_equal(got.extra[0], np.arange(5))
+        np.testing.assert_array_equal(got.shared, [[3, 4]])
+        assert got.overflow is (flag == exchange_header.OVERFLOW)
+    failed = backend.asarray(np.array([1], np.int64))
+    with pytest.raises(ValueError, match="alone_header_bad failed on 1 of 1 ranks:\n  rank 0: "
+                                         "key 99 is out of range"):
+        exchange_header.exchange_sizes(rt, "alone_header_bad", counts, error_flag=failed,
+                                       describe_error=lambda: ValueError("key 99 is out of range"))

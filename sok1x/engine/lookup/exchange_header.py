@@ -152,9 +152,9 @@ def exchange_sizes(runtime, op, counts=None, local_error=None, error_flag=None, 
               | (_SIZED if sized else 0), tables]
     later, runtime.read_later = runtime.read_later, []  # read in this wait, handed back
     told = _shared_values(shared)
-    if runtime.size == 1 and error_flag is None and (counts is None
-                                                     or isinstance(counts, np.ndarray)):
-        return _alone(runtime, op, counts, local_error, also_read, later, told)
+    if runtime.size == 1:
+        return _alone(runtime, op, counts, local_error, error_flag, also_read, later, told,
+                      describe_error)
     sent, received, extra = _records(runtime, fields, counts, error_flag,
                                      list(also_read) + [array for array, _ in later], told)
     extra, late = extra[:len(also_read)], extra[len(also_read):]
@@ -199,25 +199,31 @@ def exchange_sizes(runtime, op, counts=None, local_error=None, error_flag=None, 
     return Sizes(sent[:, columns].copy(), received[:, columns].copy(), extra, told, overflow)
 
 
-def _alone(runtime, op, counts, local_error, also_read, later, told):
-    """exchange_sizes of a job of one rank with host counts (or none) and no device flag:
-    nothing crosses and one rank agrees with itself, so no record is built; the same reads,
-    Sizes and errors as the records would give."""
+def _alone(runtime, op, counts, local_error, error_flag, also_read, later, told,
+           describe_error):
+    """exchange_sizes of a job of one rank: nothing crosses and one rank agrees with itself, so
+    no record is built; the counts and the flag (where on the device) are read with also_read
+    in the one wait, and the same Sizes and errors come out as the records would give."""
     wanted = list(also_read) + [array for array, _ in later]
-    hosts = runtime.backend.to_host_many(wanted) if wanted else []
+    own = [array for array in (counts, error_flag) if array is not None]
+    hosts = runtime.backend.to_host_many(wanted + own) if wanted or own else []
     extra = hosts[:len(also_read)]
-    for (_, settle), host in zip(later, hosts[len(also_read):]):
+    for (_, settle), host in zip(later, hosts[len(also_read):len(wanted)]):
         settle(host)
+    flag = int(hosts[-1][0]) if error_flag is not None else 0
     if kernel_calls.fallback_asked():
         kernel_calls.fall_back_with([0])
-    if local_error is not None:
+    if local_error is not None or flag & _FAILED:
+        if local_error is None and describe_error is not None:
+            local_error = describe_error()
         runtime.host.raise_together(local_error, op.name)
     if told is not None:
         told = told.reshape(1, -1).copy()
+    overflow = bool(flag & OVERFLOW)
     if counts is None:
-        return Sizes(None, None, extra, told, False)
-    sent = np.ascontiguousarray(np.asarray(counts, dtype=np.int64).T)
-    return Sizes(sent, sent.copy(), extra, told, False)
+        return Sizes(None, None, extra, told, overflow)
+    sent = np.ascontiguousarray(np.asarray(hosts[len(wanted)], dtype=np.int64).T)
+    return Sizes(sent, sent.copy(), extra, told, overflow)
 
 
 def _shared_values(shared):
