@@ -12,6 +12,7 @@ from sok1x.backend.cuda.context import uses_context
 from sok1x.backend.cuda.kernel_launch import (
     copy_rows_async,
     device_array,
+    elements,
     is_device_array,
     ptr,
     waited_stream,
@@ -31,7 +32,7 @@ def write_rows(dst, first, src):
     copy straight into dst's rows (from a page-locked host array without a host copy)."""
     dst = device_array(dst, "dst")
     row_shape = tuple(dst.shape[1:])
-    row_bytes = dst.dtype.itemsize * int(np.prod(row_shape, dtype=np.int64))
+    row_bytes = dst.dtype.itemsize * elements(row_shape)
     rows = int(src.shape[0])
     if tuple(src.shape[1:]) != row_shape or not 0 <= first <= dst.shape[0] - rows:
         raise ValueError("write_rows: %s rows at %d do not fit an array of %s"
