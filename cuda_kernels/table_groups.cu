@@ -74,19 +74,28 @@ __device__ __forceinline__ int64 rank_of(const unsigned* bits, const int64* word
   return word_ranks[word] + __popc(bits[word] & ((1u << (row & 31)) - 1u));
 }
 
-// distinct[rank] = row, inverse[i] = rank of rows[i] (equal rows write the same value).
-extern "C" __global__ void emit_distinct_rows(const int64* rows, int64 n, const unsigned* bits,
-                                              const int64* word_ranks, int64 words,
-                                              int64* distinct, int64* inverse) {
+// inverse[i] = rank of rows[i], -1 for a negative row.
+extern "C" __global__ void emit_inverse(const int64* rows, int64 n, const unsigned* bits,
+                                        const int64* word_ranks, int64 words, int64* inverse) {
   for (int64 i = global_thread_id(); i < n; i += global_thread_count()) {
     const int64 row = rows[i];
-    if (row < 0) {
-      inverse[i] = -1;
-      continue;
-    }
-    const int64 rank = rank_of(bits, word_ranks, words, row);
-    inverse[i] = rank;
-    distinct[rank] = row;
+    inverse[i] = row < 0 ? -1 : rank_of(bits, word_ranks, words, row);
+  }
+}
+
+// The distinct rows, and their padded places below, are written from the bitmap: one warp a
+// word, lane b its bit b (the grid is a whole number of warps), so each marked row is written
+// once and a word's rows go to consecutive places in one store, where writing them per key wrote
+// a row once for every key that holds it, 8 bytes scattered each time.
+__device__ __forceinline__ bool is_marked(const unsigned* bits, int64 row) {
+  return bits[row >> 5] >> (row & 31) & 1u;
+}
+
+// distinct[rank] = row for every marked row.
+extern "C" __global__ void emit_distinct_rows(const unsigned* bits, const int64* word_ranks,
+                                              int64 words, int64* distinct) {
+  for (int64 row = global_thread_id(); row < 32 * words; row += global_thread_count()) {
+    if (is_marked(bits, row)) distinct[rank_of(bits, word_ranks, words, row)] = row;
   }
 }
 
@@ -103,31 +112,51 @@ extern "C" __global__ void mark_rows_below(const int64* rows, int64 n, int64 bou
 
 // The distinct rows laid out in pieces sized before the step (engine/lookup/bounded_step.py):
 // the rows of range t ([row_starts[t], row_starts[t + 1])) fill piece t, from piece_starts[t]
-// on, ascending; first_ranks[t] is the rank of row_starts[t]. flat[p] = the row, local[p] = the
-// row less row_starts[t], inverse[i] = p; places no row fills keep what the caller put there
-// (-1). A row outside [0, bound), or past its piece's end (only input the step rejects can do
-// that), gets inverse -1 and writes nothing.
-extern "C" __global__ void emit_padded_rows(const int64* rows, int64 n, int64 bound,
-                                            const unsigned* bits, const int64* word_ranks,
+// on, ascending; first_ranks[t] is the rank of row_starts[t]. A row's place is
+// piece_starts[t] + its rank - first_ranks[t]; one past its piece's end (only input the step
+// rejects can do that) has none.
+__device__ __forceinline__ int64 padded_place(const int64* row_starts, const int64* piece_starts,
+                                              int64 count, const int64* first_ranks, int64 row,
+                                              int64 rank, int64* t) {
+  *t = part_of(row_starts, count, row);
+  const int64 place = piece_starts[*t] + rank - first_ranks[*t];
+  return place < piece_starts[*t + 1] ? place : -1;
+}
+
+// inverse[i] = the place of rows[i], -1 for a row outside [0, bound) or with no place.
+extern "C" __global__ void emit_padded_inverse(const int64* rows, int64 n, int64 bound,
+                                               const unsigned* bits, const int64* word_ranks,
+                                               int64 words, const int64* row_starts,
+                                               const int64* piece_starts, int64 count,
+                                               const int64* first_ranks, int64* inverse) {
+  for (int64 i = global_thread_id(); i < n; i += global_thread_count()) {
+    const int64 row = rows[i];
+    int64 t;
+    inverse[i] = row < 0 || row >= bound || row >= row_starts[count]
+                     ? -1
+                     : padded_place(row_starts, piece_starts, count, first_ranks, row,
+                                    rank_of(bits, word_ranks, words, row), &t);
+  }
+}
+
+// flat[p] = the row placed at p, local[p] = the row less row_starts[t], for every marked row
+// with a place (from the bitmap, as emit_distinct_rows); places no row fills keep what the
+// caller put there (-1).
+extern "C" __global__ void emit_padded_rows(const unsigned* bits, const int64* word_ranks,
                                             int64 words, const int64* row_starts,
                                             const int64* piece_starts, int64 count,
                                             const int64* first_ranks, int64* flat,
-                                            int64* local, int64* inverse) {
-  for (int64 i = global_thread_id(); i < n; i += global_thread_count()) {
-    const int64 row = rows[i];
-    if (row < 0 || row >= bound || row >= row_starts[count]) {
-      inverse[i] = -1;
-      continue;
+                                            int64* local) {
+  const int64 end = row_starts[count];
+  for (int64 row = global_thread_id(); row < 32 * words; row += global_thread_count()) {
+    if (row >= end || !is_marked(bits, row)) continue;
+    int64 t;
+    const int64 place = padded_place(row_starts, piece_starts, count, first_ranks, row,
+                                     rank_of(bits, word_ranks, words, row), &t);
+    if (place >= 0) {
+      flat[place] = row;
+      local[place] = row - row_starts[t];
     }
-    const int64 t = part_of(row_starts, count, row);
-    const int64 place = piece_starts[t] + rank_of(bits, word_ranks, words, row) - first_ranks[t];
-    if (place >= piece_starts[t + 1]) {
-      inverse[i] = -1;
-      continue;
-    }
-    inverse[i] = place;
-    flat[place] = row;
-    local[place] = row - row_starts[t];
   }
 }
 

@@ -43,11 +43,13 @@ def _kernels():
             "bounds": prepared(source, "part_bounds", "PqP"),
             "mark": prepared(source, "mark_rows", "PqP"),
             "popcounts": prepared(source, "word_popcounts", "PqP"),
-            "emit": prepared(source, "emit_distinct_rows", "PqPPqPP"),
+            "inverse": prepared(source, "emit_inverse", "PqPPqP"),
+            "emit": prepared(source, "emit_distinct_rows", "PPqP"),
             "ranks": prepared(source, "ranks_at", "PPqPqP"),
             "local": prepared(source, "local_rows", "PqPqPP"),
             "mark_below": prepared(source, "mark_rows_below", "PqqP"),
-            "emit_padded": prepared(source, "emit_padded_rows", "PqqPPqPPqPPPP"),
+            "padded_inverse": prepared(source, "emit_padded_inverse", "PqqPPqPPqPP"),
+            "emit_padded": prepared(source, "emit_padded_rows", "PPqPPqPPP"),
             "tags": prepared(source, "part_tags", "PqP")}
 
 
@@ -253,8 +255,10 @@ def distinct_rows_many_finish(started, host_ranks):
         total = int(host_ranks[start + count - 1]) if count else 0
         distinct, inverse = empty((total,), np.int64), empty((n,), np.int64)
         if n:
-            launch(kernels["emit"], n, ptr(rows), n, ptr(bits), ptr(word_ranks), words,
-                   ptr(distinct), ptr(inverse))
+            launch(kernels["inverse"], n, ptr(rows), n, ptr(bits), ptr(word_ranks), words,
+                   ptr(inverse))
+            launch(kernels["emit"], 32 * words, ptr(bits), ptr(word_ranks), words,
+                   ptr(distinct))
         out.append((distinct, inverse, np.asarray(host_ranks[start:start + count]).copy()))
     return out
 
@@ -286,9 +290,11 @@ def distinct_rows_padded(rows, bound, row_starts, piece_starts):
     first_ranks = empty((count,), np.int64)
     launch(kernels["ranks"], count, ptr(bits), ptr(word_ranks), words,
            ptr(device_constant(starts[:-1])), count, ptr(first_ranks))
-    launch(kernels["emit_padded"], n, ptr(rows), n, int(bound), ptr(bits), ptr(word_ranks),
-           words, ptr(device_constant(starts)), ptr(device_constant(pieces)), count,
-           ptr(first_ranks), ptr(flat), ptr(local), ptr(inverse))
+    row_starts, piece_starts = ptr(device_constant(starts)), ptr(device_constant(pieces))
+    launch(kernels["padded_inverse"], n, ptr(rows), n, int(bound), ptr(bits), ptr(word_ranks),
+           words, row_starts, piece_starts, count, ptr(first_ranks), ptr(inverse))
+    launch(kernels["emit_padded"], 32 * words, ptr(bits), ptr(word_ranks), words, row_starts,
+           piece_starts, count, ptr(first_ranks), ptr(flat), ptr(local))
     return flat, local, inverse
 
 
