@@ -83,20 +83,31 @@ extern "C" __global__ void emit_inverse(const int64* rows, int64 n, const unsign
   }
 }
 
-// The distinct rows, and their padded places below, are written from the bitmap: one warp a
-// word, lane b its bit b (the grid is a whole number of warps), so each marked row is written
-// once and a word's rows go to consecutive places in one store, where writing them per key wrote
-// a row once for every key that holds it, 8 bytes scattered each time.
-__device__ __forceinline__ bool is_marked(const unsigned* bits, int64 row) {
-  return bits[row >> 5] >> (row & 31) & 1u;
+// The distinct rows, and their padded places below, are written from the bitmap, each marked row
+// once, where writing them per key wrote a row once for every key that holds it, 8 bytes
+// scattered each time. A warp reads 32 words, one a lane, and takes each word that has a marked
+// row in turn, lane b its bit b: a word's rows go to consecutive places in one store, and an
+// empty word costs a share of one load (a sparse bitmap, a large table's, is mostly empty).
+template <class Emit>
+__device__ __forceinline__ void for_each_marked_row(const unsigned* bits, int64 words,
+                                                    const Emit& emit) {
+  const unsigned lane = lane_id();
+  for (int64 first = first_of_warp(); first < words; first += global_thread_count()) {
+    const unsigned own = first + lane < words ? bits[first + lane] : 0u;
+    for (unsigned nonzero = __ballot_sync(FULL_WARP, own != 0u); nonzero;
+         nonzero &= nonzero - 1u) {
+      const int j = __ffs(nonzero) - 1;
+      if (__shfl_sync(FULL_WARP, own, j) >> lane & 1u) emit(((first + j) << 5) + lane);
+    }
+  }
 }
 
 // distinct[rank] = row for every marked row.
 extern "C" __global__ void emit_distinct_rows(const unsigned* bits, const int64* word_ranks,
                                               int64 words, int64* distinct) {
-  for (int64 row = global_thread_id(); row < 32 * words; row += global_thread_count()) {
-    if (is_marked(bits, row)) distinct[rank_of(bits, word_ranks, words, row)] = row;
-  }
+  for_each_marked_row(bits, words, [&](int64 row) {
+    distinct[rank_of(bits, word_ranks, words, row)] = row;
+  });
 }
 
 // mark_rows for rows that may lie anywhere (a step whose key checks are read later): a row
@@ -148,8 +159,8 @@ extern "C" __global__ void emit_padded_rows(const unsigned* bits, const int64* w
                                             const int64* first_ranks, int64* flat,
                                             int64* local) {
   const int64 end = row_starts[count];
-  for (int64 row = global_thread_id(); row < 32 * words; row += global_thread_count()) {
-    if (row >= end || !is_marked(bits, row)) continue;
+  for_each_marked_row(bits, words, [&](int64 row) {
+    if (row >= end) return;
     int64 t;
     const int64 place = padded_place(row_starts, piece_starts, count, first_ranks, row,
                                      rank_of(bits, word_ranks, words, row), &t);
@@ -157,7 +168,7 @@ extern "C" __global__ void emit_padded_rows(const unsigned* bits, const int64* w
       flat[place] = row;
       local[place] = row - row_starts[t];
     }
-  }
+  });
 }
 
 // ranks[j] = how many distinct rows lie below bounds[j] (j < count); bounds ascending.

@@ -257,8 +257,7 @@ def distinct_rows_many_finish(started, host_ranks):
         if n:
             launch(kernels["inverse"], n, ptr(rows), n, ptr(bits), ptr(word_ranks), words,
                    ptr(inverse))
-            launch(kernels["emit"], 32 * words, ptr(bits), ptr(word_ranks), words,
-                   ptr(distinct))
+            launch(kernels["emit"], words, ptr(bits), ptr(word_ranks), words, ptr(distinct))
         out.append((distinct, inverse, np.asarray(host_ranks[start:start + count]).copy()))
     return out
 
@@ -293,7 +292,7 @@ def distinct_rows_padded(rows, bound, row_starts, piece_starts):
     row_starts, piece_starts = ptr(device_constant(starts)), ptr(device_constant(pieces))
     launch(kernels["padded_inverse"], n, ptr(rows), n, int(bound), ptr(bits), ptr(word_ranks),
            words, row_starts, piece_starts, count, ptr(first_ranks), ptr(inverse))
-    launch(kernels["emit_padded"], 32 * words, ptr(bits), ptr(word_ranks), words, row_starts,
+    launch(kernels["emit_padded"], words, ptr(bits), ptr(word_ranks), words, row_starts,
            piece_starts, count, ptr(first_ranks), ptr(flat), ptr(local))
     return flat, local, inverse
 
