@@ -85,18 +85,23 @@ extern "C" __global__ void emit_inverse(const int64* rows, int64 n, const unsign
 
 // The distinct rows, and their padded places below, are written from the bitmap, each marked row
 // once, where writing them per key wrote a row once for every key that holds it, 8 bytes
-// scattered each time. A warp reads 32 words, one a lane, and takes each word that has a marked
-// row in turn, lane b its bit b: a word's rows go to consecutive places in one store, and an
-// empty word costs a share of one load (a sparse bitmap, a large table's, is mostly empty).
+// scattered each time. A warp reads 32 words, one a lane. A word with few marked rows (a sparse
+// bitmap, a large table's) is walked by its own lane, the 32 side by side; the warp takes each
+// other word in turn, lane b its bit b, so a dense word's rows go to consecutive places in one
+// store.
+#define FEW_MARKED 4
 template <class Emit>
 __device__ __forceinline__ void for_each_marked_row(const unsigned* bits, int64 words,
                                                     const Emit& emit) {
   const unsigned lane = lane_id();
   for (int64 first = first_of_warp(); first < words; first += global_thread_count()) {
     const unsigned own = first + lane < words ? bits[first + lane] : 0u;
-    for (unsigned nonzero = __ballot_sync(FULL_WARP, own != 0u); nonzero;
-         nonzero &= nonzero - 1u) {
-      const int j = __ffs(nonzero) - 1;
+    const bool few = __popc(own) <= FEW_MARKED;
+    for (unsigned marked = few ? own : 0u; marked; marked &= marked - 1u) {
+      emit(((first + lane) << 5) + __ffs(marked) - 1);
+    }
+    for (unsigned dense = __ballot_sync(FULL_WARP, !few); dense; dense &= dense - 1u) {
+      const int j = __ffs(dense) - 1;
       if (__shfl_sync(FULL_WARP, own, j) >> lane & 1u) emit(((first + j) << 5) + lane);
     }
   }

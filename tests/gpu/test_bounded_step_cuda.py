@@ -62,6 +62,21 @@ def test_padded_layout_equals_cpu(seed):
         np.testing.assert_array_equal(host(a), b)
 
 
+@pytest.mark.parametrize("bound", [64, 5000, 1 << 22])
+def test_padded_layout_of_dense_and_sparse_bitmaps_equals_cpu(bound):
+    """Bitmap words with many marked rows and with few (table_groups.cu's for_each_marked_row
+    takes them two ways) give the cpu's padded layout, rows past a piece's end included."""
+    backend = runtime.get().backend
+    rng = np.random.default_rng(bound)
+    rows = rng.integers(-2, bound + 5, size=6000)
+    rows[:100] = np.arange(100) % bound  # a run of neighbours: some dense words at any bound
+    row_starts = np.array([0, bound // 3, bound], np.int64)
+    pieces = bounded_step.piece_starts(np.array([0, 40, 6000], np.int64))
+    got = backend.distinct_rows_padded(backend.asarray(rows), bound, row_starts, pieces)
+    for a, b in zip(got, cpu.distinct_rows_padded(rows, bound, row_starts, pieces)):
+        np.testing.assert_array_equal(host(a), b)
+
+
 def test_gather_past_the_table_gives_zeros():
     backend = runtime.get().backend
     table = backend.asarray(np.arange(40, dtype=np.float32).reshape(10, 4) + 1)

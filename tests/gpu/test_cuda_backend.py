@@ -257,6 +257,22 @@ def test_the_halves_of_unique_and_distinct_rows_equal_the_whole(cuda, rng):
         np.testing.assert_array_equal(g_ranks, w_ranks)
 
 
+@pytest.mark.parametrize("bound", [64, 5000, 1 << 22])
+def test_distinct_rows_of_dense_and_sparse_bitmaps(cuda, rng, bound):
+    """Bitmap words with many marked rows and with few (table_groups.cu's for_each_marked_row
+    takes them two ways) give the cpu's distinct rows, inverse and ranks."""
+    rows = rng.integers(0, bound, size=6000).astype(np.int64)
+    rows[:100] = np.arange(100) % bound  # a run of neighbours: some dense words at any bound
+    rows[rng.permutation(6000)[:50]] = -1
+    boundaries = np.array([0, bound // 3, bound], np.int64)
+    (g_rows, g_inverse, g_ranks), = cuda.distinct_rows_many([(cuda.asarray(rows), bound,
+                                                              boundaries)])
+    (w_rows, w_inverse, w_ranks), = cpu.distinct_rows_many([(rows, bound, boundaries)])
+    np.testing.assert_array_equal(host(cuda, g_rows), w_rows)
+    np.testing.assert_array_equal(host(cuda, g_inverse), w_inverse)
+    np.testing.assert_array_equal(g_ranks, w_ranks)
+
+
 def test_index_bounds(cuda, rng):
     arrays = [random_keys(rng, 100003, limit=2 ** 40) - 2 ** 39, np.zeros(0, np.int64),
               np.array([5], np.int64), rng.integers(-3, 3, size=77).astype(np.int32)]
