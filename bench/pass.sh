@@ -23,6 +23,8 @@
 #   hybrid       host_rows.py (mapped host-row rates per way and region size) and
 #                dynamic_breakdown.py (where one find_or_insert call's time goes)
 #   profile      Nsight Compute over profile_kernels.py (SpeedOfLight, Occupancy) -> ncu.txt
+#   kernels[=W,...]  step_kernels.py under Nsight Compute: each kernel of a one-rank bounded step
+#                of each workload (default dlrm, seed, dlrm26), its time and DRAM bytes -> kernels.txt
 #   steps1       step_and_exchange.py on 1 GPU;  steps: on 1, 2 and 4 GPUs (as many as there are)
 #   group        group_lookup.py (one fused lookup of 26 tables vs 26 lookups) on 1 to 8 GPUs
 #   framework[=W,...]  framework_step.py on 1, 2, 4, 8 GPUs (up to the machine's), each workload
@@ -201,6 +203,16 @@ stage_profile() {
     python3 "$here/bench/profile_kernels.py" --candidate "$candidate"
   cp "$work/profile.log" "$work/ncu.txt"
   say "profile: $(grep -c 'Duration' "$work/ncu.txt") kernels"
+}
+stage_kernels() {  # [workload ...]: step_kernels.py's table of a bounded step's kernels
+  local workloads; workloads=$(IFS=,; echo "${*:-dlrm,seed,dlrm26}")
+  PYTHONPATH=$(path_of after):$here/bench run kernels 150 "$(ncu_path)" --clock-control none \
+    --profile-from-start off --csv --page raw \
+    --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
+    python3 "$here/bench/step_kernels.py" --workloads "$workloads" --steps 2
+  PYTHONPATH=$(path_of after):$here/bench python3 "$here/bench/step_kernels.py" \
+    --summarize "$work/kernels.log" --workloads "$workloads" --steps 2 >"$work/kernels.txt"
+  cat "$work/kernels.txt" >>"$summary"
 }
 stage_steps1() {
   PYTHONPATH=$PYTHONPATH:$here/bench run steps-1 130 mpiexec -n 1 python3 \
