@@ -141,6 +141,8 @@ def test_given_hyper_parameters_are_written_by_one_launch(gpu):
         with pytest.raises(ValueError, match="write_given"):
             cuda_optimizers.write_given(given, wrong)
     np.testing.assert_array_equal(cuda.to_host(given), values)
+    with pytest.raises(TypeError, match="GPUArray"):
+        cuda_optimizers.write_given(np.zeros(6, np.float32), values)
 
 
 def test_state_on_the_host_or_misshaped_is_refused(gpu):

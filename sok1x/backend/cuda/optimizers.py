@@ -33,7 +33,7 @@ from sok1x.backend.cuda.rows import take_rows
 _ROWS_ARGS = "PPqq"  # rows, grads, n, dim
 _STATE = "PPqP"  # a state array: common.cuh's SplitRows (device base, host base, split, pieces)
 _HYPER = "Pffffff"  # optimizers.cu's Hyper: where given, else six values
-_UNUSED = (0.0,) * 6
+_UNUSED = (0.0,) * given_hyper.MOST
 _WIDTHS = {1: "", 4: "_x4"}  # a row kernel's name suffix for the elements a thread updates
 
 
@@ -98,7 +98,8 @@ def write_given(array, values):
     """array[:] = values, queued: float32 hyper-parameters for the array an update reads them
     from (given_hyper.py), carried by one launch's arguments (optimizers.cu's write_hyper)
     rather than uploaded through a host buffer."""
-    array = device_array(array, "given")
+    if not is_device_array(array):
+        raise TypeError("write_given writes into a GPUArray, got %s" % type(array).__name__)
     values = given_hyper.written(array, values)
     count = values.shape[0]
     if count:
