@@ -206,7 +206,8 @@ def test_one_rank_header_reads_what_it_is_given_in_one_wait():
     """Alone, the header builds no record (exchange_header._alone): the counts (host or device)
     come back as sent and received, the shared values as every rank's, the arrays asked for as
     host copies, a device flag's overflow bit as overflow, and its failure bit as the error
-    describe_error gives."""
+    describe_error gives; the Sizes are the header's own arrays, and counts of another shape are
+    refused."""
     from sok1x.engine import runtime
     from sok1x.engine.lookup import exchange_header
     sok.init(backend="cpu")
@@ -214,8 +215,9 @@ def test_one_rank_header_reads_what_it_is_given_in_one_wait():
     backend = rt.backend
     counts = np.array([[7], [9], [11]], dtype=np.int64)
     asked = backend.asarray(np.arange(5, dtype=np.int64))
-    for i, (given, flag) in enumerate([(counts, None), (backend.asarray(counts), 0),
-                                       (counts, exchange_header.OVERFLOW)]):
+    for i, (given, flag) in enumerate([(counts.copy(), None),
+                                       (backend.asarray(counts.copy()), 0),
+                                       (counts.copy(), exchange_header.OVERFLOW)]):
         error_flag = None if flag is None else backend.asarray(np.array([flag], np.int64))
         got = exchange_header.exchange_sizes(rt, "alone_header_%d" % i, given,
                                              also_read=[asked], shared=lambda: [3, 4],
@@ -225,6 +227,10 @@ def test_one_rank_header_reads_what_it_is_given_in_one_wait():
         np.testing.assert_array_equal(got.extra[0], np.arange(5))
         np.testing.assert_array_equal(got.shared, [[3, 4]])
         assert got.overflow is (flag == exchange_header.OVERFLOW)
+        given[0, 0] = 8  # the header's answer is its own, whatever the caller does next
+        np.testing.assert_array_equal(got.sent, [[7, 9, 11]])
+    with pytest.raises(ValueError, match="counts are \\[tables, ranks\\], got \\[1, 3\\]"):
+        exchange_header.exchange_sizes(rt, "alone_header_shape", counts.T.copy())
     failed = backend.asarray(np.array([1], np.int64))
     with pytest.raises(ValueError, match="alone_header_bad failed on 1 of 1 ranks:\n  rank 0: "
                                          "key 99 is out of range"):

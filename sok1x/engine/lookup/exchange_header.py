@@ -211,7 +211,7 @@ def _alone(runtime, op, counts, local_error, error_flag, also_read, later, told,
     for (_, settle), host in zip(later, hosts[len(also_read):len(wanted)]):
         settle(host)
     flag = int(hosts[-1][0]) if error_flag is not None else 0
-    if kernel_calls.fallback_asked():
+    if kernel_calls.fallback_asked() or flag & _NOTICE:
         kernel_calls.fall_back_with([0])
     if local_error is not None or flag & _FAILED:
         if local_error is None and describe_error is not None:
@@ -222,7 +222,11 @@ def _alone(runtime, op, counts, local_error, error_flag, also_read, later, told,
     overflow = bool(flag & OVERFLOW)
     if counts is None:
         return Sizes(None, None, extra, told, overflow)
-    sent = np.ascontiguousarray(np.asarray(hosts[len(wanted)], dtype=np.int64).T)
+    counts = np.asarray(hosts[len(wanted)], dtype=np.int64)
+    if counts.ndim != 2 or counts.shape[1] != 1:
+        raise ValueError("%s: an op header's counts are [tables, ranks], got %s at one rank"
+                         % (op.name, list(counts.shape)))
+    sent = counts.T.copy()  # the caller's array may be refilled: the Sizes are the header's own
     return Sizes(sent, sent.copy(), extra, told, overflow)
 
 
