@@ -98,8 +98,9 @@ def write_given(array, values):
     """array[:] = values, queued: float32 hyper-parameters for the array an update reads them
     from (given_hyper.py), carried by one launch's arguments (optimizers.cu's write_hyper)
     rather than uploaded through a host buffer."""
-    if not is_device_array(array):
-        raise TypeError("write_given writes into a GPUArray, got %s" % type(array).__name__)
+    if not (is_device_array(array) and is_c_contiguous(array)):
+        raise TypeError("write_given writes into a C-contiguous GPUArray, got %s"
+                        % type(array).__name__)
     values = given_hyper.written(array, values)
     count = values.shape[0]
     if count:
