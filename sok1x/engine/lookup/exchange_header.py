@@ -146,15 +146,15 @@ def exchange_sizes(runtime, op, counts=None, local_error=None, error_flag=None, 
     local_error = first_error(runtime.towers.check(op), local_error)
     if local_error is not None:
         counts = None
-    tables = 0 if counts is None else int(counts.shape[0])
-    fields = [op_key(op), tower_key(op), call, op.position,
-              int(local_error is not None) | (_NOTICE if kernel_calls.fallback_asked() else 0)
-              | (_SIZED if sized else 0), tables]
     later, runtime.read_later = runtime.read_later, []  # read in this wait, handed back
     told = _shared_values(shared)
     if runtime.size == 1:
         return _alone(runtime, op, counts, local_error, error_flag, also_read, later, told,
                       describe_error)
+    tables = 0 if counts is None else int(counts.shape[0])
+    fields = [op_key(op), tower_key(op), call, op.position,
+              int(local_error is not None) | (_NOTICE if kernel_calls.fallback_asked() else 0)
+              | (_SIZED if sized else 0), tables]
     sent, received, extra = _records(runtime, fields, counts, error_flag,
                                      list(also_read) + [array for array, _ in later], told)
     extra, late = extra[:len(also_read)], extra[len(also_read):]
