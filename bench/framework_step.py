@@ -46,9 +46,11 @@ exchange, update: LazyAdam, Adagrad for mlperf26) five ways:
                    engine/lookup/bounded_step.py): on one rank the forward leaves its key
                    checks to the backward and the backward's rows are padded to the keys, so
                    the host waits once a step, not twice (the same on several ranks)
-    sok1x_replayed sok1x_bounded with the dense lookup passing replay=True (one table: seed,
-                   dlrm): on one rank its forward, backward and update are recorded once as
-                   CUDA graphs and replayed (engine/lookup/replayed_step.py); its GPU floor
+    sok1x_replayed sok1x_bounded with the dense or keyed lookup passing replay=True (a keyed
+                   lookup replays where its tables are one table or one group of dense
+                   tables, dlrm26; the hash and dynamic ones run as sok1x_bounded): on one
+                   rank its forward, backward and update are recorded once as CUDA graphs
+                   and replayed (engine/lookup/replayed_step.py); its GPU floor
                    (those graphs replayed back to back, no host work: not the key copy, the
                    hyper-parameters' write or the update's time stamp) is reported beside it,
                    whole and per graph
@@ -174,8 +176,8 @@ class SokVariants(sok_steps.EngineStep):
                 os.environ[bounded_step.ENV] = before
 
     def replayed(self, keys_device):
-        """bounded() with the dense lookup passing replay=True: on one rank its forward and
-        backward are replayed from recorded shape classes (engine/lookup/replayed_step.py)."""
+        """bounded() with the lookup passing replay=True: on one rank its forward, backward and
+        update are replayed from recorded shape classes (engine/lookup/replayed_step.py)."""
         self.replay = True
         try:
             return self.bounded(keys_device)
@@ -486,6 +488,7 @@ def _table_runs(rt, w, device, sok, names):
     runs = {
         "sok1x_device": lambda s: sok.device(keys_device[s % 3]),
         "sok1x_bounded": lambda s: sok.bounded(keys_device[s % 3]),
+        "sok1x_replayed": lambda s: sok.replayed(keys_device[s % 3]),
         "sok1x_kernels": lambda s: sok.kernels_step(joined_torch[s % 3]),
         "sok1x_kernels_unordered": lambda s: sok.kernels_unordered(joined_torch[s % 3]),
         "sok1x_dlpack": lambda s: sok.dlpack(joined_torch[s % 3]),

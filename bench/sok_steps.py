@@ -177,7 +177,7 @@ class EngineStep:
                 [np.arange(w.batch_per_rank * hot, dtype=np.int64) // hot for hot in hotness]
                 or [np.zeros(0, np.int64)]))
         self._counts = None  # the keyed backward's rows per table, for the update
-        self.replay = False  # dense lookups: replay=True (engine/lookup/replayed_step.py)
+        self.replay = False  # replay=True (engine/lookup/replayed_step.py)
 
     def _hyper(self):
         self.step_count += 1
@@ -195,7 +195,8 @@ class EngineStep:
             return [out, token]
         keyed = KeyedInput(keys[0], self._lengths, self._segments,
                            [w.batch_per_rank] * len(self.names), None, "sum")
-        out, token = api.keyed_lookup(self.names, "fwd", keyed, True, checks="backward")
+        out, token = api.keyed_lookup(self.names, "fwd", keyed, True, checks="backward",
+                                      replay=self.replay)
         return [out, token]
 
     def _backward(self, token, grads):

@@ -48,7 +48,7 @@ def parse_args(argv):
                         help="the tables as v1 hash tables (use_hashtable): dlrm26's are then "
                              "one hash group")
     parser.add_argument("--replayed", action="store_true",
-                        help="one-table workloads as framework_step.py's sok1x_replayed: the "
+                        help="workloads as framework_step.py's sok1x_replayed: the "
                              "bounded step (SOK1X_BOUNDED_STEP=1) with replay=True, so what is "
                              "profiled is the host's work around the replayed graphs")
     parser.add_argument("--top", type=int, default=15,
@@ -114,7 +114,7 @@ class Case:
         self.w = w = w._replace(hashed=w.hashed or hashed)
         self.names = sok_steps.make_tables(rt, w, SPEC)
         self.step = sok_steps.EngineStep(rt, w, self.names, segment_ids)
-        self.step.replay = replayed and w.tables is None
+        self.step.replay = replayed
         if w.tables is None:
             keys = workloads.Batches(w, rt.rank, rt.size).keys
         else:  # the batch as one keyed array, table after table

@@ -219,7 +219,7 @@ def dense_lookup_grad(table_name, op, token, grads):
         if rt.replays is not None:
             replayed = replayed_step.backward(rt, table, op, routing, grads)
             if replayed is not None:
-                return replayed
+                return replayed[:2]
         return lookup_backward(rt, table, op, routing, grads)
 
 
@@ -320,15 +320,18 @@ def compact_lookup_grad(table_names, op, token, grads):
         return compact_backward_many(rt, tables, op, state, list(grads))
 
 
-def keyed_lookup(table_names, op, keyed, training, key_limits=None, checks="end"):
+def keyed_lookup(table_names, op, keyed, training, key_limits=None, checks="end",
+                 replay=False):
     """Collective: one pooled lookup of several tables of one dim whose keys come as ONE array
     (engine/lookup/keyed.py; TorchRec's KeyedJaggedTensor). keyed: a KeyedInput; key_limits: as
-    pooled_lookup's; checks: as dense_lookup's. Returns (float32 [sum(num_segments), dim], the
-    tables' outputs one after the other; token for keyed_lookup_grad)."""
+    pooled_lookup's; checks and replay: as dense_lookup's (a replayed keyed step: one table or
+    one table group of dense tables, each key its own output row). Returns (float32
+    [sum(num_segments), dim], the tables' outputs one after the other; token for
+    keyed_lookup_grad)."""
     with _Step() as rt:
         tables = _tables_for_collective(rt, list(table_names), op)
         out, state = keyed_lookup_module.keyed_forward(rt, tables, op, keyed, training,
-                                                       key_limits, checks)
+                                                       key_limits, checks, replay)
         return out, np.int64(rt.stash.put(_forward_key(op), state))
 
 
@@ -355,6 +358,11 @@ def apply_keyed_update(table_names, rule, slot_prefix, options, hyper, values, r
         tables = None if rt.pending_tables else rt.tables_named(table_names)
         if tables is None:
             tables = [_table(rt, name) for name in table_names]
+        if rt.replays is not None and not isinstance(rows, (list, tuple)):
+            replayed = replayed_step.keyed_update(rt, tables, rule, slot_prefix, options, hyper,
+                                                  values, rows, counts)
+            if replayed is not None:
+                return replayed
         return keyed_lookup_module.keyed_update(rt.backend, tables, rule, slot_prefix, options,
                                                 hyper, values, rows, counts)
 

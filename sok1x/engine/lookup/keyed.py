@@ -30,7 +30,7 @@ import collections
 import numpy as np
 
 from sok1x.engine.tables import optimizer_updates
-from sok1x.engine.lookup import group_gradients, table_group
+from sok1x.engine.lookup import group_gradients, replayed_step, table_group
 from sok1x.engine.lookup.checks import KEY_DTYPES, V1_LIMIT, VARIABLE_LIMIT, check_keys_by_bounds
 from sok1x.engine.lookup.checks import first_error
 from sok1x.engine.lookup.key_exchange import KeyCheck, lookup_backward_many, lookup_forward_many
@@ -44,6 +44,7 @@ from sok1x.engine.lookup.pooled import (
     pooled_rows,
     spread_rows,
 )
+from sok1x.engine.op_order import as_op_id
 from sok1x.errors import InvalidInputError
 
 KeyedInput = collections.namedtuple(
@@ -243,11 +244,13 @@ def keyed_distinct_forward(runtime, tables, op, item, training, key_limits, pays
     return found, inverse, KeyedState(pooling, cuts, np.array([0, count], np.int64), False)
 
 
-def keyed_forward(runtime, tables, op, item, training, key_limits=None, checks="end"):
+def keyed_forward(runtime, tables, op, item, training, key_limits=None, checks="end",
+                  replay=False):
     """Collective. item: a KeyedInput over `tables` (all of one dim). Returns (float32
     [sum(num_segments), dim], KeyedState). Every input error, on any rank, raises on every rank
     before any table changes; checks="backward": the caller runs the backward, which may read
-    the keys' checks (a bounded step, lookup/bounded_step.py)."""
+    the keys' checks (a bounded step, lookup/bounded_step.py); replay=True: as
+    api.dense_lookup's (_replayed_forward)."""
     backend = runtime.backend
     item = _normalized(backend, tables, item)
     error, cuts, segment_cuts = _checked_layout(tables, item)
@@ -256,6 +259,11 @@ def keyed_forward(runtime, tables, op, item, training, key_limits=None, checks="
         return _forward_by_table(runtime, tables, op, item, training, key_limits, error, cuts,
                                  segment_cuts)
     group = unit.table if isinstance(unit.table, table_group.TableGroup) else None
+    if replay and error is None:
+        replayed = _replayed_forward(runtime, tables, unit, group, op, item, training,
+                                     key_limits, checks, cuts)
+        if replayed is not None:
+            return replayed
     key_check, keys, segment_ids, tags, tag_counts = None, item.keys, item.segment_ids, None, None
     if error is None:
         key_check = _key_check(backend, tables, item, cuts, key_limits, group)
@@ -279,6 +287,40 @@ def keyed_forward(runtime, tables, op, item, training, key_limits=None, checks="
     pool = make_pool(backend, segment_ids, num_segments, item.weights, item.combiner)
     pooling = UnitPooling(unit, routing, [pool], item.lengths, item.num_segments)
     return pooled_rows(backend, found, pool), KeyedState(pooling, cuts, segment_cuts, False)
+
+
+def _replayed_forward(runtime, tables, unit, group, op, item, training, key_limits, checks,
+                      cuts):
+    """keyed_forward's replayed path (engine/lookup/replayed_step.py): a one-rank bounded
+    training lookup of one unit of dense tables (one table, or a TableGroup in its order), each
+    key its own output row, unweighted. Returns keyed_forward's result, or None where the
+    uncaptured path must run (not such a lookup, or the first sight of its shape class)."""
+    table, keys = unit.table, item.keys
+    if (not training or item.segment_ids is not None or item.weights is not None
+            or table.use_hashtable or getattr(group, "hbm", None) is not None
+            or not keys.shape[0] or checks not in ("end", "backward")
+            or not replayed_step.enabled(runtime)):
+        return None
+    op = as_op_id(op)
+    key = (op.tower, op.position, op.name, tuple(t.name for t in tables), int(keys.shape[0]),
+           keys.dtype.str, checks, item.lengths.tobytes(),
+           None if key_limits is None else tuple(key_limits))
+    backend = runtime.backend
+
+    def run(fixed):
+        check = _key_check(backend, tables, item._replace(keys=fixed), cuts, key_limits, group)
+        flat = fixed if group is None else backend.offset_parts_many(
+            [fixed], cuts, [group.key_starts[:-1]])[0]
+        rows = table.rows_of(flat, False)
+        return check, rows, table.gather(rows)
+
+    replayed = replayed_step.forward_of(runtime, key, table, op, keys, checks, run, cuts)
+    if replayed is None:
+        return None
+    vectors, routing = replayed
+    pool = make_pool(backend, None, int(keys.shape[0]), None, item.combiner)
+    pooling = UnitPooling(unit, routing, [pool], item.lengths, item.num_segments)
+    return vectors, KeyedState(pooling, cuts, cuts, False)
 
 
 def _forward_by_table(runtime, tables, op, item, training, key_limits, error, cuts,
@@ -333,10 +375,12 @@ def keyed_backward(runtime, tables, op, state, grads, rows_per_table=False, boun
         (0, dim), np.float32)
     group = unit.table
     grouped = isinstance(group, table_group.TableGroup)
-    (summed, rows, ranks), = lookup_backward_many(runtime, [unit.table], op, [pooling.routing],
-                                                  [per_key],
-                                                  [state.cuts if grouped else None] if bounded
-                                                  else None)
+    replayed = None
+    if bounded and fits and runtime.replays is not None:
+        replayed = replayed_step.backward(runtime, group, op, pooling.routing, per_key)
+    (summed, rows, ranks), = [replayed] if replayed is not None else lookup_backward_many(
+        runtime, [unit.table], op, [pooling.routing], [per_key],
+        [state.cuts if grouped else None] if bounded else None)
     if not grouped:  # one piece: padded or not, the count is the rows'
         return summed, [rows] if rows_per_table else rows, np.array([int(rows.shape[0])],
                                                                     dtype=np.int64)

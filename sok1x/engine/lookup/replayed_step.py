@@ -1,47 +1,53 @@
-"""A one-rank bounded step's dense lookup, its backward and its update, recorded once per shape
-class and replayed (DESIGN D14, issue 45 item 2; SOK1X_CAPTURE=0 turns it off).
+"""A one-rank bounded step's lookup, its backward and its update, recorded once per shape class
+and replayed (DESIGN D14, issue 45 item 2; SOK1X_CAPTURE=0 turns it off).
 
-Which steps. A dense training lookup (api.dense_lookup) of one table whose rows follow from its
-keys (no hash table), on one rank with the bounded step on (SOK1X_BOUNDED_STEP=1, bounded_step.py:
-then neither the lookup nor its backward reads a count back), whose caller passes replay=True:
-it runs the lookup's backward (checks="backward") or reads the checks at the lookup's end, and is
+Which steps. A training lookup of dense tables whose rows follow from their keys (no hash
+table), on one rank with the bounded step on (SOK1X_BOUNDED_STEP=1, bounded_step.py: then
+neither the lookup nor its backward reads a count back), whose caller passes replay=True: it
+runs the lookup's backward (checks="backward") or reads the checks at the lookup's end, and is
 done with the lookup's output and the backward's (values, rows) before it calls the same lookup
-again, because a replay writes them into the same arrays. The engine's own step does (bench/);
-a framework's op, which cannot promise it, keeps the uncaptured path.
+again, because a replay writes them into the same arrays. Two lookups replay: a dense one of one
+table (api.dense_lookup: forward() here), and a keyed one (api.keyed_lookup, keyed.py) of one
+table or of one TableGroup in its order, each key its own output row, unweighted (keyed.py
+gives forward_of() its work and cuts: the members' keys are checked against their own limits
+and moved into the group's rows, and the backward's rows come a piece per member). The engine's
+own step does (bench/); a framework's op, which cannot promise it, keeps the uncaptured path.
 
-Shape class. A forward op (its tower, place and name), its table, the keys' shape and dtype and
-the checks mode. First sight: the uncaptured path, as without the switch. Second sight: the keys
-are copied into a fixed array, the forward's device work runs on it eagerly (this step's result,
-and every constant the work uploads made now) and is then recorded (backend.captured_work: a CUDA
-graph on cuda; on cpu kept to run again, backend/cpu/rerun.py). From the third sight on, the step
-copies its keys into the fixed array and replays: one launch for the key checks, the row lookup
-and the gather. The backward of a replayed forward is recorded at its first sight the same way
-(its top gradient read in place when it is the forward's own output, else copied into a fixed
-array) and replayed from the next. So is the update (api.apply_optimizer_updates) of one table
-with the very (values, rows) a replayed backward returned, per optimizer rule, slot prefix and
-options: its kernels read the step's hyper-parameters (a learning rate that changes every step)
-from a small device array the host writes before each replay (backend.hyper_given), since a
-graph keeps the scalars it was recorded with; the update's time stamp (Table.stamp, a scalar of
-the step) stays outside the graph, one fill a step. An update whose table's rows or slots moved
-(a load, say) is recorded again. Work that cannot be recorded (CaptureError: a host wait or an
-upload inside it, as the all-rows rules' dense gradient) leaves its class uncaptured from then
-on; the step that found it stands.
+Shape class. A forward op (its tower, place and name), its table (or group), the keys' shape and
+dtype and the checks mode, and a keyed lookup's keys per member and key limits. First sight: the
+uncaptured path, as without the switch. Second sight: the keys are copied into a fixed array, the
+forward's device work runs on it eagerly (this step's result, and every constant the work uploads
+made now) and is then recorded (backend.captured_work: a CUDA graph on cuda; on cpu kept to run
+again, backend/cpu/rerun.py). From the third sight on, the step copies its keys into the fixed
+array and replays: one launch for the key checks, the row lookup and the gather. The backward of a
+replayed forward is recorded at its first sight the same way (its top gradient read in place when
+it is the forward's own output, else copied into a fixed array) and replayed from the next. So is
+the update (api.apply_optimizer_updates of one table, api.apply_keyed_update of a keyed lookup's
+tables) with the very (values, rows) a replayed backward returned, per optimizer rule, slot prefix
+and options: its kernels read the step's hyper-parameters (a learning rate that changes every step)
+from a small device array the host writes before each replay (backend.hyper_given), since a graph
+keeps the scalars it was recorded with; the update's time stamp (stamp(), a scalar of the step)
+stays outside the graph, one fill a step. An update whose table's rows or slots moved (a load, say)
+is recorded again. Work that cannot be recorded (CaptureError: a host wait or an upload inside it,
+as the all-rows rules' dense gradient) leaves its class uncaptured from then on; the step that
+found it stands.
 What the host still does per op: the op header's order checks (exchange_header.exchange_sizes:
-alone, no data crosses), the copy of the flag of the key checks (backend.read_later), the stash
-of the routing, and the reading of the flag where the uncaptured path reads it (bounded_step.py),
-so a replayed step with bad keys fails as the uncaptured one does, on its forward
-(checks="end") or its backward (checks="backward"), and changes no table.
+alone, no data crosses), the copy of the flag of the key checks (backend.read_later), the stash of
+the routing, and the reading of the flag where the uncaptured path reads it (bounded_step.py), so a
+replayed step with bad keys fails as the uncaptured one does, on its forward (checks="end") or its
+backward (checks="backward"), and changes no table.
 
 Memory. A class holds its fixed keys (8 n bytes for n int64 keys), what its graph allocated (the
-bounds and flag, the rows 8 n, the output 4 n dim) and its backward's (rows, local rows and
-summed gradients as long as the keys rounded up to 8: 16 n + 4 n dim, plus a fixed gradient
-4 n dim where it is not the forward's output), and each update class 4 bytes per
-hyper-parameter and what its graph allocated (nothing for a table in GPU memory); held_bytes()
-says what all classes hold. At most MAX_CLASSES forward classes are kept, the oldest freed
-first. Any change to the job's tables (made, replaced, dropped: the TableRegistry calls
-Runtime._drop_replays) frees every class at once, with the memory it holds, as does shutdown
-(inside the device context, so nothing is freed at the interpreter's exit); a class whose
-table's rows moved is dropped at its next sight.
+bounds and flag, the rows 8 n, the output 4 n dim) and its backward's (rows, local rows and summed
+gradients as long as the keys rounded up to 8: 16 n + 4 n dim, plus a fixed gradient 4 n dim where
+it is not the forward's output; a keyed lookup of a group: its keys moved into the group's rows, 8
+n more, and each member's piece rounded up to 8 rows), and each update class 4 bytes per hyper-
+parameter and what its graph allocated (nothing for a table in GPU memory); held_bytes() says what
+all classes hold. At most MAX_CLASSES forward classes are kept, the oldest freed first. Any change
+to the job's tables (made, replaced, dropped: the TableRegistry calls Runtime._drop_replays) frees
+every class at once, with the memory it holds, as does shutdown (inside the device context, so
+nothing is freed at the interpreter's exit); a class whose table's rows moved is dropped at its
+next sight.
 """
 import collections
 import functools
@@ -75,12 +81,13 @@ def enabled(runtime):
 
 
 class _Forward:
-    """One forward shape class: its table, fixed keys, recorded work and backward classes."""
+    """One forward shape class: its table, fixed keys, recorded work, its backward's pieces
+    (host piece_starts of its members' keys) and backward classes."""
 
-    def __init__(self, key, table, keys, work, judge):
+    def __init__(self, key, table, keys, work, judge, pieces):
         self.key, self.table, self.keys = key, table, keys
         self.values = _where(table)
-        self.work, self.judge = work, judge
+        self.work, self.judge, self.pieces = work, judge, pieces
         self.routing = self.check = None  # made from the outputs at the first replay
         self.backwards = {}  # top gradient read in place (True) or copied (False) -> _Backward
 
@@ -199,9 +206,21 @@ def forward(runtime, table, op, keys, training, checks):
             and not table.use_hashtable and keys.dtype in KEY_DTYPES and len(keys.shape) == 1):
         return None
     op = as_op_id(op)
+    count = int(keys.shape[0])
+    key = (op.tower, op.position, op.name, table.name, count, keys.dtype.str, checks)
+    return forward_of(runtime, key, table, op, keys, checks,
+                      functools.partial(_forward_run, runtime, table),
+                      np.array([0, count], dtype=np.int64))
+
+
+def forward_of(runtime, key, table, op, keys, checks, run, cuts):
+    """The replayed path of any one-rank bounded forward of `table` (an EmbeddingTable or a
+    TableGroup of dense tables, whose rows follow from its keys) with flat `keys`: `key` names
+    its shape class (every input that shapes the work but the keys' values); run(fixed keys)
+    queues the forward's device work on a fixed array and returns (KeyCheck, rows, vectors);
+    cuts: host int64 [members + 1], where each member's keys start (its backward's pieces).
+    Returns (vectors, Routing), or None at the first sight of the class. `op`: an OpId."""
     classes = _classes(runtime)
-    key = (op.tower, op.position, op.name, table.name, int(keys.shape[0]), keys.dtype.str,
-           checks)
     entry = classes.forwards.get(key)
     if entry is not None and (entry.table is not table or entry.values != _where(table)):
         _drop(classes, key)
@@ -210,7 +229,7 @@ def forward(runtime, table, op, keys, training, checks):
         classes.sightings[key] += 1
         if classes.sightings[key] < 2 or key in classes.refused:
             return None
-        return _capture_forward(runtime, classes, key, table, op, keys, checks)
+        return _capture_forward(runtime, classes, key, table, op, keys, checks, run, cuts)
     backend = runtime.backend
     exchange_sizes(runtime, op, None, None, None)  # alone: the order checks, no data
     if keys is not entry.keys:
@@ -227,7 +246,7 @@ def forward(runtime, table, op, keys, training, checks):
     return vectors, entry.routing._replace(check=deferred if checks == "backward" else None)
 
 
-def _capture_forward(runtime, classes, key, table, op, keys, checks):
+def _capture_forward(runtime, classes, key, table, op, keys, checks, run, cuts):
     """The second sight of a forward class: this step runs eagerly on fixed keys, then its work
     is recorded. Returns (vectors, Routing) of this step (its backward takes the uncaptured
     path: its rows are not the class's)."""
@@ -235,18 +254,19 @@ def _capture_forward(runtime, classes, key, table, op, keys, checks):
     exchange_sizes(runtime, op, None, None, None)
     fixed = backend.empty(tuple(keys.shape), keys.dtype)
     backend.write_rows(fixed, 0, keys)
-    check, rows, vectors = _forward_run(runtime, table, fixed)
+    check, rows, vectors = run(fixed)
 
-    def run():
-        recorded, recorded_rows, recorded_vectors = _forward_run(runtime, table, fixed)
+    def recorded_run():
+        recorded, recorded_rows, recorded_vectors = run(fixed)
         return [recorded.bounds, recorded.flag, recorded_rows, recorded_vectors]
-    work = _recorded(backend, run)
+    work = _recorded(backend, recorded_run)
     if work is None:
         classes.refused.add(key)
     else:
         while len(classes.forwards) >= MAX_CLASSES:
             _drop(classes, next(iter(classes.forwards)))
-        classes.forwards[key] = _Forward(key, table, fixed, work, check.judge)
+        classes.forwards[key] = _Forward(key, table, fixed, work, check.judge,
+                                         bounded_step.piece_starts(cuts))
     deferred = bounded_step.Deferred(backend.read_later(check.flag),
                                      functools.partial(check_error, backend, check), op.name)
     bounded_step.defer_or_read(runtime, deferred, checks == "backward")
@@ -274,10 +294,11 @@ def _drop(classes, key):
 
 
 def backward(runtime, table, op, routing, grads):
-    """api.dense_lookup_grad's replayed path: the backward of a replayed forward's `routing`
-    with top gradient `grads` (backend float32 [n, dim]). Returns (values, rows) as
-    key_exchange.lookup_backward does (padded: bounded_step.py), or None where the uncaptured
-    path must run (routing not a replayed one, a gradient of another shape)."""
+    """The replayed path of a one-rank bounded backward (api.dense_lookup_grad's, the keyed
+    lookup's): the backward of a replayed forward's `routing` of `table` with top gradient
+    `grads` (backend float32 [n, dim]). Returns (values, rows, Padded) as
+    key_exchange.lookup_backward_many does for a bounded step, or None where the uncaptured path
+    must run (routing not a replayed one, a gradient of another shape)."""
     classes = runtime.replays
     entry = None if classes is None else classes.by_rows.get(id(routing.owner_rows))
     if (entry is None or entry.routing.owner_rows is not routing.owner_rows
@@ -295,8 +316,8 @@ def backward(runtime, table, op, routing, grads):
         fixed = grads if own else backend.empty(tuple(grads.shape), np.float32)
         if not own:
             backend.write_rows(fixed, 0, grads)
-        pieces = bounded_step.piece_starts(np.array([0, routing.count], dtype=np.int64))
-        run = functools.partial(_backward_run, backend, table, entry.routing, fixed, pieces)
+        run = functools.partial(_backward_run, backend, table, entry.routing, fixed,
+                                entry.pieces)
         out = run()  # this step, eagerly; then recorded for the next
         if recorded is None:
             entry.backwards[own] = _Backward(fixed, own, _recorded(backend, run))
@@ -310,30 +331,72 @@ def backward(runtime, table, op, routing, grads):
     distinct_rows.remember(rows)
     if recorded is not None and recorded.work is not None and rows is out[0]:
         classes.by_gradient[id(out[1])] = (entry, recorded)  # its update may be replayed
-    return out[1], rows
+    return out[1], rows, bounded_step.Padded(entry.pieces, out[2])
 
 
 def update(runtime, tables, rule_name, slot_prefix, options, hyper, values_list, rows_list):
     """api.apply_optimizer_updates' replayed path: the update of one table with the (values,
-    rows) a replayed backward returned, recorded at its first sight per (rule, slot prefix,
-    options) and replayed from the next, its kernels reading this step's hyper-parameters from
-    an array written before the replay (backend.hyper_given). Returns [rows updated] as
+    rows) a replayed backward returned. Returns [rows updated] as
     optimizer_updates.apply_updates does, or None where the uncaptured path must run. Raises as
     that path does for an unknown rule or a missing hyper-parameter."""
-    classes = runtime.replays
-    if classes is None or not classes.by_gradient or len(tables) != 1:
+    if len(tables) != 1:
         return None
-    found = classes.by_gradient.get(id(values_list[0]))
+    found = _replayed_gradient(runtime, values_list[0])
     if found is None:
         return None
     entry, backward = found
-    out, table = backward.work.outputs, tables[0]
-    if out is None or values_list[0] is not out[1] or rows_list[0] is not out[0] or (
-            table is not entry.table):
+    out = backward.work.outputs
+    if rows_list[0] is not out[0] or tables[0] is not entry.table:
         return None
+    if not _update_of(runtime, entry, backward, rule_name, slot_prefix, options, hyper):
+        return None
+    return [int(out[0].shape[0])]
+
+
+def keyed_update(runtime, tables, rule_name, slot_prefix, options, hyper, values, rows, counts):
+    """api.apply_keyed_update's replayed path: the update of a keyed lookup's tables with the
+    (values, rows, counts) a replayed backward returned: one table's padded rows, or a whole
+    TableGroup's members' own rows piece by piece. Returns what keyed.keyed_update does (per
+    table the rows updated, padding included), or None where the uncaptured path must run."""
+    found = _replayed_gradient(runtime, values)
+    if found is None:
+        return None
+    entry, backward = found
+    out, table = backward.work.outputs, entry.table
+    members = getattr(table, "members", None)
+    pieces = np.diff(entry.pieces)
+    if members is None:
+        fits = len(tables) == 1 and tables[0] is table and rows is out[0]
+    else:
+        fits = (len(tables) == len(members) and all(a is b for a, b in zip(tables, members))
+                and rows is out[2])
+    counts = np.asarray(counts).reshape(-1)
+    if not fits or counts.shape != pieces.shape or not np.array_equal(counts, pieces):
+        return None
+    if not _update_of(runtime, entry, backward, rule_name, slot_prefix, options, hyper):
+        return None
+    return [int(out[0].shape[0])] if members is None else pieces.astype(np.int64)
+
+
+def _replayed_gradient(runtime, values):
+    """(_Forward, _Backward) whose recorded backward returned `values` as its sums, or None."""
+    classes = runtime.replays
+    if classes is None or not classes.by_gradient:
+        return None
+    found = classes.by_gradient.get(id(values))
+    if found is None or found[1].work.outputs is None or values is not found[1].work.outputs[1]:
+        return None
+    return found
+
+
+def _update_of(runtime, entry, backward, rule_name, slot_prefix, options, hyper):
+    """Records (first sight) or replays the update of `entry`'s table by a replayed backward's
+    gradient, per (rule, slot prefix, options), its kernels reading this step's
+    hyper-parameters from an array written before the replay (backend.hyper_given), and stamps
+    the rows. Returns False where it must stay uncaptured (nothing done)."""
     rule = optimizer_updates.checked_rule(rule_name, hyper)
     options = dict(options or {})
-    backend = runtime.backend
+    backend, table, out = runtime.backend, entry.table, backward.work.outputs
     slots = {name: table.slot(optimizer_updates.slot_key(slot_prefix, name), initial)
              for name, initial in rule.slots(options)}
     where = (_where(table),) + tuple(backend.address_of(s) for s in slots.values())
@@ -351,23 +414,25 @@ def update(runtime, tables, rule_name, slot_prefix, options, hyper, values_list,
         run()
         backward.updates[key] = _Update(fixed, where, _recorded(backend, run))
     elif recorded.work is None:
-        return None
+        return False
     else:
         backend.write_given(recorded.given, given)
         recorded.work.replay()
     table.stamp(out[0])  # outside the graph: its time is a scalar of this step
-    return [int(out[0].shape[0])]
+    return True
 
 
 def _update_run(backend, table, rule, slots, gradient, given, hyper, options):
-    """The device work of an update of `table` by optimizer `rule` with a replayed backward's
-    `gradient` [rows, summed, ...], its hyper-parameters read from `given`."""
+    """The device work of an update of `table` (an EmbeddingTable or a TableGroup) by optimizer
+    `rule` with a replayed backward's `gradient` [rows, summed, ...], its hyper-parameters read
+    from `given`."""
     with backend.hyper_given(given):
         table.apply_update(rule.update, slots, gradient[0], gradient[1], hyper, options)
 
 
 def _backward_run(backend, table, routing, grads, pieces):
-    """The device work of a one-rank bounded backward: [rows, summed, local rows] padded."""
+    """The device work of a one-rank bounded backward: [rows, summed, local rows], each
+    member's rows in its piece (`pieces`), padded."""
     rows, summed, padded = padded_sums(backend, table, routing, grads, pieces)
     return [rows, summed, padded.local]
 

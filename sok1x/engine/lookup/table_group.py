@@ -226,6 +226,11 @@ class TableGroup:
     def gather(self, rows):
         return self.backend.gather_rows(self.values, rows)
 
+    def apply_update(self, update, slots, rows, grads, hyper, options):
+        """Runs optimizer rule function `update` on the group's values and flat `slots` for
+        distinct flat `rows` (engine/tables/optimizer_updates.py), as EmbeddingTable does."""
+        update(self.backend, self.values, slots, rows, grads, hyper, options)
+
     def stamp(self, rows, count=None):
         """Records now as the update time of flat `rows` (count: see backend.fill_rows)."""
         if int(rows.shape[0]):

@@ -263,5 +263,5 @@ def apply_group_update(backend, group, rule_name, slot_prefix, options, hyper, r
     options = dict(options or {})
     slots = {name: group.slot(slot_key(slot_prefix, name), initial)
              for name, initial in rule.slots(options)}
-    rule.update(backend, group.values, slots, rows, summed, hyper, options)
+    group.apply_update(rule.update, slots, rows, summed, hyper, options)
     group.stamp(rows)

@@ -1,0 +1,183 @@
+"""The replayed keyed step (engine/lookup/replayed_step.py through engine/lookup/keyed.py,
+SOK1X_CAPTURE) on the cuda engine at one GPU: a keyed lookup of a table group (each key its own
+output row), its backward and its keyed update, recorded as CUDA graphs and replayed, equal the
+same step run uncaptured on a copy of the tables over many steps with changing keys (bit for bit
+where no key repeats in a member, so no atomic addition's order matters; outputs, rows and
+counts bit for bit and sums to rounding otherwise), with an empty member; the replayed forward
+and backward queue no kernel of their own and the update two (its hyper-parameters' write and
+the time stamp); a bad key of one member fails the step naming it and changes no table.
+
+    mpiexec --allow-run-as-root -n 1 python3 -m pytest -q tests/gpu/test_replayed_keyed_cuda.py
+"""
+import numpy as np
+import pytest
+
+pytest.importorskip("pycuda")
+
+from sok1x.backend import random_init  # noqa: E402
+from sok1x.engine import api, runtime  # noqa: E402
+from sok1x.engine.lookup import bounded_step, replayed_step  # noqa: E402
+from sok1x.engine.lookup.keyed import KeyedInput  # noqa: E402
+from sok1x.errors import InvalidInputError  # noqa: E402
+
+pytestmark = [pytest.mark.timeout(300, method="thread"), pytest.mark.usefixtures("engine")]
+SPEC = random_init.make_spec("uniform", -1.0, 1.0, seed=47)
+DIM = 16
+ROWS = [20000, 5000, 12000, 9000]
+LENGTHS = np.array([3000, 1500, 0, 2500])  # one member without keys
+RULES = {"lazy_adam": "Adam", "adagrad": "Adagrad"}
+
+
+@pytest.fixture(autouse=True)
+def bounded(monkeypatch):
+    monkeypatch.setenv(bounded_step.ENV, "1")
+    monkeypatch.delenv(replayed_step.ENV, raising=False)
+
+
+def host(array):
+    return runtime.get().backend.to_host(array)
+
+
+def hyper(rule, step):
+    if rule == "adagrad":
+        return {"lr": 0.1, "epsilon": 1e-7}
+    lr = 0.01 * np.sqrt(1 - 0.999 ** step) / (1 - 0.9 ** step)
+    return {"lr_t": lr, "beta1": 0.9, "beta2": 0.999, "epsilon": 1e-8}
+
+
+def make_pair(tag):
+    """The same tables made twice: (replayed names, uncaptured names)."""
+    backend = runtime.get().backend
+    pair = [["%s_%s_%d" % (way, tag, t) for t in range(len(ROWS))]
+            for way in ("replayed", "uncaptured")]
+    for names in pair:
+        for name, rows in zip(names, ROWS):
+            api.create_table(name, DIM, rows, False, SPEC, replace=True)
+            api.shard(name)
+    for a, b, rows in zip(pair[0], pair[1], ROWS):
+        backend.put_rows(api.shard(b).values, backend.asarray(np.arange(rows, dtype=np.int64)),
+                         backend.asarray(host(api.shard(a).values)))
+    return pair
+
+
+def distinct_keys(rng):
+    """Each member's keys distinct: every sum of the backward has one addend."""
+    return np.concatenate([rng.permutation(rows)[:n] for rows, n in zip(ROWS, LENGTHS)])
+
+
+def step(names, keys, rule, number, replay, scale=None):
+    """A keyed lookup, backward and keyed update of `names`: host (output, values, rows,
+    counts)."""
+    backend = runtime.get().backend
+    with runtime.entered():
+        item = KeyedInput(backend.asarray(keys), LENGTHS, None, LENGTHS, None, "sum")
+        out, token = api.keyed_lookup(names, names[0] + "_fwd", item, True, checks="backward",
+                                      replay=replay)
+        copied = host(out)  # a replay rewrites it
+        grads = out if scale is None else backend.scale_rows(
+            out, backend.asarray(np.full(out.shape[0], scale, np.float32)))
+        values, rows, counts = api.keyed_lookup_grad(names, names[0] + "_bwd", token, grads)
+        got = copied, host(values), host(rows), np.array(counts)
+        api.apply_keyed_update(names, rule, RULES[rule], {}, hyper(rule, number), values, rows,
+                               counts)
+    return got
+
+
+def tables(names):
+    """Per table of `names`, host copies of its rows and every slot (by name)."""
+    return [[host(api.shard(name).values)] + [host(api.shard(name).slots[slot])
+                                              for slot in sorted(api.shard(name).slots)]
+            for name in names]
+
+
+def held():
+    with runtime.entered() as rt:
+        return replayed_step.classes_held(rt), replayed_step.updates_recorded(rt)
+
+
+def fresh():
+    with runtime.entered() as rt:
+        replayed_step.free(rt)
+
+
+@pytest.mark.parametrize("rule", ["lazy_adam", "adagrad"])
+def test_replayed_keyed_group_equals_uncaptured_bit_for_bit(rule):
+    fresh()
+    pair = make_pair("exact_" + rule)
+    rng = np.random.default_rng(3)
+    for number in range(1, 11):
+        keys = distinct_keys(rng)
+        got = step(pair[0], keys, rule, number, True)
+        want = step(pair[1], keys, rule, number, False)
+        for a, b in zip(got, want):
+            np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(got[3], [3000, 1504, 0, 2504])  # pieces of 8 rows
+        for a, b in zip(tables(pair[0]), tables(pair[1])):
+            for x, y in zip(a, b):
+                np.testing.assert_array_equal(x, y)
+    assert held() == (1, 1)
+
+
+def test_repeated_keys_and_a_scaled_gradient():
+    fresh()
+    pair = make_pair("repeats")
+    rng = np.random.default_rng(5)
+    for number in range(1, 9):
+        keys = np.concatenate([rng.integers(0, rows // 4, size=n)
+                               for rows, n in zip(ROWS, LENGTHS)])
+        got = step(pair[0], keys, "lazy_adam", number, True, 0.5 + number)
+        want = step(pair[1], keys, "lazy_adam", number, False, 0.5 + number)
+        for index in (0, 2, 3):
+            np.testing.assert_array_equal(got[index], want[index])
+        np.testing.assert_allclose(got[1], want[1], rtol=1e-5, atol=1e-6)
+        for a, b in zip(tables(pair[0]), tables(pair[1])):
+            for x, y in zip(a, b):
+                np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6)
+    assert held() == (1, 1)
+
+
+def test_a_replayed_keyed_step_launches_graphs():
+    fresh()
+    pair = make_pair("launches")
+    rng = np.random.default_rng(7)
+    backend = runtime.get().backend
+    found = {}
+    for replay in (True, False):
+        for number in range(1, 6):
+            keys = backend.asarray(distinct_keys(rng))
+            before = backend.counts()
+            with runtime.entered():
+                item = KeyedInput(keys, LENGTHS, None, LENGTHS, None, "sum")
+                out, token = api.keyed_lookup(pair[0], "launch_fwd", item, True,
+                                              checks="backward", replay=replay)
+                values, rows, counts = api.keyed_lookup_grad(pair[0], "launch_bwd", token, out)
+                between = backend.counts()
+                api.apply_keyed_update(pair[0], "lazy_adam", "Adam", {},
+                                       hyper("lazy_adam", number), values, rows, counts)
+            after = backend.counts()
+        found[replay] = (between["launches"] - before["launches"],
+                         after["launches"] - between["launches"],
+                         after["copies"] - between["copies"])
+    print("launches of a keyed forward and backward, of its update, and the update's copies: "
+          "replayed %s, uncaptured %s" % (found[True], found[False]))
+    assert found[True][0] == 0 < found[False][0]
+    assert found[True][1:] == (2, 0)
+
+
+def test_a_bad_key_of_one_member_fails_and_changes_nothing():
+    fresh()
+    pair = make_pair("bad")
+    rng = np.random.default_rng(9)
+    for number in range(1, 5):
+        step(pair[0], distinct_keys(rng), "adagrad", number, True)
+    before = tables(pair[0])
+    for member, bad in ((3, ROWS[3] + 5), (1, -1)):
+        keys = distinct_keys(rng)
+        keys[int(np.sum(LENGTHS[:member])) + 17] = bad
+        with pytest.raises(InvalidInputError, match=pair[0][member]):
+            step(pair[0], keys, "adagrad", 5, True)
+        for a, b in zip(before, tables(pair[0])):
+            for x, y in zip(a, b):
+                np.testing.assert_array_equal(x, y)
+    got = step(pair[0], distinct_keys(rng), "adagrad", 5, True)  # replays go on
+    assert held() == (1, 1) and got[0].shape == (int(LENGTHS.sum()), DIM)

@@ -1,0 +1,207 @@
+"""The replayed keyed step (engine/lookup/replayed_step.py through engine/lookup/keyed.py,
+SOK1X_CAPTURE, DESIGN D14) on the cpu backend, at any number of ranks: a keyed lookup of a table
+group (each key its own output row), its backward and its keyed update, run with replay=True
+under the bounded step, equal the same step run uncaptured on a copy of the tables bit for bit
+(outputs, the padded gradient's values, rows and counts, every row and optimizer slot) over many
+steps with changing keys, an empty member among them, with the top gradient the output itself
+or another array, reading the checks in the backward or at the lookup's end; on one rank the
+class is really recorded and replayed (held, its update counted); a keyed lookup of one table
+replays as well; a new layout of the keys is a new shape class; a bad key of one member fails
+the step naming that member, changes no table, and the replays go on after; every optimizer
+rule is replayed with each step's hyper-parameters; changed (clipped) gradient values take the
+uncaptured update and still agree; pooled keys (segment ids) and weighted ones are not
+replayed and agree; on several ranks nothing is recorded."""
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+from sok1x.backend import random_init
+from sok1x.engine import api, runtime
+from sok1x.engine.lookup import bounded_step, replayed_step
+from sok1x.engine.lookup.keyed import KeyedInput
+from sok1x.engine.tables import optimizer_updates
+from sok1x.errors import InvalidInputError
+from step_rules import RULES, every_rule_hyper, hyper
+
+COMM = MPI.COMM_WORLD
+RANK, SIZE = COMM.Get_rank(), COMM.Get_size()
+SPEC = random_init.make_spec("uniform", -1.0, 1.0, seed=43)
+DIM, ROWS, MEMBERS = 8, 24, 4
+LENGTHS = np.array([5, 3, 0, 7])  # one member without keys
+
+
+@pytest.fixture(scope="module", autouse=True)
+def engine():
+    return runtime.init(backend="cpu")
+
+
+@pytest.fixture(autouse=True)
+def bounded(monkeypatch):
+    monkeypatch.setenv(bounded_step.ENV, "1")
+    monkeypatch.delenv(replayed_step.ENV, raising=False)
+
+
+def member_rows(t):
+    return ROWS + 8 * t
+
+
+def make_tables(tag, count=MEMBERS):
+    """`count` tables made twice with the same rows: (replayed names, uncaptured names)."""
+    pair = []
+    for way in ("replayed", "uncaptured"):
+        names = ["%s_%s_%d" % (way, tag, t) for t in range(count)]
+        for t, name in enumerate(names):
+            api.create_table(name, DIM, member_rows(t), False, SPEC, replace=True)
+        pair.append(names)
+    for a, b in zip(*pair):
+        api.shard(b).values[...] = api.shard(a).values
+    return pair
+
+
+def keys_of(rng, lengths):
+    return np.concatenate([rng.integers(0, member_rows(t) * SIZE, size=n)
+                           for t, n in enumerate(lengths)]).astype(np.int64)
+
+
+def step(names, keys, lengths, scale, rule, number, replay, checks="backward", prefix=None,
+         given=None, clip=None, segment_ids=None, weights=None):
+    """A keyed lookup, backward and keyed update of `names`; returns host copies of (output,
+    values, rows, counts). scale None: the output itself is the top gradient; clip: the update
+    gets the values times it; prefix and given: as RULES' and step_rules.hyper's."""
+    segments = lengths if segment_ids is None else np.array(
+        [int(s.max()) + 1 if s.size else 0 for s in np.split(segment_ids, np.cumsum(lengths)[:-1])])
+    item = KeyedInput(keys, lengths, segment_ids, segments, weights, "sum")
+    out, token = api.keyed_lookup(names, names[0] + "_fwd", item, True, checks=checks,
+                                  replay=replay)
+    copied = np.array(out)  # a replayed output is rewritten by the next replay
+    grads = out if scale is None else out * scale
+    values, rows, counts = api.keyed_lookup_grad(names, names[0] + "_bwd", token, grads)
+    copies = np.array(values), np.array(rows), np.array(counts)
+    api.apply_keyed_update(names, rule, prefix or RULES[rule][0], {},
+                           given or hyper(rule, number),
+                           values if clip is None else values * clip, rows, counts)
+    return (copied,) + copies
+
+
+def assert_same_tables(pair):
+    for a, b in zip(*pair):
+        x, y = api.shard(a), api.shard(b)
+        np.testing.assert_array_equal(x.values, y.values)
+        assert sorted(x.slots) == sorted(y.slots)
+        for slot in x.slots:
+            np.testing.assert_array_equal(x.slots[slot], y.slots[slot])
+
+
+def run_both(pair, keys, lengths, scale, rule, number, **options):
+    got = step(pair[0], keys, lengths, scale, rule, number, True, **options)
+    want = step(pair[1], keys, lengths, scale, rule, number, False, **options)
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a, b)
+    assert_same_tables(pair)
+    return got
+
+
+def held():
+    with runtime.entered() as rt:
+        return replayed_step.classes_held(rt), replayed_step.updates_recorded(rt)
+
+
+def fresh():
+    with runtime.entered() as rt:
+        replayed_step.free(rt)
+
+
+@pytest.mark.parametrize("rule", ["lazy_adam", "adagrad"])
+@pytest.mark.parametrize("top", ["output", "scaled"])
+@pytest.mark.parametrize("checks", ["backward", "end"])
+def test_replayed_keyed_group_equals_uncaptured(rule, top, checks):
+    pair = make_tables("equal_%s_%s_%s" % (rule, top, checks))
+    rng = np.random.default_rng([3, RANK])
+    for number in range(1, 11):
+        scale = None if top == "output" else np.float32(0.5 + 0.25 * number)
+        got = run_both(pair, keys_of(rng, LENGTHS), LENGTHS, scale, rule, number, checks=checks)
+        if SIZE == 1:  # a piece per member, its keys rounded up to 8
+            np.testing.assert_array_equal(got[3], [8, 8, 0, 8])
+    if SIZE == 1:  # recorded at the second step, replayed since, the update from the fourth
+        assert held() == (1, 1)
+    else:  # several ranks exchange keys: nothing is recorded
+        assert held() == (0, 0)
+
+
+def test_a_keyed_lookup_of_one_table_replays():
+    fresh()
+    pair = make_tables("one", count=1)
+    rng = np.random.default_rng([5, RANK])
+    for number in range(1, 8):
+        run_both(pair, keys_of(rng, [19]), np.array([19]), np.float32(1.25), "lazy_adam",
+                 number)
+    assert held() == ((1, 1) if SIZE == 1 else (0, 0))
+
+
+def test_a_new_layout_is_a_new_shape_class():
+    fresh()
+    pair = make_tables("layouts")
+    rng = np.random.default_rng([7, RANK])
+    layouts = [LENGTHS, np.array([3, 5, 0, 7]), LENGTHS, np.array([1, 1, 1, 1])]
+    for number in range(1, 13):
+        lengths = layouts[(number // 2) % len(layouts)]
+        run_both(pair, keys_of(rng, lengths), lengths, None, "adagrad", number)
+    assert held()[0] == (3 if SIZE == 1 else 0)
+
+
+@pytest.mark.parametrize("checks", ["backward", "end"])
+def test_a_bad_key_of_one_member_fails_the_replayed_step(checks):
+    pair = make_tables("bad_" + checks)
+    rng = np.random.default_rng([11, RANK])
+    for number in range(1, 5):
+        run_both(pair, keys_of(rng, LENGTHS), LENGTHS, None, "adagrad", number, checks=checks)
+    before = [api.shard(name).values.copy() for name in pair[0]]
+    for member, bad in ((3, member_rows(3) * SIZE + 1), (1, -2)):
+        keys = keys_of(rng, LENGTHS)
+        if RANK == SIZE - 1:  # one rank's key past its member's table, or negative
+            keys[int(np.sum(LENGTHS[:member]))] = bad
+        with pytest.raises(InvalidInputError, match=pair[0][member]):
+            step(pair[0], keys, LENGTHS, None, "adagrad", 5, True, checks=checks)
+        for name, values in zip(pair[0], before):
+            np.testing.assert_array_equal(api.shard(name).values, values)
+    for number in range(5, 9):  # the uncaptured tables skipped the failed steps too
+        run_both(pair, keys_of(rng, LENGTHS), LENGTHS, None, "adagrad", number, checks=checks)
+    if SIZE == 1:
+        assert held()[1] >= 1
+
+
+@pytest.mark.parametrize("rule", sorted(optimizer_updates.RULES))
+def test_every_rule_is_replayed_with_each_steps_hyper_parameters(rule):
+    fresh()
+    pair = make_tables("rule_" + rule)
+    rng = np.random.default_rng([13, RANK])
+    for number in range(1, 8):
+        run_both(pair, keys_of(rng, LENGTHS), LENGTHS, np.float32(0.75), rule, number,
+                 prefix="R", given=every_rule_hyper(rule, number))
+    assert held() == ((1, 1) if SIZE == 1 else (0, 0))
+
+
+def test_clipped_values_take_the_uncaptured_update():
+    fresh()
+    pair = make_tables("clipped")
+    rng = np.random.default_rng([17, RANK])
+    for number in range(1, 8):
+        run_both(pair, keys_of(rng, LENGTHS), LENGTHS, None, "lazy_adam", number,
+                 clip=np.float32(0.5))
+    assert held() == ((1, 0) if SIZE == 1 else (0, 0))
+
+
+@pytest.mark.parametrize("kind", ["segment_ids", "weights"])
+def test_pooled_or_weighted_keys_are_not_replayed(kind):
+    fresh()
+    pair = make_tables("pooled_" + kind)
+    rng = np.random.default_rng([19, RANK])
+    for number in range(1, 7):
+        keys = keys_of(rng, LENGTHS)
+        options = {}
+        if kind == "segment_ids":
+            options["segment_ids"] = np.concatenate([np.arange(n) // 2 for n in LENGTHS])
+        else:
+            options["weights"] = rng.random(keys.size).astype(np.float32)
+        run_both(pair, keys, LENGTHS, np.float32(2.0), "adagrad", number, **options)
+    assert held() == (0, 0)
