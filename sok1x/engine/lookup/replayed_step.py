@@ -42,11 +42,11 @@ bounds and flag, the rows 8 n, the output 4 n dim) and its backward's (rows, loc
 gradients as long as the keys rounded up to 8: 16 n + 4 n dim, plus a fixed gradient 4 n dim where
 it is not the forward's output; a keyed lookup of a group: its keys moved into the group's rows, 8
 n more, and each member's piece rounded up to 8 rows), and each update class 4 bytes per
-hyper-parameter and what its graph allocated (nothing for a table in GPU memory); held_bytes() says what
-all classes hold. At most MAX_CLASSES forward classes are kept, the oldest freed first. Any change
-to the job's tables (made, replaced, dropped: the TableRegistry calls Runtime._drop_replays) frees
-every class at once, with the memory it holds, as does shutdown (inside the device context, so
-nothing is freed at the interpreter's exit); a class whose table's rows moved is dropped at its
+hyper-parameter and what its graph allocated (nothing for a table in GPU memory); held_bytes() says
+what all classes hold. At most MAX_CLASSES forward classes are kept, the oldest freed first. Any
+change to the job's tables (made, replaced, dropped: the TableRegistry calls Runtime._drop_replays)
+frees every class at once, with the memory it holds, as does shutdown (inside the device context,
+so nothing is freed at the interpreter's exit); a class whose table's rows moved is dropped at its
 next sight.
 """
 import collections
