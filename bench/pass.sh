@@ -24,7 +24,8 @@
 #                dynamic_breakdown.py (where one find_or_insert call's time goes)
 #   profile      Nsight Compute over profile_kernels.py (SpeedOfLight, Occupancy) -> ncu.txt
 #   kernels[=W,...]  step_kernels.py under Nsight Compute: each kernel of a one-rank bounded step
-#                of each workload (default dlrm, seed, dlrm26), its time and DRAM bytes -> kernels.txt
+#                of each workload (default dlrm, seed, dlrm26; one ncu process each), its time
+#                and DRAM bytes -> kernels.txt
 #   steps1       step_and_exchange.py on 1 GPU;  steps: on 1, 2 and 4 GPUs (as many as there are)
 #   group        group_lookup.py (one fused lookup of 26 tables vs 26 lookups) on 1 to 8 GPUs
 #   framework[=W,...]  framework_step.py on 1, 2, 4, 8 GPUs (up to the machine's), each workload
@@ -115,7 +116,7 @@ while [ $# -gt 0 ]; do
   shift
 done
 [ ${#stages[@]} -gt 0 ] || { echo "pass.sh: name at least one stage (--list)" >&2; usage; }
-known=" micro hybrid profile steps1 steps group framework checkpoint kernel-tests suites grid
+known=" micro hybrid profile kernels steps1 steps group framework checkpoint kernel-tests suites grid
   grid-ab breakdown-ab framework-ab growth-ab growth-profile host-slices hkv-grid
   find-or-insert-ab ncu-find-or-insert host-way dynamic-tests breakdown dynamic-ab backend-tests
   hash-ab ckpt-tests ckpt-stages ckpt-before ckpt-bench ckpt-big "
@@ -205,13 +206,18 @@ stage_profile() {
   say "profile: $(grep -c 'Duration' "$work/ncu.txt") kernels"
 }
 stage_kernels() {  # [workload ...]: step_kernels.py's table of a bounded step's kernels
-  local workloads; workloads=$(IFS=,; echo "${*:-dlrm,seed,dlrm26}")
-  PYTHONPATH=$(path_of after):$here/bench run kernels 150 "$(ncu_path)" --clock-control none \
-    --profile-from-start off --csv --page raw \
-    --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
-    python3 "$here/bench/step_kernels.py" --workloads "$workloads" --steps 2
-  PYTHONPATH=$(path_of after):$here/bench python3 "$here/bench/step_kernels.py" \
-    --summarize "$work/kernels.log" --workloads "$workloads" --steps 2 >"$work/kernels.txt"
+  # One ncu process a workload: the table cuts a log into steps, and workloads launch different
+  # numbers of kernels a step.
+  local w
+  : >"$work/kernels.txt"
+  for w in ${*:-dlrm seed dlrm26}; do
+    PYTHONPATH=$(path_of after):$here/bench run "kernels_$w" 150 "$(ncu_path)" \
+      --clock-control none --profile-from-start off --csv --page raw \
+      --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
+      python3 "$here/bench/step_kernels.py" --workloads "$w" --steps 2 >/dev/null
+    PYTHONPATH=$(path_of after):$here/bench python3 "$here/bench/step_kernels.py" \
+      --summarize "$work/kernels_$w.log" --workloads "$w" --steps 2 >>"$work/kernels.txt"
+  done
   cat "$work/kernels.txt" >>"$summary"
 }
 stage_steps1() {

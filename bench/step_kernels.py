@@ -78,6 +78,10 @@ def summarize(path, workloads, steps):
     def value(row, name):
         return float(row[at[name]].replace(",", "")) * scale.get(units[at[name]], 1.0)
 
+    if len(workloads) > 1 and len(data) % (len(workloads) * steps):
+        raise SystemExit("%d launches do not cut into %d workloads of %d steps: profile one "
+                         "workload a run (their steps launch different numbers of kernels)"
+                         % (len(data), len(workloads), steps))
     per_workload = len(data) // len(workloads)
     launches = per_workload // steps
     lines = []
