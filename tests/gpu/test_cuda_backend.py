@@ -16,6 +16,7 @@ pytest.importorskip("pycuda")
 
 from sok1x.backend import cpu  # noqa: E402
 from sok1x.backend.cuda import context as cuda_context  # noqa: E402
+from sok1x.backend.cuda import segment_rows  # noqa: E402
 from sok1x.backend import random_init  # noqa: E402
 
 DIMS = (1, 8, 16, 128)
@@ -426,6 +427,65 @@ def test_rows_of_four_columns_go_four_to_a_thread(cuda, rng, monkeypatch):
         cuda.scatter_add_rows(device_table, cuda.asarray(ids), device_values)
         assert_sums_close(host(cuda, device_table), table + want)
     assert chosen == ["float32_x4"] * 2 + ["float32"] * 4
+
+
+@pytest.mark.parametrize("dim", [4, 16, 64, 128, 136])
+def test_segment_sum_of_many_ids_sorts_them_by_segment(cuda, rng, monkeypatch, dim):
+    """Past segment_rows.SORTED_MIN ids, float32 rows of whole float4s (at least MIN_WIDTH; the
+    narrower ones here call it directly) are summed segment by segment (a counting sort, then
+    each segment's rows summed in registers and stored, cuda_kernels/segment_rows.cu), without
+    add_rows, and agree with cpu: a hot segment spread over hundreds of chunks, empty segments
+    written as zeros, ids below 0 or past the segments skipped; unaligned values take add_rows
+    and agree too."""
+    chosen, kernel = [], cuda._add_rows_kernel
+    monkeypatch.setattr(cuda, "_add_rows_kernel",
+                        lambda name: chosen.append(name) or kernel(name))
+    n = segment_rows.SORTED_MIN * 3 + 17
+    segments = n // 2
+    ids = rng.integers(0, segments, size=n)
+    ids[::5] = 11
+    ids[7::97], ids[9::101] = -1, segments + 3
+    used = (ids >= 0) & (ids < segments)
+    flat = rng.standard_normal((n * dim + 1,)).astype(np.float32)
+    values = flat[:-1].reshape(n, dim)
+    want = cpu.segment_sum(values[used], ids[used], segments)
+    if dim >= segment_rows.MIN_WIDTH:
+        got = cuda.segment_sum(cuda.asarray(values), cuda.asarray(ids), segments)
+    else:
+        with cuda_context.entered():
+            got = segment_rows.sorted_segment_sum(cuda.asarray(values), cuda.asarray(ids),
+                                                  segments, cuda.empty((segments, dim),
+                                                                       np.float32))
+    got = host(cuda, got)
+    assert_sums_close(got, want)
+    assert not got[np.setdiff1d(np.arange(segments), ids[used])].any()
+    assert chosen == []
+    with cuda_context.entered():  # one element into its block: not 16-byte aligned
+        device_values = cuda.asarray(flat)[1:].reshape(n, dim)
+    got = cuda.segment_sum(device_values, cuda.asarray(np.where(used, ids, -1)), segments)
+    assert_sums_close(host(cuda, got), cpu.segment_sum(flat[1:].reshape(n, dim)[used],
+                                                       ids[used], segments))
+    assert len(chosen) == 1
+
+
+def test_sums_by_segment_replay_in_a_graph(cuda, rng):
+    """The sorted segment_sum recorded in a CUDA graph sums each replay's values."""
+    n, segments, dim = segment_rows.SORTED_MIN * 2, 9000, segment_rows.MIN_WIDTH
+    ids = cuda.asarray(rng.integers(0, segments, size=n))
+    host_ids = host(cuda, ids)
+    with cuda_context.entered():
+        values = cuda.asarray(rng.standard_normal((n, dim)).astype(np.float32))
+        cuda.segment_sum(values, ids, segments)  # eagerly first, as the engine does
+        work = cuda.captured_work(lambda: [cuda.segment_sum(values, ids, segments)])
+        try:
+            for _ in range(3):
+                fresh = rng.standard_normal((n, dim)).astype(np.float32)
+                cuda.write_rows(values, 0, cuda.asarray(fresh))
+                work.replay()
+                assert_sums_close(host(cuda, work.outputs[0]),
+                                  cpu.segment_sum(fresh, host_ids, segments))
+        finally:
+            work.free()
 
 
 def test_segment_sum_1d_and_float64(cuda, rng):

@@ -2,10 +2,11 @@
 SOK1X_CAPTURE) on the cuda engine at one GPU: a keyed lookup of a table group (each key its own
 output row), its backward and its keyed update, recorded as CUDA graphs and replayed, equal the
 same step run uncaptured on a copy of the tables over many steps with changing keys (bit for bit
-where no key repeats in a member, so no atomic addition's order matters; outputs, rows and
-counts bit for bit and sums to rounding otherwise), with an empty member; the replayed forward
-and backward queue no kernel of their own and the update two (its hyper-parameters' write and
-the time stamp); a bad key of one member fails the step naming it and changes no table.
+where no key repeats in a member, so no addition's order matters; outputs, rows and counts bit for
+bit and sums to rounding otherwise), with an empty member, for few keys and for more than
+segment_rows.SORTED_MIN (the backward's sums then sorted by row, in the graph too); the replayed
+forward and backward queue no kernel of their own and the update two (its hyper-parameters' write
+and the time stamp); a bad key of one member fails the step naming it and changes no table.
 
     mpiexec --allow-run-as-root -n 1 python3 -m pytest -q tests/gpu/test_replayed_keyed_cuda.py
 """
@@ -25,6 +26,7 @@ SPEC = random_init.make_spec("uniform", -1.0, 1.0, seed=47)
 DIM = 16
 ROWS = [20000, 5000, 12000, 9000]
 LENGTHS = np.array([3000, 1500, 0, 2500])  # one member without keys
+MANY = np.array([20000, 0, 9000, 5000])  # past segment_rows.SORTED_MIN: sums by sorting
 RULES = {"lazy_adam": "Adam", "adagrad": "Adagrad"}
 
 
@@ -60,17 +62,17 @@ def make_pair(tag):
     return pair
 
 
-def distinct_keys(rng):
+def distinct_keys(rng, lengths=LENGTHS):
     """Each member's keys distinct: every sum of the backward has one addend."""
-    return np.concatenate([rng.permutation(rows)[:n] for rows, n in zip(ROWS, LENGTHS)])
+    return np.concatenate([rng.permutation(rows)[:n] for rows, n in zip(ROWS, lengths)])
 
 
-def step(names, keys, rule, number, replay, scale=None):
+def step(names, keys, rule, number, replay, scale=None, lengths=LENGTHS):
     """A keyed lookup, backward and keyed update of `names`: host (output, values, rows,
     counts)."""
     backend = runtime.get().backend
     with runtime.entered():
-        item = KeyedInput(backend.asarray(keys), LENGTHS, None, LENGTHS, None, "sum")
+        item = KeyedInput(backend.asarray(keys), lengths, None, lengths, None, "sum")
         out, token = api.keyed_lookup(names, names[0] + "_fwd", item, True, checks="backward",
                                       replay=replay)
         copied = host(out)  # a replay rewrites it
@@ -101,38 +103,40 @@ def fresh():
 
 
 @pytest.mark.parametrize("rule", ["lazy_adam", "adagrad"])
-def test_replayed_keyed_group_equals_uncaptured_bit_for_bit(rule):
+@pytest.mark.parametrize("lengths", [LENGTHS, MANY], ids=["few", "many"])
+def test_replayed_keyed_group_equals_uncaptured_bit_for_bit(rule, lengths):
     fresh()
     pair = make_pair("exact_" + rule)
     rng = np.random.default_rng(3)
     for number in range(1, 11):
-        keys = distinct_keys(rng)
-        got = step(pair[0], keys, rule, number, True)
-        want = step(pair[1], keys, rule, number, False)
+        keys = distinct_keys(rng, lengths)
+        got = step(pair[0], keys, rule, number, True, lengths=lengths)
+        want = step(pair[1], keys, rule, number, False, lengths=lengths)
         for a, b in zip(got, want):
             np.testing.assert_array_equal(a, b)
-        np.testing.assert_array_equal(got[3], [3000, 1504, 0, 2504])  # pieces of 8 rows
+        np.testing.assert_array_equal(got[3], -(-lengths // 8) * 8)  # pieces of 8 rows
         for a, b in zip(tables(pair[0]), tables(pair[1])):
             for x, y in zip(a, b):
                 np.testing.assert_array_equal(x, y)
     assert held() == (1, 1)
 
 
-def test_repeated_keys_and_a_scaled_gradient():
+@pytest.mark.parametrize("lengths", [LENGTHS, MANY], ids=["few", "many"])
+def test_repeated_keys_and_a_scaled_gradient(lengths):
     fresh()
     pair = make_pair("repeats")
     rng = np.random.default_rng(5)
     for number in range(1, 9):
         keys = np.concatenate([rng.integers(0, rows // 4, size=n)
-                               for rows, n in zip(ROWS, LENGTHS)])
-        got = step(pair[0], keys, "lazy_adam", number, True, 0.5 + number)
-        want = step(pair[1], keys, "lazy_adam", number, False, 0.5 + number)
+                               for rows, n in zip(ROWS, lengths)])
+        got = step(pair[0], keys, "lazy_adam", number, True, 0.5 + number, lengths)
+        want = step(pair[1], keys, "lazy_adam", number, False, 0.5 + number, lengths)
         for index in (0, 2, 3):
             np.testing.assert_array_equal(got[index], want[index])
-        np.testing.assert_allclose(got[1], want[1], rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(got[1], want[1], rtol=1e-5, atol=1e-5)
         for a, b in zip(tables(pair[0]), tables(pair[1])):
             for x, y in zip(a, b):
-                np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6)
+                np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-5)
     assert held() == (1, 1)
 
 

@@ -16,6 +16,7 @@ from pycuda import gpuarray
 from sok1x.backend import dlpack
 from sok1x.backend.cuda import context as cuda_context
 from sok1x.backend.cuda import host_rows as cuda_host_rows
+from sok1x.backend.cuda import segment_rows
 from sok1x.backend.owner_rules import OWNER_MOD
 from sok1x.backend import random_init as recipe
 from sok1x.backend.cuda.context import uses_context
@@ -431,8 +432,12 @@ def segment_sum(values, segment_ids, num_segments):
     like tf.math.unsorted_segment_sum; the order of the additions is not fixed."""
     values = device_array(values, "values")
     segment_ids = index_array(segment_ids, "segment_ids")
-    out = fill_bytes(_pooled_empty((int(num_segments),) + values.shape[1:], values.dtype), 0)
-    _add_rows(out, segment_ids, values, "segment_sum")
+    out = _pooled_empty((int(num_segments),) + values.shape[1:], values.dtype)
+    n = int(segment_ids.shape[0])
+    if (values.shape[0] == n and ptr(out) % 16 == 0
+            and segment_rows.applies(values, n, elements(values.shape[1:]))):
+        return segment_rows.sorted_segment_sum(values, segment_ids, num_segments, out)
+    _add_rows(fill_bytes(out, 0), segment_ids, values, "segment_sum")
     return out
 
 

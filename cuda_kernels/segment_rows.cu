@@ -1,0 +1,146 @@
+// segment_sum of float32 rows written once per segment, for many ids (backend/cuda/segment_rows.py):
+// where add_rows sums into zeroed rows with an atomic reduction per id (a fill of the whole output
+// first, then each addend read back and written again), the ids here are sorted by segment (a
+// counting sort) and each run of one segment summed in registers and stored once.
+//
+//   count_segments      counts[s] = how many ids are s (ids outside [0, segments) are skipped)
+//   (scan.cu)           starts = exclusive scan of counts: segment s's positions in the order
+//   place_by_segment    order[starts[s] ..] = the positions of s's ids (in no fixed order), and
+//                       order_ids beside it their segment
+//   zero_unsummed_rows  zeros in each segment's row that no chunk stores whole: an empty segment,
+//                       or one whose positions cross a chunk's end (its chunks add to it)
+//   sum_segment_chunks  a group of lanes per chunk of CHUNK positions of the order: each run of one
+//                       segment summed in registers, stored, or added (red.v4) where it crosses
+//
+// The additions' order within a segment is not fixed, as add_rows' is not. A hot segment is spread
+// over as many chunks as it fills, so no group walks more than CHUNK rows.
+#include "common.cuh"
+
+#define CHUNK 32
+#define LANES_PER_BLOCK 256
+
+extern "C" __global__ void count_segments(const int64* ids, int64 n, int64 segments,
+                                          int64* counts) {
+  for (int64 i = global_thread_id(); i < n; i += global_thread_count()) {
+    const int64 s = ids[i];
+    if (s >= 0 && s < segments) atomicAdd(reinterpret_cast<uint64*>(counts + s), 1ULL);
+  }
+}
+
+// counts come back down to zero: each id takes the place its decrement gives it, and its segment
+// is written beside it (order_ids), so the sums read both in order, not each id through order.
+extern "C" __global__ void place_by_segment(const int64* ids, int64 n, int64 segments,
+                                            const int64* starts, int64* counts, int64* order,
+                                            int64* order_ids) {
+  for (int64 i = global_thread_id(); i < n; i += global_thread_count()) {
+    const int64 s = ids[i];
+    if (s < 0 || s >= segments) continue;
+    const uint64 left = atomicAdd(reinterpret_cast<uint64*>(counts + s), ~0ULL);  // minus one
+    const int64 at = starts[s] + (int64)left - 1;
+    order[at] = i;
+    order_ids[at] = s;
+  }
+}
+
+// True when segment s's positions [first, end) lie in more than one chunk.
+__device__ __forceinline__ bool crosses(int64 first, int64 end) {
+  return first / CHUNK != (end - 1) / CHUNK;
+}
+
+extern "C" __global__ void zero_unsummed_rows(const int64* starts, int64 segments, int64 quads,
+                                              float* out) {
+  const int64 total = segments * quads;
+  float4* fours = reinterpret_cast<float4*>(out);
+  for (int64 q = global_thread_id(); q < total; q += global_thread_count()) {
+    const int64 s = q / quads;
+    const int64 first = starts[s], end = starts[s + 1];
+    if (first == end || crosses(first, end)) fours[q] = make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+}
+
+__device__ __forceinline__ void add_four_to(float4* to, const float4& value) {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(to), "f"(value.x),
+               "f"(value.y), "f"(value.z), "f"(value.w)
+               : "memory");
+#else
+  atomicAdd(&to->x, value.x);
+  atomicAdd(&to->y, value.y);
+  atomicAdd(&to->z, value.z);
+  atomicAdd(&to->w, value.w);
+#endif
+}
+
+__device__ __forceinline__ void plus(float4& acc, const float4& v) {
+  acc.x += v.x;
+  acc.y += v.y;
+  acc.z += v.z;
+  acc.w += v.w;
+}
+
+// One run of segment s ends: store its sum, or add it where other chunks add to the row too.
+__device__ __forceinline__ void flush(int64 s, bool shared_row, int64 quads, int64 column,
+                                      const float4& acc, float4* out) {
+  float4* to = out + s * quads + column;
+  if (shared_row) {
+    add_four_to(to, acc);
+  } else {
+    *to = acc;
+  }
+}
+
+// lanes: lanes a chunk (a power of two from 4 to 32, quads or more below 32); launched with
+// exactly ceil(n / CHUNK) groups of `lanes` threads in blocks of LANES_PER_BLOCK (every lane
+// reaches the warp barrier). n: an upper bound of the positions placed; starts[segments] is
+// their number. A chunk's first run shares its row where the position before the chunk is of the
+// same segment, its last run where the position after it is: that is where crosses() holds, so
+// zero_unsummed_rows zeroed exactly those rows.
+extern "C" __global__ void sum_segment_chunks(const int64* order, const int64* order_ids,
+                                              const int64* starts, int64 segments, int64 n,
+                                              int64 quads, int64 lanes, const float* values,
+                                              float* out) {
+  __shared__ int64 chunk_rows[LANES_PER_BLOCK / 4][CHUNK];
+  __shared__ int64 chunk_segments[LANES_PER_BLOCK / 4][CHUNK];
+  const int64 thread = (int64)blockIdx.x * blockDim.x + threadIdx.x;
+  const int64 group = thread / lanes;
+  const int lane = (int)(thread % lanes);
+  const int slot = (int)(threadIdx.x / lanes);
+  const int64 placed = starts[segments];
+  const int64 base = group * CHUNK;
+  const int64 count = base < placed ? min((int64)CHUNK, placed - base) : 0;
+  for (int64 k = lane; k < count; k += lanes) {
+    chunk_rows[slot][k] = order[base + k];
+    chunk_segments[slot][k] = order_ids[base + k];
+  }
+  __syncwarp();
+  if (count == 0) return;
+  const int64 before = base > 0 ? order_ids[base - 1] : -1;
+  const int64 after = base + count < placed ? order_ids[base + count] : -1;
+  const float4* fours = reinterpret_cast<const float4*>(values);
+  float4* sums = reinterpret_cast<float4*>(out);
+  for (int64 column = lane; column < quads; column += lanes) {
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    int64 run = chunk_segments[slot][0];
+    bool first = true;
+    for (int64 k = 0; k < count; k += 4) {
+      float4 v[4];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        if (k + u < count) v[u] = __ldg(fours + chunk_rows[slot][k + u] * quads + column);
+      }
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        if (k + u >= count) break;
+        const int64 s = chunk_segments[slot][k + u];
+        if (s != run) {
+          flush(run, first && run == before, quads, column, acc, sums);
+          acc = make_float4(0.f, 0.f, 0.f, 0.f);
+          run = s;
+          first = false;
+        }
+        plus(acc, v[u]);
+      }
+    }
+    flush(run, (first && run == before) || run == after, quads, column, acc, sums);
+  }
+}
