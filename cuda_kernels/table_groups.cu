@@ -197,10 +197,15 @@ extern "C" __global__ void local_rows(const int64* rows, int64 n, const int64* r
 }
 
 // bounds[2 t], bounds[2 t + 1] = min, max of int64 part t; set to (INT64_MAX, INT64_MIN) first.
-// Every thread walks every part, reducing in registers and then over its warp, so each warp makes
-// two atomics per part, not one per element.
+// Every thread walks every part, reducing in registers, then over its warp, then over its block
+// (shared memory), so each block makes two atomics per part, not one per element nor per warp:
+// with many parts (a keyed lookup's 26 tables) the atomics on one address were the kernel's time.
+// Every thread of a block walks the same parts, so the block barriers are reached by all.
+#define BOUNDS_WARPS 32  // warps of the largest block
 extern "C" __global__ void part_bounds(const int64* parts, int64 count, int64* bounds) {
+  __shared__ int64 warp_low[BOUNDS_WARPS], warp_high[BOUNDS_WARPS];
   const int64* starts = parts + count;
+  const int warp = threadIdx.x / 32, warps = (blockDim.x + 31) / 32;
   for (int64 t = 0; t < count; ++t) {
     const int64* values = (const int64*)parts[t];
     const int64 n = starts[t + 1] - starts[t];
@@ -218,8 +223,18 @@ extern "C" __global__ void part_bounds(const int64* parts, int64 count, int64* b
       high = other_high > high ? other_high : high;
     }
     if (lane_id() == 0) {
+      warp_low[warp] = low;
+      warp_high[warp] = high;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      for (int w = 1; w < warps; ++w) {
+        low = warp_low[w] < low ? warp_low[w] : low;
+        high = warp_high[w] > high ? warp_high[w] : high;
+      }
       atomicMin(bounds + 2 * t, low);
       atomicMax(bounds + 2 * t + 1, high);
     }
+    __syncthreads();  // warp_low and warp_high are read before the next part writes them
   }
 }

@@ -178,6 +178,25 @@ def test_part_ops_equal_the_cpu_backend():
         _compare_part_ops(rt.backend, cpu, keys, cuts, offsets)
 
 
+def test_bounds_of_many_large_parts():
+    """part_bounds over 30 parts of 700k keys (a grid of many blocks, each reducing over its
+    warps before its atomics), empty parts among them and each part's extremes at random
+    places, against cpu."""
+    from sok1x.backend import cpu
+    rng = np.random.default_rng(16)
+    sizes = rng.integers(0, 47000, size=30)
+    sizes[[3, 17]] = 0
+    cuts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    keys = rng.integers(-(1 << 40), 1 << 40, size=int(cuts[-1]))
+    spots = cuts[:-1] + (rng.random(30) * np.maximum(sizes, 1)).astype(np.int64)
+    keys[spots[sizes > 0]] = np.int64(1) << 62  # a part's high, somewhere inside it
+    with runtime.entered() as rt:
+        cuda = rt.backend
+        arrays = [keys, keys[::-1].copy()]
+        np.testing.assert_array_equal(cuda.part_bounds([cuda.asarray(a) for a in arrays], cuts),
+                                      cpu.part_bounds(arrays, cuts))
+
+
 def _compare_part_ops(cuda, cpu, keys, cuts, offsets):
     for array in (keys, keys.astype(np.int32)):
         np.testing.assert_array_equal(
