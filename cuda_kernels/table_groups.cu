@@ -197,44 +197,45 @@ extern "C" __global__ void local_rows(const int64* rows, int64 n, const int64* r
 }
 
 // bounds[2 t], bounds[2 t + 1] = min, max of int64 part t; set to (INT64_MAX, INT64_MIN) first.
-// Every thread walks every part, reducing in registers, then over its warp, then over its block
-// (shared memory), so each block makes two atomics per part, not one per element nor per warp:
-// with many parts (a keyed lookup's 26 tables) the atomics on one address were the kernel's time.
-// Every thread of a block walks the same parts, so the block barriers are reached by all.
+// blocks_per_part blocks share each part (block b: part b / blocks_per_part, every
+// blocks_per_part-th slice of it from b % blocks_per_part), each reducing its slice in
+// registers, then over its warps, then over the block through shared memory, and making two
+// atomics: a few per part, where a block walking every part in turn (26 tables of a keyed lookup)
+// or an atomic per warp made the kernel wait on them.
 #define BOUNDS_WARPS 32  // warps of the largest block
-extern "C" __global__ void part_bounds(const int64* parts, int64 count, int64* bounds) {
+extern "C" __global__ void part_bounds(const int64* parts, int64 count, int64 blocks_per_part,
+                                       int64* bounds) {
   __shared__ int64 warp_low[BOUNDS_WARPS], warp_high[BOUNDS_WARPS];
+  const int64 t = blockIdx.x / blocks_per_part;
+  if (t >= count) return;  // the whole block leaves: no barrier is left waiting
   const int64* starts = parts + count;
+  const int64* values = (const int64*)parts[t];
+  const int64 n = starts[t + 1] - starts[t];
+  const int64 stride = blocks_per_part * blockDim.x;
+  int64 low = 0x7fffffffffffffffLL, high = (-0x7fffffffffffffffLL - 1);
+  for (int64 i = (blockIdx.x % blocks_per_part) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const int64 v = values[i];
+    low = v < low ? v : low;
+    high = v > high ? v : high;
+  }
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    const int64 other_low = __shfl_down_sync(FULL_WARP, low, offset);
+    const int64 other_high = __shfl_down_sync(FULL_WARP, high, offset);
+    low = other_low < low ? other_low : low;
+    high = other_high > high ? other_high : high;
+  }
   const int warp = threadIdx.x / 32, warps = (blockDim.x + 31) / 32;
-  for (int64 t = 0; t < count; ++t) {
-    const int64* values = (const int64*)parts[t];
-    const int64 n = starts[t + 1] - starts[t];
-    if (n == 0) continue;
-    int64 low = 0x7fffffffffffffffLL, high = (-0x7fffffffffffffffLL - 1);
-    for (int64 i = global_thread_id(); i < n; i += global_thread_count()) {
-      const int64 v = values[i];
-      low = v < low ? v : low;
-      high = v > high ? v : high;
+  if (lane_id() == 0) {
+    warp_low[warp] = low;
+    warp_high[warp] = high;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0 && n > 0) {
+    for (int w = 1; w < warps; ++w) {
+      low = warp_low[w] < low ? warp_low[w] : low;
+      high = warp_high[w] > high ? warp_high[w] : high;
     }
-    for (int offset = 16; offset > 0; offset >>= 1) {
-      const int64 other_low = __shfl_down_sync(FULL_WARP, low, offset);
-      const int64 other_high = __shfl_down_sync(FULL_WARP, high, offset);
-      low = other_low < low ? other_low : low;
-      high = other_high > high ? other_high : high;
-    }
-    if (lane_id() == 0) {
-      warp_low[warp] = low;
-      warp_high[warp] = high;
-    }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      for (int w = 1; w < warps; ++w) {
-        low = warp_low[w] < low ? warp_low[w] : low;
-        high = warp_high[w] > high ? warp_high[w] : high;
-      }
-      atomicMin(bounds + 2 * t, low);
-      atomicMax(bounds + 2 * t + 1, high);
-    }
-    __syncthreads();  // warp_low and warp_high are read before the next part writes them
+    atomicMin(bounds + 2 * t, low);
+    atomicMax(bounds + 2 * t + 1, high);
   }
 }

@@ -14,6 +14,7 @@ import numpy as np
 from sok1x.backend.cuda import context as cuda_context
 from sok1x.backend.cuda.context import uses_context
 from sok1x.backend.cuda.kernel_launch import (
+    BLOCK,
     copy_rows_async,
     device_array,
     elements,
@@ -32,6 +33,7 @@ from sok1x.backend.cuda.kernel_launch import (
 
 _KEPT_LISTS = 64
 _uploaded = collections.OrderedDict()  # part list bytes -> its device copy
+_BOUNDS_ITEMS = 4  # elements of a part a thread of part_bounds reduces, about
 _BOUNDS_START = np.array([np.iinfo(np.int64).max, np.iinfo(np.int64).min], dtype=np.int64)
 
 
@@ -40,7 +42,7 @@ def _kernels():
     source = "table_groups.cu"
     return {"join_int64": prepared(source, "join_int64_parts", "PqP"),
             "join_words": prepared(source, "join_word_rows", "PqqP"),
-            "bounds": prepared(source, "part_bounds", "PqP"),
+            "bounds": prepared(source, "part_bounds", "PqqP"),
             "mark": prepared(source, "mark_rows", "PqP"),
             "popcounts": prepared(source, "word_popcounts", "PqP"),
             "inverse": prepared(source, "emit_inverse", "PqPPqP"),
@@ -148,8 +150,17 @@ def part_bounds_deferred(arrays, cuts):
     total = sum(int(a.shape[0]) for a in arrays)
     if total:
         parts, count = _cut_part_list(arrays, cuts)
-        launch(_kernels()["bounds"], max(total // count, 1), ptr(parts), count, ptr(bounds))
+        _launch_bounds(parts, count, total, bounds)
     return bounds
+
+
+def _launch_bounds(parts, count, total, bounds):
+    """part_bounds over a part list of `count` parts of `total` elements: enough blocks a part
+    that each thread reduces about _BOUNDS_ITEMS elements of a part of average length (a longer
+    part's threads reduce more)."""
+    per_part = max(1, -(-total // (count * BLOCK * _BOUNDS_ITEMS)))
+    launch(_kernels()["bounds"], 0, ptr(parts), count, per_part, ptr(bounds),
+           blocks=count * per_part)
 
 
 @uses_context
@@ -199,8 +210,7 @@ def index_bounds_deferred(arrays):
     copy_rows_async(bounds, 0, starts, 0, count)  # rows of 2 int64 on both sides
     parts, total = _part_list(arrays)
     if total:
-        launch(_kernels()["bounds"], max(total // max(count, 1), 1), ptr(parts), count,
-               ptr(bounds))
+        _launch_bounds(parts, count, total, bounds)
     return bounds
 
 

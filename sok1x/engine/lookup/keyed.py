@@ -302,9 +302,9 @@ def _replayed_forward(runtime, tables, unit, group, op, item, training, key_limi
             or not replayed_step.enabled(runtime)):
         return None
     op = as_op_id(op)
-    key = (op.tower, op.position, op.name, tuple(t.name for t in tables), int(keys.shape[0]),
-           keys.dtype.str, checks, item.lengths.tobytes(),
-           None if key_limits is None else tuple(key_limits))
+    # the unit, not its tables' names: the class holds it (forward_of asks it is the same)
+    key = (op.tower, op.position, op.name, id(table), int(keys.shape[0]), keys.dtype.str, checks,
+           item.lengths.tobytes(), None if key_limits is None else tuple(key_limits))
     backend = runtime.backend
 
     def run(fixed):

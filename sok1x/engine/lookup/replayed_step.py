@@ -51,6 +51,7 @@ next sight.
 """
 import collections
 import functools
+import operator
 import os
 
 import numpy as np
@@ -88,6 +89,7 @@ class _Forward:
         self.key, self.table, self.keys = key, table, keys
         self.values = _where(table)
         self.work, self.judge, self.pieces = work, judge, pieces
+        self.piece_sizes = np.diff(pieces)
         self.routing = self.check = None  # made from the outputs at the first replay
         self.backwards = {}  # top gradient read in place (True) or copied (False) -> _Backward
 
@@ -364,11 +366,11 @@ def keyed_update(runtime, tables, rule_name, slot_prefix, options, hyper, values
     entry, backward = found
     out, table = backward.work.outputs, entry.table
     members = getattr(table, "members", None)
-    pieces = np.diff(entry.pieces)
+    pieces = entry.piece_sizes
     if members is None:
         fits = len(tables) == 1 and tables[0] is table and rows is out[0]
     else:
-        fits = (len(tables) == len(members) and all(a is b for a, b in zip(tables, members))
+        fits = (len(tables) == len(members) and all(map(operator.is_, tables, members))
                 and rows is out[2])
     counts = np.asarray(counts).reshape(-1)
     if not fits or counts.shape != pieces.shape or not np.array_equal(counts, pieces):
