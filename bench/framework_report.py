@@ -125,6 +125,13 @@ def summarise(runs):
                            "ranks": ranks, "value": entry["ms_per_step"] / c,
                            "target": "reported", "met": None})
             checks += _python_us_check("(45) python_us a replayed step", workload, ranks, entry)
+            dedup = table.get((workload, "torch_dedup", ranks))
+            target = TORCH_DEDUP_TARGETS.get(workload)
+            if dedup and target is not None:  # the replayed step is sok1x's step on the device
+                speedup = dedup["ms_per_step"] / entry["ms_per_step"]
+                checks.append({"check": "(45) torch_dedup / replayed", "workload": workload,
+                               "ranks": ranks, "value": speedup, "target": ">= %.1f" % target,
+                               "met": speedup >= target})
             floor = entry.get("replayed_floor_ms")
             if floor:
                 ratio = entry["ms_per_step"] / floor
