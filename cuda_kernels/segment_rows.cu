@@ -47,14 +47,18 @@ __device__ __forceinline__ bool crosses(int64 first, int64 end) {
   return first / CHUNK != (end - 1) / CHUNK;
 }
 
+// A warp a segment: the test once, then the row's float4s by its lanes (no 64-bit division per
+// element, which bounded the kernel where most rows are zeroed: a bounded backward's padding).
 extern "C" __global__ void zero_unsummed_rows(const int64* starts, int64 segments, int64 quads,
                                               float* out) {
-  const int64 total = segments * quads;
+  const int64 warps = global_thread_count() / 32;
+  const int lane = (int)lane_id();
   float4* fours = reinterpret_cast<float4*>(out);
-  for (int64 q = global_thread_id(); q < total; q += global_thread_count()) {
-    const int64 s = q / quads;
+  for (int64 s = global_thread_id() / 32; s < segments; s += warps) {
     const int64 first = starts[s], end = starts[s + 1];
-    if (first == end || crosses(first, end)) fours[q] = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (first != end && !crosses(first, end)) continue;
+    float4* row = fours + s * quads;
+    for (int64 c = lane; c < quads; c += 32) row[c] = make_float4(0.f, 0.f, 0.f, 0.f);
   }
 }
 

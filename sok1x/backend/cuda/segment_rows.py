@@ -75,7 +75,7 @@ def sorted_segment_sum(values, ids, num_segments, out):
     order, order_ids = empty((n,), np.int64), empty((n,), np.int64)
     launch(kernels["place"], n, ptr(ids), n, segments, ptr(starts), ptr(counts), ptr(order),
            ptr(order_ids))
-    launch(kernels["zero"], segments * quads, ptr(starts), segments, quads, ptr(out))
+    launch(kernels["zero"], segments * 32, ptr(starts), segments, quads, ptr(out))  # a warp a row
     lanes = lanes_for(quads)
     threads = -(-n // CHUNK) * lanes
     launch(kernels["sum"], 0, ptr(order), ptr(order_ids), ptr(starts), segments, n, quads, lanes,
