@@ -166,3 +166,18 @@ __device__ __forceinline__ int64 part_of(const int64* starts, int64 count, int64
   }
   return low;
 }
+
+// to[0..3] += value as one 16-byte reduction (to 16-byte aligned): a single instruction from
+// sm_90 on, four scalar atomics before (rows.cu's add_rows_float32_x4, segment_rows.cu's sums).
+__device__ __forceinline__ void add_four(float* to, const float4& value) {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(to), "f"(value.x),
+               "f"(value.y), "f"(value.z), "f"(value.w)
+               : "memory");
+#else
+  atomicAdd(to, value.x);
+  atomicAdd(to + 1, value.y);
+  atomicAdd(to + 2, value.z);
+  atomicAdd(to + 3, value.w);
+#endif
+}

@@ -108,20 +108,8 @@ extern "C" __global__ void add_rows_float32(float* table, const int64* rows, int
 }
 
 // add_rows four columns a thread, for float32 rows whose width is a multiple of 4 and whose table
-// and values are 16-byte aligned: one 16-byte reduction where add_rows makes four (a single
-// instruction from sm_90 on; four scalar ones before), and a quarter of the index work.
-__device__ __forceinline__ void add_four(float* to, const float4& value) {
-#if __CUDA_ARCH__ >= 900
-  asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(to), "f"(value.x),
-               "f"(value.y), "f"(value.z), "f"(value.w)
-               : "memory");
-#else
-  atomicAdd(to, value.x);
-  atomicAdd(to + 1, value.y);
-  atomicAdd(to + 2, value.z);
-  atomicAdd(to + 3, value.w);
-#endif
-}
+// and values are 16-byte aligned: one 16-byte reduction where add_rows makes four
+// (common.cuh's add_four), and a quarter of the index work.
 
 extern "C" __global__ void add_rows_float32_x4(float* table, const int64* rows, int64 n,
                                                int64 width, const float* values) {

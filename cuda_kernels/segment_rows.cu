@@ -62,19 +62,6 @@ extern "C" __global__ void zero_unsummed_rows(const int64* starts, int64 segment
   }
 }
 
-__device__ __forceinline__ void add_four_to(float4* to, const float4& value) {
-#if __CUDA_ARCH__ >= 900
-  asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(to), "f"(value.x),
-               "f"(value.y), "f"(value.z), "f"(value.w)
-               : "memory");
-#else
-  atomicAdd(&to->x, value.x);
-  atomicAdd(&to->y, value.y);
-  atomicAdd(&to->z, value.z);
-  atomicAdd(&to->w, value.w);
-#endif
-}
-
 __device__ __forceinline__ void plus(float4& acc, const float4& v) {
   acc.x += v.x;
   acc.y += v.y;
@@ -87,7 +74,7 @@ __device__ __forceinline__ void flush(int64 s, bool shared_row, int64 quads, int
                                       const float4& acc, float4* out) {
   float4* to = out + s * quads + column;
   if (shared_row) {
-    add_four_to(to, acc);
+    add_four(reinterpret_cast<float*>(to), acc);
   } else {
     *to = acc;
   }
