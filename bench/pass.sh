@@ -211,10 +211,13 @@ stage_kernels() {  # [workload ...]: step_kernels.py's table of a bounded step's
   local w
   : >"$work/kernels.txt"
   for w in ${*:-dlrm seed dlrm26}; do
-    PYTHONPATH=$(path_of after):$here/bench run "kernels_$w" 150 "$(ncu_path)" \
-      --clock-control none --profile-from-start off --csv --page raw \
-      --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
-      python3 "$here/bench/step_kernels.py" --workloads "$w" --steps 2 >/dev/null
+    if ! PYTHONPATH=$(path_of after):$here/bench run "kernels_$w" 150 "$(ncu_path)" \
+        --clock-control none --profile-from-start off --csv --page raw \
+        --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
+        python3 "$here/bench/step_kernels.py" --workloads "$w" --steps 2 >/dev/null; then
+      say "kernels_$w failed: no table (its log: kernels_$w.log in pass.tgz)"
+      continue
+    fi
     PYTHONPATH=$(path_of after):$here/bench python3 "$here/bench/step_kernels.py" \
       --summarize "$work/kernels_$w.log" --workloads "$w" --steps 2 >>"$work/kernels.txt"
   done

@@ -1,7 +1,8 @@
-// segment_sum of float32 rows written once per segment, for many ids (backend/cuda/segment_rows.py):
-// where add_rows sums into zeroed rows with an atomic reduction per id (a fill of the whole output
-// first, then each addend read back and written again), the ids here are sorted by segment (a
-// counting sort) and each run of one segment summed in registers and stored once.
+// segment_sum of float32 rows written once per segment, for many ids
+// (backend/cuda/segment_rows.py). Where add_rows sums into zeroed rows with an atomic reduction
+// per id (a fill of the whole output first, then each addend read back and written again), the
+// ids here are sorted by segment (a counting sort) and each run of one segment summed in
+// registers and stored once.
 //
 //   count_segments      counts[s] = how many ids are s (ids outside [0, segments) are skipped)
 //   (scan.cu)           starts = exclusive scan of counts: segment s's positions in the order
@@ -18,6 +19,7 @@
 
 #define CHUNK 32
 #define LANES_PER_BLOCK 256
+#define MIN_LANES 8  // lanes a chunk at least: the shared arrays leave a full SM's blocks room
 
 extern "C" __global__ void count_segments(const int64* ids, int64 n, int64 segments,
                                           int64* counts) {
@@ -80,8 +82,8 @@ __device__ __forceinline__ void flush(int64 s, bool shared_row, int64 quads, int
   }
 }
 
-// lanes: lanes a chunk (a power of two from 4 to 32, quads or more below 32); launched with
-// exactly ceil(n / CHUNK) groups of `lanes` threads in blocks of LANES_PER_BLOCK (every lane
+// lanes: lanes a chunk (a power of two from MIN_LANES to 32, quads or more below 32); launched
+// with exactly ceil(n / CHUNK) groups of `lanes` threads in blocks of LANES_PER_BLOCK (every lane
 // reaches the warp barrier). n: an upper bound of the positions placed; starts[segments] is
 // their number. A chunk's first run shares its row where the position before the chunk is of the
 // same segment, its last run where the position after it is: that is where crosses() holds, so
@@ -90,8 +92,8 @@ extern "C" __global__ void sum_segment_chunks(const int64* order, const int64* o
                                               const int64* starts, int64 segments, int64 n,
                                               int64 quads, int64 lanes, const float* values,
                                               float* out) {
-  __shared__ int64 chunk_rows[LANES_PER_BLOCK / 4][CHUNK];
-  __shared__ int64 chunk_segments[LANES_PER_BLOCK / 4][CHUNK];
+  __shared__ int64 chunk_rows[LANES_PER_BLOCK / MIN_LANES][CHUNK];  // 16 KB with the other
+  __shared__ int64 chunk_segments[LANES_PER_BLOCK / MIN_LANES][CHUNK];
   const int64 thread = (int64)blockIdx.x * blockDim.x + threadIdx.x;
   const int64 group = thread / lanes;
   const int lane = (int)(thread % lanes);

@@ -469,21 +469,24 @@ def test_segment_sum_of_many_ids_sorts_them_by_segment(cuda, rng, monkeypatch, d
 
 
 def test_sums_by_segment_replay_in_a_graph(cuda, rng):
-    """The sorted segment_sum recorded in a CUDA graph sums each replay's values."""
+    """The sorted segment_sum recorded in a CUDA graph sums each replay's values by each
+    replay's ids (its counts, order and crossing rows made anew), a hot segment among them."""
     n, segments, dim = segment_rows.SORTED_MIN * 2, 9000, segment_rows.MIN_WIDTH
-    ids = cuda.asarray(rng.integers(0, segments, size=n))
-    host_ids = host(cuda, ids)
     with cuda_context.entered():
+        ids = cuda.asarray(rng.integers(0, segments, size=n))
         values = cuda.asarray(rng.standard_normal((n, dim)).astype(np.float32))
         cuda.segment_sum(values, ids, segments)  # eagerly first, as the engine does
         work = cuda.captured_work(lambda: [cuda.segment_sum(values, ids, segments)])
         try:
-            for _ in range(3):
+            for step in range(4):
                 fresh = rng.standard_normal((n, dim)).astype(np.float32)
+                fresh_ids = rng.integers(0, segments // (1 + step), size=n)
+                fresh_ids[::3 + step] = step  # hot: over hundreds of chunks
                 cuda.write_rows(values, 0, cuda.asarray(fresh))
+                cuda.write_rows(ids, 0, cuda.asarray(fresh_ids))
                 work.replay()
                 assert_sums_close(host(cuda, work.outputs[0]),
-                                  cpu.segment_sum(fresh, host_ids, segments))
+                                  cpu.segment_sum(fresh, fresh_ids, segments))
         finally:
             work.free()
 

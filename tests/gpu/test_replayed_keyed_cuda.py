@@ -23,7 +23,7 @@ from sok1x.errors import InvalidInputError  # noqa: E402
 
 pytestmark = [pytest.mark.timeout(300, method="thread"), pytest.mark.usefixtures("engine")]
 SPEC = random_init.make_spec("uniform", -1.0, 1.0, seed=47)
-DIM = 16
+DIM = 64  # segment_rows.MIN_WIDTH: MANY keys' backward sums are sorted by row
 ROWS = [20000, 5000, 12000, 9000]
 LENGTHS = np.array([3000, 1500, 0, 2500])  # one member without keys
 MANY = np.array([20000, 0, 9000, 5000])  # past segment_rows.SORTED_MIN: sums by sorting

@@ -179,9 +179,9 @@ def test_part_ops_equal_the_cpu_backend():
 
 
 def test_bounds_of_many_large_parts():
-    """part_bounds over 30 parts of 700k keys (a grid of many blocks, each reducing over its
-    warps before its atomics), empty parts among them and each part's extremes at random
-    places, against cpu."""
+    """part_bounds over 30 parts of about 700k keys in all (blocks sharing each part, each
+    reducing over its warps before its atomics), empty parts among them and each part's
+    extremes at random places, against cpu."""
     from sok1x.backend import cpu
     rng = np.random.default_rng(16)
     sizes = rng.integers(0, 47000, size=30)

@@ -9,8 +9,9 @@ class is really recorded and replayed (held, its update counted); a keyed lookup
 replays as well; a new layout of the keys is a new shape class; a bad key of one member fails
 the step naming that member, changes no table, and the replays go on after; every optimizer
 rule is replayed with each step's hyper-parameters; changed (clipped) gradient values take the
-uncaptured update and still agree; pooled keys (segment ids) and weighted ones are not
-replayed and agree; on several ranks nothing is recorded."""
+uncaptured update and still agree; pooled keys (segment ids) and weighted ones, and int32 keys,
+are not replayed and agree; first sightings of layouts are forgotten past a bound; on several
+ranks nothing is recorded."""
 import numpy as np
 import pytest
 from mpi4py import MPI
@@ -205,3 +206,32 @@ def test_pooled_or_weighted_keys_are_not_replayed(kind):
             options["weights"] = rng.random(keys.size).astype(np.float32)
         run_both(pair, keys, LENGTHS, np.float32(2.0), "adagrad", number, **options)
     assert held() == (0, 0)
+
+
+def test_int32_keys_are_not_replayed():
+    """int32 keys take the uncaptured path (widened into a new array at each run, their key
+    checks could not be recorded on cuda) and agree."""
+    fresh()
+    pair = make_tables("int32")
+    rng = np.random.default_rng([23, RANK])
+    for number in range(1, 6):
+        run_both(pair, keys_of(rng, LENGTHS).astype(np.int32), LENGTHS, None, "adagrad", number)
+    assert held() == (0, 0)
+
+
+def test_first_sightings_are_forgotten_past_a_bound(monkeypatch):
+    """Layouts seen once each (a last batch of an epoch, say) do not pile up: past
+    _SIGHTINGS_KEPT the first sightings are forgotten, and a layout seen twice in a row is still
+    recorded."""
+    monkeypatch.setattr(replayed_step, "_SIGHTINGS_KEPT", 4)
+    fresh()
+    pair = make_tables("sightings")
+    rng = np.random.default_rng([29, RANK])
+    for number in range(1, 10):
+        lengths = np.array([number, 2, 0, 1])
+        run_both(pair, keys_of(rng, lengths), lengths, None, "adagrad", number)
+        with runtime.entered() as rt:
+            assert rt.replays is None or len(rt.replays.sightings) <= 4
+    for number in range(10, 13):
+        run_both(pair, keys_of(rng, LENGTHS), LENGTHS, None, "adagrad", number)
+    assert held()[0] == (1 if SIZE == 1 else 0)

@@ -50,8 +50,9 @@ def applies(values, n, width):
 
 def lanes_for(quads):
     """Lanes that sum one chunk of rows of `quads` float4s: the smallest power of two >= quads,
-    at least 4, at most 32 (a group never spans two warps)."""
-    lanes = 4
+    at least 8 (segment_rows.cu's MIN_LANES, which sizes its shared memory), at most 32 (a group
+    never spans two warps)."""
+    lanes = 8
     while lanes < min(quads, 32):
         lanes *= 2
     return lanes

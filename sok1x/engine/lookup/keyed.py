@@ -292,11 +292,12 @@ def keyed_forward(runtime, tables, op, item, training, key_limits=None, checks="
 def _replayed_forward(runtime, tables, unit, group, op, item, training, key_limits, checks,
                       cuts):
     """keyed_forward's replayed path (engine/lookup/replayed_step.py): a one-rank bounded
-    training lookup of one unit of dense tables (one table, or a TableGroup in its order), each
-    key its own output row, unweighted. Returns keyed_forward's result, or None where the
+    training lookup of one unit of dense tables (one table, or a TableGroup in its order), int64
+    keys, each key its own output row, unweighted. Returns keyed_forward's result, or None where the
     uncaptured path must run (not such a lookup, or the first sight of its shape class)."""
     table, keys = unit.table, item.keys
-    if (not training or item.segment_ids is not None or item.weights is not None
+    if (not training or keys.dtype != np.int64 or item.segment_ids is not None
+            or item.weights is not None
             or table.use_hashtable or getattr(group, "hbm", None) is not None
             or not keys.shape[0] or checks not in ("end", "backward")
             or not replayed_step.enabled(runtime)):

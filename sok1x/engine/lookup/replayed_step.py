@@ -1,17 +1,18 @@
 """A one-rank bounded step's lookup, its backward and its update, recorded once per shape class
 and replayed (DESIGN D14, issue 45 item 2; SOK1X_CAPTURE=0 turns it off).
 
-Which steps. A training lookup of dense tables whose rows follow from their keys (no hash
-table), on one rank with the bounded step on (SOK1X_BOUNDED_STEP=1, bounded_step.py: then
-neither the lookup nor its backward reads a count back), whose caller passes replay=True: it
-runs the lookup's backward (checks="backward") or reads the checks at the lookup's end, and is
-done with the lookup's output and the backward's (values, rows) before it calls the same lookup
-again, because a replay writes them into the same arrays. Two lookups replay: a dense one of one
-table (api.dense_lookup: forward() here), and a keyed one (api.keyed_lookup, keyed.py) of one
-table or of one TableGroup in its order, each key its own output row, unweighted (keyed.py
-gives forward_of() its work and cuts: the members' keys are checked against their own limits
-and moved into the group's rows, and the backward's rows come a piece per member). The engine's
-own step does (bench/); a framework's op, which cannot promise it, keeps the uncaptured path.
+Which steps. A training lookup of int64 keys (int32 ones are widened into a new array at each run,
+and the part list naming it would be an upload inside the capture) of dense tables whose rows
+follow from their keys (no hash table), on one rank with the bounded step on (SOK1X_BOUNDED_STEP=1,
+bounded_step.py: then neither the lookup nor its backward reads a count back), whose caller passes
+replay=True: it runs the lookup's backward (checks="backward") or reads the checks at the lookup's
+end, and is done with the lookup's output and the backward's (values, rows) before it calls the
+same lookup again, because a replay writes them into the same arrays. Two lookups replay: a dense
+one of one table (api.dense_lookup: forward() here), and a keyed one (api.keyed_lookup, keyed.py)
+of one table or of one TableGroup in its order, each key its own output row, unweighted (keyed.py
+gives forward_of() its work and cuts: the members' keys are checked against their own limits and
+moved into the group's rows, and the backward's rows come a piece per member). The engine's own
+step does (bench/); a framework's op, which cannot promise it, keeps the uncaptured path.
 
 Shape class. A forward op (its tower, place and name), its table (or group), the keys' shape and
 dtype and the checks mode, and a keyed lookup's keys per member and key limits. First sight: the
@@ -57,7 +58,6 @@ import os
 import numpy as np
 
 from sok1x.engine.lookup import bounded_step, distinct_rows
-from sok1x.engine.lookup.checks import KEY_DTYPES
 from sok1x.engine.lookup.exchange_header import exchange_sizes
 from sok1x.engine.lookup.key_exchange import (
     KeyCheck,
@@ -205,7 +205,7 @@ def forward(runtime, table, op, keys, training, checks):
     returns (vectors [n, dim], Routing), or None where the uncaptured path must run (not such a
     step, or the first sight of its class). Raises as the uncaptured path does."""
     if not (training and checks in ("end", "backward") and enabled(runtime)
-            and not table.use_hashtable and keys.dtype in KEY_DTYPES and len(keys.shape) == 1):
+            and not table.use_hashtable and keys.dtype == np.int64 and len(keys.shape) == 1):
         return None
     op = as_op_id(op)
     count = int(keys.shape[0])
@@ -217,8 +217,8 @@ def forward(runtime, table, op, keys, training, checks):
 
 def forward_of(runtime, key, table, op, keys, checks, run, cuts):
     """The replayed path of any one-rank bounded forward of `table` (an EmbeddingTable or a
-    TableGroup of dense tables, whose rows follow from its keys) with flat `keys`: `key` names
-    its shape class (every input that shapes the work but the keys' values); run(fixed keys)
+    TableGroup of dense tables, whose rows follow from its keys) with flat int64 `keys`: `key`
+    names its shape class (every input that shapes the work but the keys' values); run(fixed keys)
     queues the forward's device work on a fixed array and returns (KeyCheck, rows, vectors);
     cuts: host int64 [members + 1], where each member's keys start (its backward's pieces).
     Returns (vectors, Routing), or None at the first sight of the class. `op`: an OpId."""
@@ -228,6 +228,8 @@ def forward_of(runtime, key, table, op, keys, checks, run, cuts):
         _drop(classes, key)
         entry = None
     if entry is None:
+        if len(classes.sightings) >= _SIGHTINGS_KEPT:  # layouts come and go (a last batch)
+            classes.sightings.clear()
         classes.sightings[key] += 1
         if classes.sightings[key] < 2 or key in classes.refused:
             return None
@@ -377,7 +379,7 @@ def keyed_update(runtime, tables, rule_name, slot_prefix, options, hyper, values
         return None
     if not _update_of(runtime, entry, backward, rule_name, slot_prefix, options, hyper):
         return None
-    return [int(out[0].shape[0])] if members is None else pieces.astype(np.int64)
+    return [int(out[0].shape[0])] if members is None else pieces.copy()
 
 
 def _replayed_gradient(runtime, values):
