@@ -10,8 +10,9 @@ replays as well; a new layout of the keys is a new shape class; a bad key of one
 the step naming that member, changes no table, and the replays go on after; every optimizer
 rule is replayed with each step's hyper-parameters; changed (clipped) gradient values take the
 uncaptured update and still agree; pooled keys (segment ids) and weighted ones, and int32 keys,
-are not replayed and agree; first sightings of layouts are forgotten past a bound; on several
-ranks nothing is recorded."""
+are not replayed and agree; first sightings of layouts are forgotten past a bound; a keyed group
+and a dense table of another dim replay in the same steps; on several ranks nothing is
+recorded."""
 import numpy as np
 import pytest
 from mpi4py import MPI
@@ -235,3 +236,37 @@ def test_first_sightings_are_forgotten_past_a_bound(monkeypatch):
     for number in range(10, 13):
         run_both(pair, keys_of(rng, LENGTHS), LENGTHS, None, "adagrad", number)
     assert held()[0] == (1 if SIZE == 1 else 0)
+
+
+
+def dense_step(name, keys, number, replay):
+    """A dense lookup, backward and LazyAdam update of table `name`: host (output, values,
+    rows)."""
+    out, token = api.dense_lookup(name, name + "_fwd", keys, True, checks="backward",
+                                  replay=replay)
+    copied = np.array(out)
+    values, rows = api.dense_lookup_grad(name, name + "_bwd", token, out)
+    got = copied, np.array(values), np.array(rows)
+    api.apply_optimizer_updates([name], "lazy_adam", "Adam", {}, hyper("lazy_adam", number),
+                                [values], [rows])
+    return got
+
+
+def test_a_keyed_group_and_a_dense_table_of_another_dim_replay_in_one_step():
+    """A keyed group (dim DIM) and a dense lookup of a table of dim 12 in the same steps: both
+    replayed on one rank, each equal to its uncaptured twin."""
+    fresh()
+    pair = make_tables("beside")
+    dense = ["replayed_beside_dense", "uncaptured_beside_dense"]
+    for name in dense:
+        api.create_table(name, 12, ROWS, False, SPEC, replace=True)
+    api.shard(dense[1]).values[...] = api.shard(dense[0]).values
+    rng = np.random.default_rng([31, RANK])
+    for number in range(1, 8):
+        run_both(pair, keys_of(rng, LENGTHS), LENGTHS, None, "lazy_adam", number)
+        keys = rng.integers(0, ROWS * SIZE, size=9)
+        for a, b in zip(dense_step(dense[0], keys, number, True),
+                        dense_step(dense[1], keys, number, False)):
+            np.testing.assert_array_equal(a, b)
+        assert_same_tables([[dense[0]], [dense[1]]])
+    assert held() == ((2, 2) if SIZE == 1 else (0, 0))
