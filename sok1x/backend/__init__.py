@@ -57,6 +57,8 @@ Every backend module exposes the same names, and the engine's algorithms call on
     index_bounds_deferred(arrays) -> int64 [len(arrays), 2]                      no wait
     read_later(array) -> collect()   queues array's copy to the host now; collect() waits for
         that copy alone and returns it (a flag read once later work is queued)
+    copy_array(dst, src)             dst = src, two device arrays of one dtype and size (any
+        shapes): one queued copy (a replayed step's keys into its fixed array)
     unique_many_start(keys_list, ordered) -> (started, counts); unique_many_finish(started,
         host_counts) -> [(unique_keys, inverse)]; distinct_rows_many_start(items) -> (started,
         sizes); distinct_rows_many_finish(started, host_sizes): the two halves around the wait;
@@ -150,6 +152,15 @@ The cpu backend is the reference the cuda backend is tested against.
 from sok1x.errors import InitError
 
 BACKEND_NAMES = ("auto", "cpu", "cuda")
+
+
+def copy_array_error(dst, src, contiguous):
+    """The ValueError of copy_array(dst, src) (either backend) where the two differ in dtype or
+    size or they are not both C-contiguous (`contiguous`), else None."""
+    if src.dtype == dst.dtype and src.size == dst.size and contiguous:
+        return None
+    return ValueError("copy_array: a %s %s array into a %s %s one (one dtype and size, "
+                      "C-contiguous)" % (src.dtype, list(src.shape), dst.dtype, list(dst.shape)))
 
 
 def cuda_available():

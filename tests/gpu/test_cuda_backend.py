@@ -57,6 +57,45 @@ def test_round_trip_empty_zeros(cuda, rng, shape, dtype):
     cuda.synchronize()
 
 
+@pytest.mark.parametrize("dst_shape,src_shape,dtype", [((12,), (3, 4), np.int64),
+                                                       ((6, 8), (48,), np.float32),
+                                                       ((0,), (0,), np.int64)])
+def test_copy_array_copies_every_element_across_shapes(cuda, rng, dst_shape, src_shape, dtype):
+    data = (rng.standard_normal(src_shape) * 1000).astype(dtype)
+    dst = cuda.zeros(dst_shape, dtype)
+    cuda.copy_array(dst, cuda.asarray(data))
+    got = host(cuda, dst)
+    want = np.zeros(dst_shape, dtype)
+    cpu.copy_array(want, data)
+    assert np.array_equal(got, want) and np.array_equal(got.reshape(-1), data.reshape(-1))
+
+
+def test_copy_array_refuses_another_size_or_dtype_and_writes_nothing(cuda):
+    dst = cuda.asarray(np.arange(6, dtype=np.int64))
+    for src in (cuda.zeros((5,), np.int64), cuda.zeros((6,), np.int32),
+                np.zeros(6, np.int64)):  # a host array is not copied either
+        with pytest.raises(ValueError, match="copy_array"):
+            cuda.copy_array(dst, src)
+    assert np.array_equal(host(cuda, dst), np.arange(6))
+
+
+def test_flags_read_later_keep_their_own_values_past_the_slots(cuda):
+    """Many flags queued before any is read (more than the slots of staging.SmallReads): each
+    read returns the value its array held when it was queued, then the array is rewritten."""
+    from sok1x.backend.cuda import staging
+    flag = cuda.zeros((1,), np.int64)
+    reads = []
+    for value in range(3 * staging._SMALL_SLOTS):
+        cuda.fill_value(flag, 0)
+        cuda.copy_array(flag, cuda.asarray(np.array([value], np.int64)))
+        reads.append(cuda.read_later(flag))
+    assert [int(read()[0]) for read in reads] == list(range(3 * staging._SMALL_SLOTS))
+    again = cuda.read_later(cuda.asarray(np.arange(8, dtype=np.int64)))  # a slot is free again
+    assert np.array_equal(again(), np.arange(8)) and np.array_equal(again(), np.arange(8))
+    wide = cuda.read_later(cuda.asarray(np.arange(40, dtype=np.int64)))  # past a slot's bytes
+    assert np.array_equal(wide(), np.arange(40))
+
+
 def test_ops_restore_the_thread_context(cuda):
     import pycuda.driver as driver
 

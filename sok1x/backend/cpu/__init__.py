@@ -20,7 +20,7 @@ from sok1x.backend.cpu.hash import (  # noqa: F401  (part of the op set)
 )
 from sok1x.backend.cpu import optimizers as cpu_optimizers
 from sok1x.backend.cpu.aligned import exportable  # noqa: F401  (part of the op set)
-from sok1x.backend import given_hyper
+from sok1x.backend import copy_array_error, given_hyper
 from sok1x.backend.given_hyper import hyper_given  # noqa: F401  (part of the op set: D14)
 from sok1x.backend.cpu.rerun import captured_work  # noqa: F401  (part of the op set: D14)
 from sok1x.backend.cpu.eviction import (  # noqa: F401  (part of the op set)
@@ -93,6 +93,15 @@ def read_later(array):
         COUNTS["host_waits"] += 1
         return host
     return collect
+
+
+def copy_array(dst, src):
+    """dst = src: arrays of one dtype and size, both C-contiguous (any shapes)."""
+    src = np.asarray(src)
+    error = copy_array_error(dst, src, dst.flags.c_contiguous and src.flags.c_contiguous)
+    if error is not None:
+        raise error
+    np.copyto(dst.reshape(-1), src.reshape(-1))
 
 
 def split_zeros(shape, dtype, hbm_rows):

@@ -90,6 +90,7 @@ from sok1x.backend.cuda.optimizers import (  # noqa: F401  (part of the op set: 
 )
 from sok1x.backend.cuda.kernel_launch import (
     COUNTS,
+    copy_array as _copy_array,
     copy_rows_async,
     count_array as _count_array,
     device_array,
@@ -149,6 +150,7 @@ def read_later(array):
     """Queues a copy of device `array` to the host now; returns a function that waits for that
     copy alone (not for work queued after it) and returns a NumPy copy."""
     return _copy_to_host_later(array, "a flag the host reads later")
+
 
 
 def counts():
@@ -376,6 +378,7 @@ def floor_divide(keys, divisor):
 
 
 row_view = uses_context(_row_view)
+copy_array = uses_context(_copy_array)
 
 
 @uses_context

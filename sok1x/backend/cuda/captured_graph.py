@@ -64,7 +64,7 @@ class CapturedGraph:
     """One recorded stretch of the sok1x stream's work (module docstring)."""
 
     def __init__(self):
-        self._graph = self._exec = None
+        self._graph = self._exec = self._launch = self._stream = None
         self._blocks = []  # (pool block, bytes): the memory the recorded work allocated
         self.nodes = 0
 
@@ -90,8 +90,9 @@ class CapturedGraph:
         if self._exec is None:
             raise CaptureError("replay of a CapturedGraph that holds no capture")
         with cuda_context.entered():
-            _checked(_graph_api().cuGraphLaunch(self._exec, cuda_context.stream_handle()),
-                     "cuGraphLaunch")
+            result = self._launch(self._exec, self._stream)
+        if result:
+            _checked(result, "cuGraphLaunch")
 
     def free(self):
         """Destroys the graph and gives its memory back to the pool, waiting first for any
@@ -154,6 +155,8 @@ class _Capturing:
             _checked(api.cuGraphInstantiateWithFlags(ctypes.byref(executable), handle, 0),
                      "cuGraphInstantiateWithFlags")
             graph._exec = executable
+            # what each replay calls, looked up once (the stream is the context's for its life)
+            graph._launch, graph._stream = api.cuGraphLaunch, cuda_context.stream_handle()
             return False
         finally:
             self._entered.__exit__(None, None, None)

@@ -13,6 +13,7 @@ from pycuda import gpuarray
 from pycuda._pvt_struct import pack as _pack  # what prepared calls pack arguments with
 
 from sok1x import cuda_kernels as kernels
+from sok1x.backend import copy_array_error
 from sok1x.backend.cuda import context as cuda_context
 from sok1x.backend.cuda import staging as cuda_staging
 from sok1x.backend.cuda.strides import (  # noqa: F401  (re-exported)
@@ -207,6 +208,18 @@ def copy_rows_async(dst, dst_row, src, src_row, rows):
         COUNTS["copies"] += 1
 
 
+def copy_array(dst, src):
+    """dst = src, GPUArrays of one dtype and size (any shapes), both C-contiguous: one queued
+    copy on the stream (the caller is inside cuda_context.entered())."""
+    error = copy_array_error(dst, src, is_device_array(src) and is_device_array(dst)
+                             and is_c_contiguous(src) and is_c_contiguous(dst))
+    if error is not None:
+        raise error
+    if src.size:
+        driver.memcpy_dtod_async(ptr(dst), ptr(src), src.nbytes, cuda_context.stream())
+        COUNTS["copies"] += 1
+
+
 def to_device(host_array):
     """Returns a GPUArray copy of a host array: one queued copy through page-locked staging (the
     host never waits for the stream, see cuda_staging)."""
@@ -244,17 +257,24 @@ def to_host(array, what="a copy to the host"):
 def to_host_later(array, what="a copy to the host"):
     """Queues a copy of a GPUArray to the host; returns a function that waits for it and
     returns a NumPy copy the caller owns (work queued in between runs during the wait)."""
-    collect = cuda_staging.download_later([array], what)
+    collect = cuda_staging.read_small_later(array, what)  # a flag: a slot of its own
+    if collect is None:
+        collect = _first_copy(cuda_staging.download_later([array], what))
 
     def wait():
         started = time.perf_counter()
-        host = np.array(collect()[0], copy=True)
+        host = collect()
         if array.size:
             COUNTS["wait_us"] += int((time.perf_counter() - started) * 1e6)
             COUNTS["host_waits"] += 1
             COUNTS["copies"] += 1
         return host
     return wait
+
+
+def _first_copy(collect):
+    """collect() -> [host views] as a function returning a NumPy copy of the first."""
+    return lambda: np.array(collect()[0], copy=True)
 
 
 def to_host_many(arrays, what="a copy to the host"):

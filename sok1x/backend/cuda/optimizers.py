@@ -105,7 +105,7 @@ def write_given(array, values):
     count = values.shape[0]
     if count:
         launch(_kernel("write_hyper", "Pq" + _HYPER), count, ptr(array), count, 0,
-               *(tuple(float(v) for v in values) + _UNUSED[count:]))
+               *values.tolist(), *_UNUSED[count:])
 
 
 @uses_context

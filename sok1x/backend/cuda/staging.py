@@ -164,6 +164,68 @@ def download_later(arrays, what):
     return collect
 
 
+SMALL_BYTES = 64  # the largest array read_small_later takes (a flag, a few counts)
+_SMALL_SLOTS = 32
+
+
+class SmallReads:
+    """A ring of page-locked slots of SMALL_BYTES in one block, an event each, for the small
+    arrays a step reads later (a replayed step's flag): a read takes the next slot without
+    scanning the blocks. A slot is taken again only once the read that took it was collected;
+    where the next slot is still out (a read never collected), the read goes through the blocks
+    instead (download_later)."""
+
+    def __init__(self):
+        self._block = None
+        self._events, self._out, self._next = [], [], 0
+
+    def later(self, array, what):
+        """Queues the copy of C-contiguous GPUArray `array` (at most SMALL_BYTES) into a slot;
+        returns collect() -> a NumPy copy the caller owns, after a bounded wait for that copy
+        alone. None where the next slot is still out."""
+        if self._block is None:
+            block = allocate_page_locked(SMALL_BYTES * _SMALL_SLOTS, np.uint8)
+            self._events = [driver.Event(flags=driver.event_flags.DISABLE_TIMING)
+                            for _ in range(_SMALL_SLOTS)]
+            self._out = [False] * _SMALL_SLOTS
+            self._block = block
+        index = self._next
+        if self._out[index]:
+            return None
+        self._next = (index + 1) % _SMALL_SLOTS
+        start = index * SMALL_BYTES
+        host = self._block[start:start + array.nbytes].view(array.dtype).reshape(array.shape)
+        stream = cuda_context.stream()
+        driver.memcpy_dtoh_async(host, int(array.gpudata), stream)
+        event = self._events[index]
+        event.record(stream)
+        self._out[index] = True
+        kept = []
+
+        def collect():
+            if not kept:
+                if not event.query():
+                    cuda_context.wait_event(event, what)
+                kept.append(np.array(host, copy=True))
+                self._out[index] = False
+            return kept[0]
+        return collect
+
+
+_small = SmallReads()
+
+
+def read_small_later(array, what):
+    """For a non-empty C-contiguous GPUArray of at most SMALL_BYTES: queues its copy to the
+    host now and returns collect() -> a NumPy copy the caller owns, waiting (bounded, named
+    `what`) for that copy alone; None for any other array, or where no slot is free (the
+    caller then takes download_later). Call inside cuda_context.entered()."""
+    if not 0 < array.nbytes <= SMALL_BYTES or not is_c_contiguous(array):
+        return None
+    cuda_context.forbid_inside_capture("a host wait (%s)" % what)
+    return _small.later(array, what)
+
+
 def host_buffer(nbytes):
     """A uint8 view of `nbytes` of a free block, which stays taken while the view (or one of
     it) lives: upload() copies from it with no host copy. Call inside cuda_context.entered()."""
