@@ -19,7 +19,7 @@ from mpi4py import MPI
 
 from sok1x.backend import random_init
 from sok1x.engine import api, runtime
-from sok1x.engine.lookup import bounded_step, replayed_step
+from sok1x.engine.lookup import bounded_step, keyed, replayed_step
 from sok1x.engine.lookup.keyed import KeyedInput
 from sok1x.engine.tables import optimizer_updates
 from sok1x.errors import InvalidInputError
@@ -270,3 +270,30 @@ def test_a_keyed_group_and_a_dense_table_of_another_dim_replay_in_one_step():
             np.testing.assert_array_equal(a, b)
         assert_same_tables([[dense[0]], [dense[1]]])
     assert held() == ((2, 2) if SIZE == 1 else (0, 0))
+
+
+@pytest.mark.parametrize("given", ["array", "list"])
+def test_a_known_layout_skips_the_host_checks(monkeypatch, given):
+    """From its first replay on, a keyed step of a layout seen before (lengths and num_segments
+    given alike, as arrays or as lists) skips the host's layout checks, which it passed then;
+    another layout is checked, and every step equals the uncaptured one."""
+    fresh()
+    pair = make_tables("known_" + given)
+    rng = np.random.default_rng([47, RANK])
+    checked = []
+    original = keyed._normalized
+    monkeypatch.setattr(keyed, "_normalized",
+                        lambda backend, tables, item: checked.append(tables[0].name)
+                        or original(backend, tables, item))
+    other = np.array([2, 2, 2, 2])
+    skipped = []
+    for number in range(1, 11):
+        lengths = other if number == 7 else LENGTHS
+        if given == "list":
+            lengths = [int(n) for n in lengths]
+        run_both(pair, keys_of(rng, lengths), lengths, None, "lazy_adam", number)
+        skipped.append(pair[0][0] not in checked)
+        checked.clear()
+    # first sight, recorded, first replay; known; the other layout's first sight; known
+    assert skipped == ([False] * 3 + [True] * 3 + [False] + [True] * 3 if SIZE == 1
+                       else [False] * 10)

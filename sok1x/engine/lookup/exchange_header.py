@@ -199,6 +199,24 @@ def exchange_sizes(runtime, op, counts=None, local_error=None, error_flag=None, 
     return Sizes(sent[:, columns].copy(), received[:, columns].copy(), extra, told, overflow)
 
 
+def order_checks(runtime, op):
+    """exchange_sizes(runtime, op) of an op that sends no data and reads nothing (a replayed
+    step's): in a job of one rank with nothing left to read (no unread checks, no counts to
+    settle, no fallback to tell), only its order checks run, with the same errors; else the
+    whole header. `op`: an OpId (or a name)."""
+    op = as_op_id(op)
+    if (runtime.size != 1 or runtime.unread_checks or runtime.read_later
+            or kernel_calls.fallback_asked()):
+        exchange_sizes(runtime, op)
+        return
+    if op.position == 0:
+        runtime.journal.begin_step()
+    CLOCK.call_of(op)
+    error = runtime.towers.check(op)
+    if error is not None:
+        runtime.host.raise_together(error, op.name)
+
+
 def _alone(runtime, op, counts, local_error, error_flag, also_read, later, told,
            describe_error):
     """exchange_sizes of a job of one rank: nothing crosses and one rank agrees with itself, so

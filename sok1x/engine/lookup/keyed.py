@@ -252,6 +252,12 @@ def keyed_forward(runtime, tables, op, item, training, key_limits=None, checks="
     the keys' checks (a bounded step, lookup/bounded_step.py); replay=True: as
     api.dense_lookup's (_replayed_forward)."""
     backend = runtime.backend
+    front = None
+    if replay and runtime.replays is not None:
+        front = _front(tables, op, item, training, key_limits, checks)
+        again = None if front is None else _replayed_again(runtime, tables, front, item, checks)
+        if again is not None:
+            return again
     item = _normalized(backend, tables, item)
     error, cuts, segment_cuts = _checked_layout(tables, item)
     unit = _one_unit(runtime, tables)
@@ -261,7 +267,7 @@ def keyed_forward(runtime, tables, op, item, training, key_limits=None, checks="
     group = unit.table if isinstance(unit.table, table_group.TableGroup) else None
     if replay and error is None:
         replayed = _replayed_forward(runtime, tables, unit, group, op, item, training,
-                                     key_limits, checks, cuts)
+                                     key_limits, checks, cuts, front)
         if replayed is not None:
             return replayed
     key_check, keys, segment_ids, tags, tag_counts = None, item.keys, item.segment_ids, None, None
@@ -289,12 +295,55 @@ def keyed_forward(runtime, tables, op, item, training, key_limits=None, checks="
     return pooled_rows(backend, found, pool), KeyedState(pooling, cuts, segment_cuts, False)
 
 
+def _front(tables, op, item, training, key_limits, checks):
+    """A replayed keyed lookup's key of its raw inputs (replayed_step.replay_known): the
+    tables, op, keys' shape and dtype, lengths and num_segments as given, combiner, key limits
+    and checks mode; None where it cannot be one (not a training lookup of keys each their own
+    output row, unweighted, with lengths and num_segments as NumPy arrays or lists)."""
+    keys = item.keys
+    lengths, segments = _counts_key(item.lengths), _counts_key(item.num_segments)
+    if not (training and item.segment_ids is None and item.weights is None
+            and lengths is not None and segments is not None and hasattr(keys, "dtype")):
+        return None
+    return (id(tables), as_op_id(op), tuple(keys.shape), keys.dtype.str, lengths, segments,
+            item.combiner, None if key_limits is None else tuple(key_limits), checks)
+
+
+def _counts_key(counts):
+    """Host counts as given (a NumPy array, or a list or tuple of numbers) as a key, or None.
+    Equal keys are normalized alike by _normalized, so they share a layout."""
+    if type(counts) is np.ndarray:
+        return counts.dtype.str, counts.shape, counts.tobytes()
+    if type(counts) not in (list, tuple):
+        return None
+    key = tuple(counts)
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
+def _replayed_again(runtime, tables, front, item, checks):
+    """keyed_forward's result from the replay of the class first seen under `front` (its
+    layout checked then; its keys are checked on the device at every replay), or None where
+    the whole path must run."""
+    replayed = replayed_step.replay_known(runtime, front, tables, front[1],
+                                          runtime.backend.asarray(item.keys), checks)
+    if replayed is None:
+        return None
+    vectors, routing, (unit, pool, cuts, lengths, segments) = replayed
+    return vectors, KeyedState(UnitPooling(unit, routing, [pool], lengths, segments), cuts,
+                               cuts, False)
+
+
 def _replayed_forward(runtime, tables, unit, group, op, item, training, key_limits, checks,
-                      cuts):
+                      cuts, front=None):
     """keyed_forward's replayed path (engine/lookup/replayed_step.py): a one-rank bounded
     training lookup of one unit of dense tables (one table, or a TableGroup in its order), int64
     keys, each key its own output row, unweighted. Returns keyed_forward's result, or None where the
-    uncaptured path must run (not such a lookup, or the first sight of its shape class)."""
+    uncaptured path must run (not such a lookup, or the first sight of its shape class). A
+    replayed class is remembered under `front` (_front), for _replayed_again."""
     table, keys = unit.table, item.keys
     if (not training or keys.dtype != np.int64 or item.segment_ids is not None
             or item.weights is not None
@@ -320,6 +369,9 @@ def _replayed_forward(runtime, tables, unit, group, op, item, training, key_limi
         return None
     vectors, routing = replayed
     pool = make_pool(backend, None, int(keys.shape[0]), None, item.combiner)
+    if front is not None:
+        replayed_step.remember_front(runtime, front, key, tables, (
+            unit, pool, cuts, item.lengths.copy(), item.num_segments.copy()))
     pooling = UnitPooling(unit, routing, [pool], item.lengths, item.num_segments)
     return vectors, KeyedState(pooling, cuts, cuts, False)
 
@@ -360,6 +412,10 @@ def keyed_backward(runtime, tables, op, state, grads, rows_per_table=False, boun
     fits = grads.dtype == np.float32 and grads.size == segments * dim
     if fits and tuple(grads.shape) != (segments, dim):
         grads = backend.reshape(grads, (segments, dim))
+    if bounded and fits and not state.pieces and runtime.replays is not None:
+        replayed = _replayed_backward(runtime, tables, op, state, grads, rows_per_table)
+        if replayed is not None:
+            return replayed
     if state.pieces:
         pieces = [backend.row_view(grads, int(a), int(b)) if fits else grads
                   for a, b in zip(state.segment_cuts[:-1], state.segment_cuts[1:])]
@@ -376,17 +432,31 @@ def keyed_backward(runtime, tables, op, state, grads, rows_per_table=False, boun
         (0, dim), np.float32)
     group = unit.table
     grouped = isinstance(group, table_group.TableGroup)
-    replayed = None
-    if bounded and fits and runtime.replays is not None:
-        replayed = replayed_step.backward(runtime, group, op, pooling.routing, per_key)
-    (summed, rows, ranks), = [replayed] if replayed is not None else lookup_backward_many(
+    (summed, rows, ranks), = lookup_backward_many(
         runtime, [unit.table], op, [pooling.routing], [per_key],
         [state.cuts if grouped else None] if bounded else None)
-    if not grouped:  # one piece: padded or not, the count is the rows'
-        return summed, [rows] if rows_per_table else rows, np.array([int(rows.shape[0])],
-                                                                    dtype=np.int64)
+    return _backward_result(backend, tables, pooling, summed, rows, ranks, rows_per_table)
+
+
+def _replayed_backward(runtime, tables, op, state, grads, rows_per_table):
+    """keyed_backward of a replayed forward (replayed_step.backward), or None where it was not
+    one: each key is its own output row, unweighted, so `grads` are the keys' gradients."""
+    pooling = state.pooling
+    replayed = replayed_step.backward(runtime, pooling.unit.table, op, pooling.routing, grads)
+    if replayed is None:
+        return None
+    return _backward_result(runtime.backend, tables, pooling, *replayed, rows_per_table)
+
+
+def _backward_result(backend, tables, pooling, summed, rows, ranks, rows_per_table):
+    """keyed_backward's result from one unit's backward (summed, rows, ranks)."""
+    group = pooling.unit.table
+    if not isinstance(group, table_group.TableGroup):  # one piece: padded or not, the count is
+        return summed, [rows] if rows_per_table else rows, np.array(  # the rows'
+            [int(rows.shape[0])], dtype=np.int64)
     padded = isinstance(ranks, group_gradients.Padded)  # a bounded step: a piece per member
-    counts = np.diff(ranks.piece_starts if padded else ranks).astype(np.int64)
+    starts = np.asarray(ranks.piece_starts if padded else ranks, dtype=np.int64)
+    counts = starts[1:] - starts[:-1]
     starts = pooling.routing.row_starts
     if rows_per_table:  # the values' pieces are row views of summed: joined, they are summed
         pieces = group_gradients.split_gradient(backend, group, summed, rows, ranks, starts)

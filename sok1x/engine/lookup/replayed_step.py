@@ -32,11 +32,17 @@ stays outside the graph, one fill a step. An update whose table's rows or slots 
 is recorded again. Work that cannot be recorded (CaptureError: a host wait or an upload inside it,
 as the all-rows rules' dense gradient) leaves its class uncaptured from then on; the step that
 found it stands.
-What the host still does per op: the op header's order checks (exchange_header.exchange_sizes:
-alone, no data crosses), the copy of the flag of the key checks (backend.read_later), the stash of
-the routing, and the reading of the flag where the uncaptured path reads it (bounded_step.py), so a
+What the host still does per op: the op header's order checks (exchange_header.order_checks: alone,
+no data crosses), the copy of the flag of the key checks (backend.read_later), the stash of the
+routing, and the reading of the flag where the uncaptured path reads it (bounded_step.py), so a
 replayed step with bad keys fails as the uncaptured one does, on its forward (checks="end") or its
-backward (checks="backward"), and changes no table.
+backward (checks="backward"), and changes no table. Its inputs' host checks (shapes, layouts,
+conversions) are skipped from a class's first replay on: the caller remembers the class under a key
+of its raw inputs (remember_front), and a later step with equal inputs (the same table or tables,
+op, keys' shape and dtype, layout and checks mode) goes straight to its replay (replay_known), as it
+passed those checks at its first sight; a class dropped, or whose table's rows moved, takes the
+whole path again. A replayed backward returns the very result of its first replay (the same
+arrays), built once.
 
 Memory. A class holds its fixed keys (8 n bytes for n int64 keys), what its graph allocated (the
 bounds and flag, the rows 8 n, the output 4 n dim) and its backward's (rows, local rows and summed
@@ -58,7 +64,7 @@ import os
 import numpy as np
 
 from sok1x.engine.lookup import bounded_step, distinct_rows
-from sok1x.engine.lookup.exchange_header import exchange_sizes
+from sok1x.engine.lookup.exchange_header import order_checks
 from sok1x.engine.lookup.key_exchange import (
     KeyCheck,
     Routing,
@@ -90,7 +96,8 @@ class _Forward:
         self.values = _where(table)
         self.work, self.judge, self.pieces = work, judge, pieces
         self.piece_sizes = np.diff(pieces)
-        self.routing = self.check = None  # made from the outputs at the first replay
+        self.routing = self.check = self.describe = None  # made at the first replay
+        self.shaped = None  # the output as api.dense_lookup shapes it (remember_dense)
         self.backwards = {}  # top gradient read in place (True) or copied (False) -> _Backward
 
     def outputs(self):
@@ -116,6 +123,7 @@ class _Backward:
     def __init__(self, grads, own, work):
         self.grads, self.own, self.work = grads, own, work
         self.updates = {}  # (rule, slot prefix, options) -> _Update
+        self.result = None  # (values, rows, Padded) every replay returns, from the first on
 
     @property
     def held_bytes(self):
@@ -134,11 +142,11 @@ class _Backward:
 
 class _Update:
     """One update class of a _Backward: the array its kernels read the hyper-parameters from,
-    where the table's rows and slots were when it was recorded, and its recorded work (None:
-    refused, the update stays uncaptured)."""
+    its table's slots (their names in the table), where the table's rows and those slots were
+    when it was recorded, and its recorded work (None: refused, the update stays uncaptured)."""
 
-    def __init__(self, given, where, work):
-        self.given, self.where, self.work = given, where, work
+    def __init__(self, given, slots, where, work):
+        self.given, self.slots, self.where, self.work = given, slots, where, work
 
     @property
     def held_bytes(self):
@@ -158,6 +166,7 @@ class _Classes:
         self.by_rows = {}  # id of a class's fixed rows array -> the class (its backward's key)
         self.by_gradient = {}  # id of a backward's summed gradient -> (_Forward, _Backward)
         self.sightings = collections.Counter()
+        self.fronts = {}  # a caller's key of its raw inputs -> (_Forward, holder, what it kept)
         self.refused = set()  # classes whose work could not be recorded: uncaptured from then on
 
     def free(self):
@@ -167,6 +176,7 @@ class _Classes:
         self.by_rows.clear()
         self.by_gradient.clear()
         self.sightings.clear()
+        self.fronts.clear()
         self.refused.clear()
 
 
@@ -209,10 +219,43 @@ def forward(runtime, table, op, keys, training, checks):
         return None
     op = as_op_id(op)
     count = int(keys.shape[0])
-    key = (op.tower, op.position, op.name, table.name, count, keys.dtype.str, checks)
-    return forward_of(runtime, key, table, op, keys, checks,
+    return forward_of(runtime, _dense_key(op, table, keys, checks), table, op, keys, checks,
                       functools.partial(_forward_run, runtime, table),
                       np.array([0, count], dtype=np.int64))
+
+
+def _dense_key(op, table, keys, checks):
+    """The shape class of a dense lookup of `table`'s `keys` (flat or not: their size)."""
+    return (op.tower, op.position, op.name, table.name, int(keys.size), keys.dtype.str, checks)
+
+
+def _dense_front(table, op, keys, row_shape, training, checks):
+    return (id(table), op, tuple(keys.shape), keys.dtype.str,
+            None if row_shape is None else tuple(row_shape), bool(training), checks)
+
+
+def dense_known(runtime, table, op, keys, row_shape, training, checks):
+    """api.dense_lookup's replay of a class it replayed before with these inputs (`keys`: the
+    backend array as given, any shape; replay_known): (vectors [*keys.shape, dim], Routing), or
+    None where its own path must run."""
+    if runtime.replays is None:
+        return None
+    op = as_op_id(op)
+    known = replay_known(runtime, _dense_front(table, op, keys, row_shape, training, checks),
+                         table, op, keys, checks)
+    return None if known is None else (known[2], known[1])
+
+
+def remember_dense(runtime, table, op, keys, row_shape, training, checks, shaped):
+    """After forward() replayed or recorded a dense lookup of `keys` (as given), whose output
+    api.dense_lookup shaped as `shaped`: remembers it for dense_known."""
+    op = as_op_id(op)
+    key = _dense_key(op, table, keys, checks)
+    remember_front(runtime, _dense_front(table, op, keys, row_shape, training, checks), key,
+                   table, shaped)
+    entry = runtime.replays.forwards.get(key) if runtime.replays is not None else None
+    if entry is not None and entry.routing is not None and entry.shaped is None:
+        entry.shaped = shaped
 
 
 def forward_of(runtime, key, table, op, keys, checks, run, cuts):
@@ -234,20 +277,64 @@ def forward_of(runtime, key, table, op, keys, checks, run, cuts):
         if classes.sightings[key] < 2 or key in classes.refused:
             return None
         return _capture_forward(runtime, classes, key, table, op, keys, checks, run, cuts)
+    return _replay(runtime, classes, entry, op, keys, checks)
+
+
+def _replay(runtime, classes, entry, op, keys, checks):
+    """One replay of forward class `entry` on `keys` (a backend array of its fixed keys' dtype
+    and size, any shape): the order checks, the keys copied in, one launch, the flag's copy
+    queued. Returns (vectors, Routing)."""
     backend = runtime.backend
-    exchange_sizes(runtime, op, None, None, None)  # alone: the order checks, no data
+    order_checks(runtime, op)  # alone: no data crosses
     if keys is not entry.keys:
-        backend.write_rows(entry.keys, 0, keys)
+        backend.copy_array(entry.keys, keys)
     entry.work.replay()
     bounds, flag, rows, vectors = entry.outputs()
     if entry.routing is None:  # the outputs exist from the first replay on (cpu makes them then)
-        entry.routing = _routing(table, int(keys.shape[0]), rows, None)
+        entry.routing = _routing(entry.table, int(entry.keys.shape[0]), rows, None)
         entry.check = KeyCheck(bounds, entry.judge, flag, None)
+        entry.describe = functools.partial(check_error, backend, entry.check)
         classes.by_rows[id(rows)] = entry
-    deferred = bounded_step.Deferred(backend.read_later(flag),
-                                     functools.partial(check_error, backend, entry.check), op.name)
-    bounded_step.defer_or_read(runtime, deferred, checks == "backward")
-    return vectors, entry.routing._replace(check=deferred if checks == "backward" else None)
+    deferred = bounded_step.Deferred(backend.read_later(flag), entry.describe, op.name)
+    later = checks == "backward"
+    bounded_step.defer_or_read(runtime, deferred, later)
+    return vectors, entry.routing._replace(check=deferred) if later else entry.routing
+
+
+def replay_known(runtime, front, holder, op, keys, checks):
+    """The replay of the forward class a caller remembered under `front` (remember_front: a key
+    of its raw inputs naming `holder` by its id, so that a step of a class seen before skips the
+    checks and conversions its first sight passed), when the class is still held, `holder` is
+    the very object remembered and the table's rows have not moved. Returns (vectors, Routing,
+    what remember_front kept), or None where the caller's own path must run. `op`: an OpId;
+    `keys`: a backend array of the class's keys' dtype and size."""
+    classes = runtime.replays
+    if classes is None or classes.version != runtime.tables.version or not enabled(runtime):
+        return None
+    known = classes.fronts.get(front)
+    if known is None or known[1] is not holder:
+        return None
+    entry = known[0]
+    if classes.forwards.get(entry.key) is not entry or entry.values != _where(entry.table):
+        return None  # dropped (rows moved, too many classes): the caller's path decides
+    vectors, routing = _replay(runtime, classes, entry, op, keys, checks)
+    return vectors, routing, known[2]
+
+
+def remember_front(runtime, front, key, holder, kept):
+    """Remembers forward class `key` (held, replayed at least once) under a caller's `front`
+    (naming `holder`, an object the caller passes again) for replay_known, with `kept` (what
+    the caller builds its result from). At most _SIGHTINGS_KEPT fronts are kept."""
+    classes = runtime.replays
+    entry = None if classes is None else classes.forwards.get(key)
+    if entry is None or entry.routing is None:
+        return  # not yet replayed (a capture's step returns its eager arrays)
+    known = classes.fronts.get(front)
+    if known is not None and known[0] is entry:
+        return
+    if len(classes.fronts) >= _SIGHTINGS_KEPT:
+        classes.fronts.clear()
+    classes.fronts[front] = (entry, holder, kept)  # a class recorded anew replaces its old one
 
 
 def _capture_forward(runtime, classes, key, table, op, keys, checks, run, cuts):
@@ -255,7 +342,7 @@ def _capture_forward(runtime, classes, key, table, op, keys, checks, run, cuts):
     is recorded. Returns (vectors, Routing) of this step (its backward takes the uncaptured
     path: its rows are not the class's)."""
     backend = runtime.backend
-    exchange_sizes(runtime, op, None, None, None)
+    order_checks(runtime, op)
     fixed = backend.empty(tuple(keys.shape), keys.dtype)
     backend.write_rows(fixed, 0, keys)
     check, rows, vectors = run(fixed)
@@ -306,15 +393,20 @@ def backward(runtime, table, op, routing, grads):
     classes = runtime.replays
     entry = None if classes is None else classes.by_rows.get(id(routing.owner_rows))
     if (entry is None or entry.routing.owner_rows is not routing.owner_rows
-            or entry.table is not table or tuple(grads.shape) != (routing.count, table.dim)
-            or grads.dtype != np.float32):
+            or entry.table is not table or grads.dtype != np.float32):
         return None
     backend = runtime.backend
-    deferred = bounded_step.take(runtime, [routing])
-    exchange_sizes(runtime, op, None, None)
     vectors = entry.outputs()[3]
-    own = (backend.address_of(grads) == backend.address_of(vectors)
-           and tuple(grads.shape) == tuple(vectors.shape))  # a view of the forward's output
+    if grads is entry.shaped:  # the output as the caller shaped it (remember_dense)
+        grads = vectors
+    elif tuple(grads.shape) != (routing.count, table.dim):
+        if grads.size != routing.count * table.dim:
+            return None
+        grads = backend.reshape(grads, (routing.count, table.dim))
+    deferred = bounded_step.take(runtime, [routing])
+    order_checks(runtime, op)
+    own = grads is vectors or (backend.address_of(grads) == backend.address_of(vectors)
+                               and tuple(grads.shape) == tuple(vectors.shape))  # or a view
     recorded = entry.backwards.get(own)
     if recorded is None or recorded.work is None:  # first sight, or a work that was refused
         fixed = grads if own else backend.empty(tuple(grads.shape), np.float32)
@@ -327,15 +419,22 @@ def backward(runtime, table, op, routing, grads):
             entry.backwards[own] = _Backward(fixed, own, _recorded(backend, run))
     else:
         if not own:
-            backend.write_rows(recorded.grads, 0, grads)
+            backend.copy_array(recorded.grads, grads)
         recorded.work.replay()
         out = recorded.work.outputs
+        if recorded.result is not None:  # the same arrays at every replay
+            bounded_step.raise_if_set(runtime, deferred)
+            distinct_rows.remember(recorded.result[1])
+            return recorded.result
     bounded_step.raise_if_set(runtime, deferred)  # the forward's checks, this work queued
     rows = backend.exportable(out[0])
     distinct_rows.remember(rows)
+    result = out[1], rows, bounded_step.Padded(entry.pieces, out[2])
     if recorded is not None and recorded.work is not None and rows is out[0]:
         classes.by_gradient[id(out[1])] = (entry, recorded)  # its update may be replayed
-    return out[1], rows, bounded_step.Padded(entry.pieces, out[2])
+        if out is recorded.work.outputs:
+            recorded.result = result
+    return result
 
 
 def update(runtime, tables, rule_name, slot_prefix, options, hyper, values_list, rows_list):
@@ -399,31 +498,37 @@ def _update_of(runtime, entry, backward, rule_name, slot_prefix, options, hyper)
     hyper-parameters from an array written before the replay (backend.hyper_given), and stamps
     the rows. Returns False where it must stay uncaptured (nothing done)."""
     rule = optimizer_updates.checked_rule(rule_name, hyper)
-    options = dict(options or {})
     backend, table, out = runtime.backend, entry.table, backward.work.outputs
-    slots = {name: table.slot(optimizer_updates.slot_key(slot_prefix, name), initial)
-             for name, initial in rule.slots(options)}
-    where = (_where(table),) + tuple(backend.address_of(s) for s in slots.values())
-    key = (rule_name, slot_prefix, tuple(sorted(options.items())))
+    key = (rule_name, slot_prefix, tuple(sorted(options.items())) if options else ())
     recorded = backward.updates.get(key)
-    if recorded is not None and recorded.where != where:  # rows or slots moved (a load, say)
-        backward.updates.pop(key).free()
-        recorded = None
-    given = np.array([hyper[name] for name in rule.hyper_names], dtype=np.float32)
-    if recorded is None:  # first sight: this step's update eagerly, then recorded
-        fixed = backend.empty(given.shape, np.float32)
-        backend.write_given(fixed, given)
-        run = functools.partial(_update_run, backend, table, rule, slots, out, fixed, hyper,
-                                options)
-        run()
-        backward.updates[key] = _Update(fixed, where, _recorded(backend, run))
-    elif recorded.work is None:
-        return False
-    else:
+    given = [hyper[name] for name in rule.hyper_names]
+    if recorded is not None and recorded.where == _slots_where(backend, table, recorded.slots):
+        if recorded.work is None:
+            return False
         backend.write_given(recorded.given, given)
         recorded.work.replay()
-    table.stamp(out[0])  # outside the graph: its time is a scalar of this step
+        table.stamp(out[0])  # outside the graph: its time is a scalar of this step
+        return True
+    if recorded is not None:  # rows or slots moved (a load, say): recorded again
+        backward.updates.pop(key).free()
+    options = dict(options or {})
+    slots = {name: table.slot(optimizer_updates.slot_key(slot_prefix, name), initial)
+             for name, initial in rule.slots(options)}
+    fixed = backend.empty((len(given),), np.float32)
+    backend.write_given(fixed, given)
+    run = functools.partial(_update_run, backend, table, rule, slots, out, fixed, hyper, options)
+    run()  # first sight: this step's update eagerly, then recorded
+    names = tuple(optimizer_updates.slot_key(slot_prefix, name) for name in slots)
+    backward.updates[key] = _Update(fixed, names, _slots_where(backend, table, names),
+                                    _recorded(backend, run))
+    table.stamp(out[0])
     return True
+
+
+def _slots_where(backend, table, names):
+    """Where `table`'s rows and its slots `names` are: (_where(table), slot addresses...)."""
+    slots = table.slots
+    return (_where(table),) + tuple(backend.address_of(slots[name]) for name in names)
 
 
 def _update_run(backend, table, rule, slots, gradient, given, hyper, options):
