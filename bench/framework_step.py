@@ -752,7 +752,7 @@ def replayed_floor_ms(rt, synchronize, replays=20):
     return whole, parts
 
 
-def per_step_counts(rt, run, synchronize, steps=5):
+def per_step_counts(rt, run, synchronize, steps=20):
     """Per step of `run` (sok1x_device), averaged over `steps`: kernel launches, fills, copies,
     host waits, NCCL collectives, MPI exchanges, and python_us: the host's time in the step not
     spent waiting for the GPU (wall clock less the waits)."""

@@ -26,6 +26,10 @@
 #   kernels[=W,...]  step_kernels.py under Nsight Compute: each kernel of a one-rank bounded step
 #                of each workload (default dlrm, seed, dlrm26; one ncu process each), its time
 #                and DRAM bytes -> kernels.txt
+#   calls[=W,...]  step_calls.py --replayed on cuda at full scale (default dlrm, dlrm26): the
+#                replayed step's Python calls, its wall time, and host_us (the step with its
+#                graphs not launched); the cProfile by own and cumulative time ->
+#                calls-stats-TREE.txt; with --before, both trees alternated twice
 #   steps1       step_and_exchange.py on 1 GPU;  steps: on 1, 2 and 4 GPUs (as many as there are)
 #   group        group_lookup.py (one fused lookup of 26 tables vs 26 lookups) on 1 to 8 GPUs
 #   framework[=W,...]  framework_step.py on 1, 2, 4, 8 GPUs (up to the machine's), each workload
@@ -116,7 +120,7 @@ while [ $# -gt 0 ]; do
   shift
 done
 [ ${#stages[@]} -gt 0 ] || { echo "pass.sh: name at least one stage (--list)" >&2; usage; }
-known=" micro hybrid profile kernels steps1 steps group framework checkpoint kernel-tests suites grid
+known=" micro hybrid profile kernels calls steps1 steps group framework checkpoint kernel-tests suites grid
   grid-ab breakdown-ab framework-ab growth-ab growth-profile host-slices hkv-grid
   find-or-insert-ab ncu-find-or-insert host-way dynamic-tests breakdown dynamic-ab backend-tests
   hash-ab ckpt-tests ckpt-stages ckpt-before ckpt-bench ckpt-big "
@@ -222,6 +226,22 @@ stage_kernels() {  # [workload ...]: step_kernels.py's table of a bounded step's
       --summarize "$work/kernels_$w.log" --workloads "$w" --steps 2 >>"$work/kernels.txt"
   done
   cat "$work/kernels.txt" >>"$summary"
+}
+stage_calls() {  # [workload ...]: the replayed step's host work on cuda (with --before: both
+  # trees, alternated twice, each under this checkout's script)
+  local list tree round trees=after
+  list=$(echo "${*:-dlrm dlrm26}" | tr ' ' ,)
+  [ -n "$before" ] && trees="before after"
+  for round in 1 2; do
+    for tree in $trees; do
+      bench $tree step_calls.py "calls_${tree}_$round" --backend cuda --scale 1 --replayed \
+        --workloads "$list" --stats "$work/calls-stats-$tree.txt"
+      say "calls $tree $round:"
+      grep -hE 'host_us|calls/step' "$work/calls_${tree}_$round.log" >>"$summary"
+    done
+    [ -n "$before" ] || break
+  done
+  cp "$work"/calls-stats-*.txt "$final/" 2>/dev/null
 }
 stage_steps1() {
   PYTHONPATH=$PYTHONPATH:$here/bench run steps-1 130 mpiexec -n 1 python3 \

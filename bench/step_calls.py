@@ -14,6 +14,9 @@ function calls per step (pstats' count, C functions included) and their split by
 --repeats repeats of --steps steps give the wall and process-CPU ms per step (median, min, max),
 the workloads interleaved in each repeat. The engine's Python is the same on cpu and cuda, so
 the call counts say what grows with the tables on either; the cpu times do not stand for a GPU's.
+With --replayed, each workload is timed once more with its recorded works not launched (host_us:
+the wall microseconds of the host's own work around the graphs a step, copies, fills and driver
+calls included, none of it waiting for a GPU busy with earlier steps).
 """
 import cProfile
 import os
@@ -25,7 +28,7 @@ import numpy as np
 
 from sok1x.backend import random_init
 from sok1x.engine import runtime
-from sok1x.engine.lookup import bounded_step
+from sok1x.engine.lookup import bounded_step, replayed_step
 
 import harness
 import sok_steps
@@ -144,6 +147,27 @@ class Case:
         return ((time.perf_counter() - wall) * 1e3 / steps,
                 (time.process_time() - cpu) * 1e3 / steps)
 
+    def host_us(self, rt, steps):
+        """Wall microseconds per step of `steps` steps with the runtime's recorded works not
+        launched (their replay() a no-op): the host's own work of a replayed step."""
+        works = [w for step in replayed_step.recorded_works(rt) for w in step]
+        for work in works:
+            work.replay = _not_launched
+        try:
+            rt.backend.synchronize()
+            started = time.perf_counter()
+            for _ in range(steps):
+                self.run()
+            return (time.perf_counter() - started) * 1e6 / steps
+        finally:
+            for work in works:
+                del work.replay
+            rt.backend.synchronize()
+
+
+def _not_launched():
+    return None
+
 
 def report(names, calls, top):
     """Lines comparing the workloads' calls per step: totals, modules, the functions whose
@@ -192,6 +216,12 @@ def main(argv):
               "hashed": args.hashed, "replayed": args.replayed,
               "steps_per_repeat": args.steps, "repeats": args.repeats, "workloads": {},
               "environment": harness.environment({"load": os.getloadavg()})}
+    host = {name: [] for name in names}
+    if args.replayed:
+        for _ in range(args.repeats):
+            for name in names:
+                harness.barrier()
+                host[name].append(harness.job_max(cases[name].host_us(rt, args.steps)))
     for name in names:
         wall = [harness.job_max(t[0]) for t in times[name]]
         cpu = [harness.job_max(t[1]) for t in times[name]]
@@ -203,6 +233,11 @@ def main(argv):
                                             "wall_ms_repeats")))
         entry.update(harness.summary(cpu, ("cpu_ms", "cpu_ms_min", "cpu_ms_max",
                                            "cpu_ms_repeats")))
+        if host[name]:
+            entry.update(harness.summary(host[name], ("host_us", "host_us_min", "host_us_max",
+                                                      "host_us_repeats")))
+            harness.say("%-7s host_us (recorded works not launched) %.0f (%.0f-%.0f)" % (
+                name, entry["host_us"], entry["host_us_min"], entry["host_us_max"]))
         result["workloads"][name] = entry
         harness.say("%-7s %2d tables: %6.0f calls/step, wall %.3f ms/step (%.3f-%.3f), "
                     "cpu %.3f ms/step (%.3f-%.3f)" % (
