@@ -25,11 +25,15 @@ struct Hyper {
   __device__ __forceinline__ float operator[](int i) const { return given ? given[i] : value[i]; }
 };
 
-// dst[i] = h.value[i] for i < count (at most 6): the host writes a replayed update's
-// hyper-parameters into its given array as one launch's arguments, with no host buffer or copy.
-extern "C" __global__ void write_hyper(float* dst, int64 count, Hyper h) {
+// dst[i] = h.value[i] for i < count (at most 6), and *clock = now where a clock is given: the
+// host writes a replayed update's hyper-parameters into its given array, and the time its
+// recorded stamp writes (pooling.cu's fill_rows_float64 reading *clock), as one launch's
+// arguments, with no host buffer or copy.
+extern "C" __global__ void write_hyper(float* dst, int64 count, Hyper h, double* clock,
+                                       double now) {
   const int64 i = global_thread_id();
   if (i < count) dst[i] = h.value[i];
+  if (i == 0 && clock != nullptr) *clock = now;
 }
 
 #define FOR_EACH_ELEMENT(e, total) \

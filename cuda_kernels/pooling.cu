@@ -32,11 +32,14 @@ extern "C" __global__ void scale_rows_float32(const float* values, const float* 
   }
 }
 
-// dst[rows[i]] = value for every i < n, or i < min(n, *count) when count is given (a float64
-// per row, e.g. the time a row was last updated); a negative row is skipped.
+// dst[rows[i]] = value (*value_at where given: a replayed stamp's time, written before each
+// replay) for every i < n, or i < min(n, *count) when count is given (a float64 per row, e.g.
+// the time a row was last updated); a negative row is skipped.
 extern "C" __global__ void fill_rows_float64(double* dst, const int64* rows, int64 n,
-                                             const uint64* count, double value) {
+                                             const uint64* count, double value,
+                                             const double* value_at) {
   if (count != nullptr && (int64)*count < n) n = (int64)*count;
+  if (value_at != nullptr) value = *value_at;
   for (int64 i = global_thread_id(); i < n; i += global_thread_count()) {
     const int64 row = rows[i];
     if (row >= 0) dst[row] = value;

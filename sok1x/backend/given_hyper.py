@@ -15,6 +15,7 @@ import contextlib
 import numpy as np
 
 _given = [None]  # the array hyper_given() bound, or None
+_clock = [None]  # the array time_given() bound, or None
 MOST = 6  # hyper-parameters an update takes at most (optimizers.cu's Hyper holds six)
 
 
@@ -49,3 +50,31 @@ def written(array, values):
         raise ValueError("write_given: %d values do not fit a %s %s array (at most %d float32)"
                          % (count, array.dtype, list(array.shape), MOST))
     return values
+
+
+@contextlib.contextmanager
+def time_given(clock):
+    """Inside it, backend.fill_rows writes the value `clock` (float64 [1]) holds when the fill
+    runs, not the value it is passed: a replayed update's time stamp, recorded once, stamps each
+    replay's time (written into `clock` by write_given). Nothing is read or queued here."""
+    if clock.dtype != np.float64 or tuple(clock.shape) != (1,):
+        raise ValueError("time_given: a clock is float64 [1], got %s %s"
+                         % (clock.dtype, list(clock.shape)))
+    outer = _clock[0]
+    _clock[0] = clock
+    try:
+        yield
+    finally:
+        _clock[0] = outer
+
+
+def given_time():
+    """The float64 [1] array time_given() bound, or None."""
+    return _clock[0]
+
+
+def checked_clock(clock):
+    """Raises ValueError unless `clock` is None or float64 [1] (write_given's)."""
+    if clock is not None and (clock.dtype != np.float64 or tuple(clock.shape) != (1,)):
+        raise ValueError("write_given: a clock is float64 [1], got %s %s"
+                         % (clock.dtype, list(clock.shape)))

@@ -374,6 +374,45 @@ def test_pooling_ops(cuda, rng):
     np.testing.assert_array_equal(host(cuda, device_times), times)
 
 
+def test_a_stamp_recorded_in_a_graph_writes_each_replays_clock(cuda, rng):
+    """fill_rows inside time_given(clock) writes the time the clock holds when it runs: recorded
+    once in a graph, each replay stamps the time write_given put into the clock before it, as
+    the cpu twin does when it runs the fill again."""
+    from sok1x.backend.cuda import captured_graph
+    times = np.zeros(500)
+    device_times = cuda.asarray(times)
+    rows = rng.choice(500, size=120, replace=False).astype(np.int64)
+    rows[::9] = -1  # padding, skipped
+    device_rows = cuda.asarray(rows)
+    given, clock = cuda.zeros((2,), np.float32), cuda.zeros((1,), np.float64)
+    host_given, host_clock = np.zeros(2, np.float32), np.zeros(1)
+
+    def stamp():
+        with cuda.time_given(clock):
+            cuda.fill_rows(device_times, device_rows, -1.0)  # the value passed is not used
+    cuda.write_given(given, [0.5, 0.25], clock, 1.7e9 + 0.125)
+    stamp()  # once eagerly, then recorded
+    work = captured_graph.captured_work(lambda: stamp() or [])
+    try:
+        for now in (1.8e9 + 0.5, 1.8e9 + 1.75, 1.9e9 + 1e-6):
+            cuda.write_given(given, [now / 1e9, 1.0], clock, now)
+            work.replay()
+            cpu.write_given(host_given, [now / 1e9, 1.0], host_clock, now)
+            with cpu.time_given(host_clock):
+                cpu.fill_rows(times, rows, -1.0)
+            np.testing.assert_array_equal(host(cuda, device_times), times)
+            np.testing.assert_array_equal(host(cuda, clock), [now])
+            np.testing.assert_array_equal(host(cuda, given), host_given)
+    finally:
+        work.free()
+    assert set(times[rows[rows >= 0]]) == {1.9e9 + 1e-6}
+    with pytest.raises(ValueError, match="clock"):
+        cuda.write_given(given, [1.0, 2.0], cuda.zeros((2,), np.float64), 1.0)
+    with pytest.raises(ValueError, match="clock"):
+        with cuda.time_given(cuda.zeros((1,), np.float32)):
+            pass
+
+
 @pytest.mark.parametrize("n,distinct,limit", [(0, 1, KEY_LIMIT), (1, 1, KEY_LIMIT),
                                               (7, 7, 10), (1000, 300, KEY_LIMIT),
                                               (1000, 1, KEY_LIMIT), (250000, 60000, KEY_LIMIT),

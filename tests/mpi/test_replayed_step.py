@@ -12,6 +12,8 @@ dims replay in one step; work the backend refuses to record (CaptureError) leave
 uncaptured and the steps right; SOK1X_CAPTURE=0 records nothing; an update given a
 hyper-parameter array of the wrong length refuses it, as write_given refuses values that do not
 fit its array."""
+import time
+
 import numpy as np
 import pytest
 from mpi4py import MPI
@@ -320,3 +322,19 @@ def test_a_known_class_skips_the_host_checks_until_its_rows_move(monkeypatch):
     # first sight, recorded, first replay; then known; moved: recorded, first replay; known
     assert skipped == ([False] * 3 + [True] * 2 + [False] * 2 + [True] * 3 if SIZE == 1
                        else [False] * 10)
+
+
+def test_a_replayed_update_stamps_each_steps_time():
+    """The stamp of a replayed update is recorded with it and writes the time of its own step
+    (write_given's clock), as the uncaptured update stamps the time it runs at."""
+    names = make_tables("stamped")
+    rng = np.random.default_rng([53, RANK])
+    for number in range(1, 9):
+        keys = rng.integers(0, ROWS * SIZE, size=10)
+        before = time.time()
+        got = step(names[0], keys, None, "lazy_adam", number, True)
+        after = time.time()
+        step(names[1], keys, None, "lazy_adam", number, False)
+        stamped = np.asarray(api.shard(names[0]).times)[got[2][got[2] >= 0]]
+        assert stamped.size and np.all((stamped >= before) & (stamped <= after)), number
+    assert updates_replayed() == (1 if SIZE == 1 else 0)

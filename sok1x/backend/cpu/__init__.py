@@ -21,7 +21,7 @@ from sok1x.backend.cpu.hash import (  # noqa: F401  (part of the op set)
 from sok1x.backend.cpu import optimizers as cpu_optimizers
 from sok1x.backend.cpu.aligned import exportable  # noqa: F401  (part of the op set)
 from sok1x.backend import copy_array_error, given_hyper
-from sok1x.backend.given_hyper import hyper_given  # noqa: F401  (part of the op set: D14)
+from sok1x.backend.given_hyper import hyper_given, time_given  # noqa: F401  (op set: D14)
 from sok1x.backend.cpu.rerun import captured_work  # noqa: F401  (part of the op set: D14)
 from sok1x.backend.cpu.eviction import (  # noqa: F401  (part of the op set)
     count_evictable,
@@ -133,9 +133,14 @@ update_rmsprop = _on_rows(cpu_optimizers.update_rmsprop)
 update_sgd = _on_rows(cpu_optimizers.update_sgd)
 
 
-def write_given(array, values):
-    """array[:] = values: the hyper-parameters an update reads from `array` (given_hyper.py)."""
-    array[...] = given_hyper.written(array, values)
+def write_given(array, values, clock=None, now=0.0):
+    """array[:] = values: the hyper-parameters an update reads from `array`, and clock[0] = now
+    where a clock (float64 [1]) is given: the time a replayed stamp writes (given_hyper.py)."""
+    values = given_hyper.written(array, values)
+    given_hyper.checked_clock(clock)
+    array[...] = values
+    if clock is not None:
+        clock[0] = now
 
 
 def release_unused():

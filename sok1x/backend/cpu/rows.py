@@ -4,6 +4,7 @@ import collections
 
 import numpy as np
 
+from sok1x.backend import given_hyper
 from sok1x.backend.cpu.random_rows import initial_values
 
 # What this process's steps did (cpu.counts()): "host_waits", the calls at which the cuda
@@ -48,10 +49,11 @@ def init_rows_tagged(table, rows, keys, tags, spec, table_ids, count=None):
 
 
 def fill_rows(array, rows, value, count=None):
-    """array[rows] = value; count: None, or a [1] array: only the first count[0] rows, negative
-    rows skipped (cuda's fill_rows)."""
+    """array[rows] = value (inside given_hyper.time_given(clock): clock[0] now); count: None, or
+    a [1] array: only the first count[0] rows, negative rows skipped (cuda's fill_rows)."""
     rows = counted_rows(rows, count)
-    array[rows[rows >= 0]] = value
+    clock = given_hyper.given_time()
+    array[rows[rows >= 0]] = value if clock is None else clock[0]
 
 
 def touch_rows(statistics, rows, step, stamp=None):

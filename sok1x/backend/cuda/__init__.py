@@ -73,7 +73,8 @@ from sok1x.backend.cuda.rows import (  # noqa: F401  (part of the op set)
     put_rows,
     take_rows,
 )
-from sok1x.backend.given_hyper import hyper_given  # noqa: F401  (part of the op set: D14)
+from sok1x.backend import given_hyper
+from sok1x.backend.given_hyper import hyper_given, time_given  # noqa: F401  (op set: D14)
 from sok1x.backend.cuda.optimizers import (  # noqa: F401  (part of the op set: optimizer updates)
     update_adadelta,
     update_adagrad,
@@ -303,7 +304,7 @@ def _pooling_kernels():
     return {"column": prepared("pooling.cu", "column_int64", "PqqqP"),
             "counts": prepared("pooling.cu", "segment_counts_float32", "PqP"),
             "scale": prepared("pooling.cu", "scale_rows_float32", "PPqqiP"),
-            "fill_rows": prepared("pooling.cu", "fill_rows_float64", "PPqPd")}
+            "fill_rows": prepared("pooling.cu", "fill_rows_float64", "PPqPdP")}
 
 
 @uses_context
@@ -330,15 +331,18 @@ def segment_counts(segment_ids, num_segments):
 
 @uses_context
 def fill_rows(array, rows, value, count=None):
-    """array[rows] = value for a float64 1-D GPUArray, queued (no upload of the value per row);
-    count: as init_rows' (only the first count[0] rows, negative rows skipped)."""
+    """array[rows] = value for a float64 1-D GPUArray, queued (no upload of the value per row;
+    inside given_hyper.time_given(clock), the value clock holds when the fill runs); count: as
+    init_rows' (only the first count[0] rows, negative rows skipped)."""
     rows = index_array(rows, "rows")
     if array.dtype != np.float64 or array.ndim != 1:
         raise TypeError("fill_rows needs a float64 1-D array, got %s %s" % (array.dtype,
                                                                            array.shape))
     if rows.shape[0]:
+        clock = given_hyper.given_time()
         launch(_pooling_kernels()["fill_rows"], rows.shape[0], ptr(array), ptr(rows),
-               rows.shape[0], _count_ptr(count), float(value))
+               rows.shape[0], _count_ptr(count), float(value),
+               0 if clock is None else ptr(clock))
 
 
 @uses_context

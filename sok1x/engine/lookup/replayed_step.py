@@ -28,8 +28,9 @@ tables) with the very (values, rows) a replayed backward returned, per optimizer
 and options: its kernels read the step's hyper-parameters (a learning rate that changes every step)
 from a small device array the host writes before each replay (backend.hyper_given), since a graph
 keeps the scalars it was recorded with; the update's time stamp (stamp(), a scalar of the step)
-stays outside the graph, one fill a step. An update whose table's rows or slots moved (a load, say)
-is recorded again. Work that cannot be recorded (CaptureError: a host wait or an upload inside it,
+is recorded with it and writes the time the same launch puts into a device clock
+(backend.time_given). An update whose table's rows or slots moved (a load, say) is recorded
+again. Work that cannot be recorded (CaptureError: a host wait or an upload inside it,
 as the all-rows rules' dense gradient) leaves its class uncaptured from then on; the step that
 found it stands.
 What the host still does per op: the op header's order checks (exchange_header.order_checks: alone,
@@ -47,19 +48,20 @@ arrays), built once.
 Memory. A class holds its fixed keys (8 n bytes for n int64 keys), what its graph allocated (the
 bounds and flag, the rows 8 n, the output 4 n dim) and its backward's (rows, local rows and summed
 gradients as long as the keys rounded up to 8: 16 n + 4 n dim, plus a fixed gradient 4 n dim where
-it is not the forward's output; a keyed lookup of a group: its keys moved into the group's rows, 8
-n more, and each member's piece rounded up to 8 rows), and each update class 4 bytes per
-hyper-parameter and what its graph allocated (nothing for a table in GPU memory); held_bytes() says
-what all classes hold. At most MAX_CLASSES forward classes are kept, the oldest freed first. Any
-change to the job's tables (made, replaced, dropped: the TableRegistry calls Runtime._drop_replays)
-frees every class at once, with the memory it holds, as does shutdown (inside the device context,
-so nothing is freed at the interpreter's exit); a class whose table's rows moved is dropped at its
-next sight.
+it is not the forward's output; a keyed lookup of a group: its keys moved into the group's rows, 8 n
+more, and each member's piece rounded up to 8 rows), and each update class 4 bytes per
+hyper-parameter, 8 for its clock and what its graph allocated (nothing for a table in GPU memory);
+held_bytes() says what all classes hold. At most MAX_CLASSES forward classes are kept, the oldest
+freed first. Any change to the job's tables (made, replaced, dropped: the TableRegistry calls
+Runtime._drop_replays) frees every class at once, with the memory it holds, as does shutdown (inside
+the device context, so nothing is freed at the interpreter's exit); a class whose table's rows moved
+is dropped at its next sight.
 """
 import collections
 import functools
 import operator
 import os
+import time
 
 import numpy as np
 
@@ -141,16 +143,18 @@ class _Backward:
 
 
 class _Update:
-    """One update class of a _Backward: the array its kernels read the hyper-parameters from,
-    its table's slots (their names in the table), where the table's rows and those slots were
-    when it was recorded, and its recorded work (None: refused, the update stays uncaptured)."""
+    """One update class of a _Backward: the arrays its kernels read the hyper-parameters and its
+    stamp's time from, its table's slots (their names in the table), where the table's rows and
+    those slots were when it was recorded, and its recorded work (None: refused, the update stays
+    uncaptured)."""
 
-    def __init__(self, given, slots, where, work):
-        self.given, self.slots, self.where, self.work = given, slots, where, work
+    def __init__(self, given, clock, slots, where, work):
+        self.given, self.clock, self.slots, self.where, self.work = given, clock, slots, where, work
 
     @property
     def held_bytes(self):
-        return int(self.given.nbytes) + (0 if self.work is None else self.work.held_bytes)
+        return (int(self.given.nbytes) + int(self.clock.nbytes)
+                + (0 if self.work is None else self.work.held_bytes))
 
     def free(self):
         if self.work is not None:
@@ -505,9 +509,8 @@ def _update_of(runtime, entry, backward, rule_name, slot_prefix, options, hyper)
     if recorded is not None and recorded.where == _slots_where(backend, table, recorded.slots):
         if recorded.work is None:
             return False
-        backend.write_given(recorded.given, given)
-        recorded.work.replay()
-        table.stamp(out[0])  # outside the graph: its time is a scalar of this step
+        backend.write_given(recorded.given, given, recorded.clock, time.time())
+        recorded.work.replay()  # the update, then the stamp of this step's time
         return True
     if recorded is not None:  # rows or slots moved (a load, say): recorded again
         backward.updates.pop(key).free()
@@ -515,13 +518,14 @@ def _update_of(runtime, entry, backward, rule_name, slot_prefix, options, hyper)
     slots = {name: table.slot(optimizer_updates.slot_key(slot_prefix, name), initial)
              for name, initial in rule.slots(options)}
     fixed = backend.empty((len(given),), np.float32)
-    backend.write_given(fixed, given)
-    run = functools.partial(_update_run, backend, table, rule, slots, out, fixed, hyper, options)
+    clock = backend.empty((1,), np.float64)
+    backend.write_given(fixed, given, clock, time.time())
+    run = functools.partial(_update_run, backend, table, rule, slots, out, fixed, clock, hyper,
+                            options)
     run()  # first sight: this step's update eagerly, then recorded
     names = tuple(optimizer_updates.slot_key(slot_prefix, name) for name in slots)
-    backward.updates[key] = _Update(fixed, names, _slots_where(backend, table, names),
+    backward.updates[key] = _Update(fixed, clock, names, _slots_where(backend, table, names),
                                     _recorded(backend, run))
-    table.stamp(out[0])
     return True
 
 
@@ -531,12 +535,15 @@ def _slots_where(backend, table, names):
     return (_where(table),) + tuple(backend.address_of(slots[name]) for name in names)
 
 
-def _update_run(backend, table, rule, slots, gradient, given, hyper, options):
+def _update_run(backend, table, rule, slots, gradient, given, clock, hyper, options):
     """The device work of an update of `table` (an EmbeddingTable or a TableGroup) by optimizer
     `rule` with a replayed backward's `gradient` [rows, summed, ...], its hyper-parameters read
-    from `given`."""
+    from `given`, then the stamp of its rows with the time `clock` holds (both written before
+    each replay: backend.write_given)."""
     with backend.hyper_given(given):
         table.apply_update(rule.update, slots, gradient[0], gradient[1], hyper, options)
+    with backend.time_given(clock):
+        table.stamp(gradient[0])
 
 
 def _backward_run(backend, table, routing, grads, pieces):
