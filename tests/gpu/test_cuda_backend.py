@@ -92,6 +92,10 @@ def test_flags_read_later_keep_their_own_values_past_the_slots(cuda):
     assert [int(read()[0]) for read in reads] == list(range(3 * staging._SMALL_SLOTS))
     again = cuda.read_later(cuda.asarray(np.arange(8, dtype=np.int64)))  # a slot is free again
     assert np.array_equal(again(), np.arange(8)) and np.array_equal(again(), np.arange(8))
+    never = [cuda.read_later(flag) for _ in range(staging._SMALL_SLOTS - 1)]  # never collected
+    late = [cuda.read_later(cuda.asarray(np.array([v], np.int64))) for v in range(5)]
+    assert [int(read()[0]) for read in late] == list(range(5))  # the one free slot, then blocks
+    del never
     wide = cuda.read_later(cuda.asarray(np.arange(40, dtype=np.int64)))  # past a slot's bytes
     assert np.array_equal(wide(), np.arange(40))
 

@@ -51,7 +51,8 @@ def make_tables(tag):
     return names
 
 
-def step(name, keys, scale, rule, number, replay, checks="backward", prefix=None, given=None):
+def step(name, keys, scale, rule, number, replay, checks="backward", prefix=None, given=None,
+         options=None):
     """A dense lookup, backward and update of `name`; returns host copies of (output, values,
     rows). scale None: the output itself is the top gradient; prefix and given: the update's
     slot prefix and hyper-parameters, where not RULES' and step_rules.hyper's."""
@@ -61,7 +62,7 @@ def step(name, keys, scale, rule, number, replay, checks="backward", prefix=None
     grads = out if scale is None else out * scale
     values, rows = api.dense_lookup_grad(name, name + "_bwd", token, grads)
     copies = np.array(values), np.array(rows)
-    api.apply_optimizer_updates([name], rule, prefix or RULES[rule][0], {},
+    api.apply_optimizer_updates([name], rule, prefix or RULES[rule][0], options or {},
                                 given or hyper(rule, number), [values], [rows])
     return (copied,) + copies
 
@@ -324,17 +325,67 @@ def test_a_known_class_skips_the_host_checks_until_its_rows_move(monkeypatch):
                        else [False] * 10)
 
 
-def test_a_replayed_update_stamps_each_steps_time():
-    """The stamp of a replayed update is recorded with it and writes the time of its own step
-    (write_given's clock), as the uncaptured update stamps the time it runs at."""
+def test_a_replayed_update_stamps_each_steps_time(monkeypatch):
+    """The stamp of a replayed update is recorded with it and writes the time its own step put
+    into the clock (write_given), not a time of its own: the replayed step's clock is given
+    made-up times here, which its stamps must hold exactly; the uncaptured update stamps the
+    time it runs at."""
     names = make_tables("stamped")
     rng = np.random.default_rng([53, RANK])
+    made_up = iter(1.5e9 + 0.25 * n for n in range(1, 1000))
+
+    class Clock:
+        now = None
+
+        def time(self):
+            self.now = next(made_up)
+            return self.now
+    clock = Clock()
+    monkeypatch.setattr(replayed_step, "time", clock)
+    clocked = []
     for number in range(1, 9):
         keys = rng.integers(0, ROWS * SIZE, size=10)
-        before = time.time()
+        before, clock.now = time.time(), None
         got = step(names[0], keys, None, "lazy_adam", number, True)
-        after = time.time()
-        step(names[1], keys, None, "lazy_adam", number, False)
+        want = step(names[1], keys, None, "lazy_adam", number, False)
         stamped = np.asarray(api.shard(names[0]).times)[got[2][got[2] >= 0]]
-        assert stamped.size and np.all((stamped >= before) & (stamped <= after)), number
+        clocked.append(clock.now is not None)
+        if clocked[-1]:  # the update recorded (its first sight) or replayed
+            np.testing.assert_array_equal(stamped, clock.now)
+        else:  # uncaptured: the time it ran at
+            assert np.all((stamped >= before) & (stamped <= time.time())), number
+        uncaptured = np.asarray(api.shard(names[1]).times)[want[2][want[2] >= 0]]
+        assert np.all((uncaptured >= before) & (uncaptured <= time.time())), number
+    assert clocked == ([False] * 3 + [True] * 5 if SIZE == 1 else [False] * 8)
+    assert updates_replayed() == (1 if SIZE == 1 else 0)
+
+
+def test_dropped_classes_leave_no_front_behind(monkeypatch):
+    """A class dropped (past MAX_CLASSES) takes the fronts that reached it along, so that no
+    front keeps its arrays alive; every front left reaches a class still held."""
+    monkeypatch.setattr(replayed_step, "MAX_CLASSES", 2)
+    names = make_tables("fronts")
+    rng = np.random.default_rng([59, RANK])
+    for number, count in enumerate([3] * 3 + [4] * 3 + [5] * 3 + [6] * 3 + [3] * 3, 1):
+        run_both(names, rng.integers(0, ROWS * SIZE, size=count), None, "adagrad", number)
+    with runtime.entered() as rt:
+        classes = rt.replays
+        fronts = [] if classes is None else list(classes.fronts.values())
+        assert all(classes.forwards.get(entry.key) is entry for entry, _, _ in fronts)
+        assert len(fronts) == (2 if SIZE == 1 else 0)
+
+
+def test_options_given_as_pairs_replay_as_a_dict_does():
+    """An update's options as (name, value) pairs, as the uncaptured update takes them."""
+    names = make_tables("pairs")
+    rng = np.random.default_rng([61, RANK])
+    for number in range(1, 8):
+        keys = rng.integers(0, ROWS * SIZE, size=9)
+        got = step(names[0], keys, None, "adagrad", number, True,
+                   options=[("initial_accumulator", 0.5)])
+        want = step(names[1], keys, None, "adagrad", number, False,
+                    options={"initial_accumulator": 0.5})
+        for a, b in zip(got, want):
+            np.testing.assert_array_equal(a, b)
+        assert_same_tables(names)
     assert updates_replayed() == (1 if SIZE == 1 else 0)

@@ -170,10 +170,10 @@ _SMALL_SLOTS = 32
 
 class SmallReads:
     """A ring of page-locked slots of SMALL_BYTES in one block, an event each, for the small
-    arrays a step reads later (a replayed step's flag): a read takes the next slot without
-    scanning the blocks. A slot is taken again only once the read that took it was collected;
-    where the next slot is still out (a read never collected), the read goes through the blocks
-    instead (download_later)."""
+    arrays a step reads later (a replayed step's flag): a read takes the next free slot without
+    scanning the blocks. A slot is taken again only once the read that took it was collected
+    (one never collected, after an error, is passed by); where every slot is out, the read goes
+    through the blocks instead (download_later)."""
 
     def __init__(self):
         self._block = None
@@ -182,7 +182,7 @@ class SmallReads:
     def later(self, array, what):
         """Queues the copy of C-contiguous GPUArray `array` (at most SMALL_BYTES) into a slot;
         returns collect() -> a NumPy copy the caller owns, after a bounded wait for that copy
-        alone. None where the next slot is still out."""
+        alone. None where every slot is still out."""
         if self._block is None:
             block = allocate_page_locked(SMALL_BYTES * _SMALL_SLOTS, np.uint8)
             self._events = [driver.Event(flags=driver.event_flags.DISABLE_TIMING)
@@ -190,7 +190,11 @@ class SmallReads:
             self._out = [False] * _SMALL_SLOTS
             self._block = block
         index = self._next
-        if self._out[index]:
+        for _ in range(_SMALL_SLOTS):  # a read never collected keeps its slot: pass it by
+            if not self._out[index]:
+                break
+            index = (index + 1) % _SMALL_SLOTS
+        else:
             return None
         self._next = (index + 1) % _SMALL_SLOTS
         start = index * SMALL_BYTES

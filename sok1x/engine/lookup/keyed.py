@@ -301,11 +301,12 @@ def _front(tables, op, item, training, key_limits, checks):
     and checks mode; None where it cannot be one (not a training lookup of keys each their own
     output row, unweighted, with lengths and num_segments as NumPy arrays or lists)."""
     keys = item.keys
+    dtype = getattr(getattr(keys, "dtype", None), "str", None)  # NumPy's or the backend's
     lengths, segments = _counts_key(item.lengths), _counts_key(item.num_segments)
     if not (training and item.segment_ids is None and item.weights is None
-            and lengths is not None and segments is not None and hasattr(keys, "dtype")):
+            and lengths is not None and segments is not None and dtype is not None):
         return None
-    return (id(tables), as_op_id(op), tuple(keys.shape), keys.dtype.str, lengths, segments,
+    return (id(tables), as_op_id(op), tuple(keys.shape), dtype, lengths, segments,
             item.combiner, None if key_limits is None else tuple(key_limits), checks)
 
 

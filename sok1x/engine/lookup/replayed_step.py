@@ -100,6 +100,7 @@ class _Forward:
         self.piece_sizes = np.diff(pieces)
         self.routing = self.check = self.describe = None  # made at the first replay
         self.shaped = None  # the output as api.dense_lookup shapes it (remember_dense)
+        self.fronts = []  # the callers' fronts remembered for it (remember_front)
         self.backwards = {}  # top gradient read in place (True) or copied (False) -> _Backward
 
     def outputs(self):
@@ -337,8 +338,11 @@ def remember_front(runtime, front, key, holder, kept):
     if known is not None and known[0] is entry:
         return
     if len(classes.fronts) >= _SIGHTINGS_KEPT:
+        for forward in classes.forwards.values():
+            forward.fronts.clear()
         classes.fronts.clear()
     classes.fronts[front] = (entry, holder, kept)  # a class recorded anew replaces its old one
+    entry.fronts.append(front)
 
 
 def _capture_forward(runtime, classes, key, table, op, keys, checks, run, cuts):
@@ -380,6 +384,9 @@ def _recorded(backend, run):
 
 def _drop(classes, key):
     entry = classes.forwards.pop(key)
+    for front in entry.fronts:  # they hold the class's arrays: let them go with it
+        if classes.fronts.get(front, (None,))[0] is entry:
+            del classes.fronts[front]
     if entry.routing is not None:
         classes.by_rows.pop(id(entry.routing.owner_rows), None)
     for backward in entry.backwards.values():
@@ -503,7 +510,8 @@ def _update_of(runtime, entry, backward, rule_name, slot_prefix, options, hyper)
     the rows. Returns False where it must stay uncaptured (nothing done)."""
     rule = optimizer_updates.checked_rule(rule_name, hyper)
     backend, table, out = runtime.backend, entry.table, backward.work.outputs
-    key = (rule_name, slot_prefix, tuple(sorted(options.items())) if options else ())
+    options = dict(options) if options else {}  # a dict, or (name, value) pairs
+    key = (rule_name, slot_prefix, tuple(sorted(options.items())))
     recorded = backward.updates.get(key)
     given = [hyper[name] for name in rule.hyper_names]
     if recorded is not None and recorded.where == _slots_where(backend, table, recorded.slots):
@@ -514,7 +522,6 @@ def _update_of(runtime, entry, backward, rule_name, slot_prefix, options, hyper)
         return True
     if recorded is not None:  # rows or slots moved (a load, say): recorded again
         backward.updates.pop(key).free()
-    options = dict(options or {})
     slots = {name: table.slot(optimizer_updates.slot_key(slot_prefix, name), initial)
              for name, initial in rule.slots(options)}
     fixed = backend.empty((len(given),), np.float32)
