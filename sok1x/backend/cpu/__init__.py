@@ -20,7 +20,8 @@ from sok1x.backend.cpu.hash import (  # noqa: F401  (part of the op set)
 )
 from sok1x.backend.cpu import optimizers as cpu_optimizers
 from sok1x.backend.cpu.aligned import exportable  # noqa: F401  (part of the op set)
-from sok1x.backend import copy_array_error, given_hyper
+from sok1x.backend import given_hyper
+from sok1x.backend.copies import copy_array_error
 from sok1x.backend.given_hyper import hyper_given, time_given  # noqa: F401  (op set: D14)
 from sok1x.backend.cpu.rerun import captured_work  # noqa: F401  (part of the op set: D14)
 from sok1x.backend.cpu.eviction import (  # noqa: F401  (part of the op set)

@@ -13,7 +13,7 @@ from pycuda import gpuarray
 from pycuda._pvt_struct import pack as _pack  # what prepared calls pack arguments with
 
 from sok1x import cuda_kernels as kernels
-from sok1x.backend import copy_array_error
+from sok1x.backend.copies import copy_array_error
 from sok1x.backend.cuda import context as cuda_context
 from sok1x.backend.cuda import staging as cuda_staging
 from sok1x.backend.cuda.strides import (  # noqa: F401  (re-exported)
