@@ -456,8 +456,8 @@ def _backward_result(backend, tables, pooling, summed, rows, ranks, rows_per_tab
         return summed, [rows] if rows_per_table else rows, np.array(  # the rows'
             [int(rows.shape[0])], dtype=np.int64)
     padded = isinstance(ranks, group_gradients.Padded)  # a bounded step: a piece per member
-    starts = np.asarray(ranks.piece_starts if padded else ranks, dtype=np.int64)
-    counts = starts[1:] - starts[:-1]
+    cut = np.asarray(ranks.piece_starts if padded else ranks, dtype=np.int64)
+    counts = cut[1:] - cut[:-1]
     starts = pooling.routing.row_starts
     if rows_per_table:  # the values' pieces are row views of summed: joined, they are summed
         pieces = group_gradients.split_gradient(backend, group, summed, rows, ranks, starts)

@@ -537,9 +537,13 @@ def _update_of(runtime, entry, backward, rule_name, slot_prefix, options, hyper)
 
 
 def _slots_where(backend, table, names):
-    """Where `table`'s rows and its slots `names` are: (_where(table), slot addresses...)."""
+    """Where `table`'s rows and its slots `names` are: (_where(table), slot addresses...), or
+    None where a slot is gone (never where an update was recorded)."""
     slots = table.slots
-    return (_where(table),) + tuple(backend.address_of(slots[name]) for name in names)
+    try:
+        return (_where(table),) + tuple(backend.address_of(slots[name]) for name in names)
+    except KeyError:
+        return None
 
 
 def _update_run(backend, table, rule, slots, gradient, given, clock, hyper, options):
