@@ -41,9 +41,9 @@ def main(argv):
     table, held = make_table(backend, args.share, rows, args.dim, 0.5, rng)
     _, inserts = rotations(backend, held, keys_per_call, rng)
     pool = None  # hbm: the index's own next rows, as the engine's
-    if table._free.shape[0]:
+    if table._free.size:
         new_per_call = keys_per_call - int(keys_per_call * HIT_RATE)
-        pool = backend.asarray(table._free[:new_per_call].copy())  # the next free rows
+        pool = backend.asarray(table.free_rows()[:new_per_call])  # the next free rows
     snapshot = Snapshot(backend, table.index)
     results = {"environment": harness.environment(), "dim": args.dim, "rows": rows,
                "host_share": args.share}

@@ -91,7 +91,7 @@ def make_table(backend, host_share, rows, dim, load, rng):
                                backend.asarray(order[first:first + n].astype(np.int64)))
         if host_share:  # rows spread over both parts: the unused ones on the free list
             table._high_water = rows
-            table._free = np.ascontiguousarray(order[held:].astype(np.int64))  # first: first
+            table.set_free_rows(order[held:].astype(np.int64))  # first: first
         else:  # as an hbm table always is: no free list, rows [0, held) handed out
             table._high_water = held
         backend.synchronize()
@@ -163,8 +163,8 @@ def measure(backend, timer, host_share, rows, keys_per_call, dim, load, repeats,
 
     new_per_call = keys_per_call - int(keys_per_call * HIT_RATE)
     pool = None  # hbm: the index's own next rows, as the engine's
-    if table._free.shape[0]:
-        pool = backend.asarray(table._free[:new_per_call].copy())  # the next free rows
+    if table._free.size:
+        pool = backend.asarray(table.free_rows()[:new_per_call])  # the next free rows
     snapshot = Snapshot(backend, table.index)
 
     def init_new_rows(new_keys, new_rows, count, *rows):  # rows: since issue 21's 4th round

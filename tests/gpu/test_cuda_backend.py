@@ -338,6 +338,19 @@ def test_table_group_ops(cuda, rng):
     np.testing.assert_array_equal(host(cuda, view), rows[2][10:20])
     cuda.fill_value(view, 2.5)
     np.testing.assert_array_equal(host(cuda, flat)[10:20], 2.5)
+    cuts = np.array([0, 0, 3, 3, 700, 1000], np.int64)
+    views = cuda.row_views(flat, cuts)
+    want = cpu.row_views(host(cuda, flat), cuts)
+    assert len(views) == len(want) == 5
+    for t, (got, part) in enumerate(zip(views, want)):
+        made = cuda.row_view(flat, cuts[t], cuts[t + 1])
+        assert (got.shape, got.strides, got.nbytes, got.size) == (
+            made.shape, made.strides, made.nbytes, made.size) == (
+            part.shape, part.strides, part.nbytes, part.size)
+        assert int(got.gpudata) == int(made.gpudata) or not got.size
+        np.testing.assert_array_equal(host(cuda, got), part)
+    cuda.fill_value(views[3], -1.0)  # a view writes into the array it cuts
+    np.testing.assert_array_equal(host(cuda, flat)[3:700], -1.0)
     row_starts = np.array([0, 100, 100, 5000, 70001], np.int64)
     for n, bound in ((0, 70001), (50000, 70001), (3, 70001), (200000, 33)):
         values = rng.integers(0, min(bound, row_starts[-1]), size=n).astype(np.int64)

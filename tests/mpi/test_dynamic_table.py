@@ -222,7 +222,7 @@ def test_failed_step_rolls_back_every_table(world):
     api.pop_evicted(dynamic)
     before = {name: shard_state(name) for name in (fixed, dynamic)}
     table = api.shard(dynamic)
-    free_before = (table._free.copy(), table._high_water)
+    free_before = (table.free_rows(), table._high_water)
 
     def step(bad_rank):
         tower = "rollback_tower"
@@ -237,7 +237,7 @@ def test_failed_step_rolls_back_every_table(world):
     for name in (fixed, dynamic):
         assert_same_state(shard_state(name), before[name])
     assert api.shard(fixed).index.size == len(before[fixed])
-    assert table._free.tolist() == free_before[0].tolist()
+    assert table.free_rows().tolist() == free_before[0].tolist()
     assert table._high_water == free_before[1]
     assert len(api.pop_evicted(dynamic)[0]) == 0
     step(-1)  # the same step, good now: it evicts what it would have evicted
@@ -257,9 +257,9 @@ def test_a_step_that_evicts_waits_for_its_keys_and_victims_only(world):
     """A full shard whose step looks up few of its keys knows from host counts alone that it
     can evict enough (the held rows less the keys the step looked up, every rank's copy
     counted, cover the new keys): the step waits on the host twice more than a step of held
-    keys alone (which counts its new keys alike), for the step's keys and for the victims the
-    device chose (the batch's size, never the shard's); deciding that it may evict reads
-    nothing."""
+    keys alone (which counts its new keys alike), for the step's keys and for the lowest row
+    the device chose for the victims (one number, never the shard); deciding that it may evict
+    reads nothing."""
     name = "dyn_evict_waits"
     api.create_table(name, DIM, 64, True, SPEC, replace=True, placement="hash",
                      dynamic=make_dynamic("hybrid", 64, 64, "lru"))

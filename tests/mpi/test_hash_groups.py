@@ -415,7 +415,7 @@ def test_a_step_stopped_between_a_groups_insert_and_its_count_keeps_no_key(monke
 
 # Backend ops that launch nothing on cuda: views, arrays already on the device, allocations,
 # host bookkeeping; to_host_many is the host wait (counted as such).
-NO_LAUNCH = ("asarray", "row_view", "reshape", "device_context", "counts", "empty",
+NO_LAUNCH = ("asarray", "row_view", "row_views", "reshape", "device_context", "counts", "empty",
              "to_host_many", "hash_insert_many_done")
 INDEX_OPS = ("find", "count_missing", "find_or_insert", "find_or_insert_values", "erase")
 

@@ -188,7 +188,7 @@ def held_state(names):
     out = []
     for name in names:
         table = api.shard(name)
-        out.append((full_state(name)[:2], table._free.tolist(), table._high_water,
+        out.append((full_state(name)[:2], table.free_rows().tolist(), table._high_water,
                     table.capacity))
     return out
 
@@ -382,7 +382,7 @@ def _waits_of_an_evicting_step(tables):
 def test_a_step_in_which_every_member_evicts_waits_as_often_whatever_the_members():
     """The group counts its members' new keys once (rows_needed), each member's check that it
     may evict enough needs no read (the held rows less the step's keys cover the new ones), and
-    the members evict together (HashGroup.make_room): one read of the victims the device chose
-    for all (the batch's size, never the shard's)."""
+    the members evict together (HashGroup.make_room): one read of a number per member (the
+    lowest row the device chose for its victims), never of the victims or the shard."""
     two, five = _waits_of_an_evicting_step(2), _waits_of_an_evicting_step(5)
     assert five == two <= 6, (two, five)

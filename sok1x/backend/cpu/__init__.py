@@ -367,6 +367,11 @@ def row_view(array, start, stop):
     return array[start:stop]
 
 
+def row_views(array, cuts):
+    """Returns rows [cuts[t], cuts[t + 1]) of `array` for each t, views sharing its memory."""
+    return [array[int(start):int(stop)] for start, stop in zip(cuts[:-1], cuts[1:])]
+
+
 def reshape(array, shape):
     """Returns `array` in `shape` (NumPy's rules: one -1 allowed)."""
     return np.reshape(array, shape)

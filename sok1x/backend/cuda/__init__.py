@@ -110,6 +110,7 @@ from sok1x.backend.cuda.kernel_launch import (
     prepared,
     ptr,
     row_view as _row_view,
+    row_views as _row_views,
     split_args,
     to_device,
     to_host as _copy_to_host,
@@ -382,6 +383,7 @@ def floor_divide(keys, divisor):
 
 
 row_view = uses_context(_row_view)
+row_views = uses_context(_row_views)
 copy_array = uses_context(_copy_array)
 
 

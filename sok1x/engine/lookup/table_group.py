@@ -261,6 +261,7 @@ class HashGroup(TableGroup):
         self.grows = self.evicts or bool(np.any(self.max_capacities > self.capacities))
         self.statistics = None
         self._arrivals = None  # rows_needed's (keys, per member its keys, evictable)
+        self._found = None  # rows_needed's (keys, row_starts, their flat rows) for make_room
         if self.evicts:
             self.statistics = self._joined([table.statistics for table in members], 0)
             for t, table in enumerate(members):
@@ -330,6 +331,7 @@ class HashGroup(TableGroup):
         if np.all(sizes + arriving <= self.capacities):
             return None
         backend, found = self.backend, self.find(keys, tags)
+        self._found = (keys, self.row_starts, found)
         counting = [backend.count_new_keys(len(self.members), keys, tags, found)]
         if self.evicts:  # what each member may evict, should it pass max_capacity
             counting.append(backend.count_evictable(self.indexes(), self.statistics,
@@ -382,15 +384,19 @@ class HashGroup(TableGroup):
         member still short of rows (at max_capacity) the keys it needs freed, all at once
         (engine/tables/eviction.py), recording in the step journal how to put them back."""
         self._arrivals = None  # growth_error's, read: the keys go
+        counted, self._found = self._found, None
         self.grow(needed)
         short = needed > self.capacities
         if not short.any():
             return
+        found = None  # rows_needed's rows of these keys, unless a growth moved the rows since
+        if counted is not None and counted[0] is keys and counted[1] is self.row_starts:
+            found = counted[2]
         held = [member.held_state() for member in self.members]
         try:
             evicted = eviction.evict(
                 self.members, np.where(short, needed - self.capacities, 0), keys, tags,
-                lambda: (self.statistics, self.row_starts, self.values, self.slots))
+                lambda: (self.statistics, self.row_starts, self.values, self.slots), found)
         except BaseException:  # evict gave the victims back: the free lists too
             self._restore_held(held)
             raise
@@ -502,7 +508,7 @@ class HashGroup(TableGroup):
         if placed_rows is not None:
             reused = [member.take_rows(int(n)) for member, n in zip(self.members, placed)]
             if any(reused):  # a freed row still holds its last key's slots
-                reset_slot_rows(backend, self.slots, self.slot_initial, self.dim, placed_rows)
+                reset_slot_rows(backend, self.slots, self.slot_initial, placed_rows)
         return found[0], vectors
 
     def count_kept(self, state):

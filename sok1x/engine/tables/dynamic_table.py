@@ -106,6 +106,48 @@ def hbm_rows(dynamic, dim):
     return max(1, int(dynamic.max_hbm_for_vectors * 2 ** 30) // (4 * int(dim)))
 
 
+class FreeRows:
+    """A shard's freed rows in taking order (first freed first), on the device: rows[start:] of
+    a backend int64 array. Taking rows moves `start` and joining rows makes one new array, each
+    a new FreeRows (a held state kept for an undo stays as it was); the host reads the rows
+    only where it asks for them (host()). An eviction's own device rows are the next insert's
+    pool as they are: no host copy, no upload."""
+
+    __slots__ = ("rows", "start")
+
+    def __init__(self, rows, start=0):
+        self.rows, self.start = rows, int(start)
+
+    @property
+    def size(self):
+        """How many rows are free."""
+        return int(self.rows.shape[0]) - self.start
+
+    def device(self, backend):
+        """The free rows as a backend int64 array, in taking order (a view)."""
+        return backend.row_view(self.rows, self.start, self.rows.shape[0]) if self.start \
+            else self.rows
+
+    def taken(self, count):
+        """The list after its first `count` rows are handed out."""
+        return FreeRows(self.rows, self.start + int(count))
+
+    def joined(self, backend, rows):
+        """The list with backend int64 `rows` given back after it."""
+        if not self.size:
+            return FreeRows(rows)
+        return FreeRows(backend.join_keys([self.device(backend), rows], [0, 0]))
+
+    def host(self, backend):
+        """Host int64: the free rows in taking order (a read)."""
+        return np.array(backend.to_host(self.device(backend)), dtype=np.int64).reshape(-1)
+
+
+def no_free_rows(backend):
+    """An empty FreeRows."""
+    return FreeRows(backend.zeros((0,), np.int64))
+
+
 class _CountedState:
     """A DynamicTable's free list or high water, kept in attribute `name`: a hash group's insert
     that kept its count on the device (take_rows_later) is counted when either is next read,
@@ -146,10 +188,9 @@ class DynamicTable(EmbeddingTable):
         self.statistics = (self.backend.zeros((self.capacity, 2), np.int64)
                            if dynamic.var_type == "hybrid" else None)
         self._pending = None  # (placed, member) of a hash group's insert not counted yet
-        self._free = np.zeros(0, np.int64)  # rows given back, reused first freed first
-        self._free_uploaded = None  # (host base of the free list, its device copy)
+        self._free = no_free_rows(self.backend)  # rows given back (FreeRows)
         self._high_water = 0  # rows [0, high_water) were handed out at least once
-        self._evicted = []  # (host keys, device values) not handed out yet
+        self._evicted = []  # (keys, vectors), on the device, not handed out yet
         self.evicted_keys = 0  # how many keys this shard has evicted since made or loaded
         self._counted = None  # (keys, index size, missing) from the last capacity_error
         self._touched = (-1, 0)  # (step, at least the rows this step's lookups counted so far)
@@ -259,9 +300,10 @@ class DynamicTable(EmbeddingTable):
         backend = self.backend
         # an hbm table frees no row, so its rows [0, index.size) are its keys' (a hash group's
         # insert, engine/lookup/table_group.py, hands them out without counting _high_water)
-        plain = self._free.shape[0] == 0 and (self.statistics is None
-                                              or self._high_water == self.index.size)
-        pool = None if plain else self._free_rows_on_device()
+        free = self._free
+        plain = free.size == 0 and (self.statistics is None
+                                    or self._high_water == self.index.size)
+        pool = None if plain else free.device(backend)
         fused = fetch and hybrid_rows.is_split(self.values)
         gathered = []
 
@@ -300,19 +342,15 @@ class DynamicTable(EmbeddingTable):
                                                           before[1], evicted))
         return rows, vectors
 
-    def _free_rows_on_device(self):
-        """The free list in taking order (first freed first) as a device array. Taking rows
-        shortens the host list from its front, so one upload (or an eviction's own device rows,
-        take_victims) serves until the list is rebuilt (an eviction onto rows still free, or an
-        undo to a list of another base)."""
-        free, uploaded = self._free, self._free_uploaded
-        if uploaded is None or not _is_suffix(free, uploaded[0]):
-            base = free.base if _is_suffix(free, free.base) else free
-            uploaded = self._free_uploaded = (base, self.backend.upload_staged(
-                np.ascontiguousarray(base)))
-        base, device = uploaded
-        start = base.shape[0] - free.shape[0]
-        return device[start:] if start else device
+    def free_rows(self):
+        """Host int64: the rows given back, in the order they are handed out again (a read)."""
+        return self._free.host(self.backend)
+
+    def set_free_rows(self, rows):
+        """Makes host or backend int64 `rows` the free list, in taking order (a shard filled row
+        by row: a load, a benchmark's table)."""
+        self._free = FreeRows(self.backend.asarray(np.asarray(rows, dtype=np.int64))
+                              if isinstance(rows, np.ndarray) else rows)
 
     def may_count_later(self):
         """Never: a DynamicVariable's lookup grows or evicts by the count of its new keys."""
@@ -331,25 +369,27 @@ class DynamicTable(EmbeddingTable):
 
     def pop_evicted(self):
         """Returns (keys int64 [n], values float32 [n, dim]) host arrays of the keys evicted
-        since the last call, in eviction order, and forgets them (the vectors were kept in
+        since the last call, in eviction order, and forgets them (keys and vectors were kept in
         device memory until now: one read of them all)."""
         evicted, self._evicted = self._evicted, []
         if not evicted:
             return np.zeros(0, np.int64), np.zeros((0, self.dim), np.float32)
         with self.backend.device_context():
-            values = self.backend.to_host_many([values for _, values in evicted])
+            host = self.backend.to_host_many([array for entry in evicted for array in entry])
+        keys = [np.asarray(k, dtype=np.int64).reshape(-1) for k in host[0::2]]
+        values = host[1::2]
         if len(evicted) == 1:  # one eviction since the last call: no second copy on cuda
-            # (on cpu the vectors are the undo record's own: a copy the caller may change)
+            # (on cpu the arrays are the undo record's own: copies the caller may change)
             vectors = np.array(values[0]) if self.backend.NAME == "cpu" else values[0]
-            return np.array(evicted[0][0]), np.asarray(vectors).reshape(-1, self.dim)
-        return (np.concatenate([keys for keys, _ in evicted]),
+            return np.array(keys[0]), np.asarray(vectors).reshape(-1, self.dim)
+        return (np.concatenate(keys),
                 np.concatenate([np.asarray(v).reshape(-1, self.dim) for v in values]))
 
-    def _held_rows(self):
-        """Host bool [capacity]: rows holding a key."""
+    def _held_rows(self, free):
+        """Host bool [capacity]: rows holding a key (free: host int64, the free rows)."""
         held = np.zeros(self.capacity, dtype=bool)
         held[:self._high_water] = True
-        held[self._free] = False
+        held[free] = False
         return held
 
     def note_touched(self, rows):
@@ -366,16 +406,20 @@ class DynamicTable(EmbeddingTable):
         usual case). The journal's steps only grow, so only this step's lookups made a row's
         last step the current one."""
         step, touched = self._touched
-        held = self._high_water - int(self._free.shape[0])
+        held = self._high_water - self._free.size
         return held - (touched if step == self.journal.step else 0) - (
             int(arriving) - int(missing))
 
     def _evictable(self, keys):
         """Host bool [capacity]: held rows that neither the current step nor `keys` looked up."""
-        backend = self.backend
-        last, batch_rows = backend.download_staged_many(
-            [backend.column(self.statistics, LAST_STEP), self.index.find(keys)])
-        evictable = self._held_rows() & (last < self.journal.step)
+        backend, free = self.backend, self._free
+        reading = [backend.column(self.statistics, LAST_STEP), self.index.find(keys)]
+        if free.size:
+            reading.append(free.device(backend))
+        read = backend.download_staged_many(reading)
+        last, batch_rows = read[0], read[1]
+        free_rows = np.asarray(read[2], dtype=np.int64) if free.size else np.zeros(0, np.int64)
+        evictable = self._held_rows(free_rows) & (last < self.journal.step)
         evictable[batch_rows[batch_rows >= 0]] = False
         return evictable
 
@@ -390,20 +434,16 @@ class DynamicTable(EmbeddingTable):
 
     def take_victims(self, victims, t):
         """Takes the victims eviction.evict chose here (member t of `victims`, an
-        eviction.Victims), erased from the index already, out of this shard: their rows join
-        the free list (where it was empty, their device copy serves as the next insert's pool,
-        no upload). Returns the entry pop_evicted hands out (their keys, and their vectors on the
-        device), or None where nothing reads them (drop_evicted)."""
-        rows = victims.rows(t).copy()  # its own base: _free_rows_on_device's suffix test
-        if self._free.shape[0]:
-            self._free = np.concatenate([self._free, rows])
-        else:
-            self._free = rows
-            self._free_uploaded = (rows, victims.part(victims.device_rows, t))
+        eviction.Victims), erased from the index already, out of this shard: their rows, on the
+        device, join the free list (where it was empty, they are the next insert's pool as they
+        are). Returns the entry pop_evicted hands out (their keys and vectors, on the device),
+        or None where nothing reads them (drop_evicted)."""
+        rows = victims.part(victims.device_rows, t)
+        self._free = self._free.joined(self.backend, rows)
         self.evicted_keys += int(rows.shape[0])
         entry = None
         if self.name not in _DROPPED:  # read by someone: kept on the device until then
-            entry = (victims.keys(t), victims.part(victims.values, t))
+            entry = (victims.part(victims.device_keys, t), victims.part(victims.values, t))
             self._evicted.append(entry)
         return entry
 
@@ -425,9 +465,11 @@ class DynamicTable(EmbeddingTable):
     def _take_rows(self, count):
         """Hands out the rows of `count` new keys: freed rows first (first freed first), then
         fresh ones; returns how many were freed rows."""
-        reused = min(count, self._free.shape[0])
-        self._free = self._free[reused:]
-        self._high_water += count - reused
+        free = self._free
+        reused = min(int(count), free.size)
+        if reused:
+            self._free = free.taken(reused)
+        self._high_water += int(count) - reused
         return reused
 
     def _undo_insert(self, new_keys, new_rows, free_before, high_water_before, evicted):
@@ -449,9 +491,10 @@ class DynamicTable(EmbeddingTable):
         """(row_pool, next_row) for a hash group's insert (backend.hash_insert_many's pools):
         the freed rows in taking order and the high water, or (None, None) where no row was
         freed (new keys take rows index.size, index.size + 1, ...)."""
-        if self._free.shape[0] == 0:
+        free = self._free
+        if free.size == 0:
             return None, None
-        return self._free_rows_on_device(), self._high_water
+        return free.device(self.backend), self._high_water
 
     def held_state(self):
         """What undo_placed needs to put the free list and high water back."""
@@ -490,7 +533,7 @@ class DynamicTable(EmbeddingTable):
     def emptied(self):
         """Forgets every key's place for a load into this shard where it is (a hash group's
         member): no freed row, no row handed out, no statistics, nothing evicted to hand out."""
-        self._free, self._high_water, self._evicted = np.zeros(0, np.int64), 0, []
+        self._free, self._high_water, self._evicted = no_free_rows(self.backend), 0, []
         self.evicted_keys = 0  # as a table made anew by a load
         if self.statistics is not None:
             self.backend.fill_value(self.statistics, 0)
@@ -523,11 +566,3 @@ class DynamicTable(EmbeddingTable):
         self.index = rebuilt_index(backend, self.index, capacity)
         self.capacity = capacity
 
-
-def _is_suffix(array, base):
-    """True when 1-D `array` is base[len(base) - len(array):] (a view of it, or base itself)."""
-    if base is None or not (array is base or array.base is base):
-        return False
-    skipped = base.shape[0] - array.shape[0]
-    return (array.ctypes.data == base.ctypes.data + skipped * base.strides[0]
-            and array.strides == base.strides)

@@ -24,9 +24,10 @@ room (fewer evictable keys than new ones) fails on every rank before evicting (T
 How: evict() takes every member of a table group that must evict at once (a table alone is a
 group of one). The device counts each bucket's distinct new keys and picks the victims of every
 member in one pass (backend.pick_victims), with no sort and no host copy of the keys; the host
-then reads the victims' keys and rows once, for the free lists and what pop_evicted hands out.
-One launch erases every victim (backend.hash_erase_many), and each member's victims' rows, on
-the device already, are its next insert's pool (its free list is taken first freed first).
+reads one number per member (the lowest row its victims got: none is missing) and never the
+victims themselves, which stay on the device for the free lists (dynamic_table.FreeRows) and
+for what pop_evicted hands out. One launch erases every victim (backend.hash_erase_many), and
+each member's victims' rows are its next insert's pool as they are (first freed first).
 What undoing the eviction needs (the victims' vectors, slots and records, the looked-up rows'
 records) is gathered on the device, one gather per array for the whole group.
 """
@@ -46,31 +47,24 @@ def bucket_bits(capacity):
 
 
 class Victims:
-    """The victims of one evict(), every member's in one set of arrays, member t's at
-    [starts[t], starts[t + 1]): host keys and rows (the member's own rows), and on the device
-    their keys, member rows, vectors, slots ({name: array}) and records (what undoing needs). A
-    member's part is cut out only where asked (a step evicting from 26 members asks for two
-    of each)."""
+    """The victims of one evict(), every member's in one set of device arrays, member t's at
+    [starts[t], starts[t + 1]) (starts: host): their keys, member rows, vectors, slots ({name:
+    array}) and records (what undoing needs). The host holds their counts alone. An array's
+    members' parts are cut out together, the first time one of them is asked for."""
 
-    def __init__(self, backend, starts, keys, rows, device_keys, device_rows, values, slots,
-                 records):
+    def __init__(self, backend, starts, device_keys, device_rows, values, slots, records):
         self.backend, self.starts = backend, starts
-        self.host_keys, self.host_rows = keys, rows
         self.device_keys, self.device_rows = device_keys, device_rows
         self.values, self.slots = values, slots
         self.records = records
-
-    def keys(self, t):
-        """Host int64: member t's victims."""
-        return self.host_keys[self.starts[t]:self.starts[t + 1]]
-
-    def rows(self, t):
-        """Host int64: the rows of member t's victims, in the member."""
-        return self.host_rows[self.starts[t]:self.starts[t + 1]]
+        self._parts = {}  # id(array): (array, its members' parts)
 
     def part(self, array, t):
         """Member t's rows of one of the device arrays above."""
-        return self.backend.row_view(array, int(self.starts[t]), int(self.starts[t + 1]))
+        cut = self._parts.get(id(array))
+        if cut is None or cut[0] is not array:
+            cut = self._parts[id(array)] = (array, self.backend.row_views(array, self.starts))
+        return cut[1][t]
 
 
 class Evicted:
@@ -103,20 +97,22 @@ class Evicted:
                              backend.take_rows(self.pinned, backend.asarray(first)))
 
 
-def evict(tables, counts, keys, tags, flat_arrays):
+def evict(tables, counts, keys, tags, flat_arrays, found=None):
     """Evicts counts[t] keys from each of `tables` (host int64; a table group's members in
     order, or one table alone) that neither the current step nor this lookup looked up: the
     lookup's owned `keys` (backend int64), tags[i] the member of keys[i]. flat_arrays() returns
     (statistics, row_starts, values, slots): the flat arrays of their rows as they are then,
-    member t's from row_starts[t] (slots: {name: array}). Returns an Evicted for the step
-    journal. Raises, changing nothing, where something fails: RuntimeError where a member finds
-    fewer victims than it needs (capacity_error rules that out)."""
+    member t's from row_starts[t] (slots: {name: array}); found: None, or the keys' flat rows
+    by those arrays (backend.hash_find_many's, where the caller has them). Returns an Evicted
+    for the step journal. Raises, changing nothing, where something fails: RuntimeError where
+    a member finds fewer victims than it needs (capacity_error rules that out)."""
     first = tables[0]
     backend, step = first.backend, first.journal.step
     statistics, row_starts, values, slots = flat_arrays()
     counts = np.asarray(counts, dtype=np.int64)
     indexes = [table.index for table in tables]
-    found = backend.hash_find_many(indexes, keys, tags, row_starts)
+    if found is None:
+        found = backend.hash_find_many(indexes, keys, tags, row_starts)
     evicted = Evicted(backend, lambda: flat_arrays()[:2], row_starts, found,
                       backend.gather_rows(statistics, found))
     backend.stamp_last_step(statistics, found, step)  # what this step looked up stays
@@ -125,12 +121,12 @@ def evict(tables, counts, keys, tags, flat_arrays):
         [bucket_bits(table.capacity) for table in tables], step,
         [table.dynamic.evict_strategy == "lfu" for table in tables])
     device_keys, device_rows, records = picked
-    host_keys, host_rows = (np.array(a) for a in
-                            backend.download_staged_many([device_keys, device_rows]))
     starts = np.concatenate([[0], np.cumsum(counts)])
-    missing = np.flatnonzero(host_rows < 0)
-    if missing.size:
-        t = int(np.searchsorted(starts, missing[0], "right") - 1)
+    # one small wait: the lowest flat row of each member's victims (-1 where one is missing)
+    short = np.flatnonzero(backend.part_bounds([device_rows], starts)[:, 0] < 0)
+    if short.size:
+        t = int(short[0])
+        host_rows = np.asarray(backend.to_host(device_rows)).reshape(-1)
         chosen = np.flatnonzero(host_rows >= 0)  # their records as they were
         if chosen.size:
             backend.put_rows(statistics, backend.asarray(host_rows[chosen]),
@@ -142,8 +138,7 @@ def evict(tables, counts, keys, tags, flat_arrays):
     # what allocates comes before the first change
     firsts = np.asarray(row_starts[:-1], dtype=np.int64)
     evicted.victims = Victims(
-        backend, starts, host_keys, host_rows - np.repeat(firsts, counts), device_keys,
-        backend.offset_parts(device_rows, starts, -firsts),
+        backend, starts, device_keys, backend.offset_parts(device_rows, starts, -firsts),
         hybrid_rows.gather_rows(backend, values, device_rows),
         {name: hybrid_rows.gather_rows(backend, s, device_rows) for name, s in slots.items()},
         records)

@@ -9,6 +9,7 @@ import time
 
 import numpy as np
 
+from sok1x.backend import random_init
 from sok1x.engine.tables import hybrid_rows
 from sok1x.engine.tables import placement as placements
 from sok1x.engine.op_keys import name_key
@@ -181,7 +182,7 @@ class EmbeddingTable:
 
     def reset_slot_rows(self, rows):
         """Writes each slot's initial value into `rows` (backend int64) of every slot."""
-        reset_slot_rows(self.backend, self.slots, self.slot_initial, self.dim, rows)
+        reset_slot_rows(self.backend, self.slots, self.slot_initial, rows)
 
     def stamp(self, rows, count=None):
         """Records now as the update time of shard `rows` (backend int array, no repeats; count:
@@ -231,14 +232,11 @@ def rebuild_worn(backend, tables):
         table.index = index
 
 
-def reset_slot_rows(backend, slots, slot_initial, dim, rows):
+def reset_slot_rows(backend, slots, slot_initial, rows):
     """Writes slot_initial[name] into `rows` (backend int64, no repeats) of each of `slots`
     ({name: [rows, dim] array, plain or split}): a table's, or a hash group's flat ones."""
-    count = int(rows.shape[0])
-    if not count:
+    if not int(rows.shape[0]):
         return
-    for name, values in slots.items():
-        fill = backend.zeros((count, dim), np.float32)
-        if slot_initial[name]:
-            backend.fill_value(fill, float(slot_initial[name]))
-        hybrid_rows.put_rows(backend, values, rows, fill)
+    for name, values in slots.items():  # a constant's recipe: no rows of it to gather from
+        hybrid_rows.init_rows(backend, values, rows, rows,
+                              random_init.make_spec("constant", slot_initial[name]), 0)
