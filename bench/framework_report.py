@@ -29,7 +29,14 @@ TORCH_DEDUP_TARGETS = {"seed": 4.0, "dlrm": 4.0, "dlrm26": 4.0, "dlrm26_hash": 2
                        "dlrm26_dynamic": 2.0, "dlrm26_hybrid": 2.0}
 PYTHON_US_TARGET = 150.0
 WORKLOADS = ("seed", "dlrm", "dlrm_hash", "dlrm26", "dlrm26_hash", "dlrm26_dynamic",
-             "dlrm26_hybrid", "mlperf26")
+             "dlrm26_hybrid", "dlrm26_split", "dlrm26_full", "mlperf26")
+
+
+def workloads_in(table):
+    """The workloads of `table` ({(workload, variant, ranks): entry}): WORKLOADS' order, then
+    any other by name."""
+    found = {key[0] for key in table}
+    return [w for w in WORKLOADS if w in found] + sorted(found - set(WORKLOADS))
 
 
 def load(paths):
@@ -189,7 +196,7 @@ def markdown(name, runs, table, checks):
     ranks_list = sorted(runs)
     lines.append("| workload | variant | " + " | ".join("%d GPU" % r for r in ranks_list) + " |")
     lines.append("|---|---|" + "---|" * len(ranks_list))
-    for workload in WORKLOADS:
+    for workload in workloads_in(table):
         for variant in ("sok1x_kernels", "sok1x_kernels_unordered", "sok1x_dlpack",
                         "sok1x_host", "sok1x_device", "sok1x_bounded", "sok1x_replayed",
                         "torch_dedup", "torch_graph", "torch_plain"):
@@ -222,7 +229,7 @@ def plot(path, runs, table):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    workloads = [w for w in WORKLOADS if any(k[0] == w for k in table)]
+    workloads = workloads_in(table)
     figure, axes = plt.subplots(1, len(workloads), figsize=(5 * len(workloads), 4))
     axes = axes if len(workloads) > 1 else [axes]
     for axis, workload in zip(axes, workloads):
