@@ -9,7 +9,8 @@ DynamicVariable (a unit of its own) and two hybrid ones of another dim (a second
 whose step's own keys pass max_capacity fails the step on every rank and changes no table, as
 does another table's failure after the group's insert (no lookup counted); a failed later op of
 a step that evicted puts the evicted keys back; a member's dump and load put its rows back where
-they are; and a step's host waits and backend calls do not grow with the number of tables."""
+they are; a step's host waits and backend calls do not grow with the number of tables; and the
+members whose evicted keys are read take them in one read for the group."""
 import numpy as np
 import pytest
 from mpi4py import MPI
@@ -386,3 +387,41 @@ def test_a_step_in_which_every_member_evicts_waits_as_often_whatever_the_members
     lowest row the device chose for its victims), never of the victims or the shard."""
     two, five = _waits_of_an_evicting_step(2), _waits_of_an_evicting_step(5)
     assert five == two <= 6, (two, five)
+
+
+def test_a_groups_readers_take_their_victims_in_one_read_and_a_dropped_member_none():
+    """Five members that evict once full, two of them with evicted keys no one reads
+    (drop_evicted): the first pop_evicted after a step reads the victims of every reader at
+    once (one host wait for the group), the dropped members hand out nothing, and every member
+    hands out what it hands out looked up alone."""
+    layout = [("r%d" % t, DIM, "hybrid", 0.0) for t in range(5)]
+    readers = (0, 2, 4)
+    runs = {}
+    for together in (True, False):
+        names = make_tables("yg_readers", layout=layout)
+        for t in range(5):
+            if t not in readers:
+                api.drop_evicted(names[t])
+        rng = np.random.default_rng([12, RANK])
+        popped, waits = [], []
+        for step in range(5):
+            inputs, tops = batch(rng, step, layout)
+            _, tokens = lookup(names, "yg_readers_fwd", inputs, together)
+            gradients_and_update(names, "yg_readers_bwd", tokens, tops)
+            before = runtime.get().stats()["host_waits"]
+            popped.append([api.pop_evicted(name) for name in names])
+            waits.append(runtime.get().stats()["host_waits"] - before)
+        assert (api.shard(names[0]).group is not None) == together
+        runs[together] = popped, waits
+    (group, group_waits), (alone, _) = runs[True], runs[False]
+    assert on_some_rank(any(len(step[t][0]) for step in group for t in readers))
+    for step, (got, want) in enumerate(zip(group, alone)):
+        read = any(len(got[t][0]) for t in readers)
+        assert group_waits[step] == int(read), (step, group_waits)
+        for t in range(5):
+            if t not in readers:
+                assert len(got[t][0]) == len(want[t][0]) == 0
+                continue
+            assert got[t][0].tolist() == want[t][0].tolist()
+            np.testing.assert_allclose(got[t][1], want[t][1], rtol=1e-5, atol=1e-6)
+            assert got[t][1].shape == (len(got[t][0]), DIM)

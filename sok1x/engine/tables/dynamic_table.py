@@ -190,7 +190,7 @@ class DynamicTable(EmbeddingTable):
         self._pending = None  # (placed, member) of a hash group's insert not counted yet
         self._free = no_free_rows(self.backend)  # rows given back (FreeRows)
         self._high_water = 0  # rows [0, high_water) were handed out at least once
-        self._evicted = []  # (keys, vectors), on the device, not handed out yet
+        self._evicted = []  # (eviction.Victims, member) of evictions not handed out yet
         self.evicted_keys = 0  # how many keys this shard has evicted since made or loaded
         self._counted = None  # (keys, index size, missing) from the last capacity_error
         self._touched = (-1, 0)  # (step, at least the rows this step's lookups counted so far)
@@ -369,21 +369,18 @@ class DynamicTable(EmbeddingTable):
 
     def pop_evicted(self):
         """Returns (keys int64 [n], values float32 [n, dim]) host arrays of the keys evicted
-        since the last call, in eviction order, and forgets them (keys and vectors were kept in
-        device memory until now: one read of them all)."""
+        since the last call, in eviction order, and forgets them. Keys and vectors were kept in
+        device memory until now; an eviction's victims are read for every member of its group
+        that keeps them at once (eviction.Victims.read), so the group's readers share one copy."""
         evicted, self._evicted = self._evicted, []
         if not evicted:
             return np.zeros(0, np.int64), np.zeros((0, self.dim), np.float32)
         with self.backend.device_context():
-            host = self.backend.to_host_many([array for entry in evicted for array in entry])
-        keys = [np.asarray(k, dtype=np.int64).reshape(-1) for k in host[0::2]]
-        values = host[1::2]
-        if len(evicted) == 1:  # one eviction since the last call: no second copy on cuda
-            # (on cpu the arrays are the undo record's own: copies the caller may change)
-            vectors = np.array(values[0]) if self.backend.NAME == "cpu" else values[0]
-            return np.array(keys[0]), np.asarray(vectors).reshape(-1, self.dim)
-        return (np.concatenate(keys),
-                np.concatenate([np.asarray(v).reshape(-1, self.dim) for v in values]))
+            read = [victims.read(t) for victims, t in evicted]
+        if len(read) == 1:  # one eviction since the last call: no second copy
+            return read[0][0], read[0][1].reshape(-1, self.dim)
+        return (np.concatenate([keys for keys, _ in read]),
+                np.concatenate([vectors.reshape(-1, self.dim) for _, vectors in read]))
 
     def _held_rows(self, free):
         """Host bool [capacity]: rows holding a key (free: host int64, the free rows)."""
@@ -436,14 +433,15 @@ class DynamicTable(EmbeddingTable):
         """Takes the victims eviction.evict chose here (member t of `victims`, an
         eviction.Victims), erased from the index already, out of this shard: their rows, on the
         device, join the free list (where it was empty, they are the next insert's pool as they
-        are). Returns the entry pop_evicted hands out (their keys and vectors, on the device),
-        or None where nothing reads them (drop_evicted)."""
+        are). Returns the entry pop_evicted hands out ((victims, t): their keys and vectors stay
+        on the device until read), or None where nothing reads them (drop_evicted)."""
         rows = victims.part(victims.device_rows, t)
         self._free = self._free.joined(self.backend, rows)
         self.evicted_keys += int(rows.shape[0])
         entry = None
         if self.name not in _DROPPED:  # read by someone: kept on the device until then
-            entry = (victims.part(victims.device_keys, t), victims.part(victims.values, t))
+            entry = (victims, t)
+            victims.readers.add(t)
             self._evicted.append(entry)
         return entry
 

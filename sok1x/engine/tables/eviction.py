@@ -58,6 +58,8 @@ class Victims:
         self.values, self.slots = values, slots
         self.records = records
         self._parts = {}  # id(array): (array, its members' parts)
+        self.readers = set()  # the members whose victims someone reads (take_victims)
+        self._host = None  # read(): (first row read, keys, vectors) on the host
 
     def part(self, array, t):
         """Member t's rows of one of the device arrays above."""
@@ -65,6 +67,25 @@ class Victims:
         if cut is None or cut[0] is not array:
             cut = self._parts[id(array)] = (array, self.backend.row_views(array, self.starts))
         return cut[1][t]
+
+    def read(self, t):
+        """Host (keys int64 [n], vectors float32 [n, dim]) of member t's victims. The first read
+        copies those of every reader (the members from the first reader to the last) in one
+        copy per array and one wait; on cuda the arrays handed out lie in sok1x's page-locked
+        blocks as copied (a block is taken again once no view of it lives), on cpu they are
+        copies (the device arrays there are the undo record's own)."""
+        if self._host is None:
+            first, last = min(self.readers | {t}), max(self.readers | {t})
+            span = (int(self.starts[first]), int(self.starts[last + 1]))
+            backend = self.backend
+            keys, vectors = backend.download_staged_many(
+                [backend.row_view(self.device_keys, *span), backend.row_view(self.values, *span)])
+            if backend.NAME == "cpu":
+                keys, vectors = np.array(keys), np.array(vectors)
+            self._host = (span[0], np.asarray(keys).reshape(-1), np.asarray(vectors))
+        first, keys, vectors = self._host
+        begin, end = int(self.starts[t]) - first, int(self.starts[t + 1]) - first
+        return keys[begin:end], vectors[begin:end]
 
 
 class Evicted:
