@@ -148,6 +148,10 @@ def make_tables(rt, w, spec):
                    if w.hashed in ("hbm", "hybrid") else None)
         if full is not None:  # full from the first steps on: every step evicts
             rows, dynamic = full, make_dynamic("hybrid", full, full, "lru")
+        # no one reads the keys a full table evicts: dropped, as SOK's DynamicVariable drops
+        # them until a sparse_read_and_evict is built (kept, they would pile up on the device)
+        if full is not None:
+            api.drop_evicted(name)
         api.create_table(name, w.dim, dynamic.max_capacity if dynamic else rows, bool(w.hashed),
                          spec, replace=True, dynamic=dynamic)
         api.shard(name)

@@ -425,3 +425,29 @@ def test_a_groups_readers_take_their_victims_in_one_read_and_a_dropped_member_no
             assert got[t][0].tolist() == want[t][0].tolist()
             np.testing.assert_allclose(got[t][1], want[t][1], rtol=1e-5, atol=1e-6)
             assert got[t][1].shape == (len(got[t][0]), DIM)
+
+
+def test_evictions_no_one_has_read_yet_hold_their_keys_and_vectors_alone():
+    """A group whose evicted keys are kept for a reader who has not read them yet: what each
+    eviction keeps for it is its keys and vectors (eviction.KeptVictims), while the record that
+    undoes it (with the victims' slots and statistics) lives no longer than its step."""
+    import gc
+    from sok1x.engine.tables import eviction
+    layout = [("k%d" % t, DIM, "hybrid", 0.0) for t in range(3)]
+    names = make_tables("yg_kept", layout=layout)
+    rng = np.random.default_rng([13, RANK])
+    for step in range(6):
+        inputs, tops = batch(rng, step, layout)
+        _, tokens = lookup(names, "yg_kept_fwd", inputs, True)
+        gradients_and_update(names, "yg_kept_bwd", tokens, tops)
+    gc.collect()
+    records = [o for o in gc.get_objects() if isinstance(o, eviction.Victims)]
+    kept = {id(e[0]) for name in names for e in api.shard(name)._evicted}
+    assert on_some_rank(len(kept) >= 2)  # evictions of several steps wait for their reader
+    assert len(records) <= 1, len(records)  # the last step's undo record at most
+    for name in names:
+        for entry in api.shard(name)._evicted:
+            assert isinstance(entry[0], eviction.KeptVictims)
+            assert not hasattr(entry[0], "slots") and not hasattr(entry[0], "records")
+    for name in names:
+        api.pop_evicted(name)

@@ -190,7 +190,7 @@ class DynamicTable(EmbeddingTable):
         self._pending = None  # (placed, member) of a hash group's insert not counted yet
         self._free = no_free_rows(self.backend)  # rows given back (FreeRows)
         self._high_water = 0  # rows [0, high_water) were handed out at least once
-        self._evicted = []  # (eviction.Victims, member) of evictions not handed out yet
+        self._evicted = []  # (eviction.KeptVictims, member) of evictions not handed out yet
         self.evicted_keys = 0  # how many keys this shard has evicted since made or loaded
         self._counted = None  # (keys, index size, missing) from the last capacity_error
         self._touched = (-1, 0)  # (step, at least the rows this step's lookups counted so far)
@@ -371,7 +371,7 @@ class DynamicTable(EmbeddingTable):
         """Returns (keys int64 [n], values float32 [n, dim]) host arrays of the keys evicted
         since the last call, in eviction order, and forgets them. Keys and vectors were kept in
         device memory until now; an eviction's victims are read for every member of its group
-        that keeps them at once (eviction.Victims.read), so the group's readers share one copy."""
+        that keeps them at once (eviction.KeptVictims.read): the group's readers share one copy."""
         evicted, self._evicted = self._evicted, []
         if not evicted:
             return np.zeros(0, np.int64), np.zeros((0, self.dim), np.float32)
@@ -433,15 +433,15 @@ class DynamicTable(EmbeddingTable):
         """Takes the victims eviction.evict chose here (member t of `victims`, an
         eviction.Victims), erased from the index already, out of this shard: their rows, on the
         device, join the free list (where it was empty, they are the next insert's pool as they
-        are). Returns the entry pop_evicted hands out ((victims, t): their keys and vectors stay
-        on the device until read), or None where nothing reads them (drop_evicted)."""
+        are). Returns the entry pop_evicted hands out ((victims.kept, t): their keys and vectors
+        stay on the device until read), or None where nothing reads them (drop_evicted)."""
         rows = victims.part(victims.device_rows, t)
         self._free = self._free.joined(self.backend, rows)
         self.evicted_keys += int(rows.shape[0])
         entry = None
         if self.name not in _DROPPED:  # read by someone: kept on the device until then
-            entry = (victims, t)
-            victims.readers.add(t)
+            entry = (victims.kept, t)
+            victims.kept.readers.add(t)
             self._evicted.append(entry)
         return entry
 

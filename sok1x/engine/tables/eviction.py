@@ -50,16 +50,17 @@ class Victims:
     """The victims of one evict(), every member's in one set of device arrays, member t's at
     [starts[t], starts[t + 1]) (starts: host): their keys, member rows, vectors, slots ({name:
     array}) and records (what undoing needs). The host holds their counts alone. An array's
-    members' parts are cut out together, the first time one of them is asked for."""
+    members' parts are cut out together, the first time one of them is asked for. `kept` is
+    what the members whose evicted keys someone reads keep of it (KeptVictims): the keys and
+    vectors alone, so an eviction no one reads yet holds no slot or record."""
 
     def __init__(self, backend, starts, device_keys, device_rows, values, slots, records):
         self.backend, self.starts = backend, starts
         self.device_keys, self.device_rows = device_keys, device_rows
         self.values, self.slots = values, slots
         self.records = records
+        self.kept = KeptVictims(backend, starts, device_keys, values)
         self._parts = {}  # id(array): (array, its members' parts)
-        self.readers = set()  # the members whose victims someone reads (take_victims)
-        self._host = None  # read(): (first row read, keys, vectors) on the host
 
     def part(self, array, t):
         """Member t's rows of one of the device arrays above."""
@@ -67,6 +68,18 @@ class Victims:
         if cut is None or cut[0] is not array:
             cut = self._parts[id(array)] = (array, self.backend.row_views(array, self.starts))
         return cut[1][t]
+
+
+class KeptVictims:
+    """The keys and vectors of one evict()'s victims (device arrays, member t's at [starts[t],
+    starts[t + 1])), kept for the members that hand them out (readers: take_victims adds them)
+    until pop_evicted reads them."""
+
+    def __init__(self, backend, starts, device_keys, values):
+        self.backend, self.starts = backend, starts
+        self.device_keys, self.values = device_keys, values
+        self.readers = set()
+        self._host = None  # read(): (first row read, keys, vectors) on the host
 
     def read(self, t):
         """Host (keys int64 [n], vectors float32 [n, dim]) of member t's victims. The first read
