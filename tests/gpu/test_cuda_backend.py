@@ -70,6 +70,26 @@ def test_copy_array_copies_every_element_across_shapes(cuda, rng, dst_shape, src
     assert np.array_equal(got, want) and np.array_equal(got.reshape(-1), data.reshape(-1))
 
 
+def test_copies_beside_the_stream_see_the_work_queued_before_them(cuda, rng):
+    """download_staged_later: copies queued on the side stream after the work queued so far
+    (a large fill, then a copy into the array) read what that work wrote; one wait collects
+    them, and the views lie in page-locked memory."""
+    from sok1x.backend.cuda import staging
+    big = cuda.zeros((1 << 22, 8), np.float32)  # 128 MiB: the fill is still running
+    cuda.fill_value(big, 3.0)
+    keys = cuda.zeros((5000,), np.int64)
+    want = rng.integers(0, 1 << 40, size=5000).astype(np.int64)
+    cuda.copy_array(keys, cuda.asarray(want))
+    waits = cuda.counts()["host_waits"]
+    collect = cuda.download_staged_later([keys, big])
+    got_keys, got_big = collect()
+    assert cuda.counts()["host_waits"] == waits + 1
+    assert np.array_equal(got_keys, want) and got_big.shape == (1 << 22, 8)
+    assert float(got_big.min()) == float(got_big.max()) == 3.0
+    assert staging._blocks.index_holding(got_keys) is not None  # a page-locked block's view
+    cuda.synchronize()
+
+
 def test_copy_array_refuses_another_size_or_dtype_and_writes_nothing(cuda):
     dst = cuda.asarray(np.arange(6, dtype=np.int64))
     for src in (cuda.zeros((5,), np.int64), cuda.zeros((6,), np.int32),

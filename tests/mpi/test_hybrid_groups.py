@@ -451,3 +451,27 @@ def test_evictions_no_one_has_read_yet_hold_their_keys_and_vectors_alone():
             assert not hasattr(entry[0], "slots") and not hasattr(entry[0], "records")
     for name in names:
         api.pop_evicted(name)
+
+
+def test_evictions_read_late_hand_out_what_they_evicted_past_the_kept_copies():
+    """Eight steps that evict before anyone reads: the host copies queued at eviction are kept
+    for the last eviction.PREFETCHED evictions only, and the reads at the end hand out, for
+    every member, what the same tables looked up one by one hand out."""
+    from sok1x.engine.tables import eviction
+    layout = [("l%d" % t, DIM, "hybrid", 0.0) for t in range(3)]
+    popped = {}
+    for together in (True, False):
+        names = make_tables("yg_late", layout=layout)
+        rng = np.random.default_rng([14, RANK])
+        for step in range(8):
+            inputs, tops = batch(rng, step, layout)
+            _, tokens = lookup(names, "yg_late_fwd", inputs, together)
+            gradients_and_update(names, "yg_late_bwd", tokens, tops)
+            assert len(eviction._PREFETCHED) <= eviction.PREFETCHED
+        evictions = {id(e[0]) for name in names for e in api.shard(name)._evicted}
+        assert not together or on_some_rank(len(evictions) > eviction.PREFETCHED)
+        popped[together] = [api.pop_evicted(name) for name in names]
+    assert on_some_rank(sum(len(keys) for keys, _ in popped[True]) > 0)
+    for (keys, vectors), (want_keys, want_vectors) in zip(popped[True], popped[False]):
+        assert keys.tolist() == want_keys.tolist()
+        np.testing.assert_allclose(vectors, want_vectors, rtol=1e-5, atol=1e-6)

@@ -97,6 +97,7 @@ from sok1x.backend.cuda.kernel_launch import (
     device_array,
     download as _download,
     download_many as _download_many,
+    download_beside as _download_beside,
     elements,
     empty as _pooled_empty,
     exclusive_scan,
@@ -646,6 +647,15 @@ def download_staged(array):
     if not is_device_array(array):
         return np.asarray(array)
     return _download(array, "a staged copy to the host")
+
+
+@uses_context
+def download_staged_later(arrays):
+    """Queues download_staged's copies of device `arrays` on a second stream, once the work
+    queued so far has run, so that they run beside the work queued after; returns a function
+    that waits for those copies alone (one wait) and returns the host views. Keep the arrays
+    until it was called or dropped."""
+    return _download_beside(list(arrays))
 
 
 @uses_context

@@ -121,6 +121,17 @@ def stream():
     return _get("stream")
 
 
+def side_stream():
+    """A second stream of the context (made on first use, inside entered()): copies to the host
+    that run beside the sok1x stream's later work (staging.download_beside)."""
+    import pycuda.driver as driver
+    side = _state.get("side_stream")
+    if side is None:
+        _get("stream")  # raises where the backend has no GPU yet
+        side = _state["side_stream"] = driver.Stream()
+    return side
+
+
 def set_stream_waiter(waiter):
     """Makes wait_until() call `waiter(what, is_done)` (the NCCL communicator's wait_until, which
     polls `is_done` and NCCL's asynchronous error and gives up after SOK1X_NCCL_TIMEOUT_S), or
@@ -455,6 +466,9 @@ def release():
         try:
             with _ENTERED:
                 wait_stream("the wait for the sok1x stream at release")
+                if "side_stream" in _state:
+                    wait_until("the wait for the side stream at release",
+                               _state["side_stream"].is_done)
                 _state["pool"].free_held()
                 _state["pool"].stop_holding()
         except Exception:  # at interpreter exit the driver (or NCCL) may already be gone

@@ -270,6 +270,24 @@ def download_many(arrays, what="a copy to the host"):
     return hosts
 
 
+def download_beside(arrays, what="a copy to the host beside the stream"):
+    """Queues download()'s copies of GPUArrays on the side stream, after the work queued so far
+    (cuda_staging.download_beside); returns a function that waits for them alone and returns
+    the host views (one wait)."""
+    collect = cuda_staging.download_beside(arrays, what)
+    copied = sum(1 for array in arrays if array.size)
+    COUNTS["copies"] += copied
+
+    def wait():
+        started = time.perf_counter()
+        hosts = collect()
+        if copied:
+            COUNTS["wait_us"] += int((time.perf_counter() - started) * 1e6)
+            COUNTS["host_waits"] += 1
+        return hosts
+    return wait
+
+
 def to_host(array, what="a copy to the host"):
     """Returns a NumPy copy of a GPUArray the caller owns, after the work queued before it."""
     return to_host_many([array], what)[0]

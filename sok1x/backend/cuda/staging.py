@@ -138,11 +138,12 @@ def download_many(arrays, what):
     return download_later(arrays, what)()
 
 
-def download_later(arrays, what):
-    """Queues download_many()'s copies and returns a function that waits for them and returns
-    the host views: work queued on the stream in between runs while the host waits."""
+def download_later(arrays, what, stream=None):
+    """Queues download_many()'s copies (on `stream`, default the sok1x stream) and returns a
+    function that waits for them and returns the host views: work queued on the stream in
+    between runs while the host waits."""
     cuda_context.forbid_inside_capture("a host wait (%s)" % what)  # before anything queues
-    stream = cuda_context.stream()
+    stream = cuda_context.stream() if stream is None else stream
     hosts, last = [], None
     for array in arrays:
         if array.size == 0:
@@ -162,6 +163,20 @@ def download_later(arrays, what):
             cuda_context.wait_event(last, what)
         return hosts
     return collect
+
+
+def download_beside(arrays, what):
+    """download_later() on the side stream, once the work queued on the sok1x stream so far has
+    run: the copies run beside the stream's later work. They read the arrays' memory, so the
+    caller keeps the arrays (and their memory out of the pool) until it has collected them
+    or dropped the function that collects them (a copy of memory handed out again meanwhile
+    reads what is there then, harmless to it; the views would hold it)."""
+    cuda_context.forbid_inside_capture("a copy beside the stream (%s)" % what)
+    ready = driver.Event(flags=driver.event_flags.DISABLE_TIMING)
+    ready.record(cuda_context.stream())
+    side = cuda_context.side_stream()
+    side.wait_for_event(ready)
+    return download_later(arrays, what, side)
 
 
 SMALL_BYTES = 64  # the largest array read_small_later takes (a flag, a few counts)

@@ -37,6 +37,8 @@ from sok1x.engine.tables import hybrid_rows
 from sok1x.engine.tables.table import rebuild_worn
 
 KEYS_PER_BUCKET = 64
+PREFETCHED = 4  # evictions whose victims' host copy is kept until read (KeptVictims)
+_PREFETCHED = []  # those KeptVictims, oldest first
 
 
 def bucket_bits(capacity):
@@ -73,29 +75,56 @@ class Victims:
 class KeptVictims:
     """The keys and vectors of one evict()'s victims (device arrays, member t's at [starts[t],
     starts[t + 1])), kept for the members that hand them out (readers: take_victims adds them)
-    until pop_evicted reads them."""
+    until pop_evicted reads them. prefetch() queues their copy to the host at once, beside the
+    step's later work; the last PREFETCHED evictions not read yet keep theirs (page-locked host
+    memory), an older one reads its victims again when asked."""
 
     def __init__(self, backend, starts, device_keys, values):
         self.backend, self.starts = backend, starts
         self.device_keys, self.values = device_keys, values
         self.readers = set()
         self._host = None  # read(): (first row read, keys, vectors) on the host
+        self._copying = None  # prefetch(): (first row, last row, collect)
+
+    def _span(self, t=None):
+        members = self.readers if t is None else self.readers | {t}
+        return int(self.starts[min(members)]), int(self.starts[max(members) + 1])
+
+    def _arrays(self, span):
+        backend = self.backend
+        return [backend.row_view(self.device_keys, *span), backend.row_view(self.values, *span)]
+
+    def prefetch(self):
+        """Queues the copy of every reader's victims to the host (one copy per array, run beside
+        the work queued after it); read() then waits for it alone."""
+        if not self.readers or self._host is not None or self._copying is not None:
+            return
+        span = self._span()
+        self._copying = span + (self.backend.download_staged_later(self._arrays(span)),)
+        _PREFETCHED.append(self)
+        while len(_PREFETCHED) > PREFETCHED:
+            _PREFETCHED.pop(0)._copying = None  # its page-locked blocks go back
 
     def read(self, t):
         """Host (keys int64 [n], vectors float32 [n, dim]) of member t's victims. The first read
-        copies those of every reader (the members from the first reader to the last) in one
-        copy per array and one wait; on cuda the arrays handed out lie in sok1x's page-locked
-        blocks as copied (a block is taken again once no view of it lives), on cpu they are
-        copies (the device arrays there are the undo record's own)."""
+        takes those of every reader (the members from the first reader to the last) in one copy
+        per array and one wait (prefetch's, where it still holds them); on cuda the arrays
+        handed out lie in sok1x's page-locked blocks as copied (a block is taken again once no
+        view of it lives), on cpu they are copies (the device arrays there are the undo
+        record's own)."""
         if self._host is None:
-            first, last = min(self.readers | {t}), max(self.readers | {t})
-            span = (int(self.starts[first]), int(self.starts[last + 1]))
-            backend = self.backend
-            keys, vectors = backend.download_staged_many(
-                [backend.row_view(self.device_keys, *span), backend.row_view(self.values, *span)])
-            if backend.NAME == "cpu":
+            copying, self._copying = self._copying, None
+            if copying is not None and copying[0] <= self.starts[t] and \
+                    self.starts[t + 1] <= copying[1]:
+                span, (keys, vectors) = copying[:2], copying[2]()
+            else:
+                span = self._span(t)
+                keys, vectors = self.backend.download_staged_many(self._arrays(span))
+            if self.backend.NAME == "cpu":
                 keys, vectors = np.array(keys), np.array(vectors)
             self._host = (span[0], np.asarray(keys).reshape(-1), np.asarray(vectors))
+            if self in _PREFETCHED:
+                _PREFETCHED.remove(self)
         first, keys, vectors = self._host
         begin, end = int(self.starts[t]) - first, int(self.starts[t + 1]) - first
         return keys[begin:end], vectors[begin:end]
@@ -184,6 +213,7 @@ def evict(tables, counts, keys, tags, flat_arrays, found=None):
         for t, table in enumerate(tables):
             if counts[t]:
                 evicted.members.append((t, table, table.take_victims(evicted.victims, t), True))
+        evicted.victims.kept.prefetch()  # its readers' copy runs beside the rest of the step
     except BaseException:
         # every victim back in its index with its record, the members done so far undone
         done = {member[0] for member in evicted.members}
