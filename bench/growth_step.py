@@ -24,9 +24,10 @@ training loop after its first does.
 Per way the median of --repeats repeats (min-max) of the slowest rank's ms; grow's extra time
 (grow - room) against the floor of its copies: the group's bytes read and written once at the
 device copy rate measured here (backend.write_rows of 256 MiB). Memory: the GPU memory in use
-(driver) before the step and the most seen while the group grows (sampled each time a grown
-member's index is made, after the new flat arrays: the moment both layouts are held), each less
-what was in use before the tables were made, against the group's bytes before the growth.
+(driver) before the step and the most seen while the group grows (in one more growth, not
+timed: sampled each time a grown member's index is made, after the new flat arrays, the moment
+both layouts are held, which waits for the device each time), each less what was in use before
+the tables were made, against the group's bytes before the growth.
 With SOK1X_BENCH_PROFILE=FILE, rank 0 appends a cProfile of each way's step (one more round).
 """
 import os
@@ -191,7 +192,6 @@ def main(argv=None):
         backend.synchronize()
         peaks.append(used_bytes(backend))
         return index
-    table_group.rebuilt_index = sampled
     gbps = copy_gbps(backend)
     results = {way: [] for way in WAYS}
     for repeat in range(args.repeats + 1):  # the first round warms up (kernels compile)
@@ -199,9 +199,14 @@ def main(argv=None):
             result = run_case(rt, args, way, repeat, peaks)
             if repeat:
                 results[way].append(result)
+    # The memory a growth holds at its peak, in a growth of its own: sampling it waits for the
+    # device at every member's new index, which the timed steps above must not do.
+    table_group.rebuilt_index = sampled
+    peak = run_case(rt, args, "grow", args.repeats + 1, peaks).get("peak_used", 0)
+    table_group.rebuilt_index = made
     if os.environ.get("SOK1X_BENCH_PROFILE"):
         for way in WAYS:
-            run_case(rt, args, way, args.repeats + 1, peaks, profile=True)
+            run_case(rt, args, way, args.repeats + 2, peaks, profile=True)
     out = {"environment": harness.environment({"ranks": rt.size, "backend": args.backend}),
            "args": vars(args), "copy_gbps": gbps, "ways": {}}
     for way, runs in results.items():
@@ -215,6 +220,7 @@ def main(argv=None):
             way, rt.size, entry["median_ms"], entry["min_ms"], entry["max_ms"],
             "" if "second_ms" not in entry else ", next step %.3f ms" % entry["second_ms"]))
     grow, room = out["ways"]["grow"], out["ways"]["room"]
+    grow["peak_used"] = peak
     group_bytes = grow["group_bytes_before"]
     floor_ms = 2 * group_bytes / (gbps * 1e6)  # every byte of the group read and written once
     extra = grow["median_ms"] - room["median_ms"]
