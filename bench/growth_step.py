@@ -7,13 +7,16 @@ growth holds at its peak (issue 17: hbm and hybrid DynamicVariables in hash grou
 --tables DynamicVariables of --dim (26 x 128: dlrm26's), each shard filled to exactly --rows keys
 (every rank's keys of a table split alike over the owners), then one timed training step (forward,
 backward, LazyAdam update through engine/api.py) that brings --new new keys a rank and table,
-three ways, each from tables made anew and filled alike:
+these ways, each from tables made anew and filled alike:
     room     hbm, init_capacity 2 x rows: the new keys fit (the ordinary step, the reference)
     grow     hbm, init_capacity rows: every member of the group doubles in this step (its flat
              values, LazyAdam's two slots and update times laid out again, its index rebuilt)
     evict    hybrid, max_capacity rows: every member evicts --new keys by LRU and hands their rows
              to the new keys, keeping the evicted keys and vectors for a reader, who reads them
              in the timed step (api.pop_evicted of every table: sok1x.sparse_read_and_evict)
+    evict_device  the same, the reader taking them as device arrays (api.pop_evicted with
+             on_device=True: what sparse_read_and_evict hands TensorFlow on a GPU through
+             sok1x's kernels), with no copy to the host
     evict_drop  the same where no one reads evicted keys (a DynamicVariable's default, as SOK's:
              they are dropped, not copied to the host)
 and `second`: the next step, with new keys again (after the growth: the group at its new size,
@@ -45,7 +48,7 @@ import harness
 
 SPEC = random_init.make_spec("uniform", -0.05, 0.05, seed=5)
 HYPER = {"lr_t": 0.01, "beta1": 0.9, "beta2": 0.999, "epsilon": 1e-8}  # LazyAdam's
-WAYS = ("room", "grow", "evict", "evict_drop")
+WAYS = ("room", "grow", "evict", "evict_device", "evict_drop")
 
 
 def parse_args(argv=None):
@@ -76,7 +79,7 @@ class Case:
         rows, size, rank = args.rows, rt.size, rt.rank
         self.names = ["grow_%s_%d_%d" % (way, repeat, t) for t in range(args.tables)]
         for name in self.names:
-            api.drop_evicted(name, way == "evict_drop")
+            api.drop_evicted(name, way == "evict_drop", on_device=way == "evict_device")
             if way.startswith("evict"):
                 dynamic = make_dynamic("hybrid", rows, rows, "lru")
             else:
@@ -117,11 +120,12 @@ class Case:
 
 def read_evicted(case, way, _=None):
     """The reader's part of an evict step: every table's evicted keys and vectors handed to the
-    host (api.pop_evicted, as a sok1x.sparse_read_and_evict each step); nothing for the other
-    ways."""
-    if way == "evict":
+    host (api.pop_evicted, as a sok1x.sparse_read_and_evict each step), or as device arrays
+    (evict_device: as that op hands them to TensorFlow through sok1x's kernels on a GPU);
+    nothing for the other ways."""
+    if way in ("evict", "evict_device"):
         for name in case.names:
-            api.pop_evicted(name)
+            api.pop_evicted(name, on_device=way == "evict_device")
 
 
 def timed(rt, run):

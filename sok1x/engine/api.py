@@ -410,24 +410,26 @@ def read_rows(table_name, op, keys):
         return vectors
 
 
-def drop_evicted(table_name, drop=True):
+def drop_evicted(table_name, drop=True, on_device=False):
     """Local. drop=True: dynamic table `table_name` (made now or later) drops the keys it evicts,
     as SOK's DynamicVariable does, so that a job that never reads them holds none on the host,
     unless something was ever said to read them; drop=False: something reads them: it keeps them
-    for pop_evicted from now on, for good (sok1x.sparse_read_and_evict)."""
-    dynamic_table.drop_evicted(table_name, drop)
+    for pop_evicted from now on, for good (sok1x.sparse_read_and_evict); with on_device=True it
+    will read them as device arrays (pop_evicted(on_device=True)), so none is copied to the
+    host meanwhile."""
+    dynamic_table.drop_evicted(table_name, drop, on_device)
 
 
-def pop_evicted(table_name):
+def pop_evicted(table_name, on_device=False):
     """Local. Returns (keys int64 [n], values float32 [n, dim]) host NumPy arrays of the keys this
     rank's shard of dynamic table `table_name` evicted since the last call (each key once), and
-    forgets them (sok1x.sparse_read_and_evict). Raises Sok1xError for a table that does not
-    evict."""
+    forgets them (sok1x.sparse_read_and_evict); on_device=True: backend arrays, in GPU memory on
+    cuda, with no copy to the host. Raises Sok1xError for a table that does not evict."""
     with _runtime.entered() as rt:
         table = _table(rt, table_name)
         if not hasattr(table, "pop_evicted"):
             raise Sok1xError("%s is not a dynamic table: it never evicts" % table_name)
-        return table.pop_evicted()
+        return table.pop_evicted(on_device)
 
 
 def apply_optimizer_update(table_name, rule, slot_prefix, options, hyper, values, rows):

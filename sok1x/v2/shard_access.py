@@ -1,16 +1,16 @@
 """sok1x.export, sok1x.assign and the evicted keys of sok1x.sparse_read_and_evict (SOK's v2
 names): this rank's shard of a sok1x variable (or of an optimizer slot of it, a
 slot_views.SlotView) as (keys, values) tensors, writing rows of it by global key, and the keys a
-DynamicVariable evicted. All are local (no collective) and not
-per-step, so they cross to the engine as host NumPy through py_func; executing eagerly they run
-at once."""
+DynamicVariable evicted. All are local (no collective). export and assign are not per-step, so
+they cross to the engine as host NumPy through py_func; the evicted keys, read every step, cross
+as the lookups do (graph_ops/boundary.py's engine_op). Executing eagerly they run at once."""
 import numpy as np
 
 from sok1x.graph_ops.embedding_tag import handle_value, table_of
 from sok1x.engine import api
 from sok1x.engine.tables import shard_rows
 from sok1x.errors import InvalidInputError
-from sok1x.graph_ops import init_ops
+from sok1x.graph_ops import boundary, init_ops
 from sok1x.graph_ops.tf_compat import py_func, tf1
 
 
@@ -127,14 +127,28 @@ def assign(variable, indices, values):
 
 def read_evicted(variable):
     """From now on the DynamicVariable `variable` keeps the keys it evicts for evicted() (a
-    DynamicVariable drops them until something reads them: v2/variables.py)."""
-    api.drop_evicted(_table(_handle_and_slot(variable)[0]).name, False)
+    DynamicVariable drops them until something reads them: v2/variables.py), which takes them
+    as the engine's arrays."""
+    api.drop_evicted(_table(_handle_and_slot(variable)[0]).name, False, on_device=True)
 
 
 def evicted(variable):
     """Returns (keys int64 [n], values float32 [n, dim]): the keys this rank's shard of the
     DynamicVariable `variable` evicted (var_type "hybrid", once full) since the last call (the
     first: since this op was built, or called eagerly), each once, with their vectors at eviction
-    (sok1x.sparse_read_and_evict). Raises Sok1xError for a variable that never evicts."""
+    (sok1x.sparse_read_and_evict). A per-step op: it crosses as the step's lookups do, and through
+    sok1x's kernels on a GPU its outputs are the engine's device arrays, never copied to the host
+    (graph_ops/boundary.py). Raises Sok1xError for a variable that never evicts."""
     read_evicted(variable)
-    return _keys_and_values(variable, api.pop_evicted, "sok1x_sparse_read_and_evict")
+    handle = _handle_and_slot(variable)[0]
+    table = _table(handle)
+
+    def run(_):
+        return list(api.pop_evicted(table.name, on_device=True))
+    keys, values = boundary.engine_op(
+        run, [handle_value(handle)], [tf1.int64, tf1.float32], "sok1x_sparse_read_and_evict",
+        prepare=init_ops.bring_up_on_first_use(), unread_inputs=(0,))
+    if not tf1.executing_eagerly():
+        keys.set_shape([None])
+        values.set_shape([None, table.dim])
+    return keys, values

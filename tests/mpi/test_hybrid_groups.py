@@ -475,3 +475,32 @@ def test_evictions_read_late_hand_out_what_they_evicted_past_the_kept_copies():
     for (keys, vectors), (want_keys, want_vectors) in zip(popped[True], popped[False]):
         assert keys.tolist() == want_keys.tolist()
         np.testing.assert_allclose(vectors, want_vectors, rtol=1e-5, atol=1e-6)
+
+
+def test_a_reader_on_the_device_takes_what_a_host_reader_takes_and_no_host_copy():
+    """pop_evicted(on_device=True) hands out backend arrays equal to what a reader on the host
+    gets, step by step; once a member reads on the device, its later evictions queue no copy to
+    the host for it."""
+    from sok1x.engine.tables import eviction
+    layout = [("d%d" % t, DIM, "hybrid", 0.0) for t in range(3)]
+    runs = {}
+    for on_device in (False, True):
+        names = make_tables("yg_device_reader", layout=layout)
+        rng = np.random.default_rng([15, RANK])
+        popped = []
+        for step in range(6):
+            inputs, tops = batch(rng, step, layout)
+            _, tokens = lookup(names, "yg_device_reader_fwd", inputs, True)
+            gradients_and_update(names, "yg_device_reader_bwd", tokens, tops)
+            if on_device and step:
+                for name in names:
+                    for kept, _ in api.shard(name)._evicted:
+                        assert not kept.host_readers and kept not in eviction._PREFETCHED
+            got = [api.pop_evicted(name, on_device=on_device) for name in names]
+            popped.append([tuple(np.array(a) for a in pair) for pair in got])
+        runs[on_device] = popped
+    assert on_some_rank(any(len(k) for step in runs[True] for k, _ in step))
+    for host_step, device_step in zip(runs[False], runs[True]):
+        for (keys, vectors), (got_keys, got_vectors) in zip(host_step, device_step):
+            assert got_keys.tolist() == keys.tolist()
+            assert np.array_equal(got_vectors.reshape(-1, DIM), vectors)

@@ -1,10 +1,10 @@
-"""sok1x's per-step graph ops run as its TensorFlow kernels (graph_ops/engine_call_op.cc, DESIGN
-D1) on every front door: a training step of SOK v1 layers (TensorFlow's optimizer in
-OptimizerScope and sok1x's Adam), SOK v2 variables (sok1x.Variable and DynamicVariable in one
-keyed lookup, OptimizerWrapper), DeepRec's group lookup over a plain tf.Variable and a sok1x
-variable, sok1x's dense all-reduce and sok1x.unique / unsorted_segment_sum, traced by
-TensorFlow (RunMetadata's step_stats: the ops that ran): none of the ops a step runs is a
-PyFunc or EagerPyFunc, and every sok1x op that ran is a Sok1xEngineCall."""
+"""sok1x's per-step graph ops run as its TensorFlow kernels (graph_ops/engine_call_op.cc, DESIGN D1)
+on every front door: a training step of SOK v1 layers (TensorFlow's optimizer in OptimizerScope and
+sok1x's Adam), SOK v2 variables (sok1x.Variable and DynamicVariable in one keyed lookup,
+OptimizerWrapper, sparse_read_and_evict), DeepRec's group lookup over a plain tf.Variable and a
+sok1x variable, sok1x's dense all-reduce and sok1x.unique / unsorted_segment_sum, traced by
+TensorFlow (RunMetadata's step_stats: the ops that ran): none of the ops a step runs is a PyFunc or
+EagerPyFunc, and every sok1x op that ran is a Sok1xEngineCall."""
 import functools
 import os
 
@@ -60,8 +60,11 @@ def v2_program():
     summed = sok.unsorted_segment_sum(tf1.ones([4, 2]), where, tf1.size(distinct))
     loss = tf1.add_n([tf1.reduce_sum(p) for p in pooled]) + tf1.reduce_sum(summed)
     grads = tf1.gradients(loss, variables)
-    return sok.OptimizerWrapper(tf1.train.GradientDescentOptimizer(0.1)).apply_gradients(
+    step = sok.OptimizerWrapper(tf1.train.GradientDescentOptimizer(0.1)).apply_gradients(
         zip(grads, variables))
+    with tf1.control_dependencies([step]):
+        evicted = sok.sparse_read_and_evict(variables[2])  # a reader of its evicted keys
+    return tf1.group(step, *evicted)
 
 
 def deeprec_program():

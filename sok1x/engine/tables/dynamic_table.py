@@ -47,16 +47,21 @@ EVICT_STRATEGIES = ("lru", "lfu")
 LAST_STEP, COUNT = 0, 1  # the columns of DynamicTable.statistics
 _DROPPED = set()  # names of tables whose evicted keys no one reads (drop_evicted)
 _READ = set()  # names whose evicted keys something reads: kept for good in this process
+_ON_DEVICE = set()  # names whose reader takes them as device arrays (no host copy queued)
 
 
-def drop_evicted(name, drop):
+def drop_evicted(name, drop, on_device=False):
     """drop=True: table `name` (made now or later, in this process) drops the keys it evicts
     instead of keeping them for pop_evicted, unless something was ever said to read them;
     drop=False: something reads them: it keeps them from now on, whatever a later drop=True
-    (another graph's variable of the same name, say) says."""
+    (another graph's variable of the same name, say) says; on_device=True: its reader takes
+    them as device arrays (pop_evicted(on_device=True)), so no copy to the host is queued for
+    them until a pop_evicted on the host says otherwise."""
     if not drop:
         _READ.add(name)
         _DROPPED.discard(name)
+        if on_device:
+            _ON_DEVICE.add(name)
     elif name not in _READ:
         _DROPPED.add(name)
 
@@ -367,16 +372,31 @@ class DynamicTable(EmbeddingTable):
             self.slot_initial[name] = float(initial_value)
         return self.slots[name]
 
-    def pop_evicted(self):
-        """Returns (keys int64 [n], values float32 [n, dim]) host arrays of the keys evicted
-        since the last call, in eviction order, and forgets them. Keys and vectors were kept in
-        device memory until now; an eviction's victims are read for every member of its group
-        that keeps them at once (eviction.KeptVictims.read): the group's readers share one copy."""
+    def pop_evicted(self, on_device=False):
+        """Returns (keys int64 [n], values float32 [n, dim]) of the keys evicted since the last
+        call, in eviction order, and forgets them: host arrays, or with on_device=True backend
+        arrays (views of the eviction's own where there was one, no copy). The last call's
+        kind says whether the next evictions queue a copy to the host (drop_evicted's
+        on_device). Keys and vectors were kept in device memory until now;
+        an eviction's victims are read for every member of its group that reads on the host at
+        once (eviction.KeptVictims.read): the group's readers share one copy."""
         evicted, self._evicted = self._evicted, []
+        (_ON_DEVICE.add if on_device else _ON_DEVICE.discard)(self.name)
+        backend = self.backend
+        if on_device:
+            with backend.device_context():
+                parts = [kept.device(t) for kept, t in evicted]
+                if len(parts) == 1:
+                    return parts[0]
+                if not parts:
+                    return backend.zeros((0,), np.int64), backend.zeros((0, self.dim),
+                                                                       np.float32)
+                return (backend.join_keys([k for k, _ in parts], np.zeros(len(parts), np.int64)),
+                        backend.join_rows([v for _, v in parts]))
         if not evicted:
             return np.zeros(0, np.int64), np.zeros((0, self.dim), np.float32)
-        with self.backend.device_context():
-            read = [victims.read(t) for victims, t in evicted]
+        with backend.device_context():
+            read = [kept.read(t) for kept, t in evicted]
         if len(read) == 1:  # one eviction since the last call: no second copy
             return read[0][0], read[0][1].reshape(-1, self.dim)
         return (np.concatenate([keys for keys, _ in read]),
@@ -442,6 +462,8 @@ class DynamicTable(EmbeddingTable):
         if self.name not in _DROPPED:  # read by someone: kept on the device until then
             entry = (victims.kept, t)
             victims.kept.readers.add(t)
+            if self.name not in _ON_DEVICE:
+                victims.kept.host_readers.add(t)
             self._evicted.append(entry)
         return entry
 

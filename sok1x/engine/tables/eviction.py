@@ -75,16 +75,27 @@ class Victims:
 class KeptVictims:
     """The keys and vectors of one evict()'s victims (device arrays, member t's at [starts[t],
     starts[t + 1])), kept for the members that hand them out (readers: take_victims adds them)
-    until pop_evicted reads them. prefetch() queues their copy to the host at once, beside the
-    step's later work; the last PREFETCHED evictions not read yet keep theirs (page-locked host
-    memory), an older one reads its victims again when asked."""
+    until pop_evicted reads them, on the host (read) or as device arrays (device).
+    prefetch() queues the host copy at once for readers on the host, beside the step's later
+    work; the last PREFETCHED evictions not read yet keep theirs (page-locked host memory), an
+    older one reads its victims again when asked."""
 
     def __init__(self, backend, starts, device_keys, values):
         self.backend, self.starts = backend, starts
         self.device_keys, self.values = device_keys, values
         self.readers = set()
+        self.host_readers = set()  # those that read on the host (prefetch copies for them)
         self._host = None  # read(): (first row read, keys, vectors) on the host
         self._copying = None  # prefetch(): (first row, last row, collect)
+        self._parts = None  # device(): every member's (keys, vectors) views
+
+    def device(self, t):
+        """Member t's (keys, vectors) as views of the device arrays (no copy)."""
+        if self._parts is None:
+            backend = self.backend
+            self._parts = list(zip(backend.row_views(self.device_keys, self.starts),
+                                   backend.row_views(self.values, self.starts)))
+        return self._parts[t]
 
     def _span(self, t=None):
         members = self.readers if t is None else self.readers | {t}
@@ -97,7 +108,7 @@ class KeptVictims:
     def prefetch(self):
         """Queues the copy of every reader's victims to the host (one copy per array, run beside
         the work queued after it); read() then waits for it alone."""
-        if not self.readers or self._host is not None or self._copying is not None:
+        if not self.host_readers or self._host is not None or self._copying is not None:
             return
         span = self._span()
         self._copying = span + (self.backend.download_staged_later(self._arrays(span)),)
