@@ -639,6 +639,32 @@ def test_a_hybrid_group_that_grows_and_evicts_equals_its_tables_one_by_one(split
     assert_same_hash_steps(names, together, alone, [s[0] for s in states[-1]])
 
 
+@pytest.mark.parametrize("split", [False, True])
+def test_a_reader_on_the_device_takes_what_a_host_reader_takes(split):
+    """pop_evicted(on_device=True) hands out GPUArrays equal to what a reader on the host gets
+    from the same steps, with no copy to the host queued for its evictions once it reads so."""
+    from sok1x.engine.tables import eviction
+    popped = {}
+    for on_device in (False, True):
+        names = make_hybrid_tables("cuda_device_reader", 5, split=split)
+        steps = []
+        for step in range(3):
+            hash_steps(names, True, steps=1, seed=(31, step), first=step)
+            if on_device and step:
+                assert not any(kept.host_readers or kept in eviction.prefetched()
+                               for name in names for kept, _ in api.shard(name)._evicted)
+            got = [api.pop_evicted(name, on_device=on_device) for name in names]
+            if on_device:
+                assert all(runtime.get().backend.is_device_array(a) for pair in got for a in pair)
+            steps.append([[host(a) for a in pair] for pair in got])
+        popped[on_device] = steps
+    assert COMM.allreduce(sum(len(k) for k, _ in popped[True][-1]), op=MPI.SUM) > 0
+    for want_step, got_step in zip(popped[False], popped[True]):
+        for (keys, vectors), (got_keys, got_vectors) in zip(want_step, got_step):
+            assert got_keys.tolist() == keys.tolist()
+            assert np.array_equal(got_vectors.reshape(-1, DIM), vectors.reshape(-1, DIM))
+
+
 def test_hybrid_group_launches_and_waits_do_not_grow_with_the_tables():
     """In a step where nothing grows or evicts: the launches of 2 tables (at most 1.25 times)
     and their host waits, two: the op headers (the members hand rows out by placed counts read

@@ -254,12 +254,16 @@ def test_a_failed_later_op_of_a_step_that_evicted_puts_the_evicted_keys_back():
     fresh, tops = batch(rng, 7)  # new keys only: full members evict
     _, token = api.pooled_lookup(names, OpId("yg_undo_fwd", "yg_undo", 0), fresh, True)
     assert on_some_rank(any(api.shard(name)._evicted for name in names))
+    undone = {id(kept) for name in names for kept, _ in api.shard(name)._evicted}
     wrong = list(tops)
     if RANK == SIZE - 1:
         wrong[1] = np.zeros((tops[1].shape[0] + 2, DIM), np.float32)
     with pytest.raises(InvalidInputError):
         api.pooled_lookup_grad(names, OpId("yg_undo_bwd", "yg_undo", 1), token, wrong)
     assert_unchanged(names, before, capacities=False)
+    # no copy of the undone victims is kept for a reader
+    from sok1x.engine.tables import eviction
+    assert not undone & {id(kept) for kept in eviction.prefetched()}
     assert all(full_state(name)[2] == {} for name in names)  # nothing left to hand out
     run_steps(names, True, steps=1, seed=9, tag="yg_undo_on")  # the group trains on
 
@@ -454,23 +458,27 @@ def test_evictions_no_one_has_read_yet_hold_their_keys_and_vectors_alone():
 
 
 def test_evictions_read_late_hand_out_what_they_evicted_past_the_kept_copies():
-    """Eight steps that evict before anyone reads: the host copies queued at eviction are kept
-    for the last eviction.PREFETCHED evictions only, and the reads at the end hand out, for
-    every member, what the same tables looked up one by one hand out."""
+    """Twelve steps that evict before anyone reads: the host copies queued at eviction are kept
+    for the last eviction.PREFETCHED evictions only, the reads at the end wait once for each of
+    those and once per member for all the others (not once per eviction), and they hand out,
+    for every member, what the same tables looked up one by one hand out."""
     from sok1x.engine.tables import eviction
     layout = [("l%d" % t, DIM, "hybrid", 0.0) for t in range(3)]
     popped = {}
     for together in (True, False):
         names = make_tables("yg_late", layout=layout)
         rng = np.random.default_rng([14, RANK])
-        for step in range(8):
+        for step in range(12):
             inputs, tops = batch(rng, step, layout)
             _, tokens = lookup(names, "yg_late_fwd", inputs, together)
             gradients_and_update(names, "yg_late_bwd", tokens, tops)
-            assert len(eviction._PREFETCHED) <= eviction.PREFETCHED
         evictions = {id(e[0]) for name in names for e in api.shard(name)._evicted}
-        assert not together or on_some_rank(len(evictions) > eviction.PREFETCHED)
+        before = runtime.get().stats()["host_waits"]
         popped[together] = [api.pop_evicted(name) for name in names]
+        if together:  # the copies kept, one each, then a read per member for the others
+            waits = runtime.get().stats()["host_waits"] - before
+            assert waits <= eviction.PREFETCHED + len(names) < len(evictions), (
+                waits, len(evictions))
     assert on_some_rank(sum(len(keys) for keys, _ in popped[True]) > 0)
     for (keys, vectors), (want_keys, want_vectors) in zip(popped[True], popped[False]):
         assert keys.tolist() == want_keys.tolist()
@@ -495,7 +503,7 @@ def test_a_reader_on_the_device_takes_what_a_host_reader_takes_and_no_host_copy(
             if on_device and step:
                 for name in names:
                     for kept, _ in api.shard(name)._evicted:
-                        assert not kept.host_readers and kept not in eviction._PREFETCHED
+                        assert not kept.host_readers and kept not in eviction.prefetched()
             got = [api.pop_evicted(name, on_device=on_device) for name in names]
             popped.append([tuple(np.array(a) for a in pair) for pair in got])
         runs[on_device] = popped

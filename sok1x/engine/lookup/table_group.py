@@ -291,6 +291,7 @@ class HashGroup(TableGroup):
         the new rows' initial values and update times, and every key's vector. Returns (state,
         placed): placed, backend int64 [T] (keys each member placed) for the host to read and
         hand to insert_error and insert_finish."""
+        self._found = None  # rows_needed's, for make_room only
         backend, indexes = self.backend, self.indexes()
         sizes = np.array([index.size for index in indexes], dtype=np.int64)
         held = pools = None
@@ -328,6 +329,7 @@ class HashGroup(TableGroup):
         arriving = int(keys.shape[0])
         if most is not None:
             arriving = np.minimum(np.asarray(most, dtype=np.int64), arriving)
+        self._found = None
         if np.all(sizes + arriving <= self.capacities):
             return None
         backend, found = self.backend, self.find(keys, tags)

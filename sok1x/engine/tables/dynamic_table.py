@@ -396,7 +396,7 @@ class DynamicTable(EmbeddingTable):
         if not evicted:
             return np.zeros(0, np.int64), np.zeros((0, self.dim), np.float32)
         with backend.device_context():
-            read = [kept.read(t) for kept, t in evicted]
+            read = eviction.read_kept(evicted)
         if len(read) == 1:  # one eviction since the last call: no second copy
             return read[0][0], read[0][1].reshape(-1, self.dim)
         return (np.concatenate([keys for keys, _ in read]),
@@ -445,9 +445,14 @@ class DynamicTable(EmbeddingTable):
         backend array) looked up, chosen on the device per bucket by score (eviction.py states
         the policy); returns its undo record (eviction.Evicted)."""
         tags = self.backend.zeros((int(keys.shape[0]),), np.int64)
-        return eviction.evict([self], [count], keys, tags, lambda: (
-            self.statistics, np.array([0, self.capacity], dtype=np.int64), self.values,
-            self.slots))
+        held = self.held_state()
+        try:
+            return eviction.evict([self], [count], keys, tags, lambda: (
+                self.statistics, np.array([0, self.capacity], dtype=np.int64), self.values,
+                self.slots))
+        except BaseException:  # evict gave the victims back: the free list too
+            self.restore_held(held)
+            raise
 
     def take_victims(self, victims, t):
         """Takes the victims eviction.evict chose here (member t of `victims`, an
@@ -461,9 +466,7 @@ class DynamicTable(EmbeddingTable):
         entry = None
         if self.name not in _DROPPED:  # read by someone: kept on the device until then
             entry = (victims.kept, t)
-            victims.kept.readers.add(t)
-            if self.name not in _ON_DEVICE:
-                victims.kept.host_readers.add(t)
+            victims.kept.add_reader(t, self.name not in _ON_DEVICE)
             self._evicted.append(entry)
         return entry
 
@@ -481,6 +484,8 @@ class DynamicTable(EmbeddingTable):
         if taken:
             self._evicted = [e for e in self._evicted if e is not entry]
             self.evicted_keys -= int(device_rows.shape[0])
+            if entry is not None:
+                entry[0].forget(entry[1])
 
     def _take_rows(self, count):
         """Hands out the rows of `count` new keys: freed rows first (first freed first), then
@@ -553,6 +558,8 @@ class DynamicTable(EmbeddingTable):
     def emptied(self):
         """Forgets every key's place for a load into this shard where it is (a hash group's
         member): no freed row, no row handed out, no statistics, nothing evicted to hand out."""
+        for kept, t in self._evicted:
+            kept.forget(t)
         self._free, self._high_water, self._evicted = no_free_rows(self.backend), 0, []
         self.evicted_keys = 0  # as a table made anew by a load
         if self.statistics is not None:

@@ -31,6 +31,8 @@ each member's victims' rows are its next insert's pool as they are (first freed 
 What undoing the eviction needs (the victims' vectors, slots and records, the looked-up rows'
 records) is gathered on the device, one gather per array for the whole group.
 """
+import weakref
+
 import numpy as np
 
 from sok1x.engine.tables import hybrid_rows
@@ -38,7 +40,17 @@ from sok1x.engine.tables.table import rebuild_worn
 
 KEYS_PER_BUCKET = 64
 PREFETCHED = 4  # evictions whose victims' host copy is kept until read (KeptVictims)
-_PREFETCHED = []  # those KeptVictims, oldest first
+# weak references to those KeptVictims, oldest first: one whose table went (replaced, deleted)
+# takes its copy along; a copy still running then reads memory handed out again, harmless to
+# it, and its page-locked blocks are taken again only once it has run (staging's events)
+_PREFETCHED = []
+
+
+def prefetched():
+    """The KeptVictims whose host copy is kept until read, oldest first."""
+    live = [kept for kept in (ref() for ref in _PREFETCHED) if kept is not None]
+    _PREFETCHED[:] = [weakref.ref(kept) for kept in live]
+    return live
 
 
 def bucket_bits(capacity):
@@ -88,6 +100,14 @@ class KeptVictims:
         self._host = None  # read(): (first row read, keys, vectors) on the host
         self._copying = None  # prefetch(): (first row, last row, collect)
         self._parts = None  # device(): every member's (keys, vectors) views
+        self._unread = set()  # readers that have not read yet (add_reader)
+
+    def add_reader(self, t, on_host):
+        """Member t hands these victims out (on the host, or as device arrays)."""
+        self.readers.add(t)
+        self._unread.add(t)
+        if on_host:
+            self.host_readers.add(t)
 
     def device(self, t):
         """Member t's (keys, vectors) as views of the device arrays (no copy)."""
@@ -112,33 +132,82 @@ class KeptVictims:
             return
         span = self._span()
         self._copying = span + (self.backend.download_staged_later(self._arrays(span)),)
-        _PREFETCHED.append(self)
-        while len(_PREFETCHED) > PREFETCHED:
-            _PREFETCHED.pop(0)._copying = None  # its page-locked blocks go back
+        live = prefetched() + [self]
+        for older in live[:-PREFETCHED]:
+            older._copying = None  # its page-locked blocks go back
+        _PREFETCHED[:] = [weakref.ref(kept) for kept in live[-PREFETCHED:]]
+
+    def forget(self, t):
+        """Member t no longer reads these victims (its step was undone, its table emptied by a
+        load): once no member does, the host copy and its page-locked blocks go."""
+        self.readers.discard(t)
+        self.host_readers.discard(t)
+        self._unread.discard(t)
+        if not self.readers:
+            self._drop_host()
+
+    def _drop_host(self):
+        self._host = self._copying = None
+        _unlist(self)
+
+    def _copied(self, t):
+        """(span, collect) of the prefetched copy where it holds member t's victims, else None."""
+        copying = self._copying
+        if copying is not None and copying[0] <= self.starts[t] and \
+                self.starts[t + 1] <= copying[1]:
+            return copying
+        return None
+
+    def _take_host(self, span, keys, vectors):
+        if self.backend.NAME == "cpu":  # the device arrays there are the undo record's own
+            keys, vectors = np.array(keys), np.array(vectors)
+        self._host = (span[0], np.asarray(keys).reshape(-1), np.asarray(vectors))
+        self._copying = None
+        _unlist(self)
 
     def read(self, t):
         """Host (keys int64 [n], vectors float32 [n, dim]) of member t's victims. The first read
         takes those of every reader (the members from the first reader to the last) in one copy
         per array and one wait (prefetch's, where it still holds them); on cuda the arrays
         handed out lie in sok1x's page-locked blocks as copied (a block is taken again once no
-        view of it lives), on cpu they are copies (the device arrays there are the undo
-        record's own)."""
+        view of it lives), on cpu they are copies. Once every reader has read, the host copy is
+        dropped (each reader's arrays keep their own blocks)."""
         if self._host is None:
-            copying, self._copying = self._copying, None
-            if copying is not None and copying[0] <= self.starts[t] and \
-                    self.starts[t + 1] <= copying[1]:
-                span, (keys, vectors) = copying[:2], copying[2]()
+            copied = self._copied(t)
+            if copied is not None:
+                self._take_host(copied[:2], *copied[2]())
             else:
                 span = self._span(t)
-                keys, vectors = self.backend.download_staged_many(self._arrays(span))
-            if self.backend.NAME == "cpu":
-                keys, vectors = np.array(keys), np.array(vectors)
-            self._host = (span[0], np.asarray(keys).reshape(-1), np.asarray(vectors))
-            if self in _PREFETCHED:
-                _PREFETCHED.remove(self)
+                self._take_host(span, *self.backend.download_staged_many(self._arrays(span)))
         first, keys, vectors = self._host
         begin, end = int(self.starts[t]) - first, int(self.starts[t + 1]) - first
-        return keys[begin:end], vectors[begin:end]
+        out = keys[begin:end], vectors[begin:end]
+        self._unread.discard(t)
+        if not self._unread:
+            self._drop_host()
+        return out
+
+
+def _unlist(kept):
+    _PREFETCHED[:] = [ref for ref in _PREFETCHED if ref() is not None and ref() is not kept]
+
+
+def read_kept(entries):
+    """Host (keys, vectors) of each (KeptVictims, member) entry (a table's unread evictions),
+    with one wait for all of them that no prefetched copy holds, plus one per prefetched copy
+    taken."""
+    pending = {}
+    for kept, t in entries:
+        if kept._host is None and kept._copied(t) is None and id(kept) not in pending:
+            pending[id(kept)] = (kept, kept._span(t))
+    if pending:
+        kept_list = list(pending.values())
+        backend = kept_list[0][0].backend
+        arrays = [a for kept, span in kept_list for a in kept._arrays(span)]
+        hosts = backend.download_staged_many(arrays)
+        for i, (kept, span) in enumerate(kept_list):
+            kept._take_host(span, hosts[2 * i], hosts[2 * i + 1])
+    return [kept.read(t) for kept, t in entries]
 
 
 class Evicted:
@@ -224,7 +293,6 @@ def evict(tables, counts, keys, tags, flat_arrays, found=None):
         for t, table in enumerate(tables):
             if counts[t]:
                 evicted.members.append((t, table, table.take_victims(evicted.victims, t), True))
-        evicted.victims.kept.prefetch()  # its readers' copy runs beside the rest of the step
     except BaseException:
         # every victim back in its index with its record, the members done so far undone
         done = {member[0] for member in evicted.members}
@@ -232,4 +300,8 @@ def evict(tables, counts, keys, tags, flat_arrays, found=None):
                             if counts[t] and t not in done]
         evicted.put_back()
         raise
+    try:  # the readers' copy, beside the rest of the step; without it read() copies then
+        evicted.victims.kept.prefetch()
+    except Exception:  # noqa: BLE001 (an optimisation: nothing depends on it)
+        evicted.victims.kept._drop_host()
     return evicted
