@@ -393,6 +393,18 @@ def test_a_step_in_which_every_member_evicts_waits_as_often_whatever_the_members
     assert five == two <= 6, (two, five)
 
 
+def train_steps(names, tag, layout, seed, steps, together=True, after_step=None):
+    """`steps` training steps of `names` on batch()'s keys of `layout` (drawn from seed), looked
+    up together or one by one; after_step(step), where given, runs after each."""
+    rng = np.random.default_rng([seed, RANK])
+    for step in range(steps):
+        inputs, tops = batch(rng, step, layout)
+        _, tokens = lookup(names, tag + "_fwd", inputs, together)
+        gradients_and_update(names, tag + "_bwd", tokens, tops)
+        if after_step is not None:
+            after_step(step)
+
+
 def test_a_groups_readers_take_their_victims_in_one_read_and_a_dropped_member_none():
     """Five members that evict once full, two of them with evicted keys no one reads
     (drop_evicted): the first pop_evicted after a step reads the victims of every reader at
@@ -406,15 +418,13 @@ def test_a_groups_readers_take_their_victims_in_one_read_and_a_dropped_member_no
         for t in range(5):
             if t not in readers:
                 api.drop_evicted(names[t])
-        rng = np.random.default_rng([12, RANK])
         popped, waits = [], []
-        for step in range(5):
-            inputs, tops = batch(rng, step, layout)
-            _, tokens = lookup(names, "yg_readers_fwd", inputs, together)
-            gradients_and_update(names, "yg_readers_bwd", tokens, tops)
+
+        def read(step, names=names, popped=popped, waits=waits):
             before = runtime.get().stats()["host_waits"]
             popped.append([api.pop_evicted(name) for name in names])
             waits.append(runtime.get().stats()["host_waits"] - before)
+        train_steps(names, "yg_readers", layout, 12, 5, together, read)
         assert (api.shard(names[0]).group is not None) == together
         runs[together] = popped, waits
     (group, group_waits), (alone, _) = runs[True], runs[False]
@@ -439,11 +449,7 @@ def test_evictions_no_one_has_read_yet_hold_their_keys_and_vectors_alone():
     from sok1x.engine.tables import eviction
     layout = [("k%d" % t, DIM, "hybrid", 0.0) for t in range(3)]
     names = make_tables("yg_kept", layout=layout)
-    rng = np.random.default_rng([13, RANK])
-    for step in range(6):
-        inputs, tops = batch(rng, step, layout)
-        _, tokens = lookup(names, "yg_kept_fwd", inputs, True)
-        gradients_and_update(names, "yg_kept_bwd", tokens, tops)
+    train_steps(names, "yg_kept", layout, 13, 6)
     gc.collect()
     records = [o for o in gc.get_objects() if isinstance(o, eviction.Victims)]
     kept = {id(e[0]) for name in names for e in api.shard(name)._evicted}
@@ -467,11 +473,7 @@ def test_evictions_read_late_hand_out_what_they_evicted_past_the_kept_copies():
     popped = {}
     for together in (True, False):
         names = make_tables("yg_late", layout=layout)
-        rng = np.random.default_rng([14, RANK])
-        for step in range(12):
-            inputs, tops = batch(rng, step, layout)
-            _, tokens = lookup(names, "yg_late_fwd", inputs, together)
-            gradients_and_update(names, "yg_late_bwd", tokens, tops)
+        train_steps(names, "yg_late", layout, 14, 12, together)
         evictions = {id(e[0]) for name in names for e in api.shard(name)._evicted}
         before = runtime.get().stats()["host_waits"]
         popped[together] = [api.pop_evicted(name) for name in names]
@@ -494,18 +496,16 @@ def test_a_reader_on_the_device_takes_what_a_host_reader_takes_and_no_host_copy(
     runs = {}
     for on_device in (False, True):
         names = make_tables("yg_device_reader", layout=layout)
-        rng = np.random.default_rng([15, RANK])
         popped = []
-        for step in range(6):
-            inputs, tops = batch(rng, step, layout)
-            _, tokens = lookup(names, "yg_device_reader_fwd", inputs, True)
-            gradients_and_update(names, "yg_device_reader_bwd", tokens, tops)
+
+        def read(step, names=names, popped=popped, on_device=on_device):
             if on_device and step:
                 for name in names:
                     for kept, _ in api.shard(name)._evicted:
                         assert not kept.host_readers and kept not in eviction.prefetched()
             got = [api.pop_evicted(name, on_device=on_device) for name in names]
             popped.append([tuple(np.array(a) for a in pair) for pair in got])
+        train_steps(names, "yg_device_reader", layout, 15, 6, after_step=read)
         runs[on_device] = popped
     assert on_some_rank(any(len(k) for step in runs[True] for k, _ in step))
     for host_step, device_step in zip(runs[False], runs[True]):
