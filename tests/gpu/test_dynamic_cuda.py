@@ -361,8 +361,9 @@ def test_device_victims_equal_cpu(lfu, touched):
     their new keys interleaved, repeated and mixed with held ones, one member (2^10 keys)
     evicting nothing, and 2^14 keys whose 300 new keys all fall in one bucket (the rest, ranked
     by a block where the member has few evictable keys left, else key by key). The
-    same victims, records and statistics after. touched: the share of keys the step already
-    looked up, so buckets run out and the member-wide second pass serves the rest."""
+    same victims, records and statistics after, also where the pick takes the segments
+    count_new_keys_segmented counted the new keys in. touched: the share of keys the step
+    already looked up, so buckets run out and the member-wide second pass serves the rest."""
     from sok1x.backend import cuda
     from sok1x.backend.cpu.eviction import bucket_of
     from sok1x.engine.tables.eviction import bucket_bits
@@ -395,17 +396,28 @@ def test_device_victims_equal_cpu(lfu, touched):
     statistics[rng.random(row_starts[-1]) < touched, 0] = step_now
     bits = [bucket_bits(c) for c in capacities]
     results = []
-    for backend in (cuda, cpu):
+    for backend, segmented in ((cuda, False), (cuda, True), (cpu, False)):
         with backend.device_context():
             indexes = shard_indexes(backend, shards)
             stats = backend.asarray(statistics.copy())
-            backend.stamp_last_step(stats, backend.asarray(found), step_now)
-            picked = backend.pick_victims(indexes, stats, row_starts, backend.asarray(keys),
-                                          backend.asarray(tags), backend.asarray(found), counts,
-                                          bits, step_now, [lfu, not lfu, lfu, lfu, lfu, lfu])
+            arrays = [backend.asarray(a) for a in (keys, tags, found)]
+            backend.stamp_last_step(stats, arrays[2], step_now)
+            segments = None
+            if segmented:  # the pick takes count_new_keys_segmented's segments
+                counted, segments = backend.count_new_keys_segmented(len(capacities), *arrays,
+                                                                     bits)
+                assert segments.serve(*arrays, counts, bits)
+                np.testing.assert_array_equal(backend.to_host(counted),
+                                              cpu.count_new_keys(len(capacities), keys, tags,
+                                                                 found))
+            picked = backend.pick_victims(indexes, stats, row_starts, *arrays, counts, bits,
+                                          step_now, [lfu, not lfu, lfu, lfu, lfu, lfu],
+                                          segments)
             results.append([backend.to_host(a) for a in picked] + [backend.to_host(stats)])
-    for got, want in zip(*results):
+    for got, segmented, want in zip(*results):
         np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(segmented, want)
+    results = [results[0], results[2]]
     victims, rows = results[1][0], results[1][1]
     assert victims.shape[0] == sum(counts)
     assert len(set(victims[victims >= 0].tolist())) == int((victims >= 0).sum())

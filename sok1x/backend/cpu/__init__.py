@@ -27,6 +27,7 @@ from sok1x.backend.cpu.rerun import captured_work  # noqa: F401  (part of the op
 from sok1x.backend.cpu.eviction import (  # noqa: F401  (part of the op set)
     count_evictable,
     count_new_keys,
+    count_new_keys_segmented,
     pick_victims,
     stamp_last_step,
 )

@@ -52,6 +52,12 @@ def count_new_keys(parts, keys, tags, found):
     return out
 
 
+def count_new_keys_segmented(parts, keys, tags, found, bits=None):
+    """(count_new_keys(parts, keys, tags, found), None): cuda also returns the segments it
+    counted in, for its pick_victims; this twin's pick counts by sorting, and takes none."""
+    return count_new_keys(parts, keys, tags, found), None
+
+
 def count_evictable(indexes, statistics, row_starts, found, step):
     """int64 [T]: per member of a table group, its held keys that a training lookup may evict:
     their record's last step below `step` and their flat row not among `found` (the rows the
@@ -66,7 +72,8 @@ def count_evictable(indexes, statistics, row_starts, found, step):
     return out
 
 
-def pick_victims(indexes, statistics, row_starts, keys, tags, found, counts, bits, step, lfu):
+def pick_victims(indexes, statistics, row_starts, keys, tags, found, counts, bits, step, lfu,
+                 segments=None):
     """Victims for the full shards of a table group (one table: a group of one).
 
     indexes: the members' HashIndexes; statistics: int64 [rows, 2] records (last step, count)

@@ -50,6 +50,7 @@ from sok1x.backend.cuda.bulk import (  # noqa: F401  (part of the op set: checkp
 from sok1x.backend.cuda.eviction import (  # noqa: F401  (part of the op set)
     count_evictable,
     count_new_keys,
+    count_new_keys_segmented,
     pick_victims,
     stamp_last_step,
 )

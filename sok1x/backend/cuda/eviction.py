@@ -46,6 +46,25 @@ def stamp_last_step(statistics, rows, step):
                rows.shape[0], int(step))
 
 
+class NewKeySegments:
+    """count_new_keys_segmented's segments of a lookup's new keys (member t's 2^bits[t] of them
+    from first_segment[t], host; distinct_starts [total + 1] on the device): pick_victims takes
+    them for the same keys, tags and found rows instead of counting the new keys again, where
+    every member that evicts was segmented by the bits it picks by."""
+
+    def __init__(self, keys, tags, found, bits, first_segment, total, distinct_starts):
+        self.keys, self.tags, self.found = keys, tags, found
+        self.bits, self.first_segment = bits, first_segment
+        self.total, self.distinct_starts = total, distinct_starts
+
+    def serve(self, keys, tags, found, counts, bits):
+        """True where pick_victims of these arguments may take these segments."""
+        if keys is not self.keys or tags is not self.tags or found is not self.found:
+            return False
+        evicting = np.flatnonzero(np.asarray(counts) > 0)
+        return bool(np.array_equal(self.bits[evicting], np.asarray(bits, np.int64)[evicting]))
+
+
 def _new_key_segments(indexes, row_starts, keys, tags, found, counts, bits, lfu,
                       arrivals=None):
     """The passes both functions below share: each new key of a member with counts[t] > 0 into
@@ -87,19 +106,31 @@ def _new_key_segments(indexes, row_starts, keys, tags, found, counts, bits, lfu,
 @uses_context
 def count_new_keys(parts, keys, tags, found):
     """As backend/cpu/eviction.py's: int64 [2, parts] on the device, queued (no wait)."""
+    return count_new_keys_segmented(parts, keys, tags, found)[0]
+
+
+@uses_context
+def count_new_keys_segmented(parts, keys, tags, found, bits=None):
+    """count_new_keys, and its segments for pick_victims (NewKeySegments, or None where there
+    are no keys). bits: None, or per member the bucket bits to segment its new keys by (-1:
+    segments of about 32 keys, as count_new_keys's): a member that may evict segmented by the
+    bits it picks by spares pick_victims its own count."""
     keys, tags, found = (index_array(a, what) for a, what in
                          ((keys, "keys"), (tags, "tags"), (found, "found")))
     n = keys.shape[0]
     out = fill_bytes(empty((2, parts), np.int64), 0)
     if n == 0:
-        return out
-    bits = max(0, (n // _KEYS_PER_SEGMENT).bit_length() - 1)  # segments of about 32 keys
-    members, _, distinct_starts = _new_key_segments(
-        [None] * parts, [0] * parts, keys, tags, found, [1] * parts, [bits] * parts,
-        [False] * parts, arrivals=row_view(out.reshape(-1), parts, 2 * parts))
+        return out, None
+    uniform = max(0, (n // _KEYS_PER_SEGMENT).bit_length() - 1)  # segments of about 32 keys
+    bits = np.array([uniform] * parts if bits is None else
+                    [uniform if b < 0 else b for b in bits], dtype=np.int64)
+    members, total, distinct_starts = _new_key_segments(
+        [None] * parts, [0] * parts, keys, tags, found, [1] * parts, bits, [False] * parts,
+        arrivals=row_view(out.reshape(-1), parts, 2 * parts))
     launch(_eviction_kernels()["totals"], parts, ptr(members), parts, ptr(distinct_starts),
            ptr(out))
-    return out
+    first_segment = np.concatenate([[0], np.cumsum(np.left_shift(1, bits))[:-1]])
+    return out, NewKeySegments(keys, tags, found, bits, first_segment, total, distinct_starts)
 
 
 @uses_context
@@ -122,14 +153,31 @@ def count_evictable(indexes, statistics, row_starts, found, step):
     return evictable
 
 
+def _pick_listing(indexes, row_starts, counts, segments, lfu):
+    """The pick's device list of the members (_new_key_segments's layout) over `segments`'
+    segments (NewKeySegments): every member keeps its segments there, a member that does not
+    evict (count 0) is passed by."""
+    counts = np.asarray(counts, dtype=np.int64)
+    first_victim = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    listing = np.array([[int(index._slots.gpudata), index.slot_count, int(start), int(b),
+                         int(c), int(v), int(s), int(bool(f))]
+                        for index, start, b, c, v, s, f in zip(
+                            indexes, row_starts, segments.bits, counts, first_victim,
+                            segments.first_segment, lfu)], dtype=np.int64)
+    return to_device(listing.reshape(-1))
+
+
 @uses_context
-def pick_victims(indexes, statistics, row_starts, keys, tags, found, counts, bits, step, lfu):
+def pick_victims(indexes, statistics, row_starts, keys, tags, found, counts, bits, step, lfu,
+                 segments=None):
     """As backend/cpu/eviction.py's: (victim_keys, victim_rows, victim_records [m, 2]) int64
     GPUArrays, queued (no wait). Sized by the keys and the host's counts: a segment per bucket
     of each evicting member (2^bits of them, about a 64th of its rows), then one warp per
     segment (its bucket's evictable keys ranked in shared memory), one block per member for the
     keys whose bucket was used up (the member's evictable keys left, ranked), and one warp per
-    member, key by key, where a member has more of those than a block ranks."""
+    member, key by key, where a member has more of those than a block ranks. segments:
+    count_new_keys_segmented's, taken where it serves these keys (NewKeySegments.serve)
+    instead of counting the new keys again."""
     m = int(np.sum(counts))
     victim_keys = fill_bytes(empty((m,), np.int64), 0xFF)
     victim_rows = fill_bytes(empty((m,), np.int64), 0xFF)
@@ -138,8 +186,12 @@ def pick_victims(indexes, statistics, row_starts, keys, tags, found, counts, bit
                          ((keys, "keys"), (tags, "tags"), (found, "found")))
     if m == 0 or keys.shape[0] == 0:
         return victim_keys, victim_rows, victim_records
-    members, total, distinct_starts = _new_key_segments(indexes, row_starts, keys, tags, found,
-                                                        counts, bits, lfu)
+    if segments is not None and segments.serve(keys, tags, found, counts, bits):
+        members = _pick_listing(indexes, row_starts, counts, segments, lfu)
+        total, distinct_starts = segments.total, segments.distinct_starts
+    else:
+        members, total, distinct_starts = _new_key_segments(indexes, row_starts, keys, tags,
+                                                            found, counts, bits, lfu)
     parts, kernels = len(indexes), _eviction_kernels()
     left = fill_bytes(empty((2,), np.uint64), 0)  # the first pass's keys without a victim, then
     again = row_view(left, 1, 2)  # the members evict_pick_rest leaves to the last pass

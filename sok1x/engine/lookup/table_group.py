@@ -261,7 +261,8 @@ class HashGroup(TableGroup):
         self.grows = self.evicts or bool(np.any(self.max_capacities > self.capacities))
         self.statistics = None
         self._arrivals = None  # rows_needed's (keys, per member its keys, evictable)
-        self._found = None  # rows_needed's (keys, row_starts, their flat rows) for make_room
+        # rows_needed's (keys, row_starts, their flat rows, their segments) for make_room
+        self._found = None
         if self.evicts:
             self.statistics = self._joined([table.statistics for table in members], 0)
             for t, table in enumerate(members):
@@ -333,8 +334,14 @@ class HashGroup(TableGroup):
         if np.all(sizes + arriving <= self.capacities):
             return None
         backend, found = self.backend, self.find(keys, tags)
-        self._found = (keys, self.row_starts, found)
-        counting = [backend.count_new_keys(len(self.members), keys, tags, found)]
+        # a member that may evict counts its new keys by the buckets its victims are picked
+        # by, so that the pick takes these counts (backend.count_new_keys_segmented)
+        bits = [eviction.bucket_bits(member.capacity) if self.evicts and member.capacity ==
+                self.max_capacities[t] else -1 for t, member in enumerate(self.members)]
+        counted, segments = backend.count_new_keys_segmented(len(self.members), keys, tags,
+                                                             found, bits)
+        self._found = (keys, self.row_starts, found, segments)
+        counting = [counted]
         if self.evicts:  # what each member may evict, should it pass max_capacity
             counting.append(backend.count_evictable(self.indexes(), self.statistics,
                                                     self.row_starts, found, self.journal.step))
@@ -391,14 +398,15 @@ class HashGroup(TableGroup):
         short = needed > self.capacities
         if not short.any():
             return
-        found = None  # rows_needed's rows of these keys, unless a growth moved the rows since
+        found = segments = None  # rows_needed's of these keys, unless a growth moved the rows
         if counted is not None and counted[0] is keys and counted[1] is self.row_starts:
-            found = counted[2]
+            found, segments = counted[2:]
         held = [member.held_state() for member in self.members]
         try:
             evicted = eviction.evict(
                 self.members, np.where(short, needed - self.capacities, 0), keys, tags,
-                lambda: (self.statistics, self.row_starts, self.values, self.slots), found)
+                lambda: (self.statistics, self.row_starts, self.values, self.slots), found,
+                segments)
         except BaseException:  # evict gave the victims back: the free lists too
             self._restore_held(held)
             raise

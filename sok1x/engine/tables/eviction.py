@@ -240,13 +240,14 @@ class Evicted:
                              backend.take_rows(self.pinned, backend.asarray(first)))
 
 
-def evict(tables, counts, keys, tags, flat_arrays, found=None):
+def evict(tables, counts, keys, tags, flat_arrays, found=None, segments=None):
     """Evicts counts[t] keys from each of `tables` (host int64; a table group's members in
     order, or one table alone) that neither the current step nor this lookup looked up: the
     lookup's owned `keys` (backend int64), tags[i] the member of keys[i]. flat_arrays() returns
     (statistics, row_starts, values, slots): the flat arrays of their rows as they are then,
     member t's from row_starts[t] (slots: {name: array}); found: None, or the keys' flat rows
-    by those arrays (backend.hash_find_many's, where the caller has them). Returns an Evicted
+    by those arrays (backend.hash_find_many's, where the caller has them); segments: the new
+    keys' segments backend.count_new_keys_segmented counted them in, or None. Returns an Evicted
     for the step journal. Raises, changing nothing, where something fails: RuntimeError where
     a member finds fewer victims than it needs (capacity_error rules that out)."""
     first = tables[0]
@@ -262,7 +263,7 @@ def evict(tables, counts, keys, tags, flat_arrays, found=None):
     picked = backend.pick_victims(
         indexes, statistics, row_starts, keys, tags, found, counts,
         [bucket_bits(table.capacity) for table in tables], step,
-        [table.dynamic.evict_strategy == "lfu" for table in tables])
+        [table.dynamic.evict_strategy == "lfu" for table in tables], segments)
     device_keys, device_rows, records = picked
     starts = np.concatenate([[0], np.cumsum(counts)])
     # one small wait: the lowest flat row of each member's victims (-1 where one is missing)
