@@ -65,6 +65,21 @@ class NewKeySegments:
         return bool(np.array_equal(self.bits[evicting], np.asarray(bits, np.int64)[evicting]))
 
 
+def _member_listing(indexes, row_starts, bits, counts, first_segment, lfu):
+    """The kernels' device list of the members (eviction.cu's Evicting, EVICT_MEMBER entries
+    each): index slots (0 for an index of None), bucket bits, keys to evict (0: its segments
+    are passed by), its first victim's place (counts summed) and first segment."""
+    counts = np.asarray(counts, dtype=np.int64)
+    first_victim = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    listing = np.array([[0 if index is None else int(index._slots.gpudata),
+                         0 if index is None else index.slot_count, int(start), int(b),
+                         int(c), int(v), int(s), int(bool(f))]
+                        for index, start, b, c, v, s, f in zip(
+                            indexes, row_starts, bits, counts, first_victim, first_segment,
+                            lfu)], dtype=np.int64)
+    return to_device(listing.reshape(-1))
+
+
 def _new_key_segments(indexes, row_starts, keys, tags, found, counts, bits, lfu,
                       arrivals=None):
     """The passes both functions below share: each new key of a member with counts[t] > 0 into
@@ -77,14 +92,7 @@ def _new_key_segments(indexes, row_starts, keys, tags, found, counts, bits, lfu,
     bits = np.asarray(bits, dtype=np.int64)
     segments = np.where(counts > 0, np.left_shift(1, bits), 0)
     first_segment = np.concatenate([[0], np.cumsum(segments)[:-1]])
-    first_victim = np.concatenate([[0], np.cumsum(counts)[:-1]])
-    listing = np.array([[0 if index is None else int(index._slots.gpudata),
-                         0 if index is None else index.slot_count, int(start), int(b),
-                         int(c), int(v), int(s), int(bool(f))]
-                        for index, start, b, c, v, s, f in zip(
-                            indexes, row_starts, bits, counts, first_victim, first_segment,
-                            lfu)], dtype=np.int64)
-    members = to_device(listing.reshape(-1))
+    members = _member_listing(indexes, row_starts, bits, counts, first_segment, lfu)
     total = int(segments.sum())
     kernels = _eviction_kernels()
     n = keys.shape[0]
@@ -153,20 +161,6 @@ def count_evictable(indexes, statistics, row_starts, found, step):
     return evictable
 
 
-def _pick_listing(indexes, row_starts, counts, segments, lfu):
-    """The pick's device list of the members (_new_key_segments's layout) over `segments`'
-    segments (NewKeySegments): every member keeps its segments there, a member that does not
-    evict (count 0) is passed by."""
-    counts = np.asarray(counts, dtype=np.int64)
-    first_victim = np.concatenate([[0], np.cumsum(counts)[:-1]])
-    listing = np.array([[int(index._slots.gpudata), index.slot_count, int(start), int(b),
-                         int(c), int(v), int(s), int(bool(f))]
-                        for index, start, b, c, v, s, f in zip(
-                            indexes, row_starts, segments.bits, counts, first_victim,
-                            segments.first_segment, lfu)], dtype=np.int64)
-    return to_device(listing.reshape(-1))
-
-
 @uses_context
 def pick_victims(indexes, statistics, row_starts, keys, tags, found, counts, bits, step, lfu,
                  segments=None):
@@ -187,7 +181,9 @@ def pick_victims(indexes, statistics, row_starts, keys, tags, found, counts, bit
     if m == 0 or keys.shape[0] == 0:
         return victim_keys, victim_rows, victim_records
     if segments is not None and segments.serve(keys, tags, found, counts, bits):
-        members = _pick_listing(indexes, row_starts, counts, segments, lfu)
+        # every member keeps its segments of the count; one that does not evict is passed by
+        members = _member_listing(indexes, row_starts, segments.bits, counts,
+                                  segments.first_segment, lfu)
         total, distinct_starts = segments.total, segments.distinct_starts
     else:
         members, total, distinct_starts = _new_key_segments(indexes, row_starts, keys, tags,
