@@ -642,7 +642,10 @@ def test_a_hybrid_group_that_grows_and_evicts_equals_its_tables_one_by_one(split
 @pytest.mark.parametrize("split", [False, True])
 def test_a_reader_on_the_device_takes_what_a_host_reader_takes(split):
     """pop_evicted(on_device=True) hands out GPUArrays equal to what a reader on the host gets
-    from the same steps, with no copy to the host queued for its evictions once it reads so."""
+    from the same steps, with no copy to the host queued for its evictions once it reads so.
+    The two readers' steps are two runs: on several ranks an owner adds the ranks' gradient sums
+    of a row in whatever order they land, so the vectors agree to float rounding, not bit for
+    bit (seen on two H100s, 2026-11-27)."""
     from sok1x.engine.tables import eviction
     popped = {}
     for on_device in (False, True):
@@ -662,7 +665,8 @@ def test_a_reader_on_the_device_takes_what_a_host_reader_takes(split):
     for want_step, got_step in zip(popped[False], popped[True]):
         for (keys, vectors), (got_keys, got_vectors) in zip(want_step, got_step):
             assert got_keys.tolist() == keys.tolist()
-            assert np.array_equal(got_vectors.reshape(-1, DIM), vectors.reshape(-1, DIM))
+            np.testing.assert_allclose(got_vectors.reshape(-1, DIM), vectors.reshape(-1, DIM),
+                                       rtol=1e-5, atol=1e-6)
 
 
 def test_hybrid_group_launches_and_waits_do_not_grow_with_the_tables():
