@@ -448,6 +448,28 @@ extern "C" __global__ void evict_pick_rest(const int64* members, int64 member_co
   }
 }
 
+// After the pick of a padded eviction (each member's count a bound on its new keys, so every
+// distinct new key evicts): totals[t] = member t's victims (its distinct new keys, at most its
+// count) and unserved[t] = its places among them that got no victim (a shard with fewer
+// evictable keys than new ones: the engine fails the step). One warp a member.
+extern "C" __global__ void evict_unserved(const int64* members, int64 member_count,
+                                          const int64* distinct_starts, const int64* victim_rows,
+                                          int64* totals, int64* unserved) {
+  const int64 warps = global_thread_count() / 32;
+  for (int64 t = global_thread_id() / 32; t < member_count; t += warps) {
+    const Evicting m = evicting_member(members, t);
+    int64 begin = 0, end = 0;
+    if (m.count > 0) rest_places(m, distinct_starts, &begin, &end);
+    int64 missing = 0;
+    for (int64 p = begin + lane_id(); p < end; p += 32) missing += victim_rows[p] < 0;
+    for (int from = 16; from > 0; from >>= 1) missing += __shfl_xor_sync(FULL_WARP, missing, from);
+    if (lane_id() == 0) {
+      totals[t] = end - begin;
+      unserved[t] = missing;
+    }
+  }
+}
+
 // statistics[row][0] = step for every row >= 0 of `rows` (the rows a step looked up: not
 // evicted by it); the count is left as it is.
 extern "C" __global__ void stamp_last_step(int64* statistics, const int64* rows, int64 n,

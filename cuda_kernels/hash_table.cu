@@ -139,9 +139,12 @@ __device__ __forceinline__ Member member_of(const int64* members, int64 tag) {
   return member;
 }
 
+// A pool's entry below 0 (a padded eviction's place that got no victim) is no row either.
 __device__ __forceinline__ int64 placed_row(const Member& member, int64 k) {
   if (k >= member.limit) return OVERFLOW_ROW;
-  return k < member.pool_count ? member.pool[k] : member.first_new_row + k - member.pool_count;
+  if (k >= member.pool_count) return member.first_new_row + k - member.pool_count;
+  const int64 row = member.pool[k];
+  return row < 0 ? OVERFLOW_ROW : row;
 }
 
 __device__ __forceinline__ int64 flat_row(const Member& member, int64 row) {
@@ -208,10 +211,11 @@ extern "C" __global__ void hash_find_or_insert_tagged(const int64* members, cons
 }
 
 // hash_erase over a group's members, in one launch: keys[i], a key member tags[i] holds (an
-// eviction's victims), leaves its index (its slot a tombstone).
+// eviction's victims), leaves its index (its slot a tombstone); a key -1 is passed by.
 extern "C" __global__ void hash_erase_tagged(const int64* members, const int64* keys,
                                              const int64* tags, int64 n) {
   for (int64 i = global_thread_id(); i < n; i += global_thread_count()) {
+    if (keys[i] < 0) continue;  // a padded eviction's place without a victim
     const Member member = member_of(members, tags[i]);
     const int64 slot = find_slot(member.slots, 2, member.slot_count, keys[i]);
     if (slot < 0) continue;

@@ -490,3 +490,123 @@ def test_device_count_of_evictable_keys_and_rehash_equal_cpu():
         want[::3] = -1
         np.testing.assert_array_equal(mine, want)
     assert got[0][2] == got[1][2] == [(c - len(range(0, c, 3)), 0) for c in capacities]
+
+
+@pytest.mark.parametrize("lfu", [False, True])
+def test_padded_victims_equal_cpu_and_the_counted_pick(lfu):
+    """pick_victims with padded=True (each member's count a bound on its new keys, none read
+    first) against the cpu twin, bit for bit: victims, records, statistics after, each member's
+    victims (totals) and its places left without one (unserved). Four shards: 2^14 keys with
+    3000 new ones in a bound of 9000, 2^10 keys evicting nothing (bound 0), 600 keys whose 700
+    new keys outnumber what it may evict (unserved 100 and more), and 2^12 keys with no new key
+    (bound 50). Each member's victims are the front of its part, the rest -1, and they are the
+    counted pick's (counts: the distinct new keys), in the same order."""
+    from sok1x.backend import cuda
+    from sok1x.engine.tables.eviction import bucket_bits
+    rng = np.random.default_rng(53)
+    capacities, step_now = [1 << 14, 1 << 10, 600, 1 << 12], 11
+    row_starts = np.concatenate([[0], np.cumsum(capacities)]).astype(np.int64)
+    new_counts, bounds = [3000, 40, 700, 0], [9000, 0, 800, 50]
+    shards, keys, tags, found = [], [], [], []
+    for t, (capacity, new_count) in enumerate(zip(capacities, new_counts)):
+        held = np.unique(rng.integers(0, 2 ** 40, size=capacity + 64))[:capacity]
+        rng.shuffle(held)
+        shards.append(held)
+        new = np.unique(rng.integers(2 ** 40, 2 ** 41, size=new_count))
+        looked = held[:30]
+        keys += [new, new[:100], looked]
+        tags.append(np.full(new.shape[0] + min(100, new.shape[0]) + looked.shape[0], t))
+        found += [np.full(new.shape[0] + min(100, new.shape[0]), -1),
+                  row_starts[t] + np.arange(looked.shape[0])]
+    keys, tags, found = (np.concatenate(a).astype(np.int64) for a in (keys, tags, found))
+    order = rng.permutation(keys.shape[0])
+    keys, tags, found = keys[order], tags[order], found[order]
+    statistics = np.stack([rng.integers(0, step_now, row_starts[-1]),
+                           rng.integers(0, 4, row_starts[-1])], axis=1).astype(np.int64)
+    statistics[row_starts[2]:row_starts[3], 0] = step_now  # shard 2: most keys looked up now
+    statistics[row_starts[2]:row_starts[2] + 600:2, 0] = 0
+    bits = [bucket_bits(c) for c in capacities]
+    distinct = [np.unique(keys[(tags == t) & (found < 0)]).shape[0]
+                for t in range(len(capacities))]
+    results = []
+    for backend, padded in ((cuda, True), (cpu, True), (cpu, False)):
+        with backend.device_context():
+            indexes = shard_indexes(backend, shards)
+            stats = backend.asarray(statistics.copy())
+            arrays = [backend.asarray(a) for a in (keys, tags, found)]
+            backend.stamp_last_step(stats, arrays[2], step_now)
+            counts = bounds if padded else [d if b else 0 for d, b in zip(distinct, bounds)]
+            picked = backend.pick_victims(indexes, stats, row_starts, *arrays, counts, bits,
+                                          step_now, [lfu, not lfu, lfu, lfu], None, padded)
+            results.append([backend.to_host(a) for a in picked] + [backend.to_host(stats)])
+    for got, want in zip(results[0], results[1]):
+        np.testing.assert_array_equal(got, want)
+    victim_keys, victim_rows, _, totals, unserved, stats = results[1]
+    np.testing.assert_array_equal(totals, [d if b else 0 for d, b in zip(distinct, bounds)])
+    assert unserved[2] >= 100 and unserved[[0, 1, 3]].tolist() == [0, 0, 0]
+    counted_keys, counted_rows = results[2][0], results[2][1]
+    starts, counted_starts = np.cumsum([0] + bounds), np.cumsum([0] + list(totals))
+    for t in range(len(capacities)):
+        front = slice(starts[t], starts[t] + totals[t])
+        np.testing.assert_array_equal(victim_keys[front],
+                                      counted_keys[counted_starts[t]:counted_starts[t + 1]])
+        np.testing.assert_array_equal(victim_rows[front],
+                                      counted_rows[counted_starts[t]:counted_starts[t + 1]])
+        assert (victim_rows[starts[t] + totals[t]:starts[t + 1]] == -1).all()
+        assert int((victim_rows[front] < 0).sum()) == unserved[t]
+    np.testing.assert_array_equal(stats, results[2][-1])
+
+
+def test_padded_erase_and_victims_pool_equal_cpu():
+    """A padded eviction's erase and insert on both backends: hash_erase_many of two members'
+    victims padded with -1 (bounds above the victims; erased: the victims per member) takes
+    only the victims out, and each index's size counts them once read; hash_insert_many with
+    each member's victims' rows as its pool (row_pool, None, limit) places its new keys there,
+    a key whose pool entry is -1 (no victim) getting no row (-3 on cuda, where every key a
+    launch claims is placed; the cpu twin places none of that member's keys), with repeats of
+    those keys in the same launch (no thread waits on a row never written)."""
+    from sok1x.backend import cuda
+    rng = np.random.default_rng(54)
+    capacity = 4096
+    held = [np.unique(rng.integers(0, 2 ** 40, capacity + 64))[:capacity] for _ in range(2)]
+    victims = [held[0][:300], held[1][:90]]  # member 1: 90 victims for 100 new keys
+    bounds = [500, 200]
+    padded_keys = np.concatenate([np.concatenate([v, np.full(b - v.shape[0], -1)])
+                                  for v, b in zip(victims, bounds)]).astype(np.int64)
+    pools = [np.concatenate([np.arange(300), np.full(200, -1)]),  # every new key served
+             np.concatenate([np.arange(90), np.full(110, -1)])]  # 10 new keys are not
+    new = [np.unique(rng.integers(2 ** 40, 2 ** 41, 300)), np.unique(rng.integers(2 ** 40,
+                                                                                  2 ** 41, 100))]
+    keys = np.concatenate([new[0], new[0][:50], held[0][300:400], new[1], new[1][:50]])
+    tags = np.concatenate([np.zeros(450 + 100), np.ones(150)]).astype(np.int64)
+    got = []
+    for backend in (cuda, cpu):
+        with backend.device_context():
+            indexes = shard_indexes(backend, held)
+            erased = backend.asarray(np.array([300, 90], dtype=np.int64))
+            backend.hash_erase_many(indexes, backend.asarray(padded_keys), backend.part_tags(
+                np.array([0, 500, 700])), bounds, erased)
+            sizes = [index.size for index in indexes]
+            rows = [backend.to_host(index.find(backend.asarray(h))) for index, h in
+                    zip(indexes, held)]
+            found = backend.hash_insert_many(
+                indexes, backend.asarray(keys), backend.asarray(tags), [0, capacity],
+                [(backend.asarray(pools[0]), None, 500), (backend.asarray(pools[1]), None, 200)])
+            flat = backend.to_host(found[0])
+            got.append((sizes, rows, flat, backend.to_host(found[5])))
+    for sizes, rows, _, _ in got:
+        assert sizes == [capacity - 300, capacity - 90]
+        for r, v in zip(rows, victims):
+            assert (r[:v.shape[0]] == -1).all() and (r[v.shape[0]:] >= 0).all()
+    for flat in (got[0][2], got[1][2]):  # member 0's new keys take its victims' rows
+        first = flat[:new[0].shape[0]]
+        assert sorted(first.tolist()) == list(range(300))
+        np.testing.assert_array_equal(flat[300:350], first[:50])
+    cuda_rows, cpu_rows = got[0][2][450:], got[1][2][450:]
+    np.testing.assert_array_equal(cpu_rows[100:], np.full(50, -3))  # cpu: none placed
+    assert (cpu_rows[:100] == -3).all()
+    served = cuda_rows[:100]
+    assert (served == -3).sum() == 10 and sorted(served[served >= 0] - capacity) == \
+        list(range(90))
+    np.testing.assert_array_equal(cuda_rows[100:], served[:50])
+    assert got[0][3].tolist() == got[1][3].tolist() == [300, 100]

@@ -365,8 +365,8 @@ def test_host_waits_and_backend_calls_do_not_grow_with_the_hybrid_tables(count):
 
 def _waits_of_an_evicting_step(tables):
     """Host waits of a training step in which each of `tables` full hybrid members (one group)
-    evicts: every rank's 16 new keys a table into shards of 64 rows a rank, after four steps
-    that fill them."""
+    evicts, and of the second step, with room for every rank's keys: every rank's 16 new keys a
+    table into shards of 64 rows a rank, after four steps that fill them."""
     names = make_tables("yg_evict_waits_%d" % tables, most=64,
                         layout=[("e%d" % t, DIM, "hybrid", 0.0) for t in range(tables)],
                         init=64)
@@ -381,16 +381,20 @@ def _waits_of_an_evicting_step(tables):
         waits.append(runtime.get().stats()["host_waits"] - before)
     assert api.shard(names[0]).group is not None
     assert api.shard(names[-1]).evicted_keys > 0
-    return waits[-1]
+    return waits[1], waits[-1]
 
 
-def test_a_step_in_which_every_member_evicts_waits_as_often_whatever_the_members():
-    """The group counts its members' new keys once (rows_needed), each member's check that it
-    may evict enough needs no read (the held rows less the step's keys cover the new ones), and
-    the members evict together (HashGroup.make_room): one read of a number per member (the
-    lowest row the device chose for its victims), never of the victims or the shard."""
+def test_a_step_in_which_every_member_evicts_waits_once_more_whatever_the_members():
+    """Full members evict in place (HashGroup.make_room_in_place): every new key of each evicts,
+    its victims chosen and counted on the device with nothing read first, into the rows its
+    victims leave, and the host reads what the eviction counted (victims, places without one,
+    placed keys) in one wait, once everything is queued: one wait more than a step with room on
+    one rank, never a read of the victims or the shard (it was three more: the count of new
+    keys, each member's lowest victim row, the placed counts)."""
     two, five = _waits_of_an_evicting_step(2), _waits_of_an_evicting_step(5)
-    assert five == two <= 6, (two, five)
+    assert five[1] == two[1] <= 3, (two, five)  # the two op headers' waits, and the one read
+    if SIZE == 1:  # (with room on several ranks the group may count first: its keys' bound)
+        assert two[1] == two[0] + 1, two
 
 
 def train_steps(names, tag, layout, seed, steps, together=True, after_step=None):

@@ -25,6 +25,8 @@ def evicting_runs(new_keys, count, bits):
     hash; the hash is a bijection, so equal hashes are equal keys); returns (the bucket of each
     run of them, int64 starts [runs + 1] of the runs)."""
     hashes = np.sort(scramble(np.asarray(new_keys, dtype=np.int64)))
+    if not hashes.shape[0]:  # (a padded eviction's member may have no new key)
+        return np.zeros(0, np.int64), np.zeros(1, np.int64)
     hashes = hashes[np.concatenate([[True], hashes[1:] != hashes[:-1]])][:int(count)]
     buckets = (hashes >> np.uint64(64 - bits)).astype(np.int64) if bits else np.zeros(
         hashes.shape, np.int64)
@@ -73,7 +75,7 @@ def count_evictable(indexes, statistics, row_starts, found, step):
 
 
 def pick_victims(indexes, statistics, row_starts, keys, tags, found, counts, bits, step, lfu,
-                 segments=None):
+                 segments=None, padded=False):
     """Victims for the full shards of a table group (one table: a group of one).
 
     indexes: the members' HashIndexes; statistics: int64 [rows, 2] records (last step, count)
@@ -85,13 +87,18 @@ def pick_victims(indexes, statistics, row_starts, keys, tags, found, counts, bit
     that bucket, and those whose bucket ran out the member's lowest left over, in order.
     Returns (victim_keys, victim_rows, victim_records [m, 2]), m = sum(counts), member t's at
     [sum(counts[:t]), sum(counts[:t + 1])): each victim's key, flat row and record as it was
-    (-1, -1 and 0 where none is left). The victims' last step is set to `step`."""
+    (-1, -1 and 0 where none is left). The victims' last step is set to `step`.
+    padded: counts[t] is a bound on member t's new keys (0: it evicts none), so that all of them
+    evict with no count read first; two more arrays come back, int64 [T]: totals, each member's
+    victims (its distinct new keys: the front of its part, -1 after them), and unserved, its
+    places among them left without a victim (a shard that cannot make room)."""
     keys, tags, found = (np.asarray(a, dtype=np.int64) for a in (keys, tags, found))
     counts = np.asarray(counts, dtype=np.int64)
     m = int(counts.sum())
     victim_keys = np.full(m, -1, dtype=np.int64)
     victim_rows = np.full(m, -1, dtype=np.int64)
     victim_records = np.zeros((m, 2), dtype=np.int64)
+    totals = np.zeros(len(indexes), dtype=np.int64)
     at = 0
     for t, index in enumerate(indexes):
         count = int(counts[t])
@@ -104,8 +111,14 @@ def pick_victims(indexes, statistics, row_starts, keys, tags, found, counts, bit
         end = at + int(starts[-1])
         victim_keys[at:end], victim_records[at:end] = picked[0], picked[2]
         victim_rows[at:end] = np.where(picked[1] >= 0, picked[1] + start, -1)
+        totals[t] = int(starts[-1])
         at += count
-    return victim_keys, victim_rows, victim_records
+    if not padded:
+        return victim_keys, victim_rows, victim_records
+    firsts = np.cumsum(counts) - counts
+    unserved = np.array([np.count_nonzero(victim_rows[first:first + total] < 0)
+                         for first, total in zip(firsts, totals)], dtype=np.int64)
+    return victim_keys, victim_rows, victim_records, totals, unserved
 
 
 def _pick_in_shard(index, statistics, buckets, starts, bits, step, lfu):

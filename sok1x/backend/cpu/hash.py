@@ -202,7 +202,9 @@ class HashIndex:
 def hash_insert_many(indexes, keys, tags, row_starts, pools=None):
     """find_or_insert of a hash group's owned keys in its members' `indexes`: keys[i] is a key
     of member tags[i], whose rows start at flat row row_starts[t]; pools: None, or per member
-    (row_pool, next_row) as find_or_insert's (None, None: rows from the index's size).
+    (row_pool, next_row) as find_or_insert's (None, None: rows from the index's size), or
+    (row_pool, None, limit): a padded eviction's victims' rows (the index, which counted the
+    erased victims, has room for the new keys exactly where each got one).
     Returns (rows, new_keys, new_rows, new_tags, count, placed): every key's flat row
     (OVERFLOW_ROW where its member's shard has no room), the keys placed with their flat rows
     and tags (the first count[0] of them), and per member int64 [T] how many new keys it got
@@ -220,7 +222,7 @@ def hash_insert_many(indexes, keys, tags, row_starts, pools=None):
             own = index.find(keys[mine])
             rows[mine] = np.where(own >= 0, own + start, OVERFLOW_ROW)
             continue
-        pool, next_row = (None, None) if pools is None else pools[t]
+        pool, next_row = (None, None) if pools is None else pools[t][:2]
         own, new_keys, new_rows = index.find_or_insert(keys[mine], pool, placed[t], next_row)
         rows[mine] = own + start
         new.append((new_keys, new_rows + start, np.full(new_keys.shape, t, dtype=np.int64)))
@@ -242,13 +244,15 @@ def hash_insert_many_done(indexes, found, placed, keep):
             index.erase(new_keys[:count][mine])
 
 
-def hash_erase_many(indexes, keys, tags, counts):
+def hash_erase_many(indexes, keys, tags, counts, erased=None):
     """Erases a hash group's keys, keys[i] one that member tags[i] holds (counts[t]: how many
-    are member t's)."""
+    are member t's, or a bound on them where `erased` (int64 [T]) says how many; a key -1 is
+    passed by). A cpu index counts what it erases (cuda's counts `erased` later)."""
     keys, tags = np.asarray(keys, dtype=np.int64), np.asarray(tags, dtype=np.int64)
+    held = keys >= 0
     for t, index in enumerate(indexes):
         if counts[t]:
-            index.erase(keys[tags == t])
+            index.erase(keys[(tags == t) & held])
 
 
 def hash_rehash_many(indexes):

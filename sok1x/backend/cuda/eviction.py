@@ -34,6 +34,7 @@ def _eviction_kernels():
         "pick": prepared("eviction.cu", "evict_pick", "PqPqPqqPPPP"),
         "rest": prepared("eviction.cu", "evict_pick_rest", "PqPqPPPPPPPP"),
         "stamp": prepared("eviction.cu", "stamp_last_step", "PPqq"),
+        "unserved": prepared("eviction.cu", "evict_unserved", "PqPPPP"),
     }
 
 
@@ -163,23 +164,29 @@ def count_evictable(indexes, statistics, row_starts, found, step):
 
 @uses_context
 def pick_victims(indexes, statistics, row_starts, keys, tags, found, counts, bits, step, lfu,
-                 segments=None):
+                 segments=None, padded=False):
     """As backend/cpu/eviction.py's: (victim_keys, victim_rows, victim_records [m, 2]) int64
-    GPUArrays, queued (no wait). Sized by the keys and the host's counts: a segment per bucket
-    of each evicting member (2^bits of them, about a 64th of its rows), then one warp per
-    segment (its bucket's evictable keys ranked in shared memory), one block per member for the
-    keys whose bucket was used up (the member's evictable keys left, ranked), and one warp per
-    member, key by key, where a member has more of those than a block ranks. segments:
-    count_new_keys_segmented's, taken where it serves these keys (NewKeySegments.serve)
-    instead of counting the new keys again."""
+    GPUArrays, queued (no wait); padded: also (totals [T], unserved [T]). Sized by the keys and
+    the host's counts: a segment per bucket of each evicting member (2^bits of them, about a
+    64th of its rows), then one warp per segment (its bucket's evictable keys ranked in shared
+    memory), one block per member for the keys whose bucket was used up (the member's evictable
+    keys left, ranked), and one warp per member, key by key, where a member has more of those
+    than a block ranks; padded, one warp per member counts its victims and the places left
+    without one. segments: count_new_keys_segmented's, taken where it serves these keys
+    (NewKeySegments.serve) instead of counting the new keys again."""
     m = int(np.sum(counts))
     victim_keys = fill_bytes(empty((m,), np.int64), 0xFF)
     victim_rows = fill_bytes(empty((m,), np.int64), 0xFF)
     victim_records = fill_bytes(empty((m, 2), np.int64), 0)
     keys, tags, found = (index_array(a, what) for a, what in
                          ((keys, "keys"), (tags, "tags"), (found, "found")))
+    parts = len(indexes)
+    checked = fill_bytes(empty((2 * parts,), np.int64), 0) if padded else None
+    picked = (victim_keys, victim_rows, victim_records)
+    if padded:  # each member's victims, then its places without one
+        picked += (row_view(checked, 0, parts), row_view(checked, parts, 2 * parts))
     if m == 0 or keys.shape[0] == 0:
-        return victim_keys, victim_rows, victim_records
+        return picked
     if segments is not None and segments.serve(keys, tags, found, counts, bits):
         # every member keeps its segments of the count; one that does not evict is passed by
         members = _member_listing(indexes, row_starts, segments.bits, counts,
@@ -188,7 +195,7 @@ def pick_victims(indexes, statistics, row_starts, keys, tags, found, counts, bit
     else:
         members, total, distinct_starts = _new_key_segments(indexes, row_starts, keys, tags,
                                                             found, counts, bits, lfu)
-    parts, kernels = len(indexes), _eviction_kernels()
+    kernels = _eviction_kernels()
     left = fill_bytes(empty((2,), np.uint64), 0)  # the first pass's keys without a victim, then
     again = row_view(left, 1, 2)  # the members evict_pick_rest leaves to the last pass
     victims = (ptr(victim_keys), ptr(victim_rows), ptr(victim_records))
@@ -203,4 +210,7 @@ def pick_victims(indexes, statistics, row_starts, keys, tags, found, counts, bit
            block=32 * _REST_WARPS, blocks=parts)
     launch(kernels["pick"], 32 * parts, *(head + (parts, 1, ptr(again)) + victims), block=block,
            blocks=-(-parts // _PICK_WARPS))
-    return victim_keys, victim_rows, victim_records
+    if padded:
+        launch(kernels["unserved"], 32 * parts, ptr(members), parts, ptr(distinct_starts),
+               ptr(victim_rows), ptr(checked), ptr(checked) + 8 * parts)
+    return picked

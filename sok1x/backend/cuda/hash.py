@@ -93,7 +93,7 @@ class HashIndex:
             raise ValueError("max_load must be in (0, 1], got %r" % (max_load,))
         self.capacity = int(capacity)
         self.slot_count = _slot_count(self.capacity, max_load)
-        self._later = []  # (device int64 counts, position): keys placed, not yet counted
+        self._later = []  # (device int64 counts, position, sign): placed or erased, uncounted
         self._size = 0
         self.tombstones = 0
         # Held for the shard's life: its own allocation, not a pooled one.
@@ -106,24 +106,25 @@ class HashIndex:
         """Keys held."""
         if self._later:
             later, self._later = self._later, []
-            for (_, position), host in zip(later, to_host_many([c for c, _ in later])):
-                self._size += int(host[position])
+            for (_, position, sign), host in zip(later, to_host_many([c for c, _, _ in later])):
+                self._size += sign * int(host[position])
         return self._size
 
     @size.setter
     def size(self, value):
         self._size = int(value)
 
-    def add_size_later(self, counts, position):
+    def add_size_later(self, counts, position, sign=1):
         """Counts counts[position] (a device integer array queued work fills: keys this index
-        placed) into size when size is next read, or settle_size hands it over."""
-        self._later.append((counts, position))
+        placed, sign 1, or erased, sign -1) into size when size is next read, or settle_size
+        hands it over."""
+        self._later.append((counts, position, sign))
 
     def settle_size(self, counts, host_counts):
         """add_size_later's entries of `counts`, with host_counts its host copy read since."""
         for entry in [e for e in self._later if e[0] is counts]:
             self._later.remove(entry)
-            self._size += int(host_counts[entry[1]])
+            self._size += entry[2] * int(host_counts[entry[1]])
 
     def _find(self, keys):
         rows = empty((keys.shape[0],), np.int64)

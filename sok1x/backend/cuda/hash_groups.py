@@ -47,11 +47,12 @@ def _members(indexes, row_starts, pools=None):
     hash_insert_many's."""
     pools = pools or [(None, None)] * len(indexes)
     listing = np.array([[int(index._slots.gpudata), index.slot_count,
-                         index.size if next_row is None else int(next_row),
-                         index.capacity - index.size, int(start),
-                         0 if pool is None or not pool.shape[0] else ptr(pool),
-                         0 if pool is None else int(pool.shape[0])]
-                        for index, start, (pool, next_row) in zip(indexes, row_starts, pools)],
+                         index.size if pool_of[1] is None else int(pool_of[1]),
+                         index.capacity - index.size if len(pool_of) < 3 else int(pool_of[2]),
+                         int(start),
+                         0 if pool_of[0] is None or not pool_of[0].shape[0] else ptr(pool_of[0]),
+                         0 if pool_of[0] is None else int(pool_of[0].shape[0])]
+                        for index, start, pool_of in zip(indexes, row_starts, pools)],
                        dtype=np.int64)
     return to_device(listing.reshape(-1))
 
@@ -70,16 +71,23 @@ def hash_find_many(indexes, keys, tags, row_starts):
 
 
 @uses_context
-def hash_erase_many(indexes, keys, tags, counts):
+def hash_erase_many(indexes, keys, tags, counts, erased=None):
     """Erases a hash group's keys, keys[i] one that member tags[i] holds (an eviction's
-    victims; counts[t], host: how many are member t's), in one launch and no wait."""
+    victims; counts[t], host: how many are member t's), in one launch and no wait; a key -1 is
+    passed by. erased: None, or device int64 [T], how many keys each member really erases where
+    counts are bounds (a padded eviction: the places past a member's victims hold -1): each
+    index counts them when its size is next read (HashIndex.add_size_later) and its tombstones
+    by the bounds."""
     keys, tags = index_array(keys, "keys"), index_array(tags, "tags")
     if keys.shape[0]:
         members = _members(indexes, [0] * len(indexes))
         launch(_kernels()["erase"], keys.shape[0], ptr(members), ptr(keys), ptr(tags),
                keys.shape[0])
-    for index, count in zip(indexes, counts):
-        index.size -= int(count)
+    for t, (index, count) in enumerate(zip(indexes, counts)):
+        if erased is None:
+            index.size -= int(count)
+        elif count:
+            index.add_size_later(erased, t, -1)
         index.tombstones += int(count)
 
 
@@ -112,7 +120,9 @@ def hash_insert_many(indexes, keys, tags, row_starts, pools=None):
     member tags[i]'s, whose rows start at flat row row_starts[t]), in one launch and no wait.
     pools: None, or per member (row_pool, next_row) as HashIndex.find_or_insert's (a hybrid
     table's freed rows in taking order, a device int64 array or None, then rows from next_row;
-    None, None: rows from the index's size).
+    None, None: rows from the index's size), or (row_pool, None, limit): a padded eviction's
+    victims' rows, the k-th key placed taking row_pool[k] while k < limit, none where that
+    entry is -1 (no victim: -3, as a key past the room).
     Returns (rows, new_keys, new_rows, new_tags, count, placed): every key's flat row (-3 for a
     key past its member's room), the keys placed with their flat rows and tags (the first
     count[0] of them; count a uint64 [1] device array), and placed, int64 [T] on the device:

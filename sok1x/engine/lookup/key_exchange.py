@@ -395,9 +395,18 @@ def _insert_keys(runtime, op, tables, owned, owned_tags, owner_rows, vectors, fi
                                         in enumerate(zip(tables, owned))
                                         if t not in owned_tags and t not in fitting])
     started, placed, growing = [], [], collections.OrderedDict()
+    in_place = []  # (group, its eviction, its insert's placed counts): nothing read before
     try:
         for t in owned_tags:
             if t in fitting:
+                continue
+            bounds = tables[t].in_place_bounds(owned[t], most.get(t))
+            if bounds is not None:  # every full member evicts all its new keys, no count first
+                evicted = tables[t].make_room_in_place(bounds, owned[t], owned_tags[t])
+                state, counts = tables[t].insert_start(owned[t], owned_tags[t], evicted)
+                owner_rows[t], vectors[t] = tables[t].insert_kept(state, counts)
+                kept.append((tables[t], state))
+                in_place.append((tables[t], evicted, counts))
                 continue
             needed = tables[t].rows_needed(owned[t], owned_tags[t], most.get(t))
             if needed is not None and np.any(needed > tables[t].capacities):
@@ -405,9 +414,15 @@ def _insert_keys(runtime, op, tables, owned, owned_tags, owner_rows, vectors, fi
                 growing[t] = needed  # placed once every rank knows the step goes on
                 continue
             started.append((t, tables[t].insert_start(owned[t], owned_tags[t])))
-        placed = backend.to_host_many([s[1] for _, s in started]) if started else []
+        # the one wait: the started inserts' counts, and what each eviction in place counted
+        reading = [s[1] for _, s in started] + [
+            a for _, evicted, counts in in_place
+            for a in (evicted.unserved, evicted.victims.totals, counts)]
+        hosts = backend.to_host_many(reading) if reading else []
+        placed = hosts[:len(started)]
         errors += [tables[t].insert_error(state, p)
                    for (t, (state, _)), p in zip(started, placed)]
+        errors += _settled_in_place(in_place, hosts[len(started):])
         runtime.host.raise_together(first_error(*errors), as_op_id(op).name)
         if growing:
             placed = _grown_and_placed(backend, tables, owned, owned_tags, growing, started,
@@ -422,6 +437,20 @@ def _insert_keys(runtime, op, tables, owned, owned_tags, owner_rows, vectors, fi
         except BaseException:  # the calls not finished yet keep no key either
             _undo_started(backend, tables, started[done + 1:], placed[done + 1:])
             raise
+
+
+def _settled_in_place(in_place, hosts):
+    """Hands each eviction in place (_insert_keys' (group, evicted, placed counts)) its host
+    counts (hosts: per eviction its unserved, totals and placed, in order), so that nothing of
+    it is left to count later; returns the errors of those that could not serve every new key
+    (TableFullError: the step fails on every rank and is undone)."""
+    errors = []
+    for i, (group, evicted, counts) in enumerate(in_place):
+        unserved, totals, placed = hosts[3 * i:3 * i + 3]
+        group.settle(counts, placed)
+        evicted.settle(totals)
+        errors.append(group.in_place_error(totals, unserved))
+    return errors
 
 
 def _count_kept(kept):

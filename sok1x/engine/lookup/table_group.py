@@ -287,27 +287,36 @@ class HashGroup(TableGroup):
         """Flat rows of owned tagged keys, -1 where a member does not hold its key."""
         return self.backend.hash_find_many(self.indexes(), keys, tags, self.row_starts)
 
-    def insert_start(self, keys, tags):
+    def insert_start(self, keys, tags, evicted=None):
         """Queues a training lookup of owned tagged keys: find-or-insert in every member's index,
-        the new rows' initial values and update times, and every key's vector. Returns (state,
-        placed): placed, backend int64 [T] (keys each member placed) for the host to read and
-        hand to insert_error and insert_finish."""
+        the new rows' initial values and update times, and every key's vector. evicted: None,
+        or make_room_in_place's: the members it evicted from take their new keys into their
+        victims' rows. Returns (state, placed): placed, backend int64 [T] (keys each member
+        placed) for the host to read and hand to insert_error and insert_finish (or, where no
+        member can pass its room, to insert_kept)."""
         self._found = None  # rows_needed's, for make_room only
         backend, indexes = self.backend, self.indexes()
         sizes = np.array([index.size for index in indexes], dtype=np.int64)
         held = pools = None
-        reusing = False
+        reusing, in_place = False, ()
         if self.evicts:  # new keys take freed rows first (DynamicTable.rows_source)
             held = [table.held_state() for table in self.members]
             pools = [table.rows_source() for table in self.members]
-            reusing = any(pool is not None for pool, _ in pools)
+            if evicted is not None:  # a padded eviction's victims' rows, in their places
+                victims = evicted.victims
+                in_place = tuple(np.flatnonzero(np.diff(victims.starts)).tolist())
+                for t in in_place:
+                    start, end = int(victims.starts[t]), int(victims.starts[t + 1])
+                    pools[t] = (backend.row_view(victims.device_rows, start, end), None,
+                                end - start)
+            reusing = any(pool[0] is not None for pool in pools)
         found = backend.hash_insert_many(indexes, keys, tags, self.row_starts, pools)
         rows, new_keys, new_rows, new_tags, count, placed = found
         backend.init_rows_tagged(self.values, new_rows, new_keys, new_tags, self.spec,
                                  self.table_ids, count)
         if not self.evicts:  # a group that evicts stamps them when the insert is kept
             self.stamp(new_rows, count)
-        return (indexes, found, self.gather(rows), sizes, held, reusing), placed
+        return (indexes, found, self.gather(rows), sizes, held, reusing, in_place), placed
 
     def sizes(self):
         """Host int64 [members]: the keys each member's shard holds."""
@@ -412,6 +421,57 @@ class HashGroup(TableGroup):
             raise
         self.journal.record(functools.partial(self._undo_evict, evicted, held))
 
+    def in_place_bounds(self, keys, most=None):
+        """Host int64 [members]: where this group (one that evicts) may take a training lookup
+        of owned `keys` without counting its new keys first, a bound on each member's new keys
+        (0 for a member that need not evict): every member either holds all its keys even if
+        new, or is full and frees no row (DynamicTable.evicts_in_place), so that all its new
+        keys evict, counted on the device (make_room_in_place); else None (the counted way).
+        most: None, or the op header's host int64 [members], the most keys of each member that
+        can arrive at an owner (without it, each member's bound would be all of `keys`: the
+        counted way serves)."""
+        if not self.evicts or most is None:
+            return None
+        arriving = np.minimum(np.asarray(most, dtype=np.int64), int(keys.shape[0]))
+        full = np.array([member.evicts_in_place() for member in self.members])
+        if not full.any():
+            return None
+        fits = self.sizes() + arriving <= self.capacities
+        if not np.all(full | fits):
+            return None
+        return np.where(full, arriving, 0).astype(np.int64)
+
+    def make_room_in_place(self, bounds, keys, tags):
+        """Evicts from each full member t with bounds[t] > 0 (in_place_bounds') every one of its
+        new keys among owned tagged `keys`, victims chosen and counted on the device with no
+        wait (eviction.evict, padded), recording in the step journal how to put them back.
+        Returns the eviction.Evicted for insert_start, whose `unserved` the caller reads: not 0
+        where a member had fewer evictable keys than new ones (the step must fail)."""
+        self._arrivals = self._found = None
+        held = [member.held_state() for member in self.members]
+        try:
+            evicted = eviction.evict(
+                self.members, bounds, keys, tags,
+                lambda: (self.statistics, self.row_starts, self.values, self.slots),
+                padded=True)
+        except BaseException:  # evict gave the victims back: the free lists too
+            self._restore_held(held)
+            raise
+        self.journal.record(functools.partial(self._undo_evict, evicted, held))
+        return evicted
+
+    def in_place_error(self, totals, unserved):
+        """The TableFullError of the first member whose new keys make_room_in_place could not
+        all serve (host int64 [members]: its victims counted, totals, and the places left
+        without one, unserved: it held max_capacity keys, of which only the victims found could
+        be evicted), else None."""
+        short = np.flatnonzero(np.asarray(unserved) > 0)
+        if not short.size:
+            return None
+        t = int(short[0])
+        member, new = self.members[t], int(totals[t])
+        return member.shard_full_error(member.capacity, new, new - int(unserved[t]))
+
     def _undo_evict(self, evicted, held):
         """Undoes make_room's eviction (`evicted`; held: each member's held_state before)."""
         evicted.put_back()
@@ -467,12 +527,13 @@ class HashGroup(TableGroup):
         caller counts the lookup with count_kept once the lookup's agreement passed); each
         index counts its placed keys when its size is next read or settle(placed, its host copy)
         hands them over. Returns (flat rows, vectors)."""
-        indexes, found, vectors, _, held, reusing = state
+        indexes, found, vectors, _, held, reusing, in_place = state
         self.backend.hash_insert_many_done(indexes, found, placed, True)
         self._record_undo(found, held)  # first: a failure below still takes the keys out
         if held is not None:  # a group that evicts: its members hand their rows out later
             for t, member in enumerate(self.members):
-                member.take_rows_later(placed, t)
+                if t not in in_place:  # those took their victims' rows: nothing to hand out
+                    member.take_rows_later(placed, t)
             if reusing:  # a freed row still holds its last key's slots: reset on the device
                 new_keys, new_rows, count = found[1], found[2], found[4]
                 for name, flat in self.slots.items():
@@ -503,7 +564,7 @@ class HashGroup(TableGroup):
         """Ends insert_start's call with the host counts `placed`: keep=True keeps the placed
         keys (undone if the step fails later) and returns (flat rows, vectors); keep=False
         erases them again (a failed step) and returns None."""
-        indexes, found, vectors, _, held, _ = state
+        indexes, found, vectors, _, held = state[:5]
         backend = self.backend
         backend.hash_insert_many_done(indexes, found, placed, keep)
         placed_rows = None  # a group that evicts: the flat rows of the keys placed
@@ -557,7 +618,8 @@ class HashGroup(TableGroup):
             if not mine.any():
                 continue
             own_keys = backend.asarray(keys[mine])
-            own_rows = backend.asarray(rows[mine] - starts[t])
+            # a key a padded eviction left without a victim got no row (-3): its key alone goes
+            own_rows = backend.asarray(rows[mine & (rows >= 0)] - starts[t])
             if held is not None:
                 table.undo_placed(own_keys, own_rows, held[t])
                 continue

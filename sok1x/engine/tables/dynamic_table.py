@@ -196,13 +196,47 @@ class DynamicTable(EmbeddingTable):
         self._free = no_free_rows(self.backend)  # rows given back (FreeRows)
         self._high_water = 0  # rows [0, high_water) were handed out at least once
         self._evicted = []  # (eviction.KeptVictims, member) of evictions not handed out yet
-        self.evicted_keys = 0  # how many keys this shard has evicted since made or loaded
+        self._evicted_keys = 0  # evicted_keys, less padded evictions' counts not read yet
+        self._evicted_later = []  # (device totals, member) of padded evictions, not read yet
         self._counted = None  # (keys, index size, missing) from the last capacity_error
         self._touched = (-1, 0)  # (step, at least the rows this step's lookups counted so far)
 
     # The free list and the high water, as of every insert (_CountedState below)
     _free = _CountedState("_free_rows")
     _high_water = _CountedState("_high")
+
+    @property
+    def evicted_keys(self):
+        """How many keys this shard has evicted since made or loaded (a padded eviction's count
+        read here, once: a wait)."""
+        if self._evicted_later:
+            later, self._evicted_later = self._evicted_later, []
+            hosts = self.backend.to_host_many([totals for totals, _ in later])
+            self._evicted_keys += sum(int(np.asarray(host).reshape(-1)[t])
+                                      for host, (_, t) in zip(hosts, later))
+        return self._evicted_keys
+
+    @evicted_keys.setter
+    def evicted_keys(self, value):
+        self._evicted_later = []
+        self._evicted_keys = int(value)
+
+    def settle_evicted(self, totals, host_totals):
+        """Counts a padded eviction's victims here (take_victims left `totals`, a device array,
+        for later) with host_totals, its host copy read since."""
+        mine = [entry for entry in self._evicted_later if entry[0] is totals]
+        for entry in mine:
+            self._evicted_later.remove(entry)
+            self._evicted_keys += int(host_totals[entry[1]])
+
+    def evicts_in_place(self):
+        """True when this hybrid shard is full and frees no row (max_capacity rows, each held by
+        a key: what any eviction leaves), with no count pending: a lookup's new keys may then
+        all evict, counted on the device alone, and take their victims' rows (a padded
+        eviction: engine/tables/eviction.py, HashGroup.make_room_in_place)."""
+        return (self.statistics is not None and self.capacity == self.max_capacity
+                and self._pending is None and self._free_rows.size == 0
+                and self._high == self.capacity)
 
     def _settle(self):
         """Counts the pending insert: one read of its counts, handed to the whole group (every
@@ -243,10 +277,15 @@ class DynamicTable(EmbeddingTable):
                                                              else keys)))
         if needed - evictable <= self.max_capacity:
             return None
+        return self.shard_full_error(self.index.size, missing, evictable)
+
+    def shard_full_error(self, held, missing, evictable):
+        """The TableFullError of `missing` new keys arriving at this shard holding `held` keys of
+        which `evictable` may be evicted (0 for an hbm table)."""
         return TableFullError(
             "%s: the shard on rank %d is full: %d keys held of max_capacity=%d, %d new keys "
             "arrived and %d held keys may be evicted (var_type=%r). %s"
-            % (self.name, self.rank, self.index.size, self.max_capacity, missing, evictable,
+            % (self.name, self.rank, held, self.max_capacity, missing, evictable,
                self.dynamic.var_type, "Raise max_capacity, or look up fewer new keys per step."
                if self.dynamic.var_type == "hybrid" else
                "Raise max_capacity, or use var_type='hybrid' to evict."))
@@ -458,11 +497,15 @@ class DynamicTable(EmbeddingTable):
         """Takes the victims eviction.evict chose here (member t of `victims`, an
         eviction.Victims), erased from the index already, out of this shard: their rows, on the
         device, join the free list (where it was empty, they are the next insert's pool as they
-        are). Returns the entry pop_evicted hands out ((victims.kept, t): their keys and vectors
-        stay on the device until read), or None where nothing reads them (drop_evicted)."""
-        rows = victims.part(victims.device_rows, t)
-        self._free = self._free.joined(self.backend, rows)
-        self.evicted_keys += int(rows.shape[0])
+        are; a padded eviction's are the lookup's insert's pool, and join nothing). Returns the
+        entry pop_evicted hands out ((victims.kept, t): their keys and vectors stay on the
+        device until read), or None where nothing reads them (drop_evicted)."""
+        if victims.totals is None:
+            rows = victims.part(victims.device_rows, t)
+            self._free = self._free.joined(self.backend, rows)
+            self._evicted_keys += int(rows.shape[0])
+        else:  # padded: the rows are this lookup's insert's pool; the count stays on the device
+            self._evicted_later.append((victims.totals, t))
         entry = None
         if self.name not in _DROPPED:  # read by someone: kept on the device until then
             entry = (victims.kept, t)

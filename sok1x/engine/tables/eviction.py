@@ -30,6 +30,21 @@ for what pop_evicted hands out. One launch erases every victim (backend.hash_era
 each member's victims' rows are its next insert's pool as they are (first freed first).
 What undoing the eviction needs (the victims' vectors, slots and records, the looked-up rows'
 records) is gathered on the device, one gather per array for the whole group.
+
+Two ways to know how many keys a member evicts:
+- counted: the host reads each member's count of new keys first (table_group.HashGroup's
+  rows_needed, a wait), evicts exactly what does not fit, and checks the victims (the wait
+  above); a member that is filling up (free rows or fresh rows left, but too few) takes this way.
+- padded (in place): a member that is full and frees no row (every one of max_capacity rows
+  held: what any eviction leaves) evicts every one of its new keys, so the host needs no count.
+  The arrays are sized by a bound on its new keys (the lookup's keys of that member), member t's
+  victims at the front of its part and -1 after them; the device counts each member's victims
+  (totals) and the new keys left without one (unserved: the shard cannot make room), the erase
+  passes the -1 places by, and the member's insert takes the victims' rows as its pool in the
+  same queue (HashGroup.make_room_in_place, insert_start). The host reads those counts with the
+  placed counts in one wait once all of it is queued, and fails the step (TableFullError, undone
+  by the step journal) where a key went unserved. Memory: the undo record's arrays are as long
+  as the bound (8 + 8 + 16 + 4 dim (1 + slots) bytes a key), not as the victims.
 """
 import weakref
 
@@ -63,44 +78,81 @@ def bucket_bits(capacity):
 class Victims:
     """The victims of one evict(), every member's in one set of device arrays, member t's at
     [starts[t], starts[t + 1]) (starts: host): their keys, member rows, vectors, slots ({name:
-    array}) and records (what undoing needs). The host holds their counts alone. An array's
-    members' parts are cut out together, the first time one of them is asked for. `kept` is
-    what the members whose evicted keys someone reads keep of it (KeptVictims): the keys and
-    vectors alone, so an eviction no one reads yet holds no slot or record."""
+    array}) and records (what undoing needs). The host holds their counts alone, or, for a
+    padded eviction, bounds on them: then `totals` (device int64 [T]) says how many victims
+    each member has, at the front of its part (the rest of it -1 keys and rows, zero rows), and
+    the host reads it only where it needs a member's own victims (an undo, a reader). An
+    array's members' parts are cut out together, the first time one of them is asked for.
+    `kept` is what the members whose evicted keys someone reads keep of it (KeptVictims): the
+    keys and vectors alone, so an eviction no one reads yet holds no slot or record."""
 
-    def __init__(self, backend, starts, device_keys, device_rows, values, slots, records):
+    def __init__(self, backend, starts, device_keys, device_rows, values, slots, records,
+                 totals=None):
         self.backend, self.starts = backend, starts
         self.device_keys, self.device_rows = device_keys, device_rows
         self.values, self.slots = values, slots
-        self.records = records
-        self.kept = KeptVictims(backend, starts, device_keys, values)
+        self.records, self.totals = records, totals
+        self.kept = KeptVictims(backend, starts, device_keys, values, totals)
         self._parts = {}  # id(array): (array, its members' parts)
+        self._served = {}  # padded, member t: None (every place got a victim) or which did
 
     def part(self, array, t):
-        """Member t's rows of one of the device arrays above."""
+        """Member t's victims' rows of one of the device arrays above. A padded eviction's
+        (an undo's) are read first, once (a wait): its count, and which of its places got a
+        victim (one that could not serve every new key has -1 among them)."""
+        whole = self._parts_of(array)[t]
+        if self.totals is None:
+            return whole
+        backend = self.backend
+        part = backend.row_view(whole, 0, int(self.kept.counts()[t]))
+        if t not in self._served:
+            rows = part if array is self.device_rows else backend.row_view(
+                self._parts_of(self.device_rows)[t], 0, int(self.kept.counts()[t]))
+            rows = np.asarray(backend.to_host(rows)).reshape(-1)
+            self._served[t] = (None if (rows >= 0).all() else
+                               backend.asarray(np.flatnonzero(rows >= 0)))
+        served = self._served[t]
+        return part if served is None else backend.take_rows(part, served)
+
+    def _parts_of(self, array):
         cut = self._parts.get(id(array))
         if cut is None or cut[0] is not array:
             cut = self._parts[id(array)] = (array, self.backend.row_views(array, self.starts))
-        return cut[1][t]
+        return cut[1]
 
 
 class KeptVictims:
     """The keys and vectors of one evict()'s victims (device arrays, member t's at [starts[t],
-    starts[t + 1])), kept for the members that hand them out (readers: take_victims adds them)
-    until pop_evicted reads them, on the host (read) or as device arrays (device).
-    prefetch() queues the host copy at once for readers on the host, beside the step's later
-    work; the last PREFETCHED evictions not read yet keep theirs (page-locked host memory), an
-    older one reads its victims again when asked."""
+    starts[t + 1]), or, padded, the first totals[t] rows there), kept for the members that hand
+    them out (readers: take_victims adds them) until pop_evicted reads them, on the host (read)
+    or as device arrays (device). prefetch() queues the host copy at once for readers on the
+    host, beside the step's later work (with a padded eviction's totals); the last PREFETCHED
+    evictions not read yet keep theirs (page-locked host memory), an older one reads its
+    victims again when asked."""
 
-    def __init__(self, backend, starts, device_keys, values):
+    def __init__(self, backend, starts, device_keys, values, totals=None):
         self.backend, self.starts = backend, starts
         self.device_keys, self.values = device_keys, values
+        self.totals = totals
+        self._counts = None if totals is not None else np.diff(starts)  # host, once known
         self.readers = set()
         self.host_readers = set()  # those that read on the host (prefetch copies for them)
         self._host = None  # read(): (first row read, keys, vectors) on the host
         self._copying = None  # prefetch(): (first row, last row, collect)
         self._parts = None  # device(): every member's (keys, vectors) views
         self._unread = set()  # readers that have not read yet (add_reader)
+
+    def know_counts(self, host_counts):
+        """A padded eviction's totals, read by the host: counts() needs no wait then."""
+        if self._counts is None:
+            self._counts = np.asarray(host_counts, dtype=np.int64).reshape(-1)
+
+    def counts(self):
+        """Host int64 [T]: each member's victims (a padded eviction's read now: a wait)."""
+        if self._counts is None:
+            self._counts = np.asarray(self.backend.to_host(self.totals),
+                                      dtype=np.int64).reshape(-1)
+        return self._counts
 
     def add_reader(self, t, on_host):
         """Member t hands these victims out (on the host, or as device arrays)."""
@@ -112,9 +164,10 @@ class KeptVictims:
     def device(self, t):
         """Member t's (keys, vectors) as views of the device arrays (no copy)."""
         if self._parts is None:
-            backend = self.backend
-            self._parts = list(zip(backend.row_views(self.device_keys, self.starts),
-                                   backend.row_views(self.values, self.starts)))
+            backend, counts = self.backend, self.counts()
+            self._parts = [(backend.row_view(self.device_keys, int(start), int(start + count)),
+                            backend.row_view(self.values, int(start), int(start + count)))
+                           for start, count in zip(self.starts[:-1], counts)]
         return self._parts[t]
 
     def _span(self, t=None):
@@ -122,8 +175,11 @@ class KeptVictims:
         return int(self.starts[min(members)]), int(self.starts[max(members) + 1])
 
     def _arrays(self, span):
+        """The device arrays a host read of `span` copies: keys, vectors, and a padded
+        eviction's totals while not read yet."""
         backend = self.backend
-        return [backend.row_view(self.device_keys, *span), backend.row_view(self.values, *span)]
+        arrays = [backend.row_view(self.device_keys, *span), backend.row_view(self.values, *span)]
+        return arrays + ([self.totals] if self._counts is None else [])
 
     def prefetch(self):
         """Queues the copy of every reader's victims to the host (one copy per array, run beside
@@ -158,9 +214,11 @@ class KeptVictims:
             return copying
         return None
 
-    def _take_host(self, span, keys, vectors):
+    def _take_host(self, span, keys, vectors, totals=None):
         if self.backend.NAME == "cpu":  # the device arrays there are the undo record's own
             keys, vectors = np.array(keys), np.array(vectors)
+        if totals is not None and self._counts is None:
+            self._counts = np.array(totals, dtype=np.int64).reshape(-1)
         self._host = (span[0], np.asarray(keys).reshape(-1), np.asarray(vectors))
         self._copying = None
         _unlist(self)
@@ -180,7 +238,8 @@ class KeptVictims:
                 span = self._span(t)
                 self._take_host(span, *self.backend.download_staged_many(self._arrays(span)))
         first, keys, vectors = self._host
-        begin, end = int(self.starts[t]) - first, int(self.starts[t + 1]) - first
+        begin = int(self.starts[t]) - first
+        end = begin + int(self.counts()[t])
         out = keys[begin:end], vectors[begin:end]
         self._unread.discard(t)
         if not self._unread:
@@ -203,10 +262,12 @@ def read_kept(entries):
     if pending:
         kept_list = list(pending.values())
         backend = kept_list[0][0].backend
-        arrays = [a for kept, span in kept_list for a in kept._arrays(span)]
-        hosts = backend.download_staged_many(arrays)
-        for i, (kept, span) in enumerate(kept_list):
-            kept._take_host(span, hosts[2 * i], hosts[2 * i + 1])
+        lists = [kept._arrays(span) for kept, span in kept_list]
+        hosts = backend.download_staged_many([a for arrays in lists for a in arrays])
+        at = 0
+        for (kept, span), arrays in zip(kept_list, lists):
+            kept._take_host(span, *hosts[at:at + len(arrays)])
+            at += len(arrays)
     return [kept.read(t) for kept, t in entries]
 
 
@@ -221,8 +282,20 @@ class Evicted:
         self.row_starts = np.asarray(row_starts, dtype=np.int64)  # those `found` counts in
         self.found, self.pinned = found, pinned  # every key's flat row, its record before
         self.victims = None  # Victims, once chosen
+        self.unserved = None  # a padded eviction's device counts of new keys left without one
         # per member with victims: (t, table, the entry take_victims returned, taken)
         self.members = []
+
+    def settle(self, host_totals):
+        """Hands a padded eviction's totals (victims per member), read by the host since, to
+        what would count them later: each member's index (its size), its count of evicted
+        keys and the readers' copy."""
+        victims = self.victims
+        host_totals = np.asarray(host_totals, dtype=np.int64).reshape(-1)
+        victims.kept.know_counts(host_totals)
+        for _, table, _, _ in self.members:
+            table.index.settle_size(victims.totals, host_totals)
+            table.settle_evicted(victims.totals, host_totals)
 
     def put_back(self):
         backend, victims = self.backend, self.victims
@@ -240,16 +313,42 @@ class Evicted:
                              backend.take_rows(self.pinned, backend.asarray(first)))
 
 
-def evict(tables, counts, keys, tags, flat_arrays, found=None, segments=None):
+def _check_found(backend, tables, counts, starts, picked, statistics, evicted):
+    """Raises RuntimeError, the records of the victims found put back, where some member's
+    victims are fewer than counts[t] (one small wait: the lowest row of each member's)."""
+    device_rows, records = picked[1], picked[2]
+    short = np.flatnonzero(backend.part_bounds([device_rows], starts)[:, 0] < 0)
+    if not short.size:
+        return
+    t = int(short[0])
+    host_rows = np.asarray(backend.to_host(device_rows)).reshape(-1)
+    chosen = np.flatnonzero(host_rows >= 0)  # their records as they were
+    if chosen.size:
+        backend.put_rows(statistics, backend.asarray(host_rows[chosen]),
+                         backend.take_rows(records, backend.asarray(chosen)))
+    evicted.put_back()
+    found_here = int(np.count_nonzero(host_rows[starts[t]:starts[t + 1]] >= 0))
+    raise RuntimeError("%s: %d of the %d keys to evict on rank %d were found"
+                       % (tables[t].name, found_here, int(counts[t]), tables[0].rank))
+
+
+def evict(tables, counts, keys, tags, flat_arrays, found=None, segments=None, padded=False):
     """Evicts counts[t] keys from each of `tables` (host int64; a table group's members in
     order, or one table alone) that neither the current step nor this lookup looked up: the
     lookup's owned `keys` (backend int64), tags[i] the member of keys[i]. flat_arrays() returns
     (statistics, row_starts, values, slots): the flat arrays of their rows as they are then,
     member t's from row_starts[t] (slots: {name: array}); found: None, or the keys' flat rows
     by those arrays (backend.hash_find_many's, where the caller has them); segments: the new
-    keys' segments backend.count_new_keys_segmented counted them in, or None. Returns an Evicted
-    for the step journal. Raises, changing nothing, where something fails: RuntimeError where
-    a member finds fewer victims than it needs (capacity_error rules that out)."""
+    keys' segments backend.count_new_keys_segmented counted them in, or None.
+    padded: counts[t] is a bound on member t's new keys (0: it evicts none), and every one of
+    them evicts, counted on the device alone (no wait): the member, full (no free row), takes
+    them into the rows its victims leave, in the lookup's insert (its pool: Victims.device_rows'
+    part). evicted.unserved (device int64 [T]) then counts each member's new keys left without
+    a victim: the caller reads it and fails the step where one is not 0 (TableFullError, the
+    step undone).
+    Returns an Evicted for the step journal. Raises, changing nothing, where something fails:
+    RuntimeError where a member finds fewer victims than it needs (capacity_error rules that
+    out; a padded eviction leaves that to unserved)."""
     first = tables[0]
     backend, step = first.backend, first.journal.step
     statistics, row_starts, values, slots = flat_arrays()
@@ -263,33 +362,32 @@ def evict(tables, counts, keys, tags, flat_arrays, found=None, segments=None):
     picked = backend.pick_victims(
         indexes, statistics, row_starts, keys, tags, found, counts,
         [bucket_bits(table.capacity) for table in tables], step,
-        [table.dynamic.evict_strategy == "lfu" for table in tables], segments)
-    device_keys, device_rows, records = picked
+        [table.dynamic.evict_strategy == "lfu" for table in tables], segments, padded)
+    device_keys, device_rows, records = picked[:3]
+    totals = None
     starts = np.concatenate([[0], np.cumsum(counts)])
-    # one small wait: the lowest flat row of each member's victims (-1 where one is missing)
-    short = np.flatnonzero(backend.part_bounds([device_rows], starts)[:, 0] < 0)
-    if short.size:
-        t = int(short[0])
-        host_rows = np.asarray(backend.to_host(device_rows)).reshape(-1)
-        chosen = np.flatnonzero(host_rows >= 0)  # their records as they were
-        if chosen.size:
-            backend.put_rows(statistics, backend.asarray(host_rows[chosen]),
-                             backend.take_rows(records, backend.asarray(chosen)))
-        evicted.put_back()
-        found_here = int(np.count_nonzero(host_rows[starts[t]:starts[t + 1]] >= 0))
-        raise RuntimeError("%s: %d of the %d keys to evict on rank %d were found"
-                           % (tables[t].name, found_here, int(counts[t]), first.rank))
+    if padded:
+        totals, evicted.unserved = picked[3:]
+    else:  # one small wait: the lowest flat row of each member's victims (-1: one is missing)
+        _check_found(backend, tables, counts, starts, picked, statistics, evicted)
     # what allocates comes before the first change
     firsts = np.asarray(row_starts[:-1], dtype=np.int64)
     evicted.victims = Victims(
         backend, starts, device_keys, backend.offset_parts(device_rows, starts, -firsts),
         hybrid_rows.gather_rows(backend, values, device_rows),
         {name: hybrid_rows.gather_rows(backend, s, device_rows) for name, s in slots.items()},
-        records)
-    backend.hash_erase_many(indexes, device_keys, backend.part_tags(starts), counts)
+        records, totals)
+    cleared = None
+    if padded:  # zero records for the victims' rows, none for the places without one (-1)
+        cleared = (backend.zeros((1, 2), np.int64),
+                   backend.zeros((int(starts[-1]),), np.int64))
+    backend.hash_erase_many(indexes, device_keys, backend.part_tags(starts), counts, totals)
     try:
-        backend.put_rows(statistics, device_rows,
-                         backend.zeros((int(starts[-1]), 2), np.int64))
+        if padded:
+            backend.move_rows(cleared[0], cleared[1], statistics, device_rows)
+        else:
+            backend.put_rows(statistics, device_rows,
+                             backend.zeros((int(starts[-1]), 2), np.int64))
         rebuild_worn(backend, tables)  # the erased keys' tombstones: every worn index at once
         for t, table in enumerate(tables):
             if counts[t]:
