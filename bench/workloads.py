@@ -110,11 +110,14 @@ FULL_ROOM = 1.1
 
 def full_rows(w, size):
     """dlrm26_full's max_capacity of a shard: FULL_ROOM x the most distinct keys of one table
-    that one global batch brings, over the size ranks (an even share each)."""
+    that one global batch brings, over the size ranks (an even share each). Each rank's batches
+    are drawn once (drawing them per step and table took minutes: the framework pass's
+    dlrm26_full did not finish its repeats in 170 s on one H100, 2026-11-27)."""
+    ranks = [table_batches(w, r, size) for r in range(size)]
     most = 0
     for step in range(3):
         for t in range(w.slots):
-            keys = np.concatenate([table_batches(w, r, size)[step][t] for r in range(size)])
+            keys = np.concatenate([batches[step][t] for batches in ranks])
             most = max(most, np.unique(keys).shape[0])
     return int(FULL_ROOM * most / size) + 1
 

@@ -578,7 +578,8 @@ def test_padded_erase_and_victims_pool_equal_cpu():
     new = [np.unique(rng.integers(2 ** 40, 2 ** 41, 300)), np.unique(rng.integers(2 ** 40,
                                                                                   2 ** 41, 100))]
     keys = np.concatenate([new[0], new[0][:50], held[0][300:400], new[1], new[1][:50]])
-    tags = np.concatenate([np.zeros(450 + 100), np.ones(150)]).astype(np.int64)
+    tags = np.concatenate([np.zeros(new[0].shape[0] + 150), np.ones(new[1].shape[0] + 50)])
+    tags = tags.astype(np.int64)
     got = []
     for backend in (cuda, cpu):
         with backend.device_context():
