@@ -677,3 +677,31 @@ def test_hybrid_group_launches_and_waits_do_not_grow_with_the_tables():
         lambda count: make_hybrid_tables("cuda_hybrid_count_%d" % count, count, init=8192,
                                          most=8192), "hybrid", 28)
     assert counts[26]["host_waits"] <= 2 and counts[1]["host_waits"] <= 3
+
+
+def test_a_step_whose_members_evict_in_place_waits_once_more_than_one_with_room():
+    """Full hybrid members evict in place (HashGroup.make_room_in_place): on cuda, where an
+    index counts the victims it erased on the device (HashIndex.add_size_later), nothing reads
+    a size between the eviction and the insert; the step waits once more than a step with room
+    (the eviction's counts, read with the placed ones), whatever the members, and on one rank
+    the same as on the cpu backend (tests/mpi/test_hybrid_groups.py)."""
+    waits = {}
+    for count in (2, 5):
+        names = make_hybrid_tables("cuda_in_place_%d" % count, count, init=64, most=64)
+        per_step = []
+        for step in range(6):
+            keys = [np.arange(step * 16, step * 16 + 16, dtype=np.int64) + 1000 * t
+                    + 10 ** 5 * RANK for t in range(count)]
+            inputs = [PooledInput(k, np.arange(16, dtype=np.int64), 16, None, "sum")
+                      for k in keys]
+            before = runtime.get().stats()["host_waits"]
+            outs, token = api.pooled_lookup(names, "in_place_fwd", inputs, True)
+            grads = api.pooled_lookup_grad(names, "in_place_bwd", token, outs)
+            api.apply_optimizer_updates(names, "lazy_adam", "Adam", {}, HYPER,
+                                        [v for v, _ in grads], [r for _, r in grads])
+            per_step.append(runtime.get().stats()["host_waits"] - before)
+        assert api.shard(names[0]).evicted_keys > 0
+        waits[count] = per_step
+    assert waits[5][-1] == waits[2][-1] <= 3, waits
+    if SIZE == 1:
+        assert waits[2][-1] == waits[2][1] + 1, waits

@@ -203,8 +203,9 @@ def hash_insert_many(indexes, keys, tags, row_starts, pools=None):
     """find_or_insert of a hash group's owned keys in its members' `indexes`: keys[i] is a key
     of member tags[i], whose rows start at flat row row_starts[t]; pools: None, or per member
     (row_pool, next_row) as find_or_insert's (None, None: rows from the index's size), or
-    (row_pool, None, limit): a padded eviction's victims' rows (the index, which counted the
-    erased victims, has room for the new keys exactly where each got one).
+    (row_pool, next_row, limit): a padded eviction's victims' rows, the pool serving every key
+    (the index, which counted the erased victims, has room for the new keys exactly where each
+    got one).
     Returns (rows, new_keys, new_rows, new_tags, count, placed): every key's flat row
     (OVERFLOW_ROW where its member's shard has no room), the keys placed with their flat rows
     and tags (the first count[0] of them), and per member int64 [T] how many new keys it got
@@ -223,6 +224,8 @@ def hash_insert_many(indexes, keys, tags, row_starts, pools=None):
             rows[mine] = np.where(own >= 0, own + start, OVERFLOW_ROW)
             continue
         pool, next_row = (None, None) if pools is None else pools[t][:2]
+        if pools is not None and len(pools[t]) == 3:  # a padded eviction's: the pool alone
+            next_row = None
         own, new_keys, new_rows = index.find_or_insert(keys[mine], pool, placed[t], next_row)
         rows[mine] = own + start
         new.append((new_keys, new_rows + start, np.full(new_keys.shape, t, dtype=np.int64)))

@@ -120,9 +120,9 @@ def hash_insert_many(indexes, keys, tags, row_starts, pools=None):
     member tags[i]'s, whose rows start at flat row row_starts[t]), in one launch and no wait.
     pools: None, or per member (row_pool, next_row) as HashIndex.find_or_insert's (a hybrid
     table's freed rows in taking order, a device int64 array or None, then rows from next_row;
-    None, None: rows from the index's size), or (row_pool, None, limit): a padded eviction's
-    victims' rows, the k-th key placed taking row_pool[k] while k < limit, none where that
-    entry is -1 (no victim: -3, as a key past the room).
+    None, None: rows from the index's size), or (row_pool, next_row, limit): a padded
+    eviction's victims' rows, the k-th key placed taking row_pool[k] while k < limit, none where
+    that entry is -1 (no victim: -3, as a key past the room); the index's size is not read.
     Returns (rows, new_keys, new_rows, new_tags, count, placed): every key's flat row (-3 for a
     key past its member's room), the keys placed with their flat rows and tags (the first
     count[0] of them; count a uint64 [1] device array), and placed, int64 [T] on the device:

@@ -296,7 +296,10 @@ class HashGroup(TableGroup):
         member can pass its room, to insert_kept)."""
         self._found = None  # rows_needed's, for make_room only
         backend, indexes = self.backend, self.indexes()
-        sizes = np.array([index.size for index in indexes], dtype=np.int64)
+        # (not after an eviction in place: its members' sizes count its victims on the device,
+        # read with its placed counts once all is queued; insert_error is not asked then)
+        sizes = None if evicted is not None else np.array([index.size for index in indexes],
+                                                          dtype=np.int64)
         held = pools = None
         reusing, in_place = False, ()
         if self.evicts:  # new keys take freed rows first (DynamicTable.rows_source)
@@ -305,9 +308,9 @@ class HashGroup(TableGroup):
             if evicted is not None:  # a padded eviction's victims' rows, in their places
                 victims = evicted.victims
                 in_place = tuple(np.flatnonzero(np.diff(victims.starts)).tolist())
-                for t in in_place:
+                for t in in_place:  # (its first new row unused: the pool serves every key)
                     start, end = int(victims.starts[t]), int(victims.starts[t + 1])
-                    pools[t] = (backend.row_view(victims.device_rows, start, end), None,
+                    pools[t] = (backend.row_view(victims.device_rows, start, end), 0,
                                 end - start)
             reusing = any(pool[0] is not None for pool in pools)
         found = backend.hash_insert_many(indexes, keys, tags, self.row_starts, pools)
