@@ -122,9 +122,13 @@ class HashIndex:
 
     def settle_size(self, counts, host_counts):
         """add_size_later's entries of `counts`, with host_counts its host copy read since."""
-        for entry in [e for e in self._later if e[0] is counts]:
-            self._later.remove(entry)
-            self._size += entry[2] * int(host_counts[entry[1]])
+        left = []  # (not list.remove: it compares the device arrays of other entries)
+        for entry in self._later:
+            if entry[0] is counts:
+                self._size += entry[2] * int(host_counts[entry[1]])
+            else:
+                left.append(entry)
+        self._later = left
 
     def _find(self, keys):
         rows = empty((keys.shape[0],), np.int64)

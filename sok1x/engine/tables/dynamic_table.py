@@ -224,10 +224,13 @@ class DynamicTable(EmbeddingTable):
     def settle_evicted(self, totals, host_totals):
         """Counts a padded eviction's victims here (take_victims left `totals`, a device array,
         for later) with host_totals, its host copy read since."""
-        mine = [entry for entry in self._evicted_later if entry[0] is totals]
-        for entry in mine:
-            self._evicted_later.remove(entry)
-            self._evicted_keys += int(host_totals[entry[1]])
+        left = []  # (not list.remove: it compares the device arrays of other entries)
+        for entry in self._evicted_later:
+            if entry[0] is totals:
+                self._evicted_keys += int(host_totals[entry[1]])
+            else:
+                left.append(entry)
+        self._evicted_later = left
 
     def evicts_in_place(self):
         """True when this hybrid shard is full and frees no row (max_capacity rows, each held by
