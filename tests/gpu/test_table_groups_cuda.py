@@ -705,3 +705,33 @@ def test_a_step_whose_members_evict_in_place_waits_once_more_than_one_with_room(
     assert waits[5][-1] == waits[2][-1] <= 3, waits
     if SIZE == 1:
         assert waits[2][-1] == waits[2][1] + 1, waits
+
+
+@pytest.mark.parametrize("split", [False, True])
+def test_a_hybrid_group_evicting_in_place_equals_its_tables_one_by_one(split, monkeypatch):
+    """Members full from the third step on (1,024 rows, never growing) evict in place (their
+    victims chosen and counted on the device with nothing read first, their new keys in the
+    victims' rows: HashGroup.make_room_in_place) in most steps: the same keys held, vectors,
+    slots, lookup counts and evicted keys as each table alone, which counts first."""
+    calls = []
+    in_place = table_group.HashGroup.make_room_in_place
+    monkeypatch.setattr(table_group.HashGroup, "make_room_in_place",
+                        lambda *a, **k: calls.append(1) or in_place(*a, **k))
+    names = make_hybrid_tables("cuda_in_place_group", 5, init=1024, most=1024, split=split)
+    together, states = [], []
+    for step in range(6):
+        together += hash_steps(names, True, steps=1, seed=(29, step), first=step)
+        states.append([hybrid_state(name) for name in names])
+    assert len(calls) >= 3, calls
+    assert COMM.allreduce(sum(len(s[2]) for s in states[-1]), op=MPI.SUM) > 0  # evicted
+    make_hybrid_tables("cuda_in_place_group", 5, init=1024, most=1024, split=split)
+    alone = []
+    for step in range(6):
+        alone += hash_steps(names, False, steps=1, seed=(29, step), first=step)
+        want = [hybrid_state(name) for name in names]
+        for (_, got_counts, got_evicted), (_, want_counts, want_evicted) in zip(states[step],
+                                                                                  want):
+            assert got_counts == want_counts and sorted(got_evicted) == sorted(want_evicted)
+            for key, vector in want_evicted.items():
+                np.testing.assert_allclose(got_evicted[key], vector, rtol=1e-5, atol=1e-6)
+    assert_same_hash_steps(names, together, alone, [s[0] for s in states[-1]])
