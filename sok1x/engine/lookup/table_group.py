@@ -68,7 +68,9 @@ the same exchange):
     in the next op header's wait (DynamicTable.take_rows_later; reused rows' slots are reset on the
     device meanwhile). The members short of rows at max_capacity evict together, after the lookup's
     agreement: their victims chosen on the device in one pass, read by the host once
-    (HashGroup.make_room, engine/tables/eviction.py);
+    (HashGroup.make_room, engine/tables/eviction.py); members that are full and free no row evict
+    in place instead, every new key of each with nothing counted first, the insert taking the
+    victims' rows in the same queue (HashGroup.make_room_in_place; the counts read once, after);
   - optimizer and dtype separate nothing today: values are float32 everywhere, and a group's
     slots are made per slot name, so an optimizer touches only the slots it keeps;
   - a table belongs to one group: the first lookup naming it with others makes its group; a
