@@ -605,6 +605,22 @@ def hybrid_state(name):
             dict(zip(evicted_keys.tolist(), evicted_values)))
 
 
+def assert_alone_as_together(names, together, states, seed):
+    """The tables `names`, made anew, stepped one by one as they were together (hash_steps of
+    seed (seed, step)) give per step the lookup counts and evicted keys of `states` (per step
+    hybrid_state of each), and the outputs, gradients and shards of `together`."""
+    alone = []
+    for step in range(len(states)):
+        alone += hash_steps(names, False, steps=1, seed=(seed, step), first=step)
+        want = [hybrid_state(name) for name in names]
+        for (_, got_counts, got_evicted), (_, want_counts, want_evicted) in zip(states[step],
+                                                                                  want):
+            assert got_counts == want_counts and sorted(got_evicted) == sorted(want_evicted)
+            for key, vector in want_evicted.items():
+                np.testing.assert_allclose(got_evicted[key], vector, rtol=1e-5, atol=1e-6)
+    assert_same_hash_steps(names, together, alone, [s[0] for s in states[-1]])
+
+
 @pytest.mark.parametrize("split", [False, True])
 def test_a_hybrid_group_that_grows_and_evicts_equals_its_tables_one_by_one(split):
     """Members of 8 rows (at most 1,024) get hundreds of new keys a step: the group grows them,
@@ -627,16 +643,7 @@ def test_a_hybrid_group_that_grows_and_evicts_equals_its_tables_one_by_one(split
         assert list(group.hbm) == [1024, 600, 1, 100, 1024]
     assert COMM.allreduce(sum(len(s[2]) for s in states[-1]), op=MPI.SUM) > 0  # evicted
     make_hybrid_tables("cuda_hybrid_group", 5, split=split)  # anew (same initial rows)
-    alone = []
-    for step in range(3):
-        alone += hash_steps(names, False, steps=1, seed=(27, step), first=step)
-        want = [hybrid_state(name) for name in names]
-        for (_, got_counts, got_evicted), (_, want_counts, want_evicted) in zip(states[step],
-                                                                                  want):
-            assert got_counts == want_counts and sorted(got_evicted) == sorted(want_evicted)
-            for key, vector in want_evicted.items():
-                np.testing.assert_allclose(got_evicted[key], vector, rtol=1e-5, atol=1e-6)
-    assert_same_hash_steps(names, together, alone, [s[0] for s in states[-1]])
+    assert_alone_as_together(names, together, states, 27)
 
 
 @pytest.mark.parametrize("split", [False, True])
@@ -725,13 +732,4 @@ def test_a_hybrid_group_evicting_in_place_equals_its_tables_one_by_one(split, mo
     assert len(calls) >= 3, calls
     assert COMM.allreduce(sum(len(s[2]) for s in states[-1]), op=MPI.SUM) > 0  # evicted
     make_hybrid_tables("cuda_in_place_group", 5, init=1024, most=1024, split=split)
-    alone = []
-    for step in range(6):
-        alone += hash_steps(names, False, steps=1, seed=(29, step), first=step)
-        want = [hybrid_state(name) for name in names]
-        for (_, got_counts, got_evicted), (_, want_counts, want_evicted) in zip(states[step],
-                                                                                  want):
-            assert got_counts == want_counts and sorted(got_evicted) == sorted(want_evicted)
-            for key, vector in want_evicted.items():
-                np.testing.assert_allclose(got_evicted[key], vector, rtol=1e-5, atol=1e-6)
-    assert_same_hash_steps(names, together, alone, [s[0] for s in states[-1]])
+    assert_alone_as_together(names, together, states, 29)
