@@ -449,12 +449,12 @@ extern "C" __global__ void evict_pick_rest(const int64* members, int64 member_co
 }
 
 // After the pick of a padded eviction (each member's count a bound on its new keys, so every
-// distinct new key evicts): totals[t] = member t's victims (its distinct new keys, at most its
-// count) and unserved[t] = its places among them that got no victim (a shard with fewer
-// evictable keys than new ones: the engine fails the step). One warp a member.
+// distinct new key evicts): totals[t] = member t's places (its distinct new keys, at most its
+// count), unserved[t] = those that got no victim (a shard with fewer evictable keys than new
+// ones: the engine fails the step) and served[t] = its victims, the others. One warp a member.
 extern "C" __global__ void evict_unserved(const int64* members, int64 member_count,
                                           const int64* distinct_starts, const int64* victim_rows,
-                                          int64* totals, int64* unserved) {
+                                          int64* totals, int64* unserved, int64* served) {
   const int64 warps = global_thread_count() / 32;
   for (int64 t = global_thread_id() / 32; t < member_count; t += warps) {
     const Evicting m = evicting_member(members, t);
@@ -466,6 +466,7 @@ extern "C" __global__ void evict_unserved(const int64* members, int64 member_cou
     if (lane_id() == 0) {
       totals[t] = end - begin;
       unserved[t] = missing;
+      served[t] = end - begin - missing;
     }
   }
 }

@@ -496,11 +496,12 @@ def test_device_count_of_evictable_keys_and_rehash_equal_cpu():
 def test_padded_victims_equal_cpu_and_the_counted_pick(lfu):
     """pick_victims with padded=True (each member's count a bound on its new keys, none read
     first) against the cpu twin, bit for bit: victims, records, statistics after, each member's
-    victims (totals) and its places left without one (unserved). Four shards: 2^14 keys with
+    places (totals: one per distinct new key), those left without a victim (unserved) and its
+    victims (served). Four shards: 2^14 keys with
     3000 new ones in a bound of 9000, 2^10 keys evicting nothing (bound 0), 600 keys whose 700
     new keys outnumber what it may evict (unserved 100 and more), and 2^12 keys with no new key
-    (bound 50). Each member's victims are the front of its part, the rest -1, and they are the
-    counted pick's (counts: the distinct new keys), in the same order."""
+    (bound 50). Each member's places are the front of its part, the rest -1, and they hold the
+    counted pick's victims (counts: the distinct new keys), in the same order."""
     from sok1x.backend import cuda
     from sok1x.engine.tables.eviction import bucket_bits
     rng = np.random.default_rng(53)
@@ -541,8 +542,9 @@ def test_padded_victims_equal_cpu_and_the_counted_pick(lfu):
             results.append([backend.to_host(a) for a in picked] + [backend.to_host(stats)])
     for got, want in zip(results[0], results[1]):
         np.testing.assert_array_equal(got, want)
-    victim_keys, victim_rows, _, totals, unserved, stats = results[1]
+    victim_keys, victim_rows, _, totals, unserved, served, stats = results[1]
     np.testing.assert_array_equal(totals, [d if b else 0 for d, b in zip(distinct, bounds)])
+    np.testing.assert_array_equal(served, totals - unserved)
     assert unserved[2] >= 100 and unserved[[0, 1, 3]].tolist() == [0, 0, 0]
     counted_keys, counted_rows = results[2][0], results[2][1]
     starts, counted_starts = np.cumsum([0] + bounds), np.cumsum([0] + list(totals))
@@ -559,12 +561,12 @@ def test_padded_victims_equal_cpu_and_the_counted_pick(lfu):
 
 def test_padded_erase_and_victims_pool_equal_cpu():
     """A padded eviction's erase and insert on both backends: hash_erase_many of two members'
-    victims padded with -1 (bounds above the victims; erased: the victims per member) takes
-    only the victims out, and each index's size counts them once read; hash_insert_many with
-    each member's victims' rows as its pool (row_pool, None, limit) places its new keys there,
-    a key whose pool entry is -1 (no victim) getting no row (-3 on cuda, where every key a
-    launch claims is placed; the cpu twin places none of that member's keys), with repeats of
-    those keys in the same launch (no thread waits on a row never written)."""
+    victims padded with -1 (bounds above the victims; erased: the victims per member, served)
+    takes only the victims out, and each index's size counts them once read; hash_insert_many
+    with each member's victims' rows as its pool (row_pool, next_row, limit) places every new
+    key, in its victim's row or, where the pool entry is -1 (no victim), with no row (-3: the
+    step then fails and erases them), with repeats of those keys in the same launch (no thread
+    waits on a row never written)."""
     from sok1x.backend import cuda
     rng = np.random.default_rng(54)
     capacity = 4096
@@ -603,11 +605,10 @@ def test_padded_erase_and_victims_pool_equal_cpu():
         first = flat[:new[0].shape[0]]
         assert sorted(first.tolist()) == list(range(300))
         np.testing.assert_array_equal(flat[300:350], first[:50])
-    cuda_rows, cpu_rows = got[0][2][450:], got[1][2][450:]
-    np.testing.assert_array_equal(cpu_rows[100:], np.full(50, -3))  # cpu: none placed
-    assert (cpu_rows[:100] == -3).all()
-    served = cuda_rows[:100]
-    assert (served == -3).sum() == 10 and sorted(served[served >= 0] - capacity) == \
-        list(range(90))
-    np.testing.assert_array_equal(cuda_rows[100:], served[:50])
+    for flat in (got[0][2], got[1][2]):  # member 1: 90 keys take its victims' rows, 10 none
+        placed = flat[450:]
+        served = placed[:100]
+        assert (served == -3).sum() == 10 and sorted(served[served >= 0] - capacity) == \
+            list(range(90))
+        np.testing.assert_array_equal(placed[100:], served[:50])
     assert got[0][3].tolist() == got[1][3].tolist() == [300, 100]

@@ -185,12 +185,13 @@ def test_rows_handed_out_by_counts_no_header_read_yet_are_counted_first():
 
 
 def held_state(names):
-    """Every table's keys, rows, slots and lookup counts, and its free list and high water."""
+    """Every table's keys, rows, slots and lookup counts, its free list and high water, its
+    capacity and how many keys it has evicted."""
     out = []
     for name in names:
         table = api.shard(name)
         out.append((full_state(name)[:2], table.free_rows().tolist(), table._high_water,
-                    table.capacity))
+                    table.capacity, getattr(table, "evicted_keys", 0)))
     return out
 
 
@@ -201,6 +202,7 @@ def assert_unchanged(names, before, capacities=True):
         assert_same_state(got[0][0], want[0][0])
         assert got[0][1] == want[0][1] and got[1:3] == want[1:3]
         assert got[3] == want[3] or not capacities
+        assert got[4] == want[4]  # a failed step's victims are no evicted keys
 
 
 def test_a_member_whose_own_keys_pass_max_capacity_fails_every_rank_and_changes_no_table():

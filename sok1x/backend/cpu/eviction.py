@@ -89,9 +89,10 @@ def pick_victims(indexes, statistics, row_starts, keys, tags, found, counts, bit
     [sum(counts[:t]), sum(counts[:t + 1])): each victim's key, flat row and record as it was
     (-1, -1 and 0 where none is left). The victims' last step is set to `step`.
     padded: counts[t] is a bound on member t's new keys (0: it evicts none), so that all of them
-    evict with no count read first; two more arrays come back, int64 [T]: totals, each member's
-    victims (its distinct new keys: the front of its part, -1 after them), and unserved, its
-    places among them left without a victim (a shard that cannot make room)."""
+    evict with no count read first; three more arrays come back, int64 [T]: totals, each
+    member's places (one per distinct new key, the front of its part, -1 after them), unserved,
+    those of its places left without a victim (-1: a shard that cannot make room), and served,
+    its victims (totals - unserved)."""
     keys, tags, found = (np.asarray(a, dtype=np.int64) for a in (keys, tags, found))
     counts = np.asarray(counts, dtype=np.int64)
     m = int(counts.sum())
@@ -118,7 +119,7 @@ def pick_victims(indexes, statistics, row_starts, keys, tags, found, counts, bit
     firsts = np.cumsum(counts) - counts
     unserved = np.array([np.count_nonzero(victim_rows[first:first + total] < 0)
                          for first, total in zip(firsts, totals)], dtype=np.int64)
-    return victim_keys, victim_rows, victim_records, totals, unserved
+    return victim_keys, victim_rows, victim_records, totals, unserved, totals - unserved
 
 
 def _pick_in_shard(index, statistics, buckets, starts, bits, step, lfu):

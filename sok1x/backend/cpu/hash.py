@@ -132,6 +132,25 @@ class HashIndex:
             queue_first(new_keys, new_rows, None, rows)
         return rows, new_keys, new_rows
 
+    def find_or_insert_pooled(self, keys, row_pool):
+        """find_or_insert where a padded eviction's victims' rows are the pool: every new key is
+        placed, the k-th (in key order) at row_pool[k], and at OVERFLOW_ROW where the pool has
+        no row there (a place without a victim: -1, or past the pool), as cuda's kernel places
+        them; the size counts them all (the step fails and erases them again). Returns (rows,
+        new_keys, new_rows)."""
+        keys = np.asarray(keys, dtype=np.int64)
+        unique_keys, inverse = np.unique(keys, return_inverse=True)
+        unique_rows = self.find(unique_keys)
+        missing = np.flatnonzero(unique_rows < 0)
+        pool = np.asarray(row_pool, dtype=np.int64)[:missing.size]
+        new_rows = np.full(missing.size, OVERFLOW_ROW, dtype=np.int64)
+        new_rows[:pool.shape[0]] = np.where(pool >= 0, pool, OVERFLOW_ROW)
+        new_keys = unique_keys[missing]
+        self._insert(new_keys, new_rows)
+        self.size += missing.size
+        unique_rows[missing] = new_rows
+        return unique_rows[inverse], new_keys, new_rows
+
     def find_or_insert_later(self, keys, queue_first=None):
         """find_or_insert where the caller knows the new keys fit (cuda's waits for nothing
         then): returns (rows, new_keys, new_rows, placed), placed uint64 [1] their count."""
@@ -203,9 +222,9 @@ def hash_insert_many(indexes, keys, tags, row_starts, pools=None):
     """find_or_insert of a hash group's owned keys in its members' `indexes`: keys[i] is a key
     of member tags[i], whose rows start at flat row row_starts[t]; pools: None, or per member
     (row_pool, next_row) as find_or_insert's (None, None: rows from the index's size), or
-    (row_pool, next_row, limit): a padded eviction's victims' rows, the pool serving every key
-    (the index, which counted the erased victims, has room for the new keys exactly where each
-    got one).
+    (row_pool, next_row, limit): a padded eviction's victims' rows, every new key placed from
+    the pool alone (HashIndex.find_or_insert_pooled: OVERFLOW_ROW where it has no row, as on
+    cuda).
     Returns (rows, new_keys, new_rows, new_tags, count, placed): every key's flat row
     (OVERFLOW_ROW where its member's shard has no room), the keys placed with their flat rows
     and tags (the first count[0] of them), and per member int64 [T] how many new keys it got
@@ -219,16 +238,19 @@ def hash_insert_many(indexes, keys, tags, row_starts, pools=None):
         index, mine = indexes[t], np.flatnonzero(tags == t)
         start = int(row_starts[t])
         placed[t] = index._count_missing(keys[mine])
-        if index.size + placed[t] > index.capacity:
+        if pools is not None and len(pools[t]) == 3:  # a padded eviction's: the pool alone
+            own, new_keys, new_rows = index.find_or_insert_pooled(keys[mine], pools[t][0])
+        elif index.size + placed[t] > index.capacity:
             own = index.find(keys[mine])
             rows[mine] = np.where(own >= 0, own + start, OVERFLOW_ROW)
             continue
-        pool, next_row = (None, None) if pools is None else pools[t][:2]
-        if pools is not None and len(pools[t]) == 3:  # a padded eviction's: the pool alone
-            next_row = None
-        own, new_keys, new_rows = index.find_or_insert(keys[mine], pool, placed[t], next_row)
-        rows[mine] = own + start
-        new.append((new_keys, new_rows + start, np.full(new_keys.shape, t, dtype=np.int64)))
+        else:
+            pool, next_row = (None, None) if pools is None else pools[t]
+            own, new_keys, new_rows = index.find_or_insert(keys[mine], pool, placed[t],
+                                                           next_row)
+        rows[mine] = np.where(own >= 0, own + start, own)
+        new.append((new_keys, np.where(new_rows >= 0, new_rows + start, new_rows),
+                    np.full(new_keys.shape, t, dtype=np.int64)))
     new_keys, new_rows, new_tags = (np.concatenate(parts) for parts in zip(*new))
     count = np.array([new_keys.shape[0]], dtype=np.uint64)
     return rows, new_keys, new_rows, new_tags, count, placed

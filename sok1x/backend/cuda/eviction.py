@@ -34,7 +34,7 @@ def _eviction_kernels():
         "pick": prepared("eviction.cu", "evict_pick", "PqPqPqqPPPP"),
         "rest": prepared("eviction.cu", "evict_pick_rest", "PqPqPPPPPPPP"),
         "stamp": prepared("eviction.cu", "stamp_last_step", "PPqq"),
-        "unserved": prepared("eviction.cu", "evict_unserved", "PqPPPP"),
+        "unserved": prepared("eviction.cu", "evict_unserved", "PqPPPPP"),
     }
 
 
@@ -166,7 +166,8 @@ def count_evictable(indexes, statistics, row_starts, found, step):
 def pick_victims(indexes, statistics, row_starts, keys, tags, found, counts, bits, step, lfu,
                  segments=None, padded=False):
     """As backend/cpu/eviction.py's: (victim_keys, victim_rows, victim_records [m, 2]) int64
-    GPUArrays, queued (no wait); padded: also (totals [T], unserved [T]). Sized by the keys and
+    GPUArrays, queued (no wait); padded: also (totals, unserved, served), int64 [T] each. Sized
+    by the keys and
     the host's counts: a segment per bucket of each evicting member (2^bits of them, about a
     64th of its rows), then one warp per segment (its bucket's evictable keys ranked in shared
     memory), one block per member for the keys whose bucket was used up (the member's evictable
@@ -181,10 +182,10 @@ def pick_victims(indexes, statistics, row_starts, keys, tags, found, counts, bit
     keys, tags, found = (index_array(a, what) for a, what in
                          ((keys, "keys"), (tags, "tags"), (found, "found")))
     parts = len(indexes)
-    checked = fill_bytes(empty((2 * parts,), np.int64), 0) if padded else None
+    checked = fill_bytes(empty((3 * parts,), np.int64), 0) if padded else None
     picked = (victim_keys, victim_rows, victim_records)
-    if padded:  # each member's victims, then its places without one
-        picked += (row_view(checked, 0, parts), row_view(checked, parts, 2 * parts))
+    if padded:  # each member's places, those without a victim, its victims
+        picked += tuple(row_view(checked, k * parts, (k + 1) * parts) for k in range(3))
     if m == 0 or keys.shape[0] == 0:
         return picked
     if segments is not None and segments.serve(keys, tags, found, counts, bits):
@@ -212,5 +213,5 @@ def pick_victims(indexes, statistics, row_starts, keys, tags, found, counts, bit
            blocks=-(-parts // _PICK_WARPS))
     if padded:
         launch(kernels["unserved"], 32 * parts, ptr(members), parts, ptr(distinct_starts),
-               ptr(victim_rows), ptr(checked), ptr(checked) + 8 * parts)
+               ptr(victim_rows), *(ptr(checked) + 8 * k * parts for k in range(3)))
     return picked

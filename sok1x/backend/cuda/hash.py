@@ -93,7 +93,7 @@ class HashIndex:
             raise ValueError("max_load must be in (0, 1], got %r" % (max_load,))
         self.capacity = int(capacity)
         self.slot_count = _slot_count(self.capacity, max_load)
-        self._later = []  # (device int64 counts, position, sign): placed or erased, uncounted
+        self._later = []  # add_size_later's (counts, position, sign, tombstones), uncounted
         self._size = 0
         self.tombstones = 0
         # Held for the shard's life: its own allocation, not a pooled one.
@@ -106,29 +106,37 @@ class HashIndex:
         """Keys held."""
         if self._later:
             later, self._later = self._later, []
-            for (_, position, sign), host in zip(later, to_host_many([c for c, _, _ in later])):
-                self._size += sign * int(host[position])
+            for entry, host in zip(later, to_host_many([entry[0] for entry in later])):
+                self._count(entry, host)
         return self._size
 
     @size.setter
     def size(self, value):
         self._size = int(value)
 
-    def add_size_later(self, counts, position, sign=1):
+    def add_size_later(self, counts, position, sign=1, tombstones=0):
         """Counts counts[position] (a device integer array queued work fills: keys this index
         placed, sign 1, or erased, sign -1) into size when size is next read, or settle_size
-        hands it over."""
-        self._later.append((counts, position, sign))
+        hands it over; tombstones: the bound on erased keys the tombstones counted meanwhile,
+        corrected then."""
+        self._later.append((counts, position, sign, tombstones))
 
     def settle_size(self, counts, host_counts):
         """add_size_later's entries of `counts`, with host_counts its host copy read since."""
         left = []  # (not list.remove: it compares the device arrays of other entries)
         for entry in self._later:
             if entry[0] is counts:
-                self._size += entry[2] * int(host_counts[entry[1]])
+                self._count(entry, host_counts)
             else:
                 left.append(entry)
         self._later = left
+
+    def _count(self, entry, host_counts):
+        _, position, sign, tombstones = entry
+        count = int(host_counts[position])
+        self._size += sign * count
+        if tombstones:
+            self.tombstones -= tombstones - count
 
     def _find(self, keys):
         rows = empty((keys.shape[0],), np.int64)

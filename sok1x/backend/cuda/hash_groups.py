@@ -75,9 +75,9 @@ def hash_erase_many(indexes, keys, tags, counts, erased=None):
     """Erases a hash group's keys, keys[i] one that member tags[i] holds (an eviction's
     victims; counts[t], host: how many are member t's), in one launch and no wait; a key -1 is
     passed by. erased: None, or device int64 [T], how many keys each member really erases where
-    counts are bounds (a padded eviction: the places past a member's victims hold -1): each
-    index counts them when its size is next read (HashIndex.add_size_later) and its tombstones
-    by the bounds."""
+    counts are bounds (a padded eviction: the places without a victim hold -1): each index
+    counts them when its size is next read (HashIndex.add_size_later), its tombstones by the
+    bounds until then."""
     keys, tags = index_array(keys, "keys"), index_array(tags, "tags")
     if keys.shape[0]:
         members = _members(indexes, [0] * len(indexes))
@@ -87,7 +87,7 @@ def hash_erase_many(indexes, keys, tags, counts, erased=None):
         if erased is None:
             index.size -= int(count)
         elif count:
-            index.add_size_later(erased, t, -1)
+            index.add_size_later(erased, t, -1, int(count))
         index.tombstones += int(count)
 
 

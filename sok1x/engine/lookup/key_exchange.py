@@ -417,7 +417,7 @@ def _insert_keys(runtime, op, tables, owned, owned_tags, owner_rows, vectors, fi
         # the one wait: the started inserts' counts, and what each eviction in place counted
         reading = [s[1] for _, s in started] + [
             a for _, evicted, counts in in_place
-            for a in (evicted.unserved, evicted.victims.totals, counts)]
+            for a in (evicted.unserved, evicted.victims.totals, evicted.victims.served, counts)]
         hosts = backend.to_host_many(reading) if reading else []
         placed = hosts[:len(started)]
         errors += [tables[t].insert_error(state, p)
@@ -441,14 +441,14 @@ def _insert_keys(runtime, op, tables, owned, owned_tags, owner_rows, vectors, fi
 
 def _settled_in_place(in_place, hosts):
     """Hands each eviction in place (_insert_keys' (group, evicted, placed counts)) its host
-    counts (hosts: per eviction its unserved, totals and placed, in order), so that nothing of
-    it is left to count later; returns the errors of those that could not serve every new key
-    (TableFullError: the step fails on every rank and is undone)."""
+    counts (hosts: per eviction its unserved, totals, served and placed, in order), so that
+    nothing of it is left to count later; returns the errors of those that could not serve
+    every new key (TableFullError: the step fails on every rank and is undone)."""
     errors = []
     for i, (group, evicted, counts) in enumerate(in_place):
-        unserved, totals, placed = hosts[3 * i:3 * i + 3]
+        unserved, totals, served, placed = hosts[4 * i:4 * i + 4]
         group.settle(counts, placed)
-        evicted.settle(totals)
+        evicted.settle(totals, served)
         errors.append(group.in_place_error(totals, unserved))
     return errors
 

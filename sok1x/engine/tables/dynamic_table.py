@@ -197,7 +197,7 @@ class DynamicTable(EmbeddingTable):
         self._high_water = 0  # rows [0, high_water) were handed out at least once
         self._evicted = []  # (eviction.KeptVictims, member) of evictions not handed out yet
         self._evicted_keys = 0  # evicted_keys, less padded evictions' counts not read yet
-        self._evicted_later = []  # (device totals, member) of padded evictions, not read yet
+        self._evicted_later = []  # (device victims counts, member) of padded evictions, unread
         self._counted = None  # (keys, index size, missing) from the last capacity_error
         self._touched = (-1, 0)  # (step, at least the rows this step's lookups counted so far)
 
@@ -221,13 +221,13 @@ class DynamicTable(EmbeddingTable):
         self._evicted_later = []
         self._evicted_keys = int(value)
 
-    def settle_evicted(self, totals, host_totals):
-        """Counts a padded eviction's victims here (take_victims left `totals`, a device array,
-        for later) with host_totals, its host copy read since."""
+    def settle_evicted(self, served, host_served):
+        """Counts a padded eviction's victims here (take_victims left `served`, a device array,
+        for later) with host_served, its host copy read since."""
         left = []  # (not list.remove: it compares the device arrays of other entries)
         for entry in self._evicted_later:
-            if entry[0] is totals:
-                self._evicted_keys += int(host_totals[entry[1]])
+            if entry[0] is served:
+                self._evicted_keys += int(host_served[entry[1]])
             else:
                 left.append(entry)
         self._evicted_later = left
@@ -508,7 +508,7 @@ class DynamicTable(EmbeddingTable):
             self._free = self._free.joined(self.backend, rows)
             self._evicted_keys += int(rows.shape[0])
         else:  # padded: the rows are this lookup's insert's pool; the count stays on the device
-            self._evicted_later.append((victims.totals, t))
+            self._evicted_later.append((victims.served, t))
         entry = None
         if self.name not in _DROPPED:  # read by someone: kept on the device until then
             entry = (victims.kept, t)

@@ -38,12 +38,13 @@ Two ways to know how many keys a member evicts:
 - padded (in place): a member that is full and frees no row (every one of max_capacity rows
   held: what any eviction leaves) evicts every one of its new keys, so the host needs no count.
   The arrays are sized by a bound on its new keys (the lookup's keys of that member), member t's
-  victims at the front of its part and -1 after them; the device counts each member's victims
-  (totals) and the new keys left without one (unserved: the shard cannot make room), the erase
-  passes the -1 places by, and the member's insert takes the victims' rows as its pool in the
-  same queue (HashGroup.make_room_in_place, insert_start). The host reads those counts with the
-  placed counts in one wait once all of it is queued, and fails the step (TableFullError, undone
-  by the step journal) where a key went unserved. Memory: the undo record's arrays are as long
+  places at the front of its part (one per new key, holding its victim) and -1 after them; the
+  device counts each member's places (totals), those left without a victim (unserved, -1: the
+  shard cannot make room) and its victims (served); the erase passes the -1 places by, and
+  the member's insert takes the victims' rows as its pool in the same queue
+  (HashGroup.make_room_in_place, insert_start). The host reads those counts with the placed
+  counts in one wait once all of it is queued, and fails the step (TableFullError, undone by
+  the step journal) where a key went unserved. Memory: the undo record's arrays are as long
   as the bound (8 + 8 + 16 + 4 dim (1 + slots) bytes a key), not as the victims.
 """
 import weakref
@@ -79,19 +80,21 @@ class Victims:
     """The victims of one evict(), every member's in one set of device arrays, member t's at
     [starts[t], starts[t + 1]) (starts: host): their keys, member rows, vectors, slots ({name:
     array}) and records (what undoing needs). The host holds their counts alone, or, for a
-    padded eviction, bounds on them: then `totals` (device int64 [T]) says how many victims
-    each member has, at the front of its part (the rest of it -1 keys and rows, zero rows), and
-    the host reads it only where it needs a member's own victims (an undo, a reader). An
+    padded eviction, bounds on them: then `totals` (device int64 [T]) says how many places each
+    member has, one per new key, at the front of its part (the rest of it -1 keys and rows,
+    zero rows), `served` how many of those got a victim (all of them, unless the step fails:
+    a place without one holds -1), and the host reads them only where it needs a member's own
+    victims (an undo, a reader). An
     array's members' parts are cut out together, the first time one of them is asked for.
     `kept` is what the members whose evicted keys someone reads keep of it (KeptVictims): the
     keys and vectors alone, so an eviction no one reads yet holds no slot or record."""
 
     def __init__(self, backend, starts, device_keys, device_rows, values, slots, records,
-                 totals=None):
+                 totals=None, served=None):
         self.backend, self.starts = backend, starts
         self.device_keys, self.device_rows = device_keys, device_rows
         self.values, self.slots = values, slots
-        self.records, self.totals = records, totals
+        self.records, self.totals, self.served = records, totals, served
         self.kept = KeptVictims(backend, starts, device_keys, values, totals)
         self._parts = {}  # id(array): (array, its members' parts)
         self._served = {}  # padded, member t: None (every place got a victim) or which did
@@ -286,16 +289,16 @@ class Evicted:
         # per member with victims: (t, table, the entry take_victims returned, taken)
         self.members = []
 
-    def settle(self, host_totals):
-        """Hands a padded eviction's totals (victims per member), read by the host since, to
-        what would count them later: each member's index (its size), its count of evicted
-        keys and the readers' copy."""
+    def settle(self, host_totals, host_served):
+        """Hands a padded eviction's counts per member, read by the host since, to what would
+        count them later: its places (host_totals) to the readers' copy, its victims
+        (host_served) to each member's index (its size) and count of evicted keys."""
         victims = self.victims
-        host_totals = np.asarray(host_totals, dtype=np.int64).reshape(-1)
         victims.kept.know_counts(host_totals)
+        host_served = np.asarray(host_served, dtype=np.int64).reshape(-1)
         for _, table, _, _ in self.members:
-            table.index.settle_size(victims.totals, host_totals)
-            table.settle_evicted(victims.totals, host_totals)
+            table.index.settle_size(victims.served, host_served)
+            table.settle_evicted(victims.served, host_served)
 
     def put_back(self):
         backend, victims = self.backend, self.victims
@@ -344,8 +347,8 @@ def evict(tables, counts, keys, tags, flat_arrays, found=None, segments=None, pa
     them evicts, counted on the device alone (no wait): the member, full (no free row), takes
     them into the rows its victims leave, in the lookup's insert (its pool: Victims.device_rows'
     part). evicted.unserved (device int64 [T]) then counts each member's new keys left without
-    a victim: the caller reads it and fails the step where one is not 0 (TableFullError, the
-    step undone).
+    a victim: the caller reads it (with Victims' totals and served: Evicted.settle) and fails
+    the step where one is not 0 (TableFullError, the step undone).
     Returns an Evicted for the step journal. Raises, changing nothing, where something fails:
     RuntimeError where a member finds fewer victims than it needs (capacity_error rules that
     out; a padded eviction leaves that to unserved)."""
@@ -364,10 +367,10 @@ def evict(tables, counts, keys, tags, flat_arrays, found=None, segments=None, pa
         [bucket_bits(table.capacity) for table in tables], step,
         [table.dynamic.evict_strategy == "lfu" for table in tables], segments, padded)
     device_keys, device_rows, records = picked[:3]
-    totals = None
+    totals = served = None
     starts = np.concatenate([[0], np.cumsum(counts)])
     if padded:
-        totals, evicted.unserved = picked[3:]
+        totals, evicted.unserved, served = picked[3:]
     else:  # one small wait: the lowest flat row of each member's victims (-1: one is missing)
         _check_found(backend, tables, counts, starts, picked, statistics, evicted)
     # what allocates comes before the first change
@@ -376,12 +379,12 @@ def evict(tables, counts, keys, tags, flat_arrays, found=None, segments=None, pa
         backend, starts, device_keys, backend.offset_parts(device_rows, starts, -firsts),
         hybrid_rows.gather_rows(backend, values, device_rows),
         {name: hybrid_rows.gather_rows(backend, s, device_rows) for name, s in slots.items()},
-        records, totals)
+        records, totals, served)
     cleared = None
     if padded:  # zero records for the victims' rows, none for the places without one (-1)
         cleared = (backend.zeros((1, 2), np.int64),
                    backend.zeros((int(starts[-1]),), np.int64))
-    backend.hash_erase_many(indexes, device_keys, backend.part_tags(starts), counts, totals)
+    backend.hash_erase_many(indexes, device_keys, backend.part_tags(starts), counts, served)
     try:
         if padded:
             backend.move_rows(cleared[0], cleared[1], statistics, device_rows)
