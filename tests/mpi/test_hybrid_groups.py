@@ -399,6 +399,15 @@ def test_a_step_in_which_every_member_evicts_waits_once_more_whatever_the_member
         assert two[1] == two[0] + 1, two
 
 
+def test_evicting_in_place_can_be_turned_off(monkeypatch):
+    """SOK1X_EVICT_IN_PLACE=0: full members count their new keys before they evict (the
+    counted way: two waits more than the step in place)."""
+    in_place = _waits_of_an_evicting_step(2)
+    monkeypatch.setenv(table_group.IN_PLACE_ENV, "0")
+    counted = _waits_of_an_evicting_step(2)
+    assert counted[1] == in_place[1] + 2, (in_place, counted)
+
+
 def train_steps(names, tag, layout, seed, steps, together=True, after_step=None):
     """`steps` training steps of `names` on batch()'s keys of `layout` (drawn from seed), looked
     up together or one by one; after_step(step), where given, runs after each."""

@@ -79,6 +79,7 @@ the same exchange):
 """
 import collections
 import functools
+import os
 import time
 
 import numpy as np
@@ -89,6 +90,8 @@ from sok1x.engine.tables import placement as placements
 from sok1x.engine.tables.table import (
     EmbeddingTable, rebuild_worn, rebuilt_index, reset_slot_rows,
 )
+
+IN_PLACE_ENV = "SOK1X_EVICT_IN_PLACE"  # "0": full members evict by counts read first
 
 Unit = collections.namedtuple("Unit", "table positions")
 Unit.__doc__ = """One pass of a lookup: table (an EmbeddingTable or a TableGroup) and positions
@@ -434,8 +437,8 @@ class HashGroup(TableGroup):
         keys evict, counted on the device (make_room_in_place); else None (the counted way).
         most: None, or the op header's host int64 [members], the most keys of each member that
         can arrive at an owner (without it, each member's bound would be all of `keys`: the
-        counted way serves)."""
-        if not self.evicts or most is None:
+        counted way serves). SOK1X_EVICT_IN_PLACE=0 takes the counted way always."""
+        if not self.evicts or most is None or os.environ.get(IN_PLACE_ENV) == "0":
             return None
         arriving = np.minimum(np.asarray(most, dtype=np.int64), int(keys.shape[0]))
         full = np.array([member.evicts_in_place() for member in self.members])
