@@ -167,14 +167,13 @@ def pick_victims(indexes, statistics, row_starts, keys, tags, found, counts, bit
                  segments=None, padded=False):
     """As backend/cpu/eviction.py's: (victim_keys, victim_rows, victim_records [m, 2]) int64
     GPUArrays, queued (no wait); padded: also (totals, unserved, served), int64 [T] each. Sized
-    by the keys and
-    the host's counts: a segment per bucket of each evicting member (2^bits of them, about a
-    64th of its rows), then one warp per segment (its bucket's evictable keys ranked in shared
-    memory), one block per member for the keys whose bucket was used up (the member's evictable
-    keys left, ranked), and one warp per member, key by key, where a member has more of those
-    than a block ranks; padded, one warp per member counts its victims and the places left
-    without one. segments: count_new_keys_segmented's, taken where it serves these keys
-    (NewKeySegments.serve) instead of counting the new keys again."""
+    by the keys and the host's counts: a segment per bucket of each evicting member (2^bits of
+    them, about a 64th of its rows), then one warp per segment (its bucket's evictable keys
+    ranked in shared memory), one block per member for the keys whose bucket was used up (the
+    member's evictable keys left, ranked), and one warp per member, key by key, where a member
+    has more of those than a block ranks; padded, one warp per member counts its places, those
+    left without a victim and its victims. segments: count_new_keys_segmented's, taken where it
+    serves these keys (NewKeySegments.serve) instead of counting the new keys again."""
     m = int(np.sum(counts))
     victim_keys = fill_bytes(empty((m,), np.int64), 0xFF)
     victim_rows = fill_bytes(empty((m,), np.int64), 0xFF)

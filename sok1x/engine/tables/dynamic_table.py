@@ -210,10 +210,9 @@ class DynamicTable(EmbeddingTable):
         """How many keys this shard has evicted since made or loaded (a padded eviction's count
         read here, once: a wait)."""
         if self._evicted_later:
-            later, self._evicted_later = self._evicted_later, []
-            hosts = self.backend.to_host_many([totals for totals, _ in later])
-            self._evicted_keys += sum(int(np.asarray(host).reshape(-1)[t])
-                                      for host, (_, t) in zip(hosts, later))
+            arrays = list({id(a): a for a, _ in self._evicted_later}.values())
+            for array, host in zip(arrays, self.backend.to_host_many(arrays)):
+                self.settle_evicted(array, np.asarray(host).reshape(-1))
         return self._evicted_keys
 
     @evicted_keys.setter

@@ -84,10 +84,10 @@ class Victims:
     member has, one per new key, at the front of its part (the rest of it -1 keys and rows,
     zero rows), `served` how many of those got a victim (all of them, unless the step fails:
     a place without one holds -1), and the host reads them only where it needs a member's own
-    victims (an undo, a reader). An
-    array's members' parts are cut out together, the first time one of them is asked for.
-    `kept` is what the members whose evicted keys someone reads keep of it (KeptVictims): the
-    keys and vectors alone, so an eviction no one reads yet holds no slot or record."""
+    victims (an undo, a reader). An array's members' parts are cut out together, the first
+    time one of them is asked for. `kept` is what the members whose evicted keys someone reads
+    keep of it (KeptVictims): the keys and vectors alone, so an eviction no one reads yet holds
+    no slot or record."""
 
     def __init__(self, backend, starts, device_keys, device_rows, values, slots, records,
                  totals=None, served=None):
@@ -97,7 +97,7 @@ class Victims:
         self.records, self.totals, self.served = records, totals, served
         self.kept = KeptVictims(backend, starts, device_keys, values, totals)
         self._parts = {}  # id(array): (array, its members' parts)
-        self._served = {}  # padded, member t: None (every place got a victim) or which did
+        self._with_victim = {}  # padded, member t: None (every place got one) or which did
 
     def part(self, array, t):
         """Member t's victims' rows of one of the device arrays above. A padded eviction's
@@ -108,14 +108,14 @@ class Victims:
             return whole
         backend = self.backend
         part = backend.row_view(whole, 0, int(self.kept.counts()[t]))
-        if t not in self._served:
+        if t not in self._with_victim:
             rows = part if array is self.device_rows else backend.row_view(
                 self._parts_of(self.device_rows)[t], 0, int(self.kept.counts()[t]))
             rows = np.asarray(backend.to_host(rows)).reshape(-1)
-            self._served[t] = (None if (rows >= 0).all() else
-                               backend.asarray(np.flatnonzero(rows >= 0)))
-        served = self._served[t]
-        return part if served is None else backend.take_rows(part, served)
+            self._with_victim[t] = (None if (rows >= 0).all() else
+                                    backend.asarray(np.flatnonzero(rows >= 0)))
+        places = self._with_victim[t]
+        return part if places is None else backend.take_rows(part, places)
 
     def _parts_of(self, array):
         cut = self._parts.get(id(array))
@@ -151,7 +151,8 @@ class KeptVictims:
             self._counts = np.asarray(host_counts, dtype=np.int64).reshape(-1)
 
     def counts(self):
-        """Host int64 [T]: each member's victims (a padded eviction's read now: a wait)."""
+        """Host int64 [T]: each member's victims (a padded eviction's places, read now: a
+        wait; a step whose places did not all get one fails, and its readers forget it)."""
         if self._counts is None:
             self._counts = np.asarray(self.backend.to_host(self.totals),
                                       dtype=np.int64).reshape(-1)
@@ -380,17 +381,11 @@ def evict(tables, counts, keys, tags, flat_arrays, found=None, segments=None, pa
         hybrid_rows.gather_rows(backend, values, device_rows),
         {name: hybrid_rows.gather_rows(backend, s, device_rows) for name, s in slots.items()},
         records, totals, served)
-    cleared = None
-    if padded:  # zero records for the victims' rows, none for the places without one (-1)
-        cleared = (backend.zeros((1, 2), np.int64),
-                   backend.zeros((int(starts[-1]),), np.int64))
+    # a zero record for every victim's row (none for a padded place without one: row -1)
+    cleared = (backend.zeros((1, 2), np.int64), backend.zeros((int(starts[-1]),), np.int64))
     backend.hash_erase_many(indexes, device_keys, backend.part_tags(starts), counts, served)
     try:
-        if padded:
-            backend.move_rows(cleared[0], cleared[1], statistics, device_rows)
-        else:
-            backend.put_rows(statistics, device_rows,
-                             backend.zeros((int(starts[-1]), 2), np.int64))
+        backend.move_rows(cleared[0], cleared[1], statistics, device_rows)
         rebuild_worn(backend, tables)  # the erased keys' tombstones: every worn index at once
         for t, table in enumerate(tables):
             if counts[t]:
