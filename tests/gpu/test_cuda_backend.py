@@ -90,6 +90,38 @@ def test_copies_beside_the_stream_see_the_work_queued_before_them(cuda, rng):
     cuda.synchronize()
 
 
+def test_pinned_blocks_are_found_by_address_and_taken_again_once_free(cuda):
+    """staging.PinnedBlocks: a view anywhere inside a block is found as that block (a view
+    reaching past its end, or memory of no block, is not); a block is taken again only once
+    nothing but the pool holds it, in turn with the other free blocks of its size."""
+    from sok1x.backend.cuda import staging
+    pool = staging.PinnedBlocks()
+    with cuda_context.entered():
+        taken = [pool.take(n) for n in (100, 5000, 100, 70000, 5000)]
+        indexes = [index for index, _ in taken]
+        assert len(set(indexes)) == 5  # each still held: a new block each time
+        for index, block in taken:
+            assert pool.index_holding(block) == index
+            assert pool.index_holding(block[17:63]) == index
+            assert pool.index_holding(block[block.nbytes - 8:]) == index
+            past = np.lib.stride_tricks.as_strided(block[block.nbytes - 8:], shape=(16,),
+                                                   strides=(1,))  # never read: an address
+            assert pool.index_holding(past) is None
+        assert pool.index_holding(np.zeros(64, np.uint8)) is None  # pageable memory
+        pool.queued(indexes[0], cuda_context.stream())
+        cuda_context.wait_stream()
+        del taken, index, block, past
+        small = [indexes[0], indexes[2]]  # the two 4 KiB blocks, now free
+        first = pool.take(64)
+        second = pool.take(64)
+        assert sorted([first[0], second[0]]) == sorted(small)
+        third = pool.take(64)  # both held: a new block
+        assert third[0] not in indexes
+        del first
+        assert pool.take(64)[0] in small  # free again
+    assert pool.total_bytes == 3 * 4096 + 2 * 8192 + 131072
+
+
 def test_copy_array_refuses_another_size_or_dtype_and_writes_nothing(cuda):
     dst = cuda.asarray(np.arange(6, dtype=np.int64))
     for src in (cuda.zeros((5,), np.int64), cuda.zeros((6,), np.int32),

@@ -21,6 +21,7 @@ block is taken only after a bounded wait for the stream. Blocks are powers of tw
 and are kept for the process's life, so a steady training loop allocates no page-locked memory
 after its first steps.
 """
+import bisect
 import sys
 
 import numpy as np
@@ -42,26 +43,44 @@ def _block_size(nbytes):
 class PinnedBlocks:
     """Page-locked host blocks, each with an event recorded after the last copy queued on it. A
     block is free when nothing but this pool refers to it and that copy has run: the host never
-    writes a block a queued copy still reads, nor hands out one a queued copy still fills."""
+    writes a block a queued copy still reads, nor hands out one a queued copy still fills.
+
+    A step takes and finds blocks a dozen times, and the pool holds as many blocks as a step
+    ever had in use at once (dozens where readers keep evicted rows), so neither walks the
+    whole pool: take() looks only at the blocks of the size it needs, starting after the one it
+    handed out last, and index_holding() bisects the blocks' sorted addresses."""
 
     def __init__(self):
         self._blocks = []
         self._events = []
+        self._by_size = {}  # block size -> [its blocks' indexes], and where take() looks next
+        self._next = {}
+        self._bases = []  # sorted (base address, index) of every block, for index_holding
+        self._ends = []
 
     def take(self, nbytes):
         """Returns (index, a free page-locked np.uint8 block of at least `nbytes`)."""
         size = _block_size(nbytes)
-        for index in range(len(self._blocks)):
+        same = self._by_size.get(size, ())
+        count = len(same)
+        first = self._next.get(size, 0)
+        for step in range(count):
+            index = same[(first + step) % count]
             block = self._blocks[index]
-            # References: the list, `block`, getrefcount's argument (not enumerate(), whose
-            # reused tuple would hold one more).
-            if (block.nbytes == size and sys.getrefcount(block) <= 3
-                    and self._events[index].query()):
+            # References: the list, `block`, getrefcount's argument.
+            if sys.getrefcount(block) <= 3 and self._events[index].query():
+                self._next[size] = (first + step + 1) % count
                 return index, block
         block = allocate_page_locked(size, np.uint8)
+        index = len(self._blocks)
         self._blocks.append(block)
         self._events.append(driver.Event(flags=driver.event_flags.DISABLE_TIMING))
-        return len(self._blocks) - 1, block
+        self._by_size.setdefault(size, []).append(index)
+        base = block.ctypes.data
+        at = bisect.bisect(self._bases, (base, index))
+        self._bases.insert(at, (base, index))
+        self._ends.insert(at, base + block.nbytes)
+        return index, block
 
     def queued(self, index, stream):
         """Records that a copy from or into block `index` is queued on `stream`; returns the
@@ -73,11 +92,9 @@ class PinnedBlocks:
     def index_holding(self, host_array):
         """Returns the index of the block `host_array` (C-contiguous) lies in, or None."""
         start = host_array.ctypes.data
-        end = start + host_array.nbytes
-        for index, block in enumerate(self._blocks):
-            base = block.ctypes.data
-            if base <= start and end <= base + block.nbytes:
-                return index
+        at = bisect.bisect(self._bases, (start, len(self._blocks))) - 1
+        if at >= 0 and start + host_array.nbytes <= self._ends[at]:
+            return self._bases[at][1]
         return None
 
     @property
