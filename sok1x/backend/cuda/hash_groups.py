@@ -6,9 +6,12 @@ init_rows_tagged_float32 of random_init.cu).
 The members travel to a kernel as one int64 list, seven entries each: the address and slot count
 of the index's slots, its first new row (its size, or a hybrid table's high water), the rows it
 has left, where its rows start among the group's flat rows, and the address and length of its
-pool of freed rows (0, 0 for none). The sizes change as keys arrive, so the list is uploaded per
-call (one queued copy, no wait). Keys come with tags, the member of each.
+pool of freed rows (0, 0 for none). The sizes change as keys arrive, so an insert's list is
+uploaded per call (one queued copy, no wait); a find's or an erase's reads none of them, and is
+uploaded once per layout of the indexes. Keys come with tags, the member of each.
 """
+import collections
+
 import numpy as np
 
 from sok1x.backend import random_init as recipe
@@ -46,15 +49,41 @@ def _members(indexes, row_starts, pools=None):
     """The device list of the members' indexes (the module's docstring); pools: as
     hash_insert_many's."""
     pools = pools or [(None, None)] * len(indexes)
-    listing = np.array([[int(index._slots.gpudata), index.slot_count,
-                         index.size if pool_of[1] is None else int(pool_of[1]),
-                         index.capacity - index.size if len(pool_of) < 3 else int(pool_of[2]),
-                         int(start),
-                         0 if pool_of[0] is None or not pool_of[0].shape[0] else ptr(pool_of[0]),
-                         0 if pool_of[0] is None else int(pool_of[0].shape[0])]
-                        for index, start, pool_of in zip(indexes, row_starts, pools)],
-                       dtype=np.int64)
+    listing = np.zeros((len(indexes), 7), dtype=np.int64)
+    for row, index, start, pool_of in zip(listing, indexes, row_starts, pools):
+        # size is a property that may read counts left on the device: read where needed, once
+        size = index.size if pool_of[1] is None or len(pool_of) < 3 else 0
+        pool = pool_of[0]
+        row[:] = (int(index._slots.gpudata), index.slot_count,
+                  size if pool_of[1] is None else int(pool_of[1]),
+                  index.capacity - size if len(pool_of) < 3 else int(pool_of[2]), int(start),
+                  0 if pool is None or not pool.shape[0] else ptr(pool),
+                  0 if pool is None else int(pool.shape[0]))
     return to_device(listing.reshape(-1))
+
+
+_LAYOUTS_KEPT = 64
+_layouts = collections.OrderedDict()  # (slots, slot counts, row starts) -> device list
+
+
+def _probe_members(indexes, row_starts):
+    """The device list of the members for a kernel that only probes their indexes (a find, an
+    erase: slots, slot count and row start are all it reads; sizes, room and pools are 0).
+    These change only when an index is rebuilt or the group's rows are laid out again, so the
+    list is uploaded once per layout (an evicting step probes twice)."""
+    key = (tuple(int(index._slots.gpudata) for index in indexes),
+           tuple(index.slot_count for index in indexes),
+           tuple(int(s) for s in row_starts[:len(indexes)]))  # (row_starts may end the rows)
+    members = _layouts.get(key)
+    if members is None:
+        listing = np.zeros((len(indexes), 7), dtype=np.int64)
+        listing[:, 0], listing[:, 1], listing[:, 4] = key
+        members = _layouts[key] = to_device(listing.reshape(-1))
+        if len(_layouts) > _LAYOUTS_KEPT:
+            _layouts.popitem(last=False)
+    else:
+        _layouts.move_to_end(key)
+    return members
 
 
 @uses_context
@@ -64,7 +93,7 @@ def hash_find_many(indexes, keys, tags, row_starts):
     keys, tags = index_array(keys, "keys"), index_array(tags, "tags")
     rows = empty((keys.shape[0],), np.int64)
     if keys.shape[0]:
-        members = _members(indexes, row_starts)
+        members = _probe_members(indexes, row_starts)
         launch(_kernels()["find"], keys.shape[0], ptr(members), ptr(keys), ptr(tags),
                keys.shape[0], ptr(rows))
     return rows
@@ -80,7 +109,7 @@ def hash_erase_many(indexes, keys, tags, counts, erased=None):
     bounds until then."""
     keys, tags = index_array(keys, "keys"), index_array(tags, "tags")
     if keys.shape[0]:
-        members = _members(indexes, [0] * len(indexes))
+        members = _probe_members(indexes, [0] * len(indexes))
         launch(_kernels()["erase"], keys.shape[0], ptr(members), ptr(keys), ptr(tags),
                keys.shape[0])
     for t, (index, count) in enumerate(zip(indexes, counts)):
