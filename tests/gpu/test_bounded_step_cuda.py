@@ -3,8 +3,9 @@ engine at one GPU: the kernels lay the distinct rows out in pieces exactly as th
 does (rows out of range included), a gather gives zeros past the table, and over many steps a
 bounded step equals the counted one (outputs bit for bit; gradients once the padding is
 dropped, and the tables after the updates, up to the order of atomic additions), for one table
-looked up dense and a group looked up keyed and pooled, waiting on the host once a step instead
-of twice; bad keys fail in the backward and change no table.
+looked up dense and a group looked up keyed and pooled, and a hash group looked up keyed (its
+rows as its insert hands them out), waiting on the host once a step instead of twice; bad keys
+fail in the backward and change no table.
 
     mpiexec --allow-run-as-root -n 1 python3 -m pytest -q tests/gpu/test_bounded_step_cuda.py
 """
@@ -189,6 +190,54 @@ def test_pooled_group_steps_equal_counted(monkeypatch):
             assert rows.shape[0] == -(-inputs[t].keys.shape[0] // 8) * 8
             assert_gradient_matches(values, rows, want_values, want_rows)
         assert_tables_close(bounded, counted)
+
+
+def test_keyed_hash_group_steps_equal_counted(monkeypatch):
+    """A hash group's keyed training steps, bounded (each member's rows in a piece of its own,
+    padded to its keys) and counted, each on tables of the same names made anew (a hash table's
+    first values follow from its name and the key; its rows are handed out as the insert's
+    threads place keys, so the two ways' rows may differ): outputs, each member's rows and
+    gradient sums per step, and the trained vectors of every key agree."""
+    count = 4
+    names = ["bounded_hash_%d" % t for t in range(count)]
+    backend = runtime.get().backend
+    rng = np.random.default_rng(17)
+    steps = []
+    for step in range(5):
+        lengths = np.array([700 + 113 * ((t + step) % 3) for t in range(count)])
+        steps.append((lengths, rng.integers(0, 3 * ROWS, size=int(lengths.sum()))))
+    ways = []
+    for on in (True, False):
+        monkeypatch.setenv(bounded_step.ENV, "1" if on else "0")
+        for name in names:
+            api.create_table(name, DIM, 4 * ROWS, True, SPEC, replace=True)
+        results = []
+        for lengths, keys in steps:
+            item = KeyedInput(backend.asarray(keys), lengths, None, lengths, None, "sum")
+            out, token = api.keyed_lookup(names, "bounded_hash_fwd", item, True,
+                                          checks="backward")
+            values, rows, counts = api.keyed_lookup_grad(names, "bounded_hash_bwd", token, out)
+            api.apply_keyed_update(names, "lazy_adam", "Adam", {}, HYPER, values, rows, counts)
+            values, rows = host(values), host(rows)
+            cuts = np.concatenate([[0], np.cumsum(counts)])
+            pieces = [(int((rows[a:b] >= 0).sum()), values[a:b][rows[a:b] >= 0].sum(axis=0))
+                      for a, b in zip(cuts[:-1], cuts[1:])]
+            if on:
+                np.testing.assert_array_equal(counts, -(-lengths // 8) * 8)
+                assert not values[rows < 0].any()
+            results.append((host(out), pieces))
+        every = np.unique(np.concatenate([keys for _, keys in steps]))
+        lengths = np.full(count, every.shape[0])
+        item = KeyedInput(backend.asarray(np.tile(every, count)), lengths, None, lengths, None,
+                          "sum")
+        trained, _ = api.keyed_lookup(names, "bounded_hash_read", item, False)
+        ways.append((results, host(trained)))
+    for (got, got_pieces), (want, want_pieces) in zip(ways[0][0], ways[1][0]):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+        for (rows, sums), (want_rows, want_sums) in zip(got_pieces, want_pieces):
+            assert rows == want_rows
+            np.testing.assert_allclose(sums, want_sums, rtol=1e-4, atol=1e-4)  # (sums of ~0)
+    np.testing.assert_allclose(ways[0][1], ways[1][1], rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("checks", ["end", "backward"])

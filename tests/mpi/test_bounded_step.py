@@ -2,7 +2,8 @@
 on the cpu backend, at any number of ranks: over many steps with changing, repeated keys it
 equals the counted step bit for bit (outputs, the gradient's rows and values once its padding
 is dropped, and every table row and optimizer slot after the updates), for one table looked up
-dense and for a table group looked up keyed; on one rank its backward hands back pieces sized
+dense and for a table group (of dense or of hash tables) looked up keyed; on one rank its
+backward hands back pieces sized
 by the keys and the step waits on the host once instead of twice; bad keys fail the step with
 today's error and change no table: in the forward, or in the backward where the caller promised
 one (and, when it never comes, in the next collective op); the backend's padded layout against
@@ -30,13 +31,14 @@ def engine():
     return runtime.init(backend="cpu")
 
 
-def make_tables(tag, count):
-    """`count` tables made twice with the same rows: (bounded names, counted names)."""
+def make_tables(tag, count, hashed=False):
+    """`count` tables made twice with the same rows: (bounded names, counted names); hashed:
+    v1 hash tables (a hash group when looked up together)."""
     pair = []
     for way in ("bounded", "counted"):
         names = ["%s_%s_%d" % (way, tag, t) for t in range(count)]
         for t, name in enumerate(names):
-            api.create_table(name, DIM, ROWS + 8 * t, False, SPEC, replace=True)
+            api.create_table(name, DIM, ROWS + 8 * t, hashed, SPEC, replace=True)
         pair.append(names)
     for a, b in zip(*pair):
         api.shard(b).values[...] = api.shard(a).values
@@ -98,18 +100,33 @@ def test_dense_step_equals_counted(rule, monkeypatch):
         assert_tables_equal(bounded, counted, rule)
 
 
+@pytest.mark.parametrize("hashed", [False, True])
 @pytest.mark.parametrize("rule", ["lazy_adam", "adagrad"])
-def test_keyed_group_step_equals_counted(rule, monkeypatch):
+def test_keyed_group_step_equals_counted(rule, hashed, monkeypatch):
+    """A keyed lookup of a group of tables (hashed: of v1 hash tables, a hash group, whose
+    rows are handed out as keys arrive): on one rank the bounded backward lays each member's
+    rows out in a piece of its own, padded; on any number of ranks the steps equal the counted
+    ones. Each way trains tables of the same names made anew (a hash table's first values
+    follow from its name and the key)."""
     count = 5
-    bounded, counted = make_tables("keyed_" + rule, count)
+    names = ["keyed_%s_%d_%d" % (rule, hashed, t) for t in range(count)]
     rng = np.random.default_rng([9, RANK])
+    steps = []
     for step in range(1, 7):
         lengths = np.array([(3 * t + step) % 7 + (t != 2) for t in range(count)])  # one empty
-        keys = np.concatenate([rng.integers(0, (ROWS + 8 * t) * SIZE, size=n)
-                               for t, n in enumerate(lengths)])
-        scale = np.float32(1.5 - 0.1 * step)
-        got = keyed_step(bounded, keys, lengths, scale, rule, step, True, monkeypatch)
-        want = keyed_step(counted, keys, lengths, scale, rule, step, False, monkeypatch)
+        steps.append((lengths, np.concatenate([rng.integers(0, (ROWS + 8 * t) * SIZE, size=n)
+                                               for t, n in enumerate(lengths)])))
+    ways = []
+    for bounded in (True, False):
+        for t, name in enumerate(names):
+            api.create_table(name, DIM, ROWS + 8 * t, hashed, SPEC, replace=True)
+        results = [keyed_step(names, keys, lengths, np.float32(1.5 - 0.1 * step), rule, step,
+                              bounded, monkeypatch)
+                   for step, (lengths, keys) in enumerate(steps, 1)]
+        ways.append((results, [(np.array(api.shard(n).values),
+                                [np.array(api.shard(n).slot(s)) for s in RULES[rule][1]])
+                               for n in names]))
+    for (lengths, _), got, want in zip(steps, ways[0][0], ways[1][0]):
         np.testing.assert_array_equal(got[0], want[0])
         got_cuts = np.concatenate([[0], np.cumsum(got[3])])
         want_cuts = np.concatenate([[0], np.cumsum(want[3])])
@@ -120,7 +137,10 @@ def test_keyed_group_step_equals_counted(rule, monkeypatch):
             np.testing.assert_array_equal(values, want[1][want_cuts[t]:want_cuts[t + 1]])
         if SIZE == 1:
             np.testing.assert_array_equal(got[3], -(-lengths // 8) * 8)
-        assert_tables_equal(bounded, counted, rule)
+    for (values, slots), (want_values, want_slots) in zip(ways[0][1], ways[1][1]):
+        np.testing.assert_array_equal(values, want_values)
+        for slot, want_slot in zip(slots, want_slots):
+            np.testing.assert_array_equal(slot, want_slot)
 
 
 @pytest.mark.parametrize("rule", ["lazy_adam", "adagrad"])

@@ -16,7 +16,7 @@ from sok1x.backend.cpu import random_rows as cpu_random
 from sok1x.engine import api, checkpoint, runtime
 from sok1x.engine.checkpoint import join as checkpoint_join
 from sok1x.engine.checkpoint import manifest as checkpoint_manifest
-from sok1x.engine.lookup import table_group
+from sok1x.engine.lookup import bounded_step, table_group
 from sok1x.engine.lookup.keyed import KeyedInput
 from sok1x.engine.op_keys import name_key
 from sok1x.engine.op_order import OpId
@@ -524,6 +524,11 @@ def test_hash_tables_with_room_for_every_ranks_keys_wait_twice_a_step_and_make_n
     roomy = _roomy_step_stats(make_tables("hg_roomy%d" % tables, 50 * SIZE + 40, layout), 41)
     tight_names = make_tables("hg_tight%d" % tables, capacity=45, layout=layout)
     tight = _roomy_step_stats(tight_names, 41)
+    if tables > 1 and bounded_step.enabled(runtime.get()):
+        # a bounded one-rank step (SOK1X_BOUNDED_STEP=1): the group's backward counts no rows,
+        # so the roomy step reads its placed counts in the backward's header, the tight one in
+        # its forward, and neither waits more than the other
+        checked_waits = 0
     assert roomy["host_waits"] <= 2 and roomy["host_collectives"] == 0, roomy
     assert tight["host_waits"] == roomy["host_waits"] + checked_waits, (roomy, tight)
     assert tight["host_collectives"] == (1 if SIZE > 1 else 0), tight

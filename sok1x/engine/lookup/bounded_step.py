@@ -1,8 +1,10 @@
 """A one-rank training step whose host waits for nothing but its key checks: its buffers are
 sized before it, and its checks are read once its own work is queued (DESIGN D14 on one rank;
 SOK1X_BOUNDED_STEP=1). Its backward serves the dense, keyed and pooled lookups (api.dense_lookup,
-keyed_lookup, pooled_lookup, sparse_lookup) of tables whose rows follow from their keys, its
-forward the dense and keyed ones without segment ids; a seam that sends the rows over the host
+keyed_lookup, pooled_lookup, sparse_lookup) of tables whose rows follow from their keys, and the
+training lookups of hash groups (each member's rows lie in its own range of the group's rows, as
+a dense group's do; a hash table alone keeps its count), its forward the dense and keyed ones
+without segment ids of tables without a hash table; a seam that sends the rows over the host
 (engine/lookup/compact.py) keeps them counted, as every lookup on several ranks does.
 
 Forward. A training lookup of tables whose rows follow from their keys (no hash table: no insert

@@ -568,13 +568,16 @@ def exchange_gradients_many(runtime, tables, op, routings, grads_list, pieces_li
 
 def _padded_pieces(runtime, tables, routings, pieces_list):
     """Per table the host piece_starts of a bounded backward (bounded_step.py), or None where
-    the backward counts its rows: several ranks, a hash table, or a group without its cuts."""
+    the backward counts its rows: several ranks, a hash table alone, a lookup whose rows may
+    be missing, or a group without its cuts. A hash group's training lookup is bounded as a
+    dense group's: each member's rows lie in its own range of the group's flat rows."""
     if pieces_list is None or not bounded_step.enabled(runtime):
         return None
     out = []
     for table, routing, cuts in zip(tables, routings, pieces_list):
         members = len(_row_starts(table, routing)) - 1
-        if table.use_hashtable or routing.may_miss or routing.inverse is not None:
+        if ((table.use_hashtable and not _is_group(table)) or routing.may_miss
+                or routing.inverse is not None):
             return None
         if cuts is None and members == 1:
             cuts = np.array([0, routing.count], np.int64)
