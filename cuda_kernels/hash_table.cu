@@ -162,7 +162,9 @@ extern "C" __global__ void hash_find_tagged(const int64* members, const int64* k
 }
 
 // find_or_insert over a group's members (as hash_find_or_insert for one index): rows[i] gets
-// keys[i]'s flat row. A key placed takes its member's next row (placed_row): placed[t] (zeroed
+// keys[i]'s flat row; a negative key (bad input a replayed step's checks report after this
+// kernel ran: it must not be taken for EMPTY_KEY or TOMBSTONE_KEY) is passed by, row -1.
+// A key placed takes its member's next row (placed_row): placed[t] (zeroed
 // by the caller) counts member t's placed keys, also past its limit, where they get OVERFLOW_ROW
 // and the caller, seeing placed[t] > limit, erases the call's keys; the placed keys are recorded
 // at [0, *total) of new_keys, new_rows (flat) and new_tags. The counters take one atomicAdd per
@@ -178,7 +180,7 @@ extern "C" __global__ void hash_find_or_insert_tagged(const int64* members, cons
     Member member = {nullptr, 0, 0, 0, 0, nullptr, 0};
     int64 slot = -1;
     bool claimed = false;
-    if (i < n) {
+    if (i < n && keys[i] >= 0) {
       member = member_of(members, tags[i]);
       slot = find_or_claim_slot(member.slots, 2, member.slot_count, keys[i], &claimed);
     }

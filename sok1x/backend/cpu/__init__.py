@@ -15,6 +15,7 @@ from sok1x.backend.cpu.hash import (  # noqa: F401  (part of the op set)
     hash_find_many,
     hash_insert_many,
     hash_insert_many_done,
+    hash_insert_members,
     hash_rehash_many,
     scramble,
 )

@@ -218,7 +218,13 @@ class HashIndex:
         return keys[order], rows[order]
 
 
-def hash_insert_many(indexes, keys, tags, row_starts, pools=None):
+def hash_insert_members(indexes, row_starts, into=None):
+    """cuda's list of a group's members for a replayed insert: the cpu insert reads the indexes
+    themselves whenever it runs, so there is none (None)."""
+    return None
+
+
+def hash_insert_many(indexes, keys, tags, row_starts, pools=None, members=None):
     """find_or_insert of a hash group's owned keys in its members' `indexes`: keys[i] is a key
     of member tags[i], whose rows start at flat row row_starts[t]; pools: None, or per member
     (row_pool, next_row) as find_or_insert's (None, None: rows from the index's size), or
@@ -227,15 +233,18 @@ def hash_insert_many(indexes, keys, tags, row_starts, pools=None):
     cuda).
     Returns (rows, new_keys, new_rows, new_tags, count, placed): every key's flat row
     (OVERFLOW_ROW where its member's shard has no room), the keys placed with their flat rows
-    and tags (the first count[0] of them), and per member int64 [T] how many new keys it got
-    (its room exceeded: the shard is full, nothing of it placed). No wait (cuda leaves placed
-    on the device); the caller reads placed and ends the call with hash_insert_many_done."""
+    and tags (the first count[0] of them, -1 after), and per member int64 [T] how many new keys
+    it got (its room exceeded: the shard is full, nothing of it placed). A negative key is
+    passed by (row -1), as cuda's kernel passes it; members: cuda's list (hash_insert_members),
+    unused here. No wait (cuda leaves placed on the device); the caller reads placed and ends
+    the call with hash_insert_many_done."""
     keys, tags = np.asarray(keys, dtype=np.int64), np.asarray(tags, dtype=np.int64)
     rows = np.full(keys.shape[0], EMPTY, dtype=np.int64)
     placed = np.zeros(len(indexes), dtype=np.int64)
     new = [(keys[:0], keys[:0], keys[:0])]
-    for t in np.unique(tags):
-        index, mine = indexes[t], np.flatnonzero(tags == t)
+    held = keys >= 0
+    for t in np.unique(tags[held]):
+        index, mine = indexes[t], np.flatnonzero((tags == t) & held)
         start = int(row_starts[t])
         placed[t] = index._count_missing(keys[mine])
         if pools is not None and len(pools[t]) == 3:  # a padded eviction's: the pool alone
@@ -253,12 +262,17 @@ def hash_insert_many(indexes, keys, tags, row_starts, pools=None):
                     np.full(new_keys.shape, t, dtype=np.int64)))
     new_keys, new_rows, new_tags = (np.concatenate(parts) for parts in zip(*new))
     count = np.array([new_keys.shape[0]], dtype=np.uint64)
+    # as long as the keys, as cuda's (a replay copies them into arrays of that length)
+    new_keys, new_rows, new_tags = (np.concatenate([a, np.full(keys.shape[0] - a.shape[0], -1,
+                                                               dtype=np.int64)])
+                                    for a in (new_keys, new_rows, new_tags))
     return rows, new_keys, new_rows, new_tags, count, placed
 
 
 def hash_insert_many_done(indexes, found, placed, keep):
-    """Ends hash_insert_many's call `found` with the host copy of its placed counts: keep=True
-    keeps the placed keys; keep=False erases them from their members' indexes again."""
+    """Ends hash_insert_many's call `found` with the host copy of its placed counts (or a
+    function returning it, as cuda takes): keep=True keeps the placed keys (the indexes counted
+    them as they placed them); keep=False erases them from their members' indexes again."""
     if keep:
         return
     _, new_keys, _, new_tags, count, _ = found

@@ -106,8 +106,13 @@ class HashIndex:
         """Keys held."""
         if self._later:
             later, self._later = self._later, []
-            for entry, host in zip(later, to_host_many([entry[0] for entry in later])):
-                self._count(entry, host)
+            queued = [entry for entry in later if callable(entry[0])]  # copies queued already
+            waited = [entry for entry in later if not callable(entry[0])]
+            for entry in queued:
+                self._count(entry, entry[0]())
+            if waited:
+                for entry, host in zip(waited, to_host_many([entry[0] for entry in waited])):
+                    self._count(entry, host)
         return self._size
 
     @size.setter
@@ -116,9 +121,9 @@ class HashIndex:
 
     def add_size_later(self, counts, position, sign=1, tombstones=0):
         """Counts counts[position] (a device integer array queued work fills: keys this index
-        placed, sign 1, or erased, sign -1) into size when size is next read, or settle_size
-        hands it over; tombstones: the bound on erased keys the tombstones counted meanwhile,
-        corrected then."""
+        placed, sign 1, or erased, sign -1; or a function returning its host copy) into size
+        when size is next read, or settle_size hands it over; tombstones: the bound on erased
+        keys the tombstones counted meanwhile, corrected then."""
         self._later.append((counts, position, sign, tombstones))
 
     def settle_size(self, counts, host_counts):

@@ -32,6 +32,7 @@ from sok1x.backend.cuda.kernel_launch import (
     to_host_many,
     wrap,
 )
+from sok1x.backend.cuda.staging import upload
 from sok1x.backend.cuda.groups import device_constant
 
 
@@ -45,9 +46,10 @@ def _kernels():
             "init": prepared("random_init.cu", "init_rows_tagged_float32", "PPqPPPPqPqiiQPdd")}
 
 
-def _members(indexes, row_starts, pools=None):
+def _members(indexes, row_starts, pools=None, into=None):
     """The device list of the members' indexes (the module's docstring); pools: as
-    hash_insert_many's."""
+    hash_insert_many's; into: None, or a device int64 [T * 7] the list is copied into (a
+    replayed insert's, which its graph reads), else a new one."""
     pools = pools or [(None, None)] * len(indexes)
     listing = np.zeros((len(indexes), 7), dtype=np.int64)
     for row, index, start, pool_of in zip(listing, indexes, row_starts, pools):
@@ -59,7 +61,19 @@ def _members(indexes, row_starts, pools=None):
                   index.capacity - size if len(pool_of) < 3 else int(pool_of[2]), int(start),
                   0 if pool is None or not pool.shape[0] else ptr(pool),
                   0 if pool is None else int(pool.shape[0]))
-    return to_device(listing.reshape(-1))
+    if into is None:
+        return to_device(listing.reshape(-1))
+    upload(ptr(into), listing.reshape(-1))
+    return into
+
+
+@uses_context
+def hash_insert_members(indexes, row_starts, into=None):
+    """The member list hash_insert_many(..., members=) takes for a group's `indexes` as they are
+    now (each member's next rows and room from its size), written into `into` (device int64
+    [T * 7], kept by the caller: a replayed insert's graph reads it at every replay, so the host
+    writes it before each) or a new array. The cpu backend's twin returns None."""
+    return _members(indexes, row_starts, None, into)
 
 
 _LAYOUTS_KEPT = 64
@@ -144,7 +158,7 @@ def hash_rehash_many(indexes):
 
 
 @uses_context
-def hash_insert_many(indexes, keys, tags, row_starts, pools=None):
+def hash_insert_many(indexes, keys, tags, row_starts, pools=None, members=None):
     """find_or_insert of a hash group's owned keys in its members' `indexes` (keys[i] one of
     member tags[i]'s, whose rows start at flat row row_starts[t]), in one launch and no wait.
     pools: None, or per member (row_pool, next_row) as HashIndex.find_or_insert's (a hybrid
@@ -156,13 +170,16 @@ def hash_insert_many(indexes, keys, tags, row_starts, pools=None):
     key past its member's room), the keys placed with their flat rows and tags (the first
     count[0] of them; count a uint64 [1] device array), and placed, int64 [T] on the device:
     how many keys each member placed (past its room too). The indexes' sizes are unchanged
-    until hash_insert_many_done, which the caller calls with the host copy of placed."""
+    until hash_insert_many_done, which the caller calls with the host copy of placed. members:
+    None, or hash_insert_members' list (no pools), read as it is when the kernel runs. A
+    negative key is passed by (row -1)."""
     keys, tags = index_array(keys, "keys"), index_array(tags, "tags")
     n, parts = keys.shape[0], len(indexes)
     counters = fill_bytes(empty((parts + 1,), np.int64), 0)  # per member, then the total
     rows, new_keys, new_rows, new_tags = (empty((n,), np.int64) for _ in range(4))
     if n:
-        members = _members(indexes, row_starts, pools)
+        if members is None:
+            members = _members(indexes, row_starts, pools)
         launch(_kernels()["insert"], n, ptr(members), ptr(keys), ptr(tags), n, ptr(counters),
                ptr(counters) + 8 * parts, ptr(new_keys), ptr(new_rows), ptr(new_tags),
                ptr(rows))
@@ -176,7 +193,11 @@ def hash_insert_many_done(indexes, found, placed, keep):
     counts the keys it placed; keep=False (a failed step, or a member past its room) erases
     them again (waits: a failing step's path). keep=True with placed left on the device (the
     caller knows no member can pass its room): each index counts it when its size is next read
-    (HashIndex.add_size_later), no wait."""
+    (HashIndex.add_size_later), no wait; placed may also be a function returning its host copy
+    (backend.read_later's: a copy queued at once, whose read waits for it alone), read once for
+    all the indexes."""
+    if keep and callable(placed):
+        placed = _read_once(placed)
     if keep and not isinstance(placed, np.ndarray):
         for t, index in enumerate(indexes):
             index.add_size_later(placed, t)
@@ -193,6 +214,17 @@ def hash_insert_many_done(indexes, found, placed, keep):
         mine = host_tags == t
         if mine.any():
             index.erase(host_keys[mine])
+
+
+def _read_once(read):
+    """read() called once, its result kept for every later call."""
+    kept = []
+
+    def once():
+        if not kept:
+            kept.append(read())
+        return kept[0]
+    return once
 
 
 @uses_context
