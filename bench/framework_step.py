@@ -47,8 +47,9 @@ exchange, update: LazyAdam, Adagrad for mlperf26) five ways:
                    checks to the backward and the backward's rows are padded to the keys, so
                    the host waits once a step, not twice (the same on several ranks)
     sok1x_replayed sok1x_bounded with the dense or keyed lookup passing replay=True (a keyed
-                   lookup replays where its tables are one table or one group of dense
-                   tables, dlrm26; the hash and dynamic ones run as sok1x_bounded): on one
+                   lookup replays where its tables are one table, one group of dense tables
+                   or one hash group that does not evict: dlrm26, dlrm26_hash,
+                   dlrm26_dynamic; the hybrid ones run as sok1x_bounded): on one
                    rank its forward, backward and update are recorded once as CUDA graphs
                    and replayed (engine/lookup/replayed_step.py); its GPU floor
                    (those graphs replayed back to back, no host work: not the key copy, the

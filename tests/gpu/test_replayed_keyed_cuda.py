@@ -6,7 +6,8 @@ where no key repeats in a member, so no addition's order matters; outputs, rows 
 bit and sums to rounding otherwise), with an empty member, for few keys and for more than
 segment_rows.SORTED_MIN (the backward's sums then sorted by row, in the graph too); the replayed
 forward and backward queue no kernel of their own and the update two (its hyper-parameters' write
-and the time stamp); a bad key of one member fails the step naming it and changes no table.
+and the time stamp); a bad key of one member fails the step naming it and changes no table;
+a hash group's steps replay their inserts as well, agreeing key by key with uncaptured steps.
 
     mpiexec --allow-run-as-root -n 1 python3 -m pytest -q tests/gpu/test_replayed_keyed_cuda.py
 """
@@ -186,3 +187,73 @@ def test_a_bad_key_of_one_member_fails_and_changes_nothing():
                 np.testing.assert_array_equal(x, y)
     got = step(pair[0], distinct_keys(rng), "adagrad", 5, True)  # replays go on
     assert held() == (1, 1) and got[0].shape == (int(LENGTHS.sum()), DIM)
+
+
+HASH_LENGTHS = np.array([3000, 1500, 0, 2500])
+
+
+def hash_run(steps, replay, bad_step=None):
+    """Keyed steps of a hash group (v1 hash tables, made anew under one set of names: a hash
+    table's first values follow from its name) for each keys of `steps`; bad_step: a step whose
+    member 1 gets a negative key, which must fail naming it and change no size. Returns (each
+    step's host output and counts, or None, the sizes, the trained vectors of every key seen,
+    held(), launches of the last replayed forward and backward)."""
+    fresh()
+    names = ["hash_replay_%d" % t for t in range(len(HASH_LENGTHS))]
+    for name in names:
+        api.create_table(name, DIM, 40000, True, SPEC, replace=True)
+    backend = runtime.get().backend
+    results, launches = [], None
+    for number, keys in enumerate(steps, 1):
+        if number - 1 == bad_step:
+            keys = keys.copy()
+            keys[int(HASH_LENGTHS[0]) + 11] = -3
+            sizes = [api.shard(n).index.size for n in names]
+            with pytest.raises(InvalidInputError, match=names[1]):
+                step(names, keys, "lazy_adam", number, replay, lengths=HASH_LENGTHS)
+            assert [api.shard(n).index.size for n in names] == sizes
+            results.append(None)
+            continue
+        before = backend.counts()["launches"]
+        got = step(names, keys, "lazy_adam", number, replay, lengths=HASH_LENGTHS)
+        results.append((got[0], got[3]))
+        launches = backend.counts()["launches"] - before
+    every = np.unique(np.concatenate(steps))
+    lengths = np.full(len(names), every.shape[0])
+    with runtime.entered():
+        item = KeyedInput(backend.asarray(np.tile(every, len(names))), lengths, None, lengths,
+                          None, "sum")
+        trained, _ = api.keyed_lookup(names, "hash_replay_read", item, False)
+        trained = host(trained)
+    return (results, [api.shard(n).index.size for n in names], trained, held(), launches)
+
+
+def hash_keys(seed, count):
+    """Each step's keys, distinct within a member (each gradient row its key's alone), drawn
+    from 30000 values: new keys arrive at every step."""
+    rng = np.random.default_rng(seed)
+    return [np.concatenate([rng.permutation(30000)[:n] for n in HASH_LENGTHS])
+            for _ in range(count)]
+
+
+@pytest.mark.parametrize("bad_step", [None, 5], ids=["steps", "a_negative_key"])
+def test_a_hash_group_replays_its_inserts(bad_step):
+    """A hash group's keyed steps with their inserts replayed (table_group.ReplayedInsert)
+    against the same steps uncaptured: outputs and counts bit for bit, the sizes, and the
+    trained vector of every key (the two ways may hand out other rows: the insert's threads
+    place keys in any order); a replayed step's forward and backward launch one kernel of their
+    own (the clock's write) beside their graphs; a negative key fails its step, naming its
+    member, with no size changed, and the replays go on."""
+    steps = hash_keys(13, 10)
+    got = hash_run(steps, True, bad_step)
+    want = hash_run(steps, False, bad_step)
+    for a, b in zip(got[0], want[0]):
+        assert (a is None) == (b is None)
+        for x, y in zip(a or (), b or ()):
+            np.testing.assert_array_equal(x, y)
+    assert got[1] == want[1]
+    np.testing.assert_array_equal(got[2], want[2])
+    assert got[3] == (1, 1) and want[3] == (0, 0)
+    print("launches of a replayed hash step (forward, backward, update): %d, uncaptured %d"
+          % (got[4], want[4]))
+    assert got[4] == 1 + 1  # the clock's write; the update's write of its hyper-parameters

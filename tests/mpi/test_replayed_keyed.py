@@ -22,6 +22,7 @@ from sok1x.engine import api, runtime
 from sok1x.engine.lookup import bounded_step, keyed, replayed_step
 from sok1x.engine.lookup.keyed import KeyedInput
 from sok1x.engine.tables import optimizer_updates
+from sok1x.engine.tables.dynamic_table import make_dynamic
 from sok1x.errors import InvalidInputError
 from step_rules import RULES, every_rule_hyper, hyper
 
@@ -297,3 +298,121 @@ def test_a_known_layout_skips_the_host_checks(monkeypatch, given):
     # first sight, recorded, first replay; known; the other layout's first sight; known
     assert skipped == ([False] * 3 + [True] * 3 + [False] + [True] * 3 if SIZE == 1
                        else [False] * 10)
+
+
+def hash_steps(tag, steps, replay, capacity, checks="backward", bad_step=None, dynamic=None):
+    """A keyed step of v1 hash tables (a hash group that does not evict) for each keys of
+    `steps`, on tables made anew under names of `tag` (a hash table's first values follow from
+    its name), replay=True or not; bad_step: the index of a step whose keys hold a negative key
+    of member 1 on the last rank, which must fail (InvalidInputError, naming that member) and
+    change nothing; dynamic: None, or the tables' DynamicVariable settings (make_dynamic).
+    Returns (each step's host results, or None for the failed one, each table's held values,
+    slots and size at the end, held())."""
+    fresh()
+    names = ["hash_%s_%d" % (tag, t) for t in range(MEMBERS)]
+    for name in names:
+        api.create_table(name, DIM, capacity, True, SPEC, replace=True, dynamic=dynamic)
+    results = []
+    for number, keys in enumerate(steps, 1):
+        if number - 1 != bad_step:
+            results.append(step(names, keys, LENGTHS, np.float32(0.75), "lazy_adam", number,
+                                replay, checks=checks))
+            continue
+        keys = keys.copy()
+        if RANK == SIZE - 1:
+            keys[int(LENGTHS[0])] = -4
+        before = [held_rows(n) for n in names]
+        with pytest.raises(InvalidInputError, match=names[1]):
+            step(names, keys, LENGTHS, np.float32(0.75), "lazy_adam", number, replay,
+                 checks=checks)
+        for name, (values, slots, size) in zip(names, before):
+            assert api.shard(name).index.size == size
+            np.testing.assert_array_equal(held_rows(name)[0], values)
+            for slot, want in slots.items():
+                np.testing.assert_array_equal(held_rows(name)[1][slot], want)
+        results.append(None)
+    return results, [held_rows(n) for n in names], held()
+
+
+def held_rows(name):
+    """(values, {slot: rows}, size) of a hash table's held rows: rows are handed out in
+    arrival order, so its size's first rows (a failed step's inserted keys erased again leave
+    their rows past the size, as an uncaptured step that fails after its insert does)."""
+    shard = api.shard(name)
+    size = shard.index.size
+    return (shard.values[:size].copy(), {s: a[:size].copy() for s, a in shard.slots.items()},
+            size)
+
+
+def hash_keys(seed, steps, span):
+    """Each step's keys: LENGTHS of each member, drawn from `span` values (new ones arrive)."""
+    rng = np.random.default_rng([seed, RANK])
+    return [np.concatenate([rng.integers(0, span, size=n) for n in LENGTHS]).astype(np.int64)
+            for _ in range(steps)]
+
+
+def assert_same_hash_runs(got, want):
+    for a, b in zip(got[0], want[0]):
+        assert (a is None) == (b is None)
+        for x, y in zip(a or (), b or ()):
+            np.testing.assert_array_equal(x, y)
+    for (values, slots, size), (want_values, want_slots, want_size) in zip(got[1], want[1]):
+        np.testing.assert_array_equal(values, want_values)
+        assert sorted(slots) == sorted(want_slots)
+        for name in slots:
+            np.testing.assert_array_equal(slots[name], want_slots[name])
+        assert size == want_size
+
+
+@pytest.mark.parametrize("checks", ["backward", "end"])
+def test_a_hash_group_replays_its_inserts(checks):
+    """A hash group's keyed steps replay their inserts (table_group.ReplayedInsert: each
+    member's next rows and the time stamp written before each replay), new keys arriving at
+    every step: outputs, padded gradients, every row, slot and size equal the uncaptured steps
+    bit for bit; on one rank the class is recorded and its update replayed."""
+    steps = hash_keys(61, 12, 40 * SIZE)
+    got = hash_steps("replay_" + checks, steps, True, 64, checks)
+    want = hash_steps("replay_" + checks, steps, False, 64, checks)
+    assert_same_hash_runs(got, want)
+    assert got[2] == ((1, 1) if SIZE == 1 else (0, 0)) and want[2] == (0, 0)
+
+
+def test_a_hash_step_whose_members_might_fill_up_is_not_replayed():
+    """Where a member's keys in the step could pass its room (its size and its keys in the
+    lookup above its capacity), the step takes the uncaptured path, which counts the new keys
+    exactly; replays go on when the keys fit again, and every step equals the uncaptured one."""
+    steps = hash_keys(67, 14, 20 * SIZE)  # at most 20 keys a member: they fit 24 once counted
+    got = hash_steps("tight", steps, True, 24)
+    want = hash_steps("tight", steps, False, 24)
+    assert_same_hash_runs(got, want)
+    if SIZE == 1:
+        assert got[2][0] == 1
+
+
+@pytest.mark.parametrize("checks", ["backward", "end"])
+def test_a_negative_key_fails_a_replayed_hash_step_and_inserts_nothing(checks):
+    """A negative key (one rank's, of one member) in a replayed hash step: the recorded insert
+    passes it by, the step fails on every rank naming the member, no table changes (values,
+    sizes) and the step's other new keys are erased again; the replays go on after, equal to
+    the uncaptured steps."""
+    steps = hash_keys(71, 10, 40 * SIZE)
+    got = hash_steps("bad_" + checks, steps, True, 64, checks, bad_step=5)
+    want = hash_steps("bad_" + checks, steps, False, 64, checks, bad_step=5)
+    assert_same_hash_runs(got, want)
+    if SIZE == 1:
+        assert got[2] == (1, 1)
+
+
+def test_a_dynamic_group_that_grows_while_its_steps_replay():
+    """hbm DynamicVariables (a hash group that grows, never evicts) from 16 rows a shard: a
+    step whose keys might not fit takes the uncaptured path, which grows the group (its rows
+    move, so its class is dropped and recorded again later); every step, and the tables after,
+    equal the uncaptured steps bit for bit."""
+    steps = hash_keys(73, 16, 90 * SIZE)
+    dynamic = make_dynamic("hbm", 16, 512)
+    got = hash_steps("grow", steps, True, 512, dynamic=dynamic)
+    want = hash_steps("grow", steps, False, 512, dynamic=dynamic)
+    assert_same_hash_runs(got, want)
+    assert all(api.shard("hash_grow_%d" % t).capacity > 16 for t in (0, 3))
+    if SIZE == 1:
+        assert got[2][0] == 1

@@ -341,14 +341,18 @@ def _replayed_again(runtime, tables, front, item, checks):
 def _replayed_forward(runtime, tables, unit, group, op, item, training, key_limits, checks,
                       cuts, front=None):
     """keyed_forward's replayed path (engine/lookup/replayed_step.py): a one-rank bounded
-    training lookup of one unit of dense tables (one table, or a TableGroup in its order), int64
-    keys, each key its own output row, unweighted. Returns keyed_forward's result, or None where the
-    uncaptured path must run (not such a lookup, or the first sight of its shape class). A
-    replayed class is remembered under `front` (_front), for _replayed_again."""
+    training lookup of one unit of dense tables (one table, or a TableGroup in its order) or of
+    a HashGroup that does not evict (its insert replayed too: table_group.ReplayedInsert), int64
+    keys, each key its own output row, unweighted. Returns keyed_forward's result, or None where
+    the uncaptured path must run (not such a lookup, the first sight of its shape class, or a
+    hash group's step in which a member might fill up). A replayed class is remembered under
+    `front` (_front), for _replayed_again."""
     table, keys = unit.table, item.keys
+    hashed = isinstance(group, table_group.HashGroup)
     if (not training or keys.dtype != np.int64 or item.segment_ids is not None
             or item.weights is not None
-            or table.use_hashtable or getattr(group, "hbm", None) is not None
+            or (table.use_hashtable and not (hashed and not group.evicts))
+            or getattr(group, "hbm", None) is not None
             or not keys.shape[0] or checks not in ("end", "backward")
             or not replayed_step.enabled(runtime)):
         return None
@@ -358,14 +362,18 @@ def _replayed_forward(runtime, tables, unit, group, op, item, training, key_limi
            item.lengths.tobytes(), None if key_limits is None else tuple(key_limits))
     backend = runtime.backend
 
+    hooks = table_group.ReplayedInsert(group, np.diff(cuts)) if hashed else None
+
     def run(fixed):
         check = _key_check(backend, tables, item._replace(keys=fixed), cuts, key_limits, group)
+        if hashed:  # keys as they are, tagged; a negative one is passed by (its check fails)
+            return (check,) + hooks.insert(fixed, backend.part_tags(cuts))
         flat = fixed if group is None else backend.offset_parts_many(
             [fixed], cuts, [group.key_starts[:-1]])[0]
         rows = table.rows_of(flat, False)
         return check, rows, table.gather(rows)
 
-    replayed = replayed_step.forward_of(runtime, key, table, op, keys, checks, run, cuts)
+    replayed = replayed_step.forward_of(runtime, key, table, op, keys, checks, run, cuts, hooks)
     if replayed is None:
         return None
     vectors, routing = replayed

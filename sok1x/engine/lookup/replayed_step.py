@@ -11,8 +11,16 @@ same lookup again, because a replay writes them into the same arrays. Two lookup
 one of one table (api.dense_lookup: forward() here), and a keyed one (api.keyed_lookup, keyed.py)
 of one table or of one TableGroup in its order, each key its own output row, unweighted (keyed.py
 gives forward_of() its work and cuts: the members' keys are checked against their own limits and
-moved into the group's rows, and the backward's rows come a piece per member). The engine's own
-step does (bench/); a framework's op, which cannot promise it, keeps the uncaptured path.
+moved into the group's rows, and the backward's rows come a piece per member). A keyed lookup of
+a HashGroup that does not evict (v1 hash tables, hbm DynamicVariables) replays its insert too,
+through hooks (table_group.ReplayedInsert): before each replay the host checks that no member
+can fill up in the step (else the uncaptured path runs, and grows or fails as it does) and
+writes the member list its insert hands rows out by and the clock its new rows are stamped
+with; after it, the placed keys are kept (their count copied at once, read with the next size)
+and the step journal records their erasing. Its forward reads its checks at its end (the
+journal step that undoes a bad step's insert may close before a backward: _reads_later), and
+its insert passes a negative key by. The engine's own step does (bench/); a framework's op,
+which cannot promise it, keeps the uncaptured path.
 
 Shape class. A forward op (its tower, place and name), its table (or group), the keys' shape and
 dtype and the checks mode, and a keyed lookup's keys per member and key limits. First sight: the
@@ -93,10 +101,11 @@ class _Forward:
     """One forward shape class: its table, fixed keys, recorded work, its backward's pieces
     (host piece_starts of its members' keys) and backward classes."""
 
-    def __init__(self, key, table, keys, work, judge, pieces):
+    def __init__(self, key, table, keys, work, judge, pieces, hooks=None):
         self.key, self.table, self.keys = key, table, keys
         self.values = _where(table)
         self.work, self.judge, self.pieces = work, judge, pieces
+        self.hooks = hooks  # forward_of's: the host's part of each replay, or None
         self.piece_sizes = np.diff(pieces)
         self.routing = self.check = self.describe = None  # made at the first replay
         self.shaped = None  # the output as api.dense_lookup shapes it (remember_dense)
@@ -104,7 +113,8 @@ class _Forward:
         self.backwards = {}  # top gradient read in place (True) or copied (False) -> _Backward
 
     def outputs(self):
-        """(bounds, flag, rows, vectors): the arrays every replay writes."""
+        """(bounds, flag, rows, vectors, and what else the run returned): the arrays every
+        replay writes."""
         return self.work.outputs
 
     @property
@@ -263,13 +273,17 @@ def remember_dense(runtime, table, op, keys, row_shape, training, checks, shaped
         entry.shaped = shaped
 
 
-def forward_of(runtime, key, table, op, keys, checks, run, cuts):
+def forward_of(runtime, key, table, op, keys, checks, run, cuts, hooks=None):
     """The replayed path of any one-rank bounded forward of `table` (an EmbeddingTable or a
-    TableGroup of dense tables, whose rows follow from its keys) with flat int64 `keys`: `key`
-    names its shape class (every input that shapes the work but the keys' values); run(fixed keys)
-    queues the forward's device work on a fixed array and returns (KeyCheck, rows, vectors);
-    cuts: host int64 [members + 1], where each member's keys start (its backward's pieces).
-    Returns (vectors, Routing), or None at the first sight of the class. `op`: an OpId."""
+    TableGroup of dense tables, whose rows follow from its keys, or a HashGroup with hooks) with
+    flat int64 `keys`: `key` names its shape class (every input that shapes the work but the
+    keys' values); run(fixed keys) queues the forward's device work on a fixed array and returns
+    (KeyCheck, rows, vectors) or (KeyCheck, rows, vectors, [more arrays]); cuts: host int64
+    [members + 1], where each member's keys start (its backward's pieces). hooks: None, or the
+    host's part of the class's steps (kept with the class at its capture): hooks.ready() before
+    each run or replay (False: this step takes the uncaptured path, nothing done), and
+    hooks.done(more arrays) after it. Returns (vectors, Routing), or None where the uncaptured
+    path must run (the first sight of the class, or hooks not ready). `op`: an OpId."""
     classes = _classes(runtime)
     entry = classes.forwards.get(key)
     if entry is not None and (entry.table is not table or entry.values != _where(table)):
@@ -281,27 +295,32 @@ def forward_of(runtime, key, table, op, keys, checks, run, cuts):
         classes.sightings[key] += 1
         if classes.sightings[key] < 2 or key in classes.refused:
             return None
-        return _capture_forward(runtime, classes, key, table, op, keys, checks, run, cuts)
+        return _capture_forward(runtime, classes, key, table, op, keys, checks, run, cuts,
+                                hooks)
     return _replay(runtime, classes, entry, op, keys, checks)
 
 
 def _replay(runtime, classes, entry, op, keys, checks):
     """One replay of forward class `entry` on `keys` (a backend array of its fixed keys' dtype
     and size, any shape): the order checks, the keys copied in, one launch, the flag's copy
-    queued. Returns (vectors, Routing)."""
+    queued. Returns (vectors, Routing), or None where the class's hooks are not ready."""
     backend = runtime.backend
+    if entry.hooks is not None and not entry.hooks.ready():
+        return None  # (before the order checks: the uncaptured path makes them)
     order_checks(runtime, op)  # alone: no data crosses
     if keys is not entry.keys:
         backend.copy_array(entry.keys, keys)
     entry.work.replay()
-    bounds, flag, rows, vectors = entry.outputs()
+    bounds, flag, rows, vectors = entry.outputs()[:4]
+    if entry.hooks is not None:
+        entry.hooks.done(entry.outputs()[4:])
     if entry.routing is None:  # the outputs exist from the first replay on (cpu makes them then)
         entry.routing = _routing(entry.table, int(entry.keys.shape[0]), rows, None)
         entry.check = KeyCheck(bounds, entry.judge, flag, None)
         entry.describe = functools.partial(check_error, backend, entry.check)
         classes.by_rows[id(rows)] = entry
     deferred = bounded_step.Deferred(backend.read_later(flag), entry.describe, op.name)
-    later = checks == "backward"
+    later = _reads_later(checks, entry.hooks)
     bounded_step.defer_or_read(runtime, deferred, later)
     return vectors, entry.routing._replace(check=deferred) if later else entry.routing
 
@@ -322,8 +341,8 @@ def replay_known(runtime, front, holder, op, keys, checks):
     entry = known[0]
     if classes.forwards.get(entry.key) is not entry or entry.values != _where(entry.table):
         return None  # dropped (rows moved, too many classes): the caller's path decides
-    vectors, routing = _replay(runtime, classes, entry, op, keys, checks)
-    return vectors, routing, known[2]
+    replayed = _replay(runtime, classes, entry, op, keys, checks)
+    return None if replayed is None else replayed + (known[2],)
 
 
 def remember_front(runtime, front, key, holder, kept):
@@ -345,19 +364,23 @@ def remember_front(runtime, front, key, holder, kept):
     entry.fronts.append(front)
 
 
-def _capture_forward(runtime, classes, key, table, op, keys, checks, run, cuts):
+def _capture_forward(runtime, classes, key, table, op, keys, checks, run, cuts, hooks):
     """The second sight of a forward class: this step runs eagerly on fixed keys, then its work
     is recorded. Returns (vectors, Routing) of this step (its backward takes the uncaptured
-    path: its rows are not the class's)."""
+    path: its rows are not the class's), or None where `hooks` are not ready."""
     backend = runtime.backend
+    if hooks is not None and not hooks.ready():
+        return None
     order_checks(runtime, op)
     fixed = backend.empty(tuple(keys.shape), keys.dtype)
     backend.write_rows(fixed, 0, keys)
-    check, rows, vectors = run(fixed)
+    check, rows, vectors, more = _run_parts(run(fixed))
+    if hooks is not None:
+        hooks.done(more)
 
     def recorded_run():
-        recorded, recorded_rows, recorded_vectors = run(fixed)
-        return [recorded.bounds, recorded.flag, recorded_rows, recorded_vectors]
+        recorded, recorded_rows, recorded_vectors, recorded_more = _run_parts(run(fixed))
+        return [recorded.bounds, recorded.flag, recorded_rows, recorded_vectors] + recorded_more
     work = _recorded(backend, recorded_run)
     if work is None:
         classes.refused.add(key)
@@ -365,12 +388,26 @@ def _capture_forward(runtime, classes, key, table, op, keys, checks, run, cuts):
         while len(classes.forwards) >= MAX_CLASSES:
             _drop(classes, next(iter(classes.forwards)))
         classes.forwards[key] = _Forward(key, table, fixed, work, check.judge,
-                                         bounded_step.piece_starts(cuts))
+                                         bounded_step.piece_starts(cuts), hooks)
     deferred = bounded_step.Deferred(backend.read_later(check.flag),
                                      functools.partial(check_error, backend, check), op.name)
-    bounded_step.defer_or_read(runtime, deferred, checks == "backward")
-    return vectors, _routing(table, int(keys.shape[0]), rows,
-                             deferred if checks == "backward" else None)
+    later = _reads_later(checks, hooks)
+    bounded_step.defer_or_read(runtime, deferred, later)
+    return vectors, _routing(table, int(keys.shape[0]), rows, deferred if later else None)
+
+
+def _reads_later(checks, hooks):
+    """Whether a forward leaves its key checks to its backward: checks="backward", and no
+    hooks. A class with hooks changes a table in its forward (a hash group's insert), which the
+    step journal must undo where a key is bad; the journal's step may close before a backward
+    comes (an op that opens a step of its own), so such a forward reads its checks at its end,
+    once its work is queued, as the uncaptured hash lookup reads them before its insert."""
+    return checks == "backward" and hooks is None
+
+
+def _run_parts(result):
+    """A forward run's (KeyCheck, rows, vectors, [more arrays])."""
+    return tuple(result[:3]) + (list(result[3]) if len(result) > 3 else [],)
 
 
 def _recorded(backend, run):

@@ -292,19 +292,22 @@ class HashGroup(TableGroup):
         """Flat rows of owned tagged keys, -1 where a member does not hold its key."""
         return self.backend.hash_find_many(self.indexes(), keys, tags, self.row_starts)
 
-    def insert_start(self, keys, tags, evicted=None):
+    def insert_start(self, keys, tags, evicted=None, members=None, clock=None):
         """Queues a training lookup of owned tagged keys: find-or-insert in every member's index,
         the new rows' initial values and update times, and every key's vector. evicted: None,
         or make_room_in_place's: the members it evicted from take their new keys into their
         victims' rows. Returns (state, placed): placed, backend int64 [T] (keys each member
         placed) for the host to read and hand to insert_error and insert_finish (or, where no
-        member can pass its room, to insert_kept)."""
+        member can pass its room, to insert_kept). members and clock: a replayed insert's
+        (engine/lookup/replayed_step.py; a group that does not evict): the member list
+        (backend.hash_insert_members) and the clock (float64 [1]) the host writes before each
+        replay, read when the work runs; no size is read here then."""
         self._found = None  # rows_needed's, for make_room only
         backend, indexes = self.backend, self.indexes()
         # (not after an eviction in place: its members' sizes count its victims on the device,
         # read with its placed counts once all is queued; insert_error is not asked then)
-        sizes = None if evicted is not None else np.array([index.size for index in indexes],
-                                                          dtype=np.int64)
+        sizes = None if evicted is not None or members is not None else np.array(
+            [index.size for index in indexes], dtype=np.int64)
         held = pools = None
         reusing, in_place = False, ()
         if self.evicts:  # new keys take freed rows first (DynamicTable.rows_source)
@@ -318,11 +321,14 @@ class HashGroup(TableGroup):
                     pools[t] = (backend.row_view(victims.device_rows, start, end), 0,
                                 end - start)
             reusing = any(pool[0] is not None for pool in pools)
-        found = backend.hash_insert_many(indexes, keys, tags, self.row_starts, pools)
+        found = backend.hash_insert_many(indexes, keys, tags, self.row_starts, pools, members)
         rows, new_keys, new_rows, new_tags, count, placed = found
         backend.init_rows_tagged(self.values, new_rows, new_keys, new_tags, self.spec,
                                  self.table_ids, count)
-        if not self.evicts:  # a group that evicts stamps them when the insert is kept
+        if not self.evicts and clock is not None:
+            with backend.time_given(clock):
+                self.stamp(new_rows, count)
+        elif not self.evicts:  # a group that evicts stamps them when the insert is kept
             self.stamp(new_rows, count)
         return (indexes, found, self.gather(rows), sizes, held, reusing, in_place), placed
 
@@ -549,6 +555,16 @@ class HashGroup(TableGroup):
                         "constant", self.slot_initial[name]), 0, count)
         return found[0], vectors
 
+    def keep_replayed(self, found):
+        """Ends a replayed insert (insert_start with members; a group that does not evict):
+        `found`, its hash_insert_many result, the placed keys kept. Each index counts them when
+        its size is next read, from a copy of the placed counts queued now (that read waits for
+        the copy alone, never for the work queued after it), and the step journal records how
+        to erase them should the step fail."""
+        backend = self.backend
+        backend.hash_insert_many_done(self.indexes(), found, backend.read_later(found[5]), True)
+        self._record_undo(found, None)
+
     def settle(self, placed, host_placed):
         """Hands insert_kept's `placed`, read by the host since, to the indexes it counts for
         (and, in a group that evicts, to the members that hand rows out by it)."""
@@ -637,6 +653,48 @@ class HashGroup(TableGroup):
 
     def _rebuild_worn(self):
         rebuild_worn(self.backend, self.members)
+
+
+class ReplayedInsert:
+    """The host's part of a replayed training lookup of a HashGroup that does not evict
+    (engine/lookup/replayed_step.py's hooks): ready() before each replay, done() after it.
+
+    A recorded insert hands out each member's next rows from a member list its graph reads as
+    it is when it runs, and stamps the new rows with the time a clock then holds; ready() writes
+    both from the indexes' sizes and the time now, once no member can fill up in the step
+    (each member's keys in the lookup, `counts`, fit its room: else the uncaptured path runs,
+    which grows or fails as it does without replays). done() keeps the placed keys
+    (HashGroup.keep_replayed)."""
+
+    def __init__(self, group, counts):
+        self.group = group
+        self.counts = np.asarray(counts, dtype=np.int64)
+        self.members = self.clock = self._given = None
+
+    def ready(self):
+        """True, with the member list and the clock written, where the lookup's keys fit."""
+        group = self.group
+        if group.evicts or np.any(group.sizes() + self.counts > group.capacities):
+            return False
+        backend = group.backend
+        self.members = backend.hash_insert_members(group.indexes(), group.row_starts,
+                                                   self.members)
+        if self.clock is None:
+            self.clock = backend.empty((1,), np.float64)
+            self._given = backend.empty((1,), np.float32)
+        backend.write_given(self._given, [0.0], self.clock, time.time())
+        return True
+
+    def insert(self, keys, tags):
+        """The recorded insert of a step's fixed `keys` (with their `tags`): (rows, vectors,
+        [new keys, new rows, new tags, count, placed]) as insert_start queues them."""
+        state, _ = self.group.insert_start(keys, tags, None, self.members, self.clock)
+        found = state[1]
+        return found[0], state[2], list(found[1:])
+
+    def done(self, placed_keys):
+        """Keeps what the step's insert placed ([new keys, new rows, new tags, count, placed])."""
+        self.group.keep_replayed([None] + list(placed_keys))
 
 
 def group_kind(table, position, alone=()):
