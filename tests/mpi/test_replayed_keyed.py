@@ -19,7 +19,7 @@ from mpi4py import MPI
 
 from sok1x.backend import random_init
 from sok1x.engine import api, runtime
-from sok1x.engine.lookup import bounded_step, keyed, replayed_step
+from sok1x.engine.lookup import bounded_step, key_exchange, keyed, replayed_step
 from sok1x.engine.lookup.keyed import KeyedInput
 from sok1x.engine.tables import optimizer_updates
 from sok1x.engine.tables.dynamic_table import make_dynamic
@@ -416,3 +416,25 @@ def test_a_dynamic_group_that_grows_while_its_steps_replay():
     assert all(api.shard("hash_grow_%d" % t).capacity > 16 for t in (0, 3))
     if SIZE == 1:
         assert got[2][0] == 1
+
+
+def test_a_hash_group_near_its_capacity_replays_while_its_new_keys_fit(monkeypatch):
+    """Members whose sizes come within a step's keys of their capacity (up to 28 keys a member
+    in shards of 30, up to 7 keys a step): a step replays once its new keys, counted on the
+    device, fit every member's room, so a table that holds every key its steps bring keeps
+    replaying (8 more steps of keys it holds take the uncaptured insert in none); every step
+    equals the uncaptured one."""
+    steps = hash_keys(79, 24, 28 * SIZE)
+    inserts = []
+    original = key_exchange._insert_keys
+    monkeypatch.setattr(key_exchange, "_insert_keys",
+                        lambda *args: inserts.append(None) or original(*args))
+    got = hash_steps("near", steps, True, 30)
+    first = len(inserts)
+    hash_steps("near", steps + steps[-8:], True, 30)
+    again = len(inserts) - first
+    want = hash_steps("near", steps, False, 30)
+    assert_same_hash_runs(got, want)
+    if SIZE == 1:
+        assert got[2] == (1, 1)
+        assert again == first < len(steps), (first, again)

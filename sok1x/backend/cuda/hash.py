@@ -105,14 +105,16 @@ class HashIndex:
     def size(self):
         """Keys held."""
         if self._later:
-            later, self._later = self._later, []
+            later = self._later
             queued = [entry for entry in later if callable(entry[0])]  # copies queued already
             waited = [entry for entry in later if not callable(entry[0])]
-            for entry in queued:
-                self._count(entry, entry[0]())
-            if waited:
-                for entry, host in zip(waited, to_host_many([entry[0] for entry in waited])):
-                    self._count(entry, host)
+            hosts = [entry[0]() for entry in queued]
+            hosts += to_host_many([entry[0] for entry in waited]) if waited else []
+            # counted only once every read returned: a read that fails (a bounded wait that
+            # timed out) leaves every count pending, none lost
+            self._later = []
+            for entry, host in zip(queued + waited, hosts):
+                self._count(entry, host)
         return self._size
 
     @size.setter

@@ -15,7 +15,7 @@ import collections
 import numpy as np
 
 from sok1x.backend import random_init as recipe
-from sok1x.backend.cuda.context import uses_context
+from sok1x.backend.cuda.context import capture_recorder, uses_context
 from sok1x.backend.cuda.kernel_launch import (
     count_array,
     empty,
@@ -97,6 +97,9 @@ def _probe_members(indexes, row_starts):
             _layouts.popitem(last=False)
     else:
         _layouts.move_to_end(key)
+    recorder = capture_recorder()
+    if recorder is not None:  # a captured graph reads it at every replay: keep it alive
+        recorder.append((members, 0))
     return members
 
 

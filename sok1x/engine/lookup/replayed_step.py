@@ -14,7 +14,8 @@ gives forward_of() its work and cuts: the members' keys are checked against thei
 moved into the group's rows, and the backward's rows come a piece per member). A keyed lookup of
 a HashGroup that does not evict (v1 hash tables, hbm DynamicVariables) replays its insert too,
 through hooks (table_group.ReplayedInsert): before each replay the host checks that no member
-can fill up in the step (else the uncaptured path runs, and grows or fails as it does) and
+can fill up in the step (near a member's capacity by counting the step's new keys, one wait;
+else the uncaptured path runs, and grows or fails as it does) and
 writes the member list its insert hands rows out by and the clock its new rows are stamped
 with; after it, the placed keys are kept (their count copied at once, read with the next size)
 and the step journal records their erasing. Its forward reads its checks at its end (the
@@ -280,8 +281,8 @@ def forward_of(runtime, key, table, op, keys, checks, run, cuts, hooks=None):
     keys' values); run(fixed keys) queues the forward's device work on a fixed array and returns
     (KeyCheck, rows, vectors) or (KeyCheck, rows, vectors, [more arrays]); cuts: host int64
     [members + 1], where each member's keys start (its backward's pieces). hooks: None, or the
-    host's part of the class's steps (kept with the class at its capture): hooks.ready() before
-    each run or replay (False: this step takes the uncaptured path, nothing done), and
+    host's part of the class's steps (kept with the class at its capture): hooks.ready(keys)
+    before each run or replay (False: this step takes the uncaptured path, nothing done), and
     hooks.done(more arrays) after it. Returns (vectors, Routing), or None where the uncaptured
     path must run (the first sight of the class, or hooks not ready). `op`: an OpId."""
     classes = _classes(runtime)
@@ -305,7 +306,7 @@ def _replay(runtime, classes, entry, op, keys, checks):
     and size, any shape): the order checks, the keys copied in, one launch, the flag's copy
     queued. Returns (vectors, Routing), or None where the class's hooks are not ready."""
     backend = runtime.backend
-    if entry.hooks is not None and not entry.hooks.ready():
+    if entry.hooks is not None and not entry.hooks.ready(keys):
         return None  # (before the order checks: the uncaptured path makes them)
     order_checks(runtime, op)  # alone: no data crosses
     if keys is not entry.keys:
@@ -369,7 +370,7 @@ def _capture_forward(runtime, classes, key, table, op, keys, checks, run, cuts, 
     is recorded. Returns (vectors, Routing) of this step (its backward takes the uncaptured
     path: its rows are not the class's), or None where `hooks` are not ready."""
     backend = runtime.backend
-    if hooks is not None and not hooks.ready():
+    if hooks is not None and not hooks.ready(keys):
         return None
     order_checks(runtime, op)
     fixed = backend.empty(tuple(keys.shape), keys.dtype)

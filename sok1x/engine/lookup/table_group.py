@@ -661,22 +661,31 @@ class ReplayedInsert:
 
     A recorded insert hands out each member's next rows from a member list its graph reads as
     it is when it runs, and stamps the new rows with the time a clock then holds; ready() writes
-    both from the indexes' sizes and the time now, once no member can fill up in the step
-    (each member's keys in the lookup, `counts`, fit its room: else the uncaptured path runs,
-    which grows or fails as it does without replays). done() keeps the placed keys
-    (HashGroup.keep_replayed)."""
+    both from the indexes' sizes and the time now, once no member can fill up in the step: each
+    member's keys in the lookup (`counts`) fit its room, or else, near a member's capacity, its
+    distinct new keys do, counted on the device (one wait, as the uncaptured step counts them).
+    Where they do not fit, the uncaptured path runs, which grows or fails as it does without
+    replays. done() keeps the placed keys (HashGroup.keep_replayed)."""
 
     def __init__(self, group, counts):
         self.group = group
         self.counts = np.asarray(counts, dtype=np.int64)
-        self.members = self.clock = self._given = None
+        self.members = self.clock = self._given = self._tags = None
 
-    def ready(self):
-        """True, with the member list and the clock written, where the lookup's keys fit."""
+    def ready(self, keys):
+        """True, with the member list and the clock written, where the step's `keys` (backend
+        int64, each member's in turn, as the lookup's) fit."""
         group = self.group
-        if group.evicts or np.any(group.sizes() + self.counts > group.capacities):
+        if group.evicts:
             return False
-        backend = group.backend
+        backend, room = group.backend, group.capacities - group.sizes()
+        if np.any(self.counts > room):
+            if self._tags is None:
+                self._tags = backend.part_tags(np.concatenate([[0], np.cumsum(self.counts)]))
+            found = group.find(keys, self._tags)
+            counted = backend.count_new_keys(len(group.members), keys, self._tags, found)
+            if np.any(np.asarray(backend.to_host(counted))[0] > room):
+                return False
         self.members = backend.hash_insert_members(group.indexes(), group.row_starts,
                                                    self.members)
         if self.clock is None:
