@@ -13,15 +13,15 @@ of one table or of one TableGroup in its order, each key its own output row, unw
 gives forward_of() its work and cuts: the members' keys are checked against their own limits and
 moved into the group's rows, and the backward's rows come a piece per member). A keyed lookup of
 a HashGroup that does not evict (v1 hash tables, hbm DynamicVariables) replays its insert too,
-through hooks (table_group.ReplayedInsert): before each replay the host checks that no member
+through hooks (table_group.ReplayedInsert). Before each replay the host checks that no member
 can fill up in the step (near a member's capacity by counting the step's new keys, one wait;
-else the uncaptured path runs, and grows or fails as it does) and
-writes the member list its insert hands rows out by and the clock its new rows are stamped
-with; after it, the placed keys are kept (their count copied at once, read with the next size)
-and the step journal records their erasing. Its forward reads its checks at its end (the
-journal step that undoes a bad step's insert may close before a backward: _reads_later), and
-its insert passes a negative key by. The engine's own step does (bench/); a framework's op,
-which cannot promise it, keeps the uncaptured path.
+where they do not fit, the uncaptured path runs, and grows or fails as it does), and writes the
+member list its insert hands rows out by and the clock its new rows are stamped with. After it,
+the placed keys are kept (their count copied at once, read with the next size) and the step
+journal records their erasing. Its forward reads its checks at its end (the journal step that
+undoes a bad step's insert may close before a backward: _reads_later), and its insert passes a
+negative key by. The engine's own step does (bench/); a framework's op, which cannot promise
+it, keeps the uncaptured path.
 
 Shape class. A forward op (its tower, place and name), its table (or group), the keys' shape and
 dtype and the checks mode, and a keyed lookup's keys per member and key limits. First sight: the
