@@ -362,7 +362,7 @@ def _replayed_forward(runtime, tables, unit, group, op, item, training, key_limi
            item.lengths.tobytes(), None if key_limits is None else tuple(key_limits))
     backend = runtime.backend
 
-    hooks = table_group.ReplayedInsert(group, np.diff(cuts)) if hashed else None
+    hooks = table_group.ReplayedInsert(group, cuts) if hashed else None
 
     def run(fixed):
         check = _key_check(backend, tables, item._replace(keys=fixed), cuts, key_limits, group)

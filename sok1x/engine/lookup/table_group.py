@@ -78,6 +78,7 @@ the same exchange):
     member was re-made, by re-running its initializer, is dissolved first).
 """
 import collections
+import contextlib
 import functools
 import os
 import time
@@ -325,11 +326,9 @@ class HashGroup(TableGroup):
         rows, new_keys, new_rows, new_tags, count, placed = found
         backend.init_rows_tagged(self.values, new_rows, new_keys, new_tags, self.spec,
                                  self.table_ids, count)
-        if not self.evicts and clock is not None:
-            with backend.time_given(clock):
+        if not self.evicts:  # a group that evicts stamps them when the insert is kept
+            with backend.time_given(clock) if clock is not None else contextlib.nullcontext():
                 self.stamp(new_rows, count)
-        elif not self.evicts:  # a group that evicts stamps them when the insert is kept
-            self.stamp(new_rows, count)
         return (indexes, found, self.gather(rows), sizes, held, reusing, in_place), placed
 
     def sizes(self):
@@ -662,26 +661,24 @@ class ReplayedInsert:
     A recorded insert hands out each member's next rows from a member list its graph reads as
     it is when it runs, and stamps the new rows with the time a clock then holds; ready() writes
     both from the indexes' sizes and the time now, once no member can fill up in the step: each
-    member's keys in the lookup (`counts`) fit its room, or else, near a member's capacity, its
-    distinct new keys do, counted on the device (one wait, as the uncaptured step counts them).
-    Where they do not fit, the uncaptured path runs, which grows or fails as it does without
-    replays. done() keeps the placed keys (HashGroup.keep_replayed)."""
+    member's keys in the lookup (between its `cuts`) fit its room, or else, near a member's
+    capacity, its distinct new keys do, counted on the device (one wait, as the uncaptured step
+    counts them). Where they do not fit, the uncaptured path runs, which grows or fails as it
+    does without replays. done() keeps the placed keys (HashGroup.keep_replayed)."""
 
-    def __init__(self, group, counts):
-        self.group = group
-        self.counts = np.asarray(counts, dtype=np.int64)
+    def __init__(self, group, cuts):
+        self.group, self.cuts = group, cuts
+        self.counts = np.diff(cuts)
         self.members = self.clock = self._given = self._tags = None
 
     def ready(self, keys):
         """True, with the member list and the clock written, where the step's `keys` (backend
         int64, each member's in turn, as the lookup's) fit."""
         group = self.group
-        if group.evicts:
-            return False
         backend, room = group.backend, group.capacities - group.sizes()
         if np.any(self.counts > room):
             if self._tags is None:
-                self._tags = backend.part_tags(np.concatenate([[0], np.cumsum(self.counts)]))
+                self._tags = backend.part_tags(self.cuts)
             found = group.find(keys, self._tags)
             counted = backend.count_new_keys(len(group.members), keys, self._tags, found)
             if np.any(np.asarray(backend.to_host(counted))[0] > room):
