@@ -90,7 +90,7 @@ from torch.utils import dlpack as torch_dlpack
 
 from sok1x.backend import random_init
 from sok1x.engine import api, runtime
-from sok1x.engine.lookup import bounded_step, replayed_step
+from sok1x.engine.lookup import bounded_step, peer_capacity, replayed_step
 
 import harness
 import sok_steps
@@ -149,6 +149,7 @@ class SokVariants(sok_steps.EngineStep):
 
     def __init__(self, rt, w, names, device=None):
         super().__init__(rt, w, names)
+        self._sized_plans = {}  # the replayed variant's per-peer capacities (replayed())
         self.seam = TorchSeam(rt.backend)
         self.torch_device = device
         self.crossed = {}  # variant -> (bytes host-to-device, device-to-host) of its last step
@@ -177,13 +178,23 @@ class SokVariants(sok_steps.EngineStep):
                 os.environ[bounded_step.ENV] = before
 
     def replayed(self, keys_device):
-        """bounded() with the lookup passing replay=True: on one rank its forward, backward and
-        update are replayed from recorded shape classes (engine/lookup/replayed_step.py)."""
+        """bounded() with the lookup passing replay=True: its forward, backward and update are
+        replayed from recorded shape classes (engine/lookup/replayed_step.py); on several ranks
+        its lookups are sized by per-peer capacities (SOK1X_PEER_CAPACITY=1), with plans of
+        their own, so the other variants keep sizing theirs by counts."""
+        before = os.environ.get(peer_capacity.ENV)
+        os.environ[peer_capacity.ENV] = "1"
+        self.rt.capacities, self._sized_plans = self._sized_plans, self.rt.capacities
         self.replay = True
         try:
             return self.bounded(keys_device)
         finally:
             self.replay = False
+            self.rt.capacities, self._sized_plans = self._sized_plans, self.rt.capacities
+            if before is None:
+                del os.environ[peer_capacity.ENV]
+            else:
+                os.environ[peer_capacity.ENV] = before
 
     def kernels_step(self, keys_torch):
         with runtime.entered():
@@ -733,11 +744,13 @@ def run_dynamic(rt, device, steps, repeats, scale):
 def replayed_floor_ms(rt, synchronize, replays=20):
     """The replayed step's GPU floor: (ms a step of its recorded graphs replayed back to back with
     no host work between them, [ms of each graph replayed alone]: forward, backward, update), or
-    None unless the run recorded exactly one step's graphs. Changes the tables (the update
-    replays)."""
+    None unless the run recorded exactly one step's graphs on every rank (on several ranks the
+    forward is two graphs, around its op header, and the graphs exchange with every rank).
+    Changes the tables (the update replays)."""
     with runtime.entered():
         steps = replayed_step.recorded_works(rt)
-        if len(steps) != 1 or len(steps[0]) != 3:
+        count = len(steps[0]) if len(steps) == 1 else 0
+        if harness.job_min(count) != job_max(count) or count not in (3, 4):
             return None
         works = steps[0]
 

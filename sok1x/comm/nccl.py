@@ -63,6 +63,10 @@ def _timeout_from_env():
     return wait_watch.seconds_from_env(ENV_TIMEOUT, DEFAULT_TIMEOUT_S)
 
 
+def _never():
+    return None
+
+
 @contextlib.contextmanager
 def _primary_context_current(driver, context):
     """Makes `context` current on this thread for the block; the previous one is current after."""
@@ -113,6 +117,7 @@ class NcclCommunicator:
         self._pending = []  # (collective name, event recorded after it, buffers it uses)
         self._spare_events = []  # events of collectives that have run, for the next ones
         self._fast_empty = None
+        self._capturing = _never  # the backend's: whether its stream is being recorded
         self.collectives_enqueued = 0  # for the benchmarks' per-step counts
         error = None
         try:
@@ -125,6 +130,7 @@ class NcclCommunicator:
                 self.context = cuda_context.context()
                 self._enter_context = cuda_context.entered
                 default_allocator = cuda_context.memory_pool().allocate
+                self._capturing = cuda_context.capture_recorder
                 if allocator is None:  # the backend's arrays, made without GPUArray's constructor
                     from sok1x.backend.cuda import kernel_launch as cuda_launch
                     self._fast_empty = cuda_launch.empty
@@ -489,7 +495,12 @@ class NcclCommunicator:
                 name, self.rank, array.shape[0], what, expected))
 
     def _enqueued(self, name, *buffers):
-        """Records that `name` is on the stream; keeps its buffers alive until it has run."""
+        """Records that `name` is on the stream; keeps its buffers alive until it has run. A
+        collective recorded into a CUDA graph (backend/cuda/captured_graph.py) is not run now:
+        the graph keeps its buffers, and no event may be recorded inside a capture that the
+        host polls later."""
+        if self._capturing() is not None:
+            return
         self.collectives_enqueued += 1
         event = self._spare_events.pop() if self._spare_events else self._driver.Event(
             flags=self._driver.event_flags.DISABLE_TIMING)

@@ -203,8 +203,9 @@ def dense_lookup(table_name, op, keys, training, row_shape=None, checks="end", r
         if replay and error is None:
             replayed = replayed_step.forward(rt, table, op, flat, training, checks)
         if replayed is None:
-            (vectors,), (routing,) = lookup_forward_many(rt, [table], op, [flat], training, error,
-                                                         defer_check=checks)
+            (vectors,), (routing,) = lookup_forward_many(
+                rt, [table], op, [flat], training, error, defer_check=checks,
+                member_keys=[np.array([flat.shape[0]], np.int64)])
         else:
             vectors, routing = replayed
         token = rt.stash.put(_forward_key(op), routing)

@@ -70,6 +70,7 @@ suite bounded-step-1gpu 1 tests/gpu/test_bounded_step_cuda.py
 suite replayed-step-1gpu 1 tests/gpu/test_replayed_step_cuda.py
 suite replayed-keyed-1gpu 1 tests/gpu/test_replayed_keyed_cuda.py
 suite table-groups-${gpus}gpu "$gpus" tests/gpu/test_table_groups_cuda.py
+suite replayed-ranks-${gpus}gpu "$gpus" tests/gpu/test_replayed_ranks_cuda.py
 suite v2-engine-${gpus}gpu "$gpus" tests/gpu/test_v2_engine_cuda.py
 # The checkpoint specification of tests/mpi (engine only, no TensorFlow) on the cuda backend.
 SOK1X_TEST_BACKEND=cuda suite checkpoint-1gpu 1 tests/mpi/test_sharded_checkpoint.py \

@@ -14,7 +14,7 @@ from mpi4py import MPI
 
 from sok1x.backend import cpu, random_init
 from sok1x.engine import api, runtime
-from sok1x.engine.lookup import bounded_step
+from sok1x.engine.lookup import bounded_step, peer_capacity
 from sok1x.engine.lookup.keyed import KeyedInput
 from sok1x.engine.lookup.pooled import PooledInput
 from sok1x.errors import InvalidInputError
@@ -79,9 +79,13 @@ def assert_tables_equal(bounded, counted, rule):
             np.testing.assert_array_equal(api.shard(a).slot(slot), api.shard(b).slot(slot))
 
 
+@pytest.mark.parametrize("sized", [False, True])
 @pytest.mark.parametrize("rule", ["lazy_adam", "adagrad"])
-def test_dense_step_equals_counted(rule, monkeypatch):
-    bounded, counted = make_tables("dense_" + rule, 1)
+def test_dense_step_equals_counted(rule, sized, monkeypatch):
+    """sized: the lookups sized by per-peer capacities (SOK1X_PEER_CAPACITY=1), which on
+    several ranks bounds the backward too (each owner's rows padded to every rank's keys)."""
+    monkeypatch.setenv(peer_capacity.ENV, "1" if sized else "0")
+    bounded, counted = make_tables("dense_%s_%d" % (rule, sized), 1)
     rng = np.random.default_rng([5, RANK])
     for step in range(1, 8):
         keys = rng.integers(0, ROWS * SIZE, size=(6 + step, 3))  # repeats among them
@@ -95,21 +99,33 @@ def test_dense_step_equals_counted(rule, monkeypatch):
         if SIZE == 1:  # one place per key, rounded up to 8, the rest padding
             assert got[2].shape[0] == -(-keys.size // 8) * 8 > want[2].shape[0]
             assert not got[1][got[2] < 0].any()
-        else:  # the switch changes nothing on several ranks yet
+        elif sized and step > 1:  # a place per key of every rank (at most the shard's rows)
+            bound = min(keys.size * SIZE, ROWS, SIZE * caps_here(bounded[0] + "_fwd"))
+            assert got[2].shape[0] == -(-bound // 8) * 8 >= want[2].shape[0]
+            assert not got[1][got[2] < 0].any()
+        else:  # counted: the first lookup of an op sets the caps, or no caps at all
             assert got[2].shape == want[2].shape
         assert_tables_equal(bounded, counted, rule)
 
 
-@pytest.mark.parametrize("hashed", [False, True])
+def caps_here(op_name):
+    """The cap of this rank in the per-peer capacities of one-table lookup `op_name`."""
+    with runtime.entered() as rt:
+        plan = [p for (name, _, _), p in rt.capacities.items() if name == op_name][0]
+        return int(plan.caps[0, RANK])
+
+
+@pytest.mark.parametrize("hashed, sized", [(False, False), (True, False), (False, True)])
 @pytest.mark.parametrize("rule", ["lazy_adam", "adagrad"])
-def test_keyed_group_step_equals_counted(rule, hashed, monkeypatch):
+def test_keyed_group_step_equals_counted(rule, hashed, sized, monkeypatch):
     """A keyed lookup of a group of tables (hashed: of v1 hash tables, a hash group, whose
     rows are handed out as keys arrive): on one rank the bounded backward lays each member's
     rows out in a piece of its own, padded; on any number of ranks the steps equal the counted
     ones. Each way trains tables of the same names made anew (a hash table's first values
     follow from its name and the key)."""
+    monkeypatch.setenv(peer_capacity.ENV, "1" if sized else "0")
     count = 5
-    names = ["keyed_%s_%d_%d" % (rule, hashed, t) for t in range(count)]
+    names = ["keyed_%s_%d_%d_%d" % (rule, hashed, sized, t) for t in range(count)]
     rng = np.random.default_rng([9, RANK])
     steps = []
     for step in range(1, 7):
@@ -126,7 +142,7 @@ def test_keyed_group_step_equals_counted(rule, hashed, monkeypatch):
         ways.append((results, [(np.array(api.shard(n).values),
                                 [np.array(api.shard(n).slot(s)) for s in RULES[rule][1]])
                                for n in names]))
-    for (lengths, _), got, want in zip(steps, ways[0][0], ways[1][0]):
+    for number, ((lengths, _), got, want) in enumerate(zip(steps, ways[0][0], ways[1][0]), 1):
         np.testing.assert_array_equal(got[0], want[0])
         got_cuts = np.concatenate([[0], np.cumsum(got[3])])
         want_cuts = np.concatenate([[0], np.cumsum(want[3])])
@@ -137,6 +153,10 @@ def test_keyed_group_step_equals_counted(rule, hashed, monkeypatch):
             np.testing.assert_array_equal(values, want[1][want_cuts[t]:want_cuts[t + 1]])
         if SIZE == 1:
             np.testing.assert_array_equal(got[3], -(-lengths // 8) * 8)
+        elif sized and number > 1:  # each member's piece: every rank's keys of it
+            told = np.sum(COMM.allgather(lengths), axis=0)
+            shard_rows = np.array([ROWS + 8 * t for t in range(count)])
+            np.testing.assert_array_equal(got[3], -(-np.minimum(told, shard_rows) // 8) * 8)
     for (values, slots), (want_values, want_slots) in zip(ways[0][1], ways[1][1]):
         np.testing.assert_array_equal(values, want_values)
         for slot, want_slot in zip(slots, want_slots):

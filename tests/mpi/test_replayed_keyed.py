@@ -19,7 +19,7 @@ from mpi4py import MPI
 
 from sok1x.backend import random_init
 from sok1x.engine import api, runtime
-from sok1x.engine.lookup import bounded_step, key_exchange, keyed, replayed_step
+from sok1x.engine.lookup import bounded_step, key_exchange, keyed, peer_capacity, replayed_step
 from sok1x.engine.lookup.keyed import KeyedInput
 from sok1x.engine.tables import optimizer_updates
 from sok1x.engine.tables.dynamic_table import make_dynamic
@@ -41,6 +41,7 @@ def engine():
 @pytest.fixture(autouse=True)
 def bounded(monkeypatch):
     monkeypatch.setenv(bounded_step.ENV, "1")
+    monkeypatch.setenv(peer_capacity.ENV, "1")  # on several ranks: sized by per-peer caps
     monkeypatch.delenv(replayed_step.ENV, raising=False)
 
 
@@ -125,10 +126,8 @@ def test_replayed_keyed_group_equals_uncaptured(rule, top, checks):
         got = run_both(pair, keys_of(rng, LENGTHS), LENGTHS, scale, rule, number, checks=checks)
         if SIZE == 1:  # a piece per member, its keys rounded up to 8
             np.testing.assert_array_equal(got[3], [8, 8, 0, 8])
-    if SIZE == 1:  # recorded at the second step, replayed since, the update from the fourth
-        assert held() == (1, 1)
-    else:  # several ranks exchange keys: nothing is recorded
-        assert held() == (0, 0)
+    assert held() == (1, 1)  # recorded at the second step, replayed since, the update
+    # from the fourth
 
 
 def test_a_keyed_lookup_of_one_table_replays():
@@ -138,7 +137,7 @@ def test_a_keyed_lookup_of_one_table_replays():
     for number in range(1, 8):
         run_both(pair, keys_of(rng, [19]), np.array([19]), np.float32(1.25), "lazy_adam",
                  number)
-    assert held() == ((1, 1) if SIZE == 1 else (0, 0))
+    assert held() == (1, 1)
 
 
 def test_a_new_layout_is_a_new_shape_class():
@@ -149,7 +148,7 @@ def test_a_new_layout_is_a_new_shape_class():
     for number in range(1, 13):
         lengths = layouts[(number // 2) % len(layouts)]
         run_both(pair, keys_of(rng, lengths), lengths, None, "adagrad", number)
-    assert held()[0] == (3 if SIZE == 1 else 0)
+    assert held()[0] == 3
 
 
 @pytest.mark.parametrize("checks", ["backward", "end"])
@@ -169,8 +168,7 @@ def test_a_bad_key_of_one_member_fails_the_replayed_step(checks):
             np.testing.assert_array_equal(api.shard(name).values, values)
     for number in range(5, 9):  # the uncaptured tables skipped the failed steps too
         run_both(pair, keys_of(rng, LENGTHS), LENGTHS, None, "adagrad", number, checks=checks)
-    if SIZE == 1:
-        assert held()[1] >= 1
+    assert held()[1] >= 1
 
 
 @pytest.mark.parametrize("rule", sorted(optimizer_updates.RULES))
@@ -181,7 +179,7 @@ def test_every_rule_is_replayed_with_each_steps_hyper_parameters(rule):
     for number in range(1, 8):
         run_both(pair, keys_of(rng, LENGTHS), LENGTHS, np.float32(0.75), rule, number,
                  prefix="R", given=every_rule_hyper(rule, number))
-    assert held() == ((1, 1) if SIZE == 1 else (0, 0))
+    assert held() == (1, 1)
 
 
 def test_clipped_values_take_the_uncaptured_update():
@@ -191,7 +189,7 @@ def test_clipped_values_take_the_uncaptured_update():
     for number in range(1, 8):
         run_both(pair, keys_of(rng, LENGTHS), LENGTHS, None, "lazy_adam", number,
                  clip=np.float32(0.5))
-    assert held() == ((1, 0) if SIZE == 1 else (0, 0))
+    assert held() == (1, 0)
 
 
 @pytest.mark.parametrize("kind", ["segment_ids", "weights"])
@@ -236,7 +234,7 @@ def test_first_sightings_are_forgotten_past_a_bound(monkeypatch):
             assert rt.replays is None or len(rt.replays.sightings) <= 4
     for number in range(10, 13):
         run_both(pair, keys_of(rng, LENGTHS), LENGTHS, None, "adagrad", number)
-    assert held()[0] == (1 if SIZE == 1 else 0)
+    assert held()[0] == 1
 
 
 
@@ -270,7 +268,7 @@ def test_a_keyed_group_and_a_dense_table_of_another_dim_replay_in_one_step():
                         dense_step(dense[1], keys, number, False)):
             np.testing.assert_array_equal(a, b)
         assert_same_tables([[dense[0]], [dense[1]]])
-    assert held() == ((2, 2) if SIZE == 1 else (0, 0))
+    assert held() == (2, 2)
 
 
 @pytest.mark.parametrize("given", ["array", "list"])
@@ -296,8 +294,7 @@ def test_a_known_layout_skips_the_host_checks(monkeypatch, given):
         skipped.append(pair[0][0] not in checked)
         checked.clear()
     # first sight, recorded, first replay; known; the other layout's first sight; known
-    assert skipped == ([False] * 3 + [True] * 3 + [False] + [True] * 3 if SIZE == 1
-                       else [False] * 10)
+    assert skipped == [False] * 3 + [True] * 3 + [False] + [True] * 3
 
 
 def hash_steps(tag, steps, replay, capacity, checks="backward", bad_step=None, dynamic=None):

@@ -20,7 +20,7 @@ from mpi4py import MPI
 
 from sok1x.backend import random_init
 from sok1x.engine import api, runtime
-from sok1x.engine.lookup import bounded_step, replayed_step
+from sok1x.engine.lookup import bounded_step, peer_capacity, replayed_step
 from sok1x.errors import InvalidInputError
 from sok1x.engine.tables import optimizer_updates
 from step_rules import RULES, every_rule_hyper, hyper
@@ -39,6 +39,7 @@ def engine():
 @pytest.fixture(autouse=True)
 def bounded(monkeypatch):
     monkeypatch.setenv(bounded_step.ENV, "1")
+    monkeypatch.setenv(peer_capacity.ENV, "1")  # on several ranks: sized by per-peer caps
     monkeypatch.delenv(replayed_step.ENV, raising=False)
 
 
@@ -105,12 +106,9 @@ def test_replayed_equals_uncaptured(rule, top, checks):
         scale = None if top == "output" else np.float32(0.5 + 0.25 * number)
         run_both(names, keys, scale, rule, number, checks)
     classes, nbytes = held()
-    if SIZE == 1:  # recorded at the second step and replayed since
-        assert classes == 1
-        assert nbytes >= 26 * 8 + 26 * DIM * 4  # its fixed keys and output at least
-        assert updates_replayed() == 1  # the update from the fourth step on
-    else:  # several ranks exchange keys: nothing is recorded
-        assert classes == 0
+    assert classes == 1  # recorded at the second step and replayed since
+    assert nbytes >= 26 * 8 + 26 * DIM * 4  # its fixed keys and output at least
+    assert updates_replayed() == 1  # the update from the fourth step on
 
 
 def test_shape_classes_come_and_go():
@@ -120,7 +118,7 @@ def test_shape_classes_come_and_go():
     for number, count in enumerate(sizes, 1):
         keys = rng.integers(0, ROWS * SIZE, size=count)
         run_both(names, keys, np.float32(2.0), "lazy_adam", number)
-    assert held()[0] == (3 if SIZE == 1 else 0)
+    assert held()[0] == 3
 
 
 def test_at_most_max_classes(monkeypatch):
@@ -138,7 +136,7 @@ def test_a_remade_table_frees_the_classes():
     rng = np.random.default_rng([17, RANK])
     for number in range(1, 5):
         run_both(names, rng.integers(0, ROWS * SIZE, size=7), None, "lazy_adam", number)
-    assert held()[0] == (1 if SIZE == 1 else 0)
+    assert held()[0] == 1
     names = make_tables("remade")  # replace=True: the old shards go, and the classes at once
     assert held() == (0, 0)
     for number in range(1, 5):
@@ -147,7 +145,7 @@ def test_a_remade_table_frees_the_classes():
             assert held() == (0, 0)  # the first sight after the change: nothing held
         else:
             run_both(names, rng.integers(0, ROWS * SIZE, size=7), None, "lazy_adam", number)
-    assert held()[0] == (1 if SIZE == 1 else 0)
+    assert held()[0] == 1
 
 
 @pytest.mark.parametrize("checks", ["backward", "end"])
@@ -171,7 +169,7 @@ def test_bad_keys_in_a_replayed_step(checks):
     for number in range(5, 8):  # the uncaptured table skipped the failed steps too
         run_both(names, rng.integers(0, ROWS * SIZE, size=10), None, "adagrad", number,
                  checks)
-    assert held()[0] == (1 if SIZE == 1 else 0)
+    assert held()[0] == 1
 
 
 def test_capture_off_records_nothing(monkeypatch):
@@ -198,7 +196,7 @@ def test_two_tables_of_different_dims_in_one_step():
         for names, count in zip(pairs, (11, 4 + number % 2)):  # the narrow one: two classes
             run_both(names, rng.integers(0, ROWS * SIZE, size=(count, 2)), None, "adagrad",
                      number)
-    assert held()[0] == (3 if SIZE == 1 else 0)
+    assert held()[0] == 3
 
 
 def test_work_that_cannot_be_recorded_stays_uncaptured(monkeypatch):
@@ -229,7 +227,7 @@ def test_every_rule_is_replayed_with_each_steps_hyper_parameters(rule):
         for a, b in zip(got, want):
             np.testing.assert_array_equal(a, b)
         assert_same_tables(names)
-    assert updates_replayed() == (1 if SIZE == 1 else 0)
+    assert updates_replayed() == 1
 
 
 def test_an_update_whose_slot_moved_is_recorded_again():
@@ -241,7 +239,7 @@ def test_an_update_whose_slot_moved_is_recorded_again():
                 shard = api.shard(name)
                 shard.slots["Adam/m"] = shard.slots["Adam/m"].copy()
         run_both(names, rng.integers(0, ROWS * SIZE, size=8), None, "lazy_adam", number)
-    assert updates_replayed() == (1 if SIZE == 1 else 0)
+    assert updates_replayed() == 1
 
 
 def test_a_hyper_parameter_array_of_the_wrong_length_is_refused():
@@ -321,8 +319,7 @@ def test_a_known_class_skips_the_host_checks_until_its_rows_move(monkeypatch):
         skipped.append(names[0] not in checked)
         checked.clear()
     # first sight, recorded, first replay; then known; moved: recorded, first replay; known
-    assert skipped == ([False] * 3 + [True] * 2 + [False] * 2 + [True] * 3 if SIZE == 1
-                       else [False] * 10)
+    assert skipped == [False] * 3 + [True] * 2 + [False] * 2 + [True] * 3
 
 
 def test_a_replayed_update_stamps_each_steps_time(monkeypatch):
@@ -356,8 +353,8 @@ def test_a_replayed_update_stamps_each_steps_time(monkeypatch):
             assert np.all((stamped >= before) & (stamped <= time.time())), number
         uncaptured = np.asarray(api.shard(names[1]).times)[want[2][want[2] >= 0]]
         assert np.all((uncaptured >= before) & (uncaptured <= time.time())), number
-    assert clocked == ([False] * 3 + [True] * 5 if SIZE == 1 else [False] * 8)
-    assert updates_replayed() == (1 if SIZE == 1 else 0)
+    assert clocked == [False] * 3 + [True] * 5
+    assert updates_replayed() == 1
 
 
 def test_dropped_classes_leave_no_front_behind(monkeypatch):
@@ -372,7 +369,7 @@ def test_dropped_classes_leave_no_front_behind(monkeypatch):
         classes = rt.replays
         fronts = [] if classes is None else list(classes.fronts.values())
         assert all(classes.forwards.get(entry.key) is entry for entry, _, _ in fronts)
-        assert len(fronts) == (2 if SIZE == 1 else 0)
+        assert len(fronts) == 2
 
 
 def test_options_given_as_pairs_replay_as_a_dict_does():
@@ -388,4 +385,4 @@ def test_options_given_as_pairs_replay_as_a_dict_does():
         for a, b in zip(got, want):
             np.testing.assert_array_equal(a, b)
         assert_same_tables(names)
-    assert updates_replayed() == (1 if SIZE == 1 else 0)
+    assert updates_replayed() == 1

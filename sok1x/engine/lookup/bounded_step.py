@@ -39,7 +39,10 @@ at once). Nothing crosses a network on one rank. On several ranks this switch ch
 yet: the exchanges are sized by counts or by per-peer capacities (peer_capacity.py).
 """
 import collections
+import functools
 import os
+
+import numpy as np
 
 from sok1x.engine.lookup.group_gradients import (  # noqa: F401  (the layout is a group's)
     ALIGN_ROWS,
@@ -48,6 +51,7 @@ from sok1x.engine.lookup.group_gradients import (  # noqa: F401  (the layout is 
 )
 
 ENV = "SOK1X_BOUNDED_STEP"
+TOLD = 1  # the first of a table's values in told_keys: a rank whose header carries it told
 
 Deferred = collections.namedtuple("Deferred", "read describe op_name")
 Deferred.__doc__ = """A forward's key checks left unread: read() -> the host copy of their flag
@@ -57,6 +61,55 @@ where a key is bad), describe() -> the error that names it, op_name (for the mes
 def enabled(runtime):
     """True when SOK1X_BOUNDED_STEP=1 and the job has one rank."""
     return runtime.size == 1 and os.environ.get(ENV, "0") in ("1", "true", "True")
+
+
+def asked():
+    """True when SOK1X_BOUNDED_STEP=1, whatever the number of ranks."""
+    return os.environ.get(ENV, "0") in ("1", "true", "True")
+
+
+def told_keys(runtime, member_keys, width):
+    """What a bounded lookup on several ranks sized by per-peer capacities tells every rank in
+    its op header (exchange_header's shared values), so that each owner can bound its backward's
+    rows: per table TOLD, then this rank's keys per member. member_keys: None, or per table
+    None or host int64 [members]; width, how many values the header holds. Returns a function
+    making those host int64 values, or None where the backward stays counted (one rank, the
+    switch off, a table without its counts, more values than the header holds)."""
+    if runtime.size == 1 or not asked() or not member_keys or any(
+            counts is None for counts in member_keys):
+        return None
+    values = np.concatenate([np.concatenate([[TOLD], np.asarray(counts, np.int64)])
+                             for counts in member_keys]).astype(np.int64)
+    if values.shape[0] > width:
+        return None
+    return functools.partial(np.copy, values)
+
+
+def bounds_of(tables, member_keys, told, caps_here):
+    """Per table of a bounded lookup on several ranks (told_keys) the host int64 [members]
+    bounds of its backward's rows on this rank: member m's distinct rows here are at most every
+    rank's keys of m (told: host int64 [size, k], the header's shared values), the member's rows
+    in this rank's shard, and the keys this rank can receive (caps_here: per table its cap for
+    this rank, times the ranks). A rank that told nothing (its lookup not bounded) leaves every
+    table None: the backward counts its rows."""
+    out, position = [], 0
+    for table, counts in zip(tables, member_keys):
+        members = len(counts)
+        if not np.all(told[:, position] == TOLD):
+            return [None] * len(tables)
+        keys = told[:, position + 1:position + 1 + members].sum(axis=0)
+        starts = getattr(table, "row_starts", None)
+        rows = (np.diff(starts) if starts is not None
+                else np.array([int(table.values.shape[0])], np.int64))
+        out.append(np.minimum(np.minimum(keys, rows), told.shape[0] * int(caps_here[len(out)])))
+        position += 1 + members
+    return out
+
+
+def piece_starts_of(bounds):
+    """piece_starts of a several-rank bounded backward: member t's piece as long as its bound
+    (bounds: host int64 [members]), rounded up to ALIGN_ROWS."""
+    return piece_starts(np.concatenate([[0], np.cumsum(bounds)]).astype(np.int64))
 
 
 def defers(runtime, tables, training, flag):

@@ -53,8 +53,8 @@ from sok1x.errors import InvalidInputError
 Routing = collections.namedtuple(
     "Routing",
     "inverse distinct perm send_counts recv_counts owner_rows count may_miss row_starts slots "
-    "check")
-Routing.__new__.__defaults__ = (None, None)
+    "check bounds")
+Routing.__new__.__defaults__ = (None, None, None)
 Routing.__doc__ = """How one forward pass moved one table's keys: inverse (backend int64
 [count], the distinct key of each input position; None on one rank, where keys are not
 de-duplicated), distinct (how many distinct keys), perm (backend int64, the distinct key of each
@@ -66,7 +66,9 @@ routed, host int64 [T + 1], which a later growth replaces but never changes; els
 (backend int64, the per-peer capacity slot of each bucketed position, -1 past the keys, when the
 lookup sent capacity buffers (lookup/peer_capacity.py): distinct and perm are then padded to the
 keys, the counts are the caps, and owner_rows holds -1 at the slots no key filled; else None),
-check (the lookup's key checks its backward reads, a bounded_step.Deferred, or None)."""
+check (the lookup's key checks its backward reads, a bounded_step.Deferred, or None), bounds
+(a bounded step on several ranks sized by caps: host int64 [members], per member the most
+distinct rows this rank's shard can get in the backward, bounded_step.bounds_of; else None)."""
 
 
 KeyCheck = collections.namedtuple("KeyCheck", "bounds judge flag error")
@@ -146,7 +148,7 @@ def check_error(backend, check):
 
 def lookup_forward_many(runtime, tables, op, keys_list, training, local_error=None,
                         key_check=None, admit_ratios=None, tags_list=None, tag_counts=None,
-                        defer_check=None):
+                        defer_check=None, member_keys=None):
     """Collective. tables: EmbeddingTables (or TableGroups, lookup/table_group.py); keys_list:
     one backend int 1-D array per table. Returns (vectors, routings): per table backend float32
     [n_t, dim_t] in input order, and the Routing its backward pass needs. Raises the step's input
@@ -161,7 +163,10 @@ def lookup_forward_many(runtime, tables, op, keys_list, training, local_error=No
     defer_check: None (the checks are read before anything is gathered), "end" (the caller
     reads nothing past the keys' places: no segment ids; a one-rank bounded step reads them
     once its gather is queued) or "backward" (as "end", and the caller runs the lookup's
-    backward: the bounded step leaves them to it, bounded_step.py).
+    backward: the bounded step leaves them to it, bounded_step.py); member_keys: None, or per
+    table None or host int64 [members], this rank's keys per member of the table (a dense
+    table: one member): a bounded step on several ranks sized by per-peer capacities tells
+    every rank them in the header, so that its backward is bounded too (Routing.bounds).
 
     The host waits once, for the op header: the keys are de-duplicated and bucketed by owner
     before anything is read (the kernels read nothing out of place whatever the keys), and the
@@ -183,6 +188,7 @@ def lookup_forward_many(runtime, tables, op, keys_list, training, local_error=No
                                      admit_ratios)
     send_counts = np.zeros((size, len(tables)), dtype=np.int64)
     prepared, sent_tags, slots, deferred = [], [], None, None
+    bounds = [None] * len(tables)
     if error is None and size == 1:  # alone, nothing crosses a network: no de-duplication
         for t, keys in enumerate(keys_list):
             keys = backend.asarray(keys)
@@ -197,45 +203,29 @@ def lookup_forward_many(runtime, tables, op, keys_list, training, local_error=No
                                              as_op_id(op).name)
         recv_counts = send_counts
     else:
-        owner_counts, plan = None, None
+        owner_counts, plan, telling = None, None, None
         if error is None:  # distinct keys and owner counts stay on the device: the header
             # carries the counts, and its one wait tells how many distinct keys there are
-            started, distinct_counts = backend.unique_many_start(
-                [backend.asarray(k) for k in keys_list], ordered=False, tags_list=tags_list)
-            distinct = backend.unique_many_padded(started)
-            perms, owner_counts = backend.bucket_by_owner_many_deferred(
-                [d for d, _ in distinct], size, [table.owner_rule for table in tables],
-                distinct_counts)
             plan = peer_capacity.plan_of(runtime, as_op_id(op), tables)
-            if plan is not None and plan.caps is not None:  # sized by the caps, not the counts
-                slots, flag = backend.peer_slots_many(
-                    owner_counts, plan.caps, [keys.shape[0] for keys, _ in distinct], flag,
-                    OVERFLOW)
-            for t, ((keys, inverse), perm) in enumerate(zip(distinct, perms)):
-                sends = (backend.take_rows(keys, perm) if slots is None else
-                         _packed(backend, keys, perm, slots[t], int(plan.caps[t].sum()), -1))
-                prepared.append((keys, inverse, perm, sends))
+            prepared, owner_counts, slots, flag = routed_keys(
+                backend, size, tables, keys_list, tags_list,
+                None if plan is None else plan.caps, flag)
             sent_tags = [_distinct_tags(backend, prepared[t], tags_list[t]) for t in tagged]
+            if shared is None and slots is not None:
+                telling = bounded_step.told_keys(runtime, member_keys, SHARED_WIDTH)
+                shared = telling or None
         sizes = exchange_sizes(runtime, op, owner_counts, error, flag, describe_error=describe,
                                shared=shared, sized=None if error else plan is not None)
-        send_counts, recv_counts, told = sizes.sent, sizes.received, sizes.shared
-        if slots is not None and not sizes.overflow:
-            send_counts = peer_capacity.send_counts(plan)
-            recv_counts = peer_capacity.recv_counts(plan, runtime.rank)
-            plan.sized += 1
-        else:
-            if slots is not None:  # some rank overflowed a cap: this step goes by its counts
-                prepared = [(k, i, p, backend.take_rows(k, p)) for k, i, p, _ in prepared]
-                slots = None
-            if plan is not None:
-                peer_capacity.settle(runtime, plan, send_counts,
-                                     [keys.shape[0] for keys in keys_list])
-            prepared = [_cut(backend, p, int(send_counts[:, t].sum()))
-                        for t, p in enumerate(prepared)]
-            sent_tags = [backend.row_view(tags, 0, int(send_counts[:, t].sum()))
-                         for tags, t in zip(sent_tags, tagged)]
+        told = sizes.shared
+        send_counts, recv_counts, prepared, slots = sized_or_counted(
+            runtime, plan, sizes, prepared, slots, keys_list)
+        if slots is not None and telling:
+            bounds = bounded_step.bounds_of(tables, member_keys, told,
+                                            plan.caps[:, runtime.rank])
+        sent_tags = [backend.row_view(tags, 0, int(send_counts[:, t].sum()))
+                     for tags, t in zip(sent_tags, tagged)]
     slots = slots or [None] * len(tables)
-    owned = _exchange(runtime, [p[3] for p in prepared] + sent_tags,
+    owned = exchange(runtime, [p[3] for p in prepared] + sent_tags,
                       _with_columns(send_counts, tagged), _with_columns(recv_counts, tagged))
     owned, owned_tags = owned[:len(tables)], dict(zip(tagged, owned[len(tables):]))
     passed = [None] * len(tables)
@@ -261,9 +251,75 @@ def lookup_forward_many(runtime, tables, op, keys_list, training, local_error=No
                 rows = admission.spread_rows(backend, rows, kept)
             found = table.gather(rows)
         owner_rows[t], vectors[t] = rows, found
-    returned = _exchange(runtime, vectors, recv_counts, send_counts)
-    outs, routings = [], []
+    returned = exchange(runtime, vectors, recv_counts, send_counts)
+    outs = spread_back(backend, tables, prepared, returned, slots)
+    routings = []
     for t, (table, keys) in enumerate(zip(tables, keys_list)):
+        distinct, inverse, perm, _ = prepared[t]
+        routings.append(Routing(inverse, distinct.shape[0], perm, send_counts[:, t].copy(),
+                                recv_counts[:, t].copy(), owner_rows[t], keys.shape[0],
+                                table.use_hashtable and (not training or
+                                                         passed[t] is not None),
+                                getattr(table, "row_starts", None), slots[t],
+                                deferred if defer_check == "backward" else None, bounds[t]))
+    if deferred is not None:
+        bounded_step.defer_or_read(runtime, deferred, defer_check == "backward")
+    return outs, routings
+
+
+def routed_keys(backend, size, tables, keys_list, tags_list, caps, flag):
+    """A lookup's keys readied for their owners on several ranks, on the device and without a
+    wait: each table's keys de-duplicated (padded to their length), bucketed by owner and, where
+    `caps` (host int64 [tables, size], a peer_capacity.Plan's) are given, laid out in per-peer
+    capacity buffers. Returns (prepared, owner_counts, slots, flag): prepared, per table
+    (distinct keys, inverse, perm, keys to send); owner_counts, backend int64 [tables, size];
+    slots, None or per table the capacity slot of each bucketed position; flag, the checks'
+    `flag` with bit OVERFLOW set where a count exceeds its cap."""
+    started, distinct_counts = backend.unique_many_start(
+        [backend.asarray(k) for k in keys_list], ordered=False, tags_list=tags_list)
+    distinct = backend.unique_many_padded(started)
+    perms, owner_counts = backend.bucket_by_owner_many_deferred(
+        [d for d, _ in distinct], size, [table.owner_rule for table in tables], distinct_counts)
+    slots = None
+    if caps is not None:  # sized by the caps, not the counts
+        slots, flag = backend.peer_slots_many(owner_counts, caps,
+                                              [keys.shape[0] for keys, _ in distinct], flag,
+                                              OVERFLOW)
+    prepared = []
+    for t, ((keys, inverse), perm) in enumerate(zip(distinct, perms)):
+        sends = (backend.take_rows(keys, perm) if slots is None else
+                 _packed(backend, keys, perm, slots[t], int(caps[t].sum()), -1))
+        prepared.append((keys, inverse, perm, sends))
+    return prepared, owner_counts, slots, flag
+
+
+def sized_or_counted(runtime, plan, sizes, prepared, slots, keys_list):
+    """After a lookup's op header (sizes, exchange_sizes' Sizes): where its keys went into
+    capacity buffers (slots) and no rank overflowed, the caps size the exchange; else its counts
+    do (an overflow's caps grow: peer_capacity.settle, on every rank alike), and the keys are
+    cut to them. Returns (send_counts, recv_counts, prepared, slots or None), counts host int64
+    [size, tables]."""
+    backend = runtime.backend
+    if slots is not None and not sizes.overflow:
+        plan.sized += 1
+        return (peer_capacity.send_counts(plan), peer_capacity.recv_counts(plan, runtime.rank),
+                prepared, slots)
+    send_counts = sizes.sent
+    if slots is not None:  # some rank overflowed a cap: this step goes by its counts
+        prepared = [(k, i, p, backend.take_rows(k, p)) for k, i, p, _ in prepared]
+    if plan is not None:
+        peer_capacity.settle(runtime, plan, send_counts, [keys.shape[0] for keys in keys_list])
+    prepared = [_cut(backend, p, int(send_counts[:, t].sum())) for t, p in enumerate(prepared)]
+    return send_counts, sizes.received, prepared, None
+
+
+def spread_back(backend, tables, prepared, returned, slots):
+    """Each table's vectors in its keys' input order: the rows `returned` by the owners (in
+    bucket order, or in capacity slots) put back at the distinct keys, then spread to every
+    key. prepared: per table (distinct keys, inverse, perm, sent keys); slots: per table None
+    or its capacity slots. Returns backend float32 [n_t, dim_t] per table."""
+    outs = []
+    for t, table in enumerate(tables):
         distinct, inverse, perm, _ = prepared[t]
         spread = returned[t]
         if perm is not None:
@@ -273,15 +329,7 @@ def lookup_forward_many(runtime, tables, op, keys_list, training, local_error=No
             else:
                 backend.put_rows(spread, perm, returned[t])
         outs.append(spread if inverse is None else backend.take_rows(spread, inverse))
-        routings.append(Routing(inverse, distinct.shape[0], perm, send_counts[:, t].copy(),
-                                recv_counts[:, t].copy(), owner_rows[t], keys.shape[0],
-                                table.use_hashtable and (not training or
-                                                         passed[t] is not None),
-                                getattr(table, "row_starts", None), slots[t],
-                                deferred if defer_check == "backward" else None))
-    if deferred is not None:
-        bounded_step.defer_or_read(runtime, deferred, defer_check == "backward")
-    return outs, routings
+    return outs
 
 
 def _packed(backend, rows, index, slots, length, pad):
@@ -506,7 +554,7 @@ def _cut(backend, prepared, distinct):
             backend.row_view(sends, 0, distinct))
 
 
-def _exchange(runtime, sends, send_counts, recv_counts):
+def exchange(runtime, sends, send_counts, recv_counts):
     """One all-to-all of every table's rows (counts [size, tables]); alone, the rows themselves."""
     if runtime.size == 1:
         return list(sends)
@@ -544,6 +592,22 @@ def exchange_gradients_many(runtime, tables, op, routings, grads_list, pieces_li
         started, sizes = _owned_rows_start(backend, tables, routings)
     host_sizes = exchange_sizes(runtime, op, None, error,
                                 also_read=sizes if padded is None else ()).extra
+    owned = exchange(runtime, bucketed_gradients(backend, routings, grads_list), send_counts,
+                      recv_counts)
+    if padded is not None:
+        out = [padded_sums(backend, table, routing, received, pieces)
+               for table, routing, received, pieces in zip(tables, routings, owned, padded)]
+        bounded_step.raise_if_set(runtime, deferred)  # the forward's checks, its work queued
+        return out
+    return [(rows, backend.segment_sum(received, inverse, rows.shape[0]), ranks)
+            for (rows, inverse, ranks), received in zip(
+                _owned_rows_finish(backend, started, host_sizes), owned)]
+
+
+def bucketed_gradients(backend, routings, grads_list):
+    """Per table the gradients a backward sends the owners: each key's gradient summed per
+    distinct key (several ranks), in bucket order or in the forward's capacity slots (zeros
+    where no key is). grads_list: per table backend float32 [routing.count, dim]."""
     bucketed = []
     for routing, grads in zip(routings, grads_list):
         grads = backend.asarray(grads)
@@ -555,23 +619,22 @@ def exchange_gradients_many(runtime, tables, op, routings, grads_list, pieces_li
         else:
             bucketed.append(per_key if routing.perm is None else backend.take_rows(
                 per_key, routing.perm))
-    owned = _exchange(runtime, bucketed, send_counts, recv_counts)
-    if padded is not None:
-        out = [padded_sums(backend, table, routing, received, pieces)
-               for table, routing, received, pieces in zip(tables, routings, owned, padded)]
-        bounded_step.raise_if_set(runtime, deferred)  # the forward's checks, its work queued
-        return out
-    return [(rows, backend.segment_sum(received, inverse, rows.shape[0]), ranks)
-            for (rows, inverse, ranks), received in zip(
-                _owned_rows_finish(backend, started, host_sizes), owned)]
+    return bucketed
 
 
 def _padded_pieces(runtime, tables, routings, pieces_list):
     """Per table the host piece_starts of a bounded backward (bounded_step.py), or None where
-    the backward counts its rows: several ranks, a hash table alone, a lookup whose rows may
-    be missing, or a group without its cuts. A hash group's training lookup is bounded as a
-    dense group's: each member's rows lie in its own range of the group's flat rows."""
-    if pieces_list is None or not bounded_step.enabled(runtime):
+    the backward counts its rows: a hash table alone, a lookup whose rows may be missing, or a
+    group without its cuts; on several ranks, a lookup not sized by per-peer capacities or
+    without its bounds (Routing.bounds). A hash group's training lookup is bounded on one rank
+    as a dense group's: each member's rows lie in its own range of the group's flat rows."""
+    if pieces_list is None:
+        return None
+    if runtime.size > 1:
+        if any(routing.bounds is None or routing.slots is None for routing in routings):
+            return None
+        return [bounded_step.piece_starts_of(routing.bounds) for routing in routings]
+    if not bounded_step.enabled(runtime):
         return None
     out = []
     for table, routing, cuts in zip(tables, routings, pieces_list):

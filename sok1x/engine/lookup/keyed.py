@@ -288,7 +288,8 @@ def keyed_forward(runtime, tables, op, item, training, key_limits=None, checks="
                                                error, key_check=key_check, tags_list=[tags],
                                                tag_counts=[tag_counts],
                                                defer_check=None if segment_ids is not None
-                                               else checks)
+                                               else checks,
+                                               member_keys=None if error else [np.diff(cuts)])
     num_segments = int(segment_cuts[-1])
     pool = make_pool(backend, segment_ids, num_segments, item.weights, item.combiner)
     pooling = UnitPooling(unit, routing, [pool], item.lengths, item.num_segments)
@@ -364,16 +365,22 @@ def _replayed_forward(runtime, tables, unit, group, op, item, training, key_limi
 
     hooks = table_group.ReplayedInsert(group, cuts) if hashed else None
 
-    def run(fixed):
+    def routed(fixed):  # the checks, and the keys moved into the group's id space
         check = _key_check(backend, tables, item._replace(keys=fixed), cuts, key_limits, group)
+        if hashed:
+            return check, fixed
+        return check, fixed if group is None else backend.offset_parts_many(
+            [fixed], cuts, [group.key_starts[:-1]])[0]
+
+    def run(fixed):
+        check, flat = routed(fixed)
         if hashed:  # keys as they are, tagged; a negative one is passed by (its check fails)
             return (check,) + hooks.insert(fixed, backend.part_tags(cuts))
-        flat = fixed if group is None else backend.offset_parts_many(
-            [fixed], cuts, [group.key_starts[:-1]])[0]
         rows = table.rows_of(flat, False)
         return check, rows, table.gather(rows)
 
-    replayed = replayed_step.forward_of(runtime, key, table, op, keys, checks, run, cuts, hooks)
+    replayed = replayed_step.forward_of(runtime, key, table, op, keys, checks, run, cuts, hooks,
+                                        None if hashed else routed)
     if replayed is None:
         return None
     vectors, routing = replayed

@@ -74,7 +74,7 @@ import time
 
 import numpy as np
 
-from sok1x.engine.lookup import bounded_step, distinct_rows
+from sok1x.engine.lookup import bounded_step, distinct_rows, peer_capacity, replayed_ranks
 from sok1x.engine.lookup.exchange_header import order_checks
 from sok1x.engine.lookup.key_exchange import (
     KeyCheck,
@@ -93,21 +93,30 @@ _SIGHTINGS_KEPT = 1024
 
 
 def enabled(runtime):
-    """True when the bounded step applies (bounded_step.enabled) and SOK1X_CAPTURE is not 0."""
-    return (bounded_step.enabled(runtime)
-            and os.environ.get(ENV, "1") not in ("0", "false", "False"))
+    """True when SOK1X_CAPTURE is not 0 and the bounded step applies: on one rank
+    (bounded_step.enabled), or on several with the lookups sized by per-peer capacities
+    (SOK1X_BOUNDED_STEP=1 and SOK1X_PEER_CAPACITY=1)."""
+    if os.environ.get(ENV, "1") in ("0", "false", "False"):
+        return False
+    if runtime.size == 1:
+        return bounded_step.enabled(runtime)
+    return bounded_step.asked() and peer_capacity.enabled()
 
 
 class _Forward:
     """One forward shape class: its table, fixed keys, recorded work, its backward's pieces
     (host piece_starts of its members' keys) and backward classes."""
 
-    def __init__(self, key, table, keys, work, judge, pieces, hooks=None):
+    def __init__(self, key, table, keys, work, judge, pieces, hooks=None, prepare=None,
+                 plan=None, member_keys=None):
         self.key, self.table, self.keys = key, table, keys
         self.values = _where(table)
         self.work, self.judge, self.pieces = work, judge, pieces
         self.hooks = hooks  # forward_of's: the host's part of each replay, or None
-        self.piece_sizes = np.diff(pieces)
+        # several ranks: the recorded half before the op header (replayed_ranks.py), the op's
+        # peer_capacity.Plan and the caps both halves were recorded with, the keys per member
+        self.prepare, self.plan, self.member_keys = prepare, plan, member_keys
+        self.caps = None if plan is None else plan.caps
         self.routing = self.check = self.describe = None  # made at the first replay
         self.shaped = None  # the output as api.dense_lookup shapes it (remember_dense)
         self.fronts = []  # the callers' fronts remembered for it (remember_front)
@@ -116,17 +125,22 @@ class _Forward:
     def outputs(self):
         """(bounds, flag, rows, vectors, and what else the run returned): the arrays every
         replay writes."""
+        if self.prepare is not None:
+            return self.prepare.outputs[:2] + self.work.outputs
         return self.work.outputs
 
     @property
     def held_bytes(self):
         return (int(self.keys.nbytes) + self.work.held_bytes
+                + (0 if self.prepare is None else self.prepare.held_bytes)
                 + sum(b.held_bytes for b in self.backwards.values()))
 
     def free(self):
         for backward in self.backwards.values():
             backward.free()
         self.work.free()
+        if self.prepare is not None:
+            self.prepare.free()
         self.backwards = {}
 
 
@@ -134,8 +148,8 @@ class _Backward:
     """One backward shape class of a _Forward: its fixed top gradient, recorded work and update
     classes."""
 
-    def __init__(self, grads, own, work):
-        self.grads, self.own, self.work = grads, own, work
+    def __init__(self, grads, own, work, pieces):
+        self.grads, self.own, self.work, self.pieces = grads, own, work, pieces
         self.updates = {}  # (rule, slot prefix, options) -> _Update
         self.result = None  # (values, rows, Padded) every replay returns, from the first on
 
@@ -237,7 +251,13 @@ def forward(runtime, table, op, keys, training, checks):
     count = int(keys.shape[0])
     return forward_of(runtime, _dense_key(op, table, keys, checks), table, op, keys, checks,
                       functools.partial(_forward_run, runtime, table),
-                      np.array([0, count], dtype=np.int64))
+                      np.array([0, count], dtype=np.int64),
+                      routed=functools.partial(_routed_run, runtime, table))
+
+
+def _routed_run(runtime, table, keys):
+    """The keys' part of a dense lookup on several ranks: (KeyCheck, the keys as they are)."""
+    return start_key_checks(runtime, [table], [keys]), keys
 
 
 def _dense_key(op, table, keys, checks):
@@ -274,7 +294,7 @@ def remember_dense(runtime, table, op, keys, row_shape, training, checks, shaped
         entry.shaped = shaped
 
 
-def forward_of(runtime, key, table, op, keys, checks, run, cuts, hooks=None):
+def forward_of(runtime, key, table, op, keys, checks, run, cuts, hooks=None, routed=None):
     """The replayed path of any one-rank bounded forward of `table` (an EmbeddingTable or a
     TableGroup of dense tables, whose rows follow from its keys, or a HashGroup with hooks) with
     flat int64 `keys`: `key` names its shape class (every input that shapes the work but the
@@ -283,12 +303,22 @@ def forward_of(runtime, key, table, op, keys, checks, run, cuts, hooks=None):
     [members + 1], where each member's keys start (its backward's pieces). hooks: None, or the
     host's part of the class's steps (kept with the class at its capture): hooks.ready(keys)
     before each run or replay (False: this step takes the uncaptured path, nothing done), and
-    hooks.done(more arrays) after it. Returns (vectors, Routing), or None where the uncaptured
-    path must run (the first sight of the class, or hooks not ready). `op`: an OpId."""
+    hooks.done(more arrays) after it. routed: on several ranks, routed(fixed keys) queues the
+    keys' part of the forward and returns (KeyCheck, the keys in the table's id space); the
+    rest is replayed_ranks.py's (None: no replay on several ranks). Returns (vectors, Routing),
+    or None where the uncaptured path must run (the first sight of the class, or hooks not
+    ready). `op`: an OpId."""
+    plan = None
+    if runtime.size > 1:  # sized by caps the ranks agreed on (the op's first lookup sets them)
+        plan = None if routed is None or hooks is not None else peer_capacity.plan_of(
+            runtime, op, [table])
+        if plan is None:
+            return None
     classes = _classes(runtime)
     entry = classes.forwards.get(key)
-    if entry is not None and (entry.table is not table or entry.values != _where(table)):
-        _drop(classes, key)
+    if entry is not None and (entry.table is not table or entry.values != _where(table)
+                              or entry.caps is not (None if plan is None else plan.caps)):
+        _drop(classes, key)  # moved rows, or caps grown since it was recorded
         entry = None
     if entry is None:
         if len(classes.sightings) >= _SIGHTINGS_KEPT:  # layouts come and go (a last batch)
@@ -296,15 +326,83 @@ def forward_of(runtime, key, table, op, keys, checks, run, cuts, hooks=None):
         classes.sightings[key] += 1
         if classes.sightings[key] < 2 or key in classes.refused:
             return None
+        if plan is not None and plan.caps is None:  # not yet agreed: the counted way sets them
+            return None
+        if plan is not None:
+            return _capture_ranks(runtime, classes, key, table, op, keys, routed, cuts, plan)
         return _capture_forward(runtime, classes, key, table, op, keys, checks, run, cuts,
                                 hooks)
     return _replay(runtime, classes, entry, op, keys, checks)
+
+
+def _capture_ranks(runtime, classes, key, table, op, keys, routed, cuts, plan):
+    """_capture_forward on several ranks: this step runs eagerly on fixed keys in the two
+    halves around its op header, then each half is recorded (replayed_ranks.py). A step that
+    overflowed a cap goes on the counted way and records nothing. Returns (vectors, Routing)."""
+    backend = runtime.backend
+    fixed = backend.empty(tuple(keys.shape), keys.dtype)
+    backend.write_rows(fixed, 0, keys)
+    member_keys, caps, count = np.diff(cuts), plan.caps, int(keys.shape[0])
+    outputs, judge = replayed_ranks.prepare(runtime, table, routed, fixed, caps)
+    sizes, telling = replayed_ranks.header(runtime, op, outputs, judge, member_keys)
+    if sizes.overflow:
+        return replayed_ranks.counted_rest(runtime, table, outputs, plan, sizes, count)
+    rows, vectors = replayed_ranks.exchange_half(runtime, table, outputs, plan)
+    result = vectors, replayed_ranks.routing(runtime, table, outputs, rows, count, plan, sizes,
+                                             telling, member_keys)
+    prepare = _recorded(backend, lambda: replayed_ranks.prepare(runtime, table, routed, fixed,
+                                                                caps)[0])
+    work = None if prepare is None else _recorded(
+        backend, lambda: replayed_ranks.exchange_half(runtime, table, prepare.outputs, plan))
+    if work is None:
+        if prepare is not None:
+            prepare.free()
+        classes.refused.add(key)
+        return result
+    while len(classes.forwards) >= MAX_CLASSES:
+        _drop(classes, next(iter(classes.forwards)))
+    classes.forwards[key] = _Forward(key, table, fixed, work, judge,
+                                     bounded_step.piece_starts(cuts), None, prepare, plan,
+                                     member_keys)
+    return result
+
+
+def _replay_ranks(runtime, classes, entry, op, keys):
+    """One replay of a several-rank forward class: the keys copied in, the prepare half
+    replayed, the op header, then the exchange half replayed (or, where some rank overflowed a
+    cap, the rest the counted way, and the class dropped: its caps grew). Returns (vectors,
+    Routing)."""
+    if entry.caps is not entry.plan.caps:  # grown since it was recorded
+        _drop(classes, entry.key)
+        return None
+    backend = runtime.backend
+    if keys is not entry.keys:
+        backend.copy_array(entry.keys, keys)
+    entry.prepare.replay()
+    outputs = entry.prepare.outputs
+    sizes, telling = replayed_ranks.header(runtime, op, outputs, entry.judge, entry.member_keys)
+    count = int(entry.keys.shape[0])
+    if sizes.overflow:
+        result = replayed_ranks.counted_rest(runtime, entry.table, outputs, entry.plan, sizes,
+                                             count)
+        _drop(classes, entry.key)
+        return result
+    entry.work.replay()
+    rows, vectors = entry.work.outputs
+    routing = replayed_ranks.routing(runtime, entry.table, outputs, rows, count, entry.plan,
+                                     sizes, telling, entry.member_keys)
+    if entry.routing is None:
+        classes.by_rows[id(rows)] = entry
+    entry.routing = routing
+    return vectors, routing
 
 
 def _replay(runtime, classes, entry, op, keys, checks):
     """One replay of forward class `entry` on `keys` (a backend array of its fixed keys' dtype
     and size, any shape): the order checks, the keys copied in, one launch, the flag's copy
     queued. Returns (vectors, Routing), or None where the class's hooks are not ready."""
+    if entry.prepare is not None:
+        return _replay_ranks(runtime, classes, entry, op, keys)
     backend = runtime.backend
     if entry.hooks is not None and not entry.hooks.ready(keys):
         return None  # (before the order checks: the uncaptured path makes them)
@@ -444,6 +542,11 @@ def backward(runtime, table, op, routing, grads):
     if (entry is None or entry.routing.owner_rows is not routing.owner_rows
             or entry.table is not table or grads.dtype != np.float32):
         return None
+    pieces = entry.pieces
+    if entry.prepare is not None:  # several ranks: each member's piece as long as its bound
+        if routing.bounds is None:
+            return None
+        pieces = bounded_step.piece_starts_of(routing.bounds)
     backend = runtime.backend
     vectors = entry.outputs()[3]
     if grads is entry.shaped:  # the output as the caller shaped it (remember_dense)
@@ -456,16 +559,16 @@ def backward(runtime, table, op, routing, grads):
     order_checks(runtime, op)
     own = grads is vectors or (backend.address_of(grads) == backend.address_of(vectors)
                                and tuple(grads.shape) == tuple(vectors.shape))  # or a view
-    recorded = entry.backwards.get(own)
+    shape = (own, pieces.tobytes())
+    recorded = entry.backwards.get(shape)
     if recorded is None or recorded.work is None:  # first sight, or a work that was refused
         fixed = grads if own else backend.empty(tuple(grads.shape), np.float32)
         if not own:
             backend.write_rows(fixed, 0, grads)
-        run = functools.partial(_backward_run, backend, table, entry.routing, fixed,
-                                entry.pieces)
+        run = functools.partial(_backward_run, runtime, table, entry.routing, fixed, pieces)
         out = run()  # this step, eagerly; then recorded for the next
         if recorded is None:
-            entry.backwards[own] = _Backward(fixed, own, _recorded(backend, run))
+            entry.backwards[shape] = _Backward(fixed, own, _recorded(backend, run), pieces)
     else:
         if not own:
             backend.copy_array(recorded.grads, grads)
@@ -478,7 +581,7 @@ def backward(runtime, table, op, routing, grads):
     bounded_step.raise_if_set(runtime, deferred)  # the forward's checks, this work queued
     rows = backend.exportable(out[0])
     distinct_rows.remember(rows)
-    result = out[1], rows, bounded_step.Padded(entry.pieces, out[2])
+    result = out[1], rows, bounded_step.Padded(pieces, out[2])
     if recorded is not None and recorded.work is not None and rows is out[0]:
         classes.by_gradient[id(out[1])] = (entry, recorded)  # its update may be replayed
         if out is recorded.work.outputs:
@@ -516,7 +619,7 @@ def keyed_update(runtime, tables, rule_name, slot_prefix, options, hyper, values
     entry, backward = found
     out, table = backward.work.outputs, entry.table
     members = getattr(table, "members", None)
-    pieces = entry.piece_sizes
+    pieces = np.diff(backward.pieces)
     if members is None:
         fits = len(tables) == 1 and tables[0] is table and rows is out[0]
     else:
@@ -595,10 +698,13 @@ def _update_run(backend, table, rule, slots, gradient, given, clock, hyper, opti
         table.stamp(gradient[0])
 
 
-def _backward_run(backend, table, routing, grads, pieces):
-    """The device work of a one-rank bounded backward: [rows, summed, local rows], each
-    member's rows in its piece (`pieces`), padded."""
-    rows, summed, padded = padded_sums(backend, table, routing, grads, pieces)
+def _backward_run(runtime, table, routing, grads, pieces):
+    """The device work of a bounded backward: [rows, summed, local rows], each member's rows in
+    its piece (`pieces`), padded (on several ranks the gradients cross first:
+    replayed_ranks.backward_run)."""
+    if runtime.size > 1:
+        return replayed_ranks.backward_run(runtime, table, routing, grads, pieces)
+    rows, summed, padded = padded_sums(runtime.backend, table, routing, grads, pieces)
     return [rows, summed, padded.local]
 
 
@@ -616,7 +722,7 @@ def recorded_works(runtime):
         return []
     steps = []
     for entry in runtime.replays.forwards.values():
-        works = [entry.work]
+        works = [entry.work] if entry.prepare is None else [entry.prepare, entry.work]
         for backward in entry.backwards.values():
             if backward.work is not None:
                 works.append(backward.work)

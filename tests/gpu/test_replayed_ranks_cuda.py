@@ -1,0 +1,193 @@
+"""The replayed step on several GPUs (engine/lookup/replayed_step.py with replayed_ranks.py,
+SOK1X_BOUNDED_STEP=1 and SOK1X_PEER_CAPACITY=1): a keyed lookup of a table group and a dense
+lookup of one table, their backward and update, recorded as CUDA graphs around each op header
+(NCCL's exchanges inside the graphs) and replayed, equal the same steps run uncaptured on a copy
+of the tables, bit for bit, over many steps with changing keys (no key repeats in the job, so
+every sum has one addend); a step whose keys overflow a per-peer capacity goes the counted way on
+every rank, still equal, and the class is recorded again; a bad key on one rank fails the step
+on every rank and changes no table, and the replays go on. At one GPU the same steps replay the
+one-rank way.
+
+    mpiexec --allow-run-as-root -n 2 python3 -m pytest -q tests/gpu/test_replayed_ranks_cuda.py
+"""
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+pytest.importorskip("pycuda")
+
+from sok1x.backend import random_init  # noqa: E402
+from sok1x.engine import api, runtime  # noqa: E402
+from sok1x.engine.lookup import bounded_step, peer_capacity, replayed_step  # noqa: E402
+from sok1x.engine.lookup.keyed import KeyedInput  # noqa: E402
+from sok1x.errors import InvalidInputError  # noqa: E402
+
+pytestmark = [pytest.mark.timeout(300, method="thread"), pytest.mark.usefixtures("engine")]
+COMM = MPI.COMM_WORLD
+RANK, SIZE = COMM.Get_rank(), COMM.Get_size()
+SPEC = random_init.make_spec("uniform", -1.0, 1.0, seed=53)
+DIM = 64
+ROWS = [20000, 5000, 12000, 9000]  # rows of each member's shard
+LENGTHS = np.array([3000, 1500, 0, 2500])  # one member without keys
+
+
+@pytest.fixture(autouse=True)
+def sized(monkeypatch):
+    monkeypatch.setenv(bounded_step.ENV, "1")
+    monkeypatch.setenv(peer_capacity.ENV, "1")
+    monkeypatch.delenv(replayed_step.ENV, raising=False)
+
+
+def host(array):
+    return runtime.get().backend.to_host(array)
+
+
+def hyper(number):
+    lr = 0.01 * np.sqrt(1 - 0.999 ** number) / (1 - 0.9 ** number)
+    return {"lr_t": lr, "beta1": 0.9, "beta2": 0.999, "epsilon": 1e-8}
+
+
+def make_pair(tag, rows_list=ROWS):
+    """The same tables made twice: (replayed names, uncaptured names)."""
+    backend = runtime.get().backend
+    pair = [["%s_%s_%d" % (way, tag, t) for t in range(len(rows_list))]
+            for way in ("replayed", "uncaptured")]
+    for names in pair:
+        for name, rows in zip(names, rows_list):
+            api.create_table(name, DIM, rows, False, SPEC, replace=True)
+            api.shard(name)
+    for a, b, rows in zip(pair[0], pair[1], rows_list):
+        backend.put_rows(api.shard(b).values, backend.asarray(np.arange(rows, dtype=np.int64)),
+                         backend.asarray(host(api.shard(a).values)))
+    return pair
+
+
+def job_distinct_keys(seed, lengths=LENGTHS, even=False):
+    """This rank's keys, no key of a member twice in the whole job (every rank draws the same
+    permutation and takes its own slice); even: only even keys (one owner gets them all)."""
+    rng = np.random.default_rng(seed)
+    parts = []
+    for rows, n in zip(ROWS, lengths):
+        keys = rng.permutation(rows * SIZE)
+        if even:
+            keys = keys[keys % 2 == 0]
+        parts.append(keys[RANK * n:(RANK + 1) * n])
+    return np.concatenate(parts).astype(np.int64)
+
+
+def keyed_step(names, keys, number, replay):
+    """A keyed lookup, backward and keyed update of `names`: host (output, values, rows,
+    counts)."""
+    backend = runtime.get().backend
+    with runtime.entered():
+        item = KeyedInput(backend.asarray(keys), LENGTHS, None, LENGTHS, None, "sum")
+        out, token = api.keyed_lookup(names, names[0] + "_fwd", item, True, checks="backward",
+                                      replay=replay)
+        copied = host(out)  # a replay rewrites it
+        values, rows, counts = api.keyed_lookup_grad(names, names[0] + "_bwd", token, out)
+        got = copied, host(values), host(rows), np.array(counts)
+        api.apply_keyed_update(names, "lazy_adam", "Adam", {}, hyper(number), values, rows,
+                               counts)
+    return got
+
+
+def tables(names):
+    return [[host(api.shard(name).values)] + [host(api.shard(name).slots[slot])
+                                              for slot in sorted(api.shard(name).slots)]
+            for name in names]
+
+
+def assert_same(got, want, pair):
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a, b)
+    for a, b in zip(tables(pair[0]), tables(pair[1])):
+        for x, y in zip(a, b):
+            np.testing.assert_array_equal(x, y)
+
+
+def held():
+    with runtime.entered() as rt:
+        return replayed_step.classes_held(rt), replayed_step.updates_recorded(rt)
+
+
+def fresh():
+    with runtime.entered() as rt:
+        replayed_step.free(rt)
+
+
+def test_replayed_keyed_group_equals_uncaptured_bit_for_bit():
+    fresh()
+    pair = make_pair("exact")
+    for number in range(1, 11):
+        keys = job_distinct_keys(number)
+        got = keyed_step(pair[0], keys, number, True)
+        want = keyed_step(pair[1], keys, number, False)
+        assert_same(got, want, pair)
+        if SIZE > 1 and number > 1:  # each member's piece: every rank's keys of it
+            bound = np.minimum(LENGTHS * SIZE, ROWS)
+            np.testing.assert_array_equal(got[3], -(-bound // 8) * 8)
+    assert held() == (1, 1)
+
+
+def test_a_replayed_dense_lookup_equals_uncaptured():
+    fresh()
+    pair = make_pair("dense", [30000])
+    backend = runtime.get().backend
+    for number in range(1, 9):
+        keys = np.random.default_rng(number).permutation(30000 * SIZE)[
+            RANK * 4096:(RANK + 1) * 4096].reshape(64, 64).astype(np.int64)
+        results = []
+        for names, replay in zip(pair, (True, False)):
+            with runtime.entered():
+                name = names[0]
+                out, token = api.dense_lookup(name, name + "_fwd", backend.asarray(keys), True,
+                                              checks="backward", replay=replay)
+                copied = host(out)
+                values, rows = api.dense_lookup_grad(name, name + "_bwd", token, out)
+                results.append((copied, host(values), host(rows)))
+                api.apply_optimizer_updates([name], "lazy_adam", "Adam", {}, hyper(number),
+                                            [values], [rows])
+        assert_same(results[0], results[1], pair)
+    assert held() == (1, 1)
+
+
+def test_an_overflowing_step_goes_the_counted_way_on_every_rank():
+    """All keys of one step even: with keys % ranks placing them, one owner gets every key,
+    past its cap; the step goes by its counts everywhere, equal, and its caps grow."""
+    fresh()
+    pair = make_pair("overflow")
+    settled = []
+    for number in range(1, 13):
+        keys = job_distinct_keys(100 + number, even=number in (5, 6))
+        got = keyed_step(pair[0], keys, number, True)
+        want = keyed_step(pair[1], keys, number, False)
+        assert_same(got, want, pair)
+        settled.append(settles(pair[0][0] + "_fwd"))
+    assert held() == (1, 1)  # recorded again with the grown caps
+    if SIZE > 1:  # set by the first step, grown by the fifth
+        assert settled == [1] * 4 + [2] * 8
+
+
+def settles(op_name):
+    """How many times the caps of lookup `op_name` were set (peer_capacity.Plan.settled)."""
+    with runtime.entered() as rt:
+        plans = [p for (name, _, _), p in rt.capacities.items() if name == op_name and p]
+        return plans[0].settled if plans else 0
+
+
+def test_a_bad_key_on_one_rank_fails_every_rank_and_changes_nothing():
+    fresh()
+    pair = make_pair("bad")
+    for number in range(1, 5):
+        keyed_step(pair[0], job_distinct_keys(200 + number), number, True)
+    before = tables(pair[0])
+    keys = job_distinct_keys(205)
+    if RANK == SIZE - 1:
+        keys[int(LENGTHS[0]) + 17] = ROWS[1] * SIZE + 3  # member 1's key past its table
+    with pytest.raises(InvalidInputError, match=pair[0][1]):
+        keyed_step(pair[0], keys, 5, True)
+    for a, b in zip(before, tables(pair[0])):
+        for x, y in zip(a, b):
+            np.testing.assert_array_equal(x, y)
+    got = keyed_step(pair[0], job_distinct_keys(206), 5, True)  # replays go on
+    assert held() == (1, 1) and got[0].shape == (int(LENGTHS.sum()), DIM)
