@@ -11,8 +11,9 @@ the step naming that member, changes no table, and the replays go on after; ever
 rule is replayed with each step's hyper-parameters; changed (clipped) gradient values take the
 uncaptured update and still agree; pooled keys (segment ids) and weighted ones, and int32 keys,
 are not replayed and agree; first sightings of layouts are forgotten past a bound; a keyed group
-and a dense table of another dim replay in the same steps; on several ranks nothing is
-recorded."""
+and a dense table of another dim replay in the same steps; on several ranks the steps are
+sized by per-peer capacities (SOK1X_PEER_CAPACITY=1) and replay the same way, hash groups
+excepted."""
 import numpy as np
 import pytest
 from mpi4py import MPI

@@ -1,17 +1,18 @@
 """The replayed step (engine/lookup/replayed_step.py, SOK1X_CAPTURE, DESIGN D14) on the cpu
 backend, at any number of ranks: a dense lookup of one table, its backward and the update, run
-with replay=True under the bounded step, equal the same step run uncaptured bit for bit (outputs,
-the padded gradient's rows and values, every row and optimizer slot) over many steps with
-changing keys, with the top gradient the output itself or another array, across shape classes
-that come and go; on one rank the classes are really recorded and replayed (held, counted,
-freed when a table is remade and at MAX_CLASSES), the update too, with each step's
+with replay=True under the bounded step, equal the same step run uncaptured bit for bit
+(outputs, the padded gradient's rows and values, every row and optimizer slot) over many steps
+with changing keys, with the top gradient the output itself or another array, across shape
+classes that come and go; on one rank the classes are really recorded and replayed (held,
+counted, freed when a table is remade and at MAX_CLASSES), the update too, with each step's
 hyper-parameters for every optimizer rule, and recorded again where a slot moved; on several
-ranks nothing is recorded; bad keys in a replayed step fail it with the uncaptured error, in its
-forward or its backward, change no table, and the replays go on after; two tables of different
-dims replay in one step; work the backend refuses to record (CaptureError) leaves its class
-uncaptured and the steps right; SOK1X_CAPTURE=0 records nothing; an update given a
-hyper-parameter array of the wrong length refuses it, as write_given refuses values that do not
-fit its array."""
+ranks too when the lookups are sized by per-peer capacities (SOK1X_PEER_CAPACITY=1), and without
+them nothing is recorded there; bad keys in a replayed step fail it with the uncaptured error,
+in its forward or its backward, change no table, and the replays go on after; two tables of
+different dims replay in one step; work the backend refuses to record (CaptureError) leaves its
+class uncaptured and the steps right; SOK1X_CAPTURE=0 records nothing; an update given a hyper-
+parameter array of the wrong length refuses it, as write_given refuses values that do not fit
+its array."""
 import time
 
 import numpy as np
@@ -170,6 +171,19 @@ def test_bad_keys_in_a_replayed_step(checks):
         run_both(names, rng.integers(0, ROWS * SIZE, size=10), None, "adagrad", number,
                  checks)
     assert held()[0] == 1
+
+
+def test_several_ranks_without_caps_record_nothing(monkeypatch):
+    """On several ranks a lookup sized by its counts has no bound before its header: it is not
+    recorded (on one rank the caps play no part)."""
+    monkeypatch.setenv(peer_capacity.ENV, "0")
+    with runtime.entered() as rt:
+        replayed_step.free(rt)
+    names = make_tables("uncapped")
+    rng = np.random.default_rng([67, RANK])
+    for number in range(1, 6):
+        run_both(names, rng.integers(0, ROWS * SIZE, size=8), None, "lazy_adam", number)
+    assert held()[0] == (1 if SIZE == 1 else 0)
 
 
 def test_capture_off_records_nothing(monkeypatch):

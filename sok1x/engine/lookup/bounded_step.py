@@ -35,8 +35,21 @@ pieces, and each piece's size stands for the member's count of rows.
 Cost, one lookup of n keys of dim d, of which u are distinct: the backward's rows, local rows
 and summed gradients are as long as the keys (rounded up by at most 7 a member), not as the
 distinct keys: (16 + 4 d) (n - u) bytes more, and the update reads n - u more rows (-1, skipped
-at once). Nothing crosses a network on one rank. On several ranks this switch changes nothing
-yet: the exchanges are sized by counts or by per-peer capacities (peer_capacity.py).
+at once). Nothing crosses a network on one rank.
+
+Several ranks. With SOK1X_PEER_CAPACITY=1 too (peer_capacity.py), a dense or keyed lookup of
+tables without a hash table is bounded the same way in its backward: its forward's op header
+tells every rank each rank's keys per member (told_keys: SHARED_WIDTH values at most, else the
+backward counts), so every owner knows, before any gradient crosses, that member m's distinct
+rows on it are at most min(every rank's keys of m, m's rows in its shard, the rows it can
+receive) (bounds_of, kept in Routing.bounds), and lays them out in pieces of those lengths,
+rounded up to ALIGN_ROWS. The forward still reads its header (its checks and overflow ride in
+it), so the checks are never deferred there. Cost: a member's piece is up to the job's keys of
+that member where the counted way holds this owner's share of them, about `size` times the
+rows (and the update's padded rows) of the counted backward when keys spread evenly; a rank
+whose header told nothing (its lookup not bounded) makes every rank's backward count, which
+crosses the network as the bounded one does (same header, same caps), so the ranks never
+disagree on an exchange.
 """
 import collections
 import functools

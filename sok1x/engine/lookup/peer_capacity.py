@@ -36,6 +36,10 @@ grow, so no two tables take turns overflowing. The header also tells whether eac
 lookup this way: ranks started with different SOK1X_PEER_CAPACITY fail it on every rank
 (InitError), never hang.
 
+With SOK1X_BOUNDED_STEP=1 as well, such a lookup's backward is bounded too (bounded_step.py's
+several ranks) and a caller's replay=True records it (replayed_step.py, replayed_ranks.py): a
+recorded class keeps the caps it was recorded with, and an overflow drops it.
+
 Cost, per table of dim d and lookup: memory, 8 * n bytes of slots (n the rank's keys), and
 sum(cap[t, :]) * (8 + 4 * d) bytes each way for the key and vector buffers sent, size *
 cap[t, rank] received (the backward's gradients alike); on the wire, the caps' slots of the

@@ -1,5 +1,13 @@
-"""A one-rank bounded step's lookup, its backward and its update, recorded once per shape class
-and replayed (DESIGN D14, issue 45 item 2; SOK1X_CAPTURE=0 turns it off).
+"""A bounded step's lookup, its backward and its update, recorded once per shape class and
+replayed (DESIGN D14, issue 45 item 2; SOK1X_CAPTURE=0 turns it off).
+
+Several ranks (SOK1X_BOUNDED_STEP=1 and SOK1X_PEER_CAPACITY=1): a dense or keyed lookup of
+dense tables replays as below, but its forward is two recorded works with its op header between
+them (replayed_ranks.py: the header is read on the host before any key crosses, as without
+replay, so D3 and D7 hold), its backward's rows are bounded by every rank's keys
+(bounded_step.bounds_of: a backward class per pieces), and its backward's header is the whole
+op header (order_checks on several ranks). A class is recorded with its op's caps and dropped
+when they grow. Hash groups replay on one rank only. What follows is the one-rank step.
 
 Which steps. A training lookup of int64 keys (int32 ones are widened into a new array at each run,
 and the part list naming it would be an upload inside the capture) of dense tables whose rows
