@@ -25,9 +25,7 @@ the class is recorded again at a later sight.
 """
 import functools
 
-import numpy as np
-
-from sok1x.engine.lookup import bounded_step
+from sok1x.engine.lookup import bounded_step, peer_capacity
 from sok1x.engine.lookup.exchange_header import SHARED_WIDTH, exchange_sizes
 from sok1x.engine.lookup.key_exchange import (
     KeyCheck,
@@ -68,9 +66,8 @@ def owner_round(runtime, table, prepared, slots, send_counts, recv_counts):
 def exchange_half(runtime, table, outputs, plan):
     """owner_round on a prepare half's outputs, sized by the caps of `plan`."""
     prepared, slots = tuple(outputs[_PREPARED:_PREPARED + 4]), outputs[_PREPARED + 4]
-    caps = plan.caps
-    return owner_round(runtime, table, prepared, slots, np.ascontiguousarray(caps.T),
-                       np.repeat(caps[:, runtime.rank][None, :], runtime.size, axis=0))
+    return owner_round(runtime, table, prepared, slots, peer_capacity.send_counts(plan),
+                       peer_capacity.recv_counts(plan, runtime.rank))
 
 
 def header(runtime, op, outputs, judge, member_keys):
@@ -95,7 +92,7 @@ def routing(runtime, table, outputs, rows, count, plan, sizes, telling, member_k
         bounds = bounded_step.bounds_of([table], [member_keys], sizes.shared,
                                         caps[:, runtime.rank])[0]
     return Routing(inverse, int(distinct.shape[0]), perm, caps[0].copy(),
-                   np.repeat(caps[0, runtime.rank], runtime.size), rows, count, False,
+                   peer_capacity.recv_counts(plan, runtime.rank)[:, 0], rows, count, False,
                    getattr(table, "row_starts", None), outputs[_PREPARED + 4], None, bounds)
 
 
