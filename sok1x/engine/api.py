@@ -94,13 +94,23 @@ def _table_for_collective(runtime, name, op):
     return _tables_for_collective(runtime, [name], op)[0]
 
 
+def _made_tables(runtime, names):
+    """The usual step's tables of `names`: runtime.tables_named's tuple (the same one step after
+    step, which replayed lookups key their classes by) when every one of them is made and none
+    is declared anew; else None. Tables of other names still to be made (one that failed to be
+    made on some rank, say) do not matter."""
+    pending = runtime.pending_tables
+    if pending and not pending.keys().isdisjoint(names):
+        return None
+    return runtime.tables_named(names)
+
+
 def _tables_for_collective(runtime, names, op):
     """Returns the tables of `names` as a tuple, for one collective op, as
     _table_for_collective."""
-    if not runtime.pending_tables:  # the usual step: every table made already
-        tables = runtime.tables_named(names)
-        if tables is not None:
-            return tables
+    tables = _made_tables(runtime, names)
+    if tables is not None:
+        return tables
     tables, errors = zip(*[_ready_table(runtime, name) for name in names]) if names else ((), ())
     error = first_error(*errors)
     if error is not None:
@@ -363,7 +373,7 @@ def apply_keyed_update(table_names, rule, slot_prefix, options, hyper, values, r
     rows_per_table form). Returns per table the number of distinct rows updated (after a
     bounded step's backward, the size of its piece: padding rows -1 included, and skipped)."""
     with _runtime.entered() as rt:
-        tables = None if rt.pending_tables else rt.tables_named(table_names)
+        tables = _made_tables(rt, table_names)
         if tables is None:
             tables = [_table(rt, name) for name in table_names]
         if rt.replays is not None and not isinstance(rows, (list, tuple)):

@@ -276,9 +276,12 @@ def test_a_keyed_group_and_a_dense_table_of_another_dim_replay_in_one_step():
 def test_a_known_layout_skips_the_host_checks(monkeypatch, given):
     """From its first replay on, a keyed step of a layout seen before (lengths and num_segments
     given alike, as arrays or as lists) skips the host's layout checks, which it passed then;
-    another layout is checked, and every step equals the uncaptured one."""
+    another layout is checked, and every step equals the uncaptured one; a table declared on
+    the last rank and never made there (as one that could not be made) changes none of it."""
     fresh()
     pair = make_tables("known_" + given)
+    if RANK == SIZE - 1:
+        api.create_table("known_never_made", DIM, ROWS, False, SPEC, replace=True)
     rng = np.random.default_rng([47, RANK])
     checked = []
     original = keyed._normalized
