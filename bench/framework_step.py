@@ -24,6 +24,10 @@ exchange, update: LazyAdam, Adagrad for mlperf26) five ways:
                    lines done by kernel_calls.invoke, in Python), and takes the engine's lent
                    outputs as its tensors without a copy (__cuda_array_interface__); three ops:
                    forward, backward, update
+    sok1x_kernels_replayed  sok1x_kernels over sok1x_replayed's step: a session's lookup
+                   replays through the kernels (graph_ops' dense lookup passes replay=True in a
+                   session's graph), and the update op, handed the backward's lent gradient,
+                   finds it by address and replays too
     sok1x_host     host staging, as TensorFlow 1.15's py_func, with the fewest bytes
                    (api.compact_keyed_lookup: the distinct rows of all tables' keys, found
                    in one pass for a table group, in one array and int32 indices into it in
@@ -101,9 +105,9 @@ import workloads
 SPEC = random_init.make_spec("uniform", -1.0, 1.0, seed=5)
 CHECK_STEPS = 2
 SUMMARY_NAMES = ("ms_per_step", "ms_min", "ms_max", "ms_repeats")
-VARIANTS = ("sok1x_kernels", "sok1x_dlpack", "sok1x_host", "sok1x_host_kept",
-            "sok1x_host_pooled", "sok1x_device", "sok1x_bounded", "sok1x_replayed", "torch_dedup",
-            "torch_graph", "torch_plain")
+VARIANTS = ("sok1x_kernels", "sok1x_kernels_replayed", "sok1x_dlpack", "sok1x_host",
+            "sok1x_host_kept", "sok1x_host_pooled", "sok1x_device", "sok1x_bounded",
+            "sok1x_replayed", "torch_dedup", "torch_graph", "torch_plain")
 HOST_VARIANTS = ("sok1x_host", "sok1x_host_kept", "sok1x_host_pooled")
 
 
@@ -167,27 +171,39 @@ class SokVariants(sok_steps.EngineStep):
     def bounded(self, keys_device):
         """device() as a bounded step (engine/lookup/bounded_step.py, SOK1X_BOUNDED_STEP=1):
         on one rank no host wait but the backward's read of the forward's checks."""
-        before = os.environ.get(bounded_step.ENV)
-        os.environ[bounded_step.ENV] = "1"
-        try:
-            return self.device(keys_device)
-        finally:
-            if before is None:
-                del os.environ[bounded_step.ENV]
-            else:
-                os.environ[bounded_step.ENV] = before
+        return self._bounded(self.device, keys_device)
 
     def replayed(self, keys_device):
         """bounded() with the lookup passing replay=True: its forward, backward and update are
         replayed from recorded shape classes (engine/lookup/replayed_step.py); on several ranks
         its lookups are sized by per-peer capacities (SOK1X_PEER_CAPACITY=1), with plans of
         their own, so the other variants keep sizing theirs by counts."""
+        return self._replayed(self.device, keys_device)
+
+    def kernels_replayed(self, keys_torch):
+        """kernels_step over replayed()'s step: what a session's lookup, backward and update
+        cost through sok1x's TensorFlow kernels once they replay (graph_ops' dense lookup passes
+        replay=True in a session's graph; the update finds its gradient by address)."""
+        return self._replayed(self.kernels_step, keys_torch)
+
+    def _bounded(self, run, keys):
+        before = os.environ.get(bounded_step.ENV)
+        os.environ[bounded_step.ENV] = "1"
+        try:
+            return run(keys)
+        finally:
+            if before is None:
+                del os.environ[bounded_step.ENV]
+            else:
+                os.environ[bounded_step.ENV] = before
+
+    def _replayed(self, run, keys):
         before = os.environ.get(peer_capacity.ENV)
         os.environ[peer_capacity.ENV] = "1"
         self.rt.capacities, self._sized_plans = self._sized_plans, self.rt.capacities
         self.replay = True
         try:
-            return self.bounded(keys_device)
+            return self._bounded(run, keys)
         finally:
             self.replay = False
             self.rt.capacities, self._sized_plans = self._sized_plans, self.rt.capacities
@@ -434,6 +450,7 @@ def _single_table_runs(rt, w, device, sok, names):
         "sok1x_bounded": lambda s: sok.bounded([keys_device[s % 3]]),
         "sok1x_replayed": lambda s: sok.replayed([keys_device[s % 3]]),
         "sok1x_kernels": lambda s: sok.kernels_step([keys_torch[s % 3]]),
+        "sok1x_kernels_replayed": lambda s: sok.kernels_replayed([keys_torch[s % 3]]),
         "sok1x_kernels_unordered": lambda s: sok.kernels_unordered([keys_torch[s % 3]]),
         "sok1x_dlpack": lambda s: sok.dlpack([keys_torch[s % 3]]),
         "sok1x_host": lambda s: sok.host([batches.keys[s % 3]]),
@@ -502,6 +519,7 @@ def _table_runs(rt, w, device, sok, names):
         "sok1x_bounded": lambda s: sok.bounded(keys_device[s % 3]),
         "sok1x_replayed": lambda s: sok.replayed(keys_device[s % 3]),
         "sok1x_kernels": lambda s: sok.kernels_step(joined_torch[s % 3]),
+        "sok1x_kernels_replayed": lambda s: sok.kernels_replayed(joined_torch[s % 3]),
         "sok1x_kernels_unordered": lambda s: sok.kernels_unordered(joined_torch[s % 3]),
         "sok1x_dlpack": lambda s: sok.dlpack(joined_torch[s % 3]),
         "sok1x_host": lambda s: sok.host([joined[s % 3]]),
@@ -571,8 +589,9 @@ def run_workload(rt, name, device, steps, repeats, scale, pcie):
     times = harness.interleaved_ms(timed, repeats, steps, synchronize)
     counts = per_step_counts(rt, timed["sok1x_device"], synchronize)
     bounded_counts = per_step_counts(rt, timed["sok1x_bounded"], synchronize)
-    replayed_counts = (per_step_counts(rt, timed["sok1x_replayed"], synchronize)
-                       if "sok1x_replayed" in timed else None)
+    replayed_counts, kernels_replayed_counts = (
+        per_step_counts(rt, timed[v], synchronize) if v in timed else None
+        for v in ("sok1x_replayed", "sok1x_kernels_replayed"))
     stand_in_us = None
     if "sok1x_kernels" in timed:  # what TensorFlow's C++ would do, here done in Python
         synchronize()
@@ -582,7 +601,7 @@ def run_workload(rt, name, device, steps, repeats, scale, pcie):
         synchronize()
         stand_in_us = job_max(sok.kernels.stand_in_s / (CHECK_STEPS * 10) * 1e6)
     for variant in ("sok1x_device", "sok1x_bounded", "sok1x_replayed", "sok1x_kernels",
-                    "sok1x_dlpack"):
+                    "sok1x_kernels_replayed", "sok1x_dlpack"):
         if variant not in timed:
             continue
         harness.profile_steps(rt, timed[variant], synchronize, "%s %s, %d GPU(s)" % (
@@ -614,6 +633,8 @@ def run_workload(rt, name, device, steps, repeats, scale, pcie):
                 entry["replayed_floor_ms"], entry["replayed_floor_parts_ms"] = replayed_floor
         if variant == "sok1x_kernels":
             entry["stand_in_us"] = stand_in_us
+        if variant == "sok1x_kernels_replayed":
+            entry["per_step_counts"] = kernels_replayed_counts
         if variant in ("torch_graph", "sok1x_device") and graph_floor_ms is not None:
             entry["torch_graph_floor_ms"] = graph_floor_ms
         entries.append(entry)
@@ -624,6 +645,8 @@ def run_workload(rt, name, device, steps, repeats, scale, pcie):
     say("%-8s per step of sok1x_bounded: %s" % (name, bounded_counts))
     if replayed_counts is not None:
         say("%-8s per step of sok1x_replayed: %s" % (name, replayed_counts))
+    if kernels_replayed_counts is not None:
+        say("%-8s per step of sok1x_kernels_replayed: %s" % (name, kernels_replayed_counts))
     if graph_floor_ms is not None:
         say("%-8s torch_graph's GPU floor (its graph replayed back to back): %.3f ms"
             % (name, graph_floor_ms))

@@ -194,21 +194,28 @@ def is_symbolic(keys):
 
 def dense_lookup(table, handle, keys, training, row_shape, name):
     """Returns float32 [*keys.shape, dim]: the vectors of int keys from the model-parallel table.
-    row_shape: (slot_num, nnz_per_slot) checked at run time, or None for any shape."""
+    row_shape: (slot_num, nnz_per_slot) checked at run time, or None for any shape. A training
+    lookup in a session's graph may be replayed (api.dense_lookup's replay=True, under
+    SOK1X_BOUNDED_STEP=1): a session drops every tensor of a step before its next, so the
+    output the engine lends is not read again when the next step writes it. Not in eager code
+    or a tf.function, whose outputs the caller may keep from step to step."""
     ensure_up = init_ops.bring_up_on_first_use()
 
-    def run_of(op_id):
+    def run_of(op_id, replay=False):
         def run(keys_value, _handle):
-            return api.dense_lookup(table.name, op_id, keys_value, training, row_shape)
+            return api.dense_lookup(table.name, op_id, keys_value, training, row_shape,
+                                    replay=replay)
         return run
 
     if tf1.executing_eagerly():
         return _eager_lookup(table, run_of, [keys], (), _bring_up(ensure_up, table), handle,
                              api.dense_lookup_grad, name)
 
+    replay = bool(training) and not inside_function()
+
     def forward(handle_value, gradient):
         def build(op_id):
-            vectors, token = boundary.engine_op(run_of(op_id), [keys, handle_value],
+            vectors, token = boundary.engine_op(run_of(op_id, replay), [keys, handle_value],
                                                 [tf1.float32, tf1.int64], name,
                                                 gradient=gradient, unread_inputs=(1,),
                                                 prepare=_bring_up(ensure_up, table),

@@ -446,11 +446,18 @@ def pop_evicted(table_name, on_device=False):
 def apply_optimizer_update(table_name, rule, slot_prefix, options, hyper, values, rows):
     """Local (no collective). Applies optimizer `rule` (engine.optimizer_updates.RULES) to this
     rank's shard with gradient values [n, dim] of shard rows [n]; hyper: name -> float for this
-    step. Returns the number of distinct rows updated."""
+    step. Returns the number of distinct rows updated. The gradient of a replayed backward
+    (api.dense_lookup's replay=True), as it returned it, has its update replayed."""
     from sok1x.engine.tables import optimizer_updates
     with _runtime.entered() as rt:
-        return optimizer_updates.apply_update(rt.backend, _table(rt, table_name), rule,
-                                              slot_prefix, options, hyper, values, rows)
+        table = _table(rt, table_name)
+        if rt.replays is not None:
+            replayed = replayed_step.update(rt, [table], rule, slot_prefix, options, hyper,
+                                            [values], [rows])
+            if replayed is not None:
+                return replayed[0]
+        return optimizer_updates.apply_update(rt.backend, table, rule, slot_prefix, options,
+                                              hyper, values, rows)
 
 
 def apply_optimizer_updates(table_names, rule, slot_prefix, options, hyper, values_list,

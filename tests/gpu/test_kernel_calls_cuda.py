@@ -17,6 +17,7 @@ pytest.importorskip("pycuda")
 
 from sok1x.backend import random_init  # noqa: E402
 from sok1x.engine import api, kernel_calls, runtime  # noqa: E402
+from sok1x.engine.lookup import bounded_step, replayed_step  # noqa: E402
 
 pytestmark = pytest.mark.timeout(300, method="thread")
 SPEC = random_init.make_spec("uniform", -1.0, 1.0, seed=17)
@@ -67,8 +68,8 @@ class KernelStep:
     """A dense lookup, its gradient and a LazyAdam update of one table, as three kernel ops
     (check: with the first-step check's flag, the ops' last output)."""
 
-    def __init__(self, table, check=False):
-        self.table, self.check = table, check
+    def __init__(self, table, check=False, replay=False):
+        self.table, self.check, self.replay = table, check, replay
         self.keep = [
             kernel_calls.KernelCall(self._forward, ["device"], ["device", "host"],
                                     [np.float32, np.int64], "forward", check=check),
@@ -80,7 +81,8 @@ class KernelStep:
         self.flags = []  # per call, its first-step flag (check=True)
 
     def _forward(self, keys):
-        return api.dense_lookup(self.table, "kc_fwd", keys, True, (SLOTS, NNZ))
+        return api.dense_lookup(self.table, "kc_fwd", keys, True, (SLOTS, NNZ),
+                                replay=self.replay)
 
     def _backward(self, token, grads):
         return api.dense_lookup_grad(self.table, "kc_bwd", int(token), grads)
@@ -167,6 +169,34 @@ def test_a_step_through_the_kernel_half_equals_the_engines_step(cuda, rng):
     np.testing.assert_array_equal(table_rows(cuda, "kc_table", np.concatenate(data)), want_rows)
     gc.collect()
     assert kernel_calls.lent_count() == before, "an output PyTorch dropped was not given back"
+
+
+def test_a_replayed_step_through_the_kernel_half_equals_the_engines_step(cuda, rng,
+                                                                         monkeypatch):
+    """A session's bounded step replayed through the kernels (graph_ops' dense lookup passes
+    replay=True): the forward and backward replay, and the update, handed the backward's lent
+    gradient as PyTorch's tensors (other arrays over the same memory), replays too; every
+    output and row equals the uncaptured bounded step's."""
+    monkeypatch.setenv(bounded_step.ENV, "1")
+    data = batches(rng, 8)
+    new_table("kc_replayed")
+    want = [engine_step(cuda, "kc_replayed", keys, s + 1) for s, keys in enumerate(data)]
+    want_rows = table_rows(cuda, "kc_replayed", np.concatenate(data))
+    new_table("kc_replayed")
+    replayed = []
+    original = replayed_step.update
+    monkeypatch.setattr(replayed_step, "update", lambda *args: replayed.append(
+        original(*args)) or replayed[-1])
+    kernels = KernelStep("kc_replayed", replay=True)
+    for s, keys in enumerate(data):
+        assert_equal(kernels.step(torch.from_numpy(keys).cuda(), s + 1), want[s])
+    np.testing.assert_array_equal(table_rows(cuda, "kc_replayed", np.concatenate(data)),
+                                  want_rows)
+    # the forward's first sight and recording, the backward's recording, then the update's
+    # first sight (recorded) and replays
+    assert sum(r is not None for r in replayed) >= len(data) - 3
+    with runtime.entered() as rt:
+        replayed_step.free(rt)
 
 
 def _late_keys(stream, keys):

@@ -202,7 +202,9 @@ class _Classes:
         self.version = version
         self.forwards = collections.OrderedDict()
         self.by_rows = {}  # id of a class's fixed rows array -> the class (its backward's key)
-        self.by_gradient = {}  # id of a backward's summed gradient -> (_Forward, _Backward)
+        # the address of a backward's summed gradient -> (_Forward, _Backward): an update may
+        # get it through a seam, as another array over the same memory
+        self.by_gradient = {}
         self.sightings = collections.Counter()
         self.fronts = {}  # a caller's key of its raw inputs -> (_Forward, holder, what it kept)
         self.refused = set()  # classes whose work could not be recorded: uncaptured from then on
@@ -326,7 +328,7 @@ def forward_of(runtime, key, table, op, keys, checks, run, cuts, hooks=None, rou
     entry = classes.forwards.get(key)
     if entry is not None and (entry.table is not table or entry.values != _where(table)
                               or entry.caps is not (None if plan is None else plan.caps)):
-        _drop(classes, key)  # moved rows, or caps grown since it was recorded
+        _drop(runtime, classes, key)  # moved rows, or caps grown since it was recorded
         entry = None
     if entry is None:
         if len(classes.sightings) >= _SIGHTINGS_KEPT:  # layouts come and go (a last batch)
@@ -368,7 +370,7 @@ def _capture_ranks(runtime, classes, key, table, op, keys, routed, cuts, plan):
         classes.refused.add(key)
         return result
     while len(classes.forwards) >= MAX_CLASSES:
-        _drop(classes, next(iter(classes.forwards)))
+        _drop(runtime, classes, next(iter(classes.forwards)))
     classes.forwards[key] = _Forward(key, table, fixed, work, judge,
                                      bounded_step.piece_starts(cuts), None, prepare, plan,
                                      member_keys)
@@ -381,7 +383,7 @@ def _replay_ranks(runtime, classes, entry, op, keys):
     cap, the rest the counted way, and the class dropped: its caps grew). Returns (vectors,
     Routing)."""
     if entry.caps is not entry.plan.caps:  # grown since it was recorded
-        _drop(classes, entry.key)
+        _drop(runtime, classes, entry.key)
         return None
     backend = runtime.backend
     if keys is not entry.keys:
@@ -393,7 +395,7 @@ def _replay_ranks(runtime, classes, entry, op, keys):
     if sizes.overflow:
         result = replayed_ranks.counted_rest(runtime, entry.table, outputs, entry.plan, sizes,
                                              count)
-        _drop(classes, entry.key)
+        _drop(runtime, classes, entry.key)
         return result
     entry.work.replay()
     rows, vectors = entry.work.outputs
@@ -493,7 +495,7 @@ def _capture_forward(runtime, classes, key, table, op, keys, checks, run, cuts, 
         classes.refused.add(key)
     else:
         while len(classes.forwards) >= MAX_CLASSES:
-            _drop(classes, next(iter(classes.forwards)))
+            _drop(runtime, classes, next(iter(classes.forwards)))
         classes.forwards[key] = _Forward(key, table, fixed, work, check.judge,
                                          bounded_step.piece_starts(cuts), hooks)
     deferred = bounded_step.Deferred(backend.read_later(check.flag),
@@ -526,7 +528,7 @@ def _recorded(backend, run):
         return None
 
 
-def _drop(classes, key):
+def _drop(runtime, classes, key):
     entry = classes.forwards.pop(key)
     for front in entry.fronts:  # they hold the class's arrays: let them go with it
         if classes.fronts.get(front, (None,))[0] is entry:
@@ -535,7 +537,7 @@ def _drop(classes, key):
         classes.by_rows.pop(id(entry.routing.owner_rows), None)
     for backward in entry.backwards.values():
         if backward.work is not None and backward.work.outputs is not None:
-            classes.by_gradient.pop(id(backward.work.outputs[1]), None)
+            classes.by_gradient.pop(runtime.backend.address_of(backward.work.outputs[1]), None)
     entry.free()
 
 
@@ -591,7 +593,7 @@ def backward(runtime, table, op, routing, grads):
     distinct_rows.remember(rows)
     result = out[1], rows, bounded_step.Padded(pieces, out[2])
     if recorded is not None and recorded.work is not None and rows is out[0]:
-        classes.by_gradient[id(out[1])] = (entry, recorded)  # its update may be replayed
+        classes.by_gradient[backend.address_of(out[1])] = (entry, recorded)  # its update
         if out is recorded.work.outputs:
             recorded.result = result
     return result
@@ -609,7 +611,7 @@ def update(runtime, tables, rule_name, slot_prefix, options, hyper, values_list,
         return None
     entry, backward = found
     out = backward.work.outputs
-    if rows_list[0] is not out[0] or tables[0] is not entry.table:
+    if not _same_array(runtime.backend, rows_list[0], out[0]) or tables[0] is not entry.table:
         return None
     if not _update_of(runtime, entry, backward, rule_name, slot_prefix, options, hyper):
         return None
@@ -625,14 +627,14 @@ def keyed_update(runtime, tables, rule_name, slot_prefix, options, hyper, values
     if found is None:
         return None
     entry, backward = found
-    out, table = backward.work.outputs, entry.table
+    out, table, backend = backward.work.outputs, entry.table, runtime.backend
     members = getattr(table, "members", None)
     pieces = np.diff(backward.pieces)
     if members is None:
-        fits = len(tables) == 1 and tables[0] is table and rows is out[0]
+        fits = len(tables) == 1 and tables[0] is table and _same_array(backend, rows, out[0])
     else:
         fits = (len(tables) == len(members) and all(map(operator.is_, tables, members))
-                and rows is out[2])
+                and _same_array(backend, rows, out[2]))
     counts = np.asarray(counts).reshape(-1)
     if not fits or counts.shape != pieces.shape or not np.array_equal(counts, pieces):
         return None
@@ -642,14 +644,28 @@ def keyed_update(runtime, tables, rule_name, slot_prefix, options, hyper, values
 
 
 def _replayed_gradient(runtime, values):
-    """(_Forward, _Backward) whose recorded backward returned `values` as its sums, or None."""
+    """(_Forward, _Backward) whose recorded backward returned `values` as its sums (that very
+    array, or one over the same memory, as a seam hands it back), or None."""
     classes = runtime.replays
     if classes is None or not classes.by_gradient:
         return None
-    found = classes.by_gradient.get(id(values))
-    if found is None or found[1].work.outputs is None or values is not found[1].work.outputs[1]:
+    backend = runtime.backend
+    found = classes.by_gradient.get(backend.address_of(values))
+    if found is None or found[1].work.outputs is None or not _same_array(
+            backend, values, found[1].work.outputs[1]):
         return None
     return found
+
+
+def _same_array(backend, given, held):
+    """True when `given` is the array `held`, or another array over the very same memory
+    (address, dtype, shape and strides): what TensorFlow's kernels or DLPack hand back of an
+    output the engine lent. The engine holds `held`, so its memory cannot be anything else."""
+    if given is held:
+        return True
+    return (backend.address_of(given) == backend.address_of(held) and given.dtype == held.dtype
+            and tuple(given.shape) == tuple(held.shape)
+            and tuple(given.strides) == tuple(held.strides))
 
 
 def _update_of(runtime, entry, backward, rule_name, slot_prefix, options, hyper):
