@@ -115,6 +115,9 @@ def parse_args(argv):
     parser = harness.parser(__doc__, out=True, steps=True, repeats=True, port=29541,
                             backend=True, scale=True)
     parser.add_argument("--workloads", default="seed,dlrm,dlrm26,mlperf26")
+    parser.add_argument("--segment-ids", action="store_true",
+                        help="the keyed workloads' keys pooled by segment ids (dlrm26: one key "
+                             "a sample, summed), as TensorFlow's keyed op hands them")
     return parser.parse_args(argv)
 
 
@@ -151,8 +154,8 @@ class SokVariants(sok_steps.EngineStep):
     """The three sok1x ways of one step (sok_steps.EngineStep): on engine arrays (device), through
     the zero-copy seam with PyTorch as the framework (dlpack), and through host staging (host)."""
 
-    def __init__(self, rt, w, names, device=None):
-        super().__init__(rt, w, names)
+    def __init__(self, rt, w, names, device=None, segment_ids=False):
+        super().__init__(rt, w, names, segment_ids)
         self._sized_plans = {}  # the replayed variant's per-peer capacities (replayed())
         self.seam = TorchSeam(rt.backend)
         self.torch_device = device
@@ -553,7 +556,7 @@ def host_outputs(backend, outs):
         backend.to_host(o))).reshape(-1) for o in outs])
 
 
-def run_workload(rt, name, device, steps, repeats, scale, pcie):
+def run_workload(rt, name, device, steps, repeats, scale, pcie, segment_ids=False):
     w = workloads.workload(name, rt.size, scale)
     reason = too_big(w, rt, device)
     if reason is not None:
@@ -561,7 +564,7 @@ def run_workload(rt, name, device, steps, repeats, scale, pcie):
         return [{"workload": name, "ranks": rt.size, "skipped": reason}]
     backend = rt.backend
     names = sok_steps.make_tables(rt, w, SPEC)
-    sok = SokVariants(rt, w, names, device)
+    sok = SokVariants(rt, w, names, device, segment_ids)
     runs, graph = (_single_table_runs if w.tables is None else _table_runs)(rt, w, device, sok,
                                                                             names)
     if os.environ.get("SOK1X_BENCH_UNORDERED") != "1":
@@ -822,7 +825,8 @@ def main(argv):
     payload = {"ranks": rt.size, "environment": harness.environment(
         {"torch": torch.__version__, "nccl": getattr(getattr(rt.data, "library", None),
                                                      "version_text", None)}),
-        "steps_per_repeat": args.steps, "repeats": args.repeats, "backend": args.backend}
+        "steps_per_repeat": args.steps, "repeats": args.repeats, "backend": args.backend,
+        "segment_ids": args.segment_ids}
     payload["pcie"] = {k: harness.job_min(v)
                        for k, v in pinned_bandwidth(device).items()} if device.type == "cuda" \
         else {"h2d_gbps": float("inf"), "d2h_gbps": float("inf")}
@@ -836,7 +840,7 @@ def main(argv):
                                                 args.scale)
             else:
                 payload["steps"] += run_workload(rt, name, device, args.steps, args.repeats,
-                                                 args.scale, payload["pcie"])
+                                                 args.scale, payload["pcie"], args.segment_ids)
         except Exception as exc:  # keep the other workloads' figures; the log has the trace
             import traceback
             traceback.print_exc()

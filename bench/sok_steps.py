@@ -199,7 +199,9 @@ class EngineStep:
             return [out, token]
         keyed = KeyedInput(keys[0], self._lengths, self._segments,
                            [w.batch_per_rank] * len(self.names), None, "sum")
-        out, token = api.keyed_lookup(self.names, "fwd", keyed, True, checks="backward",
+        # pooled keys replay with their checks read at the lookup's end (keyed.py)
+        checks = "end" if self.replay and self._segments is not None else "backward"
+        out, token = api.keyed_lookup(self.names, "fwd", keyed, True, checks=checks,
                                       replay=self.replay)
         return [out, token]
 

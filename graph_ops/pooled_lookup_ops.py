@@ -128,6 +128,9 @@ class _KeyedForm(_ListForm):
         _ListForm.__init__(self, tables, items, key_limits)
         self.dtypes = [tf1.float32, tf1.int64]
         self.num_segments = None
+        # a session's graph (pooled_lookup): the engine may replay the step (api.keyed_lookup's
+        # replay=True), a session dropping every tensor of a step before its next
+        self.replay = False
 
     @staticmethod
     def fits(tables, items):
@@ -167,8 +170,11 @@ class _KeyedForm(_ListForm):
         names, key_limits = [table.name for table in self.tables], self.key_limits
         keyed = self.keyed_input()
 
+        replay = self.replay
+
         def run(*arrays):
-            out, token = api.keyed_lookup(names, op_id, keyed(arrays), True, key_limits)
+            out, token = api.keyed_lookup(names, op_id, keyed(arrays), True, key_limits,
+                                          replay=replay)
             return [out, token]
         return run
 
@@ -393,6 +399,7 @@ def pooled_lookup(tables, handles, items, key_limits, name):
     inputs, host = form.inputs(handle_values)
     if traced:
         return _function_lookup(form, inputs, host, name, prepare)
+    form.replay = True  # only a keyed form replays
     outputs, tower = _forward_op(form, inputs, host, name, prepare, _GRAD)
     per_graph(outputs[0].graph, "pooled_lookups", dict)[outputs[0].op.name] = (form, tower)
     return form.pooled(outputs)

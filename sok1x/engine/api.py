@@ -376,7 +376,7 @@ def apply_keyed_update(table_names, rule, slot_prefix, options, hyper, values, r
         tables = _made_tables(rt, table_names)
         if tables is None:
             tables = [_table(rt, name) for name in table_names]
-        if rt.replays is not None and not isinstance(rows, (list, tuple)):
+        if rt.replays is not None:
             replayed = replayed_step.keyed_update(rt, tables, rule, slot_prefix, options, hyper,
                                                   values, rows, counts)
             if replayed is not None:

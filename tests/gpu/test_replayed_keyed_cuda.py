@@ -257,3 +257,51 @@ def test_a_hash_group_replays_its_inserts(bad_step):
     print("launches of a replayed hash step (forward, backward, update): %d, uncaptured %d"
           % (got[4], want[4]))
     assert got[4] == 1 + 1  # the clock's write; the update's write of its hyper-parameters
+
+
+def pooled_step(names, keys, segment_ids, weights, combiner, number, replay):
+    """A pooled keyed lookup (segment ids, weights or None, combiner), its backward with each
+    table's rows apart (as TensorFlow's keyed op asks) and the keyed update of those: host
+    (output, values, rows joined, counts)."""
+    backend = runtime.get().backend
+    segments = np.array([int(s.max()) + 1 if s.size else 0
+                         for s in np.split(segment_ids, np.cumsum(LENGTHS)[:-1])])
+    with runtime.entered():
+        item = KeyedInput(backend.asarray(keys), LENGTHS, backend.asarray(segment_ids), segments,
+                          None if weights is None else backend.asarray(weights), combiner)
+        out, token = api.keyed_lookup(names, names[0] + "_fwd", item, True, replay=replay)
+        copied = host(out)
+        values, rows, counts = api.keyed_lookup_grad(names, names[0] + "_bwd", token, out,
+                                                     rows_per_table=True)
+        got = copied, host(values), np.concatenate([host(r) for r in rows]), np.array(counts)
+        api.apply_keyed_update(names, "lazy_adam", "Adam", {}, hyper("lazy_adam", number),
+                               values, rows, counts)
+    return got
+
+
+@pytest.mark.parametrize("combiner, weighted", [("sum", False), ("mean", False),
+                                                ("sum", True)])
+def test_pooled_keys_replay_and_agree(combiner, weighted):
+    """Pooled keys (segment ids of rows of 1 to 3 keys, shuffled each step) and weighted ones
+    replay on one GPU, their pooling after the replay and the update taking the backward's
+    rows per table: outputs, rows and counts equal the uncaptured step's, sums to rounding."""
+    fresh()
+    pair = make_pair("pooled_%s_%d" % (combiner, weighted))
+    rng = np.random.default_rng(11)
+    replayed = []
+    for number in range(1, 9):
+        keys = distinct_keys(rng)
+        segment_ids = np.concatenate([np.sort(rng.integers(0, max(1, n // 2), size=n))
+                                      for n in LENGTHS]).astype(np.int64)
+        weights = rng.random(keys.size).astype(np.float32) if weighted else None
+        got = pooled_step(pair[0], keys, segment_ids, weights, combiner, number, True)
+        want = pooled_step(pair[1], keys, segment_ids, weights, combiner, number, False)
+        np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(got[1], want[1], rtol=1e-4, atol=1e-6)
+        np.testing.assert_array_equal(got[2], want[2])
+        np.testing.assert_array_equal(got[3], want[3])
+        for a, b in zip(tables(pair[0]), tables(pair[1])):
+            for x, y in zip(a, b):
+                np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-6)
+        replayed.append(held())
+    assert replayed[-1] == (1, 1)  # the class and its update recorded, replayed since

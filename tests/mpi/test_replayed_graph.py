@@ -6,13 +6,17 @@ on replays its forward and backward, and its update where the seam hands the eng
 gradient back (TensorFlow's kernels lend it, DLPack shares it; host staging copies it). Over
 many steps with changing keys, the losses, every table row and optimizer slot and the dense
 weights equal the same program run with the replay off (SOK1X_CAPTURE=0) bit for bit; a bad key
-in a replayed step fails that step on every rank and changes no row."""
+in a replayed step fails that step on every rank and changes no row. SOK v2's lookup_sparse of
+several Variables of one dim (one keyed op, pooled by segment ids) replays the same way on one
+rank, its pooling done beside the replay; on several ranks, and through host staging, it runs
+uncaptured, and agrees."""
 import sys
 
 import numpy as np
 import pytest
+from mpi4py import MPI
 from optimizer_reference import Trained, batches, gather_table, train_sok1x
-from tf_support import tf1
+from tf_support import session, tf1
 
 import sok1x
 from sok1x.engine import runtime
@@ -42,7 +46,7 @@ class Replays:
     """Counts what the engine's replayed paths did (each call that did not fall back)."""
 
     def __init__(self, monkeypatch):
-        self.counts = dict.fromkeys(("_replay", "backward", "update"), 0)
+        self.counts = dict.fromkeys(("_replay", "backward", "update", "keyed_update"), 0)
         for name in self.counts:
             monkeypatch.setattr(replayed_step, name, self._counted(name,
                                                                    getattr(replayed_step, name)))
@@ -123,3 +127,62 @@ def test_a_bad_key_in_a_replayed_step_fails_every_rank_and_changes_nothing(world
         np.testing.assert_array_equal(now[key], table[key])
     with runtime.entered() as rt:
         replayed_step.free(rt)
+
+
+def v2_trained(world, monkeypatch, capture, combiner):
+    """Three sok1x.Variables of one dim looked up by one sok.lookup_sparse (ragged ids, 1 to 3
+    a row, their rows shuffled from step to step: a lookup of as many ids each step, as a
+    fixed hotness gives) and trained by Adam through OptimizerWrapper for STEPS steps with
+    SOK1X_CAPTURE=`capture`: (losses, each variable's exported (keys, rows) gathered)."""
+    rank, size = world
+    monkeypatch.setenv(replayed_step.ENV, capture)
+    rng = np.random.default_rng(31)
+    rows, dim, count = 40, 4, 3
+    starts = [rng.uniform(-1, 1, size=(rows, dim)).astype(np.float32) for _ in range(count)]
+    data = []
+    for _ in range(STEPS):  # rows of 1 to 3 ids, shuffled each step: the same ids a rank
+        lengths = np.stack([rng.permutation([1, 2, 3, 1, 3]) for _ in range(size)])
+        data.append([(lengths[rank], rng.integers(0, rows, size=int(lengths.sum()))[
+            int(lengths[:rank].sum()):int(lengths[:rank + 1].sum())]) for _ in range(count)])
+    with tf1.Graph().as_default() as graph:
+        feeds = [(tf1.placeholder(tf1.int64, [None]), tf1.placeholder(tf1.int64, [None]))
+                 for _ in range(count)]
+        ids = [tf1.RaggedTensor.from_row_lengths(values, lengths) for values, lengths in feeds]
+        variables = [sok1x.Variable(start) for start in starts]
+        pooled = sok1x.lookup_sparse(variables, ids, combiners=[combiner] * count)
+        loss = tf1.add_n([tf1.reduce_sum(p * p) * (t + 1.0) for t, p in enumerate(pooled)])
+        grads = tf1.gradients(loss, variables)
+        train = sok1x.OptimizerWrapper(tf1.train.AdamOptimizer(0.01)).apply_gradients(
+            zip(grads, variables))
+        exported = [sok1x.export(v) for v in variables]
+        losses = []
+        with session(graph) as sess:
+            sess.run(tf1.global_variables_initializer())
+            for step in data:
+                feed = {}
+                for (values, lengths), (lengths_now, keys_now) in zip(feeds, step):
+                    feed[values], feed[lengths] = keys_now, lengths_now
+                losses.append(sess.run([loss, train], feed)[0])
+            tables = sess.run(exported)
+    with runtime.entered() as rt:
+        replayed_step.free(rt)
+    return np.array(losses), [MPI.COMM_WORLD.allgather(t) for t in tables]
+
+
+@pytest.mark.parametrize("combiner", ["sum", "mean"])
+def test_v2_lookup_sparse_of_several_variables_replays_and_equals(world, monkeypatch, combiner):
+    want = v2_trained(world, monkeypatch, "0", combiner)
+    replays = Replays(monkeypatch)
+    got = v2_trained(world, monkeypatch, "1", combiner)
+    np.testing.assert_array_equal(got[0], want[0])
+    for got_ranks, want_ranks in zip(got[1], want[1]):
+        for (a_keys, a_rows), (b_keys, b_rows) in zip(got_ranks, want_ranks):
+            np.testing.assert_array_equal(a_keys, b_keys)
+            np.testing.assert_array_equal(a_rows, b_rows)
+    kernels = boundary.seam_path() != boundary.HOST_STAGING  # host staging: the compact form
+    if world[1] == 1 and kernels:
+        assert replays.counts["_replay"] >= STEPS - 3
+        assert replays.counts["backward"] == replays.counts["_replay"]
+        assert replays.counts["keyed_update"] >= replays.counts["backward"] - 1
+    else:  # pooled keys replay on one rank only
+        assert replays.counts["_replay"] == replays.counts["keyed_update"] == 0

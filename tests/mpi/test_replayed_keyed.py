@@ -9,11 +9,12 @@ class is really recorded and replayed (held, its update counted); a keyed lookup
 replays as well; a new layout of the keys is a new shape class; a bad key of one member fails
 the step naming that member, changes no table, and the replays go on after; every optimizer
 rule is replayed with each step's hyper-parameters; changed (clipped) gradient values take the
-uncaptured update and still agree; pooled keys (segment ids) and weighted ones, and int32 keys,
-are not replayed and agree; first sightings of layouts are forgotten past a bound; a keyed group
-and a dense table of another dim replay in the same steps; on several ranks the steps are
-sized by per-peer capacities (SOK1X_PEER_CAPACITY=1) and replay the same way, hash groups
-excepted."""
+uncaptured update and still agree; pooled keys (segment ids, sum and mean) and weighted ones
+replay on one rank when the forward reads its checks at its end, and agree, a bad segment id
+failing its replayed step; int32 keys are not replayed and agree; first sightings of layouts
+are forgotten past a bound; a keyed group and a dense table of another dim replay in the
+same steps; on several ranks the steps are sized by per-peer capacities (SOK1X_PEER_CAPACITY=1)
+and replay the same way, hash groups excepted."""
 import numpy as np
 import pytest
 from mpi4py import MPI
@@ -193,20 +194,77 @@ def test_clipped_values_take_the_uncaptured_update():
     assert held() == (1, 0)
 
 
+@pytest.mark.parametrize("checks", ["end", "backward"])
 @pytest.mark.parametrize("kind", ["segment_ids", "weights"])
-def test_pooled_or_weighted_keys_are_not_replayed(kind):
+def test_pooled_or_weighted_keys(kind, checks):
+    """Pooled keys (segment ids) and weighted ones replay on one rank when the forward reads
+    its checks at its end (their pooling after the replay, spread again before the replayed
+    backward); reading them in the backward, or on several ranks, they run uncaptured. Every
+    step agrees with the uncaptured one."""
     fresh()
-    pair = make_tables("pooled_" + kind)
+    pair = make_tables("pooled_%s_%s" % (kind, checks))
     rng = np.random.default_rng([19, RANK])
     for number in range(1, 7):
         keys = keys_of(rng, LENGTHS)
-        options = {}
+        options = {"checks": checks}
         if kind == "segment_ids":
             options["segment_ids"] = np.concatenate([np.arange(n) // 2 for n in LENGTHS])
         else:
             options["weights"] = rng.random(keys.size).astype(np.float32)
         run_both(pair, keys, LENGTHS, np.float32(2.0), "adagrad", number, **options)
-    assert held() == (0, 0)
+    assert held() == ((1, 1) if SIZE == 1 and checks == "end" else (0, 0))
+
+
+@pytest.mark.parametrize("combiner", ["sum", "mean"])
+def test_a_replayed_pooled_step_equals_the_uncaptured_one(combiner):
+    """Segment ids that change from step to step (rows of 1 to 3 keys, an empty row), with sum
+    and mean, replay and agree bit for bit; a segment id out of its member's rows in a replayed
+    step fails it, naming the member, and changes no table; the replays go on after."""
+    fresh()
+    pair = make_tables("pooled_rows_" + combiner)
+    rng = np.random.default_rng([29, RANK])
+
+    def segments_of(lengths):
+        parts = []
+        for n in lengths:
+            rows = np.sort(rng.integers(0, max(1, int(n) // 2 + 1), size=n))
+            parts.append(rows)
+        return np.concatenate(parts).astype(np.int64)
+
+    def rows_of(segment_ids):  # one empty row at each member's end
+        return np.array([int(s.max()) + 2 if s.size else 0 for s in np.split(
+            segment_ids, np.cumsum(LENGTHS)[:-1])])
+
+    def both(keys, segment_ids, number, replay_only=False, segments=None):
+        segments = rows_of(segment_ids) if segments is None else segments
+        outs = []
+        for names, replay in ((pair[0], True), (pair[1], False))[:1 if replay_only else 2]:
+            item = KeyedInput(keys, LENGTHS, segment_ids, segments, None, combiner)
+            out, token = api.keyed_lookup(names, names[0] + "_fwd", item, True, replay=replay)
+            copied = np.array(out)
+            values, rows, counts = api.keyed_lookup_grad(names, names[0] + "_bwd", token,
+                                                         out * np.float32(1.5))
+            api.apply_keyed_update(names, "lazy_adam", "Adam", {}, hyper("lazy_adam", number),
+                                   values, rows, counts)
+            outs.append((copied, np.array(values), np.array(rows), np.array(counts)))
+        return outs
+
+    for number in range(1, 11):
+        keys = keys_of(rng, LENGTHS)
+        segment_ids = segments_of(LENGTHS)
+        if number == 6 and SIZE == 1:  # a bad segment id in a replayed step
+            bad = segment_ids.copy()
+            bad[LENGTHS[0]] = 99  # member 1's first key
+            before = [np.array(api.shard(name).values) for name in pair[0]]
+            with pytest.raises(InvalidInputError, match="_1: a key belongs to output row 99"):
+                both(keys, bad, number, replay_only=True, segments=rows_of(segment_ids))
+            for name, rows in zip(pair[0], before):
+                np.testing.assert_array_equal(api.shard(name).values, rows)
+        got, want = both(keys, segment_ids, number)
+        for a, b in zip(got, want):
+            np.testing.assert_array_equal(a, b)
+        assert_same_tables(pair)
+    assert held() == ((1, 1) if SIZE == 1 else (0, 0))
 
 
 def test_int32_keys_are_not_replayed():

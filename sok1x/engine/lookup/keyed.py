@@ -26,14 +26,20 @@ ones) is cut into per-table pieces and takes engine/lookup/pooled.py's path, wit
 results.
 """
 import collections
+import functools
 
 import numpy as np
 
 from sok1x.engine.tables import optimizer_updates
-from sok1x.engine.lookup import group_gradients, replayed_step, table_group
+from sok1x.engine.lookup import bounded_step, group_gradients, replayed_step, table_group
 from sok1x.engine.lookup.checks import KEY_DTYPES, V1_LIMIT, VARIABLE_LIMIT, check_keys_by_bounds
 from sok1x.engine.lookup.checks import first_error
-from sok1x.engine.lookup.key_exchange import KeyCheck, lookup_backward_many, lookup_forward_many
+from sok1x.engine.lookup.key_exchange import (
+    KeyCheck,
+    check_error,
+    lookup_backward_many,
+    lookup_forward_many,
+)
 from sok1x.engine.lookup.pooled import (
     COMBINERS,
     PooledInput,
@@ -267,7 +273,7 @@ def keyed_forward(runtime, tables, op, item, training, key_limits=None, checks="
     group = unit.table if isinstance(unit.table, table_group.TableGroup) else None
     if replay and error is None:
         replayed = _replayed_forward(runtime, tables, unit, group, op, item, training,
-                                     key_limits, checks, cuts, front)
+                                     key_limits, checks, cuts, segment_cuts, front)
         if replayed is not None:
             return replayed
     key_check, keys, segment_ids, tags, tag_counts = None, item.keys, item.segment_ids, None, None
@@ -340,18 +346,23 @@ def _replayed_again(runtime, tables, front, item, checks):
 
 
 def _replayed_forward(runtime, tables, unit, group, op, item, training, key_limits, checks,
-                      cuts, front=None):
-    """keyed_forward's replayed path (engine/lookup/replayed_step.py): a one-rank bounded
-    training lookup of one unit of dense tables (one table, or a TableGroup in its order) or of
-    a HashGroup that does not evict (its insert replayed too: table_group.ReplayedInsert), int64
-    keys, each key its own output row, unweighted. Returns keyed_forward's result, or None where
-    the uncaptured path must run (not such a lookup, the first sight of its shape class, or a
-    hash group's step in which a member might fill up). A replayed class is remembered under
-    `front` (_front), for _replayed_again."""
+                      cuts, segment_cuts, front=None):
+    """keyed_forward's replayed path (engine/lookup/replayed_step.py): a bounded training
+    lookup of one unit of dense tables (one table, or a TableGroup in its order) or, on one
+    rank, of a HashGroup that does not evict (its insert replayed too:
+    table_group.ReplayedInsert), int64 keys. What is recorded looks every key up as its own row;
+    on one rank, with checks="end", pooled keys (segment ids) and weighted ones of dense tables
+    replay too, their pooling done after the replay (the keys and segment ids checked by one
+    check of their own, queued before it and read after it) and undone before the replayed
+    backward (pooled.spread_rows). Returns
+    keyed_forward's result, or None where the uncaptured path must run (not such a lookup, the
+    first sight of its shape class, or a hash group's step in which a member might fill up). A
+    replayed class is remembered under `front` (_front), for _replayed_again."""
     table, keys = unit.table, item.keys
     hashed = isinstance(group, table_group.HashGroup)
-    if (not training or keys.dtype != np.int64 or item.segment_ids is not None
-            or item.weights is not None
+    pooled = item.segment_ids is not None or item.weights is not None
+    if (not training or keys.dtype != np.int64
+            or (pooled and (checks != "end" or runtime.size > 1 or hashed))
             or (table.use_hashtable and not (hashed and not group.evicts))
             or getattr(group, "hbm", None) is not None
             or not keys.shape[0] or checks not in ("end", "backward")
@@ -359,14 +370,17 @@ def _replayed_forward(runtime, tables, unit, group, op, item, training, key_limi
         return None
     op = as_op_id(op)
     # the unit, not its tables' names: the class holds it (forward_of asks it is the same)
+    if pooled:  # one check of the keys and segment ids, read below: the replay reads none
+        checks = replayed_step.CALLER_CHECKS
     key = (op.tower, op.position, op.name, id(table), int(keys.shape[0]), keys.dtype.str, checks,
            item.lengths.tobytes(), None if key_limits is None else tuple(key_limits))
     backend = runtime.backend
 
     hooks = table_group.ReplayedInsert(group, cuts) if hashed else None
 
-    def routed(fixed):  # the checks, and the keys moved into the group's id space
-        check = _key_check(backend, tables, item._replace(keys=fixed), cuts, key_limits, group)
+    def routed(fixed):  # the keys' checks, and the keys moved into the group's id space
+        check = _key_check(backend, tables, item._replace(keys=fixed, segment_ids=None,
+                                                          weights=None), cuts, key_limits, group)
         if hashed:
             return check, fixed
         return check, fixed if group is None else backend.offset_parts_many(
@@ -379,17 +393,29 @@ def _replayed_forward(runtime, tables, unit, group, op, item, training, key_limi
         rows = table.rows_of(flat, False)
         return check, rows, table.gather(rows)
 
+    segment_check = None
+    if pooled:  # the recorded work's checks cover the keys alone: these, the segment ids too
+        check = _key_check(backend, tables, item, cuts, key_limits, group)
+        segment_check = bounded_step.Deferred(backend.read_later(check.flag),
+                                              functools.partial(check_error, backend, check),
+                                              op.name)
     replayed = replayed_step.forward_of(runtime, key, table, op, keys, checks, run, cuts, hooks,
                                         None if hashed else routed)
     if replayed is None:
         return None
     vectors, routing = replayed
-    pool = make_pool(backend, None, int(keys.shape[0]), None, item.combiner)
+    segment_ids = item.segment_ids
+    if segment_check is not None:
+        bounded_step.raise_if_set(runtime, [segment_check])  # the forward's one wait
+        if segment_ids is not None and group is not None:
+            segment_ids = backend.offset_parts(segment_ids, cuts, segment_cuts[:-1])
+    pool = make_pool(backend, segment_ids, int(segment_cuts[-1]), item.weights, item.combiner)
     if front is not None:
         replayed_step.remember_front(runtime, front, key, tables, (
             unit, pool, cuts, item.lengths.copy(), item.num_segments.copy()))
     pooling = UnitPooling(unit, routing, [pool], item.lengths, item.num_segments)
-    return vectors, KeyedState(pooling, cuts, cuts, False)
+    out = pooled_rows(backend, vectors, pool) if pooled else vectors
+    return out, KeyedState(pooling, cuts, segment_cuts, False)
 
 
 def _forward_by_table(runtime, tables, op, item, training, key_limits, error, cuts,
@@ -456,8 +482,10 @@ def keyed_backward(runtime, tables, op, state, grads, rows_per_table=False, boun
 
 def _replayed_backward(runtime, tables, op, state, grads, rows_per_table):
     """keyed_backward of a replayed forward (replayed_step.backward), or None where it was not
-    one: each key is its own output row, unweighted, so `grads` are the keys' gradients."""
+    one: `grads` spread to the keys (each key its own output row, unweighted: `grads` as
+    they are)."""
     pooling = state.pooling
+    grads = spread_rows(runtime.backend, grads, pooling.pools[0])
     replayed = replayed_step.backward(runtime, pooling.unit.table, op, pooling.routing, grads)
     if replayed is None:
         return None

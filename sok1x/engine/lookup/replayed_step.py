@@ -19,7 +19,10 @@ same lookup again, because a replay writes them into the same arrays. Two lookup
 one of one table (api.dense_lookup: forward() here), and a keyed one (api.keyed_lookup, keyed.py)
 of one table or of one TableGroup in its order, each key its own output row, unweighted (keyed.py
 gives forward_of() its work and cuts: the members' keys are checked against their own limits and
-moved into the group's rows, and the backward's rows come a piece per member). A keyed lookup of
+moved into the group's rows, and the backward's rows come a piece per member); on one rank, a
+keyed lookup of dense tables whose keys are pooled by segment ids or weighted replays the same
+work, keyed.py pooling its rows after the replay and spreading the top gradient to the keys
+before the replayed backward. A keyed lookup of
 a HashGroup that does not evict (v1 hash tables, hbm DynamicVariables) replays its insert too,
 through hooks (table_group.ReplayedInsert). Before each replay the host checks that no member
 can fill up in the step (near a member's capacity by counting the step's new keys, one wait;
@@ -255,7 +258,8 @@ def forward(runtime, table, op, keys, training, checks):
     returns (vectors [n, dim], Routing), or None where the uncaptured path must run (not such a
     step, or the first sight of its class). Raises as the uncaptured path does."""
     if not (training and checks in ("end", "backward") and enabled(runtime)
-            and not table.use_hashtable and keys.dtype == np.int64 and len(keys.shape) == 1):
+            and not table.use_hashtable and keys.dtype == np.int64 and len(keys.shape) == 1
+            and keys.shape[0]):  # an empty batch (a dataset's last) has nothing to replay
         return None
     op = as_op_id(op)
     count = int(keys.shape[0])
@@ -304,6 +308,9 @@ def remember_dense(runtime, table, op, keys, row_shape, training, checks, shaped
         entry.shaped = shaped
 
 
+CALLER_CHECKS = "caller"  # forward_of's checks where its caller reads checks of its own
+
+
 def forward_of(runtime, key, table, op, keys, checks, run, cuts, hooks=None, routed=None):
     """The replayed path of any one-rank bounded forward of `table` (an EmbeddingTable or a
     TableGroup of dense tables, whose rows follow from its keys, or a HashGroup with hooks) with
@@ -315,9 +322,11 @@ def forward_of(runtime, key, table, op, keys, checks, run, cuts, hooks=None, rou
     before each run or replay (False: this step takes the uncaptured path, nothing done), and
     hooks.done(more arrays) after it. routed: on several ranks, routed(fixed keys) queues the
     keys' part of the forward and returns (KeyCheck, the keys in the table's id space); the
-    rest is replayed_ranks.py's (None: no replay on several ranks). Returns (vectors, Routing),
-    or None where the uncaptured path must run (the first sight of the class, or hooks not
-    ready). `op`: an OpId."""
+    rest is replayed_ranks.py's (None: no replay on several ranks). checks: "end", "backward"
+    (where the forward's key checks are read), or CALLER_CHECKS on one rank: the caller
+    queued a check of its own covering the keys, and reads it (their flag neither copied nor
+    read here). Returns (vectors, Routing), or None where the uncaptured path must run (the
+    first sight of the class, or hooks not ready). `op`: an OpId."""
     plan = None
     if runtime.size > 1:  # sized by caps the ranks agreed on (the op's first lookup sets them)
         plan = None if routed is None or hooks is not None else peer_capacity.plan_of(
@@ -428,6 +437,8 @@ def _replay(runtime, classes, entry, op, keys, checks):
         entry.check = KeyCheck(bounds, entry.judge, flag, None)
         entry.describe = functools.partial(check_error, backend, entry.check)
         classes.by_rows[id(rows)] = entry
+    if checks == CALLER_CHECKS:
+        return vectors, entry.routing
     deferred = bounded_step.Deferred(backend.read_later(flag), entry.describe, op.name)
     later = _reads_later(checks, entry.hooks)
     bounded_step.defer_or_read(runtime, deferred, later)
@@ -498,6 +509,8 @@ def _capture_forward(runtime, classes, key, table, op, keys, checks, run, cuts, 
             _drop(runtime, classes, next(iter(classes.forwards)))
         classes.forwards[key] = _Forward(key, table, fixed, work, check.judge,
                                          bounded_step.piece_starts(cuts), hooks)
+    if checks == CALLER_CHECKS:
+        return vectors, _routing(table, int(keys.shape[0]), rows, None)
     deferred = bounded_step.Deferred(backend.read_later(check.flag),
                                      functools.partial(check_error, backend, check), op.name)
     later = _reads_later(checks, hooks)
@@ -621,7 +634,8 @@ def update(runtime, tables, rule_name, slot_prefix, options, hyper, values_list,
 def keyed_update(runtime, tables, rule_name, slot_prefix, options, hyper, values, rows, counts):
     """api.apply_keyed_update's replayed path: the update of a keyed lookup's tables with the
     (values, rows, counts) a replayed backward returned: one table's padded rows, or a whole
-    TableGroup's members' own rows piece by piece. Returns what keyed.keyed_update does (per
+    TableGroup's members' own rows piece by piece (joined, or per member as rows_per_table
+    gives them). Returns what keyed.keyed_update does (per
     table the rows updated, padding included), or None where the uncaptured path must run."""
     found = _replayed_gradient(runtime, values)
     if found is None:
@@ -631,10 +645,13 @@ def keyed_update(runtime, tables, rule_name, slot_prefix, options, hyper, values
     members = getattr(table, "members", None)
     pieces = np.diff(backward.pieces)
     if members is None:
-        fits = len(tables) == 1 and tables[0] is table and _same_array(backend, rows, out[0])
+        if isinstance(rows, (list, tuple)):  # keyed_backward's rows_per_table
+            rows = rows[0] if len(rows) == 1 else None
+        fits = (len(tables) == 1 and tables[0] is table and rows is not None
+                and _same_array(backend, rows, out[0]))
     else:
         fits = (len(tables) == len(members) and all(map(operator.is_, tables, members))
-                and _same_array(backend, rows, out[2]))
+                and _same_rows(backend, rows, out[2], backward.pieces))
     counts = np.asarray(counts).reshape(-1)
     if not fits or counts.shape != pieces.shape or not np.array_equal(counts, pieces):
         return None
@@ -655,6 +672,23 @@ def _replayed_gradient(runtime, values):
             backend, values, found[1].work.outputs[1]):
         return None
     return found
+
+
+def _same_rows(backend, rows, own, starts):
+    """True when `rows` are a replayed group backward's own rows `own` (_same_array), or per
+    member its piece of them, own[starts[t]:starts[t + 1]] (keyed_backward's rows_per_table,
+    as a seam hands them back: arrays over the same memory)."""
+    if not isinstance(rows, (list, tuple)):
+        return _same_array(backend, rows, own)
+    if len(rows) != len(starts) - 1:
+        return False
+    base, width = backend.address_of(own), own.dtype.itemsize
+    for piece, start, end in zip(rows, starts[:-1], starts[1:]):
+        if tuple(piece.shape) != (int(end - start),) or piece.dtype != own.dtype:
+            return False
+        if end > start and backend.address_of(piece) != base + int(start) * width:
+            return False
+    return True
 
 
 def _same_array(backend, given, held):
