@@ -264,8 +264,7 @@ def pooled_step(names, keys, segment_ids, weights, combiner, number, replay):
     table's rows apart (as TensorFlow's keyed op asks) and the keyed update of those: host
     (output, values, rows joined, counts)."""
     backend = runtime.get().backend
-    segments = np.array([int(s.max()) + 1 if s.size else 0
-                         for s in np.split(segment_ids, np.cumsum(LENGTHS)[:-1])])
+    segments = np.maximum(1, LENGTHS // 2)  # as many output rows each step: one class
     with runtime.entered():
         item = KeyedInput(backend.asarray(keys), LENGTHS, backend.asarray(segment_ids), segments,
                           None if weights is None else backend.asarray(weights), combiner)

@@ -199,3 +199,53 @@ def test_a_bad_key_on_one_rank_fails_every_rank_and_changes_nothing():
             np.testing.assert_array_equal(x, y)
     got = keyed_step(pair[0], job_distinct_keys(206), 5, True)  # replays go on
     assert held() == (1, 1) and got[0].shape == (int(LENGTHS.sum()), DIM)
+
+
+def pooled_step(names, keys, segment_ids, number, replay):
+    """keyed_step with the keys pooled by `segment_ids` (sum; rows of one to three keys)."""
+    backend = runtime.get().backend
+    segments = np.maximum(1, LENGTHS // 2)  # as many output rows each step: one class
+    with runtime.entered():
+        item = KeyedInput(backend.asarray(keys), LENGTHS, backend.asarray(segment_ids), segments,
+                          None, "sum")
+        out, token = api.keyed_lookup(names, names[0] + "_fwd", item, True, replay=replay)
+        copied = host(out)
+        values, rows, counts = api.keyed_lookup_grad(names, names[0] + "_bwd", token, out,
+                                                     rows_per_table=True)
+        got = copied, host(values), np.concatenate([host(r) for r in rows]), np.array(counts)
+        api.apply_keyed_update(names, "lazy_adam", "Adam", {}, hyper(number), values, rows,
+                               counts)
+    return got
+
+
+def test_pooled_keys_replay_on_every_rank():
+    """Keys pooled by segment ids replay on several GPUs, the segment ids' checks in the op
+    header's flag: outputs to rounding (the pooling's sums), rows and counts equal the
+    uncaptured step's; a bad segment id on the last rank fails every rank, nothing changed."""
+    fresh()
+    pair = make_pair("pooled")
+    rng = np.random.default_rng([61, RANK])
+    for number in range(1, 9):
+        keys = job_distinct_keys(300 + number)
+        segment_ids = np.concatenate([np.sort(rng.integers(0, max(1, n // 2), size=n))
+                                      for n in LENGTHS]).astype(np.int64)
+        if number == 6:
+            before = tables(pair[0])
+            bad = segment_ids.copy()
+            if RANK == SIZE - 1:
+                bad[int(LENGTHS[0])] = 10 ** 6  # member 1's first key
+            with pytest.raises(InvalidInputError, match="output row"):
+                pooled_step(pair[0], keys, bad, number, True)
+            for a, b in zip(before, tables(pair[0])):
+                for x, y in zip(a, b):
+                    np.testing.assert_array_equal(x, y)
+        got = pooled_step(pair[0], keys, segment_ids, number, True)
+        want = pooled_step(pair[1], keys, segment_ids, number, False)
+        np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(got[1], want[1], rtol=1e-4, atol=1e-6)
+        np.testing.assert_array_equal(got[2], want[2])
+        np.testing.assert_array_equal(got[3], want[3])
+        for a, b in zip(tables(pair[0]), tables(pair[1])):
+            for x, y in zip(a, b):
+                np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-6)
+    assert held() == (1, 1)

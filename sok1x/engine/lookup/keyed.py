@@ -26,20 +26,14 @@ ones) is cut into per-table pieces and takes engine/lookup/pooled.py's path, wit
 results.
 """
 import collections
-import functools
 
 import numpy as np
 
 from sok1x.engine.tables import optimizer_updates
-from sok1x.engine.lookup import bounded_step, group_gradients, replayed_step, table_group
+from sok1x.engine.lookup import group_gradients, replayed_step, table_group
 from sok1x.engine.lookup.checks import KEY_DTYPES, V1_LIMIT, VARIABLE_LIMIT, check_keys_by_bounds
 from sok1x.engine.lookup.checks import first_error
-from sok1x.engine.lookup.key_exchange import (
-    KeyCheck,
-    check_error,
-    lookup_backward_many,
-    lookup_forward_many,
-)
+from sok1x.engine.lookup.key_exchange import KeyCheck, lookup_backward_many, lookup_forward_many
 from sok1x.engine.lookup.pooled import (
     COMBINERS,
     PooledInput,
@@ -351,18 +345,18 @@ def _replayed_forward(runtime, tables, unit, group, op, item, training, key_limi
     lookup of one unit of dense tables (one table, or a TableGroup in its order) or, on one
     rank, of a HashGroup that does not evict (its insert replayed too:
     table_group.ReplayedInsert), int64 keys. What is recorded looks every key up as its own row;
-    on one rank, with checks="end", pooled keys (segment ids) and weighted ones of dense tables
-    replay too, their pooling done after the replay (the keys and segment ids checked by one
-    check of their own, queued before it and read after it) and undone before the replayed
-    backward (pooled.spread_rows). Returns
-    keyed_forward's result, or None where the uncaptured path must run (not such a lookup, the
-    first sight of its shape class, or a hash group's step in which a member might fill up). A
-    replayed class is remembered under `front` (_front), for _replayed_again."""
+    keys of dense tables pooled by segment ids, or weighted, replay too (on one rank with
+    checks="end"): the segment ids ride with the keys (forward_of's riders), checked in the
+    same flag, and the pooling is done after the replay and undone before the replayed
+    backward (pooled.spread_rows). Returns keyed_forward's result, or None where the
+    uncaptured path must run (not such a lookup, the first sight of its shape class, or a hash
+    group's step in which a member might fill up). A replayed class is remembered under `front`
+    (_front), for _replayed_again."""
     table, keys = unit.table, item.keys
     hashed = isinstance(group, table_group.HashGroup)
     pooled = item.segment_ids is not None or item.weights is not None
     if (not training or keys.dtype != np.int64
-            or (pooled and (checks != "end" or runtime.size > 1 or hashed))
+            or (pooled and (hashed or (runtime.size == 1 and checks != "end")))
             or (table.use_hashtable and not (hashed and not group.evicts))
             or getattr(group, "hbm", None) is not None
             or not keys.shape[0] or checks not in ("end", "backward")
@@ -370,45 +364,39 @@ def _replayed_forward(runtime, tables, unit, group, op, item, training, key_limi
         return None
     op = as_op_id(op)
     # the unit, not its tables' names: the class holds it (forward_of asks it is the same)
-    if pooled:  # one check of the keys and segment ids, read below: the replay reads none
-        checks = replayed_step.CALLER_CHECKS
     key = (op.tower, op.position, op.name, id(table), int(keys.shape[0]), keys.dtype.str, checks,
-           item.lengths.tobytes(), None if key_limits is None else tuple(key_limits))
+           item.lengths.tobytes(), None if key_limits is None else tuple(key_limits),
+           None if item.segment_ids is None  # the riders, checked against the output rows
+           else item.num_segments.tobytes())
+    riders = () if item.segment_ids is None else (item.segment_ids,)
     backend = runtime.backend
 
     hooks = table_group.ReplayedInsert(group, cuts) if hashed else None
 
-    def routed(fixed):  # the keys' checks, and the keys moved into the group's id space
-        check = _key_check(backend, tables, item._replace(keys=fixed, segment_ids=None,
-                                                          weights=None), cuts, key_limits, group)
+    def routed(fixed, riders=()):  # the checks, and the keys moved into the group's id space
+        check = _key_check(backend, tables, item._replace(
+            keys=fixed, segment_ids=riders[0] if riders else None, weights=None), cuts,
+            key_limits, group)
         if hashed:
             return check, fixed
         return check, fixed if group is None else backend.offset_parts_many(
             [fixed], cuts, [group.key_starts[:-1]])[0]
 
-    def run(fixed):
-        check, flat = routed(fixed)
+    def run(fixed, riders=()):
+        check, flat = routed(fixed, riders)
         if hashed:  # keys as they are, tagged; a negative one is passed by (its check fails)
             return (check,) + hooks.insert(fixed, backend.part_tags(cuts))
         rows = table.rows_of(flat, False)
         return check, rows, table.gather(rows)
 
-    segment_check = None
-    if pooled:  # the recorded work's checks cover the keys alone: these, the segment ids too
-        check = _key_check(backend, tables, item, cuts, key_limits, group)
-        segment_check = bounded_step.Deferred(backend.read_later(check.flag),
-                                              functools.partial(check_error, backend, check),
-                                              op.name)
     replayed = replayed_step.forward_of(runtime, key, table, op, keys, checks, run, cuts, hooks,
-                                        None if hashed else routed)
+                                        None if hashed else routed, riders)
     if replayed is None:
         return None
-    vectors, routing = replayed
+    vectors, routing = replayed  # the checks passed (read here, or in the op header)
     segment_ids = item.segment_ids
-    if segment_check is not None:
-        bounded_step.raise_if_set(runtime, [segment_check])  # the forward's one wait
-        if segment_ids is not None and group is not None:
-            segment_ids = backend.offset_parts(segment_ids, cuts, segment_cuts[:-1])
+    if segment_ids is not None and group is not None:
+        segment_ids = backend.offset_parts(segment_ids, cuts, segment_cuts[:-1])
     pool = make_pool(backend, segment_ids, int(segment_cuts[-1]), item.weights, item.combiner)
     if front is not None:
         replayed_step.remember_front(runtime, front, key, tables, (

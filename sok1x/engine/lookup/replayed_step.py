@@ -119,8 +119,9 @@ class _Forward:
     (host piece_starts of its members' keys) and backward classes."""
 
     def __init__(self, key, table, keys, work, judge, pieces, hooks=None, prepare=None,
-                 plan=None, member_keys=None):
+                 plan=None, member_keys=None, riders=()):
         self.key, self.table, self.keys = key, table, keys
+        self.riders = riders  # forward_of's: fixed arrays the work reads beside the keys
         self.values = _where(table)
         self.work, self.judge, self.pieces = work, judge, pieces
         self.hooks = hooks  # forward_of's: the host's part of each replay, or None
@@ -142,7 +143,8 @@ class _Forward:
 
     @property
     def held_bytes(self):
-        return (int(self.keys.nbytes) + self.work.held_bytes
+        return (int(self.keys.nbytes) + sum(int(r.nbytes) for r in self.riders)
+                + self.work.held_bytes
                 + (0 if self.prepare is None else self.prepare.held_bytes)
                 + sum(b.held_bytes for b in self.backwards.values()))
 
@@ -308,10 +310,8 @@ def remember_dense(runtime, table, op, keys, row_shape, training, checks, shaped
         entry.shaped = shaped
 
 
-CALLER_CHECKS = "caller"  # forward_of's checks where its caller reads checks of its own
-
-
-def forward_of(runtime, key, table, op, keys, checks, run, cuts, hooks=None, routed=None):
+def forward_of(runtime, key, table, op, keys, checks, run, cuts, hooks=None, routed=None,
+               riders=()):
     """The replayed path of any one-rank bounded forward of `table` (an EmbeddingTable or a
     TableGroup of dense tables, whose rows follow from its keys, or a HashGroup with hooks) with
     flat int64 `keys`: `key` names its shape class (every input that shapes the work but the
@@ -322,11 +322,12 @@ def forward_of(runtime, key, table, op, keys, checks, run, cuts, hooks=None, rou
     before each run or replay (False: this step takes the uncaptured path, nothing done), and
     hooks.done(more arrays) after it. routed: on several ranks, routed(fixed keys) queues the
     keys' part of the forward and returns (KeyCheck, the keys in the table's id space); the
-    rest is replayed_ranks.py's (None: no replay on several ranks). checks: "end", "backward"
-    (where the forward's key checks are read), or CALLER_CHECKS on one rank: the caller
-    queued a check of its own covering the keys, and reads it (their flag neither copied nor
-    read here). Returns (vectors, Routing), or None where the uncaptured path must run (the
-    first sight of the class, or hooks not ready). `op`: an OpId."""
+    rest is replayed_ranks.py's (None: no replay on several ranks). riders: backend arrays the
+    work reads beside the keys (a pooled lookup's segment ids, whose checks then ride in the
+    keys' flag), each copied into a fixed array of the class at every replay as the keys are;
+    run and routed take those after the keys (`key` must tell their shapes). Returns (vectors,
+    Routing), or None where the uncaptured path must run (the first sight of the class, or
+    hooks not ready). `op`: an OpId."""
     plan = None
     if runtime.size > 1:  # sized by caps the ranks agreed on (the op's first lookup sets them)
         plan = None if routed is None or hooks is not None else peer_capacity.plan_of(
@@ -347,14 +348,41 @@ def forward_of(runtime, key, table, op, keys, checks, run, cuts, hooks=None, rou
             return None
         if plan is not None and plan.caps is None:  # not yet agreed: the counted way sets them
             return None
+        fixed_riders = _fixed_copies(runtime.backend, riders)
         if plan is not None:
-            return _capture_ranks(runtime, classes, key, table, op, keys, routed, cuts, plan)
-        return _capture_forward(runtime, classes, key, table, op, keys, checks, run, cuts,
-                                hooks)
-    return _replay(runtime, classes, entry, op, keys, checks)
+            return _capture_ranks(runtime, classes, key, table, op, keys,
+                                  functools.partial(routed, riders=fixed_riders)
+                                  if riders else routed, cuts, plan, fixed_riders)
+        return _capture_forward(runtime, classes, key, table, op, keys, checks,
+                                functools.partial(run, riders=fixed_riders) if riders else run,
+                                cuts, hooks, fixed_riders)
+    return _replay(runtime, classes, entry, op, keys, checks, riders)
 
 
-def _capture_ranks(runtime, classes, key, table, op, keys, routed, cuts, plan):
+def _fixed_copies(backend, arrays):
+    """A fixed copy of each backend array of `arrays` (a class's riders)."""
+    fixed = []
+    for array in arrays:
+        copy = backend.empty(tuple(array.shape), array.dtype)
+        backend.copy_array(copy, array)
+        fixed.append(copy)
+    return fixed
+
+
+def _copy_riders(backend, entry, riders):
+    """Copies this step's riders into the class's fixed arrays; False where they do not fit."""
+    if len(riders) != len(entry.riders):
+        return False
+    for given, fixed in zip(riders, entry.riders):
+        if tuple(given.shape) != tuple(fixed.shape) or given.dtype != fixed.dtype:
+            return False
+    for given, fixed in zip(riders, entry.riders):
+        if given is not fixed:
+            backend.copy_array(fixed, given)
+    return True
+
+
+def _capture_ranks(runtime, classes, key, table, op, keys, routed, cuts, plan, riders=()):
     """_capture_forward on several ranks: this step runs eagerly on fixed keys in the two
     halves around its op header, then each half is recorded (replayed_ranks.py). A step that
     overflowed a cap goes on the counted way and records nothing. Returns (vectors, Routing)."""
@@ -382,11 +410,11 @@ def _capture_ranks(runtime, classes, key, table, op, keys, routed, cuts, plan):
         _drop(runtime, classes, next(iter(classes.forwards)))
     classes.forwards[key] = _Forward(key, table, fixed, work, judge,
                                      bounded_step.piece_starts(cuts), None, prepare, plan,
-                                     member_keys)
+                                     member_keys, riders)
     return result
 
 
-def _replay_ranks(runtime, classes, entry, op, keys):
+def _replay_ranks(runtime, classes, entry, op, keys, riders=()):
     """One replay of a several-rank forward class: the keys copied in, the prepare half
     replayed, the op header, then the exchange half replayed (or, where some rank overflowed a
     cap, the rest the counted way, and the class dropped: its caps grew). Returns (vectors,
@@ -395,6 +423,8 @@ def _replay_ranks(runtime, classes, entry, op, keys):
         _drop(runtime, classes, entry.key)
         return None
     backend = runtime.backend
+    if not _copy_riders(backend, entry, riders):
+        return None
     if keys is not entry.keys:
         backend.copy_array(entry.keys, keys)
     entry.prepare.replay()
@@ -416,15 +446,17 @@ def _replay_ranks(runtime, classes, entry, op, keys):
     return vectors, routing
 
 
-def _replay(runtime, classes, entry, op, keys, checks):
+def _replay(runtime, classes, entry, op, keys, checks, riders=()):
     """One replay of forward class `entry` on `keys` (a backend array of its fixed keys' dtype
     and size, any shape): the order checks, the keys copied in, one launch, the flag's copy
     queued. Returns (vectors, Routing), or None where the class's hooks are not ready."""
     if entry.prepare is not None:
-        return _replay_ranks(runtime, classes, entry, op, keys)
+        return _replay_ranks(runtime, classes, entry, op, keys, riders)
     backend = runtime.backend
     if entry.hooks is not None and not entry.hooks.ready(keys):
         return None  # (before the order checks: the uncaptured path makes them)
+    if not _copy_riders(backend, entry, riders):
+        return None
     order_checks(runtime, op)  # alone: no data crosses
     if keys is not entry.keys:
         backend.copy_array(entry.keys, keys)
@@ -437,8 +469,6 @@ def _replay(runtime, classes, entry, op, keys, checks):
         entry.check = KeyCheck(bounds, entry.judge, flag, None)
         entry.describe = functools.partial(check_error, backend, entry.check)
         classes.by_rows[id(rows)] = entry
-    if checks == CALLER_CHECKS:
-        return vectors, entry.routing
     deferred = bounded_step.Deferred(backend.read_later(flag), entry.describe, op.name)
     later = _reads_later(checks, entry.hooks)
     bounded_step.defer_or_read(runtime, deferred, later)
@@ -484,7 +514,8 @@ def remember_front(runtime, front, key, holder, kept):
     entry.fronts.append(front)
 
 
-def _capture_forward(runtime, classes, key, table, op, keys, checks, run, cuts, hooks):
+def _capture_forward(runtime, classes, key, table, op, keys, checks, run, cuts, hooks,
+                     riders=()):
     """The second sight of a forward class: this step runs eagerly on fixed keys, then its work
     is recorded. Returns (vectors, Routing) of this step (its backward takes the uncaptured
     path: its rows are not the class's), or None where `hooks` are not ready."""
@@ -508,9 +539,8 @@ def _capture_forward(runtime, classes, key, table, op, keys, checks, run, cuts, 
         while len(classes.forwards) >= MAX_CLASSES:
             _drop(runtime, classes, next(iter(classes.forwards)))
         classes.forwards[key] = _Forward(key, table, fixed, work, check.judge,
-                                         bounded_step.piece_starts(cuts), hooks)
-    if checks == CALLER_CHECKS:
-        return vectors, _routing(table, int(keys.shape[0]), rows, None)
+                                         bounded_step.piece_starts(cuts), hooks,
+                                         riders=riders)
     deferred = bounded_step.Deferred(backend.read_later(check.flag),
                                      functools.partial(check_error, backend, check), op.name)
     later = _reads_later(checks, hooks)
