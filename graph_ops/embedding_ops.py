@@ -6,6 +6,7 @@ gradient, registered below, runs the engine's backward exchange and returns, for
 tf.IndexedSlices of (summed gradients, local rows of this rank's shard, [capacity, dim]).
 """
 import collections
+import functools
 
 import numpy as np
 
@@ -169,7 +170,9 @@ def is_embedding_gradient(gradient):
 
 @boundary.register_gradient(_DENSE_GRAD)
 def _dense_lookup_grad(op, grad, _token_grad):
-    return [None, _backward(op, grad, api.dense_lookup_grad, op.name.split("/")[-1] + "_grad")]
+    # a replayed backward's outputs as copies of their own, as the forward's (dense_lookup)
+    return [None, _backward(op, grad, functools.partial(api.dense_lookup_grad, detach=True),
+                            op.name.split("/")[-1] + "_grad")]
 
 
 @boundary.register_gradient(_SPARSE_GRAD)
@@ -196,15 +199,15 @@ def dense_lookup(table, handle, keys, training, row_shape, name):
     """Returns float32 [*keys.shape, dim]: the vectors of int keys from the model-parallel table.
     row_shape: (slot_num, nnz_per_slot) checked at run time, or None for any shape. A training
     lookup in a session's graph may be replayed (api.dense_lookup's replay=True, under
-    SOK1X_BOUNDED_STEP=1): a session drops every tensor of a step before its next, so the
-    output the engine lends is not read again when the next step writes it. Not in eager code
-    or a tf.function, whose outputs the caller may keep from step to step."""
+    SOK1X_BOUNDED_STEP=1), its output and gradient handed over as copies of their own
+    (detach=True): a graph may keep them past the step (a queue, a while loop's TensorArray).
+    Eager code and tf.function run it uncaptured."""
     ensure_up = init_ops.bring_up_on_first_use()
 
     def run_of(op_id, replay=False):
         def run(keys_value, _handle):
             return api.dense_lookup(table.name, op_id, keys_value, training, row_shape,
-                                    replay=replay)
+                                    replay=replay, detach=replay)
         return run
 
     if tf1.executing_eagerly():

@@ -129,7 +129,7 @@ class _KeyedForm(_ListForm):
         self.dtypes = [tf1.float32, tf1.int64]
         self.num_segments = None
         # a session's graph (pooled_lookup): the engine may replay the step (api.keyed_lookup's
-        # replay=True), a session dropping every tensor of a step before its next
+        # replay=True), its output and gradient handed over as copies of their own (detach)
         self.replay = False
 
     @staticmethod
@@ -174,7 +174,7 @@ class _KeyedForm(_ListForm):
 
         def run(*arrays):
             out, token = api.keyed_lookup(names, op_id, keyed(arrays), True, key_limits,
-                                          replay=replay)
+                                          replay=replay, detach=replay)
             return [out, token]
         return run
 
@@ -193,7 +193,7 @@ class _KeyedForm(_ListForm):
 
         def run(token_now, grads_now):
             values, rows, counts = api.keyed_lookup_grad(names, op_id, token_now, grads_now,
-                                                         rows_per_table=True)
+                                                         rows_per_table=True, detach=True)
             return [values, counts] + list(rows)
         outputs = boundary.engine_op(run, [token, tops[0]],
                                      [tf1.float32, tf1.int64] + [tf1.int64] * count, name,

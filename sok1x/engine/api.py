@@ -188,7 +188,8 @@ def create_table(name, dim, capacity, use_hashtable, spec, replace=False,
                 "variables' initializer to create it anew" % name)
 
 
-def dense_lookup(table_name, op, keys, training, row_shape=None, checks="end", replay=False):
+def dense_lookup(table_name, op, keys, training, row_shape=None, checks="end", replay=False,
+                 detach=False):
     """Collective. op: the calling op's OpId or name; keys: int array [batch, *row_shape] (any
     shape when row_shape is None). Returns (float32 [*keys.shape, dim], token for
     dense_lookup_grad). checks="backward": the caller runs dense_lookup_grad on the token,
@@ -196,14 +197,17 @@ def dense_lookup(table_name, op, keys, training, row_shape=None, checks="end", r
     the keys' checks to it, so the forward does not wait; bad keys then fail the backward.
     replay=True: the caller is done with this output and its backward's before it calls this
     lookup again, so such a bounded step may be replayed from a recorded shape class, writing
-    them into the same arrays each time (engine/lookup/replayed_step.py, SOK1X_CAPTURE)."""
+    them into the same arrays each time (engine/lookup/replayed_step.py, SOK1X_CAPTURE).
+    detach=True (a framework that may keep the output past its step, as a TensorFlow graph's
+    queue or loop does): a replayed output comes as a copy of its own."""
     with _Step() as rt:
         keys = rt.backend.asarray(keys)
         table = _table_for_collective(rt, table_name, op)
         if replay:  # a class replayed before with these inputs: none of the checks below
             known = replayed_step.dense_known(rt, table, op, keys, row_shape, training, checks)
             if known is not None:
-                return known[0], np.int64(rt.stash.put(_forward_key(op), known[1]))
+                shaped = replayed_step.detached(rt, known[0]) if detach else known[0]
+                return shaped, np.int64(rt.stash.put(_forward_key(op), known[1]))
         error = None
         if row_shape is not None:
             error = check_dense_shape(table.name, keys, row_shape[0], row_shape[1])
@@ -222,18 +226,21 @@ def dense_lookup(table_name, op, keys, training, row_shape=None, checks="end", r
         shaped = backend.reshape(vectors, tuple(keys.shape) + (table.dim,))
         if replayed is not None:
             replayed_step.remember_dense(rt, table, op, keys, row_shape, training, checks, shaped)
+            if detach:
+                shaped = replayed_step.detached(rt, shaped)
         return shaped, np.int64(token)
 
 
-def dense_lookup_grad(table_name, op, token, grads):
+def dense_lookup_grad(table_name, op, token, grads, detach=False):
     """Collective. grads: float32 [..., dim] shaped like the forward's output. Returns
-    (values float32 [u, dim], rows int64 [u]) of this rank's shard."""
+    (values float32 [u, dim], rows int64 [u]) of this rank's shard. detach: as dense_lookup's,
+    for the backward of a replayed lookup (its update still replays)."""
     with _Step() as rt:
         table = _table_for_collective(rt, table_name, op)
         routing = _forward_state(rt, table_name, token, op)
         grads = rt.backend.asarray(grads)
         if rt.replays is not None:  # any shape of the forward's output's size
-            replayed = replayed_step.backward(rt, table, op, routing, grads)
+            replayed = replayed_step.backward(rt, table, op, routing, grads, detach)
             if replayed is not None:
                 return replayed[:2]
         if grads.dtype == np.float32 and grads.size % table.dim == 0:
@@ -339,32 +346,37 @@ def compact_lookup_grad(table_names, op, token, grads):
 
 
 def keyed_lookup(table_names, op, keyed, training, key_limits=None, checks="end",
-                 replay=False):
+                 replay=False, detach=False):
     """Collective: one pooled lookup of several tables of one dim whose keys come as ONE array
     (engine/lookup/keyed.py; TorchRec's KeyedJaggedTensor). keyed: a KeyedInput; key_limits: as
-    pooled_lookup's; checks and replay: as dense_lookup's (a replayed keyed step: one table or
-    one table group of dense tables, each key its own output row). Returns (float32
+    pooled_lookup's; checks, replay and detach: as dense_lookup's (a replayed keyed step: one
+    table or one table group of dense tables, or a hash group that does not evict at one rank;
+    keys each their own output row, or pooled by segment ids or weighted). Returns (float32
     [sum(num_segments), dim], the tables' outputs one after the other; token for
     keyed_lookup_grad)."""
     with _Step() as rt:
         tables = _tables_for_collective(rt, list(table_names), op)
         out, state = keyed_lookup_module.keyed_forward(rt, tables, op, keyed, training,
                                                        key_limits, checks, replay)
+        if detach:
+            out = replayed_step.detached(rt, out)
         return out, np.int64(rt.stash.put(_forward_key(op), state))
 
 
-def keyed_lookup_grad(table_names, op, token, grads, rows_per_table=False):
+def keyed_lookup_grad(table_names, op, token, grads, rows_per_table=False, detach=False):
     """Collective. grads: float32 shaped like keyed_lookup's output. Returns (values [u, dim],
     rows int64 [u]: each table's own shard rows, table after table, counts host int64 [T]: rows
     per table). rows_per_table: rows as a list of per-table arrays instead, for per-table
     updates (apply_optimizer_update(s)), which know them for the backward's own rows. A bounded
     one-rank step (SOK1X_BOUNDED_STEP=1) pads each table's rows to its keys (rounded up to 8)
-    with rows -1 and zero values, and counts are those pieces' sizes."""
+    with rows -1 and zero values, and counts are those pieces' sizes. detach: as
+    dense_lookup_grad's."""
     names = list(table_names)
     with _Step() as rt:
         tables = _tables_for_collective(rt, names, op)
         state = _forward_state(rt, ",".join(names), token, op)
-        return keyed_lookup_module.keyed_backward(rt, tables, op, state, grads, rows_per_table)
+        return keyed_lookup_module.keyed_backward(rt, tables, op, state, grads, rows_per_table,
+                                                  detach=detach)
 
 
 def apply_keyed_update(table_names, rule, slot_prefix, options, hyper, values, rows, counts):

@@ -68,8 +68,8 @@ class KernelStep:
     """A dense lookup, its gradient and a LazyAdam update of one table, as three kernel ops
     (check: with the first-step check's flag, the ops' last output)."""
 
-    def __init__(self, table, check=False, replay=False):
-        self.table, self.check, self.replay = table, check, replay
+    def __init__(self, table, check=False, replay=False, detach=False):
+        self.table, self.check, self.replay, self.detach = table, check, replay, detach
         self.keep = [
             kernel_calls.KernelCall(self._forward, ["device"], ["device", "host"],
                                     [np.float32, np.int64], "forward", check=check),
@@ -82,10 +82,11 @@ class KernelStep:
 
     def _forward(self, keys):
         return api.dense_lookup(self.table, "kc_fwd", keys, True, (SLOTS, NNZ),
-                                replay=self.replay)
+                                replay=self.replay, detach=self.detach)
 
     def _backward(self, token, grads):
-        return api.dense_lookup_grad(self.table, "kc_bwd", int(token), grads)
+        return api.dense_lookup_grad(self.table, "kc_bwd", int(token), grads,
+                                     detach=self.detach)
 
     def _update(self, values, rows, hyper):
         return np.int64(update(self.table, values, rows, hyper))
@@ -171,12 +172,14 @@ def test_a_step_through_the_kernel_half_equals_the_engines_step(cuda, rng):
     assert kernel_calls.lent_count() == before, "an output PyTorch dropped was not given back"
 
 
+@pytest.mark.parametrize("detach", [False, True])
 def test_a_replayed_step_through_the_kernel_half_equals_the_engines_step(cuda, rng,
-                                                                         monkeypatch):
+                                                                         monkeypatch, detach):
     """A session's bounded step replayed through the kernels (graph_ops' dense lookup passes
-    replay=True): the forward and backward replay, and the update, handed the backward's lent
-    gradient as PyTorch's tensors (other arrays over the same memory), replays too; every
-    output and row equals the uncaptured bounded step's."""
+    replay=True, and detach=True: its output and gradient copies of their own): the forward
+    and backward replay, and the update, handed the backward's lent gradient as PyTorch's
+    tensors (other arrays over the same memory), replays too; every output and row equals
+    the uncaptured bounded step's."""
     monkeypatch.setenv(bounded_step.ENV, "1")
     data = batches(rng, 8)
     new_table("kc_replayed")
@@ -187,7 +190,7 @@ def test_a_replayed_step_through_the_kernel_half_equals_the_engines_step(cuda, r
     original = replayed_step.update
     monkeypatch.setattr(replayed_step, "update", lambda *args: replayed.append(
         original(*args)) or replayed[-1])
-    kernels = KernelStep("kc_replayed", replay=True)
+    kernels = KernelStep("kc_replayed", replay=True, detach=detach)
     for s, keys in enumerate(data):
         assert_equal(kernels.step(torch.from_numpy(keys).cuda(), s + 1), want[s])
     np.testing.assert_array_equal(table_rows(cuda, "kc_replayed", np.concatenate(data)),

@@ -185,3 +185,61 @@ def test_v2_lookup_sparse_of_several_variables_replays_and_equals(world, monkeyp
         assert replays.counts["keyed_update"] >= replays.counts["backward"] - 1
     else:
         assert replays.counts["_replay"] == replays.counts["keyed_update"] == 0
+
+
+def kept_past_the_step(world, monkeypatch, capture, kind):
+    """A session program that keeps a replayed lookup's output or gradient past its step: a
+    queue holding the output (or the gradient's values and rows) one step, or a while loop
+    writing each micro-batch's output to a TensorArray. Returns what it read, per step."""
+    rank, size = world
+    monkeypatch.setenv(replayed_step.ENV, capture)
+    slots, nnz, dim, micro = 2, 2, 4, 3
+    rng = np.random.default_rng(41)
+    data = [rng.integers(0, 32 * size, size=(micro, 3 * size, slots, nnz))[:, rank::size]
+            for _ in range(STEPS)]
+    with tf1.Graph().as_default() as graph:
+        layer = sok1x.All2AllDenseEmbedding(
+            32, dim, slots, nnz, use_hashtable=False,
+            embedding_initializer=tf1.random_uniform_initializer(-0.5, 0.5, seed=11))
+        if kind == "loop":
+            keys = tf1.placeholder(tf1.int64, [micro, 3, slots, nnz])
+            outputs = tf1.TensorArray(tf1.float32, size=micro)
+            _, outputs = tf1.while_loop(
+                lambda i, held: i < micro,
+                lambda i, held: (i + 1, held.write(i, layer(keys[i]))),
+                [tf1.constant(0), outputs], parallel_iterations=1)
+            fetch, feed_of = outputs.stack(), lambda step: step
+        else:
+            keys = tf1.placeholder(tf1.int64, [3, slots, nnz])
+            out = layer(keys)
+            kept = [out]
+            if kind == "gradient_queue":
+                gradient = tf1.gradients(tf1.reduce_sum(out * out), [layer.var])[0]
+                kept = [gradient.values, gradient.indices]
+            queue = tf1.FIFOQueue(2, [t.dtype for t in kept])
+            fetch, feed_of = [queue.dequeue(), queue.enqueue(kept)], lambda step: step[0]
+        got = []
+        with session(graph) as sess:
+            sess.run(tf1.global_variables_initializer())
+            if kind != "loop":
+                sess.run(fetch[1], {keys: feed_of(data[0])})
+            for step in data[1:]:
+                result = sess.run(fetch, {keys: feed_of(step)})
+                got.append(result if kind == "loop" else result[0])
+    with runtime.entered() as rt:
+        replayed_step.free(rt)
+    return got
+
+
+@pytest.mark.parametrize("kind", ["output_queue", "gradient_queue", "loop"])
+def test_outputs_a_graph_keeps_past_the_step_are_its_own(world, monkeypatch, kind):
+    """A replayed lookup's output and gradient are copies TensorFlow owns (api's detach=True):
+    a queue that holds them a step, or a while loop whose TensorArray holds each iteration's,
+    reads what the uncaptured program reads, bit for bit."""
+    want = kept_past_the_step(world, monkeypatch, "0", kind)
+    replays = Replays(monkeypatch)
+    got = kept_past_the_step(world, monkeypatch, "1", kind)
+    assert replays.counts["_replay"] >= 2
+    for a, b in zip(got, want):
+        for x, y in zip(a if isinstance(a, list) else [a], b if isinstance(b, list) else [b]):
+            np.testing.assert_array_equal(x, y)

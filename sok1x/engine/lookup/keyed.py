@@ -428,13 +428,15 @@ def _forward_by_table(runtime, tables, op, item, training, key_limits, error, cu
     return backend.join_rows(outputs), KeyedState(state, cuts, segment_cuts, True)
 
 
-def keyed_backward(runtime, tables, op, state, grads, rows_per_table=False, bounded=True):
+def keyed_backward(runtime, tables, op, state, grads, rows_per_table=False, bounded=True,
+                   detach=False):
     """Collective. grads: float32 [sum(num_segments), dim] like the forward's output. Returns
     (values [u, dim], rows int64 [u], counts host int64 [T]) of this rank's shards; with
     rows_per_table, rows is a list of each table's rows (64-byte aligned, known distinct when
     handed back to a per-table update: engine/lookup/distinct_rows.py). A bounded one-rank
     step (lookup/bounded_step.py; bounded=False keeps the rows counted, for a seam that sends
-    them over the host) returns a piece per table sized by its keys, padded with rows -1."""
+    them over the host) returns a piece per table sized by its keys, padded with rows -1.
+    detach: as replayed_step.backward's."""
     backend = runtime.backend
     grads = backend.asarray(grads)
     dim = tables[0].dim
@@ -443,7 +445,8 @@ def keyed_backward(runtime, tables, op, state, grads, rows_per_table=False, boun
     if fits and tuple(grads.shape) != (segments, dim):
         grads = backend.reshape(grads, (segments, dim))
     if bounded and fits and not state.pieces and runtime.replays is not None:
-        replayed = _replayed_backward(runtime, tables, op, state, grads, rows_per_table)
+        replayed = _replayed_backward(runtime, tables, op, state, grads, rows_per_table,
+                                      detach)
         if replayed is not None:
             return replayed
     if state.pieces:
@@ -468,13 +471,16 @@ def keyed_backward(runtime, tables, op, state, grads, rows_per_table=False, boun
     return _backward_result(backend, tables, pooling, summed, rows, ranks, rows_per_table)
 
 
-def _replayed_backward(runtime, tables, op, state, grads, rows_per_table):
+def _replayed_backward(runtime, tables, op, state, grads, rows_per_table, detach=False):
     """keyed_backward of a replayed forward (replayed_step.backward), or None where it was not
     one: `grads` spread to the keys (each key its own output row, unweighted: `grads` as
     they are)."""
     pooling = state.pooling
+    if not replayed_step.replayed_routing(runtime, pooling.routing):
+        return None
     grads = spread_rows(runtime.backend, grads, pooling.pools[0])
-    replayed = replayed_step.backward(runtime, pooling.unit.table, op, pooling.routing, grads)
+    replayed = replayed_step.backward(runtime, pooling.unit.table, op, pooling.routing, grads,
+                                      detach)
     if replayed is None:
         return None
     return _backward_result(runtime.backend, tables, pooling, *replayed, rows_per_table)

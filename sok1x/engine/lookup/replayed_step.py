@@ -19,23 +19,28 @@ same lookup again, because a replay writes them into the same arrays. Two lookup
 one of one table (api.dense_lookup: forward() here), and a keyed one (api.keyed_lookup, keyed.py)
 of one table or of one TableGroup in its order, each key its own output row, unweighted (keyed.py
 gives forward_of() its work and cuts: the members' keys are checked against their own limits and
-moved into the group's rows, and the backward's rows come a piece per member); on one rank, a
-keyed lookup of dense tables whose keys are pooled by segment ids or weighted replays the same
-work, keyed.py pooling its rows after the replay and spreading the top gradient to the keys
-before the replayed backward. A keyed lookup of
-a HashGroup that does not evict (v1 hash tables, hbm DynamicVariables) replays its insert too,
-through hooks (table_group.ReplayedInsert). Before each replay the host checks that no member
-can fill up in the step (near a member's capacity by counting the step's new keys, one wait;
-where they do not fit, the uncaptured path runs, and grows or fails as it does), and writes the
-member list its insert hands rows out by and the clock its new rows are stamped with. After it,
-the placed keys are kept (their count copied at once, read with the next size) and the step
-journal records their erasing. Its forward reads its checks at its end (the journal step that
-undoes a bad step's insert may close before a backward: _reads_later), and its insert passes a
-negative key by. The engine's own step does (bench/); a framework's op, which cannot promise
-it, keeps the uncaptured path.
+moved into the group's rows, and the backward's rows come a piece per member); a keyed lookup of
+dense tables whose keys are pooled by segment ids or weighted replays the same work, its segment
+ids riding with its keys (forward_of's riders: copied into fixed arrays at each replay, checked in
+the keys' flag), keyed.py pooling its rows after the replay and spreading the top gradient to the
+keys before the replayed backward. A keyed lookup of a HashGroup that does not evict (v1 hash
+tables, hbm DynamicVariables) replays its insert too, through hooks (table_group.ReplayedInsert).
+Before each replay the host checks that no member can fill up in the step (near a member's capacity
+by counting the step's new keys, one wait; where they do not fit, the uncaptured path runs, and
+grows or fails as it does), and writes the member list its insert hands rows out by and the clock
+its new rows are stamped with. After it, the placed keys are kept (their count copied at once, read
+with the next size) and the step journal records their erasing. Its forward reads its checks at its
+end (the journal step that undoes a bad step's insert may close before a backward: _reads_later),
+and its insert passes a negative key by. The engine's own step does (bench/). TensorFlow's ops in a
+session's graph (graph_ops: the dense lookup, the keyed op) pass replay=True with detach=True,
+since a graph may keep an output past its step (a queue, a while loop's TensorArray): a replayed
+output and gradient come as copies of their own (detached(); the backward's kept, one per class,
+until its next replay, so that the update handed them back still replays: _refill copies them, as
+handed back, into the arrays the recorded update reads). Eager code and tf.function do not replay.
 
 Shape class. A forward op (its tower, place and name), its table (or group), the keys' shape and
-dtype and the checks mode, and a keyed lookup's keys per member and key limits. First sight: the
+dtype and the checks mode, and a keyed lookup's keys per member, key limits and, with segment
+ids, its output rows per member (the recorded check's ranges). First sight: the
 uncaptured path, as without the switch. Second sight: the keys are copied into a fixed array, the
 forward's device work runs on it eagerly (this step's result, and every constant the work uploads
 made now) and is then recorded (backend.captured_work: a CUDA graph on cuda; on cpu kept to run
@@ -43,8 +48,10 @@ again, backend/cpu/rerun.py). From the third sight on, the step copies its keys 
 array and replays: one launch for the key checks, the row lookup and the gather. The backward of a
 replayed forward is recorded at its first sight the same way (its top gradient read in place when
 it is the forward's own output, else copied into a fixed array) and replayed from the next. So is
-the update (api.apply_optimizer_updates of one table, api.apply_keyed_update of a keyed lookup's
-tables) with the very (values, rows) a replayed backward returned, per optimizer rule, slot prefix
+the update (api.apply_optimizer_update(s) of one table, api.apply_keyed_update of a keyed lookup's
+tables) with the (values, rows) a replayed backward returned (those arrays, other arrays over the
+same memory as a seam hands them back, or its detached copies: found by address), per optimizer
+rule, slot prefix
 and options: its kernels read the step's hyper-parameters (a learning rate that changes every step)
 from a small device array the host writes before each replay (backend.hyper_given), since a graph
 keeps the scalars it was recorded with; the update's time stamp (stamp(), a scalar of the step)
@@ -63,13 +70,14 @@ of its raw inputs (remember_front), and a later step with equal inputs (the same
 op, keys' shape and dtype, layout and checks mode) goes straight to its replay (replay_known), as it
 passed those checks at its first sight; a class dropped, or whose table's rows moved, takes the
 whole path again. A replayed backward returns the very result of its first replay (the same
-arrays), built once.
+arrays), built once, unless detached.
 
 Memory. A class holds its fixed keys (8 n bytes for n int64 keys), what its graph allocated (the
 bounds and flag, the rows 8 n, the output 4 n dim) and its backward's (rows, local rows and summed
 gradients as long as the keys rounded up to 8: 16 n + 4 n dim, plus a fixed gradient 4 n dim where
 it is not the forward's output; a keyed lookup of a group: its keys moved into the group's rows, 8 n
-more, and each member's piece rounded up to 8 rows), and each update class 4 bytes per
+more, and each member's piece rounded up to 8 rows; with segment ids, 8 n for their fixed copy;
+detached, a copy of the backward's outputs), and each update class 4 bytes per
 hyper-parameter, 8 for its clock and what its graph allocated (nothing for a table in GPU memory);
 held_bytes() says what all classes hold. At most MAX_CLASSES forward classes are kept, the oldest
 freed first. Any change to the job's tables (made, replaced, dropped: the TableRegistry calls
@@ -165,18 +173,21 @@ class _Backward:
         self.grads, self.own, self.work, self.pieces = grads, own, work, pieces
         self.updates = {}  # (rule, slot prefix, options) -> _Update
         self.result = None  # (values, rows, Padded) every replay returns, from the first on
+        self.detached = None  # copies of its outputs the last detached replay handed out
 
     @property
     def held_bytes(self):
         if self.work is None:
             return 0
         return (self.work.held_bytes + (0 if self.own else int(self.grads.nbytes))
+                + sum(int(a.nbytes) for a in self.detached or ())
                 + sum(u.held_bytes for u in self.updates.values()))
 
     def free(self):
         for update in self.updates.values():
             update.free()
         self.updates = {}
+        self.detached = None
         if self.work is not None:
             self.work.free()
 
@@ -210,6 +221,7 @@ class _Classes:
         # the address of a backward's summed gradient -> (_Forward, _Backward): an update may
         # get it through a seam, as another array over the same memory
         self.by_gradient = {}
+        self.detached = {}  # the same for the copies a detached backward handed out (held)
         self.sightings = collections.Counter()
         self.fronts = {}  # a caller's key of its raw inputs -> (_Forward, holder, what it kept)
         self.refused = set()  # classes whose work could not be recorded: uncaptured from then on
@@ -220,6 +232,7 @@ class _Classes:
         self.forwards.clear()
         self.by_rows.clear()
         self.by_gradient.clear()
+        self.detached.clear()
         self.sightings.clear()
         self.fronts.clear()
         self.refused.clear()
@@ -359,13 +372,29 @@ def forward_of(runtime, key, table, op, keys, checks, run, cuts, hooks=None, rou
     return _replay(runtime, classes, entry, op, keys, checks, riders)
 
 
+def detached(runtime, array):
+    """A copy of `array` the caller owns, where `array` is (a view of) a forward class's output,
+    which the next replay writes again (api's detach=True: a framework that may keep it past
+    the step); `array` itself otherwise."""
+    classes = runtime.replays
+    if classes is None or not classes.forwards or not array.size:
+        return array
+    backend = runtime.backend
+    address = backend.address_of(array)
+    for entry in classes.forwards.values():
+        if entry.routing is not None and backend.address_of(entry.outputs()[3]) == address:
+            return _fixed_copies(backend, [array])[0]
+    return array
+
+
 def _fixed_copies(backend, arrays):
-    """A fixed copy of each backend array of `arrays` (a class's riders)."""
+    """A copy of each backend array of `arrays` (a class's riders, or outputs handed out), as
+    a framework takes it without a copy of its own (backend.exportable: aligned)."""
     fixed = []
     for array in arrays:
         copy = backend.empty(tuple(array.shape), array.dtype)
         backend.copy_array(copy, array)
-        fixed.append(copy)
+        fixed.append(backend.exportable(copy))
     return fixed
 
 
@@ -581,15 +610,26 @@ def _drop(runtime, classes, key):
     for backward in entry.backwards.values():
         if backward.work is not None and backward.work.outputs is not None:
             classes.by_gradient.pop(runtime.backend.address_of(backward.work.outputs[1]), None)
+        if backward.detached is not None:
+            classes.detached.pop(runtime.backend.address_of(backward.detached[1]), None)
     entry.free()
 
 
-def backward(runtime, table, op, routing, grads):
+def replayed_routing(runtime, routing):
+    """True where `routing` is a replayed forward's (its backward may replay)."""
+    classes = runtime.replays
+    entry = None if classes is None else classes.by_rows.get(id(routing.owner_rows))
+    return entry is not None and entry.routing.owner_rows is routing.owner_rows
+
+
+def backward(runtime, table, op, routing, grads, detach=False):
     """The replayed path of a one-rank bounded backward (api.dense_lookup_grad's, the keyed
     lookup's): the backward of a replayed forward's `routing` of `table` with top gradient
     `grads` (backend float32 [n, dim]). Returns (values, rows, Padded) as
     key_exchange.lookup_backward_many does for a bounded step, or None where the uncaptured path
-    must run (routing not a replayed one, a gradient of another shape)."""
+    must run (routing not a replayed one, a gradient of another shape). detach: the arrays
+    returned are copies the caller owns (a framework that may keep them past the step), held
+    here until the next replay of the class so that their update still replays."""
     classes = runtime.replays
     entry = None if classes is None else classes.by_rows.get(id(routing.owner_rows))
     if (entry is None or entry.routing.owner_rows is not routing.owner_rows
@@ -627,35 +667,49 @@ def backward(runtime, table, op, routing, grads):
             backend.copy_array(recorded.grads, grads)
         recorded.work.replay()
         out = recorded.work.outputs
-        if recorded.result is not None:  # the same arrays at every replay
+        if recorded.result is not None and not detach:  # the same arrays at every replay
             bounded_step.raise_if_set(runtime, deferred)
             distinct_rows.remember(recorded.result[1])
             return recorded.result
     bounded_step.raise_if_set(runtime, deferred)  # the forward's checks, this work queued
+    replayed = recorded is not None and recorded.work is not None and (
+        out is recorded.work.outputs)
+    if detach and replayed:
+        out = _detached(backend, classes, recorded)
     rows = backend.exportable(out[0])
     distinct_rows.remember(rows)
     result = out[1], rows, bounded_step.Padded(pieces, out[2])
-    if recorded is not None and recorded.work is not None and rows is out[0]:
+    if replayed and not detach and rows is out[0]:
         classes.by_gradient[backend.address_of(out[1])] = (entry, recorded)  # its update
-        if out is recorded.work.outputs:
-            recorded.result = result
+        recorded.result = result
+    elif detach and replayed:
+        classes.detached[backend.address_of(out[1])] = (entry, recorded)
     return result
 
 
+def _detached(backend, classes, recorded):
+    """Copies of a replayed backward's outputs (rows, sums, own rows), kept in place of the
+    last ones for its update (_replayed_gradient)."""
+    if recorded.detached is not None:
+        classes.detached.pop(backend.address_of(recorded.detached[1]), None)
+    recorded.detached = tuple(_fixed_copies(backend, recorded.work.outputs[:3]))
+    return recorded.detached
+
+
 def update(runtime, tables, rule_name, slot_prefix, options, hyper, values_list, rows_list):
-    """api.apply_optimizer_updates' replayed path: the update of one table with the (values,
-    rows) a replayed backward returned. Returns [rows updated] as
-    optimizer_updates.apply_updates does, or None where the uncaptured path must run. Raises as
-    that path does for an unknown rule or a missing hyper-parameter."""
+    """api.apply_optimizer_update(s)' replayed path: the update of one table with the (values,
+    rows) a replayed backward returned (_replayed_gradient: found by address). Returns [rows
+    updated] as optimizer_updates.apply_updates does, or None where the uncaptured path must
+    run. Raises as that path does for an unknown rule or a missing hyper-parameter."""
     if len(tables) != 1:
         return None
     found = _replayed_gradient(runtime, values_list[0])
     if found is None:
         return None
-    entry, backward = found
-    out = backward.work.outputs
+    entry, backward, out = found
     if not _same_array(runtime.backend, rows_list[0], out[0]) or tables[0] is not entry.table:
         return None
+    _refill(runtime.backend, backward, out)
     if not _update_of(runtime, entry, backward, rule_name, slot_prefix, options, hyper):
         return None
     return [int(out[0].shape[0])]
@@ -670,8 +724,8 @@ def keyed_update(runtime, tables, rule_name, slot_prefix, options, hyper, values
     found = _replayed_gradient(runtime, values)
     if found is None:
         return None
-    entry, backward = found
-    out, table, backend = backward.work.outputs, entry.table, runtime.backend
+    entry, backward, out = found
+    table, backend = entry.table, runtime.backend
     members = getattr(table, "members", None)
     pieces = np.diff(backward.pieces)
     if members is None:
@@ -685,23 +739,40 @@ def keyed_update(runtime, tables, rule_name, slot_prefix, options, hyper, values
     counts = np.asarray(counts).reshape(-1)
     if not fits or counts.shape != pieces.shape or not np.array_equal(counts, pieces):
         return None
+    _refill(backend, backward, out)
     if not _update_of(runtime, entry, backward, rule_name, slot_prefix, options, hyper):
         return None
     return [int(out[0].shape[0])] if members is None else pieces.copy()
 
 
 def _replayed_gradient(runtime, values):
-    """(_Forward, _Backward) whose recorded backward returned `values` as its sums (that very
-    array, or one over the same memory, as a seam hands it back), or None."""
+    """(_Forward, _Backward, its outputs as handed out) whose recorded backward returned
+    `values` as its sums (that very array, or one over the same memory, as a seam hands it
+    back; or the copies a detached backward handed out), or None."""
     classes = runtime.replays
-    if classes is None or not classes.by_gradient:
+    if classes is None or not (classes.by_gradient or classes.detached):
         return None
     backend = runtime.backend
-    found = classes.by_gradient.get(backend.address_of(values))
-    if found is None or found[1].work.outputs is None or not _same_array(
+    address = backend.address_of(values)
+    found = classes.by_gradient.get(address)
+    if found is not None and found[1].work.outputs is not None and _same_array(
             backend, values, found[1].work.outputs[1]):
-        return None
-    return found
+        return found + (found[1].work.outputs,)
+    found = classes.detached.get(address)
+    if found is not None and found[1].detached is not None and _same_array(
+            backend, values, found[1].detached[1]):
+        return found + (found[1].detached,)
+    return None
+
+
+def _refill(backend, backward, out):
+    """Before a replayed update: where the backward's outputs were handed out as copies, those
+    (as the caller hands them back, changed in place or not) are copied into the arrays the
+    recorded update reads."""
+    held = backward.work.outputs
+    if out is not held:
+        for given, fixed in zip(out[:3], held[:3]):
+            backend.copy_array(fixed, given)
 
 
 def _same_rows(backend, rows, own, starts):
