@@ -182,6 +182,7 @@ class EngineStep:
                 or [np.zeros(0, np.int64)]))
         self._counts = None  # the keyed backward's rows per table, for the update
         self.replay = False  # replay=True (engine/lookup/replayed_step.py)
+        self.detach = False  # detach=True: a replay's outputs as copies (TensorFlow's graph ops)
 
     def _hyper(self):
         self.step_count += 1
@@ -195,21 +196,23 @@ class EngineStep:
         if w.tables is None:
             out, token = api.dense_lookup(self.names[0], "fwd", keys[0], True, (w.slots, w.nnz),
                                           checks="backward",  # this step runs the backward
-                                          replay=self.replay)
+                                          replay=self.replay, detach=self.detach)
             return [out, token]
         keyed = KeyedInput(keys[0], self._lengths, self._segments,
                            [w.batch_per_rank] * len(self.names), None, "sum")
         # pooled keys replay with their checks read at the lookup's end (keyed.py)
         checks = "end" if self.replay and self._segments is not None else "backward"
         out, token = api.keyed_lookup(self.names, "fwd", keyed, True, checks=checks,
-                                      replay=self.replay)
+                                      replay=self.replay, detach=self.detach)
         return [out, token]
 
     def _backward(self, token, grads):
         if self.w.tables is None:
-            values, rows = api.dense_lookup_grad(self.names[0], "bwd", token, grads[0])
+            values, rows = api.dense_lookup_grad(self.names[0], "bwd", token, grads[0],
+                                                 detach=self.detach)
             return [(values, rows)]
-        values, rows, self._counts = api.keyed_lookup_grad(self.names, "bwd", token, grads[0])
+        values, rows, self._counts = api.keyed_lookup_grad(self.names, "bwd", token, grads[0],
+                                                           detach=self.detach)
         return [(values, rows)]
 
     def _update(self, pairs, hyper):
