@@ -37,6 +37,14 @@ def bounded(monkeypatch):
     monkeypatch.setenv(peer_capacity.ENV, "1")
 
 
+def fresh_plans():
+    """Every run starts without per-peer capacities: an op reads SOK1X_PEER_CAPACITY once, when
+    its plan is made, and sets its caps at its first lookup. The layers here name their ops as
+    other graphs do (other files', the run before), whose plans would carry over."""
+    with runtime.entered() as rt:
+        rt.capacities.clear()
+
+
 def adam(global_step, fed):
     del global_step, fed
     return sok1x.optimizers.Adam(0.02), tf1.train.AdamOptimizer(0.02)
@@ -65,6 +73,7 @@ class Replays:
 def trained(world, monkeypatch, capture, data):
     """The optimizer tests' model trained on `data` with SOK1X_CAPTURE=`capture`: (Trained,
     its table's Adam slots {key: row} each)."""
+    fresh_plans()
     monkeypatch.setenv(replayed_step.ENV, capture)
     slots = {}
 
@@ -115,6 +124,7 @@ def test_a_bad_key_in_a_replayed_step_fails_every_rank_and_changes_nothing(world
     monkeypatch.setenv(replayed_step.ENV, "1")
     replays = Replays(monkeypatch)
     seen = []
+    fresh_plans()
 
     def after_each_step(layer, _keys):
         seen[:] = [layer, gather_table(layer), replays.counts["_replay"]]
@@ -134,6 +144,7 @@ def v2_trained(world, monkeypatch, capture, combiner):
     a row, their rows shuffled from step to step: a lookup of as many ids each step, as a
     fixed hotness gives) and trained by Adam through OptimizerWrapper for STEPS steps with
     SOK1X_CAPTURE=`capture`: (losses, each variable's exported (keys, rows) gathered)."""
+    fresh_plans()
     rank, size = world
     monkeypatch.setenv(replayed_step.ENV, capture)
     rng = np.random.default_rng(31)
@@ -191,6 +202,7 @@ def kept_past_the_step(world, monkeypatch, capture, kind):
     """A session program that keeps a replayed lookup's output or gradient past its step: a
     queue holding the output (or the gradient's values and rows) one step, or a while loop
     writing each micro-batch's output to a TensorArray. Returns what it read, per step."""
+    fresh_plans()
     rank, size = world
     monkeypatch.setenv(replayed_step.ENV, capture)
     slots, nnz, dim, micro = 2, 2, 4, 3
