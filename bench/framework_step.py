@@ -25,9 +25,10 @@ exchange, update: LazyAdam, Adagrad for mlperf26) five ways:
                    outputs as its tensors without a copy (__cuda_array_interface__); three ops:
                    forward, backward, update
     sok1x_kernels_replayed  sok1x_kernels over sok1x_replayed's step as a session's graph
-                   runs it: replay=True and detach=True (the output and gradient handed over
-                   as copies of their own); the update op, handed the backward's copies, finds
-                   them by address and replays too
+                   runs it: replay=True and detach=DETACH_HELD (the class's own output and
+                   gradient lent, as nothing holds them past the step; engine/lent_memory.py);
+                   the update op, handed the backward's gradient, finds it by address and
+                   replays too
     sok1x_host     host staging, as TensorFlow 1.15's py_func, with the fewest bytes
                    (api.compact_keyed_lookup: the distinct rows of all tables' keys, found
                    in one pass for a table group, in one array and int32 indices into it in
@@ -186,9 +187,10 @@ class SokVariants(sok_steps.EngineStep):
     def kernels_replayed(self, keys_torch):
         """kernels_step over replayed()'s step: what a session's lookup, backward and update
         cost through sok1x's TensorFlow kernels once they replay (graph_ops' ops pass
-        replay=True and detach=True in a session's graph: the outputs come as copies; the update
-        finds its gradient by address)."""
-        self.detach = True
+        replay=True and detach=DETACH_HELD in a session's graph: the class's own arrays are
+        lent while PyTorch, as TensorFlow, holds none past its step; the update finds its
+        gradient by address)."""
+        self.detach = api.DETACH_HELD
         try:
             return self._replayed(self.kernels_step, keys_torch)
         finally:

@@ -31,7 +31,7 @@ import sys
 
 import numpy as np
 
-from sok1x.engine import kernel_calls, runtime
+from sok1x.engine import api, kernel_calls, runtime
 from sok1x.graph_ops import op_library, tf_compat
 from sok1x.graph_ops.graph_state import per_graph
 from sok1x.graph_ops.tf_compat import tf1
@@ -62,6 +62,15 @@ def seam_path():
     if op_library.available():
         return KERNELS
     return ZERO_COPY if tf_compat.HAS_DLPACK else HOST_STAGING
+
+
+def replay_detach():
+    """api's detach for a replayed lookup of a session's graph, which may keep an output past
+    its step (a queue, a while loop's TensorArray): through sok1x's kernels the engine knows
+    what TensorFlow holds (engine/lent_memory.py), so the class's own arrays cross unless one
+    is still held (api.DETACH_HELD); a py_func may hold the engine's memory unseen (DLPack, or
+    host memory TensorFlow's tensor shares with NumPy), so its outputs are copies (True)."""
+    return api.DETACH_HELD if seam_path() == KERNELS else True
 
 
 def eager_path(path):

@@ -170,8 +170,9 @@ def is_embedding_gradient(gradient):
 
 @boundary.register_gradient(_DENSE_GRAD)
 def _dense_lookup_grad(op, grad, _token_grad):
-    # a replayed backward's outputs as copies of their own, as the forward's (dense_lookup)
-    return [None, _backward(op, grad, functools.partial(api.dense_lookup_grad, detach=True),
+    # a replayed backward's outputs handed over as the forward's are (dense_lookup)
+    return [None, _backward(op, grad, functools.partial(api.dense_lookup_grad,
+                                                        detach=boundary.replay_detach()),
                             op.name.split("/")[-1] + "_grad")]
 
 
@@ -199,15 +200,17 @@ def dense_lookup(table, handle, keys, training, row_shape, name):
     """Returns float32 [*keys.shape, dim]: the vectors of int keys from the model-parallel table.
     row_shape: (slot_num, nnz_per_slot) checked at run time, or None for any shape. A training
     lookup in a session's graph may be replayed (api.dense_lookup's replay=True, under
-    SOK1X_BOUNDED_STEP=1), its output and gradient handed over as copies of their own
-    (detach=True): a graph may keep them past the step (a queue, a while loop's TensorArray).
-    Eager code and tf.function run it uncaptured."""
+    SOK1X_BOUNDED_STEP=1), its output and gradient handed over so that the graph may keep them
+    past the step (a queue, a while loop's TensorArray: boundary.replay_detach). Eager code and
+    tf.function run it uncaptured."""
     ensure_up = init_ops.bring_up_on_first_use()
 
     def run_of(op_id, replay=False):
+        detach = replay and boundary.replay_detach()
+
         def run(keys_value, _handle):
             return api.dense_lookup(table.name, op_id, keys_value, training, row_shape,
-                                    replay=replay, detach=replay)
+                                    replay=replay, detach=detach)
         return run
 
     if tf1.executing_eagerly():

@@ -129,7 +129,7 @@ class _KeyedForm(_ListForm):
         self.dtypes = [tf1.float32, tf1.int64]
         self.num_segments = None
         # a session's graph (pooled_lookup): the engine may replay the step (api.keyed_lookup's
-        # replay=True), its output and gradient handed over as copies of their own (detach)
+        # replay=True), its output and gradient handed over as boundary.replay_detach says
         self.replay = False
 
     @staticmethod
@@ -171,10 +171,11 @@ class _KeyedForm(_ListForm):
         keyed = self.keyed_input()
 
         replay = self.replay
+        detach = replay and boundary.replay_detach()
 
         def run(*arrays):
             out, token = api.keyed_lookup(names, op_id, keyed(arrays), True, key_limits,
-                                          replay=replay, detach=replay)
+                                          replay=replay, detach=detach)
             return [out, token]
         return run
 
@@ -190,10 +191,11 @@ class _KeyedForm(_ListForm):
     def backward(self, token, tops, op_id, name):
         names = [table.name for table in self.tables]
         count = len(names)
+        detach = boundary.replay_detach()
 
         def run(token_now, grads_now):
             values, rows, counts = api.keyed_lookup_grad(names, op_id, token_now, grads_now,
-                                                         rows_per_table=True, detach=True)
+                                                         rows_per_table=True, detach=detach)
             return [values, counts] + list(rows)
         outputs = boundary.engine_op(run, [token, tops[0]],
                                      [tf1.float32, tf1.int64] + [tf1.int64] * count, name,

@@ -188,6 +188,9 @@ def create_table(name, dim, capacity, use_hashtable, spec, replace=False,
                 "variables' initializer to create it anew" % name)
 
 
+DETACH_HELD = replayed_step.HELD
+
+
 def dense_lookup(table_name, op, keys, training, row_shape=None, checks="end", replay=False,
                  detach=False):
     """Collective. op: the calling op's OpId or name; keys: int array [batch, *row_shape] (any
@@ -199,14 +202,17 @@ def dense_lookup(table_name, op, keys, training, row_shape=None, checks="end", r
     lookup again, so such a bounded step may be replayed from a recorded shape class, writing
     them into the same arrays each time (engine/lookup/replayed_step.py, SOK1X_CAPTURE).
     detach=True (a framework that may keep the output past its step, as a TensorFlow graph's
-    queue or loop does): a replayed output comes as a copy of its own."""
+    queue or loop does): a replayed output comes as a copy of its own. detach="held"
+    (DETACH_HELD; a framework that says what it holds through engine/lent_memory.py, as
+    sok1x's TensorFlow kernels do): the class's own output, unless a replay found an earlier
+    one still held (that step runs uncaptured, and copies come from then on)."""
     with _Step() as rt:
         keys = rt.backend.asarray(keys)
         table = _table_for_collective(rt, table_name, op)
         if replay:  # a class replayed before with these inputs: none of the checks below
             known = replayed_step.dense_known(rt, table, op, keys, row_shape, training, checks)
             if known is not None:
-                shaped = replayed_step.detached(rt, known[0]) if detach else known[0]
+                shaped = replayed_step.detached(rt, known[0], detach)
                 return shaped, np.int64(rt.stash.put(_forward_key(op), known[1]))
         error = None
         if row_shape is not None:
@@ -226,8 +232,7 @@ def dense_lookup(table_name, op, keys, training, row_shape=None, checks="end", r
         shaped = backend.reshape(vectors, tuple(keys.shape) + (table.dim,))
         if replayed is not None:
             replayed_step.remember_dense(rt, table, op, keys, row_shape, training, checks, shaped)
-            if detach:
-                shaped = replayed_step.detached(rt, shaped)
+            shaped = replayed_step.detached(rt, shaped, detach)
         return shaped, np.int64(token)
 
 
@@ -358,8 +363,7 @@ def keyed_lookup(table_names, op, keyed, training, key_limits=None, checks="end"
         tables = _tables_for_collective(rt, list(table_names), op)
         out, state = keyed_lookup_module.keyed_forward(rt, tables, op, keyed, training,
                                                        key_limits, checks, replay)
-        if detach:
-            out = replayed_step.detached(rt, out)
+        out = replayed_step.detached(rt, out, detach)
         return out, np.int64(rt.stash.put(_forward_key(op), state))
 
 

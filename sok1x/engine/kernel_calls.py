@@ -9,7 +9,8 @@ after the engine's, and writes one TensorRecord per output:
 
     keep != 0   the engine's array is lent: the output IS its memory (no copy, on the device or
                 the host, 64-byte aligned as TensorFlow requires); TensorFlow calls release(keep)
-                when it drops the tensor
+                when it drops the tensor. engine/lent_memory.py keeps the record, so that a
+                replayed step never writes memory TensorFlow still holds
     keep == 0   an output TensorFlow allocated (sok1x_allocate_output) and on_call filled with
                 the result's bytes: small and unaligned host outputs, every host output on GPU,
                 and empty outputs
@@ -44,7 +45,7 @@ import weakref
 import numpy as np
 
 from sok1x.backend import dlpack
-from sok1x.engine import runtime
+from sok1x.engine import lent_memory, runtime
 
 MAX_DIMS = 8
 TENSOR_RECORD = struct.Struct("=QQqqq%dq" % MAX_DIMS)  # data, keep, code, bits, ndim, dims
@@ -62,8 +63,6 @@ _CODES = ((StopIteration, OUT_OF_RANGE), ((ValueError, TypeError), INVALID_ARGUM
 
 _calls = {}  # number -> weak reference to its KernelCall (its graph holds it)
 _numbers = itertools.count(1)
-_lent = {}  # keep -> the engine array TensorFlow holds as an output
-_keeps = itertools.count(1)
 _library = {}  # "retain", "release", "allocate": the C library's functions, once attached
 
 
@@ -261,16 +260,14 @@ def _output_record(backend, result, dtype, code_bits, kind, on_gpu, allocate, in
                    else result.__array_interface__["data"][0])
         # lent where TensorFlow can take it (the engine knows its own rows by their memory)
         if not copied and not address % _ALIGNMENT:
-            keep = next(_keeps)
-            _lent[keep] = result
+            keep = lent_memory.lend(result, address, result.nbytes)
         else:
             ctypes.memmove(allocate(index, shape), address or result.tobytes(), result.nbytes)
             address = 0
     else:
         result = backend.exportable(result)
         address = backend.address_of(result)
-        keep = next(_keeps)
-        _lent[keep] = result
+        keep = lent_memory.lend(result, address, result.nbytes)
     return TENSOR_RECORD.pack(address, keep, code_bits[0], code_bits[1], len(shape),
                               *(tuple(shape) + _NO_DIMS[len(shape):]))
 
@@ -502,12 +499,12 @@ _invoke_buffers = {}  # (number, inputs) -> invoke()'s records, reused
 
 def release(keep):
     """TensorFlow dropped the output lent as `keep`: the engine gets its memory back."""
-    _lent.pop(keep, None)
+    lent_memory.release(keep)
 
 
 def lent_count():
     """How many engine arrays TensorFlow holds as outputs now (for leak tests)."""
-    return len(_lent)
+    return lent_memory.count()
 
 
 _callbacks = {}

@@ -172,20 +172,28 @@ def test_a_step_through_the_kernel_half_equals_the_engines_step(cuda, rng):
     assert kernel_calls.lent_count() == before, "an output PyTorch dropped was not given back"
 
 
-@pytest.mark.parametrize("detach", [False, True])
+def bounded_reference(cuda, rng, monkeypatch, table, steps):
+    """With the bounded step on: `steps` batches, the engine's own steps' outputs on them and
+    the rows they leave (data, want, want_rows), the table `table` made anew after."""
+    monkeypatch.setenv(bounded_step.ENV, "1")
+    data = batches(rng, steps)
+    new_table(table)
+    want = [engine_step(cuda, table, keys, s + 1) for s, keys in enumerate(data)]
+    want_rows = table_rows(cuda, table, np.concatenate(data))
+    new_table(table)
+    return data, want, want_rows
+
+
+@pytest.mark.parametrize("detach", [False, True, api.DETACH_HELD])
 def test_a_replayed_step_through_the_kernel_half_equals_the_engines_step(cuda, rng,
                                                                          monkeypatch, detach):
     """A session's bounded step replayed through the kernels (graph_ops' dense lookup passes
-    replay=True, and detach=True: its output and gradient copies of their own): the forward
-    and backward replay, and the update, handed the backward's lent gradient as PyTorch's
-    tensors (other arrays over the same memory), replays too; every output and row equals
-    the uncaptured bounded step's."""
-    monkeypatch.setenv(bounded_step.ENV, "1")
-    data = batches(rng, 8)
-    new_table("kc_replayed")
-    want = [engine_step(cuda, "kc_replayed", keys, s + 1) for s, keys in enumerate(data)]
-    want_rows = table_rows(cuda, "kc_replayed", np.concatenate(data))
-    new_table("kc_replayed")
+    replay=True and detach=DETACH_HELD: its output and gradient the class's own arrays while
+    nothing holds them past a step; detach=True: copies of their own): the forward and backward
+    replay, and the update, handed the backward's lent gradient as PyTorch's tensors (other
+    arrays over the same memory), replays too; every output and row equals the uncaptured
+    bounded step's."""
+    data, want, want_rows = bounded_reference(cuda, rng, monkeypatch, "kc_replayed", 8)
     replayed = []
     original = replayed_step.update
     monkeypatch.setattr(replayed_step, "update", lambda *args: replayed.append(
@@ -198,6 +206,45 @@ def test_a_replayed_step_through_the_kernel_half_equals_the_engines_step(cuda, r
     # the forward's first sight and recording, the backward's recording, then the update's
     # first sight (recorded) and replays
     assert sum(r is not None for r in replayed) >= len(data) - 3
+    with runtime.entered() as rt:
+        replayed_step.free(rt)
+
+
+def test_outputs_the_framework_holds_past_a_step_are_never_written(cuda, rng, monkeypatch):
+    """detach=DETACH_HELD, what graph_ops passes through the kernels: PyTorch holds each step's
+    output and gradient tensors (the engine's own memory, lent) until the next step is done, as
+    a queue of one would. Read then, each still holds its own step's values: a replay that
+    finds an array of its class held runs uncaptured, the class hands out copies from then on
+    and replays again, its update too; the table ends as the engine's own step leaves it."""
+    data, want, want_rows = bounded_reference(cuda, rng, monkeypatch, "kc_held", 10)
+    counted = {"held": 0, "update": 0}
+
+    def counting(original, what):
+        def counted_call(*args):
+            result = original(*args)
+            counted[what] += result if what == "held" else result is not None
+            return result
+        return counted_call
+    for name in ("_output_held", "_outputs_held"):
+        monkeypatch.setattr(replayed_step, name, counting(getattr(replayed_step, name), "held"))
+    monkeypatch.setattr(replayed_step, "update", counting(replayed_step.update, "update"))
+    kernels = KernelStep("kc_held", replay=True, detach=api.DETACH_HELD)
+    before = kernel_calls.lent_count()
+    held = None
+    for s, keys in enumerate(data):
+        got = kernels.step(torch.from_numpy(keys).cuda(), s + 1)
+        if held is not None:  # the step before's tensors, read after this step ran
+            assert_equal(held, want[s - 1])
+        held = got
+        if s == 3:
+            updates_before_held = counted["update"]
+    assert_equal(held, want[-1])
+    del held, got
+    np.testing.assert_array_equal(table_rows(cuda, "kc_held", np.concatenate(data)), want_rows)
+    assert counted["held"] >= 2  # the forward's output, then the backward's
+    assert counted["update"] > updates_before_held  # copies, handed back, replay the update
+    gc.collect()
+    assert kernel_calls.lent_count() == before
     with runtime.entered() as rt:
         replayed_step.free(rt)
 

@@ -32,11 +32,16 @@ its new rows are stamped with. After it, the placed keys are kept (their count c
 with the next size) and the step journal records their erasing. Its forward reads its checks at its
 end (the journal step that undoes a bad step's insert may close before a backward: _reads_later),
 and its insert passes a negative key by. The engine's own step does (bench/). TensorFlow's ops in a
-session's graph (graph_ops: the dense lookup, the keyed op) pass replay=True with detach=True,
-since a graph may keep an output past its step (a queue, a while loop's TensorArray): a replayed
-output and gradient come as copies of their own (detached(); the backward's kept, one per class,
-until its next replay, so that the update handed them back still replays: _refill copies them, as
-handed back, into the arrays the recorded update reads). Eager code and tf.function do not replay.
+session's graph (graph_ops: the dense lookup, the keyed op) pass replay=True with a detach, since
+a graph may keep an output past its step (a queue, a while loop's TensorArray). detach=True (a
+py_func's seam): a replayed output and gradient come as copies of their own (detached(); the
+backward's kept, one per class, until its next replay, so that the update handed them back still
+replays: _refill copies them, as handed back, into the arrays the recorded update reads).
+detach=HELD (sok1x's TensorFlow kernels, which record what TensorFlow holds in
+engine/lent_memory.py): the class's own arrays, as for the engine's step, until a replay finds one
+of them still held; that step takes the uncaptured path and the class hands out copies from then
+on. Whatever the detach, a replay never writes an array the framework holds, nor does an update's
+_refill. Eager code and tf.function do not replay.
 
 Shape class. A forward op (its tower, place and name), its table (or group), the keys' shape and
 dtype and the checks mode, and a keyed lookup's keys per member, key limits and, with segment
@@ -93,6 +98,7 @@ import time
 
 import numpy as np
 
+from sok1x.engine import lent_memory
 from sok1x.engine.lookup import bounded_step, distinct_rows, peer_capacity, replayed_ranks
 from sok1x.engine.lookup.exchange_header import order_checks
 from sok1x.engine.lookup.key_exchange import (
@@ -107,6 +113,7 @@ from sok1x.engine.tables import optimizer_updates
 from sok1x.errors import CaptureError
 
 ENV = "SOK1X_CAPTURE"
+HELD = "held"  # api's detach=HELD: copies only where the framework held an output (lent_memory)
 MAX_CLASSES = 16
 _SIGHTINGS_KEPT = 1024
 
@@ -140,6 +147,7 @@ class _Forward:
         self.routing = self.check = self.describe = None  # made at the first replay
         self.shaped = None  # the output as api.dense_lookup shapes it (remember_dense)
         self.fronts = []  # the callers' fronts remembered for it (remember_front)
+        self.copies = False  # hands out copies of its output (detached())
         self.backwards = {}  # top gradient read in place (True) or copied (False) -> _Backward
 
     def outputs(self):
@@ -174,6 +182,7 @@ class _Backward:
         self.updates = {}  # (rule, slot prefix, options) -> _Update
         self.result = None  # (values, rows, Padded) every replay returns, from the first on
         self.detached = None  # copies of its outputs the last detached replay handed out
+        self.copies = False  # hands out copies of its outputs (detach)
 
     @property
     def held_bytes(self):
@@ -372,19 +381,33 @@ def forward_of(runtime, key, table, op, keys, checks, run, cuts, hooks=None, rou
     return _replay(runtime, classes, entry, op, keys, checks, riders)
 
 
-def detached(runtime, array):
-    """A copy of `array` the caller owns, where `array` is (a view of) a forward class's output,
-    which the next replay writes again (api's detach=True: a framework that may keep it past
-    the step); `array` itself otherwise."""
+def detached(runtime, array, detach=True):
+    """`array`, a lookup's output, as api's `detach` hands it out: where it is (a view of) a
+    forward class's output, which the next replay writes again, a copy the caller owns for
+    detach=True (a framework that may keep it past the step), and for detach=HELD where the
+    class found its output still held at a replay (_output_held); `array` itself otherwise."""
     classes = runtime.replays
-    if classes is None or not classes.forwards or not array.size:
+    if not detach or classes is None or not classes.forwards or not array.size:
         return array
     backend = runtime.backend
     address = backend.address_of(array)
     for entry in classes.forwards.values():
         if entry.routing is not None and backend.address_of(entry.outputs()[3]) == address:
+            if detach == HELD and not entry.copies:
+                return array
             return _fixed_copies(backend, [array])[0]
     return array
+
+
+def _output_held(backend, entry):
+    """True where the framework still holds forward class `entry`'s output (lent_memory: lent
+    at an earlier step and not given back), which its replay would write: that step takes the
+    uncaptured path, and the class hands out copies from then on (detached())."""
+    outputs = entry.work.outputs
+    if outputs is None or not lent_memory.holds_arrays(backend, [entry.outputs()[3]]):
+        return False
+    entry.copies = True
+    return True
 
 
 def _fixed_copies(backend, arrays):
@@ -452,6 +475,8 @@ def _replay_ranks(runtime, classes, entry, op, keys, riders=()):
         _drop(runtime, classes, entry.key)
         return None
     backend = runtime.backend
+    if _output_held(backend, entry):
+        return None
     if not _copy_riders(backend, entry, riders):
         return None
     if keys is not entry.keys:
@@ -482,6 +507,8 @@ def _replay(runtime, classes, entry, op, keys, checks, riders=()):
     if entry.prepare is not None:
         return _replay_ranks(runtime, classes, entry, op, keys, riders)
     backend = runtime.backend
+    if _output_held(backend, entry):
+        return None
     if entry.hooks is not None and not entry.hooks.ready(keys):
         return None  # (before the order checks: the uncaptured path makes them)
     if not _copy_riders(backend, entry, riders):
@@ -627,9 +654,11 @@ def backward(runtime, table, op, routing, grads, detach=False):
     lookup's): the backward of a replayed forward's `routing` of `table` with top gradient
     `grads` (backend float32 [n, dim]). Returns (values, rows, Padded) as
     key_exchange.lookup_backward_many does for a bounded step, or None where the uncaptured path
-    must run (routing not a replayed one, a gradient of another shape). detach: the arrays
-    returned are copies the caller owns (a framework that may keep them past the step), held
-    here until the next replay of the class so that their update still replays."""
+    must run (routing not a replayed one, a gradient of another shape, outputs the framework
+    still holds). detach=True: the arrays returned are copies the caller owns (a framework
+    that may keep them past the step), held here until the next replay of the class so that
+    their update still replays; detach=HELD: so only once the class found its outputs still
+    held at a replay (lent_memory), the class's own arrays before."""
     classes = runtime.replays
     entry = None if classes is None else classes.by_rows.get(id(routing.owner_rows))
     if (entry is None or entry.routing.owner_rows is not routing.owner_rows
@@ -648,12 +677,14 @@ def backward(runtime, table, op, routing, grads, detach=False):
         if grads.size != routing.count * table.dim:
             return None
         grads = backend.reshape(grads, (routing.count, table.dim))
-    deferred = bounded_step.take(runtime, [routing])
-    order_checks(runtime, op)
     own = grads is vectors or (backend.address_of(grads) == backend.address_of(vectors)
                                and tuple(grads.shape) == tuple(vectors.shape))  # or a view
     shape = (own, pieces.tobytes())
     recorded = entry.backwards.get(shape)
+    if recorded is not None and _outputs_held(backend, recorded):
+        return None
+    deferred = bounded_step.take(runtime, [routing])
+    order_checks(runtime, op)
     if recorded is None or recorded.work is None:  # first sight, or a work that was refused
         fixed = grads if own else backend.empty(tuple(grads.shape), np.float32)
         if not own:
@@ -667,24 +698,37 @@ def backward(runtime, table, op, routing, grads, detach=False):
             backend.copy_array(recorded.grads, grads)
         recorded.work.replay()
         out = recorded.work.outputs
-        if recorded.result is not None and not detach:  # the same arrays at every replay
+        copies = detach is True or (detach == HELD and recorded.copies)
+        if recorded.result is not None and not copies:  # the same arrays at every replay
             bounded_step.raise_if_set(runtime, deferred)
             distinct_rows.remember(recorded.result[1])
             return recorded.result
     bounded_step.raise_if_set(runtime, deferred)  # the forward's checks, this work queued
     replayed = recorded is not None and recorded.work is not None and (
         out is recorded.work.outputs)
-    if detach and replayed:
+    copies = replayed and (detach is True or (detach == HELD and recorded.copies))
+    if copies:
         out = _detached(backend, classes, recorded)
     rows = backend.exportable(out[0])
     distinct_rows.remember(rows)
     result = out[1], rows, bounded_step.Padded(pieces, out[2])
-    if replayed and not detach and rows is out[0]:
+    if replayed and not copies and rows is out[0]:
         classes.by_gradient[backend.address_of(out[1])] = (entry, recorded)  # its update
         recorded.result = result
-    elif detach and replayed:
+    elif copies:
         classes.detached[backend.address_of(out[1])] = (entry, recorded)
     return result
+
+
+def _outputs_held(backend, recorded):
+    """True where the framework still holds backward class `recorded`'s outputs (lent_memory),
+    which its replay would write: that step takes the uncaptured path, and the class hands
+    out copies from then on."""
+    outputs = None if recorded.work is None else recorded.work.outputs
+    if outputs is None or not lent_memory.holds_arrays(backend, outputs[:3]):
+        return False
+    recorded.copies = True
+    return True
 
 
 def _detached(backend, classes, recorded):
@@ -709,7 +753,8 @@ def update(runtime, tables, rule_name, slot_prefix, options, hyper, values_list,
     entry, backward, out = found
     if not _same_array(runtime.backend, rows_list[0], out[0]) or tables[0] is not entry.table:
         return None
-    _refill(runtime.backend, backward, out)
+    if not _refill(runtime.backend, backward, out):
+        return None
     if not _update_of(runtime, entry, backward, rule_name, slot_prefix, options, hyper):
         return None
     return [int(out[0].shape[0])]
@@ -739,7 +784,8 @@ def keyed_update(runtime, tables, rule_name, slot_prefix, options, hyper, values
     counts = np.asarray(counts).reshape(-1)
     if not fits or counts.shape != pieces.shape or not np.array_equal(counts, pieces):
         return None
-    _refill(backend, backward, out)
+    if not _refill(backend, backward, out):
+        return None
     if not _update_of(runtime, entry, backward, rule_name, slot_prefix, options, hyper):
         return None
     return [int(out[0].shape[0])] if members is None else pieces.copy()
@@ -768,11 +814,17 @@ def _replayed_gradient(runtime, values):
 def _refill(backend, backward, out):
     """Before a replayed update: where the backward's outputs were handed out as copies, those
     (as the caller hands them back, changed in place or not) are copied into the arrays the
-    recorded update reads."""
-    held = backward.work.outputs
-    if out is not held:
-        for given, fixed in zip(out[:3], held[:3]):
-            backend.copy_array(fixed, given)
+    recorded update reads. Returns False where the framework still holds those arrays (handed
+    out before the class turned to copies: lent_memory), nothing copied: the update must not
+    replay."""
+    fixed = backward.work.outputs
+    if out is fixed:
+        return True
+    if lent_memory.holds_arrays(backend, fixed[:3]):
+        return False
+    for given, into in zip(out[:3], fixed[:3]):
+        backend.copy_array(into, given)
+    return True
 
 
 def _same_rows(backend, rows, own, starts):
