@@ -66,5 +66,9 @@ def holds_arrays(backend, arrays):
     """holds() for the memory of backend `arrays` (None entries passed by)."""
     if not _spans:
         return False
-    return holds([(backend.address_of(a), backend.address_of(a) + int(a.nbytes))
-                  for a in arrays if a is not None])
+    spans = []
+    for array in arrays:
+        if array is not None:
+            start = backend.address_of(array)
+            spans.append((start, start + int(array.nbytes)))
+    return holds(spans)

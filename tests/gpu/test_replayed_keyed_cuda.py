@@ -304,3 +304,23 @@ def test_pooled_keys_replay_and_agree(combiner, weighted):
                 np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-6)
         replayed.append(held())
     assert replayed[-1] == (1, 1)  # the class and its update recorded, replayed since
+
+
+def test_a_replayed_inserts_member_list_from_its_sizes_equals_the_list_read_whole():
+    """hash_insert_members given the sizes a replayed step just read (filled into the list kept
+    per layout of the indexes) writes, for every member, what the list read from the indexes
+    whole holds: slots, slot count, first new row, room and row start, no pool."""
+    from sok1x.backend.cuda import hash as cuda_hash
+    backend = runtime.get().backend
+    with runtime.entered():
+        indexes = [cuda_hash.HashIndex(capacity) for capacity in (100, 7, 3000)]
+        starts = np.array([0, 100, 107, 3107], dtype=np.int64)
+        for step, sizes in enumerate(([0, 0, 0], [5, 7, 1200], [99, 3, 2999])):
+            for index, size in zip(indexes, sizes):
+                index.size = size
+            whole = host(backend.hash_insert_members(indexes, starts))
+            into = backend.empty((len(indexes) * 7,), np.int64)
+            given = backend.hash_insert_members(indexes, starts, into,
+                                                np.array(sizes, dtype=np.int64))
+            assert given is into
+            np.testing.assert_array_equal(host(given), whole, err_msg="step %d" % step)

@@ -218,7 +218,7 @@ class HashIndex:
         return keys[order], rows[order]
 
 
-def hash_insert_members(indexes, row_starts, into=None):
+def hash_insert_members(indexes, row_starts, into=None, sizes=None):
     """cuda's list of a group's members for a replayed insert: the cpu insert reads the indexes
     themselves whenever it runs, so there is none (None)."""
     return None

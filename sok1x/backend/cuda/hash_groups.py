@@ -68,12 +68,46 @@ def _members(indexes, row_starts, pools=None, into=None):
 
 
 @uses_context
-def hash_insert_members(indexes, row_starts, into=None):
+def hash_insert_members(indexes, row_starts, into=None, sizes=None):
     """The member list hash_insert_many(..., members=) takes for a group's `indexes` as they are
     now (each member's next rows and room from its size), written into `into` (device int64
     [T * 7], kept by the caller: a replayed insert's graph reads it at every replay, so the host
-    writes it before each) or a new array. The cpu backend's twin returns None."""
-    return _members(indexes, row_starts, None, into)
+    writes it before each) or a new array. sizes: None, or host int64 [T], the indexes' sizes
+    as the caller just read them; then only those and the room are filled in per call, into
+    the rest of the list as it is kept per layout (a replayed step writes it at every step).
+    The cpu backend's twin returns None."""
+    if sizes is None:
+        return _members(indexes, row_starts, None, into)
+    listing = _insert_layout(indexes, row_starts).copy()
+    listing[:, 2] = sizes
+    listing[:, 3] -= sizes  # the capacity, less the size: the room
+    if into is None:
+        return to_device(listing.reshape(-1))
+    upload(ptr(into), listing.reshape(-1))
+    return into
+
+
+_insert_layouts = collections.OrderedDict()  # (slots, capacities, row starts) -> host [T, 7]
+
+
+def _insert_layout(indexes, row_starts):
+    """hash_insert_members' host list of a layout of the indexes with sizes 0 and the room
+    their capacities (slots, slot counts and row starts change only where an index is rebuilt
+    or the rows are laid out again)."""
+    key = (tuple(int(index._slots.gpudata) for index in indexes),
+           tuple(index.capacity for index in indexes),
+           tuple(int(s) for s in row_starts[:len(indexes)]))
+    listing = _insert_layouts.get(key)
+    if listing is None:
+        listing = np.zeros((len(indexes), 7), dtype=np.int64)
+        listing[:, 0], listing[:, 3], listing[:, 4] = key
+        listing[:, 1] = [index.slot_count for index in indexes]
+        _insert_layouts[key] = listing
+        if len(_insert_layouts) > _LAYOUTS_KEPT:
+            _insert_layouts.popitem(last=False)
+    else:
+        _insert_layouts.move_to_end(key)
+    return listing
 
 
 _LAYOUTS_KEPT = 64

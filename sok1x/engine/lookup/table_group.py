@@ -675,7 +675,8 @@ class ReplayedInsert:
         """True, with the member list and the clock written, where the step's `keys` (backend
         int64, each member's in turn, as the lookup's) fit."""
         group = self.group
-        backend, room = group.backend, group.capacities - group.sizes()
+        sizes = group.sizes()
+        backend, room = group.backend, group.capacities - sizes
         if np.any(self.counts > room):
             if self._tags is None:
                 self._tags = backend.part_tags(self.cuts)
@@ -684,7 +685,7 @@ class ReplayedInsert:
             if np.any(np.asarray(backend.to_host(counted))[0] > room):
                 return False
         self.members = backend.hash_insert_members(group.indexes(), group.row_starts,
-                                                   self.members)
+                                                   self.members, sizes)
         if self.clock is None:
             self.clock = backend.empty((1,), np.float64)
             self._given = backend.empty((1,), np.float32)
