@@ -6,39 +6,46 @@ asks here first whether the framework still holds any of them: a queue, a while 
 TensorArray or a value the program keeps may hold an output past its step. Each lent array is a
 span of memory [start, end); a query asks whether any held span meets the spans it names. The
 spans are kept sorted by start, with the longest one's length, so a query looks at the spans
-that can reach it, not at all of them (a step of 26 tables holds some 30 at once).
+that can reach it, not at all of them (a step of 26 tables holds some 30 at once). TensorFlow
+drops tensors on any of its threads, also while another op's kernel lends or asks, so every
+change and query holds one lock.
 """
 import bisect
 import itertools
+import threading
 
 _spans = []  # (start, end, keep), sorted
 _arrays = {}  # keep -> (the array lent, its span)
 _keeps = itertools.count(1)
 _longest = [0]  # the longest span lent since the registry was last empty
+_lock = threading.Lock()
 
 
 def lend(array, start, nbytes):
     """Records that the framework holds `array`, whose memory is `nbytes` from address `start`;
     returns the keep number that release() takes. The registry keeps `array` alive."""
-    keep = next(_keeps)
-    span = (int(start), int(start) + int(nbytes), keep)
-    bisect.insort(_spans, span)
-    _arrays[keep] = (array, span)
-    if nbytes > _longest[0]:
-        _longest[0] = int(nbytes)
+    with _lock:
+        keep = next(_keeps)
+        span = (int(start), int(start) + int(nbytes), keep)
+        bisect.insort(_spans, span)
+        _arrays[keep] = (array, span)
+        if nbytes > _longest[0]:
+            _longest[0] = int(nbytes)
     return keep
 
 
 def release(keep):
     """The framework dropped the array lent as `keep` (a second release does nothing)."""
-    found = _arrays.pop(keep, None)
-    if found is None:
-        return
-    index = bisect.bisect_left(_spans, found[1])
-    if index < len(_spans) and _spans[index] == found[1]:
-        del _spans[index]
-    if not _spans:
-        _longest[0] = 0
+    with _lock:
+        found = _arrays.pop(keep, None)
+        if found is None:
+            return
+        index = bisect.bisect_left(_spans, found[1])
+        if index < len(_spans) and _spans[index] == found[1]:
+            del _spans[index]
+        if not _spans:
+            _longest[0] = 0
+    del found  # the array itself goes outside the lock (its memory may be freed now)
 
 
 def count():
@@ -50,15 +57,16 @@ def holds(spans):
     """True when the framework holds memory that meets any of `spans` ((start, end) pairs)."""
     if not _spans:
         return False
-    for start, end in spans:
-        if end <= start:
-            continue
-        # a held span meeting [start, end) starts before `end` and after start - longest
-        low = bisect.bisect_right(_spans, (start - _longest[0],))
-        high = bisect.bisect_left(_spans, (end,))
-        for held_start, held_end, _ in _spans[low:high]:
-            if held_end > start and held_end > held_start:
-                return True
+    with _lock:
+        for start, end in spans:
+            if end <= start:
+                continue
+            # a held span meeting [start, end) starts before `end` and after start - longest
+            low = bisect.bisect_right(_spans, (start - _longest[0],))
+            high = bisect.bisect_left(_spans, (end,))
+            for held_start, held_end, _ in _spans[low:high]:
+                if held_end > start and held_end > held_start:
+                    return True
     return False
 
 

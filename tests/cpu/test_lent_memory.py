@@ -59,3 +59,36 @@ def test_holds_arrays_reads_the_arrays_memory():
         assert not lent_memory.holds_arrays(cpu, [whole[:16], whole[32:]])
     finally:
         lent_memory.release(keep)
+
+
+def test_threads_lending_and_releasing_at_once_leave_nothing_held():
+    """TensorFlow drops tensors on its own threads while other kernels lend: after four threads
+    each lent and released 2000 spans at once, none is held and no query finds one."""
+    import threading
+    before = lent_memory.count()
+    base = 1 << 44
+
+    def churn(seed):
+        rng = np.random.default_rng(seed)
+        mine = []
+        for _ in range(2000):
+            if mine and rng.random() < 0.5:
+                lent_memory.release(mine.pop(int(rng.integers(len(mine)))))
+            else:
+                mine.append(lent_memory.lend(None, base + int(rng.integers(0, 1 << 20)),
+                                             int(rng.integers(1, 4096))))
+        for keep in mine:
+            lent_memory.release(keep)
+    import sys
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads switch between almost any two bytecodes
+    try:
+        threads = [threading.Thread(target=churn, args=(seed,)) for seed in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert lent_memory.count() == before
+    assert not lent_memory.holds([(base, base + (1 << 21))])
