@@ -278,7 +278,7 @@ def on_call(address, allocator=None):
     allocator(index, shape) -> address: TensorFlow's output allocation (default: the C
     library's sok1x_allocate_output)."""
     fields = CALL_RECORD.unpack(ctypes.string_at(address, CALL_RECORD.size))
-    owners = ()
+    owners, records = (), []
     try:
         call = call_of(fields[0])
         if call is None:
@@ -295,6 +295,7 @@ def on_call(address, allocator=None):
             arguments, owners = _read_inputs(backend, call, fields, on_gpu)
             if on_gpu and not staging:
                 backend.wait_for_framework(stream)
+                lent_memory.calling(functools.partial(backend.wait_for_framework, stream))
             if staging:
                 arguments = [_staged(backend, a, k) for a, k in zip(arguments, call.kinds)]
             first = call.check and not call.first_done
@@ -307,14 +308,19 @@ def on_call(address, allocator=None):
                 call.first_seen = read + [_host_copy(backend, r) for r in results[:-1]]
                 call.first_done = True
             allocator = allocator or functools.partial(_allocate, address)
-            records = [_output_record(backend, results[i], dtype, code_bits, kind, on_gpu,
-                                      allocator, index, lend=not staging)
-                       for index, (i, kind, dtype, code_bits) in enumerate(call.outputs)]
-            del results
-            if on_gpu and staging:
-                backend.synchronize()  # the outputs complete before TensorFlow gets them
-            elif on_gpu:
-                backend.release_to_framework(stream)
+            try:
+                for index, (i, kind, dtype, code_bits) in enumerate(call.outputs):
+                    records.append(_output_record(backend, results[i], dtype, code_bits, kind,
+                                                  on_gpu, allocator, index, lend=not staging))
+                del results
+                if on_gpu and staging:
+                    backend.synchronize()  # the outputs complete before TensorFlow gets them
+                elif on_gpu:
+                    backend.release_to_framework(stream)
+            except BaseException:  # TensorFlow never gets these records, nor releases them
+                for record in records:
+                    lent_memory.release(TENSOR_RECORD.unpack_from(record)[1])
+                raise
         if records:
             ctypes.memmove(fields[7], b"".join(records), len(records) * TENSOR_RECORD.size)
         _retain_kept(address, owners)
@@ -325,6 +331,8 @@ def on_call(address, allocator=None):
         del exc
         _retain_kept(address, owners)
         return 1
+    finally:
+        lent_memory.calling(None)
 
 
 _seam = {"fallback": False, "asked": None, "said": False}

@@ -9,6 +9,13 @@ spans are kept sorted by start, with the longest one's length, so a query looks 
 that can reach it, not at all of them (a step of 26 tables holds some 30 at once). TensorFlow
 drops tensors on any of its threads, also while another op's kernel lends or asks, so every
 change and query holds one lock.
+
+On a GPU the framework gives a tensor back once the work that reads it is queued, not done. A
+kernel call orders the engine's stream after the framework's once, before the engine reads its
+inputs (engine/kernel_calls.py, which names that reorder here: calling()); a tensor given back
+after that may still be read by work queued after it. So writable(), which a replay asks
+before it writes, orders the engine's stream after the framework's again where some tensor came
+back since.
 """
 import bisect
 import itertools
@@ -19,6 +26,8 @@ _arrays = {}  # keep -> (the array lent, its span)
 _keeps = itertools.count(1)
 _longest = [0]  # the longest span lent since the registry was last empty
 _lock = threading.Lock()
+_released = [0]  # how many releases so far
+_call = threading.local()  # the running kernel call's reorder and the releases it has seen
 
 
 def lend(array, start, nbytes):
@@ -45,7 +54,29 @@ def release(keep):
             del _spans[index]
         if not _spans:
             _longest[0] = 0
+        _released[0] += 1
     del found  # the array itself goes outside the lock (its memory may be freed now)
+
+
+def calling(reorder):
+    """Names the running kernel call's reorder() (engine/kernel_calls.py: the engine's stream
+    ordered after the framework's work queued so far, on a GPU), or None once it ends."""
+    _call.reorder = reorder
+    _call.released = _released[0]
+
+
+def writable(backend, arrays):
+    """True when the framework holds no memory of backend `arrays`, so that the engine may write
+    them (a replay). Where the framework gave a tensor back since the running kernel call
+    ordered the engine's stream after the framework's, that order is made again first (work the
+    framework queued reading the tensor comes before the writes)."""
+    if holds_arrays(backend, arrays):
+        return False
+    reorder = getattr(_call, "reorder", None)
+    if reorder is not None and _call.released != _released[0]:
+        _call.released = _released[0]
+        reorder()
+    return True
 
 
 def count():

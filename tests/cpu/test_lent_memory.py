@@ -92,3 +92,28 @@ def test_threads_lending_and_releasing_at_once_leave_nothing_held():
         sys.setswitchinterval(interval)
     assert lent_memory.count() == before
     assert not lent_memory.holds([(base, base + (1 << 21))])
+
+
+def test_a_release_during_a_call_orders_the_engine_after_the_framework_again():
+    """writable(): while a kernel call runs (calling(reorder)), memory the framework gave back
+    after the call ordered the engine's stream after the framework's is written only once
+    reorder() made that order again (the framework's work that reads it may be queued after the
+    call's first order); with nothing given back since, no second order; held memory is not
+    writable, and nothing is ordered for it."""
+    from sok1x.backend import cpu
+    whole = np.zeros(64, np.float32)
+    reorders = []
+    first = lent_memory.lend(whole[:16], cpu.address_of(whole), 64)
+    lent_memory.calling(lambda: reorders.append(True))
+    try:
+        assert not lent_memory.writable(cpu, [whole[:8]])
+        assert lent_memory.writable(cpu, [whole[32:]]) and reorders == []
+        lent_memory.release(first)  # given back while the call runs
+        assert lent_memory.writable(cpu, [whole[:8]]) and reorders == [True]
+        assert lent_memory.writable(cpu, [whole[:8]]) and reorders == [True]
+    finally:
+        lent_memory.calling(None)
+        lent_memory.release(first)
+    second = lent_memory.lend(whole[16:32], cpu.address_of(whole[16:32]), 64)
+    lent_memory.release(second)
+    assert lent_memory.writable(cpu, [whole]) and reorders == [True]  # no call running

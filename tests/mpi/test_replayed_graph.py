@@ -285,3 +285,43 @@ def test_outputs_a_graph_keeps_past_the_step_are_its_own(world, monkeypatch, kin
     if boundary.seam_path() == boundary.KERNELS:
         assert replays.held >= 1
         assert replays.copies >= 1  # the class turned to copies, and replayed again
+
+
+def own_gradient_trained(world, monkeypatch, capture):
+    """A session whose top gradient is the lookup's own output (grad_ys=out, as d(0.5 |out|^2)
+    gives), trained by sok1x's Adam with SOK1X_CAPTURE=`capture`: each step's output."""
+    fresh_plans()
+    rank, size = world
+    monkeypatch.setenv(replayed_step.ENV, capture)
+    rng = np.random.default_rng(43)
+    data = [rng.integers(0, 32 * size, size=(3 * size, 2, 2))[rank::size] for _ in range(STEPS)]
+    with tf1.Graph().as_default() as graph:
+        layer = sok1x.All2AllDenseEmbedding(
+            32, 4, 2, 2, use_hashtable=False,
+            embedding_initializer=tf1.random_uniform_initializer(-0.5, 0.5, seed=11))
+        keys = tf1.placeholder(tf1.int64, [3, 2, 2])
+        out = layer(keys)
+        gradient = tf1.gradients(out, [layer.var], grad_ys=[out])[0]
+        train = sok1x.optimizers.Adam(0.02).apply_gradients([(gradient, layer.var)])
+        got = []
+        with session(graph) as sess:
+            sess.run(tf1.global_variables_initializer())
+            for step in data:
+                got.append(np.array(sess.run([out, train], {keys: step})[0], copy=True))
+    with runtime.entered() as rt:
+        replayed_step.free(rt)
+    return got
+
+
+def test_a_top_gradient_that_is_the_output_itself_keeps_replaying(world, monkeypatch):
+    """The backward's first sight keeps the class's own output as its gradient, not
+    TensorFlow's input over it: a kernel's input the engine keeps keeps TensorFlow's tensor, and
+    the output lent would then be held for good (each later step uncaptured)."""
+    want = own_gradient_trained(world, monkeypatch, "0")
+    replays = Replays(monkeypatch)
+    got = own_gradient_trained(world, monkeypatch, "1")
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a, b)
+    assert replays.held == 0
+    assert replays.counts["_replay"] >= STEPS - 3
+    assert replays.counts["backward"] == replays.counts["_replay"]

@@ -157,6 +157,30 @@ def test_engine_errors_reach_sess_run_as_py_funcs_do(monkeypatch, kind, text, tf
     assert kernel_calls.lent_count() == before
 
 
+@needs_kernels
+def test_a_call_failing_at_a_later_output_lends_nothing(monkeypatch):
+    """An engine call whose first output was lent when its second failed (more dims than a
+    record carries): TensorFlow gets neither record, so the first is given back at once, and no
+    memory of it stays held (a replay would never write it again)."""
+    from sok1x.backend.cpu.aligned import exportable
+    from sok1x.engine import lent_memory
+    monkeypatch.setenv(boundary.SEAM_ENV, "kernels")
+    before = kernel_calls.lent_count()
+    lent = exportable(np.ones((16, 4), np.float32))
+
+    def engine(x):
+        return [lent, np.zeros((1,) * 9, np.float32)]
+
+    with tf1.Graph().as_default() as graph:
+        outs = boundary.engine_op(engine, [tf1.constant([1.0])], [tf1.float32, tf1.float32],
+                                  "failing_late")
+        with session(graph) as sess:
+            with pytest.raises(tf1.errors.InvalidArgumentError, match="9 dims"):
+                sess.run(outs)
+    assert kernel_calls.lent_count() == before
+    assert not lent_memory.holds_arrays(cpu, [lent])
+
+
 def test_host_staging_hands_numpy_arrays(monkeypatch):
     monkeypatch.setenv(boundary.SEAM_ENV, "host")
     seen = {}

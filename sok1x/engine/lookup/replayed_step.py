@@ -404,7 +404,7 @@ def _output_held(backend, entry):
     at an earlier step and not given back), which its replay would write: that step takes the
     uncaptured path, and the class hands out copies from then on (detached())."""
     outputs = entry.work.outputs
-    if outputs is None or not lent_memory.holds_arrays(backend, [entry.outputs()[3]]):
+    if outputs is None or lent_memory.writable(backend, [entry.outputs()[3]]):
         return False
     entry.copies = True
     return True
@@ -686,7 +686,9 @@ def backward(runtime, table, op, routing, grads, detach=False):
     deferred = bounded_step.take(runtime, [routing])
     order_checks(runtime, op)
     if recorded is None or recorded.work is None:  # first sight, or a work that was refused
-        fixed = grads if own else backend.empty(tuple(grads.shape), np.float32)
+        # own: the class's output itself, never the caller's array over it (a kernel's input
+        # the engine kept would keep TensorFlow's tensor, and so the output lent, held for good)
+        fixed = vectors if own else backend.empty(tuple(grads.shape), np.float32)
         if not own:
             backend.write_rows(fixed, 0, grads)
         run = functools.partial(_backward_run, runtime, table, entry.routing, fixed, pieces)
@@ -725,7 +727,7 @@ def _outputs_held(backend, recorded):
     which its replay would write: that step takes the uncaptured path, and the class hands
     out copies from then on."""
     outputs = None if recorded.work is None else recorded.work.outputs
-    if outputs is None or not lent_memory.holds_arrays(backend, outputs[:3]):
+    if outputs is None or lent_memory.writable(backend, outputs[:3]):
         return False
     recorded.copies = True
     return True
@@ -820,7 +822,7 @@ def _refill(backend, backward, out):
     fixed = backward.work.outputs
     if out is fixed:
         return True
-    if lent_memory.holds_arrays(backend, fixed[:3]):
+    if not lent_memory.writable(backend, fixed[:3]):
         return False
     for given, into in zip(out[:3], fixed[:3]):
         backend.copy_array(into, given)
