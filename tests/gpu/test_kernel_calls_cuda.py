@@ -225,8 +225,7 @@ def test_outputs_the_framework_holds_past_a_step_are_never_written(cuda, rng, mo
             counted[what] += result if what == "held" else result is not None
             return result
         return counted_call
-    for name in ("_output_held", "_outputs_held"):
-        monkeypatch.setattr(replayed_step, name, counting(getattr(replayed_step, name), "held"))
+    monkeypatch.setattr(replayed_step, "_found_held", counting(replayed_step._found_held, "held"))
     monkeypatch.setattr(replayed_step, "update", counting(replayed_step.update, "update"))
     kernels = KernelStep("kc_held", replay=True, detach=api.DETACH_HELD)
     before = kernel_calls.lent_count()

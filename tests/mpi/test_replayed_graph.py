@@ -61,8 +61,7 @@ class Replays:
             monkeypatch.setattr(replayed_step, name, self._counted(name,
                                                                    getattr(replayed_step, name)))
         self.held = self.copies = 0
-        for name in ("_output_held", "_outputs_held"):
-            monkeypatch.setattr(replayed_step, name, self._held(getattr(replayed_step, name)))
+        monkeypatch.setattr(replayed_step, "_found_held", self._held(replayed_step._found_held))
         copies = replayed_step._fixed_copies
 
         def counted_copies(backend, arrays):

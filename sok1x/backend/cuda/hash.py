@@ -104,13 +104,8 @@ class HashIndex:
     @property
     def size(self):
         """Keys held."""
-        later = self._later
-        if len(later) == 1 and callable(later[0][0]):  # a replayed insert's count: one copy
-            entry = later[0]
-            host = entry[0]()  # (a read that fails leaves it pending, as below)
-            self._later = []
-            self._count(entry, host)
-        elif later:
+        if self._later:
+            later = self._later
             queued = [entry for entry in later if callable(entry[0])]  # copies queued already
             waited = [entry for entry in later if not callable(entry[0])]
             hosts = [entry[0]() for entry in queued]

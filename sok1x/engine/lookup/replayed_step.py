@@ -157,6 +157,10 @@ class _Forward:
             return self.prepare.outputs[:2] + self.work.outputs
         return self.work.outputs
 
+    def handed_out(self):
+        """The arrays a replay writes and hands out: [vectors], or None before the first."""
+        return None if self.work.outputs is None else [self.outputs()[3]]
+
     @property
     def held_bytes(self):
         return (int(self.keys.nbytes) + sum(int(r.nbytes) for r in self.riders)
@@ -183,6 +187,11 @@ class _Backward:
         self.result = None  # (values, rows, Padded) every replay returns, from the first on
         self.detached = None  # copies of its outputs the last detached replay handed out
         self.copies = False  # hands out copies of its outputs (detach)
+
+    def handed_out(self):
+        """The arrays a replay writes and hands out: [rows, summed, own rows], or None where
+        there is no recorded work or it has not run."""
+        return None if self.work is None or self.work.outputs is None else self.work.outputs[:3]
 
     @property
     def held_bytes(self):
@@ -385,7 +394,7 @@ def detached(runtime, array, detach=True):
     """`array`, a lookup's output, as api's `detach` hands it out: where it is (a view of) a
     forward class's output, which the next replay writes again, a copy the caller owns for
     detach=True (a framework that may keep it past the step), and for detach=HELD where the
-    class found its output still held at a replay (_output_held); `array` itself otherwise."""
+    class found its output still held at a replay (_found_held); `array` itself otherwise."""
     classes = runtime.replays
     if not detach or classes is None or not classes.forwards or not array.size:
         return array
@@ -393,20 +402,24 @@ def detached(runtime, array, detach=True):
     address = backend.address_of(array)
     for entry in classes.forwards.values():
         if entry.routing is not None and backend.address_of(entry.outputs()[3]) == address:
-            if detach == HELD and not entry.copies:
-                return array
-            return _fixed_copies(backend, [array])[0]
+            return _fixed_copies(backend, [array])[0] if _hands_copies(detach, entry) else array
     return array
 
 
-def _output_held(backend, entry):
-    """True where the framework still holds forward class `entry`'s output (lent_memory: lent
-    at an earlier step and not given back), which its replay would write: that step takes the
-    uncaptured path, and the class hands out copies from then on (detached())."""
-    outputs = entry.work.outputs
-    if outputs is None or lent_memory.writable(backend, [entry.outputs()[3]]):
+def _hands_copies(detach, holder):
+    """Whether a forward or backward class `holder` hands out copies for api's `detach`: always
+    for True, for HELD once it found an output still held (_found_held), never for False."""
+    return detach is True or (detach == HELD and holder.copies)
+
+
+def _found_held(backend, holder):
+    """True where the framework still holds memory of what a forward or backward class `holder`
+    hands out (lent_memory: lent at an earlier step and not given back), which its replay would
+    write: that step takes the uncaptured path, and the class hands out copies from then on."""
+    handed = holder.handed_out()
+    if handed is None or lent_memory.writable(backend, handed):
         return False
-    entry.copies = True
+    holder.copies = True
     return True
 
 
@@ -475,7 +488,7 @@ def _replay_ranks(runtime, classes, entry, op, keys, riders=()):
         _drop(runtime, classes, entry.key)
         return None
     backend = runtime.backend
-    if _output_held(backend, entry):
+    if _found_held(backend, entry):
         return None
     if not _copy_riders(backend, entry, riders):
         return None
@@ -507,7 +520,7 @@ def _replay(runtime, classes, entry, op, keys, checks, riders=()):
     if entry.prepare is not None:
         return _replay_ranks(runtime, classes, entry, op, keys, riders)
     backend = runtime.backend
-    if _output_held(backend, entry):
+    if _found_held(backend, entry):
         return None
     if entry.hooks is not None and not entry.hooks.ready(keys):
         return None  # (before the order checks: the uncaptured path makes them)
@@ -681,7 +694,7 @@ def backward(runtime, table, op, routing, grads, detach=False):
                                and tuple(grads.shape) == tuple(vectors.shape))  # or a view
     shape = (own, pieces.tobytes())
     recorded = entry.backwards.get(shape)
-    if recorded is not None and _outputs_held(backend, recorded):
+    if recorded is not None and _found_held(backend, recorded):
         return None
     deferred = bounded_step.take(runtime, [routing])
     order_checks(runtime, op)
@@ -700,15 +713,15 @@ def backward(runtime, table, op, routing, grads, detach=False):
             backend.copy_array(recorded.grads, grads)
         recorded.work.replay()
         out = recorded.work.outputs
-        copies = detach is True or (detach == HELD and recorded.copies)
-        if recorded.result is not None and not copies:  # the same arrays at every replay
+        # the same arrays at every replay
+        if recorded.result is not None and not _hands_copies(detach, recorded):
             bounded_step.raise_if_set(runtime, deferred)
             distinct_rows.remember(recorded.result[1])
             return recorded.result
     bounded_step.raise_if_set(runtime, deferred)  # the forward's checks, this work queued
     replayed = recorded is not None and recorded.work is not None and (
         out is recorded.work.outputs)
-    copies = replayed and (detach is True or (detach == HELD and recorded.copies))
+    copies = replayed and _hands_copies(detach, recorded)
     if copies:
         out = _detached(backend, classes, recorded)
     rows = backend.exportable(out[0])
@@ -720,17 +733,6 @@ def backward(runtime, table, op, routing, grads, detach=False):
     elif copies:
         classes.detached[backend.address_of(out[1])] = (entry, recorded)
     return result
-
-
-def _outputs_held(backend, recorded):
-    """True where the framework still holds backward class `recorded`'s outputs (lent_memory),
-    which its replay would write: that step takes the uncaptured path, and the class hands
-    out copies from then on."""
-    outputs = None if recorded.work is None else recorded.work.outputs
-    if outputs is None or lent_memory.writable(backend, outputs[:3]):
-        return False
-    recorded.copies = True
-    return True
 
 
 def _detached(backend, classes, recorded):
