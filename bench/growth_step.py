@@ -9,8 +9,12 @@ growth holds at its peak (issue 17: hbm and hybrid DynamicVariables in hash grou
 backward, LazyAdam update through engine/api.py) that brings --new new keys a rank and table,
 these ways, each from tables made anew and filled alike:
     room     hbm, init_capacity 2 x rows: the new keys fit (the ordinary step, the reference)
-    grow     hbm, init_capacity rows: every member of the group doubles in this step (its flat
-             values, LazyAdam's two slots and update times laid out again, its index rebuilt)
+    grow     hbm, init_capacity rows: every member of the group doubles in this step, its rows
+             growing in place (device memory mapped behind its new rows of the flat values,
+             LazyAdam's two slots and update times, nothing copied: table_group.GROW_ENV's
+             default at this size), its index rebuilt
+    grow_copies  the same with SOK1X_GROW_IN_PLACE=0 while the group forms: its flat arrays
+             laid out again and copied (the growth before 2026-11-27)
     evict    hybrid, max_capacity rows: every member evicts --new keys by LRU and hands their rows
              to the new keys, keeping the evicted keys and vectors for a reader, who reads them
              in the timed step (api.pop_evicted of every table: sok1x.sparse_read_and_evict)
@@ -49,7 +53,7 @@ import harness
 
 SPEC = random_init.make_spec("uniform", -0.05, 0.05, seed=5)
 HYPER = {"lr_t": 0.01, "beta1": 0.9, "beta2": 0.999, "epsilon": 1e-8}  # LazyAdam's
-WAYS = ("room", "grow", "evict", "evict_device", "evict_drop")
+WAYS = ("room", "grow", "grow_copies", "evict", "evict_device", "evict_drop")
 
 
 def parse_args(argv=None):
@@ -115,11 +119,13 @@ class Case:
         return api.shard(self.names[0]).group
 
     def group_bytes(self):
+        """The bytes of the group's rows held (not those a group growing in place reserved)."""
         group = self.group()
         arrays = [group.values, group.times] + list(group.slots.values())
         if group.statistics is not None:
             arrays.append(group.statistics)
-        return sum(int(a.nbytes) for a in arrays)
+        held = int(np.sum(getattr(group, "held_rows", np.diff(group.row_starts))))
+        return sum(int(a.nbytes) // int(a.shape[0]) * held for a in arrays)
 
 
 def read_evicted(case, way, _=None):
@@ -153,6 +159,11 @@ def copy_gbps(backend, nbytes=256 << 20, repeats=5):
     return 2 * nbytes / (harness.median(times) * 1e6)
 
 
+def table_group_env():
+    """The switch of growth in place (an older sok1x has none: its name is harmless there)."""
+    return getattr(table_group, "GROW_ENV", "SOK1X_GROW_IN_PLACE")
+
+
 def run_case(rt, args, way, repeat, peaks, profile=False):
     """Times one way once from fresh tables (profile: profiles it instead); returns {figure:
     value}."""
@@ -160,7 +171,16 @@ def run_case(rt, args, way, repeat, peaks, profile=False):
     harness.release_memory(backend)
     base = used_bytes(backend)
     case = Case(rt, args, way, repeat)
-    case.step(case.fill, "fill")
+    forming = os.environ.get(table_group_env(), None)
+    if way == "grow_copies":  # read when the group forms, in the fill
+        os.environ[table_group_env()] = "0"
+    try:
+        case.step(case.fill, "fill")
+    finally:
+        if way == "grow_copies":
+            os.environ.pop(table_group_env(), None)
+            if forming is not None:
+                os.environ[table_group_env()] = forming
     group = case.group()
     assert isinstance(group, table_group.HashGroup), "the tables did not form a hash group"
     capacities = [api.shard(name).capacity for name in case.names]
@@ -176,6 +196,7 @@ def run_case(rt, args, way, repeat, peaks, profile=False):
         ms = timed(rt, lambda: read_evicted(case, way, case.step(case.steps[0], "first")))
     grown = [api.shard(name).capacity for name in case.names]
     result = {"ms": ms, "group_bytes_before": before_bytes, "used_before": before,
+              "in_place": bool(getattr(group, "reserved", False)),
               "grew": harness.job_max(any(g > c for g, c in zip(grown, capacities))),
               "evicting_members": harness.job_max(sum(api.shard(n).evicted_keys > 0
                                                           for n in case.names))}
@@ -227,7 +248,7 @@ def main(argv=None):
     for way, runs in results.items():
         entry = harness.summary([r["ms"] for r in runs])
         for key in ("second_ms", "peak_used", "used_before", "group_bytes_before", "grew",
-                    "evicting_members"):
+                    "evicting_members", "in_place"):
             if key in runs[0]:
                 entry[key] = harness.median([r[key] for r in runs])
         out["ways"][way] = entry
@@ -239,7 +260,10 @@ def main(argv=None):
     group_bytes = grow["group_bytes_before"]
     floor_ms = 2 * group_bytes / (gbps * 1e6)  # every byte of the group read and written once
     extra = grow["median_ms"] - room["median_ms"]
+    copies = out["ways"]["grow_copies"]
     out["growth"] = {"extra_ms": extra, "floor_ms": floor_ms,
+                     "over_room": grow["median_ms"] / room["median_ms"],
+                     "copies_over_room": copies["median_ms"] / room["median_ms"],
                      "floor_share": floor_ms / extra if extra > 0 else None,
                      "group_gib": group_bytes / 2 ** 30,
                      "peak_over_group": (grow.get("peak_used", 0) - grow["used_before"])
@@ -250,6 +274,9 @@ def main(argv=None):
                                        out["growth"]["floor_share"] else 0,
                                        out["growth"]["group_gib"], gbps,
                                        out["growth"]["peak_over_group"] or 0))
+    harness.say("a doubling step / a step with room: %.2fx in place (%s), %.2fx by copies"
+                % (out["growth"]["over_room"], grow.get("in_place"),
+                   out["growth"]["copies_over_room"]))
     harness.write_json(args.out, out)
     harness.finish()
 

@@ -827,6 +827,45 @@ def test_sliced_host_rows_are_one_range(cuda, rng):
     assert np.array_equal(view[probe], written)
 
 
+def test_reserved_rows_grow_in_place_as_on_the_cpu(cuda, rng):
+    """Rows that grow in place (backend/cuda/reserved_rows.py), three members of one flat
+    array, each doubling, against the cpu twin doing the same: the kernels' writes and reads of
+    backed rows agree, no row moves, memory is behind whole granules of the rows held only, a
+    failed growth's pieces go back, and a view outlives the array."""
+    members, most, dim, granule = 3, 1 << 20, 32, 2 << 20
+    got = cuda.reserved_rows((members * most, dim), np.float32)
+    want = cpu.reserved_rows((members * most, dim), np.float32)
+    address, held = cuda.address_of(got), [0] * members
+    for grown in (1000, 30000, 70000):  # each member doubles (or more): new rows, filled
+        for t in range(members):
+            start = t * most
+            for backend, array in ((cuda, got), (cpu, want)):
+                backend.back_rows(array, start + held[t], start + grown)
+                backend.fill_value(backend.row_view(array, start + held[t], start + grown),
+                                   0.5 * t)
+            held[t] = grown
+        probe = np.concatenate([t * most + rng.choice(grown, 200, replace=False)
+                                for t in range(members)])
+        values = rng.standard_normal((probe.shape[0], dim)).astype(np.float32)
+        cuda.put_rows(got, cuda.asarray(probe), cuda.asarray(values))
+        want[probe] = values
+        assert cuda.address_of(got) == address
+        for t in range(members):  # every held row, as the twin holds it
+            np.testing.assert_array_equal(
+                host(cuda, cuda.row_view(got, t * most, t * most + grown)),
+                want[t * most:t * most + grown])
+        held_bytes = members * grown * dim * 4
+        assert held_bytes <= cuda.backed_bytes(got) <= held_bytes + 2 * members * granule
+    before = cuda.backed_bytes(got)
+    pieces = cuda.back_rows(got, 2 * most + held[2], 2 * most + 4 * held[2])
+    assert cuda.backed_bytes(got) > before
+    cuda.unback_rows(got, pieces)
+    assert cuda.backed_bytes(got) == before
+    view = cuda.row_view(got, most, most + 10)
+    del got
+    np.testing.assert_array_equal(host(cuda, view), want[most:most + 10])
+
+
 def rows_over(cuda, block, shape):
     """A float32 GPUArray of `shape` over a HostBlock's device address (kept alive with it)."""
     from pycuda import gpuarray

@@ -496,19 +496,32 @@ def make_hbm_tables(prefix, count, init=8, most=8192):
     return names
 
 
-def test_an_hbm_group_that_grows_equals_its_tables_one_by_one():
+@pytest.mark.parametrize("growth", ["copies", "in_place"])
+def test_an_hbm_group_that_grows_equals_its_tables_one_by_one(growth, monkeypatch):
     """Members of 8 rows get hundreds of new keys a step (far more than a full index's slots):
-    the group counts them exactly and grows each member in one step, as each grows alone."""
+    the group counts them exactly and grows each member in one step, as each grows alone;
+    whether the group lays its arrays out again or grows its rows in place (device memory
+    mapped behind them, backend/cuda/reserved_rows.py)."""
+    monkeypatch.setenv(table_group.GROW_ENV, "1" if growth == "in_place" else "0")
     names = make_hbm_tables("cuda_hbm_group", 5)
     together = hash_steps(names, True, steps=3)
     tables = [api.shard(name) for name in names]
     group = tables[0].group
     assert isinstance(group, table_group.HashGroup) and group.members == tables
+    assert group.reserved == (growth == "in_place")
     grown = [table.capacity for table in tables]
     assert all(capacity > 8 for capacity in grown)
-    assert list(np.diff(group.row_starts)) == grown
+    assert list(group.held_rows) == grown
+    assert list(np.diff(group.row_starts)) == (
+        [8192] * len(tables) if group.reserved else grown)
+    if group.reserved:  # memory behind the rows held only, whole granules of them
+        backed, granule = group.reserved_bytes(), 2 << 20
+        arrays = [group.values, group.times] + list(group.slots.values())
+        held = sum(sum(grown) * a.nbytes // a.shape[0] for a in arrays)
+        assert held <= backed <= held + 2 * granule * len(tables) * len(arrays)
     assert all(table.index.size <= table.capacity for table in tables)
     grouped = [hash_state(name) for name in names]
+    monkeypatch.undo()
     make_hbm_tables("cuda_hbm_group", 5)  # the same tables anew (same initial rows)
     alone = hash_steps(names, False, steps=3)
     assert [api.shard(name).capacity for name in names] == grown

@@ -52,6 +52,14 @@ def engine():
     return runtime.init(backend="cpu")
 
 
+@pytest.fixture(autouse=True, params=["copies", "in_place"])
+def growth(request, monkeypatch):
+    """Every test twice: groups that grow by laying their arrays out again, and groups whose
+    rows grow in place (table_group.GROW_ENV; these tables are too small for it by default)."""
+    monkeypatch.setenv(table_group.GROW_ENV, "1" if request.param == "in_place" else "0")
+    return request.param
+
+
 def make_tables(tag, init=INIT, most=MAX, layout=LAYOUT):
     """Creates the layout's tables anew (the same names give the same initial rows)."""
     names = ["%s_%s" % (tag, suffix) for suffix, _, _ in layout]
@@ -134,7 +142,9 @@ def on_some_rank(flag):
 def assert_a_group_of_views(group):
     """Every member's arrays are views of its rows in the group's flat arrays (rows split
     between device and host memory: on cpu, views of the one array holding the flat rows)."""
-    assert list(np.diff(group.row_starts)) == [m.capacity for m in group.members]
+    assert list(group.held_rows) == [m.capacity for m in group.members]
+    reserved = [m.max_capacity if group.reserved else m.capacity for m in group.members]
+    assert list(np.diff(group.row_starts)) == reserved  # in place: every row a member may hold
     assert list(group.capacities) == [m.capacity for m in group.members]
     for t, member in enumerate(group.members):
         assert member.values.shape[0] == member.capacity
@@ -147,7 +157,7 @@ def assert_a_group_of_views(group):
                 "data"][0]
 
 
-def test_an_hbm_group_that_grows_equals_its_tables_one_by_one():
+def test_an_hbm_group_that_grows_equals_its_tables_one_by_one(growth):
     names = make_tables("dg")
     rng = np.random.default_rng([3, RANK])
     inputs, _ = batch(rng, 0)
@@ -156,6 +166,7 @@ def test_an_hbm_group_that_grows_equals_its_tables_one_by_one():
     together = run_steps(names, True)
     group = tables[0].group
     assert isinstance(group, table_group.HashGroup)
+    assert group.reserved == (growth == "in_place")
     assert group.members == [tables[t] for t in (0, 1, 3, 5)]
     assert tables[2].group is None and tables[4].group is None  # hybrid, another dim
     assert all(api.shard(name) is table for name, table in zip(names, tables))
@@ -168,6 +179,53 @@ def test_an_hbm_group_that_grows_equals_its_tables_one_by_one():
     alone = run_steps(names, False)
     assert all(api.shard(name).group is None for name in names)
     assert_same_steps(names, together, alone, grouped)
+
+
+def test_a_group_grown_in_place_keeps_its_arrays_and_backs_the_rows_held_only(growth):
+    """Grown in place, a group keeps its flat arrays (the same memory, every row where it
+    was) and has memory behind its members' rows held only, whole pages of them; grown by
+    copies, its arrays are new ones of the rows held."""
+    names = make_tables("dg_place", most=1 << 16)
+    rng = np.random.default_rng([5, RANK])
+    inputs, _ = batch(rng, 0)
+    api.pooled_lookup(names, "dg_place_first", inputs, True)
+    run_steps(names, True, steps=1, tag="dg_place_slots")  # Adagrad's slot made
+    group = api.shard(names[0]).group
+    arrays = [group.values, group.times] + [group.slots[name] for name in sorted(group.slots)]
+    addresses = [a.__array_interface__["data"][0] for a in arrays]
+    held = capacities(names)
+    run_steps(names, True, steps=3, seed=11, tag="dg_place")
+    assert on_some_rank(capacities(names) != held)
+    after = [group.values, group.times] + [group.slots[name] for name in sorted(group.slots)]
+    moved = [a.__array_interface__["data"][0] for a in after] != addresses
+    assert on_some_rank(moved) if growth == "copies" else not moved
+    assert_a_group_of_views(group)
+    if growth == "copies":
+        assert group.reserved_bytes() is None
+        assert group.values.shape[0] == sum(capacities(names[i] for i in (0, 1, 3, 5)))
+        return
+    page, held = 4096, np.asarray(group.held_rows)
+    assert group.values.shape[0] == len(group.members) * (1 << 16)
+    held_bytes = sum(int(held.sum()) * a.itemsize * int(np.prod(a.shape[1:])) for a in after)
+    assert held_bytes <= group.reserved_bytes() <= held_bytes + 2 * page * held.size * len(after)
+
+
+def test_gradient_rows_past_a_members_capacity_fail_and_change_nothing(growth):
+    """An update of the group's members whose rows for one member pass its capacity (in place:
+    rows its group reserved, with no memory behind them) fails naming that table, on every
+    rank, and changes no table."""
+    names = make_tables("dg_rows", most=1 << 16)
+    rng = np.random.default_rng([4, RANK])
+    inputs, _ = batch(rng, 0)
+    api.pooled_lookup(names, "dg_rows_first", inputs, True)
+    members = [names[t] for t in (0, 1, 3, 5)]
+    before = [shard_state(name) for name in names]
+    rows = [np.array([0], np.int64) for _ in members]
+    rows[1] = np.array([api.shard(members[1]).capacity], np.int64)
+    values = [np.ones((1, DIM), np.float32) for _ in members]
+    with pytest.raises(InvalidInputError, match="_h1: gradient rows must be in"):
+        api.apply_optimizer_updates(members, "adagrad", "Adagrad", {}, HYPER, values, rows)
+    assert_unchanged(names, before)
 
 
 def crowded_member(inputs):
@@ -228,6 +286,7 @@ def test_a_growth_that_fails_leaves_the_group_as_it_was_and_keeps_no_key(monkeyp
     group = api.shard(names[0]).group
     before, held, starts = [shard_state(name) for name in names], capacities(names), \
         group.row_starts
+    backed = group.reserved_bytes()  # in place: the memory behind the rows held
     crowded = list(inputs)
     keys = np.arange(4 * api.shard(names[0]).capacity * SIZE, dtype=np.int64) + 10 ** 13
     crowded[0] = PooledInput(keys, None, keys.shape[0], None, "sum")  # every rank grows h0
@@ -241,6 +300,7 @@ def test_a_growth_that_fails_leaves_the_group_as_it_was_and_keeps_no_key(monkeyp
         api.pooled_lookup(names, "dg_stop_bad", crowded, True)
     monkeypatch.undo()
     assert made and capacities(names) == held and group.row_starts is starts
+    assert group.reserved_bytes() == backed  # what the failed growth backed, given back
     assert_a_group_of_views(group)
     assert_unchanged(names, before)
     api.pooled_lookup(names, "dg_stop_again", crowded, True)

@@ -25,6 +25,12 @@ from sok1x.backend import given_hyper
 from sok1x.backend.copies import copy_array_error
 from sok1x.backend.given_hyper import hyper_given, time_given  # noqa: F401  (op set: D14)
 from sok1x.backend.cpu.rerun import captured_work  # noqa: F401  (part of the op set: D14)
+from sok1x.backend.cpu.reserved_rows import (  # noqa: F401  (op set: groups that grow)
+    back_rows,
+    backed_bytes,
+    reserved_rows,
+    unback_rows,
+)
 from sok1x.backend.cpu.eviction import (  # noqa: F401  (part of the op set)
     count_evictable,
     count_new_keys,

@@ -46,6 +46,12 @@ from sok1x.backend.cuda.hash_groups import (  # noqa: F401  (part of the op set:
     init_rows_tagged,
 )
 from sok1x.backend.cuda.captured_graph import captured_work  # noqa: F401  (op set: D14)
+from sok1x.backend.cuda.reserved_rows import (  # noqa: F401  (op set: groups that grow)
+    back_rows,
+    backed_bytes,
+    reserved_rows,
+    unback_rows,
+)
 from sok1x.backend.cuda.bulk import (  # noqa: F401  (part of the op set: checkpoints)
     free_device_memory, host_buffer, write_rows)
 from sok1x.backend.cuda.eviction import (  # noqa: F401  (part of the op set)

@@ -27,6 +27,20 @@ import os
 
 import numpy as np
 
+from sok1x.backend.cuda.memory_driver import (  # the driver's memory calls, shared with
+    ALLOCATION_PINNED as _ALLOCATION_PINNED,     # reserved_rows.py
+    GRANULARITY_RECOMMENDED as _GRANULARITY_RECOMMENDED,
+    LOCATION_DEVICE as _LOCATION_DEVICE,
+    LOCATION_HOST_NUMA as _LOCATION_HOST_NUMA,
+    PROT_READWRITE as _PROT_READWRITE,
+    AccessDesc as _AccessDesc,
+    AllocationProp as _AllocationProp,
+    call as _call,
+    ptr_t as _ptr,
+    size_t as _size,
+    u64 as _u64,
+)
+
 _HUGE = 2 << 20
 _METHODS = ("vmm", "thp", "slices", "pinned")
 _SLICE = 128 << 20
@@ -35,80 +49,10 @@ _SLICE = 128 << 20
 # vmm's CPU view disagreed with the kernels' in the probe: pinned is the default, the others
 # are opt-in for further measurement.
 _DEFAULT = "pinned"
-_LOCATION_HOST_NUMA = 3
-_LOCATION_DEVICE = 1
-_ALLOCATION_PINNED = 1
-_PROT_READWRITE = 3
-_GRANULARITY_RECOMMENDED = 1
 _ATTRIBUTE_HOST_NUMA_ID = 134
 _ATTRIBUTE_HOST_NUMA_VMM = 141
 _REGISTER_PORTABLE_DEVICEMAP = 0x01 | 0x02
 _MADV_HUGEPAGE = 14
-
-
-class _Location(ctypes.Structure):
-    _fields_ = [("type", ctypes.c_int), ("id", ctypes.c_int)]
-
-
-class _AllocationProp(ctypes.Structure):  # CUmemAllocationProp
-    _fields_ = [("type", ctypes.c_int), ("requestedHandleTypes", ctypes.c_int),
-                ("location", _Location), ("win32HandleMetaData", ctypes.c_void_p),
-                ("compressionType", ctypes.c_ubyte), ("gpuDirectRDMACapable", ctypes.c_ubyte),
-                ("usage", ctypes.c_ushort), ("reserved", ctypes.c_ubyte * 4)]
-
-
-class _AccessDesc(ctypes.Structure):  # CUmemAccessDesc
-    _fields_ = [("location", _Location), ("flags", ctypes.c_int)]
-
-
-_u64, _size, _ptr = ctypes.c_uint64, ctypes.c_size_t, ctypes.c_void_p
-_PROTOTYPES = (
-    # CUresult cuCtxGetDevice(CUdevice *device)
-    ("cuCtxGetDevice", [ctypes.POINTER(ctypes.c_int)]),
-    # CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev)
-    ("cuDeviceGetAttribute", [ctypes.POINTER(ctypes.c_int), ctypes.c_int, ctypes.c_int]),
-    # CUresult cuMemGetAllocationGranularity(size_t *g, const CUmemAllocationProp *p, int option)
-    ("cuMemGetAllocationGranularity", [ctypes.POINTER(_size), ctypes.POINTER(_AllocationProp),
-                                       ctypes.c_int]),
-    # CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t size, const prop *p, u64 flags)
-    ("cuMemCreate", [ctypes.POINTER(_u64), _size, ctypes.POINTER(_AllocationProp), _u64]),
-    # CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t align, CUdeviceptr addr,
-    #                              u64 flags)
-    ("cuMemAddressReserve", [ctypes.POINTER(_u64), _size, _size, _u64, _u64]),
-    # CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, handle h, u64 flags)
-    ("cuMemMap", [_u64, _size, _size, _u64, _u64]),
-    # CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *d, size_t n)
-    ("cuMemSetAccess", [_u64, _size, ctypes.POINTER(_AccessDesc), _size]),
-    # CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
-    ("cuMemUnmap", [_u64, _size]),
-    # CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size)
-    ("cuMemAddressFree", [_u64, _size]),
-    # CUresult cuMemRelease(CUmemGenericAllocationHandle h)
-    ("cuMemRelease", [_u64]),
-    # CUresult cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int flags)
-    ("cuMemHostRegister_v2", [_ptr, _size, ctypes.c_uint]),
-    # CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *dptr, void *p, unsigned int flags)
-    ("cuMemHostGetDevicePointer_v2", [ctypes.POINTER(_u64), _ptr, ctypes.c_uint]),
-    # CUresult cuMemHostUnregister(void *p)
-    ("cuMemHostUnregister", [_ptr]),
-)
-_library = {}
-
-
-def _driver():
-    if "cuda" not in _library:
-        library = ctypes.CDLL("libcuda.so.1")
-        for name, argtypes in _PROTOTYPES:
-            getattr(library, name).argtypes = argtypes
-            getattr(library, name).restype = ctypes.c_int
-        _library["cuda"] = library
-    return _library["cuda"]
-
-
-def _call(name, *args):
-    result = getattr(_driver(), name)(*args)
-    if result != 0:
-        raise RuntimeError("CUDA driver call %s failed with error %d" % (name, result))
 
 
 def method():

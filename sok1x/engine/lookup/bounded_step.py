@@ -111,9 +111,8 @@ def bounds_of(tables, member_keys, told, caps_here):
         if not np.all(told[:, position] == TOLD):
             return [None] * len(tables)
         keys = told[:, position + 1:position + 1 + members].sum(axis=0)
-        starts = getattr(table, "row_starts", None)
-        rows = (np.diff(starts) if starts is not None
-                else np.array([int(table.values.shape[0])], np.int64))
+        held = getattr(table, "held_rows", None)  # a group's members' rows
+        rows = held if held is not None else np.array([int(table.values.shape[0])], np.int64)
         out.append(np.minimum(np.minimum(keys, rows), told.shape[0] * int(caps_here[len(out)])))
         position += 1 + members
     return out

@@ -122,7 +122,7 @@ def _joined_gradient(backend, group, values, rows):
     gradients (values, own rows), checked."""
     bounds = backend.index_bounds(rows)
     for t, (table, r) in enumerate(zip(group.members, rows)):
-        held = int(group.row_starts[t + 1] - group.row_starts[t])
+        held = int(group.held_rows[t])
         low, high = (int(b) for b in bounds[t])
         if r.shape[0] and (low < -1 or high >= held):  # -1: padding, skipped
             raise InvalidInputError(
@@ -149,7 +149,7 @@ def keyed_gradient(backend, group, values, rows, counts):
         return last[2], (last[1] if _same_memory([values], [last[1]]) else values), counts.copy()
     cuts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
     bounds = backend.part_bounds([rows], cuts)
-    held = np.diff(group.row_starts)
+    held = group.held_rows
     bad = (np.diff(cuts) > 0) & ((bounds[:, 0] < -1) | (bounds[:, 1] >= held))  # -1: padding
     if np.any(bad):
         t = int(np.argmax(bad))

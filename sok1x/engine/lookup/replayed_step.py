@@ -266,10 +266,13 @@ def _classes(runtime):
 
 
 def _where(table):
-    """Where a table's rows are: (address, shape). A class whose table's rows moved is dropped
-    (the graph reads them where they were); the array itself is not kept, so that a table that
-    gives its rows up (a checkpoint load, say) does not hold them through a class."""
-    return table.backend.address_of(table.values), tuple(table.values.shape)
+    """Where a table's rows are: (address, shape, a group's layout). A class whose table's rows
+    moved, or whose group grew in place (its members' rows and indexes changed, not its flat
+    array), is dropped (the graph reads them where they were); the array itself is not kept, so
+    that a table that gives its rows up (a checkpoint load, say) does not hold them through a
+    class."""
+    return (table.backend.address_of(table.values), tuple(table.values.shape),
+            getattr(table, "layout", 0))
 
 
 def _forward_run(runtime, table, keys):

@@ -40,7 +40,14 @@ was; the grown member's index rebuilt; every key keeps its member's row), and th
 placed (one wait more, in a step that grows). Growth moves the flat rows of the members after
 the grown one: a lookup's Routing keeps the row_starts it routed with, and its backward pass
 splits by them into each member's own rows, which growth does not move (a lookup and its
-gradient may lie on either side of a growth, as in eager mode).
+gradient may lie on either side of a growth, as in eager mode). A large group grows in place
+instead (HashGroup._reserved_rows; SOK1X_GROW_IN_PLACE): its flat arrays reserve every member's
+max_capacity rows (row_starts from those, for good), with memory behind each member's rows held
+only (held_rows; backend.reserved_rows: device memory mapped behind a reserved address range on
+cuda, pages opened with mprotect on cpu, where touching a row not held faults as on a GPU); a
+growth maps memory behind the new rows and rebuilds the grown indexes, copying nothing and
+moving no row (its cost: the new rows' initial values, one pass over the new memory). Checks of
+a member's rows go by held_rows, never by row_starts.
 
 What separates groups (tables that cannot share a pass are looked up as units of their own, in
 the same exchange):
@@ -93,6 +100,9 @@ from sok1x.engine.tables.table import (
 )
 
 IN_PLACE_ENV = "SOK1X_EVICT_IN_PLACE"  # "0": full members evict by counts read first
+GROW_ENV = "SOK1X_GROW_IN_PLACE"  # "0": a growing group lays its arrays out again; "1": in place
+_GRANULE = 2 << 20  # the device's allocation granularity (backend.back_rows), 2 MiB on H100/H200
+_MOST_RESERVED = 64
 
 Unit = collections.namedtuple("Unit", "table positions")
 Unit.__doc__ = """One pass of a lookup: table (an EmbeddingTable or a TableGroup) and positions
@@ -114,7 +124,12 @@ class TableGroup:
         self.dim, self.placement, self.owner_rule = first.dim, first.placement, first.owner_rule
         self.size = runtime.size
         held = [int(table.values.shape[0]) for table in members]
-        self.row_starts = np.concatenate([[0], np.cumsum(held)]).astype(np.int64)
+        self.held_rows = np.array(held, dtype=np.int64)  # each member's rows (its views) now
+        reserved = self._reserved_rows(members)
+        self.reserved = reserved is not None  # rows grow in place (HashGroup._reserved_rows)
+        self.layout = 0  # counts the growths: a replayed step records the layout it read
+        self.row_starts = np.concatenate(
+            [[0], np.cumsum(held if reserved is None else reserved)]).astype(np.int64)
         self.key_starts = self._key_starts(members)
         self.hbm = self._device_rows(held)
         self.values = self._joined([table.values for table in members], 0.0, hbm=self.hbm)
@@ -140,6 +155,10 @@ class TableGroup:
         return np.concatenate(
             [[0], np.cumsum([table.key_limit for table in members])]).astype(np.int64)
 
+    @staticmethod
+    def _reserved_rows(members):
+        return None  # dense tables never grow
+
     def _device_rows(self, capacities):
         """Host int64 [T]: the rows of each member that live in device memory at `capacities`
         (a hybrid DynamicVariable's hbm_rows, tables/hybrid_rows.py), or None when all do: the
@@ -152,7 +171,8 @@ class TableGroup:
     def _view(self, array, t):
         if isinstance(array, hybrid_rows.GroupedRows):
             return array.member(self.backend, t)
-        return self.backend.row_view(array, int(self.row_starts[t]), int(self.row_starts[t + 1]))
+        start = int(self.row_starts[t])
+        return self.backend.row_view(array, start, start + int(self.held_rows[t]))
 
     def _joined(self, arrays, initial, row_shape=None, dtype=np.float32, starts=None, hbm=None):
         """A flat array holding each of `arrays` from its member's start (starts, default
@@ -164,6 +184,8 @@ class TableGroup:
         known = [a for a in arrays if a is not None]
         if known:
             row_shape, dtype = tuple(known[0].shape[1:]), known[0].dtype
+        if self.reserved:
+            return self._reserved_joined(arrays, initial, tuple(row_shape), dtype)
         if hbm is not None:
             grouped = hybrid_rows.GroupedRows(backend, np.diff(starts), hbm, row_shape, dtype,
                                               initial)
@@ -177,6 +199,21 @@ class TableGroup:
         for t, array in enumerate(arrays):
             if array is not None and array.shape[0]:  # one device copy a member
                 backend.write_rows(flat, int(starts[t]), array)
+        return flat
+
+    def _reserved_joined(self, arrays, initial, row_shape, dtype):
+        """_joined's flat array for a group whose rows grow in place: an array of every
+        member's reserved rows (backend.reserved_rows), memory behind each member's held rows
+        only, those holding its array's rows (`initial` where it has none)."""
+        backend = self.backend
+        flat = backend.reserved_rows((int(self.row_starts[-1]),) + row_shape, dtype)
+        for t, array in enumerate(arrays):
+            start = int(self.row_starts[t])
+            backend.back_rows(flat, start, start + int(self.held_rows[t]))
+            if array is None or array.shape[0] < self.held_rows[t]:
+                backend.fill_value(self._view(flat, t), initial)
+            if array is not None and array.shape[0]:
+                backend.write_rows(flat, start, array)
         return flat
 
     def slot(self, name, initial_value=0.0):
@@ -278,6 +315,31 @@ class HashGroup(TableGroup):
     @staticmethod
     def _key_starts(members):
         return None  # keys are tagged, never offset
+
+    @staticmethod
+    def _reserved_rows(members):
+        """Host int64 [members], the rows to reserve for each member (its max_capacity), where
+        the group's rows grow in place; else None (the copies of grow). In place: members that
+        may grow, none of which evicts or splits its rows (hbm DynamicVariables), where the
+        granules the members may leave unused (about one per member and array, _GRANULE: a
+        member's end shares one with the next one's start) are at most an eighth of the
+        group's values held, and the reserve at most _MOST_RESERVED times the rows held (the
+        backward's row bitmap is sized by the reserve). SOK1X_GROW_IN_PLACE=0: never;
+        =1: whenever such members may grow."""
+        wanted = os.environ.get(GROW_ENV, "")
+        held = np.array([int(table.values.shape[0]) for table in members], dtype=np.int64)
+        most = np.array([getattr(table, "max_capacity", n) for table, n in zip(members, held)],
+                        dtype=np.int64)
+        if wanted == "0" or np.array_equal(most, held) or any(
+                getattr(table, "statistics", None) is not None
+                or getattr(table, "hbm_rows", None) is not None for table in members):
+            return None
+        if wanted != "1":
+            held_bytes = int(held.sum()) * 4 * int(members[0].dim)
+            if (most.sum() > _MOST_RESERVED * held.sum()
+                    or len(members) * 4 * _GRANULE * 8 > held_bytes):
+                return None
+        return most
 
     def capacity_error(self, keys):
         raise NotImplementedError("a hash group's keys need their tags: insert_start")
@@ -508,6 +570,9 @@ class HashGroup(TableGroup):
                                in zip(members, needed, self.capacities)], dtype=np.int64)
         if np.array_equal(capacities, self.capacities):
             return
+        if self.reserved:
+            self._grow_in_place(capacities)
+            return
         starts = np.concatenate([[0], np.cumsum(capacities)]).astype(np.int64)
         hbm = self._device_rows(capacities)
 
@@ -521,6 +586,7 @@ class HashGroup(TableGroup):
         indexes = [rebuilt_index(backend, member.index, int(c)) if c != member.capacity
                    else member.index for member, c in zip(members, capacities)]
         self.row_starts, self.capacities = starts, capacities  # taken: nothing fails from here
+        self.held_rows = capacities.copy()
         self.hbm = hbm
         self.values, self.times, self.slots = values, times, slots
         self.statistics = statistics
@@ -532,7 +598,50 @@ class HashGroup(TableGroup):
                 member.slots[name] = self._view(flat, t)
             member.index, member.capacity = indexes[t], int(capacities[t])
         self.forget_steps()
+        self.layout += 1
         backend.release_unused()
+
+    def _grow_in_place(self, capacities):
+        """grow() of a group whose rows grow in place (_reserved_rows): memory behind each grown
+        member's new rows in every flat array (backend.back_rows), those rows given their
+        initial values, the grown members' indexes rebuilt; no row moves and nothing is
+        copied. A failure (of memory, say) gives back what it backed: the group stays as it
+        was."""
+        backend, members = self.backend, self.members
+        grown = np.flatnonzero(capacities != self.capacities).tolist()
+        arrays = [(self.values, 0.0), (self.times, 0.0)] + [
+            (flat, self.slot_initial[name]) for name, flat in self.slots.items()]
+        backed = []
+        try:
+            for flat, initial in arrays:
+                for t in grown:
+                    start = int(self.row_starts[t])
+                    old, new = start + int(self.capacities[t]), start + int(capacities[t])
+                    backed.append((flat, backend.back_rows(flat, old, new)))
+                    backend.fill_value(backend.row_view(flat, old, new), initial)
+            indexes = {t: rebuilt_index(backend, members[t].index, int(capacities[t]))
+                       for t in grown}
+        except BaseException:
+            for flat, pieces in reversed(backed):
+                backend.unback_rows(flat, pieces)
+            raise
+        self.capacities, self.held_rows = capacities, capacities.copy()  # taken
+        for t in grown:
+            member = members[t]
+            member.values, member.times = self._view(self.values, t), self._view(self.times, t)
+            for name, flat in self.slots.items():
+                member.slots[name] = self._view(flat, t)
+            member.index, member.capacity = indexes[t], int(capacities[t])
+        self.forget_steps()
+        self.layout += 1
+
+    def reserved_bytes(self):
+        """The device (or host) memory behind the flat arrays of a group whose rows grow in
+        place (backend.backed_bytes), else None."""
+        if not self.reserved:
+            return None
+        arrays = [self.values, self.times] + list(self.slots.values())
+        return sum(self.backend.backed_bytes(flat) for flat in arrays)
 
     def insert_kept(self, state, placed):
         """Ends insert_start's call without reading `placed`, where the caller knows that no

@@ -1,0 +1,209 @@
+"""Device arrays that grow in place: an address range reserved for all the rows an array may
+ever hold, device memory behind the rows in use only (CUDA's virtual memory management, as
+PyTorch's expandable segments do). A table group that grows maps memory behind its members'
+new rows instead of laying every array out again (engine/lookup/table_group.py): no copy, and
+the old rows never move.
+
+    reserved_rows(shape, dtype)     a GPUArray of `shape` over a reserved range with no memory
+                                    behind any row yet (reading one faults: back it first)
+    back_rows(array, start, stop)   device memory behind rows [start, stop) (whole granules of
+                                    the driver's allocation granularity, 2 MiB on H100/H200,
+                                    those backed already kept). Returns the pieces it mapped,
+                                    for unback_rows; their bytes hold anything until written.
+                                    Raises DeviceMemoryError where the GPU has no room (nothing
+                                    new is backed then).
+    unback_rows(array, pieces)      gives back_rows' pieces back to the driver
+    backed_bytes(array)             the device memory behind the array now
+
+Each piece is one cuMemCreate, cuMemMap and cuMemSetAccess (a run of granules not backed yet).
+The memory is freed, and the range given back, when the array and every view of it are gone,
+with the context made current for it (as the pool's blocks do, at interpreter exit too).
+Each function enters the context itself.
+"""
+import ctypes
+
+import numpy as np
+
+from sok1x.backend.cuda import context as cuda_context
+from sok1x.backend.cuda import memory_driver as driver
+from sok1x.backend.cuda.kernel_launch import elements, wrap
+from sok1x.errors import DeviceMemoryError
+
+
+def _device_prop():
+    prop = driver.AllocationProp()
+    prop.type = driver.ALLOCATION_PINNED
+    prop.location.type, prop.location.id = driver.LOCATION_DEVICE, driver.current_device()
+    return prop
+
+
+def granularity():
+    """The bytes of one granule: back_rows maps whole granules."""
+    size = driver.size_t()
+    driver.call("cuMemGetAllocationGranularity", ctypes.byref(size),
+                ctypes.byref(_device_prop()), driver.GRANULARITY_MINIMUM)
+    return max(int(size.value), 1)
+
+
+def _block_class():
+    """The pointer holder of a reserved range (built once PyCUDA loads: its base class)."""
+    if "class" in _CLASS:
+        return _CLASS["class"]
+    import pycuda.driver as pycuda_driver
+
+    class ReservedBlock(pycuda_driver.PointerHolderBase):
+        """A reserved range of `nbytes` at `address`; `backed` marks its granules that have
+        memory behind them, `pieces` maps a piece's first granule to (granules, handle)."""
+
+        def __init__(self, nbytes):
+            super(ReservedBlock, self).__init__()
+            self.step = granularity()
+            self.nbytes = -(-max(int(nbytes), 1) // self.step) * self.step
+            self.prop = _device_prop()
+            self.access = driver.AccessDesc()
+            self.access.location.type = driver.LOCATION_DEVICE
+            self.access.location.id = self.prop.location.id
+            self.access.flags = driver.PROT_READWRITE
+            address = driver.u64()
+            try:
+                driver.call("cuMemAddressReserve", ctypes.byref(address), self.nbytes, self.step,
+                            0, 0)
+            except driver.DriverCallError as exc:
+                raise DeviceMemoryError("sok1x could not reserve %.1f GiB of device addresses "
+                                        "for rows that grow in place: %s"
+                                        % (self.nbytes / 2.0 ** 30, exc)) from exc
+            self.address = int(address.value)
+            self.backed = np.zeros(self.nbytes // self.step, dtype=bool)
+            self.pieces = {}
+            self._context, self._pop = cuda_context.context(), pycuda_driver.Context.pop
+
+        def get_pointer(self):
+            return self.address
+
+        def __int__(self):
+            return self.address
+
+        __index__ = __int__
+
+        def back(self, start, stop):
+            """Backs bytes [start, stop) (module docstring); returns the pieces mapped."""
+            first, last = int(start) // self.step, -(-int(stop) // self.step)
+            wanted = ~self.backed[first:last]
+            if not wanted.any():
+                return []
+            edges = np.flatnonzero(np.diff(np.concatenate([[False], wanted, [False]])))
+            made = []
+            try:
+                for begin, end in zip(edges[0::2].tolist(), edges[1::2].tolist()):
+                    made.append(self._map(first + begin, end - begin))
+            except BaseException:
+                self.unback(made)
+                raise
+            return made
+
+        def _map(self, granule, count):
+            handle, size = driver.u64(), count * self.step
+            where = self.address + granule * self.step
+            try:
+                driver.call("cuMemCreate", ctypes.byref(handle), size, ctypes.byref(self.prop), 0)
+            except driver.DriverCallError as exc:
+                if exc.code != driver.OUT_OF_MEMORY:
+                    raise
+                free, total = _memory_info()
+                raise DeviceMemoryError(
+                    "GPU %d has no room for %.1f MiB more rows of a table group that grows (%.1f "
+                    "of %.1f GiB free). Leave room for sok1x's tables (TensorFlow's "
+                    "allow_growth), or make max_capacity smaller."
+                    % (cuda_context.device_ordinal(), size / 2.0 ** 20, free / 2.0 ** 30,
+                       total / 2.0 ** 30)) from exc
+            try:
+                driver.call("cuMemMap", where, size, 0, handle, 0)
+            except BaseException:
+                driver.call("cuMemRelease", handle)
+                raise
+            try:
+                driver.call("cuMemSetAccess", where, size, ctypes.byref(self.access), 1)
+            except BaseException:
+                driver.call("cuMemUnmap", where, size)
+                driver.call("cuMemRelease", handle)
+                raise
+            self.pieces[granule] = (count, handle.value)
+            self.backed[granule:granule + count] = True
+            return granule
+
+        def unback(self, pieces):
+            """Unmaps and frees `pieces` (back's), after the work queued on them is done."""
+            if pieces:
+                cuda_context.wait_stream("a wait before unmapping rows a growth backed")
+            for granule in pieces:
+                count, handle = self.pieces.pop(granule)
+                driver.call("cuMemUnmap", self.address + granule * self.step, count * self.step)
+                driver.call("cuMemRelease", handle)
+                self.backed[granule:granule + count] = False
+
+        def backed_bytes(self):
+            return int(self.backed.sum()) * self.step
+
+        def __del__(self):
+            # as the pool's blocks (context.py): the context made current around the release
+            try:
+                self._context.push()
+            except Exception:  # noqa: BLE001 (the driver is gone at interpreter exit)
+                return
+            try:
+                for granule, (count, handle) in list(self.pieces.items()):
+                    driver.call("cuMemUnmap", self.address + granule * self.step,
+                                count * self.step)  # waits for work on it, as cuMemFree
+                    driver.call("cuMemRelease", handle)
+                self.pieces.clear()
+                driver.call("cuMemAddressFree", self.address, self.nbytes)
+            except Exception:  # noqa: BLE001 (at interpreter exit the driver may refuse)
+                pass
+            finally:
+                self._pop()
+
+    _CLASS["class"] = ReservedBlock
+    return ReservedBlock
+
+
+_CLASS = {}
+
+
+def _memory_info():
+    import pycuda.driver as pycuda_driver
+    return pycuda_driver.mem_get_info()
+
+
+@cuda_context.uses_context
+def reserved_rows(shape, dtype):
+    """A GPUArray of `shape` over a reserved address range, no row backed (module docstring)."""
+    shape, dtype = tuple(int(n) for n in shape), np.dtype(dtype)
+    block = _block_class()(dtype.itemsize * elements(shape))
+    return wrap(shape, dtype, block)
+
+
+def _block(array):
+    block = array.gpudata
+    if not isinstance(block, _block_class()):
+        raise TypeError("not an array of reserved_rows()")
+    return block
+
+
+@cuda_context.uses_context
+def back_rows(array, start, stop):
+    """Device memory behind rows [start, stop) of reserved_rows' `array`; returns the pieces
+    mapped for unback_rows (module docstring)."""
+    row_bytes = array.dtype.itemsize * elements(array.shape[1:])
+    return _block(array).back(int(start) * row_bytes, int(stop) * row_bytes)
+
+
+@cuda_context.uses_context
+def unback_rows(array, pieces):
+    """Gives back_rows' `pieces` of `array` back to the driver."""
+    _block(array).unback(pieces)
+
+
+@cuda_context.uses_context
+def backed_bytes(array):
+    """The bytes of device memory behind reserved_rows' `array` now."""
+    return _block(array).backed_bytes()
