@@ -206,8 +206,47 @@ def test_a_group_grown_in_place_keeps_its_arrays_and_backs_the_rows_held_only(gr
         return
     page, held = 4096, np.asarray(group.held_rows)
     assert group.values.shape[0] == len(group.members) * (1 << 16)
-    held_bytes = sum(int(held.sum()) * a.itemsize * int(np.prod(a.shape[1:])) for a in after)
-    assert held_bytes <= group.reserved_bytes() <= held_bytes + 2 * page * held.size * len(after)
+    ahead = [group._ahead[t][0] if t in group._ahead else n for t, n in enumerate(held)]
+    held_bytes, most_bytes = (sum(int(np.sum(rows)) * a.nbytes // a.shape[0] for a in after)
+                              for rows in (held, ahead))
+    assert held_bytes <= group.reserved_bytes() <= most_bytes + 2 * page * held.size * len(after)
+
+
+def test_a_member_near_its_capacity_has_its_next_rows_backed_before_it_grows(growth,
+                                                                            monkeypatch):
+    """In place, a member past 3/4 of its capacity gets memory behind the rows of its next
+    doubling ahead of the step that grows it (table_group._AHEAD; on cuda on a helper thread),
+    so that growth finds them backed; by copies nothing is reserved."""
+    names = make_tables("dg_ahead", init=1024, most=1 << 16)  # members of whole pages
+    run_steps(names, True, steps=1, tag="dg_ahead")  # the group and Adagrad's slot made
+    group = api.shard(names[0]).group
+    if growth == "copies":
+        assert group.reserved_bytes() is None and not group.reserved
+        return
+    held = group.capacities.copy()
+    start, before = int(group.row_starts[0]), group.reserved_bytes()
+    sizes = np.zeros_like(held)
+    sizes[0] = held[0]  # member 0 full, the others empty
+    group._back_ahead(sizes)
+    assert list(group._ahead) == [0]
+    grown = group.members[0].grown_capacity(2 * int(held[0]))
+    arrays = [group.values, group.times] + list(group.slots.values())
+    ahead = sum((grown - int(held[0])) * a.nbytes // a.shape[0] for a in arrays)
+    margin = 2 * 4096 * len(arrays)  # a page at either end of each array's new rows
+    assert ahead - margin <= group.reserved_bytes() - before <= ahead + margin
+    calls, back_rows = [], group.backend.back_rows
+
+    def counted(array, first, stop):
+        pieces = back_rows(array, first, stop)
+        calls.append((first, len(pieces)))
+        return pieces
+    monkeypatch.setattr(group.backend, "back_rows", counted)
+    group.grow(np.where(np.arange(held.size) == 0, grown, held))
+    monkeypatch.undo()
+    assert group.capacities[0] == grown and not group._ahead
+    mine = [pieces for first, pieces in calls if first == start + int(held[0])]
+    assert len(mine) == len(arrays) and not any(mine)  # every array's rows found backed
+    assert_a_group_of_views(group)
 
 
 def test_gradient_rows_past_a_members_capacity_fail_and_change_nothing(growth):

@@ -27,6 +27,7 @@ from sok1x.backend.given_hyper import hyper_given, time_given  # noqa: F401  (op
 from sok1x.backend.cpu.rerun import captured_work  # noqa: F401  (part of the op set: D14)
 from sok1x.backend.cpu.reserved_rows import (  # noqa: F401  (op set: groups that grow)
     back_rows,
+    back_rows_ahead,
     backed_bytes,
     reserved_rows,
     unback_rows,

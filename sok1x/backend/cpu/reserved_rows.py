@@ -8,9 +8,14 @@ the CPU tests catch a table group that touches rows its members do not hold.
                                     returns the pages opened, for unback_rows; they read zero
     unback_rows(array, pages)       closes back_rows' `pages` again, their bytes dropped
     backed_bytes(array)             the bytes open now
+    back_rows_ahead(ranges)         back_rows of each (array, start, stop), done before it
+                                    returns (cuda's runs on a helper thread): a completed
+                                    concurrent.futures.Future of [(array, pages)], or of the
+                                    error (what it opened closed again)
 
 The range is unmapped when the array and every view of it are gone.
 """
+import concurrent.futures
 import ctypes
 import mmap
 
@@ -111,6 +116,21 @@ def back_rows(array, start, stop):
 def unback_rows(array, pages):
     """Closes back_rows' `pages` of `array` again."""
     _block(array).unback(pages)
+
+
+def back_rows_ahead(ranges):
+    """back_rows of each (array, start, stop) of `ranges`, now: a completed Future."""
+    future, done = concurrent.futures.Future(), []
+    try:
+        for array, start, stop in ranges:
+            done.append((array, back_rows(array, start, stop)))
+    except BaseException as exc:  # noqa: BLE001 (handed to the caller through the future)
+        for array, pages in reversed(done):
+            unback_rows(array, pages)
+        future.set_exception(exc)
+        return future
+    future.set_result(done)
+    return future
 
 
 def backed_bytes(array):

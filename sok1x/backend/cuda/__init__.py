@@ -48,6 +48,7 @@ from sok1x.backend.cuda.hash_groups import (  # noqa: F401  (part of the op set:
 from sok1x.backend.cuda.captured_graph import captured_work  # noqa: F401  (op set: D14)
 from sok1x.backend.cuda.reserved_rows import (  # noqa: F401  (op set: groups that grow)
     back_rows,
+    back_rows_ahead,
     backed_bytes,
     reserved_rows,
     unback_rows,

@@ -14,13 +14,19 @@ the old rows never move.
                                     new is backed then).
     unback_rows(array, pieces)      gives back_rows' pieces back to the driver
     backed_bytes(array)             the device memory behind the array now
+    back_rows_ahead(ranges)         back_rows of each (array, start, stop) on a helper thread,
+                                    while the caller goes on: a concurrent.futures.Future of
+                                    [(array, pieces)] (on a failure, what it backed is given
+                                    back and the future holds the error)
 
 Each piece is one cuMemCreate, cuMemMap and cuMemSetAccess (a run of granules not backed yet).
 The memory is freed, and the range given back, when the array and every view of it are gone,
 with the context made current for it (as the pool's blocks do, at interpreter exit too).
 Each function enters the context itself.
 """
+import concurrent.futures
 import ctypes
+import threading
 
 import numpy as np
 
@@ -75,6 +81,7 @@ def _block_class():
             self.address = int(address.value)
             self.backed = np.zeros(self.nbytes // self.step, dtype=bool)
             self.pieces = {}
+            self.lock = threading.Lock()  # back_rows_ahead's thread backs beside the caller
             self._context, self._pop = cuda_context.context(), pycuda_driver.Context.pop
 
         def get_pointer(self):
@@ -88,18 +95,19 @@ def _block_class():
         def back(self, start, stop):
             """Backs bytes [start, stop) (module docstring); returns the pieces mapped."""
             first, last = int(start) // self.step, -(-int(stop) // self.step)
-            wanted = ~self.backed[first:last]
-            if not wanted.any():
-                return []
-            edges = np.flatnonzero(np.diff(np.concatenate([[False], wanted, [False]])))
-            made = []
-            try:
-                for begin, end in zip(edges[0::2].tolist(), edges[1::2].tolist()):
-                    made.append(self._map(first + begin, end - begin))
-            except BaseException:
-                self.unback(made)
-                raise
-            return made
+            with self.lock:
+                wanted = ~self.backed[first:last]
+                if not wanted.any():
+                    return []
+                edges = np.flatnonzero(np.diff(np.concatenate([[False], wanted, [False]])))
+                made = []
+                try:
+                    for begin, end in zip(edges[0::2].tolist(), edges[1::2].tolist()):
+                        made.append(self._map(first + begin, end - begin))
+                except BaseException:
+                    self._unmap(made)  # nothing was queued on them yet
+                    raise
+                return made
 
         def _map(self, granule, count):
             handle, size = driver.u64(), count * self.step
@@ -135,6 +143,10 @@ def _block_class():
             """Unmaps and frees `pieces` (back's), after the work queued on them is done."""
             if pieces:
                 cuda_context.wait_stream("a wait before unmapping rows a growth backed")
+            with self.lock:
+                self._unmap(pieces)
+
+        def _unmap(self, pieces):
             for granule in pieces:
                 count, handle = self.pieces.pop(granule)
                 driver.call("cuMemUnmap", self.address + granule * self.step, count * self.step)
@@ -142,7 +154,8 @@ def _block_class():
                 self.backed[granule:granule + count] = False
 
         def backed_bytes(self):
-            return int(self.backed.sum()) * self.step
+            with self.lock:
+                return int(self.backed.sum()) * self.step
 
         def __del__(self):
             # as the pool's blocks (context.py): the context made current around the release
@@ -201,6 +214,30 @@ def back_rows(array, start, stop):
 def unback_rows(array, pieces):
     """Gives back_rows' `pieces` of `array` back to the driver."""
     _block(array).unback(pieces)
+
+
+def back_rows_ahead(ranges):
+    """back_rows of each (array, start, stop) of `ranges` on a helper thread (module
+    docstring): a Future of [(array, pieces)]."""
+    if "executor" not in _CLASS:
+        _CLASS["executor"] = concurrent.futures.ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="sok1x-back-rows")
+    return _CLASS["executor"].submit(_back_all, list(ranges))
+
+
+@cuda_context.uses_context  # (on the helper thread: the context made current there)
+def _back_all(ranges):
+    done = []
+    try:
+        for array, start, stop in ranges:
+            done.append((array, back_rows(array, start, stop)))
+    except BaseException:
+        for array, pieces in reversed(done):  # no work was queued on them
+            block = _block(array)
+            with block.lock:
+                block._unmap(pieces)
+        raise
+    return done
 
 
 @cuda_context.uses_context

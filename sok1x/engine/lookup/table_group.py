@@ -46,8 +46,11 @@ max_capacity rows (row_starts from those, for good), with memory behind each mem
 only (held_rows; backend.reserved_rows: device memory mapped behind a reserved address range on
 cuda, pages opened with mprotect on cpu, where touching a row not held faults as on a GPU); a
 growth maps memory behind the new rows and rebuilds the grown indexes, copying nothing and
-moving no row (its cost: the new rows' initial values, one pass over the new memory). Checks of
-a member's rows go by held_rows, never by row_starts.
+moving no row (its cost: the new slots' and times' initial values, one pass over their new
+memory). A member past 3/4 of its capacity gets the memory of its next doubling mapped ahead, on
+a helper thread while steps go on (HashGroup._back_ahead), so the step that grows it does not
+wait for the driver; from then on it holds that memory. Checks of a member's rows go by
+held_rows, never by row_starts.
 
 What separates groups (tables that cannot share a pass are looked up as units of their own, in
 the same exchange):
@@ -85,6 +88,7 @@ the same exchange):
     member was re-made, by re-running its initializer, is dissolved first).
 """
 import collections
+import concurrent.futures
 import contextlib
 import functools
 import os
@@ -103,6 +107,7 @@ IN_PLACE_ENV = "SOK1X_EVICT_IN_PLACE"  # "0": full members evict by counts read 
 GROW_ENV = "SOK1X_GROW_IN_PLACE"  # "0": a growing group lays its arrays out again; "1": in place
 _GRANULE = 2 << 20  # the device's allocation granularity (backend.back_rows), 2 MiB on H100/H200
 _MOST_RESERVED = 64
+_AHEAD = 0.75  # a member growing in place past this share of its capacity backs its next rows
 
 Unit = collections.namedtuple("Unit", "table positions")
 Unit.__doc__ = """One pass of a lookup: table (an EmbeddingTable or a TableGroup) and positions
@@ -303,6 +308,7 @@ class HashGroup(TableGroup):
         self.evicts = any(getattr(table, "statistics", None) is not None for table in members)
         self.grows = self.evicts or bool(np.any(self.max_capacities > self.capacities))
         self.statistics = None
+        self._ahead = {}  # member -> (capacity, back_rows_ahead's future): _back_ahead
         self._arrivals = None  # rows_needed's (keys, per member its keys, evictable)
         # rows_needed's (keys, row_starts, their flat rows, their segments) for make_room
         self._found = None
@@ -411,6 +417,8 @@ class HashGroup(TableGroup):
         if not self.grows:
             return None
         sizes = self.sizes()
+        if self.reserved:
+            self._back_ahead(sizes)
         arriving = int(keys.shape[0])
         if most is not None:
             arriving = np.minimum(np.asarray(most, dtype=np.int64), arriving)
@@ -601,15 +609,38 @@ class HashGroup(TableGroup):
         self.layout += 1
         backend.release_unused()
 
+    def _back_ahead(self, sizes):
+        """Where a member of a group growing in place holds more than _AHEAD of its capacity
+        (host `sizes`), has memory mapped behind the rows of its next doubling on a helper
+        thread (backend.back_rows_ahead) while steps go on, so that the step that grows it does
+        not wait for the driver (about 8 ms for 10 GiB on one H200); once, until it grows. From
+        then on the member holds that memory. A failure there is forgotten: the growth backs
+        what is missing itself, and raises what the driver says."""
+        near = np.flatnonzero((sizes > _AHEAD * self.capacities)
+                              & (self.capacities < self.max_capacities))
+        for t in near.tolist():
+            if t in self._ahead:
+                continue
+            start, held = int(self.row_starts[t]), int(self.capacities[t])
+            grown = self.members[t].grown_capacity(2 * held)
+            arrays = [self.values, self.times] + list(self.slots.values())
+            self._ahead[t] = (grown, self.backend.back_rows_ahead(
+                [(flat, start + held, start + grown) for flat in arrays]))
+
     def _grow_in_place(self, capacities):
         """grow() of a group whose rows grow in place (_reserved_rows): memory behind each grown
-        member's new rows in every flat array (backend.back_rows), those rows given their
-        initial values, the grown members' indexes rebuilt; no row moves and nothing is
-        copied. A failure (of memory, say) gives back what it backed: the group stays as it
-        was."""
+        member's new rows in every flat array (backend.back_rows), those rows of the times and
+        slots given their initial values (not the values': a row's vector is written when a
+        key takes it, by the insert's init, and no row without a key is read), the grown
+        members' indexes rebuilt; no row moves and nothing is copied. A failure (of memory,
+        say) gives back what it backed: the group stays as it was."""
         backend, members = self.backend, self.members
         grown = np.flatnonzero(capacities != self.capacities).tolist()
-        arrays = [(self.values, 0.0), (self.times, 0.0)] + [
+        for t in grown:  # memory backed ahead (_back_ahead): wait for its thread here
+            ahead = self._ahead.pop(t, None)
+            if ahead is not None:
+                concurrent.futures.wait([ahead[1]])
+        arrays = [(self.values, None), (self.times, 0.0)] + [
             (flat, self.slot_initial[name]) for name, flat in self.slots.items()]
         backed = []
         try:
@@ -618,7 +649,8 @@ class HashGroup(TableGroup):
                     start = int(self.row_starts[t])
                     old, new = start + int(self.capacities[t]), start + int(capacities[t])
                     backed.append((flat, backend.back_rows(flat, old, new)))
-                    backend.fill_value(backend.row_view(flat, old, new), initial)
+                    if initial is not None:
+                        backend.fill_value(backend.row_view(flat, old, new), initial)
             indexes = {t: rebuilt_index(backend, members[t].index, int(capacities[t]))
                        for t in grown}
         except BaseException:
