@@ -58,7 +58,7 @@ def main():
         forming = dict(os.environ)
         if args.way == "grow_copies":  # read when the group forms, in the fill
             os.environ[table_group.GROW_ENV] = "0"
-        case.step(case.fill, "fill")
+        case.fill_up()
         os.environ.clear()
         os.environ.update(forming)
         harness.release_memory(backend)

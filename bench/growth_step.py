@@ -5,9 +5,10 @@ growth holds at its peak (issue 17: hbm and hybrid DynamicVariables in hash grou
     python3 bench/growth_step.py --backend cpu --rows 4096 --new 512 --out /tmp/growth.json
 
 --tables DynamicVariables of --dim (26 x 128: dlrm26's), each shard filled to exactly --rows keys
-(every rank's keys of a table split alike over the owners), then one timed training step (forward,
-backward, LazyAdam update through engine/api.py) that brings --new new keys a rank and table,
-these ways, each from tables made anew and filled alike:
+(every rank's keys of a table split alike over the owners; in two training steps, to 7/8 and
+then the rest, as a loop passes 3/4 of a capacity some steps before a doubling), then one timed
+training step (forward, backward, LazyAdam update through engine/api.py) that brings --new new
+keys a rank and table, these ways, each from tables made anew and filled alike:
     room     hbm, init_capacity 2 x rows: the new keys fit (the ordinary step, the reference)
     grow     hbm, init_capacity rows: every member of the group doubles in this step, its rows
              growing in place (device memory mapped behind its new rows of the flat values,
@@ -104,6 +105,19 @@ class Case:
             self.steps.append([upload(np.arange(first, first + args.new, dtype=np.int64))
                                for _ in self.names])
         self.tops = {n: upload(np.ones((n, args.dim), np.float32)) for n in (rows, args.new)}
+        # the fill in two steps, to 7/8 of the rows and then to all of them: a training loop
+        # passes 3/4 of a member's capacity some steps before it doubles (where a group
+        # growing in place maps the next rows ahead: table_group.HashGroup._back_ahead)
+        cut = rows * 7 // 8
+        self.fills = [[keys[:cut] for keys in self.fill], [keys[cut:] for keys in self.fill]]
+        for part in self.fills:
+            count = int(part[0].shape[0])
+            self.tops.setdefault(count, upload(np.ones((count, args.dim), np.float32)))
+
+    def fill_up(self):
+        """The fill's two training steps (every shard then holds exactly --rows keys)."""
+        for s, keys in enumerate(self.fills):
+            self.step(keys, "fill%d" % s)
 
     def step(self, keys, op):
         """One training step of the case's tables on `keys` (a device array per table)."""
@@ -175,7 +189,7 @@ def run_case(rt, args, way, repeat, peaks, profile=False):
     if way == "grow_copies":  # read when the group forms, in the fill
         os.environ[table_group_env()] = "0"
     try:
-        case.step(case.fill, "fill")
+        case.fill_up()
     finally:
         if way == "grow_copies":
             os.environ.pop(table_group_env(), None)
