@@ -109,7 +109,9 @@ class Case:
         # passes 3/4 of a member's capacity some steps before it doubles (where a group
         # growing in place maps the next rows ahead: table_group.HashGroup._back_ahead)
         cut = rows * 7 // 8
-        self.fills = [[keys[:cut] for keys in self.fill], [keys[cut:] for keys in self.fill]]
+        view = rt.backend.row_view  # (a GPUArray is sliced inside the device's context)
+        self.fills = [[view(keys, 0, cut) for keys in self.fill],
+                      [view(keys, cut, rows) for keys in self.fill]]
         for part in self.fills:
             count = int(part[0].shape[0])
             self.tops.setdefault(count, upload(np.ones((count, args.dim), np.float32)))
