@@ -50,6 +50,7 @@ def main():
     pieces = [(table_group.HashGroup, "grow"), (table_group.HashGroup, "rows_needed"),
               (table_group.HashGroup, "insert_start"), (table_group, "rebuilt_index"),
               (backend, "fill_value"), (backend, "back_rows"), (backend, "write_rows"),
+              (backend, "join_ahead"),
               (backend, "release_unused")]
     steps = []
     for repeat in range(args.repeats + 1):  # the first round compiles the kernels

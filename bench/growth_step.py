@@ -5,8 +5,8 @@ growth holds at its peak (issue 17: hbm and hybrid DynamicVariables in hash grou
     python3 bench/growth_step.py --backend cpu --rows 4096 --new 512 --out /tmp/growth.json
 
 --tables DynamicVariables of --dim (26 x 128: dlrm26's), each shard filled to exactly --rows keys
-(every rank's keys of a table split alike over the owners; in two training steps, to 7/8 and
-then the rest, as a loop passes 3/4 of a capacity some steps before a doubling), then one timed
+(every rank's keys of a table split alike over the owners; in training steps as a loop brings
+keys: to 3/4 and --new more, then --new a step), then one timed
 training step (forward, backward, LazyAdam update through engine/api.py) that brings --new new
 keys a rank and table, these ways, each from tables made anew and filled alike:
     room     hbm, init_capacity 2 x rows: the new keys fit (the ordinary step, the reference)
@@ -105,19 +105,19 @@ class Case:
             self.steps.append([upload(np.arange(first, first + args.new, dtype=np.int64))
                                for _ in self.names])
         self.tops = {n: upload(np.ones((n, args.dim), np.float32)) for n in (rows, args.new)}
-        # the fill in two steps, to 7/8 of the rows and then to all of them: a training loop
-        # passes 3/4 of a member's capacity some steps before it doubles (where a group
-        # growing in place maps the next rows ahead: table_group.HashGroup._back_ahead)
-        cut = rows * 7 // 8
+        # the fill in steps as a training loop brings keys: to 3/4 of the rows and --new keys
+        # more, then --new keys a step until all are there (a group growing in place maps a
+        # member's next rows ahead once it passes 3/4: table_group.HashGroup._back_ahead)
+        cuts = list(range(min(rows, 3 * rows // 4 + args.new), rows, args.new)) + [rows]
         view = rt.backend.row_view  # (a GPUArray is sliced inside the device's context)
-        self.fills = [[view(keys, 0, cut) for keys in self.fill],
-                      [view(keys, cut, rows) for keys in self.fill]]
+        self.fills = [[view(keys, start, stop) for keys in self.fill]
+                      for start, stop in zip([0] + cuts[:-1], cuts)]
         for part in self.fills:
             count = int(part[0].shape[0])
             self.tops.setdefault(count, upload(np.ones((count, args.dim), np.float32)))
 
     def fill_up(self):
-        """The fill's two training steps (every shard then holds exactly --rows keys)."""
+        """The fill's training steps (every shard then holds exactly --rows keys)."""
         for s, keys in enumerate(self.fills):
             self.step(keys, "fill%d" % s)
 

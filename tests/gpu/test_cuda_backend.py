@@ -866,6 +866,27 @@ def test_reserved_rows_grow_in_place_as_on_the_cpu(cuda, rng):
     np.testing.assert_array_equal(host(cuda, view), want[most:most + 10])
 
 
+def test_rows_backed_ahead_hold_their_initial_values_as_on_the_cpu(cuda):
+    """back_rows_ahead on its helper thread (and stream) backs the rows and writes each
+    array's initial value (a float32 slot's 0.1, a float64 array's 0, none for the values);
+    once joined, the sok1x stream reads them as the cpu twin holds them."""
+    arrays = {}
+    for backend in (cuda, cpu):
+        slot = backend.reserved_rows((1 << 20, 64), np.float32)
+        times = backend.reserved_rows((1 << 20,), np.float64)
+        values = backend.reserved_rows((1 << 20, 64), np.float32)
+        future = backend.back_rows_ahead([(slot, 1000, 40000, 0.1), (times, 1000, 40000, 0.0),
+                                          (values, 1000, 40000, None)])
+        done = backend.join_ahead(future)
+        assert [array is want for (array, _), want in zip(done, (slot, times, values))] == [
+            True] * 3
+        arrays[backend] = (slot, times)
+    for got, want in zip(arrays[cuda], arrays[cpu]):
+        got = host(cuda, cuda.row_view(got, 1000, 40000))
+        np.testing.assert_array_equal(got, want[1000:40000])
+    assert (arrays[cpu][0][1000:40000] == np.float32(0.1)).all()
+
+
 def rows_over(cuda, block, shape):
     """A float32 GPUArray of `shape` over a HostBlock's device address (kept alive with it)."""
     from pycuda import gpuarray

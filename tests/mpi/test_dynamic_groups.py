@@ -247,6 +247,11 @@ def test_a_member_near_its_capacity_has_its_next_rows_backed_before_it_grows(gro
     mine = [pieces for first, pieces in calls if first == start + int(held[0])]
     assert len(mine) == len(arrays) and not any(mine)  # every array's rows found backed
     assert_a_group_of_views(group)
+    new = slice(int(held[0]), grown)  # filled ahead: each slot's initial value, times 0
+    member = group.members[0]
+    assert not member.times[new].any()
+    for name, rows in member.slots.items():
+        assert (rows[new] == np.float32(group.slot_initial[name])).all()
 
 
 def test_gradient_rows_past_a_members_capacity_fail_and_change_nothing(growth):

@@ -29,6 +29,7 @@ from sok1x.backend.cpu.reserved_rows import (  # noqa: F401  (op set: groups tha
     back_rows,
     back_rows_ahead,
     backed_bytes,
+    join_ahead,
     reserved_rows,
     unback_rows,
 )

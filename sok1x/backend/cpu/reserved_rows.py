@@ -8,10 +8,12 @@ the CPU tests catch a table group that touches rows its members do not hold.
                                     returns the pages opened, for unback_rows; they read zero
     unback_rows(array, pages)       closes back_rows' `pages` again, their bytes dropped
     backed_bytes(array)             the bytes open now
-    back_rows_ahead(ranges)         back_rows of each (array, start, stop), done before it
-                                    returns (cuda's runs on a helper thread): a completed
+    back_rows_ahead(ranges)         back_rows of each (array, start, stop, initial) and
+                                    `initial` (None: none) written into those rows, done before
+                                    it returns (cuda's runs on a helper thread): a completed
                                     concurrent.futures.Future of [(array, pages)], or of the
                                     error (what it opened closed again)
+    join_ahead(future)              its result; raises its error
 
 The range is unmapped when the array and every view of it are gone.
 """
@@ -118,12 +120,20 @@ def unback_rows(array, pages):
     _block(array).unback(pages)
 
 
+def join_ahead(future):
+    """back_rows_ahead's result; raises its error."""
+    return future.result()
+
+
 def back_rows_ahead(ranges):
-    """back_rows of each (array, start, stop) of `ranges`, now: a completed Future."""
+    """back_rows of each (array, start, stop, initial) of `ranges`, and `initial` written into
+    the rows, now: a completed Future."""
     future, done = concurrent.futures.Future(), []
     try:
-        for array, start, stop in ranges:
+        for array, start, stop, initial in ranges:
             done.append((array, back_rows(array, start, stop)))
+            if initial is not None:
+                array[start:stop] = initial
     except BaseException as exc:  # noqa: BLE001 (handed to the caller through the future)
         for array, pages in reversed(done):
             unback_rows(array, pages)

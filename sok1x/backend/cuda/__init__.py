@@ -50,6 +50,7 @@ from sok1x.backend.cuda.reserved_rows import (  # noqa: F401  (op set: groups th
     back_rows,
     back_rows_ahead,
     backed_bytes,
+    join_ahead,
     reserved_rows,
     unback_rows,
 )

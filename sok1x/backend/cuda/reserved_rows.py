@@ -14,10 +14,15 @@ the old rows never move.
                                     new is backed then).
     unback_rows(array, pieces)      gives back_rows' pieces back to the driver
     backed_bytes(array)             the device memory behind the array now
-    back_rows_ahead(ranges)         back_rows of each (array, start, stop) on a helper thread,
-                                    while the caller goes on: a concurrent.futures.Future of
-                                    [(array, pieces)] (on a failure, what it backed is given
-                                    back and the future holds the error)
+    back_rows_ahead(ranges)         back_rows of each (array, start, stop, initial) on a helper
+                                    thread, while the caller goes on, and `initial` (None: no
+                                    fill) written into those rows on the helper's own stream:
+                                    a concurrent.futures.Future of [(array, pieces)] (on a
+                                    failure, what it backed is given back and the future holds
+                                    the error)
+    join_ahead(future)              back_rows_ahead's result, once its thread is done, with the
+                                    sok1x stream ordered after its fills (no host wait for the
+                                    device); raises its error
 
 Each piece is one cuMemCreate, cuMemMap and cuMemSetAccess (a run of granules not backed yet).
 The memory is freed, and the range given back, when the array and every view of it are gone,
@@ -217,8 +222,8 @@ def unback_rows(array, pieces):
 
 
 def back_rows_ahead(ranges):
-    """back_rows of each (array, start, stop) of `ranges` on a helper thread (module
-    docstring): a Future of [(array, pieces)]."""
+    """back_rows of each (array, start, stop, initial) of `ranges` on a helper thread, with
+    `initial` written into the rows (module docstring): a Future of [(array, pieces)]."""
     if "executor" not in _CLASS:
         _CLASS["executor"] = concurrent.futures.ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="sok1x-back-rows")
@@ -227,16 +232,39 @@ def back_rows_ahead(ranges):
 
 @cuda_context.uses_context  # (on the helper thread: the context made current there)
 def _back_all(ranges):
-    done = []
+    import pycuda.driver as pycuda_driver
+    if "stream" not in _CLASS:  # the helper's own: its fills never wait for sok1x's work
+        _CLASS["stream"] = pycuda_driver.Stream()
+    stream, done = _CLASS["stream"], []
     try:
-        for array, start, stop in ranges:
+        for array, start, stop, initial in ranges:
             done.append((array, back_rows(array, start, stop)))
+            if initial is not None and stop > start:
+                row_bytes = array.dtype.itemsize * elements(array.shape[1:])
+                where, nbytes = int(array.gpudata) + start * row_bytes, (stop - start) * row_bytes
+                if not initial:
+                    pycuda_driver.memset_d8_async(where, 0, nbytes, stream)
+                elif array.dtype != np.float32:
+                    raise ValueError("rows backed ahead are filled with zeros, or float32 "
+                                     "values; got %r for %s rows" % (initial, array.dtype))
+                else:  # float32 rows (a slot): the value's bits in every word
+                    bits = int(np.array(initial, np.float32).view(np.uint32))
+                    pycuda_driver.memset_d32_async(where, bits, nbytes // 4, stream)
     except BaseException:
-        for array, pieces in reversed(done):  # no work was queued on them
+        stream.synchronize()  # (the helper's own fills, on rows no one else uses)
+        for array, pieces in reversed(done):
             block = _block(array)
             with block.lock:
                 block._unmap(pieces)
         raise
+    return done
+
+
+@cuda_context.uses_context
+def join_ahead(future):
+    """back_rows_ahead's result (module docstring); raises its error."""
+    done = future.result()
+    cuda_context.order_after_default_stream(_CLASS["stream"].handle)
     return done
 
 

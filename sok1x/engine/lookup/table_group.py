@@ -88,7 +88,6 @@ the same exchange):
     member was re-made, by re-running its initializer, is dissolved first).
 """
 import collections
-import concurrent.futures
 import contextlib
 import functools
 import os
@@ -623,33 +622,45 @@ class HashGroup(TableGroup):
                 continue
             start, held = int(self.row_starts[t]), int(self.capacities[t])
             grown = self.members[t].grown_capacity(2 * held)
-            arrays = [self.values, self.times] + list(self.slots.values())
             self._ahead[t] = (grown, self.backend.back_rows_ahead(
-                [(flat, start + held, start + grown) for flat in arrays]))
+                [(flat, start + held, start + grown, initial)
+                 for flat, initial in self._growing_arrays()]))
+
+    def _growing_arrays(self):
+        """(flat array, the initial value of its new rows, None for none) of each array a
+        growth in place extends: the values (a row's vector is written when a key takes it, by
+        the insert's init, and no row without a key is read), times and slots."""
+        return [(self.values, None), (self.times, 0.0)] + [
+            (flat, self.slot_initial[name]) for name, flat in self.slots.items()]
 
     def _grow_in_place(self, capacities):
         """grow() of a group whose rows grow in place (_reserved_rows): memory behind each grown
-        member's new rows in every flat array (backend.back_rows), those rows of the times and
-        slots given their initial values (not the values': a row's vector is written when a
-        key takes it, by the insert's init, and no row without a key is read), the grown
-        members' indexes rebuilt; no row moves and nothing is copied. A failure (of memory,
-        say) gives back what it backed: the group stays as it was."""
+        member's new rows in every flat array (backend.back_rows), those rows given their
+        initial values (_growing_arrays), the grown members' indexes rebuilt; no row moves and
+        nothing is copied. Rows backed and filled ahead (_back_ahead) are taken as they are.
+        A failure (of memory, say) gives back what it backed: the group stays as it was."""
         backend, members = self.backend, self.members
         grown = np.flatnonzero(capacities != self.capacities).tolist()
-        for t in grown:  # memory backed ahead (_back_ahead): wait for its thread here
+        filled = {}  # (array id, member) -> the flat row up to which the rows were filled ahead
+        for t in grown:
             ahead = self._ahead.pop(t, None)
-            if ahead is not None:
-                concurrent.futures.wait([ahead[1]])
-        arrays = [(self.values, None), (self.times, 0.0)] + [
-            (flat, self.slot_initial[name]) for name, flat in self.slots.items()]
+            if ahead is None:
+                continue
+            try:
+                done = backend.join_ahead(ahead[1])
+            except Exception:  # noqa: BLE001 (backed here instead, raising what the driver says)
+                continue
+            for flat, _ in done:
+                filled[id(flat), t] = int(self.row_starts[t]) + ahead[0]
         backed = []
         try:
-            for flat, initial in arrays:
+            for flat, initial in self._growing_arrays():
                 for t in grown:
                     start = int(self.row_starts[t])
                     old, new = start + int(self.capacities[t]), start + int(capacities[t])
                     backed.append((flat, backend.back_rows(flat, old, new)))
-                    if initial is not None:
+                    old = min(max(old, filled.get((id(flat), t), old)), new)
+                    if initial is not None and new > old:
                         backend.fill_value(backend.row_view(flat, old, new), initial)
             indexes = {t: rebuilt_index(backend, members[t].index, int(capacities[t]))
                        for t in grown}
