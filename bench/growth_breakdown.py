@@ -44,6 +44,7 @@ def main():
     for flag, default in (("--tables", 26), ("--dim", 128), ("--rows", 1 << 18),
                           ("--new", 16384)):
         parser.add_argument(flag, type=int, default=default)
+    parser.add_argument("--between-ms", type=float, default=0.0)  # growth_step's
     args = parser.parse_args()
     rt = harness.start_engine(args.backend)
     backend = rt.backend

@@ -63,6 +63,9 @@ def parse_args(argv=None):
     parser.add_argument("--dim", type=int, default=128)
     parser.add_argument("--rows", type=int, default=1 << 18, help="keys a shard holds before")
     parser.add_argument("--new", type=int, default=16384, help="new keys a rank and table")
+    parser.add_argument("--between-ms", type=float, default=0.0,
+                        help="host time after each fill step with Python's lock free: the rest "
+                        "of a framework's step (its dense layers run in its own threads)")
     return parser.parse_args(argv)
 
 
@@ -120,6 +123,7 @@ class Case:
         """The fill's training steps (every shard then holds exactly --rows keys)."""
         for s, keys in enumerate(self.fills):
             self.step(keys, "fill%d" % s)
+            time.sleep(self.args.between_ms / 1e3)
 
     def step(self, keys, op):
         """One training step of the case's tables on `keys` (a device array per table)."""
