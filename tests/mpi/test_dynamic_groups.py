@@ -272,6 +272,27 @@ def test_gradient_rows_past_a_members_capacity_fail_and_change_nothing(growth):
     assert_unchanged(names, before)
 
 
+def test_every_step_backs_ahead_for_members_past_three_quarters(growth):
+    """A training step whose keys all fit (no count, no growth) still starts the backing
+    ahead of every member that held more than 3/4 of its capacity when it began (its op
+    header reads the sizes); by copies there is none."""
+    names = make_tables("dg_quarters", init=256, most=1 << 16)
+    run_steps(names, True, steps=1, tag="dg_quarters_first")
+    group = api.shard(names[0]).group
+    count, checked = 16, 0  # new keys a rank, table and step: most steps fit
+    for step in range(16):
+        sizes, held = group.sizes(), group.capacities.copy()
+        first = 10 ** 12 + (step * SIZE + RANK) * count
+        inputs = [PooledInput(np.arange(first, first + count, dtype=np.int64) + t * 10 ** 9,
+                              None, count, None, "sum") for t in range(len(names))]
+        api.pooled_lookup(names, "dg_quarters_%d" % step, inputs, True)
+        near = (sizes > 0.75 * held) & (group.capacities == held)
+        for t in np.flatnonzero(near).tolist():
+            assert (t in group._ahead) == group.reserved, (step, t, sizes, held)
+        checked += int(near.sum())
+    assert on_some_rank(checked)
+
+
 def crowded_member(inputs):
     """On the last rank, member h2 gets more new keys than its shards on all ranks hold at
     max_capacity; the other members get enough new keys to grow."""

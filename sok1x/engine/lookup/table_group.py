@@ -403,8 +403,13 @@ class HashGroup(TableGroup):
         return np.array([index.size for index in self.indexes()], dtype=np.int64)
 
     def room(self):
-        """Host int64 [members]: the rows each member's shard has left."""
-        return self.capacities - self.sizes()
+        """Host int64 [members]: the rows each member's shard has left (a training lookup's
+        header tells it). A group growing in place backs a near-full member's next rows ahead
+        here (_back_ahead): the header is where every step reads its sizes."""
+        sizes = self.sizes()
+        if self.reserved:
+            self._back_ahead(sizes)
+        return self.capacities - sizes
 
     def rows_needed(self, keys, tags, most=None):
         """Host int64 [members]: the rows each member needs to hold its keys and the new ones
