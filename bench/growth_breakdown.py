@@ -49,7 +49,7 @@ def main():
     rt = harness.start_engine(args.backend)
     backend = rt.backend
     pieces = [(table_group.HashGroup, "grow"), (table_group.HashGroup, "rows_needed"),
-              (table_group.HashGroup, "insert_start"), (table_group, "rebuilt_index"),
+              (table_group.HashGroup, "insert_start"), (table_group, "rebuilt_indexes"),
               (backend, "fill_value"), (backend, "back_rows"), (backend, "write_rows"),
               (backend, "join_ahead"),
               (backend, "release_unused")]

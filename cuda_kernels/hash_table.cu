@@ -431,6 +431,24 @@ extern "C" __global__ void hash_reinsert_many(const int64* listing, int64 parts,
   }
 }
 
+// Growing several indexes at once (hash_groups.py's hash_rehash_many with capacities): listing
+// holds per index t its first slot among all the old ones (starts[t], ascending), its old slots'
+// address, its new (empty) slots' address and their count, as [starts | old | new | counts];
+// every key of an old slot s (not free, not a tombstone) goes into its index's new slots at its
+// row. The old slots are only read.
+extern "C" __global__ void hash_reinsert_into_many(const int64* listing, int64 parts, int64 total) {
+  for (int64 s = global_thread_id(); s < total; s += global_thread_count()) {
+    const int64 t = part_of(listing, parts, s);
+    const int64* old = (const int64*)listing[parts + t] + 2 * (s - listing[t]);
+    const int64 key = old[0];
+    if (key < 0) continue;  // EMPTY_KEY or TOMBSTONE_KEY
+    int64* slots = (int64*)listing[2 * parts + t];
+    bool claimed;
+    const int64 slot = find_or_claim_slot(slots, 2, (uint64)listing[3 * parts + t], key, &claimed);
+    if (slot >= 0) slots[2 * slot + 1] = old[1];
+  }
+}
+
 // Erases distinct keys: a held key's slot becomes TOMBSTONE_KEY; rows[i] gets its row, or -1
 // where keys[i] was not held; *erased counts the keys erased.
 extern "C" __global__ void hash_erase(int64* slots, uint64 slot_count, const int64* keys, int64 n,

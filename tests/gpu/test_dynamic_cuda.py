@@ -492,6 +492,42 @@ def test_device_count_of_evictable_keys_and_rehash_equal_cpu():
     assert got[0][2] == got[1][2] == [(c - len(range(0, c, 3)), 0) for c in capacities]
 
 
+def test_indexes_grown_at_once_hold_every_key_at_its_row_as_on_cpu():
+    """hash_rehash_many with capacities (a group's growth: hash_reinsert_into_many, one launch
+    for all) makes new indexes of those capacities holding each old index's keys at their rows,
+    tombstones dropped, the old ones left as they were; as the cpu twin. Three shards, one with
+    a third of its keys erased, grown 2x, 4x and 1x (same capacity, a new index too); a size
+    past a capacity raises OverflowError on both."""
+    from sok1x.backend import cuda
+    rng = np.random.default_rng(59)
+    capacities, grown = [3000, 1 << 12, 64], [6000, 1 << 14, 64]
+    shards = [np.unique(rng.integers(0, 2 ** 40, capacity + 64))[:capacity]
+              for capacity in capacities]
+    got = []
+    for backend in (cuda, cpu):
+        with backend.device_context():
+            indexes = shard_indexes(backend, shards)
+            erased = shards[0][::3]
+            backend.hash_erase_many(indexes, backend.asarray(erased),
+                                    backend.asarray(np.zeros(erased.shape[0], np.int64)),
+                                    [erased.shape[0], 0, 0])
+            fresh = backend.hash_rehash_many(indexes, grown)
+            assert all(new is not old for new, old in zip(fresh, indexes))
+            found = [backend.to_host(index.find(backend.asarray(held)))
+                     for index in (fresh, indexes) for index, held in zip(index, shards)]
+            got.append((found, [(index.capacity, index.size, index.tombstones)
+                                for index in fresh]))
+            with pytest.raises(OverflowError):
+                backend.hash_rehash_many(indexes[1:], [100, 64])
+    for mine, theirs in zip(got[0][0], got[1][0]):
+        np.testing.assert_array_equal(mine, theirs)
+    want = [np.arange(capacity) for capacity in capacities]
+    want[0][::3] = -1
+    for mine, expected in zip(got[0][0][:3] + got[0][0][3:], want + want):  # new, then old
+        np.testing.assert_array_equal(mine, expected)
+    assert got[0][1] == got[1][1] == [(6000, 2000, 0), (1 << 14, 1 << 12, 0), (64, 64, 0)]
+
+
 @pytest.mark.parametrize("lfu", [False, True])
 def test_padded_victims_equal_cpu_and_the_counted_pick(lfu):
     """pick_victims with padded=True (each member's count a bound on its new keys, none read

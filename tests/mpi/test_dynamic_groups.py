@@ -357,10 +357,10 @@ def test_a_growth_that_fails_leaves_the_group_as_it_was_and_keeps_no_key(monkeyp
     crowded[0] = PooledInput(keys, None, keys.shape[0], None, "sum")  # every rank grows h0
     made = []
 
-    def out_of_memory(backend, index, capacity):
-        made.append(capacity)
-        raise MemoryError("no room for an index of %d rows" % capacity)
-    monkeypatch.setattr(table_group, "rebuilt_index", out_of_memory)
+    def out_of_memory(backend, indexes, capacities):
+        made.extend(capacities)
+        raise MemoryError("no room for indexes of %s rows" % list(capacities))
+    monkeypatch.setattr(table_group, "rebuilt_indexes", out_of_memory)
     with pytest.raises(MemoryError):
         api.pooled_lookup(names, "dg_stop_bad", crowded, True)
     monkeypatch.undo()

@@ -205,7 +205,9 @@ class HashIndex:
 
     def rehashed(self, capacity):
         """Returns a new HashIndex of `capacity` rows holding this index's keys at their rows,
-        without tombstones."""
+        without tombstones. Raises OverflowError where they do not fit."""
+        if self.size > capacity:
+            raise OverflowError("%d keys do not fit in %d rows" % (self.size, capacity))
         fresh = HashIndex(capacity)
         fresh.assign(*self.export())
         return fresh
@@ -294,10 +296,14 @@ def hash_erase_many(indexes, keys, tags, counts, erased=None):
             index.erase(keys[(tags == t) & held])
 
 
-def hash_rehash_many(indexes):
-    """Each of `indexes` rebuilt at its own capacity without tombstones, every key at its row;
-    returns them (new HashIndexes here; cuda rebuilds them in place)."""
-    return [index.rehashed(index.capacity) for index in indexes]
+def hash_rehash_many(indexes, capacities=None):
+    """Each of `indexes` rebuilt at its own capacity (or at capacities[t]: at least its size,
+    else OverflowError) without tombstones, every key at its row; returns them (new HashIndexes
+    here; cuda rebuilds them in place at their own capacity, and makes new ones at others,
+    the old ones left as they are)."""
+    if capacities is None:
+        capacities = [index.capacity for index in indexes]
+    return [index.rehashed(int(capacity)) for index, capacity in zip(indexes, capacities)]
 
 
 def hash_find_many(indexes, keys, tags, row_starts):

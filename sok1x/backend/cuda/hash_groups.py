@@ -43,6 +43,7 @@ def _kernels():
             "erase": prepared("hash_table.cu", "hash_erase_tagged", "PPPq"),
             "take_slots": prepared("hash_table.cu", "hash_take_slots_many", "PqqP"),
             "reinsert": prepared("hash_table.cu", "hash_reinsert_many", "PqqP"),
+            "reinsert_into": prepared("hash_table.cu", "hash_reinsert_into_many", "Pqq"),
             "init": prepared("random_init.cu", "init_rows_tagged_float32", "PPqPPPPqPqiiQPdd")}
 
 
@@ -172,14 +173,19 @@ def hash_erase_many(indexes, keys, tags, counts, erased=None):
 
 
 @uses_context
-def hash_rehash_many(indexes):
+def hash_rehash_many(indexes, capacities=None):
     """Rebuilds each of `indexes` in place without tombstones, every key at its row: their slots
     copied to one pooled array (16 bytes a slot; it stays in sok1x's pool for the next rehash
     until release_unused), emptied and filled again, two launches for all, no wait and no
-    allocation of their own. Returns the indexes."""
+    allocation of their own. Returns the indexes. capacities: None, or a capacity per index
+    (each at least its size, else OverflowError): new HashIndexes of those capacities, holding
+    the keys at their rows, filled in one launch for all from the old slots, which stay as they
+    are (a table group's growth, whose failure leaves them)."""
     indexes = list(indexes)
     if not indexes:
         return indexes
+    if capacities is not None:
+        return _regrown(indexes, [int(c) for c in capacities])
     counts = np.array([index.slot_count for index in indexes], dtype=np.int64)
     starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
     addresses = np.array([int(index._slots.gpudata) for index in indexes], dtype=np.int64)
@@ -192,6 +198,25 @@ def hash_rehash_many(indexes):
     for index in indexes:
         index.tombstones = 0
     return indexes
+
+
+def _regrown(indexes, capacities):
+    from sok1x.backend.cuda.hash import HashIndex  # (hash.py imports this module)
+    for index, capacity in zip(indexes, capacities):
+        if index.size > capacity:
+            raise OverflowError("%d keys do not fit in %d rows" % (index.size, capacity))
+    fresh = [HashIndex(capacity) for capacity in capacities]
+    counts = np.array([index.slot_count for index in indexes], dtype=np.int64)
+    listing = to_device(np.concatenate([
+        np.concatenate([[0], np.cumsum(counts)[:-1]]),
+        [int(index._slots.gpudata) for index in indexes],
+        [int(index._slots.gpudata) for index in fresh],
+        [index.slot_count for index in fresh]]).astype(np.int64))
+    total = int(counts.sum())
+    launch(_kernels()["reinsert_into"], total, ptr(listing), len(indexes), total)
+    for old, new in zip(indexes, fresh):
+        new.size = old.size
+    return fresh
 
 
 @uses_context

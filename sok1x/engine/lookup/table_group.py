@@ -99,7 +99,7 @@ from sok1x.backend import random_init
 from sok1x.engine.tables import eviction, hybrid_rows
 from sok1x.engine.tables import placement as placements
 from sok1x.engine.tables.table import (
-    EmbeddingTable, rebuild_worn, rebuilt_index, reset_slot_rows,
+    EmbeddingTable, rebuild_worn, rebuilt_indexes, reset_slot_rows,
 )
 
 IN_PLACE_ENV = "SOK1X_EVICT_IN_PLACE"  # "0": full members evict by counts read first
@@ -308,6 +308,7 @@ class HashGroup(TableGroup):
         self.grows = self.evicts or bool(np.any(self.max_capacities > self.capacities))
         self.statistics = None
         self._ahead = {}  # member -> (capacity, back_rows_ahead's future): _back_ahead
+        self._retired = []  # indexes a growth in place replaced, dropped at the next room()
         self._arrivals = None  # rows_needed's (keys, per member its keys, evictable)
         # rows_needed's (keys, row_starts, their flat rows, their segments) for make_room
         self._found = None
@@ -408,6 +409,7 @@ class HashGroup(TableGroup):
         here (_back_ahead): the header is where every step reads its sizes."""
         sizes = self.sizes()
         if self.reserved:
+            self._retired = []  # (_grow_in_place)
             self._back_ahead(sizes)
         return self.capacities - sizes
 
@@ -595,8 +597,11 @@ class HashGroup(TableGroup):
         statistics = None if self.statistics is None else relaid(self.statistics, 0)
         slots = {name: relaid(flat, self.slot_initial[name], True)
                  for name, flat in self.slots.items()}
-        indexes = [rebuilt_index(backend, member.index, int(c)) if c != member.capacity
-                   else member.index for member, c in zip(members, capacities)]
+        grown = np.flatnonzero(capacities != self.capacities).tolist()
+        indexes = [member.index for member in members]
+        for t, index in zip(grown, rebuilt_indexes(
+                backend, [indexes[t] for t in grown], capacities[grown])):
+            indexes[t] = index
         self.row_starts, self.capacities = starts, capacities  # taken: nothing fails from here
         self.held_rows = capacities.copy()
         self.hbm = hbm
@@ -667,13 +672,16 @@ class HashGroup(TableGroup):
                     old = min(max(old, filled.get((id(flat), t), old)), new)
                     if initial is not None and new > old:
                         backend.fill_value(backend.row_view(flat, old, new), initial)
-            indexes = {t: rebuilt_index(backend, members[t].index, int(capacities[t]))
-                       for t in grown}
+            indexes = dict(zip(grown, rebuilt_indexes(
+                backend, [members[t].index for t in grown], capacities[grown])))
         except BaseException:
             for flat, pieces in reversed(backed):
                 backend.unback_rows(flat, pieces)
             raise
         self.capacities, self.held_rows = capacities, capacities.copy()  # taken
+        # the old indexes go at the next step's header (room), not now: the free of a device
+        # allocation waits for the device, here for the work that just read them
+        self._retired = [members[t].index for t in grown]
         for t in grown:
             member = members[t]
             member.values, member.times = self._view(self.values, t), self._view(self.times, t)

@@ -211,6 +211,13 @@ def rebuilt_index(backend, index, capacity):
     return index.rehashed(capacity)
 
 
+def rebuilt_indexes(backend, indexes, capacities):
+    """New HashIndexes of `capacities` holding each of `indexes`' keys at their rows, without
+    tombstones, all at once (backend.hash_rehash_many: on cuda one launch for all, no wait); the
+    old ones stay as they are. Raises OverflowError where keys do not fit."""
+    return backend.hash_rehash_many(list(indexes), [int(c) for c in capacities])
+
+
 def is_worn(index, capacity):
     """True once `index`'s tombstones pass half the capacity (probes walk past tombstones, so
     they lengthen every probe chain): time to rebuild it."""
