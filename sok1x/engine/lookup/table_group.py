@@ -308,7 +308,6 @@ class HashGroup(TableGroup):
         self.grows = self.evicts or bool(np.any(self.max_capacities > self.capacities))
         self.statistics = None
         self._ahead = {}  # member -> (capacity, back_rows_ahead's future): _back_ahead
-        self._retired = []  # indexes a growth in place replaced, dropped at the next room()
         self._arrivals = None  # rows_needed's (keys, per member its keys, evictable)
         # rows_needed's (keys, row_starts, their flat rows, their segments) for make_room
         self._found = None
@@ -409,7 +408,6 @@ class HashGroup(TableGroup):
         here (_back_ahead): the header is where every step reads its sizes."""
         sizes = self.sizes()
         if self.reserved:
-            self._retired = []  # (_grow_in_place)
             self._back_ahead(sizes)
         return self.capacities - sizes
 
@@ -679,9 +677,6 @@ class HashGroup(TableGroup):
                 backend.unback_rows(flat, pieces)
             raise
         self.capacities, self.held_rows = capacities, capacities.copy()  # taken
-        # the old indexes go at the next step's header (room), not now: the free of a device
-        # allocation waits for the device, here for the work that just read them
-        self._retired = [members[t].index for t in grown]
         for t in grown:
             member = members[t]
             member.values, member.times = self._view(self.values, t), self._view(self.times, t)
