@@ -341,6 +341,12 @@ def test_hash_erase_and_row_pool_equal_cpu():
     assert found[0][1:] == found[1][1:]
 
 
+def distinct_shards(rng, capacities):
+    """Per capacity a host int64 array of that many distinct random keys."""
+    return [np.unique(rng.integers(0, 2 ** 40, capacity + 64))[:capacity]
+            for capacity in capacities]
+
+
 def shard_indexes(backend, shards):
     """A full HashIndex on `backend` per host int64 array of keys in `shards`, key i at row i."""
     indexes = []
@@ -464,8 +470,7 @@ def test_device_count_of_evictable_keys_and_rehash_equal_cpu():
     statistics = np.stack([rng.integers(0, step_now + 1, row_starts[-1]),
                            rng.integers(0, 4, row_starts[-1])], axis=1).astype(np.int64)
     found = rng.integers(-1, row_starts[-1], 5000).astype(np.int64)
-    shards = [np.unique(rng.integers(0, 2 ** 40, capacity + 64))[:capacity]
-              for capacity in capacities]
+    shards = distinct_shards(rng, capacities)
     got = []
     for backend in (cuda, cpu):
         with backend.device_context():
@@ -501,8 +506,7 @@ def test_indexes_grown_at_once_hold_every_key_at_its_row_as_on_cpu():
     from sok1x.backend import cuda
     rng = np.random.default_rng(59)
     capacities, grown = [3000, 1 << 12, 64], [6000, 1 << 14, 64]
-    shards = [np.unique(rng.integers(0, 2 ** 40, capacity + 64))[:capacity]
-              for capacity in capacities]
+    shards = distinct_shards(rng, capacities)
     got = []
     for backend in (cuda, cpu):
         with backend.device_context():
