@@ -1,7 +1,8 @@
 """Rows that grow in place on the cpu backend (backend/cpu/reserved_rows.py), against a plain
 NumPy array written the same way: rows backed hold what is written, stay where they are when
-more rows are backed, read zero when first backed, and go when unbacked; memory is behind the
-pages of backed rows only; views keep the range alive."""
+more rows are backed, hold 0xFF bytes when first backed (as a GPU's new memory holds anything),
+and go when unbacked; memory is behind the pages of backed rows only; views keep the range
+alive."""
 import gc
 
 import numpy as np
@@ -22,7 +23,7 @@ def test_backed_rows_hold_what_is_written_and_stay_where_they_are():
     held = 0
     for grown in (100, 1000, 4096):  # a member that doubles, three times
         backend.back_rows(array, held, grown)
-        assert not array[held:grown].any()  # new rows read zero
+        assert np.isnan(array[held:grown]).all()  # new rows: 0xFF bytes until written
         values = rng.standard_normal((grown - held, dim)).astype(np.float32)
         array[held:grown] = values
         reference[held:grown] = values
@@ -49,7 +50,7 @@ def test_members_back_their_own_rows_and_unback_only_what_a_call_backed():
     kept = PAGE // 24  # rows wholly in the first page, backed throughout, keep their bytes
     assert (array[0:10] == 7).all() and (array[10:kept] == 9).all()
     shared = (1000 * 24 // PAGE) * PAGE // 24  # from here on the next member's first page
-    assert not array[kept + 1:shared].any()  # (row `kept` straddles two pages)
+    assert (array[kept + 1:shared] == -1).all()  # reopened: 0xFF (row `kept` straddles pages)
     assert (array[shared + 1:900] == 9).all()
 
 

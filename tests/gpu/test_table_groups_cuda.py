@@ -308,10 +308,10 @@ def hash_gradient(name, values, rows):
     return out
 
 
-def hash_steps(names, together, steps=2, seed=(21,), first=0):
-    """LazyAdam steps of the hash tables looked up together or one by one (steps first, first
-    + 1, ...: each draws from its own pool of keys): per step the outputs and per table the
-    gradient by key."""
+def hash_steps(names, together, steps=2, seed=(21,), first=0, rule="lazy_adam"):
+    """LazyAdam (or Adam: `rule`) steps of the hash tables looked up together or one by one
+    (steps first, first + 1, ...: each draws from its own pool of keys): per step the outputs
+    and per table the gradient by key."""
     rng = np.random.default_rng(list(seed) + [RANK])
     record = []
     for step in range(first, first + steps):
@@ -328,11 +328,11 @@ def hash_steps(names, together, steps=2, seed=(21,), first=0):
         record.append(([host(o) for o in outs],
                        [hash_gradient(n, v, r) for n, (v, r) in zip(names, grads)]))
         if together:
-            api.apply_optimizer_updates(names, "lazy_adam", "Adam", {}, HYPER,
+            api.apply_optimizer_updates(names, rule, "Adam", {}, HYPER,
                                         [v for v, _ in grads], [r for _, r in grads])
         else:
             for name, (values, rows) in zip(names, grads):
-                api.apply_optimizer_update(name, "lazy_adam", "Adam", {}, HYPER, values, rows)
+                api.apply_optimizer_update(name, rule, "Adam", {}, HYPER, values, rows)
     return record
 
 
@@ -496,15 +496,17 @@ def make_hbm_tables(prefix, count, init=8, most=8192):
     return names
 
 
+@pytest.mark.parametrize("rule", ["lazy_adam", "adam"])
 @pytest.mark.parametrize("growth", ["copies", "in_place"])
-def test_an_hbm_group_that_grows_equals_its_tables_one_by_one(growth, monkeypatch):
+def test_an_hbm_group_that_grows_equals_its_tables_one_by_one(growth, rule, monkeypatch):
     """Members of 8 rows get hundreds of new keys a step (far more than a full index's slots):
     the group counts them exactly and grows each member in one step, as each grows alone;
     whether the group lays its arrays out again or grows its rows in place (device memory
-    mapped behind them, backend/cuda/reserved_rows.py)."""
+    mapped behind them, backend/cuda/reserved_rows.py), and with Adam, which moves every row
+    (in place: each member's held rows in turn)."""
     monkeypatch.setenv(table_group.GROW_ENV, "1" if growth == "in_place" else "0")
     names = make_hbm_tables("cuda_hbm_group", 5)
-    together = hash_steps(names, True, steps=3)
+    together = hash_steps(names, True, steps=3, rule=rule)
     tables = [api.shard(name) for name in names]
     group = tables[0].group
     assert isinstance(group, table_group.HashGroup) and group.members == tables
@@ -525,7 +527,7 @@ def test_an_hbm_group_that_grows_equals_its_tables_one_by_one(growth, monkeypatc
     grouped = [hash_state(name) for name in names]
     monkeypatch.undo()
     make_hbm_tables("cuda_hbm_group", 5)  # the same tables anew (same initial rows)
-    alone = hash_steps(names, False, steps=3)
+    alone = hash_steps(names, False, steps=3, rule=rule)
     assert [api.shard(name).capacity for name in names] == grown
     assert_same_hash_steps(names, together, alone, grouped)
 

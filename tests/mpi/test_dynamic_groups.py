@@ -86,24 +86,29 @@ def lookup(names, op, inputs, together):
     return outs, tokens
 
 
-def gradients_and_update(names, op, tokens, tops):
-    """The gradients of lookup's tokens and an Adagrad update with them (one call over all
-    tables, or one per table); returns per table the gradient by key."""
+ADAGRAD = ("adagrad", "Adagrad", HYPER)
+
+
+def gradients_and_update(names, op, tokens, tops, rule=ADAGRAD):
+    """The gradients of lookup's tokens and an update with them by `rule` (rule name, slot
+    prefix, hyper-parameters; Adagrad by default), one call over all tables, or one per table;
+    returns per table the gradient by key."""
+    name_of_rule, prefix, hyper = rule
     if len(tokens) == 1:
         grads = api.pooled_lookup_grad(names, op, tokens[0], tops)
         by_key = [gradient_by_key(name, v, r) for name, (v, r) in zip(names, grads)]
-        api.apply_optimizer_updates(names, "adagrad", "Adagrad", {}, HYPER,
+        api.apply_optimizer_updates(names, name_of_rule, prefix, {}, hyper,
                                     [v for v, _ in grads], [r for _, r in grads])
         return by_key
     by_key = []
     for t, (name, token) in enumerate(zip(names, tokens)):
         (v, r), = api.pooled_lookup_grad([name], "%s_%d" % (op, t), token, [tops[t]])
         by_key.append(gradient_by_key(name, v, r))
-        api.apply_optimizer_update(name, "adagrad", "Adagrad", {}, HYPER, v, r)
+        api.apply_optimizer_update(name, name_of_rule, prefix, {}, hyper, v, r)
     return by_key
 
 
-def run_steps(names, together, steps=3, seed=3, tag="dg"):
+def run_steps(names, together, steps=3, seed=3, tag="dg", rule=ADAGRAD):
     """Training steps of the layout's lookup (all tables in one lookup, or one per table).
     Returns per step the outputs, per table the gradient by key, and the capacities."""
     rng = np.random.default_rng([seed, RANK])
@@ -111,7 +116,7 @@ def run_steps(names, together, steps=3, seed=3, tag="dg"):
     for step in range(steps):
         inputs, tops = batch(rng, step)
         outs, tokens = lookup(names, tag + "_fwd", inputs, together)
-        by_key = gradients_and_update(names, tag + "_bwd", tokens, tops)
+        by_key = gradients_and_update(names, tag + "_bwd", tokens, tops, rule)
         record.append(([np.array(out) for out in outs], by_key, capacities(names)))
     return record
 
@@ -178,6 +183,32 @@ def test_an_hbm_group_that_grows_equals_its_tables_one_by_one(growth):
     make_tables("dg")  # the same tables anew, each looked up alone
     alone = run_steps(names, False)
     assert all(api.shard(name).group is None for name in names)
+    assert_same_steps(names, together, alone, grouped)
+
+
+EVERY_ROW_RULES = {
+    "adam": {"lr_t": 0.01, "beta1": 0.9, "beta2": 0.999, "epsilon": 1e-7},
+    "keras_rmsprop": {"lr": 0.01, "rho": 0.9, "epsilon": 1e-7},
+    "ftrl_all_rows": {"lr": 0.1, "lr_power": -0.5, "l1": 0.01, "l2": 0.01,
+                      "l2_shrinkage": 0.01},
+}
+
+
+@pytest.mark.parametrize("rule", sorted(EVERY_ROW_RULES))
+def test_a_rule_that_moves_every_row_trains_the_group_as_its_tables_alone(growth, rule):
+    """Rules that move every row of a shard (Adam's, Keras RMSprop's, TF 2.11+ Keras Ftrl's)
+    give a growing group what they give its tables one by one: grown in place, they run on each
+    member's held rows (the flat arrays reserve rows no member holds), and rows a growth added
+    start as a group growing by copies starts them (a row's vector zero until a key takes it)."""
+    rule = (rule, rule.title().replace("_", ""), EVERY_ROW_RULES[rule])
+    names = make_tables("dg_every_" + rule[0], most=1 << 14)
+    together = run_steps(names, True, steps=4, tag="dg_every", rule=rule)
+    group = api.shard(names[0]).group
+    assert group.reserved == (growth == "in_place")
+    assert on_some_rank(any(c > INIT for c in group.capacities))
+    grouped = [shard_state(name) for name in names]
+    make_tables("dg_every_" + rule[0], most=1 << 14)
+    alone = run_steps(names, False, steps=4, tag="dg_every", rule=rule)
     assert_same_steps(names, together, alone, grouped)
 
 

@@ -480,6 +480,49 @@ def test_a_dynamic_group_that_grows_while_its_steps_replay():
         assert got[2][0] == 1
 
 
+def test_a_group_growing_in_place_backs_ahead_while_its_steps_replay(monkeypatch):
+    """hbm DynamicVariables growing in place (table_group.GROW_ENV), each step new keys: a
+    member that passes 3/4 of its capacity while its steps replay has its next rows backed
+    ahead in a step before the one that grows it (the replay's ready() backs ahead as an
+    uncaptured step's header does), so that growth finds them backed."""
+    from sok1x.engine.lookup import table_group
+    monkeypatch.setenv(table_group.GROW_ENV, "1")
+    fresh()
+    names = ["ahead_replay_%d" % t for t in range(MEMBERS)]
+    for name in names:
+        api.create_table(name, 8, 1 << 14, True, SPEC, replace=True,
+                         dynamic=make_dynamic("hbm", 256, 1 << 14))
+    number, issued, grown, replays = [0], {}, [], []
+    back_ahead, grow = table_group.HashGroup._back_ahead, table_group.HashGroup._grow_in_place
+    ready = table_group.ReplayedInsert.ready
+
+    def noted_ahead(group, sizes):
+        before = set(group._ahead)
+        back_ahead(group, sizes)
+        issued.update((t, number[0]) for t in set(group._ahead) - before)
+
+    def noted_grow(group, capacities):
+        grown.append((number[0], group.capacities.copy(), group.sizes(), set(group._ahead)))
+        return grow(group, capacities)
+    monkeypatch.setattr(table_group.HashGroup, "_back_ahead", noted_ahead)
+    monkeypatch.setattr(table_group.HashGroup, "_grow_in_place", noted_grow)
+    monkeypatch.setattr(table_group.ReplayedInsert, "ready",
+                        lambda insert, keys: replays.append(ready(insert, keys)) or replays[-1])
+    first = RANK * 10 ** 9
+    while not grown and number[0] < 80:  # LENGTHS new keys a step, each its own
+        number[0] += 1
+        keys = np.arange(first, first + int(LENGTHS.sum()), dtype=np.int64)
+        first += int(LENGTHS.sum())
+        step(names, keys, LENGTHS, np.float32(0.75), "lazy_adam", number[0], True)
+    assert grown, "no member grew"
+    at, capacities, sizes, ahead = grown[0]
+    near = [t for t in range(MEMBERS) if sizes[t] > 0.75 * capacities[t]]
+    assert near and set(near) <= ahead, (near, ahead)
+    assert all(issued[t] < at for t in near), (issued, at)
+    if SIZE == 1:
+        assert sum(replays) > 10, replays
+
+
 def test_a_hash_group_near_its_capacity_replays_while_its_new_keys_fit(monkeypatch):
     """Members whose sizes come within a step's keys of their capacity (up to 28 keys a member
     in shards of 30, up to 7 keys a step): a step replays once its new keys, counted on the

@@ -5,7 +5,10 @@ the CPU tests catch a table group that touches rows its members do not hold.
 
     reserved_rows(shape, dtype)     a NumPy array of `shape` over the reserved range
     back_rows(array, start, stop)   opens rows [start, stop) (whole pages, those open kept) and
-                                    returns the pages opened, for unback_rows; they read zero
+                                    returns the pages opened, for unback_rows; their bytes are
+                                    0xFF until written (NaN as float32, -1 as integers), as a
+                                    GPU's new memory holds anything: a read of a row never
+                                    written shows in the CPU tests
     unback_rows(array, pages)       closes back_rows' `pages` again, their bytes dropped
     backed_bytes(array)             the bytes open now
     back_rows_ahead(ranges)         back_rows of each (array, start, stop, initial) and
@@ -71,6 +74,8 @@ class _Reserved:
             # one call over the whole span: pages open already stay open and keep their bytes
             _checked(_libc().mprotect(self.address + first * self.step,
                                       (last - first) * self.step, _PROT_READ_WRITE), "mprotect")
+            for page in wanted.tolist():
+                ctypes.memset(self.address + page * self.step, 0xFF, self.step)
             self.backed[wanted] = True
         return wanted
 

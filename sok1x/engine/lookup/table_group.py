@@ -96,7 +96,7 @@ import time
 import numpy as np
 
 from sok1x.backend import random_init
-from sok1x.engine.tables import eviction, hybrid_rows
+from sok1x.engine.tables import eviction, hybrid_rows, optimizer_updates
 from sok1x.engine.tables import placement as placements
 from sok1x.engine.tables.table import (
     EmbeddingTable, rebuild_worn, rebuilt_indexes, reset_slot_rows,
@@ -275,8 +275,27 @@ class TableGroup:
 
     def apply_update(self, update, slots, rows, grads, hyper, options):
         """Runs optimizer rule function `update` on the group's values and flat `slots` for
-        distinct flat `rows` (engine/tables/optimizer_updates.py), as EmbeddingTable does."""
+        distinct flat `rows` (engine/tables/optimizer_updates.py), as EmbeddingTable does. A rule
+        that moves every row (optimizer_updates.moves_every_row) runs on each member's rows
+        where the group's rows grow in place: its flat arrays reserve rows no member holds."""
+        if self.reserved and optimizer_updates.moves_every_row(update):
+            self._update_each_member(update, slots, rows, grads, hyper, options)
+            return
         update(self.backend, self.values, slots, rows, grads, hyper, options)
+
+    def _update_each_member(self, update, slots, rows, grads, hyper, options):
+        """apply_update's rule on each member's held rows in turn, with the rows (and their
+        gradients) of that member (one read of the rows: a replay refuses to record it, and
+        the update runs uncaptured), as on a group that grows by copies, row for row."""
+        backend = self.backend
+        host = np.asarray(backend.to_host(rows), dtype=np.int64)
+        member = np.searchsorted(self.row_starts[:-1], host, side="right") - 1
+        for t in range(len(self.members)):
+            mine = np.flatnonzero((member == t) & (host >= 0))  # (-1: a padded row)
+            update(backend, self._view(self.values, t),
+                   {name: self._view(flat, t) for name, flat in slots.items()},
+                   backend.asarray(host[mine] - self.row_starts[t]),
+                   backend.take_rows(grads, backend.asarray(mine)), hyper, options)
 
     def stamp(self, rows, count=None):
         """Records now as the update time of flat `rows` (count: see backend.fill_rows)."""
@@ -630,15 +649,20 @@ class HashGroup(TableGroup):
                 continue
             start, held = int(self.row_starts[t]), int(self.capacities[t])
             grown = self.members[t].grown_capacity(2 * held)
-            self._ahead[t] = (grown, self.backend.back_rows_ahead(
-                [(flat, start + held, start + grown, initial)
-                 for flat, initial in self._growing_arrays()]))
+            try:
+                ahead = self.backend.back_rows_ahead(
+                    [(flat, start + held, start + grown, initial)
+                     for flat, initial in self._growing_arrays()])
+            except RuntimeError:  # no helper thread now (interpreter exit): the growth backs
+                return
+            self._ahead[t] = (grown, ahead)
 
     def _growing_arrays(self):
-        """(flat array, the initial value of its new rows, None for none) of each array a
-        growth in place extends: the values (a row's vector is written when a key takes it, by
-        the insert's init, and no row without a key is read), times and slots."""
-        return [(self.values, None), (self.times, 0.0)] + [
+        """(flat array, the initial value of its new rows) of each array a growth in place
+        extends: the values, times and slots. The values' rows get zeros, as a group growing by
+        copies gives them: a key's insert writes its vector, but a rule that moves every row
+        (optimizer_updates.moves_every_row) reads rows no key has taken yet."""
+        return [(self.values, 0.0), (self.times, 0.0)] + [
             (flat, self.slot_initial[name]) for name, flat in self.slots.items()]
 
     def _grow_in_place(self, capacities):
@@ -836,6 +860,8 @@ class ReplayedInsert:
         int64, each member's in turn, as the lookup's) fit."""
         group = self.group
         sizes = group.sizes()
+        if group.reserved:  # as room() does for an uncaptured step
+            group._back_ahead(sizes)
         backend, room = group.backend, group.capacities - sizes
         if np.any(self.counts > room):
             if self._tags is None:

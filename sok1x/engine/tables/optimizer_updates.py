@@ -64,6 +64,13 @@ def _keras_momentum(backend, var, slots, rows, grads, hyper, options):
                                   hyper["momentum"], bool(options.get("nesterov")))
 
 
+def moves_every_row(update):
+    """True for a rule's update function that moves every row of the arrays it is given, not
+    only the rows with a gradient (Adam's and Keras RMSprop's kernels, the TF 2.11+ Keras
+    rules of _on_every_row)."""
+    return getattr(update, "moves_every_row", False)
+
+
 def _on_every_row(update):
     """The update of a TF 2.11+ Keras optimizer on a sparse gradient from `update` (its
     OptimizerV2 form's): `update` on every row of the shard, the rows without a gradient taking
@@ -76,6 +83,7 @@ def _on_every_row(update):
         backend.move_rows(grads, positions, dense, rows)  # a row -1 (padding) moves nothing
         every = backend.asarray(np.arange(num_rows, dtype=np.int64))
         update(backend, var, slots, every, dense, hyper, options)
+    every_row.moves_every_row = True
     return every_row
 
 
@@ -122,6 +130,9 @@ def _adam_slots(options):
 def _adam(backend, var, slots, rows, grads, hyper, options):
     backend.update_adam_all_rows(var, slots["m"], slots["v"], slots.get("vhat"), rows, grads,
                                  hyper["lr_t"], hyper["beta1"], hyper["beta2"], hyper["epsilon"])
+
+
+_keras_rmsprop.moves_every_row = _adam.moves_every_row = True
 
 
 def _lazy_adam(backend, var, slots, rows, grads, hyper, options):
