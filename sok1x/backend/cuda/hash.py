@@ -18,7 +18,6 @@ host memory, the host rows are left to a second kernel that walks them in ascend
 (hash_settle_host_rows, cuda_host_order).
 """
 import numpy as np
-import pycuda.driver as driver
 from pycuda import gpuarray
 
 from sok1x.backend.cuda import context as cuda_context
@@ -96,9 +95,10 @@ class HashIndex:
         self._later = []  # add_size_later's (counts, position, sign, tombstones), uncounted
         self._size = 0
         self.tombstones = 0
-        # Held for the shard's life: its own allocation, not a pooled one.
+        # From the memory pool: an index a growth or a load replaces goes back to the pool,
+        # where a free of its own allocation would wait for the device (cuMemFree), in the step
         self._slots = gpuarray.GPUArray((self.slot_count, 2), np.int64,
-                                        allocator=driver.mem_alloc)
+                                        allocator=cuda_context.allocate)
         fill_bytes(self._slots, 0xFF)
 
     @property
