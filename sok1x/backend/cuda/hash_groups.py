@@ -201,11 +201,10 @@ def hash_rehash_many(indexes, capacities=None):
 
 
 def _regrown(indexes, capacities):
-    from sok1x.backend.cuda.hash import HashIndex  # (hash.py imports this module)
     for index, capacity in zip(indexes, capacities):
         if index.size > capacity:
             raise OverflowError("%d keys do not fit in %d rows" % (index.size, capacity))
-    fresh = [HashIndex(capacity) for capacity in capacities]
+    fresh = [type(index)(capacity) for index, capacity in zip(indexes, capacities)]  # HashIndex
     counts = np.array([index.slot_count for index in indexes], dtype=np.int64)
     listing = to_device(np.concatenate([
         np.concatenate([[0], np.cumsum(counts)[:-1]]),
