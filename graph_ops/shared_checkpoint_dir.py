@@ -55,8 +55,21 @@ def index_stamp(prefix):
 
 
 def merged_since(prefix, stamp):
-    """Whether TensorFlow merged a checkpoint at `prefix` since its index had mtime `stamp`."""
-    return index_stamp(prefix) != stamp and not os.path.exists(prefix + "_temp")
+    """Whether TensorFlow merged a checkpoint at `prefix` since its index had mtime `stamp`:
+    the index changed and no temporary directory of the save is left (the merge removes it
+    last; reading the index while TensorFlow 1.15 still merges crashed its checkpoint reader)."""
+    return index_stamp(prefix) != stamp and not _merging(prefix)
+
+
+def _merging(prefix):
+    """Whether a save's temporary directory of `prefix` is there: '<prefix>_temp' (TF 2.x)
+    or '<prefix>_temp_<uuid>' (TF 1.15)."""
+    directory, base = os.path.split(os.path.abspath(prefix))
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return False
+    return any(name == base + "_temp" or name.startswith(base + "_temp_") for name in names)
 
 
 def _report_when_merged(comm, prefix, stamp, peer, timeout):
