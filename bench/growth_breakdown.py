@@ -6,7 +6,6 @@ its device work counts, and the pieces do not overlap: their sum is more than th
 """
 import collections
 import functools
-import os
 import time
 
 from sok1x.engine.lookup import table_group
@@ -57,12 +56,7 @@ def main():
     for repeat in range(args.repeats + 1):  # the first round compiles the kernels
         harness.release_memory(backend)
         case = growth_step.Case(rt, args, args.way, repeat)
-        forming = dict(os.environ)
-        if args.way == "grow_copies":  # read when the group forms, in the fill
-            os.environ[table_group.GROW_ENV] = "0"
         case.fill_up()
-        os.environ.clear()
-        os.environ.update(forming)
         harness.release_memory(backend)
         TOTALS.clear()
         COUNTS.clear()

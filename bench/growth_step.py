@@ -120,10 +120,21 @@ class Case:
             self.tops.setdefault(count, upload(np.ones((count, args.dim), np.float32)))
 
     def fill_up(self):
-        """The fill's training steps (every shard then holds exactly --rows keys)."""
-        for s, keys in enumerate(self.fills):
-            self.step(keys, "fill%d" % s)
-            time.sleep(self.args.between_ms / 1e3)
+        """The fill's training steps (every shard then holds exactly --rows keys). The group
+        forms in the first: for grow_copies with growth in place switched off."""
+        name = table_group_env()
+        forming = os.environ.get(name)
+        if self.way == "grow_copies":
+            os.environ[name] = "0"
+        try:
+            for s, keys in enumerate(self.fills):
+                self.step(keys, "fill%d" % s)
+                time.sleep(self.args.between_ms / 1e3)
+        finally:
+            if self.way == "grow_copies":
+                os.environ.pop(name, None)
+                if forming is not None:
+                    os.environ[name] = forming
 
     def step(self, keys, op):
         """One training step of the case's tables on `keys` (a device array per table)."""
@@ -191,16 +202,7 @@ def run_case(rt, args, way, repeat, peaks, profile=False):
     harness.release_memory(backend)
     base = used_bytes(backend)
     case = Case(rt, args, way, repeat)
-    forming = os.environ.get(table_group_env(), None)
-    if way == "grow_copies":  # read when the group forms, in the fill
-        os.environ[table_group_env()] = "0"
-    try:
-        case.fill_up()
-    finally:
-        if way == "grow_copies":
-            os.environ.pop(table_group_env(), None)
-            if forming is not None:
-                os.environ[table_group_env()] = forming
+    case.fill_up()
     group = case.group()
     assert isinstance(group, table_group.HashGroup), "the tables did not form a hash group"
     capacities = [api.shard(name).capacity for name in case.names]

@@ -501,9 +501,9 @@ def test_a_group_growing_in_place_backs_ahead_while_its_steps_replay(monkeypatch
         back_ahead(group, sizes)
         issued.update((t, number[0]) for t in set(group._ahead) - before)
 
-    def noted_grow(group, capacities):
+    def noted_grow(group, capacities, members):
         grown.append((number[0], group.capacities.copy(), group.sizes(), set(group._ahead)))
-        return grow(group, capacities)
+        return grow(group, capacities, members)
     monkeypatch.setattr(table_group.HashGroup, "_back_ahead", noted_ahead)
     monkeypatch.setattr(table_group.HashGroup, "_grow_in_place", noted_grow)
     monkeypatch.setattr(table_group.ReplayedInsert, "ready",

@@ -150,4 +150,5 @@ def back_rows_ahead(ranges):
 
 def backed_bytes(array):
     """The bytes of reserved_rows' `array` open now."""
-    return int(_block(array).backed.sum()) * _block(array).step
+    block = _block(array)
+    return int(block.backed.sum()) * block.step

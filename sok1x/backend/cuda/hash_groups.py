@@ -186,9 +186,7 @@ def hash_rehash_many(indexes, capacities=None):
         return indexes
     if capacities is not None:
         return _regrown(indexes, [int(c) for c in capacities])
-    counts = np.array([index.slot_count for index in indexes], dtype=np.int64)
-    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
-    addresses = np.array([int(index._slots.gpudata) for index in indexes], dtype=np.int64)
+    starts, addresses, counts = _slot_listing(indexes)
     listing = to_device(np.concatenate([starts, addresses, counts]))
     total = int(counts.sum())
     held = empty((total, 2), np.int64)
@@ -200,17 +198,22 @@ def hash_rehash_many(indexes, capacities=None):
     return indexes
 
 
+def _slot_listing(indexes):
+    """Host int64 (first slot among all of them, slots' address, slot count) per index."""
+    counts = np.array([index.slot_count for index in indexes], dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+    addresses = np.array([int(index._slots.gpudata) for index in indexes], dtype=np.int64)
+    return starts, addresses, counts
+
+
 def _regrown(indexes, capacities):
     for index, capacity in zip(indexes, capacities):
         if index.size > capacity:
             raise OverflowError("%d keys do not fit in %d rows" % (index.size, capacity))
     fresh = [type(index)(capacity) for index, capacity in zip(indexes, capacities)]  # HashIndex
-    counts = np.array([index.slot_count for index in indexes], dtype=np.int64)
-    listing = to_device(np.concatenate([
-        np.concatenate([[0], np.cumsum(counts)[:-1]]),
-        [int(index._slots.gpudata) for index in indexes],
-        [int(index._slots.gpudata) for index in fresh],
-        [index.slot_count for index in fresh]]).astype(np.int64))
+    starts, addresses, counts = _slot_listing(indexes)
+    _, fresh_addresses, fresh_counts = _slot_listing(fresh)
+    listing = to_device(np.concatenate([starts, addresses, fresh_addresses, fresh_counts]))
     total = int(counts.sum())
     launch(_kernels()["reinsert_into"], total, ptr(listing), len(indexes), total)
     for old, new in zip(indexes, fresh):

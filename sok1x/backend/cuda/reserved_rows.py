@@ -169,11 +169,7 @@ def _block_class():
             except Exception:  # noqa: BLE001 (the driver is gone at interpreter exit)
                 return
             try:
-                for granule, (count, handle) in list(self.pieces.items()):
-                    driver.call("cuMemUnmap", self.address + granule * self.step,
-                                count * self.step)  # waits for work on it, as cuMemFree
-                    driver.call("cuMemRelease", handle)
-                self.pieces.clear()
+                self._unmap(list(self.pieces))  # (cuMemUnmap waits for work on it, as cuMemFree)
                 driver.call("cuMemAddressFree", self.address, self.nbytes)
             except Exception:  # noqa: BLE001 (at interpreter exit the driver may refuse)
                 pass

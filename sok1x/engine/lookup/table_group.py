@@ -320,7 +320,6 @@ class HashGroup(TableGroup):
         self.rank = runtime.rank
         self.journal = runtime.journal
         self.table_ids = np.array([table.table_id for table in members], dtype=np.uint64)
-        self.capacities = np.array([table.capacity for table in members], dtype=np.int64)
         self.max_capacities = np.array([getattr(table, "max_capacity", table.capacity)
                                         for table in members], dtype=np.int64)
         self.evicts = any(getattr(table, "statistics", None) is not None for table in members)
@@ -339,6 +338,12 @@ class HashGroup(TableGroup):
     @staticmethod
     def _key_starts(members):
         return None  # keys are tagged, never offset
+
+    @property
+    def capacities(self):
+        """Host int64 [members]: each member's capacity: the rows its arrays hold (held_rows,
+        a hash table's rows being its capacity)."""
+        return self.held_rows
 
     @staticmethod
     def _reserved_rows(members):
@@ -599,10 +604,11 @@ class HashGroup(TableGroup):
         members, backend = self.members, self.backend
         capacities = np.array([member.grown_capacity(int(n)) if n > c else int(c) for member, n, c
                                in zip(members, needed, self.capacities)], dtype=np.int64)
-        if np.array_equal(capacities, self.capacities):
+        grown = np.flatnonzero(capacities != self.capacities).tolist()
+        if not grown:
             return
         if self.reserved:
-            self._grow_in_place(capacities)
+            self._grow_in_place(capacities, grown)
             return
         starts = np.concatenate([[0], np.cumsum(capacities)]).astype(np.int64)
         hbm = self._device_rows(capacities)
@@ -614,13 +620,11 @@ class HashGroup(TableGroup):
         statistics = None if self.statistics is None else relaid(self.statistics, 0)
         slots = {name: relaid(flat, self.slot_initial[name], True)
                  for name, flat in self.slots.items()}
-        grown = np.flatnonzero(capacities != self.capacities).tolist()
         indexes = [member.index for member in members]
         for t, index in zip(grown, rebuilt_indexes(
                 backend, [indexes[t] for t in grown], capacities[grown])):
             indexes[t] = index
-        self.row_starts, self.capacities = starts, capacities  # taken: nothing fails from here
-        self.held_rows = capacities.copy()
+        self.row_starts, self.held_rows = starts, capacities  # taken: nothing fails from here
         self.hbm = hbm
         self.values, self.times, self.slots = values, times, slots
         self.statistics = statistics
@@ -665,14 +669,14 @@ class HashGroup(TableGroup):
         return [(self.values, 0.0), (self.times, 0.0)] + [
             (flat, self.slot_initial[name]) for name, flat in self.slots.items()]
 
-    def _grow_in_place(self, capacities):
+    def _grow_in_place(self, capacities, grown):
         """grow() of a group whose rows grow in place (_reserved_rows): memory behind each grown
-        member's new rows in every flat array (backend.back_rows), those rows given their
-        initial values (_growing_arrays), the grown members' indexes rebuilt; no row moves and
-        nothing is copied. Rows backed and filled ahead (_back_ahead) are taken as they are.
-        A failure (of memory, say) gives back what it backed: the group stays as it was."""
+        member's (`grown`: their places) new rows in every flat array (backend.back_rows),
+        those rows given their initial values (_growing_arrays), the grown members' indexes
+        rebuilt; no row moves and nothing is copied. Rows backed and filled ahead
+        (_back_ahead) are taken as they are. A failure (of memory, say) gives back what it
+        backed: the group stays as it was."""
         backend, members = self.backend, self.members
-        grown = np.flatnonzero(capacities != self.capacities).tolist()
         filled = {}  # (array id, member) -> the flat row up to which the rows were filled ahead
         for t in grown:
             ahead = self._ahead.pop(t, None)
@@ -700,7 +704,7 @@ class HashGroup(TableGroup):
             for flat, pieces in reversed(backed):
                 backend.unback_rows(flat, pieces)
             raise
-        self.capacities, self.held_rows = capacities, capacities.copy()  # taken
+        self.held_rows = capacities  # taken
         for t in grown:
             member = members[t]
             member.values, member.times = self._view(self.values, t), self._view(self.times, t)
