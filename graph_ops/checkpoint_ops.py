@@ -96,10 +96,11 @@ def save_tables(group, ensure_up, prefix, sharded_filename):
         group.gathered = manifest["gathered"]
         group.saved = {name: checkpoint_manifest.encode(checkpoint_manifest.make(
             manifest["world_size"], {name: manifest["tables"][name]})) for name in names}
-        if everyone:
-            shared_checkpoint_dir.take_turns(rt, sharded_filename, checkpoint_join.timeout())
+        pass_turn = (shared_checkpoint_dir.take_turns(rt, sharded_filename,
+                                                      checkpoint_join.timeout())
+                     if everyone else None)
         saver_index.remove_replaced_when_indexed(prefix, names, manifest["generation"],
-                                                 checkpoint_join.timeout())
+                                                 checkpoint_join.timeout(), then=pass_turn)
 
 
 def restore_tables(group, ensure_up, prefix):

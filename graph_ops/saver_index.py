@@ -12,7 +12,7 @@ from sok1x.errors import CheckpointError
 from sok1x.graph_ops import shared_checkpoint_dir
 from sok1x.graph_ops.tf_compat import tf1
 
-_POLL_S = 0.05
+_POLL_S = 0.005
 
 
 def named_generations(prefix, names):
@@ -31,19 +31,24 @@ def named_generations(prefix, names):
     return generations.live_generations(os.path.basename(prefix), manifests)
 
 
-def remove_replaced_when_indexed(prefix, names, letter, seconds):
-    """Starts a thread that, once the index at `prefix` is rewritten and names generation
-    `letter` for tables `names` (TensorFlow finished this save), removes the prefix's shards of
-    every other generation; it gives up after `seconds` (the next save removes them)."""
+def remove_replaced_when_indexed(prefix, names, letter, seconds, then=None):
+    """Starts a thread that waits for TensorFlow to merge this save's checkpoint at `prefix`
+    (its index rewritten); then, where the index names generation `letter` for tables `names`,
+    it removes the prefix's shards of every other generation (else the next save does). It calls
+    `then()` (shared_checkpoint_dir's turn) once it read the index, or after `seconds`."""
     stamp = shared_checkpoint_dir.index_stamp(prefix)
 
     def watch():
         deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            if (shared_checkpoint_dir.merged_since(prefix, stamp)
-                    and named_generations(prefix, names) == [letter]):
+        try:
+            while not shared_checkpoint_dir.merged_since(prefix, stamp):
+                if time.monotonic() > deadline:
+                    return
+                time.sleep(_POLL_S)
+            if named_generations(prefix, names) == [letter]:
                 generations.remove_stale(os.path.dirname(os.path.abspath(prefix)),
                                          os.path.basename(prefix), {letter})
-                return
-            time.sleep(_POLL_S)
+        finally:
+            if then is not None:
+                then()
     threading.Thread(target=watch, name="sok1x-saver-generations", daemon=True).start()

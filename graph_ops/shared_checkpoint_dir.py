@@ -1,30 +1,34 @@
 """Ranks that save TensorFlow checkpoints into one directory take turns (DESIGN D8).
 
-Every rank runs the Saver (a save of sok1x tables is collective), and TensorFlow 2.x's sharded
-Saver writes through a fixed temporary directory "<prefix>_temp/" that its merge step deletes:
-two ranks saving into one directory at once break each other's save. The table's saveable knows
-the shard file name it is written to; from it, the ranks that see one directory find each other
-(each drops a marker file there) and save one after the other: a rank starts only once the rank
-before it has merged its checkpoint (its index file renewed, its temporary directory gone),
-which a thread of that rank watches for and reports. Every rank writes the same bytes, so the
-last write leaves the same checkpoint as the first.
+Every rank runs the Saver (a save of sok1x tables is collective). TensorFlow 2.x's sharded Saver
+writes through a fixed temporary directory "<prefix>_temp/" that its merge step deletes, so two
+ranks saving into one directory at once break each other's save; TensorFlow 1.15's names its
+directory "<prefix>_temp_<uuid>/", but its merge rewrites the index file in place, and a rank
+reading the index then (saver_index's watcher) crashes TensorFlow's checkpoint reader. The
+table's saveable knows the shard file name it is written to; from it, the ranks that see one
+directory find each other (each drops a marker file there) and save one after the other: a rank
+starts only once the rank before it has merged its checkpoint (its index file renewed, its
+temporary directory gone) and read it, which that rank's watcher reports. Every rank writes the
+same bytes, so the last write leaves the same checkpoint as the first.
 """
 import os
-import threading
+import re
 import time
 import uuid
 
 from sok1x.errors import CheckpointError
 
 _TURN_TAG = 0x5C0D
-_TEMP_PART = os.sep + "part-"
+_SHARD_IN_TEMP = re.compile(r"^(?P<prefix>.+)_temp(_[0-9a-f]+)?%s"
+                            r"part-\d+-of-\d+$" % re.escape(os.sep))
 
 
-def _final_prefix(sharded_filename):
-    """'<prefix>_temp/part-00000-of-00001' -> '<prefix>', or None for other names."""
-    name = os.fsdecode(sharded_filename)
-    cut = name.rfind("_temp" + _TEMP_PART)
-    return None if cut < 0 else name[:cut]
+def final_prefix(sharded_filename):
+    """A sharded Saver's shard file name -> its checkpoint's prefix: '<prefix>_temp/part-00000-
+    of-00001' (TensorFlow 2.x) or '<prefix>_temp_<uuid>/part-...' (1.15) -> '<prefix>'; None for
+    other names (a Saver that is not sharded)."""
+    match = _SHARD_IN_TEMP.match(os.fsdecode(sharded_filename))
+    return None if match is None else match.group("prefix")
 
 
 def _sharing_ranks(host, directory):
@@ -72,23 +76,15 @@ def _merging(prefix):
     return any(name == base + "_temp" or name.startswith(base + "_temp_") for name in names)
 
 
-def _report_when_merged(comm, prefix, stamp, peer, timeout):
-    """Thread: sends `peer` its turn once this rank's checkpoint `prefix` is merged."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if merged_since(prefix, stamp):
-            break
-        time.sleep(0.005)
-    comm.send(True, dest=peer, tag=_TURN_TAG)
-
-
 def take_turns(runtime, sharded_filename, timeout):
     """Collective (every rank saving): returns when this rank may write its checkpoint shard
-    `sharded_filename`; raises CheckpointError if the rank before it never finished."""
+    `sharded_filename`, with a function to call once its checkpoint is merged and read (it
+    hands the turn on), or None where no rank waits on this one. Raises CheckpointError if the
+    rank before it never finished."""
     host = runtime.host
-    prefix = _final_prefix(sharded_filename) if host.size > 1 else None
+    prefix = final_prefix(sharded_filename) if host.size > 1 else None
     if host.all_gather_object(prefix is None).count(True):
-        return  # a non-sharded Saver: each file is renamed into place whole
+        return None  # a non-sharded Saver: each file is renamed into place whole
     sharing = _sharing_ranks(host, os.path.dirname(os.path.abspath(prefix)))
     before = [r for r in sharing if r < host.rank]
     after = [r for r in sharing if r > host.rank]
@@ -101,7 +97,6 @@ def take_turns(runtime, sharded_filename, timeout):
                     "rank %d waited %.0f s for rank %d to finish saving %s into the directory "
                     "they share" % (host.rank, timeout, before[-1], prefix))
             time.sleep(0.002)
-    if after:
-        threading.Thread(target=_report_when_merged, name="sok1x-checkpoint-turn",
-                         args=(host.comm, prefix, index_stamp(prefix), after[0], timeout)
-                         ).start()
+    if not after:
+        return None
+    return lambda: host.comm.send(True, dest=after[0], tag=_TURN_TAG)

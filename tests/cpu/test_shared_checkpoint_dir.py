@@ -1,0 +1,42 @@
+"""Ranks that share a checkpoint directory take turns only if sok1x reads the checkpoint's prefix
+out of the shard file name TensorFlow's sharded Saver hands its saveables. The names come from a
+real Saver of this lane's TensorFlow ('<prefix>_temp/part-...' on 2.x, '<prefix>_temp_<uuid>/
+part-...' on 1.15), evaluated in a Session: each must give back the prefix the Saver was fed."""
+import os
+
+import pytest
+
+from sok1x.graph_ops.shared_checkpoint_dir import final_prefix
+from sok1x.graph_ops.tf_compat import tf1
+
+
+def _sharded_filenames(prefix):
+    """The shard file names a sharded tf1 Saver writes through when it saves to `prefix`."""
+    graph = tf1.Graph()
+    with graph.as_default():
+        with tf1.device("/cpu:0"):
+            tf1.Variable([1.0, 2.0], name="kept")
+        saver = tf1.train.Saver(sharded=True)
+        names = [op.outputs[0] for op in graph.get_operations()
+                 if op.type == "ShardedFilename"]
+        with tf1.Session(graph=graph) as session:
+            return session.run(names, {saver.saver_def.filename_tensor_name: prefix})
+
+
+@pytest.mark.parametrize("prefix", ["/data/ckpt/model.ckpt-30", "relative/model.ckpt",
+                                    "/data/a_temp_dir/model_temp.ckpt-7"])
+def test_the_prefix_comes_back_from_this_lanes_saver(prefix):
+    names = _sharded_filenames(prefix)
+    assert names, "the sharded Saver made no ShardedFilename op"
+    for name in names:
+        assert final_prefix(name) == prefix, name
+
+
+@pytest.mark.parametrize("name", [
+    "/data/model.ckpt-3",                                   # a Saver that is not sharded
+    "/data/model.ckpt-3_temp/other-00000-of-00001",
+    "/data/model.ckpt-3_temp_XYZ/part-00000-of-00001",      # not TensorFlow's uuid
+    "/data/model.ckpt-3_temp/part-00000",
+])
+def test_other_names_have_no_prefix(name):
+    assert final_prefix(name.replace("/", os.sep)) is None
