@@ -694,6 +694,8 @@ class HashGroup(TableGroup):
                 for t in grown:
                     start = int(self.row_starts[t])
                     old, new = start + int(self.capacities[t]), start + int(capacities[t])
+                    if filled.get((id(flat), t), old) >= new:
+                        continue  # backed and filled ahead: a driver call less
                     backed.append((flat, backend.back_rows(flat, old, new)))
                     old = min(max(old, filled.get((id(flat), t), old)), new)
                     if initial is not None and new > old:
