@@ -532,6 +532,24 @@ def test_an_hbm_group_that_grows_equals_its_tables_one_by_one(growth, rule, monk
     assert_same_hash_steps(names, together, alone, grouped)
 
 
+@pytest.mark.parametrize("rule", ["lazy_adam", "adam"])
+def test_an_hbm_table_alone_grows_in_place_as_a_group_of_one(rule, monkeypatch):
+    """A DynamicVariable looked up alone whose rows may grow in place (forced here) is a hash
+    group of one (table_group._grows_in_place_alone): its rows grow in device memory mapped
+    behind them, and its steps, rows and slots equal the same table's growing by copies."""
+    monkeypatch.setenv(table_group.GROW_ENV, "1")
+    names = make_hbm_tables("cuda_hbm_alone", 1)
+    got = hash_steps(names, True, steps=3, rule=rule)
+    table = api.shard(names[0])
+    assert table.group.members == [table] and table.group.reserved and table.capacity > 8
+    in_place = [hash_state(names[0])]
+    monkeypatch.setenv(table_group.GROW_ENV, "0")
+    make_hbm_tables("cuda_hbm_alone", 1)  # the same table anew (same initial rows)
+    want = hash_steps(names, True, steps=3, rule=rule)
+    assert api.shard(names[0]).group is None
+    assert_same_hash_steps(names, got, want, in_place)
+
+
 def test_an_hbm_member_past_max_capacity_fails_every_rank_and_nothing_grows():
     from sok1x.errors import TableFullError
     names = make_hbm_tables("cuda_hbm_full", 4, init=64, most=4096)

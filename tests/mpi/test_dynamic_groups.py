@@ -162,7 +162,7 @@ def assert_a_group_of_views(group):
                 "data"][0]
 
 
-def test_an_hbm_group_that_grows_equals_its_tables_one_by_one(growth):
+def test_an_hbm_group_that_grows_equals_its_tables_one_by_one(growth, monkeypatch):
     names = make_tables("dg")
     rng = np.random.default_rng([3, RANK])
     inputs, _ = batch(rng, 0)
@@ -173,14 +173,20 @@ def test_an_hbm_group_that_grows_equals_its_tables_one_by_one(growth):
     assert isinstance(group, table_group.HashGroup)
     assert group.reserved == (growth == "in_place")
     assert group.members == [tables[t] for t in (0, 1, 3, 5)]
-    assert tables[2].group is None and tables[4].group is None  # hybrid, another dim
+    assert tables[2].group is None  # hybrid
+    if growth == "in_place":  # another dim, alone: a group of one, growing in place too
+        assert tables[4].group.members == [tables[4]] and tables[4].group.reserved
+        assert_a_group_of_views(tables[4].group)
+    else:
+        assert tables[4].group is None
     assert all(api.shard(name) is table for name, table in zip(names, tables))
     for member in group.members:
         assert on_some_rank(member.capacity > INIT)
         assert member.statistics is None and member._free.size == 0
     assert_a_group_of_views(group)
     grouped = [shard_state(name) for name in names]
-    make_tables("dg")  # the same tables anew, each looked up alone
+    monkeypatch.setenv(table_group.GROW_ENV, "0")
+    make_tables("dg")  # the same tables anew, each looked up alone, growing by copies
     alone = run_steps(names, False)
     assert all(api.shard(name).group is None for name in names)
     assert_same_steps(names, together, alone, grouped)
@@ -247,7 +253,8 @@ def test_a_member_near_its_capacity_has_its_next_rows_backed_before_it_grows(gro
                                                                             monkeypatch):
     """In place, a member past 3/4 of its capacity gets memory behind the rows of its next
     doubling ahead of the step that grows it (table_group._AHEAD; on cuda on a helper thread),
-    so that growth finds them backed; by copies nothing is reserved."""
+    so that growth takes them as they are, asking the driver for nothing; by copies nothing
+    is reserved."""
     names = make_tables("dg_ahead", init=1024, most=1 << 16)  # members of whole pages
     run_steps(names, True, steps=1, tag="dg_ahead")  # the group and Adagrad's slot made
     group = api.shard(names[0]).group
@@ -276,7 +283,7 @@ def test_a_member_near_its_capacity_has_its_next_rows_backed_before_it_grows(gro
     monkeypatch.undo()
     assert group.capacities[0] == grown and not group._ahead
     mine = [pieces for first, pieces in calls if first == start + int(held[0])]
-    assert len(mine) == len(arrays) and not any(mine)  # every array's rows found backed
+    assert not mine  # every array's rows backed and filled ahead: no driver call left
     assert_a_group_of_views(group)
     new = slice(int(held[0]), grown)  # filled ahead: each slot's initial value, times 0
     member = group.members[0]
@@ -331,6 +338,71 @@ def crowded_member(inputs):
         keys = np.arange(64 * SIZE + 1, dtype=np.int64) * 7 + 10 ** 12
         inputs[3] = PooledInput(keys, None, keys.shape[0], None, "sum")
     return TableFullError, "_h2: the shard on rank .* max_capacity=64"
+
+
+SOLO = [("s0", DIM, "hbm"), ("s1", DIM, "hbm")]
+
+
+def _alone_then_together(tag):
+    """Two training steps of table s0 looked up alone, then two of s0 and s1 in one lookup.
+    Returns the names, per step the outputs, gradients by key and capacities, and s0's group
+    after its steps alone."""
+    names = make_tables(tag, layout=SOLO)
+    rng = np.random.default_rng([41, RANK])
+    record, alone_group = [], None
+    for step in range(4):
+        inputs, tops = batch(rng, step, layout=SOLO)
+        looked = names[:1] if step < 2 else names
+        op = "%s_%d" % (tag, len(looked))
+        outs, tokens = lookup(looked, op + "_fwd", inputs[:len(looked)], True)
+        by_key = gradients_and_update(looked, op + "_bwd", tokens, tops[:len(looked)])
+        record.append(([np.array(out) for out in outs], by_key, capacities(names)))
+        if step == 1:
+            alone_group = api.shard(names[0]).group
+    return names, record, alone_group
+
+
+def test_a_dynamic_variable_looked_up_alone_grows_in_place_as_a_group_of_one(growth,
+                                                                            monkeypatch):
+    """An hbm DynamicVariable looked up alone whose rows may grow in place is a hash group of
+    one (table_group._grows_in_place_alone): it grows copying nothing, and gives what the same
+    table growing by copies gives. Looked up with another table later, it leaves its group of
+    one for their group. By copies it stays a table of its own."""
+    names, got, alone_group = _alone_then_together("dg_solo")
+    tables = [api.shard(name) for name in names]
+    if growth == "in_place":
+        assert alone_group.members == [tables[0]] and alone_group.reserved
+        assert on_some_rank(got[1][2][0] > INIT)  # grown while alone
+        assert alone_group.live_at is None and tables[0].group is not alone_group
+        assert tables[0].group.members == tables and tables[0].group.reserved
+        assert_a_group_of_views(tables[0].group)
+    else:
+        assert alone_group is None
+    after = [shard_state(name) for name in names]
+    monkeypatch.setenv(table_group.GROW_ENV, "0")
+    _, want, none = _alone_then_together("dg_solo")
+    assert none is None
+    assert_same_steps(names, got, want, after)
+
+
+def test_by_default_only_a_large_dynamic_variable_alone_is_a_group_of_one(monkeypatch):
+    """Without SOK1X_GROW_IN_PLACE, a table alone grows in place by HashGroup._reserved_rows'
+    rule: 64 MiB of values held (a granule per array at most an eighth of them) and a reserve
+    at most 64x the rows held. A small table, or one that cannot grow, stays a table of its
+    own."""
+    monkeypatch.delenv(table_group.GROW_ENV)
+    dim, held = 128, 1 << 17  # 64 MiB of float32 values
+    cases = {"large": (held, 4 * held), "small": (INIT, MAX), "fixed": (held, held),
+             "wide": (held, 128 * held)}
+    for case, (init, most) in cases.items():
+        name = "dg_default_" + case
+        api.create_table(name, dim, most, True, SPEC, replace=True,
+                         dynamic=make_dynamic("hbm", init, most))
+        keys = np.arange(RANK, 40, SIZE, dtype=np.int64)
+        api.pooled_lookup([name], name, [PooledInput(keys, np.zeros(keys.size, np.int64), 1,
+                                                     None, "sum")], False)
+        group = api.shard(name).group
+        assert (group is not None) == (case == "large"), case
 
 
 def test_a_member_past_max_capacity_fails_every_rank_and_changes_no_table():
@@ -587,8 +659,9 @@ def _graph_program(together, inter_op_threads, steps=3, var_type="hbm", most=102
 
 @pytest.mark.parametrize("inter_op_threads", [1, 8])
 def test_a_program_looking_up_hbm_dynamic_variables_together_trains_as_one_looking_them_up_apart(
-        inter_op_threads):
+        inter_op_threads, monkeypatch):
     losses, rows, kind, capacity, _ = _graph_program(True, inter_op_threads)
+    monkeypatch.setenv(table_group.GROW_ENV, "0")  # apart: tables of their own, by copies
     want_losses, want_rows, alone, want_capacity, _ = _graph_program(False, inter_op_threads)
     assert kind == "HashGroup" and alone == "NoneType"
     assert capacity == want_capacity and on_some_rank(capacity > 4)

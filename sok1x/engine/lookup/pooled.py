@@ -122,7 +122,7 @@ def pooled_forward_many(runtime, tables, op, inputs, training, local_error=None,
                                                if item.admit_ratio is not None])
     unit_keys = [_joined_keys(backend, unit, [inputs[p] for p in unit.positions], error)
                  for unit in units]
-    admit_ratios = [inputs[unit.positions[0]].admit_ratio if len(unit.positions) == 1 else None
+    admit_ratios = [None if unit.grouped else inputs[unit.positions[0]].admit_ratio
                     for unit in units]  # a filtered hash table is never grouped
     vectors, routings = lookup_forward_many(runtime, [unit.table for unit in units], op,
                                             [keys for keys, _, _ in unit_keys], training,
@@ -154,7 +154,7 @@ def _joined_keys(backend, unit, items, error):
     """The unit's (keys, tags, tag counts): a group's members' keys in its id space, joined (a
     hash group's as they are, with their tags and host counts of keys per member); a table's
     own keys (tags and counts None)."""
-    if len(items) == 1:
+    if not unit.grouped:
         return items[0].keys, None, None
     if error is not None:  # not looked at: the step fails in the first exchange
         return backend.asarray(np.zeros(0, np.int64)), None, None
@@ -252,14 +252,14 @@ def pooled_backward_many(runtime, tables, op, state, grads_list, bounded=True):
     units = [pooling.unit for pooling in state]
     pieces = None  # a group's keys come member after member (_joined_keys)
     if bounded:
-        pieces = [None if len(pooling.unit.positions) == 1 else np.concatenate(
+        pieces = [None if not pooling.unit.grouped else np.concatenate(
             [[0], np.cumsum(pooling.key_counts)]).astype(np.int64) for pooling in state]
     results = lookup_backward_many(runtime, [unit.table for unit in units], op,
                                    [pooling.routing for pooling in state], per_key, pieces)
     out = [None] * len(tables)
     for pooling, (summed, rows, ranks) in zip(state, results):
         unit = pooling.unit
-        if len(unit.positions) == 1:
+        if not unit.grouped:
             out[unit.positions[0]] = (summed, rows)
             continue
         for p, pair in zip(unit.positions, group_gradients.split_gradient(

@@ -50,7 +50,9 @@ moving no row (its cost: the new slots' and times' initial values, one pass over
 memory). A member past 3/4 of its capacity gets the memory of its next doubling mapped ahead, on
 a helper thread while steps go on (HashGroup._back_ahead), so the step that grows it does not
 wait for the driver; from then on it holds that memory. Checks of a member's rows go by
-held_rows, never by row_starts.
+held_rows, never by row_starts. An hbm DynamicVariable looked up alone whose rows may grow in
+place is a hash group of one, so that its growth copies nothing either (_grows_in_place_alone);
+a lookup that names it with others takes it into their group (the group of one dissolved).
 
 What separates groups (tables that cannot share a pass are looked up as units of their own, in
 the same exchange):
@@ -108,9 +110,15 @@ _GRANULE = 2 << 20  # the device's allocation granularity (backend.back_rows), 2
 _MOST_RESERVED = 64
 _AHEAD = 0.75  # a member growing in place past this share of its capacity backs its next rows
 
-Unit = collections.namedtuple("Unit", "table positions")
-Unit.__doc__ = """One pass of a lookup: table (an EmbeddingTable or a TableGroup) and positions
-(the places in the lookup's table list of its members, in the unit's order)."""
+class Unit(collections.namedtuple("Unit", "table positions")):
+    """One pass of a lookup: table (an EmbeddingTable or a TableGroup) and positions (the places
+    in the lookup's table list of its members, in the unit's order)."""
+    __slots__ = ()
+
+    @property
+    def grouped(self):
+        """Whether the unit is a TableGroup (of one table, too: _grows_in_place_alone)."""
+        return isinstance(self.table, TableGroup)
 
 
 class TableGroup:
@@ -923,8 +931,10 @@ def plan(runtime, tables, alone=()):
     for position, table in enumerate(tables):
         classes.setdefault(group_kind(table, position, alone), []).append(position)
     units = []
-    for positions in classes.values():
-        group = _group_of(runtime, [tables[p] for p in positions]) if len(positions) > 1 else None
+    for kind, positions in classes.items():
+        group = (_group_of(runtime, [tables[p] for p in positions])
+                 if len(positions) > 1 or _grows_in_place_alone(kind, tables[positions[0]])
+                 else None)
         if group is None:
             units += [Unit(tables[p], [p]) for p in positions]
             continue
@@ -935,14 +945,28 @@ def plan(runtime, tables, alone=()):
     return units
 
 
+def _grows_in_place_alone(kind, table):
+    """Whether `table`, the one table of its `kind` (group_kind) in a lookup, is looked up as a
+    hash group of one: an hbm DynamicVariable whose rows may grow in place
+    (HashGroup._reserved_rows), so that its growth copies nothing and never holds its arrays
+    twice, as a group's does (or it is in such a group already)."""
+    if kind[0] != "hbm":
+        return False
+    group = table.group
+    if group is not None:
+        return len(group.members) == 1
+    return table.capacity < table.max_capacity and HashGroup._reserved_rows([table]) is not None
+
+
 def _group_of(runtime, members):
     """The live TableGroup of exactly `members`, a new one if none of them is in a live group,
-    else None (a table named twice, or grouped with other tables)."""
+    else None (a table named twice, or grouped with other tables). A group of one
+    (_grows_in_place_alone) gives its table up to a lookup that names it with others."""
     if len({id(table) for table in members}) != len(members):
         return None
     groups = {id(table.group): table.group for table in members if table.group is not None}
     for group in list(groups.values()):
-        if not group.live(runtime):
+        if not group.live(runtime) or (len(group.members) == 1 and len(members) > 1):
             group.dissolve()
             del groups[id(group)]
     if not groups:
