@@ -94,6 +94,7 @@ import contextlib
 import functools
 import os
 import time
+import weakref
 
 import numpy as np
 
@@ -109,6 +110,8 @@ GROW_ENV = "SOK1X_GROW_IN_PLACE"  # "0": a growing group lays its arrays out aga
 _GRANULE = 2 << 20  # the device's allocation granularity (backend.back_rows), 2 MiB on H100/H200
 _MOST_RESERVED = 64
 _AHEAD = 0.75  # a member growing in place past this share of its capacity backs its next rows
+# table alone -> ((capacity, GROW_ENV), whether it is a group of one): _grows_in_place_alone
+_ALONE_VERDICTS = weakref.WeakKeyDictionary()
 
 class Unit(collections.namedtuple("Unit", "table positions")):
     """One pass of a lookup: table (an EmbeddingTable or a TableGroup) and positions (the places
@@ -955,7 +958,12 @@ def _grows_in_place_alone(kind, table):
     group = table.group
     if group is not None:
         return len(group.members) == 1
-    return table.capacity < table.max_capacity and HashGroup._reserved_rows([table]) is not None
+    asked = (table.capacity, os.environ.get(GROW_ENV, ""))
+    known = _ALONE_VERDICTS.get(table)
+    if known is None or known[0] != asked:  # (asked at every lookup of the table: kept)
+        known = _ALONE_VERDICTS[table] = (asked, table.capacity < table.max_capacity and
+                                          HashGroup._reserved_rows([table]) is not None)
+    return known[1]
 
 
 def _group_of(runtime, members):
