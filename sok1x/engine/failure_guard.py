@@ -212,14 +212,15 @@ def _watch(read_fd):
 
 
 def _python_handler(number, frame):
-    """Runs in the main thread; the watcher thread usually got there first. While another
-    thread aborts the job, the main thread stays here rather than go on training."""
+    """Runs in the main thread at its next bytecode after the signal. While another thread
+    aborts the job (the watcher usually got there first), the main thread stays here rather
+    than go on training; otherwise it fails the job itself, so that a watcher thread that has
+    not run yet (a loaded host) cannot let the program finish and exit 0."""
     failing = _state["failing_thread"]
     if failing is not None and failing != threading.get_ident():
         while True:  # that thread's MPI_Abort ends this process
             time.sleep(1.0)
-    if _state["watcher"] is None:
-        _on_signal(number)
+    _on_signal(number)
 
 
 def _stop_main_thread():

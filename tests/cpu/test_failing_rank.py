@@ -72,6 +72,14 @@ def test_a_failing_rank_ends_the_job(mode, exit_code, reason, launcher, ranks):
 
 
 @lane_a_only()
+def test_sigterm_ends_the_job_while_the_signal_watcher_lags():
+    """The main thread's handler fails the job itself when the watcher thread has not yet: a
+    rank whose watcher lags (a loaded host) must not finish its steps and exit 0."""
+    finished = run_job("mpiexec", 2, "failing_rank.py", "sigterm-slow-watcher")
+    assert_failed(finished, 1, 128 + signal.SIGTERM, "killed by SIGTERM")
+
+
+@lane_a_only()
 def test_a_peer_that_never_joins_times_the_host_collective_out():
     """The last rank stays alive but never enters the step: the others' MPI wait ends after
     SOK1X_MPI_TIMEOUT_S and the job is aborted, naming the waiting rank and the collective."""

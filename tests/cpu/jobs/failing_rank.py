@@ -4,10 +4,11 @@ the other ranks go on into the step's collectives and wait for it.
 
 Modes: raise (uncaught ValueError), exit-3 (sys.exit(3)), sigterm (the rank sends itself SIGTERM
 and goes on), sigterm-blocked (the rank is blocked in a collective when SIGTERM arrives: its
-peers sleep first), kill-9 (SIGKILL: nothing to catch, the launcher must see the death),
-stall (the rank stays alive and never joins), thread-raise (a thread of the rank raises), clean
-(nothing fails; every rank prints "rank R finished"), soak STEPS (nothing fails; every rank prints
-its resident memory every STEPS//20 steps as "RSS rank step kib").
+peers sleep first), sigterm-slow-watcher (sigterm, with sok1x's signal watcher thread acting
+only after the job's steps are over), kill-9 (SIGKILL: nothing to catch, the launcher must see
+the death), stall (the rank stays alive and never joins), thread-raise (a thread of the rank
+raises), clean (nothing fails; every rank prints "rank R finished"), soak STEPS (nothing fails;
+every rank prints its resident memory every STEPS//20 steps as "RSS rank step kib").
 """
 import os
 import signal
@@ -45,6 +46,16 @@ def fail(mode, rt):
         os.kill(os.getpid(), signal.SIGTERM)
     if mode == "sigterm-blocked":
         threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGTERM)).start()
+    if mode == "sigterm-slow-watcher":  # a loaded host: the signal watcher runs only later
+        from sok1x.engine import failure_guard
+        on_signal = failure_guard._on_signal
+
+        def later(number):
+            if threading.current_thread() is not threading.main_thread():
+                time.sleep(5.0)  # the steps left end well before this
+            on_signal(number)
+        failure_guard._on_signal = later
+        os.kill(os.getpid(), signal.SIGTERM)
     if mode == "stall":
         time.sleep(600)  # alive, never joins: the peers' MPI wait must time out
     if mode == "kill-9":
