@@ -4,7 +4,8 @@ growth holds at its peak (issue 17: hbm and hybrid DynamicVariables in hash grou
     mpiexec -n 1 python3 bench/growth_step.py --out results/growth1.json
     python3 bench/growth_step.py --backend cpu --rows 4096 --new 512 --out /tmp/growth.json
 
---tables DynamicVariables of --dim (26 x 128: dlrm26's), each shard filled to exactly --rows keys
+--tables DynamicVariables of --dim (26 x 128: dlrm26's; --tables 1: one table alone, a hash group
+of one where it grows in place), each shard filled to exactly --rows keys
 (every rank's keys of a table split alike over the owners; in training steps as a loop brings
 keys: to 3/4 and --new more, then --new a step), then one timed
 training step (forward, backward, LazyAdam update through engine/api.py) that brings --new new
@@ -63,6 +64,9 @@ def parse_args(argv=None):
     parser.add_argument("--dim", type=int, default=128)
     parser.add_argument("--rows", type=int, default=1 << 18, help="keys a shard holds before")
     parser.add_argument("--new", type=int, default=16384, help="new keys a rank and table")
+    parser.add_argument("--ways", default=",".join(WAYS),
+                        help="the ways timed, of %s (room, grow and grow_copies always)"
+                        % ", ".join(WAYS))
     parser.add_argument("--between-ms", type=float, default=0.0,
                         help="host time after each fill step with Python's lock free: the rest "
                         "of a framework's step (its dense layers run in its own threads)")
@@ -150,12 +154,16 @@ class Case:
         return api.shard(self.names[0]).group
 
     def group_bytes(self):
-        """The bytes of the group's rows held (not those a group growing in place reserved)."""
-        group = self.group()
+        """The bytes of the group's rows held (not those a group growing in place reserved);
+        of the table's, for one table alone (not in a group of one: grow_copies)."""
+        group = self.group() or api.shard(self.names[0])
         arrays = [group.values, group.times] + list(group.slots.values())
         if group.statistics is not None:
             arrays.append(group.statistics)
-        held = int(np.sum(getattr(group, "held_rows", np.diff(group.row_starts))))
+        if hasattr(group, "row_starts"):
+            held = int(np.sum(getattr(group, "held_rows", np.diff(group.row_starts))))
+        else:
+            held = group.capacity
         return sum(int(a.nbytes) // int(a.shape[0]) * held for a in arrays)
 
 
@@ -204,7 +212,8 @@ def run_case(rt, args, way, repeat, peaks, profile=False):
     case = Case(rt, args, way, repeat)
     case.fill_up()
     group = case.group()
-    assert isinstance(group, table_group.HashGroup), "the tables did not form a hash group"
+    assert isinstance(group, table_group.HashGroup) or (args.tables == 1 and group is None), \
+        "the tables did not form a hash group"
     capacities = [api.shard(name).capacity for name in case.names]
     before_bytes = case.group_bytes()
     harness.release_memory(backend)
@@ -248,9 +257,10 @@ def main(argv=None):
         peaks.append(used_bytes(backend))
         return indexes
     gbps = copy_gbps(backend)
-    ways = WAYS
+    asked = set(args.ways.split(",")) | {"room", "grow", "grow_copies"}
+    ways = tuple(way for way in WAYS if way in asked)
     if "on_device" not in inspect.signature(api.drop_evicted).parameters:  # an older sok1x
-        ways = tuple(way for way in WAYS if way != "evict_device")
+        ways = tuple(way for way in ways if way != "evict_device")
         harness.say("this sok1x's pop_evicted has no device reader: evict_device left out")
     results = {way: [] for way in ways}
     for repeat in range(args.repeats + 1):  # the first round warms up (kernels compile)
