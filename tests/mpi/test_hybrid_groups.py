@@ -163,6 +163,63 @@ def test_a_hybrid_group_that_grows_and_evicts_equals_its_tables_one_by_one(room)
             assert_same_full_state(got, want)
 
 
+IN_PLACE_LAYOUT = [("y0", DIM, "hybrid", 0.0), ("y1", DIM, "hybrid", 0.0),
+                   ("y2", DIM, "hybrid", 0.0)]
+
+
+@pytest.mark.parametrize("growth", ["copies", "in_place"])
+def test_a_hybrid_group_growing_in_place_then_evicting_equals_its_tables_one_by_one(
+        growth, monkeypatch):
+    """Hybrid members whose rows stay in device memory grow in place when asked
+    (SOK1X_GROW_IN_PLACE=1: their values, times, slots and access statistics reserve
+    max_capacity rows each, memory behind the rows held), then evict at max_capacity: steps,
+    states, counts and evicted keys equal the same tables' looked up one by one, growing by
+    copies."""
+    monkeypatch.setenv(table_group.GROW_ENV, "1" if growth == "in_place" else "0")
+    names = make_tables("yg_in_place", layout=IN_PLACE_LAYOUT)
+    together = run_steps(names, True, tag="yg_in_place", layout=IN_PLACE_LAYOUT)
+    tables = [api.shard(name) for name in names]
+    group = tables[0].group
+    assert group.members == tables and group.evicts
+    assert group.reserved == (growth == "in_place")
+    if group.reserved:
+        assert list(np.diff(group.row_starts)) == [MAX] * len(tables)
+        for t, member in enumerate(tables):
+            start = int(group.row_starts[t])
+            assert member.statistics.shape[0] == member.capacity
+            assert member.statistics.__array_interface__["data"][0] == group.statistics[
+                start:].__array_interface__["data"][0]
+    assert all(on_some_rank(step[3][t][2]) for step in together[-1:] for t in range(3))
+    monkeypatch.setenv(table_group.GROW_ENV, "0")
+    make_tables("yg_in_place", layout=IN_PLACE_LAYOUT)  # the same tables anew, one by one
+    alone = run_steps(names, False, tag="yg_in_place", layout=IN_PLACE_LAYOUT)
+    assert all(api.shard(name).group is None for name in names)
+    for got_step, want_step in zip(together, alone):
+        for out, want in zip(got_step[0], want_step[0]):
+            np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-6)
+        for got, want in zip(got_step[1], want_step[1]):
+            assert_same_gradient(got, want)
+        assert got_step[2] == want_step[2]
+        for got, want in zip(got_step[3], want_step[3]):
+            assert_same_full_state(got, want)
+
+
+def test_by_default_a_hybrid_group_grows_by_copies(monkeypatch):
+    """Until their eviction's kernels have run over a reserve on a GPU, hybrid groups grow in
+    place only when asked, whatever their size."""
+    monkeypatch.delenv(table_group.GROW_ENV, raising=False)
+    held = 1 << 17  # 64 MiB of float32 values of dim 128 a member
+    members = []
+    for t in range(2):
+        name = "yg_default_%d" % t
+        api.create_table(name, 128, 4 * held, True, SPEC, replace=True,
+                         dynamic=make_dynamic("hybrid", held, 4 * held))
+        members.append(api.shard(name))
+    assert table_group.HashGroup._reserved_rows(members) is None
+    monkeypatch.setenv(table_group.GROW_ENV, "1")
+    assert list(table_group.HashGroup._reserved_rows(members)) == [4 * held] * 2
+
+
 def test_rows_handed_out_by_counts_no_header_read_yet_are_counted_first():
     """Two training lookups of a group with room and no op header between their inserts' counts
     and a read (here the free list and high water, then a third lookup): each member counts its

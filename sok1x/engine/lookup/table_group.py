@@ -360,21 +360,24 @@ class HashGroup(TableGroup):
     def _reserved_rows(members):
         """Host int64 [members], the rows to reserve for each member (its max_capacity), where
         the group's rows grow in place; else None (the copies of grow). In place: members that
-        may grow, none of which evicts or splits its rows (hbm DynamicVariables), where the
-        granules the members may leave unused (about one per member and array, _GRANULE: a
-        member's end shares one with the next one's start) are at most an eighth of the
-        group's values held, and the reserve at most _MOST_RESERVED times the rows held (the
-        backward's row bitmap is sized by the reserve). SOK1X_GROW_IN_PLACE=0: never;
-        =1: whenever such members may grow."""
+        may grow, none of which splits its rows into host memory, where the granules the
+        members may leave unused (about one per member and array, _GRANULE: a member's end
+        shares one with the next one's start) are at most an eighth of the group's values
+        held, and the reserve at most _MOST_RESERVED times the rows held (the backward's row
+        bitmap is sized by the reserve); members that evict (hybrid DynamicVariables, whose
+        access statistics grow in place too) only with SOK1X_GROW_IN_PLACE=1 for now, since
+        their eviction's kernels have not run on a GPU over a reserve. SOK1X_GROW_IN_PLACE=0:
+        never; =1: whenever such members may grow."""
         wanted = os.environ.get(GROW_ENV, "")
         held = np.array([int(table.values.shape[0]) for table in members], dtype=np.int64)
         most = np.array([getattr(table, "max_capacity", n) for table, n in zip(members, held)],
                         dtype=np.int64)
         if wanted == "0" or np.array_equal(most, held) or any(
-                getattr(table, "statistics", None) is not None
-                or getattr(table, "hbm_rows", None) is not None for table in members):
+                getattr(table, "hbm_rows", None) is not None for table in members):
             return None
         if wanted != "1":
+            if any(getattr(table, "statistics", None) is not None for table in members):
+                return None
             held_bytes = int(held.sum()) * 4 * int(members[0].dim)
             if (most.sum() > _MOST_RESERVED * held.sum()
                     or len(members) * 4 * _GRANULE * 8 > held_bytes):
@@ -674,10 +677,12 @@ class HashGroup(TableGroup):
 
     def _growing_arrays(self):
         """(flat array, the initial value of its new rows) of each array a growth in place
-        extends: the values, times and slots. The values' rows get zeros, as a group growing by
-        copies gives them: a key's insert writes its vector, but a rule that moves every row
-        (optimizer_updates.moves_every_row) reads rows no key has taken yet."""
-        return [(self.values, 0.0), (self.times, 0.0)] + [
+        extends: the values, times, access statistics (a hybrid group's) and slots. The
+        values' rows get zeros, as a group growing by copies gives them: a key's insert writes
+        its vector, but a rule that moves every row (optimizer_updates.moves_every_row) reads
+        rows no key has taken yet."""
+        statistics = [] if self.statistics is None else [(self.statistics, 0)]
+        return [(self.values, 0.0), (self.times, 0.0)] + statistics + [
             (flat, self.slot_initial[name]) for name, flat in self.slots.items()]
 
     def _grow_in_place(self, capacities, grown):
@@ -721,6 +726,8 @@ class HashGroup(TableGroup):
         for t in grown:
             member = members[t]
             member.values, member.times = self._view(self.values, t), self._view(self.times, t)
+            if self.statistics is not None:
+                member.statistics = self._view(self.statistics, t)
             for name, flat in self.slots.items():
                 member.slots[name] = self._view(flat, t)
             member.index, member.capacity = indexes[t], int(capacities[t])
@@ -732,8 +739,7 @@ class HashGroup(TableGroup):
         place (backend.backed_bytes), else None."""
         if not self.reserved:
             return None
-        arrays = [self.values, self.times] + list(self.slots.values())
-        return sum(self.backend.backed_bytes(flat) for flat in arrays)
+        return sum(self.backend.backed_bytes(flat) for flat, _ in self._growing_arrays())
 
     def insert_kept(self, state, placed):
         """Ends insert_start's call without reading `placed`, where the caller knows that no
