@@ -656,14 +656,19 @@ def assert_alone_as_together(names, together, states, seed):
     assert_same_hash_steps(names, together, alone, [s[0] for s in states[-1]])
 
 
-@pytest.mark.parametrize("split", [False, True])
-def test_a_hybrid_group_that_grows_and_evicts_equals_its_tables_one_by_one(split):
+@pytest.mark.parametrize("split, growth", [(False, "copies"), (True, "copies"),
+                                           (False, "in_place")])
+def test_a_hybrid_group_that_grows_and_evicts_equals_its_tables_one_by_one(split, growth,
+                                                                          monkeypatch):
     """Members of 8 rows (at most 1,024) get hundreds of new keys a step: the group grows them,
     then evicts from each the keys it needs freed and hands their rows to the new keys, as
     each table does alone (the same keys held, vectors, slots, lookup counts, evicted keys).
     split: members whose rows split between device and host memory (SPLIT_ROWS), the group's
-    rows then split per member (hybrid_rows.GroupedRows)."""
+    rows then split per member (hybrid_rows.GroupedRows). in_place: the group's rows and
+    statistics grow in device memory mapped behind them (SOK1X_GROW_IN_PLACE=1), and its
+    eviction runs over the reserve."""
     from sok1x.engine.tables import hybrid_rows
+    monkeypatch.setenv(table_group.GROW_ENV, "1" if growth == "in_place" else "0")
     names = make_hybrid_tables("cuda_hybrid_group", 5, split=split)
     together, states = [], []
     for step in range(3):
@@ -676,7 +681,9 @@ def test_a_hybrid_group_that_grows_and_evicts_equals_its_tables_one_by_one(split
     assert isinstance(group.values, hybrid_rows.GroupedRows) == split
     if split:
         assert list(group.hbm) == [1024, 600, 1, 100, 1024]
+    assert group.reserved == (growth == "in_place")
     assert COMM.allreduce(sum(len(s[2]) for s in states[-1]), op=MPI.SUM) > 0  # evicted
+    monkeypatch.setenv(table_group.GROW_ENV, "0")
     make_hybrid_tables("cuda_hybrid_group", 5, split=split)  # anew (same initial rows)
     assert_alone_as_together(names, together, states, 27)
 
