@@ -37,6 +37,9 @@ class _SaverTables:
     def __init__(self):
         self.save_tables, self.restore_tables = {}, {}  # name -> TableSpec, build order
         self.last_save_op = self.last_restore_op = None
+        # the save op that saves every table (_table_saveable): the first one built that knows
+        # its shard file, else the first one built; (its token, whether it knows the file)
+        self.saver = (None, False)
         self.saved, self.restored = {}, {}  # name -> manifest bytes
         self.gather = {}  # name -> number of keys: tables whose rows the save gathers
         self.gathered = {}  # name -> float32 [keys, dim] the last save gathered
@@ -177,17 +180,26 @@ def _table_saveable(table):
             return done.op
 
     def _save_tensor():
+        # TensorFlow 1.15's sharded Saver asks for the tensor twice: once to group the
+        # saveables by device (before any shard file name exists, its op's output unused but
+        # run, since each save op runs after the one before), then for the shard it writes.
+        # Only an op that knows its shard file may save: ranks sharing a directory take turns
+        # by it (shared_checkpoint_dir).
         graph = tf1.get_default_graph()
         prefix = _prefix_tensor(graph)
         group = _group(graph, prefix)
-        first = not group.save_tables
         group.save_tables[table.name] = table
         filename = _last_sharded_filename(graph, graph.get_name_scope())
         inputs = [prefix] + ([] if filename is None else [filename])
+        token = object()
+        if group.saver[0] is None or (filename is not None and not group.saver[1]):
+            group.saver = (token, filename is not None)
 
         def run(prefix_value, *sharded):
-            if first:
+            if group.saver[0] is token:
                 save_tables(group, ensure_up, prefix_value, sharded[0] if sharded else b"")
+            elif table.name not in group.saved:  # an op that runs before the saving one
+                return np.array(b"", dtype=object)
             return np.array(group.saved[table.name], dtype=object)
         with tf1.name_scope(None), _chained(group.last_save_op):
             data = py_func(run, inputs, tf1.string, name="sok1x_save_table")

@@ -51,4 +51,7 @@ def remove_replaced_when_indexed(prefix, names, letter, seconds, then=None):
         finally:
             if then is not None:
                 then()
-    threading.Thread(target=watch, name="sok1x-saver-generations", daemon=True).start()
+    # a thread that hands a turn on keeps the interpreter until it did (a save right before
+    # the program ends: the next rank waits for it)
+    threading.Thread(target=watch, name="sok1x-saver-generations",
+                     daemon=then is None).start()

@@ -1,10 +1,16 @@
 """Ranks that share a checkpoint directory take turns only if sok1x reads the checkpoint's prefix
 out of the shard file name TensorFlow's sharded Saver hands its saveables. The names come from a
 real Saver of this lane's TensorFlow ('<prefix>_temp/part-...' on 2.x, '<prefix>_temp_<uuid>/
-part-...' on 1.15), evaluated in a Session: each must give back the prefix the Saver was fed."""
+part-...' on 1.15), evaluated in a Session: each must give back the prefix the Saver was fed.
+And in a real 2-rank job (jobs/shared_dir_job.py), the op that saves the tables is one that
+knows its shard file (TensorFlow 1.15 builds one more before it that does not), so every rank
+takes its turn by the save's prefix; a rank whose last save comes right before its program
+ends still hands its turn on."""
 import os
+import re
 
 import pytest
+from mpi_jobs import run_job
 
 from sok1x.graph_ops.shared_checkpoint_dir import final_prefix
 from sok1x.graph_ops.tf_compat import tf1
@@ -40,3 +46,22 @@ def test_the_prefix_comes_back_from_this_lanes_saver(prefix):
 ])
 def test_other_names_have_no_prefix(name):
     assert final_prefix(name.replace("/", os.sep)) is None
+
+
+def test_ranks_sharing_a_directory_take_turns_by_the_saves_prefix(tmp_path):
+    job = run_job(2, "shared_dir_job.py", tmp_path)
+    assert job.returncode == 0, job.stdout[-2000:] + job.stderr[-4000:]
+    turns = re.findall(r"^turn (\d) (\S+) ([0-9.]+)$", job.stdout, re.M)
+    saved = re.findall(r"^saved (\d) (\S+)$", job.stdout, re.M)
+    assert len(turns) == len(saved) == 4, job.stdout
+    for rank in "01":
+        mine = [prefix for r, prefix, _ in turns if r == rank]
+        assert mine == [path for r, path in saved if r == rank], job.stdout
+    assert all(prefix.endswith("model-%d" % n) for n, prefix in
+               zip((1, 2), [p for r, p, _ in turns if r == "0"]))
+
+
+def test_a_save_right_before_the_end_still_hands_its_turn_on(tmp_path):
+    job = run_job(2, "shared_dir_job.py", tmp_path, "exit")
+    assert job.returncode == 0, job.stdout[-2000:] + job.stderr[-4000:]
+    assert sorted(re.findall(r"^done (\d)$", job.stdout, re.M)) == ["0", "1"], job.stdout
