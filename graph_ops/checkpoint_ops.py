@@ -102,8 +102,9 @@ def save_tables(group, ensure_up, prefix, sharded_filename):
         pass_turn = (shared_checkpoint_dir.take_turns(rt, sharded_filename,
                                                       checkpoint_join.timeout())
                      if everyone else None)
-        saver_index.remove_replaced_when_indexed(prefix, names, manifest["generation"],
-                                                 checkpoint_join.timeout(), then=pass_turn)
+        saver_index.remove_replaced_when_indexed(
+            prefix, names, manifest["generation"], checkpoint_join.timeout(), then=pass_turn,
+            temporary=shared_checkpoint_dir.temporary_directory(sharded_filename))
 
 
 def restore_tables(group, ensure_up, prefix):

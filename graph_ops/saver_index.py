@@ -31,17 +31,19 @@ def named_generations(prefix, names):
     return generations.live_generations(os.path.basename(prefix), manifests)
 
 
-def remove_replaced_when_indexed(prefix, names, letter, seconds, then=None):
+def remove_replaced_when_indexed(prefix, names, letter, seconds, then=None, temporary=None):
     """Starts a thread that waits for TensorFlow to merge this save's checkpoint at `prefix`
     (its index rewritten); then, where the index names generation `letter` for tables `names`,
     it removes the prefix's shards of every other generation (else the next save does). It calls
-    `then()` (shared_checkpoint_dir's turn) once it read the index, or after `seconds`."""
+    `then()` (shared_checkpoint_dir's turn) once it read the index, or after `seconds`.
+    temporary: the save's own temporary directory (a sharded Saver's), whose removal ends the
+    merge."""
     stamp = shared_checkpoint_dir.index_stamp(prefix)
 
     def watch():
         deadline = time.monotonic() + seconds
         try:
-            while not shared_checkpoint_dir.merged_since(prefix, stamp):
+            while not shared_checkpoint_dir.merged_since(prefix, stamp, temporary):
                 if time.monotonic() > deadline:
                     return
                 time.sleep(_POLL_S)

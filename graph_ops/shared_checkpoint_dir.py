@@ -58,11 +58,23 @@ def index_stamp(prefix):
         return None
 
 
-def merged_since(prefix, stamp):
+def merged_since(prefix, stamp, temporary=None):
     """Whether TensorFlow merged a checkpoint at `prefix` since its index had mtime `stamp`:
     the index changed and no temporary directory of the save is left (the merge removes it
-    last; reading the index while TensorFlow 1.15 still merges crashed its checkpoint reader)."""
-    return index_stamp(prefix) != stamp and not _merging(prefix)
+    last; reading the index while TensorFlow 1.15 still merges crashed its checkpoint reader).
+    temporary: the save's own temporary directory (temporary_directory()), where known; else
+    any temporary directory of the prefix counts (one a killed save left behind, too)."""
+    if index_stamp(prefix) == stamp:
+        return False
+    return not (os.path.exists(temporary) if temporary else _merging(prefix))
+
+
+def temporary_directory(sharded_filename):
+    """The temporary directory a sharded Saver's save writes shard `sharded_filename` into,
+    or None for a Saver that is not sharded."""
+    if final_prefix(sharded_filename) is None:
+        return None
+    return os.path.dirname(os.fsdecode(sharded_filename))
 
 
 def _merging(prefix):

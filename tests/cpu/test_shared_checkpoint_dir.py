@@ -48,8 +48,11 @@ def test_other_names_have_no_prefix(name):
     assert final_prefix(name.replace("/", os.sep)) is None
 
 
-def test_ranks_sharing_a_directory_take_turns_by_the_saves_prefix(tmp_path):
-    job = run_job(2, "shared_dir_job.py", tmp_path)
+@pytest.mark.parametrize("mode", ["twice", "leftover"])
+def test_ranks_sharing_a_directory_take_turns_by_the_saves_prefix(tmp_path, mode):
+    """leftover: a temporary directory a killed save left under the first save's prefix does
+    not hold the turn (the watcher waits for its own save's directory only)."""
+    job = run_job(2, "shared_dir_job.py", tmp_path, mode)
     assert job.returncode == 0, job.stdout[-2000:] + job.stderr[-4000:]
     turns = re.findall(r"^turn (\d) (\S+) ([0-9.]+)$", job.stdout, re.M)
     saved = re.findall(r"^saved (\d) (\S+)$", job.stdout, re.M)

@@ -10,12 +10,15 @@ then "saved <rank> <the save's path>" per save and "done <rank>".
     shared_dir_job.py <dir> exit     one save, right before the program ends, rank 0's read of
                                      its merged index a second late (a loaded host): rank 1
                                      waits for that rank's turn after rank 0's main thread ended
+    shared_dir_job.py <dir> leftover two saves, a temporary directory of the first's prefix
+                                     left in <dir> by a save killed earlier (TF 1.15's name)
 """
 import os
 import sys
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("SOK1X_CHECKPOINT_TIMEOUT", "20")  # a rank whose turn never comes fails
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from mpi4py import MPI  # noqa: E402
@@ -53,6 +56,9 @@ def late(named_generations):
 
 def main(root, mode="twice"):
     shared_checkpoint_dir.take_turns = watched(shared_checkpoint_dir.take_turns)
+    if mode == "leftover" and RANK == 0:
+        os.makedirs(os.path.join(root, "model-1_temp_0123456789abcdef0123456789abcdef"))
+    MPI.COMM_WORLD.Barrier()
     if mode == "exit" and RANK == 0:
         from sok1x.graph_ops import saver_index
         saver_index.named_generations = late(saver_index.named_generations)
@@ -68,7 +74,7 @@ def main(root, mode="twice"):
                                             intra_op_parallelism_threads=1)) as sess:
         sess.run(init)
         sess.run(out, {keys: np.arange(2).reshape(2, 1, 1)})
-        for global_step in (1, 2) if mode == "twice" else (1,):
+        for global_step in (1,) if mode == "exit" else (1, 2):
             path = saver.save(sess, os.path.join(root, "model"), global_step=global_step)
             say("saved %d %s" % (RANK, path))
         del step
