@@ -385,6 +385,34 @@ def test_a_dynamic_variable_looked_up_alone_grows_in_place_as_a_group_of_one(gro
     assert_same_steps(names, got, want, after)
 
 
+def test_a_table_alone_named_with_a_grouped_table_keeps_its_group_of_one(growth, monkeypatch):
+    """Lookups of [U, W], [T] and [T, U] in each step: [T, U] can form no group (U is in
+    [U, W]'s), so T keeps its group of one there (looked up as a unit of its own) and no group
+    is made again after the first step."""
+    made = []
+    made_as = table_group.HashGroup.__init__
+
+    def counted(group, rt, members):
+        made.append([member.name for member in members])
+        made_as(group, rt, members)
+    monkeypatch.setattr(table_group.HashGroup, "__init__", counted)
+    names = make_tables("dg_keep", layout=[("t", DIM, "hbm"), ("u", DIM, "hbm"),
+                                            ("w", DIM, "hbm")])
+    t, u, w = names
+    keys = np.arange(RANK, 40, SIZE, dtype=np.int64)
+    item = PooledInput(keys, np.zeros(keys.size, np.int64), 1, None, "sum")
+    for step in range(3):
+        before = len(made)
+        for looked in ([u, w], [t], [t, u]):
+            api.pooled_lookup(looked, "dg_keep_" + "_".join(looked), [item] * len(looked),
+                              True)
+        if step:
+            assert made[before:] == [], made
+    alone = api.shard(t).group
+    assert (alone is None) == (growth == "copies")
+    assert alone is None or alone.members == [api.shard(t)]
+
+
 def test_by_default_only_a_large_dynamic_variable_alone_is_a_group_of_one(monkeypatch):
     """Without SOK1X_GROW_IN_PLACE, a table alone grows in place by HashGroup._reserved_rows'
     rule: 64 MiB of values held (a granule per array at most an eighth of them) and a reserve

@@ -21,7 +21,8 @@ from mpi4py import MPI
 
 from sok1x.backend import random_init
 from sok1x.engine import api, runtime
-from sok1x.engine.lookup import bounded_step, key_exchange, keyed, peer_capacity, replayed_step
+from sok1x.engine.lookup import (bounded_step, key_exchange, keyed, peer_capacity, replayed_step,
+                                 table_group)
 from sok1x.engine.lookup.keyed import KeyedInput
 from sok1x.engine.tables import optimizer_updates
 from sok1x.engine.tables.dynamic_table import make_dynamic
@@ -543,3 +544,48 @@ def test_a_hash_group_near_its_capacity_replays_while_its_new_keys_fit(monkeypat
     if SIZE == 1:
         assert got[2] == (1, 1)
         assert again == first < len(steps), (first, again)
+
+
+def _alone_then_together_steps(names, replay):
+    """Seven keyed SGD steps of table names[0] looked up alone, the fifth of names[0] and
+    names[1] together; returns the outputs and names[0]'s rows of keys 0..39 after them."""
+    rng = np.random.default_rng(1)
+    outs = []
+    for number in range(1, 8):
+        looked = names if number == 5 else names[:1]
+        lengths = np.array([6, 4]) if number == 5 else np.array([6])
+        keys = rng.integers(0, 40, size=int(lengths.sum())).astype(np.int64)
+        item = KeyedInput(keys, lengths, None, lengths, None, "sum")
+        out, token = api.keyed_lookup(looked, "%s_fwd%d" % (looked[0], len(looked)), item,
+                                      True, checks="backward", replay=replay)
+        outs.append(np.array(out))
+        values, rows, counts = api.keyed_lookup_grad(
+            looked, "%s_bwd%d" % (looked[0], len(looked)), token, out * np.float32(0.75))
+        api.apply_keyed_update(looked, "sgd", "", {}, {"lr": 0.5}, values, rows, counts)
+    table = api.shard(names[0])
+    keys = np.arange(40, dtype=np.int64)
+    found = np.array(table.index.find(keys))
+    return outs, {int(k): np.array(table.values[r]) for k, r in zip(keys, found) if r >= 0}
+
+
+def test_a_table_alone_that_joins_a_group_replays_no_more_into_its_group_of_one(monkeypatch):
+    """An hbm DynamicVariable alone, a hash group of one growing in place, replays its keyed
+    step; looked up with another table its group of one is dissolved (its rows copied into
+    the new group); looked up alone again, no class replays into the old group's arrays:
+    outputs and rows equal the same steps run uncaptured."""
+    monkeypatch.setenv(table_group.GROW_ENV, "1")
+    fresh()
+    runs = []
+    names = ["joins_%d" % t for t in range(2)]  # made anew for each way: the same rows
+    for way in ("replayed", "uncaptured"):
+        for name in names:
+            api.create_table(name, DIM, 512, True, SPEC, replace=True,
+                             dynamic=make_dynamic("hbm", 64, 512))
+            api.shard(name)  # made now: a table made later would free every class
+        runs.append(_alone_then_together_steps(names, way == "replayed"))
+    (got_outs, got_rows), (want_outs, want_rows) = runs
+    for got, want in zip(got_outs, want_outs):
+        np.testing.assert_array_equal(got, want)
+    assert sorted(got_rows) == sorted(want_rows)
+    for key, row in want_rows.items():
+        np.testing.assert_array_equal(got_rows[key], row)

@@ -263,6 +263,7 @@ class TableGroup:
         self.live_at = None
         self.planned = (None, None)
         self.forget_steps()
+        self.layout += 1  # a replayed class of the group's (replayed_step._where) is dropped
         for table in self.members:
             if table.group is self:
                 table.group = None
@@ -975,14 +976,20 @@ def _grows_in_place_alone(kind, table):
 def _group_of(runtime, members):
     """The live TableGroup of exactly `members`, a new one if none of them is in a live group,
     else None (a table named twice, or grouped with other tables). A group of one
-    (_grows_in_place_alone) gives its table up to a lookup that names it with others."""
+    (_grows_in_place_alone) gives its table up to a lookup that names it with tables in no
+    group of more than one (else the table stays in it, looked up there as a unit alone)."""
     if len({id(table) for table in members}) != len(members):
         return None
     groups = {id(table.group): table.group for table in members if table.group is not None}
     for group in list(groups.values()):
-        if not group.live(runtime) or (len(group.members) == 1 and len(members) > 1):
+        if not group.live(runtime):
             group.dissolve()
             del groups[id(group)]
+    alone = [group for group in groups.values() if len(group.members) == 1]
+    if len(members) > 1 and len(alone) == len(groups):  # only groups of one: theirs now
+        for group in alone:
+            group.dissolve()
+        groups = {}
     if not groups:
         return (HashGroup if members[0].use_hashtable else TableGroup)(runtime, members)
     if len(groups) == 1:
