@@ -55,17 +55,18 @@ def main():
     steps = []
     for repeat in range(args.repeats + 1):  # the first round compiles the kernels
         harness.release_memory(backend)
-        case = growth_step.Case(rt, args, args.way, repeat)
-        case.fill_up()
-        harness.release_memory(backend)
-        TOTALS.clear()
-        COUNTS.clear()
-        originals = [(owner, name, synchronized(backend, owner, name))
-                     for owner, name in pieces if hasattr(owner, name)]
-        start = time.perf_counter()
-        case.step(case.steps[0], "first")
-        backend.synchronize()
-        ms = (time.perf_counter() - start) * 1e3
+        with growth_step.growth_switch(args.way):
+            case = growth_step.Case(rt, args, args.way, repeat)
+            case.fill_up()
+            harness.release_memory(backend)
+            TOTALS.clear()
+            COUNTS.clear()
+            originals = [(owner, name, synchronized(backend, owner, name))
+                         for owner, name in pieces if hasattr(owner, name)]
+            start = time.perf_counter()
+            case.step(case.steps[0], "first")
+            backend.synchronize()
+            ms = (time.perf_counter() - start) * 1e3
         for owner, name, function in originals:
             setattr(owner, name, function)
         if repeat:

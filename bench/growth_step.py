@@ -39,6 +39,7 @@ both layouts are held, which waits for the device each time), each less what was
 the tables were made, against the group's bytes before the growth.
 With SOK1X_BENCH_PROFILE=FILE, rank 0 appends a cProfile of each way's step (one more round).
 """
+import contextlib
 import inspect
 import os
 import time
@@ -125,20 +126,10 @@ class Case:
 
     def fill_up(self):
         """The fill's training steps (every shard then holds exactly --rows keys). The group
-        forms in the first: for grow_copies with growth in place switched off."""
-        name = table_group_env()
-        forming = os.environ.get(name)
-        if self.way == "grow_copies":
-            os.environ[name] = "0"
-        try:
-            for s, keys in enumerate(self.fills):
-                self.step(keys, "fill%d" % s)
-                time.sleep(self.args.between_ms / 1e3)
-        finally:
-            if self.way == "grow_copies":
-                os.environ.pop(name, None)
-                if forming is not None:
-                    os.environ[name] = forming
+        forms in the first (in growth_switch(way), as every step of the case)."""
+        for s, keys in enumerate(self.fills):
+            self.step(keys, "fill%d" % s)
+            time.sleep(self.args.between_ms / 1e3)
 
     def step(self, keys, op):
         """One training step of the case's tables on `keys` (a device array per table)."""
@@ -203,9 +194,32 @@ def table_group_env():
     return getattr(table_group, "GROW_ENV", "SOK1X_GROW_IN_PLACE")
 
 
+@contextlib.contextmanager
+def growth_switch(way):
+    """Growth in place switched off for grow_copies, for as long as its tables step: a group
+    forms at the first step, but a table alone asks at every lookup whether it is a group of
+    one (so the switch must hold through the timed steps too)."""
+    name = table_group_env()
+    before = os.environ.get(name)
+    if way == "grow_copies":
+        os.environ[name] = "0"
+    try:
+        yield
+    finally:
+        if way == "grow_copies":
+            os.environ.pop(name, None)
+            if before is not None:
+                os.environ[name] = before
+
+
 def run_case(rt, args, way, repeat, peaks, profile=False):
     """Times one way once from fresh tables (profile: profiles it instead); returns {figure:
     value}."""
+    with growth_switch(way):
+        return _run_case(rt, args, way, repeat, peaks, profile)
+
+
+def _run_case(rt, args, way, repeat, peaks, profile):
     backend = rt.backend
     harness.release_memory(backend)
     base = used_bytes(backend)
