@@ -42,10 +42,12 @@ ENV_OPT_OUT = "SOK1X_ABORT_ON_FAILURE"
 PREFIX = "sok1x"
 SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT")
 _ABORT_GRACE_S = 10.0
+_WATCHER_GRACE_S = 0.5  # a signal's handler lets the watcher thread fail the job first
 
-_lock = threading.Lock()
+# reentrant: a signal's handler (main thread) may fail the job while that thread holds it
+_lock = threading.RLock()
 _state = {"installed": False, "failing_thread": None, "exit_code": 0, "watcher": None,
-          "caught_signals": set()}
+          "caught_signals": set(), "pid": None}
 
 
 def enabled():
@@ -67,6 +69,8 @@ def fail(exit_code, reason):
     interrupted the first call).
     """
     from sok1x.launch.rank_guard import fail_job
+    if _state["pid"] != os.getpid():  # a forked child (no rank of the job): Python's own way
+        return
     me = threading.get_ident()
     with _lock:
         first = _state["failing_thread"] is None
@@ -167,6 +171,8 @@ def _exit_recorder(original_exit):
 
 
 def _at_exit():
+    if _state["pid"] != os.getpid():  # a forked child's exit is its own
+        return
     if _state["failing_thread"] is not None:
         # Another thread (the signal watcher, a failing worker) is aborting the job: the main
         # thread went on and reached a normal exit meanwhile; it must not end the rank with 0.
@@ -213,14 +219,40 @@ def _watch(read_fd):
 
 def _python_handler(number, frame):
     """Runs in the main thread at its next bytecode after the signal. While another thread
-    aborts the job (the watcher usually got there first), the main thread stays here rather
-    than go on training; otherwise it fails the job itself, so that a watcher thread that has
-    not run yet (a loaded host) cannot let the program finish and exit 0."""
+    aborts the job (the watcher usually gets there first: it is given _WATCHER_GRACE_S), the
+    main thread stays here rather than go on training; otherwise it fails the job itself, so
+    that a watcher thread that has not run (a loaded host) cannot let the program finish and
+    exit 0. Where even that fails (the main thread was writing to stderr itself, say), the
+    process ends as the signal would have ended it."""
+    me = threading.get_ident()
+    deadline = time.monotonic() + _WATCHER_GRACE_S
+    while (_state["watcher"] is not None and _state["failing_thread"] is None
+           and time.monotonic() < deadline):
+        time.sleep(0.01)
     failing = _state["failing_thread"]
-    if failing is not None and failing != threading.get_ident():
+    if failing is not None and failing != me:
         while True:  # that thread's MPI_Abort ends this process
             time.sleep(1.0)
-    _on_signal(number)
+    try:
+        _on_signal(number)
+    except BaseException:  # noqa: BLE001 (leave as the signal's default would have)
+        os._exit(128 + number)
+
+
+def _forget_in_child():
+    """After os.fork, in the child (a data loader's worker, say): no rank of the job, so none of
+    this module's ways out; the signals the parent caught get their default again, and the
+    signal wakeup pipe, shared with the parent's watcher, is let go (a signal to the child
+    reached the parent's watcher through it, failing the parent's job)."""
+    if _state["pid"] is None or _state["pid"] == os.getpid():
+        return
+    try:
+        signal.set_wakeup_fd(-1)
+        for number in _state["caught_signals"]:
+            signal.signal(number, signal.SIG_DFL)
+    except (ValueError, OSError):  # not Python's main thread there: nothing was set up anyway
+        pass
+    _state["caught_signals"], _state["watcher"] = set(), None
 
 
 def _stop_main_thread():
@@ -308,6 +340,9 @@ def install():
             return True
         if not enabled():
             return False
+        _state["pid"] = os.getpid()
+        if hasattr(os, "register_at_fork"):
+            os.register_at_fork(after_in_child=_forget_in_child)
         sys.excepthook = _excepthook(sys.excepthook)
         _install_thread_hook()
         sys.exit = _exit_recorder(sys.exit)

@@ -79,6 +79,32 @@ def test_sigterm_ends_the_job_while_the_signal_watcher_lags():
     assert_failed(finished, 1, 128 + signal.SIGTERM, "killed by SIGTERM")
 
 
+def run_probe(mode):
+    """Runs jobs/guard_probe.py `mode` as one plain process; stops it and fails if it hangs."""
+    command = [sys.executable, os.path.join(JOBS, "guard_probe.py"), mode]
+    return run_stoppable(command, dict(os.environ), 60)
+
+
+@lane_a_only()
+def test_sigterm_while_the_guard_installs_ends_the_process():
+    """The handler fails the job from the main thread while that thread holds the guard's lock
+    (inside install()): the lock is reentrant, so the process ends by the signal, not hangs."""
+    finished = run_probe("sigterm-in-install")
+    assert finished.returncode == 128 + signal.SIGTERM, finished.explain()
+    assert "killed by SIGTERM" in finished.stderr, finished.explain()
+
+
+@lane_a_only()
+def test_a_forked_workers_sigterm_is_its_own():
+    """A worker forked from a rank (a data loader's) and ended by SIGTERM dies of it; the rank
+    goes on: the worker's signal neither reaches the rank's watcher nor fails the job."""
+    finished = run_probe("fork-child")
+    assert finished.returncode == 0, finished.explain()
+    assert "child exitcode -%d" % signal.SIGTERM in finished.stdout, finished.explain()
+    assert "parent survived" in finished.stdout, finished.explain()
+    assert "failed" not in finished.stderr, finished.explain()
+
+
 @lane_a_only()
 def test_a_peer_that_never_joins_times_the_host_collective_out():
     """The last rank stays alive but never enters the step: the others' MPI wait ends after
