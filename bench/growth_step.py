@@ -272,6 +272,9 @@ def main(argv=None):
         return indexes
     gbps = copy_gbps(backend)
     asked = set(args.ways.split(",")) | {"room", "grow", "grow_copies"}
+    if asked - set(WAYS):
+        raise SystemExit("--ways: no way %s (the ways: %s)"
+                         % (", ".join(sorted(asked - set(WAYS))), ", ".join(WAYS)))
     ways = tuple(way for way in WAYS if way in asked)
     if "on_device" not in inspect.signature(api.drop_evicted).parameters:  # an older sok1x
         ways = tuple(way for way in ways if way != "evict_device")
