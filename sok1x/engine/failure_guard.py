@@ -47,7 +47,7 @@ _WATCHER_GRACE_S = 0.5  # a signal's handler lets the watcher thread fail the jo
 # reentrant: a signal's handler (main thread) may fail the job while that thread holds it
 _lock = threading.RLock()
 _state = {"installed": False, "failing_thread": None, "exit_code": 0, "watcher": None,
-          "caught_signals": set(), "pid": None}
+          "caught_signals": set(), "pid": None, "replaced": {}}
 
 
 def enabled():
@@ -213,8 +213,17 @@ def _watch(read_fd):
         if not data:
             return
         for number in data:
-            if number in _state["caught_signals"]:
+            if number in _state["caught_signals"] and _ours(number):
                 _on_signal(number)
+
+
+def _ours(number):
+    """Whether signal `number` still goes to this module's handler: a program that set its own
+    handler since (a preemption saver's, say) handles that signal itself."""
+    try:
+        return signal.getsignal(number) is _python_handler
+    except (ValueError, OSError):
+        return False
 
 
 def _python_handler(number, frame):
@@ -241,15 +250,17 @@ def _python_handler(number, frame):
 
 def _forget_in_child():
     """After os.fork, in the child (a data loader's worker, say): no rank of the job, so none of
-    this module's ways out; the signals the parent caught get their default again, and the
-    signal wakeup pipe, shared with the parent's watcher, is let go (a signal to the child
+    this module's ways out; the signals the parent caught get the handlers they had before again,
+    and the signal wakeup pipe, shared with the parent's watcher, is let go (a signal to the child
     reached the parent's watcher through it, failing the parent's job)."""
     if _state["pid"] is None or _state["pid"] == os.getpid():
         return
     try:
-        signal.set_wakeup_fd(-1)
+        if _state["watcher"] is not None:  # the wakeup fd is this module's (it was -1 before)
+            signal.set_wakeup_fd(-1)
         for number in _state["caught_signals"]:
-            signal.signal(number, signal.SIG_DFL)
+            if _ours(number):  # the handler the program had (Ctrl-C's KeyboardInterrupt)
+                signal.signal(number, _state["replaced"].get(number, signal.SIG_DFL))
     except (ValueError, OSError):  # not Python's main thread there: nothing was set up anyway
         pass
     _state["caught_signals"], _state["watcher"] = set(), None
@@ -264,9 +275,10 @@ def _stop_main_thread():
     import _thread
     number = signal.SIGTERM if signal.SIGTERM in caught else min(caught)
     try:
-        _thread.interrupt_main(number)
+        if _ours(number):
+            _thread.interrupt_main(number)
     except TypeError:  # Python < 3.10 interrupts with SIGINT only
-        if signal.SIGINT in caught:
+        if signal.SIGINT in caught and _ours(signal.SIGINT):
             _thread.interrupt_main()
 
 
@@ -283,6 +295,7 @@ def _install_signal_handlers():
             continue  # the program (or its launcher) handles this one itself
         signal.signal(number, _python_handler)
         caught.add(int(number))
+        _state["replaced"][int(number)] = current
     _state["caught_signals"] = caught
     if not caught:
         return caught

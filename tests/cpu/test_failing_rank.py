@@ -101,7 +101,18 @@ def test_a_forked_workers_sigterm_is_its_own():
     finished = run_probe("fork-child")
     assert finished.returncode == 0, finished.explain()
     assert "child exitcode -%d" % signal.SIGTERM in finished.stdout, finished.explain()
+    assert "child SIGINT handler: default_int_handler" in finished.stdout, finished.explain()
     assert "parent survived" in finished.stdout, finished.explain()
+    assert "failed" not in finished.stderr, finished.explain()
+
+
+@lane_a_only()
+def test_a_handler_the_program_sets_later_keeps_its_signal():
+    """A program that sets its own SIGTERM handler once sok1x is up (a preemption saver's)
+    handles that signal itself: the guard's watcher leaves it be."""
+    finished = run_probe("own-handler")
+    assert finished.returncode == 0, finished.explain()
+    assert "handled\nsurvived" in finished.stdout, finished.explain()
     assert "failed" not in finished.stderr, finished.explain()
 
 

@@ -6,7 +6,12 @@
     guard_probe.py fork-child           a forked worker (multiprocessing's fork, as a data
                                         loader's) is ended by SIGTERM, as Pool.terminate ends
                                         its workers: the worker dies of it and the parent goes
-                                        on ("child exitcode N", then "parent survived")
+                                        on ("child exitcode N", then "parent survived");
+                                        a worker's Ctrl-C is Python's KeyboardInterrupt again
+                                        ("child SIGINT handler: default_int_handler")
+    guard_probe.py own-handler          the program sets its own SIGTERM handler after the guard
+                                        is up, then gets SIGTERM: its handler runs ("handled")
+                                        and the process goes on ("survived")
 """
 import multiprocessing
 import os
@@ -32,10 +37,16 @@ def sigterm_in_install():
     print("install returned", flush=True)
 
 
+def _worker():
+    handler = signal.getsignal(signal.SIGINT)
+    print("child SIGINT handler: %s" % getattr(handler, "__name__", handler), flush=True)
+    time.sleep(30)
+
+
 def fork_child():
     failure_guard.install()
     time.sleep(0.2)
-    worker = multiprocessing.get_context("fork").Process(target=time.sleep, args=(30,))
+    worker = multiprocessing.get_context("fork").Process(target=_worker)
     worker.start()
     time.sleep(0.5)
     worker.terminate()
@@ -45,5 +56,16 @@ def fork_child():
     print("parent survived", flush=True)
 
 
+def own_handler():
+    failure_guard.install()
+    handled = []
+    signal.signal(signal.SIGTERM, lambda number, frame: handled.append(number))
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(1.5)  # the guard's signal watcher would have acted by now
+    print("handled" if handled else "not handled", flush=True)
+    print("survived", flush=True)
+
+
 if __name__ == "__main__":
-    {"sigterm-in-install": sigterm_in_install, "fork-child": fork_child}[sys.argv[1]]()
+    {"sigterm-in-install": sigterm_in_install, "fork-child": fork_child,
+     "own-handler": own_handler}[sys.argv[1]]()
