@@ -271,7 +271,7 @@ def main(argv=None):
         peaks.append(used_bytes(backend))
         return indexes
     gbps = copy_gbps(backend)
-    asked = set(args.ways.split(",")) | {"room", "grow", "grow_copies"}
+    asked = {way for way in args.ways.split(",") if way} | {"room", "grow", "grow_copies"}
     if asked - set(WAYS):
         raise SystemExit("--ways: no way %s (the ways: %s)"
                          % (", ".join(sorted(asked - set(WAYS))), ", ".join(WAYS)))

@@ -36,16 +36,16 @@ def remove_replaced_when_indexed(prefix, names, letter, seconds, then=None, temp
     (its index rewritten); then, where the index names generation `letter` for tables `names`,
     it removes the prefix's shards of every other generation (else the next save does). It calls
     `then()` (shared_checkpoint_dir's turn) once it read the index, or after `seconds`.
-    temporary: the save's own temporary directory (a sharded Saver's), whose removal ends the
-    merge: once seen and gone, the merge is done even where the index's mtime did not move (a
-    file system's coarse clock, a rewrite within one of its ticks)."""
+    temporary: the save's own temporary directory (a sharded Saver's): once its shard parts
+    were seen there and are gone, the merge is done even where the index's mtime did not move
+    (a file system's coarse clock, a rewrite within one of its ticks)."""
     stamp = shared_checkpoint_dir.index_stamp(prefix)
 
     def watch():
         deadline, seen = time.monotonic() + seconds, False
         try:
             while True:
-                if temporary is not None and os.path.exists(temporary):
+                if temporary is not None and shared_checkpoint_dir.holds_parts(temporary):
                     seen = True
                 elif seen or shared_checkpoint_dir.merged_since(prefix, stamp, temporary):
                     break

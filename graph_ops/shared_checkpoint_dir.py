@@ -62,11 +62,27 @@ def merged_since(prefix, stamp, temporary=None):
     """Whether TensorFlow merged a checkpoint at `prefix` since its index had mtime `stamp`:
     the index changed and no temporary directory of the save is left (the merge removes it
     last; reading the index while TensorFlow 1.15 still merges crashed its checkpoint reader).
-    temporary: the save's own temporary directory (temporary_directory()), where known; else
-    any temporary directory of the prefix counts (one a killed save left behind, too)."""
+    temporary: the save's own temporary directory (temporary_directory()), where known: the
+    merge is over once it holds no shard part of the save (holds_parts); else any temporary
+    directory of the prefix counts (one a killed save left behind, too)."""
     if index_stamp(prefix) == stamp:
         return False
-    return not (os.path.exists(temporary) if temporary else _merging(prefix))
+    return not (holds_parts(temporary) if temporary else _merging(prefix))
+
+
+_PART = re.compile(r"^part-\d+-of-\d+\.(index|data-\d+-of-\d+)$")
+
+
+def holds_parts(directory):
+    """Whether a save's temporary `directory` holds a shard part written whole (its index or
+    data file; not the '.tempstate' files of a write cut short, which TensorFlow leaves, and
+    which keep the directory from being removed): TensorFlow's merge moves or deletes them all
+    before it removes the directory."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return False
+    return any(_PART.match(name) for name in names)
 
 
 def temporary_directory(sharded_filename):

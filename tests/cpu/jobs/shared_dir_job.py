@@ -10,8 +10,9 @@ then "saved <rank> <the save's path>" per save and "done <rank>".
     shared_dir_job.py <dir> exit     one save, right before the program ends, rank 0's read of
                                      its merged index a second late (a loaded host): rank 1
                                      waits for that rank's turn after rank 0's main thread ended
-    shared_dir_job.py <dir> leftover two saves, a temporary directory of the first's prefix
-                                     left in <dir> by a save killed earlier (TF 1.15's name)
+    shared_dir_job.py <dir> leftover two saves, temporary directories of the first's prefix
+                                     left in <dir> by saves killed earlier: TF 1.15's name, and
+                                     2.x's holding a shard file cut short (its '.tempstate')
 """
 import os
 import sys
@@ -58,6 +59,10 @@ def main(root, mode="twice"):
     shared_checkpoint_dir.take_turns = watched(shared_checkpoint_dir.take_turns)
     if mode == "leftover" and RANK == 0:
         os.makedirs(os.path.join(root, "model-1_temp_0123456789abcdef0123456789abcdef"))
+        os.makedirs(os.path.join(root, "model-1_temp"))
+        with open(os.path.join(root, "model-1_temp", "part-00000-of-00001.data-00000-of-00001"
+                               ".tempstate8264538276512"), "wb") as cut_short:
+            cut_short.write(b"\0" * 64)
     MPI.COMM_WORLD.Barrier()
     if mode == "exit" and RANK == 0:
         from sok1x.graph_ops import saver_index
