@@ -19,8 +19,8 @@ import uuid
 from sok1x.errors import CheckpointError
 
 _TURN_TAG = 0x5C0D
-_SHARD_IN_TEMP = re.compile(r"^(?P<prefix>.+)_temp(_[0-9a-f]+)?%s"
-                            r"part-\d+-of-\d+$" % re.escape(os.sep))
+_SHARD_IN_TEMP = re.compile(r"^(?P<prefix>.+)_temp(?P<uuid>_[0-9a-f]+)?%s"
+                            r"part-\d+-of-(?P<shards>\d+)$" % re.escape(os.sep))
 
 
 def final_prefix(sharded_filename):
@@ -104,6 +104,24 @@ def _merging(prefix):
     return any(name == base + "_temp" or name.startswith(base + "_temp_") for name in names)
 
 
+def _check_one_temporary_directory(host, sharing, sharded_filename, prefix):
+    """Raises CheckpointError (on every rank of `sharing`, with nothing written yet by this
+    module) where ranks sharing a directory save with a Saver of several shards through one
+    fixed temporary directory ('<prefix>_temp', TensorFlow 2.x's): only the shard holding
+    sok1x's tables can wait for its turn, the others' files meet there and each rank's merge
+    takes the others' (TensorFlow 1.15's directory is the save's own: no meeting)."""
+    match = _SHARD_IN_TEMP.match(os.fsdecode(sharded_filename))
+    if len(sharing) < 2 or match.group("uuid") or int(match.group("shards")) < 2:
+        return
+    raise CheckpointError(
+        "ranks %s save %s into one directory with a sharded Saver of %s shards (its variables "
+        "placed on several devices), whose files all pass through '%s_temp': only sok1x's "
+        "shard can take turns, so the ranks' other shards would meet there. Give each rank "
+        "a directory of its own, save on rank 0 only (checkpoint_dir on rank 0, as Horovod "
+        "programs do), or leave the variables' device unset (one shard)"
+        % (sharing, prefix, match.group("shards"), os.path.basename(prefix)))
+
+
 def take_turns(runtime, sharded_filename, timeout):
     """Collective (every rank saving): returns when this rank may write its checkpoint shard
     `sharded_filename`, with a function to call once its checkpoint is merged and read (it
@@ -114,6 +132,7 @@ def take_turns(runtime, sharded_filename, timeout):
     if host.all_gather_object(prefix is None).count(True):
         return None  # a non-sharded Saver: each file is renamed into place whole
     sharing = _sharing_ranks(host, os.path.dirname(os.path.abspath(prefix)))
+    _check_one_temporary_directory(host, sharing, sharded_filename, prefix)
     before = [r for r in sharing if r < host.rank]
     after = [r for r in sharing if r > host.rank]
     if before:

@@ -10,7 +10,7 @@ import os
 import re
 
 import pytest
-from mpi_jobs import run_job
+from mpi_jobs import run_job, tensorflow_version
 
 from sok1x.graph_ops.shared_checkpoint_dir import final_prefix
 from sok1x.graph_ops.tf_compat import tf1
@@ -68,3 +68,19 @@ def test_a_save_right_before_the_end_still_hands_its_turn_on(tmp_path):
     job = run_job(2, "shared_dir_job.py", tmp_path, "exit")
     assert job.returncode == 0, job.stdout[-2000:] + job.stderr[-4000:]
     assert sorted(re.findall(r"^done (\d)$", job.stdout, re.M)) == ["0", "1"], job.stdout
+
+
+def test_a_saver_of_several_shards_through_one_temporary_directory_is_refused(tmp_path):
+    """TensorFlow 2.x's sharded Saver writes every shard through '<prefix>_temp': ranks sharing
+    a directory with a Saver of two shards (a variable placed on /cpu:0) would meet there, so
+    every rank's save is refused with advice, and the job goes on; TensorFlow 1.15's Saver
+    writes through a directory of each save's own, and saves."""
+    job = run_job(2, "shared_dir_job.py", tmp_path, "devices")
+    assert job.returncode == 0, job.stdout[-2000:] + job.stderr[-4000:]
+    refused = re.findall(r"^refused (\d) (.*)$", job.stdout, re.M)
+    saved = re.findall(r"^saved (\d) ", job.stdout, re.M)
+    if tensorflow_version() < (2,):
+        assert not refused and len(saved) == 4, job.stdout
+    else:
+        assert not saved and sorted(r for r, _ in refused) == ["0", "0", "1", "1"], job.stdout
+        assert all("2 shards" in line and "own" in line for _, line in refused), refused

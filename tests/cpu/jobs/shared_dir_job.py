@@ -13,6 +13,10 @@ then "saved <rank> <the save's path>" per save and "done <rank>".
     shared_dir_job.py <dir> leftover two saves, temporary directories of the first's prefix
                                      left in <dir> by saves killed earlier: TF 1.15's name, and
                                      2.x's holding a shard file cut short (its '.tempstate')
+    shared_dir_job.py <dir> devices  two saves, one more variable placed on /cpu:0 (a Saver of
+                                     two shards); a save that fails prints "refused <rank>
+                                     <its error's last line naming an Error>" and the job goes
+                                     on to "done"
 """
 import os
 import sys
@@ -71,6 +75,9 @@ def main(root, mode="twice"):
     keys = tf1.placeholder(tf1.int64, [None, 1, 1])
     layer = sok1x.All2AllDenseEmbedding(40, 4, 1, 1, name="emb")
     out = tf1.reduce_sum(layer(keys))
+    if mode == "devices":
+        with tf1.device("/cpu:0"):
+            tf1.Variable(1.0, name="placed")
     step = tf1.train.get_or_create_global_step()
     saver = tf1.train.Saver(sharded=True)
     init = tf1.group(sok1x.Init(global_batch_size=4, backend="cpu"),
@@ -80,7 +87,12 @@ def main(root, mode="twice"):
         sess.run(init)
         sess.run(out, {keys: np.arange(2).reshape(2, 1, 1)})
         for global_step in (1,) if mode == "exit" else (1, 2):
-            path = saver.save(sess, os.path.join(root, "model"), global_step=global_step)
+            try:
+                path = saver.save(sess, os.path.join(root, "model"), global_step=global_step)
+            except tf1.errors.OpError as error:
+                lines = [line for line in error.message.splitlines() if "Error" in line]
+                say("refused %d %s" % (RANK, (lines or ["?"])[-1].strip()))
+                continue
             say("saved %d %s" % (RANK, path))
         del step
     say("done %d" % RANK)
