@@ -159,9 +159,12 @@ def _register_farewell(rt):
     if _farewell["registered"]:
         return
     _farewell["registered"] = True
+    rank_process = os.getpid()
 
     def farewell():
         from sok1x.engine import failure_guard
+        if os.getpid() != rank_process:  # a process forked from the rank: no rank of the job
+            return
         state = failure_guard._state
         if state["failing_thread"] is not None or state["exit_code"] not in (None, 0, False):
             return
