@@ -36,19 +36,14 @@ def remove_replaced_when_indexed(prefix, names, letter, seconds, then=None, temp
     (its index rewritten); then, where the index names generation `letter` for tables `names`,
     it removes the prefix's shards of every other generation (else the next save does). It calls
     `then()` (shared_checkpoint_dir's turn) once it read the index, or after `seconds`.
-    temporary: the save's own temporary directory (a sharded Saver's): once its shard parts
-    were seen there and are gone, the merge is done even where the index's mtime did not move
-    (a file system's coarse clock, a rewrite within one of its ticks)."""
-    stamp = shared_checkpoint_dir.index_stamp(prefix)
+    temporary: the save's own temporary directory (a sharded Saver's;
+    shared_checkpoint_dir.MergeWatch)."""
+    merge = shared_checkpoint_dir.MergeWatch(prefix, temporary)
 
     def watch():
-        deadline, seen = time.monotonic() + seconds, False
+        deadline = time.monotonic() + seconds
         try:
-            while True:
-                if temporary is not None and shared_checkpoint_dir.holds_parts(temporary):
-                    seen = True
-                elif seen or shared_checkpoint_dir.merged_since(prefix, stamp, temporary):
-                    break
+            while not merge.merged():
                 if time.monotonic() > deadline:
                     return
                 time.sleep(_POLL_S)

@@ -23,11 +23,16 @@ _SHARD_IN_TEMP = re.compile(r"^(?P<prefix>.+)_temp(?P<uuid>_[0-9a-f]+)?%s"
                             r"part-\d+-of-(?P<shards>\d+)$" % re.escape(os.sep))
 
 
+def _shard_name(sharded_filename):
+    """The match of a sharded Saver's shard file name (groups prefix, uuid, shards), or None."""
+    return _SHARD_IN_TEMP.match(os.fsdecode(sharded_filename))
+
+
 def final_prefix(sharded_filename):
     """A sharded Saver's shard file name -> its checkpoint's prefix: '<prefix>_temp/part-00000-
     of-00001' (TensorFlow 2.x) or '<prefix>_temp_<uuid>/part-...' (1.15) -> '<prefix>'; None for
     other names (a Saver that is not sharded)."""
-    match = _SHARD_IN_TEMP.match(os.fsdecode(sharded_filename))
+    match = _shard_name(sharded_filename)
     return None if match is None else match.group("prefix")
 
 
@@ -58,16 +63,27 @@ def index_stamp(prefix):
         return None
 
 
-def merged_since(prefix, stamp, temporary=None):
-    """Whether TensorFlow merged a checkpoint at `prefix` since its index had mtime `stamp`:
-    the index changed and no temporary directory of the save is left (the merge removes it
-    last; reading the index while TensorFlow 1.15 still merges crashed its checkpoint reader).
-    temporary: the save's own temporary directory (temporary_directory()), where known: the
-    merge is over once it holds no shard part of the save (holds_parts); else any temporary
-    directory of the prefix counts (one a killed save left behind, too)."""
-    if index_stamp(prefix) == stamp:
-        return False
-    return not (holds_parts(temporary) if temporary else _merging(prefix))
+class MergeWatch:
+    """Whether TensorFlow has merged a save's checkpoint at `prefix` since the watch began
+    (merged(), asked again and again): its index changed and the save's temporary files are
+    gone (the merge removes them last; reading the index while TensorFlow 1.15 still merges
+    crashed its checkpoint reader). temporary: the save's own temporary directory
+    (temporary_directory()), where known: the merge is over once it holds no shard part of the
+    save (holds_parts), and where its parts were seen and are gone, even if the index's mtime
+    did not move (a file system's coarse clock, a rewrite within one of its ticks); else any
+    temporary directory of the prefix counts (one a killed save left behind, too)."""
+
+    def __init__(self, prefix, temporary=None):
+        self.prefix, self.temporary = prefix, temporary
+        self.stamp, self.seen = index_stamp(prefix), False
+
+    def merged(self):
+        if self.temporary is None:
+            return index_stamp(self.prefix) != self.stamp and not _merging(self.prefix)
+        if holds_parts(self.temporary):
+            self.seen = True
+            return False
+        return self.seen or index_stamp(self.prefix) != self.stamp
 
 
 _PART = re.compile(r"^part-\d+-of-\d+\.(index|data-\d+-of-\d+)$")
@@ -104,22 +120,23 @@ def _merging(prefix):
     return any(name == base + "_temp" or name.startswith(base + "_temp_") for name in names)
 
 
-def _check_one_temporary_directory(host, sharing, sharded_filename, prefix):
+def _check_one_temporary_directory(sharing, shard):
     """Raises CheckpointError (on every rank of `sharing`, with nothing written yet by this
     module) where ranks sharing a directory save with a Saver of several shards through one
     fixed temporary directory ('<prefix>_temp', TensorFlow 2.x's): only the shard holding
     sok1x's tables can wait for its turn, the others' files meet there and each rank's merge
-    takes the others' (TensorFlow 1.15's directory is the save's own: no meeting)."""
-    match = _SHARD_IN_TEMP.match(os.fsdecode(sharded_filename))
-    if len(sharing) < 2 or match.group("uuid") or int(match.group("shards")) < 2:
+    takes the others' (TensorFlow 1.15's directory is the save's own: no meeting). shard: the
+    _shard_name match of this rank's shard file."""
+    if len(sharing) < 2 or shard.group("uuid") or int(shard.group("shards")) < 2:
         return
+    prefix = shard.group("prefix")
     raise CheckpointError(
         "ranks %s save %s into one directory with a sharded Saver of %s shards (its variables "
         "placed on several devices), whose files all pass through '%s_temp': only sok1x's "
         "shard can take turns, so the ranks' other shards would meet there. Give each rank "
         "a directory of its own, save on rank 0 only (checkpoint_dir on rank 0, as Horovod "
         "programs do), or leave the variables' device unset (one shard)"
-        % (sharing, prefix, match.group("shards"), os.path.basename(prefix)))
+        % (sharing, prefix, shard.group("shards"), os.path.basename(prefix)))
 
 
 def take_turns(runtime, sharded_filename, timeout):
@@ -128,11 +145,12 @@ def take_turns(runtime, sharded_filename, timeout):
     hands the turn on), or None where no rank waits on this one. Raises CheckpointError if the
     rank before it never finished."""
     host = runtime.host
-    prefix = final_prefix(sharded_filename) if host.size > 1 else None
-    if host.all_gather_object(prefix is None).count(True):
+    shard = _shard_name(sharded_filename) if host.size > 1 else None
+    if host.all_gather_object(shard is None).count(True):
         return None  # a non-sharded Saver: each file is renamed into place whole
+    prefix = shard.group("prefix")
     sharing = _sharing_ranks(host, os.path.dirname(os.path.abspath(prefix)))
-    _check_one_temporary_directory(host, sharing, sharded_filename, prefix)
+    _check_one_temporary_directory(sharing, shard)
     before = [r for r in sharing if r < host.rank]
     after = [r for r in sharing if r > host.rank]
     if before:

@@ -103,6 +103,19 @@ def assert_same_full_state(got, want):
         np.testing.assert_allclose(got[2][key], vector, rtol=1e-5, atol=1e-6)
 
 
+def assert_same_steps(together, alone):
+    """Steps of run_steps (tables looked up together, then alone) agree: outputs, gradients by
+    key, capacities and every table's full_state."""
+    for got_step, want_step in zip(together, alone):
+        for out, want in zip(got_step[0], want_step[0]):
+            np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-6)
+        for got, want in zip(got_step[1], want_step[1]):
+            assert_same_gradient(got, want)
+        assert got_step[2] == want_step[2]
+        for got, want in zip(got_step[3], want_step[3]):
+            assert_same_full_state(got, want)
+
+
 def run_steps(names, together, steps=5, seed=3, tag="yg", layout=LAYOUT):
     """Training steps (all tables in one lookup, or one per table); returns per step the
     outputs, the gradients by key, the capacities and every table's full_state."""
@@ -153,14 +166,7 @@ def test_a_hybrid_group_that_grows_and_evicts_equals_its_tables_one_by_one(room)
     make_tables("yg", most=most, init=init)  # the same tables anew, each looked up alone
     alone = run_steps(names, False)
     assert all(api.shard(name).group is None for name in names)
-    for got_step, want_step in zip(together, alone):
-        for out, want in zip(got_step[0], want_step[0]):
-            np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-6)
-        for got, want in zip(got_step[1], want_step[1]):
-            assert_same_gradient(got, want)
-        assert got_step[2] == want_step[2]
-        for got, want in zip(got_step[3], want_step[3]):
-            assert_same_full_state(got, want)
+    assert_same_steps(together, alone)
 
 
 IN_PLACE_LAYOUT = [("y0", DIM, "hybrid", 0.0), ("y1", DIM, "hybrid", 0.0),
@@ -194,14 +200,7 @@ def test_a_hybrid_group_growing_in_place_then_evicting_equals_its_tables_one_by_
     make_tables("yg_in_place", layout=IN_PLACE_LAYOUT)  # the same tables anew, one by one
     alone = run_steps(names, False, tag="yg_in_place", layout=IN_PLACE_LAYOUT)
     assert all(api.shard(name).group is None for name in names)
-    for got_step, want_step in zip(together, alone):
-        for out, want in zip(got_step[0], want_step[0]):
-            np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-6)
-        for got, want in zip(got_step[1], want_step[1]):
-            assert_same_gradient(got, want)
-        assert got_step[2] == want_step[2]
-        for got, want in zip(got_step[3], want_step[3]):
-            assert_same_full_state(got, want)
+    assert_same_steps(together, alone)
 
 
 def test_by_default_a_hybrid_group_grows_by_copies(monkeypatch):
