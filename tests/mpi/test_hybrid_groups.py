@@ -203,20 +203,29 @@ def test_a_hybrid_group_growing_in_place_then_evicting_equals_its_tables_one_by_
     assert_same_steps(together, alone)
 
 
-def test_by_default_a_hybrid_group_grows_by_copies(monkeypatch):
-    """Until their eviction's kernels have run over a reserve on a GPU, hybrid groups grow in
-    place only when asked, whatever their size."""
+def test_by_default_a_large_hybrid_group_grows_in_place_and_a_split_one_by_copies(
+        monkeypatch):
+    """Without SOK1X_GROW_IN_PLACE, hybrid members whose rows stay in device memory grow in
+    place by the hbm groups' rule (64 MiB of values a member), smaller ones by copies; =1: any
+    size in place, but never members whose rows split into host memory; =0: all by copies."""
     monkeypatch.delenv(table_group.GROW_ENV, raising=False)
     held = 1 << 17  # 64 MiB of float32 values of dim 128 a member
-    members = []
-    for t in range(2):
-        name = "yg_default_%d" % t
-        api.create_table(name, 128, 4 * held, True, SPEC, replace=True,
-                         dynamic=make_dynamic("hybrid", held, 4 * held))
-        members.append(api.shard(name))
-    assert table_group.HashGroup._reserved_rows(members) is None
+    groups = {}
+    for case, (init, hbm_gib) in {"large": (held, 0.0), "small": (INIT, 0.0),
+                                  "split": (INIT, 1e-7)}.items():
+        groups[case] = []
+        for t in range(2):
+            name = "yg_default_%s_%d" % (case, t)
+            api.create_table(name, 128, 4 * init, True, SPEC, replace=True,
+                             dynamic=make_dynamic("hybrid", init, 4 * init, "lru", hbm_gib))
+            groups[case].append(api.shard(name))
+    assert list(table_group.HashGroup._reserved_rows(groups["large"])) == [4 * held] * 2
+    assert table_group.HashGroup._reserved_rows(groups["small"]) is None
     monkeypatch.setenv(table_group.GROW_ENV, "1")
-    assert list(table_group.HashGroup._reserved_rows(members)) == [4 * held] * 2
+    assert list(table_group.HashGroup._reserved_rows(groups["small"])) == [4 * INIT] * 2
+    assert table_group.HashGroup._reserved_rows(groups["split"]) is None
+    monkeypatch.setenv(table_group.GROW_ENV, "0")
+    assert table_group.HashGroup._reserved_rows(groups["large"]) is None
 
 
 def test_rows_handed_out_by_counts_no_header_read_yet_are_counted_first():

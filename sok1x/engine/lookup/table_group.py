@@ -365,10 +365,9 @@ class HashGroup(TableGroup):
         members may leave unused (about one per member and array, _GRANULE: a member's end
         shares one with the next one's start) are at most an eighth of the group's values
         held, and the reserve at most _MOST_RESERVED times the rows held (the backward's row
-        bitmap is sized by the reserve); members that evict (hybrid DynamicVariables, whose
-        access statistics grow in place too) only with SOK1X_GROW_IN_PLACE=1 for now, since
-        their eviction's kernels have not run on a GPU over a reserve. SOK1X_GROW_IN_PLACE=0:
-        never; =1: whenever such members may grow."""
+        bitmap is sized by the reserve); members that evict (hybrid DynamicVariables) too, their
+        access statistics growing in place beside the values. SOK1X_GROW_IN_PLACE=0: never;
+        =1: whenever such members may grow."""
         wanted = os.environ.get(GROW_ENV, "")
         held = np.array([int(table.values.shape[0]) for table in members], dtype=np.int64)
         most = np.array([getattr(table, "max_capacity", n) for table, n in zip(members, held)],
@@ -377,8 +376,6 @@ class HashGroup(TableGroup):
                 getattr(table, "hbm_rows", None) is not None for table in members):
             return None
         if wanted != "1":
-            if any(getattr(table, "statistics", None) is not None for table in members):
-                return None
             held_bytes = int(held.sum()) * 4 * int(members[0].dim)
             if (most.sum() > _MOST_RESERVED * held.sum()
                     or len(members) * 4 * _GRANULE * 8 > held_bytes):
