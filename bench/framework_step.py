@@ -53,8 +53,10 @@ exchange, update: LazyAdam, Adagrad for mlperf26) five ways:
                    the host waits once a step, not twice (the same on several ranks)
     sok1x_replayed sok1x_bounded with the dense or keyed lookup passing replay=True (a keyed
                    lookup replays where its tables are one table, one group of dense tables
-                   or one hash group that does not evict: dlrm26, dlrm26_hash,
-                   dlrm26_dynamic; the hybrid ones run as sok1x_bounded): on one
+                   or one hash group whose rows stay in GPU memory: dlrm26, dlrm26_hash,
+                   dlrm26_dynamic, dlrm26_hybrid, and dlrm26_full's steps that do not evict,
+                   none once it is full; a replayed hybrid step counts its lookup in one
+                   launch beside its graphs, left out of its floor): on one
                    rank its forward, backward and update are recorded once as CUDA graphs
                    and replayed (engine/lookup/replayed_step.py); its GPU floor
                    (those graphs replayed back to back, no host work: not the key copy, the

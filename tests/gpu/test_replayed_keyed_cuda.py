@@ -324,3 +324,93 @@ def test_a_replayed_inserts_member_list_from_its_sizes_equals_the_list_read_whol
                                                 np.array(sizes, dtype=np.int64))
             assert given is into
             np.testing.assert_array_equal(host(given), whole, err_msg="step %d" % step)
+
+
+def hybrid_run(steps, replay, bad_step, monkeypatch):
+    """Keyed steps of a hybrid group (hybrid DynamicVariables whose rows stay in GPU memory, 4096
+    rows a member growing to 6144, LRU; made anew under one set of names) for each keys of
+    `steps`; bad_step: a step whose member 1 gets a negative key, which must fail naming it.
+    Returns (each step's host output and counts, or None, per member {key: (vector, its lookup
+    count, its last step counted back from the journal's step)} of every key it holds, the keys
+    it evicted, held(), [(replayed, keys evicted so far)] of each ReplayedInsert.ready)."""
+    from sok1x.engine.lookup import table_group
+    from sok1x.engine.tables.dynamic_table import make_dynamic
+    fresh()
+    ready, readies = table_group.ReplayedInsert.ready, []
+
+    def noted(insert, keys):
+        evicted = sum(member._evicted_keys for member in insert.group.members)
+        readies.append((ready(insert, keys), evicted))
+        return readies[-1][0]
+    monkeypatch.setattr(table_group.ReplayedInsert, "ready", noted)
+    names = ["hybrid_replay_%d" % t for t in range(len(HASH_LENGTHS))]
+    for name in names:
+        api.create_table(name, DIM, 6144, True, SPEC, replace=True,
+                         dynamic=make_dynamic("hybrid", 4096, 6144, "lru"))
+        api.drop_evicted(name, False)
+    results = []
+    for number, keys in enumerate(steps, 1):
+        if number - 1 == bad_step:
+            keys = keys.copy()
+            keys[int(HASH_LENGTHS[0]) + 11] = -3
+            with pytest.raises(InvalidInputError, match=names[1]):
+                step(names, keys, "lazy_adam", number, replay, lengths=HASH_LENGTHS)
+            results.append(None)
+            continue
+        got = step(names, keys, "lazy_adam", number, replay, lengths=HASH_LENGTHS)
+        results.append((got[0], got[3]))
+    states, evicted = [], []
+    with runtime.entered():
+        for name in names:
+            shard = api.shard(name)
+            keys, rows = (host(a) for a in shard.index.export())
+            values, statistics = host(shard.values), host(shard.statistics)
+            step_now = shard.journal.step
+            states.append({int(k): (values[r], int(statistics[r, 1]),
+                                    int(statistics[r, 0]) - step_now)
+                           for k, r in zip(keys, rows)})
+            evicted.append(np.sort(api.pop_evicted(name)[0]))
+    return results, states, evicted, held(), readies
+
+
+def hybrid_keys(seed):
+    """Four steps whose keys fit (from 4000 values a member), then twice a step of new keys
+    from a million values (members grow, then evict) followed by three steps of its keys."""
+    rng = np.random.default_rng(seed)
+
+    def drawn(span):
+        return np.concatenate([rng.permutation(span)[:n] for n in HASH_LENGTHS])
+    steps = [drawn(4000) for _ in range(4)]
+    for _ in range(2):
+        wide = drawn(10 ** 6)
+        steps += [wide] * 4
+    return steps
+
+
+@pytest.mark.parametrize("bad_step", [None, 6], ids=["steps", "a_negative_key"])
+def test_a_hybrid_group_replays_its_steps_with_room(bad_step, monkeypatch):
+    """A hybrid group's keyed steps whose new keys fit replay their insert, and count their
+    lookup in the rows' statistics after the checks (table_group.ReplayedInsert); steps that
+    grow or evict run uncaptured, and the steps after them replay again. Against the same steps
+    uncaptured: outputs and counts bit for bit, and per member the keys held, each one's
+    trained vector, lookup count and last step, and the keys evicted (rows may differ: the
+    insert's threads place keys in any order); a negative key in a replayed step fails it,
+    naming its member, and counts nothing."""
+    steps = hybrid_keys(17)
+    got = hybrid_run(steps, True, bad_step, monkeypatch)
+    want = hybrid_run(steps, False, bad_step, monkeypatch)
+    for a, b in zip(got[0], want[0]):
+        assert (a is None) == (b is None)
+        for x, y in zip(a or (), b or ()):
+            np.testing.assert_array_equal(x, y)
+    for mine, theirs in zip(got[1], want[1]):
+        assert sorted(mine) == sorted(theirs)
+        for key, (vector, count, last) in theirs.items():
+            np.testing.assert_array_equal(mine[key][0], vector)
+            assert mine[key][1:] == (count, last), key
+    for mine, theirs in zip(got[2], want[2]):
+        np.testing.assert_array_equal(mine, theirs)
+    assert sum(len(e) for e in got[2]) > 0
+    assert got[3] == (1, 1) and want[3] == (0, 0)
+    replayed = [ok for ok, _ in got[4]]
+    assert any(ok and count for ok, count in got[4]) and not all(replayed), got[4]

@@ -510,7 +510,8 @@ def test_a_group_growing_in_place_backs_ahead_while_its_steps_replay(monkeypatch
     monkeypatch.setattr(table_group.ReplayedInsert, "ready",
                         lambda insert, keys: replays.append(ready(insert, keys)) or replays[-1])
     first = RANK * 10 ** 9
-    while not grown and number[0] < 80:  # LENGTHS new keys a step, each its own
+    # LENGTHS new keys a step, each its own, until every rank grew (the ranks step together)
+    while not COMM.allreduce(int(bool(grown)), op=MPI.MIN) and number[0] < 80:
         number[0] += 1
         keys = np.arange(first, first + int(LENGTHS.sum()), dtype=np.int64)
         first += int(LENGTHS.sum())
@@ -589,3 +590,75 @@ def test_a_table_alone_that_joins_a_group_replays_no_more_into_its_group_of_one(
     assert sorted(got_rows) == sorted(want_rows)
     for key, row in want_rows.items():
         np.testing.assert_array_equal(got_rows[key], row)
+
+
+def hybrid_keys(seed):
+    """Keys of hybrid steps: a few steps whose keys fit (from few values), then twice a step of
+    many new keys (members evict) followed by three steps of the same keys (held: room again)."""
+    rng = np.random.default_rng([seed, RANK])
+
+    def drawn(span):
+        return np.concatenate([rng.integers(0, span, size=n) for n in LENGTHS]).astype(np.int64)
+    steps = [drawn(10 * SIZE) for _ in range(4)]
+    for _ in range(2):
+        wide = drawn(400 * SIZE)
+        steps += [wide] * 4
+    return steps
+
+
+def hybrid_state(name):
+    """A hybrid shard's held keys in row order with their rows, vectors, slots and access
+    statistics (each row's last step counted back from the journal's step now: two runs'
+    steps have different numbers), and its evicted keys with their vectors (read:
+    pop_evicted)."""
+    shard = api.shard(name)
+    keys, rows = (np.asarray(a) for a in shard.index.export())
+    order = np.argsort(rows)
+    keys, rows = keys[order], rows[order]
+    slots = {s: np.array(a[rows]) for s, a in shard.slots.items()}
+    statistics = np.array(shard.statistics[rows])
+    statistics[:, 0] -= shard.journal.step
+    return (keys, rows, np.array(shard.values[rows]), slots, statistics,
+            shard.evicted_keys) + tuple(api.pop_evicted(name))
+
+
+@pytest.mark.parametrize("bad_step", [None, 6])
+def test_a_hybrid_group_replays_its_steps_with_room(bad_step, monkeypatch):
+    """Hybrid DynamicVariables (a hash group that counts its lookups and evicts; 8 rows a shard
+    growing to 16): steps whose new keys fit replay their insert (table_group.ReplayedInsert),
+    the lookup counted in the rows' statistics once the checks pass; a step that must evict
+    takes the uncaptured path, and the steps after it, bringing keys held, replay again. Every
+    step, every held key's row, vector, slots and statistics, and the evicted keys equal the
+    uncaptured steps; bad_step: a replayed step holding a negative key fails on every rank and
+    changes nothing (its lookup not counted)."""
+    steps = hybrid_keys(83)
+    ready, readies = table_group.ReplayedInsert.ready, []
+
+    def noted(insert, keys):
+        evicted = sum(member._evicted_keys for member in insert.group.members)
+        readies.append((ready(insert, keys), evicted))
+        return readies[-1][0]
+    monkeypatch.setattr(table_group.ReplayedInsert, "ready", noted)
+    dynamic = make_dynamic("hybrid", 8, 16, "lru")
+    runs = []
+    for replay in (True, False):
+        runs.append(hash_steps("hybrid_%s" % bad_step, steps, replay, 16, bad_step=bad_step,
+                               dynamic=dynamic))
+        runs[-1] += ([hybrid_state("hash_hybrid_%s_%d" % (bad_step, t))
+                      for t in range(MEMBERS)],)
+    got, want = runs
+    assert_same_hash_runs(got, want)
+    for a, b in zip(got[3], want[3]):
+        assert len(a) == len(b)
+        for x, y in zip(a, b):
+            if isinstance(x, dict):
+                for slot in x:
+                    np.testing.assert_array_equal(x[slot], y[slot])
+            else:
+                np.testing.assert_array_equal(x, y)
+    evicted = COMM.allreduce(sum(int(state[5]) for state in got[3]), op=MPI.SUM)
+    assert evicted > 0
+    if SIZE == 1:
+        assert got[2] == (1, 1)
+        assert any(ok and count for ok, count in readies), readies  # replayed after evicting
+        assert not all(ok for ok, _ in readies)

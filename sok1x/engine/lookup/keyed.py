@@ -343,21 +343,21 @@ def _replayed_forward(runtime, tables, unit, group, op, item, training, key_limi
                       cuts, segment_cuts, front=None):
     """keyed_forward's replayed path (engine/lookup/replayed_step.py): a bounded training
     lookup of one unit of dense tables (one table, or a TableGroup in its order) or, on one
-    rank, of a HashGroup that does not evict (its insert replayed too:
-    table_group.ReplayedInsert), int64 keys. What is recorded looks every key up as its own row;
-    keys of dense tables pooled by segment ids, or weighted, replay too (on one rank with
-    checks="end"): the segment ids ride with the keys (forward_of's riders), checked in the
-    same flag, and the pooling is done after the replay and undone before the replayed
-    backward (pooled.spread_rows). Returns keyed_forward's result, or None where the
-    uncaptured path must run (not such a lookup, the first sight of its shape class, or a hash
-    group's step in which a member might fill up). A replayed class is remembered under `front`
-    (_front), for _replayed_again."""
+    rank, of a HashGroup whose rows stay in device memory (its insert replayed too, in a group
+    that evicts only in steps with room: table_group.ReplayedInsert), int64 keys. What is
+    recorded looks every key up as its own row; keys of dense tables pooled by segment ids, or
+    weighted, replay too (on one rank with checks="end"): the segment ids ride with the keys
+    (forward_of's riders), checked in the same flag, and the pooling is done after the replay
+    and undone before the replayed backward (pooled.spread_rows). Returns keyed_forward's
+    result, or None where the uncaptured path must run (not such a lookup, the first sight of
+    its shape class, or a hash group's step in which a member might fill up). A replayed class
+    is remembered under `front` (_front), for _replayed_again."""
     table, keys = unit.table, item.keys
     hashed = isinstance(group, table_group.HashGroup)
     pooled = item.segment_ids is not None or item.weights is not None
     if (not training or keys.dtype != np.int64
             or (pooled and (hashed or (runtime.size == 1 and checks != "end")))
-            or (table.use_hashtable and not (hashed and not group.evicts))
+            or (table.use_hashtable and not hashed)
             or getattr(group, "hbm", None) is not None
             or not keys.shape[0] or checks not in ("end", "backward")
             or not replayed_step.enabled(runtime)):

@@ -23,15 +23,18 @@ moved into the group's rows, and the backward's rows come a piece per member); a
 dense tables whose keys are pooled by segment ids or weighted replays the same work, its segment
 ids riding with its keys (forward_of's riders: copied into fixed arrays at each replay, checked in
 the keys' flag), keyed.py pooling its rows after the replay and spreading the top gradient to the
-keys before the replayed backward. A keyed lookup of a HashGroup that does not evict (v1 hash
-tables, hbm DynamicVariables) replays its insert too, through hooks (table_group.ReplayedInsert).
-Before each replay the host checks that no member can fill up in the step (near a member's capacity
-by counting the step's new keys, one wait; where they do not fit, the uncaptured path runs, and
-grows or fails as it does), and writes the member list its insert hands rows out by and the clock
-its new rows are stamped with. After it, the placed keys are kept (their count copied at once, read
-with the next size) and the step journal records their erasing. Its forward reads its checks at its
-end (the journal step that undoes a bad step's insert may close before a backward: _reads_later),
-and its insert passes a negative key by. The engine's own step does (bench/). TensorFlow's ops in a
+keys before the replayed backward. A keyed lookup of a HashGroup whose rows stay in device memory
+(v1 hash tables, hbm and hybrid DynamicVariables) replays its insert too, through hooks
+(table_group.ReplayedInsert). Before each replay the host checks that no member can fill up in the
+step (near a member's capacity by counting the step's new keys, one wait; where they do not fit,
+the uncaptured path runs, and grows, evicts or fails as it does; a hybrid member with freed rows
+to hand out takes that path too), and writes the member list its insert hands rows out by and the
+clock its new rows are stamped with. After it, the placed keys are kept (their count copied at
+once, read with the next size) and the step journal records their erasing; a hybrid group counts
+the lookup in its rows' access statistics once the checks passed (one launch beside the graph,
+with the step's number). Its forward reads its checks at its end (the journal step that undoes a
+bad step's insert may close before a backward: _reads_later), and its insert passes a negative key
+by. The engine's own step does (bench/). TensorFlow's ops in a
 session's graph (graph_ops: the dense lookup, the keyed op) pass replay=True with a detach, since
 a graph may keep an output past its step (a queue, a while loop's TensorArray). detach=True (a
 py_func's seam): a replayed output and gradient come as copies of their own (detached(); the
@@ -353,9 +356,10 @@ def forward_of(runtime, key, table, op, keys, checks, run, cuts, hooks=None, rou
     (KeyCheck, rows, vectors) or (KeyCheck, rows, vectors, [more arrays]); cuts: host int64
     [members + 1], where each member's keys start (its backward's pieces). hooks: None, or the
     host's part of the class's steps (kept with the class at its capture): hooks.ready(keys)
-    before each run or replay (False: this step takes the uncaptured path, nothing done), and
-    hooks.done(more arrays) after it. routed: on several ranks, routed(fixed keys) queues the
-    keys' part of the forward and returns (KeyCheck, the keys in the table's id space); the
+    before each run or replay (False: this step takes the uncaptured path, nothing done),
+    hooks.done(rows, more arrays) after it, and hooks.checked() once its key checks passed.
+    routed: on several ranks, routed(fixed keys) queues the keys' part of the forward and
+    returns (KeyCheck, the keys in the table's id space); the
     rest is replayed_ranks.py's (None: no replay on several ranks). riders: backend arrays the
     work reads beside the keys (a pooled lookup's segment ids, whose checks then ride in the
     keys' flag), each copied into a fixed array of the class at every replay as the keys are;
@@ -535,7 +539,7 @@ def _replay(runtime, classes, entry, op, keys, checks, riders=()):
     entry.work.replay()
     bounds, flag, rows, vectors = entry.outputs()[:4]
     if entry.hooks is not None:
-        entry.hooks.done(entry.outputs()[4:])
+        entry.hooks.done(rows, entry.outputs()[4:])
     if entry.routing is None:  # the outputs exist from the first replay on (cpu makes them then)
         entry.routing = _routing(entry.table, int(entry.keys.shape[0]), rows, None)
         entry.check = KeyCheck(bounds, entry.judge, flag, None)
@@ -544,6 +548,8 @@ def _replay(runtime, classes, entry, op, keys, checks, riders=()):
     deferred = bounded_step.Deferred(backend.read_later(flag), entry.describe, op.name)
     later = _reads_later(checks, entry.hooks)
     bounded_step.defer_or_read(runtime, deferred, later)
+    if entry.hooks is not None:  # (read: a step with bad keys raised above)
+        entry.hooks.checked()
     return vectors, entry.routing._replace(check=deferred) if later else entry.routing
 
 
@@ -599,7 +605,7 @@ def _capture_forward(runtime, classes, key, table, op, keys, checks, run, cuts, 
     backend.write_rows(fixed, 0, keys)
     check, rows, vectors, more = _run_parts(run(fixed))
     if hooks is not None:
-        hooks.done(more)
+        hooks.done(rows, more)
 
     def recorded_run():
         recorded, recorded_rows, recorded_vectors, recorded_more = _run_parts(run(fixed))
@@ -617,6 +623,8 @@ def _capture_forward(runtime, classes, key, table, op, keys, checks, run, cuts, 
                                      functools.partial(check_error, backend, check), op.name)
     later = _reads_later(checks, hooks)
     bounded_step.defer_or_read(runtime, deferred, later)
+    if hooks is not None:
+        hooks.checked()
     return vectors, _routing(table, int(keys.shape[0]), rows, deferred if later else None)
 
 

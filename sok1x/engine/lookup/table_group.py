@@ -759,15 +759,21 @@ class HashGroup(TableGroup):
                         "constant", self.slot_initial[name]), 0, count)
         return found[0], vectors
 
-    def keep_replayed(self, found):
-        """Ends a replayed insert (insert_start with members; a group that does not evict):
-        `found`, its hash_insert_many result, the placed keys kept. Each index counts them when
-        its size is next read, from a copy of the placed counts queued now (that read waits for
-        the copy alone, never for the work queued after it), and the step journal records how
-        to erase them should the step fail."""
+    def keep_replayed(self, found, held=None):
+        """Ends a replayed insert (insert_start with members; in a group that evicts, one in
+        which no member evicts or reuses a freed row: ReplayedInsert.ready): `found`, its
+        hash_insert_many result, the placed keys kept. Each index (and, in a group that evicts,
+        each member's high water) counts them when next read, from a copy of the placed counts
+        queued now (that read waits for the copy alone, never for the work queued after it),
+        and the step journal records how to erase them should the step fail (held: each
+        member's held_state before the insert, in a group that evicts)."""
         backend = self.backend
-        backend.hash_insert_many_done(self.indexes(), found, backend.read_later(found[5]), True)
-        self._record_undo(found, None)
+        placed = functools.lru_cache(maxsize=None)(backend.read_later(found[5]))  # read once
+        backend.hash_insert_many_done(self.indexes(), found, placed, True)
+        self._record_undo(found, held)
+        if held is not None:
+            for t, member in enumerate(self.members):
+                member.take_rows_later(placed, t)
 
     def settle(self, placed, host_placed):
         """Hands insert_kept's `placed`, read by the host since, to the indexes it counts for
@@ -860,27 +866,42 @@ class HashGroup(TableGroup):
 
 
 class ReplayedInsert:
-    """The host's part of a replayed training lookup of a HashGroup that does not evict
-    (engine/lookup/replayed_step.py's hooks): ready() before each replay, done() after it.
+    """The host's part of a replayed training lookup of a HashGroup whose rows stay in device
+    memory (engine/lookup/replayed_step.py's hooks): ready() before each replay, done() after
+    it, checked() once its key checks passed.
 
     A recorded insert hands out each member's next rows from a member list its graph reads as
     it is when it runs, and stamps the new rows with the time a clock then holds; ready() writes
     both from the indexes' sizes and the time now, once no member can fill up in the step: each
     member's keys in the lookup (between its `cuts`) fit its room, or else, near a member's
     capacity, its distinct new keys do, counted on the device (one wait, as the uncaptured step
-    counts them). Where they do not fit, the uncaptured path runs, which grows or fails as it
-    does without replays. done() keeps the placed keys (HashGroup.keep_replayed)."""
+    counts them). Where they do not fit, the uncaptured path runs, which grows, evicts or fails
+    as it does without replays. done() keeps the placed keys (HashGroup.keep_replayed).
+
+    A group that evicts (hybrid DynamicVariables) replays the steps with room in which no
+    member has a freed row to hand out (its new keys take fresh rows, as a group that does not
+    evict hands them out); its members' high water counts the placed keys as the indexes do,
+    the step journal can put back what each member held, and checked() counts the lookup in
+    the rows' access statistics (the step's number and time, one launch beside the graph)
+    once the step is known to go on, as the uncaptured step counts it after its checks."""
 
     def __init__(self, group, cuts):
         self.group, self.cuts = group, cuts
         self.counts = np.diff(cuts)
         self.members = self.clock = self._given = self._tags = None
+        self._held = self._found = None  # a group that evicts: this step's, for done, checked
 
     def ready(self, keys):
         """True, with the member list and the clock written, where the step's `keys` (backend
         int64, each member's in turn, as the lookup's) fit."""
         group = self.group
+        if group.evicts:
+            held = [member.held_state() for member in group.members]
+            if any(free.size for free, _ in held):  # new keys would take freed rows
+                return False
         sizes = group.sizes()
+        if group.evicts and any(high != int(size) for (_, high), size in zip(held, sizes)):
+            return False
         if group.reserved:  # as room() does for an uncaptured step
             group._back_ahead(sizes)
         backend, room = group.backend, group.capacities - sizes
@@ -897,6 +918,8 @@ class ReplayedInsert:
             self.clock = backend.empty((1,), np.float64)
             self._given = backend.empty((1,), np.float32)
         backend.write_given(self._given, [0.0], self.clock, time.time())
+        if group.evicts:
+            self._held = held
         return True
 
     def insert(self, keys, tags):
@@ -906,9 +929,20 @@ class ReplayedInsert:
         found = state[1]
         return found[0], state[2], list(found[1:])
 
-    def done(self, placed_keys):
-        """Keeps what the step's insert placed ([new keys, new rows, new tags, count, placed])."""
-        self.group.keep_replayed([None] + list(placed_keys))
+    def done(self, rows, placed_keys):
+        """Keeps what the step's insert placed (its `rows` of every key, and [new keys, new
+        rows, new tags, count, placed])."""
+        found = [rows] + list(placed_keys)
+        held, self._held = self._held, None
+        self.group.keep_replayed(found, held)
+        self._found = found if held is not None else None
+
+    def checked(self):
+        """The step's key checks passed: a group that evicts counts its lookup (its rows'
+        access statistics, the new rows' times) as HashGroup.count_kept does."""
+        found, self._found = self._found, None
+        if found is not None:
+            self.group.count_kept((None, found))
 
 
 def group_kind(table, position, alone=()):

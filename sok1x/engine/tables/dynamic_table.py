@@ -243,8 +243,9 @@ class DynamicTable(EmbeddingTable):
     def _settle(self):
         """Counts the pending insert: one read of its counts, handed to the whole group (every
         member of one insert waits on the same counts)."""
-        placed = self._pending[0]
-        host = self.backend.to_host(placed).reshape(-1)
+        placed = self._pending[0]  # device counts, or a function reading their copy (a replay)
+        host = np.asarray(placed() if callable(placed) else self.backend.to_host(placed))
+        host = host.reshape(-1)
         if self.group is not None:
             self.group.settle(placed, host)
         if self._pending is not None:  # not a group's any more
