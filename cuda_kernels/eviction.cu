@@ -269,8 +269,9 @@ extern "C" __global__ void evict_pick(const int64* members, int64 member_count,
                                       int64* statistics, int64 step,
                                       const int64* distinct_starts, int64 items, int64 rest,
                                       uint64* left, int64* victim_keys, int64* victim_rows,
-                                      int64* victim_records) {
+                                      int64* victim_records, const double* step_at) {
   if (rest && *left == 0) return;  // every key found a victim in its bucket
+  if (step_at != nullptr) step = (int64)*step_at;  // a replayed step's (given_hyper.step_given)
   __shared__ int64 pools[PICK_WARPS][4][PICK_CAP];
   int64 (*pool)[PICK_CAP] = pools[(threadIdx.x / 32) % PICK_WARPS];
   const int lane = (int)lane_id();
@@ -376,8 +377,9 @@ extern "C" __global__ void evict_pick_rest(const int64* members, int64 member_co
                                            const int64* distinct_starts, const uint64* left,
                                            uint64* again, int64* waiting, int64* candidates,
                                            int64* victim_keys, int64* victim_rows,
-                                           int64* victim_records) {
+                                           int64* victim_records, const double* step_at) {
   if (*left == 0) return;
+  if (step_at != nullptr) step = (int64)*step_at;
   __shared__ int64 warp_counts[REST_WARPS];
   __shared__ uint64 listed, gathered;
   const int warp = (int)(threadIdx.x / 32);
@@ -472,9 +474,11 @@ extern "C" __global__ void evict_unserved(const int64* members, int64 member_cou
 }
 
 // statistics[row][0] = step for every row >= 0 of `rows` (the rows a step looked up: not
-// evicted by it); the count is left as it is.
+// evicted by it); the count is left as it is. step_at: null, or where a replayed step's number
+// is read from when the kernel runs (given_hyper.step_given), instead of `step`.
 extern "C" __global__ void stamp_last_step(int64* statistics, const int64* rows, int64 n,
-                                           int64 step) {
+                                           int64 step, const double* step_at) {
+  if (step_at != nullptr) step = (int64)*step_at;
   for (int64 i = global_thread_id(); i < n; i += global_thread_count()) {
     if (rows[i] >= 0) statistics[2 * rows[i]] = step;
   }

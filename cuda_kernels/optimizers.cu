@@ -30,10 +30,13 @@ struct Hyper {
 // recorded stamp writes (pooling.cu's fill_rows_float64 reading *clock), as one launch's
 // arguments, with no host buffer or copy.
 extern "C" __global__ void write_hyper(float* dst, int64 count, Hyper h, double* clock,
-                                       double now) {
+                                       double now, int64 with_step, double step) {
   const int64 i = global_thread_id();
   if (i < count) dst[i] = h.value[i];
-  if (i == 0 && clock != nullptr) *clock = now;
+  if (i == 0 && clock != nullptr) {
+    clock[0] = now;
+    if (with_step) clock[1] = step;  // a clock of two: (time, training step)
+  }
 }
 
 #define FOR_EACH_ELEMENT(e, total) \

@@ -110,7 +110,8 @@ Every backend module exposes the same names, and the engine's algorithms call on
     part_tags(cuts) -> int64 [cuts[-1]]                the part of each position (one launch)
     unique_many_start(..., tags_list)                  de-duplicates a tagged array per (tag, key)
     hash_erase_many(indexes, keys, tags, counts)       erases held tagged keys (counts[t] of
-                                                       member t's), one launch
+                                                       member t's), one launch;
+        hash_erase_counted(indexes, counts, erased) counts a recorded erase's keys (cuda)
     hash_insert_many(indexes, keys, tags, row_starts, pools=None) -> (rows, new_keys, new_rows,
         new_tags, count, placed)   find_or_insert in every member's index in one launch, no
         wait (pools: per member (row_pool, next_row), a hybrid table's freed rows): flat rows,

@@ -16,6 +16,7 @@ import numpy as np
 
 _given = [None]  # the array hyper_given() bound, or None
 _clock = [None]  # the array time_given() bound, or None
+_step = [None]  # the clock step_given() bound, or None
 MOST = 6  # hyper-parameters an update takes at most (optimizers.cu's Hyper holds six)
 
 
@@ -54,12 +55,11 @@ def written(array, values):
 
 @contextlib.contextmanager
 def time_given(clock):
-    """Inside it, backend.fill_rows writes the value `clock` (float64 [1]) holds when the fill
-    runs, not the value it is passed: a replayed update's time stamp, recorded once, stamps each
-    replay's time (written into `clock` by write_given). Nothing is read or queued here."""
-    if clock.dtype != np.float64 or tuple(clock.shape) != (1,):
-        raise ValueError("time_given: a clock is float64 [1], got %s %s"
-                         % (clock.dtype, list(clock.shape)))
+    """Inside it, backend.fill_rows writes the value `clock` (float64 [1], or [2]: step_given's)
+    holds in clock[0] when the fill runs, not the value it is passed: a replayed update's time
+    stamp, recorded once, stamps each replay's time (written into `clock` by write_given).
+    Nothing is read or queued here."""
+    checked_clock(clock, "time_given")
     outer = _clock[0]
     _clock[0] = clock
     try:
@@ -73,8 +73,31 @@ def given_time():
     return _clock[0]
 
 
-def checked_clock(clock):
-    """Raises ValueError unless `clock` is None or float64 [1] (write_given's)."""
-    if clock is not None and (clock.dtype != np.float64 or tuple(clock.shape) != (1,)):
-        raise ValueError("write_given: a clock is float64 [1], got %s %s"
-                         % (clock.dtype, list(clock.shape)))
+def checked_clock(clock, who="write_given", sizes=(1, 2)):
+    """Raises ValueError unless `clock` is None or float64 [k], k one of `sizes` (write_given's:
+    [1] the time, [2] the time and a training step)."""
+    if clock is not None and (clock.dtype != np.float64 or tuple(clock.shape) not in
+                              [(k,) for k in sizes]):
+        raise ValueError("%s: a clock is float64 %s, got %s %s"
+                         % (who, " or ".join("[%d]" % k for k in sizes), clock.dtype,
+                            list(clock.shape)))
+
+
+@contextlib.contextmanager
+def step_given(clock):
+    """Inside it, the work that marks rows with the training step (backend.stamp_last_step,
+    backend.pick_victims) takes the step from clock[1] (float64 [2]) as it is when the work
+    runs, not the step it is passed: a replayed evicting step, recorded once, marks each
+    replay's step (written by write_given's step). Nothing is read or queued here."""
+    checked_clock(clock, "step_given", (2,))
+    outer = _step[0]
+    _step[0] = clock
+    try:
+        yield
+    finally:
+        _step[0] = outer
+
+
+def given_step():
+    """The float64 [2] clock step_given() bound, or None."""
+    return _step[0]

@@ -7,7 +7,8 @@ bit and sums to rounding otherwise), with an empty member, for few keys and for 
 segment_rows.SORTED_MIN (the backward's sums then sorted by row, in the graph too); the replayed
 forward and backward queue no kernel of their own and the update two (its hyper-parameters' write
 and the time stamp); a bad key of one member fails the step naming it and changes no table;
-a hash group's steps replay their inserts as well, agreeing key by key with uncaptured steps.
+a hash group's steps replay their inserts as well, agreeing key by key with uncaptured steps,
+and so do a hybrid group's steps with room and, once its members are full, its evicting steps.
 
     mpiexec --allow-run-as-root -n 1 python3 -m pytest -q tests/gpu/test_replayed_keyed_cuda.py
 """
@@ -326,13 +327,15 @@ def test_a_replayed_inserts_member_list_from_its_sizes_equals_the_list_read_whol
             np.testing.assert_array_equal(host(given), whole, err_msg="step %d" % step)
 
 
-def hybrid_run(steps, replay, bad_step, monkeypatch):
+def hybrid_run(steps, replay, bad_step, monkeypatch, full=False):
     """Keyed steps of a hybrid group (hybrid DynamicVariables whose rows stay in GPU memory, 4096
     rows a member growing to 6144, LRU; made anew under one set of names) for each keys of
     `steps`; bad_step: a step whose member 1 gets a negative key, which must fail naming it.
-    Returns (each step's host output and counts, or None, per member {key: (vector, its lookup
-    count, its last step counted back from the journal's step)} of every key it holds, the keys
-    it evicted, held(), [(replayed, keys evicted so far)] of each ReplayedInsert.ready)."""
+    full: members of 8192 rows that never grow and drop what they evict (drop_evicted), whose
+    steps evict in place once they are full. Returns (each step's host output and counts, or
+    None, per member {key: (vector, its lookup count, its last step counted back from the
+    journal's step)} of every key it holds, the keys it evicted (full: their count), held(),
+    [(replayed, keys evicted so far, evicting)] of each ReplayedInsert.ready)."""
     from sok1x.engine.lookup import table_group
     from sok1x.engine.tables.dynamic_table import make_dynamic
     fresh()
@@ -340,14 +343,15 @@ def hybrid_run(steps, replay, bad_step, monkeypatch):
 
     def noted(insert, keys):
         evicted = sum(member._evicted_keys for member in insert.group.members)
-        readies.append((ready(insert, keys), evicted))
+        readies.append((ready(insert, keys), evicted, insert.evicting))
         return readies[-1][0]
     monkeypatch.setattr(table_group.ReplayedInsert, "ready", noted)
-    names = ["hybrid_replay_%d" % t for t in range(len(HASH_LENGTHS))]
+    names = ["hybrid_%s_%d" % ("full" if full else "replay", t) for t in range(len(HASH_LENGTHS))]
     for name in names:
-        api.create_table(name, DIM, 6144, True, SPEC, replace=True,
-                         dynamic=make_dynamic("hybrid", 4096, 6144, "lru"))
-        api.drop_evicted(name, False)
+        api.drop_evicted(name, full)
+        api.create_table(name, DIM, 8192 if full else 6144, True, SPEC, replace=True,
+                         dynamic=make_dynamic("hybrid", 8192 if full else 4096,
+                                              8192 if full else 6144, "lru"))
     results = []
     for number, keys in enumerate(steps, 1):
         if number - 1 == bad_step:
@@ -369,7 +373,8 @@ def hybrid_run(steps, replay, bad_step, monkeypatch):
             states.append({int(k): (values[r], int(statistics[r, 1]),
                                     int(statistics[r, 0]) - step_now)
                            for k, r in zip(keys, rows)})
-            evicted.append(np.sort(api.pop_evicted(name)[0]))
+            evicted.append(np.array([shard.evicted_keys]) if full else
+                           np.sort(api.pop_evicted(name)[0]))
     return results, states, evicted, held(), readies
 
 
@@ -412,5 +417,36 @@ def test_a_hybrid_group_replays_its_steps_with_room(bad_step, monkeypatch):
         np.testing.assert_array_equal(mine, theirs)
     assert sum(len(e) for e in got[2]) > 0
     assert got[3] == (1, 1) and want[3] == (0, 0)
-    replayed = [ok for ok, _ in got[4]]
-    assert any(ok and count for ok, count in got[4]) and not all(replayed), got[4]
+    replayed = [ok for ok, _, _ in got[4]]
+    assert any(ok and count for ok, count, _ in got[4]) and not all(replayed), got[4]
+
+
+@pytest.mark.parametrize("bad_step", [None, 12], ids=["steps", "a_negative_key"])
+def test_a_full_hybrid_group_replays_its_evicting_steps(bad_step, monkeypatch):
+    """Hybrid members of 8192 rows that drop what they evict, new keys at every step: once the
+    members with keys are full, every step evicts in place, and those steps are a class of their
+    own, recorded with the pick, the erase and the insert into the victims' rows
+    (table_group.ReplayedInsert, evicting; the step number read from its clock when the graph
+    runs) and replayed. Against the same steps uncaptured: outputs and counts bit for bit, and
+    per member the keys held (the same victims chosen), each one's trained vector, lookup count
+    and last step, and the count of keys evicted; a negative key in a replayed evicting step
+    fails it, naming its member, and changes nothing."""
+    rng = np.random.default_rng(19)
+    steps = [np.concatenate([rng.permutation(10 ** 6)[:n] for n in HASH_LENGTHS])
+             for _ in range(16)]
+    got = hybrid_run(steps, True, bad_step, monkeypatch, full=True)
+    want = hybrid_run(steps, False, bad_step, monkeypatch, full=True)
+    for a, b in zip(got[0], want[0]):
+        assert (a is None) == (b is None)
+        for x, y in zip(a or (), b or ()):
+            np.testing.assert_array_equal(x, y)
+    for mine, theirs in zip(got[1], want[1]):
+        assert sorted(mine) == sorted(theirs)
+        for key, (vector, count, last) in theirs.items():
+            np.testing.assert_array_equal(mine[key][0], vector)
+            assert mine[key][1:] == (count, last), key
+    for mine, theirs in zip(got[2], want[2]):
+        np.testing.assert_array_equal(mine, theirs)
+    assert sum(int(e[0]) for e in got[2]) > 0
+    evicting = [ok for ok, _, evicts in got[4] if evicts]
+    assert sum(evicting) >= 6, got[4]

@@ -11,6 +11,7 @@ import numpy as np
 
 from sok1x.backend.cpu.hash import (  # noqa: F401  (part of the op set)
     HashIndex,
+    hash_erase_counted,
     hash_erase_many,
     hash_find_many,
     hash_insert_many,
@@ -23,7 +24,11 @@ from sok1x.backend.cpu import optimizers as cpu_optimizers
 from sok1x.backend.cpu.aligned import exportable  # noqa: F401  (part of the op set)
 from sok1x.backend import given_hyper
 from sok1x.backend.copies import copy_array_error
-from sok1x.backend.given_hyper import hyper_given, time_given  # noqa: F401  (op set: D14)
+from sok1x.backend.given_hyper import (  # noqa: F401  (op set: D14)
+    hyper_given,
+    step_given,
+    time_given,
+)
 from sok1x.backend.cpu.rerun import captured_work  # noqa: F401  (part of the op set: D14)
 from sok1x.backend.cpu.reserved_rows import (  # noqa: F401  (op set: groups that grow)
     back_rows,
@@ -144,14 +149,18 @@ update_rmsprop = _on_rows(cpu_optimizers.update_rmsprop)
 update_sgd = _on_rows(cpu_optimizers.update_sgd)
 
 
-def write_given(array, values, clock=None, now=0.0):
+def write_given(array, values, clock=None, now=0.0, step=None):
     """array[:] = values: the hyper-parameters an update reads from `array`, and clock[0] = now
-    where a clock (float64 [1]) is given: the time a replayed stamp writes (given_hyper.py)."""
+    where a clock (float64 [1] or [2]) is given: the time a replayed stamp writes
+    (given_hyper.py); step: None, or the training step written into clock[1] (a clock of two:
+    given_hyper.step_given's)."""
     values = given_hyper.written(array, values)
-    given_hyper.checked_clock(clock)
+    given_hyper.checked_clock(clock, sizes=(1, 2) if step is None else (2,))
     array[...] = values
     if clock is not None:
         clock[0] = now
+        if step is not None:
+            clock[1] = step
 
 
 def release_unused():

@@ -3,6 +3,7 @@
 records, keys and step."""
 import numpy as np
 
+from sok1x.backend import given_hyper
 from sok1x.backend.cpu.hash import scramble
 
 
@@ -14,10 +15,17 @@ def bucket_of(keys, bits):
     return (scramble(keys) >> np.uint64(64 - int(bits))).astype(np.int64)
 
 
+def given(step):
+    """`step`, or inside given_hyper.step_given the step its clock holds now (cuda's kernels read
+    it when they run; the cpu twin runs when called)."""
+    clock = given_hyper.given_step()
+    return step if clock is None else int(clock[1])
+
+
 def stamp_last_step(statistics, rows, step):
     """statistics[row, 0] = step for every row >= 0 of `rows` (the count is left as it is)."""
     rows = np.asarray(rows, dtype=np.int64)
-    statistics[rows[rows >= 0], 0] = step
+    statistics[rows[rows >= 0], 0] = given(step)
 
 
 def evicting_runs(new_keys, count, bits):
@@ -94,7 +102,7 @@ def pick_victims(indexes, statistics, row_starts, keys, tags, found, counts, bit
     those of its places left without a victim (-1: a shard that cannot make room), and served,
     its victims (totals - unserved)."""
     keys, tags, found = (np.asarray(a, dtype=np.int64) for a in (keys, tags, found))
-    counts = np.asarray(counts, dtype=np.int64)
+    counts, step = np.asarray(counts, dtype=np.int64), given(step)
     m = int(counts.sum())
     victim_keys = np.full(m, -1, dtype=np.int64)
     victim_rows = np.full(m, -1, dtype=np.int64)

@@ -53,6 +53,11 @@ class HashIndex:
         self.size = 0
         self.tombstones = 0
 
+    def empty_slots(self):
+        """Slots neither a key nor a tombstone holds: the most new keys an insert can place
+        before the index is rebuilt (an insert does not take a tombstone's slot)."""
+        return self._mask + 1 - self.size - self.tombstones
+
     def settle_size(self, counts, host_counts):
         """Nothing to hand over: a cpu index counts its keys as it places them (cuda's may
         count a hash group's placed keys later, HashIndex.add_size_later there)."""
@@ -285,15 +290,21 @@ def hash_insert_many_done(indexes, found, placed, keep):
             index.erase(new_keys[:count][mine])
 
 
-def hash_erase_many(indexes, keys, tags, counts, erased=None):
+def hash_erase_many(indexes, keys, tags, counts, erased=None, counted=True):
     """Erases a hash group's keys, keys[i] one that member tags[i] holds (counts[t]: how many
     are member t's, or a bound on them where `erased` (int64 [T]) says how many; a key -1 is
-    passed by). A cpu index counts what it erases (cuda's counts `erased` later)."""
+    passed by). A cpu index counts what it erases as it erases them, whatever `counted` (cuda's
+    counts `erased` later, or, counted=False, leaves it to hash_erase_counted)."""
     keys, tags = np.asarray(keys, dtype=np.int64), np.asarray(tags, dtype=np.int64)
     held = keys >= 0
     for t, index in enumerate(indexes):
         if counts[t]:
             index.erase(keys[(tags == t) & held])
+
+
+def hash_erase_counted(indexes, counts, erased=None):
+    """cuda's count of an erase's keys in its indexes: a cpu index counted them as it erased
+    them (hash_erase_many), so nothing is left to count."""
 
 
 def hash_rehash_many(indexes, capacities=None):

@@ -37,6 +37,7 @@ from sok1x.backend.cuda.groups import (  # noqa: F401  (part of the op set: tabl
     part_tags,
 )
 from sok1x.backend.cuda.hash_groups import (  # noqa: F401  (part of the op set: hash groups)
+    hash_erase_counted,
     hash_erase_many,
     hash_find_many,
     hash_insert_many,
@@ -84,7 +85,11 @@ from sok1x.backend.cuda.rows import (  # noqa: F401  (part of the op set)
     take_rows,
 )
 from sok1x.backend import given_hyper
-from sok1x.backend.given_hyper import hyper_given, time_given  # noqa: F401  (op set: D14)
+from sok1x.backend.given_hyper import (  # noqa: F401  (op set: D14)
+    hyper_given,
+    step_given,
+    time_given,
+)
 from sok1x.backend.cuda.optimizers import (  # noqa: F401  (part of the op set: optimizer updates)
     update_adadelta,
     update_adagrad,

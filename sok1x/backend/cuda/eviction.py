@@ -3,7 +3,9 @@ member of a table group at once (cuda_kernels/eviction.cu; backend/cpu/eviction.
 twin, with the docstrings)."""
 import numpy as np
 
+from sok1x.backend import given_hyper
 from sok1x.backend.cuda.context import uses_context
+from sok1x.backend.cuda.groups import device_constant
 from sok1x.backend.cuda.kernel_launch import (
     empty,
     exclusive_scan,
@@ -31,20 +33,28 @@ def _eviction_kernels():
         "totals": prepared("eviction.cu", "evict_member_totals", "PqPP"),
         "evictable": prepared("eviction.cu", "evict_count_evictable", "PqPqPP"),
         "mark": prepared("table_groups.cu", "mark_rows", "PqP"),
-        "pick": prepared("eviction.cu", "evict_pick", "PqPqPqqPPPP"),
-        "rest": prepared("eviction.cu", "evict_pick_rest", "PqPqPPPPPPPP"),
-        "stamp": prepared("eviction.cu", "stamp_last_step", "PPqq"),
+        "pick": prepared("eviction.cu", "evict_pick", "PqPqPqqPPPPP"),
+        "rest": prepared("eviction.cu", "evict_pick_rest", "PqPqPPPPPPPPP"),
+        "stamp": prepared("eviction.cu", "stamp_last_step", "PPqqP"),
         "unserved": prepared("eviction.cu", "evict_unserved", "PqPPPPP"),
     }
 
 
+def _step_at():
+    """The device address the kernels read a replayed step from (given_hyper.step_given's
+    clock[1]), or 0: they take the step they are passed."""
+    clock = given_hyper.given_step()
+    return 0 if clock is None else ptr(clock) + 8
+
+
 @uses_context
 def stamp_last_step(statistics, rows, step):
-    """statistics[row, 0] = step for every row >= 0 of `rows` (queued)."""
+    """statistics[row, 0] = step for every row >= 0 of `rows` (queued; inside
+    given_hyper.step_given, the step its clock holds when the work runs)."""
     rows = index_array(rows, "rows")
     if rows.shape[0]:
         launch(_eviction_kernels()["stamp"], rows.shape[0], ptr(statistics), ptr(rows),
-               rows.shape[0], int(step))
+               rows.shape[0], int(step), _step_at())
 
 
 class NewKeySegments:
@@ -78,7 +88,7 @@ def _member_listing(indexes, row_starts, bits, counts, first_segment, lfu):
                         for index, start, b, c, v, s, f in zip(
                             indexes, row_starts, bits, counts, first_victim, first_segment,
                             lfu)], dtype=np.int64)
-    return to_device(listing.reshape(-1))
+    return device_constant(listing.reshape(-1))  # (the same members and bounds each step)
 
 
 def _new_key_segments(indexes, row_starts, keys, tags, found, counts, bits, lfu,
@@ -198,7 +208,7 @@ def pick_victims(indexes, statistics, row_starts, keys, tags, found, counts, bit
     kernels = _eviction_kernels()
     left = fill_bytes(empty((2,), np.uint64), 0)  # the first pass's keys without a victim, then
     again = row_view(left, 1, 2)  # the members evict_pick_rest leaves to the last pass
-    victims = (ptr(victim_keys), ptr(victim_rows), ptr(victim_records))
+    victims = (ptr(victim_keys), ptr(victim_rows), ptr(victim_records), _step_at())
     head = (ptr(members), parts, ptr(statistics), int(step), ptr(distinct_starts))
     block = 32 * _PICK_WARPS
     launch(kernels["pick"], 32 * total, *(head + (total, 0, ptr(left)) + victims), block=block,

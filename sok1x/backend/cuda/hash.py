@@ -121,6 +121,12 @@ class HashIndex:
     def size(self, value):
         self._size = int(value)
 
+    def empty_slots(self):
+        """Slots neither a key nor a tombstone holds, as the host counts them (tombstones by a
+        bound until counted): the most new keys an insert can place before the index is
+        rebuilt (an insert does not take a tombstone's slot; a read of the size)."""
+        return self.slot_count - self.size - self.tombstones
+
     def add_size_later(self, counts, position, sign=1, tombstones=0):
         """Counts counts[position] (a device integer array queued work fills: keys this index
         placed, sign 1, or erased, sign -1; or a function returning its host copy) into size

@@ -62,8 +62,8 @@ def _members(indexes, row_starts, pools=None, into=None):
                   index.capacity - size if len(pool_of) < 3 else int(pool_of[2]), int(start),
                   0 if pool is None or not pool.shape[0] else ptr(pool),
                   0 if pool is None else int(pool.shape[0]))
-    if into is None:
-        return to_device(listing.reshape(-1))
+    if into is None:  # (a replayed eviction's insert lists the same pools at every step)
+        return device_constant(listing.reshape(-1))
     upload(ptr(into), listing.reshape(-1))
     return into
 
@@ -152,21 +152,33 @@ def hash_find_many(indexes, keys, tags, row_starts):
 
 
 @uses_context
-def hash_erase_many(indexes, keys, tags, counts, erased=None):
+def hash_erase_many(indexes, keys, tags, counts, erased=None, counted=True):
     """Erases a hash group's keys, keys[i] one that member tags[i] holds (an eviction's
     victims; counts[t], host: how many are member t's), in one launch and no wait; a key -1 is
     passed by. erased: None, or device int64 [T], how many keys each member really erases where
     counts are bounds (a padded eviction: the places without a victim hold -1): each index
     counts them when its size is next read (HashIndex.add_size_later), its tombstones by the
-    bounds until then."""
+    bounds until then. counted=False: the indexes count nothing now (a replayed eviction's
+    recorded erase: hash_erase_counted counts each replay's)."""
     keys, tags = index_array(keys, "keys"), index_array(tags, "tags")
     if keys.shape[0]:
         members = _probe_members(indexes, [0] * len(indexes))
         launch(_kernels()["erase"], keys.shape[0], ptr(members), ptr(keys), ptr(tags),
                keys.shape[0])
+    if counted:
+        hash_erase_counted(indexes, counts, erased)
+
+
+def hash_erase_counted(indexes, counts, erased=None):
+    """Counts in each of `indexes` the keys an erase took out (hash_erase_many's counts and
+    erased; erased may also be the host's int64 [T], read since: counted now)."""
     for t, (index, count) in enumerate(zip(indexes, counts)):
         if erased is None:
             index.size -= int(count)
+        elif isinstance(erased, np.ndarray):
+            index.size -= int(erased[t])
+            index.tombstones += int(erased[t])
+            continue
         elif count:
             index.add_size_later(erased, t, -1, int(count))
         index.tombstones += int(count)

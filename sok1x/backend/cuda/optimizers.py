@@ -94,22 +94,23 @@ def _hyper(*values):
 
 
 @uses_context
-def write_given(array, values, clock=None, now=0.0):
+def write_given(array, values, clock=None, now=0.0, step=None):
     """array[:] = values, queued: float32 hyper-parameters for the array an update reads them
-    from (given_hyper.py), and clock[0] = now where a clock (float64 [1] GPUArray) is given (the
-    time a replayed stamp writes), carried by one launch's arguments (optimizers.cu's
+    from (given_hyper.py), and clock[0] = now where a clock (float64 [1] or [2] GPUArray) is
+    given (the time a replayed stamp writes), clock[1] = step where a step is given (a clock of
+    two: given_hyper.step_given's), carried by one launch's arguments (optimizers.cu's
     write_hyper) rather than uploaded through a host buffer."""
     if not (is_device_array(array) and is_c_contiguous(array)) or not (
             clock is None or is_device_array(clock)):
         raise TypeError("write_given writes into C-contiguous GPUArrays, got %s and %s"
                         % (type(array).__name__, type(clock).__name__))
     values = given_hyper.written(array, values)
-    given_hyper.checked_clock(clock)
+    given_hyper.checked_clock(clock, sizes=(1, 2) if step is None else (2,))
     count = values.shape[0]
     if count or clock is not None:
-        launch(_kernel("write_hyper", "Pq" + _HYPER + "Pd"), max(count, 1), ptr(array), count,
-               0, *values.tolist(), *_UNUSED[count:], 0 if clock is None else ptr(clock),
-               float(now))
+        launch(_kernel("write_hyper", "Pq" + _HYPER + "Pdqd"), max(count, 1), ptr(array),
+               count, 0, *values.tolist(), *_UNUSED[count:], 0 if clock is None else ptr(clock),
+               float(now), int(step is not None), float(step or 0))
 
 
 @uses_context

@@ -364,14 +364,18 @@ def _replayed_forward(runtime, tables, unit, group, op, item, training, key_limi
         return None
     op = as_op_id(op)
     # the unit, not its tables' names: the class holds it (forward_of asks it is the same)
+    # a hash group whose members with keys are all full records its evicting step apart
+    evicting = hashed and group.evicts_all_in_place(np.diff(cuts))
     key = (op.tower, op.position, op.name, id(table), int(keys.shape[0]), keys.dtype.str, checks,
            item.lengths.tobytes(), None if key_limits is None else tuple(key_limits),
            None if item.segment_ids is None  # the riders, checked against the output rows
-           else item.num_segments.tobytes())
+           else item.num_segments.tobytes(), evicting)
     riders = () if item.segment_ids is None else (item.segment_ids,)
     backend = runtime.backend
 
-    hooks = table_group.ReplayedInsert(group, cuts) if hashed else None
+    hooks = table_group.ReplayedInsert(
+        group, cuts, evicting, lambda error: runtime.host.raise_together(error, op.name)
+    ) if hashed else None
 
     def routed(fixed, riders=()):  # the checks, and the keys moved into the group's id space
         check = _key_check(backend, tables, item._replace(

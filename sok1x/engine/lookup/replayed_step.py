@@ -357,7 +357,8 @@ def forward_of(runtime, key, table, op, keys, checks, run, cuts, hooks=None, rou
     [members + 1], where each member's keys start (its backward's pieces). hooks: None, or the
     host's part of the class's steps (kept with the class at its capture): hooks.ready(keys)
     before each run or replay (False: this step takes the uncaptured path, nothing done),
-    hooks.done(rows, more arrays) after it, and hooks.checked() once its key checks passed.
+    hooks.arm() once the op's order checks passed (its journal step open), hooks.done(rows,
+    more arrays) after the run or replay, and hooks.checked() once its key checks passed.
     routed: on several ranks, routed(fixed keys) queues the keys' part of the forward and
     returns (KeyCheck, the keys in the table's id space); the
     rest is replayed_ranks.py's (None: no replay on several ranks). riders: backend arrays the
@@ -534,6 +535,8 @@ def _replay(runtime, classes, entry, op, keys, checks, riders=()):
     if not _copy_riders(backend, entry, riders):
         return None
     order_checks(runtime, op)  # alone: no data crosses
+    if entry.hooks is not None:  # (the op's journal step open now)
+        entry.hooks.arm()
     if keys is not entry.keys:
         backend.copy_array(entry.keys, keys)
     entry.work.replay()
@@ -601,6 +604,8 @@ def _capture_forward(runtime, classes, key, table, op, keys, checks, run, cuts, 
     if hooks is not None and not hooks.ready(keys):
         return None
     order_checks(runtime, op)
+    if hooks is not None:  # (the op's journal step open now)
+        hooks.arm()
     fixed = backend.empty(tuple(keys.shape), keys.dtype)
     backend.write_rows(fixed, 0, keys)
     check, rows, vectors, more = _run_parts(run(fixed))

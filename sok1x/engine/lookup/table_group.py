@@ -106,6 +106,7 @@ from sok1x.engine.tables.table import (
 )
 
 IN_PLACE_ENV = "SOK1X_EVICT_IN_PLACE"  # "0": full members evict by counts read first
+REPLAY_EVICTION_ENV = "SOK1X_REPLAY_EVICTION"  # "0": evicting steps never replay
 GROW_ENV = "SOK1X_GROW_IN_PLACE"  # "0": a growing group lays its arrays out again; "1": in place
 _GRANULE = 2 << 20  # the device's allocation granularity (backend.back_rows), 2 MiB on H100/H200
 _MOST_RESERVED = 64
@@ -418,7 +419,7 @@ class HashGroup(TableGroup):
             held = [table.held_state() for table in self.members]
             pools = [table.rows_source() for table in self.members]
             if evicted is not None:  # a padded eviction's victims' rows, in their places
-                victims = evicted.victims
+                victims = getattr(evicted, "victims", evicted)  # (an Evicted, or its Victims)
                 in_place = tuple(np.flatnonzero(np.diff(victims.starts)).tolist())
                 for t in in_place:  # (its first new row unused: the pool serves every key)
                     start, end = int(victims.starts[t]), int(victims.starts[t + 1])
@@ -537,7 +538,7 @@ class HashGroup(TableGroup):
         try:
             evicted = eviction.evict(
                 self.members, np.where(short, needed - self.capacities, 0), keys, tags,
-                lambda: (self.statistics, self.row_starts, self.values, self.slots), found,
+                self._flat_arrays, found,
                 segments)
         except BaseException:  # evict gave the victims back: the free lists too
             self._restore_held(held)
@@ -575,13 +576,22 @@ class HashGroup(TableGroup):
         try:
             evicted = eviction.evict(
                 self.members, bounds, keys, tags,
-                lambda: (self.statistics, self.row_starts, self.values, self.slots),
-                padded=True)
+                self._flat_arrays, padded=True)
         except BaseException:  # evict gave the victims back: the free lists too
             self._restore_held(held)
             raise
         self.journal.record(functools.partial(self._undo_evict, evicted, held))
         return evicted
+
+    def _flat_arrays(self):
+        """(statistics, row_starts, values, slots) as they are now (eviction.evict's)."""
+        return self.statistics, self.row_starts, self.values, self.slots
+
+    def evicts_all_in_place(self, counts):
+        """Whether every member with keys in a lookup (host counts [T]) is full and frees no row
+        (DynamicTable.evicts_in_place): all its new keys would evict in place."""
+        return self.evicts and all(member.evicts_in_place() for member, n in
+                                   zip(self.members, counts) if n)
 
     def in_place_error(self, totals, unserved):
         """The TableFullError of the first member whose new keys make_room_in_place could not
@@ -753,11 +763,16 @@ class HashGroup(TableGroup):
                 if t not in in_place:  # those took their victims' rows: nothing to hand out
                     member.take_rows_later(placed, t)
             if reusing:  # a freed row still holds its last key's slots: reset on the device
-                new_keys, new_rows, count = found[1], found[2], found[4]
-                for name, flat in self.slots.items():
-                    self.backend.init_rows(flat, new_rows, new_keys, random_init.make_spec(
-                        "constant", self.slot_initial[name]), 0, count)
+                self._reset_reused_slots(found)
         return found[0], vectors
+
+    def _reset_reused_slots(self, found):
+        """Writes every slot's initial value into the new rows of hash_insert_many's `found`
+        (rows freed by an eviction still hold their last key's slots), on the device."""
+        new_keys, new_rows, count = found[1], found[2], found[4]
+        for name, flat in self.slots.items():
+            self.backend.init_rows(flat, new_rows, new_keys, random_init.make_spec(
+                "constant", self.slot_initial[name]), 0, count)
 
     def keep_replayed(self, found, held=None):
         """Ends a replayed insert (insert_start with members; in a group that evicts, one in
@@ -883,18 +898,35 @@ class ReplayedInsert:
     evict hands them out); its members' high water counts the placed keys as the indexes do,
     the step journal can put back what each member held, and checked() counts the lookup in
     the rows' access statistics (the step's number and time, one launch beside the graph)
-    once the step is known to go on, as the uncaptured step counts it after its checks."""
+    once the step is known to go on, as the uncaptured step counts it after its checks.
 
-    def __init__(self, group, cuts):
+    evicting=True (a class of its own: keyed.py's key tells it): the steps of a group whose
+    members with keys in the lookup are all full and free no row (HashGroup.evicts_all_in_place),
+    so that every new key evicts in place (make_room_in_place's way): the recorded work picks
+    the victims, erases them and inserts the new keys into their rows
+    (eviction.queue_padded, then the insert), marking rows with the step a clock of two (time,
+    step) holds when it runs (backend.step_given). Such a step replays only where no member's
+    evicted keys are read (drop_evicted: a reader would hand out arrays the next replay
+    writes) and SOK1X_REPLAY_EVICTION is not 0. done() reads the eviction's and the insert's
+    counts (one wait, the forward's: its checks are read just after), counts them into the
+    indexes and members (eviction.record_padded), rebuilds worn indexes beside the graph and
+    records the undo in the step journal; checked() fails the step, through `fail` (every
+    rank's error together), where a new key found no victim, as the uncaptured step does."""
+
+    def __init__(self, group, cuts, evicting=False, fail=None):
         self.group, self.cuts = group, cuts
         self.counts = np.diff(cuts)
+        self.evicting, self.fail = evicting, fail
         self.members = self.clock = self._given = self._tags = None
-        self._held = self._found = None  # a group that evicts: this step's, for done, checked
+        self._held = self._found = self._error = None  # this step's, for done and checked
+        self._slot_names = None  # evicting: the slots the recorded work resets, by name
 
     def ready(self, keys):
-        """True, with the member list and the clock written, where the step's `keys` (backend
-        int64, each member's in turn, as the lookup's) fit."""
+        """True, with the member list written, where the step's `keys` (backend int64, each
+        member's in turn, as the lookup's) fit (evicting: evict in place)."""
         group = self.group
+        if self.evicting:
+            return self._ready_to_evict(keys)
         if group.evicts:
             held = [member.held_state() for member in group.members]
             if any(free.size for free, _ in held):  # new keys would take freed rows
@@ -914,33 +946,101 @@ class ReplayedInsert:
                 return False
         self.members = backend.hash_insert_members(group.indexes(), group.row_starts,
                                                    self.members, sizes)
-        if self.clock is None:
-            self.clock = backend.empty((1,), np.float64)
-            self._given = backend.empty((1,), np.float32)
-        backend.write_given(self._given, [0.0], self.clock, time.time())
         if group.evicts:
             self._held = held
         return True
 
+    def arm(self):
+        """Writes the clock the recorded work reads: the time now, and evicting, the step (the
+        op's journal step, open once its order checks passed)."""
+        group = self.group
+        backend = group.backend
+        if self.clock is None:
+            self.clock = backend.empty((2 if self.evicting else 1,), np.float64)
+            self._given = backend.empty((1,), np.float32)
+        backend.write_given(self._given, [0.0], self.clock, time.time(),
+                            group.journal.step if self.evicting else None)
+
+    def _ready_to_evict(self, keys):
+        group = self.group
+        if os.environ.get(REPLAY_EVICTION_ENV) == "0" or any(
+                not member.drops_evicted() for member in group.members):
+            return False
+        if self._slot_names is not None and self._slot_names != sorted(group.slots):
+            return False  # a slot made since: the recorded work resets the slots it knew
+        held = [member.held_state() for member in group.members]
+        bounds = group.in_place_bounds(keys, self.counts)
+        if bounds is None or not np.array_equal(bounds, self.counts):
+            return False
+        # the insert places its new keys in empty slots (the uncaptured step rebuilds worn
+        # indexes between its erase and its insert; a replay's rebuild comes after): a member
+        # whose index has fewer than its bound is rebuilt now, in place, or the step uncaptured
+        crowded = [member for member, bound in zip(group.members, self.counts)
+                   if bound and member.index.empty_slots() < bound]
+        if crowded:
+            for member, index in zip(crowded, group.backend.hash_rehash_many(
+                    [member.index for member in crowded])):
+                member.index = index
+            if any(member.index.empty_slots() < bound for member, bound in
+                   zip(group.members, self.counts) if bound):
+                return False
+        self._held, self._slot_names = held, sorted(group.slots)
+        return True
+
     def insert(self, keys, tags):
         """The recorded insert of a step's fixed `keys` (with their `tags`): (rows, vectors,
-        [new keys, new rows, new tags, count, placed]) as insert_start queues them."""
-        state, _ = self.group.insert_start(keys, tags, None, self.members, self.clock)
+        [new keys, new rows, new tags, count, placed]) as insert_start queues them (evicting:
+        the eviction's arrays after those, eviction.Queued.arrays())."""
+        group = self.group
+        if not self.evicting:
+            state, _ = group.insert_start(keys, tags, None, self.members, self.clock)
+            found = state[1]
+            return found[0], state[2], list(found[1:])
+        backend = group.backend
+        with backend.step_given(self.clock):
+            queued = eviction.queue_padded(group.members, self.counts, keys, tags,
+                                           group._flat_arrays, group.journal.step)
+        starts = np.concatenate([[0], np.cumsum(self.counts)])
+        victims = eviction.Victims(backend, starts, queued.keys, queued.rows, queued.values,
+                                   queued.slots, queued.records, queued.totals, queued.served)
+        state, _ = group.insert_start(keys, tags, victims)
         found = state[1]
-        return found[0], state[2], list(found[1:])
+        group._reset_reused_slots(found)
+        return found[0], state[2], list(found[1:]) + queued.arrays()
 
     def done(self, rows, placed_keys):
         """Keeps what the step's insert placed (its `rows` of every key, and [new keys, new
-        rows, new tags, count, placed])."""
-        found = [rows] + list(placed_keys)
+        rows, new tags, count, placed], evicting: and the eviction's arrays)."""
+        found = [rows] + list(placed_keys[:5])
         held, self._held = self._held, None
-        self.group.keep_replayed(found, held)
-        self._found = found if held is not None else None
+        if not self.evicting:
+            self.group.keep_replayed(found, held)
+            self._found = found if held is not None else None
+            return
+        group = self.group
+        backend = group.backend
+        queued = eviction.Queued.of(placed_keys[5:], self._slot_names)
+        unserved, totals, served, placed = (
+            np.asarray(a, dtype=np.int64).reshape(-1) for a in backend.to_host_many(
+                [queued.unserved, queued.totals, queued.served, found[5]]))
+        evicted = eviction.record_padded(group.members, self.counts, queued,
+                                         group._flat_arrays, served)
+        evicted.settle(totals, served)
+        group.journal.record(functools.partial(group._undo_evict, evicted, held))
+        backend.hash_insert_many_done(group.indexes(), found, placed, True)
+        group._record_undo(found, held)  # (its undo runs first: the new keys out, then victims)
+        group._rebuild_worn()  # the victims' tombstones
+        self._error = group.in_place_error(totals, unserved)
+        self._found = found
 
     def checked(self):
-        """The step's key checks passed: a group that evicts counts its lookup (its rows'
-        access statistics, the new rows' times) as HashGroup.count_kept does."""
+        """The step's key checks passed: a step whose new keys found no victim fails (evicting,
+        through `fail`), else a group that evicts counts its lookup (its rows' access
+        statistics, the new rows' times) as HashGroup.count_kept does."""
         found, self._found = self._found, None
+        error, self._error = self._error, None
+        if error is not None:
+            self.fail(error)
         if found is not None:
             self.group.count_kept((None, found))
 

@@ -231,6 +231,10 @@ class DynamicTable(EmbeddingTable):
                 left.append(entry)
         self._evicted_later = left
 
+    def drops_evicted(self):
+        """Whether no one reads the keys this table evicts (drop_evicted)."""
+        return self.name in _DROPPED
+
     def evicts_in_place(self):
         """True when this hybrid shard is full and frees no row (max_capacity rows, each held by
         a key: what any eviction leaves), with no count pending: a lookup's new keys may then

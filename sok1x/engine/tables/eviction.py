@@ -47,6 +47,7 @@ Two ways to know how many keys a member evicts:
   the step journal) where a key went unserved. Memory: the undo record's arrays are as long
   as the bound (8 + 8 + 16 + 4 dim (1 + slots) bytes a key), not as the victims.
 """
+import collections
 import weakref
 
 import numpy as np
@@ -336,6 +337,89 @@ def _check_found(backend, tables, counts, starts, picked, statistics, evicted):
                        % (tables[t].name, found_here, int(counts[t]), tables[0].rank))
 
 
+class Queued(collections.namedtuple(
+        "Queued", "found pinned keys rows values slots records totals unserved served")):
+    """queue_padded's device arrays: every key's flat row and its record before (pinned); the
+    victims' keys, member rows, vectors, slots ({name: array}) and records; and the device
+    counts per member of places, places left without a victim and victims (Victims')."""
+    __slots__ = ()
+
+    def arrays(self):
+        """The arrays as one list (a recorded run's outputs), the slots by name."""
+        return list(self[:5]) + [self.slots[name] for name in sorted(self.slots)] + list(
+            self[6:])
+
+    @classmethod
+    def of(cls, arrays, slot_names):
+        """The Queued whose arrays() are `arrays` (slot_names: the slots' names)."""
+        names = sorted(slot_names)
+        slots = dict(zip(names, arrays[5:5 + len(names)]))
+        return cls(*(list(arrays[:5]) + [slots] + list(arrays[5 + len(names):])))
+
+
+def queue_padded(tables, bounds, keys, tags, flat_arrays, step):
+    """The device work of a padded eviction (evict's, module docstring), and nothing the host
+    counts: the lookup's rows found and their records kept, the rows stamped with `step`, the
+    victims picked, their vectors, slots and records gathered, their keys erased from the
+    indexes (not counted: record_padded counts them) and their records zeroed. A replayed
+    evicting step records this once (table_group.ReplayedInsert). Returns a Queued."""
+    backend = tables[0].backend
+    statistics, row_starts, values, slots = flat_arrays()
+    bounds = np.asarray(bounds, dtype=np.int64)
+    indexes = [table.index for table in tables]
+    found = backend.hash_find_many(indexes, keys, tags, row_starts)
+    pinned = backend.gather_rows(statistics, found)
+    backend.stamp_last_step(statistics, found, step)  # what this step looked up stays
+    device_keys, device_rows, records, totals, unserved, served = backend.pick_victims(
+        indexes, statistics, row_starts, keys, tags, found, bounds,
+        [bucket_bits(table.capacity) for table in tables], step,
+        [table.dynamic.evict_strategy == "lfu" for table in tables], None, True)
+    starts = np.concatenate([[0], np.cumsum(bounds)])
+    firsts = np.asarray(row_starts[:-1], dtype=np.int64)
+    queued = Queued(found, pinned, device_keys, backend.offset_parts(device_rows, starts, -firsts),
+                    hybrid_rows.gather_rows(backend, values, device_rows),
+                    {name: hybrid_rows.gather_rows(backend, s, device_rows)
+                     for name, s in slots.items()}, records, totals, unserved, served)
+    # a zero record for every victim's row (none for a place without one: row -1); the erase
+    # last, so that nothing here fails once a victim left its index
+    cleared = (backend.zeros((1, 2), np.int64), backend.zeros((int(starts[-1]),), np.int64))
+    backend.move_rows(cleared[0], cleared[1], statistics, device_rows)
+    backend.hash_erase_many(indexes, device_keys, backend.part_tags(starts), bounds, served,
+                            counted=False)
+    return queued
+
+
+def record_padded(tables, bounds, queued, flat_arrays, host_served=None):
+    """The host's part of queue_padded's eviction (`queued`, for owned keys whose member t had
+    at most bounds[t] new keys): the indexes count the erased victims (host_served: None, their
+    device counts read with their next size; else the host's copy, counted now), each member
+    takes its victims (DynamicTable.take_victims). Returns the Evicted for the step journal
+    (its `unserved` the device count of places without a victim, for the caller to read);
+    on a failure, every victim is put back and the error raised."""
+    backend = tables[0].backend
+    statistics, row_starts = flat_arrays()[:2]
+    bounds = np.asarray(bounds, dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum(bounds)])
+    evicted = Evicted(backend, lambda: flat_arrays()[:2], row_starts, queued.found,
+                      queued.pinned)
+    evicted.victims = Victims(backend, starts, queued.keys, queued.rows, queued.values,
+                              queued.slots, queued.records, queued.totals, queued.served)
+    evicted.unserved = queued.unserved
+    backend.hash_erase_counted([table.index for table in tables], bounds,
+                               queued.served if host_served is None else host_served)
+    try:
+        for t, table in enumerate(tables):
+            if bounds[t]:
+                evicted.members.append((t, table, table.take_victims(evicted.victims, t), True))
+    except BaseException:
+        done = {member[0] for member in evicted.members}
+        evicted.members += [(t, table, None, False) for t, table in enumerate(tables)
+                            if bounds[t] and t not in done]
+        evicted.put_back()
+        raise
+    return evicted
+
+
 def evict(tables, counts, keys, tags, flat_arrays, found=None, segments=None, padded=False):
     """Evicts counts[t] keys from each of `tables` (host int64; a table group's members in
     order, or one table alone) that neither the current step nor this lookup looked up: the
@@ -355,6 +439,16 @@ def evict(tables, counts, keys, tags, flat_arrays, found=None, segments=None, pa
     out; a padded eviction leaves that to unserved)."""
     first = tables[0]
     backend, step = first.backend, first.journal.step
+    if padded:
+        evicted = record_padded(tables, counts, queue_padded(
+            tables, counts, keys, tags, flat_arrays, step), flat_arrays)
+        try:
+            rebuild_worn(backend, tables)  # the erased keys' tombstones: every worn index at once
+        except BaseException:
+            evicted.put_back()
+            raise
+        _prefetch(evicted)
+        return evicted
     statistics, row_starts, values, slots = flat_arrays()
     counts = np.asarray(counts, dtype=np.int64)
     indexes = [table.index for table in tables]
@@ -397,8 +491,12 @@ def evict(tables, counts, keys, tags, flat_arrays, found=None, segments=None, pa
                             if counts[t] and t not in done]
         evicted.put_back()
         raise
+    _prefetch(evicted)
+    return evicted
+
+
+def _prefetch(evicted):
     try:  # the readers' copy, beside the rest of the step; without it read() copies then
         evicted.victims.kept.prefetch()
     except Exception:  # noqa: BLE001 (an optimisation: nothing depends on it)
         evicted.victims.kept._drop_host()
-    return evicted
