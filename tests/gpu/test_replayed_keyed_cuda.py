@@ -378,6 +378,22 @@ def hybrid_run(steps, replay, bad_step, monkeypatch, full=False):
     return results, states, evicted, held(), readies
 
 
+def assert_same_hybrid_runs(got, want):
+    """hybrid_run's results agree: each step's output and counts, each member's keys held with
+    their vectors, lookup counts and last steps, and what each member evicted."""
+    for a, b in zip(got[0], want[0]):
+        assert (a is None) == (b is None)
+        for x, y in zip(a or (), b or ()):
+            np.testing.assert_array_equal(x, y)
+    for mine, theirs in zip(got[1], want[1]):
+        assert sorted(mine) == sorted(theirs)
+        for key, (vector, count, last) in theirs.items():
+            np.testing.assert_array_equal(mine[key][0], vector)
+            assert mine[key][1:] == (count, last), key
+    for mine, theirs in zip(got[2], want[2]):
+        np.testing.assert_array_equal(mine, theirs)
+
+
 def hybrid_keys(seed):
     """Four steps whose keys fit (from 4000 values a member), then twice a step of new keys
     from a million values (members grow, then evict) followed by three steps of its keys."""
@@ -404,17 +420,7 @@ def test_a_hybrid_group_replays_its_steps_with_room(bad_step, monkeypatch):
     steps = hybrid_keys(17)
     got = hybrid_run(steps, True, bad_step, monkeypatch)
     want = hybrid_run(steps, False, bad_step, monkeypatch)
-    for a, b in zip(got[0], want[0]):
-        assert (a is None) == (b is None)
-        for x, y in zip(a or (), b or ()):
-            np.testing.assert_array_equal(x, y)
-    for mine, theirs in zip(got[1], want[1]):
-        assert sorted(mine) == sorted(theirs)
-        for key, (vector, count, last) in theirs.items():
-            np.testing.assert_array_equal(mine[key][0], vector)
-            assert mine[key][1:] == (count, last), key
-    for mine, theirs in zip(got[2], want[2]):
-        np.testing.assert_array_equal(mine, theirs)
+    assert_same_hybrid_runs(got, want)
     assert sum(len(e) for e in got[2]) > 0
     assert got[3] == (1, 1) and want[3] == (0, 0)
     replayed = [ok for ok, _, _ in got[4]]
@@ -436,17 +442,7 @@ def test_a_full_hybrid_group_replays_its_evicting_steps(bad_step, monkeypatch):
              for _ in range(16)]
     got = hybrid_run(steps, True, bad_step, monkeypatch, full=True)
     want = hybrid_run(steps, False, bad_step, monkeypatch, full=True)
-    for a, b in zip(got[0], want[0]):
-        assert (a is None) == (b is None)
-        for x, y in zip(a or (), b or ()):
-            np.testing.assert_array_equal(x, y)
-    for mine, theirs in zip(got[1], want[1]):
-        assert sorted(mine) == sorted(theirs)
-        for key, (vector, count, last) in theirs.items():
-            np.testing.assert_array_equal(mine[key][0], vector)
-            assert mine[key][1:] == (count, last), key
-    for mine, theirs in zip(got[2], want[2]):
-        np.testing.assert_array_equal(mine, theirs)
+    assert_same_hybrid_runs(got, want)
     assert sum(int(e[0]) for e in got[2]) > 0
     evicting = [ok for ok, _, evicts in got[4] if evicts]
     assert sum(evicting) >= 6, got[4]

@@ -407,17 +407,26 @@ def record_padded(tables, bounds, queued, flat_arrays, host_served=None):
     evicted.unserved = queued.unserved
     backend.hash_erase_counted([table.index for table in tables], bounds,
                                queued.served if host_served is None else host_served)
+    _take_victims(tables, bounds, evicted)
+    return evicted
+
+
+def _take_victims(tables, counts, evicted, first=None):
+    """first() (or nothing), then each of `tables` with counts[t] takes its victims of
+    `evicted` (DynamicTable.take_victims); on a failure, every victim back in its index with its
+    record, the members done so far undone, and the error raised."""
     try:
+        if first is not None:
+            first()
         for t, table in enumerate(tables):
-            if bounds[t]:
+            if counts[t]:
                 evicted.members.append((t, table, table.take_victims(evicted.victims, t), True))
     except BaseException:
         done = {member[0] for member in evicted.members}
         evicted.members += [(t, table, None, False) for t, table in enumerate(tables)
-                            if bounds[t] and t not in done]
+                            if counts[t] and t not in done]
         evicted.put_back()
         raise
-    return evicted
 
 
 def evict(tables, counts, keys, tags, flat_arrays, found=None, segments=None, padded=False):
@@ -478,19 +487,11 @@ def evict(tables, counts, keys, tags, flat_arrays, found=None, segments=None, pa
     # a zero record for every victim's row (none for a padded place without one: row -1)
     cleared = (backend.zeros((1, 2), np.int64), backend.zeros((int(starts[-1]),), np.int64))
     backend.hash_erase_many(indexes, device_keys, backend.part_tags(starts), counts, served)
-    try:
+
+    def first():
         backend.move_rows(cleared[0], cleared[1], statistics, device_rows)
         rebuild_worn(backend, tables)  # the erased keys' tombstones: every worn index at once
-        for t, table in enumerate(tables):
-            if counts[t]:
-                evicted.members.append((t, table, table.take_victims(evicted.victims, t), True))
-    except BaseException:
-        # every victim back in its index with its record, the members done so far undone
-        done = {member[0] for member in evicted.members}
-        evicted.members += [(t, table, None, False) for t, table in enumerate(tables)
-                            if counts[t] and t not in done]
-        evicted.put_back()
-        raise
+    _take_victims(tables, counts, evicted, first)
     _prefetch(evicted)
     return evicted
 
