@@ -476,9 +476,47 @@ def test_a_stamp_recorded_in_a_graph_writes_each_replays_clock(cuda, rng):
         work.free()
     assert set(times[rows[rows >= 0]]) == {1.9e9 + 1e-6}
     with pytest.raises(ValueError, match="clock"):
-        cuda.write_given(given, [1.0, 2.0], cuda.zeros((2,), np.float64), 1.0)
+        cuda.write_given(given, [1.0, 2.0], cuda.zeros((3,), np.float64), 1.0)
+    with pytest.raises(ValueError, match="clock"):
+        cuda.write_given(given, [1.0, 2.0], clock, 1.0, step=4)  # a step needs a clock of two
     with pytest.raises(ValueError, match="clock"):
         with cuda.time_given(cuda.zeros((1,), np.float32)):
+            pass
+
+
+def test_a_step_recorded_in_a_graph_marks_each_replays_step(cuda, rng):
+    """stamp_last_step inside step_given(clock) marks rows with the step the clock holds when it
+    runs (clock[1], written by write_given's step): recorded once in a graph, each replay marks
+    its own step, as the cpu twin does when it runs the stamp again."""
+    from sok1x.backend.cuda import captured_graph
+    statistics = rng.integers(0, 50, size=(300, 2)).astype(np.int64)
+    device_statistics = cuda.asarray(statistics)
+    rows = rng.choice(300, size=80, replace=False).astype(np.int64)
+    rows[::7] = -1
+    device_rows = cuda.asarray(rows)
+    given, clock = cuda.zeros((1,), np.float32), cuda.zeros((2,), np.float64)
+    host_given, host_clock = np.zeros(1, np.float32), np.zeros(2)
+
+    def stamp():
+        with cuda.step_given(clock):
+            cuda.stamp_last_step(device_statistics, device_rows, -5)  # the step passed unused
+    cuda.write_given(given, [0.0], clock, 1.7e9, step=3)
+    stamp()
+    work = captured_graph.captured_work(lambda: stamp() or [])
+    try:
+        for step in (4, 9, 2 ** 40 + 1):
+            cuda.write_given(given, [0.0], clock, 1.8e9, step=step)
+            work.replay()
+            cpu.write_given(host_given, [0.0], host_clock, 1.8e9, step=step)
+            with cpu.step_given(host_clock):
+                cpu.stamp_last_step(statistics, rows, -5)
+            np.testing.assert_array_equal(host(cuda, device_statistics), statistics)
+            np.testing.assert_array_equal(host(cuda, clock), [1.8e9, step])
+    finally:
+        work.free()
+    assert set(statistics[rows[rows >= 0], 0]) == {2 ** 40 + 1}
+    with pytest.raises(ValueError, match="clock"):
+        with cuda.step_given(cuda.zeros((1,), np.float64)):
             pass
 
 

@@ -366,13 +366,17 @@ def part_bounds_deferred(arrays, cuts):
     return bounds
 
 
-def offset_parts(array, cuts, offsets):
+def offset_parts(array, cuts, offsets, out=None):
     """Returns int64 [n]: each element of part t of int `array` (cut at host `cuts` [P + 1])
     plus host offsets[t]: the keys of several tables, given as one array, in a group's id
-    space; a negative element stays as it is (join_keys)."""
+    space; a negative element stays as it is (join_keys). out: None, or int64 [n] to write."""
     counts = np.diff(np.asarray(cuts, dtype=np.int64))
-    return _offset(np.asarray(array, dtype=np.int64),
-                   np.repeat(np.asarray(offsets, dtype=np.int64), counts))
+    offset = _offset(np.asarray(array, dtype=np.int64),
+                     np.repeat(np.asarray(offsets, dtype=np.int64), counts))
+    if out is None:
+        return offset
+    out[...] = offset
+    return out
 
 
 def offset_parts_many(arrays, cuts, offsets):

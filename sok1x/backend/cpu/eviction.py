@@ -83,7 +83,7 @@ def count_evictable(indexes, statistics, row_starts, found, step):
 
 
 def pick_victims(indexes, statistics, row_starts, keys, tags, found, counts, bits, step, lfu,
-                 segments=None, padded=False):
+                 segments=None, padded=False, out=None):
     """Victims for the full shards of a table group (one table: a group of one).
 
     indexes: the members' HashIndexes; statistics: int64 [rows, 2] records (last step, count)
@@ -100,13 +100,15 @@ def pick_victims(indexes, statistics, row_starts, keys, tags, found, counts, bit
     evict with no count read first; three more arrays come back, int64 [T]: totals, each
     member's places (one per distinct new key, the front of its part, -1 after them), unserved,
     those of its places left without a victim (-1: a shard that cannot make room), and served,
-    its victims (totals - unserved)."""
+    its victims (totals - unserved). out: None, or the three victims' arrays to write (cuda's
+    replayed step keeps them from one run to the next)."""
     keys, tags, found = (np.asarray(a, dtype=np.int64) for a in (keys, tags, found))
     counts, step = np.asarray(counts, dtype=np.int64), given(step)
     m = int(counts.sum())
-    victim_keys = np.full(m, -1, dtype=np.int64)
-    victim_rows = np.full(m, -1, dtype=np.int64)
-    victim_records = np.zeros((m, 2), dtype=np.int64)
+    if out is None:
+        out = (np.empty(m, np.int64), np.empty(m, np.int64), np.empty((m, 2), np.int64))
+    victim_keys, victim_rows, victim_records = out
+    victim_keys[...], victim_rows[...], victim_records[...] = -1, -1, 0
     totals = np.zeros(len(indexes), dtype=np.int64)
     at = 0
     for t, index in enumerate(indexes):

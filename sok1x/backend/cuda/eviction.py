@@ -174,7 +174,7 @@ def count_evictable(indexes, statistics, row_starts, found, step):
 
 @uses_context
 def pick_victims(indexes, statistics, row_starts, keys, tags, found, counts, bits, step, lfu,
-                 segments=None, padded=False):
+                 segments=None, padded=False, out=None):
     """As backend/cpu/eviction.py's: (victim_keys, victim_rows, victim_records [m, 2]) int64
     GPUArrays, queued (no wait); padded: also (totals, unserved, served), int64 [T] each. Sized
     by the keys and the host's counts: a segment per bucket of each evicting member (2^bits of
@@ -183,11 +183,13 @@ def pick_victims(indexes, statistics, row_starts, keys, tags, found, counts, bit
     member's evictable keys left, ranked), and one warp per member, key by key, where a member
     has more of those than a block ranks; padded, one warp per member counts its places, those
     left without a victim and its victims. segments: count_new_keys_segmented's, taken where it
-    serves these keys (NewKeySegments.serve) instead of counting the new keys again."""
+    serves these keys (NewKeySegments.serve) instead of counting the new keys again. out: None,
+    or the three victims' arrays to write (a replayed step's, kept from one run to the next)."""
     m = int(np.sum(counts))
-    victim_keys = fill_bytes(empty((m,), np.int64), 0xFF)
-    victim_rows = fill_bytes(empty((m,), np.int64), 0xFF)
-    victim_records = fill_bytes(empty((m, 2), np.int64), 0)
+    if out is None:
+        out = (empty((m,), np.int64), empty((m,), np.int64), empty((m, 2), np.int64))
+    victim_keys, victim_rows, victim_records = (
+        fill_bytes(array, fill) for array, fill in zip(out, (0xFF, 0xFF, 0)))
     keys, tags, found = (index_array(a, what) for a, what in
                          ((keys, "keys"), (tags, "tags"), (found, "found")))
     parts = len(indexes)

@@ -98,19 +98,24 @@ def _cut_part_list(arrays, cuts, offsets=None):
 
 
 @uses_context
-def offset_parts(array, cuts, offsets):
+def offset_parts(array, cuts, offsets, out=None):
     """Returns int64 [n]: each element of part t of int `array` (cut at host `cuts` [P + 1])
-    plus host offsets[t], in one launch."""
-    return offset_parts_many([array], cuts, [offsets])[0]
+    plus host offsets[t], in one launch (into `out`, int64 [n], where given)."""
+    return offset_parts_many([array], cuts, [offsets], out)[0]
 
 
 @uses_context
-def offset_parts_many(arrays, cuts, offsets):
+def offset_parts_many(arrays, cuts, offsets, out=None):
     """offset_parts() of several int arrays of one length cut at the same host `cuts`, array j
-    with host offsets[j] [P]: returns int64 [n] each (views of one output), in one launch."""
+    with host offsets[j] [P]: returns int64 [n] each (views of one output, `out` where given:
+    int64 [arrays * n]), in one launch."""
     arrays = [index_array(a, "keys") for a in arrays]
     n = int(arrays[0].shape[0]) if arrays else 0
-    out = empty((len(arrays) * n,), np.int64)
+    if out is None:
+        out = empty((len(arrays) * n,), np.int64)
+    elif out.dtype != np.int64 or tuple(out.shape) != (len(arrays) * n,):
+        raise ValueError("offset_parts: %d rows into a %s %s array" % (
+            len(arrays) * n, out.dtype, list(out.shape)))
     if n:
         parts, count = _cut_part_list(arrays, cuts, np.concatenate(
             [np.asarray(o, dtype=np.int64) for o in offsets]))

@@ -920,6 +920,7 @@ class ReplayedInsert:
         self.members = self.clock = self._given = self._tags = None
         self._held = self._found = self._error = None  # this step's, for done and checked
         self._slot_names = None  # evicting: the slots the recorded work resets, by name
+        self._victims = None  # evicting: the arrays its victims are written into (fixed)
 
     def ready(self, keys):
         """True, with the member list written, where the step's `keys` (backend int64, each
@@ -997,9 +998,12 @@ class ReplayedInsert:
             found = state[1]
             return found[0], state[2], list(found[1:])
         backend = group.backend
+        if self._victims is None:  # (the eager run's and the recorded run's: one listing)
+            self._victims = eviction.fixed_victims(backend, self.counts)
         with backend.step_given(self.clock):
             queued = eviction.queue_padded(group.members, self.counts, keys, tags,
-                                           group._flat_arrays, group.journal.step)
+                                           group._flat_arrays, group.journal.step,
+                                           self._victims)
         starts = np.concatenate([[0], np.cumsum(self.counts)])
         victims = eviction.Victims(backend, starts, queued.keys, queued.rows, queued.values,
                                    queued.slots, queued.records, queued.totals, queued.served)

@@ -357,12 +357,22 @@ class Queued(collections.namedtuple(
         return cls(*(list(arrays[:5]) + [slots] + list(arrays[5 + len(names):])))
 
 
-def queue_padded(tables, bounds, keys, tags, flat_arrays, step):
+def fixed_victims(backend, bounds):
+    """queue_padded's `out` for members of host `bounds`: arrays the victims' keys, flat rows,
+    records and member rows are written into (a replayed step's, the same at every run: the
+    member lists its insert and the offsets read hold their addresses)."""
+    m = int(np.sum(bounds))
+    return (backend.empty((m,), np.int64), backend.empty((m,), np.int64),
+            backend.empty((m, 2), np.int64), backend.empty((m,), np.int64))
+
+
+def queue_padded(tables, bounds, keys, tags, flat_arrays, step, out=None):
     """The device work of a padded eviction (evict's, module docstring), and nothing the host
     counts: the lookup's rows found and their records kept, the rows stamped with `step`, the
     victims picked, their vectors, slots and records gathered, their keys erased from the
     indexes (not counted: record_padded counts them) and their records zeroed. A replayed
-    evicting step records this once (table_group.ReplayedInsert). Returns a Queued."""
+    evicting step records this once (table_group.ReplayedInsert), its victims written into
+    `out` (fixed_victims'; None: new arrays). Returns a Queued."""
     backend = tables[0].backend
     statistics, row_starts, values, slots = flat_arrays()
     bounds = np.asarray(bounds, dtype=np.int64)
@@ -373,10 +383,13 @@ def queue_padded(tables, bounds, keys, tags, flat_arrays, step):
     device_keys, device_rows, records, totals, unserved, served = backend.pick_victims(
         indexes, statistics, row_starts, keys, tags, found, bounds,
         [bucket_bits(table.capacity) for table in tables], step,
-        [table.dynamic.evict_strategy == "lfu" for table in tables], None, True)
+        [table.dynamic.evict_strategy == "lfu" for table in tables], None, True,
+        None if out is None else out[:3])
     starts = np.concatenate([[0], np.cumsum(bounds)])
     firsts = np.asarray(row_starts[:-1], dtype=np.int64)
-    queued = Queued(found, pinned, device_keys, backend.offset_parts(device_rows, starts, -firsts),
+    member_rows = backend.offset_parts(device_rows, starts, -firsts,
+                                       None if out is None else out[3])
+    queued = Queued(found, pinned, device_keys, member_rows,
                     hybrid_rows.gather_rows(backend, values, device_rows),
                     {name: hybrid_rows.gather_rows(backend, s, device_rows)
                      for name, s in slots.items()}, records, totals, unserved, served)
