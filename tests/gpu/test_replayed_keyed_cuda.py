@@ -445,4 +445,4 @@ def test_a_full_hybrid_group_replays_its_evicting_steps(bad_step, monkeypatch):
     assert_same_hybrid_runs(got, want)
     assert sum(int(e[0]) for e in got[2]) > 0
     evicting = [ok for ok, _, evicts in got[4] if evicts]
-    assert sum(evicting) >= 6, got[4]
+    assert sum(evicting) >= 6, (got[4], replayed_step.last_refusal())

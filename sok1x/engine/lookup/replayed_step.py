@@ -647,13 +647,23 @@ def _run_parts(result):
     return tuple(result[:3]) + (list(result[3]) if len(result) > 3 else [],)
 
 
+_REFUSED = [None]  # why the last class was refused (its CaptureError's message)
+
+
 def _recorded(backend, run):
     """backend.captured_work(run), or None where the work cannot be recorded (CaptureError: it
     waits on the host or uploads; nothing was queued, and the step's eager result stands)."""
     try:
         return backend.captured_work(run)
-    except CaptureError:
+    except CaptureError as error:
+        _REFUSED[0] = str(error)
         return None
+
+
+def last_refusal():
+    """Why the work of the last class refused could not be recorded (its CaptureError's
+    message), or None."""
+    return _REFUSED[0]
 
 
 def _drop(runtime, classes, key):
