@@ -665,17 +665,17 @@ def test_a_hybrid_group_replays_its_steps_with_room(bad_step, monkeypatch):
         assert not all(ok for ok, _ in readies)
 
 
-def full_hybrid_run(tag, steps, lengths, replay, failing=(), rows=16):
+def full_hybrid_run(tag, steps, lengths, replay, failing=(), rows=16, drop=True):
     """Keyed steps of hybrid DynamicVariables of `rows` rows a shard that never grow (full from
     the first steps on, then every new key evicts) and drop what they evict (drop_evicted: no
     one reads it), made anew under names of `tag`, for each keys of `steps`; a step of
     `failing` must fail on every rank (InvalidInputError where it holds a negative key, else
     TableFullError) and change no table. Returns (each step's host results or None, each
-    member's hybrid_state)."""
+    member's hybrid_state). drop=False: they keep what they evict for a reader."""
     fresh()
     names = ["full_%s_%d" % (tag, t) for t in range(len(lengths))]
     for name in names:
-        api.drop_evicted(name)
+        api.drop_evicted(name, drop)
         api.create_table(name, DIM, rows, True, SPEC, replace=True,
                          dynamic=make_dynamic("hybrid", rows, rows, "lru"))
     results = []
@@ -780,3 +780,32 @@ def test_a_replayed_evicting_step_whose_new_keys_find_no_victim_fails_and_change
         assert_same_state(mine, theirs)
     assert replayed[:12] and sum(replayed) >= 10, readies
     assert readies[9] == (True, True), readies  # (the failing step's ready: a replay)
+
+
+def test_a_full_hybrid_group_whose_evicted_keys_are_read_replays_its_steps_with_room(
+        monkeypatch):
+    """Full hybrid members that keep what they evict for a reader: their evicting steps run
+    uncaptured (a replay would hand the reader arrays the next replay writes), and their steps
+    that bring only held keys replay as steps with room (the new keys counted on the device: one
+    wait); every step, every held key's state and what each member evicted equal the uncaptured
+    steps."""
+    rng = np.random.default_rng([101, RANK])
+    steps = []
+    for _ in range(3):  # a step of new keys (members evict), then five of its keys again
+        wide = np.concatenate([rng.integers(0, 300 * SIZE, size=n) for n in LENGTHS])
+        steps += [wide.astype(np.int64)] * 6
+    readies = []
+    ready = table_group.ReplayedInsert.ready
+    monkeypatch.setattr(table_group.ReplayedInsert, "ready", lambda insert, keys: readies.append(
+        (ready(insert, keys), insert.evicting)) or readies[-1][0])
+    got = full_hybrid_run("read", steps, LENGTHS, True, drop=False)
+    want = full_hybrid_run("read", steps, LENGTHS, False, drop=False)
+    for a, b in zip(got[0], want[0]):
+        for x, y in zip(a, b):
+            np.testing.assert_array_equal(x, y)
+    for mine, theirs in zip(got[1], want[1]):
+        assert_same_state(mine, theirs)
+    assert COMM.allreduce(sum(len(state[6]) for state in got[1]), op=MPI.SUM) > 0  # read
+    if SIZE == 1:
+        assert not any(evicts for _, evicts in readies)
+        assert sum(ok for ok, _ in readies) >= 8, readies

@@ -365,7 +365,7 @@ def _replayed_forward(runtime, tables, unit, group, op, item, training, key_limi
     op = as_op_id(op)
     # the unit, not its tables' names: the class holds it (forward_of asks it is the same)
     # a hash group whose members with keys are all full records its evicting step apart
-    evicting = hashed and group.evicts_all_in_place(np.diff(cuts))
+    evicting = hashed and group.replays_eviction(np.diff(cuts))
     key = (op.tower, op.position, op.name, id(table), int(keys.shape[0]), keys.dtype.str, checks,
            item.lengths.tobytes(), None if key_limits is None else tuple(key_limits),
            None if item.segment_ids is None  # the riders, checked against the output rows

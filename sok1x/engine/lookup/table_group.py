@@ -587,11 +587,17 @@ class HashGroup(TableGroup):
         """(statistics, row_starts, values, slots) as they are now (eviction.evict's)."""
         return self.statistics, self.row_starts, self.values, self.slots
 
-    def evicts_all_in_place(self, counts):
-        """Whether every member with keys in a lookup (host counts [T]) is full and frees no row
-        (DynamicTable.evicts_in_place): all its new keys would evict in place."""
-        return self.evicts and all(member.evicts_in_place() for member, n in
-                                   zip(self.members, counts) if n)
+    def replays_eviction(self, counts):
+        """Whether a replayed lookup (host counts [T] of keys per member) records its eviction
+        (ReplayedInsert, evicting): every member with keys is full and frees no row
+        (DynamicTable.evicts_in_place), so that all its new keys would evict in place, no member
+        keeps what it evicts for a reader (drop_evicted: a reader would hand out arrays the next
+        replay writes), and SOK1X_REPLAY_EVICTION is not 0. Else such a group's steps replay
+        only where their keys fit."""
+        return (self.evicts and os.environ.get(REPLAY_EVICTION_ENV) != "0"
+                and all(member.evicts_in_place() for member, n in zip(self.members, counts)
+                        if n)
+                and all(member.drops_evicted() for member in self.members))
 
     def in_place_error(self, totals, unserved):
         """The TableFullError of the first member whose new keys make_room_in_place could not
@@ -901,17 +907,16 @@ class ReplayedInsert:
     once the step is known to go on, as the uncaptured step counts it after its checks.
 
     evicting=True (a class of its own: keyed.py's key tells it): the steps of a group whose
-    members with keys in the lookup are all full and free no row (HashGroup.evicts_all_in_place),
-    so that every new key evicts in place (make_room_in_place's way): the recorded work picks
-    the victims, erases them and inserts the new keys into their rows
-    (eviction.queue_padded, then the insert), marking rows with the step a clock of two (time,
-    step) holds when it runs (backend.step_given). Such a step replays only where no member's
-    evicted keys are read (drop_evicted: a reader would hand out arrays the next replay
-    writes) and SOK1X_REPLAY_EVICTION is not 0. done() reads the eviction's and the insert's
-    counts (one wait, the forward's: its checks are read just after), counts them into the
-    indexes and members (eviction.record_padded), rebuilds worn indexes beside the graph and
-    records the undo in the step journal; checked() fails the step, through `fail` (every
-    rank's error together), where a new key found no victim, as the uncaptured step does."""
+    members with keys in the lookup are all full and free no row, none keeping what it evicts
+    for a reader (HashGroup.replays_eviction), so that every new key evicts in place
+    (make_room_in_place's way): the recorded work picks the victims, erases them and inserts the
+    new keys into their rows (eviction.queue_padded, then the insert), marking rows with the
+    step a clock of two (time, step) holds when it runs (backend.step_given). done() reads the
+    eviction's and the insert's counts (one wait, the forward's: its checks are read just
+    after), counts them into the indexes and members (eviction.record_padded), rebuilds worn
+    indexes beside the graph and records the undo in the step journal; checked() fails the step,
+    through `fail` (every rank's error together), where a new key found no victim, as the
+    uncaptured step does."""
 
     def __init__(self, group, cuts, evicting=False, fail=None):
         self.group, self.cuts = group, cuts
@@ -964,8 +969,7 @@ class ReplayedInsert:
 
     def _ready_to_evict(self, keys):
         group = self.group
-        if os.environ.get(REPLAY_EVICTION_ENV) == "0" or any(
-                not member.drops_evicted() for member in group.members):
+        if not group.replays_eviction(self.counts):
             return False
         if self._slot_names is not None and self._slot_names != sorted(group.slots):
             return False  # a slot made since: the recorded work resets the slots it knew
