@@ -660,6 +660,8 @@ def run_workload(rt, name, device, steps, repeats, scale, pcie, segment_ids=Fals
     say("%-8s per step of sok1x_bounded: %s" % (name, bounded_counts))
     if replayed_counts is not None:
         say("%-8s per step of sok1x_replayed: %s" % (name, replayed_counts))
+        if replayed_step.last_refusal() is not None:  # a class its step could not record
+            say("%-8s a class refused its capture: %s" % (name, replayed_step.last_refusal()))
     if kernels_replayed_counts is not None:
         say("%-8s per step of sok1x_kernels_replayed: %s" % (name, kernels_replayed_counts))
     if graph_floor_ms is not None:

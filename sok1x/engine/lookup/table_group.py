@@ -415,7 +415,10 @@ class HashGroup(TableGroup):
             [index.size for index in indexes], dtype=np.int64)
         held = pools = None
         reusing, in_place = False, ()
-        if self.evicts:  # new keys take freed rows first (DynamicTable.rows_source)
+        # new keys take freed rows first (DynamicTable.rows_source); not a replayed insert's
+        # (its member list hands rows out, and a read of a member's rows here could wait for
+        # the last step's counts inside the capture: ReplayedInsert.ready saw no freed row)
+        if self.evicts and members is None:
             held = [table.held_state() for table in self.members]
             pools = [table.rows_source() for table in self.members]
             if evicted is not None:  # a padded eviction's victims' rows, in their places
