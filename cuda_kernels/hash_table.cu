@@ -404,9 +404,13 @@ extern "C" __global__ void hash_reinsert(const int64* old, uint64 old_count, int
 // slot count, as [starts | addresses | counts]; every slot s of them is copied to held[s] (16
 // bytes) and emptied (key and row -1). Step 2 (hash_reinsert_many) puts the held keys back.
 extern "C" __global__ void hash_take_slots_many(const int64* listing, int64 parts, int64 total,
-                                                int64* held) {
+                                                int64* held, const int64* rebuild) {
   for (int64 s = global_thread_id(); s < total; s += global_thread_count()) {
     const int64 t = part_of(listing, parts, s);
+    if (rebuild != nullptr && rebuild[t] == 0) {  // an index left as it is: nothing to put back
+      held[2 * s] = EMPTY_KEY;
+      continue;
+    }
     int64* slot = (int64*)listing[parts + t] + 2 * (s - listing[t]);
     held[2 * s] = slot[0];
     held[2 * s + 1] = slot[1];
@@ -421,7 +425,7 @@ extern "C" __global__ void hash_reinsert_many(const int64* listing, int64 parts,
                                               const int64* held) {
   for (int64 s = global_thread_id(); s < total; s += global_thread_count()) {
     const int64 key = held[2 * s];
-    if (key < 0) continue;  // EMPTY_KEY or TOMBSTONE_KEY
+    if (key < 0) continue;  // EMPTY_KEY or TOMBSTONE_KEY (or an index step 1 left as it is)
     const int64 t = part_of(listing, parts, s);
     int64* slots = (int64*)listing[parts + t];
     bool claimed;
@@ -496,4 +500,13 @@ extern "C" __global__ void hash_compact_rows(const int64* key_of_row, const int6
       rows[position] = row;
     }
   }
+}
+
+// flags[t] = 1 where more keys are to be placed in index t (wanted[t]) than it has empty slots
+// (empty[t], as the host counted them before the step), else 0: which indexes a replayed
+// evicting step rebuilds (hash_take_slots_many's `rebuild`) between its erase and its insert.
+extern "C" __global__ void hash_rebuild_flags(const int64* wanted, const int64* empty,
+                                              int64 parts, int64* flags) {
+  const int64 t = global_thread_id();
+  if (t < parts) flags[t] = wanted[t] > empty[t] ? 1 : 0;
 }

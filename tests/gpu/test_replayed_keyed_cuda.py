@@ -327,11 +327,11 @@ def test_a_replayed_inserts_member_list_from_its_sizes_equals_the_list_read_whol
             np.testing.assert_array_equal(host(given), whole, err_msg="step %d" % step)
 
 
-def hybrid_run(steps, replay, bad_step, monkeypatch, full=False):
+def hybrid_run(steps, replay, bad_step, monkeypatch, full=False, rows=8192):
     """Keyed steps of a hybrid group (hybrid DynamicVariables whose rows stay in GPU memory, 4096
     rows a member growing to 6144, LRU; made anew under one set of names) for each keys of
     `steps`; bad_step: a step whose member 1 gets a negative key, which must fail naming it.
-    full: members of 8192 rows that never grow and drop what they evict (drop_evicted), whose
+    full: members of `rows` rows that never grow and drop what they evict (drop_evicted), whose
     steps evict in place once they are full. Returns (each step's host output and counts, or
     None, per member {key: (vector, its lookup count, its last step counted back from the
     journal's step)} of every key it holds, the keys it evicted (full: their count), held(),
@@ -349,9 +349,9 @@ def hybrid_run(steps, replay, bad_step, monkeypatch, full=False):
     names = ["hybrid_%s_%d" % ("full" if full else "replay", t) for t in range(len(HASH_LENGTHS))]
     for name in names:
         api.drop_evicted(name, full)
-        api.create_table(name, DIM, 8192 if full else 6144, True, SPEC, replace=True,
-                         dynamic=make_dynamic("hybrid", 8192 if full else 4096,
-                                              8192 if full else 6144, "lru"))
+        api.create_table(name, DIM, rows if full else 6144, True, SPEC, replace=True,
+                         dynamic=make_dynamic("hybrid", rows if full else 4096,
+                                              rows if full else 6144, "lru"))
     results = []
     for number, keys in enumerate(steps, 1):
         if number - 1 == bad_step:
@@ -427,8 +427,23 @@ def test_a_hybrid_group_replays_its_steps_with_room(bad_step, monkeypatch):
     assert any(ok and count for ok, count, _ in got[4]) and not all(replayed), got[4]
 
 
-@pytest.mark.parametrize("bad_step", [None, 12], ids=["steps", "a_negative_key"])
-def test_a_full_hybrid_group_replays_its_evicting_steps(bad_step, monkeypatch):
+def crowded_keys(rng, count):
+    """Each step's keys: per member, 45% of its length fresh values, each at least once, the
+    rest repeats of them (more keys than a 2048-row shard's empty slots, fewer new ones)."""
+    steps = []
+    for _ in range(count):
+        parts = []
+        for n in HASH_LENGTHS:
+            values = rng.permutation(10 ** 6)[:int(0.45 * n)]
+            parts.append(np.concatenate([values, rng.choice(values, size=n - values.size)])
+                         if n else values)
+        steps.append(np.concatenate(parts).astype(np.int64))
+    return steps
+
+
+@pytest.mark.parametrize("bad_step, crowded", [(None, False), (12, False), (None, True)],
+                         ids=["steps", "a_negative_key", "crowded"])
+def test_a_full_hybrid_group_replays_its_evicting_steps(bad_step, crowded, monkeypatch):
     """Hybrid members of 8192 rows that drop what they evict, new keys at every step: once the
     members with keys are full, every step evicts in place, and those steps are a class of their
     own, recorded with the pick, the erase and the insert into the victims' rows
@@ -436,12 +451,16 @@ def test_a_full_hybrid_group_replays_its_evicting_steps(bad_step, monkeypatch):
     runs) and replayed. Against the same steps uncaptured: outputs and counts bit for bit, and
     per member the keys held (the same victims chosen), each one's trained vector, lookup count
     and last step, and the count of keys evicted; a negative key in a replayed evicting step
-    fails it, naming its member, and changes nothing."""
+    fails it, naming its member, and changes nothing. crowded: shards of 2048 rows whose steps
+    bring more keys than their indexes' empty slots (repeats of fewer new ones): the recorded
+    work rebuilds an index whose empty slots are fewer than its new keys between its erase and
+    its insert, as the uncaptured step rebuilds a worn one, so these steps replay too."""
     rng = np.random.default_rng(19)
-    steps = [np.concatenate([rng.permutation(10 ** 6)[:n] for n in HASH_LENGTHS])
-             for _ in range(16)]
-    got = hybrid_run(steps, True, bad_step, monkeypatch, full=True)
-    want = hybrid_run(steps, False, bad_step, monkeypatch, full=True)
+    steps = crowded_keys(rng, 16) if crowded else [
+        np.concatenate([rng.permutation(10 ** 6)[:n] for n in HASH_LENGTHS]) for _ in range(16)]
+    rows = 2048 if crowded else 8192
+    got = hybrid_run(steps, True, bad_step, monkeypatch, full=True, rows=rows)
+    want = hybrid_run(steps, False, bad_step, monkeypatch, full=True, rows=rows)
     assert_same_hybrid_runs(got, want)
     assert sum(int(e[0]) for e in got[2]) > 0
     evicting = [ok for ok, _, evicts in got[4] if evicts]

@@ -18,6 +18,7 @@ from sok1x.backend.cpu.hash import (  # noqa: F401  (part of the op set)
     hash_insert_many_done,
     hash_insert_members,
     hash_rehash_many,
+    rebuild_flags,
     scramble,
 )
 from sok1x.backend.cpu import optimizers as cpu_optimizers

@@ -307,14 +307,21 @@ def hash_erase_counted(indexes, counts, erased=None):
     them (hash_erase_many), so nothing is left to count."""
 
 
-def hash_rehash_many(indexes, capacities=None):
+def hash_rehash_many(indexes, capacities=None, when=None):
     """Each of `indexes` rebuilt at its own capacity (or at capacities[t]: at least its size,
     else OverflowError) without tombstones, every key at its row; returns them (new HashIndexes
     here; cuda rebuilds them in place at their own capacity, and makes new ones at others,
-    the old ones left as they are)."""
+    the old ones left as they are). when: None, or int64 [T] (rebuild_flags'): only the indexes
+    flagged are rebuilt, the others returned as they are."""
     if capacities is None:
         capacities = [index.capacity for index in indexes]
-    return [index.rehashed(int(capacity)) for index, capacity in zip(indexes, capacities)]
+    return [index.rehashed(int(capacity)) if when is None or when[t] else index
+            for t, (index, capacity) in enumerate(zip(indexes, capacities))]
+
+
+def rebuild_flags(wanted, empty_slots):
+    """int64 [T]: 1 where wanted[t] > empty_slots[t], else 0 (cuda's, on the device)."""
+    return (np.asarray(wanted) > np.asarray(empty_slots)).astype(np.int64)
 
 
 def hash_find_many(indexes, keys, tags, row_starts):

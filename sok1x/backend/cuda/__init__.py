@@ -44,6 +44,7 @@ from sok1x.backend.cuda.hash_groups import (  # noqa: F401  (part of the op set:
     hash_insert_many_done,
     hash_insert_members,
     hash_rehash_many,
+    rebuild_flags,
     init_rows_tagged,
 )
 from sok1x.backend.cuda.captured_graph import captured_work  # noqa: F401  (op set: D14)

@@ -41,7 +41,8 @@ def _kernels():
     return {"find": prepared("hash_table.cu", "hash_find_tagged", "PPPqP"),
             "insert": prepared("hash_table.cu", "hash_find_or_insert_tagged", "PPPqPPPPPP"),
             "erase": prepared("hash_table.cu", "hash_erase_tagged", "PPPq"),
-            "take_slots": prepared("hash_table.cu", "hash_take_slots_many", "PqqP"),
+            "take_slots": prepared("hash_table.cu", "hash_take_slots_many", "PqqPP"),
+            "rebuild_flags": prepared("hash_table.cu", "hash_rebuild_flags", "PPqP"),
             "reinsert": prepared("hash_table.cu", "hash_reinsert_many", "PqqP"),
             "reinsert_into": prepared("hash_table.cu", "hash_reinsert_into_many", "Pqq"),
             "init": prepared("random_init.cu", "init_rows_tagged_float32", "PPqPPPPqPqiiQPdd")}
@@ -185,29 +186,45 @@ def hash_erase_counted(indexes, counts, erased=None):
 
 
 @uses_context
-def hash_rehash_many(indexes, capacities=None):
+def hash_rehash_many(indexes, capacities=None, when=None):
     """Rebuilds each of `indexes` in place without tombstones, every key at its row: their slots
     copied to one pooled array (16 bytes a slot; it stays in sok1x's pool for the next rehash
     until release_unused), emptied and filled again, two launches for all, no wait and no
     allocation of their own. Returns the indexes. capacities: None, or a capacity per index
     (each at least its size, else OverflowError): new HashIndexes of those capacities, holding
     the keys at their rows, filled in one launch for all from the old slots, which stay as they
-    are (a table group's growth, whose failure leaves them)."""
+    are (a table group's growth, whose failure leaves them). when: None, or device int64 [T]
+    (rebuild_flags'): only the indexes whose flag the work finds set are rebuilt, decided when
+    it runs (a replayed evicting step's); their tombstones are then the caller's to count."""
     indexes = list(indexes)
     if not indexes:
         return indexes
     if capacities is not None:
         return _regrown(indexes, [int(c) for c in capacities])
     starts, addresses, counts = _slot_listing(indexes)
-    listing = to_device(np.concatenate([starts, addresses, counts]))
+    listing = device_constant(np.concatenate([starts, addresses, counts]))
     total = int(counts.sum())
     held = empty((total, 2), np.int64)
     kernels = _kernels()
-    for kernel in ("take_slots", "reinsert"):
-        launch(kernels[kernel], total, ptr(listing), len(indexes), total, ptr(held))
-    for index in indexes:
-        index.tombstones = 0
+    launch(kernels["take_slots"], total, ptr(listing), len(indexes), total, ptr(held),
+           0 if when is None else ptr(when))
+    launch(kernels["reinsert"], total, ptr(listing), len(indexes), total, ptr(held))
+    if when is None:
+        for index in indexes:
+            index.tombstones = 0
     return indexes
+
+
+@uses_context
+def rebuild_flags(wanted, empty_slots):
+    """int64 [T] on the device: 1 where wanted[t] > empty_slots[t] (device int64 [T] each: the
+    keys an insert may place in index t, its empty slots), else 0 (hash_rehash_many's when)."""
+    parts = int(wanted.shape[0])
+    flags = empty((parts,), np.int64)
+    if parts:
+        launch(_kernels()["rebuild_flags"], parts, ptr(wanted), ptr(empty_slots), parts,
+               ptr(flags))
+    return flags
 
 
 def _slot_listing(indexes):

@@ -929,6 +929,7 @@ class ReplayedInsert:
         self._held = self._found = self._error = None  # this step's, for done and checked
         self._slot_names = None  # evicting: the slots the recorded work resets, by name
         self._victims = None  # evicting: the arrays its victims are written into (fixed)
+        self._empty = self._empty_now = None  # evicting: each index's empty slots (device, host)
 
     def ready(self, keys):
         """True, with the member list written, where the step's `keys` (backend int64, each
@@ -969,6 +970,12 @@ class ReplayedInsert:
             self._given = backend.empty((1,), np.float32)
         backend.write_given(self._given, [0.0], self.clock, time.time(),
                             group.journal.step if self.evicting else None)
+        if self.evicting:  # each index's empty slots now: the recorded work rebuilds by them
+            self._empty_now = np.array([member.index.empty_slots() for member in group.members],
+                                       dtype=np.int64)
+            if self._empty is None:
+                self._empty = backend.zeros((len(group.members),), np.int64)
+            backend.copy_array(self._empty, backend.asarray(self._empty_now))
 
     def _ready_to_evict(self, keys):
         group = self.group
@@ -980,18 +987,6 @@ class ReplayedInsert:
         bounds = group.in_place_bounds(keys, self.counts)
         if bounds is None or not np.array_equal(bounds, self.counts):
             return False
-        # the insert places its new keys in empty slots (the uncaptured step rebuilds worn
-        # indexes between its erase and its insert; a replay's rebuild comes after): a member
-        # whose index has fewer than its bound is rebuilt now, in place, or the step uncaptured
-        crowded = [member for member, bound in zip(group.members, self.counts)
-                   if bound and member.index.empty_slots() < bound]
-        if crowded:
-            for member, index in zip(crowded, group.backend.hash_rehash_many(
-                    [member.index for member in crowded])):
-                member.index = index
-            if any(member.index.empty_slots() < bound for member, bound in
-                   zip(group.members, self.counts) if bound):
-                return False
         self._held, self._slot_names = held, sorted(group.slots)
         return True
 
@@ -1010,7 +1005,7 @@ class ReplayedInsert:
         with backend.step_given(self.clock):
             queued = eviction.queue_padded(group.members, self.counts, keys, tags,
                                            group._flat_arrays, group.journal.step,
-                                           self._victims)
+                                           self._victims, self._empty)
         starts = np.concatenate([[0], np.cumsum(self.counts)])
         victims = eviction.Victims(backend, starts, queued.keys, queued.rows, queued.values,
                                    queued.slots, queued.records, queued.totals, queued.served)
@@ -1036,6 +1031,9 @@ class ReplayedInsert:
                 [queued.unserved, queued.totals, queued.served, found[5]]))
         evicted = eviction.record_padded(group.members, self.counts, queued,
                                          group._flat_arrays, served)
+        for member, new, empty in zip(group.members, totals, self._empty_now):
+            if new > empty:  # rebuilt by the recorded work after its erase: no tombstone left
+                member.index.tombstones = 0
         evicted.settle(totals, served)
         group.journal.record(functools.partial(group._undo_evict, evicted, held))
         backend.hash_insert_many_done(group.indexes(), found, placed, True)
