@@ -811,14 +811,20 @@ def test_a_full_hybrid_group_whose_evicted_keys_are_read_replays_its_steps_with_
         assert sum(ok for ok, _ in readies) >= 8, readies
 
 
-def test_a_replayed_evicting_step_rebuilds_an_index_short_of_empty_slots(monkeypatch):
+@pytest.mark.parametrize("inside", [True, False])
+def test_a_replayed_evicting_step_rebuilds_an_index_short_of_empty_slots(inside, monkeypatch):
     """One rank: member 1 of shards of 32 rows (64 slots) gets 14 new keys, then 20, in turn
     (repeated to 24 keys a step): after a step of 14 its index holds 14 tombstones (not worn),
     so the next step's 20 new keys find 18 empty slots, and its recorded work rebuilds that
     index between its erase and its insert (backend.rebuild_flags, hash_rehash_many's when) as
-    the uncaptured step's rebuild of worn indexes would; every step equals the uncaptured one."""
+    the uncaptured step's rebuild of worn indexes would; inside=False (a copy of the slots past
+    table_group.REBUILD_INSIDE_BYTES): ready() rebuilds an index with fewer empty slots than
+    its keys before the replay, and runs a step uncaptured where that falls short. Every step
+    equals the uncaptured one."""
     if SIZE > 1:
         pytest.skip("hash groups replay on one rank only")
+    if not inside:
+        monkeypatch.setattr(table_group, "REBUILD_INSIDE_BYTES", 0)
     from sok1x.backend import cpu
     lengths = np.array([5, 24])
     rng = np.random.default_rng(103)
@@ -839,4 +845,4 @@ def test_a_replayed_evicting_step_rebuilds_an_index_short_of_empty_slots(monkeyp
             np.testing.assert_array_equal(x, y)
     for mine, theirs in zip(got[1], want[1]):
         assert_same_state(mine, theirs)
-    assert any(f[1] for f in flagged), flagged  # member 1's index rebuilt inside a replay
+    assert any(f[1] for f in flagged) == inside, flagged  # rebuilt inside a replay

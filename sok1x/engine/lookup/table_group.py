@@ -107,6 +107,7 @@ from sok1x.engine.tables.table import (
 
 IN_PLACE_ENV = "SOK1X_EVICT_IN_PLACE"  # "0": full members evict by counts read first
 REPLAY_EVICTION_ENV = "SOK1X_REPLAY_EVICTION"  # "0": evicting steps never replay
+REBUILD_INSIDE_BYTES = 256 << 20  # a replayed eviction's copy of its slots, at most
 GROW_ENV = "SOK1X_GROW_IN_PLACE"  # "0": a growing group lays its arrays out again; "1": in place
 _GRANULE = 2 << 20  # the device's allocation granularity (backend.back_rows), 2 MiB on H100/H200
 _MOST_RESERVED = 64
@@ -930,6 +931,7 @@ class ReplayedInsert:
         self._slot_names = None  # evicting: the slots the recorded work resets, by name
         self._victims = None  # evicting: the arrays its victims are written into (fixed)
         self._empty = self._empty_now = None  # evicting: each index's empty slots (device, host)
+        self._inside = None  # evicting: whether its work rebuilds short indexes (_rebuilds_inside)
 
     def ready(self, keys):
         """True, with the member list written, where the step's `keys` (backend int64, each
@@ -970,7 +972,7 @@ class ReplayedInsert:
             self._given = backend.empty((1,), np.float32)
         backend.write_given(self._given, [0.0], self.clock, time.time(),
                             group.journal.step if self.evicting else None)
-        if self.evicting:  # each index's empty slots now: the recorded work rebuilds by them
+        if self.evicting and self._rebuilds_inside(group):  # the work rebuilds by these
             self._empty_now = np.array([member.index.empty_slots() for member in group.members],
                                        dtype=np.int64)
             if self._empty is None:
@@ -987,8 +989,29 @@ class ReplayedInsert:
         bounds = group.in_place_bounds(keys, self.counts)
         if bounds is None or not np.array_equal(bounds, self.counts):
             return False
+        if not self._rebuilds_inside(group):
+            # a rebuild inside the graph would hold a copy of every slot: short members are
+            # rebuilt now, in place, and where even that falls short the step runs uncaptured
+            crowded = [member for member, bound in zip(group.members, self.counts)
+                       if bound and member.index.empty_slots() < bound]
+            if crowded:
+                for member, index in zip(crowded, group.backend.hash_rehash_many(
+                        [member.index for member in crowded])):
+                    member.index = index
+                if any(member.index.empty_slots() < bound for member, bound in
+                       zip(group.members, self.counts) if bound):
+                    return False
         self._held, self._slot_names = held, sorted(group.slots)
         return True
+
+    def _rebuilds_inside(self, group):
+        """Whether the recorded work rebuilds an index short of empty slots itself (its copy of
+        every member's slots, 16 bytes a slot, at most REBUILD_INSIDE_BYTES), decided once."""
+        if self._inside is None:
+            slots = sum(int(member.index.empty_slots() + member.index.size
+                            + member.index.tombstones) for member in group.members)
+            self._inside = 16 * slots <= REBUILD_INSIDE_BYTES
+        return self._inside
 
     def insert(self, keys, tags):
         """The recorded insert of a step's fixed `keys` (with their `tags`): (rows, vectors,
@@ -1031,7 +1054,8 @@ class ReplayedInsert:
                 [queued.unserved, queued.totals, queued.served, found[5]]))
         evicted = eviction.record_padded(group.members, self.counts, queued,
                                          group._flat_arrays, served)
-        for member, new, empty in zip(group.members, totals, self._empty_now):
+        for member, new, empty in zip(group.members, totals, self._empty_now if
+                                      self._empty_now is not None else totals):
             if new > empty:  # rebuilt by the recorded work after its erase: no tombstone left
                 member.index.tombstones = 0
         evicted.settle(totals, served)
