@@ -823,8 +823,7 @@ def test_a_replayed_evicting_step_rebuilds_an_index_short_of_empty_slots(inside,
     equals the uncaptured one."""
     if SIZE > 1:
         pytest.skip("hash groups replay on one rank only")
-    if not inside:
-        monkeypatch.setattr(table_group, "REBUILD_INSIDE_BYTES", 0)
+    monkeypatch.setattr(table_group, "REBUILD_INSIDE_BYTES", (256 << 20) if inside else 0)
     from sok1x.backend import cpu
     lengths = np.array([5, 24])
     rng = np.random.default_rng(103)

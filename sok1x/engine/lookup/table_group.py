@@ -107,7 +107,10 @@ from sok1x.engine.tables.table import (
 
 IN_PLACE_ENV = "SOK1X_EVICT_IN_PLACE"  # "0": full members evict by counts read first
 REPLAY_EVICTION_ENV = "SOK1X_REPLAY_EVICTION"  # "0": evicting steps never replay
-REBUILD_INSIDE_BYTES = 256 << 20  # a replayed eviction's copy of its slots, at most
+# a replayed eviction's copy of its slots, at most, where its graph rebuilds short indexes
+# itself: 0 (never) until its GPU test passes (a crowded full group found fewer victims than
+# its new keys on one H200, f9abdf4; the cpu twin agrees with the uncaptured steps)
+REBUILD_INSIDE_BYTES = 0
 GROW_ENV = "SOK1X_GROW_IN_PLACE"  # "0": a growing group lays its arrays out again; "1": in place
 _GRANULE = 2 << 20  # the device's allocation granularity (backend.back_rows), 2 MiB on H100/H200
 _MOST_RESERVED = 64
