@@ -53,6 +53,11 @@ class HashIndex:
         self.size = 0
         self.tombstones = 0
 
+    def forget_tombstones(self):
+        """The index was rebuilt: no tombstone is left (cuda's also drops what pending counts
+        would correct; a cpu index has none)."""
+        self.tombstones = 0
+
     def empty_slots(self):
         """Slots neither a key nor a tombstone holds: the most new keys an insert can place
         before the index is rebuilt (an insert does not take a tombstone's slot)."""

@@ -121,6 +121,14 @@ class HashIndex:
     def size(self, value):
         self._size = int(value)
 
+    def forget_tombstones(self):
+        """The index was rebuilt (its erased keys' slots emptied): no tombstone is left, nor is
+        one left to correct by a count still pending (add_size_later's bound, which would
+        otherwise take the gap between bound and count off a zero and leave the host's count
+        below the slots', overstating empty_slots)."""
+        self.tombstones = 0
+        self._later = [entry[:3] + (0,) for entry in self._later]
+
     def empty_slots(self):
         """Slots neither a key nor a tombstone holds, as the host counts them (tombstones by a
         bound until counted): the most new keys an insert can place before the index is

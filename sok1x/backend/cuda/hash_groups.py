@@ -211,7 +211,7 @@ def hash_rehash_many(indexes, capacities=None, when=None):
     launch(kernels["reinsert"], total, ptr(listing), len(indexes), total, ptr(held))
     if when is None:
         for index in indexes:
-            index.tombstones = 0
+            index.forget_tombstones()
     return indexes
 
 

@@ -108,9 +108,8 @@ from sok1x.engine.tables.table import (
 IN_PLACE_ENV = "SOK1X_EVICT_IN_PLACE"  # "0": full members evict by counts read first
 REPLAY_EVICTION_ENV = "SOK1X_REPLAY_EVICTION"  # "0": evicting steps never replay
 # a replayed eviction's copy of its slots, at most, where its graph rebuilds short indexes
-# itself: 0 (never) until its GPU test passes (a crowded full group found fewer victims than
-# its new keys on one H200, f9abdf4; the cpu twin agrees with the uncaptured steps)
-REBUILD_INSIDE_BYTES = 0
+# itself (past it, ready() rebuilds them before the replay, or the step runs uncaptured)
+REBUILD_INSIDE_BYTES = 256 << 20
 GROW_ENV = "SOK1X_GROW_IN_PLACE"  # "0": a growing group lays its arrays out again; "1": in place
 _GRANULE = 2 << 20  # the device's allocation granularity (backend.back_rows), 2 MiB on H100/H200
 _MOST_RESERVED = 64
@@ -1052,19 +1051,22 @@ class ReplayedInsert:
         group = self.group
         backend = group.backend
         queued = eviction.Queued.of(placed_keys[5:], self._slot_names)
+        # the undo first, by the device counts (as make_room_in_place and insert_kept record
+        # theirs before their one wait): a wait that fails below still finds it recorded
+        evicted = eviction.record_padded(group.members, self.counts, queued,
+                                         group._flat_arrays)
+        group.journal.record(functools.partial(group._undo_evict, evicted, held))
+        backend.hash_insert_many_done(group.indexes(), found, found[5], True)
+        group._record_undo(found, held)  # (its undo runs first: the new keys out, then victims)
         unserved, totals, served, placed = (
             np.asarray(a, dtype=np.int64).reshape(-1) for a in backend.to_host_many(
                 [queued.unserved, queued.totals, queued.served, found[5]]))
-        evicted = eviction.record_padded(group.members, self.counts, queued,
-                                         group._flat_arrays, served)
+        evicted.settle(totals, served)  # (_settled_in_place's, for one eviction)
+        group.settle(found[5], placed)
         for member, new, empty in zip(group.members, totals, self._empty_now if
                                       self._empty_now is not None else totals):
             if new > empty:  # rebuilt by the recorded work after its erase: no tombstone left
-                member.index.tombstones = 0
-        evicted.settle(totals, served)
-        group.journal.record(functools.partial(group._undo_evict, evicted, held))
-        backend.hash_insert_many_done(group.indexes(), found, placed, True)
-        group._record_undo(found, held)  # (its undo runs first: the new keys out, then victims)
+                member.index.forget_tombstones()
         group._rebuild_worn()  # the victims' tombstones
         self._error = group.in_place_error(totals, unserved)
         self._found = found
