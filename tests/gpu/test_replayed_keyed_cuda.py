@@ -499,7 +499,7 @@ def slot_tombstones(index):
 
 @pytest.mark.parametrize("inside", [False, True], ids=["rebuilt_before", "rebuilt_inside"])
 def test_tombstones_stay_counted_across_a_rebuild_with_counts_pending(inside, monkeypatch):
-    """Full hybrid members of 2048 rows whose steps bring 60%, 60%, 10%, 45% then 70% new keys:
+    """Full hybrid members of 4096 rows whose steps bring 60%, 60%, 10%, 45% then 70% new keys:
     an uncaptured eviction counts its erased keys by a bound and corrects that when its count
     is read, and a rebuild between (a worn index) must drop the correction too, or the host
     counts fewer tombstones than the slots hold and a replay, trusting the empty slots it
@@ -509,12 +509,12 @@ def test_tombstones_stay_counted_across_a_rebuild_with_counts_pending(inside, mo
     from sok1x.engine.lookup import table_group
     monkeypatch.setattr(table_group, "REBUILD_INSIDE_BYTES", (256 << 20) if inside else 0)
     steps = shifting_keys(np.random.default_rng(23), [0.6, 0.6, 0.1, 0.45, 0.7], 14)
-    got = hybrid_run(steps, True, None, monkeypatch, full=True, rows=2048)
+    got = hybrid_run(steps, True, None, monkeypatch, full=True, rows=4096)
     with runtime.entered():
         for t in range(len(HASH_LENGTHS)):
             index = api.shard("hybrid_full_%d" % t).index
             assert index.tombstones == slot_tombstones(index), t
-            assert index.size == 2048 or not HASH_LENGTHS[t], (t, index.size)
-    want = hybrid_run(steps, False, None, monkeypatch, full=True, rows=2048)
+            assert index.size == 4096 or not HASH_LENGTHS[t], (t, index.size)
+    want = hybrid_run(steps, False, None, monkeypatch, full=True, rows=4096)
     assert_same_hybrid_runs(got, want)
     assert sum(ok for ok, _, evicts in got[4] if evicts) >= 3, got[4]
