@@ -61,7 +61,12 @@ class HashIndex:
     def empty_slots(self):
         """Slots neither a key nor a tombstone holds: the most new keys an insert can place
         before the index is rebuilt (an insert does not take a tombstone's slot)."""
-        return self._mask + 1 - self.size - self.tombstones
+        return self.slot_count - self.size - self.tombstones
+
+    @property
+    def slot_count(self):
+        """The index's slots (twice its capacity or more, a power of two)."""
+        return self._mask + 1
 
     def settle_size(self, counts, host_counts):
         """Nothing to hand over: a cpu index counts its keys as it places them (cuda's may

@@ -172,14 +172,10 @@ def hash_erase_many(indexes, keys, tags, counts, erased=None, counted=True):
 
 def hash_erase_counted(indexes, counts, erased=None):
     """Counts in each of `indexes` the keys an erase took out (hash_erase_many's counts and
-    erased; erased may also be the host's int64 [T], read since: counted now)."""
+    erased)."""
     for t, (index, count) in enumerate(zip(indexes, counts)):
         if erased is None:
             index.size -= int(count)
-        elif isinstance(erased, np.ndarray):
-            index.size -= int(erased[t])
-            index.tombstones += int(erased[t])
-            continue
         elif count:
             index.add_size_later(erased, t, -1, int(count))
         index.tombstones += int(count)

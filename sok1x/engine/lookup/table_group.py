@@ -102,7 +102,7 @@ from sok1x.backend import random_init
 from sok1x.engine.tables import eviction, hybrid_rows, optimizer_updates
 from sok1x.engine.tables import placement as placements
 from sok1x.engine.tables.table import (
-    EmbeddingTable, rebuild_worn, rebuilt_indexes, reset_slot_rows,
+    EmbeddingTable, rebuild_indexes, rebuild_worn, rebuilt_indexes, reset_slot_rows,
 )
 
 IN_PLACE_ENV = "SOK1X_EVICT_IN_PLACE"  # "0": full members evict by counts read first
@@ -997,9 +997,7 @@ class ReplayedInsert:
             crowded = [member for member, bound in zip(group.members, self.counts)
                        if bound and member.index.empty_slots() < bound]
             if crowded:
-                for member, index in zip(crowded, group.backend.hash_rehash_many(
-                        [member.index for member in crowded])):
-                    member.index = index
+                rebuild_indexes(group.backend, crowded)
                 if any(member.index.empty_slots() < bound for member, bound in
                        zip(group.members, self.counts) if bound):
                     return False
@@ -1010,8 +1008,7 @@ class ReplayedInsert:
         """Whether the recorded work rebuilds an index short of empty slots itself (its copy of
         every member's slots, 16 bytes a slot, at most REBUILD_INSIDE_BYTES), decided once."""
         if self._inside is None:
-            slots = sum(int(member.index.empty_slots() + member.index.size
-                            + member.index.tombstones) for member in group.members)
+            slots = sum(member.index.slot_count for member in group.members)
             self._inside = 16 * slots <= REBUILD_INSIDE_BYTES
         return self._inside
 
@@ -1063,10 +1060,10 @@ class ReplayedInsert:
                 [queued.unserved, queued.totals, queued.served, found[5]]))
         evicted.settle(totals, served)  # (_settled_in_place's, for one eviction)
         group.settle(found[5], placed)
-        for member, new, empty in zip(group.members, totals, self._empty_now if
-                                      self._empty_now is not None else totals):
-            if new > empty:  # rebuilt by the recorded work after its erase: no tombstone left
-                member.index.forget_tombstones()
+        if self._empty_now is not None:  # the recorded work rebuilt these after its erase
+            for member, new, empty in zip(group.members, totals, self._empty_now):
+                if new > empty:
+                    member.index.forget_tombstones()
         group._rebuild_worn()  # the victims' tombstones
         self._error = group.in_place_error(totals, unserved)
         self._found = found

@@ -411,15 +411,15 @@ def queue_padded(tables, bounds, keys, tags, flat_arrays, step, out=None, empty_
     return queued
 
 
-def record_padded(tables, bounds, queued, flat_arrays, host_served=None):
+def record_padded(tables, bounds, queued, flat_arrays):
     """The host's part of queue_padded's eviction (`queued`, for owned keys whose member t had
-    at most bounds[t] new keys): the indexes count the erased victims (host_served: None, their
-    device counts read with their next size; else the host's copy, counted now), each member
-    takes its victims (DynamicTable.take_victims). Returns the Evicted for the step journal
+    at most bounds[t] new keys): the indexes count the erased victims (by their device counts,
+    read with their next size or handed over by Evicted.settle), each member takes its victims
+    (DynamicTable.take_victims). Returns the Evicted for the step journal
     (its `unserved` the device count of places without a victim, for the caller to read);
     on a failure, every victim is put back and the error raised."""
     backend = tables[0].backend
-    statistics, row_starts = flat_arrays()[:2]
+    row_starts = flat_arrays()[1]
     bounds = np.asarray(bounds, dtype=np.int64)
     starts = np.concatenate([[0], np.cumsum(bounds)])
     evicted = Evicted(backend, lambda: flat_arrays()[:2], row_starts, queued.found,
@@ -427,8 +427,7 @@ def record_padded(tables, bounds, queued, flat_arrays, host_served=None):
     evicted.victims = Victims(backend, starts, queued.keys, queued.rows, queued.values,
                               queued.slots, queued.records, queued.totals, queued.served)
     evicted.unserved = queued.unserved
-    backend.hash_erase_counted([table.index for table in tables], bounds,
-                               queued.served if host_served is None else host_served)
+    backend.hash_erase_counted([table.index for table in tables], bounds, queued.served)
     _take_victims(tables, bounds, evicted)
     return evicted
 

@@ -232,10 +232,14 @@ def rebuilt_if_worn(backend, index, capacity):
 
 
 def rebuild_worn(backend, tables):
-    """Rebuilds the index of each of `tables` that is_worn, all at once
-    (backend.hash_rehash_many: on cuda two launches for all, no wait)."""
-    worn = [table for table in tables if is_worn(table.index, table.capacity)]
-    for table, index in zip(worn, backend.hash_rehash_many([table.index for table in worn])):
+    """Rebuilds the index of each of `tables` that is_worn, all at once (rebuild_indexes)."""
+    rebuild_indexes(backend, [table for table in tables if is_worn(table.index, table.capacity)])
+
+
+def rebuild_indexes(backend, tables):
+    """Rebuilds the index of each of `tables` without tombstones, all at once
+    (backend.hash_rehash_many: on cuda in place, two launches for all, no wait)."""
+    for table, index in zip(tables, backend.hash_rehash_many([table.index for table in tables])):
         table.index = index
 
 
