@@ -665,6 +665,14 @@ def test_a_hybrid_group_replays_its_steps_with_room(bad_step, monkeypatch):
         assert not all(ok for ok, _ in readies)
 
 
+def noted_readies(monkeypatch):
+    """A list ReplayedInsert.ready appends (its answer, whether its class evicts) to, each call."""
+    readies, ready = [], table_group.ReplayedInsert.ready
+    monkeypatch.setattr(table_group.ReplayedInsert, "ready", lambda insert, keys: readies.append(
+        (ready(insert, keys), insert.evicting)) or readies[-1][0])
+    return readies
+
+
 def full_hybrid_run(tag, steps, lengths, replay, failing=(), rows=16, drop=True):
     """Keyed steps of hybrid DynamicVariables of `rows` rows a shard that never grow (full from
     the first steps on, then every new key evicts) and drop what they evict (drop_evicted: no
@@ -695,6 +703,17 @@ def full_hybrid_run(tag, steps, lengths, replay, failing=(), rows=16, drop=True)
     return results, [hybrid_state(name) for name in names]
 
 
+def assert_same_full_runs(got, want):
+    """full_hybrid_run's results agree: each step's host results (or its failure) and every
+    member's hybrid_state."""
+    for a, b in zip(got[0], want[0]):
+        assert (a is None) == (b is None)
+        for x, y in zip(a or (), b or ()):
+            np.testing.assert_array_equal(x, y)
+    for mine, theirs in zip(got[1], want[1]):
+        assert_same_state(mine, theirs)
+
+
 def assert_same_state(got, want):
     for x, y in zip(got, want):
         if isinstance(x, dict):
@@ -721,10 +740,7 @@ def test_a_full_hybrid_group_replays_its_evicting_steps(bad_step, monkeypatch):
     if bad_step is not None and RANK == SIZE - 1:
         steps[bad_step] = steps[bad_step].copy()
         steps[bad_step][int(LENGTHS[0])] = -4
-    readies = []
-    ready = table_group.ReplayedInsert.ready
-    monkeypatch.setattr(table_group.ReplayedInsert, "ready", lambda insert, keys: readies.append(
-        (ready(insert, keys), insert.evicting)) or readies[-1][0])
+    readies = noted_readies(monkeypatch)
     failing = () if bad_step is None else (bad_step,)
     got = full_hybrid_run("evict_%s" % bad_step, steps, LENGTHS, True, failing)
     replays = list(readies)
@@ -732,12 +748,7 @@ def test_a_full_hybrid_group_replays_its_evicting_steps(bad_step, monkeypatch):
     off = full_hybrid_run("evict_%s" % bad_step, steps, LENGTHS, True, failing)
     want = full_hybrid_run("evict_%s" % bad_step, steps, LENGTHS, False, failing)
     for run in (got, off):
-        for a, b in zip(run[0], want[0]):
-            assert (a is None) == (b is None)
-            for x, y in zip(a or (), b or ()):
-                np.testing.assert_array_equal(x, y)
-        for mine, theirs in zip(run[1], want[1]):
-            assert_same_state(mine, theirs)
+        assert_same_full_runs(run, want)
     assert COMM.allreduce(sum(int(state[5]) for state in got[1]), op=MPI.SUM) > 0
     if SIZE == 1:
         evicting = [ok for ok, evicts in replays if evicts]
@@ -765,19 +776,11 @@ def test_a_replayed_evicting_step_whose_new_keys_find_no_victim_fails_and_change
         fresh_at += 100
         member = np.concatenate([values, rng.choice(values, size=24 - values.size)])
         steps.append(np.concatenate([rng.integers(0, 300, size=5), member]).astype(np.int64))
-    readies = []
-    ready = table_group.ReplayedInsert.ready
-    monkeypatch.setattr(table_group.ReplayedInsert, "ready", lambda insert, keys: readies.append(
-        (ready(insert, keys), insert.evicting)) or readies[-1][0])
+    readies = noted_readies(monkeypatch)
     got = full_hybrid_run("unserved", steps, lengths, True, (10,), rows=20)
     replayed = [ok for ok, evicts in readies if evicts]
     want = full_hybrid_run("unserved", steps, lengths, False, (10,), rows=20)
-    for a, b in zip(got[0], want[0]):
-        assert (a is None) == (b is None)
-        for x, y in zip(a or (), b or ()):
-            np.testing.assert_array_equal(x, y)
-    for mine, theirs in zip(got[1], want[1]):
-        assert_same_state(mine, theirs)
+    assert_same_full_runs(got, want)
     assert replayed[:12] and sum(replayed) >= 10, readies
     assert readies[9] == (True, True), readies  # (the failing step's ready: a replay)
 
@@ -794,17 +797,10 @@ def test_a_full_hybrid_group_whose_evicted_keys_are_read_replays_its_steps_with_
     for _ in range(3):  # a step of new keys (members evict), then five of its keys again
         wide = np.concatenate([rng.integers(0, 300 * SIZE, size=n) for n in LENGTHS])
         steps += [wide.astype(np.int64)] * 6
-    readies = []
-    ready = table_group.ReplayedInsert.ready
-    monkeypatch.setattr(table_group.ReplayedInsert, "ready", lambda insert, keys: readies.append(
-        (ready(insert, keys), insert.evicting)) or readies[-1][0])
+    readies = noted_readies(monkeypatch)
     got = full_hybrid_run("read", steps, LENGTHS, True, drop=False)
     want = full_hybrid_run("read", steps, LENGTHS, False, drop=False)
-    for a, b in zip(got[0], want[0]):
-        for x, y in zip(a, b):
-            np.testing.assert_array_equal(x, y)
-    for mine, theirs in zip(got[1], want[1]):
-        assert_same_state(mine, theirs)
+    assert_same_full_runs(got, want)
     assert COMM.allreduce(sum(len(state[6]) for state in got[1]), op=MPI.SUM) > 0  # read
     if SIZE == 1:
         assert not any(evicts for _, evicts in readies)
@@ -839,9 +835,5 @@ def test_a_replayed_evicting_step_rebuilds_an_index_short_of_empty_slots(inside,
         flags(wanted, empty)) or flagged[-1])
     got = full_hybrid_run("crowded", steps, lengths, True, rows=32)
     want = full_hybrid_run("crowded", steps, lengths, False, rows=32)
-    for a, b in zip(got[0], want[0]):
-        for x, y in zip(a, b):
-            np.testing.assert_array_equal(x, y)
-    for mine, theirs in zip(got[1], want[1]):
-        assert_same_state(mine, theirs)
+    assert_same_full_runs(got, want)
     assert any(f[1] for f in flagged) == inside, flagged  # rebuilt inside a replay
