@@ -153,6 +153,10 @@ def _no_order(stream=0):
     return None
 
 
+def _no_orders():
+    return _no_order, _no_order
+
+
 class SokVariants(sok_steps.EngineStep):
     """The three sok1x ways of one step (sok_steps.EngineStep): on engine arrays (device), through
     the zero-copy seam with PyTorch as the framework (dlpack), and through host staging (host)."""
@@ -232,12 +236,12 @@ class SokVariants(sok_steps.EngineStep):
         """kernels_step with the stream ordering left out (SOK1X_BENCH_UNORDERED=1: what the
         events cost; at one GPU the framework here queues no GPU work, so nothing races)."""
         backend = self.backend
-        wait, release = backend.wait_for_framework, backend.release_to_framework
-        backend.wait_for_framework = backend.release_to_framework = _no_order
+        orders = backend.framework_orders
+        backend.framework_orders = _no_orders
         try:
             return self.kernels_step(keys_torch)
         finally:
-            backend.wait_for_framework, backend.release_to_framework = wait, release
+            backend.framework_orders = orders
 
     def _kernels_step(self, keys_torch):
         forward, backward, update = self._kernel_ops
@@ -561,6 +565,7 @@ def _table_runs(rt, w, device, sok, names):
 
 def host_outputs(backend, outs):
     """One host float array of a step's outputs (torch tensors or backend arrays), flattened."""
+    outs = [torch_kernels.as_torch(o) for o in outs]
     return np.concatenate([(o.cpu().numpy() if torch.is_tensor(o) else np.asarray(
         backend.to_host(o))).reshape(-1) for o in outs])
 

@@ -131,6 +131,8 @@ The seam to a framework (graph_ops/boundary.py, DESIGN D1):
     wait_for_framework(stream=0)        order sok1x's work after the framework's queued work (on
                                         `stream`, a framework's CUstream; cpu: nothing to order)
     release_to_framework(stream=0)      order the framework's later work after sok1x's
+    framework_orders() -> (wait, release)   the two as functions of a stream, to call inside
+                                        engine.runtime.entered() (a kernel call's, looked up once)
     borrow(address, shape, dtype, owner)   an array over a framework's memory at an address (its
                                         TensorFlow kernel's inputs), `owner` kept alive with it
     address_of(array) -> int            where an array's first element lies

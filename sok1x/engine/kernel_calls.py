@@ -294,8 +294,9 @@ def on_call(address, allocator=None):
                 backend.synchronize_device()  # TensorFlow's work, whatever stream it is on
             arguments, owners = _read_inputs(backend, call, fields, on_gpu)
             if on_gpu and not staging:
-                backend.wait_for_framework(stream)
-                lent_memory.calling(functools.partial(backend.wait_for_framework, stream))
+                after_framework, framework_after = backend.framework_orders()
+                after_framework(stream)
+                lent_memory.calling(functools.partial(after_framework, stream))
             if staging:
                 arguments = [_staged(backend, a, k) for a, k in zip(arguments, call.kinds)]
             first = call.check and not call.first_done
@@ -316,7 +317,7 @@ def on_call(address, allocator=None):
                 if on_gpu and staging:
                     backend.synchronize()  # the outputs complete before TensorFlow gets them
                 elif on_gpu:
-                    backend.release_to_framework(stream)
+                    framework_after(stream)
             except BaseException:  # TensorFlow never gets these records, nor releases them
                 for record in records:
                     lent_memory.release(TENSOR_RECORD.unpack_from(record)[1])
@@ -481,9 +482,11 @@ def pack_call(number, inputs, on_gpu, stream=0):
         allocated = _invoke_buffers[(number, len(inputs))] = _Allocated(call, count, len(inputs))
     allocated.arrays = {}
     for index, (address, dtype, shape) in enumerate(inputs):
+        code_bits = _type_codes.get(dtype)
+        if code_bits is None:
+            code_bits = _type_codes[dtype] = dlpack.type_code(dtype)
         TENSOR_RECORD.pack_into(allocated.inputs, index * TENSOR_RECORD.size, int(address), 0,
-                                *dlpack.type_code(dtype), len(shape),
-                                *(tuple(shape) + _NO_DIMS[len(shape):]))
+                                *code_bits, len(shape), *(tuple(shape) + _NO_DIMS[len(shape):]))
     CALL_RECORD.pack_into(allocated.record, 0, number, int(on_gpu), int(stream), 0,
                           len(inputs), ctypes.addressof(allocated.inputs), count,
                           ctypes.addressof(allocated.outputs), 0,
@@ -503,6 +506,7 @@ def unpack_outputs(number, allocated):
 
 
 _invoke_buffers = {}  # (number, inputs) -> invoke()'s records, reused
+_type_codes = {}  # NumPy dtype -> its DLPack (code, bits), for pack_call
 
 
 def release(keep):

@@ -681,6 +681,11 @@ def release_to_framework(stream=0):
     """Nothing to order on the host: the outputs are complete when an op returns."""
 
 
+def framework_orders():
+    """(wait_for_framework, release_to_framework): nothing to order on the host."""
+    return wait_for_framework, release_to_framework
+
+
 def narrow_indices(indices):
     """Returns int32 [n] of int64 positions `indices` [n], each below 2**31."""
     return np.asarray(indices).astype(np.int32)

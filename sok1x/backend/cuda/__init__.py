@@ -562,10 +562,17 @@ def from_dlpack(capsule):
     return wrap(tuple(imported.shape), imported.dtype, cuda_context.foreign_block(imported))
 
 
-@uses_context
 def exportable(array):
     """Returns the GPUArray `array` as to_dlpack hands it over without a copy: C-contiguous and
     64-byte aligned (copied on the device if it is not)."""
+    # the common case without entering the context: a kernel call's every output comes here
+    if is_device_array(array) and is_c_contiguous(array) and not ptr(array) % _ALIGNMENT:
+        return array
+    return _exportable_copy(array)
+
+
+@uses_context
+def _exportable_copy(array):
     array = device_array(array, "array") if not is_device_array(array) else array
     if not is_c_contiguous(array):
         array = to_device(_download(array, "a copy of a strided array for DLPack"))
@@ -587,6 +594,12 @@ def to_dlpack(array):
                                  cuda_context.device_ordinal(), array)
 
 
+def framework_orders():
+    """(wait_for_framework, release_to_framework) as two functions of a framework's stream to
+    call inside engine.runtime.entered(), which look nothing up (a kernel call orders twice)."""
+    return cuda_context.stream_orders()
+
+
 @uses_context
 def wait_for_framework(stream=0):
     """Orders sok1x's stream after the framework's queued work (no host wait): after `stream`, a
@@ -601,13 +614,17 @@ def release_to_framework(stream=0):
     cuda_context.order_default_stream_after(stream)
 
 
-@uses_context
 def borrow(address, shape, dtype, owner=None):
     """Returns a GPUArray over C-contiguous device memory a framework owns at `address` (0 for
     no elements), read and written in place; `owner` lives as long as the array."""
     if not address:
-        return _pooled_empty(shape, dtype)
-    return wrap(tuple(shape), dtype, int(address), base=owner)
+        return _empty_in_context(shape, dtype)
+    return wrap(shape, dtype, int(address), base=owner)  # no allocation: no context needed
+
+
+@uses_context
+def _empty_in_context(shape, dtype):
+    return _pooled_empty(shape, dtype)
 
 
 def address_of(array):

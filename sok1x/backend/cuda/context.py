@@ -355,25 +355,44 @@ def _event(name):
     return events[name]
 
 
+def stream_orders():
+    """Returns (after_framework, framework_after), this context's two stream orders as plain
+    functions of a framework's CUstream (an int), for callers already inside entered() that
+    order once per call (a TensorFlow kernel's call, engine/kernel_calls.py): each is one event
+    record and one stream wait, the driver's functions, events and stream looked up once.
+    after_framework(stream): sok1x's stream waits (on the GPU) for the work queued so far on
+    `stream`. framework_after(stream): `stream` waits for the work queued so far on sok1x's."""
+    orders = _state.get("stream_orders")
+    if orders is None:
+        api = _driver_api()
+        record, wait = api.cuEventRecord, api.cuStreamWaitEvent
+        ready, done, own = _event("framework_ready"), _event("outputs_ready"), stream_handle()
+
+        def after_framework(stream):
+            _checked(record(ready, stream), "cuEventRecord")
+            _checked(wait(own, ready, 0), "cuStreamWaitEvent")
+
+        def framework_after(stream):
+            _checked(record(done, own), "cuEventRecord")
+            _checked(wait(stream, done, 0), "cuStreamWaitEvent")
+
+        orders = _state["stream_orders"] = (after_framework, framework_after)
+    return orders
+
+
 def order_after_default_stream(stream=_LEGACY_STREAM):
     """Makes sok1x's stream wait (on the GPU, no host wait) for everything queued before on
     `stream`, a framework's CUstream as an int (default: the default stream, which itself waits
     for the blocking streams TensorFlow's Python ops queue on): a framework's tensors are
     complete before sok1x's kernels read them. Call inside entered()."""
-    api = _driver_api()
-    event = _event("framework_ready")
-    _checked(api.cuEventRecord(event, stream), "cuEventRecord")
-    _checked(api.cuStreamWaitEvent(stream_handle(), event, 0), "cuStreamWaitEvent")
+    stream_orders()[0](stream)
 
 
 def order_default_stream_after(stream=_LEGACY_STREAM):
     """Makes `stream` (default: the default stream, and so every blocking stream after it) wait,
     on the GPU, for the work queued so far on sok1x's stream: a framework reading sok1x's
     outputs reads them complete. Call inside entered()."""
-    api = _driver_api()
-    event = _event("outputs_ready")
-    _checked(api.cuEventRecord(event, stream_handle()), "cuEventRecord")
-    _checked(api.cuStreamWaitEvent(stream, event, 0), "cuStreamWaitEvent")
+    stream_orders()[1](stream)
 
 
 _POINTER_DEVICE_ORDINAL = 9  # CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
