@@ -82,7 +82,7 @@ def _member_listing(indexes, row_starts, bits, counts, first_segment, lfu):
     are passed by), its first victim's place (counts summed) and first segment."""
     counts = np.asarray(counts, dtype=np.int64)
     first_victim = np.concatenate([[0], np.cumsum(counts)[:-1]])
-    listing = np.array([[0 if index is None else int(index._slots.gpudata),
+    listing = np.array([[0 if index is None else index.slots_address,
                          0 if index is None else index.slot_count, int(start), int(b),
                          int(c), int(v), int(s), int(bool(f))]
                         for index, start, b, c, v, s, f in zip(
@@ -164,7 +164,7 @@ def count_evictable(indexes, statistics, row_starts, found, step):
     kernels = _eviction_kernels()
     if found.shape[0]:
         launch(kernels["mark"], found.shape[0], ptr(found), found.shape[0], ptr(looked))
-    listing = np.array([[int(index._slots.gpudata), index.slot_count, int(start), 0, 0, 0, 0, 0]
+    listing = np.array([[index.slots_address, index.slot_count, int(start), 0, 0, 0, 0, 0]
                         for index, start in zip(indexes, row_starts)], dtype=np.int64)
     members = to_device(listing.reshape(-1))
     launch(kernels["evictable"], max(index.slot_count for index in indexes), ptr(members), parts,

@@ -11,6 +11,7 @@ uploaded per call (one queued copy, no wait); a find's or an erase's reads none 
 uploaded once per layout of the indexes. Keys come with tags, the member of each.
 """
 import collections
+import operator
 
 import numpy as np
 
@@ -58,7 +59,7 @@ def _members(indexes, row_starts, pools=None, into=None):
         # size is a property that may read counts left on the device: read where needed, once
         size = index.size if pool_of[1] is None or len(pool_of) < 3 else 0
         pool = pool_of[0]
-        row[:] = (int(index._slots.gpudata), index.slot_count,
+        row[:] = (index.slots_address, index.slot_count,
                   size if pool_of[1] is None else int(pool_of[1]),
                   index.capacity - size if len(pool_of) < 3 else int(pool_of[2]), int(start),
                   0 if pool is None or not pool.shape[0] else ptr(pool),
@@ -96,9 +97,8 @@ def _insert_layout(indexes, row_starts):
     """hash_insert_members' host list of a layout of the indexes with sizes 0 and the room
     their capacities (slots, slot counts and row starts change only where an index is rebuilt
     or the rows are laid out again)."""
-    key = (tuple(int(index._slots.gpudata) for index in indexes),
-           tuple(index.capacity for index in indexes),
-           tuple(int(s) for s in row_starts[:len(indexes)]))
+    key = (tuple(map(_slots_address, indexes)), tuple(map(_capacity, indexes)),
+           _starts_key(row_starts, len(indexes)))
     listing = _insert_layouts.get(key)
     if listing is None:
         listing = np.zeros((len(indexes), 7), dtype=np.int64)
@@ -113,6 +113,17 @@ def _insert_layout(indexes, row_starts):
 
 
 _LAYOUTS_KEPT = 64
+# A layout's key is read at every step from every member: attribute getters and map, which run
+# without a Python frame per member (a group of 26 tables).
+_slots_address = operator.attrgetter("slots_address")
+_capacity = operator.attrgetter("capacity")
+_slot_count = operator.attrgetter("slot_count")
+
+
+def _starts_key(row_starts, members):
+    """The first `members` row starts as a tuple of ints (a layout's key)."""
+    starts = row_starts[:members]
+    return tuple(starts.tolist() if isinstance(starts, np.ndarray) else map(int, starts))
 _layouts = collections.OrderedDict()  # (slots, slot counts, row starts) -> device list
 
 
@@ -121,9 +132,8 @@ def _probe_members(indexes, row_starts):
     erase: slots, slot count and row start are all it reads; sizes, room and pools are 0).
     These change only when an index is rebuilt or the group's rows are laid out again, so the
     list is uploaded once per layout (an evicting step probes twice)."""
-    key = (tuple(int(index._slots.gpudata) for index in indexes),
-           tuple(index.slot_count for index in indexes),
-           tuple(int(s) for s in row_starts[:len(indexes)]))  # (row_starts may end the rows)
+    key = (tuple(map(_slots_address, indexes)), tuple(map(_slot_count, indexes)),
+           _starts_key(row_starts, len(indexes)))  # (row_starts may end the rows)
     members = _layouts.get(key)
     if members is None:
         listing = np.zeros((len(indexes), 7), dtype=np.int64)
@@ -227,7 +237,7 @@ def _slot_listing(indexes):
     """Host int64 (first slot among all of them, slots' address, slot count) per index."""
     counts = np.array([index.slot_count for index in indexes], dtype=np.int64)
     starts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
-    addresses = np.array([int(index._slots.gpudata) for index in indexes], dtype=np.int64)
+    addresses = np.array([index.slots_address for index in indexes], dtype=np.int64)
     return starts, addresses, counts
 
 
