@@ -215,6 +215,7 @@ def _pooled_block_class():
         def __init__(self, allocation, context, pop):
             super(PooledBlock, self).__init__()
             self._allocation, self._context, self._pop = allocation, context, pop
+            self.address = int(allocation)  # read as an attribute: no Python call (ptr)
 
         def get_pointer(self):
             return int(self._allocation)
@@ -300,6 +301,7 @@ def _foreign_block_class():
         def __init__(self, imported):
             super(ForeignBlock, self).__init__()
             self.imported = imported
+            self.address = imported.address  # (as the pool's blocks: see PooledBlock)
 
         def get_pointer(self):
             return self.imported.address

@@ -85,7 +85,13 @@ def launch(function, work_items, *args, block=BLOCK, blocks=None):
 
 def ptr(array):
     """Device address of a GPUArray (0 for an empty one)."""
-    return 0 if array.gpudata is None else int(array.gpudata)
+    data = array.gpudata
+    if data is None:
+        return 0
+    # the pool's blocks carry their address (context.py): int() of one is a Python call, and
+    # a step asks dozens of addresses
+    address = getattr(data, "address", None)
+    return int(data) if address is None else address
 
 
 NOT_SPLIT = np.iinfo(np.int64).max  # SplitRows.split of a plain array (common.cuh)
