@@ -4,12 +4,12 @@
 #      (SOK1X_VENV37, default .venv37/)
 #   B  TensorFlow 2.15 on the python3 on PATH (SOK1X_VENV, default .venv/)
 # Each lane runs the serial tests (lane B leaves those that run no TensorFlow to lane A, and
-# builds docs/, warnings as errors) beside its one-rank MPI jobs (two cores: each takes one),
-# then the MPI tests as real jobs of 2 and 4 ranks; its MPI jobs run through sok1x's TensorFlow
-# kernels, built from this checkout against the lane's TensorFlow (4 ranks on the subset
-# below), and one more job at 2 ranks on the lane's old seam (A: host staging, B: zero-copy
-# through DLPack). Each lane prints one line of its totals and wall time; the last line is the
-# total over both: `total: N passed, N failed, N skipped`.
+# builds docs/, warnings as errors), then the MPI
+# tests as real jobs of 1, 2 and 4 ranks through sok1x's TensorFlow kernels, built from this
+# checkout against the lane's TensorFlow (4 ranks on the subset below), and one more
+# job at 2 ranks on the lane's old seam (A: host staging, B: zero-copy through DLPack), and
+# prints one line of its totals and wall time; the last line is the total over both:
+# `total: N passed, N failed, N skipped`.
 # No GPU needed. SOK1X_LANES picks lanes ("A B" by default; "A" or "B" runs one). Python 3.7 is
 # found as scripts/setup.sh says (SOK1X_PY37, or pyenv's 3.7.16).
 set -euo pipefail
@@ -79,59 +79,34 @@ run_lane() {
     summaries+=("lane $name ($label): set-up failed")
     return
   fi
-  # The serial tests run mostly on one core, and so do one-rank jobs: the serial tests run
-  # beside the lane's one-rank MPI jobs (and lane B's documentation build), their output shown
-  # once they end. SOK1X_TEST_LANE: lane B leaves the serial tests that run no TensorFlow to A.
-  echo "== lane $name: serial tests, beside the one-rank jobs (output when they end)"
-  local serial_log=$results/$name/serial.log serial_pid serial_status=0
+  echo "== lane $name: serial tests"
+  # SOK1X_TEST_LANE: lane B leaves the serial tests that run no TensorFlow to lane A
   PATH="$venv/bin:$PATH" SOK1X_TEST_LANE=$name python -m pytest -q -p no:cacheprovider \
-    --timeout=600 -rs --junitxml="$results/$name/serial.xml" "$root/tests/cpu" \
-    >"$serial_log" 2>&1 &
-  serial_pid=$!
+    --timeout=600 -rs --junitxml="$results/$name/serial.xml" "$root/tests/cpu" || status=$?
   lane_files+=("$results/$name/serial.xml")
-  local -a later=()
-  for job in "$@"; do
-    IFS=: read -r seam ranks subset capacity bounded <<<"$job"
-    if [ "$ranks" != 1 ]; then
-      later+=("$job")
-      continue
-    fi
-    run_mpi_job "$job"
-  done
   if [ "$name" = B ]; then  # MkDocs runs on lane B's Python only: the docs, warnings as errors
     echo "== lane $name: documentation build"
     bash "$root/scripts/docs.sh" "$venv" || { echo "== documentation build FAILED"; status=1; }
   fi
-  wait "$serial_pid" || serial_status=$?
-  echo "== lane $name: serial tests (rc=$serial_status)"
-  cat "$serial_log"
-  [ "$serial_status" = 0 ] || status=$serial_status
-  for job in "${later[@]}"; do
-    run_mpi_job "$job"
+  for job in "$@"; do
+    IFS=: read -r seam ranks subset capacity bounded <<<"$job"
+    xml="$results/$name/mpi-$ranks-$seam${bounded:+-bounded}.xml"
+    tests=("$root/tests/mpi")
+    if [ -n "$subset" ] && [ "${SOK1X_RANK4:-}" != all ]; then
+      tests=("${rank4_files[@]/#/$root/tests/mpi/}")
+    fi
+    echo "== lane $name: MPI tests on $ranks ranks, $seam seam${subset:+ (${#tests[@]} files)}"\
+      "${capacity:+(per-peer capacities)}${bounded:+(bounded steps)}"
+    log="$results/$name/mpi-$ranks-$seam${bounded:+-bounded}.log"
+    run_job "$venv" "$seam" "$ranks" "$capacity" "$bounded" "$xml" "$log" "${tests[@]}" \
+      || status=$?
+    logs+=("$xml:$log")
+    lane_files+=("$xml")
   done
   files+=("${lane_files[@]}")
   # Named one by one: a job that aborted wrote no file, and that must count as a failure.
   summaries+=("$(python3 "$root/scripts/junit_total.py" --label "lane $name ($label)" \
     "${lane_files[@]}" || true), $((SECONDS - start)) s")
-}
-
-# run_mpi_job JOB: one of run_lane's MPI jobs (seam:ranks[:subset[:capacity[:bounded]]]), in
-# run_lane's variables (name, venv, lane_files, status).
-run_mpi_job() {
-  local seam ranks subset capacity bounded xml log tests
-  IFS=: read -r seam ranks subset capacity bounded <<<"$1"
-  xml="$results/$name/mpi-$ranks-$seam${bounded:+-bounded}.xml"
-  tests=("$root/tests/mpi")
-  if [ -n "$subset" ] && [ "${SOK1X_RANK4:-}" != all ]; then
-    tests=("${rank4_files[@]/#/$root/tests/mpi/}")
-  fi
-  echo "== lane $name: MPI tests on $ranks ranks, $seam seam${subset:+ (${#tests[@]} files)}"\
-    "${capacity:+(per-peer capacities)}${bounded:+(bounded steps)}"
-  log="$results/$name/mpi-$ranks-$seam${bounded:+-bounded}.log"
-  run_job "$venv" "$seam" "$ranks" "$capacity" "$bounded" "$xml" "$log" "${tests[@]}" \
-    || status=$?
-  logs+=("$xml:$log")
-  lane_files+=("$xml")
 }
 
 for lane in $lanes; do
