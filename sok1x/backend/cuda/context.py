@@ -366,6 +366,17 @@ def stream_orders():
     `stream`. framework_after(stream): `stream` waits for the work queued so far on sok1x's."""
     orders = _state.get("stream_orders")
     if orders is None:
+        orders = _made_stream_orders()
+    return orders
+
+
+def _made_stream_orders():
+    # made once a context, under the activation lock (a release meanwhile would otherwise find
+    # them put back into its emptied state) and inside the context (the events are made here)
+    with _activation_lock, _ENTERED:
+        orders = _state.get("stream_orders")
+        if orders is not None:
+            return orders
         api = _driver_api()
         record, wait = api.cuEventRecord, api.cuStreamWaitEvent
         ready, done, own = _event("framework_ready"), _event("outputs_ready"), stream_handle()
@@ -379,7 +390,7 @@ def stream_orders():
             _checked(wait(stream, done, 0), "cuStreamWaitEvent")
 
         orders = _state["stream_orders"] = (after_framework, framework_after)
-    return orders
+        return orders
 
 
 def order_after_default_stream(stream=_LEGACY_STREAM):
