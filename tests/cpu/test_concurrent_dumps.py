@@ -7,7 +7,6 @@ sok1x.Variable tables; SOK's reader reads each table's last round too) and shard
 import os
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -29,10 +28,10 @@ def test_concurrent_dumps_into_one_folder_keep_every_table(tmp_path, file_format
     # The jobs dump round after round through sok1x's eager v2 calls (the folder's lock is the
     # engine's, whatever the TensorFlow; test_sharded_checkpoint covers dumps in graph mode).
     skip_before_tensorflow((2, 0), "eager execution (the jobs run SOK's v2 calls at once)")
-    folder = str(tmp_path / "dumps")
-    start_at = time.time() + 20  # both jobs up and waiting by then
-    jobs = {"alpha": _start(1, "dump", file_format, folder, "alpha", start_at, ROUNDS),
-            "beta": _start(2, "dump", file_format, folder, "beta", start_at, ROUNDS)}
+    folder, start = str(tmp_path / "dumps"), tmp_path / "start"
+    start.mkdir()  # the jobs' ready files: both start their rounds once both are up
+    jobs = {"alpha": _start(1, "dump", file_format, folder, "alpha", start, 2, ROUNDS),
+            "beta": _start(2, "dump", file_format, folder, "beta", start, 2, ROUNDS)}
     for tag, job in jobs.items():
         stdout, stderr = job.communicate(timeout=240)
         assert job.returncode == 0 and "DUMPED " + tag in stdout, stdout + stderr[-4000:]

@@ -1,8 +1,9 @@
 """An MPI job for test_concurrent_dumps: jobs that sok1x.dump their own tables into one folder at
 the same time, round after round, and one that loads every table afterwards.
 
-    concurrent_dump_job.py dump  <format> <folder> <tag> <start_at> <rounds>   tables
-        '<tag>_t0..2' (eager sok1x.Variable): from time start_at on, each round assigns
+    concurrent_dump_job.py dump  <format> <folder> <tag> <start> <jobs> <rounds>   tables
+        '<tag>_t0..2' (eager sok1x.Variable): once every one of the <jobs> jobs has made its
+        tables (each says so by a file "ready-<tag>" in folder <start>), each round assigns
         round-made values to every row and dumps the tables into <folder> in <format> ("sok":
         sok.dump's default, SOK's files; "sharded"). Prints "DUMPED <tag>".
     concurrent_dump_job.py check <format> <folder> <rounds> <tag>...   loads every tag's tables
@@ -39,17 +40,30 @@ def tables_of(tag):
             for t in range(TABLES)]
 
 
-def dump(file_format, folder, tag, start_at, rounds):
+def dump(file_format, folder, tag, start, jobs, rounds):
     tables = tables_of(tag)
     keys = np.arange(ROWS, dtype=np.int64)
-    while time.time() < float(start_at):
-        time.sleep(0.01)
+    start_together(start, tag, int(jobs))
     for round_ in range(int(rounds)):
         for t, table in enumerate(tables):
             sok.assign(table, keys, values_of(tag, t, round_))
         sok.dump(folder, tables, file_format=None if file_format == "sok" else file_format)
     COMM.barrier()
     print("DUMPED %s" % tag, flush=True)
+
+
+def start_together(start, tag, jobs, limit_s=120.0):
+    """Returns once `jobs` jobs (this one included) have each put their ready file into folder
+    `start`: every rank of every job starts its rounds within a few milliseconds of the others."""
+    COMM.barrier()  # this job's ranks are all up
+    if COMM.rank == 0:
+        with open(os.path.join(start, "ready-%s" % tag), "w"):
+            pass
+    deadline = time.time() + limit_s
+    while sum(name.startswith("ready-") for name in os.listdir(start)) < jobs:
+        if time.time() > deadline:
+            raise RuntimeError("%s: the other jobs were not ready within %.0f s" % (tag, limit_s))
+        time.sleep(0.005)
 
 
 def check(file_format, folder, rounds, *tags):
