@@ -24,10 +24,11 @@ files=()
 summaries=()
 logs=()  # "XML:LOG" of each MPI job
 
-# The 4-rank passes run these files only (CI time: a 4-rank job on 2 cores is the slowest; the
-# whole of tests/mpi at 4 ranks took 7 min in lane B): every front door (v1 layers, v2 in graph
-# mode, DeepRec), the ordering of collectives, the seam and its kernels, and checkpoints.
-# SOK1X_RANK4=all runs the whole of tests/mpi there.
+# The 4-rank passes and lane A's one-rank pass with bounded steps run these files only (CI time:
+# a 4-rank job on 2 cores is the slowest; the whole of tests/mpi at 4 ranks took 7 min in lane
+# B): every front door (v1 layers, v2 in graph mode, DeepRec), the ordering of collectives, the
+# seam and its kernels, checkpoints, and the bounded and replayed steps. SOK1X_RANK4=all runs
+# the whole of tests/mpi there.
 rank4_files=(test_dense_embedding.py test_sparse_embedding.py test_sok_programs.py test_v2_api.py
   test_group_embedding.py test_group_feature_columns.py test_deeprec_seed.py test_ordering.py
   test_keyed_seam.py test_seam.py test_kernel_ops.py test_sok_v1_saver.py
@@ -112,10 +113,11 @@ run_lane() {
 for lane in $lanes; do
   case $lane in
     # sok1x's kernels ("auto": built on first use), at one rank also with bounded steps
-    # (SOK1X_BOUNDED_STEP=1, about 90 s), then host staging, TensorFlow 1.15's seam where the
-    # kernels cannot be built, forced.
+    # (SOK1X_BOUNDED_STEP=1) on the 4-rank files (every front door, the bounded and replayed
+    # steps: about 50 s, where the whole of tests/mpi took 130-270), then host staging,
+    # TensorFlow 1.15's seam where the kernels cannot be built, forced.
     A) run_lane A "${SOK1X_VENV37:-$root/.venv37}" test37 "TensorFlow 1.15.5, Python 3.7" \
-         auto:1 auto:1:::bounded auto:2 auto:4:subset host:2 ;;
+         auto:1 auto:1:subset::bounded auto:2 auto:4:subset host:2 ;;
     # sok1x's kernels, then the zero-copy seam (DLPack: eager programs' seam, and graph mode's
     # where the kernels cannot be built), forced, with lookups sized by per-peer capacities. Host staging on this TensorFlow runs where
     # SOK1X_SEAM forces it (graph_ops/boundary.py) in the serial tests that force it
