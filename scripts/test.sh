@@ -114,7 +114,7 @@ for lane in $lanes; do
   case $lane in
     # sok1x's kernels ("auto": built on first use), at one rank also with bounded steps
     # (SOK1X_BOUNDED_STEP=1) on the 4-rank files (every front door, the bounded and replayed
-    # steps: about 50 s, where the whole of tests/mpi took 130-270), then host staging,
+    # steps: 24-31 s, where the whole of tests/mpi took 130-270), then host staging,
     # TensorFlow 1.15's seam where the kernels cannot be built, forced.
     A) run_lane A "${SOK1X_VENV37:-$root/.venv37}" test37 "TensorFlow 1.15.5, Python 3.7" \
          auto:1 auto:1:subset::bounded auto:2 auto:4:subset host:2 ;;

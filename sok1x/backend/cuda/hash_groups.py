@@ -113,6 +113,7 @@ def _insert_layout(indexes, row_starts):
 
 
 _LAYOUTS_KEPT = 64
+_layouts = collections.OrderedDict()  # (slots, slot counts, row starts) -> device list
 # A layout's key is read at every step from every member: attribute getters and map, which run
 # without a Python frame per member (a group of 26 tables).
 _slots_address = operator.attrgetter("slots_address")
@@ -124,7 +125,6 @@ def _starts_key(row_starts, members):
     """The first `members` row starts as a tuple of ints (a layout's key)."""
     starts = row_starts[:members]
     return tuple(starts.tolist() if isinstance(starts, np.ndarray) else map(int, starts))
-_layouts = collections.OrderedDict()  # (slots, slot counts, row starts) -> device list
 
 
 def _probe_members(indexes, row_starts):
