@@ -33,7 +33,10 @@ def sok1x_losses(rank, size):
         layer = sok1x.All2AllDenseEmbedding(64, DIM, SLOTS, NNZ,
                                             embedding_initializer="random_uniform")
         # Each rank starts its dense kernel differently; Horovod's hook must make them rank 0's.
-        kernel = tf1.Variable(tf1.random_normal([SLOTS * NNZ * DIM, 1], seed=rank), name="kernel")
+        # A resource variable (here and in the reference): TensorFlow 1.15's ref variable hands
+        # the matmul's gradient a view its own update may already have changed in place.
+        kernel = tf1.Variable(tf1.random_normal([SLOTS * NNZ * DIM, 1], seed=rank),
+                              name="kernel", use_resource=True)
         logits = model(layer(tf1.constant(local_part(keys, rank, size))), kernel)
         errors = tf1.square(logits - local_part(labels, rank, size))
         local_loss = tf1.reduce_sum(errors) / float(PER_RANK * size)
@@ -63,8 +66,8 @@ def reference_losses(layer, keys, labels, kernel0):
     graph = tf1.Graph()
     unique, values = full_table(layer, keys)
     with graph.as_default():
-        table = tf1.Variable(values)
-        kernel = tf1.Variable(kernel0)
+        table = tf1.Variable(values, use_resource=True)
+        kernel = tf1.Variable(kernel0, use_resource=True)
         vectors = tf1.nn.embedding_lookup(table, np.searchsorted(unique, keys))
         loss = tf1.reduce_mean(tf1.square(model(vectors, kernel) - labels))
         train = tf1.train.GradientDescentOptimizer(LR).minimize(loss)
