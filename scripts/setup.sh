@@ -13,7 +13,7 @@
 # python3.7 on PATH.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-venv=${1:-$root/.venv}
+venv=$(realpath -m "${1:-$root/.venv}")  # absolute: pip builds mpi4py elsewhere, with its mpicc
 what=${2:-test}
 case $what in
   test|demo) python=python3 ;;

@@ -21,6 +21,7 @@ from sok1x.backend import random_init  # noqa: E402
 from sok1x.engine import api, runtime  # noqa: E402
 from sok1x.engine.lookup import bounded_step, replayed_step  # noqa: E402
 from sok1x.engine.lookup.keyed import KeyedInput  # noqa: E402
+from sok1x.engine.op_order import OpId  # noqa: E402
 from sok1x.errors import InvalidInputError  # noqa: E402
 
 pytestmark = [pytest.mark.timeout(300, method="thread"), pytest.mark.usefixtures("engine")]
@@ -69,18 +70,23 @@ def distinct_keys(rng, lengths=LENGTHS):
     return np.concatenate([rng.permutation(rows)[:n] for rows, n in zip(ROWS, lengths)])
 
 
-def step(names, keys, rule, number, replay, scale=None, lengths=LENGTHS):
+def step(names, keys, rule, number, replay, scale=None, lengths=LENGTHS, tower=False):
     """A keyed lookup, backward and keyed update of `names`: host (output, values, rows,
-    counts)."""
+    counts). tower: the lookup and its backward are a tower's first two ops (a graph's way: the
+    backward opens no step, and reads the forward's checks once its work is queued), not two
+    ops named alone."""
     backend = runtime.get().backend
+    ops = [names[0] + "_fwd", names[0] + "_bwd"]
+    if tower:
+        ops = [OpId(op, names[0], place) for place, op in enumerate(ops)]
     with runtime.entered():
         item = KeyedInput(backend.asarray(keys), lengths, None, lengths, None, "sum")
-        out, token = api.keyed_lookup(names, names[0] + "_fwd", item, True, checks="backward",
+        out, token = api.keyed_lookup(names, ops[0], item, True, checks="backward",
                                       replay=replay)
         copied = host(out)  # a replay rewrites it
         grads = out if scale is None else backend.scale_rows(
             out, backend.asarray(np.full(out.shape[0], scale, np.float32)))
-        values, rows, counts = api.keyed_lookup_grad(names, names[0] + "_bwd", token, grads)
+        values, rows, counts = api.keyed_lookup_grad(names, ops[1], token, grads)
         got = copied, host(values), host(rows), np.array(counts)
         api.apply_keyed_update(names, rule, RULES[rule], {}, hyper(rule, number), values, rows,
                                counts)
@@ -193,12 +199,12 @@ def test_a_bad_key_of_one_member_fails_and_changes_nothing():
 HASH_LENGTHS = np.array([3000, 1500, 0, 2500])
 
 
-def hash_run(steps, replay, bad_step=None):
+def hash_run(steps, replay, bad_step=None, tower=False):
     """Keyed steps of a hash group (v1 hash tables, made anew under one set of names: a hash
     table's first values follow from its name) for each keys of `steps`; bad_step: a step whose
     member 1 gets a negative key, which must fail naming it and change no size. Returns (each
     step's host output and counts, or None, the sizes, the trained vectors of every key seen,
-    held(), launches of the last replayed forward and backward)."""
+    held(), launches of the last replayed forward and backward); tower: as step()'s."""
     fresh()
     names = ["hash_replay_%d" % t for t in range(len(HASH_LENGTHS))]
     for name in names:
@@ -211,12 +217,13 @@ def hash_run(steps, replay, bad_step=None):
             keys[int(HASH_LENGTHS[0]) + 11] = -3
             sizes = [api.shard(n).index.size for n in names]
             with pytest.raises(InvalidInputError, match=names[1]):
-                step(names, keys, "lazy_adam", number, replay, lengths=HASH_LENGTHS)
+                step(names, keys, "lazy_adam", number, replay, lengths=HASH_LENGTHS,
+                     tower=tower)
             assert [api.shard(n).index.size for n in names] == sizes
             results.append(None)
             continue
         before = backend.counts()["launches"]
-        got = step(names, keys, "lazy_adam", number, replay, lengths=HASH_LENGTHS)
+        got = step(names, keys, "lazy_adam", number, replay, lengths=HASH_LENGTHS, tower=tower)
         results.append((got[0], got[3]))
         launches = backend.counts()["launches"] - before
     every = np.unique(np.concatenate(steps))
@@ -237,17 +244,19 @@ def hash_keys(seed, count):
             for _ in range(count)]
 
 
+@pytest.mark.parametrize("tower", [False, True], ids=["alone", "tower"])
 @pytest.mark.parametrize("bad_step", [None, 5], ids=["steps", "a_negative_key"])
-def test_a_hash_group_replays_its_inserts(bad_step):
+def test_a_hash_group_replays_its_inserts(bad_step, tower):
     """A hash group's keyed steps with their inserts replayed (table_group.ReplayedInsert)
     against the same steps uncaptured: outputs and counts bit for bit, the sizes, and the
     trained vector of every key (the two ways may hand out other rows: the insert's threads
     place keys in any order); a replayed step's forward and backward launch one kernel of their
     own (the clock's write) beside their graphs; a negative key fails its step, naming its
-    member, with no size changed, and the replays go on."""
+    member, with no size changed, and the replays go on; in a tower (tower) the forward
+    leaves its checks to its backward, which fails the step and undoes the insert."""
     steps = hash_keys(13, 10)
-    got = hash_run(steps, True, bad_step)
-    want = hash_run(steps, False, bad_step)
+    got = hash_run(steps, True, bad_step, tower)
+    want = hash_run(steps, False, bad_step, tower)
     for a, b in zip(got[0], want[0]):
         assert (a is None) == (b is None)
         for x, y in zip(a or (), b or ()):
@@ -329,7 +338,7 @@ def test_a_replayed_inserts_member_list_from_its_sizes_equals_the_list_read_whol
             np.testing.assert_array_equal(host(given), whole, err_msg="step %d" % step)
 
 
-def hybrid_run(steps, replay, bad_step, monkeypatch, full=False, rows=8192):
+def hybrid_run(steps, replay, bad_step, monkeypatch, full=False, rows=8192, tower=False):
     """Keyed steps of a hybrid group (hybrid DynamicVariables whose rows stay in GPU memory, 4096
     rows a member growing to 6144, LRU; made anew under one set of names) for each keys of
     `steps`; bad_step: a step whose member 1 gets a negative key, which must fail naming it.
@@ -337,7 +346,8 @@ def hybrid_run(steps, replay, bad_step, monkeypatch, full=False, rows=8192):
     steps evict in place once they are full. Returns (each step's host output and counts, or
     None, per member {key: (vector, its lookup count, its last step counted back from the
     journal's step)} of every key it holds, the keys it evicted (full: their count), held(),
-    [(replayed, keys evicted so far, evicting)] of each ReplayedInsert.ready)."""
+    [(replayed, keys evicted so far, evicting)] of each ReplayedInsert.ready); tower: as
+    step()'s."""
     from sok1x.engine.lookup import table_group
     from sok1x.engine.tables.dynamic_table import make_dynamic
     fresh()
@@ -360,10 +370,11 @@ def hybrid_run(steps, replay, bad_step, monkeypatch, full=False, rows=8192):
             keys = keys.copy()
             keys[int(HASH_LENGTHS[0]) + 11] = -3
             with pytest.raises(InvalidInputError, match=names[1]):
-                step(names, keys, "lazy_adam", number, replay, lengths=HASH_LENGTHS)
+                step(names, keys, "lazy_adam", number, replay, lengths=HASH_LENGTHS,
+                     tower=tower)
             results.append(None)
             continue
-        got = step(names, keys, "lazy_adam", number, replay, lengths=HASH_LENGTHS)
+        got = step(names, keys, "lazy_adam", number, replay, lengths=HASH_LENGTHS, tower=tower)
         results.append((got[0], got[3]))
     states, evicted = [], []
     with runtime.entered():
@@ -410,18 +421,20 @@ def hybrid_keys(seed):
     return steps
 
 
+@pytest.mark.parametrize("tower", [False, True], ids=["alone", "tower"])
 @pytest.mark.parametrize("bad_step", [None, 6], ids=["steps", "a_negative_key"])
-def test_a_hybrid_group_replays_its_steps_with_room(bad_step, monkeypatch):
+def test_a_hybrid_group_replays_its_steps_with_room(bad_step, tower, monkeypatch):
     """A hybrid group's keyed steps whose new keys fit replay their insert, and count their
     lookup in the rows' statistics after the checks (table_group.ReplayedInsert); steps that
     grow or evict run uncaptured, and the steps after them replay again. Against the same steps
     uncaptured: outputs and counts bit for bit, and per member the keys held, each one's
     trained vector, lookup count and last step, and the keys evicted (rows may differ: the
     insert's threads place keys in any order); a negative key in a replayed step fails it,
-    naming its member, and counts nothing."""
+    naming its member, and counts nothing; in a tower (tower) the backward reads the checks
+    and counts the lookup once its own work is queued."""
     steps = hybrid_keys(17)
-    got = hybrid_run(steps, True, bad_step, monkeypatch)
-    want = hybrid_run(steps, False, bad_step, monkeypatch)
+    got = hybrid_run(steps, True, bad_step, monkeypatch, tower=tower)
+    want = hybrid_run(steps, False, bad_step, monkeypatch, tower=tower)
     assert_same_hybrid_runs(got, want)
     assert sum(len(e) for e in got[2]) > 0
     assert got[3] == (1, 1) and want[3] == (0, 0)
@@ -443,10 +456,12 @@ def crowded_keys(rng, count):
     return steps
 
 
-@pytest.mark.parametrize("bad_step, crowded", [
-    (None, False), (12, False), (None, "before"), (None, "inside")],
-    ids=["steps", "a_negative_key", "crowded", "crowded_rebuilt_inside"])
-def test_a_full_hybrid_group_replays_its_evicting_steps(bad_step, crowded, monkeypatch):
+@pytest.mark.parametrize("bad_step, crowded, tower", [
+    (None, False, False), (12, False, False), (None, "before", False), (None, "inside", False),
+    (12, False, True), (None, "inside", True)],
+    ids=["steps", "a_negative_key", "crowded", "crowded_rebuilt_inside", "a_negative_key_tower",
+         "crowded_rebuilt_inside_tower"])
+def test_a_full_hybrid_group_replays_its_evicting_steps(bad_step, crowded, tower, monkeypatch):
     """Hybrid members of 8192 rows that drop what they evict, new keys at every step: once the
     members with keys are full, every step evicts in place, and those steps are a class of their
     own, recorded with the pick, the erase and the insert into the victims' rows
@@ -460,7 +475,8 @@ def test_a_full_hybrid_group_replays_its_evicting_steps(bad_step, crowded, monke
     runs the step uncaptured where even that falls short, so nothing is said of how many
     replay; "inside" (the default), the recorded work rebuilds an index whose empty slots are
     fewer than its new keys between its erase and its insert, as the uncaptured step rebuilds a
-    worn one, so these steps replay too."""
+    worn one, so these steps replay too. tower: the backward, a tower's second op, reads the
+    forward's checks and the eviction's counts once its own work is queued."""
     from sok1x.engine.lookup import table_group
     monkeypatch.setattr(table_group, "REBUILD_INSIDE_BYTES",
                         (256 << 20) if crowded == "inside" else 0)
@@ -468,8 +484,8 @@ def test_a_full_hybrid_group_replays_its_evicting_steps(bad_step, crowded, monke
     steps = crowded_keys(rng, 16) if crowded else [
         np.concatenate([rng.permutation(10 ** 6)[:n] for n in HASH_LENGTHS]) for _ in range(16)]
     rows = 2048 if crowded else 8192
-    got = hybrid_run(steps, True, bad_step, monkeypatch, full=True, rows=rows)
-    want = hybrid_run(steps, False, bad_step, monkeypatch, full=True, rows=rows)
+    got = hybrid_run(steps, True, bad_step, monkeypatch, full=True, rows=rows, tower=tower)
+    want = hybrid_run(steps, False, bad_step, monkeypatch, full=True, rows=rows, tower=tower)
     assert_same_hybrid_runs(got, want)
     assert sum(int(e[0]) for e in got[2]) > 0
     evicting = [ok for ok, _, evicts in got[4] if evicts]

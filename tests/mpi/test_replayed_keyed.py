@@ -24,6 +24,7 @@ from sok1x.engine import api, runtime
 from sok1x.engine.lookup import (bounded_step, key_exchange, keyed, peer_capacity, replayed_step,
                                  table_group)
 from sok1x.engine.lookup.keyed import KeyedInput
+from sok1x.engine.op_order import OpId
 from sok1x.engine.tables import optimizer_updates
 from sok1x.engine.tables.dynamic_table import make_dynamic
 from sok1x.errors import InvalidInputError, TableFullError
@@ -74,15 +75,19 @@ def step(names, keys, lengths, scale, rule, number, replay, checks="backward", p
          given=None, clip=None, segment_ids=None, weights=None):
     """A keyed lookup, backward and keyed update of `names`; returns host copies of (output,
     values, rows, counts). scale None: the output itself is the top gradient; clip: the update
-    gets the values times it; prefix and given: as RULES' and step_rules.hyper's."""
+    gets the values times it; prefix and given: as RULES' and step_rules.hyper's;
+    checks="tower": "backward", the lookup and its backward the first two ops of a tower (as a
+    graph's are: the backward opens no step), not two ops named alone."""
+    ops = [names[0] + "_fwd", names[0] + "_bwd"]
+    if checks == "tower":
+        checks, ops = "backward", [OpId(op, names[0], place) for place, op in enumerate(ops)]
     segments = lengths if segment_ids is None else np.array(
         [int(s.max()) + 1 if s.size else 0 for s in np.split(segment_ids, np.cumsum(lengths)[:-1])])
     item = KeyedInput(keys, lengths, segment_ids, segments, weights, "sum")
-    out, token = api.keyed_lookup(names, names[0] + "_fwd", item, True, checks=checks,
-                                  replay=replay)
+    out, token = api.keyed_lookup(names, ops[0], item, True, checks=checks, replay=replay)
     copied = np.array(out)  # a replayed output is rewritten by the next replay
     grads = out if scale is None else out * scale
-    values, rows, counts = api.keyed_lookup_grad(names, names[0] + "_bwd", token, grads)
+    values, rows, counts = api.keyed_lookup_grad(names, ops[1], token, grads)
     copies = np.array(values), np.array(rows), np.array(counts)
     api.apply_keyed_update(names, rule, prefix or RULES[rule][0], {},
                            given or hyper(rule, number),
@@ -427,7 +432,7 @@ def assert_same_hash_runs(got, want):
         assert size == want_size
 
 
-@pytest.mark.parametrize("checks", ["backward", "end"])
+@pytest.mark.parametrize("checks", ["backward", "end", "tower"])
 def test_a_hash_group_replays_its_inserts(checks):
     """A hash group's keyed steps replay their inserts (table_group.ReplayedInsert: each
     member's next rows and the time stamp written before each replay), new keys arriving at
@@ -452,7 +457,7 @@ def test_a_hash_step_whose_members_might_fill_up_is_not_replayed():
         assert got[2][0] == 1
 
 
-@pytest.mark.parametrize("checks", ["backward", "end"])
+@pytest.mark.parametrize("checks", ["backward", "end", "tower"])
 def test_a_negative_key_fails_a_replayed_hash_step_and_inserts_nothing(checks):
     """A negative key (one rank's, of one member) in a replayed hash step: the recorded insert
     passes it by, the step fails on every rank naming the member, no table changes (values,
@@ -464,6 +469,41 @@ def test_a_negative_key_fails_a_replayed_hash_step_and_inserts_nothing(checks):
     assert_same_hash_runs(got, want)
     if SIZE == 1:
         assert got[2] == (1, 1)
+
+
+def test_a_replayed_hash_forward_in_a_tower_leaves_its_checks_to_its_backward(monkeypatch):
+    """One rank (hash groups replay there only): the replayed forward of a hybrid group whose
+    steps have room, the first op of a tower, returns with its key checks unread (no wait for
+    its work: the step's wait is its backward's, once that work is queued); its backward reads
+    them, and only then is the lookup counted in the rows' statistics (ReplayedInsert.checked).
+    Named alone, the backward opens a step of its own, so it reads them before anything else."""
+    if SIZE > 1:
+        pytest.skip("hash groups replay on one rank only")
+    events = []
+    lookup, grad, checked = (api.keyed_lookup, api.keyed_lookup_grad,
+                             table_group.ReplayedInsert.checked)
+
+    def noted_lookup(*args, **kwargs):
+        result = lookup(*args, **kwargs)
+        with runtime.entered() as rt:
+            events.append(("forward", len(rt.unread_checks)))
+        return result
+
+    def noted_grad(*args, **kwargs):
+        events.append(("backward",))
+        return grad(*args, **kwargs)
+    monkeypatch.setattr(api, "keyed_lookup", noted_lookup)
+    monkeypatch.setattr(api, "keyed_lookup_grad", noted_grad)
+    monkeypatch.setattr(table_group.ReplayedInsert, "checked",
+                        lambda insert: events.append(("checked",)) or checked(insert))
+    dynamic = make_dynamic("hybrid", 64, 64, "lru")
+    for checks, want in (("tower", [("forward", 1), ("backward",), ("checked",)]),
+                         ("backward", [("forward", 1), ("backward",), ("checked",)]),
+                         ("end", [("checked",), ("forward", 0), ("backward",)])):
+        del events[:]
+        hash_steps("tower_" + checks, hash_keys(79, 4, 30), True, 64, checks, dynamic=dynamic)
+        assert events[-3:] == want, events  # the last step's, replayed
+    assert held()[0] == 1
 
 
 def test_a_dynamic_group_that_grows_while_its_steps_replay():
@@ -623,15 +663,18 @@ def hybrid_state(name, relative=True):
             shard.evicted_keys) + tuple(api.pop_evicted(name))
 
 
+@pytest.mark.parametrize("checks", ["backward", "tower"])
 @pytest.mark.parametrize("bad_step", [None, 6])
-def test_a_hybrid_group_replays_its_steps_with_room(bad_step, monkeypatch):
+def test_a_hybrid_group_replays_its_steps_with_room(bad_step, checks, monkeypatch):
     """Hybrid DynamicVariables (a hash group that counts its lookups and evicts; 8 rows a shard
     growing to 16): steps whose new keys fit replay their insert (table_group.ReplayedInsert),
     the lookup counted in the rows' statistics once the checks pass; a step that must evict
     takes the uncaptured path, and the steps after it, bringing keys held, replay again. Every
     step, every held key's row, vector, slots and statistics, and the evicted keys equal the
     uncaptured steps; bad_step: a replayed step holding a negative key fails on every rank and
-    changes nothing (its lookup not counted)."""
+    changes nothing (its lookup not counted), whether its backward is a tower's second op
+    (checks="tower": it reads the forward's checks once its work is queued) or an op named alone
+    (it reads them first)."""
     steps = hybrid_keys(83)
     ready, readies = table_group.ReplayedInsert.ready, []
 
@@ -643,8 +686,8 @@ def test_a_hybrid_group_replays_its_steps_with_room(bad_step, monkeypatch):
     dynamic = make_dynamic("hybrid", 8, 16, "lru")
     runs = []
     for replay in (True, False):
-        runs.append(hash_steps("hybrid_%s" % bad_step, steps, replay, 16, bad_step=bad_step,
-                               dynamic=dynamic))
+        runs.append(hash_steps("hybrid_%s" % bad_step, steps, replay, 16, checks, bad_step,
+                               dynamic))
         runs[-1] += ([hybrid_state("hash_hybrid_%s_%d" % (bad_step, t))
                       for t in range(MEMBERS)],)
     got, want = runs
@@ -673,13 +716,15 @@ def noted_readies(monkeypatch):
     return readies
 
 
-def full_hybrid_run(tag, steps, lengths, replay, failing=(), rows=16, drop=True):
+def full_hybrid_run(tag, steps, lengths, replay, failing=(), rows=16, drop=True,
+                    checks="backward"):
     """Keyed steps of hybrid DynamicVariables of `rows` rows a shard that never grow (full from
     the first steps on, then every new key evicts) and drop what they evict (drop_evicted: no
     one reads it), made anew under names of `tag`, for each keys of `steps`; a step of
     `failing` must fail on every rank (InvalidInputError where it holds a negative key, else
     TableFullError) and change no table. Returns (each step's host results or None, each
-    member's hybrid_state). drop=False: they keep what they evict for a reader."""
+    member's hybrid_state). drop=False: they keep what they evict for a reader; checks: as
+    step()'s."""
     fresh()
     names = ["full_%s_%d" % (tag, t) for t in range(len(lengths))]
     for name in names:
@@ -690,13 +735,13 @@ def full_hybrid_run(tag, steps, lengths, replay, failing=(), rows=16, drop=True)
     for number, keys in enumerate(steps, 1):
         if number - 1 not in failing:
             results.append(step(names, keys, lengths, np.float32(0.75), "lazy_adam", number,
-                                replay))
+                                replay, checks))
             continue
         before = [hybrid_state(name, False)[:6] for name in names]
         negative = COMM.allreduce(int((keys < 0).any()), op=MPI.MAX)  # on some rank
         error = InvalidInputError if negative else TableFullError
         with pytest.raises(error, match=names[1] if error is InvalidInputError else "full"):
-            step(names, keys, lengths, np.float32(0.75), "lazy_adam", number, replay)
+            step(names, keys, lengths, np.float32(0.75), "lazy_adam", number, replay, checks)
         for name, want in zip(names, before):
             assert_same_state(hybrid_state(name, False)[:6], want)
         results.append(None)
@@ -724,15 +769,18 @@ def assert_same_state(got, want):
             np.testing.assert_array_equal(x, y)
 
 
+@pytest.mark.parametrize("checks", ["backward", "tower"])
 @pytest.mark.parametrize("bad_step", [None, 13])
-def test_a_full_hybrid_group_replays_its_evicting_steps(bad_step, monkeypatch):
+def test_a_full_hybrid_group_replays_its_evicting_steps(bad_step, checks, monkeypatch):
     """Full hybrid members that drop what they evict, new keys at every step: once every member
     with keys is full and frees no row, the steps whose new keys all evict in place are a shape
     class of their own, recorded with the pick, the erase and the insert into the victims' rows
     (table_group.ReplayedInsert, evicting) and replayed; every step, every held key's row,
     vector, slots and statistics, and the counts of evicted keys equal the uncaptured steps;
     bad_step: a replayed evicting step holding a negative key fails on every rank and changes
-    nothing. SOK1X_REPLAY_EVICTION=0 leaves those steps uncaptured."""
+    nothing, whether the backward reads its checks and counts first (an op named alone) or
+    once its own work is queued (checks="tower"). SOK1X_REPLAY_EVICTION=0 leaves those steps
+    uncaptured."""
     monkeypatch.delenv(table_group.REPLAY_EVICTION_ENV, raising=False)
     rng = np.random.default_rng([89, RANK])
     steps = [np.concatenate([rng.integers(0, 300 * SIZE, size=n) for n in LENGTHS])
@@ -742,11 +790,12 @@ def test_a_full_hybrid_group_replays_its_evicting_steps(bad_step, monkeypatch):
         steps[bad_step][int(LENGTHS[0])] = -4
     readies = noted_readies(monkeypatch)
     failing = () if bad_step is None else (bad_step,)
-    got = full_hybrid_run("evict_%s" % bad_step, steps, LENGTHS, True, failing)
+    got = full_hybrid_run("evict_%s" % bad_step, steps, LENGTHS, True, failing, checks=checks)
     replays = list(readies)
     monkeypatch.setenv(table_group.REPLAY_EVICTION_ENV, "0")
-    off = full_hybrid_run("evict_%s" % bad_step, steps, LENGTHS, True, failing)
-    want = full_hybrid_run("evict_%s" % bad_step, steps, LENGTHS, False, failing)
+    off = full_hybrid_run("evict_%s" % bad_step, steps, LENGTHS, True, failing, checks=checks)
+    want = full_hybrid_run("evict_%s" % bad_step, steps, LENGTHS, False, failing,
+                           checks=checks)
     for run in (got, off):
         assert_same_full_runs(run, want)
     assert COMM.allreduce(sum(int(state[5]) for state in got[1]), op=MPI.SUM) > 0
@@ -756,13 +805,15 @@ def test_a_full_hybrid_group_replays_its_evicting_steps(bad_step, monkeypatch):
         assert not any(ok for ok, evicts in readies[len(replays):] if evicts)  # switched off
 
 
+@pytest.mark.parametrize("checks", ["backward", "tower"])
 def test_a_replayed_evicting_step_whose_new_keys_find_no_victim_fails_and_changes_nothing(
-        monkeypatch):
+        checks, monkeypatch):
     """One rank (hash groups replay there only): member 1 of shards of 20 rows gets 24 keys a
     step, ten fresh values at each step (all evict, every held key evictable), so its evicting
     steps replay; a step of its last step's ten values and 14 fresh ones (ten evictable keys
     for 14 new ones: four find no victim) fails with TableFullError and changes no table, and
-    the replays go on after, equal to the uncaptured steps."""
+    the replays go on after, equal to the uncaptured steps; in a tower (checks="tower") the
+    backward reads the step's counts once its own work is queued and fails there."""
     if SIZE > 1:
         pytest.skip("hash groups replay on one rank only")
     lengths = np.array([5, 24])
@@ -777,9 +828,9 @@ def test_a_replayed_evicting_step_whose_new_keys_find_no_victim_fails_and_change
         member = np.concatenate([values, rng.choice(values, size=24 - values.size)])
         steps.append(np.concatenate([rng.integers(0, 300, size=5), member]).astype(np.int64))
     readies = noted_readies(monkeypatch)
-    got = full_hybrid_run("unserved", steps, lengths, True, (10,), rows=20)
+    got = full_hybrid_run("unserved", steps, lengths, True, (10,), rows=20, checks=checks)
     replayed = [ok for ok, evicts in readies if evicts]
-    want = full_hybrid_run("unserved", steps, lengths, False, (10,), rows=20)
+    want = full_hybrid_run("unserved", steps, lengths, False, (10,), rows=20, checks=checks)
     assert_same_full_runs(got, want)
     assert replayed[:12] and sum(replayed) >= 10, readies
     assert readies[9] == (True, True), readies  # (the failing step's ready: a replay)

@@ -57,6 +57,7 @@ import os
 
 import numpy as np
 
+from sok1x.engine.op_order import as_op_id
 from sok1x.engine.lookup.group_gradients import (  # noqa: F401  (the layout is a group's)
     ALIGN_ROWS,
     Padded,
@@ -66,10 +67,12 @@ from sok1x.engine.lookup.group_gradients import (  # noqa: F401  (the layout is 
 ENV = "SOK1X_BOUNDED_STEP"
 TOLD = 1  # the first of a table's values in told_keys: a rank whose header carries it told
 
-Deferred = collections.namedtuple("Deferred", "read describe op_name")
+Deferred = collections.namedtuple("Deferred", "read describe op_name passed", defaults=(None,))
 Deferred.__doc__ = """A forward's key checks left unread: read() -> the host copy of their flag
 (backend.read_later: the copy queued with the checks, so reading waits for them alone; nonzero
-where a key is bad), describe() -> the error that names it, op_name (for the message)."""
+where a key is bad), describe() -> the error that names it, op_name (for the message), passed:
+None, or what runs once the flag is read clear (a hash group's replayed insert counts its
+lookup then: table_group.ReplayedInsert.checked)."""
 
 def enabled(runtime):
     """True when SOK1X_BOUNDED_STEP=1 and the job has one rank."""
@@ -139,8 +142,12 @@ def defer_or_read(runtime, deferred, backward):
         raise_if_set(runtime, [deferred])
 
 
-def take(runtime, routings):
-    """The Deferred checks of `routings` (each once), no longer left for the next op."""
+def take(runtime, routings, op):
+    """The Deferred checks of `routings` (each once), no longer left for the next op, for the
+    backward `op` (an OpId or a name) to read once its work is queued. Where `op` opens a step
+    (a tower's first op, as a bare name is), those whose forward changed a table (passed set: a
+    hash group's insert, which the step journal undoes only until the next step opens) are read
+    now, raising a bad key's error, and the rest returned."""
     taken = []
     for routing in routings:
         deferred = getattr(routing, "check", None)
@@ -150,7 +157,10 @@ def take(runtime, routings):
                 if unread is deferred:
                     del runtime.unread_checks[position]
                     break
-    return taken
+    if as_op_id(op).position != 0 or all(deferred.passed is None for deferred in taken):
+        return taken
+    raise_if_set(runtime, [deferred for deferred in taken if deferred.passed is not None])
+    return [deferred for deferred in taken if deferred.passed is None]
 
 
 def raise_if_set(runtime, taken, note=""):
@@ -160,6 +170,8 @@ def raise_if_set(runtime, taken, note=""):
     for deferred in taken:
         if int(deferred.read()[0]):
             runtime.host.raise_together(deferred.describe(), deferred.op_name + note)
+        if deferred.passed is not None:
+            deferred.passed()
 
 
 def read_left(runtime):

@@ -576,7 +576,7 @@ def exchange_gradients_many(runtime, tables, op, routings, grads_list, pieces_li
     lays each table's rows out in pieces sized by its keys, without a wait (ranks is then a
     bounded_step.Padded, rows and summed are padded with -1 rows and zeros)."""
     backend = runtime.backend
-    deferred = bounded_step.take(runtime, routings)
+    deferred = bounded_step.take(runtime, routings, op)
     error = None
     for table, routing, grads in zip(tables, routings, grads_list):
         if tuple(grads.shape) != (routing.count, table.dim):

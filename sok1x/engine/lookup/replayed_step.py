@@ -32,9 +32,10 @@ to hand out takes that path too), and writes the member list its insert hands ro
 clock its new rows are stamped with. After it, the placed keys are kept (their count copied at
 once, read with the next size) and the step journal records their erasing; a hybrid group counts
 the lookup in its rows' access statistics once the checks passed (one launch beside the graph,
-with the step's number). Its forward reads its checks at its end (the journal step that undoes a
-bad step's insert may close before a backward: _reads_later), and its insert passes a negative key
-by. The engine's own step does (bench/). TensorFlow's ops in a
+with the step's number). Where its caller runs the backward (checks="backward"), its forward
+leaves its checks to it as a dense table's does: the step journal keeps the insert's undo until
+they are read, before any op opens a step of its own (_checked_by); its insert passes a negative
+key by. The engine's own step does (bench/). TensorFlow's ops in a
 session's graph (graph_ops: the dense lookup, the keyed op) pass replay=True with a detach, since
 a graph may keep an output past its step (a queue, a while loop's TensorArray). detach=True (a
 py_func's seam): a replayed output and gradient come as copies of their own (detached(); the
@@ -358,7 +359,8 @@ def forward_of(runtime, key, table, op, keys, checks, run, cuts, hooks=None, rou
     host's part of the class's steps (kept with the class at its capture): hooks.ready(keys)
     before each run or replay (False: this step takes the uncaptured path, nothing done),
     hooks.arm() once the op's order checks passed (its journal step open), hooks.done(rows,
-    more arrays) after the run or replay, and hooks.checked() once its key checks passed.
+    more arrays) after the run or replay, and hooks.checked() once its key checks passed
+    (where checks="backward", as late as its backward).
     routed: on several ranks, routed(fixed keys) queues the keys' part of the forward and
     returns (KeyCheck, the keys in the table's id space); the
     rest is replayed_ranks.py's (None: no replay on several ranks). riders: backend arrays the
@@ -548,11 +550,9 @@ def _replay(runtime, classes, entry, op, keys, checks, riders=()):
         entry.check = KeyCheck(bounds, entry.judge, flag, None)
         entry.describe = functools.partial(check_error, backend, entry.check)
         classes.by_rows[id(rows)] = entry
-    deferred = bounded_step.Deferred(backend.read_later(flag), entry.describe, op.name)
-    later = _reads_later(checks, entry.hooks)
+    later = checks == "backward"  # (with hooks too: _checked_by)
+    deferred = _checked_by(backend, flag, entry.describe, op, entry.hooks, later)
     bounded_step.defer_or_read(runtime, deferred, later)
-    if entry.hooks is not None:  # (read: a step with bad keys raised above)
-        entry.hooks.checked()
     return vectors, entry.routing._replace(check=deferred) if later else entry.routing
 
 
@@ -609,8 +609,14 @@ def _capture_forward(runtime, classes, key, table, op, keys, checks, run, cuts, 
     fixed = backend.empty(tuple(keys.shape), keys.dtype)
     backend.write_rows(fixed, 0, keys)
     check, rows, vectors, more = _run_parts(run(fixed))
+    # a class with hooks reads this step's checks (and counts: ReplayedInsert.checked) before
+    # its work is recorded, which reads the members' rows those counts settle
+    later = checks == "backward" and hooks is None
+    deferred = _checked_by(backend, check.flag, functools.partial(check_error, backend, check),
+                           op, hooks, later)
     if hooks is not None:
         hooks.done(rows, more)
+        bounded_step.defer_or_read(runtime, deferred, False)
 
     def recorded_run():
         recorded, recorded_rows, recorded_vectors, recorded_more = _run_parts(run(fixed))
@@ -624,22 +630,21 @@ def _capture_forward(runtime, classes, key, table, op, keys, checks, run, cuts, 
         classes.forwards[key] = _Forward(key, table, fixed, work, check.judge,
                                          bounded_step.piece_starts(cuts), hooks,
                                          riders=riders)
-    deferred = bounded_step.Deferred(backend.read_later(check.flag),
-                                     functools.partial(check_error, backend, check), op.name)
-    later = _reads_later(checks, hooks)
-    bounded_step.defer_or_read(runtime, deferred, later)
-    if hooks is not None:
-        hooks.checked()
+    if hooks is None:
+        bounded_step.defer_or_read(runtime, deferred, later)
     return vectors, _routing(table, int(keys.shape[0]), rows, deferred if later else None)
 
 
-def _reads_later(checks, hooks):
-    """Whether a forward leaves its key checks to its backward: checks="backward", and no
-    hooks. A class with hooks changes a table in its forward (a hash group's insert), which the
-    step journal must undo where a key is bad; the journal's step may close before a backward
-    comes (an op that opens a step of its own), so such a forward reads its checks at its end,
-    once its work is queued, as the uncaptured hash lookup reads them before its insert."""
-    return checks == "backward" and hooks is None
+def _checked_by(backend, flag, describe, op, hooks, later):
+    """The Deferred checks of a forward (`flag`, device) whose `hooks` (or None) learn that the
+    checks passed once they are read: now where not `later`, else by whoever reads them (its
+    backward, or the next op's header where no backward came). A class with hooks (a hash
+    group's insert) changed the tables in its forward: where a key is bad, that read fails the
+    step before a step of its own opens (bounded_step.take, exchange_header), and the step
+    journal takes the insert back; an evicting class reads its counts then too
+    (ReplayedInsert.checked)."""
+    return bounded_step.Deferred(backend.read_later(flag), describe, op.name,
+                                 None if hooks is None else hooks.checked)
 
 
 def _run_parts(result):
@@ -722,7 +727,7 @@ def backward(runtime, table, op, routing, grads, detach=False):
     recorded = entry.backwards.get(shape)
     if recorded is not None and _found_held(backend, recorded):
         return None
-    deferred = bounded_step.take(runtime, [routing])
+    deferred = bounded_step.take(runtime, [routing], op)
     order_checks(runtime, op)
     if recorded is None or recorded.work is None:  # first sight, or a work that was refused
         # own: the class's output itself, never the caller's array over it (a kernel's input

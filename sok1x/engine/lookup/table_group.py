@@ -895,7 +895,8 @@ class HashGroup(TableGroup):
 class ReplayedInsert:
     """The host's part of a replayed training lookup of a HashGroup whose rows stay in device
     memory (engine/lookup/replayed_step.py's hooks): ready() before each replay, done() after
-    it, checked() once its key checks passed.
+    it, checked() once its key checks passed (in a step with room, where its forward leaves
+    them to its backward, as late as that: the step journal undoes the insert until then).
 
     A recorded insert hands out each member's next rows from a member list its graph reads as
     it is when it runs, and stamps the new rows with the time a clock then holds; ready() writes
@@ -917,12 +918,13 @@ class ReplayedInsert:
     for a reader (HashGroup.replays_eviction), so that every new key evicts in place
     (make_room_in_place's way): the recorded work picks the victims, erases them and inserts the
     new keys into their rows (eviction.queue_padded, then the insert), marking rows with the
-    step a clock of two (time, step) holds when it runs (backend.step_given). done() reads the
-    eviction's and the insert's counts (one wait, the forward's: its checks are read just
-    after), counts them into the indexes and members (eviction.record_padded), rebuilds worn
-    indexes beside the graph and records the undo in the step journal; checked() fails the step,
-    through `fail` (every rank's error together), where a new key found no victim, as the
-    uncaptured step does."""
+    step a clock of two (time, step) holds when it runs (backend.step_given). done() counts
+    the eviction into the indexes and members by its device counts (eviction.record_padded) and
+    records the undo in the step journal; checked(), once the key checks passed (at the
+    forward's end, or in its backward once that work is queued), reads the eviction's and the
+    insert's counts (the step's one wait), hands them over, rebuilds worn indexes beside the
+    graph, and fails the step, through `fail` (every rank's error together), where a new key
+    found no victim, as the uncaptured step does."""
 
     def __init__(self, group, cuts, evicting=False, fail=None):
         self.group, self.cuts = group, cuts
@@ -930,6 +932,7 @@ class ReplayedInsert:
         self.evicting, self.fail = evicting, fail
         self.members = self.clock = self._given = self._tags = None
         self._held = self._found = self._error = None  # this step's, for done and checked
+        self._counted = None  # evicting: done()'s (queued, evicted, found), read by checked()
         self._slot_names = None  # evicting: the slots the recorded work resets, by name
         self._victims = None  # evicting: the arrays its victims are written into (fixed)
         self._empty = self._empty_now = None  # evicting: each index's empty slots (device, host)
@@ -1055,8 +1058,18 @@ class ReplayedInsert:
         group.journal.record(functools.partial(group._undo_evict, evicted, held))
         backend.hash_insert_many_done(group.indexes(), found, found[5], True)
         group._record_undo(found, held)  # (its undo runs first: the new keys out, then victims)
+        self._counted = (queued, evicted, found)  # read in checked()
+        self._found = found
+
+    def _read_counts(self):
+        """An evicting step's one wait: the eviction's and the insert's counts (done()'s)
+        handed to the indexes and members, worn indexes rebuilt; sets the step's error (a new
+        key without a victim) or None."""
+        queued, evicted, found = self._counted
+        self._counted = None
+        group = self.group
         unserved, totals, served, placed = (
-            np.asarray(a, dtype=np.int64).reshape(-1) for a in backend.to_host_many(
+            np.asarray(a, dtype=np.int64).reshape(-1) for a in group.backend.to_host_many(
                 [queued.unserved, queued.totals, queued.served, found[5]]))
         evicted.settle(totals, served)  # (_settled_in_place's, for one eviction)
         group.settle(found[5], placed)
@@ -1066,12 +1079,15 @@ class ReplayedInsert:
                     member.index.forget_tombstones()
         group._rebuild_worn()  # the victims' tombstones
         self._error = group.in_place_error(totals, unserved)
-        self._found = found
 
     def checked(self):
-        """The step's key checks passed: a step whose new keys found no victim fails (evicting,
-        through `fail`), else a group that evicts counts its lookup (its rows' access
-        statistics, the new rows' times) as HashGroup.count_kept does."""
+        """The step's key checks passed (read at the forward's end, or in its backward: in an
+        evicting step, once that work is queued, its counts are read now, in one wait): a step
+        whose new keys found no victim fails (evicting, through `fail`), else a group that
+        evicts counts its lookup (its rows' access statistics, the new rows' times) as
+        HashGroup.count_kept does."""
+        if self._counted is not None:
+            self._read_counts()
         found, self._found = self._found, None
         error, self._error = self._error, None
         if error is not None:
