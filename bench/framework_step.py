@@ -54,14 +54,19 @@ exchange, update: LazyAdam, Adagrad for mlperf26) five ways:
     sok1x_replayed sok1x_bounded with the dense or keyed lookup passing replay=True (a keyed
                    lookup replays where its tables are one table, one group of dense tables
                    or one hash group whose rows stay in GPU memory: dlrm26, dlrm26_hash,
-                   dlrm26_dynamic, dlrm26_hybrid, and dlrm26_full's steps that do not evict,
-                   none once it is full; a replayed hybrid step counts its lookup in one
-                   launch beside its graphs, left out of its floor): on one
+                   dlrm26_dynamic, dlrm26_hybrid, and dlrm26_full, whose full group's
+                   evicting steps are a class of their own; a replayed hybrid step counts its
+                   lookup in one launch beside its graphs, left out of its floor): on one
                    rank its forward, backward and update are recorded once as CUDA graphs
                    and replayed (engine/lookup/replayed_step.py); its GPU floor
                    (those graphs replayed back to back, no host work: not the key copy, the
                    hyper-parameters' write or the update's time stamp) is reported beside it,
-                   whole and per graph
+                   whole and per graph. Its lookup and backward are a tower's first two ops,
+                   as a graph chains them, and the lookup leaves its key checks (and a hash
+                   group's insert its counts) to the backward
+    sok1x_replayed_end  sok1x_replayed with the lookup reading its key checks at its own end,
+                   as TensorFlow's graph ops do (they cannot know that a backward runs), and as
+                   a hash group's lookup did whatever its caller promised until 2026-11-28
     torch_dedup    the strongest plain-PyTorch step we could write: torch.unique before the
                    exchange, all_to_all_single, index_select, the same optimizer on the unique
                    rows; for several tables, the tables concatenated with key offsets into one
@@ -82,6 +87,7 @@ drifts over all of them alike. The first steps' outputs are compared across vari
 measured in the same run: page-locked host-to-device and device-to-host bandwidth, and per step
 of sok1x_device the kernel launches, fills, copies, host waits (and the microseconds spent in
 them), the host's Python microseconds not spent waiting, NCCL collectives and MPI exchanges.
+SOK1X_BENCH_VARIANTS=a,b,... times those variants alone (sok1x_device and sok1x_bounded always).
 With SOK1X_BENCH_PROFILE=FILE, rank 0 appends a cProfile of 20 sok1x_device steps per workload,
 then of 20 sok1x_dlpack steps (what the seam adds on the host)
 ($SOK1X_BENCH_PROFILE_LINES functions by own and by cumulative time, default 30).
@@ -110,7 +116,7 @@ CHECK_STEPS = 2
 SUMMARY_NAMES = ("ms_per_step", "ms_min", "ms_max", "ms_repeats")
 VARIANTS = ("sok1x_kernels", "sok1x_kernels_replayed", "sok1x_dlpack", "sok1x_host",
             "sok1x_host_kept", "sok1x_host_pooled", "sok1x_device", "sok1x_bounded",
-            "sok1x_replayed", "torch_dedup", "torch_graph", "torch_plain")
+            "sok1x_replayed", "sok1x_replayed_end", "torch_dedup", "torch_graph", "torch_plain")
 HOST_VARIANTS = ("sok1x_host", "sok1x_host_kept", "sok1x_host_pooled")
 
 
@@ -189,6 +195,17 @@ class SokVariants(sok_steps.EngineStep):
         its lookups are sized by per-peer capacities (SOK1X_PEER_CAPACITY=1), with plans of
         their own, so the other variants keep sizing theirs by counts."""
         return self._replayed(self.device, keys_device)
+
+    def replayed_end(self, keys_device):
+        """replayed() with the lookup reading its key checks at its end (checks="end"), as
+        TensorFlow's graph ops do (an op cannot know whether its step runs the backward): what
+        that read's wait costs a step. A hash group's forward read them there, whatever its
+        caller promised, until 2026-11-28."""
+        self.checks = "end"
+        try:
+            return self._replayed(self.device, keys_device)
+        finally:
+            self.checks = "backward"
 
     def kernels_replayed(self, keys_torch):
         """kernels_step over replayed()'s step: what a session's lookup, backward and update
@@ -465,6 +482,7 @@ def _single_table_runs(rt, w, device, sok, names):
         "sok1x_device": lambda s: sok.device([keys_device[s % 3]]),
         "sok1x_bounded": lambda s: sok.bounded([keys_device[s % 3]]),
         "sok1x_replayed": lambda s: sok.replayed([keys_device[s % 3]]),
+        "sok1x_replayed_end": lambda s: sok.replayed_end([keys_device[s % 3]]),
         "sok1x_kernels": lambda s: sok.kernels_step([keys_torch[s % 3]]),
         "sok1x_kernels_replayed": lambda s: sok.kernels_replayed([keys_torch[s % 3]]),
         "sok1x_kernels_unordered": lambda s: sok.kernels_unordered([keys_torch[s % 3]]),
@@ -534,6 +552,7 @@ def _table_runs(rt, w, device, sok, names):
         "sok1x_device": lambda s: sok.device(keys_device[s % 3]),
         "sok1x_bounded": lambda s: sok.bounded(keys_device[s % 3]),
         "sok1x_replayed": lambda s: sok.replayed(keys_device[s % 3]),
+        "sok1x_replayed_end": lambda s: sok.replayed_end(keys_device[s % 3]),
         "sok1x_kernels": lambda s: sok.kernels_step(joined_torch[s % 3]),
         "sok1x_kernels_replayed": lambda s: sok.kernels_replayed(joined_torch[s % 3]),
         "sok1x_kernels_unordered": lambda s: sok.kernels_unordered(joined_torch[s % 3]),
@@ -583,6 +602,10 @@ def run_workload(rt, name, device, steps, repeats, scale, pcie, segment_ids=Fals
                                                                             names)
     if os.environ.get("SOK1X_BENCH_UNORDERED") != "1":
         runs.pop("sok1x_kernels_unordered")
+    chosen = os.environ.get("SOK1X_BENCH_VARIANTS")
+    if chosen:  # these alone, beside the two every figure below is read from
+        kept = set(chosen.split(",")) | {"sok1x_device", "sok1x_bounded"}
+        runs = {variant: run for variant, run in runs.items() if variant in kept}
 
     # Same outputs on the first steps: every variant from the same initial table.
     first = {}

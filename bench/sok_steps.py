@@ -24,12 +24,16 @@ from sok1x.engine import runtime as engine_runtime
 from sok1x.engine.tables.dynamic_table import make_dynamic
 from sok1x.engine.lookup.key_exchange import exchange_gradients, lookup_forward
 from sok1x.engine.lookup.keyed import KeyedInput
+from sok1x.engine.op_order import OpId
 
 import workloads
 
 BETA1, BETA2, EPSILON, LEARNING_RATE = 0.9, 0.999, 1e-8, 1e-3
 ADAGRAD_INITIAL = 0.1  # the accumulator's initial value (the engine's default)
 SLOT_PREFIX = "Adam"
+# EngineStep's lookup and backward: a tower's first two ops, as a graph chains them
+# (graph_ops/ordering.py), so the backward opens no step of its own
+FORWARD, BACKWARD = OpId("fwd", "bench", 0), OpId("bwd", "bench", 1)
 
 
 def lazy_adam_hyper(step):
@@ -182,6 +186,7 @@ class EngineStep:
                 or [np.zeros(0, np.int64)]))
         self._counts = None  # the keyed backward's rows per table, for the update
         self.replay = False  # replay=True (engine/lookup/replayed_step.py)
+        self.checks = "backward"  # where the lookup reads its key checks: "end", its own end
         self.detach = False  # detach=True: a replay's outputs as copies (TensorFlow's graph ops)
 
     def _hyper(self):
@@ -194,24 +199,24 @@ class EngineStep:
     def _forward(self, *keys):
         w = self.w
         if w.tables is None:
-            out, token = api.dense_lookup(self.names[0], "fwd", keys[0], True, (w.slots, w.nnz),
-                                          checks="backward",  # this step runs the backward
+            out, token = api.dense_lookup(self.names[0], FORWARD, keys[0], True, (w.slots, w.nnz),
+                                          checks=self.checks,  # this step runs the backward
                                           replay=self.replay, detach=self.detach)
             return [out, token]
         keyed = KeyedInput(keys[0], self._lengths, self._segments,
                            [w.batch_per_rank] * len(self.names), None, "sum")
         # pooled keys replay with their checks read at the lookup's end (keyed.py)
-        checks = "end" if self.replay and self._segments is not None else "backward"
-        out, token = api.keyed_lookup(self.names, "fwd", keyed, True, checks=checks,
+        checks = "end" if self.replay and self._segments is not None else self.checks
+        out, token = api.keyed_lookup(self.names, FORWARD, keyed, True, checks=checks,
                                       replay=self.replay, detach=self.detach)
         return [out, token]
 
     def _backward(self, token, grads):
         if self.w.tables is None:
-            values, rows = api.dense_lookup_grad(self.names[0], "bwd", token, grads[0],
+            values, rows = api.dense_lookup_grad(self.names[0], BACKWARD, token, grads[0],
                                                  detach=self.detach)
             return [(values, rows)]
-        values, rows, self._counts = api.keyed_lookup_grad(self.names, "bwd", token, grads[0],
+        values, rows, self._counts = api.keyed_lookup_grad(self.names, BACKWARD, token, grads[0],
                                                            detach=self.detach)
         return [(values, rows)]
 

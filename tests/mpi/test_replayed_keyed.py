@@ -506,6 +506,38 @@ def test_a_replayed_hash_forward_in_a_tower_leaves_its_checks_to_its_backward(mo
     assert held()[0] == 1
 
 
+def test_a_replayed_hash_forward_whose_backward_never_came_fails_at_the_next_lookup():
+    """One rank: a hash group's replayed forward, a tower's first op promising its backward
+    (checks="backward"), holds a negative key and no backward comes; the next step's lookup,
+    before anything else, reads those checks and fails naming the member and that no backward
+    came, the forward's insert taken back (sizes and held rows as before it); the replays go on
+    after."""
+    if SIZE > 1:
+        pytest.skip("hash groups replay on one rank only")
+    fresh()
+    names = ["hash_promise_%d" % t for t in range(MEMBERS)]
+    for name in names:
+        api.create_table(name, DIM, 64, True, SPEC, replace=True)
+    steps = hash_keys(83, 7, 40)
+    for number, keys in enumerate(steps[:4], 1):
+        step(names, keys, LENGTHS, np.float32(0.75), "lazy_adam", number, True, "tower")
+    before = [held_rows(name) for name in names]
+    bad = steps[4].copy()
+    bad[int(LENGTHS[0])] = -4
+    item = KeyedInput(bad, LENGTHS, None, LENGTHS, None, "sum")
+    api.keyed_lookup(names, OpId(names[0] + "_fwd", names[0], 0), item, True, checks="backward",
+                     replay=True)  # no backward: its checks are left unread
+    with pytest.raises(InvalidInputError, match=r"no backward pass(.|\n)*%s: key -4" % names[1]):
+        step(names, steps[5], LENGTHS, np.float32(0.75), "lazy_adam", 5, True, "tower")
+    for name, (values, slots, size) in zip(names, before):
+        assert api.shard(name).index.size == size
+        np.testing.assert_array_equal(held_rows(name)[0], values)
+        for slot, want in slots.items():
+            np.testing.assert_array_equal(held_rows(name)[1][slot], want)
+    step(names, steps[6], LENGTHS, np.float32(0.75), "lazy_adam", 5, True, "tower")
+    assert held() == (1, 1)
+
+
 def test_a_dynamic_group_that_grows_while_its_steps_replay():
     """hbm DynamicVariables (a hash group that grows, never evicts) from 16 rows a shard: a
     step whose keys might not fit takes the uncaptured path, which grows the group (its rows

@@ -532,6 +532,7 @@ def _replay(runtime, classes, entry, op, keys, checks, riders=()):
     backend = runtime.backend
     if _found_held(backend, entry):
         return None
+    _read_left_before(runtime, entry.hooks)
     if entry.hooks is not None and not entry.hooks.ready(keys):
         return None  # (before the order checks: the uncaptured path makes them)
     if not _copy_riders(backend, entry, riders):
@@ -601,6 +602,7 @@ def _capture_forward(runtime, classes, key, table, op, keys, checks, run, cuts, 
     is recorded. Returns (vectors, Routing) of this step (its backward takes the uncaptured
     path: its rows are not the class's), or None where `hooks` are not ready."""
     backend = runtime.backend
+    _read_left_before(runtime, hooks)
     if hooks is not None and not hooks.ready(keys):
         return None
     order_checks(runtime, op)
@@ -633,6 +635,14 @@ def _capture_forward(runtime, classes, key, table, op, keys, checks, run, cuts, 
     if hooks is None:
         bounded_step.defer_or_read(runtime, deferred, later)
     return vectors, _routing(table, int(keys.shape[0]), rows, deferred if later else None)
+
+
+def _read_left_before(runtime, hooks):
+    """Before `hooks` (or None) judge a step by their tables: the checks of forwards whose
+    backward never came, read now (bounded_step.read_left), since reading them settles what the
+    hooks read (an evicting insert's counts: ReplayedInsert.checked)."""
+    if hooks is not None and runtime.unread_checks:
+        bounded_step.read_left(runtime)
 
 
 def _checked_by(backend, flag, describe, op, hooks, later):
