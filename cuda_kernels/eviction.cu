@@ -170,12 +170,12 @@ __device__ __forceinline__ int64 member_of_segment(const int64* members, int64 m
 }
 
 // Warps per block of evict_pick (backend/cuda/eviction.py launches 4) and of evict_pick_rest
-// (8). A bucket holds 64 to 128 keys on average (eviction.py's bucket_bits), so PICK_CAP of its
+// (16). A bucket holds 64 to 128 keys on average (eviction.py's bucket_bits), so PICK_CAP of its
 // evictable keys ranked in shared memory leave the key-by-key path to a bucket far out in the
 // tail: that path costs a warp about a microsecond a key, and the pass lasts as long as its
 // slowest warp.
 #define PICK_WARPS 4
-#define REST_WARPS 8
+#define REST_WARPS 16
 #define PICK_CAP 256
 
 // The score of candidate c of a pool of four columns `stride` apart (last step, count, key, flat
@@ -360,7 +360,116 @@ extern "C" __global__ void evict_pick(const int64* members, int64 member_count,
   }
 }
 
-#define REST_CAP 4096  // a member's evictable keys left after its buckets, ranked by one block
+#define REST_CAP 32768  // a member's evictable keys left after its buckets, gathered by one block
+#define RANK_CAP 1024   // of them, ranked at once in shared memory
+
+__device__ __forceinline__ uint64 ordered(int64 x) { return (uint64)x ^ (1ULL << 63); }
+
+// Part c (0, 1, 2) of the score of candidate e of a pool of four columns REST_CAP apart (last
+// step, count, key, flat row) as an unsigned in the same order: the score is (last step, key)
+// for LRU, (count, last step, key) for LFU, part 1 being 0 for LRU.
+__device__ __forceinline__ uint64 score_part(const int64* pool, int64 e, int c, bool lfu) {
+  if (c == 0) return ordered(lfu ? pool[REST_CAP + e] : pool[e]);
+  if (c == 1) return ordered(lfu ? pool[e] : 0);
+  return ordered(pool[2 * REST_CAP + e]);
+}
+
+// Whether candidate e is still in the pool (its row not yet given to a place) and its score's
+// parts before c equal threshold's, and part c's bits of `decided` too.
+__device__ __forceinline__ bool in_range(const int64* pool, int64 e, int c, uint64 decided,
+                                         const uint64* threshold, bool lfu) {
+  if (pool[3 * REST_CAP + e] < 0) return false;
+  for (int b = 0; b < c; ++b) {
+    if (score_part(pool, e, b, lfu) != threshold[b]) return false;
+  }
+  return (score_part(pool, e, c, lfu) & decided) == (threshold[c] & decided);
+}
+
+// Block-wide: the least and greatest part c among the pool's candidates in range (parts before
+// c equal threshold's) into extremes[0] and [1]; reduce holds 2 * (blockDim.x / 32) values.
+__device__ void part_extremes(const int64* pool, int64 n, int c, const uint64* threshold,
+                              bool lfu, uint64* reduce, uint64* extremes) {
+  uint64 lo = ~0ULL, hi = 0;
+  for (int64 e = threadIdx.x; e < n; e += blockDim.x) {
+    if (!in_range(pool, e, c, 0, threshold, lfu)) continue;
+    const uint64 v = score_part(pool, e, c, lfu);
+    lo = v < lo ? v : lo;
+    hi = v > hi ? v : hi;
+  }
+  for (int from = 16; from > 0; from >>= 1) {
+    const uint64 l = __shfl_xor_sync(FULL_WARP, lo, from), h = __shfl_xor_sync(FULL_WARP, hi, from);
+    lo = l < lo ? l : lo;
+    hi = h > hi ? h : hi;
+  }
+  const int warp = (int)(threadIdx.x / 32), warps = (int)(blockDim.x / 32);
+  if (lane_id() == 0) {
+    reduce[warp] = lo;
+    reduce[warps + warp] = hi;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < warps; ++w) {
+      lo = reduce[w] < lo ? reduce[w] : lo;
+      hi = reduce[warps + w] > hi ? reduce[warps + w] : hi;
+    }
+    extremes[0] = lo;
+    extremes[1] = hi;
+  }
+  __syncthreads();
+}
+
+// Block-wide: threshold[0..2] = the score of the candidate of rank k (k lower ones) among the
+// pool's n still in it, by parts, most significant byte first: a histogram of the next byte of
+// the candidates still in range, the byte where the count below reaches k taken. The bytes of a
+// part above its highest bit of difference (between its least and greatest in range) come
+// whole from its least, so a part of few distinct values (last steps) takes a pass or two.
+__device__ void select_rank(const int64* pool, int64 n, int64 k, bool lfu, uint64* threshold,
+                            unsigned* histogram, uint64* reduce, uint64* extremes,
+                            int64* below) {
+  if (threadIdx.x == 0) *below = 0;
+  for (int c = 0; c < 3; ++c) {
+    part_extremes(pool, n, c, threshold, lfu, reduce, extremes);
+    const uint64 lo = extremes[0], diff = lo ^ extremes[1];
+    if (diff == 0) {
+      if (threadIdx.x == 0) threshold[c] = lo;
+      __syncthreads();
+      continue;
+    }
+    int shift = ((63 - __clzll((long long)diff)) / 8) * 8;
+    uint64 decided = shift == 56 ? 0 : ~((1ULL << (shift + 8)) - 1);
+    if (threadIdx.x == 0) threshold[c] = lo & decided;
+    __syncthreads();
+    for (; shift >= 0; shift -= 8) {
+      for (int d = threadIdx.x; d < 256; d += blockDim.x) histogram[d] = 0;
+      __syncthreads();
+      for (int64 e = threadIdx.x; e < n; e += blockDim.x) {
+        if (in_range(pool, e, c, decided, threshold, lfu)) {
+          atomicAdd(&histogram[(score_part(pool, e, c, lfu) >> shift) & 255], 1u);
+        }
+      }
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        int64 at = *below;
+        int d = 0;
+        for (; d < 255 && at + (int64)histogram[d] <= k; ++d) at += histogram[d];
+        *below = at;
+        threshold[c] |= (uint64)d << shift;
+      }
+      decided |= 255ULL << shift;
+      __syncthreads();
+    }
+  }
+}
+
+// Whether candidate e's score is at most threshold's (all three parts).
+__device__ __forceinline__ bool at_most(const int64* pool, int64 e, const uint64* threshold,
+                                        bool lfu) {
+  for (int c = 0; c < 3; ++c) {
+    const uint64 v = score_part(pool, e, c, lfu);
+    if (v != threshold[c]) return v < threshold[c];
+  }
+  return true;
+}
 
 // The second pass by rank, one block (REST_WARPS warps) per member, between evict_pick's passes:
 // the member's places still without a victim are listed in order (waiting, from its first
@@ -368,9 +477,11 @@ extern "C" __global__ void evict_pick(const int64* members, int64 member_count,
 // victims) gathered into its REST_CAP entries of `candidates` (last step, count, key, row, each a
 // column of REST_CAP), and the key of rank r among them is the victim of the r-th waiting place:
 // what evict_pick's second pass, key after key, chooses, with one read of the shard where that
-// reads it once per key. A member with more evictable keys left than REST_CAP, or few keys
-// waiting among many evictable ones (ranking would cost more), is counted in *again and left to
-// that pass (which returns at once where *again is 0). Returns at once where
+// reads it once per waiting key. The places are served RANK_CAP at a time: select_rank finds
+// the score of the last victim of the lot among the candidates left, the candidates at most
+// that score (exactly the lot) move into shared memory, and each one's rank among them is its
+// place. A member with more evictable keys left than REST_CAP is counted in *again and left to
+// evict_pick's key-by-key pass (which returns at once where *again is 0). Returns at once where
 // *left (the first pass's keys without a victim) is 0.
 extern "C" __global__ void evict_pick_rest(const int64* members, int64 member_count,
                                            int64* statistics, int64 step,
@@ -381,7 +492,11 @@ extern "C" __global__ void evict_pick_rest(const int64* members, int64 member_co
   if (*left == 0) return;
   if (step_at != nullptr) step = (int64)*step_at;
   __shared__ int64 warp_counts[REST_WARPS];
-  __shared__ uint64 listed, gathered;
+  __shared__ uint64 listed, gathered, lot_size;
+  __shared__ int64 lot[4][RANK_CAP];  // last step, count, key, row of the lot being ranked
+  __shared__ unsigned histogram[256];
+  __shared__ uint64 reduce[2 * REST_WARPS], threshold[3], extremes[2];
+  __shared__ int64 below;
   const int warp = (int)(threadIdx.x / 32);
   for (int64 t = blockIdx.x; t < member_count; t += gridDim.x) {
     const Evicting m = evicting_member(members, t);
@@ -426,26 +541,45 @@ extern "C" __global__ void evict_pick_rest(const int64* members, int64 member_co
     const int64 n = (int64)gathered;
     __syncthreads();  // every thread has read listed and gathered before the next member's reset
     if (wanted == 0) continue;
-    // ranking costs about n * n / blockDim.x reads a thread, key by key about wanted *
-    // slot_count / 32 a lane: the cheaper one serves
-    if (n > REST_CAP ||
-        (double)n * (double)n / blockDim.x > (double)wanted * (double)m.slot_count / 32.0) {
+    if (n > REST_CAP) {
       if (threadIdx.x == 0) atomicAdd(again, 1ULL);
       continue;
     }
     const bool lfu = m.lfu != 0;
-    for (int64 c = threadIdx.x; c < n; c += blockDim.x) {
-      const Score mine = candidate_score(pool, REST_CAP, c, lfu);
-      int64 rank = 0;
-      for (int64 d = 0; d < n; ++d) rank += lower(candidate_score(pool, REST_CAP, d, lfu), mine);
-      if (rank < wanted) {
-        const int64 i = waiting[m.first_victim + rank];
-        victim_keys[i] = mine.key;
-        victim_rows[i] = mine.row;
-        victim_records[2 * i] = pool[c];
-        victim_records[2 * i + 1] = pool[REST_CAP + c];
-        statistics[2 * mine.row] = step;
+    const int64 served = wanted < n ? wanted : n;  // the places after them keep no victim
+    for (int64 done = 0; done < served; done += RANK_CAP) {
+      const int64 take = served - done < RANK_CAP ? served - done : RANK_CAP;
+      const bool all = n - done <= RANK_CAP;  // the candidates left fit the lot: no selection
+      if (!all) select_rank(pool, n, take - 1, lfu, threshold, histogram, reduce, extremes, &below);
+      if (threadIdx.x == 0) lot_size = 0;
+      __syncthreads();
+      for (int64 e = threadIdx.x; e < n; e += blockDim.x) {
+        if (pool[3 * REST_CAP + e] < 0 || (!all && !at_most(pool, e, threshold, lfu))) continue;
+        const uint64 at = atomicAdd(&lot_size, 1ULL);
+        lot[0][at] = pool[e];
+        lot[1][at] = pool[REST_CAP + e];
+        lot[2][at] = pool[2 * REST_CAP + e];
+        lot[3][at] = pool[3 * REST_CAP + e];
+        pool[3 * REST_CAP + e] = -1;  // out of the pool
       }
+      __syncthreads();
+      const int64 size = (int64)lot_size;
+      for (int64 c = threadIdx.x; c < size; c += blockDim.x) {
+        const Score mine = candidate_score(&lot[0][0], RANK_CAP, c, lfu);
+        int64 rank = 0;
+        for (int64 d = 0; d < size; ++d) {
+          rank += lower(candidate_score(&lot[0][0], RANK_CAP, d, lfu), mine);
+        }
+        if (rank < take) {
+          const int64 i = waiting[m.first_victim + done + rank];
+          victim_keys[i] = mine.key;
+          victim_rows[i] = mine.row;
+          victim_records[2 * i] = lot[0][c];
+          victim_records[2 * i + 1] = lot[1][c];
+          statistics[2 * mine.row] = step;
+        }
+      }
+      __syncthreads();
     }
   }
 }

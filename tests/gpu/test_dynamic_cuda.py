@@ -437,6 +437,56 @@ def test_device_victims_equal_cpu(lfu, touched):
         assert ((mine >= row_starts[t]) & (mine < row_starts[t + 1])).all()
 
 
+@pytest.mark.parametrize("lfu", [False, True])
+def test_device_victims_left_over_by_buckets_equal_cpu(lfu):
+    """pick_victims' second pass (eviction.cu's evict_pick_rest) against the cpu twin where
+    many new keys fall in one bucket of a shard, so that thousands wait for the member's
+    lowest keys left over: 3,000 in a shard of 2^14 (three lots of RANK_CAP places, each lot's
+    last victim found by select_rank among some 13,000 keys left), 1,500 in a shard of 2,000
+    (a lot by selection, then the last one ranked whole) and 300 in a shard of 2^16 (more keys
+    left than REST_CAP: key by key), with records of few distinct values (ties broken by the
+    key) and a tenth of the keys looked up this step. The same victims, records and statistics
+    after, bit for bit."""
+    from sok1x.backend import cuda
+    from sok1x.backend.cpu.eviction import bucket_of
+    from sok1x.engine.tables.eviction import bucket_bits
+    rng = np.random.default_rng(47)
+    capacities, crowded, step_now = [1 << 14, 2000, 1 << 16], [3000, 1500, 300], 9
+    row_starts = np.concatenate([[0], np.cumsum(capacities)]).astype(np.int64)
+    shards, keys, tags, counts = [], [], [], []
+    for t, (capacity, many) in enumerate(zip(capacities, crowded)):
+        shards.append(np.unique(rng.integers(0, 2 ** 40, size=capacity + 64))[:capacity])
+        rng.shuffle(shards[-1])
+        new = np.unique(rng.integers(2 ** 40, 2 ** 41, size=1 << 22))
+        new = new[bucket_of(new, bucket_bits(capacity)) == 0][:many]
+        assert new.shape[0] == many
+        keys.append(new)
+        tags.append(np.full(many, t))
+        counts.append(many)
+    keys, tags = (np.concatenate(a).astype(np.int64) for a in (keys, tags))
+    found = np.full(keys.shape[0], -1, dtype=np.int64)
+    statistics = np.stack([rng.integers(0, 3, row_starts[-1]),
+                           rng.integers(0, 3, row_starts[-1])], axis=1).astype(np.int64)
+    statistics[rng.random(row_starts[-1]) < 0.1, 0] = step_now
+    bits = [bucket_bits(c) for c in capacities]
+    results = []
+    for backend in (cuda, cpu):
+        with backend.device_context():
+            indexes = shard_indexes(backend, shards)
+            stats = backend.asarray(statistics.copy())
+            arrays = [backend.asarray(a) for a in (keys, tags, found)]
+            picked = backend.pick_victims(indexes, stats, row_starts, *arrays, counts, bits,
+                                          step_now, [lfu] * len(capacities))
+            results.append([backend.to_host(a) for a in picked] + [backend.to_host(stats)])
+    for got, want in zip(*results):
+        np.testing.assert_array_equal(got, want)
+    rows = results[1][1]
+    assert (rows >= 0).all()  # every shard had keys enough
+    for t in range(len(capacities)):
+        mine = rows[sum(counts[:t]):sum(counts[:t + 1])]
+        assert ((mine >= row_starts[t]) & (mine < row_starts[t + 1])).all()
+
+
 def test_device_count_of_new_keys_equals_cpu():
     """count_new_keys (cuda_kernels/eviction.cu's segments of about 32 keys) against the cpu
     twin: a hash group's 300,000 keys over 26 members, most repeated, some held, one member

@@ -19,8 +19,8 @@ from sok1x.backend.cuda.kernel_launch import (
     to_device,
 )
 
-_PICK_WARPS, _REST_WARPS = 4, 8  # eviction.cu's warps per block of evict_pick, evict_pick_rest
-_REST_CAP = 4096  # eviction.cu's REST_CAP
+_PICK_WARPS, _REST_WARPS = 4, 16  # eviction.cu's warps per block of evict_pick, evict_pick_rest
+_REST_CAP = 32768  # eviction.cu's REST_CAP
 _KEYS_PER_SEGMENT = 32  # count_new_keys' segments
 
 
