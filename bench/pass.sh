@@ -25,7 +25,8 @@
 #   profile      Nsight Compute over profile_kernels.py (SpeedOfLight, Occupancy) -> ncu.txt
 #   kernels[=W,...]  step_kernels.py under Nsight Compute: each kernel of a one-rank bounded step
 #                of each workload (default dlrm, seed, dlrm26; one ncu process each), its time
-#                and DRAM bytes -> kernels.txt
+#                and DRAM bytes -> kernels.txt ($SOK1X_KERNELS_ARGS: more arguments, e.g.
+#                "--replayed --warmup 30")
 #   calls[=W,...]  step_calls.py --replayed on cuda at full scale (default dlrm, dlrm26): the
 #                replayed step's Python calls, its wall time, and host_us (the step with its
 #                graphs not launched); the cProfile by own and cumulative time ->
@@ -218,7 +219,8 @@ stage_kernels() {  # [workload ...]: step_kernels.py's table of a bounded step's
     if ! PYTHONPATH=$(path_of after):$here/bench run "kernels_$w" 150 "$(ncu_path)" \
         --clock-control none --profile-from-start off --csv --page raw \
         --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
-        python3 "$here/bench/step_kernels.py" --workloads "$w" --steps 2 >/dev/null; then
+        python3 "$here/bench/step_kernels.py" --workloads "$w" --steps 2 ${SOK1X_KERNELS_ARGS:-} \
+        >/dev/null; then
       say "kernels_$w failed: no table (its log: kernels_$w.log in pass.tgz)"
       continue
     fi

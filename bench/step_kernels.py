@@ -28,22 +28,28 @@ WARMUP_STEPS = 3
 def parse_args(argv):
     parser = harness.parser(__doc__, scale=1, steps=3)
     parser.add_argument("--workloads", default="dlrm,seed")
+    parser.add_argument("--warmup", type=int, default=WARMUP_STEPS,
+                        help="steps before the profiled ones (a full table's steady state "
+                             "comes after its first steps)")
+    parser.add_argument("--replayed", action="store_true",
+                        help="the replayed step (its graphs' kernels, node by node)")
     parser.add_argument("--summarize", default=None,
                         help="FILE: ncu's CSV (--page raw) of a run of this script; prints the "
                              "kernels' table and exits")
     return parser.parse_args(argv)
 
 
-def profile_steps(workloads, scale, steps):
-    """Runs each workload's bounded step, its --steps steps inside the profiler's range; prints
-    one marker line per workload (the CSV's kernels follow in the same order)."""
+def profile_steps(workloads, scale, steps, warmup=WARMUP_STEPS, replayed=False):
+    """Runs each workload's bounded step (replayed: replayed, its graphs' kernel nodes profiled
+    one by one), `warmup` steps, then `steps` steps inside the profiler's range; prints one
+    marker line per workload (the CSV's kernels follow in the same order)."""
     from sok1x.engine.lookup import bounded_step
     os.environ[bounded_step.ENV] = "1"
     rt = harness.start_engine("cuda")
     driver = ctypes.CDLL("libcuda.so.1")
     for name in workloads:
-        case = step_calls.Case(rt, name, scale)
-        for _ in range(WARMUP_STEPS):
+        case = step_calls.Case(rt, name, scale, replayed=replayed)
+        for _ in range(warmup):
             case.run()
         rt.backend.synchronize()
         print("workload %s steps %d" % (name, steps), flush=True)
@@ -107,7 +113,7 @@ def main(argv):
         for line in summarize(args.summarize, workloads, args.steps):
             print(line)
         return
-    profile_steps(workloads, args.scale, args.steps)
+    profile_steps(workloads, args.scale, args.steps, args.warmup, args.replayed)
 
 
 if __name__ == "__main__":
