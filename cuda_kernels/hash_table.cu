@@ -503,10 +503,12 @@ extern "C" __global__ void hash_compact_rows(const int64* key_of_row, const int6
 }
 
 // flags[t] = 1 where more keys are to be placed in index t (wanted[t]) than it has empty slots
-// (empty[t], as the host counted them before the step), else 0: which indexes a replayed
-// evicting step rebuilds (hash_take_slots_many's `rebuild`) between its erase and its insert.
-extern "C" __global__ void hash_rebuild_flags(const int64* wanted, const int64* empty,
-                                              int64 parts, int64* flags) {
+// (room[t], as the host counted them before the step), or where it erased more keys
+// (erased[t]) than the tombstones it takes before it is worn (room[parts + t]: half its
+// capacity less its tombstones before the step), else 0: which indexes a replayed evicting step
+// rebuilds (hash_take_slots_many's `rebuild`) between its erase and its insert.
+extern "C" __global__ void hash_rebuild_flags(const int64* wanted, const int64* erased,
+                                              const int64* room, int64 parts, int64* flags) {
   const int64 t = global_thread_id();
-  if (t < parts) flags[t] = wanted[t] > empty[t] ? 1 : 0;
+  if (t < parts) flags[t] = wanted[t] > room[t] || erased[t] > room[parts + t] ? 1 : 0;
 }

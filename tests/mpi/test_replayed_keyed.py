@@ -890,16 +890,20 @@ def test_a_full_hybrid_group_whose_evicted_keys_are_read_replays_its_steps_with_
         assert sum(ok for ok, _ in readies) >= 8, readies
 
 
+@pytest.mark.parametrize("pattern", ["short", "worn"])
 @pytest.mark.parametrize("inside", [True, False])
-def test_a_replayed_evicting_step_rebuilds_an_index_short_of_empty_slots(inside, monkeypatch):
-    """One rank: member 1 of shards of 32 rows (64 slots) gets 14 new keys, then 20, in turn
-    (repeated to 24 keys a step): after a step of 14 its index holds 14 tombstones (not worn),
-    so the next step's 20 new keys find 18 empty slots, and its recorded work rebuilds that
-    index between its erase and its insert (backend.rebuild_flags, hash_rehash_many's when) as
-    the uncaptured step's rebuild of worn indexes would; inside=False (a copy of the slots past
-    table_group.REBUILD_INSIDE_BYTES): ready() rebuilds an index with fewer empty slots than
-    its keys before the replay, and runs a step uncaptured where that falls short. Every step
-    equals the uncaptured one."""
+def test_a_replayed_evicting_step_rebuilds_an_index_short_of_empty_slots(inside, pattern,
+                                                                         monkeypatch):
+    """One rank: member 1 of shards of 32 rows (64 slots). short: it gets 14 new keys, then
+    20, in turn (repeated to 24 keys a step): after a step of 14 its index holds 14 tombstones
+    (not worn), so the next step's 20 new keys find 18 empty slots; worn: 18 new keys every
+    step, which find 32 empty slots but leave 18 tombstones, past half the capacity (worn:
+    table.is_worn). Either way its recorded work rebuilds that index between its erase and its
+    insert (backend.rebuild_flags, hash_rehash_many's when) as the uncaptured step's rebuild
+    of worn indexes does, so that the insert's probes never walk past the step's tombstones;
+    inside=False (a copy of the slots past table_group.REBUILD_INSIDE_BYTES): ready() rebuilds
+    an index with fewer empty slots than its keys before the replay, and runs a step
+    uncaptured where that falls short. Every step equals the uncaptured one."""
     if SIZE > 1:
         pytest.skip("hash groups replay on one rank only")
     monkeypatch.setattr(table_group, "REBUILD_INSIDE_BYTES", (256 << 20) if inside else 0)
@@ -908,15 +912,15 @@ def test_a_replayed_evicting_step_rebuilds_an_index_short_of_empty_slots(inside,
     rng = np.random.default_rng(103)
     steps, fresh_at = [], 10 ** 6
     for number in range(16):
-        values = fresh_at + np.arange(14 if number % 2 else 20)
+        values = fresh_at + np.arange(18 if pattern == "worn" else 14 if number % 2 else 20)
         fresh_at += 100
         member = np.concatenate([values, rng.choice(values, size=24 - values.size)])
         steps.append(np.concatenate([rng.integers(0, 300, size=5), member]).astype(np.int64))
     flagged = []
     flags = cpu.rebuild_flags
-    monkeypatch.setattr(cpu, "rebuild_flags", lambda wanted, empty: flagged.append(
-        flags(wanted, empty)) or flagged[-1])
-    got = full_hybrid_run("crowded", steps, lengths, True, rows=32)
-    want = full_hybrid_run("crowded", steps, lengths, False, rows=32)
+    monkeypatch.setattr(cpu, "rebuild_flags", lambda wanted, erased, room: flagged.append(
+        flags(wanted, erased, room)) or flagged[-1])
+    got = full_hybrid_run("crowded_" + pattern, steps, lengths, True, rows=32)
+    want = full_hybrid_run("crowded_" + pattern, steps, lengths, False, rows=32)
     assert_same_full_runs(got, want)
     assert any(f[1] for f in flagged) == inside, flagged  # rebuilt inside a replay

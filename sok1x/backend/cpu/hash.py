@@ -329,9 +329,11 @@ def hash_rehash_many(indexes, capacities=None, when=None):
             for t, (index, capacity) in enumerate(zip(indexes, capacities))]
 
 
-def rebuild_flags(wanted, empty_slots):
-    """int64 [T]: 1 where wanted[t] > empty_slots[t], else 0 (cuda's, on the device)."""
-    return (np.asarray(wanted) > np.asarray(empty_slots)).astype(np.int64)
+def rebuild_flags(wanted, erased, room):
+    """int64 [T]: 1 where wanted[t] > room[0, t] (its empty slots) or erased[t] > room[1, t]
+    (the tombstones it takes before it is worn), else 0 (cuda's, on the device)."""
+    room = np.asarray(room).reshape(2, -1)
+    return ((np.asarray(wanted) > room[0]) | (np.asarray(erased) > room[1])).astype(np.int64)
 
 
 def hash_find_many(indexes, keys, tags, row_starts):

@@ -43,7 +43,7 @@ def _kernels():
             "insert": prepared("hash_table.cu", "hash_find_or_insert_tagged", "PPPqPPPPPP"),
             "erase": prepared("hash_table.cu", "hash_erase_tagged", "PPPq"),
             "take_slots": prepared("hash_table.cu", "hash_take_slots_many", "PqqPP"),
-            "rebuild_flags": prepared("hash_table.cu", "hash_rebuild_flags", "PPqP"),
+            "rebuild_flags": prepared("hash_table.cu", "hash_rebuild_flags", "PPPqP"),
             "reinsert": prepared("hash_table.cu", "hash_reinsert_many", "PqqP"),
             "reinsert_into": prepared("hash_table.cu", "hash_reinsert_into_many", "Pqq"),
             "init": prepared("random_init.cu", "init_rows_tagged_float32", "PPqPPPPqPqiiQPdd")}
@@ -222,13 +222,15 @@ def hash_rehash_many(indexes, capacities=None, when=None):
 
 
 @uses_context
-def rebuild_flags(wanted, empty_slots):
-    """int64 [T] on the device: 1 where wanted[t] > empty_slots[t] (device int64 [T] each: the
-    keys an insert may place in index t, its empty slots), else 0 (hash_rehash_many's when)."""
+def rebuild_flags(wanted, erased, room):
+    """int64 [T] on the device: 1 where wanted[t] > room[0, t] or erased[t] > room[1, t]
+    (device int64: the keys an insert may place in index t and the keys erased from it, [T]
+    each; room [2, T], its empty slots and the tombstones it takes before it is worn), else 0
+    (hash_rehash_many's when)."""
     parts = int(wanted.shape[0])
     flags = empty((parts,), np.int64)
     if parts:
-        launch(_kernels()["rebuild_flags"], parts, ptr(wanted), ptr(empty_slots), parts,
+        launch(_kernels()["rebuild_flags"], parts, ptr(wanted), ptr(erased), ptr(room), parts,
                ptr(flags))
     return flags
 

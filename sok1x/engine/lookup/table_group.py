@@ -107,8 +107,9 @@ from sok1x.engine.tables.table import (
 
 IN_PLACE_ENV = "SOK1X_EVICT_IN_PLACE"  # "0": full members evict by counts read first
 REPLAY_EVICTION_ENV = "SOK1X_REPLAY_EVICTION"  # "0": evicting steps never replay
-# a replayed eviction's copy of its slots, at most, where its graph rebuilds short indexes
-# itself (past it, ready() rebuilds them before the replay, or the step runs uncaptured)
+# a replayed eviction's copy of its slots, at most, where its graph rebuilds short or worn
+# indexes itself (past it, ready() rebuilds short ones before the replay, or the step runs
+# uncaptured)
 REBUILD_INSIDE_BYTES = 256 << 20
 GROW_ENV = "SOK1X_GROW_IN_PLACE"  # "0": a growing group lays its arrays out again; "1": in place
 _GRANULE = 2 << 20  # the device's allocation granularity (backend.back_rows), 2 MiB on H100/H200
@@ -935,8 +936,8 @@ class ReplayedInsert:
         self._counted = None  # evicting: done()'s (queued, evicted, found), read by checked()
         self._slot_names = None  # evicting: the slots the recorded work resets, by name
         self._victims = None  # evicting: the arrays its victims are written into (fixed)
-        self._empty = self._empty_now = None  # evicting: each index's empty slots (device, host)
-        self._inside = None  # evicting: whether its work rebuilds short indexes (_rebuilds_inside)
+        self._room = self._room_now = None  # evicting: queue_padded's room (device, host)
+        self._inside = None  # evicting: whether its work rebuilds indexes (_rebuilds_inside)
 
     def ready(self, keys):
         """True, with the member list written, where the step's `keys` (backend int64, each
@@ -978,11 +979,13 @@ class ReplayedInsert:
         backend.write_given(self._given, [0.0], self.clock, time.time(),
                             group.journal.step if self.evicting else None)
         if self.evicting and self._rebuilds_inside(group):  # the work rebuilds by these
-            self._empty_now = np.array([member.index.empty_slots() for member in group.members],
-                                       dtype=np.int64)
-            if self._empty is None:
-                self._empty = backend.zeros((len(group.members),), np.int64)
-            backend.copy_array(self._empty, backend.asarray(self._empty_now))
+            self._room_now = np.array(
+                [[member.index.empty_slots() for member in group.members],
+                 [member.capacity // 2 - member.index.tombstones for member in group.members]],
+                dtype=np.int64)
+            if self._room is None:
+                self._room = backend.zeros(self._room_now.shape, np.int64)
+            backend.copy_array(self._room, backend.asarray(self._room_now))
 
     def _ready_to_evict(self, keys):
         group = self.group
@@ -1008,8 +1011,9 @@ class ReplayedInsert:
         return True
 
     def _rebuilds_inside(self, group):
-        """Whether the recorded work rebuilds an index short of empty slots itself (its copy of
-        every member's slots, 16 bytes a slot, at most REBUILD_INSIDE_BYTES), decided once."""
+        """Whether the recorded work rebuilds an index short of empty slots, or worn by its
+        erase, itself (its copy of every member's slots, 16 bytes a slot, at most
+        REBUILD_INSIDE_BYTES), decided once."""
         if self._inside is None:
             slots = sum(member.index.slot_count for member in group.members)
             self._inside = 16 * slots <= REBUILD_INSIDE_BYTES
@@ -1030,7 +1034,7 @@ class ReplayedInsert:
         with backend.step_given(self.clock):
             queued = eviction.queue_padded(group.members, self.counts, keys, tags,
                                            group._flat_arrays, group.journal.step,
-                                           self._victims, self._empty)
+                                           self._victims, self._room)
         starts = np.concatenate([[0], np.cumsum(self.counts)])
         victims = eviction.Victims(backend, starts, queued.keys, queued.rows, queued.values,
                                    queued.slots, queued.records, queued.totals, queued.served)
@@ -1073,9 +1077,10 @@ class ReplayedInsert:
                 [queued.unserved, queued.totals, queued.served, found[5]]))
         evicted.settle(totals, served)  # (_settled_in_place's, for one eviction)
         group.settle(found[5], placed)
-        if self._empty_now is not None:  # the recorded work rebuilt these after its erase
-            for member, new, empty in zip(group.members, totals, self._empty_now):
-                if new > empty:
+        if self._room_now is not None:  # the recorded work rebuilt these after its erase
+            for member, new, erased, empty, worn in zip(group.members, totals, served,
+                                                        *self._room_now):
+                if new > empty or erased > worn:
                     member.index.forget_tombstones()
         group._rebuild_worn()  # the victims' tombstones
         self._error = group.in_place_error(totals, unserved)

@@ -366,17 +366,19 @@ def fixed_victims(backend, bounds):
             backend.empty((m, 2), np.int64), backend.empty((m,), np.int64))
 
 
-def queue_padded(tables, bounds, keys, tags, flat_arrays, step, out=None, empty_slots=None):
+def queue_padded(tables, bounds, keys, tags, flat_arrays, step, out=None, room=None):
     """The device work of a padded eviction (evict's, module docstring), and nothing the host
     counts: the lookup's rows found and their records kept, the rows stamped with `step`, the
     victims picked, their vectors, slots and records gathered, their keys erased from the
     indexes (not counted: record_padded counts them) and their records zeroed. A replayed
     evicting step records this once (table_group.ReplayedInsert), its victims written into
-    `out` (fixed_victims'; None: new arrays). empty_slots: None, or device int64 [T], each
-    member's index's empty slots as the host counted them before the step: after the erase,
-    every index with fewer than its new keys is rebuilt (decided on the device: its insert
-    takes no tombstone's slot), as an uncaptured step rebuilds worn indexes between its erase and
-    its insert. Returns a Queued."""
+    `out` (fixed_victims'; None: new arrays). room: None, or device int64 [2, T], each
+    member's index's empty slots and the tombstones it takes before it is worn (table.is_worn:
+    half its capacity less its tombstones), as the host counted them before the step: after the
+    erase, every index with fewer empty slots than its new keys (its insert takes no
+    tombstone's slot), or worn by the erase (its insert's probes would walk past the
+    tombstones), is rebuilt, decided on the device, as an uncaptured step rebuilds worn indexes
+    between its erase and its insert. Returns a Queued."""
     backend = tables[0].backend
     statistics, row_starts, values, slots = flat_arrays()
     bounds = np.asarray(bounds, dtype=np.int64)
@@ -403,9 +405,9 @@ def queue_padded(tables, bounds, keys, tags, flat_arrays, step, out=None, empty_
     backend.move_rows(cleared[0], cleared[1], statistics, device_rows)
     backend.hash_erase_many(indexes, device_keys, backend.part_tags(starts), bounds, served,
                             counted=False)
-    if empty_slots is not None:
-        rebuilt = backend.hash_rehash_many(indexes, when=backend.rebuild_flags(totals,
-                                                                              empty_slots))
+    if room is not None:
+        rebuilt = backend.hash_rehash_many(indexes, when=backend.rebuild_flags(totals, served,
+                                                                              room))
         for table, index in zip(tables, rebuilt):
             table.index = index
     return queued
