@@ -23,6 +23,7 @@ from sok1x.backend import random_init
 from sok1x.engine import api, runtime
 from sok1x.engine.lookup import (bounded_step, key_exchange, keyed, peer_capacity, replayed_step,
                                  table_group)
+from sok1x.engine.checkpoint import tables as checkpoint_tables
 from sok1x.engine.lookup.keyed import KeyedInput
 from sok1x.engine.op_order import OpId
 from sok1x.engine.tables import optimizer_updates
@@ -506,16 +507,18 @@ def test_a_replayed_hash_forward_in_a_tower_leaves_its_checks_to_its_backward(mo
     assert held()[0] == 1
 
 
-def test_a_replayed_hash_forward_whose_backward_never_came_fails_at_the_next_lookup():
+@pytest.mark.parametrize("between", ["lookup", "dump"])
+def test_a_replayed_hash_forward_whose_backward_never_came_fails_at_the_next_op(between,
+                                                                                tmp_path):
     """One rank: a hash group's replayed forward, a tower's first op promising its backward
-    (checks="backward"), holds a negative key and no backward comes; the next step's lookup,
-    before anything else, reads those checks and fails naming the member and that no backward
-    came, the forward's insert taken back (sizes and held rows as before it); the replays go on
-    after."""
+    (checks="backward"), holds a negative key and no backward comes; the next op (the next
+    step's lookup, or a checkpoint's dump, which no step's rollback covers), before anything
+    else, reads those checks and fails naming the member and that no backward came, the
+    forward's insert taken back (sizes and held rows as before it); the replays go on after."""
     if SIZE > 1:
         pytest.skip("hash groups replay on one rank only")
     fresh()
-    names = ["hash_promise_%d" % t for t in range(MEMBERS)]
+    names = ["hash_promise_%s_%d" % (between, t) for t in range(MEMBERS)]
     for name in names:
         api.create_table(name, DIM, 64, True, SPEC, replace=True)
     steps = hash_keys(83, 7, 40)
@@ -528,7 +531,10 @@ def test_a_replayed_hash_forward_whose_backward_never_came_fails_at_the_next_loo
     api.keyed_lookup(names, OpId(names[0] + "_fwd", names[0], 0), item, True, checks="backward",
                      replay=True)  # no backward: its checks are left unread
     with pytest.raises(InvalidInputError, match=r"no backward pass(.|\n)*%s: key -4" % names[1]):
-        step(names, steps[5], LENGTHS, np.float32(0.75), "lazy_adam", 5, True, "tower")
+        if between == "dump":
+            checkpoint_tables.dump_tables(str(tmp_path), names)
+        else:
+            step(names, steps[5], LENGTHS, np.float32(0.75), "lazy_adam", 5, True, "tower")
     for name, (values, slots, size) in zip(names, before):
         assert api.shard(name).index.size == size
         np.testing.assert_array_equal(held_rows(name)[0], values)
@@ -866,6 +872,47 @@ def test_a_replayed_evicting_step_whose_new_keys_find_no_victim_fails_and_change
     assert_same_full_runs(got, want)
     assert replayed[:12] and sum(replayed) >= 10, readies
     assert readies[9] == (True, True), readies  # (the failing step's ready: a replay)
+
+
+def test_an_evicting_forward_whose_keys_find_no_victim_fails_the_dump_after_it(monkeypatch,
+                                                                              tmp_path):
+    """One rank: the step of the test above whose new keys find no victim is a replayed
+    forward alone (its backward never comes); a checkpoint's dump after it reads its checks and
+    counts, fails with TableFullError, and takes its eviction and insert back: member 1 holds
+    the keys it held before, none without a row."""
+    if SIZE > 1:
+        pytest.skip("hash groups replay on one rank only")
+    monkeypatch.delenv(table_group.REPLAY_EVICTION_ENV, raising=False)
+    lengths = np.array([5, 24])
+    rng = np.random.default_rng(97)
+    steps, fresh_at = [], 10 ** 6
+    for number in range(11):
+        if number == 10:  # the last step's values and 14 fresh ones: four find no victim
+            values = np.concatenate([np.unique(steps[-1][5:]), fresh_at + np.arange(14)])
+        else:
+            values = fresh_at + np.arange(10)
+        fresh_at += 100
+        member = np.concatenate([values, rng.choice(values, size=24 - values.size)])
+        steps.append(np.concatenate([rng.integers(0, 300, size=5), member]).astype(np.int64))
+    readies = noted_readies(monkeypatch)
+    fresh()
+    names = ["unserved_dump_%d" % t for t in range(2)]
+    for name in names:
+        api.drop_evicted(name, True)
+        api.create_table(name, DIM, 20, True, SPEC, replace=True,
+                         dynamic=make_dynamic("hybrid", 20, 20, "lru"))
+    for number, keys in enumerate(steps[:10], 1):
+        step(names, keys, lengths, np.float32(0.75), "lazy_adam", number, True, "tower")
+    before = api.shard(names[1]).index.export()
+    item = KeyedInput(steps[10], lengths, None, lengths, None, "sum")
+    api.keyed_lookup(names, OpId(names[0] + "_fwd", names[0], 0), item, True, checks="backward",
+                     replay=True)
+    assert readies[-1] == (True, True), readies  # a replayed evicting step
+    with pytest.raises(TableFullError, match="full"):
+        checkpoint_tables.dump_tables(str(tmp_path), names)
+    keys, rows = api.shard(names[1]).index.export()
+    assert sorted(keys.tolist()) == sorted(before[0].tolist())
+    assert (rows >= 0).all() and api.shard(names[1]).index.size == before[0].shape[0]
 
 
 def test_a_full_hybrid_group_whose_evicted_keys_are_read_replays_its_steps_with_room(

@@ -147,16 +147,18 @@ def take(runtime, routings, op):
     backward `op` (an OpId or a name) to read once its work is queued. Where `op` opens a step
     (a tower's first op, as a bare name is), those whose forward changed a table (passed set: a
     hash group's insert, which the step journal undoes only until the next step opens) are read
-    now, raising a bad key's error, and the rest returned."""
+    now, raising a bad key's error, and the rest returned. Checks read already (by an op
+    between: read_left) are not taken again."""
     taken = []
     for routing in routings:
         deferred = getattr(routing, "check", None)
-        if deferred is not None and not any(deferred is d for d in taken):
-            taken.append(deferred)
-            for position, unread in enumerate(runtime.unread_checks):
-                if unread is deferred:
-                    del runtime.unread_checks[position]
-                    break
+        if deferred is None or any(deferred is d for d in taken):
+            continue
+        for position, unread in enumerate(runtime.unread_checks):
+            if unread is deferred:
+                del runtime.unread_checks[position]
+                taken.append(deferred)
+                break
     if as_op_id(op).position != 0 or all(deferred.passed is None for deferred in taken):
         return taken
     raise_if_set(runtime, [deferred for deferred in taken if deferred.passed is not None])
@@ -176,6 +178,12 @@ def raise_if_set(runtime, taken, note=""):
 
 def read_left(runtime):
     """Reads the checks of forwards whose backward never came and raises the
-    first bad input's error, naming its lookup."""
+    first bad input's error, naming its lookup, with their step rolled back (the journal's
+    step is still theirs: a hash group's insert is taken back, whether the op reading them is a
+    step's or a checkpoint's, which no api._Step undoes)."""
     taken, runtime.unread_checks = list(runtime.unread_checks), []
-    raise_if_set(runtime, taken, " (its checks read by the next op: it had no backward pass)")
+    try:
+        raise_if_set(runtime, taken, " (its checks read by the next op: it had no backward pass)")
+    except BaseException as exc:
+        runtime.journal.failed(exc)  # (api._Step's own rollback then finds nothing to undo)
+        raise

@@ -322,10 +322,14 @@ def _joined_checkpoint(runtime, op, keys, own_key):
 
 def confirm_same_op(runtime, op):
     """Makes every rank confirm it is in `op` (an OpId or name) before a collective whose sizes
-    are static. With SOK1X_ORDER_CHECK=0 only the local tower check runs, raising on this rank."""
+    are static. With SOK1X_ORDER_CHECK=0 only the local tower check runs, raising on this rank,
+    after the checks forwards left unread (bounded_step.read_left: a step whose insert they
+    judge must not be saved before they are read)."""
     if order_check_enabled():
         exchange_header(runtime, op)
         return
+    if runtime.unread_checks:
+        bounded_step.read_left(runtime)
     error = runtime.towers.check(as_op_id(op))
     if error is not None:
         raise error

@@ -1062,8 +1062,16 @@ class ReplayedInsert:
         group.journal.record(functools.partial(group._undo_evict, evicted, held))
         backend.hash_insert_many_done(group.indexes(), found, found[5], True)
         group._record_undo(found, held)  # (its undo runs first: the new keys out, then victims)
-        self._counted = (queued, evicted, found)  # read in checked()
+        self._counted = counted = (queued, evicted, found)  # read in checked()
         self._found = found
+        # undone first: a step that fails before checked() still hands its counts over, as the
+        # other undo actions expect, and its host mirrors the rebuilds its graph made
+        group.journal.record(functools.partial(self._counts_read_in_undo, counted))
+
+    def _counts_read_in_undo(self, counted):
+        if self._counted is counted:
+            self._read_counts()
+            self._error = None  # (the step fails for another reason)
 
     def _read_counts(self):
         """An evicting step's one wait: the eviction's and the insert's counts (done()'s)
