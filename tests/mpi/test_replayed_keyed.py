@@ -843,6 +843,23 @@ def test_a_full_hybrid_group_replays_its_evicting_steps(bad_step, checks, monkey
         assert not any(ok for ok, evicts in readies[len(replays):] if evicts)  # switched off
 
 
+def steps_without_victims(count):
+    """(lengths, `count` steps' keys) of two members: member 1 gets 24 keys a step, ten fresh
+    values at each step, except step 10: the last step's ten values and 14 fresh ones (ten
+    evictable keys for 14 new ones in a shard of 20 rows: four find no victim)."""
+    rng = np.random.default_rng(97)
+    steps, fresh_at = [], 10 ** 6
+    for number in range(count):
+        if number == 10:
+            values = np.concatenate([np.unique(steps[-1][5:]), fresh_at + np.arange(14)])
+        else:
+            values = fresh_at + np.arange(10)
+        fresh_at += 100
+        member = np.concatenate([values, rng.choice(values, size=24 - values.size)])
+        steps.append(np.concatenate([rng.integers(0, 300, size=5), member]).astype(np.int64))
+    return np.array([5, 24]), steps
+
+
 @pytest.mark.parametrize("checks", ["backward", "tower"])
 def test_a_replayed_evicting_step_whose_new_keys_find_no_victim_fails_and_changes_nothing(
         checks, monkeypatch):
@@ -854,17 +871,7 @@ def test_a_replayed_evicting_step_whose_new_keys_find_no_victim_fails_and_change
     backward reads the step's counts once its own work is queued and fails there."""
     if SIZE > 1:
         pytest.skip("hash groups replay on one rank only")
-    lengths = np.array([5, 24])
-    rng = np.random.default_rng(97)
-    steps, fresh_at = [], 10 ** 6
-    for number in range(16):
-        if number == 10:  # the last step's values and 14 fresh ones
-            values = np.concatenate([np.unique(steps[-1][5:]), fresh_at + np.arange(14)])
-        else:
-            values = fresh_at + np.arange(10)
-        fresh_at += 100
-        member = np.concatenate([values, rng.choice(values, size=24 - values.size)])
-        steps.append(np.concatenate([rng.integers(0, 300, size=5), member]).astype(np.int64))
+    lengths, steps = steps_without_victims(16)
     readies = noted_readies(monkeypatch)
     got = full_hybrid_run("unserved", steps, lengths, True, (10,), rows=20, checks=checks)
     replayed = [ok for ok, evicts in readies if evicts]
@@ -883,17 +890,7 @@ def test_an_evicting_forward_whose_keys_find_no_victim_fails_the_dump_after_it(m
     if SIZE > 1:
         pytest.skip("hash groups replay on one rank only")
     monkeypatch.delenv(table_group.REPLAY_EVICTION_ENV, raising=False)
-    lengths = np.array([5, 24])
-    rng = np.random.default_rng(97)
-    steps, fresh_at = [], 10 ** 6
-    for number in range(11):
-        if number == 10:  # the last step's values and 14 fresh ones: four find no victim
-            values = np.concatenate([np.unique(steps[-1][5:]), fresh_at + np.arange(14)])
-        else:
-            values = fresh_at + np.arange(10)
-        fresh_at += 100
-        member = np.concatenate([values, rng.choice(values, size=24 - values.size)])
-        steps.append(np.concatenate([rng.integers(0, 300, size=5), member]).astype(np.int64))
+    lengths, steps = steps_without_victims(11)
     readies = noted_readies(monkeypatch)
     fresh()
     names = ["unserved_dump_%d" % t for t in range(2)]

@@ -152,9 +152,9 @@ def take(runtime, routings, op):
     taken = []
     for routing in routings:
         deferred = getattr(routing, "check", None)
-        if deferred is None or any(deferred is d for d in taken):
+        if deferred is None:
             continue
-        for position, unread in enumerate(runtime.unread_checks):
+        for position, unread in enumerate(runtime.unread_checks):  # (each taken once)
             if unread is deferred:
                 del runtime.unread_checks[position]
                 taken.append(deferred)
