@@ -70,6 +70,13 @@ struct SplitRows {
     const int64 at = place(e, in_host);
     return in_host ? at : -1;
   }
+  // The first element of row `row` of `dim` elements: a row never straddles two parts, so one
+  // placement serves its every element (the per-element one searches a member listing).
+  __device__ __forceinline__ T* row_at(int64 row, int64 dim) const {
+    bool in_host;
+    const int64 at = place(row * dim, in_host);
+    return (in_host ? host : dev) + at;
+  }
   __device__ __forceinline__ bool present() const { return dev != nullptr; }
 };
 

@@ -28,10 +28,16 @@ __device__ __forceinline__ void init_rows(SplitRows<float> table, const int64* r
     if (i >= valid) continue;
     const int64 row = rows[i];
     if (row < 0) continue;
+    float* const out = table.row_at(row, dim);
+    if (kind == KIND_CONSTANT) {  // (a slot's reset: no stream to mix)
+      const float value = __double2float_rn(a);
+      for (int64 column = lane; column < dim; column += lanes) out[column] = value;
+      continue;
+    }
     const uint64 own = tags != nullptr ? table_stream(seed, table_ids[tags[i]]) : streams;
     const uint64 stream = key_stream(own, keys[i]);
     for (int64 column = lane; column < dim; column += lanes) {
-      table[row * dim + column] = initial_value(kind, stream, (uint64)column, a, b);
+      out[column] = initial_value(kind, stream, (uint64)column, a, b);
     }
   }
 }

@@ -13,8 +13,9 @@ __device__ __forceinline__ int64 ordered(const int64* order, int64 t) {
   return order != nullptr ? order[t] : t;
 }
 
-// index < 0: a zero row when zero_negative, else counted from the end (NumPy's rule); with
-// zero_negative an index past the end gives a zero row too (gather_rows of keys checked later).
+// index < 0: by zero_negative, counted from the end (0: NumPy's rule), a zero row (1), or no
+// write at all (2: a place no one reads, an eviction's padded ones); with 1 or 2 an index past
+// the end is taken as negative (gather_rows of keys checked later).
 template <typename Word>
 __device__ __forceinline__ void take_rows(SplitRows<Word> src, int64 src_rows, const int64* index,
                                           int64 n, int64 words_per_row, int zero_negative,
@@ -27,6 +28,7 @@ __device__ __forceinline__ void take_rows(SplitRows<Word> src, int64 src_rows, c
     const int64 out = i * words_per_row + column;
     int64 row = index[i];
     if (zero_negative && (row < 0 || row >= src_rows)) {
+      if (zero_negative == 2) continue;
       Word zero;
       memset(&zero, 0, sizeof(Word));
       dst[out] = zero;

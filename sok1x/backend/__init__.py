@@ -88,7 +88,8 @@ Every backend module exposes the same names, and the engine's algorithms call on
                                                        (ordered=False: any order)
     segment_sum(values, segment_ids, num_segments)     like tf.math.unsorted_segment_sum (a
                                                        negative id adds nothing)
-    gather_rows(table, rows) -> [n, dim]               row -1 gives a zero vector
+    gather_rows(table, rows, fill=True) -> [n, dim]    row -1 gives a zero vector (fill=False:
+                                                       unwritten, for places no one reads)
     scatter_add_rows(table, rows, values)              table[rows] += values, repeats summed
     init_rows(table, rows, keys, spec, table_id, count=None)   initial values (random_init.py)
     touch_rows(statistics, rows, step, stamp=None)     a lookup's access statistics: int64 [n, 2]

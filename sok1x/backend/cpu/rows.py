@@ -22,9 +22,10 @@ def counted_rows(rows, count):
     return rows if count is None else rows[:int(np.asarray(count).reshape(-1)[0])]
 
 
-def gather_rows(table, rows):
+def gather_rows(table, rows, fill=True):
     """Returns table[rows] with a zero vector where rows == -1, or where a row lies past the
-    table (keys whose checks are read later: engine/lookup/bounded_step.py)."""
+    table (keys whose checks are read later: engine/lookup/bounded_step.py). fill=False lets
+    the cuda backend leave those places unwritten; here they are zero either way."""
     table = whole_rows(table)
     rows = np.asarray(rows, dtype=np.int64)
     if rows.size == 0 or (rows.min() >= 0 and rows.max() < table.shape[0]):

@@ -64,7 +64,7 @@ def _take(array, index, zero_negative):
         word = _word_bytes(row_bytes, array, out)
         take = _row_copy_kernels(word)[0]
         words_per_row = row_bytes // word
-        order = host_order(array, index, zero_negative)  # held until the launch is queued
+        order = host_order(array, index, bool(zero_negative))  # held until the launch
         launch(take, index.shape[0] * words_per_row, *split_args(array, words_per_row),
                array.shape[0], ptr(index), index.shape[0], words_per_row, int(zero_negative),
                ptr(out), _order_ptr(order))
@@ -78,9 +78,10 @@ def take_rows(array, index):
 
 
 @uses_context
-def gather_rows(table, rows):
-    """Returns table[rows] with a zero vector where rows == -1; table may be a split array."""
-    return _take(table, rows, zero_negative=True)
+def gather_rows(table, rows, fill=True):
+    """Returns table[rows] with a zero vector where rows == -1 (fill=False: such places are left
+    unwritten, for a gather whose -1 places no one reads); table may be a split array."""
+    return _take(table, rows, zero_negative=1 if fill else 2)
 
 
 @uses_context

@@ -395,9 +395,11 @@ def queue_padded(tables, bounds, keys, tags, flat_arrays, step, out=None, room=N
     firsts = np.asarray(row_starts[:-1], dtype=np.int64)
     member_rows = backend.offset_parts(device_rows, starts, -firsts,
                                        None if out is None else out[3])
+    # (the places without a victim, past a member's new keys, are never read: not written,
+    # which halves these gathers' bytes where a member's new keys are half its bound)
     queued = Queued(found, pinned, device_keys, member_rows,
-                    hybrid_rows.gather_rows(backend, values, device_rows),
-                    {name: hybrid_rows.gather_rows(backend, s, device_rows)
+                    hybrid_rows.gather_rows(backend, values, device_rows, False),
+                    {name: hybrid_rows.gather_rows(backend, s, device_rows, False)
                      for name, s in slots.items()}, records, totals, unserved, served)
     # a zero record for every victim's row (none for a place without one: row -1); the erase
     # last, so that nothing here fails once a victim left its index

@@ -159,9 +159,10 @@ def new_rows_array(backend, shape, dtype, hbm_rows, initial=0.0):
     return SplitRows(backend, shape, dtype, hbm_rows, initial)
 
 
-def gather_rows(backend, array, rows):
-    """array[rows] as a device array, a zero row where rows == -1."""
-    return backend.gather_rows(array, rows)
+def gather_rows(backend, array, rows, fill=True):
+    """array[rows] as a device array, a zero row where rows == -1 (fill=False: left unwritten,
+    backend.gather_rows)."""
+    return backend.gather_rows(array, rows, fill)
 
 
 def put_rows(backend, array, rows, src):
