@@ -55,6 +55,7 @@
 #                after, twice, each tree timed by its own script ($PASS_SCALE divides batch and
 #                vocabulary, default 1)
 #   growth-ab    growth_step.py of both trees, $PASS_ROUNDS rounds (default 2) of before, after
+#                ($PASS_GROWTH_ARGS: more arguments, e.g. "--ways room,evict_drop")
 #   growth-profile  a cProfile of this tree's growth_step ways -> growth-profile.txt
 #   host-slices  host_slices.py: one page-locked block against 128 MiB slices (1, 2, 4 GiB)
 #   hkv-grid     hbm engine path of before, this tree's grid with HierarchicalKV at dim 64
@@ -362,7 +363,7 @@ stage_growth_ab() {
   local round tree
   for round in $(seq "${PASS_ROUNDS:-2}"); do
     for tree in before after; do
-      bench $tree growth_step.py "growth_${tree}_$round"
+      bench $tree growth_step.py "growth_${tree}_$round" ${PASS_GROWTH_ARGS:-}
     done
   done
 }
