@@ -233,6 +233,10 @@ def _run_case(rt, args, way, repeat, peaks, profile):
     harness.release_memory(backend)
     before = used_bytes(backend) - base
     del peaks[:]
+    # members whose next rows the helper thread had not backed yet (HashGroup._back_ahead): the
+    # growing step waits for it where the fill's steps outran it
+    ahead = getattr(group, "_ahead", None) or {}
+    behind = sum(1 for _, future in ahead.values() if not future.done())
     if profile:  # the step itself under cProfile ($SOK1X_BENCH_PROFILE): where its host time goes
         harness.profile_steps(rt, lambda: case.step(case.steps[0], "first"),
                               backend.synchronize, "%s, %d rank(s)" % (way, rt.size), steps=1)
@@ -241,6 +245,7 @@ def _run_case(rt, args, way, repeat, peaks, profile):
         ms = timed(rt, lambda: read_evicted(case, way, case.step(case.steps[0], "first")))
     grown = [api.shard(name).capacity for name in case.names]
     result = {"ms": ms, "group_bytes_before": before_bytes, "used_before": before,
+              "backed_ahead": len(ahead), "ahead_behind": harness.job_max(behind),
               "in_place": bool(getattr(group, "reserved", False)),
               "grew": harness.job_max(any(g > c for g, c in zip(grown, capacities))),
               "evicting_members": harness.job_max(sum(api.shard(n).evicted_keys > 0
@@ -298,7 +303,7 @@ def main(argv=None):
     for way, runs in results.items():
         entry = harness.summary([r["ms"] for r in runs])
         for key in ("second_ms", "peak_used", "used_before", "group_bytes_before", "grew",
-                    "evicting_members", "in_place"):
+                    "evicting_members", "in_place", "backed_ahead", "ahead_behind"):
             if key in runs[0]:
                 entry[key] = harness.median([r[key] for r in runs])
         out["ways"][way] = entry
@@ -324,9 +329,11 @@ def main(argv=None):
                                        out["growth"]["floor_share"] else 0,
                                        out["growth"]["group_gib"], gbps,
                                        out["growth"]["peak_over_group"] or 0))
-    harness.say("a doubling step / a step with room: %.2fx in place (%s), %.2fx by copies"
+    harness.say("a doubling step / a step with room: %.2fx in place (%s), %.2fx by copies; "
+                "members backed ahead %s, of them not done when the step began %s"
                 % (out["growth"]["over_room"], grow.get("in_place"),
-                   out["growth"]["copies_over_room"]))
+                   out["growth"]["copies_over_room"], grow.get("backed_ahead"),
+                   grow.get("ahead_behind")))
     harness.write_json(args.out, out)
     harness.finish()
 

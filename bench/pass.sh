@@ -48,7 +48,8 @@
 #   suites[=A,B] run_all.sh's suites at 1 GPU (default $PASS_SUITES, else the table, hash,
 #                ordering, engine, seam and group suites)
 #   grid         dynamic_table.py at dims $PASS_DIMS (default 64), hbm and 1/4, 1/2, 3/4 host,
-#                loads 0.5 and 0.75, HierarchicalKV beside it (--hkv) -> grid.md
+#                loads 0.5 and 0.75, HierarchicalKV beside it (--hkv) -> grid.md (2^24 rows and
+#                7 repeats, or $PASS_GRID_ROWS_LOG2 and $PASS_GRID_REPEATS)
 #   grid-ab      dynamic_table.py, load 0.5, hbm, 1/2 and 3/4 host: before, after, twice
 #   breakdown-ab dynamic_breakdown.py of both trees at hbm and at 3/4 host
 #   framework-ab framework_step.py at 1 GPU, $PASS_WORKLOADS (default seed dlrm dlrm26), before,
@@ -57,6 +58,7 @@
 #   growth-ab    growth_step.py of both trees, $PASS_ROUNDS rounds (default 2) of before, after
 #                ($PASS_GROWTH_ARGS: more arguments, e.g. "--ways room,evict_drop")
 #   growth-profile  a cProfile of this tree's growth_step ways -> growth-profile.txt
+#   growth       growth_step.py of this tree, $PASS_ROUNDS rounds (default 2), $PASS_GROWTH_ARGS
 #   host-slices  host_slices.py: one page-locked block against 128 MiB slices (1, 2, 4 GiB)
 #   hkv-grid     hbm engine path of before, this tree's grid with HierarchicalKV at dim 64
 #                (--hkv) -> grid.md, before again
@@ -123,7 +125,7 @@ while [ $# -gt 0 ]; do
 done
 [ ${#stages[@]} -gt 0 ] || { echo "pass.sh: name at least one stage (--list)" >&2; usage; }
 known=" micro hybrid profile kernels calls steps1 steps group framework checkpoint kernel-tests suites grid
-  grid-ab breakdown-ab framework-ab growth-ab growth-profile host-slices hkv-grid
+  grid-ab breakdown-ab framework-ab growth growth-ab growth-profile host-slices hkv-grid
   find-or-insert-ab ncu-find-or-insert host-way dynamic-tests breakdown dynamic-ab backend-tests
   hash-ab ckpt-tests ckpt-stages ckpt-before ckpt-bench ckpt-big "
 for stage in "${stages[@]}"; do  # every name checked before anything is installed
@@ -318,7 +320,7 @@ stage_suites() {
   usual="$usual table-groups-1gpu v2-engine-1gpu"
   suites "${names:-${PASS_SUITES:-$usual}}" "suites$suite_count"
 }
-grid_args() { echo "--rows-log2 24 --repeats 7"; }
+grid_args() { echo "--rows-log2 ${PASS_GRID_ROWS_LOG2:-24} --repeats ${PASS_GRID_REPEATS:-7}"; }
 stage_grid() {
   bench after dynamic_table.py grid $(grid_args) --dims "${PASS_DIMS:-64}" --loads 0.5,0.75 \
     --shares 0,0.25,0.5,0.75 --hkv "$hkv" --markdown "$work/grid.md"
@@ -358,6 +360,13 @@ mpi_bench_own() {  # bench_own under mpiexec -n 1
     "$scripts/$script" --out "$work/$name.json" "$@"
   grep -hE 'ms/step|host waits|launches|Error' "$work/$name.log" | tr -s ' ' | head -20 \
     >>"$summary"
+}
+stage_growth() {
+  local round
+  for round in $(seq "${PASS_ROUNDS:-2}"); do
+    bench after growth_step.py "growth_after_$round" ${PASS_GROWTH_ARGS:-}
+    grep -hE "rank\(s\)|room:|more than" "$work/growth_after_$round.log" >>"$summary"
+  done
 }
 stage_growth_ab() {
   local round tree
