@@ -42,6 +42,7 @@ With SOK1X_BENCH_PROFILE=FILE, rank 0 appends a cProfile of each way's step (one
 import contextlib
 import inspect
 import os
+import sys
 import time
 
 import numpy as np
@@ -68,6 +69,10 @@ def parse_args(argv=None):
     parser.add_argument("--ways", default=",".join(WAYS),
                         help="the ways timed, of %s (room, grow and grow_copies always)"
                         % ", ".join(WAYS))
+    parser.add_argument("--switch-us", type=float, default=0.0,
+                        help="the interpreter's thread switch interval (sys.setswitchinterval) "
+                        "in microseconds for the whole run (0: Python's 5 ms): whether the rows "
+                        "backed ahead on a helper thread wait for the GIL behind the steps")
     parser.add_argument("--between-ms", type=float, default=0.0,
                         help="host time after each fill step with Python's lock free: the rest "
                         "of a framework's step (its dense layers run in its own threads)")
@@ -236,7 +241,7 @@ def _run_case(rt, args, way, repeat, peaks, profile):
     # members whose next rows the helper thread had not backed yet (HashGroup._back_ahead): the
     # growing step waits for it where the fill's steps outran it
     ahead = getattr(group, "_ahead", None) or {}
-    behind = sum(1 for _, future in ahead.values() if not future.done())
+    backed, behind = len(ahead), sum(1 for _, future in ahead.values() if not future.done())
     if profile:  # the step itself under cProfile ($SOK1X_BENCH_PROFILE): where its host time goes
         harness.profile_steps(rt, lambda: case.step(case.steps[0], "first"),
                               backend.synchronize, "%s, %d rank(s)" % (way, rt.size), steps=1)
@@ -245,7 +250,7 @@ def _run_case(rt, args, way, repeat, peaks, profile):
         ms = timed(rt, lambda: read_evicted(case, way, case.step(case.steps[0], "first")))
     grown = [api.shard(name).capacity for name in case.names]
     result = {"ms": ms, "group_bytes_before": before_bytes, "used_before": before,
-              "backed_ahead": len(ahead), "ahead_behind": harness.job_max(behind),
+              "backed_ahead": backed, "ahead_behind": harness.job_max(behind),
               "in_place": bool(getattr(group, "reserved", False)),
               "grew": harness.job_max(any(g > c for g, c in zip(grown, capacities))),
               "evicting_members": harness.job_max(sum(api.shard(n).evicted_keys > 0
@@ -264,6 +269,8 @@ def _run_case(rt, args, way, repeat, peaks, profile):
 
 def main(argv=None):
     args = parse_args(argv)
+    if args.switch_us:
+        sys.setswitchinterval(args.switch_us / 1e6)
     rt = harness.start_engine(args.backend)
     backend = rt.backend
     peaks = []

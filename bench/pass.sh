@@ -58,7 +58,7 @@
 #   growth-ab    growth_step.py of both trees, $PASS_ROUNDS rounds (default 2) of before, after
 #                ($PASS_GROWTH_ARGS: more arguments, e.g. "--ways room,evict_drop")
 #   growth-profile  a cProfile of this tree's growth_step ways -> growth-profile.txt
-#   growth       growth_step.py of this tree, $PASS_ROUNDS rounds (default 2), $PASS_GROWTH_ARGS
+#   growth-this  growth_step.py of this tree, $PASS_ROUNDS rounds (default 2), $PASS_GROWTH_ARGS
 #   host-slices  host_slices.py: one page-locked block against 128 MiB slices (1, 2, 4 GiB)
 #   hkv-grid     hbm engine path of before, this tree's grid with HierarchicalKV at dim 64
 #                (--hkv) -> grid.md, before again
@@ -125,7 +125,7 @@ while [ $# -gt 0 ]; do
 done
 [ ${#stages[@]} -gt 0 ] || { echo "pass.sh: name at least one stage (--list)" >&2; usage; }
 known=" micro hybrid profile kernels calls steps1 steps group framework checkpoint kernel-tests suites grid
-  grid-ab breakdown-ab framework-ab growth growth-ab growth-profile host-slices hkv-grid
+  grid-ab breakdown-ab framework-ab growth-this growth-ab growth-profile host-slices hkv-grid
   find-or-insert-ab ncu-find-or-insert host-way dynamic-tests breakdown dynamic-ab backend-tests
   hash-ab ckpt-tests ckpt-stages ckpt-before ckpt-bench ckpt-big "
 for stage in "${stages[@]}"; do  # every name checked before anything is installed
@@ -361,7 +361,7 @@ mpi_bench_own() {  # bench_own under mpiexec -n 1
   grep -hE 'ms/step|host waits|launches|Error' "$work/$name.log" | tr -s ' ' | head -20 \
     >>"$summary"
 }
-stage_growth() {
+stage_growth_this() {
   local round
   for round in $(seq "${PASS_ROUNDS:-2}"); do
     bench after growth_step.py "growth_after_$round" ${PASS_GROWTH_ARGS:-}
