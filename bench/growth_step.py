@@ -224,10 +224,23 @@ def run_case(rt, args, way, repeat, peaks, profile=False):
         return _run_case(rt, args, way, repeat, peaks, profile)
 
 
+def ahead_jobs(backend, since):
+    """(jobs, seconds, GiB) of the rows backed ahead by the helper thread since perf_counter
+    `since`, and the end of its last job (cuda's reserved_rows.AHEAD_LOG; none elsewhere)."""
+    if backend.NAME != "cuda":
+        return 0, 0.0, 0.0, None
+    from sok1x.backend.cuda import reserved_rows
+    jobs = [job for job in getattr(reserved_rows, "AHEAD_LOG", ()) if job[0] >= since]
+    return (len(jobs), sum(end - start for start, end, _ in jobs),
+            sum(nbytes for _, _, nbytes in jobs) / 2 ** 30,
+            max((end for _, end, _ in jobs), default=None))
+
+
 def _run_case(rt, args, way, repeat, peaks, profile):
     backend = rt.backend
     harness.release_memory(backend)
     base = used_bytes(backend)
+    made_at = time.perf_counter()
     case = Case(rt, args, way, repeat)
     case.fill_up()
     group = case.group()
@@ -247,6 +260,7 @@ def _run_case(rt, args, way, repeat, peaks, profile):
                               backend.synchronize, "%s, %d rank(s)" % (way, rt.size), steps=1)
         ms = float("nan")
     else:
+        step_at = time.perf_counter()
         ms = timed(rt, lambda: read_evicted(case, way, case.step(case.steps[0], "first")))
     grown = [api.shard(name).capacity for name in case.names]
     result = {"ms": ms, "group_bytes_before": before_bytes, "used_before": before,
@@ -255,6 +269,10 @@ def _run_case(rt, args, way, repeat, peaks, profile):
               "grew": harness.job_max(any(g > c for g, c in zip(grown, capacities))),
               "evicting_members": harness.job_max(sum(api.shard(n).evicted_keys > 0
                                                           for n in case.names))}
+    jobs, busy, gib, last = ahead_jobs(backend, made_at)
+    if jobs and not profile:  # the helper's jobs: their time, and how far into the step it ran
+        result.update({"ahead_jobs": jobs, "ahead_ms": 1e3 * busy, "ahead_gib": gib,
+                       "ahead_into_step_ms": 1e3 * (last - step_at)})
     if peaks:
         result["peak_used"] = harness.job_max(max(peaks) - base)
     if not profile:  # the next step, warm: the group's memory pool holds what a step takes
@@ -310,7 +328,8 @@ def main(argv=None):
     for way, runs in results.items():
         entry = harness.summary([r["ms"] for r in runs])
         for key in ("second_ms", "peak_used", "used_before", "group_bytes_before", "grew",
-                    "evicting_members", "in_place", "backed_ahead", "ahead_behind"):
+                    "evicting_members", "in_place", "backed_ahead", "ahead_behind",
+                    "ahead_jobs", "ahead_ms", "ahead_gib", "ahead_into_step_ms"):
             if key in runs[0]:
                 entry[key] = harness.median([r[key] for r in runs])
         out["ways"][way] = entry
@@ -337,10 +356,13 @@ def main(argv=None):
                                        out["growth"]["group_gib"], gbps,
                                        out["growth"]["peak_over_group"] or 0))
     harness.say("a doubling step / a step with room: %.2fx in place (%s), %.2fx by copies; "
-                "members backed ahead %s, of them not done when the step began %s"
-                % (out["growth"]["over_room"], grow.get("in_place"),
-                   out["growth"]["copies_over_room"], grow.get("backed_ahead"),
-                   grow.get("ahead_behind")))
+                "members backed ahead %s, of them not done when the step began %s; the "
+                "helper's %s jobs took %.1f ms for %.2f GiB, its last ending %.1f ms into the "
+                "step" % (out["growth"]["over_room"], grow.get("in_place"),
+                          out["growth"]["copies_over_room"], grow.get("backed_ahead"),
+                          grow.get("ahead_behind"), grow.get("ahead_jobs", 0),
+                          grow.get("ahead_ms", 0.0), grow.get("ahead_gib", 0.0),
+                          grow.get("ahead_into_step_ms", float("nan"))))
     harness.write_json(args.out, out)
     harness.finish()
 

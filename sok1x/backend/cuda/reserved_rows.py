@@ -29,9 +29,11 @@ The memory is freed, and the range given back, when the array and every view of 
 with the context made current for it (as the pool's blocks do, at interpreter exit too).
 Each function enters the context itself.
 """
+import collections
 import concurrent.futures
 import ctypes
 import threading
+import time
 
 import numpy as np
 
@@ -226,8 +228,23 @@ def back_rows_ahead(ranges):
     return _CLASS["executor"].submit(_back_all, list(ranges))
 
 
-@cuda_context.uses_context  # (on the helper thread: the context made current there)
+# (start, end, bytes) of the helper's last jobs, perf_counter seconds: how long backing ahead
+# takes beside the steps (bench/growth_step.py reads it)
+AHEAD_LOG = collections.deque(maxlen=256)
+
+
 def _back_all(ranges):
+    start = time.perf_counter()
+    try:
+        return _back_all_in_context(ranges)
+    finally:
+        AHEAD_LOG.append((start, time.perf_counter(),
+                          sum(array.dtype.itemsize * elements(array.shape[1:]) * (stop - first)
+                              for array, first, stop, _ in ranges)))
+
+
+@cuda_context.uses_context  # (on the helper thread: the context made current there)
+def _back_all_in_context(ranges):
     import pycuda.driver as pycuda_driver
     if "stream" not in _CLASS:  # the helper's own: its fills never wait for sok1x's work
         _CLASS["stream"] = pycuda_driver.Stream()
