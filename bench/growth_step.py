@@ -40,6 +40,7 @@ the tables were made, against the group's bytes before the growth.
 With SOK1X_BENCH_PROFILE=FILE, rank 0 appends a cProfile of each way's step (one more round).
 """
 import contextlib
+import importlib
 import inspect
 import os
 import sys
@@ -229,7 +230,8 @@ def ahead_jobs(backend, since):
     `since`, and the end of its last job (cuda's reserved_rows.AHEAD_LOG; none elsewhere)."""
     if backend.NAME != "cuda":
         return 0, 0.0, 0.0, None
-    from sok1x.backend.cuda import reserved_rows
+    # (the module: the package's attribute of that name is its reserved_rows function)
+    reserved_rows = importlib.import_module("sok1x.backend.cuda.reserved_rows")
     jobs = [job for job in getattr(reserved_rows, "AHEAD_LOG", ()) if job[0] >= since]
     return (len(jobs), sum(end - start for start, end, _ in jobs),
             sum(nbytes for _, _, nbytes in jobs) / 2 ** 30,
