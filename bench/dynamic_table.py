@@ -1,7 +1,9 @@
 """DynamicVariable's shard (engine/tables/dynamic_table.py) on HierarchicalKV's grid: find and
 find_or_insert in 2^30 keys/s for var_type "hbm" and for "hybrid" with a quarter, a half and three
 quarters of the vectors in page-locked host memory that the kernels read and write in place over
-PCIe, at dim 64 and 128, load 0.5 and 0.75.
+PCIe, at dim 64 and 128, load 0.5 and 0.75, and (hybrid only) 1.0: a full table, whose new keys
+evict as many held ones in the engine's path (the bare calls take free rows, which a full table
+has none of, so they are left out there; HierarchicalKV evicts inside its insert).
 
     python3 bench/dynamic_table.py --out results/dynamic.json [--rows-log2 24] [--scale 16]
 
@@ -205,24 +207,30 @@ def measure(backend, timer, host_share, rows, keys_per_call, dim, load, repeats,
              "dim": dim, "load": load, "keys_per_call": keys_per_call,
              "hbm_rows": table.hbm_rows, "engine_keeps_tombstones": keep_tombstones,
              "fused": fused}
+    ops = [("find", find, None),
+           ("find_or_insert", find_or_insert, restore),
+           ("find_or_insert_unfused", find_or_insert_unfused, restore),
+           ("find_or_insert_engine", find_or_insert_engine, new_step)]
+    if held >= rows:  # full: every new key evicts, which the engine path alone does (the bare
+        ops = [ops[0], ops[3]]  # calls take free rows, and a full table has none)
     with backend.device_context():
-        for name, run, before in (("find", find, None),
-                                  ("find_or_insert", find_or_insert, restore),
-                                  ("find_or_insert_unfused", find_or_insert_unfused, restore),
-                                  ("find_or_insert_engine", find_or_insert_engine, new_step)):
+        for name, run, before in ops:
             entry[name] = op_figures(timer.time_ms(run, repeats, warmup=2, before=before),
                                      keys_per_call)
         if order_ab and host_share and backend.NAME == "cuda":
-            entry["walk_as_given"] = walk_as_given(timer, repeats, keys_per_call, (
-                ("find", find, None), ("find_or_insert", find_or_insert, restore),
-                ("find_or_insert_unfused", find_or_insert_unfused, restore),
-                ("find_or_insert_engine", find_or_insert_engine, new_step)))
+            entry["walk_as_given"] = walk_as_given(timer, repeats, keys_per_call, ops)
+        if held >= rows:  # one call more, untimed: the full table evicted to take its new keys
+            new_step()
+            find_or_insert_engine()
+            entry["held_after_engine_call"] = int(table.index.size)
+            assert table.index.size == rows, "a full table's call left %d keys of %d" % (
+                table.index.size, rows)
         journal.rollback()
         restore()
-    entry["engine_over_bare"] = (entry["find_or_insert_engine"]["ms"]
-                                 / entry["find_or_insert"]["ms"])
-    entry["engine_over_unfused"] = (entry["find_or_insert_engine"]["ms"]
-                                    / entry["find_or_insert_unfused"]["ms"])
+    for key, bare in (("engine_over_bare", "find_or_insert"),
+                      ("engine_over_unfused", "find_or_insert_unfused")):
+        if bare in entry:
+            entry[key] = entry["find_or_insert_engine"]["ms"] / entry[bare]["ms"]
     if host_share and backend.NAME == "cuda":
         probe = entry["pcie_same_size"] = same_size_gib_per_s(backend, timer, table,
                                                               keys_per_call, repeats, rng)
@@ -230,12 +238,14 @@ def measure(backend, timer, host_share, rows, keys_per_call, dim, load, repeats,
                     "write %.1f" % (probe["host_gib"], probe["read"]["gib_per_s"],
                                     probe["read_sorted"]["gib_per_s"],
                                     probe["write"]["gib_per_s"]))
-    harness.log("%s share %.2f dim %d load %.2f: find %.3f, find_or_insert %.3f (unfused %.3f, "
-               "engine %.3f) [2^30 keys/s, medians]" % (
-                   entry["var_type"], host_share, dim, load, entry["find"]["gkeys_per_s"],
-                   entry["find_or_insert"]["gkeys_per_s"],
-                   entry["find_or_insert_unfused"]["gkeys_per_s"],
-                   entry["find_or_insert_engine"]["gkeys_per_s"]))
+    rate = {name: "%.3f" % entry[name]["gkeys_per_s"] if name in entry else "-"
+            for name in ("find", "find_or_insert", "find_or_insert_unfused",
+                         "find_or_insert_engine")}
+    harness.log("%s share %.2f dim %d load %.2f: find %s, find_or_insert %s (unfused %s, "
+                "engine %s) [2^30 keys/s, medians]" % (
+                    entry["var_type"], host_share, dim, load, rate["find"],
+                    rate["find_or_insert"], rate["find_or_insert_unfused"],
+                    rate["find_or_insert_engine"]))
     return entry
 
 
@@ -268,7 +278,8 @@ def add_bounds(entry, mapped):
         name: pcie_bounds(probe["read"]["gib_per_s"], probe["write"]["gib_per_s"],
                           entry["host_share"], entry["dim"]) for name, probe in probes.items()}
     entry["pct_of_bound"] = {
-        name: {op: 100.0 * entry[op]["gkeys_per_s"] / bound for op, bound in bounds.items()}
+        name: {op: 100.0 * entry[op]["gkeys_per_s"] / bound for op, bound in bounds.items()
+               if op in entry}
         for name, bounds in entry["pcie_bound_gkeys_per_s"].items()}
 
 
@@ -293,16 +304,18 @@ def markdown(results):
         probe = e.get("pcie_same_size")
         pct = e.get("pct_of_bound", {})
         same, old = pct.get("same_size"), pct.get("mapped_2^22_rows")
-        lines.append("| %d | %.2f | %.2f | %s | %s | %s | %s | %s | %.2f | %s | %s | %s | %s |" % (
+        lines.append("| %d | %.2f | %.2f | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
             e["dim"], e["load"], e["host_share"], cell(e["find"]), cell(hkv.get("find")),
-            cell(e["find_or_insert"]), cell(hkv.get("find_or_insert")),
-            cell(e["find_or_insert_engine"]), e["engine_over_bare"],
+            cell(e.get("find_or_insert")), cell(hkv.get("find_or_insert")),
+            cell(e["find_or_insert_engine"]),
+            "%.2f" % e["engine_over_bare"] if "engine_over_bare" in e else "-",
             "%.2f" % probe["host_gib"] if probe else "-",
             "%.1f / %.1f / %.1f" % tuple(probe[k]["gib_per_s"] for k in (
                 "read", "read_sorted", "write")) if probe else "-",
-            "%.0f, %.0f, %.0f" % (same["find"], same["find_or_insert"],
+            "%.0f, %.0f, %.0f" % (same["find"], same.get("find_or_insert", float("nan")),
                                   same["find_or_insert_engine"]) if same else "-",
-            "%.0f, %.0f" % (old["find"], old["find_or_insert"]) if old else "-"))
+            "%.0f, %.0f" % (old["find"], old.get("find_or_insert", float("nan")))
+            if old else "-"))
     return "\n".join(lines) + "\n"
 
 
@@ -349,6 +362,8 @@ def main(argv):
                         load, f["find"]["gkeys_per_s"], f["find_or_insert"]["gkeys_per_s"])
                     for load, f in sorted(hkv.items()) if load != "error") or hkv["error"]))
             for load in loads:
+                if load >= 1.0 and not share:  # an hbm table never evicts: a full one refuses
+                    continue
                 entry = measure(backend, timer, share, rows, keys_per_call, dim, load,
                                 args.repeats, rng, args.keep_tombstones, args.order_ab)
                 if hkv is not None:

@@ -50,7 +50,7 @@
 #   grid         dynamic_table.py at dims $PASS_DIMS (default 64), hbm and 1/4, 1/2, 3/4 host,
 #                loads 0.5 and 0.75, HierarchicalKV beside it (--hkv) -> grid.md (2^24 rows and
 #                7 repeats, or $PASS_GRID_ROWS_LOG2 and $PASS_GRID_REPEATS; the host shares
-#                of $PASS_GRID_SHARES)
+#                of $PASS_GRID_SHARES, the loads of $PASS_GRID_LOADS: 1.0 for hybrid only)
 #   grid-ab      dynamic_table.py, load 0.5, hbm, 1/2 and 3/4 host: before, after, twice
 #   breakdown-ab dynamic_breakdown.py of both trees at hbm and at 3/4 host
 #   framework-ab framework_step.py at 1 GPU, $PASS_WORKLOADS (default seed dlrm dlrm26), before,
@@ -323,7 +323,8 @@ stage_suites() {
 }
 grid_args() { echo "--rows-log2 ${PASS_GRID_ROWS_LOG2:-24} --repeats ${PASS_GRID_REPEATS:-7}"; }
 stage_grid() {
-  bench after dynamic_table.py grid $(grid_args) --dims "${PASS_DIMS:-64}" --loads 0.5,0.75 \
+  bench after dynamic_table.py grid $(grid_args) --dims "${PASS_DIMS:-64}" \
+    --loads "${PASS_GRID_LOADS:-0.5,0.75}" \
     --shares "${PASS_GRID_SHARES:-0,0.25,0.5,0.75}" --hkv "$hkv" --markdown "$work/grid.md"
 }
 stage_grid_ab() {
