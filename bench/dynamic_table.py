@@ -211,15 +211,15 @@ def measure(backend, timer, host_share, rows, keys_per_call, dim, load, repeats,
            ("find_or_insert", find_or_insert, restore),
            ("find_or_insert_unfused", find_or_insert_unfused, restore),
            ("find_or_insert_engine", find_or_insert_engine, new_step)]
-    if held >= rows:  # full: every new key evicts, which the engine path alone does (the bare
-        ops = [ops[0], ops[3]]  # calls take free rows, and a full table has none)
+    if rows - held < new_per_call:  # (nearly) full: new keys evict, which the engine path
+        ops = [ops[0], ops[3]]  # alone does (the bare calls take free rows: too few left)
     with backend.device_context():
         for name, run, before in ops:
             entry[name] = op_figures(timer.time_ms(run, repeats, warmup=2, before=before),
                                      keys_per_call)
         if order_ab and host_share and backend.NAME == "cuda":
             entry["walk_as_given"] = walk_as_given(timer, repeats, keys_per_call, ops)
-        if held >= rows:  # one call more, untimed: the full table evicted to take its new keys
+        if rows - held < new_per_call:  # one call more, untimed: the table evicted to take them
             new_step()
             find_or_insert_engine()
             entry["held_after_engine_call"] = int(table.index.size)
@@ -283,6 +283,11 @@ def add_bounds(entry, mapped):
         for name, bounds in entry["pcie_bound_gkeys_per_s"].items()}
 
 
+def percent(shares, op):
+    """An op's % of a bound, or "-" where the op did not run (a full table's bare calls)."""
+    return "%.0f" % shares[op] if op in shares else "-"
+
+
 def markdown(results):
     """The grid as a markdown table (2^30 keys/s, medians with min-max)."""
     def cell(figures):
@@ -312,10 +317,9 @@ def markdown(results):
             "%.2f" % probe["host_gib"] if probe else "-",
             "%.1f / %.1f / %.1f" % tuple(probe[k]["gib_per_s"] for k in (
                 "read", "read_sorted", "write")) if probe else "-",
-            "%.0f, %.0f, %.0f" % (same["find"], same.get("find_or_insert", float("nan")),
-                                  same["find_or_insert_engine"]) if same else "-",
-            "%.0f, %.0f" % (old["find"], old.get("find_or_insert", float("nan")))
-            if old else "-"))
+            ", ".join(percent(same, op) for op in ("find", "find_or_insert",
+                                                    "find_or_insert_engine")) if same else "-",
+            ", ".join(percent(old, op) for op in ("find", "find_or_insert")) if old else "-"))
     return "\n".join(lines) + "\n"
 
 
@@ -339,6 +343,8 @@ def main(argv):
     args = parser.parse_args(argv)
     dims, loads, shares = ([kind(v) for v in text.split(",")] for kind, text in (
         (int, args.dims), (float, args.loads), (float, args.shares)))
+    if any(not 0 < load <= 1 for load in loads):
+        parser.error("--loads: each load is a share of the rows, above 0 and at most 1")
     backend = harness.backend_module(args.backend)
     timer = harness.StreamTimer(backend)
     rng = harness.seeded_rng()
@@ -362,8 +368,11 @@ def main(argv):
                         load, f["find"]["gkeys_per_s"], f["find_or_insert"]["gkeys_per_s"])
                     for load, f in sorted(hkv.items()) if load != "error") or hkv["error"]))
             for load in loads:
-                if load >= 1.0 and not share:  # an hbm table never evicts: a full one refuses
-                    continue
+                new = keys_per_call - int(keys_per_call * HIT_RATE)
+                if not share and rows - int(load * rows) < new:  # an hbm table never evicts:
+                    harness.log("hbm share 0.00 dim %d load %.2f: skipped (no room for a "
+                                "call's %d new keys)" % (dim, load, new))
+                    continue  # one without room for a call's new keys refuses them
                 entry = measure(backend, timer, share, rows, keys_per_call, dim, load,
                                 args.repeats, rng, args.keep_tombstones, args.order_ab)
                 if hkv is not None:

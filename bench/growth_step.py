@@ -225,14 +225,16 @@ def run_case(rt, args, way, repeat, peaks, profile=False):
         return _run_case(rt, args, way, repeat, peaks, profile)
 
 
-def ahead_jobs(backend, since):
-    """(jobs, seconds, GiB) of the rows backed ahead by the helper thread since perf_counter
-    `since`, and the end of its last job (cuda's reserved_rows.AHEAD_LOG; none elsewhere)."""
+def ahead_jobs(backend, since, until):
+    """(jobs, seconds, GiB) of the rows backed ahead by the helper thread in jobs that began
+    between perf_counter `since` and `until` (the case's fill, before its timed step), and the
+    end of its last such job (cuda's reserved_rows.AHEAD_LOG; none elsewhere)."""
     if backend.NAME != "cuda":
         return 0, 0.0, 0.0, None
     # (the module: the package's attribute of that name is its reserved_rows function)
     reserved_rows = importlib.import_module("sok1x.backend.cuda.reserved_rows")
-    jobs = [job for job in getattr(reserved_rows, "AHEAD_LOG", ()) if job[0] >= since]
+    log = tuple(getattr(reserved_rows, "AHEAD_LOG", ()))  # (the helper may append meanwhile)
+    jobs = [job for job in log if since <= job[0] < until]
     return (len(jobs), sum(end - start for start, end, _ in jobs),
             sum(nbytes for _, _, nbytes in jobs) / 2 ** 30,
             max((end for _, end, _ in jobs), default=None))
@@ -271,10 +273,11 @@ def _run_case(rt, args, way, repeat, peaks, profile):
               "grew": harness.job_max(any(g > c for g, c in zip(grown, capacities))),
               "evicting_members": harness.job_max(sum(api.shard(n).evicted_keys > 0
                                                           for n in case.names))}
-    jobs, busy, gib, last = ahead_jobs(backend, made_at)
-    if jobs and not profile:  # the helper's jobs: their time, and how far into the step it ran
+    if not profile:  # the helper's jobs of the fill: their time, how far into the step it ran
+        jobs, busy, gib, last = ahead_jobs(backend, made_at, step_at)
         result.update({"ahead_jobs": jobs, "ahead_ms": 1e3 * busy, "ahead_gib": gib,
-                       "ahead_into_step_ms": 1e3 * (last - step_at)})
+                       "ahead_into_step_ms": float("nan") if last is None
+                       else 1e3 * (last - step_at)})
     if peaks:
         result["peak_used"] = harness.job_max(max(peaks) - base)
     if not profile:  # the next step, warm: the group's memory pool holds what a step takes
@@ -332,7 +335,7 @@ def main(argv=None):
         for key in ("second_ms", "peak_used", "used_before", "group_bytes_before", "grew",
                     "evicting_members", "in_place", "backed_ahead", "ahead_behind",
                     "ahead_jobs", "ahead_ms", "ahead_gib", "ahead_into_step_ms"):
-            if key in runs[0]:
+            if all(key in r for r in runs):
                 entry[key] = harness.median([r[key] for r in runs])
         out["ways"][way] = entry
         harness.say("%-5s %d rank(s): %.3f ms (min %.3f, max %.3f)%s" % (

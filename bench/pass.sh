@@ -57,7 +57,8 @@
 #                after, twice, each tree timed by its own script ($PASS_SCALE divides batch and
 #                vocabulary, default 1)
 #   growth-ab    growth_step.py of both trees, $PASS_ROUNDS rounds (default 2) of before, after
-#                ($PASS_GROWTH_ARGS: more arguments, e.g. "--ways room,evict_drop")
+#                ($PASS_GROWTH_ARGS: more arguments both trees' growth_step know, e.g.
+#                "--ways room,evict_drop")
 #   growth-profile  a cProfile of this tree's growth_step ways -> growth-profile.txt
 #   growth-this  growth_step.py of this tree, $PASS_ROUNDS rounds (default 2), $PASS_GROWTH_ARGS
 #   host-slices  host_slices.py: one page-locked block against 128 MiB slices (1, 2, 4 GiB)
