@@ -18,6 +18,9 @@ from sok1x.backend.cuda.kernel_launch import (
 )
 
 _ROW_WORDS = (16, 8, 4, 1)  # bytes per word of the row copy kernels, widest first
+# what take_rows (rows.cu) makes of a negative index: counted from the end (NumPy's rule), a
+# zero row, or no write at all (a place no one reads)
+_FROM_END, _ZERO_ROW, _UNWRITTEN = 0, 1, 2
 
 
 def _row_shape(array, what):
@@ -55,7 +58,7 @@ def _order_ptr(order):
     return 0 if order is None else ptr(order)
 
 
-def _take(array, index, zero_negative):
+def _take(array, index, negative):
     array = _row_table(array, "array")
     index = index_array(index, "index")
     row_shape, row_bytes = _row_shape(array, "array")
@@ -64,9 +67,9 @@ def _take(array, index, zero_negative):
         word = _word_bytes(row_bytes, array, out)
         take = _row_copy_kernels(word)[0]
         words_per_row = row_bytes // word
-        order = host_order(array, index, bool(zero_negative))  # held until the launch
+        order = host_order(array, index, negative != _FROM_END)  # held until the launch
         launch(take, index.shape[0] * words_per_row, *split_args(array, words_per_row),
-               array.shape[0], ptr(index), index.shape[0], words_per_row, int(zero_negative),
+               array.shape[0], ptr(index), index.shape[0], words_per_row, negative,
                ptr(out), _order_ptr(order))
     return out
 
@@ -74,14 +77,14 @@ def _take(array, index, zero_negative):
 @uses_context
 def take_rows(array, index):
     """Returns array[index] along axis 0 (negative indices count from the end, as in NumPy)."""
-    return _take(array, index, zero_negative=False)
+    return _take(array, index, _FROM_END)
 
 
 @uses_context
 def gather_rows(table, rows, fill=True):
     """Returns table[rows] with a zero vector where rows == -1 (fill=False: such places are left
     unwritten, for a gather whose -1 places no one reads); table may be a split array."""
-    return _take(table, rows, zero_negative=1 if fill else 2)
+    return _take(table, rows, _ZERO_ROW if fill else _UNWRITTEN)
 
 
 @uses_context
