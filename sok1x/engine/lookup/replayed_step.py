@@ -552,7 +552,7 @@ def _replay(runtime, classes, entry, op, keys, checks, riders=()):
         entry.describe = functools.partial(check_error, backend, entry.check)
         classes.by_rows[id(rows)] = entry
     later = checks == "backward"  # (with hooks too: _checked_by)
-    deferred = _checked_by(backend, flag, entry.describe, op, entry.hooks, later)
+    deferred = _checked_by(backend, flag, entry.describe, op, entry.hooks)
     bounded_step.defer_or_read(runtime, deferred, later)
     return vectors, entry.routing._replace(check=deferred) if later else entry.routing
 
@@ -615,7 +615,7 @@ def _capture_forward(runtime, classes, key, table, op, keys, checks, run, cuts, 
     # its work is recorded, which reads the members' rows those counts settle
     later = checks == "backward" and hooks is None
     deferred = _checked_by(backend, check.flag, functools.partial(check_error, backend, check),
-                           op, hooks, later)
+                           op, hooks)
     if hooks is not None:
         hooks.done(rows, more)
         bounded_step.defer_or_read(runtime, deferred, False)
@@ -645,14 +645,14 @@ def _read_left_before(runtime, hooks):
         bounded_step.read_left(runtime)
 
 
-def _checked_by(backend, flag, describe, op, hooks, later):
+def _checked_by(backend, flag, describe, op, hooks):
     """The Deferred checks of a forward (`flag`, device) whose `hooks` (or None) learn that the
-    checks passed once they are read: now where not `later`, else by whoever reads them (its
-    backward, or the next op's header where no backward came). A class with hooks (a hash
-    group's insert) changed the tables in its forward: where a key is bad, that read fails the
-    step before a step of its own opens (bounded_step.take, exchange_header), and the step
-    journal takes the insert back; an evicting class reads its counts then too
-    (ReplayedInsert.checked)."""
+    checks passed once they are read: at the forward's end, or by whoever reads them later (its
+    backward, or the next op's header where no backward came: bounded_step.defer_or_read). A
+    class with hooks (a hash group's insert) changed the tables in its forward: where a key is
+    bad, that read fails the step before a step of its own opens (bounded_step.take,
+    exchange_header), and the step journal takes the insert back; an evicting class reads its
+    counts then too (ReplayedInsert.checked)."""
     return bounded_step.Deferred(backend.read_later(flag), describe, op.name,
                                  None if hooks is None else hooks.checked)
 

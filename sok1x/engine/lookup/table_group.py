@@ -103,6 +103,7 @@ from sok1x.engine.tables import eviction, hybrid_rows, optimizer_updates
 from sok1x.engine.tables import placement as placements
 from sok1x.engine.tables.table import (
     EmbeddingTable, rebuild_indexes, rebuild_worn, rebuilt_indexes, reset_slot_rows,
+    tombstones_before_worn,
 )
 
 IN_PLACE_ENV = "SOK1X_EVICT_IN_PLACE"  # "0": full members evict by counts read first
@@ -981,7 +982,8 @@ class ReplayedInsert:
         if self.evicting and self._rebuilds_inside(group):  # the work rebuilds by these
             self._room_now = np.array(
                 [[member.index.empty_slots() for member in group.members],
-                 [member.capacity // 2 - member.index.tombstones for member in group.members]],
+                 [tombstones_before_worn(member.index, member.capacity)
+                  for member in group.members]],
                 dtype=np.int64)
             if self._room is None:
                 self._room = backend.zeros(self._room_now.shape, np.int64)

@@ -221,7 +221,12 @@ def rebuilt_indexes(backend, indexes, capacities):
 def is_worn(index, capacity):
     """True once `index`'s tombstones pass half the capacity (probes walk past tombstones, so
     they lengthen every probe chain): time to rebuild it."""
-    return index.tombstones * 2 > capacity
+    return tombstones_before_worn(index, capacity) < 0
+
+
+def tombstones_before_worn(index, capacity):
+    """The tombstones `index` may still take before it is_worn (negative once it is)."""
+    return capacity // 2 - index.tombstones
 
 
 def rebuilt_if_worn(backend, index, capacity):
