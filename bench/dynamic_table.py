@@ -71,6 +71,11 @@ HKV_HYBRID_H200 = {"source": "HierarchicalKV on an H200, dim 64, load 0.5, half 
                              "host memory (issue 21)", "find": 0.200, "find_or_insert": 0.159}
 
 
+def new_keys(keys_per_call):
+    """The keys of a find_or_insert call that its table does not hold (1 - HIT_RATE of them)."""
+    return keys_per_call - int(keys_per_call * HIT_RATE)
+
+
 def make_table(backend, host_share, rows, dim, load, rng):
     """A DynamicTable of `rows` rows (no growth), host_share of its vectors in host memory (0:
     var_type "hbm"), filled to `load`; returns (table, held count)."""
@@ -163,7 +168,7 @@ def measure(backend, timer, host_share, rows, keys_per_call, dim, load, repeats,
     def find():
         table.gather(table.index.find(finds()))
 
-    new_per_call = keys_per_call - int(keys_per_call * HIT_RATE)
+    new_per_call = new_keys(keys_per_call)
     pool = None  # hbm: the index's own next rows, as the engine's
     if table._free.size:
         pool = backend.asarray(table.free_rows()[:new_per_call])  # the next free rows
@@ -211,15 +216,16 @@ def measure(backend, timer, host_share, rows, keys_per_call, dim, load, repeats,
            ("find_or_insert", find_or_insert, restore),
            ("find_or_insert_unfused", find_or_insert_unfused, restore),
            ("find_or_insert_engine", find_or_insert_engine, new_step)]
-    if rows - held < new_per_call:  # (nearly) full: new keys evict, which the engine path
-        ops = [ops[0], ops[3]]  # alone does (the bare calls take free rows: too few left)
+    full = rows - held < new_per_call  # (nearly) full: new keys evict, which the engine path
+    if full:  # alone does (the bare calls take free rows: too few left)
+        ops = [ops[0], ops[3]]
     with backend.device_context():
         for name, run, before in ops:
             entry[name] = op_figures(timer.time_ms(run, repeats, warmup=2, before=before),
                                      keys_per_call)
         if order_ab and host_share and backend.NAME == "cuda":
             entry["walk_as_given"] = walk_as_given(timer, repeats, keys_per_call, ops)
-        if rows - held < new_per_call:  # one call more, untimed: the table evicted to take them
+        if full:  # one call more, untimed: the table evicted to take them
             new_step()
             find_or_insert_engine()
             entry["held_after_engine_call"] = int(table.index.size)
@@ -368,7 +374,7 @@ def main(argv):
                         load, f["find"]["gkeys_per_s"], f["find_or_insert"]["gkeys_per_s"])
                     for load, f in sorted(hkv.items()) if load != "error") or hkv["error"]))
             for load in loads:
-                new = keys_per_call - int(keys_per_call * HIT_RATE)
+                new = new_keys(keys_per_call)
                 if not share and rows - int(load * rows) < new:  # an hbm table never evicts:
                     harness.log("hbm share 0.00 dim %d load %.2f: skipped (no room for a "
                                 "call's %d new keys)" % (dim, load, new))
