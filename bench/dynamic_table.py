@@ -160,7 +160,7 @@ def pcie_gib_per_s(backend, timer):
 
 
 def measure(backend, timer, host_share, rows, keys_per_call, dim, load, repeats, rng,
-            keep_tombstones=False, order_ab=False):
+            keep_tombstones=False, order_ab=False, region_sweep=()):
     table, held = make_table(backend, host_share, rows, dim, load, rng)
     finds, inserts = rotations(backend, held, keys_per_call, rng)
     journal = table.journal
@@ -225,6 +225,9 @@ def measure(backend, timer, host_share, rows, keys_per_call, dim, load, repeats,
                                      keys_per_call)
         if order_ab and host_share and backend.NAME == "cuda":
             entry["walk_as_given"] = walk_as_given(timer, repeats, keys_per_call, ops)
+        if region_sweep and host_share and backend.NAME == "cuda":
+            entry["by_region_bytes"] = walk_by_regions(timer, repeats, keys_per_call, ops,
+                                                       region_sweep)
         if full:  # one call more, untimed: the table evicted to take them
             new_step()
             find_or_insert_engine()
@@ -267,6 +270,24 @@ def walk_as_given(timer, repeats, keys_per_call, ops):
     harness.log("  walked as given: " + ", ".join(
         "%s %.3f" % (name, f["gkeys_per_s"]) for name, f in figures.items()))
     return figures
+
+
+def walk_by_regions(timer, repeats, keys_per_call, ops, sizes):
+    """The ops' figures (but the unfused one) with host parts cut into regions of each of
+    `sizes` bytes (host_row_order.regions_of), timed one size after the other in one process:
+    {bytes: {op: figures}}."""
+    from sok1x.backend.cuda import host_row_order as cuda_host_order
+    by_size = {}
+    for size in sizes:
+        figures = by_size[str(size)] = {}
+        with cuda_host_order.regions_of(size):
+            for name, run, before in ops:
+                if name != "find_or_insert_unfused":
+                    figures[name] = op_figures(timer.time_ms(run, repeats, warmup=2,
+                                                             before=before), keys_per_call)
+        harness.log("  regions of %d KiB: " % (size >> 10) + ", ".join(
+            "%s %.3f" % (name, f["gkeys_per_s"]) for name, f in figures.items()))
+    return by_size
 
 
 def pcie_bounds(read, write, host_share, dim):
@@ -346,7 +367,12 @@ def main(argv):
     parser.add_argument("--order-ab", action="store_true",
                         help="hybrid points also time every op with the row kernels walking "
                              "the batch as given (walk_as_given)")
+    parser.add_argument("--region-sweep", default="",
+                        help="hybrid points also time find and find_or_insert (bare and engine) "
+                             "with host parts cut into regions of each of these KiB "
+                             "(walk_by_regions), e.g. 8192,1024,256,64")
     args = parser.parse_args(argv)
+    region_sweep = [int(kib) << 10 for kib in args.region_sweep.split(",") if kib]
     dims, loads, shares = ([kind(v) for v in text.split(",")] for kind, text in (
         (int, args.dims), (float, args.loads), (float, args.shares)))
     if any(not 0 < load <= 1 for load in loads):
@@ -380,7 +406,8 @@ def main(argv):
                                 "call's %d new keys)" % (dim, load, new))
                     continue  # one without room for a call's new keys refuses them
                 entry = measure(backend, timer, share, rows, keys_per_call, dim, load,
-                                args.repeats, rng, args.keep_tombstones, args.order_ab)
+                                args.repeats, rng, args.keep_tombstones, args.order_ab,
+                                region_sweep)
                 if hkv is not None:
                     entry["hkv_same_run"] = hkv.get("%.2f" % load, {"error": hkv.get("error")})
                 if share and backend.NAME == "cuda":

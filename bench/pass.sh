@@ -50,7 +50,8 @@
 #   grid         dynamic_table.py at dims $PASS_DIMS (default 64), hbm and 1/4, 1/2, 3/4 host,
 #                loads 0.5 and 0.75, HierarchicalKV beside it (--hkv) -> grid.md (2^24 rows and
 #                7 repeats, or $PASS_GRID_ROWS_LOG2 and $PASS_GRID_REPEATS; the host shares
-#                of $PASS_GRID_SHARES, the loads of $PASS_GRID_LOADS: 1.0 for hybrid only)
+#                of $PASS_GRID_SHARES, the loads of $PASS_GRID_LOADS: 1.0 for hybrid only;
+#                $PASS_GRID_ARGS: more arguments, e.g. "--region-sweep 8192,256")
 #   grid-ab      dynamic_table.py, load 0.5, hbm, 1/2 and 3/4 host: before, after, twice
 #   breakdown-ab dynamic_breakdown.py of both trees at hbm and at 3/4 host
 #   framework-ab framework_step.py at 1 GPU, $PASS_WORKLOADS (default seed dlrm dlrm26), before,
@@ -326,7 +327,8 @@ grid_args() { echo "--rows-log2 ${PASS_GRID_ROWS_LOG2:-24} --repeats ${PASS_GRID
 stage_grid() {
   bench after dynamic_table.py grid $(grid_args) --dims "${PASS_DIMS:-64}" \
     --loads "${PASS_GRID_LOADS:-0.5,0.75}" \
-    --shares "${PASS_GRID_SHARES:-0,0.25,0.5,0.75}" --hkv "$hkv" --markdown "$work/grid.md"
+    --shares "${PASS_GRID_SHARES:-0,0.25,0.5,0.75}" --hkv "$hkv" --markdown "$work/grid.md" \
+    ${PASS_GRID_ARGS:-}
 }
 stage_grid_ab() {
   local round tree

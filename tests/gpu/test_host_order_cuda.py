@@ -18,14 +18,17 @@ from sok1x.engine.tables import hybrid_rows  # noqa: E402
 
 CAPACITY = 20000
 HBM_ROWS = 3000  # 17,000 host rows: regions of 16 rows, so a region holds several of a batch
+ROW_BYTES = 16  # the order tests' rows: 4 float32
 
 
 @pytest.fixture(autouse=True)
 def any_host_part():
-    """Orders host parts of any size (the default orders only large ones)."""
-    cuda_host_order.MIN_HOST_BYTES, before = 0, cuda_host_order.MIN_HOST_BYTES
+    """Orders host parts of any size (the default orders only large ones), cut into regions of
+    16 rows of 16 bytes (the default regions are larger than these tables' host parts)."""
+    before = cuda_host_order.MIN_HOST_BYTES, cuda_host_order.REGION_BYTES
+    cuda_host_order.MIN_HOST_BYTES, cuda_host_order.REGION_BYTES = 0, 16 * ROW_BYTES
     yield
-    cuda_host_order.MIN_HOST_BYTES = before
+    cuda_host_order.MIN_HOST_BYTES, cuda_host_order.REGION_BYTES = before
 
 
 def _split(cuda, table):
@@ -42,7 +45,7 @@ def _whole(cuda, values):
 def _region(rows, zero_negative=False, valid=None):
     """Each position's region as host_order.cu defines it (0: no host row)."""
     host_rows = CAPACITY - HBM_ROWS
-    shift = cuda_host_order._region_shift(host_rows)
+    shift = cuda_host_order._region_shift(host_rows, ROW_BYTES)
     rows = rows.copy()
     if not zero_negative:
         rows[rows < 0] += CAPACITY
@@ -56,18 +59,45 @@ def _region(rows, zero_negative=False, valid=None):
 def test_the_order_is_a_permutation_with_host_rows_in_ascending_regions(cuda, rng, zero_negative,
                                                                        valid):
     rows = rng.integers(-50, CAPACITY, size=9000).astype(np.int64)
+    order = _ordered(cuda, rows, zero_negative, valid)
+    assert np.array_equal(np.sort(order), np.arange(rows.shape[0]))
+    regions = _region(rows, zero_negative, valid)[order]
+    assert (np.diff(regions) >= 0).all(), "regions out of order"
+    assert cuda_host_order._region_shift(CAPACITY - HBM_ROWS, ROW_BYTES) == 4
+    assert np.unique(regions).shape[0] > 500, "too few regions to test the grouping"
+
+
+@pytest.mark.parametrize("region_bytes,max_regions,shift", [(ROW_BYTES, 1 << 20, 0),
+                                                            (1, 1 << 20, 0),
+                                                            (ROW_BYTES, 64, 9)])
+def test_regions_are_as_long_as_asked_and_as_many_as_allowed(cuda, rng, region_bytes,
+                                                             max_regions, shift):
+    """One row a region (17,002 regions: a scan of several tiles) orders every host row by its
+    address; with at most 64 regions, 2^9 rows make one (17,000 >> 9 = 33)."""
+    before = cuda_host_order.REGION_BYTES, cuda_host_order.MAX_REGIONS
+    cuda_host_order.REGION_BYTES, cuda_host_order.MAX_REGIONS = region_bytes, max_regions
+    try:
+        assert cuda_host_order._region_shift(CAPACITY - HBM_ROWS, ROW_BYTES) == shift
+        rows = rng.integers(-50, CAPACITY, size=9000).astype(np.int64)
+        order = _ordered(cuda, rows, True, None)
+    finally:
+        cuda_host_order.REGION_BYTES, cuda_host_order.MAX_REGIONS = before
+    assert np.array_equal(np.sort(order), np.arange(rows.shape[0]))
+    host = np.where(rows >= HBM_ROWS, rows - HBM_ROWS, -1)[order]
+    assert (np.diff(host >> shift) >= 0).all(), "host rows out of address order"
+    if shift == 0:
+        assert (host[:-1] <= host[1:]).all()
+
+
+def _ordered(cuda, rows, zero_negative, valid):
+    """host_order's order of `rows` of a split table of CAPACITY rows, HBM_ROWS on the device."""
     values = _split(cuda, np.zeros((CAPACITY, 4), np.float32))
     count = None if valid is None else cuda.asarray(np.array([valid], np.uint64))
     with cuda_context.entered():
         order = cuda_host_order.host_order(
             values, cuda.asarray(rows), zero_negative=zero_negative,
             count_ptr=0 if count is None else int(count.gpudata))
-    order = cuda.to_host(order)
-    assert np.array_equal(np.sort(order), np.arange(rows.shape[0]))
-    regions = _region(rows, zero_negative, valid)[order]
-    assert (np.diff(regions) >= 0).all(), "regions out of order"
-    assert cuda_host_order._region_shift(CAPACITY - HBM_ROWS) > 0
-    assert np.unique(regions).shape[0] > 500, "too few regions to test the grouping"
+    return cuda.to_host(order)
 
 
 def test_a_groups_rows_split_per_member_are_ordered_by_their_host_address(cuda, rng):
@@ -88,7 +118,7 @@ def test_a_groups_rows_split_per_member_are_ordered_by_their_host_address(cuda, 
     in_host = (batch >= 0) & (local >= np.asarray(hbm)[np.maximum(member, 0)])
     place = np.where(in_host, host_starts[np.maximum(member, 0)] + local
                      - np.asarray(hbm)[np.maximum(member, 0)], -1)
-    shift = cuda_host_order._region_shift(int(values.shape[0]) - values.hbm_rows)
+    shift = cuda_host_order._region_shift(int(values.shape[0]) - values.hbm_rows, ROW_BYTES)
     regions = np.where(place >= 0, 1 + (place >> shift), 0)[order]
     assert (np.diff(regions) >= 0).all(), "host rows out of address order"
     assert np.unique(regions).shape[0] > 500, "too few regions to test the grouping"

@@ -22,7 +22,6 @@ from sok1x.backend.cuda.kernel_launch import (
     memoised_per_context,
     prepared,
     ptr,
-    SCAN_TILE,
     split_pieces,
 )
 
@@ -35,11 +34,14 @@ ENABLED = os.environ.get("SOK1X_HOST_ORDER", "1") != "0"
 # tests is ordered).
 MIN_HOST_BYTES = int(os.environ.get("SOK1X_HOST_ORDER_MIN_BYTES", 512 << 20))
 
-# Regions, region 0 (device rows) included: one scan tile, so the scan is one launch. A region is
-# a power of two of rows, the smallest that cuts the host part into at most 2,045 of them (a
-# 2 GiB part of 256-byte rows: 1,024 regions of 2 MiB); the rate of random reads inside a quarter
-# GiB is already the ordered one (bench/NOTES.md), so coarse regions lose nothing that matters.
-_REGIONS = SCAN_TILE - 1
+# The host part is cut into regions of a power of two of rows, each at least REGION_BYTES long
+# (SOK1X_HOST_ORDER_REGION_BYTES), at most MAX_REGIONS of them; inside a region the walk is free.
+# What counts is how far apart the host rows in flight at once lie: random mapped reads from a
+# quarter GiB already run at the ordered rate, from gigabytes at a third of it (bench/NOTES.md).
+# Until 2026-11-28 a part was cut into at most 2,045 regions (one scan tile): 8 MiB regions in a
+# 12 GiB part.
+REGION_BYTES = int(os.environ.get("SOK1X_HOST_ORDER_REGION_BYTES", 256 << 10))
+MAX_REGIONS = 1 << 20  # an int64 count and scan entry each: 16 MiB at most
 
 
 @memoised_per_context
@@ -48,12 +50,18 @@ def _kernels():
             prepared("host_order.cu", "host_region_scatter", "PqPqqPqiPP"))
 
 
-def _region_shift(host_rows):
-    """log2 of the rows per region: the smallest that cuts host_rows into _REGIONS - 1 regions."""
-    shift = 0
-    while (host_rows >> shift) >= _REGIONS - 1:
+def _region_shift(host_rows, row_bytes):
+    """log2 of the rows per region: the smallest whose regions span REGION_BYTES and number
+    fewer than MAX_REGIONS."""
+    shift, row_bytes = 0, max(int(row_bytes), 1)
+    while (row_bytes << shift) < REGION_BYTES or (host_rows >> shift) >= MAX_REGIONS - 1:
         shift += 1
     return shift
+
+
+def _region_count(host_rows, shift):
+    """Regions a host part of host_rows is cut into, region 0 (no host row) included."""
+    return 2 + ((max(host_rows, 1) - 1) >> shift)
 
 
 def host_order(table, rows, zero_negative=False, count_ptr=0):
@@ -76,11 +84,12 @@ def host_order_and_start(table, rows, zero_negative=False, count_ptr=0):
         return None
     table_rows, host_rows = int(table.shape[0]), int(table.shape[0]) - int(table.hbm_rows)
     counts_kernel, scatter_kernel = _kernels()
-    shape = (table_rows, *split_pieces(table, 1), _region_shift(host_rows),
-             int(bool(zero_negative)))
-    counts = fill_bytes(empty((_REGIONS,), np.int64), 0)
+    shift = _region_shift(host_rows, _row_bytes(table))
+    regions = _region_count(host_rows, shift)
+    shape = (table_rows, *split_pieces(table, 1), shift, int(bool(zero_negative)))
+    counts = fill_bytes(empty((regions,), np.int64), 0)
     launch(counts_kernel, n, ptr(rows), n, count_ptr, *shape, ptr(counts))
-    offsets = exclusive_scan(counts, _REGIONS)
+    offsets = exclusive_scan(counts, regions)
     order = empty((n,), np.int64)
     # the scatter advances each region's offset to its end: offsets[0] ends where host rows start
     launch(scatter_kernel, n, ptr(rows), n, count_ptr, *shape, ptr(offsets), ptr(order))
@@ -99,10 +108,26 @@ def walked_as_given():
         ENABLED = before
 
 
+@contextlib.contextmanager
+def regions_of(region_bytes):
+    """Inside the block host parts are cut into regions of at least `region_bytes` (as with
+    SOK1X_HOST_ORDER_REGION_BYTES; the benchmarks' sweep); the setting before it is restored."""
+    global REGION_BYTES
+    before, REGION_BYTES = REGION_BYTES, int(region_bytes)
+    try:
+        yield
+    finally:
+        REGION_BYTES = before
+
+
+def _row_bytes(table):
+    return table.dtype.itemsize * elements(table.shape[1:])
+
+
 def ordered(table):
     """True when the row kernels walk `table`'s batches in host_order's order."""
     if not ENABLED or not is_split(table) or table.hbm_rows >= table.shape[0]:
         return False
     host_rows = int(table.shape[0]) - int(table.hbm_rows)
-    row_bytes = table.dtype.itemsize * elements(table.shape[1:])
+    row_bytes = _row_bytes(table)
     return row_bytes > 0 and host_rows * row_bytes >= MIN_HOST_BYTES
