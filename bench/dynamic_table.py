@@ -160,7 +160,7 @@ def pcie_gib_per_s(backend, timer):
 
 
 def measure(backend, timer, host_share, rows, keys_per_call, dim, load, repeats, rng,
-            keep_tombstones=False, order_ab=False, region_sweep=()):
+            keep_tombstones=False, order_ab=False, region_sweep=(), walk_sweep=()):
     table, held = make_table(backend, host_share, rows, dim, load, rng)
     finds, inserts = rotations(backend, held, keys_per_call, rng)
     journal = table.journal
@@ -225,9 +225,14 @@ def measure(backend, timer, host_share, rows, keys_per_call, dim, load, repeats,
                                      keys_per_call)
         if order_ab and host_share and backend.NAME == "cuda":
             entry["walk_as_given"] = walk_as_given(timer, repeats, keys_per_call, ops)
-        if region_sweep and host_share and backend.NAME == "cuda":
-            entry["by_region_bytes"] = walk_by_regions(timer, repeats, keys_per_call, ops,
-                                                       region_sweep)
+        if host_share and backend.NAME == "cuda":
+            from sok1x.backend.cuda import host_row_order as cuda_host_order
+            for key, what, settings, setting in (
+                    ("by_region_bytes", "region bytes", region_sweep, cuda_host_order.regions_of),
+                    ("by_walk_blocks", "walk blocks", walk_sweep, cuda_host_order.walked_by)):
+                if settings:
+                    entry[key] = walk_by(timer, repeats, keys_per_call, ops, what, settings,
+                                         setting)
         if full:  # one call more, untimed: the table evicted to take them
             new_step()
             find_or_insert_engine()
@@ -272,22 +277,21 @@ def walk_as_given(timer, repeats, keys_per_call, ops):
     return figures
 
 
-def walk_by_regions(timer, repeats, keys_per_call, ops, sizes):
-    """The ops' figures (but the unfused one) with host parts cut into regions of each of
-    `sizes` bytes (host_row_order.regions_of), timed one size after the other in one process:
-    {bytes: {op: figures}}."""
-    from sok1x.backend.cuda import host_row_order as cuda_host_order
-    by_size = {}
-    for size in sizes:
-        figures = by_size[str(size)] = {}
-        with cuda_host_order.regions_of(size):
+def walk_by(timer, repeats, keys_per_call, ops, what, settings, setting):
+    """The ops' figures (but the unfused one) under each of `settings` (host_row_order's
+    `setting`: regions_of or walked_by), timed one after the other in one process:
+    {setting: {op: figures}}."""
+    by_setting = {}
+    for value in settings:
+        figures = by_setting[str(value)] = {}
+        with setting(value):
             for name, run, before in ops:
                 if name != "find_or_insert_unfused":
                     figures[name] = op_figures(timer.time_ms(run, repeats, warmup=2,
                                                              before=before), keys_per_call)
-        harness.log("  regions of %d KiB: " % (size >> 10) + ", ".join(
+        harness.log("  %s %s: " % (what, value) + ", ".join(
             "%s %.3f" % (name, f["gkeys_per_s"]) for name, f in figures.items()))
-    return by_size
+    return by_setting
 
 
 def pcie_bounds(read, write, host_share, dim):
@@ -370,9 +374,14 @@ def main(argv):
     parser.add_argument("--region-sweep", default="",
                         help="hybrid points also time find and find_or_insert (bare and engine) "
                              "with host parts cut into regions of each of these KiB "
-                             "(walk_by_regions), e.g. 8192,1024,256,64")
+                             "(walk_by), e.g. 8192,1024,256,64")
+    parser.add_argument("--walk-sweep", default="",
+                        help="the same with the ordered walks launched with each of these "
+                             "numbers of blocks (0: as launch() sizes any kernel), e.g. "
+                             "0,512,128,32")
     args = parser.parse_args(argv)
     region_sweep = [int(kib) << 10 for kib in args.region_sweep.split(",") if kib]
+    walk_sweep = [int(blocks) for blocks in args.walk_sweep.split(",") if blocks]
     dims, loads, shares = ([kind(v) for v in text.split(",")] for kind, text in (
         (int, args.dims), (float, args.loads), (float, args.shares)))
     if any(not 0 < load <= 1 for load in loads):
@@ -407,7 +416,7 @@ def main(argv):
                     continue  # one without room for a call's new keys refuses them
                 entry = measure(backend, timer, share, rows, keys_per_call, dim, load,
                                 args.repeats, rng, args.keep_tombstones, args.order_ab,
-                                region_sweep)
+                                region_sweep, walk_sweep)
                 if hkv is not None:
                     entry["hkv_same_run"] = hkv.get("%.2f" % load, {"error": hkv.get("error")})
                 if share and backend.NAME == "cuda":

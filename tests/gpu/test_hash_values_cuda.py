@@ -44,12 +44,20 @@ def _values(cuda, table, hbm_rows):
     return values
 
 
-@pytest.mark.parametrize("dim,kind,hbm_rows", [(1, "uniform", None), (8, "uniform", None),
-                                               (64, "uniform", None), (100, "uniform", None),
-                                               (64, "truncated_normal", None),
-                                               (16, "normal", CAPACITY // 3),
-                                               (6, "uniform", CAPACITY // 2)])
-def test_find_or_insert_values_equals_the_cpu_and_the_three_ops(cuda, rng, dim, kind, hbm_rows):
+@pytest.mark.parametrize("dim,kind,hbm_rows,walk_blocks", [
+    (1, "uniform", None, 0), (8, "uniform", None, 0), (64, "uniform", None, 0),
+    (100, "uniform", None, 0), (64, "truncated_normal", None, 0), (16, "normal", CAPACITY // 3, 0),
+    (6, "uniform", CAPACITY // 2, 0), (16, "normal", CAPACITY // 3, 2),
+    (64, "uniform", CAPACITY // 2, 3)])
+def test_find_or_insert_values_equals_the_cpu_and_the_three_ops(cuda, rng, dim, kind, hbm_rows,
+                                                                 walk_blocks):
+    """walk_blocks: the ordered walks' blocks (host_row_order.walked_by; 0: launch()'s)."""
+    from sok1x.backend.cuda import host_row_order as cuda_host_order
+    with cuda_host_order.walked_by(walk_blocks):
+        _equals_the_cpu_and_the_three_ops(cuda, rng, dim, kind, hbm_rows)
+
+
+def _equals_the_cpu_and_the_three_ops(cuda, rng, dim, kind, hbm_rows):
     spec = random_init.make_spec(kind, -0.05 if kind == "uniform" else 0.0, 0.05, 11)
     table = rng.standard_normal((CAPACITY, dim)).astype(np.float32)
     held = np.unique(_keys(rng, 1200, 1200))

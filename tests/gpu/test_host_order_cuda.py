@@ -3,8 +3,6 @@ a permutation of the batch with device rows first and host rows in ascending reg
 ops on split arrays that give, walked in that order, what NumPy gives on the whole table and
 what the same ops give walked as given. Needs a GPU and PyCUDA.
 """
-import contextlib
-
 import numpy as np
 import pytest
 
@@ -139,8 +137,10 @@ def test_a_table_that_is_not_split_or_has_a_small_host_part_gets_no_order(cuda):
         assert cuda_host_order.host_order(split, rows) is not None
 
 
-@pytest.mark.parametrize("dim", [1, 8, 64, 100])
-def test_row_ops_on_split_rows_equal_numpy_and_the_unordered_walk(cuda, rng, dim):
+@pytest.mark.parametrize("dim,walk_blocks", [(1, 0), (8, 0), (64, 0), (100, 0), (8, 3), (64, 5)])
+def test_row_ops_on_split_rows_equal_numpy_and_the_unordered_walk(cuda, rng, dim, walk_blocks):
+    """walk_blocks: the ordered walks' blocks (0: launch()'s; 3 and 5: each thread walks many
+    rows of the batch)."""
     table = rng.standard_normal((CAPACITY, dim)).astype(np.float32)
     rows = rng.permutation(CAPACITY)[:8000].astype(np.int64)  # distinct, for put and update
     looked_up = np.concatenate([rows, [-1, -1], rng.integers(0, CAPACITY, size=500)])
@@ -151,7 +151,7 @@ def test_row_ops_on_split_rows_equal_numpy_and_the_unordered_walk(cuda, rng, dim
 
     expected = np.where((looked_up >= 0)[:, None], table[looked_up], 0)
     ordered, unordered = _split(cuda, table), _split(cuda, table)
-    for values, walk in ((ordered, contextlib.nullcontext),
+    for values, walk in ((ordered, lambda: cuda_host_order.walked_by(walk_blocks)),
                          (unordered, cuda_host_order.walked_as_given)):
         with walk():
             gathered = cuda.to_host(cuda.gather_rows(values, cuda.asarray(looked_up)))

@@ -65,7 +65,7 @@ from sok1x.backend.cuda.eviction import (  # noqa: F401  (part of the op set)
     pick_victims,
     stamp_last_step,
 )
-from sok1x.backend.cuda.host_row_order import host_order
+from sok1x.backend.cuda.host_row_order import host_order, walk_blocks
 from sok1x.backend.cuda.hash import HashIndex  # noqa: F401  (part of the op set)
 from sok1x.backend.cuda.sizes import (  # noqa: F401  (part of the op set)
     flag_outside,
@@ -528,9 +528,10 @@ def init_rows(table, rows, keys, spec, table_id, count=None):
     count = _count_array(count)  # held until the launch: the order allocates in between
     count_ptr = 0 if count is None else ptr(count)
     order = host_order(table, rows, zero_negative=True, count_ptr=count_ptr)
-    launch(_init_rows_kernel(), rows.shape[0] << lane_shift, *split_args(table, dim), ptr(rows),
+    work = rows.shape[0] << lane_shift
+    launch(_init_rows_kernel(), work, *split_args(table, dim), ptr(rows),
            ptr(keys), rows.shape[0], count_ptr, dim, lane_shift, kind, seed, table_id, a, b,
-           0 if order is None else ptr(order))
+           0 if order is None else ptr(order), blocks=walk_blocks(order, work))
 
 
 def _count_ptr(count):

@@ -25,7 +25,7 @@ from sok1x.backend.cuda import host_row_order as cuda_host_order
 from sok1x.backend import random_init as recipe
 from sok1x.backend.cuda.context import uses_context
 from sok1x.backend.cuda.hash_groups import hash_rehash_many
-from sok1x.backend.cuda.host_row_order import host_order_and_start
+from sok1x.backend.cuda.host_row_order import host_order_and_start, walk_blocks
 from sok1x.backend.cuda.kernel_launch import (
     empty,
     exclusive_scan,
@@ -319,9 +319,11 @@ class HashIndex:
         if fresh is not None:  # host rows second, walked in ascending regions
             order, start = host_order_and_start(values, rows, zero_negative=True)
             width = 4 if dim % 4 == 0 else 1
-            launch(_hash_kernels()["settle_host_rows_w%d" % (4 * width)], n * dim // width,
+            work = n * dim // width
+            launch(_hash_kernels()["settle_host_rows_w%d" % (4 * width)], work,
                    ptr(keys), ptr(rows), n, ptr(order), ptr(start), ptr(fresh),
-                   *split_args(values, dim), dim, *init, ptr(vectors))
+                   *split_args(values, dim), dim, *init, ptr(vectors),
+                   blocks=walk_blocks(order, work))
         if missing is not None:
             self.size += missing
             if queue_first is not None:

@@ -13,6 +13,7 @@ import os
 import numpy as np
 
 from sok1x.backend.cuda.kernel_launch import (
+    BLOCK,
     elements,
     empty,
     exclusive_scan,
@@ -42,6 +43,11 @@ MIN_HOST_BYTES = int(os.environ.get("SOK1X_HOST_ORDER_MIN_BYTES", 512 << 20))
 # 12 GiB part.
 REGION_BYTES = int(os.environ.get("SOK1X_HOST_ORDER_REGION_BYTES", 256 << 10))
 MAX_REGIONS = 1 << 20  # an int64 count and scan entry each: 16 MiB at most
+# Blocks of a row kernel that walks a batch in this order (0: as many as launch() gives any
+# kernel, SOK1X_HOST_WALK_BLOCKS). A grid-stride kernel has about as many rows in flight as it has
+# threads resident; in the order, those rows span the host addresses of as many batch rows, and
+# a span wider than the GPU's translation caches reach reads at the random rate again.
+WALK_BLOCKS = int(os.environ.get("SOK1X_HOST_WALK_BLOCKS", 0))
 
 
 @memoised_per_context
@@ -118,6 +124,27 @@ def regions_of(region_bytes):
         yield
     finally:
         REGION_BYTES = before
+
+
+@contextlib.contextmanager
+def walked_by(blocks):
+    """Inside the block the ordered walks launch `blocks` blocks (as with SOK1X_HOST_WALK_BLOCKS;
+    the benchmarks' sweep); the setting before it is restored."""
+    global WALK_BLOCKS
+    before, WALK_BLOCKS = WALK_BLOCKS, int(blocks)
+    try:
+        yield
+    finally:
+        WALK_BLOCKS = before
+
+
+def walk_blocks(order, work_items, block=BLOCK):
+    """The `blocks` argument of launch() for a grid-stride row kernel of `work_items` threads
+    that walks `order` (host_order's, or None): None (launch() sizes it) without an order or a
+    cap, else at most WALK_BLOCKS."""
+    if order is None or not WALK_BLOCKS:
+        return None
+    return max(1, min(WALK_BLOCKS, -(-int(work_items) // block)))
 
 
 def _row_bytes(table):

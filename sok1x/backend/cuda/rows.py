@@ -2,7 +2,7 @@
 GPUArrays or split (hybrid) arrays, whose host rows the kernels walk in host_order's order."""
 
 from sok1x.backend.cuda.context import uses_context
-from sok1x.backend.cuda.host_row_order import host_order
+from sok1x.backend.cuda.host_row_order import host_order, walk_blocks
 from sok1x.backend.cuda.kernel_launch import (
     device_array,
     elements,
@@ -68,9 +68,10 @@ def _take(array, index, negative):
         take = _row_copy_kernels(word)[0]
         words_per_row = row_bytes // word
         order = host_order(array, index, negative != _FROM_END)  # held until the launch
-        launch(take, index.shape[0] * words_per_row, *split_args(array, words_per_row),
+        work = index.shape[0] * words_per_row
+        launch(take, work, *split_args(array, words_per_row),
                array.shape[0], ptr(index), index.shape[0], words_per_row, negative,
-               ptr(out), _order_ptr(order))
+               ptr(out), _order_ptr(order), blocks=walk_blocks(order, work))
     return out
 
 
@@ -102,9 +103,10 @@ def put_rows(dst, index, src):
         put = _row_copy_kernels(word)[1]
         words_per_row = row_bytes // word
         order = host_order(dst, index)  # held until the launch is queued
-        launch(put, index.shape[0] * words_per_row, *split_args(dst, words_per_row),
+        work = index.shape[0] * words_per_row
+        launch(put, work, *split_args(dst, words_per_row),
                dst.shape[0], ptr(index), index.shape[0], words_per_row, ptr(src),
-               _order_ptr(order))
+               _order_ptr(order), blocks=walk_blocks(order, work))
 
 
 @uses_context
