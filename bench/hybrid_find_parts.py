@@ -15,6 +15,10 @@ medians of --repeats with min and max (ms):
     probe_host_rows   the same number of host rows drawn from the whole part, ascending: the
                       density dynamic_table.py's `read_sorted` probe reads at
     call_rows_as_given  the call's host rows in the call's order (random)
+    read_w{4,8,16}_{grid,full}  call_host_rows by rows.cu's take_rows in words of 4, 8 or 16
+                      bytes, launched as launch() sizes a kernel (grid: a grid-stride loop over
+                      at most 16 blocks a multiprocessor) or with a thread for every word (full,
+                      as HierarchicalKV's read_kernel)
 GiB/s are given for the host rows' bytes.
 """
 import sys
@@ -59,6 +63,10 @@ def main(argv):
                  ("call_host_rows", lambda: backend.gather_rows(host, call_sorted)),
                  ("probe_host_rows", lambda: backend.gather_rows(host, probe)),
                  ("call_rows_as_given", lambda: backend.gather_rows(host, call_random))]
+        for word in (4, 8, 16):
+            for grid in ("grid", "full"):
+                parts.append(("read_w%d_%s" % (word, grid),
+                              _read(backend, host, call_sorted, word, grid == "full")))
         gib = places.shape[0] * args.dim * 4 / 2 ** 30
         results["host_rows"] = int(places.shape[0])
         for name, run in parts:
@@ -71,6 +79,22 @@ def main(argv):
                 figures["host_gib_per_s"]))
         backend.synchronize()
     harness.write_json(args.out, results)
+
+
+def _read(backend, host, index, word, full):
+    """A call of rows.cu's take_rows (words of `word` bytes) of host[index] (a plain array)."""
+    from sok1x.backend.cuda import rows as cuda_rows
+    from sok1x.backend.cuda.kernel_launch import BLOCK, launch, ptr, split_args
+    words_per_row = host.shape[1] * 4 // word
+    out = backend.zeros((index.shape[0], host.shape[1]), np.float32)
+    take = cuda_rows._row_copy_kernels(word)[0]
+    work = index.shape[0] * words_per_row
+
+    def run():
+        launch(take, work, *split_args(host, words_per_row), host.shape[0], ptr(index),
+               index.shape[0], words_per_row, 1, ptr(out), 0,
+               blocks=-(-work // BLOCK) if full else None)
+    return run
 
 
 if __name__ == "__main__":
