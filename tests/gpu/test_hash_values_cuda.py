@@ -48,10 +48,11 @@ def _values(cuda, table, hbm_rows):
     (1, "uniform", None, 0), (8, "uniform", None, 0), (64, "uniform", None, 0),
     (100, "uniform", None, 0), (64, "truncated_normal", None, 0), (16, "normal", CAPACITY // 3, 0),
     (6, "uniform", CAPACITY // 2, 0), (16, "normal", CAPACITY // 3, 2),
-    (64, "uniform", CAPACITY // 2, 3)])
+    (64, "uniform", CAPACITY // 2, 3), (64, "uniform", CAPACITY // 2, -1)])
 def test_find_or_insert_values_equals_the_cpu_and_the_three_ops(cuda, rng, dim, kind, hbm_rows,
                                                                  walk_blocks):
-    """walk_blocks: the ordered walks' blocks (host_row_order.walked_by; 0: launch()'s)."""
+    """walk_blocks: the ordered walks' blocks (host_row_order.walked_by; 0: a thread an item,
+    -1: launch()'s grid)."""
     from sok1x.backend.cuda import host_row_order as cuda_host_order
     with cuda_host_order.walked_by(walk_blocks):
         _equals_the_cpu_and_the_three_ops(cuda, rng, dim, kind, hbm_rows)

@@ -137,10 +137,11 @@ def test_a_table_that_is_not_split_or_has_a_small_host_part_gets_no_order(cuda):
         assert cuda_host_order.host_order(split, rows) is not None
 
 
-@pytest.mark.parametrize("dim,walk_blocks", [(1, 0), (8, 0), (64, 0), (100, 0), (8, 3), (64, 5)])
+@pytest.mark.parametrize("dim,walk_blocks", [(1, 0), (8, 0), (64, 0), (100, 0), (8, 3), (64, 5),
+                                             (100, -1)])
 def test_row_ops_on_split_rows_equal_numpy_and_the_unordered_walk(cuda, rng, dim, walk_blocks):
-    """walk_blocks: the ordered walks' blocks (0: launch()'s; 3 and 5: each thread walks many
-    rows of the batch)."""
+    """walk_blocks: the ordered walks' blocks (host_row_order.WALK_BLOCKS; 0: a thread an item,
+    3 and 5: each thread walks many rows of the batch, -1: launch()'s grid)."""
     table = rng.standard_normal((CAPACITY, dim)).astype(np.float32)
     rows = rng.permutation(CAPACITY)[:8000].astype(np.int64)  # distinct, for put and update
     looked_up = np.concatenate([rows, [-1, -1], rng.integers(0, CAPACITY, size=500)])

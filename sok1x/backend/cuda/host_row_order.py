@@ -43,10 +43,13 @@ MIN_HOST_BYTES = int(os.environ.get("SOK1X_HOST_ORDER_MIN_BYTES", 512 << 20))
 # 12 GiB part.
 REGION_BYTES = int(os.environ.get("SOK1X_HOST_ORDER_REGION_BYTES", 256 << 10))
 MAX_REGIONS = 1 << 20  # an int64 count and scan entry each: 16 MiB at most
-# Blocks of a row kernel that walks a batch in this order (0: as many as launch() gives any
-# kernel, SOK1X_HOST_WALK_BLOCKS). A grid-stride kernel has about as many rows in flight as it has
-# threads resident; in the order, those rows span the host addresses of as many batch rows, and
-# a span wider than the GPU's translation caches reach reads at the random rate again.
+# Blocks of a row kernel that walks a batch in this order (SOK1X_HOST_WALK_BLOCKS): 0, a thread
+# for every work item; -1, as launch() sizes any kernel (a grid-stride loop over at most 16
+# blocks a multiprocessor); n > 0, at most n. Blocks start in the order of their indices, so a
+# grid of a thread an item has a window of the walk in flight, its host rows close together; a
+# grid-stride loop's warps drift apart, their host rows in flight spread over the host part.
+# A call's 470k host rows in ascending order, 26 KiB apart in a 12 GiB part, read at 26.9 GiB/s
+# with a thread a word and at 20.9 in a grid-stride loop (one H200, 2026-11-28, bench/NOTES.md).
 WALK_BLOCKS = int(os.environ.get("SOK1X_HOST_WALK_BLOCKS", 0))
 
 
@@ -128,8 +131,9 @@ def regions_of(region_bytes):
 
 @contextlib.contextmanager
 def walked_by(blocks):
-    """Inside the block the ordered walks launch `blocks` blocks (as with SOK1X_HOST_WALK_BLOCKS;
-    the benchmarks' sweep); the setting before it is restored."""
+    """Inside the block the ordered walks launch as WALK_BLOCKS = `blocks` says (0: a thread an
+    item, -1: launch()'s grid, n: at most n; as SOK1X_HOST_WALK_BLOCKS; the benchmarks' sweep);
+    the setting before it is restored."""
     global WALK_BLOCKS
     before, WALK_BLOCKS = WALK_BLOCKS, int(blocks)
     try:
@@ -138,13 +142,14 @@ def walked_by(blocks):
         WALK_BLOCKS = before
 
 
-def walk_blocks(order, work_items, block=BLOCK):
-    """The `blocks` argument of launch() for a grid-stride row kernel of `work_items` threads
-    that walks `order` (host_order's, or None): None (launch() sizes it) without an order or a
-    cap, else at most WALK_BLOCKS."""
-    if order is None or not WALK_BLOCKS:
+def walk_blocks(walk, work_items, block=BLOCK):
+    """The `blocks` argument of launch() for a grid-stride row kernel of `work_items` threads:
+    None (launch() sizes it) where the kernel walks no order (`walk` None or False: host_order
+    gave none), else as WALK_BLOCKS says. walk: host_order's order, or a bool."""
+    if walk is None or walk is False or WALK_BLOCKS < 0:
         return None
-    return max(1, min(WALK_BLOCKS, -(-int(work_items) // block)))
+    blocks = max(1, -(-int(work_items) // block))
+    return min(WALK_BLOCKS, blocks) if WALK_BLOCKS else blocks
 
 
 def _row_bytes(table):
