@@ -184,6 +184,71 @@ def test_hybrid_host_rows_equal_hbm_rows(rule, strategy):
         assert_states_close(state(twin[0]), state(twin[1]))
 
 
+def fetch_step(table, keys, rule, grads):
+    """step() through the training lookup's one kernel (inserted_rows_and_vectors). Returns
+    (the host vectors of `keys`, whether the lookup evicted in place)."""
+    backend = table.backend
+    with backend.device_context():
+        table.journal.begin_step()
+        device_keys = backend.asarray(keys)
+        assert table.capacity_error(device_keys) is None
+        in_place = table.serves_in_place(keys.shape[0])
+        rows, vectors = table.inserted_rows_and_vectors(device_keys)
+        vectors = backend.to_host(vectors)
+        from sok1x.engine.tables import optimizer_updates
+        optimizer_updates.apply_update(backend, table, rule, "opt", {}, HYPER[rule],
+                                       backend.asarray(grads), rows)
+    return vectors, in_place
+
+
+@pytest.mark.parametrize("strategy", ["lru", "lfu"])
+def test_a_full_split_table_alone_evicts_in_place_as_the_counted_way_and_cpu(strategy,
+                                                                             monkeypatch):
+    """A full hybrid table alone with most rows in host memory, through the training lookup's
+    one kernel: in place (DynamicTable._placed_in_place: victims chosen and counted on the
+    device, the new keys placed into their rows by find_or_insert_values), its lookups,
+    evicted keys and vectors and every key's vector and slots equal the counted way's
+    (SOK1X_EVICT_IN_PLACE=0) bit for bit, and the cpu twin's in place to float rounding."""
+    from sok1x.backend import cuda
+    from sok1x.engine.tables import eviction
+    dynamic = make_dynamic("hybrid", 256, 256, strategy, 50 * 4 * DIM / 2 ** 30)
+    tables = [lone_table(backend, "dyn_in_place", dynamic) for backend in (cuda, cuda, cpu)]
+    assert isinstance(tables[0].values, hybrid_rows.SplitRows)
+    rng = np.random.default_rng(17)
+    hot = rng.integers(0, 2 ** 40, size=100)
+    in_place = []
+    for _ in range(10):
+        keys = np.unique(np.concatenate([rng.choice(hot, 60), rng.integers(0, 2 ** 40, 120)]))
+        rng.shuffle(keys)
+        grads = rng.standard_normal((keys.shape[0], DIM)).astype(np.float32)
+        outs = []
+        for t, table in enumerate(tables):
+            if t == 1:
+                monkeypatch.setenv(eviction.IN_PLACE_ENV, "0")
+            outs.append(fetch_step(table, keys, "adagrad", grads))
+            monkeypatch.delenv(eviction.IN_PLACE_ENV, raising=False)
+        in_place.append([took for _, took in outs])
+        evicted = [t.pop_evicted() for t in tables]
+        states = [state(t) for t in tables]
+        np.testing.assert_array_equal(outs[1][0], outs[0][0])
+        np.testing.assert_allclose(outs[2][0], outs[0][0], rtol=1e-5, atol=1e-6)
+        order = [np.argsort(keys_out) for keys_out, _ in evicted]
+        for (keys_out, _), by_key in zip(evicted, order):
+            np.testing.assert_array_equal(keys_out[by_key], evicted[0][0][order[0]])
+        np.testing.assert_array_equal(evicted[1][1][order[1]], evicted[0][1][order[0]])
+        np.testing.assert_allclose(evicted[2][1][order[2]], evicted[0][1][order[0]],
+                                   rtol=1e-5, atol=1e-6)
+        assert sorted(states[1]) == sorted(states[0])
+        for key, (vector, slots) in states[0].items():
+            np.testing.assert_array_equal(states[1][key][0], vector)
+            for name, row in slots.items():
+                np.testing.assert_array_equal(states[1][key][1][name], row)
+        assert_states_close(states[2], states[0])
+    assert sum(took for took, _, _ in in_place) >= 7, in_place
+    assert not any(took for _, took, _ in in_place)  # the counted way's table
+    assert [took for took, _, _ in in_place] == [took for _, _, took in in_place]
+
+
 def test_host_rows_are_host_memory():
     from sok1x.backend import cuda
     table = lone_table(cuda, "dyn_host_memory", SETTINGS["hybrid_host_rows"])

@@ -376,6 +376,106 @@ def test_hybrid_with_rows_in_host_memory_equals_hbm(world, rule, max_capacity):
     assert_same_state(shard_state(name), expected[2])
 
 
+def test_a_full_split_table_alone_evicts_in_place_as_the_counted_way_does(world, monkeypatch):
+    """A full hybrid table alone with rows in host memory takes each step's new keys into its
+    victims' rows in one kernel, the victims chosen and counted on the device, and waits once
+    for what both counted (DynamicTable._placed_in_place): lookups, evicted keys and vectors,
+    and every held key's vector and slots equal the counted way's (SOK1X_EVICT_IN_PLACE=0),
+    and a step that evicts in place waits at least once fewer. Every rank's copy of a key
+    counts as arriving (4 a rank and step): max_capacity leaves room for them."""
+    from sok1x.engine.tables import dynamic_table, eviction
+    size = world[1]
+    six_rows = 6 * 4 * DIM / 2 ** 30
+    runs, taken = [], []
+    real = dynamic_table.DynamicTable._placed_in_place
+
+    def counting(self, keys):
+        taken.append(int(keys.shape[0]))
+        return real(self, keys)
+    monkeypatch.setattr(dynamic_table.DynamicTable, "_placed_in_place", counting)
+    for counted in (True, False):
+        if counted:
+            monkeypatch.setenv(eviction.IN_PLACE_ENV, "0")
+        else:
+            monkeypatch.delenv(eviction.IN_PLACE_ENV)
+        runs.append(run_steps("dyn_in_place", make_dynamic("hybrid", 4, 8 + 4 * size, "lru",
+                                                           six_rows), "adam", steps=6 + 2 * size))
+        name = "dyn_in_place"
+        waits = _host_waits_of(name, "in_place_waits", np.concatenate(
+            [keys_per_rank(0, 1), keys_per_rank(10 ** 6, 3)]))
+        runs[-1] += (waits, api.pop_evicted(name))
+        assert not taken if counted else len(taken) >= 3, taken
+    (lookups, evicted, state, waits, last), got = runs[0], runs[1]
+    for a, b in zip(got[0], lookups):
+        np.testing.assert_array_equal(a, b)
+    assert sum(len(keys) for keys, _ in evicted) > 0
+    for (keys_a, values_a), (keys_b, values_b) in zip(got[1] + [got[4]], evicted + [last]):
+        np.testing.assert_array_equal(keys_a, keys_b)
+        np.testing.assert_array_equal(values_a, values_b)
+    assert_same_state(got[2], state)
+    assert got[3] <= waits - 1, (got[3], waits)
+
+
+def _full_split_table(name, capacity):
+    """A hybrid table alone of `capacity` rows, 6 of them in device memory, filled."""
+    api.create_table(name, DIM, capacity, True, SPEC, replace=True, placement="hash",
+                     dynamic=make_dynamic("hybrid", capacity, capacity, "lru",
+                                          6 * 4 * DIM / 2 ** 30))
+    train_step(name, name + "_fill", keys_per_rank(0, capacity))
+    api.pop_evicted(name)
+    return api.shard(name)
+
+
+def test_a_failed_step_undoes_its_eviction_in_place(world):
+    """A full split table alone evicts in place in a step whose later lookup has bad input on
+    the last rank: every rank raises, and keys, vectors, slots and evicted keys are as before
+    the step; the same step, good, evicts three keys a shard and goes on."""
+    from sok1x.engine.op_order import OpId
+    rank, size = world
+    name = "dyn_in_place_undo"
+    table = _full_split_table(name, 8 + 4 * size)
+    before = shard_state(name)
+    assert table.serves_in_place(4 * size)
+
+    def step(bad_rank):
+        tower = "in_place_tower"
+        api.dense_lookup(name, OpId("d", tower, 0), np.concatenate(
+            [keys_per_rank(0, 1), keys_per_rank(500, 3)]), True)
+        second = keys_per_rank(0, 1)
+        second[-1] = -1 if rank == bad_rank else second[-1]
+        api.dense_lookup(name, OpId("bad", tower, 1), second, True)
+
+    with pytest.raises(InvalidInputError, match="rank %d: %s: key -1" % (size - 1, name)):
+        step(size - 1)
+    assert_same_state(shard_state(name), before)
+    assert table.index.size == len(before) and len(api.pop_evicted(name)[0]) == 0
+    step(-1)
+    evicted, _ = api.pop_evicted(name)
+    assert len(evicted) == 3 and set(evicted.tolist()) <= set(before)
+    assert set(shard_state(name)) == (set(before) - set(evicted.tolist())) | set(
+        owned(keys_per_rank(500, 3)).tolist())
+
+
+def test_an_eviction_in_place_short_of_victims_fails_and_changes_nothing(world, monkeypatch):
+    """Where the host's count of the step's touched keys were wrong (made 0 here: the step's
+    first lookup touched every held key), the eviction in place finds no victim for the new
+    keys: the step fails (RuntimeError) and the table is as before. One rank: the fault is
+    this rank's alone."""
+    from sok1x.engine.op_order import OpId
+    from sok1x.engine.tables import dynamic_table
+    if world[1] > 1:
+        pytest.skip("a fault of one rank's count: run at one rank")
+    name = "dyn_in_place_short"
+    table = _full_split_table(name, 12)
+    before = shard_state(name)
+    monkeypatch.setattr(dynamic_table.DynamicTable, "_touched_now", lambda self: 0)
+    with pytest.raises(RuntimeError, match="found no key to evict"):
+        api.dense_lookup(name, OpId("all", "short_tower", 0), keys_per_rank(0, 12), True)
+        api.dense_lookup(name, OpId("new", "short_tower", 1), keys_per_rank(500, 3), True)
+    assert_same_state(shard_state(name), before)
+    assert table.index.size == 12 and len(api.pop_evicted(name)[0]) == 0
+
+
 def test_hash_erase_and_row_pool():
     """Erasing keys from the middle of probe chains (a small, crowded index) keeps every other
     key findable; erased keys come back on the rows a pool names; a rebuilt index agrees."""
