@@ -3,10 +3,7 @@ find_or_insert in 2^30 keys/s for var_type "hbm" and for "hybrid" with a quarter
 quarters of the vectors in page-locked host memory that the kernels read and write in place over
 PCIe, at dim 64 and 128, load 0.5 and 0.75, and (hybrid only) 1.0: a full table, whose new keys
 evict as many held ones in the engine's path (the bare calls take free rows, which a full table
-has none of, so they are left out there; HierarchicalKV evicts inside its insert). A full
-table's engine path also runs with its evicted keys dropped (find_or_insert_engine_dropped:
-HierarchicalKV's find_or_insert keeps none for a reader) and the counted way
-(find_or_insert_engine_counted: SOK1X_EVICT_IN_PLACE=0, the new keys counted first).
+has none of, so they are left out there; HierarchicalKV evicts inside its insert).
 
     python3 bench/dynamic_table.py --out results/dynamic.json [--rows-log2 24] [--scale 16]
 
@@ -221,7 +218,7 @@ def measure(backend, timer, host_share, rows, keys_per_call, dim, load, repeats,
            ("find_or_insert_engine", find_or_insert_engine, new_step)]
     full = rows - held < new_per_call  # (nearly) full: new keys evict, which the engine path
     if full:  # alone does (the bare calls take free rows: too few left)
-        ops = [ops[0], ops[3]] + full_table_ways(table, find_or_insert_engine, new_step)
+        ops = [ops[0], ops[3]]
     with backend.device_context():
         for name, run, before in ops:
             entry[name] = op_figures(timer.time_ms(run, repeats, warmup=2, before=before),
@@ -257,16 +254,12 @@ def measure(backend, timer, host_share, rows, keys_per_call, dim, load, repeats,
                                     probe["write"]["gib_per_s"]))
     rate = {name: "%.3f" % entry[name]["gkeys_per_s"] if name in entry else "-"
             for name in ("find", "find_or_insert", "find_or_insert_unfused",
-                         "find_or_insert_engine", "find_or_insert_engine_dropped",
-                         "find_or_insert_engine_counted")}
+                         "find_or_insert_engine")}
     harness.log("%s share %.2f dim %d load %.2f: find %s, find_or_insert %s (unfused %s, "
-                "engine %s%s) [2^30 keys/s, medians]" % (
+                "engine %s) [2^30 keys/s, medians]" % (
                     entry["var_type"], host_share, dim, load, rate["find"],
                     rate["find_or_insert"], rate["find_or_insert_unfused"],
-                    rate["find_or_insert_engine"],
-                    "; evicted keys dropped %s, counted way %s" % (
-                        rate["find_or_insert_engine_dropped"],
-                        rate["find_or_insert_engine_counted"]) if full else ""))
+                    rate["find_or_insert_engine"]))
     return entry
 
 
@@ -282,31 +275,6 @@ def walk_as_given(timer, repeats, keys_per_call, ops):
     harness.log("  walked as given: " + ", ".join(
         "%s %.3f" % (name, f["gkeys_per_s"]) for name, f in figures.items()))
     return figures
-
-
-def full_table_ways(table, engine_call, new_step):
-    """A full table's engine path two more ways, as (name, run, before) ops: its evicted keys
-    dropped (drop_evicted: no copy of the victims to the host for a reader, as HierarchicalKV's
-    find_or_insert keeps none), and counted (SOK1X_EVICT_IN_PLACE=0: the new keys counted
-    first, a wait, before the eviction and the insert, as before 2026-11-28)."""
-    import os
-    from sok1x.engine.tables import dynamic_table as engine_table, eviction
-
-    def dropped():
-        engine_table.drop_evicted(table.name, True)
-        try:
-            engine_call()
-        finally:
-            engine_table._DROPPED.discard(table.name)
-
-    def counted():
-        os.environ[eviction.IN_PLACE_ENV] = "0"
-        try:
-            engine_call()
-        finally:
-            del os.environ[eviction.IN_PLACE_ENV]
-    return [("find_or_insert_engine_dropped", dropped, new_step),
-            ("find_or_insert_engine_counted", counted, new_step)]
 
 
 def walk_by(timer, repeats, keys_per_call, ops, what, settings, setting):

@@ -37,11 +37,10 @@ extern "C" __global__ void hash_count_missing(const int64* slots, uint64 slot_co
 #define OVERFLOW_ROW (-3LL)  // a key placed past `limit`: the caller erases the call's keys
 
 // Where the keys placed by one find_or_insert call go: new_keys / new_rows get, at k, the k-th
-// key placed and its row, row_pool[k] for k < pool_count (a table reusing freed rows, or a
-// padded eviction's victims' rows), then first_new_row + k - pool_count; *placed (zeroed by the
-// caller) counts them. Keys placed at k >= limit (more new keys than rows left), or at a pool
-// entry below 0 (a padded eviction's place without a victim), get OVERFLOW_ROW, and the caller,
-// seeing *placed > limit (or a place without a victim), erases new_keys[0, *placed).
+// key placed and its row, row_pool[k] for k < pool_count (a table reusing freed rows), then
+// first_new_row + k - pool_count; *placed (zeroed by the caller) counts them. Keys placed at
+// k >= limit (more new keys than rows left) get OVERFLOW_ROW, and the caller, seeing
+// *placed > limit, erases new_keys[0, *placed).
 struct Placing {
   int64 first_new_row, limit, pool_count;
   uint64* placed;
@@ -71,7 +70,6 @@ __device__ __forceinline__ unsigned claim_keys(int64* slots, uint64 slot_count, 
       const int64 k = (int64)base + __popc(new_here & lanes_below());
       *row = OVERFLOW_ROW;
       if (k < p.limit) *row = k < p.pool_count ? p.row_pool[k] : p.first_new_row + k - p.pool_count;
-      if (*row < 0) *row = OVERFLOW_ROW;  // a padded eviction's place without a victim
       p.new_keys[k] = keys[i];
       p.new_rows[k] = *row;
     }

@@ -173,30 +173,16 @@ class HashIndex:
         return rows, new_keys, new_rows, np.array([new_keys.shape[0]], dtype=np.uint64)
 
     def find_or_insert_values(self, keys, values, spec, table_id, row_pool=None, missing=None,
-                              next_row=None, queue_first=None, touch=None, in_place=False):
+                              next_row=None, queue_first=None, touch=None):
         """find_or_insert, then init_rows of the new keys' rows of `values` and the vectors of
         every key: (rows, vectors [n, dim], new_keys, new_rows), as the cuda index's one
-        kernel; touch: None or (statistics, step) for touch_rows of the rows. in_place: the
-        pool is a padded eviction's victims' rows (find_or_insert_pooled's placing, a key
-        without a victim at OVERFLOW_ROW, no row written), and a count of the placed keys,
-        uint64 [1], comes fifth, as cuda's (whose caller reads it)."""
-        if in_place:
-            if row_pool is None or missing is not None or next_row is not None:
-                raise ValueError("find_or_insert_values in place takes a pool alone")
-            rows, new_keys, new_rows = self.find_or_insert_pooled(keys, row_pool)
-            if queue_first is not None:
-                queue_first(new_keys, new_rows, None, rows)
-        else:
-            rows, new_keys, new_rows = self.find_or_insert(keys, row_pool, missing, next_row,
-                                                           queue_first)
-        placed = new_rows >= 0
-        cpu_rows.init_rows(values, new_rows[placed], new_keys[placed], spec, table_id)
+        kernel; touch: None or (statistics, step) for touch_rows of the rows."""
+        rows, new_keys, new_rows = self.find_or_insert(keys, row_pool, missing, next_row,
+                                                       queue_first)
+        cpu_rows.init_rows(values, new_rows, new_keys, spec, table_id)
         if touch is not None:
-            cpu_rows.touch_rows(touch[0], np.where(rows >= 0, rows, -1), touch[1])
-        vectors = cpu_rows.gather_rows(values, np.where(rows >= 0, rows, -1))
-        if in_place:
-            return rows, vectors, new_keys, new_rows, np.array([new_keys.shape[0]], np.uint64)
-        return rows, vectors, new_keys, new_rows
+            cpu_rows.touch_rows(touch[0], rows, touch[1])
+        return rows, cpu_rows.gather_rows(values, rows), new_keys, new_rows
 
     def assign(self, keys, rows):
         """Inserts distinct keys that are not held yet with the given rows (used by load)."""

@@ -230,7 +230,7 @@ class HashIndex:
 
     @uses_context
     def find_or_insert_values(self, keys, values, spec, table_id, row_pool=None, missing=None,
-                              next_row=None, queue_first=None, touch=None, in_place=False):
+                              next_row=None, queue_first=None, touch=None):
         """find_or_insert that also initialises the new keys' rows of `values` (a float32
         [rows, dim] GPUArray or split array) as init_rows(values, new_rows, new_keys, spec,
         table_id) does, and returns every key's vector: (rows, vectors float32 [n, dim],
@@ -241,13 +241,7 @@ class HashIndex:
         them in ascending regions, cuda_host_order). touch: None, or (statistics, step):
         the kernel also counts the lookup as backend.touch_rows(statistics, rows, step) does.
         Other arguments and errors as find_or_insert's (an overflowing call leaves the output
-        unspecified and, with touch, has counted the lookup of the keys it found).
-        in_place: row_pool is a padded eviction's victims' rows, a place for every new key (an
-        entry below 0, a place without a victim, gives OVERFLOW_ROW), and nothing waits: returns
-        (rows, vectors, new_keys, new_rows, placed), the new arrays keys-long, their first
-        placed[0] entries set (placed a uint64 [1] device array), which size counts when next
-        read or settle_size hands over (add_size_later); the caller reads placed and fails
-        the call where a key got no row (the eviction's places without a victim)."""
+        unspecified and, with touch, has counted the lookup of the keys it found)."""
         if values.dtype != np.float32 or values.ndim != 2:
             raise TypeError("find_or_insert_values needs a float32 [rows, dim] table, got %s %s"
                             % (values.dtype, values.shape))
@@ -256,23 +250,16 @@ class HashIndex:
         vectors = empty((keys.shape[0], dim), np.float32)
         statistics = (0, 0) if touch is None else (ptr(touch[0]), int(touch[1]))
         fetch = (values, dim, recipe.kernel_arguments(spec, table_id), vectors, statistics)
-        if in_place:
-            if row_pool is None or missing is not None or next_row is not None:
-                raise ValueError("find_or_insert_values in place takes a pool alone")
-            rows, new_keys, new_rows, placed = self._find_or_insert(
-                keys, row_pool, None, None, queue_first, fetch, pooled=True)
-            return rows, vectors, new_keys, new_rows, placed
         rows, new_keys, new_rows = self._find_or_insert(keys, row_pool, missing, next_row,
                                                         queue_first, fetch)
         return rows, vectors, new_keys, new_rows
 
     def _find_or_insert(self, keys, row_pool, missing, next_row, queue_first, fetch,
-                        later=False, pooled=False):
+                        later=False):
         """find_or_insert; fetch: None, or (values, dim, init kernel arguments, vectors,
-        statistics arguments) for find_or_insert_values' kernel; later: find_or_insert_later;
-        pooled: find_or_insert_values in place (the pool's length is the limit: no size read)."""
+        statistics arguments) for find_or_insert_values' kernel; later: find_or_insert_later."""
         n = keys.shape[0]
-        limit = None if pooled else self.capacity - self.size
+        limit = self.capacity - self.size
         if missing is not None:
             missing = int(missing)
             if missing > limit:
@@ -292,7 +279,7 @@ class HashIndex:
                 if missing is not None and pool_count < missing:
                     raise OverflowError("%d new keys, %d rows in the pool" % (missing,
                                                                              pool_count))
-                limit = pool_count if pooled else min(limit, pool_count)
+                limit = min(limit, pool_count)
             else:
                 first_new_row = int(next_row)
         room = n if missing is None else missing
@@ -302,7 +289,7 @@ class HashIndex:
         if n == 0:
             if queue_first is not None:
                 queue_first(new_keys, new_rows, None, rows)
-            if later or pooled:
+            if later:
                 return rows, new_keys, new_rows, fill_bytes(empty((1,), np.uint64), 0)
             return rows, new_keys, new_rows
         placed = fill_bytes(empty((1,), np.uint64), 0)
@@ -327,7 +314,7 @@ class HashIndex:
             if queue_first is not None:
                 queue_first(new_keys, new_rows, placed, rows)
             return rows, new_keys, new_rows, placed
-        counted = None if missing is not None or pooled else to_host_later(
+        counted = None if missing is not None else to_host_later(
             placed, "the count of keys find_or_insert placed")
         if fresh is not None:  # host rows second, walked in ascending regions
             order, start = host_order_and_start(values, rows, zero_negative=True)
@@ -337,11 +324,6 @@ class HashIndex:
                    ptr(keys), ptr(rows), n, ptr(order), ptr(start), ptr(fresh),
                    *split_args(values, dim), dim, *init, ptr(vectors),
                    blocks=walk_blocks(order, work))
-        if pooled:
-            self.add_size_later(placed, 0)
-            if queue_first is not None:
-                queue_first(new_keys, new_rows, placed, rows)
-            return rows, new_keys, new_rows, placed
         if missing is not None:
             self.size += missing
             if queue_first is not None:

@@ -106,7 +106,7 @@ from sok1x.engine.tables.table import (
     tombstones_before_worn,
 )
 
-IN_PLACE_ENV = eviction.IN_PLACE_ENV  # "0": full members evict by counts read first
+IN_PLACE_ENV = "SOK1X_EVICT_IN_PLACE"  # "0": full members evict by counts read first
 REPLAY_EVICTION_ENV = "SOK1X_REPLAY_EVICTION"  # "0": evicting steps never replay
 # a replayed eviction's copy of its slots, at most, where its graph rebuilds short or worn
 # indexes itself (past it, ready() rebuilds short ones before the replay, or the step runs

@@ -33,7 +33,6 @@ new keys, puts evicted keys back with their vectors, slots and statistics, and r
 list.
 """
 import collections
-import os
 import time
 
 import numpy as np
@@ -269,9 +268,6 @@ class DynamicTable(EmbeddingTable):
             arriving = int(keys.shape[0])
         if self.index.size + arriving <= self.max_capacity:
             return None  # fits even if every key is new: nothing to count, no wait
-        if (self.dynamic.var_type == "hybrid" and self.group is None
-                and self._touched_now() + arriving <= self.max_capacity):
-            return None  # a row or a victim for every new key, whatever the keys (no wait)
         if missing is None:
             missing = self.index.count_missing(keys)
         if not callable(keys):
@@ -326,8 +322,6 @@ class DynamicTable(EmbeddingTable):
         counted, self._counted = self._counted, None
         if self.index.size + int(keys.shape[0]) <= self.capacity:
             return self._insert(keys, None, before, None, fetch)
-        if fetch and self.serves_in_place(int(keys.shape[0])):
-            return self._placed_in_place(keys)
         if counted is not None and counted[0] is keys and counted[1] == self.index.size:
             missing = counted[2]  # capacity_error just counted these keys
         else:
@@ -345,78 +339,6 @@ class DynamicTable(EmbeddingTable):
         if needed > self.capacity:
             evicted = self._evict(needed - self.capacity, keys)
         return self._insert(keys, missing, before, evicted, fetch)
-
-    def serves_in_place(self, arriving):
-        """True when a training lookup of `arriving` owned keys takes _placed_in_place: this
-        hybrid shard is alone (no group), full and freeing no row (evicts_in_place), its rows
-        split between GPU and host memory (the one kernel's), and the host's counts show that
-        every new key finds a victim (_placed_in_place says why). SOK1X_EVICT_IN_PLACE=0:
-        never."""
-        return (self.group is None and os.environ.get(eviction.IN_PLACE_ENV) != "0"
-                and hybrid_rows.is_split(self.values) and self.evicts_in_place()
-                and self._touched_now() + int(arriving) <= self.max_capacity)
-
-    def _touched_now(self):
-        """At least the rows the current step's lookups counted so far (note_touched)."""
-        step, touched = self._touched
-        return touched if step == self.journal.step else 0
-
-    def _placed_in_place(self, keys):
-        """_placed_rows(keys, True) where serves_in_place: every new key evicts, its victim
-        chosen and counted on the device (eviction.evict, padded), and one kernel places the new
-        keys into the victims' rows, initialises them, counts the lookup and copies every key's
-        vector out (HashIndex.find_or_insert_values in place); the host waits once, for what
-        the eviction and the insert counted. Returns (rows, vectors).
-        Why every new key finds a victim: a full shard's evictable keys (held, not counted by
-        this step's lookups, not among the arriving keys) number at least
-        capacity - touched - (arriving - new) >= new where touched + arriving <= capacity, so a
-        place left without a victim is a fault (RuntimeError, the lookup undone), as a counted
-        eviction's missing victim is."""
-        backend, n = self.backend, int(keys.shape[0])
-        before = self.held_state()
-        try:
-            evicted = eviction.evict([self], [n], keys, backend.zeros((n,), np.int64),
-                                     self._flat_arrays, padded=True)
-        except BaseException:  # evict gave the victims back
-            self.restore_held(before)
-            raise
-        victims = evicted.victims
-        self.note_touched(n)  # (the kernel counts every key: noted first, as _insert does)
-        try:
-            rows, vectors, new_keys, new_rows, placed = self.index.find_or_insert_values(
-                keys, self.values, self.spec, self.table_id,
-                row_pool=backend.row_view(victims.device_rows, 0, n),
-                touch=(self.statistics, self.journal.step), in_place=True,
-                queue_first=lambda new_keys, new_rows, count, rows: self.stamp(new_rows, count))
-            unserved, totals, served, host_placed = backend.to_host_many(
-                [evicted.unserved, victims.totals, victims.served, placed])
-        except BaseException:
-            evicted.put_back()
-            self.restore_held(before)
-            raise
-        self.index.settle_size(placed, host_placed)
-        evicted.settle(totals, served)
-        count = int(np.asarray(host_placed).reshape(-1)[0])
-        new_keys, new_rows = backend.row_view(new_keys, 0, count), backend.row_view(new_rows, 0,
-                                                                                     count)
-        if int(np.asarray(unserved).reshape(-1)[0]):
-            given = np.asarray(backend.to_host(new_rows))  # undoing: a wait
-            self._undo_insert(new_keys, backend.asarray(given[given >= 0]), before[0], before[1],
-                              evicted)
-            raise RuntimeError("%s: %d of the %d new keys on rank %d found no key to evict, "
-                               "where every one should have" % (
-                                   self.name, int(np.asarray(unserved).reshape(-1)[0]), count,
-                                   self.rank))
-        if count:
-            self.reset_slot_rows(new_rows)  # the victims' rows: their slots start over
-        self.journal.record(lambda: self._undo_insert(new_keys, new_rows, before[0], before[1],
-                                                      evicted))
-        return rows, vectors
-
-    def _flat_arrays(self):
-        """(statistics, row starts, values, slots) as eviction.evict takes a table alone's."""
-        return (self.statistics, np.array([0, self.capacity], dtype=np.int64), self.values,
-                self.slots)
 
     def _insert(self, keys, missing, before, evicted, fetch):
         """Finds or places `keys` (missing: how many are new, or None when every key fits even
@@ -571,7 +493,9 @@ class DynamicTable(EmbeddingTable):
         tags = self.backend.zeros((int(keys.shape[0]),), np.int64)
         held = self.held_state()
         try:
-            return eviction.evict([self], [count], keys, tags, self._flat_arrays)
+            return eviction.evict([self], [count], keys, tags, lambda: (
+                self.statistics, np.array([0, self.capacity], dtype=np.int64), self.values,
+                self.slots))
         except BaseException:  # evict gave the victims back: the free list too
             self.restore_held(held)
             raise

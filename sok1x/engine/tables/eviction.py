@@ -46,10 +46,6 @@ Two ways to know how many keys a member evicts:
   counts in one wait once all of it is queued, and fails the step (TableFullError, undone by
   the step journal) where a key went unserved. Memory: the undo record's arrays are as long
   as the bound (8 + 8 + 16 + 4 dim (1 + slots) bytes a key), not as the victims.
-  A hybrid DynamicVariable alone that is full takes the padded way too, where the host's counts
-  alone show that every new key finds a victim (DynamicTable.serves_in_place): its one kernel
-  places the keys into the victims' rows (HashIndex.find_or_insert_values in place).
-SOK1X_EVICT_IN_PLACE=0 takes the counted way always.
 """
 import collections
 import weakref
@@ -60,7 +56,6 @@ from sok1x.engine.tables import hybrid_rows
 from sok1x.engine.tables.table import rebuild_worn
 
 KEYS_PER_BUCKET = 64
-IN_PLACE_ENV = "SOK1X_EVICT_IN_PLACE"  # "0": full shards evict by counts read first
 PREFETCHED = 4  # evictions whose victims' host copy is kept until read (KeptVictims)
 # weak references to those KeptVictims, oldest first: one whose table went (replaced, deleted)
 # takes its copy along; a copy still running then reads memory handed out again, harmless to
