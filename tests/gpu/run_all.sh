@@ -10,8 +10,10 @@ gpus=${1:-2}
 logs=${OUT:-/tmp/sok1x-gpu-logs}
 site=/tmp/sok1x-site
 export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0} PYTHONUNBUFFERED=1
-# Every split (hybrid) table the tests make walks its host rows in order (backend/cuda/host_row_order.py).
+# Every split (hybrid) table the tests make walks its host rows in order (backend/cuda/host_row_order.py),
+# in regions of a few rows (the default's 256 KiB would make one region of a test's small host part).
 export SOK1X_HOST_ORDER_MIN_BYTES=${SOK1X_HOST_ORDER_MIN_BYTES:-0}
+export SOK1X_HOST_ORDER_REGION_BYTES=${SOK1X_HOST_ORDER_REGION_BYTES:-256}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mkdir -p "$logs"
 rm -rf "$site"

@@ -22,7 +22,8 @@ ROW_BYTES = 16  # the order tests' rows: 4 float32
 @pytest.fixture(autouse=True)
 def any_host_part():
     """Orders host parts of any size (the default orders only large ones), cut into regions of
-    16 rows of 16 bytes (the default regions are larger than these tables' host parts)."""
+    at least 256 bytes (16 rows of the 4-float tables; the default regions are larger than
+    these tables' host parts)."""
     before = cuda_host_order.MIN_HOST_BYTES, cuda_host_order.REGION_BYTES
     cuda_host_order.MIN_HOST_BYTES, cuda_host_order.REGION_BYTES = 0, 16 * ROW_BYTES
     yield
@@ -63,10 +64,13 @@ def test_the_order_is_a_permutation_with_host_rows_in_ascending_regions(cuda, rn
     assert (np.diff(regions) >= 0).all(), "regions out of order"
     assert cuda_host_order._region_shift(CAPACITY - HBM_ROWS, ROW_BYTES) == 4
     assert np.unique(regions).shape[0] > 500, "too few regions to test the grouping"
+    # the counts hold one more than the highest region a host row can get
+    assert cuda_host_order._region_count(CAPACITY - HBM_ROWS, 4) == _region(
+        np.arange(CAPACITY, dtype=np.int64)).max() + 1
 
 
 @pytest.mark.parametrize("region_bytes,max_regions,shift", [(ROW_BYTES, 1 << 20, 0),
-                                                            (1, 1 << 20, 0),
+                                                            (3 * ROW_BYTES, 1 << 20, 2),
                                                             (ROW_BYTES, 64, 9)])
 def test_regions_are_as_long_as_asked_and_as_many_as_allowed(cuda, rng, region_bytes,
                                                              max_regions, shift):
@@ -81,6 +85,8 @@ def test_regions_are_as_long_as_asked_and_as_many_as_allowed(cuda, rng, region_b
     finally:
         cuda_host_order.REGION_BYTES, cuda_host_order.MAX_REGIONS = before
     assert np.array_equal(np.sort(order), np.arange(rows.shape[0]))
+    assert cuda_host_order._region_count(CAPACITY - HBM_ROWS, shift) == 2 + (
+        (CAPACITY - HBM_ROWS - 1) >> shift)
     host = np.where(rows >= HBM_ROWS, rows - HBM_ROWS, -1)[order]
     assert (np.diff(host >> shift) >= 0).all(), "host rows out of address order"
     if shift == 0:
@@ -135,6 +141,23 @@ def test_a_table_that_is_not_split_or_has_a_small_host_part_gets_no_order(cuda):
         assert cuda_host_order.host_order(split, rows) is None
         cuda_host_order.MIN_HOST_BYTES = 4 * 16
         assert cuda_host_order.host_order(split, rows) is not None
+
+
+def test_an_ordered_walk_launches_as_walk_blocks_says(cuda, rng, monkeypatch):
+    """A gather walking a split table's order launches a thread a 16-byte word (WALK_BLOCKS 0),
+    at most n blocks (n), or launch()'s grid (-1); a walk as given, launch()'s grid."""
+    from sok1x.backend.cuda import rows as cuda_rows
+    values = _split(cuda, np.zeros((CAPACITY, 64), np.float32))  # 16 words of 16 bytes a row
+    rows = cuda.asarray(rng.integers(0, CAPACITY, size=9000).astype(np.int64))
+    launched, real = [], cuda_rows.launch
+    monkeypatch.setattr(cuda_rows, "launch", lambda *a, **k: (launched.append(k.get("blocks")),
+                                                               real(*a, **k)))
+    for blocks in (0, 5, -1):
+        with cuda_host_order.walked_by(blocks):
+            cuda.gather_rows(values, rows)
+    with cuda_host_order.walked_as_given():
+        cuda.gather_rows(values, rows)
+    assert launched == [-(-9000 * 16 // 256), 5, None, None]
 
 
 @pytest.mark.parametrize("dim,walk_blocks", [(1, 0), (8, 0), (64, 0), (100, 0), (8, 3), (64, 5),
