@@ -106,49 +106,40 @@ def host_order_and_start(table, rows, zero_negative=False, count_ptr=0):
 
 
 @contextlib.contextmanager
+def _setting(name, value):
+    """Inside the block this module's setting `name` is `value`; the one before is restored."""
+    before, globals()[name] = globals()[name], value
+    try:
+        yield
+    finally:
+        globals()[name] = before
+
+
 def walked_as_given():
     """Inside the block the row kernels walk every batch as given, as with SOK1X_HOST_ORDER=0
-    (the benchmarks' and tests' before/after switch); the setting before it is restored after."""
-    global ENABLED
-    before, ENABLED = ENABLED, False
-    try:
-        yield
-    finally:
-        ENABLED = before
+    (the benchmarks' and tests' before/after switch)."""
+    return _setting("ENABLED", False)
 
 
-@contextlib.contextmanager
 def regions_of(region_bytes):
     """Inside the block host parts are cut into regions of at least `region_bytes` (as with
-    SOK1X_HOST_ORDER_REGION_BYTES; the benchmarks' sweep); the setting before it is restored."""
-    global REGION_BYTES
-    before, REGION_BYTES = REGION_BYTES, int(region_bytes)
-    try:
-        yield
-    finally:
-        REGION_BYTES = before
+    SOK1X_HOST_ORDER_REGION_BYTES; the benchmarks' sweep)."""
+    return _setting("REGION_BYTES", int(region_bytes))
 
 
-@contextlib.contextmanager
 def walked_by(blocks):
     """Inside the block the ordered walks launch as WALK_BLOCKS = `blocks` says (0: a thread an
-    item, -1: launch()'s grid, n: at most n; as SOK1X_HOST_WALK_BLOCKS; the benchmarks' sweep);
-    the setting before it is restored."""
-    global WALK_BLOCKS
-    before, WALK_BLOCKS = WALK_BLOCKS, int(blocks)
-    try:
-        yield
-    finally:
-        WALK_BLOCKS = before
+    item, -1: launch()'s grid, n: at most n; as SOK1X_HOST_WALK_BLOCKS; the benchmarks' sweep)."""
+    return _setting("WALK_BLOCKS", int(blocks))
 
 
-def walk_blocks(walk, work_items, block=BLOCK):
-    """The `blocks` argument of launch() for a grid-stride row kernel of `work_items` threads:
-    None (launch() sizes it) where the kernel walks no order (`walk` None or False: host_order
-    gave none), else as WALK_BLOCKS says. walk: host_order's order, or a bool."""
-    if walk is None or walk is False or WALK_BLOCKS < 0:
+def walk_blocks(order, work_items):
+    """The `blocks` argument of launch() for a grid-stride row kernel of `work_items` threads
+    that walks `order` (host_order's, or None): None (launch() sizes it) without an order, else
+    as WALK_BLOCKS says."""
+    if order is None or WALK_BLOCKS < 0:
         return None
-    blocks = max(1, -(-int(work_items) // block))
+    blocks = max(1, -(-int(work_items) // BLOCK))
     return min(WALK_BLOCKS, blocks) if WALK_BLOCKS else blocks
 
 

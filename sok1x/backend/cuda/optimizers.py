@@ -58,11 +58,11 @@ def _state(array, what, like=None):
 
 
 def _gradient(var, rows, grads, ordered=True):
-    """Returns (rows, grads, n, dim, walk) checked against var [capacity, dim]; for a split var
+    """Returns (rows, grads, n, dim, order) checked against var [capacity, dim]; for a split var
     and `ordered`, rows and grads permuted so the kernels walk host rows in ascending regions
     (cuda_host_order; rows -1, padding the kernels skip, go among the device rows; the all-rows
-    kernels walk the whole shard in order anyway), and walk True (the launch's blocks are then
-    cuda_host_order.walk_blocks')."""
+    kernels walk the whole shard in order anyway), and that order (None where there is none),
+    for the launch's blocks (cuda_host_order.walk_blocks)."""
     _state(var, "var")
     rows = index_array(rows, "rows")
     grads = device_array(grads, "grads", np.float32)
@@ -72,7 +72,7 @@ def _gradient(var, rows, grads, ordered=True):
     order = host_order(var, rows, zero_negative=True) if ordered else None
     if order is not None:  # rows are distinct: the update does not depend on their order
         rows, grads = take_rows(rows, order), take_rows(grads, order)
-    return rows, grads, rows.shape[0], dim, order is not None
+    return rows, grads, rows.shape[0], dim, order
 
 
 def _lanes(dim, grads, *states):
@@ -117,67 +117,67 @@ def write_given(array, values, clock=None, now=0.0, step=None):
 @uses_context
 def update_sgd(var, rows, grads, lr):
     """Gradient descent: var[rows] -= lr * g."""
-    rows, grads, n, dim, walk = _gradient(var, rows, grads)
+    rows, grads, n, dim, order = _gradient(var, rows, grads)
     if n * dim:
         launch(_kernel("update_sgd", _STATE + _ROWS_ARGS + _HYPER), n * dim, *split_args(var, dim),
                ptr(rows), ptr(grads), n, dim, *_hyper(lr),
-               blocks=walk_blocks(walk, n * dim))
+               blocks=walk_blocks(order, n * dim))
 
 
 @uses_context
 def update_momentum(var, accum, rows, grads, lr, momentum, nesterov):
     """tf.compat.v1.train.MomentumOptimizer's sparse update (see cpu_optimizers)."""
-    rows, grads, n, dim, walk = _gradient(var, rows, grads)
+    rows, grads, n, dim, order = _gradient(var, rows, grads)
     _state(accum, "accum", var)
     if n * dim:
         launch(_kernel("update_momentum", _STATE * 2 + _ROWS_ARGS + _HYPER + "i"), n * dim,
                *split_args(var, dim), *split_args(accum, dim), ptr(rows), ptr(grads), n, dim,
                *_hyper(lr, momentum), int(bool(nesterov)),
-               blocks=walk_blocks(walk, n * dim))
+               blocks=walk_blocks(order, n * dim))
 
 
 @uses_context
 def update_keras_momentum(var, accum, rows, grads, lr, momentum, nesterov):
     """Keras SGD with momentum, sparse update (see cpu_optimizers)."""
-    rows, grads, n, dim, walk = _gradient(var, rows, grads)
+    rows, grads, n, dim, order = _gradient(var, rows, grads)
     _state(accum, "accum", var)
     if n * dim:
         launch(_kernel("update_keras_momentum", _STATE * 2 + _ROWS_ARGS + _HYPER + "i"), n * dim,
                *split_args(var, dim), *split_args(accum, dim), ptr(rows), ptr(grads), n, dim,
                *_hyper(lr, momentum), int(bool(nesterov)),
-               blocks=walk_blocks(walk, n * dim))
+               blocks=walk_blocks(order, n * dim))
 
 
 @uses_context
 def update_adagrad(var, accum, rows, grads, lr, epsilon):
     """Adagrad's sparse update (see cpu_optimizers)."""
-    rows, grads, n, dim, walk = _gradient(var, rows, grads)
+    rows, grads, n, dim, order = _gradient(var, rows, grads)
     _state(accum, "accum", var)
     if n * dim:
         lanes = _lanes(dim, grads, var, accum)
         launch(_kernel("update_adagrad" + _WIDTHS[lanes], _STATE * 2 + _ROWS_ARGS + _HYPER),
                n * dim // lanes, *split_args(var, dim), *split_args(accum, dim), ptr(rows),
                ptr(grads), n, dim, *_hyper(lr, epsilon),
-               blocks=walk_blocks(walk, n * dim // lanes))
+               blocks=walk_blocks(order, n * dim // lanes))
 
 
 @uses_context
 def update_ftrl(var, accum, linear, rows, grads, lr, lr_power, l1, l2, l2_shrinkage):
     """FTRL-proximal's sparse update (see cpu_optimizers)."""
-    rows, grads, n, dim, walk = _gradient(var, rows, grads)
+    rows, grads, n, dim, order = _gradient(var, rows, grads)
     _state(accum, "accum", var)
     _state(linear, "linear", var)
     if n * dim:
         launch(_kernel("update_ftrl", _STATE * 3 + _ROWS_ARGS + _HYPER), n * dim,
                *split_args(var, dim), *split_args(accum, dim), *split_args(linear, dim),
                ptr(rows), ptr(grads), n, dim, *_hyper(lr, lr_power, l1, l2, l2_shrinkage),
-               blocks=walk_blocks(walk, n * dim))
+               blocks=walk_blocks(order, n * dim))
 
 
 @uses_context
 def update_rmsprop(var, ms, mom, mg, rows, grads, lr, rho, momentum, epsilon):
     """TensorFlow's sparse (centered when mg is given) RMSProp update (see cpu_optimizers)."""
-    rows, grads, n, dim, walk = _gradient(var, rows, grads)
+    rows, grads, n, dim, order = _gradient(var, rows, grads)
     _state(ms, "ms", var)
     _state(mom, "mom", var)
     _state(mg, "mg", var)
@@ -186,13 +186,13 @@ def update_rmsprop(var, ms, mom, mg, rows, grads, lr, rho, momentum, epsilon):
                *split_args(var, dim), *split_args(ms, dim), *split_args(mom, dim),
                *split_args(mg, dim), ptr(rows), ptr(grads), n, dim,
                *_hyper(lr, rho, momentum, epsilon),
-               blocks=walk_blocks(walk, n * dim))
+               blocks=walk_blocks(order, n * dim))
 
 
 @uses_context
 def update_lazy_adam(var, m, v, rows, grads, lr_t, beta1, beta2, epsilon):
     """LazyAdam: the rows with a gradient only (see cpu_optimizers)."""
-    rows, grads, n, dim, walk = _gradient(var, rows, grads)
+    rows, grads, n, dim, order = _gradient(var, rows, grads)
     _state(m, "m", var)
     _state(v, "v", var)
     if n * dim:
@@ -200,33 +200,33 @@ def update_lazy_adam(var, m, v, rows, grads, lr_t, beta1, beta2, epsilon):
         launch(_kernel("update_lazy_adam" + _WIDTHS[lanes], _STATE * 3 + _ROWS_ARGS + _HYPER),
                n * dim // lanes, *split_args(var, dim), *split_args(m, dim), *split_args(v, dim),
                ptr(rows), ptr(grads), n, dim, *_hyper(lr_t, beta1, beta2, epsilon),
-               blocks=walk_blocks(walk, n * dim // lanes))
+               blocks=walk_blocks(order, n * dim // lanes))
 
 
 @uses_context
 def update_adamax(var, m, u, rows, grads, lr_t, beta1, beta2, epsilon):
     """Keras AdaMax's sparse update: the rows with a gradient only (see cpu_optimizers)."""
-    rows, grads, n, dim, walk = _gradient(var, rows, grads)
+    rows, grads, n, dim, order = _gradient(var, rows, grads)
     _state(m, "m", var)
     _state(u, "u", var)
     if n * dim:
         launch(_kernel("update_adamax", _STATE * 3 + _ROWS_ARGS + _HYPER), n * dim,
                *split_args(var, dim), *split_args(m, dim), *split_args(u, dim), ptr(rows),
                ptr(grads), n, dim, *_hyper(lr_t, beta1, beta2, epsilon),
-               blocks=walk_blocks(walk, n * dim))
+               blocks=walk_blocks(order, n * dim))
 
 
 @uses_context
 def update_adadelta(var, accum, accum_update, rows, grads, lr, rho, epsilon):
     """TensorFlow's sparse Adadelta update (see cpu_optimizers)."""
-    rows, grads, n, dim, walk = _gradient(var, rows, grads)
+    rows, grads, n, dim, order = _gradient(var, rows, grads)
     _state(accum, "accum", var)
     _state(accum_update, "accum_update", var)
     if n * dim:
         launch(_kernel("update_adadelta", _STATE * 3 + _ROWS_ARGS + _HYPER), n * dim,
                *split_args(var, dim), *split_args(accum, dim), *split_args(accum_update, dim),
                ptr(rows), ptr(grads), n, dim, *_hyper(lr, rho, epsilon),
-               blocks=walk_blocks(walk, n * dim))
+               blocks=walk_blocks(order, n * dim))
 
 
 def _positions_of_rows(num_rows, rows):
