@@ -36,7 +36,7 @@ setup(
     python_requires=">=3.7",
     packages=list(PACKAGES),
     package_dir=PACKAGES,
-    package_data={"sok1x.cuda_kernels": ["*.cu", "*.cuh"], "sok1x.graph_ops": ["*.cc"]},
+    package_data={"sok1x.cuda_kernels": ["*.cu", "*.cuh", "*.c"], "sok1x.graph_ops": ["*.cc"]},
     install_requires=["numpy>=1.17", "mpi4py>=3"],
     extras_require={
         "gpu": ["pycuda"],

@@ -1,4 +1,5 @@
-"""The one compile helper for sok1x's CUDA kernels: nvcc -> cubin -> PyCUDA module.
+"""The one compile helper for sok1x's CUDA kernels: nvcc -> cubin -> PyCUDA module; and for the
+host C beside them (host_library: nvcc's host compiler -> a shared library -> ctypes).
 
 A kernel family (one .cu file of this folder, which may include the .cuh headers beside it) is
 compiled by nvcc into a cubin for one architecture, sm_XY from the device's compute capability,
@@ -25,7 +26,14 @@ Environment:
     SOK1X_NVCC                  the nvcc to use (default: $CUDA_HOME/bin, PATH, /usr/local/cuda)
 
 Compile errors raise KernelCompileError with the nvcc command, its output and the numbered source.
+
+A host library (a .c file of this folder: driver calls a helper thread makes without the GIL) is
+built with `nvcc -shared`, which hands it to the host compiler nvcc uses, and kept in the same disk
+cache under the same kind of key (its architecture "host"). ctypes loads a library from a file
+only, so each process writes the checked bytes to a private temporary file, loads that and
+removes it.
 """
+import ctypes
 import hashlib
 import os
 import shutil
@@ -38,10 +46,12 @@ from sok1x.errors import Sok1xError
 
 KERNEL_DIR = os.path.dirname(os.path.abspath(__file__))
 BASE_OPTIONS = ("-O3", "-std=c++14")
+HOST_OPTIONS = ("-shared", "-Xcompiler", "-fPIC", "-O2")
 _CACHE_MAGIC = b"sok1x-cubin-v1\n"
 _lock = threading.RLock()
 _nvcc_facts = {}
 _modules = {}
+_libraries = {}
 
 
 class KernelCompileError(Sok1xError):
@@ -185,13 +195,18 @@ def _numbered(text):
 
 
 def _run_nvcc(text, label, arch, options, nvcc):
+    """The bytes nvcc builds from `text`: a cubin for `arch`, or for arch "host" a shared library
+    of host C (HOST_OPTIONS)."""
     with tempfile.TemporaryDirectory(prefix="sok1x-nvcc-") as folder:
         source = os.path.join(folder, label)
         target = os.path.join(folder, "kernel.cubin")
         with open(source, "w") as handle:
             handle.write(text)
-        command = [nvcc, "-cubin", "-arch=%s" % arch, "-I", KERNEL_DIR]
-        command += list(BASE_OPTIONS) + list(options) + ["-o", target, source]
+        if arch == "host":
+            command = [nvcc] + list(HOST_OPTIONS) + list(options) + ["-o", target, source]
+        else:
+            command = [nvcc, "-cubin", "-arch=%s" % arch, "-I", KERNEL_DIR]
+            command += list(BASE_OPTIONS) + list(options) + ["-o", target, source]
         done = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               universal_newlines=True)
         if done.returncode != 0:
@@ -205,7 +220,8 @@ def _run_nvcc(text, label, arch, options, nvcc):
 
 
 def compile_text(text, label, arch, options=()):
-    """Returns the cubin (bytes) of CUDA source `text` for `arch` ("sm_90"), via the disk cache.
+    """Returns the cubin (bytes) of CUDA source `text` for `arch` ("sm_90"), via the disk cache
+    (arch "host": the shared library of host C source `text`).
 
     label names the source in errors; raises KernelCompileError.
     """
@@ -222,6 +238,23 @@ def compile_text(text, label, arch, options=()):
     if path is not None:
         _cache_write(path, cubin)
     return cubin
+
+
+def host_library(source_name):
+    """Returns the ctypes.CDLL of host C source `source_name` of this folder ("back_pieces.c"),
+    built through the disk cache (module docstring), once per process. Raises
+    KernelCompileError where nvcc or its host compiler cannot build it, OSError where it cannot
+    be loaded."""
+    with _lock:
+        library = _libraries.get(source_name)
+        if library is None:
+            blob = compile_text(_read_text(source_name), source_name, "host")
+            with tempfile.TemporaryDirectory(prefix="sok1x-host-") as folder:  # 0700
+                path = os.path.join(folder, os.path.splitext(source_name)[0] + ".so")
+                with open(path, "wb") as handle:
+                    handle.write(blob)
+                library = _libraries[source_name] = ctypes.CDLL(path)
+        return library
 
 
 def compile_cubin(source_name, arch, options=()):

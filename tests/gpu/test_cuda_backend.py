@@ -904,7 +904,22 @@ def test_reserved_rows_grow_in_place_as_on_the_cpu(cuda, rng):
     np.testing.assert_array_equal(host(cuda, view), want[most:most + 10])
 
 
-def test_rows_backed_ahead_hold_their_initial_values_as_on_the_cpu(cuda):
+@pytest.fixture(params=["native", "python"])
+def helper_way(request, monkeypatch):
+    """back_rows_ahead's helper makes its driver calls in one call of back_pieces.c ("native",
+    which must build here) or one at a time from Python ("python")."""
+    import importlib
+    module = importlib.import_module("sok1x.backend.cuda.reserved_rows")
+    monkeypatch.delitem(module._CLASS, "native", raising=False)
+    if request.param == "native":
+        with cuda_context.entered():
+            assert module._native() is not None, "back_pieces.c could not be had"
+    else:
+        monkeypatch.setitem(module._CLASS, "native", None)
+    return request.param
+
+
+def test_rows_backed_ahead_hold_their_initial_values_as_on_the_cpu(cuda, helper_way):
     """back_rows_ahead on its helper thread (and stream) backs the rows and writes each
     array's initial value (a float32 slot's 0.1, a float64 array's 0, none for the values);
     once joined, the sok1x stream reads them as the cpu twin holds them."""
@@ -923,6 +938,65 @@ def test_rows_backed_ahead_hold_their_initial_values_as_on_the_cpu(cuda):
         got = host(cuda, cuda.row_view(got, 1000, 40000))
         np.testing.assert_array_equal(got, want[1000:40000])
     assert (arrays[cpu][0][1000:40000] == np.float32(0.1)).all()
+
+
+def test_one_job_backs_several_members_ranges_once_as_on_the_cpu(cuda, helper_way):
+    """One job of back_rows_ahead for three members of two flat arrays (as a group's
+    _back_ahead hands it): ranges that share a granule and rows backed already. Every range's
+    rows hold its initial value as the cpu twin's do, memory is behind the granules of the
+    ranges and of what was backed before only, and every piece goes back when given back."""
+    granule = 2 << 20
+    rows = 1 << 16  # 64 floats a row: a granule is 8,192 rows
+    got = {"slot": cuda.reserved_rows((rows, 64), np.float32),
+           "times": cuda.reserved_rows((rows,), np.int64)}
+    want = {"slot": cpu.reserved_rows((rows, 64), np.float32),
+            "times": cpu.reserved_rows((rows,), np.int64)}
+    ranges = [(3000, 10000), (10000, 12000), (30000, 40000)]  # the first two share a granule
+    for backend, arrays in ((cuda, got), (cpu, want)):  # backed before, in the first granule
+        backend.back_rows(arrays["slot"], 0, 3000)
+        backend.fill_value(backend.row_view(arrays["slot"], 0, 3000), 2.5)
+    before = cuda.backed_bytes(got["slot"])
+    jobs = {}
+    for backend, arrays in ((cuda, got), (cpu, want)):
+        jobs[backend] = backend.join_ahead(backend.back_rows_ahead(
+            [(arrays["slot"], a, b, 0.25) for a, b in ranges]
+            + [(arrays["times"], a, b, 0) for a, b in ranges]))
+    for name in ("slot", "times"):
+        for a, b in [(0, 3000)] + ranges if name == "slot" else ranges:
+            np.testing.assert_array_equal(host(cuda, cuda.row_view(got[name], a, b)),
+                                          want[name][a:b])
+    touched = set()  # granules of 8,192 slot rows: 0 and 1, then 3 and 4 (not 2)
+    for a, b in [(0, 3000)] + ranges:
+        touched |= set(range(a // 8192, (b - 1) // 8192 + 1))
+    assert touched == {0, 1, 3, 4}
+    assert cuda.backed_bytes(got["slot"]) == len(touched) * granule
+    assert cuda.backed_bytes(got["times"]) == granule  # 320,000 bytes: one granule
+    assert [array is got[name] for (array, _), name in zip(
+        jobs[cuda], ["slot"] * 3 + ["times"] * 3)] == [True] * 6
+    for array, pieces in jobs[cuda]:
+        cuda.unback_rows(array, pieces)
+    assert cuda.backed_bytes(got["slot"]) == before and cuda.backed_bytes(got["times"]) == 0
+
+
+def test_a_job_without_room_backs_nothing(cuda, helper_way):
+    """A back_rows_ahead job one of whose ranges the GPU has no room for raises
+    DeviceMemoryError through its future, and what its other ranges backed goes back."""
+    from sok1x.errors import DeviceMemoryError
+    free, total = cuda_context_memory()
+    rows = (2 * total) // 256  # rows of 256 bytes: twice the GPU's memory
+    small = cuda.reserved_rows((1 << 16, 64), np.float32)
+    huge = cuda.reserved_rows((rows, 64), np.float32)
+    future = cuda.back_rows_ahead([(small, 0, 20000, 0.5), (huge, 0, rows, None)])
+    with pytest.raises(DeviceMemoryError, match="no room"):
+        cuda.join_ahead(future)
+    assert cuda.backed_bytes(small) == 0 and cuda.backed_bytes(huge) == 0
+
+
+def cuda_context_memory():
+    """(free, total) bytes of the GPU of the `cuda` fixture."""
+    import pycuda.driver as pycuda_driver
+    with cuda_context.entered():
+        return pycuda_driver.mem_get_info()
 
 
 def rows_over(cuda, block, shape):

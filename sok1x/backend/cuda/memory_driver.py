@@ -5,6 +5,8 @@ reserved_rows.py grows device arrays in place.
 
 call(name, *args) runs one and raises DriverCallError (a RuntimeError: the call's name and the
 driver's error number, `code`) on any result but success. Call inside cuda_context.entered().
+address(name) is a driver function's address, for host code that calls it itself
+(reserved_rows' helper: cuda_kernels/back_pieces.c).
 """
 import ctypes
 
@@ -89,6 +91,11 @@ def call(name, *args):
     result = getattr(_driver(), name)(*args)
     if result != 0:
         raise DriverCallError(name, result)
+
+
+def address(name):
+    """The address of driver function `name` ("cuMemCreate") in libcuda."""
+    return ctypes.cast(getattr(_driver(), name), ctypes.c_void_p).value
 
 
 def current_device():

@@ -28,19 +28,37 @@ Each piece is one cuMemCreate, cuMemMap and cuMemSetAccess (a run of granules no
 The memory is freed, and the range given back, when the array and every view of it are gone,
 with the context made current for it (as the pool's blocks do, at interpreter exit too).
 Each function enters the context itself.
+
+The helper makes a job's driver calls and fills in one call of host code
+(cuda_kernels/back_pieces.c), with every block of the job locked: a Python thread takes the GIL
+back after each foreign call, and beside a main thread that runs a step's Python that wait, not
+the driver, was most of a job (bench/back_ahead.py). Where that library cannot be built (a
+RuntimeWarning says why, once) or SOK1X_BACK_AHEAD_NATIVE=0, the helper calls the driver from
+Python, a call at a time.
 """
 import collections
 import concurrent.futures
 import ctypes
+import os
 import threading
 import time
+import warnings
 
 import numpy as np
 
 from sok1x.backend.cuda import context as cuda_context
 from sok1x.backend.cuda import memory_driver as driver
 from sok1x.backend.cuda.kernel_launch import elements, wrap
+from sok1x.cuda_kernels.back_pieces import (
+    DRIVER_NAMES,
+    FILL_WORDS,
+    FILL_ZEROS,
+    STAGES,
+    DriverCalls,
+    back_pieces_function,
+)
 from sok1x.errors import DeviceMemoryError
+
 
 
 def _device_prop():
@@ -99,18 +117,24 @@ def _block_class():
 
         __index__ = __int__
 
+        def runs(self, start, stop, backed=None):
+            """[(first granule, granules)] of the runs of granules of bytes [start, stop) that
+            `backed` (default: the block's own marks) does not mark. Call with the lock held."""
+            backed = self.backed if backed is None else backed
+            first, last = int(start) // self.step, -(-int(stop) // self.step)
+            wanted = ~backed[first:last]
+            if not wanted.any():
+                return []
+            edges = np.flatnonzero(np.diff(np.concatenate([[False], wanted, [False]]))).tolist()
+            return [(first + begin, end - begin) for begin, end in zip(edges[0::2], edges[1::2])]
+
         def back(self, start, stop):
             """Backs bytes [start, stop) (module docstring); returns the pieces mapped."""
-            first, last = int(start) // self.step, -(-int(stop) // self.step)
             with self.lock:
-                wanted = ~self.backed[first:last]
-                if not wanted.any():
-                    return []
-                edges = np.flatnonzero(np.diff(np.concatenate([[False], wanted, [False]])))
                 made = []
                 try:
-                    for begin, end in zip(edges[0::2].tolist(), edges[1::2].tolist()):
-                        made.append(self._map(first + begin, end - begin))
+                    for granule, count in self.runs(start, stop):
+                        made.append(self._map(granule, count))
                 except BaseException:
                     self._unmap(made)  # nothing was queued on them yet
                     raise
@@ -124,13 +148,7 @@ def _block_class():
             except driver.DriverCallError as exc:
                 if exc.code != driver.OUT_OF_MEMORY:
                     raise
-                free, total = _memory_info()
-                raise DeviceMemoryError(
-                    "GPU %d has no room for %.1f MiB more rows of a table group that grows (%.1f "
-                    "of %.1f GiB free). Leave room for sok1x's tables (TensorFlow's "
-                    "allow_growth), or make max_capacity smaller."
-                    % (cuda_context.device_ordinal(), size / 2.0 ** 20, free / 2.0 ** 30,
-                       total / 2.0 ** 30)) from exc
+                raise _no_room(size) from exc
             try:
                 driver.call("cuMemMap", where, size, 0, handle, 0)
             except BaseException:
@@ -142,7 +160,11 @@ def _block_class():
                 driver.call("cuMemUnmap", where, size)
                 driver.call("cuMemRelease", handle)
                 raise
-            self.pieces[granule] = (count, handle.value)
+            return self.mapped(granule, count, handle.value)
+
+        def mapped(self, granule, count, handle):
+            """Marks `count` granules from `granule` as backed by `handle`; returns granule."""
+            self.pieces[granule] = (count, handle)
             self.backed[granule:granule + count] = True
             return granule
 
@@ -188,6 +210,16 @@ _CLASS = {}
 def _memory_info():
     import pycuda.driver as pycuda_driver
     return pycuda_driver.mem_get_info()
+
+
+def _no_room(size):
+    """The DeviceMemoryError of a cuMemCreate of `size` bytes that found no room."""
+    free, total = _memory_info()
+    return DeviceMemoryError(
+        "GPU %d has no room for %.1f MiB more rows of a table group that grows (%.1f of %.1f GiB "
+        "free). Leave room for sok1x's tables (TensorFlow's allow_growth), or make max_capacity "
+        "smaller." % (cuda_context.device_ordinal(), size / 2.0 ** 20, free / 2.0 ** 30,
+                      total / 2.0 ** 30))
 
 
 @cuda_context.uses_context
@@ -243,26 +275,39 @@ def _back_all(ranges):
                               for array, first, stop, _ in ranges)))
 
 
+def _fill(array, start, stop, initial):
+    """(address, bytes, kind, word) of the fill of rows [start, stop) of `array` with `initial`:
+    FILL_ZEROS, or FILL_WORDS of a float32 value's bits; None where there is nothing to write.
+    Raises ValueError for any other value."""
+    if initial is None or stop <= start:
+        return None
+    row_bytes = array.dtype.itemsize * elements(array.shape[1:])
+    where, nbytes = int(array.gpudata) + start * row_bytes, (stop - start) * row_bytes
+    if not initial:
+        return where, nbytes, FILL_ZEROS, 0
+    if array.dtype != np.float32:
+        raise ValueError("rows backed ahead are filled with zeros, or float32 values; got %r "
+                         "for %s rows" % (initial, array.dtype))
+    return where, nbytes, FILL_WORDS, int(np.array(initial, np.float32).view(np.uint32))
+
+
 @cuda_context.uses_context  # (on the helper thread: the context made current there)
 def _back_all_in_context(ranges):
     import pycuda.driver as pycuda_driver
     if "stream" not in _CLASS:  # the helper's own: its fills never wait for sok1x's work
         _CLASS["stream"] = pycuda_driver.Stream()
     stream, done = _CLASS["stream"], []
+    fills = [_fill(*one) for one in ranges]
+    native = _native()
+    if native is not None:
+        return _back_all_at_once(native, ranges, fills, stream)
     try:
-        for array, start, stop, initial in ranges:
+        for (array, start, stop, _), fill in zip(ranges, fills):
             done.append((array, back_rows(array, start, stop)))
-            if initial is not None and stop > start:
-                row_bytes = array.dtype.itemsize * elements(array.shape[1:])
-                where, nbytes = int(array.gpudata) + start * row_bytes, (stop - start) * row_bytes
-                if not initial:
-                    pycuda_driver.memset_d8_async(where, 0, nbytes, stream)
-                elif array.dtype != np.float32:
-                    raise ValueError("rows backed ahead are filled with zeros, or float32 "
-                                     "values; got %r for %s rows" % (initial, array.dtype))
-                else:  # float32 rows (a slot): the value's bits in every word
-                    bits = int(np.array(initial, np.float32).view(np.uint32))
-                    pycuda_driver.memset_d32_async(where, bits, nbytes // 4, stream)
+            if fill is not None and fill[2] == FILL_ZEROS:
+                pycuda_driver.memset_d8_async(fill[0], 0, fill[1], stream)
+            elif fill is not None:
+                pycuda_driver.memset_d32_async(fill[0], fill[3], fill[1] // 4, stream)
     except BaseException:
         stream.synchronize()  # (the helper's own fills, on rows no one else uses)
         for array, pieces in reversed(done):
@@ -271,6 +316,82 @@ def _back_all_in_context(ranges):
                 block._unmap(pieces)
         raise
     return done
+
+
+def _native():
+    """(sok1x_back_pieces, DriverCalls of libcuda), or None: SOK1X_BACK_AHEAD_NATIVE=0, or
+    back_pieces.c could not be built or loaded (a RuntimeWarning, once)."""
+    if "native" not in _CLASS:
+        native = None
+        if os.environ.get("SOK1X_BACK_AHEAD_NATIVE", "1").strip().lower() not in (
+                "0", "false", "no", "off"):
+            from sok1x.cuda_kernels import compiler
+            try:
+                calls = DriverCalls(*[driver.address(name) for name in DRIVER_NAMES])
+                native = back_pieces_function(compiler.host_library("back_pieces.c")), calls
+            except (compiler.KernelCompileError, OSError, AttributeError) as exc:
+                warnings.warn("sok1x backs a growing group's rows ahead a driver call at a "
+                              "time from Python (slower beside the steps): its host code "
+                              "(back_pieces.c) could not be had: %s" % exc, RuntimeWarning,
+                              stacklevel=2)
+        _CLASS["native"] = native
+    return _CLASS["native"]
+
+
+def _array_of(values, ctype):
+    return (ctype * max(len(values), 1))(*values)
+
+
+def _back_all_at_once(native, ranges, fills, stream):
+    """_back_all_in_context's work in one call of back_pieces.c, every block of `ranges` locked
+    meanwhile: the runs of granules none backs yet (a granule two ranges share, once), mapped,
+    then `fills` (_fill's, per range) queued on `stream`. Returns [(array, pieces)]."""
+    function, calls = native
+    blocks = list(collections.OrderedDict(
+        (id(block), block) for block in (_block(array) for array, _, _, _ in ranges)).values())
+    for block in blocks:
+        block.lock.acquire()
+    try:
+        marks = {id(block): block.backed.copy() for block in blocks}  # granules planned so far
+        pieces, own = [], []  # (block, granule, granules) each; per range its pieces' places
+        for array, start, stop, _ in ranges:
+            block = _block(array)
+            row_bytes = array.dtype.itemsize * elements(array.shape[1:])
+            own.append([])
+            for granule, count in block.runs(start * row_bytes, stop * row_bytes,
+                                             marks[id(block)]):
+                marks[id(block)][granule:granule + count] = True
+                own[-1].append(len(pieces))
+                pieces.append((block, granule, count))
+        fills = [fill for fill in fills if fill is not None]
+        where = _array_of([b.address + g * b.step for b, g, _ in pieces], ctypes.c_uint64)
+        sizes = _array_of([n * b.step for b, _, n in pieces], ctypes.c_uint64)
+        handles = (ctypes.c_uint64 * max(len(pieces), 1))()
+        failed = (ctypes.c_int64 * 2)()
+        result = function(
+            ctypes.byref(calls), len(pieces), where, sizes, ctypes.addressof(blocks[0].prop),
+            ctypes.addressof(blocks[0].access), handles, len(fills),
+            _array_of([f[0] for f in fills], ctypes.c_uint64),
+            _array_of([f[1] for f in fills], ctypes.c_uint64),
+            _array_of([f[3] for f in fills], ctypes.c_uint32),
+            _array_of([f[2] for f in fills], ctypes.c_int32), stream.handle, failed)
+        if result != 0 and failed[0] < STAGES.index("a fill"):  # nothing is left mapped
+            if failed[0] == 0 and result == driver.OUT_OF_MEMORY:
+                raise _no_room(sizes[failed[1]])
+            raise driver.DriverCallError(STAGES[failed[0]], result)
+        for (block, granule, count), handle in zip(pieces, handles):
+            block.mapped(granule, count, handle)
+        if result != 0:  # a fill failed: its fills are the helper's own, on rows no one uses
+            stream.synchronize()
+            for block, granule, _ in reversed(pieces):
+                block._unmap([granule])
+            raise driver.DriverCallError(
+                "cuMemsetD%dAsync" % (8 if fills[failed[1]][2] == FILL_ZEROS else 32), result)
+    finally:
+        for block in blocks:
+            block.lock.release()
+    return [(array, [pieces[i][1] for i in places])
+            for (array, _, _, _), places in zip(ranges, own)]
 
 
 @cuda_context.uses_context

@@ -682,20 +682,23 @@ class HashGroup(TableGroup):
         not wait for the driver (about 8 ms for 10 GiB on one H200); once, until it grows. From
         then on the member holds that memory. A failure there is forgotten: the growth backs
         what is missing itself, and raises what the driver says."""
-        near = np.flatnonzero((sizes > _AHEAD * self.capacities)
-                              & (self.capacities < self.max_capacities))
-        for t in near.tolist():
-            if t in self._ahead:
-                continue
-            start, held = int(self.row_starts[t]), int(self.capacities[t])
-            grown = self.members[t].grown_capacity(2 * held)
-            try:
-                ahead = self.backend.back_rows_ahead(
-                    [(flat, start + held, start + grown, initial)
-                     for flat, initial in self._growing_arrays()])
-            except RuntimeError:  # no helper thread now (interpreter exit): the growth backs
-                return
-            self._ahead[t] = (grown, ahead)
+        near = [t for t in np.flatnonzero((sizes > _AHEAD * self.capacities)
+                                          & (self.capacities < self.max_capacities)).tolist()
+                if t not in self._ahead]
+        if not near:
+            return
+        grown = {t: self.members[t].grown_capacity(2 * int(self.capacities[t])) for t in near}
+        ranges = []  # one job for the members that pass it together: one wait for the GIL
+        for flat, initial in self._growing_arrays():
+            for t in near:
+                start, held = int(self.row_starts[t]), int(self.capacities[t])
+                ranges.append((flat, start + held, start + grown[t], initial))
+        try:
+            ahead = self.backend.back_rows_ahead(ranges)
+        except RuntimeError:  # no helper thread now (interpreter exit): the growth backs
+            return
+        for t in near:
+            self._ahead[t] = (grown[t], ahead)
 
     def _growing_arrays(self):
         """(flat array, the initial value of its new rows) of each array a growth in place
@@ -716,13 +719,18 @@ class HashGroup(TableGroup):
         backed: the group stays as it was."""
         backend, members = self.backend, self.members
         filled = {}  # (array id, member) -> the flat row up to which the rows were filled ahead
+        joined = {}  # id(future) -> its arrays, or None where it failed (members share a job)
         for t in grown:
             ahead = self._ahead.pop(t, None)
             if ahead is None:
                 continue
-            try:
-                done = backend.join_ahead(ahead[1])
-            except Exception:  # noqa: BLE001 (backed here instead, raising what the driver says)
+            if id(ahead[1]) not in joined:
+                try:
+                    joined[id(ahead[1])] = backend.join_ahead(ahead[1])
+                except Exception:  # noqa: BLE001 (backed here instead, raising the driver's)
+                    joined[id(ahead[1])] = None
+            done = joined[id(ahead[1])]
+            if done is None:
                 continue
             for flat, _ in done:
                 filled[id(flat), t] = int(self.row_starts[t]) + ahead[0]
