@@ -552,12 +552,14 @@ def test_indexes_grown_at_once_hold_every_key_at_its_row_as_on_cpu():
     for all) makes new indexes of those capacities holding each old index's keys at their rows,
     tombstones dropped, the old ones left as they were; as the cpu twin. Three shards, one with
     a third of its keys erased, grown 2x, 4x and 1x (same capacity, a new index too); a size
-    past a capacity raises OverflowError on both."""
+    past a capacity raises OverflowError on both. On cuda the new indexes' slots lie back to
+    back in one allocation, and each new index filled to its capacity leaves the others' keys
+    where they were."""
     from sok1x.backend import cuda
     rng = np.random.default_rng(59)
     capacities, grown = [3000, 1 << 12, 64], [6000, 1 << 14, 64]
     shards = distinct_shards(rng, capacities)
-    got = []
+    got, filled = [], []
     for backend in (cuda, cpu):
         with backend.device_context():
             indexes = shard_indexes(backend, shards)
@@ -573,6 +575,16 @@ def test_indexes_grown_at_once_hold_every_key_at_its_row_as_on_cpu():
                                 for index in fresh]))
             with pytest.raises(OverflowError):
                 backend.hash_rehash_many(indexes[1:], [100, 64])
+            if backend is cuda:
+                ends = [index.slots_address + 16 * index.slot_count for index in fresh]
+                assert [index.slots_address for index in fresh[1:]] == ends[:-1]
+            for t, index in enumerate(fresh):  # each filled up: new keys past its last row
+                more = np.unique(rng.integers(2 ** 41, 2 ** 42, 2 * grown[t]))
+                more = more[:grown[t] - index.size]
+                index.find_or_insert(backend.asarray(more))
+            assert [index.size for index in fresh] == grown
+            filled.append([backend.to_host(index.find(backend.asarray(held)))
+                           for index, held in zip(fresh, shards)])
     for mine, theirs in zip(got[0][0], got[1][0]):
         np.testing.assert_array_equal(mine, theirs)
     want = [np.arange(capacity) for capacity in capacities]
@@ -580,6 +592,8 @@ def test_indexes_grown_at_once_hold_every_key_at_its_row_as_on_cpu():
     for mine, expected in zip(got[0][0][:3] + got[0][0][3:], want + want):  # new, then old
         np.testing.assert_array_equal(mine, expected)
     assert got[0][1] == got[1][1] == [(6000, 2000, 0), (1 << 14, 1 << 12, 0), (64, 64, 0)]
+    for mine, expected in zip(filled[0] + filled[1], want + want):  # filled up, each backend
+        np.testing.assert_array_equal(mine, expected)
 
 
 @pytest.mark.parametrize("lfu", [False, True])

@@ -87,7 +87,10 @@ class HashIndex:
     """
 
     @uses_context
-    def __init__(self, capacity, max_load=0.5):
+    def __init__(self, capacity, max_load=0.5, slots=None):
+        """slots: None, or int64 [slot_count(capacity, max_load), 2] device memory whose bytes
+        are all 0xFF (empty), which the index takes as its slots (hash_rehash_many's: the new
+        indexes of a growth in one allocation)."""
         if not 0.0 < max_load <= 1.0:
             raise ValueError("max_load must be in (0, 1], got %r" % (max_load,))
         self.capacity = int(capacity)
@@ -95,14 +98,27 @@ class HashIndex:
         self._later = []  # add_size_later's (counts, position, sign, tombstones), uncounted
         self._size = 0
         self.tombstones = 0
-        # From the memory pool: an index a growth or a load replaces goes back to the pool,
-        # where a free of its own allocation would wait for the device (cuMemFree), in the step
-        self._slots = gpuarray.GPUArray((self.slot_count, 2), np.int64,
-                                        allocator=cuda_context.allocate)
+        if slots is not None:
+            if tuple(slots.shape) != (self.slot_count, 2) or slots.dtype != np.int64:
+                raise ValueError("an index of capacity %d takes int64 slots [%d, 2], got %s %s"
+                                 % (self.capacity, self.slot_count, slots.dtype,
+                                    list(slots.shape)))
+            self._slots = slots
+        else:
+            # From the memory pool: an index a growth or a load replaces goes back to the pool,
+            # where a free of its own allocation would wait for the device (cuMemFree), in the
+            # step
+            self._slots = gpuarray.GPUArray((self.slot_count, 2), np.int64,
+                                            allocator=cuda_context.allocate)
+            fill_bytes(self._slots, 0xFF)
         # its address as a plain int, for the per-step member lists of a group (the slots never
         # move: a rebuild rewrites them in place, a growth makes another index)
         self.slots_address = int(self._slots.gpudata)
-        fill_bytes(self._slots, 0xFF)
+
+    @staticmethod
+    def slot_count_of(capacity, max_load=0.5):
+        """The slots of a HashIndex of `capacity` at `max_load`."""
+        return _slot_count(int(capacity), max_load)
 
     @property
     def size(self):

@@ -243,11 +243,25 @@ def _slot_listing(indexes):
     return starts, addresses, counts
 
 
+def _fresh_indexes(index_class, capacities):
+    """Empty HashIndexes (`index_class`) of `capacities` whose slots share one pooled
+    allocation, emptied in one fill: a growth of 26 members took 26 allocations of the driver
+    (the pool holds no block of a doubled size) and 26 fills in its step. The allocation goes
+    back to the pool once every one of them is gone: a member that grows again before the
+    others keeps its old slots until they do (16 bytes a slot, about 32 a row: a few percent
+    of a member's rows and slots)."""
+    counts = [index_class.slot_count_of(capacity) for capacity in capacities]
+    slots = fill_bytes(empty((sum(counts), 2), np.int64), 0xFF)
+    starts = np.concatenate([[0], np.cumsum(counts)]).tolist()
+    return [index_class(capacity, slots=row_view(slots, start, stop))
+            for capacity, start, stop in zip(capacities, starts[:-1], starts[1:])]
+
+
 def _regrown(indexes, capacities):
     for index, capacity in zip(indexes, capacities):
         if index.size > capacity:
             raise OverflowError("%d keys do not fit in %d rows" % (index.size, capacity))
-    fresh = [type(index)(capacity) for index, capacity in zip(indexes, capacities)]  # HashIndex
+    fresh = _fresh_indexes(type(indexes[0]), capacities)
     starts, addresses, counts = _slot_listing(indexes)
     _, fresh_addresses, fresh_counts = _slot_listing(fresh)
     listing = to_device(np.concatenate([starts, addresses, fresh_addresses, fresh_counts]))
