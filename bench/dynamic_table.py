@@ -22,7 +22,11 @@ key's row is in host memory with the host share's probability. Each call handles
     find_or_insert_engine   the engine's training path for those keys: DynamicTable.capacity_error
                             + inserted_rows_and_vectors (free list, statistics, step journal),
                             as key_exchange's lookup: the one kernel for hybrid's split rows,
-                            find_or_insert + queued init + gather for hbm
+                            find_or_insert + queued init + gather for hbm. A full table drops
+                            the keys it evicts (--evicted: its first way), as HierarchicalKV's
+                            find_or_insert does; find_or_insert_engine_<way> times the others
+                            (kept: for a reader on the host, a copy queued each call, which
+                            every full-table figure before 2026-11-28's f358934 pass had)
 Each inserting call is undone (untimed: the index's slots copied back, after the step journal's
 rollback for the engine path; --keep-tombstones: the rollback alone, whose erased keys leave
 tombstones that lengthen later probes) so every call starts at the load. The bare path queues
@@ -159,9 +163,28 @@ def pcie_gib_per_s(backend, timer):
     return nbytes / 2 ** 30 / (ms / 1e3)
 
 
+EVICTED_WAYS = ("drop", "kept", "device")
+
+
+def evicted_way(name, way):
+    """Has table `name` drop the keys it evicts ("drop": no reader, SOK's DynamicVariable without
+    sparse_read_and_evict, and what HierarchicalKV's find_or_insert does), keep them for a
+    reader on the host ("kept": a copy to the host queued at each eviction) or for one on the
+    device ("device")."""
+    from sok1x.engine.tables import dynamic_table
+    for ways in (dynamic_table._DROPPED, dynamic_table._READ, dynamic_table._ON_DEVICE):
+        ways.discard(name)
+    if way == "drop":
+        dynamic_table.drop_evicted(name, True)
+    else:
+        dynamic_table.drop_evicted(name, False, on_device=way == "device")
+
+
 def measure(backend, timer, host_share, rows, keys_per_call, dim, load, repeats, rng,
-            keep_tombstones=False, order_ab=False, region_sweep=(), walk_sweep=()):
+            keep_tombstones=False, order_ab=False, region_sweep=(), walk_sweep=(),
+            evicted_ways=("drop",)):
     table, held = make_table(backend, host_share, rows, dim, load, rng)
+    evicted_way(table.name, evicted_ways[0])
     finds, inserts = rotations(backend, held, keys_per_call, rng)
     journal = table.journal
 
@@ -233,6 +256,14 @@ def measure(backend, timer, host_share, rows, keys_per_call, dim, load, repeats,
                 if settings:
                     entry[key] = walk_by(timer, repeats, keys_per_call, ops, what, settings,
                                          setting)
+        if full:  # the engine path with evicted keys kept for a reader, say
+            for way in evicted_ways[1:]:
+                evicted_way(table.name, way)
+                entry["find_or_insert_engine_" + way] = op_figures(
+                    timer.time_ms(find_or_insert_engine, repeats, warmup=2, before=new_step),
+                    keys_per_call)
+            evicted_way(table.name, evicted_ways[0])
+            entry["evicted_ways"] = list(evicted_ways)
         if full:  # one call more, untimed: the table evicted to take them
             new_step()
             find_or_insert_engine()
@@ -255,11 +286,14 @@ def measure(backend, timer, host_share, rows, keys_per_call, dim, load, repeats,
     rate = {name: "%.3f" % entry[name]["gkeys_per_s"] if name in entry else "-"
             for name in ("find", "find_or_insert", "find_or_insert_unfused",
                          "find_or_insert_engine")}
+    others = "".join(", engine evicted %s %.3f" % (way, entry[
+        "find_or_insert_engine_" + way]["gkeys_per_s"]) for way in entry.get(
+            "evicted_ways", ())[1:])
     harness.log("%s share %.2f dim %d load %.2f: find %s, find_or_insert %s (unfused %s, "
-                "engine %s) [2^30 keys/s, medians]" % (
+                "engine %s%s) [2^30 keys/s, medians]" % (
                     entry["var_type"], host_share, dim, load, rate["find"],
                     rate["find_or_insert"], rate["find_or_insert_unfused"],
-                    rate["find_or_insert_engine"]))
+                    rate["find_or_insert_engine"], others))
     return entry
 
 
@@ -379,7 +413,16 @@ def main(argv):
                         help="the same with the ordered walks launched with each of these "
                              "numbers of blocks (0: as launch() sizes any kernel), e.g. "
                              "0,512,128,32")
+    parser.add_argument("--evicted", default="drop,kept",
+                        help="how a full table's engine path treats the keys it evicts, the "
+                             "first the figure of record: drop (no reader: HierarchicalKV's "
+                             "find_or_insert discards them too), kept (for a reader on the host; "
+                             "the figure before 2026-11-28's f358934 pass), device (a reader "
+                             "on the device)")
     args = parser.parse_args(argv)
+    evicted_ways = [way for way in args.evicted.split(",") if way]
+    if not evicted_ways or any(way not in EVICTED_WAYS for way in evicted_ways):
+        parser.error("--evicted: ways among %s" % ", ".join(EVICTED_WAYS))
     region_sweep = [int(kib) << 10 for kib in args.region_sweep.split(",") if kib]
     walk_sweep = [int(blocks) for blocks in args.walk_sweep.split(",") if blocks]
     dims, loads, shares = ([kind(v) for v in text.split(",")] for kind, text in (
@@ -416,7 +459,7 @@ def main(argv):
                     continue  # one without room for a call's new keys refuses them
                 entry = measure(backend, timer, share, rows, keys_per_call, dim, load,
                                 args.repeats, rng, args.keep_tombstones, args.order_ab,
-                                region_sweep, walk_sweep)
+                                region_sweep, walk_sweep, evicted_ways)
                 if hkv is not None:
                     entry["hkv_same_run"] = hkv.get("%.2f" % load, {"error": hkv.get("error")})
                 if share and backend.NAME == "cuda":
