@@ -6,10 +6,12 @@ synchronize after it (so its device work counts; nested pieces are inside their 
     python3 bench/full_table_parts.py --rows-log2 26 --dim 128 --share 0.25 --evicted drop
 
 --evicted: drop (no reader, HierarchicalKV's find_or_insert's way), kept (for a reader on the
-host: a copy queued each call) or device. Prints, per piece, its ms a call (median over
---repeats calls, the whole call without the wrappers first).
+host: a copy queued each call) or device. --kernels (cuda): also each launch of the backend's
+eviction module (pick_victims' passes) by kernel name, its scans and fills. Prints, per piece,
+its ms a call (median over --repeats calls, the whole call without the wrappers first).
 """
 import collections
+import importlib
 import statistics
 import time
 
@@ -33,6 +35,33 @@ def pieces(backend, table):
             (dynamic_table.DynamicTable, "reset_slot_rows")]
 
 
+def time_launches(backend, module):
+    """Wraps `module`'s launch, exclusive_scan and fill_bytes (cuda's eviction module) with
+    synchronized timers, launches by kernel name; returns what puts them back."""
+    names = {id(function): name for name, function in module._eviction_kernels().items()}
+    launch = module.launch
+
+    def timed_launch(function, *args, **kwargs):
+        backend.synchronize()
+        start = time.perf_counter()
+        try:
+            return launch(function, *args, **kwargs)
+        finally:
+            backend.synchronize()
+            label = "kernel " + names.get(id(function), "other")
+            TOTALS[label] += time.perf_counter() - start
+            COUNTS[label] += 1
+    module.launch = timed_launch
+    others = [(name, synchronized(backend, module, name, "eviction module " + name))
+              for name in ("exclusive_scan", "fill_bytes")]
+
+    def put_back():
+        module.launch = launch
+        for name, function in others:
+            setattr(module, name, function)
+    return put_back
+
+
 def main():
     parser = harness.parser(__doc__, out={"required": False, "default": None},
                             backend={"default": "cuda"}, repeats=5)
@@ -40,6 +69,7 @@ def main():
     parser.add_argument("--dim", type=int, default=128)
     parser.add_argument("--share", type=float, default=0.25)
     parser.add_argument("--evicted", default="drop")
+    parser.add_argument("--kernels", action="store_true")
     args = parser.parse_args()
     backend = harness.backend_module(args.backend)
     rng = harness.seeded_rng()
@@ -73,6 +103,10 @@ def main():
         wrapped = [(owner, name, synchronized(backend, owner, name, "%s.%s" % (
             getattr(owner, "__name__", "?").split(".")[-1], name)))
                    for owner, name in pieces(backend, table) if hasattr(owner, name)]
+        put_back = None
+        if args.kernels and backend.NAME == "cuda":
+            put_back = time_launches(backend,
+                                     importlib.import_module("sok1x.backend.cuda.eviction"))
         for _ in range(args.repeats):
             new_step()
             TOTALS.clear()
@@ -86,6 +120,8 @@ def main():
                 parts[label].append(seconds * 1e3)
         for owner, name, function in wrapped:
             setattr(owner, name, function)
+        if put_back is not None:
+            put_back()
         new_step()
         journal.rollback()
     harness.say("full table, 2^%d rows, dim %d, share %.2f, evicted %s: a call %.3f ms "

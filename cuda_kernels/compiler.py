@@ -36,6 +36,7 @@ removes it.
 import ctypes
 import hashlib
 import os
+import platform
 import shutil
 import subprocess
 import tempfile
@@ -195,15 +196,15 @@ def _numbered(text):
 
 
 def _run_nvcc(text, label, arch, options, nvcc):
-    """The bytes nvcc builds from `text`: a cubin for `arch`, or for arch "host" a shared library
-    of host C (HOST_OPTIONS)."""
+    """The bytes nvcc builds from `text`: a cubin for `arch`, or for an arch "host-<machine>" a
+    shared library of host C (host_library's options)."""
     with tempfile.TemporaryDirectory(prefix="sok1x-nvcc-") as folder:
         source = os.path.join(folder, label)
         target = os.path.join(folder, "kernel.cubin")
         with open(source, "w") as handle:
             handle.write(text)
-        if arch == "host":
-            command = [nvcc] + list(HOST_OPTIONS) + list(options) + ["-o", target, source]
+        if arch.startswith("host"):
+            command = [nvcc] + list(options) + ["-o", target, source]
         else:
             command = [nvcc, "-cubin", "-arch=%s" % arch, "-I", KERNEL_DIR]
             command += list(BASE_OPTIONS) + list(options) + ["-o", target, source]
@@ -242,19 +243,37 @@ def compile_text(text, label, arch, options=()):
 
 def host_library(source_name):
     """Returns the ctypes.CDLL of host C source `source_name` of this folder ("back_pieces.c"),
-    built through the disk cache (module docstring), once per process. Raises
-    KernelCompileError where nvcc or its host compiler cannot build it, OSError where it cannot
-    be loaded."""
+    built through the disk cache (module docstring; keyed by this machine's architecture too),
+    once per process. A cached build that cannot be loaded is built again and replaces it.
+    Raises KernelCompileError where nvcc or its host compiler cannot build it, OSError where it
+    cannot be loaded."""
     with _lock:
         library = _libraries.get(source_name)
         if library is None:
-            blob = compile_text(_read_text(source_name), source_name, "host")
-            with tempfile.TemporaryDirectory(prefix="sok1x-host-") as folder:  # 0700
-                path = os.path.join(folder, os.path.splitext(source_name)[0] + ".so")
-                with open(path, "wb") as handle:
-                    handle.write(blob)
-                library = _libraries[source_name] = ctypes.CDLL(path)
+            text, arch = _read_text(source_name), "host-" + platform.machine()
+            try:
+                library = _loaded_library(compile_text(text, source_name, arch, HOST_OPTIONS),
+                                          source_name)
+            except OSError:  # a cached build of another machine, say: built anew here
+                nvcc = _require_nvcc()
+                blob = _run_nvcc(text, source_name, arch, HOST_OPTIONS, nvcc)
+                library = _loaded_library(blob, source_name)
+                folder = private_cache_folder()
+                if folder is not None:
+                    _cache_write(os.path.join(folder, _cache_key(
+                        text, arch, HOST_OPTIONS, nvcc) + ".cubin"), blob)
+            _libraries[source_name] = library
         return library
+
+
+def _loaded_library(blob, source_name):
+    """ctypes.CDLL of the shared library `blob`, written to a private temporary file (in the
+    cache folder where there is one: /tmp may be mounted noexec) and removed once loaded."""
+    with tempfile.TemporaryDirectory(prefix=".sok1x-host-", dir=private_cache_folder()) as folder:
+        path = os.path.join(folder, os.path.splitext(source_name)[0] + ".so")
+        with open(path, "wb") as handle:
+            handle.write(blob)
+        return ctypes.CDLL(path)
 
 
 def compile_cubin(source_name, arch, options=()):

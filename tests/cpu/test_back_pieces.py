@@ -175,3 +175,19 @@ def test_nothing_to_back_or_fill_calls_nothing(function):
     driver = ModelDriver()
     assert run(function, driver, pieces=[], fills=[])[:2] == (0, [-1, -1])
     assert driver.counts == {}
+
+
+def test_a_cached_build_that_cannot_load_is_built_again(tmp_path, monkeypatch):
+    """A cache entry under the host library's key that is not a library of this machine (one
+    built elsewhere, say) is built again and replaced, not kept as the reason to fall back."""
+    import platform
+    monkeypatch.setenv("SOK1X_KERNEL_CACHE", "1")
+    monkeypatch.setenv("SOK1X_KERNEL_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(compiler, "_libraries", {})
+    text, arch = compiler._read_text("back_pieces.c"), "host-" + platform.machine()
+    key = compiler._cache_key(text, arch, compiler.HOST_OPTIONS, compiler.find_nvcc())
+    entry = os.path.join(compiler.private_cache_folder(), key + ".cubin")
+    compiler._cache_write(entry, b"not a library of this machine")
+    library = compiler.host_library("back_pieces.c")
+    assert back_pieces.back_pieces_function(library) is not None
+    assert compiler._cache_read(entry)[:4] == b"\x7fELF"

@@ -978,6 +978,10 @@ def test_one_job_backs_several_members_ranges_once_as_on_the_cpu(cuda, helper_wa
     assert cuda.backed_bytes(got["slot"]) == before and cuda.backed_bytes(got["times"]) == 0
 
 
+def test_a_job_of_no_ranges_backs_nothing(cuda, helper_way):
+    assert cuda.join_ahead(cuda.back_rows_ahead([])) == []
+
+
 def test_a_job_without_room_backs_nothing(cuda, helper_way):
     """A back_rows_ahead job one of whose ranges the GPU has no room for raises
     DeviceMemoryError through its future, and what its other ranges backed goes back."""

@@ -330,6 +330,7 @@ def _native():
                 calls = DriverCalls(*[driver.address(name) for name in DRIVER_NAMES])
                 native = back_pieces_function(compiler.host_library("back_pieces.c")), calls
             except (compiler.KernelCompileError, OSError, AttributeError) as exc:
+                _CLASS["native"] = None  # decided before the warning (which may raise)
                 warnings.warn("sok1x backs a growing group's rows ahead a driver call at a "
                               "time from Python (slower beside the steps): its host code "
                               "(back_pieces.c) could not be had: %s" % exc, RuntimeWarning,
@@ -344,14 +345,20 @@ def _array_of(values, ctype):
 
 def _back_all_at_once(native, ranges, fills, stream):
     """_back_all_in_context's work in one call of back_pieces.c, every block of `ranges` locked
-    meanwhile: the runs of granules none backs yet (a granule two ranges share, once), mapped,
-    then `fills` (_fill's, per range) queued on `stream`. Returns [(array, pieces)]."""
+    meanwhile (a back_rows of one of them waits for the whole job): the runs of granules none
+    backs yet (a granule two ranges share, once), mapped, then `fills` (_fill's, per range)
+    queued on `stream`. Returns [(array, pieces)]; a failure gives back every piece of the job
+    (the members that share a job share its failure: each then backs its rows itself)."""
     function, calls = native
+    if not ranges:
+        return []
     blocks = list(collections.OrderedDict(
         (id(block), block) for block in (_block(array) for array, _, _, _ in ranges)).values())
-    for block in blocks:
-        block.lock.acquire()
+    locked = []
     try:
+        for block in blocks:
+            block.lock.acquire()
+            locked.append(block)
         marks = {id(block): block.backed.copy() for block in blocks}  # granules planned so far
         pieces, own = [], []  # (block, granule, granules) each; per range its pieces' places
         for array, start, stop, _ in ranges:
@@ -388,7 +395,7 @@ def _back_all_at_once(native, ranges, fills, stream):
             raise driver.DriverCallError(
                 "cuMemsetD%dAsync" % (8 if fills[failed[1]][2] == FILL_ZEROS else 32), result)
     finally:
-        for block in blocks:
+        for block in locked:
             block.lock.release()
     return [(array, [pieces[i][1] for i in places])
             for (array, _, _, _), places in zip(ranges, own)]
