@@ -198,6 +198,19 @@ __device__ __forceinline__ void rest_places(const Evicting& m, const int64* dist
   *end = m.first_victim + (all < m.count ? all : m.count);
 }
 
+// Victim place i takes `key` at flat row `row`, its record (last step, count) as it was; the
+// row's last step becomes `step`, so that no other place chooses it.
+__device__ __forceinline__ void take_victim(int64 i, int64 key, int64 row, int64 last,
+                                            int64 count, int64 step, int64* statistics,
+                                            int64* victim_keys, int64* victim_rows,
+                                            int64* victim_records) {
+  victim_keys[i] = key;
+  victim_rows[i] = row;
+  victim_records[2 * i] = last;
+  victim_records[2 * i + 1] = count;
+  statistics[2 * row] = step;
+}
+
 // A segment's pick by rank: the warp gathers its bucket's evictable keys (last step below `step`)
 // from the slot range [lo, lo + length) into `pool` (per key: last step, count, key, flat row);
 // the one of rank r (r lower scores in the bucket) is the victim of the bucket's r-th evicting
@@ -258,12 +271,8 @@ __device__ bool pick_by_rank(const Evicting& m, int64* statistics, int64 step, u
       }
       for (int c = lane; c < n; c += 32) {
         if (pool[3][c] >= 0 && pool[2][c] == best.key) {  // the lane holding it writes it out
-          const int64 i = begin + r;
-          victim_keys[i] = best.key;
-          victim_rows[i] = best.row;
-          victim_records[2 * i] = pool[0][c];
-          victim_records[2 * i + 1] = pool[1][c];
-          statistics[2 * best.row] = step;
+          take_victim(begin + r, best.key, best.row, pool[0][c], pool[1][c], step, statistics,
+                      victim_keys, victim_rows, victim_records);
           pool[3][c] = -1;
         }
       }
@@ -277,12 +286,8 @@ __device__ bool pick_by_rank(const Evicting& m, int64* statistics, int64 step, u
         rank += lower(candidate_score(&pool[0][0], PICK_CAP, d, m.lfu != 0), mine);
       }
       if (rank < wanted) {
-        const int64 i = begin + rank;
-        victim_keys[i] = mine.key;
-        victim_rows[i] = mine.row;
-        victim_records[2 * i] = pool[0][c];
-        victim_records[2 * i + 1] = pool[1][c];
-        statistics[2 * mine.row] = step;
+        take_victim(begin + rank, mine.key, mine.row, pool[0][c], pool[1][c], step, statistics,
+                    victim_keys, victim_rows, victim_records);
       }
     }
   }
