@@ -29,8 +29,8 @@ Compile errors raise KernelCompileError with the nvcc command, its output and th
 
 A host library (a .c file of this folder: driver calls a helper thread makes without the GIL) is
 built with `nvcc -shared`, which hands it to the host compiler nvcc uses, and kept in the same disk
-cache under the same kind of key (its architecture "host"). ctypes loads a library from a file
-only, so each process writes the checked bytes to a private temporary file, loads that and
+cache under the same kind of key (its architecture "host-<machine>"). ctypes loads a library from
+a file only, so each process writes the checked bytes to a private temporary file, loads that and
 removes it.
 """
 import ctypes
@@ -220,9 +220,10 @@ def _run_nvcc(text, label, arch, options, nvcc):
             return handle.read()
 
 
-def compile_text(text, label, arch, options=()):
+def compile_text(text, label, arch, options=(), cached=True):
     """Returns the cubin (bytes) of CUDA source `text` for `arch` ("sm_90"), via the disk cache
-    (arch "host": the shared library of host C source `text`).
+    (arch "host-<machine>": the shared library of host C source `text`). cached=False compiles
+    whatever the cache holds, and replaces its entry.
 
     label names the source in errors; raises KernelCompileError.
     """
@@ -232,7 +233,7 @@ def compile_text(text, label, arch, options=()):
     path = None
     if folder is not None:
         path = os.path.join(folder, _cache_key(text, arch, options, nvcc) + ".cubin")
-        cubin = _cache_read(path)
+        cubin = _cache_read(path) if cached else None
         if cubin is not None:
             return cubin
     cubin = _run_nvcc(text, label, arch, options, nvcc)
@@ -255,13 +256,8 @@ def host_library(source_name):
                 library = _loaded_library(compile_text(text, source_name, arch, HOST_OPTIONS),
                                           source_name)
             except OSError:  # a cached build of another machine, say: built anew here
-                nvcc = _require_nvcc()
-                blob = _run_nvcc(text, source_name, arch, HOST_OPTIONS, nvcc)
-                library = _loaded_library(blob, source_name)
-                folder = private_cache_folder()
-                if folder is not None:
-                    _cache_write(os.path.join(folder, _cache_key(
-                        text, arch, HOST_OPTIONS, nvcc) + ".cubin"), blob)
+                library = _loaded_library(compile_text(text, source_name, arch, HOST_OPTIONS,
+                                                       cached=False), source_name)
             _libraries[source_name] = library
         return library
 

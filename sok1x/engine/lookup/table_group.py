@@ -687,18 +687,17 @@ class HashGroup(TableGroup):
                 if t not in self._ahead]
         if not near:
             return
-        grown = {t: self.members[t].grown_capacity(2 * int(self.capacities[t])) for t in near}
-        ranges = []  # one job for the members that pass it together: one wait for the GIL
-        for flat, initial in self._growing_arrays():
-            for t in near:
-                start, held = int(self.row_starts[t]), int(self.capacities[t])
-                ranges.append((flat, start + held, start + grown[t], initial))
-        try:
-            ahead = self.backend.back_rows_ahead(ranges)
+        grown = [self.members[t].grown_capacity(2 * int(self.capacities[t])) for t in near]
+        spans = [(int(self.row_starts[t]) + int(self.capacities[t]), int(self.row_starts[t]) + g)
+                 for t, g in zip(near, grown)]  # each member's rows of its next doubling
+        try:  # one job for the members that pass it together: one wait for the GIL
+            ahead = self.backend.back_rows_ahead([(flat, first, stop, initial)
+                                                  for flat, initial in self._growing_arrays()
+                                                  for first, stop in spans])
         except RuntimeError:  # no helper thread now (interpreter exit): the growth backs
             return
-        for t in near:
-            self._ahead[t] = (grown[t], ahead)
+        for t, g in zip(near, grown):
+            self._ahead[t] = (g, ahead)
 
     def _growing_arrays(self):
         """(flat array, the initial value of its new rows) of each array a growth in place
