@@ -100,6 +100,7 @@ import numpy as np
 
 from sok1x.backend import random_init
 from sok1x.engine.tables import eviction, hybrid_rows, optimizer_updates
+from sok1x.engine.tables.dynamic_table import all_drop_evicted, held_states
 from sok1x.engine.tables import placement as placements
 from sok1x.engine.tables.table import (
     EmbeddingTable, rebuild_indexes, rebuild_worn, rebuilt_indexes, reset_slot_rows,
@@ -553,7 +554,7 @@ class HashGroup(TableGroup):
             raise
         self.journal.record(functools.partial(self._undo_evict, evicted, held))
 
-    def in_place_bounds(self, keys, most=None):
+    def in_place_bounds(self, keys, most=None, full=None):
         """Host int64 [members]: where this group (one that evicts) may take a training lookup
         of owned `keys` without counting its new keys first, a bound on each member's new keys
         (0 for a member that need not evict): every member either holds all its keys even if
@@ -561,11 +562,13 @@ class HashGroup(TableGroup):
         keys evict, counted on the device (make_room_in_place); else None (the counted way).
         most: None, or the op header's host int64 [members], the most keys of each member that
         can arrive at an owner (without it, each member's bound would be all of `keys`: the
-        counted way serves). SOK1X_EVICT_IN_PLACE=0 takes the counted way always."""
+        counted way serves). SOK1X_EVICT_IN_PLACE=0 takes the counted way always. full: None,
+        or full_members() as it is now (where the caller asked it already)."""
         if not self.evicts or most is None or os.environ.get(IN_PLACE_ENV) == "0":
             return None
         arriving = np.minimum(np.asarray(most, dtype=np.int64), int(keys.shape[0]))
-        full = np.array([member.evicts_in_place() for member in self.members])
+        if full is None:
+            full = self.full_members()
         if not full.any():
             return None
         fits = self.sizes() + arriving <= self.capacities
@@ -595,17 +598,23 @@ class HashGroup(TableGroup):
         """(statistics, row_starts, values, slots) as they are now (eviction.evict's)."""
         return self.statistics, self.row_starts, self.values, self.slots
 
-    def replays_eviction(self, counts):
+    def full_members(self):
+        """Host bool [members]: which members are full and free no row
+        (DynamicTable.evicts_in_place)."""
+        return np.array([member.evicts_in_place() for member in self.members])
+
+    def replays_eviction(self, counts, full=None):
         """Whether a replayed lookup (host counts [T] of keys per member) records its eviction
         (ReplayedInsert, evicting): every member with keys is full and frees no row
         (DynamicTable.evicts_in_place), so that all its new keys would evict in place, no member
         keeps what it evicts for a reader (drop_evicted: a reader would hand out arrays the next
         replay writes), and SOK1X_REPLAY_EVICTION is not 0. Else such a group's steps replay
-        only where their keys fit."""
-        return (self.evicts and os.environ.get(REPLAY_EVICTION_ENV) != "0"
-                and all(member.evicts_in_place() for member, n in zip(self.members, counts)
-                        if n)
-                and all(member.drops_evicted() for member in self.members))
+        only where their keys fit. full: None, or full_members() as it is now."""
+        if not self.evicts or os.environ.get(REPLAY_EVICTION_ENV) == "0":
+            return False
+        if full is None:
+            full = self.full_members()
+        return bool(np.all(full | (np.asarray(counts) == 0))) and all_drop_evicted(self.members)
 
     def in_place_error(self, totals, unserved):
         """The TableFullError of the first member whose new keys make_room_in_place could not
@@ -941,7 +950,7 @@ class ReplayedInsert:
         self.evicting, self.fail = evicting, fail
         self.members = self.clock = self._given = self._tags = None
         self._held = self._found = self._error = None  # this step's, for done and checked
-        self._counted = None  # evicting: done()'s (queued, evicted, found), read by checked()
+        self._counted = None  # evicting: done()'s (queued, evicted, found, read), for checked()
         self._slot_names = None  # evicting: the slots the recorded work resets, by name
         self._victims = None  # evicting: the arrays its victims are written into (fixed)
         self._room = self._room_now = None  # evicting: queue_padded's room (device, host)
@@ -998,12 +1007,13 @@ class ReplayedInsert:
 
     def _ready_to_evict(self, keys):
         group = self.group
-        if not group.replays_eviction(self.counts):
+        full = group.full_members()
+        if not group.replays_eviction(self.counts, full):
             return False
         if self._slot_names is not None and self._slot_names != sorted(group.slots):
             return False  # a slot made since: the recorded work resets the slots it knew
-        held = [member.held_state() for member in group.members]
-        bounds = group.in_place_bounds(keys, self.counts)
+        held = held_states(group.members)
+        bounds = group.in_place_bounds(keys, self.counts, full)
         if bounds is None or not np.array_equal(bounds, self.counts):
             return False
         if not self._rebuilds_inside(group):
@@ -1071,7 +1081,11 @@ class ReplayedInsert:
         group.journal.record(functools.partial(group._undo_evict, evicted, held))
         backend.hash_insert_many_done(group.indexes(), found, found[5], True)
         group._record_undo(found, held)  # (its undo runs first: the new keys out, then victims)
-        self._counted = counted = (queued, evicted, found)  # read in checked()
+        # their copy queued now, beside the backward's work: checked() then waits for the
+        # forward alone, where a copy queued there waited for the backward too
+        read = backend.download_staged_later([queued.unserved, queued.totals, queued.served,
+                                              found[5]])
+        self._counted = counted = (queued, evicted, found, read)  # read in checked()
         self._found = found
         # undone first: a step that fails before checked() still hands its counts over, as the
         # other undo actions expect, and its host mirrors the rebuilds its graph made
@@ -1086,12 +1100,11 @@ class ReplayedInsert:
         """An evicting step's one wait: the eviction's and the insert's counts (done()'s)
         handed to the indexes and members, worn indexes rebuilt; sets the step's error (a new
         key without a victim) or None."""
-        queued, evicted, found = self._counted
+        queued, evicted, found, read = self._counted
         self._counted = None
         group = self.group
         unserved, totals, served, placed = (
-            np.asarray(a, dtype=np.int64).reshape(-1) for a in group.backend.to_host_many(
-                [queued.unserved, queued.totals, queued.served, found[5]]))
+            np.array(a, dtype=np.int64).reshape(-1) for a in read())
         evicted.settle(totals, served)  # (_settled_in_place's, for one eviction)
         group.settle(found[5], placed)
         if self._room_now is not None:  # the recorded work rebuilt these after its erase

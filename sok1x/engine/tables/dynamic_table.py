@@ -65,6 +65,18 @@ def drop_evicted(name, drop, on_device=False):
     elif name not in _READ:
         _DROPPED.add(name)
 
+def all_drop_evicted(tables):
+    """Whether every one of `tables` drops the keys it evicts (DynamicTable.drops_evicted)."""
+    return _DROPPED.issuperset(table.name for table in tables)
+
+
+def held_states(tables):
+    """[table.held_state() for table in tables]: each DynamicTable's free list and high water,
+    read at once where no count is pending (a step's usual case)."""
+    return [(table._free_rows, table._high) if table._pending is None else table.held_state()
+            for table in tables]
+
+
 Dynamic = collections.namedtuple(
     "Dynamic", "var_type init_capacity max_capacity evict_strategy max_hbm_for_vectors")
 Dynamic.__doc__ = """A growing table's settings (per rank): var_type "hbm" | "hybrid";
