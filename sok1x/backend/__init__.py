@@ -57,6 +57,8 @@ Every backend module exposes the same names, and the engine's algorithms call on
     index_bounds_deferred(arrays) -> int64 [len(arrays), 2]                      no wait
     read_later(array) -> collect()   queues array's copy to the host now; collect() waits for
         that copy alone and returns it (a flag read once later work is queued)
+    read_many_later(arrays) -> collect()   the same of several device arrays (their copies
+        queued one after the other), collect() -> [np.ndarray], one wait
     copy_array(dst, src)             dst = src, two device arrays of one dtype and size (any
         shapes): one queued copy (a replayed step's keys into its fixed array)
     unique_many_start(keys_list, ordered) -> (started, counts); unique_many_finish(started,

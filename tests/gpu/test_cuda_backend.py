@@ -90,6 +90,29 @@ def test_copies_beside_the_stream_see_the_work_queued_before_them(cuda, rng):
     cuda.synchronize()
 
 
+def test_reads_many_later_hold_what_the_arrays_held_when_queued(cuda, rng):
+    """read_many_later: the copies are queued at once, after the work before them (a large
+    fill, a copy into the counts), so a later rewrite of the arrays does not reach them; one
+    wait collects them, as copies the caller owns, equal to the cpu backend's."""
+    big = cuda.zeros((1 << 22, 8), np.float32)  # 128 MiB: the fill is still running
+    cuda.fill_value(big, 2.0)
+    want = [rng.integers(-5, 1 << 40, size=n).astype(np.int64) for n in (26, 26, 1, 0)]
+    arrays = [cuda.zeros((n,), np.int64) for n in (26, 26, 1, 0)]
+    for array, data in zip(arrays, want):
+        if data.size:
+            cuda.copy_array(array, cuda.asarray(data))
+    waits = cuda.counts()["host_waits"]
+    collect = cuda.read_many_later(arrays + [big])
+    for array in arrays[:3]:
+        cuda.fill_value(array, 0)  # queued after the copies: not what they read
+    got = collect()
+    assert cuda.counts()["host_waits"] == waits + 1
+    assert all(np.array_equal(g, w) for g, w in zip(got, want))
+    assert float(got[4].min()) == float(got[4].max()) == 2.0
+    assert all(np.array_equal(g, c) for g, c in zip(got, cpu.read_many_later(want)()))
+    cuda.synchronize()
+
+
 def test_pinned_blocks_are_found_by_address_and_taken_again_once_free(cuda):
     """staging.PinnedBlocks: a view anywhere inside a block is found as that block (a view
     reaching past its end, or memory of no block, is not); a block is taken again only once

@@ -132,6 +132,7 @@ from sok1x.backend.cuda.kernel_launch import (
     to_device,
     to_host as _copy_to_host,
     to_host_later as _copy_to_host_later,
+    to_host_many_later as _copy_many_to_host_later,
     is_device_array,
     waited_stream,
     wrap,
@@ -170,6 +171,12 @@ def read_later(array):
     copy alone (not for work queued after it) and returns a NumPy copy."""
     return _copy_to_host_later(array, "a flag the host reads later")
 
+
+@uses_context
+def read_many_later(arrays):
+    """read_later of several device arrays: their copies queued now, one after the other on the
+    stream; collect() waits for them alone (one wait) and returns NumPy copies."""
+    return _copy_many_to_host_later(list(arrays), "counts the host reads later")
 
 
 def counts():

@@ -317,6 +317,23 @@ def to_host_later(array, what="a copy to the host"):
     return wait
 
 
+def to_host_many_later(arrays, what="copies to the host"):
+    """to_host_later of several GPUArrays, queued one after the other on the stream; returns a
+    function that waits for them (one wait) and returns NumPy copies the caller owns."""
+    collect = cuda_staging.download_later(arrays, what)
+    copied = sum(1 for array in arrays if array.size)
+
+    def wait():
+        started = time.perf_counter()
+        hosts = [np.array(host, copy=True) for host in collect()]
+        if copied:
+            COUNTS["wait_us"] += int((time.perf_counter() - started) * 1e6)
+            COUNTS["host_waits"] += 1
+            COUNTS["copies"] += copied
+        return hosts
+    return wait
+
+
 def _first_copy(collect):
     """collect() -> [host views] as a function returning a NumPy copy of the first."""
     return lambda: np.array(collect()[0], copy=True)

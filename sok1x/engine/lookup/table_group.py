@@ -1003,7 +1003,7 @@ class ReplayedInsert:
                 dtype=np.int64)
             if self._room is None:
                 self._room = backend.zeros(self._room_now.shape, np.int64)
-            backend.copy_array(self._room, backend.asarray(self._room_now))
+            backend.write_rows(self._room, 0, self._room_now)  # one upload, straight in
 
     def _ready_to_evict(self, keys):
         group = self.group
@@ -1081,10 +1081,10 @@ class ReplayedInsert:
         group.journal.record(functools.partial(group._undo_evict, evicted, held))
         backend.hash_insert_many_done(group.indexes(), found, found[5], True)
         group._record_undo(found, held)  # (its undo runs first: the new keys out, then victims)
-        # their copy queued now, beside the backward's work: checked() then waits for the
+        # their copies queued now, before the backward's work: checked() then waits for the
         # forward alone, where a copy queued there waited for the backward too
-        read = backend.download_staged_later([queued.unserved, queued.totals, queued.served,
-                                              found[5]])
+        read = backend.read_many_later([queued.unserved, queued.totals, queued.served,
+                                        found[5]])
         self._counted = counted = (queued, evicted, found, read)  # read in checked()
         self._found = found
         # undone first: a step that fails before checked() still hands its counts over, as the
@@ -1104,7 +1104,7 @@ class ReplayedInsert:
         self._counted = None
         group = self.group
         unserved, totals, served, placed = (
-            np.array(a, dtype=np.int64).reshape(-1) for a in read())
+            np.asarray(a, dtype=np.int64).reshape(-1) for a in read())
         evicted.settle(totals, served)  # (_settled_in_place's, for one eviction)
         group.settle(found[5], placed)
         if self._room_now is not None:  # the recorded work rebuilt these after its erase
