@@ -425,7 +425,7 @@ class HashGroup(TableGroup):
         # (its member list hands rows out, and a read of a member's rows here could wait for
         # the last step's counts inside the capture: ReplayedInsert.ready saw no freed row)
         if self.evicts and members is None:
-            held = [table.held_state() for table in self.members]
+            held = held_states(self.members)
             pools = [table.rows_source() for table in self.members]
             if evicted is not None:  # a padded eviction's victims' rows, in their places
                 victims = getattr(evicted, "victims", evicted)  # (an Evicted, or its Victims)
@@ -963,7 +963,7 @@ class ReplayedInsert:
         if self.evicting:
             return self._ready_to_evict(keys)
         if group.evicts:
-            held = [member.held_state() for member in group.members]
+            held = held_states(group.members)
             if any(free.size for free, _ in held):  # new keys would take freed rows
                 return False
         sizes = group.sizes()
