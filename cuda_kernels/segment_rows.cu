@@ -9,9 +9,7 @@
 //   place_by_segment    order[starts[s] ..] = the positions of s's ids (in no fixed order), and
 //                       order_ids beside it their segment
 //   zero_unsummed_rows  zeros in each segment's row that no chunk stores whole: an empty segment,
-//                       or one whose positions cross a chunk's end (its chunks add to it); with
-//                       `dirty` (a replayed backward's fixed sums, backend/kept_sums.py), an empty
-//                       segment's row only where an earlier run may have stored a sum there
+//                       or one whose positions cross a chunk's end (its chunks add to it)
 //   sum_segment_chunks  a group of lanes per chunk of CHUNK positions of the order: each run of one
 //                       segment summed in registers, stored, or added (red.v4) where it crosses
 //
@@ -53,24 +51,14 @@ __device__ __forceinline__ bool crosses(int64 first, int64 end) {
 
 // A warp a segment: the test once, then the row's float4s by its lanes (no 64-bit division per
 // element, which bounded the kernel where most rows are zeroed: a bounded backward's padding).
-// dirty (may be null): per row, -1 where it may hold a sum of an earlier run, 0 where it holds
-// zeros; an empty segment's row is zeroed only where dirty is not 0, and dirty is kept (-1 for
-// every row this run stores a sum in, 0 for the empty ones).
 extern "C" __global__ void zero_unsummed_rows(const int64* starts, int64 segments, int64 quads,
-                                              float* out, signed char* dirty) {
+                                              float* out) {
   const int64 warps = global_thread_count() / 32;
   const int lane = (int)lane_id();
   float4* fours = reinterpret_cast<float4*>(out);
   for (int64 s = global_thread_id() / 32; s < segments; s += warps) {
     const int64 first = starts[s], end = starts[s + 1];
-    const bool empty = first == end;
-    if (dirty != nullptr) {
-      const bool zeros = dirty[s] == 0;
-      __syncwarp();
-      if (lane == 0) dirty[s] = empty ? 0 : -1;
-      if (empty && zeros) continue;
-    }
-    if (!empty && !crosses(first, end)) continue;
+    if (first != end && !crosses(first, end)) continue;
     float4* row = fours + s * quads;
     for (int64 c = lane; c < quads; c += 32) row[c] = make_float4(0.f, 0.f, 0.f, 0.f);
   }
