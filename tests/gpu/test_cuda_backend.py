@@ -92,9 +92,9 @@ def test_copies_beside_the_stream_see_the_work_queued_before_them(cuda, rng):
 
 def test_reads_many_later_hold_what_the_arrays_held_when_queued(cuda, rng):
     """read_many_later: the copies are queued at once, after the work before them (a large
-    fill, a copy into the counts), so a later rewrite of the arrays does not reach them; one
-    wait collects them, as copies the caller owns, equal to the cpu backend's."""
-    big = cuda.zeros((1 << 22, 8), np.float32)  # 128 MiB: the fill is still running
+    fill, a copy into the counts), so a rewrite of the arrays queued after them does not reach
+    them; one wait collects them, as copies the caller owns, equal to the cpu backend's."""
+    big = cuda.zeros((1 << 22, 8), np.float32)  # 128 MiB
     cuda.fill_value(big, 2.0)
     want = [rng.integers(-5, 1 << 40, size=n).astype(np.int64) for n in (26, 26, 1, 0)]
     arrays = [cuda.zeros((n,), np.int64) for n in (26, 26, 1, 0)]

@@ -174,8 +174,9 @@ def read_later(array):
 
 @uses_context
 def read_many_later(arrays):
-    """read_later of several device arrays: their copies queued now, one after the other on the
-    stream; collect() waits for them alone (one wait) and returns NumPy copies."""
+    """read_later of several device arrays (GPUArrays only): their copies queued now, one after
+    the other on the stream; collect() waits for them alone (one wait) and returns NumPy
+    copies."""
     return _copy_many_to_host_later(list(arrays), "counts the host reads later")
 
 

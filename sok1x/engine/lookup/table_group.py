@@ -543,7 +543,7 @@ class HashGroup(TableGroup):
         found = segments = None  # rows_needed's of these keys, unless a growth moved the rows
         if counted is not None and counted[0] is keys and counted[1] is self.row_starts:
             found, segments = counted[2:]
-        held = [member.held_state() for member in self.members]
+        held = held_states(self.members)
         try:
             evicted = eviction.evict(
                 self.members, np.where(short, needed - self.capacities, 0), keys, tags,
@@ -583,7 +583,7 @@ class HashGroup(TableGroup):
         Returns the eviction.Evicted for insert_start, whose `unserved` the caller reads: not 0
         where a member had fewer evictable keys than new ones (the step must fail)."""
         self._arrivals = self._found = None
-        held = [member.held_state() for member in self.members]
+        held = held_states(self.members)
         try:
             evicted = eviction.evict(
                 self.members, bounds, keys, tags,
@@ -601,7 +601,7 @@ class HashGroup(TableGroup):
     def full_members(self):
         """Host bool [members]: which members are full and free no row
         (DynamicTable.evicts_in_place)."""
-        return np.array([member.evicts_in_place() for member in self.members])
+        return np.array([member.evicts_in_place() for member in self.members], dtype=bool)
 
     def replays_eviction(self, counts, full=None):
         """Whether a replayed lookup (host counts [T] of keys per member) records its eviction
@@ -1007,12 +1007,12 @@ class ReplayedInsert:
 
     def _ready_to_evict(self, keys):
         group = self.group
+        held = held_states(group.members)  # (first: it hands over counts left pending)
         full = group.full_members()
         if not group.replays_eviction(self.counts, full):
             return False
         if self._slot_names is not None and self._slot_names != sorted(group.slots):
             return False  # a slot made since: the recorded work resets the slots it knew
-        held = held_states(group.members)
         bounds = group.in_place_bounds(keys, self.counts, full)
         if bounds is None or not np.array_equal(bounds, self.counts):
             return False
@@ -1064,7 +1064,8 @@ class ReplayedInsert:
 
     def done(self, rows, placed_keys):
         """Keeps what the step's insert placed (its `rows` of every key, and [new keys, new
-        rows, new tags, count, placed], evicting: and the eviction's arrays)."""
+        rows, new tags, count, placed], evicting: and the eviction's arrays); evicting, records
+        the undo and queues the copy of the step's counts to the host, which checked() reads."""
         found = [rows] + list(placed_keys[:5])
         held, self._held = self._held, None
         if not self.evicting:
@@ -1081,15 +1082,16 @@ class ReplayedInsert:
         group.journal.record(functools.partial(group._undo_evict, evicted, held))
         backend.hash_insert_many_done(group.indexes(), found, found[5], True)
         group._record_undo(found, held)  # (its undo runs first: the new keys out, then victims)
-        # their copies queued now, before the backward's work: checked() then waits for the
-        # forward alone, where a copy queued there waited for the backward too
-        read = backend.read_many_later([queued.unserved, queued.totals, queued.served,
-                                        found[5]])
-        self._counted = counted = (queued, evicted, found, read)  # read in checked()
+        self._counted = counted = [queued, evicted, found, None]  # read in checked()
         self._found = found
         # undone first: a step that fails before checked() still hands its counts over, as the
-        # other undo actions expect, and its host mirrors the rebuilds its graph made
+        # other undo actions expect, and its host mirrors the rebuilds its graph made (recorded
+        # before the copy is queued: a queue that fails still finds it, and reads them then)
         group.journal.record(functools.partial(self._counts_read_in_undo, counted))
+        # their copies queued now, before the backward's work: checked() then waits for the
+        # forward alone, where a copy queued there waited for the backward too
+        counted[3] = backend.read_many_later([queued.unserved, queued.totals, queued.served,
+                                              found[5]])
 
     def _counts_read_in_undo(self, counted):
         if self._counted is counted:
@@ -1103,8 +1105,10 @@ class ReplayedInsert:
         queued, evicted, found, read = self._counted
         self._counted = None
         group = self.group
+        counts = [queued.unserved, queued.totals, queued.served, found[5]]
         unserved, totals, served, placed = (
-            np.asarray(a, dtype=np.int64).reshape(-1) for a in read())
+            np.asarray(a, dtype=np.int64).reshape(-1)
+            for a in (read() if read is not None else group.backend.to_host_many(counts)))
         evicted.settle(totals, served)  # (_settled_in_place's, for one eviction)
         group.settle(found[5], placed)
         if self._room_now is not None:  # the recorded work rebuilt these after its erase
