@@ -754,6 +754,19 @@ def noted_readies(monkeypatch):
     return readies
 
 
+def full_hybrid_tables(prefix, lengths, rows, drop=True):
+    """Makes anew one hybrid DynamicVariable of `rows` rows a shard that never grows per member
+    of `lengths`, named `prefix`_t, dropping what it evicts (drop) or keeping it for a reader;
+    returns their names."""
+    fresh()
+    names = ["%s_%d" % (prefix, t) for t in range(len(lengths))]
+    for name in names:
+        api.drop_evicted(name, drop)
+        api.create_table(name, DIM, rows, True, SPEC, replace=True,
+                         dynamic=make_dynamic("hybrid", rows, rows, "lru"))
+    return names
+
+
 def full_hybrid_run(tag, steps, lengths, replay, failing=(), rows=16, drop=True,
                     checks="backward"):
     """Keyed steps of hybrid DynamicVariables of `rows` rows a shard that never grow (full from
@@ -763,12 +776,7 @@ def full_hybrid_run(tag, steps, lengths, replay, failing=(), rows=16, drop=True,
     TableFullError) and change no table. Returns (each step's host results or None, each
     member's hybrid_state). drop=False: they keep what they evict for a reader; checks: as
     step()'s."""
-    fresh()
-    names = ["full_%s_%d" % (tag, t) for t in range(len(lengths))]
-    for name in names:
-        api.drop_evicted(name, drop)
-        api.create_table(name, DIM, rows, True, SPEC, replace=True,
-                         dynamic=make_dynamic("hybrid", rows, rows, "lru"))
+    names = full_hybrid_tables("full_%s" % tag, lengths, rows, drop)
     results = []
     for number, keys in enumerate(steps, 1):
         if number - 1 not in failing:
@@ -977,12 +985,7 @@ def _steps_with_a_failing_read(tag, steps, lengths, replay, fail_at, checks, mon
     number, each step's results or None, each table's final state), checking that the failed
     step changed nothing."""
     from sok1x.backend import cpu
-    fresh()
-    names = ["rf_%s_%d" % (tag, t) for t in range(len(lengths))]
-    for name in names:
-        api.drop_evicted(name, True)
-        api.create_table(name, DIM, rows, True, SPEC, replace=True,
-                         dynamic=make_dynamic("hybrid", rows, rows, "lru"))
+    names = full_hybrid_tables("rf_%s" % tag, lengths, rows)
     real, calls = cpu.read_many_later, []
 
     def failing(arrays):
