@@ -305,27 +305,23 @@ def to_host_later(array, what="a copy to the host"):
     collect = cuda_staging.read_small_later(array, what)  # a flag: a slot of its own
     if collect is None:
         collect = _first_copy(cuda_staging.download_later([array], what))
-
-    def wait():
-        started = time.perf_counter()
-        host = collect()
-        if array.size:
-            COUNTS["wait_us"] += int((time.perf_counter() - started) * 1e6)
-            COUNTS["host_waits"] += 1
-            COUNTS["copies"] += 1
-        return host
-    return wait
+    return _counted_wait(collect, 1 if array.size else 0)
 
 
 def to_host_many_later(arrays, what="copies to the host"):
     """to_host_later of several GPUArrays, queued one after the other on the stream; returns a
     function that waits for them (one wait) and returns NumPy copies the caller owns."""
     collect = cuda_staging.download_later(arrays, what)
-    copied = sum(1 for array in arrays if array.size)
+    return _counted_wait(lambda: [np.array(host, copy=True) for host in collect()],
+                         sum(1 for array in arrays if array.size))
 
+
+def _counted_wait(collect, copied):
+    """collect as the function a later read returns: where `copied` copies were queued, its
+    wait counted (its microseconds, one host wait, the copies)."""
     def wait():
         started = time.perf_counter()
-        hosts = [np.array(host, copy=True) for host in collect()]
+        hosts = collect()
         if copied:
             COUNTS["wait_us"] += int((time.perf_counter() - started) * 1e6)
             COUNTS["host_waits"] += 1

@@ -1090,8 +1090,7 @@ class ReplayedInsert:
         group.journal.record(functools.partial(self._counts_read_in_undo, counted))
         # their copies queued now, before the backward's work: checked() then waits for the
         # forward alone, where a copy queued there waited for the backward too
-        counted[3] = backend.read_many_later([queued.unserved, queued.totals, queued.served,
-                                              found[5]])
+        counted[3] = backend.read_many_later(_step_counts(queued, found))
 
     def _counts_read_in_undo(self, counted):
         if self._counted is counted:
@@ -1105,10 +1104,10 @@ class ReplayedInsert:
         queued, evicted, found, read = self._counted
         self._counted = None
         group = self.group
-        counts = [queued.unserved, queued.totals, queued.served, found[5]]
         unserved, totals, served, placed = (
-            np.asarray(a, dtype=np.int64).reshape(-1)
-            for a in (read() if read is not None else group.backend.to_host_many(counts)))
+            np.asarray(a, dtype=np.int64).reshape(-1) for a in (
+                read() if read is not None
+                else group.backend.to_host_many(_step_counts(queued, found))))
         evicted.settle(totals, served)  # (_settled_in_place's, for one eviction)
         group.settle(found[5], placed)
         if self._room_now is not None:  # the recorded work rebuilt these after its erase
@@ -1133,6 +1132,12 @@ class ReplayedInsert:
             self.fail(error)
         if found is not None:
             self.group.count_kept((None, found))
+
+
+def _step_counts(queued, found):
+    """An evicting replay's device counts the host reads (ReplayedInsert._read_counts): per
+    member its places without a victim, its places, its victims and its keys placed."""
+    return [queued.unserved, queued.totals, queued.served, found[5]]
 
 
 def group_kind(table, position, alone=()):
