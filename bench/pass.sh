@@ -30,7 +30,8 @@
 #   calls[=W,...]  step_calls.py --replayed on cuda at full scale (default dlrm, dlrm26): the
 #                replayed step's Python calls, its wall time, and host_us (the step with its
 #                graphs not launched); the cProfile by own and cumulative time ->
-#                calls-stats-TREE.txt; with --before, both trees alternated twice
+#                calls-stats-TREE-W.txt (a process a workload); with --before, both trees
+#                alternated twice
 #   steps1       step_and_exchange.py on 1 GPU;  steps: on 1, 2 and 4 GPUs (as many as there are)
 #   group        group_lookup.py (one fused lookup of 26 tables vs 26 lookups) on 1 to 8 GPUs
 #   framework[=W,...]  framework_step.py on 1, 2, 4, 8 GPUs (up to the machine's), each workload
@@ -235,17 +236,19 @@ stage_kernels() {  # [workload ...]: step_kernels.py's table of a bounded step's
   done
   cat "$work/kernels.txt" >>"$summary"
 }
-stage_calls() {  # [workload ...]: the replayed step's host work on cuda (with --before: both
-  # trees, alternated twice, each under this checkout's script)
-  local list tree round trees=after
-  list=$(echo "${*:-dlrm dlrm26}" | tr ' ' ,)
+stage_calls() {  # [workload ...]: the replayed step's host work on cuda, each workload in a
+  # process of its own (one GPU does not hold every workload's tables at once); with --before:
+  # both trees, alternated twice, each under this checkout's script
+  local w tree round trees=after
   [ -n "$before" ] && trees="before after"
   for round in 1 2; do
     for tree in $trees; do
-      bench $tree step_calls.py "calls_${tree}_$round" --backend cuda --scale 1 --replayed \
-        --workloads "$list" --stats "$work/calls-stats-$tree.txt"
-      say "calls $tree $round:"
-      grep -hE 'host_us|calls/step' "$work/calls_${tree}_$round.log" >>"$summary"
+      for w in ${*:-dlrm dlrm26}; do
+        bench $tree step_calls.py "calls_${tree}_${round}_$w" --backend cuda --scale 1 \
+          --replayed --workloads "$w" --stats "$work/calls-stats-$tree-$w.txt"
+        say "calls $tree $round $w:"
+        grep -hE 'host_us|calls/step' "$work/calls_${tree}_${round}_$w.log" >>"$summary"
+      done
     done
     [ -n "$before" ] || break
   done
