@@ -212,6 +212,17 @@ extern "C" __global__ void hash_find_or_insert_tagged(const int64* members, cons
   }
 }
 
+// After hash_find_or_insert_tagged on `members` (no pools): each member's first new row and
+// rows left moved past its placed[t] keys, so that the list holds what the host would write for
+// the next call (a replayed insert's list stays on the device while the host's sizes agree).
+extern "C" __global__ void hash_members_advance(int64* members, const int64* placed,
+                                                int64 parts) {
+  for (int64 t = global_thread_id(); t < parts; t += global_thread_count()) {
+    members[MEMBER * t + 2] += placed[t];
+    members[MEMBER * t + 3] -= placed[t];
+  }
+}
+
 // hash_erase over a group's members, in one launch: keys[i], a key member tags[i] holds (an
 // eviction's victims), leaves its index (its slot a tombstone); a key -1 is passed by.
 extern "C" __global__ void hash_erase_tagged(const int64* members, const int64* keys,

@@ -56,7 +56,8 @@ Every backend module exposes the same names, and the engine's algorithms call on
         leading keys to bucket (unique_many_padded's output)
     index_bounds_deferred(arrays) -> int64 [len(arrays), 2]                      no wait
     read_later(array) -> collect()   queues array's copy to the host now; collect() waits for
-        that copy alone and returns it (a flag read once later work is queued)
+        that copy alone and returns it (a flag read once later work is queued), the same copy
+        at every call
     read_many_later(arrays) -> collect()   the same of several device arrays (their copies
         queued one after the other), collect() -> [np.ndarray], one wait
     copy_array(dst, src)             dst = src, two device arrays of one dtype and size (any
@@ -121,6 +122,11 @@ Every backend module exposes the same names, and the engine's algorithms call on
         the placed keys (count [1] of them), placed [T] per member on the device;
         hash_insert_many_done(indexes, found, host placed, keep) ends the call (keep=False
         erases its keys again)
+    hash_insert_members(indexes, row_starts, into, sizes) -> the list a replayed insert reads
+        (cuda; cpu: None), hash_members_advance(members, placed) moves it past a call's keys
+    hash_sizes(indexes) -> host int64 [T]              the indexes' sizes (cuda: a group's
+                                                       pending counts read once for all);
+        hash_settle_sizes(indexes, counts, host counts) hands a read count copy to them all
     hash_find_many(indexes, keys, tags, row_starts) -> flat rows, -1 where not held
     hash_rehash_many(indexes) -> indexes               each rebuilt without tombstones (cuda:
                                                        in place, two launches for all)

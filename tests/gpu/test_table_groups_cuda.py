@@ -426,6 +426,69 @@ def test_a_hash_groups_placed_keys_are_counted_when_no_header_read_them():
         assert index.size == before + 7  # read by the property itself
 
 
+def test_a_group_insert_counted_later_gives_the_sizes_the_cpu_backend_counts():
+    """A replayed insert's placed counts, left on the device (hash_insert_many_done with a
+    read_later function): hash_sizes reads them once for every index; hash_settle_sizes hands
+    a copy read since to them all; either way the sizes are the cpu backend's."""
+    from sok1x.backend import cpu
+    rng = np.random.default_rng([26, RANK])
+    row_starts = np.array([0, 100, 200, 300, 400], np.int64)
+    batches = []
+    for _ in range(3):
+        tags = np.sort(rng.integers(0, 4, size=200))
+        batches.append((rng.integers(0, 40, size=200), tags))
+    with runtime.entered() as rt:
+        cuda = rt.backend
+        want = [cpu.HashIndex(60) for _ in range(4)]
+        got = [cuda.HashIndex(60) for _ in range(4)]
+        for step, (keys, tags) in enumerate(batches):
+            out = cpu.hash_insert_many(want, keys, tags, row_starts)
+            cpu.hash_insert_many_done(want, out, out[5], True)
+            found = cuda.hash_insert_many(got, cuda.asarray(keys), cuda.asarray(tags),
+                                          row_starts)
+            placed = cuda.read_later(found[5])
+            cuda.hash_insert_many_done(got, found, placed, True)
+            if step == 1:  # handed over, as an op header's read hands it
+                cuda.hash_settle_sizes(got, placed, placed())
+                assert [index._later for index in got] == [[]] * 4
+            sizes = cuda.hash_sizes(got)
+            assert sizes.tolist() == cpu.hash_sizes(want).tolist() == [
+                index.size for index in want]
+            assert [index.size for index in got] == sizes.tolist()
+        mixed = cuda.asarray(np.array([1, 2, 3, 4], np.int64))
+        got[2].add_size_later(mixed, 2)  # a second count pending on one index: each its own
+        sizes = cuda.hash_sizes(got)
+        assert sizes.tolist() == (cpu.hash_sizes(want) + np.array([0, 0, 3, 0])).tolist()
+
+
+def test_a_member_list_moved_past_its_keys_is_the_list_of_the_sizes_after():
+    """hash_members_advance after an insert that read a member list: the list then holds what
+    hash_insert_members writes for the sizes after the insert, and the next insert through it
+    hands out the rows the cpu backend hands out."""
+    from sok1x.backend import cpu
+    rng = np.random.default_rng([27, RANK])
+    row_starts = np.array([0, 100, 200, 300, 400], np.int64)
+    with runtime.entered() as rt:
+        cuda = rt.backend
+        got, want = [cuda.HashIndex(60) for _ in range(4)], [cpu.HashIndex(60) for _ in range(4)]
+        members = cuda.hash_insert_members(got, row_starts, None, cuda.hash_sizes(got))
+        for _ in range(3):
+            tags = np.sort(rng.integers(0, 4, size=150))
+            keys = rng.integers(0, 45, size=150)
+            found = cuda.hash_insert_many(got, cuda.asarray(keys), cuda.asarray(tags),
+                                          row_starts, members=members)
+            cuda.hash_members_advance(members, found[5])
+            cuda.hash_insert_many_done(got, found, cuda.read_later(found[5]), True)
+            out = cpu.hash_insert_many(want, keys, tags, row_starts)
+            cpu.hash_insert_many_done(want, out, out[5], True)
+            sizes = cuda.hash_sizes(got)
+            assert sizes.tolist() == cpu.hash_sizes(want).tolist()
+            fresh = cuda.hash_insert_members(got, row_starts, None, sizes)
+            np.testing.assert_array_equal(host(members), host(fresh))
+            new = host(found[2])[:int(host(found[4])[0])]  # rows follow the sizes before
+            assert sorted(new.tolist()) == sorted(out[2][:int(out[4][0])].tolist())
+
+
 def test_a_full_shard_in_a_hash_group_fails_every_rank_and_changes_no_table():
     names = make_hash_tables("cuda_hash_full", 4, capacity=1000)
     rng = np.random.default_rng([23, RANK])

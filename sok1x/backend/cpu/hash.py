@@ -235,10 +235,25 @@ class HashIndex:
         return keys[order], rows[order]
 
 
+def hash_sizes(indexes):
+    """Host int64 [len(indexes)]: each index's size (cuda's reads a group's pending counts
+    once for all of them; a cpu index counts as it places)."""
+    return np.array([index.size for index in indexes], dtype=np.int64)
+
+
+def hash_settle_sizes(indexes, counts, host_counts):
+    """Nothing to hand over, as HashIndex.settle_size (cuda's hands a group's counts to every
+    index at once)."""
+
+
 def hash_insert_members(indexes, row_starts, into=None, sizes=None):
     """cuda's list of a group's members for a replayed insert: the cpu insert reads the indexes
     themselves whenever it runs, so there is none (None)."""
     return None
+
+
+def hash_members_advance(members, placed):
+    """cuda's list moved past a call's placed keys: there is no list here (None)."""
 
 
 def hash_insert_many(indexes, keys, tags, row_starts, pools=None, members=None):

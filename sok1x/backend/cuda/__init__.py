@@ -43,6 +43,7 @@ from sok1x.backend.cuda.hash_groups import (  # noqa: F401  (part of the op set:
     hash_insert_many,
     hash_insert_many_done,
     hash_insert_members,
+    hash_members_advance,
     hash_rehash_many,
     rebuild_flags,
     init_rows_tagged,
@@ -66,7 +67,11 @@ from sok1x.backend.cuda.eviction import (  # noqa: F401  (part of the op set)
     stamp_last_step,
 )
 from sok1x.backend.cuda.host_row_order import host_order, walk_blocks
-from sok1x.backend.cuda.hash import HashIndex  # noqa: F401  (part of the op set)
+from sok1x.backend.cuda.hash import (  # noqa: F401  (part of the op set)
+    HashIndex,
+    hash_settle_sizes,
+    hash_sizes,
+)
 from sok1x.backend.cuda.sizes import (  # noqa: F401  (part of the op set)
     flag_outside,
     header_records,
@@ -168,7 +173,8 @@ def to_host_many(arrays):
 @uses_context
 def read_later(array):
     """Queues a copy of device `array` to the host now; returns a function that waits for that
-    copy alone (not for work queued after it) and returns a NumPy copy."""
+    copy alone (not for work queued after it) and returns a NumPy copy, the same one at every
+    call (read once, as often as asked)."""
     return _copy_to_host_later(array, "a flag the host reads later")
 
 

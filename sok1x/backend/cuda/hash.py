@@ -77,6 +77,44 @@ def _slot_count(capacity, max_load):
     return -(-wanted // 32) * 32
 
 
+def hash_sizes(indexes):
+    """Host int64 [len(indexes)]: each HashIndex's size. Where each waits on its own place of
+    one count copy and nothing else (a hash group's replayed insert: hash_insert_many_done's
+    function, read once), that copy is read once and counted into all of them without a call
+    per index (a group of 26 tables reads them at every step); otherwise each index's size."""
+    later = [index._later for index in indexes]
+    firsts = [entries[0] for entries in later if len(entries) == 1]
+    if firsts and len(firsts) == len(later):
+        read = firsts[0][0]
+        if callable(read) and all([entry[0] is read and entry[2] == 1 and not entry[3]
+                                   for entry in firsts]):
+            host = np.asarray(read(), dtype=np.int64).reshape(-1)
+            sizes = np.array([index._size for index in indexes], dtype=np.int64)
+            sizes += host[[entry[1] for entry in firsts]]
+            for index, size in zip(indexes, sizes.tolist()):
+                index._size, index._later = size, []
+            return sizes
+    return np.array([index.size for index in indexes], dtype=np.int64)
+
+
+def hash_settle_sizes(indexes, counts, host_counts):
+    """HashIndex.settle_size(counts, host_counts) of every index: the indexes whose one pending
+    count is of `counts` take it from host_counts without a call per index."""
+    host = None
+    for index in indexes:
+        later = index._later
+        if not later:
+            continue
+        entry = later[0]
+        if len(later) == 1 and entry[0] is counts and not entry[3]:
+            if host is None:
+                host = np.asarray(host_counts, dtype=np.int64).reshape(-1).tolist()
+            index._size += entry[2] * host[entry[1]]
+            index._later = []
+        else:
+            index.settle_size(counts, host_counts)
+
+
 class HashIndex:
     """Maps keys to rows 0..capacity-1 of one shard, handing out rows in arrival order.
 

@@ -7,8 +7,10 @@ The members travel to a kernel as one int64 list, seven entries each: the addres
 of the index's slots, its first new row (its size, or a hybrid table's high water), the rows it
 has left, where its rows start among the group's flat rows, and the address and length of its
 pool of freed rows (0, 0 for none). The sizes change as keys arrive, so an insert's list is
-uploaded per call (one queued copy, no wait); a find's or an erase's reads none of them, and is
-uploaded once per layout of the indexes. Keys come with tags, the member of each.
+uploaded per call (one queued copy, no wait; a replayed insert's list is moved past its keys by
+its own graph, hash_members_advance, and uploaded only where the host's sizes disagree with it);
+a find's or an erase's reads none of them, and is uploaded once per layout of the indexes. Keys
+come with tags, the member of each.
 """
 import collections
 import operator
@@ -46,7 +48,8 @@ def _kernels():
             "rebuild_flags": prepared("hash_table.cu", "hash_rebuild_flags", "PPPqP"),
             "reinsert": prepared("hash_table.cu", "hash_reinsert_many", "PqqP"),
             "reinsert_into": prepared("hash_table.cu", "hash_reinsert_into_many", "Pqq"),
-            "init": prepared("random_init.cu", "init_rows_tagged_float32", "PPqPPPPqPqiiQPdd")}
+            "init": prepared("random_init.cu", "init_rows_tagged_float32", "PPqPPPPqPqiiQPdd"),
+            "advance": prepared("hash_table.cu", "hash_members_advance", "PPq")}
 
 
 def _members(indexes, row_starts, pools=None, into=None):
@@ -74,10 +77,11 @@ def _members(indexes, row_starts, pools=None, into=None):
 def hash_insert_members(indexes, row_starts, into=None, sizes=None):
     """The member list hash_insert_many(..., members=) takes for a group's `indexes` as they are
     now (each member's next rows and room from its size), written into `into` (device int64
-    [T * 7], kept by the caller: a replayed insert's graph reads it at every replay, so the host
-    writes it before each) or a new array. sizes: None, or host int64 [T], the indexes' sizes
+    [T * 7], kept by the caller: a replayed insert's graph reads it at every replay, and the
+    host writes it before one where the graph's own hash_members_advance did not leave it as
+    it must be) or a new array. sizes: None, or host int64 [T], the indexes' sizes
     as the caller just read them; then only those and the room are filled in per call, into
-    the rest of the list as it is kept per layout (a replayed step writes it at every step).
+    the rest of the list as it is kept per layout.
     The cpu backend's twin returns None."""
     if sizes is None:
         return _members(indexes, row_starts, None, into)
@@ -88,6 +92,17 @@ def hash_insert_members(indexes, row_starts, into=None, sizes=None):
         return to_device(listing.reshape(-1))
     upload(ptr(into), listing.reshape(-1))
     return into
+
+
+@uses_context
+def hash_members_advance(members, placed):
+    """Moves each member of hash_insert_members' list `members` (device, no pools) past its
+    placed[t] keys (device int64 [T], a hash_insert_many's placed, the call that read the
+    list): its first new row and room then are what hash_insert_members would write for the
+    sizes after the call. Queued (one launch; in a replayed insert's recorded work)."""
+    parts = int(placed.shape[0])
+    if parts:
+        launch(_kernels()["advance"], parts, ptr(members), ptr(placed), parts)
 
 
 _insert_layouts = collections.OrderedDict()  # (slots, capacities, row starts) -> host [T, 7]
@@ -309,10 +324,8 @@ def hash_insert_many_done(indexes, found, placed, keep):
     them again (waits: a failing step's path). keep=True with placed left on the device (the
     caller knows no member can pass its room): each index counts it when its size is next read
     (HashIndex.add_size_later), no wait; placed may also be a function returning its host copy
-    (backend.read_later's: a copy queued at once, whose read waits for it alone), read once for
-    all the indexes."""
-    if keep and callable(placed):
-        placed = _read_once(placed)
+    (backend.read_later's: a copy queued at once, whose read waits for it alone, the same copy
+    at every call), which hash_sizes reads once for all the indexes."""
     if keep and not isinstance(placed, np.ndarray):
         for t, index in enumerate(indexes):
             index.add_size_later(placed, t)
@@ -329,17 +342,6 @@ def hash_insert_many_done(indexes, found, placed, keep):
         mine = host_tags == t
         if mine.any():
             index.erase(host_keys[mine])
-
-
-def _read_once(read):
-    """read() called once, its result kept for every later call."""
-    kept = []
-
-    def once():
-        if not kept:
-            kept.append(read())
-        return kept[0]
-    return once
 
 
 @uses_context

@@ -301,7 +301,8 @@ def to_host(array, what="a copy to the host"):
 
 def to_host_later(array, what="a copy to the host"):
     """Queues a copy of a GPUArray to the host; returns a function that waits for it and
-    returns a NumPy copy the caller owns (work queued in between runs during the wait)."""
+    returns a NumPy copy (work queued in between runs during the wait), the same one at every
+    call."""
     collect = cuda_staging.read_small_later(array, what)  # a flag: a slot of its own
     if collect is None:
         collect = _first_copy(cuda_staging.download_later([array], what))
@@ -310,7 +311,8 @@ def to_host_later(array, what="a copy to the host"):
 
 def to_host_many_later(arrays, what="copies to the host"):
     """to_host_later of several GPUArrays, queued one after the other on the stream; returns a
-    function that waits for them (one wait) and returns NumPy copies the caller owns."""
+    function that waits for them (one wait) and returns NumPy copies, the same ones at every
+    call."""
     collect = cuda_staging.download_later(arrays, what)
     return _counted_wait(lambda: [np.array(host, copy=True) for host in collect()],
                          sum(1 for array in arrays if array.size))
@@ -318,14 +320,20 @@ def to_host_many_later(arrays, what="copies to the host"):
 
 def _counted_wait(collect, copied):
     """collect as the function a later read returns: where `copied` copies were queued, its
-    wait counted (its microseconds, one host wait, the copies)."""
+    wait counted (its microseconds, one host wait, the copies); its result kept, so that a
+    later call returns the same copies (the staging memory may hold another copy by then)."""
+    kept = []
+
     def wait():
+        if kept:
+            return kept[0]
         started = time.perf_counter()
         hosts = collect()
         if copied:
             COUNTS["wait_us"] += int((time.perf_counter() - started) * 1e6)
             COUNTS["host_waits"] += 1
             COUNTS["copies"] += copied
+        kept.append(hosts)
         return hosts
     return wait
 

@@ -196,7 +196,7 @@ def download_beside(arrays, what):
     return download_later(arrays, what, side)
 
 
-SMALL_BYTES = 64  # the largest array read_small_later takes (a flag, a few counts)
+SMALL_BYTES = 256  # the largest array read_small_later takes (a flag, a group's 26 counts)
 _SMALL_SLOTS = 32
 
 

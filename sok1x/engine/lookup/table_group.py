@@ -100,6 +100,7 @@ import numpy as np
 
 from sok1x.backend import random_init
 from sok1x.engine.tables import eviction, hybrid_rows, optimizer_updates
+from sok1x.engine.tables import dynamic_table
 from sok1x.engine.tables.dynamic_table import all_drop_evicted, held_states
 from sok1x.engine.tables import placement as placements
 from sok1x.engine.tables.table import (
@@ -446,7 +447,7 @@ class HashGroup(TableGroup):
 
     def sizes(self):
         """Host int64 [members]: the keys each member's shard holds."""
-        return np.array([index.size for index in self.indexes()], dtype=np.int64)
+        return self.backend.hash_sizes(self.indexes())
 
     def room(self):
         """Host int64 [members]: the rows each member's shard has left (a training lookup's
@@ -811,23 +812,22 @@ class HashGroup(TableGroup):
         each member's high water) counts them when next read, from a copy of the placed counts
         queued now (that read waits for the copy alone, never for the work queued after it),
         and the step journal records how to erase them should the step fail (held: each
-        member's held_state before the insert, in a group that evicts)."""
+        member's held_state before the insert, in a group that evicts). Returns the function
+        that reads that copy (backend.read_later's)."""
         backend = self.backend
-        placed = functools.lru_cache(maxsize=None)(backend.read_later(found[5]))  # read once
+        placed = backend.read_later(found[5])  # (read once, however often called)
         backend.hash_insert_many_done(self.indexes(), found, placed, True)
         self._record_undo(found, held)
         if held is not None:
-            for t, member in enumerate(self.members):
-                member.take_rows_later(placed, t)
+            dynamic_table.take_rows_later_many(self.members, placed)
+        return placed
 
     def settle(self, placed, host_placed):
         """Hands insert_kept's `placed`, read by the host since, to the indexes it counts for
         (and, in a group that evicts, to the members that hand rows out by it)."""
-        for index in self.indexes():
-            index.settle_size(placed, host_placed)
+        self.backend.hash_settle_sizes(self.indexes(), placed, host_placed)
         if self.evicts:
-            for member in self.members:
-                member.settle_rows(placed, host_placed)
+            dynamic_table.settle_rows_many(self.members, placed, host_placed)
 
     def insert_error(self, state, placed):
         """TableFullError for the first member whose shard the host counts `placed` overflow,
@@ -870,9 +870,8 @@ class HashGroup(TableGroup):
         if self.evicts:
             found = state[1]
             rows, new_rows, count = found[0], found[2], found[4]
-            for member in self.members:  # the group's rows: at least each member's
-                if member.statistics is not None:
-                    member.note_touched(int(rows.shape[0]))
+            # the group's rows: at least each member's
+            dynamic_table.note_touched_many(self.members, int(rows.shape[0]))
             self.backend.touch_rows(self.statistics, rows, self.journal.step,
                                     stamp=(self.times, new_rows, time.time(), count))
 
@@ -949,6 +948,8 @@ class ReplayedInsert:
         self.counts = np.diff(cuts)
         self.evicting, self.fail = evicting, fail
         self.members = self.clock = self._given = self._tags = None
+        self._listing = None  # ready(): (indexes, row starts, sizes) the list holds before the run
+        self._listed = None  # done(): _listing and the run's placed counts (their read)
         self._held = self._found = self._error = None  # this step's, for done and checked
         self._counted = None  # evicting: done()'s (queued, evicted, found, read), for checked()
         self._slot_names = None  # evicting: the slots the recorded work resets, by name
@@ -964,10 +965,10 @@ class ReplayedInsert:
             return self._ready_to_evict(keys)
         if group.evicts:
             held = held_states(group.members)
-            if any(free.size for free, _ in held):  # new keys would take freed rows
+            if dynamic_table.frees_rows(held):  # new keys would take freed rows
                 return False
         sizes = group.sizes()
-        if group.evicts and any(high != int(size) for (_, high), size in zip(held, sizes)):
+        if group.evicts and [high for _, high in held] != sizes.tolist():
             return False
         if group.reserved:  # as room() does for an uncaptured step
             group._back_ahead(sizes)
@@ -979,11 +980,30 @@ class ReplayedInsert:
             counted = backend.count_new_keys(len(group.members), keys, self._tags, found)
             if np.any(np.asarray(backend.to_host(counted))[0] > room):
                 return False
-        self.members = backend.hash_insert_members(group.indexes(), group.row_starts,
-                                                   self.members, sizes)
+        self._list_members(sizes)
         if group.evicts:
             self._held = held
         return True
+
+    def _list_members(self, sizes):
+        """Has the member list the recorded insert reads hold the indexes as they are (host
+        `sizes`): uploaded, unless it already does. The recorded work moves the list past its
+        placed keys (backend.hash_members_advance), so after a step that kept them it holds
+        the sizes the host counts next, and a step of the class uploads nothing; anything else
+        that changed the indexes (an undone step, another path's insert, a growth or rebuild
+        into other indexes or rows) shows as sizes or a layout that differ, and the list is
+        written again."""
+        group = self.group
+        indexes, starts = group.indexes(), group.row_starts
+        listed, self._listed = self._listed, None  # unknown until done() (a replay may fail)
+        if listed is not None:
+            kept_indexes, kept_starts, before, read = listed
+            if (indexes == kept_indexes and np.array_equal(starts, kept_starts)
+                    and np.array_equal(before + np.asarray(read()).reshape(-1), sizes)):
+                self._listing = (indexes, kept_starts, sizes)
+                return
+        self.members = group.backend.hash_insert_members(indexes, starts, self.members, sizes)
+        self._listing = (indexes, np.array(starts, dtype=np.int64), sizes)
 
     def arm(self):
         """Writes the clock the recorded work reads: the time now, and evicting, the step (the
@@ -1046,6 +1066,7 @@ class ReplayedInsert:
         if not self.evicting:
             state, _ = group.insert_start(keys, tags, None, self.members, self.clock)
             found = state[1]
+            group.backend.hash_members_advance(self.members, found[5])
             return found[0], state[2], list(found[1:])
         backend = group.backend
         if self._victims is None:  # (the eager run's and the recorded run's: one listing)
@@ -1069,7 +1090,10 @@ class ReplayedInsert:
         found = [rows] + list(placed_keys[:5])
         held, self._held = self._held, None
         if not self.evicting:
-            self.group.keep_replayed(found, held)
+            placed = self.group.keep_replayed(found, held)
+            listing, self._listing = self._listing, None
+            if listing is not None:  # the list holds these sizes and the placed keys now
+                self._listed = listing + (placed,)
             self._found = found if held is not None else None
             return
         group = self.group

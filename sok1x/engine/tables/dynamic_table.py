@@ -77,6 +77,51 @@ def held_states(tables):
             for table in tables]
 
 
+def frees_rows(held):
+    """Whether any of `held` (held_states') has a freed row to hand out."""
+    return any([free.start < free.rows.shape[0] for free, _ in held])
+
+
+def take_rows_later_many(tables, placed):
+    """table.take_rows_later(placed, t) of each of `tables` (a hash group's members, member t
+    at t), without a call per table where none has a count pending (a step's usual case)."""
+    for t, table in enumerate(tables):
+        if table._pending is not None:
+            table._settle()
+        table._pending = (placed, t)
+
+
+def settle_rows_many(tables, placed, host_placed):
+    """table.settle_rows(placed, host_placed) of each of `tables`: where a table waits on
+    placed and has no freed row, its high water takes its count without a call."""
+    counts = None
+    for table in tables:
+        pending = table._pending
+        if pending is None or pending[0] is not placed:
+            continue
+        if counts is None:
+            counts = np.asarray(host_placed, dtype=np.int64).reshape(-1).tolist()
+        table._pending = None
+        free = table._free_rows
+        if free.start < free.rows.shape[0]:
+            table._take_rows(counts[pending[1]])
+        else:
+            table._high += counts[pending[1]]
+
+
+def note_touched_many(tables, rows):
+    """table.note_touched(rows) of each of `tables` that keeps statistics, without a call per
+    table (every table keeps the runtime's one step journal: its step is read once)."""
+    now = None
+    for table in tables:
+        if table.statistics is None:
+            continue
+        if now is None:
+            now = table.journal.step
+        step, touched = table._touched
+        table._touched = (now, (touched if step == now else 0) + rows)
+
+
 Dynamic = collections.namedtuple(
     "Dynamic", "var_type init_capacity max_capacity evict_strategy max_hbm_for_vectors")
 Dynamic.__doc__ = """A growing table's settings (per rank): var_type "hbm" | "hybrid";
