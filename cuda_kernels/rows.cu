@@ -87,6 +87,45 @@ __device__ __forceinline__ void move_rows(const Word* src, const int64* src_inde
     move_rows<WORD>(src, src_index, dst, dst_index, n, words_per_row);                        \
   }
 
+// gather_rows of up to GATHER_MANY device arrays of one row size by the same index, in one
+// launch (an eviction's victims: their vectors and every slot): tables[k] and outs[k] for k <
+// count, rows of words_per_row 16-byte words. A thread moves one word of each array, its index
+// read and its position divided once, the count loads in flight together. An index outside
+// [0, src_rows): a zero row (zero_negative 1) or no write (2), as take_rows'.
+#define GATHER_MANY 4
+extern "C" __global__ void gather_rows_many_w16(const uint4* t0, const uint4* t1,
+                                                const uint4* t2, const uint4* t3, uint4* o0,
+                                                uint4* o1, uint4* o2, uint4* o3, int count,
+                                                int64 src_rows, const int64* index, int64 n,
+                                                int64 words_per_row, int zero_negative) {
+  const uint4* tables[GATHER_MANY] = {t0, t1, t2, t3};
+  uint4* outs[GATHER_MANY] = {o0, o1, o2, o3};
+  const int64 total = n * words_per_row;
+  for (int64 w = global_thread_id(); w < total; w += global_thread_count()) {
+    const int64 i = w / words_per_row;
+    const int64 column = w - i * words_per_row;
+    const int64 row = index[i];
+    if (row < 0 || row >= src_rows) {
+      if (zero_negative == 2) continue;
+#pragma unroll
+      for (int k = 0; k < GATHER_MANY; ++k) {
+        if (k < count) outs[k][w] = make_uint4(0, 0, 0, 0);
+      }
+      continue;
+    }
+    const int64 at = row * words_per_row + column;
+    uint4 words[GATHER_MANY];
+#pragma unroll
+    for (int k = 0; k < GATHER_MANY; ++k) {
+      if (k < count) words[k] = tables[k][at];
+    }
+#pragma unroll
+    for (int k = 0; k < GATHER_MANY; ++k) {
+      if (k < count) outs[k][w] = words[k];
+    }
+  }
+}
+
 ROW_COPY_KERNELS(w1, unsigned char)
 ROW_COPY_KERNELS(w4, unsigned int)
 ROW_COPY_KERNELS(w8, unsigned long long)

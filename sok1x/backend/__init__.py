@@ -93,6 +93,9 @@ Every backend module exposes the same names, and the engine's algorithms call on
                                                        negative id adds nothing)
     gather_rows(table, rows, fill=True) -> [n, dim]    row -1 gives a zero vector (fill=False:
                                                        unwritten, for places no one reads)
+    gather_rows_many(tables, rows, fill=True) -> list  gather_rows of several tables of one
+                                                       row shape by the same rows (cuda: one
+                                                       launch for up to 4 in device memory)
     scatter_add_rows(table, rows, values)              table[rows] += values, repeats summed
     init_rows(table, rows, keys, spec, table_id, count=None)   initial values (random_init.py)
     touch_rows(statistics, rows, step, stamp=None)     a lookup's access statistics: int64 [n, 2]

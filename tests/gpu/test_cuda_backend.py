@@ -601,6 +601,34 @@ def test_take_put_gather(cuda, rng, row_shape, dtype, n):
     assert np.array_equal(host(cuda, device_table), want)
 
 
+@pytest.mark.parametrize("count", [1, 3, 4, 5])
+@pytest.mark.parametrize("row_shape,dtype", [((128,), np.float32), ((8,), np.float32),
+                                             ((3,), np.float32), ((2,), np.float64)])
+@pytest.mark.parametrize("fill", [True, False])
+def test_gather_rows_many_equals_a_gather_of_each(cuda, rng, count, row_shape, dtype, fill):
+    """gather_rows_many (one launch for up to four arrays whose rows are whole 16-byte words,
+    a gather each otherwise) gives each array's gather_rows: the rows, zeros at -1 and past the
+    end with fill, and those places left as they were without it."""
+    tables = [(rng.standard_normal((300,) + row_shape) * 50).astype(dtype) for _ in range(count)]
+    index = np.where(rng.random(2000) < 0.2, -1, rng.integers(0, 300, size=2000))
+    index[:3] = [299, 300, 0]  # the last row, one past the end, the first
+    got = cuda.gather_rows_many([cuda.asarray(t) for t in tables], cuda.asarray(index), fill)
+    assert len(got) == count
+    kept = (index >= 0) & (index < 300)
+    for table, out in zip(tables, got):
+        out = host(cuda, out)
+        want = cpu.gather_rows(table, index)
+        assert out.shape == want.shape and out.dtype == want.dtype
+        if fill:
+            assert np.array_equal(out, want)
+        else:
+            assert np.array_equal(out[kept], want[kept])
+    assert cuda.gather_rows_many([], cuda.asarray(index)) == []
+    empty = cuda.gather_rows_many([cuda.asarray(t) for t in tables],
+                                  cuda.asarray(np.zeros(0, np.int64)), fill)
+    assert [host(cuda, e).shape for e in empty] == [(0,) + row_shape] * count
+
+
 def test_index_dtypes(cuda, rng):
     table = rng.standard_normal((50, 8)).astype(np.float32)
     index = rng.integers(0, 50, size=100).astype(np.int32)

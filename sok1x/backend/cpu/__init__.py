@@ -55,6 +55,7 @@ from sok1x.backend.cpu.rows import (  # noqa: F401  (part of the op set)
     COUNTS,
     fill_rows,
     gather_rows,
+    gather_rows_many,
     init_rows,
     init_rows_tagged,
     touch_rows,

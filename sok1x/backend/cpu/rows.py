@@ -38,6 +38,12 @@ def gather_rows(table, rows, fill=True):
     return out
 
 
+def gather_rows_many(tables, rows, fill=True):
+    """[gather_rows(table, rows, fill) for table in tables] (cuda's gathers several arrays in
+    one launch)."""
+    return [gather_rows(table, rows, fill) for table in tables]
+
+
 def init_rows_tagged(table, rows, keys, tags, spec, table_ids, count=None):
     """init_rows of a table group's flat rows: key i initialised as a key of table table_ids[
     tags[i]] (the rows of one member at a time)."""

@@ -86,6 +86,7 @@ from sok1x.backend.cuda.unique_keys import (  # noqa: F401  (part of the op set)
 )
 from sok1x.backend.cuda.rows import (  # noqa: F401  (part of the op set)
     gather_rows,
+    gather_rows_many,
     move_rows,
     put_rows,
     take_rows,

@@ -88,6 +88,45 @@ def gather_rows(table, rows, fill=True):
     return _take(table, rows, _ZERO_ROW if fill else _UNWRITTEN)
 
 
+@memoised_per_context
+def _gather_many_kernel():
+    return prepared("rows.cu", "gather_rows_many_w16", "PPPP" + "PPPP" + "iqPqqi")
+
+
+_GATHER_MANY = 4  # rows.cu's GATHER_MANY: the arrays one launch gathers
+
+
+@uses_context
+def gather_rows_many(tables, rows, fill=True):
+    """[gather_rows(table, rows, fill) for table in tables]: tables of one dtype, row shape and
+    row count; up to _GATHER_MANY of them in device memory whose rows are whole 16-byte words
+    take one launch (the index read once for all: an eviction's victims' vectors and slots),
+    any other set one gather each."""
+    tables = list(tables)
+    if not tables:
+        return []
+    first = tables[0]
+    fits = (len(tables) <= _GATHER_MANY and not any(is_split(t) for t in tables)
+            and first.ndim >= 1 and all(t.dtype == first.dtype and t.shape == first.shape
+                                        for t in tables))
+    if fits:
+        arrays = [device_array(t, "table") for t in tables]
+        index = index_array(rows, "rows")
+        row_shape, row_bytes = _row_shape(first, "table")
+        outs = [empty((index.shape[0],) + row_shape, first.dtype) for _ in arrays]
+        fits = _word_bytes(row_bytes, *(arrays + outs)) == 16
+    if not fits:
+        return [gather_rows(t, rows, fill) for t in tables]
+    words_per_row = row_bytes // 16
+    work = int(index.shape[0]) * words_per_row
+    if work:
+        spare = [0] * (_GATHER_MANY - len(arrays))
+        launch(_gather_many_kernel(), work, *[ptr(a) for a in arrays], *spare,
+               *[ptr(o) for o in outs], *spare, len(arrays), int(first.shape[0]), ptr(index),
+               int(index.shape[0]), words_per_row, _ZERO_ROW if fill else _UNWRITTEN)
+    return outs
+
+
 @uses_context
 def put_rows(dst, index, src):
     """dst[index] = src along axis 0 (`index` has no repeats); dst may be a split array."""

@@ -105,7 +105,6 @@ from sok1x.engine.tables.dynamic_table import all_drop_evicted, held_states
 from sok1x.engine.tables import placement as placements
 from sok1x.engine.tables.table import (
     EmbeddingTable, rebuild_indexes, rebuild_worn, rebuilt_indexes, reset_slot_rows,
-    tombstones_before_worn,
 )
 
 IN_PLACE_ENV = "SOK1X_EVICT_IN_PLACE"  # "0": full members evict by counts read first
@@ -602,7 +601,7 @@ class HashGroup(TableGroup):
     def full_members(self):
         """Host bool [members]: which members are full and free no row
         (DynamicTable.evicts_in_place)."""
-        return np.array([member.evicts_in_place() for member in self.members], dtype=bool)
+        return dynamic_table.evicting_in_place(self.members)
 
     def replays_eviction(self, counts, full=None):
         """Whether a replayed lookup (host counts [T] of keys per member) records its eviction
@@ -1016,11 +1015,13 @@ class ReplayedInsert:
         backend.write_given(self._given, [0.0], self.clock, time.time(),
                             group.journal.step if self.evicting else None)
         if self.evicting and self._rebuilds_inside(group):  # the work rebuilds by these
-            self._room_now = np.array(
-                [[member.index.empty_slots() for member in group.members],
-                 [tombstones_before_worn(member.index, member.capacity)
-                  for member in group.members]],
-                dtype=np.int64)
+            # each index's empty_slots() and tombstones_before_worn(), read at once
+            indexes = group.indexes()
+            tombstones = np.array([index.tombstones for index in indexes], dtype=np.int64)
+            empty = np.array([index.slot_count for index in indexes], dtype=np.int64)
+            empty -= backend.hash_sizes(indexes) + tombstones
+            capacities = np.array([member.capacity for member in group.members], np.int64)
+            self._room_now = np.stack([empty, capacities // 2 - tombstones])
             if self._room is None:
                 self._room = backend.zeros(self._room_now.shape, np.int64)
             backend.write_rows(self._room, 0, self._room_now)  # one upload, straight in

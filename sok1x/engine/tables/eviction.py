@@ -298,9 +298,11 @@ class Evicted:
         victims = self.victims
         victims.kept.know_counts(host_totals)
         host_served = np.asarray(host_served, dtype=np.int64).reshape(-1)
-        for _, table, _, _ in self.members:
-            table.index.settle_size(victims.served, host_served)
-            table.settle_evicted(victims.served, host_served)
+        from sok1x.engine.tables.dynamic_table import settle_evicted_many  # (it imports this)
+        tables = [table for _, table, _, _ in self.members]
+        self.backend.hash_settle_sizes([table.index for table in tables], victims.served,
+                                       host_served)
+        settle_evicted_many(tables, victims.served, host_served)
 
     def put_back(self):
         backend, victims = self.backend, self.victims
@@ -357,6 +359,16 @@ class Queued(collections.namedtuple(
         return cls(*(list(arrays[:5]) + [slots] + list(arrays[5 + len(names):])))
 
 
+def _gathered(backend, values, slots, rows, fill):
+    """(values[rows], {name: slot[rows]}) of the victims' flat `rows` (fill: a zero row where
+    rows is -1, else those places unwritten): the vectors and every slot in one gather where
+    the backend can (backend.gather_rows_many)."""
+    names = list(slots)
+    out = hybrid_rows.gather_rows_many(backend, [values] + [slots[name] for name in names], rows,
+                                       fill)
+    return out[0], dict(zip(names, out[1:]))
+
+
 def fixed_victims(backend, bounds):
     """queue_padded's `out` for members of host `bounds`: arrays the victims' keys, flat rows,
     records and member rows are written into (a replayed step's, the same at every run: the
@@ -398,9 +410,8 @@ def queue_padded(tables, bounds, keys, tags, flat_arrays, step, out=None, room=N
     # (the places without a victim, past a member's new keys, are never read: not written,
     # which halves these gathers' bytes where a member's new keys are half its bound)
     queued = Queued(found, pinned, device_keys, member_rows,
-                    hybrid_rows.gather_rows(backend, values, device_rows, False),
-                    {name: hybrid_rows.gather_rows(backend, s, device_rows, False)
-                     for name, s in slots.items()}, records, totals, unserved, served)
+                    *_gathered(backend, values, slots, device_rows, False), records, totals,
+                    unserved, served)
     # a zero record for every victim's row (none for a place without one: row -1); the erase
     # last, so that nothing here fails once a victim left its index
     cleared = (backend.zeros((1, 2), np.int64), backend.zeros((int(starts[-1]),), np.int64))
@@ -506,9 +517,7 @@ def evict(tables, counts, keys, tags, flat_arrays, found=None, segments=None, pa
     firsts = np.asarray(row_starts[:-1], dtype=np.int64)
     evicted.victims = Victims(
         backend, starts, device_keys, backend.offset_parts(device_rows, starts, -firsts),
-        hybrid_rows.gather_rows(backend, values, device_rows),
-        {name: hybrid_rows.gather_rows(backend, s, device_rows) for name, s in slots.items()},
-        records, totals, served)
+        *_gathered(backend, values, slots, device_rows, True), records, totals, served)
     # a zero record for every victim's row (none for a padded place without one: row -1)
     cleared = (backend.zeros((1, 2), np.int64), backend.zeros((int(starts[-1]),), np.int64))
     backend.hash_erase_many(indexes, device_keys, backend.part_tags(starts), counts, served)

@@ -165,6 +165,12 @@ def gather_rows(backend, array, rows, fill=True):
     return backend.gather_rows(array, rows, fill)
 
 
+def gather_rows_many(backend, arrays, rows, fill=True):
+    """[gather_rows(backend, array, rows, fill) for array in arrays], in one launch where the
+    backend can (backend.gather_rows_many)."""
+    return backend.gather_rows_many(arrays, rows, fill)
+
+
 def put_rows(backend, array, rows, src):
     """array[rows] = src (rows without repeats)."""
     backend.put_rows(array, rows, backend.asarray(src))
