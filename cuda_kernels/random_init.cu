@@ -31,15 +31,7 @@ __device__ __forceinline__ void init_rows(SplitRows<float> table, const int64* r
     float* const out = table.row_at(row, dim);
     if (kind == KIND_CONSTANT) {  // (a slot's reset: no stream to mix)
       const float value = __double2float_rn(a);
-      if ((dim & 3) == 0 && (reinterpret_cast<uint64>(out) & 15) == 0) {
-        // a row of whole float4s: a quarter of the stores (an eviction resets every slot of
-        // its victims' rows, scattered rows of dim 128: one store a lane)
-        const float4 four = make_float4(value, value, value, value);
-        float4* const quads = reinterpret_cast<float4*>(out);
-        for (int64 quad = lane; quad < (dim >> 2); quad += lanes) quads[quad] = four;
-      } else {
-        for (int64 column = lane; column < dim; column += lanes) out[column] = value;
-      }
+      for (int64 column = lane; column < dim; column += lanes) out[column] = value;
       continue;
     }
     const uint64 own = tags != nullptr ? table_stream(seed, table_ids[tags[i]]) : streams;
