@@ -109,21 +109,6 @@ def settle_rows_many(tables, placed, host_placed):
             table._high += counts[pending[1]]
 
 
-def settle_evicted_many(tables, served, host_served):
-    """table.settle_evicted(served, host_served) of each of `tables`, without a call per table
-    where its one pending count is of `served` (a padded eviction's: a step's usual case)."""
-    host = None
-    for table in tables:
-        later = table._evicted_later
-        if len(later) == 1 and later[0][0] is served:
-            if host is None:
-                host = np.asarray(host_served, dtype=np.int64).reshape(-1).tolist()
-            table._evicted_keys += host[later[0][1]]
-            table._evicted_later = []
-        elif later:
-            table.settle_evicted(served, host_served)
-
-
 def evicting_in_place(tables):
     """Host bool [len(tables)]: table.evicts_in_place() of each, read at once."""
     return np.array([table.statistics is not None and table.capacity == table.max_capacity

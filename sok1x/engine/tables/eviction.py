@@ -298,11 +298,11 @@ class Evicted:
         victims = self.victims
         victims.kept.know_counts(host_totals)
         host_served = np.asarray(host_served, dtype=np.int64).reshape(-1)
-        from sok1x.engine.tables.dynamic_table import settle_evicted_many  # (it imports this)
         tables = [table for _, table, _, _ in self.members]
         self.backend.hash_settle_sizes([table.index for table in tables], victims.served,
                                        host_served)
-        settle_evicted_many(tables, victims.served, host_served)
+        for table in tables:
+            table.settle_evicted(victims.served, host_served)
 
     def put_back(self):
         backend, victims = self.backend, self.victims
