@@ -455,10 +455,34 @@ def test_a_group_insert_counted_later_gives_the_sizes_the_cpu_backend_counts():
             assert sizes.tolist() == cpu.hash_sizes(want).tolist() == [
                 index.size for index in want]
             assert [index.size for index in got] == sizes.tolist()
+        keys, tags = batches[-1]
+        found = cuda.hash_insert_many(got, cuda.asarray(keys), cuda.asarray(tags), row_starts)
+        placed = cuda.read_later(found[5])  # (nothing new: every key is held)
+        cuda.hash_insert_many_done(got, found, placed, True)
         mixed = cuda.asarray(np.array([1, 2, 3, 4], np.int64))
-        got[2].add_size_later(mixed, 2)  # a second count pending on one index: each its own
+        got[2].add_size_later(mixed, 2)  # two counts pending on one index: each its own
         sizes = cuda.hash_sizes(got)
         assert sizes.tolist() == (cpu.hash_sizes(want) + np.array([0, 0, 3, 0])).tolist()
+        got[2].size -= 3
+        # an erase counted later, as a padded eviction's: each member erases a few held keys
+        # in places of a bound (-1 in the rest); its count reaches sizes and tombstones when
+        # hash_settle_sizes hands the copy over, as Evicted.settle does
+        erase_keys, erase_tags, bounds, erased = [], [], [], []
+        for t in range(4):
+            held = np.unique(keys[tags == t])[:t + 1]
+            erase_keys += held.tolist() + [-1, -1]
+            erase_tags += [t] * (held.shape[0] + 2)
+            bounds.append(held.shape[0] + 2)
+            erased.append(held.shape[0])
+        erase_keys, erase_tags = np.array(erase_keys), np.array(erase_tags)
+        device_erased = cuda.asarray(np.array(erased, np.int64))
+        cuda.hash_erase_many(got, cuda.asarray(erase_keys), cuda.asarray(erase_tags), bounds,
+                             device_erased)
+        cpu.hash_erase_many(want, erase_keys, erase_tags, bounds, np.array(erased))
+        cuda.hash_settle_sizes(got, device_erased, host(device_erased))
+        assert [index._later for index in got] == [[]] * 4
+        assert cuda.hash_sizes(got).tolist() == cpu.hash_sizes(want).tolist()
+        assert [index.tombstones for index in got] == [index.tombstones for index in want]
 
 
 def test_a_member_list_moved_past_its_keys_is_the_list_of_the_sizes_after():

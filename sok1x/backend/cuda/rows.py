@@ -109,14 +109,14 @@ def gather_rows_many(tables, rows, fill=True):
     fits = (len(tables) <= _GATHER_MANY and not any(is_split(t) for t in tables)
             and first.ndim >= 1 and all(t.dtype == first.dtype and t.shape == first.shape
                                         for t in tables))
-    if fits:
+    if fits:  # (new arrays from the pool start 256-byte aligned: the tables decide the words)
         arrays = [device_array(t, "table") for t in tables]
-        index = index_array(rows, "rows")
         row_shape, row_bytes = _row_shape(first, "table")
-        outs = [empty((index.shape[0],) + row_shape, first.dtype) for _ in arrays]
-        fits = _word_bytes(row_bytes, *(arrays + outs)) == 16
+        fits = _word_bytes(row_bytes, *arrays) == 16
     if not fits:
         return [gather_rows(t, rows, fill) for t in tables]
+    index = index_array(rows, "rows")
+    outs = [empty((index.shape[0],) + row_shape, first.dtype) for _ in arrays]
     words_per_row = row_bytes // 16
     work = int(index.shape[0]) * words_per_row
     if work:

@@ -213,8 +213,9 @@ class SmallReads:
 
     def later(self, array, what):
         """Queues the copy of C-contiguous GPUArray `array` (at most SMALL_BYTES) into a slot;
-        returns collect() -> a NumPy copy the caller owns, after a bounded wait for that copy
-        alone. None where every slot is still out."""
+        returns collect() -> a NumPy copy, after a bounded wait for that copy alone, the same
+        copy at every call (whoever calls it shares it: read it, do not write it). None where
+        every slot is still out."""
         if self._block is None:
             block = allocate_page_locked(SMALL_BYTES * _SMALL_SLOTS, np.uint8)
             self._events = [driver.Event(flags=driver.event_flags.DISABLE_TIMING)
@@ -253,9 +254,10 @@ _small = SmallReads()
 
 def read_small_later(array, what):
     """For a non-empty C-contiguous GPUArray of at most SMALL_BYTES: queues its copy to the
-    host now and returns collect() -> a NumPy copy the caller owns, waiting (bounded, named
-    `what`) for that copy alone; None for any other array, or where no slot is free (the
-    caller then takes download_later). Call inside cuda_context.entered()."""
+    host now and returns collect() -> a NumPy copy (the same one at every call: read, not
+    written), waiting (bounded, named `what`) for that copy alone; None for any other array,
+    or where no slot is free (the caller then takes download_later). Call inside
+    cuda_context.entered()."""
     if not 0 < array.nbytes <= SMALL_BYTES or not is_c_contiguous(array):
         return None
     cuda_context.forbid_inside_capture("a host wait (%s)" % what)

@@ -28,14 +28,15 @@ keys before the replayed backward. A keyed lookup of a HashGroup whose rows stay
 (table_group.ReplayedInsert). Before each replay the host checks that no member can fill up in the
 step (near a member's capacity by counting the step's new keys, one wait; where they do not fit,
 the uncaptured path runs, and grows, evicts or fails as it does; a hybrid member with freed rows
-to hand out takes that path too), and writes the member list its insert hands rows out by and the
-clock its new rows are stamped with. After it, the placed keys are kept (their count copied at
-once, read with the next size) and the step journal records their erasing; a hybrid group counts
-the lookup in its rows' access statistics once the checks passed (one launch beside the graph,
-with the step's number). Where its caller runs the backward (checks="backward"), its forward
-leaves its checks to it as a dense table's does: the step journal keeps the insert's undo until
-they are read, before any op opens a step of its own (_checked_by); its insert passes a negative
-key by. The engine's own step does (bench/). TensorFlow's ops in a
+to hand out takes that path too), writes the clock its new rows are stamped with, and writes the
+member list its insert hands rows out by where the graph (which moves the list past the keys it
+placed) did not leave it as the indexes are. After it, the placed keys are kept (their count
+copied at once, read with the next size) and the step journal records their erasing; a hybrid
+group counts the lookup in its rows' access statistics once the checks passed (one launch beside
+the graph, with the step's number). Where its caller runs the backward (checks="backward"), its
+forward leaves its checks to it as a dense table's does: the step journal keeps the insert's
+undo until they are read, before any op opens a step of its own (_checked_by); its insert passes
+a negative key by. The engine's own step does (bench/). TensorFlow's ops in a
 session's graph (graph_ops: the dense lookup, the keyed op) pass replay=True with a detach, since
 a graph may keep an output past its step (a queue, a while loop's TensorArray). detach=True (a
 py_func's seam): a replayed output and gradient come as copies of their own (detached(); the

@@ -411,8 +411,10 @@ class HashGroup(TableGroup):
         placed) for the host to read and hand to insert_error and insert_finish (or, where no
         member can pass its room, to insert_kept). members and clock: a replayed insert's
         (engine/lookup/replayed_step.py; a group that does not evict): the member list
-        (backend.hash_insert_members) and the clock (float64 [1]) the host writes before each
-        replay, read when the work runs; no size is read here then."""
+        (backend.hash_insert_members: the host writes it where the recorded work's own
+        hash_members_advance did not leave it as it must be) and the clock (float64 [1]) the
+        host writes before each replay, both read when the work runs; no size is read here
+        then."""
         self._found = None  # rows_needed's, for make_room only
         backend, indexes = self.backend, self.indexes()
         # (not after an eviction in place: its members' sizes count its victims on the device,
@@ -915,8 +917,10 @@ class ReplayedInsert:
     them to its backward, as late as that: the step journal undoes the insert until then).
 
     A recorded insert hands out each member's next rows from a member list its graph reads as
-    it is when it runs, and stamps the new rows with the time a clock then holds; ready() writes
-    both from the indexes' sizes and the time now, once no member can fill up in the step: each
+    it is when it runs, and stamps the new rows with the time a clock then holds. The graph
+    moves the list past the keys it placed (backend.hash_members_advance); ready() writes the
+    list from the indexes' sizes only where it does not hold them already, and arm() writes
+    the time now, once ready() found that no member can fill up in the step: each
     member's keys in the lookup (between its `cuts`) fit its room, or else, near a member's
     capacity, its distinct new keys do, counted on the device (one wait, as the uncaptured step
     counts them). Where they do not fit, the uncaptured path runs, which grows, evicts or fails
@@ -957,8 +961,9 @@ class ReplayedInsert:
         self._inside = None  # evicting: whether its work rebuilds indexes (_rebuilds_inside)
 
     def ready(self, keys):
-        """True, with the member list written, where the step's `keys` (backend int64, each
-        member's in turn, as the lookup's) fit (evicting: evict in place)."""
+        """True, with the member list holding the indexes' sizes, where the step's `keys`
+        (backend int64, each member's in turn, as the lookup's) fit (evicting: evict in
+        place)."""
         group = self.group
         if self.evicting:
             return self._ready_to_evict(keys)
@@ -1017,9 +1022,10 @@ class ReplayedInsert:
         if self.evicting and self._rebuilds_inside(group):  # the work rebuilds by these
             # each index's empty_slots() and tombstones_before_worn(), read at once
             indexes = group.indexes()
+            sizes = backend.hash_sizes(indexes)  # first: a count it settles corrects tombstones
             tombstones = np.array([index.tombstones for index in indexes], dtype=np.int64)
             empty = np.array([index.slot_count for index in indexes], dtype=np.int64)
-            empty -= backend.hash_sizes(indexes) + tombstones
+            empty -= sizes + tombstones
             capacities = np.array([member.capacity for member in group.members], np.int64)
             self._room_now = np.stack([empty, capacities // 2 - tombstones])
             if self._room is None:
