@@ -99,21 +99,17 @@ def hash_sizes(indexes):
 
 def hash_settle_sizes(indexes, counts, host_counts):
     """HashIndex.settle_size(counts, host_counts) of every index: the indexes whose one pending
-    count is of `counts` take it from host_counts (as _count does: placed or erased keys, and
-    the tombstones' bound corrected) without a call per index."""
+    count is of `counts` take it from host_counts (HashIndex._count: placed or erased keys, and
+    the tombstones' bound corrected) without settle_size's walk of its entries."""
     host = None
     for index in indexes:
         later = index._later
         if not later:
             continue
-        entry = later[0]
-        if len(later) == 1 and entry[0] is counts:
+        if len(later) == 1 and later[0][0] is counts:
             if host is None:
                 host = np.asarray(host_counts, dtype=np.int64).reshape(-1).tolist()
-            count = host[entry[1]]
-            index._size += entry[2] * count
-            if entry[3]:
-                index.tombstones -= entry[3] - count
+            index._count(later[0], host)
             index._later = []
         else:
             index.settle_size(counts, host_counts)

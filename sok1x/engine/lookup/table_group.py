@@ -101,7 +101,6 @@ import numpy as np
 from sok1x.backend import random_init
 from sok1x.engine.tables import eviction, hybrid_rows, optimizer_updates
 from sok1x.engine.tables import dynamic_table
-from sok1x.engine.tables.dynamic_table import all_drop_evicted, held_states
 from sok1x.engine.tables import placement as placements
 from sok1x.engine.tables.table import (
     EmbeddingTable, rebuild_indexes, rebuild_worn, rebuilt_indexes, reset_slot_rows,
@@ -427,7 +426,7 @@ class HashGroup(TableGroup):
         # (its member list hands rows out, and a read of a member's rows here could wait for
         # the last step's counts inside the capture: ReplayedInsert.ready saw no freed row)
         if self.evicts and members is None:
-            held = held_states(self.members)
+            held = dynamic_table.held_states(self.members)
             pools = [table.rows_source() for table in self.members]
             if evicted is not None:  # a padded eviction's victims' rows, in their places
                 victims = getattr(evicted, "victims", evicted)  # (an Evicted, or its Victims)
@@ -545,7 +544,7 @@ class HashGroup(TableGroup):
         found = segments = None  # rows_needed's of these keys, unless a growth moved the rows
         if counted is not None and counted[0] is keys and counted[1] is self.row_starts:
             found, segments = counted[2:]
-        held = held_states(self.members)
+        held = dynamic_table.held_states(self.members)
         try:
             evicted = eviction.evict(
                 self.members, np.where(short, needed - self.capacities, 0), keys, tags,
@@ -560,7 +559,7 @@ class HashGroup(TableGroup):
         """Host int64 [members]: where this group (one that evicts) may take a training lookup
         of owned `keys` without counting its new keys first, a bound on each member's new keys
         (0 for a member that need not evict): every member either holds all its keys even if
-        new, or is full and frees no row (DynamicTable.evicts_in_place), so that all its new
+        new, or is full and frees no row (dynamic_table.evicting_in_place), so that all its new
         keys evict, counted on the device (make_room_in_place); else None (the counted way).
         most: None, or the op header's host int64 [members], the most keys of each member that
         can arrive at an owner (without it, each member's bound would be all of `keys`: the
@@ -585,7 +584,7 @@ class HashGroup(TableGroup):
         Returns the eviction.Evicted for insert_start, whose `unserved` the caller reads: not 0
         where a member had fewer evictable keys than new ones (the step must fail)."""
         self._arrivals = self._found = None
-        held = held_states(self.members)
+        held = dynamic_table.held_states(self.members)
         try:
             evicted = eviction.evict(
                 self.members, bounds, keys, tags,
@@ -602,13 +601,13 @@ class HashGroup(TableGroup):
 
     def full_members(self):
         """Host bool [members]: which members are full and free no row
-        (DynamicTable.evicts_in_place)."""
+        (dynamic_table.evicting_in_place)."""
         return dynamic_table.evicting_in_place(self.members)
 
     def replays_eviction(self, counts, full=None):
         """Whether a replayed lookup (host counts [T] of keys per member) records its eviction
         (ReplayedInsert, evicting): every member with keys is full and frees no row
-        (DynamicTable.evicts_in_place), so that all its new keys would evict in place, no member
+        (dynamic_table.evicting_in_place), so that all its new keys would evict in place, no member
         keeps what it evicts for a reader (drop_evicted: a reader would hand out arrays the next
         replay writes), and SOK1X_REPLAY_EVICTION is not 0. Else such a group's steps replay
         only where their keys fit. full: None, or full_members() as it is now."""
@@ -616,7 +615,8 @@ class HashGroup(TableGroup):
             return False
         if full is None:
             full = self.full_members()
-        return bool(np.all(full | (np.asarray(counts) == 0))) and all_drop_evicted(self.members)
+        return (bool(np.all(full | (np.asarray(counts) == 0)))
+                and dynamic_table.all_drop_evicted(self.members))
 
     def in_place_error(self, totals, unserved):
         """The TableFullError of the first member whose new keys make_room_in_place could not
@@ -968,7 +968,7 @@ class ReplayedInsert:
         if self.evicting:
             return self._ready_to_evict(keys)
         if group.evicts:
-            held = held_states(group.members)
+            held = dynamic_table.held_states(group.members)
             if dynamic_table.frees_rows(held):  # new keys would take freed rows
                 return False
         sizes = group.sizes()
@@ -1034,7 +1034,7 @@ class ReplayedInsert:
 
     def _ready_to_evict(self, keys):
         group = self.group
-        held = held_states(group.members)  # (first: it hands over counts left pending)
+        held = dynamic_table.held_states(group.members)  # (first: it hands over counts pending)
         full = group.full_members()
         if not group.replays_eviction(self.counts, full):
             return False

@@ -92,8 +92,8 @@ def take_rows_later_many(tables, placed):
 
 
 def settle_rows_many(tables, placed, host_placed):
-    """table.settle_rows(placed, host_placed) of each of `tables`: where a table waits on
-    placed and has no freed row, its high water takes its count without a call."""
+    """Hands each of `tables` that waits on take_rows_later's counts `placed` its count from
+    their host copy `host_placed` (read since), if still pending."""
     counts = None
     for table in tables:
         pending = table._pending
@@ -102,15 +102,15 @@ def settle_rows_many(tables, placed, host_placed):
         if counts is None:
             counts = np.asarray(host_placed, dtype=np.int64).reshape(-1).tolist()
         table._pending = None
-        free = table._free_rows
-        if free.start < free.rows.shape[0]:
-            table._take_rows(counts[pending[1]])
-        else:
-            table._high += counts[pending[1]]
+        table._take_rows(counts[pending[1]])
 
 
 def evicting_in_place(tables):
-    """Host bool [len(tables)]: table.evicts_in_place() of each, read at once."""
+    """Host bool [len(tables)]: whether each of `tables` is a hybrid shard that is full and
+    frees no row (max_capacity rows, each held by a key: what any eviction leaves), with no
+    count pending: a lookup's new keys may then all evict, counted on the device alone, and
+    take their victims' rows (a padded eviction: engine/tables/eviction.py,
+    HashGroup.make_room_in_place). Read at once for a group's members."""
     return np.array([table.statistics is not None and table.capacity == table.max_capacity
                      and table._pending is None
                      and table._free_rows.start == table._free_rows.rows.shape[0]
@@ -118,8 +118,10 @@ def evicting_in_place(tables):
 
 
 def note_touched_many(tables, rows):
-    """table.note_touched(rows) of each of `tables` that keeps statistics, without a call per
-    table (every table keeps the runtime's one step journal: its step is read once)."""
+    """Adds `rows` (at least the rows a lookup just counted in the statistics) to what the
+    current step has touched (DynamicTable._surely_evictable's bound), in each of `tables` that
+    keeps statistics, without a call per table (every table keeps the runtime's one step
+    journal: its step is read once)."""
     now = None
     for table in tables:
         if table.statistics is None:
@@ -299,15 +301,6 @@ class DynamicTable(EmbeddingTable):
     def drops_evicted(self):
         """Whether no one reads the keys this table evicts (drop_evicted)."""
         return self.name in _DROPPED
-
-    def evicts_in_place(self):
-        """True when this hybrid shard is full and frees no row (max_capacity rows, each held by
-        a key: what any eviction leaves), with no count pending: a lookup's new keys may then
-        all evict, counted on the device alone, and take their victims' rows (a padded
-        eviction: engine/tables/eviction.py, HashGroup.make_room_in_place)."""
-        return (self.statistics is not None and self.capacity == self.max_capacity
-                and self._pending is None and self._free_rows.size == 0
-                and self._high == self.capacity)
 
     def _settle(self):
         """Counts the pending insert: one read of its counts, handed to the whole group (every
@@ -521,10 +514,8 @@ class DynamicTable(EmbeddingTable):
         return held
 
     def note_touched(self, rows):
-        """Adds `rows` (at least the rows a lookup just counted in the statistics) to what the
-        current step has touched (_surely_evictable's bound)."""
-        step, touched = self._touched
-        self._touched = (self.journal.step, (touched if step == self.journal.step else 0) + rows)
+        """note_touched_many of this table alone (it keeps statistics)."""
+        note_touched_many([self], rows)
 
     def _surely_evictable(self, arriving, missing):
         """At most as many as _evictable(keys) counts, from host counts alone: the held rows
@@ -654,10 +645,7 @@ class DynamicTable(EmbeddingTable):
 
     def settle_rows(self, placed, host_placed):
         """Hands over the host copy of take_rows_later's counts `placed`, if still pending."""
-        if self._pending is not None and self._pending[0] is placed:
-            t = self._pending[1]
-            self._pending = None
-            self._take_rows(int(host_placed[t]))
+        settle_rows_many([self], placed, host_placed)
 
     def undo_placed(self, new_keys, new_rows, held):
         """Undoes a hash group's placing of `new_keys` at this shard's `new_rows` (backend
