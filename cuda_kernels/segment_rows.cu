@@ -9,7 +9,9 @@
 //   place_by_segment    order[starts[s] ..] = the positions of s's ids (in no fixed order), and
 //                       order_ids beside it their segment
 //   zero_unsummed_rows  zeros in each segment's row that no chunk stores whole: an empty segment,
-//                       or one whose positions cross a chunk's end (its chunks add to it)
+//                       or one whose positions cross a chunk's end (its chunks add to it); with
+//                       `dirty` (a replayed backward's fixed sums, backend/kept_sums.py), an empty
+//                       segment's row only where an earlier run may have stored a sum there
 //   sum_segment_chunks  a group of lanes per chunk of CHUNK positions of the order: each run of one
 //                       segment summed in registers, stored, or added (red.v4) where it crosses
 //
@@ -49,18 +51,38 @@ __device__ __forceinline__ bool crosses(int64 first, int64 end) {
   return first / CHUNK != (end - 1) / CHUNK;
 }
 
-// A warp a segment: the test once, then the row's float4s by its lanes (no 64-bit division per
-// element, which bounded the kernel where most rows are zeroed: a bounded backward's padding).
+// A thread a segment for the test (its bounds and mark read coalesced), then each warp zeros the
+// rows its lanes found together, a row's float4s by its lanes: a warp a segment spent its time
+// waiting on each padded place's bounds, not writing (2026-11-28, bench/NOTES.md).
+// dirty (may be null): per row, -1 where it may hold a sum of an earlier run, 0 where it holds
+// zeros; an empty segment's row is zeroed only where dirty is not 0, and dirty is kept (-1 for
+// every row this run stores a sum in, 0 for the empty ones). Launched with whole warps.
 extern "C" __global__ void zero_unsummed_rows(const int64* starts, int64 segments, int64 quads,
-                                              float* out) {
-  const int64 warps = global_thread_count() / 32;
+                                              float* out, signed char* dirty) {
+  const int64 threads = global_thread_count();
   const int lane = (int)lane_id();
+  const int64 warps_end = (segments + 31) & ~31LL;  // every lane of a warp loops as often
   float4* fours = reinterpret_cast<float4*>(out);
-  for (int64 s = global_thread_id() / 32; s < segments; s += warps) {
-    const int64 first = starts[s], end = starts[s + 1];
-    if (first != end && !crosses(first, end)) continue;
-    float4* row = fours + s * quads;
-    for (int64 c = lane; c < quads; c += 32) row[c] = make_float4(0.f, 0.f, 0.f, 0.f);
+  for (int64 s = global_thread_id(); s < warps_end; s += threads) {
+    bool zero = false;
+    if (s < segments) {
+      const int64 first = starts[s], end = starts[s + 1];
+      const bool empty = first == end;
+      if (dirty != nullptr) {
+        zero = empty ? dirty[s] != 0 : crosses(first, end);
+        dirty[s] = empty ? 0 : -1;
+      } else {
+        zero = empty || crosses(first, end);
+      }
+    }
+    unsigned found = __ballot_sync(0xffffffffu, zero);
+    const int64 base = s - lane;
+    while (found != 0u) {
+      const int k = __ffs(found) - 1;
+      found &= found - 1u;
+      float4* row = fours + (base + k) * quads;
+      for (int64 c = lane; c < quads; c += 32) row[c] = make_float4(0.f, 0.f, 0.f, 0.f);
+    }
   }
 }
 

@@ -58,6 +58,9 @@ Every backend module exposes the same names, and the engine's algorithms call on
     read_later(array) -> collect()   queues array's copy to the host now; collect() waits for
         that copy alone and returns it (a flag read once later work is queued), the same copy
         at every call
+    sums_kept(dirty)                 a context: a segment_sum into len(dirty) rows zeros only the
+        rows dirty (int8, -1) says may hold an earlier sum, and keeps it (a replayed backward's
+        fixed sums: backend/kept_sums.py)
     read_many_later(arrays) -> collect()   the same of several device arrays (their copies
         queued one after the other), collect() -> [np.ndarray], one wait
     copy_array(dst, src)             dst = src, two device arrays of one dtype and size (any

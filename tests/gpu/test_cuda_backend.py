@@ -748,6 +748,74 @@ def test_sums_by_segment_replay_in_a_graph(cuda, rng):
             work.free()
 
 
+@pytest.mark.parametrize("kept", [False, True])
+def test_sums_zero_every_padded_row_past_one_grid(cuda, rng, kept):
+    """More segments than one launch's grid has threads (zero_unsummed_rows' test runs a thread
+    a segment, its warps zeroing the rows they found together, over a grid-stride loop) and a
+    count that leaves the last warp part empty: every segment no id falls in reads zero, from an
+    output of garbage, with and without marks that say every row may hold a sum."""
+    n, segments, dim = segment_rows.SORTED_MIN, (1 << 20) + 13, segment_rows.MIN_WIDTH
+    ids = rng.integers(0, segments, size=n)
+    ids[::7] = segments - 1  # the last segment, hot: over many chunks
+    values = rng.standard_normal((n, dim)).astype(np.float32)
+    with cuda_context.entered():
+        out = cuda.fill_value(cuda.empty((segments, dim), np.float32), 7.0)
+        dirty = cuda.fill_value(cuda.empty((segments,), np.int8), -1) if kept else None
+        got = host(cuda, segment_rows.sorted_segment_sum(
+            cuda.asarray(values), cuda.asarray(ids), segments, out, dirty))
+    assert_sums_close(got, cpu.segment_sum(values, ids, segments))
+    assert not got[np.setdiff1d(np.arange(segments), ids)].any()
+    if kept:
+        assert np.array_equal(host(cuda, dirty) == 0,
+                              np.bincount(ids, minlength=segments) == 0)
+
+
+def test_sums_kept_zero_only_the_rows_an_earlier_replay_wrote(cuda, rng):
+    """A sorted segment_sum recorded inside sums_kept(dirty) (a replayed backward's:
+    backend/kept_sums.py) equals cpu at every replay while the segments its ids fill shrink and
+    grow (a row summed at one replay and empty at the next is zeroed again), from an output of
+    garbage at the first replay (dirty all -1); a row dirty marks as zeros is not written (the
+    zeros the kernel leaves out), and after dirty is filled with -1 again every empty row is."""
+    n, segments, dim = segment_rows.SORTED_MIN * 2, 20011, segment_rows.MIN_WIDTH
+    with cuda_context.entered():
+        ids = cuda.asarray(rng.integers(0, segments, size=n))
+        values = cuda.asarray(rng.standard_normal((n, dim)).astype(np.float32))
+        cuda.segment_sum(values, ids, segments)  # eagerly first, as the engine does
+        dirty = cuda.fill_value(cuda.empty((segments,), np.int8), -1)
+
+        def run():
+            with cuda.sums_kept(dirty):
+                return [cuda.segment_sum(values, ids, segments)]
+        work = cuda.captured_work(run)
+        try:
+            cuda.fill_value(work.outputs[0], 7.0)  # garbage the first replay must not keep
+            for step, top in enumerate([segments, 3000, segments // 2, 500, segments]):
+                fresh = rng.standard_normal((n, dim)).astype(np.float32)
+                fresh_ids = rng.integers(0, top, size=n)
+                fresh_ids[::3 + step] = step  # hot: over hundreds of chunks
+                cuda.write_rows(values, 0, cuda.asarray(fresh))
+                cuda.write_rows(ids, 0, cuda.asarray(fresh_ids))
+                work.replay()
+                got = host(cuda, work.outputs[0])
+                assert_sums_close(got, cpu.segment_sum(fresh, fresh_ids, segments))
+                marks = host(cuda, dirty)
+                assert np.array_equal(marks == 0, np.bincount(fresh_ids, minlength=segments) == 0)
+            empty = int(np.flatnonzero(marks == 0)[0])
+            cuda.write_rows(work.outputs[0], empty, cuda.asarray(np.full((1, dim), 5.0,
+                                                                          np.float32)))
+            work.replay()  # the same ids: that row is marked zeros, so it is left as it is
+            assert np.all(host(cuda, work.outputs[0])[empty] == 5.0)
+            cuda.fill_value(dirty, -1)  # as replayed_step._refill does after writing the sums
+            work.replay()
+            assert_sums_close(host(cuda, work.outputs[0]),
+                              cpu.segment_sum(fresh, fresh_ids, segments))
+        finally:
+            work.free()
+    with pytest.raises(ValueError, match="sums_kept"):
+        with cuda.sums_kept(dirty):
+            cuda.segment_sum(values, ids, segments + 1)
+
+
 def test_segment_sum_1d_and_float64(cuda, rng):
     values = rng.standard_normal(3000)
     ids = rng.integers(0, 10, size=3000)

@@ -27,6 +27,8 @@ from sok1x.backend.cpu.hash import (  # noqa: F401  (part of the op set)
 from sok1x.backend.cpu import optimizers as cpu_optimizers
 from sok1x.backend.cpu.aligned import exportable  # noqa: F401  (part of the op set)
 from sok1x.backend import given_hyper
+from sok1x.backend import kept_sums
+from sok1x.backend.kept_sums import sums_kept  # noqa: F401  (op set: D14; cpu zeros every row)
 from sok1x.backend.copies import copy_array_error
 from sok1x.backend.given_hyper import (  # noqa: F401  (op set: D14)
     hyper_given,
@@ -591,10 +593,12 @@ def _unique_ascending(keys):
 
 def segment_sum(values, segment_ids, num_segments):
     """Returns [num_segments, ...] sums of `values` rows per segment id (absent ids give zeros;
-    a negative id, a padded slot, adds nothing)."""
+    a negative id, a padded slot, adds nothing). Every row is written whatever sums_kept bound
+    (checked alone, as cuda checks it)."""
     values = np.asarray(values)
     segment_ids = np.asarray(segment_ids, dtype=np.int64)
     num_segments = int(num_segments)
+    kept_sums.kept(num_segments)
     if segment_ids.size and segment_ids.min() < 0:
         kept = segment_ids >= 0
         return segment_sum(values[kept], segment_ids[kept], num_segments)

@@ -91,7 +91,8 @@ from sok1x.backend.cuda.rows import (  # noqa: F401  (part of the op set)
     put_rows,
     take_rows,
 )
-from sok1x.backend import given_hyper
+from sok1x.backend import given_hyper, kept_sums
+from sok1x.backend.kept_sums import sums_kept  # noqa: F401  (op set: D14)
 from sok1x.backend.given_hyper import (  # noqa: F401  (op set: D14)
     hyper_given,
     step_given,
@@ -475,10 +476,13 @@ def segment_sum(values, segment_ids, num_segments):
     segment_ids = index_array(segment_ids, "segment_ids")
     out = _pooled_empty((int(num_segments),) + values.shape[1:], values.dtype)
     n = int(segment_ids.shape[0])
+    dirty = kept_sums.kept(int(num_segments))  # (a replayed backward's: kept_sums.py)
     if (values.shape[0] == n and ptr(out) % 16 == 0
             and segment_rows.applies(values, n, elements(values.shape[1:]))):
-        return segment_rows.sorted_segment_sum(values, segment_ids, num_segments, out)
+        return segment_rows.sorted_segment_sum(values, segment_ids, num_segments, out, dirty)
     _add_rows(fill_bytes(out, 0), segment_ids, values, "segment_sum")
+    if dirty is not None:  # every row written: any may hold a sum now
+        fill_value(dirty, -1)
     return out
 
 

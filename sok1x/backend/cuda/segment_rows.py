@@ -36,7 +36,7 @@ def _kernels():
     source = "segment_rows.cu"
     return {"count": prepared(source, "count_segments", "PqqP"),
             "place": prepared(source, "place_by_segment", "PqqPPPP"),
-            "zero": prepared(source, "zero_unsummed_rows", "PqqP"),
+            "zero": prepared(source, "zero_unsummed_rows", "PqqPP"),
             "sum": prepared(source, "sum_segment_chunks", "PPPqqqqPP")}
 
 
@@ -58,12 +58,14 @@ def lanes_for(quads):
     return lanes
 
 
-def sorted_segment_sum(values, ids, num_segments, out):
+def sorted_segment_sum(values, ids, num_segments, out, dirty=None):
     """Writes into float32 `out` [num_segments, width] (16-byte aligned) the sums of float32
     `values` [n, width] rows (16-byte aligned, width a multiple of 4: applies() asks more) per
     int64 segment id `ids` [n] (ids outside [0, num_segments) are skipped); every row of `out`
-    is written, zeros where no id falls. Queued (call with the device context current);
-    returns out."""
+    is written, zeros where no id falls. dirty: None, or int8 [num_segments] kept with `out`
+    from run to run (backend/kept_sums.py): a row no id falls in is then written only where
+    dirty says an earlier run stored a sum in it (-1). Queued (call with the device context
+    current); returns out."""
     kernels = _kernels()
     n = int(ids.shape[0])
     segments = int(num_segments)
@@ -76,7 +78,8 @@ def sorted_segment_sum(values, ids, num_segments, out):
     order, order_ids = empty((n,), np.int64), empty((n,), np.int64)
     launch(kernels["place"], n, ptr(ids), n, segments, ptr(starts), ptr(counts), ptr(order),
            ptr(order_ids))
-    launch(kernels["zero"], segments * 32, ptr(starts), segments, quads, ptr(out))  # a warp a row
+    launch(kernels["zero"], segments, ptr(starts), segments, quads, ptr(out),
+           0 if dirty is None else ptr(dirty))  # a thread a row's test, whole warps
     lanes = lanes_for(quads)
     threads = -(-n // CHUNK) * lanes
     launch(kernels["sum"], 0, ptr(order), ptr(order_ids), ptr(starts), segments, n, quads, lanes,

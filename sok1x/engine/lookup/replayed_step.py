@@ -186,8 +186,9 @@ class _Backward:
     """One backward shape class of a _Forward: its fixed top gradient, recorded work and update
     classes."""
 
-    def __init__(self, grads, own, work, pieces):
+    def __init__(self, grads, own, work, pieces, kept=None):
         self.grads, self.own, self.work, self.pieces = grads, own, work, pieces
+        self.kept = kept  # int8 per row of its sums: which may hold an earlier sum (kept_sums)
         self.updates = {}  # (rule, slot prefix, options) -> _Update
         self.result = None  # (values, rows, Padded) every replay returns, from the first on
         self.detached = None  # copies of its outputs the last detached replay handed out
@@ -204,6 +205,7 @@ class _Backward:
             return 0
         return (self.work.held_bytes + (0 if self.own else int(self.grads.nbytes))
                 + sum(int(a.nbytes) for a in self.detached or ())
+                + (0 if self.kept is None else int(self.kept.nbytes))
                 + sum(u.held_bytes for u in self.updates.values()))
 
     def free(self):
@@ -749,7 +751,10 @@ def backward(runtime, table, op, routing, grads, detach=False):
         run = functools.partial(_backward_run, runtime, table, entry.routing, fixed, pieces)
         out = run()  # this step, eagerly; then recorded for the next
         if recorded is None:
-            entry.backwards[shape] = _Backward(fixed, own, _recorded(backend, run), pieces)
+            kept = None if runtime.size > 1 else backend.fill_value(
+                backend.empty((int(pieces[-1]),), np.int8), -1)  # every row may hold a sum
+            entry.backwards[shape] = _Backward(fixed, own, _recorded(backend, functools.partial(
+                run, kept=kept)), pieces, kept)
     else:
         if not own:
             backend.copy_array(recorded.grads, grads)
@@ -870,6 +875,8 @@ def _refill(backend, backward, out):
         return False
     for given, into in zip(out[:3], fixed[:3]):
         backend.copy_array(into, given)
+    if backward.kept is not None:  # the sums rewritten from outside: any row may hold one
+        backend.fill_value(backward.kept, -1)
     return True
 
 
@@ -955,13 +962,19 @@ def _update_run(backend, table, rule, slots, gradient, given, clock, hyper, opti
         table.stamp(gradient[0])
 
 
-def _backward_run(runtime, table, routing, grads, pieces):
+def _backward_run(runtime, table, routing, grads, pieces, kept=None):
     """The device work of a bounded backward: [rows, summed, local rows], each member's rows in
     its piece (`pieces`), padded (on several ranks the gradients cross first:
-    replayed_ranks.backward_run)."""
+    replayed_ranks.backward_run). kept: None, or the recorded work's int8 row marks, with which
+    its sums zero only the places an earlier replay stored a sum in (backend/kept_sums.py)."""
     if runtime.size > 1:
         return replayed_ranks.backward_run(runtime, table, routing, grads, pieces)
-    rows, summed, padded = padded_sums(runtime.backend, table, routing, grads, pieces)
+    backend = runtime.backend
+    if kept is None:
+        rows, summed, padded = padded_sums(backend, table, routing, grads, pieces)
+    else:
+        with backend.sums_kept(kept):
+            rows, summed, padded = padded_sums(backend, table, routing, grads, pieces)
     return [rows, summed, padded.local]
 
 
