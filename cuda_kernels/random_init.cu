@@ -12,11 +12,20 @@
 //
 // init_rows_tagged_float32 does the same for a hash group's flat rows (engine/lookup/table_group.py):
 // key i is one of table table_ids[tags[i]], whose stream it is drawn from.
+// Up to two slots a group's new rows take their initial constant in (init_rows_tagged_float32:
+// rows an eviction freed still hold their last key's slots), written beside the vector.
+struct SlotResets {
+  SplitRows<float> first, second;
+  int count;
+  float first_value, second_value;  // (rounded from float64 as a constant vector's value is)
+};
+
 __device__ __forceinline__ void init_rows(SplitRows<float> table, const int64* rows,
                                           const int64* keys, const int64* tags, int64 n,
                                           const uint64* count, int64 dim, int lane_shift, int kind,
                                           uint64 seed, uint64 table_id, const uint64* table_ids,
-                                          double a, double b, const int64* order) {
+                                          double a, double b, const int64* order,
+                                          const SlotResets& slots) {
   const int64 valid = count != nullptr && (int64)*count < n ? (int64)*count : n;
   if (order == nullptr) n = valid;  // else the order puts the positions past it anywhere
   const uint64 streams = table_stream(seed, table_id);
@@ -28,6 +37,14 @@ __device__ __forceinline__ void init_rows(SplitRows<float> table, const int64* r
     if (i >= valid) continue;
     const int64 row = rows[i];
     if (row < 0) continue;
+    if (slots.count > 0) {
+      float* const first = slots.first.row_at(row, dim);
+      for (int64 column = lane; column < dim; column += lanes) first[column] = slots.first_value;
+    }
+    if (slots.count > 1) {
+      float* const second = slots.second.row_at(row, dim);
+      for (int64 column = lane; column < dim; column += lanes) second[column] = slots.second_value;
+    }
     float* const out = table.row_at(row, dim);
     if (kind == KIND_CONSTANT) {  // (a slot's reset: no stream to mix)
       const float value = __double2float_rn(a);
@@ -47,15 +64,23 @@ extern "C" __global__ void init_rows_float32(SplitRows<float> table, const int64
                                              int64 dim, int lane_shift, int kind, uint64 seed,
                                              uint64 table_id, double a, double b,
                                              const int64* order) {
+  const SlotResets none = {};
   init_rows(table, rows, keys, nullptr, n, count, dim, lane_shift, kind, seed, table_id, nullptr,
-            a, b, order);
+            a, b, order, none);
 }
 
+// slot_count (0 to 2) of first_slot and second_slot take first_value and second_value in the
+// same rows (the slots' reset of rows an eviction freed: one pass over the rows, not three).
 extern "C" __global__ void init_rows_tagged_float32(SplitRows<float> table, const int64* rows,
                                                     const int64* keys, const int64* tags,
                                                     int64 n, const uint64* count, int64 dim,
                                                     int lane_shift, int kind, uint64 seed,
-                                                    const uint64* table_ids, double a, double b) {
+                                                    const uint64* table_ids, double a, double b,
+                                                    double first_value, double second_value,
+                                                    SplitRows<float> first_slot,
+                                                    SplitRows<float> second_slot, int slot_count) {
+  const SlotResets slots = {first_slot, second_slot, slot_count, __double2float_rn(first_value),
+                            __double2float_rn(second_value)};
   init_rows(table, rows, keys, tags, n, count, dim, lane_shift, kind, seed, 0, table_ids, a, b,
-            nullptr);
+            nullptr, slots);
 }

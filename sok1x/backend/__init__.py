@@ -136,8 +136,9 @@ Every backend module exposes the same names, and the engine's algorithms call on
     hash_find_many(indexes, keys, tags, row_starts) -> flat rows, -1 where not held
     hash_rehash_many(indexes) -> indexes               each rebuilt without tombstones (cuda:
                                                        in place, two launches for all)
-    init_rows_tagged(table, rows, keys, tags, spec, table_ids, count=None)   init_rows with the
-        table id of each key's member
+    init_rows_tagged(table, rows, keys, tags, spec, table_ids, count=None, slots=())   init_rows
+        with the table id of each key's member; slots: (array, value) pairs whose same rows take
+        the constant value (cuda: in the same pass, up to two)
 
 The seam to a framework (graph_ops/boundary.py, DESIGN D1):
     from_dlpack(capsule) -> array       read a framework's tensor in place (consumes the capsule)

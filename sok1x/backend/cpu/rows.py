@@ -4,7 +4,7 @@ import collections
 
 import numpy as np
 
-from sok1x.backend import given_hyper
+from sok1x.backend import given_hyper, random_init
 from sok1x.backend.cpu.random_rows import initial_values
 
 # What this process's steps did (cpu.counts()): "host_waits", the calls at which the cuda
@@ -44,15 +44,18 @@ def gather_rows_many(tables, rows, fill=True):
     return [gather_rows(table, rows, fill) for table in tables]
 
 
-def init_rows_tagged(table, rows, keys, tags, spec, table_ids, count=None):
+def init_rows_tagged(table, rows, keys, tags, spec, table_ids, count=None, slots=()):
     """init_rows of a table group's flat rows: key i initialised as a key of table table_ids[
-    tags[i]] (the rows of one member at a time)."""
+    tags[i]] (the rows of one member at a time); slots: (array, value) pairs whose same rows
+    take the constant value (cuda writes them in the same pass)."""
     rows = counted_rows(rows, count)
     keys = np.asarray(keys, dtype=np.int64)[:rows.shape[0]]
     tags = np.asarray(tags, dtype=np.int64)[:rows.shape[0]]
     for t in np.unique(tags[rows >= 0]):
         mine = tags == t
         init_rows(table, rows[mine], keys[mine], spec, int(table_ids[t]))
+    for slot, value in slots:
+        init_rows(slot, rows, keys, random_init.make_spec("constant", value), 0)
 
 
 def fill_rows(array, rows, value, count=None):

@@ -18,7 +18,6 @@ from sok1x.backend.cuda import context as cuda_context
 from sok1x.backend.cuda import host_rows as cuda_host_rows
 from sok1x.backend.cuda import segment_rows
 from sok1x.backend.owner_rules import OWNER_MOD
-from sok1x.backend import random_init as recipe
 from sok1x.backend.cuda.context import uses_context
 from sok1x.backend.cuda.groups import (  # noqa: F401  (part of the op set: table groups)
     distinct_rows_many,
@@ -46,6 +45,9 @@ from sok1x.backend.cuda.hash_groups import (  # noqa: F401  (part of the op set:
     hash_members_advance,
     hash_rehash_many,
     rebuild_flags,
+)
+from sok1x.backend.cuda.random_rows import (  # noqa: F401  (part of the op set)
+    init_rows,
     init_rows_tagged,
 )
 from sok1x.backend.cuda.captured_graph import captured_work  # noqa: F401  (op set: D14)
@@ -66,7 +68,6 @@ from sok1x.backend.cuda.eviction import (  # noqa: F401  (part of the op set)
     pick_victims,
     stamp_last_step,
 )
-from sok1x.backend.cuda.host_row_order import host_order, walk_blocks
 from sok1x.backend.cuda.hash import (  # noqa: F401  (part of the op set)
     HashIndex,
     hash_settle_sizes,
@@ -128,14 +129,12 @@ from sok1x.backend.cuda.kernel_launch import (
     fill_float32,
     index_array,
     is_c_contiguous,
-    lane_shift as _lane_shift,
     launch,
     memoised_per_context,
     prepared,
     ptr,
     row_view as _row_view,
     row_views as _row_views,
-    split_args,
     to_device,
     to_host as _copy_to_host,
     to_host_later as _copy_to_host_later,
@@ -519,38 +518,6 @@ def touch_rows(statistics, rows, step, stamp=None):
                rows.shape[0], int(step), 0 if not new_n else ptr(times),
                0 if not new_n else ptr(new_rows), new_n, _count_ptr(count) if new_n else 0,
                float(now))
-
-
-@memoised_per_context
-def _init_rows_kernel():
-    return prepared("random_init.cu", "init_rows_float32", "PPqPPPqPqiiQQddP")
-
-
-@uses_context
-def init_rows(table, rows, keys, spec, table_id, count=None):
-    """Writes the initial vectors of `keys` (random_init's recipe) into table[rows]; table is a
-    float32 [rows, dim] GPUArray or a split array of them. count: None, or a uint64 [1] device
-    array: only the first count[0] rows are written (HashIndex.find_or_insert's queue_first),
-    negative rows skipped."""
-    if table.dtype != np.float32 or table.ndim != 2:
-        raise TypeError("init_rows needs a float32 [rows, dim] table, got %s %s" % (
-            table.dtype, table.shape))
-    rows = index_array(rows, "rows")
-    keys = index_array(keys, "keys")
-    if rows.shape != keys.shape:
-        raise ValueError("init_rows: %d rows for %d keys" % (rows.shape[0], keys.shape[0]))
-    dim = table.shape[1]
-    if rows.shape[0] == 0 or dim == 0:
-        return
-    kind, seed, table_id, a, b = recipe.kernel_arguments(spec, table_id)
-    lane_shift = _lane_shift(dim)
-    count = _count_array(count)  # held until the launch: the order allocates in between
-    count_ptr = 0 if count is None else ptr(count)
-    order = host_order(table, rows, zero_negative=True, count_ptr=count_ptr)
-    work = rows.shape[0] << lane_shift
-    launch(_init_rows_kernel(), work, *split_args(table, dim), ptr(rows),
-           ptr(keys), rows.shape[0], count_ptr, dim, lane_shift, kind, seed, table_id, a, b,
-           0 if order is None else ptr(order), blocks=walk_blocks(order, work))
 
 
 def _count_ptr(count):

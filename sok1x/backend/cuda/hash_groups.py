@@ -1,7 +1,7 @@
 """A hash group's members' HashIndexes in one launch (engine/lookup/table_group.py's HashGroup, the
 kernels hash_find_tagged, hash_find_or_insert_tagged, hash_erase_tagged and the rehash's
-hash_take_slots_many and hash_reinsert_many of cuda_kernels/hash_table.cu, and
-init_rows_tagged_float32 of random_init.cu).
+hash_take_slots_many and hash_reinsert_many of cuda_kernels/hash_table.cu; their new rows'
+initial values: random_rows.init_rows_tagged).
 
 The members travel to a kernel as one int64 list, seven entries each: the address and slot count
 of the index's slots, its first new row (its size, or a hybrid table's high water), the rows it
@@ -17,20 +17,16 @@ import operator
 
 import numpy as np
 
-from sok1x.backend import random_init as recipe
 from sok1x.backend.cuda.context import capture_recorder, uses_context
 from sok1x.backend.cuda.kernel_launch import (
-    count_array,
     empty,
     fill_bytes,
     index_array,
-    lane_shift,
     launch,
     memoised_per_context,
     prepared,
     ptr,
     row_view,
-    split_args,
     to_device,
     to_host_many,
     wrap,
@@ -48,7 +44,6 @@ def _kernels():
             "rebuild_flags": prepared("hash_table.cu", "hash_rebuild_flags", "PPPqP"),
             "reinsert": prepared("hash_table.cu", "hash_reinsert_many", "PqqP"),
             "reinsert_into": prepared("hash_table.cu", "hash_reinsert_into_many", "Pqq"),
-            "init": prepared("random_init.cu", "init_rows_tagged_float32", "PPqPPPPqPqiiQPdd"),
             "advance": prepared("hash_table.cu", "hash_members_advance", "PPq")}
 
 
@@ -342,25 +337,3 @@ def hash_insert_many_done(indexes, found, placed, keep):
         mine = host_tags == t
         if mine.any():
             index.erase(host_keys[mine])
-
-
-@uses_context
-def init_rows_tagged(table, rows, keys, tags, spec, table_ids, count=None):
-    """init_rows of a hash group's flat rows: key i is initialised as a key of table
-    table_ids[tags[i]] (host uint64 [T]); count: None or a uint64 [1] device array, only the
-    first count[0] rows written; negative rows skipped. One launch."""
-    if table.dtype != np.float32 or table.ndim != 2:
-        raise TypeError("init_rows_tagged needs a float32 [rows, dim] table, got %s %s" % (
-            table.dtype, table.shape))
-    rows, keys, tags = (index_array(a, what) for a, what in
-                        ((rows, "rows"), (keys, "keys"), (tags, "tags")))
-    dim = int(table.shape[1])
-    if rows.shape[0] == 0 or dim == 0:
-        return
-    kind, seed, _, a, b = recipe.kernel_arguments(spec, 0)
-    shift = lane_shift(dim)  # threads per row, as init_rows picks them
-    ids = device_constant(np.asarray(table_ids, dtype=np.uint64).view(np.int64))
-    count = count_array(count)
-    launch(_kernels()["init"], rows.shape[0] << shift, *split_args(table, dim), ptr(rows),
-           ptr(keys), ptr(tags), rows.shape[0], 0 if count is None else ptr(count), dim, shift,
-           kind, seed, ptr(ids), a, b)

@@ -98,7 +98,6 @@ import weakref
 
 import numpy as np
 
-from sok1x.backend import random_init
 from sok1x.engine.tables import eviction, hybrid_rows, optimizer_updates
 from sok1x.engine.tables import dynamic_table
 from sok1x.engine.tables import placement as placements
@@ -438,8 +437,9 @@ class HashGroup(TableGroup):
             reusing = any(pool[0] is not None for pool in pools)
         found = backend.hash_insert_many(indexes, keys, tags, self.row_starts, pools, members)
         rows, new_keys, new_rows, new_tags, count, placed = found
+        # a freed row still holds its last key's slots: reset in the vectors' pass
         backend.init_rows_tagged(self.values, new_rows, new_keys, new_tags, self.spec,
-                                 self.table_ids, count)
+                                 self.table_ids, count, self._slot_resets() if reusing else ())
         if not self.evicts:  # a group that evicts stamps them when the insert is kept
             with backend.time_given(clock) if clock is not None else contextlib.nullcontext():
                 self.stamp(new_rows, count)
@@ -794,17 +794,12 @@ class HashGroup(TableGroup):
             for t, member in enumerate(self.members):
                 if t not in in_place:  # those took their victims' rows: nothing to hand out
                     member.take_rows_later(placed, t)
-            if reusing:  # a freed row still holds its last key's slots: reset on the device
-                self._reset_reused_slots(found)
         return found[0], vectors
 
-    def _reset_reused_slots(self, found):
-        """Writes every slot's initial value into the new rows of hash_insert_many's `found`
-        (rows freed by an eviction still hold their last key's slots), on the device."""
-        new_keys, new_rows, count = found[1], found[2], found[4]
-        for name, flat in self.slots.items():
-            self.backend.init_rows(flat, new_rows, new_keys, random_init.make_spec(
-                "constant", self.slot_initial[name]), 0, count)
+    def _slot_resets(self):
+        """(flat slot, its initial value) of every slot: what init_rows_tagged writes into rows
+        an eviction freed (they still hold their last key's slots) beside their vectors."""
+        return [(flat, self.slot_initial[name]) for name, flat in self.slots.items()]
 
     def keep_replayed(self, found, held=None):
         """Ends a replayed insert (insert_start with members; in a group that evicts, one in
@@ -858,7 +853,7 @@ class HashGroup(TableGroup):
         self.count_kept(state)
         if placed_rows is not None:
             reused = [member.take_rows(int(n)) for member, n in zip(self.members, placed)]
-            if any(reused):  # a freed row still holds its last key's slots
+            if any(reused) and not state[5]:  # (insert_start reset them where it reused rows)
                 reset_slot_rows(backend, self.slots, self.slot_initial, placed_rows)
         return found[0], vectors
 
@@ -1085,9 +1080,8 @@ class ReplayedInsert:
         starts = np.concatenate([[0], np.cumsum(self.counts)])
         victims = eviction.Victims(backend, starts, queued.keys, queued.rows, queued.values,
                                    queued.slots, queued.records, queued.totals, queued.served)
-        state, _ = group.insert_start(keys, tags, victims)
+        state, _ = group.insert_start(keys, tags, victims)  # (the victims' slots reset in it)
         found = state[1]
-        group._reset_reused_slots(found)
         return found[0], state[2], list(found[1:]) + queued.arrays()
 
     def done(self, rows, placed_keys):
