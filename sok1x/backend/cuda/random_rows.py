@@ -4,7 +4,7 @@ table id, key, column) alone, as the cpu backend's NumPy twin computes it (cpu/r
 
 A group's new rows may be rows an eviction freed, whose slots still hold their last key's
 values: init_rows_tagged resets up to SLOT_RESETS slots in the pass that writes the vectors
-(one launch where a dlrm26_full step took three: 2026-11-29, bench/NOTES.md).
+(one launch where a dlrm26_full step took three: bench/NOTES.md, 2026-11-28).
 """
 import numpy as np
 
