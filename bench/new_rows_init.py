@@ -9,8 +9,9 @@ Timed on the sok1x stream, medians of --repeats with min and max (us), each part
 named:
     vectors            init_rows_tagged_float32 alone (the vectors)
     three_launches     the vectors, then each slot's reset by init_rows_float32 (before 681f2b1)
-    one_pass           the vectors and both slots in one launch (init_rows_tagged's slots)
-    one_pass_lanesN    the same with N threads a row (the backend picks 32 at dim 128), to see
+    one_pass           the vectors and both slots in one launch, as the backend launches it
+                       (init_rows_tagged's slots; random_rows.TAGGED_LANES_LOG2)
+    one_pass_lanesN    the same with N threads a row (32 until 2026-11-28 at dim 128), to see
                        whether the kernel waits on its rows' loads (fewer threads a row put more
                        rows in flight) or on its arithmetic
 """
@@ -71,7 +72,7 @@ def main(argv):
                  ("one_pass", lambda: backend.init_rows_tagged(
                      values, rows, keys, tags, spec, table_ids, count,
                      [(slot, 0.0) for slot in slots]))]
-        parts += [("one_pass_lanes%d" % (1 << shift), lanes(shift)) for shift in (4, 3, 2)]
+        parts += [("one_pass_lanes%d" % (1 << shift), lanes(shift)) for shift in (5, 4, 3, 2)]
         for name, run in parts:
             ms = timer.time_ms(run, args.repeats)
             figures = results["parts"][name] = harness.summary(

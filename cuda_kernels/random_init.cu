@@ -6,12 +6,14 @@
 // i < n, or for i < min(n, *count) when count is given (the rows a find_or_insert placed, counted
 // on the device); a negative row is skipped. a, b: (value, unused) for constant,
 // (minval, maxval - minval) for uniform, (mean, stddev) for the normals. 2^lane_shift threads
-// share a row (the caller picks the smallest power of two >= dim, at most 32), each taking every
+// share a row (the caller picks the smallest power of two >= dim, at most 32, at most 8 for a
+// group's rows: backend/cuda/random_rows.py), each taking every
 // 2^lane_shift-th column: the key's stream is mixed once per row and no index is divided.
 // order (may be null): the positions in the order to walk them (host_order.cu).
 //
 // init_rows_tagged_float32 does the same for a hash group's flat rows (engine/lookup/table_group.py):
 // key i is one of table table_ids[tags[i]], whose stream it is drawn from.
+
 // Up to two slots a group's new rows take their initial constant in (init_rows_tagged_float32:
 // rows an eviction freed still hold their last key's slots), written beside the vector.
 struct SlotResets {

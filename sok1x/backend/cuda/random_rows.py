@@ -25,6 +25,12 @@ from sok1x.backend.cuda.kernel_launch import (
 )
 
 SLOT_RESETS = 2  # slots init_rows_tagged_float32 writes beside the vectors
+# log2 of the most threads a group's new row takes: each row's loads (its row, key, tag and
+# table id, one after the other) are what the kernel waits on, and fewer threads a row keep
+# more rows in flight. 83,000 new rows of dim 128 and two slots on one H200 (new_rows_init.py,
+# 2026-11-28): 97 us at 32 threads a row, 59 at 16, 55 at 8, 165 at 4 (a row's 32-byte sector
+# then takes two stores).
+TAGGED_LANES_LOG2 = 3
 
 
 @memoised_per_context
@@ -80,7 +86,7 @@ def init_rows_tagged(table, rows, keys, tags, spec, table_ids, count=None, slots
     together = len(slots) <= SLOT_RESETS and not any(is_split(slot) for slot, _ in slots)
     resets = list(slots) if together else []
     kind, seed, _, a, b = recipe.kernel_arguments(spec, 0)
-    shift = lane_shift(dim)  # threads per row, as init_rows picks them
+    shift = min(lane_shift(dim), TAGGED_LANES_LOG2)
     ids = device_constant(np.asarray(table_ids, dtype=np.uint64).view(np.int64))
     count = count_array(count)
     padded = resets + [(None, 0.0)] * (SLOT_RESETS - len(resets))
