@@ -78,6 +78,29 @@ def test_padded_layout_of_dense_and_sparse_bitmaps_equals_cpu(bound):
         np.testing.assert_array_equal(host(a), b)
 
 
+@pytest.mark.parametrize("members", [26, 256, 257, 300])
+def test_padded_layout_of_many_members_equals_cpu(members):
+    """A group's dense bitmap (most rows of each member looked up, as a full group's step looks
+    them up) laid out by members whose bounds emit_padded_rows reads from shared memory (up to
+    256) or from global memory (more), some members empty, some pieces too short: the cpu's
+    padded layout."""
+    backend = runtime.get().backend
+    rng = np.random.default_rng(members)
+    sizes = rng.integers(0, 200, size=members)
+    sizes[::7] = 0
+    row_starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    bound = int(row_starts[-1])
+    rows = np.concatenate([rng.permutation(bound)[:bound * 9 // 10],
+                           rng.integers(-2, bound + 5, size=bound // 3)])
+    tags = np.searchsorted(row_starts, np.clip(rows, 0, bound - 1), side="right") - 1
+    lengths = np.bincount(tags, minlength=members)
+    lengths[::5] = lengths[::5] // 2  # pieces shorter than their rows: those have no place
+    pieces = bounded_step.piece_starts(np.concatenate([[0], np.cumsum(lengths)]))
+    got = backend.distinct_rows_padded(backend.asarray(rows), bound, row_starts, pieces)
+    for a, b in zip(got, cpu.distinct_rows_padded(rows, bound, row_starts, pieces)):
+        np.testing.assert_array_equal(host(a), b)
+
+
 def test_gather_past_the_table_gives_zeros():
     backend = runtime.get().backend
     table = backend.asarray(np.arange(40, dtype=np.float32).reshape(10, 4) + 1)
