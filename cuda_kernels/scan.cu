@@ -38,25 +38,42 @@ __device__ int64 block_exclusive_scan(int64 value, int64* block_total) {
   return warp_offsets[warp] + inclusive - value;
 }
 
+// A tile's position j in shared memory: one spare slot every 16, so that the threads reading
+// their SCAN_ITEMS neighbours (8 apart) fall in different banks.
+__device__ __forceinline__ int padded(int j) { return j + (j >> 4); }
+
 // Launch with SCAN_THREADS threads and ceil((n + 1) / SCAN_TILE) blocks. tile_totals may be null
-// when there is one block.
+// when there is one block. The tile goes through shared memory both ways, so that global memory
+// is read and written a warp's 32 neighbours at a time: each thread reading its SCAN_ITEMS
+// neighbours itself made the first pass over dlrm's 852,000 bitmap words take 14.3 us on one
+// H200 (0.48 TB/s, 2026-11-28).
 extern "C" __global__ void __launch_bounds__(SCAN_THREADS)
 scan_tiles_int64(const int64* values, int64 n, int64* sums, int64* tile_totals) {
-  const int64 first = (int64)blockIdx.x * SCAN_TILE + (int64)threadIdx.x * SCAN_ITEMS;
+  __shared__ int64 tile[SCAN_TILE + SCAN_TILE / 16];
+  const int64 base = (int64)blockIdx.x * SCAN_TILE;
+#pragma unroll
+  for (int k = 0; k < SCAN_ITEMS; ++k) {
+    const int j = k * SCAN_THREADS + (int)threadIdx.x;
+    tile[padded(j)] = base + j < n ? values[base + j] : 0;
+  }
+  __syncthreads();
+  const int own = (int)threadIdx.x * SCAN_ITEMS;
   int64 before[SCAN_ITEMS];
   int64 thread_sum = 0;
 #pragma unroll
   for (int k = 0; k < SCAN_ITEMS; ++k) {
-    const int64 i = first + k;
     before[k] = thread_sum;
-    thread_sum += i < n ? values[i] : 0;
+    thread_sum += tile[padded(own + k)];
   }
   int64 tile_sum;
-  const int64 thread_offset = block_exclusive_scan(thread_sum, &tile_sum);
+  const int64 thread_offset = block_exclusive_scan(thread_sum, &tile_sum);  // (its barriers)
+#pragma unroll
+  for (int k = 0; k < SCAN_ITEMS; ++k) tile[padded(own + k)] = thread_offset + before[k];
+  __syncthreads();
 #pragma unroll
   for (int k = 0; k < SCAN_ITEMS; ++k) {
-    const int64 i = first + k;
-    if (i <= n) sums[i] = thread_offset + before[k];
+    const int j = k * SCAN_THREADS + (int)threadIdx.x;
+    if (base + j <= n) sums[base + j] = tile[padded(j)];
   }
   if (threadIdx.x == 0 && tile_totals != nullptr) tile_totals[blockIdx.x] = tile_sum;
 }

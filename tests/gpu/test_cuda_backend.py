@@ -235,6 +235,19 @@ def test_pool_blocks_die_anywhere(cuda):
 
 # ---- routing, unique --------------------------------------------------------------------------
 
+@pytest.mark.parametrize("n", [0, 1, 2047, 2048, 2049, 5000, 2048 * 2048 + 3, 852000])
+def test_exclusive_scan_of_tiles_and_their_totals(cuda, rng, n):
+    """kernel_launch.exclusive_scan (scan.cu: tiles of 2048 through shared memory, their totals
+    scanned the same way and added back) equals NumPy's cumulative sum, n + 1 places, across
+    one tile, its edges, many tiles and tiles of tiles; large values do not lose a bit."""
+    from sok1x.backend.cuda.kernel_launch import exclusive_scan
+    values = rng.integers(-2 ** 40, 2 ** 40, size=n).astype(np.int64)
+    values[::3] = rng.integers(0, 64, size=values[::3].shape[0])
+    with cuda_context.entered():
+        got = host(cuda, exclusive_scan(cuda.asarray(values), n))
+    np.testing.assert_array_equal(got, np.concatenate([[0], np.cumsum(values)]))
+
+
 @pytest.mark.parametrize("n", [0, 1, 1000])
 @pytest.mark.parametrize("divisor", [1, 2, 7, 2 ** 40])
 def test_floor_divide(cuda, rng, n, divisor):
