@@ -64,6 +64,7 @@
 #   growth-profile  a cProfile of this tree's growth_step ways -> growth-profile.txt
 #   new-rows     new_rows_init.py: a full group's new rows' vectors and slots, in one launch, in
 #                three, and at fewer threads a row -> new_rows_init.json
+#   gather-grid  gather_grid.py: dlrm's forward gather at launch()'s grid and a thread a word
 #   growth-this  growth_step.py of this tree, $PASS_ROUNDS rounds (default 2), $PASS_GROWTH_ARGS
 #   host-slices  host_slices.py: one page-locked block against 128 MiB slices (1, 2, 4 GiB)
 #   hkv-grid     hbm engine path of before, this tree's grid with HierarchicalKV at dim 64
@@ -131,7 +132,7 @@ while [ $# -gt 0 ]; do
 done
 [ ${#stages[@]} -gt 0 ] || { echo "pass.sh: name at least one stage (--list)" >&2; usage; }
 known=" micro hybrid profile kernels calls steps1 steps group framework checkpoint kernel-tests suites grid
-  grid-ab breakdown-ab framework-ab new-rows growth-this growth-ab growth-profile host-slices hkv-grid
+  grid-ab breakdown-ab framework-ab new-rows gather-grid growth-this growth-ab growth-profile host-slices hkv-grid
   find-or-insert-ab ncu-find-or-insert host-way dynamic-tests breakdown dynamic-ab backend-tests
   hash-ab ckpt-tests ckpt-stages ckpt-before ckpt-bench ckpt-big "
 for stage in "${stages[@]}"; do  # every name checked before anything is installed
@@ -195,6 +196,9 @@ test_at() {  # name, seconds, ranks (or "serial"), pytest arguments...: this che
 }
 
 # The stages: stage_NAME ARGUMENTS (the words after "=").
+stage_gather_grid() {
+  bench after gather_grid.py gather_grid --out "$work/gather_grid.json"
+}
 stage_new_rows() {
   bench after new_rows_init.py new_rows_init --out "$work/new_rows_init.json"
 }
