@@ -58,11 +58,11 @@ Every backend module exposes the same names, and the engine's algorithms call on
     read_later(array) -> collect()   queues array's copy to the host now; collect() waits for
         that copy alone and returns it (a flag read once later work is queued), the same copy
         at every call
+    read_many_later(arrays) -> collect()   the same of several device arrays (their copies
+        queued one after the other), collect() -> [np.ndarray], one wait
     sums_kept(dirty)                 a context: a segment_sum into len(dirty) rows zeros only the
         rows dirty (int8, -1) says may hold an earlier sum, and keeps it (a replayed backward's
         fixed sums: backend/kept_sums.py)
-    read_many_later(arrays) -> collect()   the same of several device arrays (their copies
-        queued one after the other), collect() -> [np.ndarray], one wait
     copy_array(dst, src)             dst = src, two device arrays of one dtype and size (any
         shapes): one queued copy (a replayed step's keys into its fixed array)
     unique_many_start(keys_list, ordered) -> (started, counts); unique_many_finish(started,
@@ -138,7 +138,7 @@ Every backend module exposes the same names, and the engine's algorithms call on
                                                        in place, two launches for all)
     init_rows_tagged(table, rows, keys, tags, spec, table_ids, count=None, slots=())   init_rows
         with the table id of each key's member; slots: (array, value) pairs whose same rows take
-        the constant value (cuda: in the same pass, up to two)
+        the constant value (cuda: in the same pass, up to two unsplit ones)
 
 The seam to a framework (graph_ops/boundary.py, DESIGN D1):
     from_dlpack(capsule) -> array       read a framework's tensor in place (consumes the capsule)

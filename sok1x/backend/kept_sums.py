@@ -11,7 +11,8 @@ about 100 MB a step on dlrm (43 us of a 0.57 ms step on one H200). With `dirty` 
 cuda kernels (cuda_kernels/segment_rows.cu) zero a place only where dirty says an earlier run
 may have stored a sum there (-1), and keep dirty up to date (0: zeros). The cpu backend zeros
 every place whatever is bound: the results are the same. Whoever writes the array otherwise
-must fill dirty with -1 again (replayed_step._refill)."""
+must fill dirty with -1 again (replayed_step._refill, where the framework hands back sums of its
+own); sums lent to a framework as they are must not be written in place."""
 import contextlib
 
 import numpy as np

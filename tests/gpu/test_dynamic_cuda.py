@@ -206,14 +206,14 @@ def test_host_rows_are_host_memory():
 GROUP_ROWS, GROUP_HBM = [50, 300, 0, 200, 64], [50, 120, 0, 1, 64]
 
 
-def grouped(backend, data, initial=0.0, split=True):
-    """The flat rows of GROUP_ROWS holding `data` (host [rows, DIM]), or `initial` everywhere:
+def grouped(backend, data, initial=0.0, split=True, dim=DIM):
+    """The flat rows of GROUP_ROWS holding `data` (host [rows, dim]), or `initial` everywhere:
     a GroupedRows, or with split=False one device array."""
     if split:
-        array = hybrid_rows.GroupedRows(backend, GROUP_ROWS, GROUP_HBM, (DIM,), np.float32,
+        array = hybrid_rows.GroupedRows(backend, GROUP_ROWS, GROUP_HBM, (dim,), np.float32,
                                         initial)
     else:
-        array = backend.zeros((sum(GROUP_ROWS), DIM), np.float32)
+        array = backend.zeros((sum(GROUP_ROWS), dim), np.float32)
         backend.fill_value(array, initial)
     if data is not None:
         every = backend.asarray(np.arange(data.shape[0], dtype=np.int64))
@@ -292,19 +292,20 @@ def test_grouped_split_rows_equal_cpu_and_unsplit_rows(rule):
         assert view.shape[0] == rows and hybrid_rows.is_split(view) == (GROUP_HBM[t] < rows)
 
 
-def tagged_inits(backend, slot_count, split, seed=37):
-    """init_rows_tagged over GROUP_ROWS' flat rows (random rows, some -1, the first `count`
-    of them by a device count) with slot_count slots reset in it (values 0, 0.1, -2.5, 7):
-    the values and every slot's flat rows after it."""
+def tagged_inits(backend, slot_count, split, dim=DIM, seed=37):
+    """init_rows_tagged over GROUP_ROWS' flat rows of `dim` (random rows, some -1, the first
+    `count` of them by a device count) with slot_count slots reset in it (values 0, 0.1, -2.5,
+    7): the values and every slot's flat rows after it."""
     rng = np.random.default_rng(seed)
     total = sum(GROUP_ROWS)
     rows = rng.permutation(total)[:260].astype(np.int64)
     rows[::9] = -1
     keys = rng.integers(0, 2 ** 40, size=rows.shape[0]).astype(np.int64)
     tags = np.searchsorted(np.cumsum(GROUP_ROWS), np.maximum(rows, 0), side="right")
-    values = grouped(backend, rng.standard_normal((total, DIM)).astype(np.float32), split=split)
-    slots = [(grouped(backend, rng.standard_normal((total, DIM)).astype(np.float32),
-                      split=split), value) for value in (0.0, 0.1, -2.5, 7.0)[:slot_count]]
+    values = grouped(backend, rng.standard_normal((total, dim)).astype(np.float32), split=split,
+                     dim=dim)
+    slots = [(grouped(backend, rng.standard_normal((total, dim)).astype(np.float32),
+                      split=split, dim=dim), value) for value in (0.0, 0.1, -2.5, 7.0)[:slot_count]]
     count = backend.asarray(np.array([230], dtype=np.uint64))
     backend.init_rows_tagged(values, backend.asarray(rows), backend.asarray(keys),
                              backend.asarray(tags.astype(np.int64)), SPEC,
@@ -312,17 +313,19 @@ def tagged_inits(backend, slot_count, split, seed=37):
     return [flat_rows(backend, values)] + [flat_rows(backend, slot) for slot, _ in slots]
 
 
+@pytest.mark.parametrize("dim", [DIM, 20, 128])
 @pytest.mark.parametrize("split", [False, True])
 @pytest.mark.parametrize("slot_count", [0, 1, 2, 3])
-def test_init_rows_tagged_resets_slots_as_cpu_does(slot_count, split):
+def test_init_rows_tagged_resets_slots_as_cpu_does(slot_count, split, dim):
     """A group's new rows' vectors and their slots' reset (rows an eviction freed): one launch
     for up to two unsplit slots (random_rows.SLOT_RESETS), the vectors' launch and init_rows'
-    own for each otherwise; every array equals the cpu backend's bit for bit, the rows past the
-    count and the rows -1 left as they were."""
+    own for each otherwise, at dims of one, several and many columns a thread (a row takes at
+    most 8 threads); every array equals the cpu backend's bit for bit, the rows past the count
+    and the rows -1 left as they were."""
     from sok1x.backend import cuda
     with cuda.device_context():
-        got = tagged_inits(cuda, slot_count, split)
-    want = tagged_inits(cpu, slot_count, split)
+        got = tagged_inits(cuda, slot_count, split, dim)
+    want = tagged_inits(cpu, slot_count, split, dim)
     assert len(got) == len(want) == 1 + slot_count
     for g, w in zip(got, want):
         np.testing.assert_array_equal(g, w)

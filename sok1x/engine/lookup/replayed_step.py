@@ -753,8 +753,9 @@ def backward(runtime, table, op, routing, grads, detach=False):
         if recorded is None:
             kept = None if runtime.size > 1 else backend.fill_value(
                 backend.empty((int(pieces[-1]),), np.int8), -1)  # every row may hold a sum
-            entry.backwards[shape] = _Backward(fixed, own, _recorded(backend, functools.partial(
-                run, kept=kept)), pieces, kept)
+            work = _recorded(backend, functools.partial(run, kept=kept))
+            entry.backwards[shape] = _Backward(fixed, own, work, pieces,
+                                               None if work is None else kept)
     else:
         if not own:
             backend.copy_array(recorded.grads, grads)
@@ -867,7 +868,9 @@ def _refill(backend, backward, out):
     (as the caller hands them back, changed in place or not) are copied into the arrays the
     recorded update reads. Returns False where the framework still holds those arrays (handed
     out before the class turned to copies: lent_memory), nothing copied: the update must not
-    replay."""
+    replay. Sums lent as they are (`out` the class's own) are taken as the replay left them:
+    their padded places zeros, which backward.kept then still vouches for (a framework does not
+    write a gradient it was lent in place; one that changes it hands back a copy)."""
     fixed = backward.work.outputs
     if out is fixed:
         return True

@@ -102,7 +102,7 @@ from sok1x.engine.tables import eviction, hybrid_rows, optimizer_updates
 from sok1x.engine.tables import dynamic_table
 from sok1x.engine.tables import placement as placements
 from sok1x.engine.tables.table import (
-    EmbeddingTable, rebuild_indexes, rebuild_worn, rebuilt_indexes, reset_slot_rows,
+    EmbeddingTable, rebuild_indexes, rebuild_worn, rebuilt_indexes,
 )
 
 IN_PLACE_ENV = "SOK1X_EVICT_IN_PLACE"  # "0": full members evict by counts read first
@@ -405,7 +405,9 @@ class HashGroup(TableGroup):
         """Queues a training lookup of owned tagged keys: find-or-insert in every member's index,
         the new rows' initial values and update times, and every key's vector. evicted: None,
         or make_room_in_place's: the members it evicted from take their new keys into their
-        victims' rows. Returns (state, placed): placed, backend int64 [T] (keys each member
+        victims' rows; where the members hand out rows an eviction freed (or those victims'
+        rows), the new rows' slots are reset in the pass that writes their vectors. Returns
+        (state, placed): placed, backend int64 [T] (keys each member
         placed) for the host to read and hand to insert_error and insert_finish (or, where no
         member can pass its room, to insert_kept). members and clock: a replayed insert's
         (engine/lookup/replayed_step.py; a group that does not evict): the member list
@@ -842,19 +844,15 @@ class HashGroup(TableGroup):
         indexes, found, vectors, _, held = state[:5]
         backend = self.backend
         backend.hash_insert_many_done(indexes, found, placed, keep)
-        placed_rows = None  # a group that evicts: the flat rows of the keys placed
-        if held is not None and placed.any():
-            placed_rows = backend.row_view(found[2], 0, int(placed.sum()))
         if not keep:  # nothing counted yet: a row's counts are still 0 when no key took it
             self._rebuild_worn()
             return None
         if placed.any():  # first: a failure below still takes the keys out
             self._record_undo(found, held)
         self.count_kept(state)
-        if placed_rows is not None:
-            reused = [member.take_rows(int(n)) for member, n in zip(self.members, placed)]
-            if any(reused) and not state[5]:  # (insert_start reset them where it reused rows)
-                reset_slot_rows(backend, self.slots, self.slot_initial, placed_rows)
+        if held is not None and placed.any():  # (insert_start reset a reused row's slots)
+            for member, n in zip(self.members, placed):
+                member.take_rows(int(n))
         return found[0], vectors
 
     def count_kept(self, state):
