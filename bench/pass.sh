@@ -12,6 +12,7 @@
 #                     smaller of its own bound and what is left
 #   --no-compile      skip compiling every kernel family into the shared cache before the stages
 #   --list            print the stages and presets, and exit
+#   --digest          print the digest of this tree's sources that a pass names it by, and exit
 # One install step: the wheels into $site/wheels, this tree into $site/after and --before's into
 # $site/before ($site=/tmp/sok1x-pass); the stages run from /tmp, so the installed package is the
 # one imported. Logs and JSON go to a work folder; $OUT (default /tmp/sok1x-pass-out) gets
@@ -104,7 +105,13 @@
 #                beside the device step: framework_step.py's sok1x_host* variants)
 set -u
 here=$(cd "$(dirname "$0")/.." && pwd)
-usage() { sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-2}"; }
+tree_digest() {  # the first 10 hex digits of sha1 over the sources (their paths and bytes)
+  (cd "$here" && find sok1x cuda_kernels bench -type f \( -name '*.py' -o -name '*.cu' \
+    -o -name '*.cuh' -o -name '*.c' -o -name '*.sh' \) -not -path 'bench/results/*' \
+    | LC_ALL=C sort | while read -r f; do printf '%s\n' "$f"; cat "$f"; done | sha1sum \
+    | cut -c1-10)
+}
+usage() { sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-2}"; }
 before= hkv= hkv_src= compile=1
 wheels=${SOK1X_BENCH_WHEELS:+$here/$SOK1X_BENCH_WHEELS}
 limit=${PASS_LIMIT_S:-560}
@@ -117,6 +124,7 @@ while [ $# -gt 0 ]; do
     --wheels) wheels=$(cd "${2:?--wheels needs a folder}" && pwd) || exit 2; shift ;;
     --limit) limit=${2:?--limit needs seconds}; shift ;;
     --no-compile) compile= ;;
+    --digest) tree_digest; exit 0 ;;
     --list) sed -n '/^# Stages/,/^set -u/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
     -h|--help) usage 0 ;;
     -*) echo "pass.sh: unknown option $1" >&2; usage ;;
@@ -531,7 +539,11 @@ stage_ckpt_big() {
 }
 
 # The one install step.
-say "$(date -u) $(git -C "$here" rev-parse --short HEAD 2>/dev/null) stages: ${stages[*]}"
+# The tree is named by a digest of its sources: a device's copy of the working tree may carry
+# an older .git than its files (its HEAD named 241fb8a through a day of later trees, 2026-11-28).
+# The same digest of a commit here: bash bench/pass.sh --digest (in a checkout of it).
+say "$(date -u) tree $(tree_digest) (git's HEAD there: $(git -C "$here" rev-parse --short HEAD \
+  2>/dev/null)) stages: ${stages[*]}"
 say "$(nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,memory.total --format=csv,noheader)"
 if [ -z "$wheels" ]; then
   wheels=$here/.device-wheels; [ -d "$wheels" ] || wheels=$here/../../.device-wheels
