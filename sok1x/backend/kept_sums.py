@@ -22,8 +22,8 @@ _bound = [None]  # the int8 array sums_kept() bound, or None
 
 @contextlib.contextmanager
 def sums_kept(dirty):
-    """Inside it, a segment_sum into `segments` rows reads and keeps `dirty` (module docstring).
-    Nothing is read or queued here."""
+    """Inside it, a segment_sum into `segments` rows reads and keeps `dirty` (module docstring);
+    dirty None binds none (every row written). Nothing is read or queued here."""
     outer = _bound[0]
     _bound[0] = dirty
     try:

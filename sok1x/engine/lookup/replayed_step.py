@@ -973,11 +973,8 @@ def _backward_run(runtime, table, routing, grads, pieces, kept=None):
     if runtime.size > 1:
         return replayed_ranks.backward_run(runtime, table, routing, grads, pieces)
     backend = runtime.backend
-    if kept is None:
+    with backend.sums_kept(kept):  # (None: no marks, every padded place zeroed)
         rows, summed, padded = padded_sums(backend, table, routing, grads, pieces)
-    else:
-        with backend.sums_kept(kept):
-            rows, summed, padded = padded_sums(backend, table, routing, grads, pieces)
     return [rows, summed, padded.local]
 
 
