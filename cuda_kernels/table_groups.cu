@@ -7,11 +7,11 @@
 // in the joined array (the last one is the total), parts[2 count + 1 .. 3 count + 1) a value
 // added to every element of part t (the table's key or row offset in the group's id space).
 //
-// Distinct rows of [0, bound): a bitmap of `bound` bits marks the rows present, per-word popcounts
-// scanned give each word's first rank, and a row's rank (its place among the distinct rows,
-// ascending) is its word's rank plus the marked bits below it. Ascending means table-major when
-// rows are offset by table, so the number of distinct rows of table t is the rank at its end
-// minus the rank at its start: read with the total, in the same single wait.
+// Distinct rows of [0, bound): a bitmap of `bound` bits marks the rows present, its words'
+// popcounts scanned (one pass, scan.cu) give each word's first rank, and a row's rank (its place
+// among the distinct rows, ascending) is its word's rank plus the marked bits below it. Ascending
+// means table-major when rows are offset by table, so the number of distinct rows of table t is
+// the rank at its end minus the rank at its start: read with the total, in the same single wait.
 #include "common.cuh"
 
 // out[i] = part_t[i - starts[t]] + offsets[t] for the int64 parts (a negative element, a padded
@@ -60,13 +60,8 @@ extern "C" __global__ void mark_rows(const int64* rows, int64 n, unsigned* bits)
   }
 }
 
-extern "C" __global__ void word_popcounts(const unsigned* bits, int64 words, int64* counts) {
-  for (int64 w = global_thread_id(); w < words; w += global_thread_count()) {
-    counts[w] = __popc(bits[w]);
-  }
-}
-
-// word_ranks: the exclusive scan of word_popcounts, [words + 1].
+// word_ranks: the exclusive scan of the words' popcounts, [words + 1] (scan.cu's
+// scan_word_popcounts, which counts the bits as it reads them).
 __device__ __forceinline__ int64 rank_of(const unsigned* bits, const int64* word_ranks,
                                          int64 words, int64 row) {
   const int64 word = row >> 5;

@@ -237,15 +237,60 @@ def test_pool_blocks_die_anywhere(cuda):
 
 @pytest.mark.parametrize("n", [0, 1, 2047, 2048, 2049, 5000, 2048 * 2048 + 3, 852000])
 def test_exclusive_scan_of_tiles_and_their_totals(cuda, rng, n):
-    """kernel_launch.exclusive_scan (scan.cu: tiles of 2048 through shared memory, their totals
-    scanned the same way and added back) equals NumPy's cumulative sum, n + 1 places, across
-    one tile, its edges, many tiles and tiles of tiles; large values do not lose a bit."""
+    """kernel_launch.exclusive_scan (scan.cu: one launch, tiles of 2048 through shared memory,
+    each adding the tiles before it by looking back at what they published) equals NumPy's
+    cumulative sum, n + 1 places, across one tile, its edges, many tiles and more tiles than
+    the GPU holds blocks at once (2048 * 2048 + 3: 2,049 tiles); negative and large values do
+    not lose a bit."""
     from sok1x.backend.cuda.kernel_launch import exclusive_scan
     values = rng.integers(-2 ** 40, 2 ** 40, size=n).astype(np.int64)
     values[::3] = rng.integers(0, 64, size=values[::3].shape[0])
     with cuda_context.entered():
         got = host(cuda, exclusive_scan(cuda.asarray(values), n))
     np.testing.assert_array_equal(got, np.concatenate([[0], np.cumsum(values)]))
+
+
+@pytest.mark.parametrize("n", [0, 1, 2049, 852000, 7_000_003])
+def test_exclusive_scan_of_word_popcounts_with_its_scratch_beside_the_words(cuda, rng, n):
+    """exclusive_scan(popcounts=True) of uint32 words counts each word's set bits as it reads
+    them (a bitmap's ranks: scan.cu's scan_word_popcounts), with its scratch taken from the
+    words' own zeroed allocation (zeros_and_scan_scratch): equals NumPy's cumulative sum of the
+    popcounts; 7,000,003 words are 3,418 tiles, several waves of blocks, each waiting only on
+    tiles that started before it."""
+    from sok1x.backend.cuda.kernel_launch import (copy_array, exclusive_scan,
+                                                  scan_scratch_words, zeros_and_scan_scratch)
+    words = rng.integers(0, 2 ** 32, size=n, dtype=np.uint64).astype(np.uint32)
+    words[::5] = 0
+    counts = np.unpackbits(words.view(np.uint8)).reshape(n, 32).sum(axis=1, dtype=np.int64)
+    with cuda_context.entered():
+        zeros, scratch = zeros_and_scan_scratch(n, np.uint32, n)
+        assert not np.any(host(cuda, zeros))
+        assert (scratch is None) == (scan_scratch_words(n) == 0)
+        copy_array(zeros, cuda.asarray(words))
+        got = host(cuda, exclusive_scan(zeros, n, scratch, popcounts=True))
+    np.testing.assert_array_equal(got, np.concatenate([[0], np.cumsum(counts)]))
+
+
+def test_a_captured_scan_replayed_zeroes_its_own_scratch(cuda, rng):
+    """A scan recorded in a CUDA graph (its scratch's memset recorded before it) and replayed
+    over new values in the same buffer gives each replay's sums: the tickets and flags of the
+    replay before do not leak into the next."""
+    from sok1x.backend.cuda import captured_graph
+    from sok1x.backend.cuda.kernel_launch import copy_array, exclusive_scan
+    n = 300_001
+    with cuda_context.entered():
+        fixed = cuda.asarray(np.zeros(n, np.int64))
+        exclusive_scan(fixed, n)  # eagerly once, as the engine does before recording
+        work = captured_graph.captured_work(lambda: exclusive_scan(fixed, n))
+        try:
+            for _ in range(3):
+                values = rng.integers(-1000, 1000, size=n).astype(np.int64)
+                copy_array(fixed, cuda.asarray(values))
+                work.replay()
+                got = host(cuda, work.outputs)
+                np.testing.assert_array_equal(got, np.concatenate([[0], np.cumsum(values)]))
+        finally:
+            work.free()
 
 
 @pytest.mark.parametrize("n", [0, 1, 1000])

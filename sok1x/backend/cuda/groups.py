@@ -29,6 +29,7 @@ from sok1x.backend.cuda.kernel_launch import (
     row_view,
     to_device,
     to_host,
+    zeros_and_scan_scratch,
 )
 
 _KEPT_LISTS = 64
@@ -44,7 +45,6 @@ def _kernels():
             "join_words": prepared(source, "join_word_rows", "PqqP"),
             "bounds": prepared(source, "part_bounds", "PqqP"),
             "mark": prepared(source, "mark_rows", "PqP"),
-            "popcounts": prepared(source, "word_popcounts", "PqP"),
             "inverse": prepared(source, "emit_inverse", "PqPPqP"),
             "emit": prepared(source, "emit_distinct_rows", "PPqP"),
             "ranks": prepared(source, "ranks_at", "PPqPqP"),
@@ -240,12 +240,10 @@ def distinct_rows_many_start(items):
         rows = index_array(rows, "rows")
         boundaries = np.asarray(boundaries, dtype=np.int64)
         words = (int(bound) + 31) // 32 + 1
-        bits = fill_bytes(empty((words,), np.uint32), 0)
+        bits, scratch = zeros_and_scan_scratch(words, np.uint32, words)
         if rows.shape[0]:
             launch(kernels["mark"], rows.shape[0], ptr(rows), rows.shape[0], ptr(bits))
-        popcounts = empty((words,), np.int64)
-        launch(kernels["popcounts"], words, ptr(bits), words, ptr(popcounts))
-        word_ranks = exclusive_scan(popcounts, words)
+        word_ranks = exclusive_scan(bits, words, scratch, popcounts=True)
         states.append((rows, bits, word_ranks, words))
         spans.append((position, boundaries.shape[0]))
         position += boundaries.shape[0]
@@ -296,11 +294,9 @@ def distinct_rows_padded(rows, bound, row_starts, piece_starts):
     if not n:
         return flat, local, inverse
     words = (int(bound) + 31) // 32 + 1
-    bits = fill_bytes(empty((words,), np.uint32), 0)
+    bits, scratch = zeros_and_scan_scratch(words, np.uint32, words)
     launch(kernels["mark_below"], n, ptr(rows), n, int(bound), ptr(bits))
-    popcounts = empty((words,), np.int64)
-    launch(kernels["popcounts"], words, ptr(bits), words, ptr(popcounts))
-    word_ranks = exclusive_scan(popcounts, words)
+    word_ranks = exclusive_scan(bits, words, scratch, popcounts=True)
     first_ranks = empty((count,), np.int64)
     launch(kernels["ranks"], count, ptr(bits), ptr(word_ranks), words,
            ptr(device_constant(starts[:-1])), count, ptr(first_ranks))

@@ -406,22 +406,46 @@ def _rows_kernel(name, arg_types):
 
 
 @memoised_per_context
-def _scan_int64_kernels():
-    return (prepared("scan.cu", "scan_tiles_int64", "PqPP"),
-            prepared("scan.cu", "scan_add_tile_offsets_int64", "PqP"))
+def _scan_kernels():
+    return {False: prepared("scan.cu", "scan_int64", "PqPP"),
+            True: prepared("scan.cu", "scan_word_popcounts", "PqPP")}
 
 
-def exclusive_scan(values, n):
-    """Returns sums [n + 1] int64 with sums[i] = values[0] + ... + values[i - 1]; queued."""
-    scan_tiles, add_offsets = _scan_int64_kernels()
+def scan_tiles(n):
+    """The tiles (blocks) of an exclusive scan of n values."""
+    return -(-(int(n) + 1) // SCAN_TILE)
+
+
+def scan_scratch_words(n):
+    """int64 words of the zeroed scratch an exclusive scan of n values takes (scan.cu: a ticket,
+    then a flag and two values per tile); 0 where it takes one tile, and none."""
+    tiles = scan_tiles(n)
+    return 0 if tiles == 1 else 1 + 3 * tiles
+
+
+def zeros_and_scan_scratch(n, dtype, scanned):
+    """(zeros [n] of `dtype`, the zeroed scratch of an exclusive scan of `scanned` values or
+    None where it needs none), from one allocation and one memset: an array the caller zeroes
+    anyway (counts, a bitmap) carries the scratch of the scan that reads it."""
+    dtype = np.dtype(dtype)
+    words = scan_scratch_words(scanned)
+    head = -(-int(n) * dtype.itemsize // 8) * 8  # the scratch starts 8-byte aligned
+    block = fill_bytes(empty((head // 8 + words,), np.int64), 0)
+    zeros = wrap((int(n),), dtype, ptr(block), base=block)
+    return zeros, (row_view(block, head // 8, head // 8 + words) if words else None)
+
+
+def exclusive_scan(values, n, scratch=None, popcounts=False):
+    """Returns sums [n + 1] int64 with sums[i] = values[0] + ... + values[i - 1], in one launch
+    (scan.cu), queued. popcounts: values are uint32 words, each counted by its set bits (a
+    bitmap's ranks). scratch: None, or an int64 GPUArray of at least scan_scratch_words(n)
+    zeros the caller zeroed anyway (beside an array it fills with zeros), which the scan leaves
+    dirty; else the scan zeroes its own (one memset)."""
     sums = empty((n + 1,), np.int64)
-    tiles = -(-(n + 1) // SCAN_TILE)
-    if tiles == 1:
-        launch(scan_tiles, 0, ptr(values), n, ptr(sums), 0, block=SCAN_THREADS, blocks=1)
-        return sums
-    tile_totals = empty((tiles,), np.int64)
-    launch(scan_tiles, 0, ptr(values), n, ptr(sums), ptr(tile_totals), block=SCAN_THREADS,
-           blocks=tiles)
-    tile_offsets = exclusive_scan(tile_totals, tiles)
-    launch(add_offsets, n + 1, ptr(sums), n + 1, ptr(tile_offsets))
+    tiles = scan_tiles(n)
+    words = scan_scratch_words(n)
+    if words and scratch is None:
+        scratch = fill_bytes(empty((words,), np.int64), 0)
+    launch(_scan_kernels()[bool(popcounts)], 0, ptr(values), n, ptr(sums),
+           ptr(scratch) if words else 0, block=SCAN_THREADS, blocks=tiles)
     return sums

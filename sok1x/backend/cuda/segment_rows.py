@@ -18,11 +18,11 @@ import numpy as np
 from sok1x.backend.cuda.kernel_launch import (
     empty,
     exclusive_scan,
-    fill_bytes,
     launch,
     memoised_per_context,
     prepared,
     ptr,
+    zeros_and_scan_scratch,
 )
 
 SORTED_MIN = 1 << 14
@@ -72,9 +72,9 @@ def sorted_segment_sum(values, ids, num_segments, out, dirty=None):
     quads = int(values.size // max(n, 1)) // 4
     if not segments:
         return out
-    counts = fill_bytes(empty((segments,), np.int64), 0)
+    counts, scratch = zeros_and_scan_scratch(segments, np.int64, segments)
     launch(kernels["count"], n, ptr(ids), n, segments, ptr(counts))
-    starts = exclusive_scan(counts, segments)
+    starts = exclusive_scan(counts, segments, scratch)
     order, order_ids = empty((n,), np.int64), empty((n,), np.int64)
     launch(kernels["place"], n, ptr(ids), n, segments, ptr(starts), ptr(counts), ptr(order),
            ptr(order_ids))
