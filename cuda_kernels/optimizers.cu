@@ -48,8 +48,10 @@ struct Stamp {
   double* times;
   const double* clock;
   double now;
-  __device__ __forceinline__ void write(int64 row) const {
-    times[row] = clock != nullptr ? *clock : now;
+  // The value the rows take, read once before a thread's loop: a clock read beside each row's
+  // store held every row's warp on that load (+24 us on dlrm's update, 2026-11-28).
+  __device__ __forceinline__ double value() const {
+    return times == nullptr ? 0.0 : clock != nullptr ? *clock : now;
   }
 };
 
@@ -78,12 +80,13 @@ __device__ __forceinline__ void update_rows(const Rule& rule, const Rows (&state
                                             const int64* rows, const float* grads, int64 n,
                                             int64 dim, const Stamp& stamp) {
   const int64 per_row = dim / W;
+  const double stamped = stamp.value();
   for (int64 t = global_thread_id(); t < n * per_row; t += global_thread_count()) {
     const int64 i = t / per_row;
     const int64 row = rows[i];
     if (row < 0) continue;  // padding
     const int64 c = (t - i * per_row) * W;
-    if (c == 0 && stamp.times != nullptr) stamp.write(row);
+    if (c == 0 && stamp.times != nullptr) stamp.times[row] = stamped;
     const Lanes<W> g = *reinterpret_cast<const Lanes<W>*>(grads + i * dim + c);
     Lanes<W>* at[N];
     Lanes<W> value[N];

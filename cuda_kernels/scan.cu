@@ -6,23 +6,33 @@
 // shared memory, and learns the sum of all tiles before it by looking back at their published
 // states (a single-pass scan with decoupled look-back, as Merrill and Garland's): a tile publishes
 // its own total as soon as it has it, and its inclusive prefix once it knows it, so a tile waits
-// only on tiles that started before it. One launch replaced three (a pass over the tiles, a scan of
-// their totals, a pass adding them back), whose middle launch ran alone on a few blocks.
+// only on tiles that started before it. The whole block looks back, SCAN_THREADS tiles at a time:
+// when every tile starts at once (dlrm's 417), a warp's 32 at a time walked 13 windows one after
+// the other for the last tile (13.1 us for the scan, 2026-11-28). One launch replaced three (a
+// pass over the tiles, a scan of their totals, a pass adding them back).
 //
-// The scratch (scan_scratch_words(tiles) int64, zeros before the launch; kernel_launch.py zeroes
-// it or takes memory its caller zeroed anyway) holds the ticket, then per tile a flag and the two
-// values it publishes: the flag is written after its value, behind a fence, and read before it,
-// so a value is never read before it was written. Values and sums are any int64 (they wrap as
-// int64 addition does).
+// The scratch (scan_scratch_words(n) int64, zeros before the launch; kernel_launch.py zeroes it
+// or takes memory its caller zeroed anyway) holds the ticket, then a state word per tile: its
+// flag in the top two bits and a value in the other 62, written and read as one word, so a value
+// is never seen without its flag. Partial sums must lie in [-2^61, 2^61) (the counts scanned
+// here are far below).
 #include "common.cuh"
 
 #define SCAN_THREADS 256
 #define SCAN_ITEMS 8
 #define SCAN_TILE (SCAN_THREADS * SCAN_ITEMS)
 
-#define TILE_NONE 0
-#define TILE_TOTAL 1   // the tile's own total is published
-#define TILE_PREFIX 2  // its inclusive prefix (every tile up to it) is published
+#define TILE_TOTAL 1ULL   // the tile's own total is published
+#define TILE_PREFIX 2ULL  // its inclusive prefix (every tile up to it) is published
+#define STATE_VALUE_BITS 62
+
+__device__ __forceinline__ uint64 tile_state(uint64 flag, int64 value) {
+  return (flag << STATE_VALUE_BITS) | ((uint64)value & ((1ULL << STATE_VALUE_BITS) - 1));
+}
+
+__device__ __forceinline__ int64 state_value(uint64 state) {
+  return (int64)(state << 2) >> 2;  // the 62 bits, sign-extended
+}
 
 // Exclusive scan of one value per thread over the block; *block_total gets the sum of all.
 __device__ int64 block_exclusive_scan(int64 value, int64* block_total) {
@@ -57,58 +67,51 @@ __device__ int64 block_exclusive_scan(int64 value, int64* block_total) {
 // their SCAN_ITEMS neighbours (8 apart) fall in different banks.
 __device__ __forceinline__ int padded(int j) { return j + (j >> 4); }
 
-// The scratch's parts: [ticket | flags (tiles) | totals (tiles) | prefixes (tiles)].
-struct TileStates {
-  int64* flags;
-  int64* totals;
-  int64* prefixes;
-  __device__ TileStates(int64* scratch, int64 tiles)
-      : flags(scratch + 1), totals(scratch + 1 + tiles), prefixes(scratch + 1 + 2 * tiles) {}
-  __device__ void publish(int64 tile, int flag, int64 value) const {
-    volatile int64* to = flag == TILE_PREFIX ? prefixes : totals;
-    to[tile] = value;
-    __threadfence();
-    reinterpret_cast<volatile int64*>(flags)[tile] = flag;
-  }
-};
-
-// The sum of every tile before `tile`, by warp 0 of its block (all 32 lanes call it): 32 tiles'
-// states at a time, nearest first; a window that holds a published prefix ends the walk there,
-// else its 32 totals are added and the walk moves 32 tiles back. A lane spins only on a tile whose
-// block has started (it took an earlier ticket), so every wait ends.
-__device__ int64 sum_before(const TileStates& states, int64 tile) {
+// The sum of every tile before `tile`, by the whole block (every thread calls it): the states
+// of SCAN_THREADS tiles at a time, nearest first; a window holding a published prefix ends the
+// walk at the nearest one, else its totals are added and the walk moves a window back. A thread
+// spins only on a tile whose block has started (it took an earlier ticket) and publishes its
+// total before it looks back itself, so every wait ends.
+__device__ int64 sum_before(const uint64* states, int64 tile) {
+  __shared__ int nearest;
+  __shared__ int64 warp_sums[SCAN_THREADS / 32];
+  __shared__ int64 window_sum;
   const unsigned lane = lane_id();
-  const volatile int64* flags = states.flags;
+  const unsigned warp = threadIdx.x >> 5;
   int64 before = 0;
-  for (int64 window = tile - 1; window >= 0; window -= 32) {
-    const int64 at = window - (int64)lane;
-    int64 flag = TILE_PREFIX;  // past tile 0: a prefix of zero
+  for (int64 window = tile - 1; window >= 0; window -= SCAN_THREADS) {
+    const int64 at = window - (int64)threadIdx.x;
+    uint64 state = tile_state(TILE_PREFIX, 0);  // before tile 0: a prefix of zero
     if (at >= 0) {
       do {
-        flag = flags[at];
-      } while (flag == TILE_NONE);
+        state = reinterpret_cast<const volatile uint64*>(states)[at];
+      } while (state == 0);
     }
-    __threadfence();  // the flag before the value it vouches for
-    int64 value = 0;
-    if (at >= 0) {
-      value = flag == TILE_PREFIX ? reinterpret_cast<const volatile int64*>(states.prefixes)[at]
-                                  : reinterpret_cast<const volatile int64*>(states.totals)[at];
-    }
-    const unsigned prefixed = __ballot_sync(FULL_WARP, flag == TILE_PREFIX);
-    // lanes up to the nearest published prefix count (that lane's prefix covers all before it)
-    const int stop = prefixed ? __ffs((int)prefixed) - 1 : 31;
-    if ((int)lane > stop) value = 0;
+    if (threadIdx.x == 0) nearest = SCAN_THREADS;
+    __syncthreads();
+    if ((state >> STATE_VALUE_BITS) == TILE_PREFIX) atomicMin(&nearest, (int)threadIdx.x);
+    __syncthreads();
+    int64 value = (int)threadIdx.x <= nearest ? state_value(state) : 0;
     for (int offset = 16; offset > 0; offset >>= 1) {
       value += __shfl_down_sync(FULL_WARP, value, offset);
     }
-    before += __shfl_sync(FULL_WARP, value, 0);
-    if (prefixed) break;
+    if (lane == 0) warp_sums[warp] = value;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      int64 sum = 0;
+      for (int w = 0; w < SCAN_THREADS / 32; ++w) sum += warp_sums[w];
+      window_sum = sum;
+    }
+    __syncthreads();
+    before += window_sum;
+    if (nearest < SCAN_THREADS) break;  // the same in every thread
+    __syncthreads();  // nearest and the sums are written again
   }
   return before;
 }
 
 // Launch with SCAN_THREADS threads and ceil((n + 1) / SCAN_TILE) blocks; scratch zeroed, of
-// scan_scratch_words(tiles) int64 (it may be null for one block). WORD_BITS: values are int64
+// scan_scratch_words(n) int64 (it may be null for one block). WORD_BITS: values are int64
 // (0), or the popcounts of 32-bit words read from `values` (32: a bitmap's ranks, with no array
 // of counts between). The tile goes through shared memory both ways, so that global memory is
 // read and written a warp's 32 neighbours at a time.
@@ -117,7 +120,6 @@ __device__ __forceinline__ void scan_tiles(const void* values, int64 n, int64* s
                                            int64* scratch) {
   __shared__ int64 tile_values[SCAN_TILE + SCAN_TILE / 16];
   __shared__ int64 tile_number;
-  __shared__ int64 tile_before;
   const int64 tiles = gridDim.x;
   if (threadIdx.x == 0) {
     tile_number = scratch == nullptr ? (int64)blockIdx.x
@@ -147,24 +149,27 @@ __device__ __forceinline__ void scan_tiles(const void* values, int64 n, int64* s
   }
   int64 tile_sum;
   const int64 thread_offset = block_exclusive_scan(thread_sum, &tile_sum);  // (its barriers)
-  if (tiles > 1 && threadIdx.x < 32) {
-    const TileStates states(scratch, tiles);
-    int64 prior = 0;
+  int64 offset = 0;
+  if (tiles > 1) {
+    uint64* states = reinterpret_cast<uint64*>(scratch) + 1;
     if (tile == 0) {
-      if (threadIdx.x == 0) states.publish(0, TILE_PREFIX, tile_sum);
+      if (threadIdx.x == 0) {
+        reinterpret_cast<volatile uint64*>(states)[0] = tile_state(TILE_PREFIX, tile_sum);
+      }
     } else {
-      if (threadIdx.x == 0) states.publish(tile, TILE_TOTAL, tile_sum);
-      prior = sum_before(states, tile);
-      if (threadIdx.x == 0) states.publish(tile, TILE_PREFIX, prior + tile_sum);
+      if (threadIdx.x == 0) {
+        reinterpret_cast<volatile uint64*>(states)[tile] = tile_state(TILE_TOTAL, tile_sum);
+      }
+      offset = sum_before(states, tile);
+      if (threadIdx.x == 0) {
+        reinterpret_cast<volatile uint64*>(states)[tile] = tile_state(TILE_PREFIX,
+                                                                      offset + tile_sum);
+      }
     }
-    if (threadIdx.x == 0) tile_before = prior;
-  } else if (threadIdx.x == 0) {
-    tile_before = 0;
   }
 #pragma unroll
   for (int k = 0; k < SCAN_ITEMS; ++k) tile_values[padded(own + k)] = thread_offset + before[k];
   __syncthreads();
-  const int64 offset = tile_before;
 #pragma unroll
   for (int k = 0; k < SCAN_ITEMS; ++k) {
     const int j = k * SCAN_THREADS + (int)threadIdx.x;

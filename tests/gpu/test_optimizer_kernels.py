@@ -208,7 +208,7 @@ def test_state_on_the_host_or_misshaped_is_refused(gpu):
 # ---- the engine's update on each backend ------------------------------------------------------
 
 class Shard:
-    """The part of EmbeddingTable an update uses: name, dim, capacity, values, slot(),
+    """The part of EmbeddingTable an update uses: name, dim, capacity, values, times, slot(),
     apply_update() and stamp()."""
 
     def __init__(self, backend, values):
@@ -216,6 +216,7 @@ class Shard:
         self.name = "shard"
         self.capacity, self.dim = values.shape
         self.values = backend.asarray(values.copy())
+        self.times = backend.asarray(np.zeros(self.capacity, np.float64))
         self.slots = {}
 
     def slot(self, name, initial_value=0.0):

@@ -418,9 +418,9 @@ def scan_tiles(n):
 
 def scan_scratch_words(n):
     """int64 words of the zeroed scratch an exclusive scan of n values takes (scan.cu: a ticket,
-    then a flag and two values per tile); 0 where it takes one tile, and none."""
+    then a state word per tile); 0 where it takes one tile, and none."""
     tiles = scan_tiles(n)
-    return 0 if tiles == 1 else 1 + 3 * tiles
+    return 0 if tiles == 1 else 1 + tiles
 
 
 def zeros_and_scan_scratch(n, dtype, scanned):
@@ -437,10 +437,11 @@ def zeros_and_scan_scratch(n, dtype, scanned):
 
 def exclusive_scan(values, n, scratch=None, popcounts=False):
     """Returns sums [n + 1] int64 with sums[i] = values[0] + ... + values[i - 1], in one launch
-    (scan.cu), queued. popcounts: values are uint32 words, each counted by its set bits (a
-    bitmap's ranks). scratch: None, or an int64 GPUArray of at least scan_scratch_words(n)
-    zeros the caller zeroed anyway (beside an array it fills with zeros), which the scan leaves
-    dirty; else the scan zeroes its own (one memset)."""
+    (scan.cu), queued; every partial sum must lie in [-2^61, 2^61) (counts do). popcounts:
+    values are uint32 words, each counted by its set bits (a bitmap's ranks). scratch: None, or
+    an int64 GPUArray of at least scan_scratch_words(n) zeros the caller zeroed anyway (beside
+    an array it fills with zeros), which the scan leaves dirty; else the scan zeroes its own
+    (one memset)."""
     sums = empty((n + 1,), np.int64)
     tiles = scan_tiles(n)
     words = scan_scratch_words(n)
