@@ -28,6 +28,10 @@
 #                of each workload (default dlrm, seed, dlrm26; one ncu process each), its time
 #                and DRAM bytes -> kernels.txt ($SOK1X_KERNELS_ARGS: more arguments, e.g.
 #                "--replayed --warmup 30")
+#   kernel-detail[=W]  Nsight Compute's speed of light, memory, warp stall and occupancy sections
+#                for the kernels of one replayed step of W (default dlrm) whose names match
+#                $SOK1X_DETAIL_KERNELS (default update_lazy|take_rows|place_by|count_seg|scan_)
+#                -> kernel_detail.txt
 #   calls[=W,...]  step_calls.py --replayed on cuda at full scale (default dlrm, dlrm26): the
 #                replayed step's Python calls, its wall time, and host_us (the step with its
 #                graphs not launched); the cProfile by own and cumulative time ->
@@ -142,7 +146,7 @@ while [ $# -gt 0 ]; do
   shift
 done
 [ ${#stages[@]} -gt 0 ] || { echo "pass.sh: name at least one stage (--list)" >&2; usage; }
-known=" micro hybrid profile kernels calls steps1 steps group framework checkpoint kernel-tests suites grid
+known=" micro hybrid profile kernels kernel-detail calls steps1 steps group framework checkpoint kernel-tests suites grid
   grid-ab breakdown-ab framework-ab new-rows gather-grid growth-this growth-ab growth-profile host-slices hkv-grid
   find-or-insert-ab ncu-find-or-insert host-way dynamic-tests breakdown dynamic-ab backend-tests
   hash-ab ckpt-tests ckpt-stages ckpt-before ckpt-bench ckpt-big "
@@ -255,6 +259,18 @@ stage_kernels() {  # [workload ...]: step_kernels.py's table of a bounded step's
       --summarize "$work/kernels_$w.log" --workloads "$w" --steps 2 >>"$work/kernels.txt"
   done
   cat "$work/kernels.txt" >>"$summary"
+}
+stage_kernel_detail() {  # [workload]: where the named kernels of one replayed step wait
+  local w=${1:-dlrm}
+  PYTHONPATH=$(path_of after):$here/bench run kernel_detail 150 "$(ncu_path)" \
+    --clock-control none --profile-from-start off \
+    -k regex:"${SOK1X_DETAIL_KERNELS:-update_lazy|take_rows|place_by|count_seg|scan_}" \
+    --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
+    --section Occupancy --section LaunchStats \
+    python3 "$here/bench/step_kernels.py" --workloads "$w" --steps 1 --replayed --warmup 30 \
+    >/dev/null || say "kernel_detail failed (its log: kernel_detail.log in pass.tgz)"
+  cp "$work/kernel_detail.log" "$work/kernel_detail.txt" 2>/dev/null
+  say "kernel-detail $w: $(grep -c 'Duration' "$work/kernel_detail.txt" 2>/dev/null) kernels"
 }
 stage_calls() {  # [workload ...]: the replayed step's host work on cuda, each workload in a
   # process of its own (one GPU does not hold every workload's tables at once); with --before:
