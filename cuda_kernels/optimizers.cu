@@ -39,22 +39,6 @@ extern "C" __global__ void write_hyper(float* dst, int64 count, Hyper h, double*
   }
 }
 
-// Where a row kernel also records when its rows were trained (given_hyper.rows_stamped): the
-// first thread of each row writes times[row] = *clock where a clock is given (a replayed update's
-// time, written before each replay), else now; times null: no stamp. One pass writes the rows and
-// their stamps, where a launch of its own after the update stamped them (pooling.cu's
-// fill_rows_float64). Launch format "PPd".
-struct Stamp {
-  double* times;
-  const double* clock;
-  double now;
-  // The value the rows take, read once before a thread's loop: a clock read beside each row's
-  // store held every row's warp on that load (+24 us on dlrm's update, 2026-11-28).
-  __device__ __forceinline__ double value() const {
-    return times == nullptr ? 0.0 : clock != nullptr ? *clock : now;
-  }
-};
-
 #define FOR_EACH_ELEMENT(e, total) \
   for (int64 e = global_thread_id(); e < (total); e += global_thread_count())
 
@@ -78,15 +62,13 @@ __device__ __forceinline__ Lanes<W>& lanes_at(const Rows& state, int64 s) {
 template <int W, int N, class Rule>
 __device__ __forceinline__ void update_rows(const Rule& rule, const Rows (&states)[N],
                                             const int64* rows, const float* grads, int64 n,
-                                            int64 dim, const Stamp& stamp) {
+                                            int64 dim) {
   const int64 per_row = dim / W;
-  const double stamped = stamp.value();
   for (int64 t = global_thread_id(); t < n * per_row; t += global_thread_count()) {
     const int64 i = t / per_row;
     const int64 row = rows[i];
     if (row < 0) continue;  // padding
     const int64 c = (t - i * per_row) * W;
-    if (c == 0 && stamp.times != nullptr) stamp.times[row] = stamped;
     const Lanes<W> g = *reinterpret_cast<const Lanes<W>*>(grads + i * dim + c);
     Lanes<W>* at[N];
     Lanes<W> value[N];
@@ -110,21 +92,20 @@ __device__ __forceinline__ void update_rows(const Rule& rule, const Rows (&state
 }
 
 // The row kernel of rule class RULE in its two widths: update_SUFFIX (one element a thread)
-// and update_SUFFIX_x4, each stamping its rows where `stamp` has times. PARAMS: its state
-// parameters in parentheses, var first; the rest: those states' names.
+// and update_SUFFIX_x4. PARAMS: its state parameters in parentheses, var first; the rest: those
+// states' names.
 #define ROW_STATE_PARAMS(...) __VA_ARGS__
 #define ROW_UPDATE_KERNELS(SUFFIX, RULE, PARAMS, ...)                                          \
   extern "C" __global__ void update_##SUFFIX(ROW_STATE_PARAMS PARAMS, const int64* rows,       \
-                                             const float* grads, int64 n, int64 dim, Hyper h,  \
-                                             Stamp stamp) {                                    \
+                                             const float* grads, int64 n, int64 dim, Hyper h) { \
     const Rows states[] = {__VA_ARGS__};                                                        \
-    update_rows<1>(RULE(h), states, rows, grads, n, dim, stamp);                                \
+    update_rows<1>(RULE(h), states, rows, grads, n, dim);                                       \
   }                                                                                             \
   extern "C" __global__ void update_##SUFFIX##_x4(ROW_STATE_PARAMS PARAMS, const int64* rows,  \
                                                   const float* grads, int64 n, int64 dim,       \
-                                                  Hyper h, Stamp stamp) {                       \
+                                                  Hyper h) {                                    \
     const Rows states[] = {__VA_ARGS__};                                                        \
-    update_rows<4>(RULE(h), states, rows, grads, n, dim, stamp);                                \
+    update_rows<4>(RULE(h), states, rows, grads, n, dim);                                       \
   }
 
 // Index into the [capacity, dim] state of element e of the [n, dim] gradient; negative for a

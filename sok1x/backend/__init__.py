@@ -83,9 +83,6 @@ Every backend module exposes the same names, and the engine's algorithms call on
     segment_counts(segment_ids, n) -> float32 [n]      ids per segment
     scale_rows(values, factors, divide) -> values * (or /, 0 where 0) factors per row
     fill_rows(array, rows, value, count=None)          array[rows] = value (float64 1-D)
-    rows_stamped(times, rows, now) -> stamp   a context: the update_* op handed `rows` (that
-        array) also writes times[rows] = now where it can, and says so in stamp.taken (cuda's
-        LazyAdam and Adagrad kernels, every cpu update; backend/given_hyper.py)
     floor_divide(keys, divisor) -> keys // divisor     int64, rows of a table without hash table
     row_view(array, start, stop)                       rows [start, stop) sharing array's memory
     reshape(array, shape) -> array                     the same elements in `shape` (one -1

@@ -9,14 +9,6 @@ replay (engine/lookup/replayed_step.py): on cuda the kernels read it from device
 run (optimizers.cu's Hyper), on cpu the update reads it when it is called, as the cpu twin of a
 replay calls it again. The values are in the order the update function takes them, which is the
 order of its rule's hyper_names (engine/tables/optimizer_updates.py).
-
-    with backend.rows_stamped(times, rows, now) as stamp:   # float64 [capacity]
-        backend.update_lazy_adam(..., rows, ...)           # also times[rows] = now
-    if not stamp.taken: backend.fill_rows(times, rows, now)
-
-The time an update's rows were last trained (a table's `times`) is written by the update's own
-kernel where the backend's update of that rule can (cuda's row kernels: LazyAdam, Adagrad; every
-cpu update), in the pass that writes the rows, not by a launch of its own after it.
 """
 import contextlib
 
@@ -25,7 +17,6 @@ import numpy as np
 _given = [None]  # the array hyper_given() bound, or None
 _clock = [None]  # the array time_given() bound, or None
 _step = [None]  # the clock step_given() bound, or None
-_stamp = [None]  # the RowStamp rows_stamped() bound, or None
 MOST = 6  # hyper-parameters an update takes at most (optimizers.cu's Hyper holds six)
 
 
@@ -110,43 +101,3 @@ def step_given(clock):
 def given_step():
     """The float64 [2] clock step_given() bound, or None."""
     return _step[0]
-
-
-class RowStamp:
-    """What rows_stamped() binds: float64 [capacity] `times` to stamp with `now` (inside
-    time_given(clock): what clock[0] holds when the update runs) at the rows of the update
-    handed `rows`, that very array; `taken` once an update has done it."""
-
-    def __init__(self, times, rows, now):
-        self.times, self.rows, self.now, self.taken = times, rows, float(now), False
-
-
-@contextlib.contextmanager
-def rows_stamped(times, rows, now):
-    """Inside it, the first optimizer update called with `rows` (that array, not a copy) that can
-    stamp its rows as it writes them does: times[row] = now for its every row >= 0 (module
-    docstring). Yields the RowStamp, whose `taken` tells the caller whether it must still stamp
-    the rows itself (backend.fill_rows). Nothing is read or queued here."""
-    outer = _stamp[0]
-    stamp = _stamp[0] = RowStamp(times, rows, now)
-    try:
-        yield stamp
-    finally:
-        _stamp[0] = outer
-
-
-def stamp_of(rows):
-    """For an update that stamps its rows: the RowStamp bound for `rows` (marked taken), or None
-    where none is bound, it was taken, or it is for other rows."""
-    stamp = _stamp[0]
-    if stamp is None or stamp.taken or stamp.rows is not rows:
-        return None
-    stamp.taken = True
-    return stamp
-
-
-def stamp_time(stamp):
-    """The value a stamp writes: what time_given()'s clock holds (cpu: now; cuda reads the clock
-    in its kernel), else the stamp's now."""
-    clock = _clock[0]
-    return stamp.now if clock is None else clock[0]

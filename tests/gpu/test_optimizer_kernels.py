@@ -5,7 +5,6 @@ on the cuda backend against the cpu backend. Needs a GPU and PyCUDA, not TensorF
 
 SOK1X_TEST_SEED fixes the data (the seed in use is printed); SOK1X_TEST_DEVICE picks the GPU.
 """
-import contextlib
 
 import numpy as np
 import pytest
@@ -131,53 +130,6 @@ def test_rows_of_four_go_four_elements_to_a_thread(gpu, rng, monkeypatch):
                       "update_adagrad", "update_lazy_adam", "update_adagrad"]
 
 
-@pytest.mark.parametrize("clocked", [False, True])
-def test_row_kernels_stamp_their_rows_as_cpu_does(gpu, rng, clocked):
-    """Inside rows_stamped(times, rows, now), LazyAdam's and Adagrad's kernels (both widths)
-    write times[row] = now (or what time_given's clock holds when they run) for every row >= 0
-    they update, in the pass that updates them, and say so (stamp.taken); the states and times
-    equal cpu's, every other time is left alone. An update handed other rows, or a rule whose
-    kernel cannot stamp (sgd), leaves the stamp untaken and the times as they were."""
-    from sok1x.backend import given_hyper
-    from sok1x.backend.cuda import context as cuda_context
-    cuda, cuda_optimizers = gpu
-    for dim in (12, 6):
-        for name, kinds, hyper in (CASES["lazy_adam"], CASES["adagrad_keras"], CASES["sgd"]):
-            host_states = [state(rng, kind, (500, dim)) for kind in kinds]
-            host_times = rng.uniform(0.0, 1e9, 500)
-            rows = rng.choice(500, size=300, replace=False).astype(np.int64)
-            rows[::7] = -1
-            grads = rng.standard_normal((300, dim)).astype(np.float32)
-            device_states = [cuda.asarray(s) for s in host_states]
-            device_times, device_rows = cuda.asarray(host_times), cuda.asarray(rows)
-            now, held = 1.7e9 + 0.5, 1.8e9 + 0.25
-            clock = cuda.asarray(np.array([held])) if clocked else None
-            with given_hyper.time_given(clock) if clocked else contextlib.nullcontext():
-                with cuda.rows_stamped(device_times, cuda.asarray(rows), now) as other:
-                    getattr(cuda_optimizers, name)(*device_states, device_rows,
-                                                   cuda.asarray(grads), *hyper)
-                with cuda.rows_stamped(device_times, device_rows, now) as stamp:
-                    getattr(cuda_optimizers, name)(*device_states, device_rows,
-                                                   cuda.asarray(grads), *hyper)
-            with cpu.time_given(np.array([held])) if clocked else contextlib.nullcontext():
-                with cpu.rows_stamped(host_times, rows, now) as cpu_stamp:
-                    for _ in range(2):
-                        getattr(cpu_optimizers, name)(*host_states, rows, grads, *hyper)
-            assert not other.taken
-            if name == "update_sgd":
-                assert not stamp.taken
-                cpu.fill_rows(host_times, rows, held if clocked else now)  # the caller's fill
-                cuda.fill_rows(device_times, device_rows, held if clocked else now)
-            else:
-                assert stamp.taken and cpu_stamp.taken
-            with cuda_context.entered():
-                got = cuda.to_host(device_times)
-            np.testing.assert_array_equal(got, host_times)
-            assert np.all(got[rows[rows >= 0]] == (held if clocked else now))
-            for want, got_state in zip(host_states, device_states):
-                np.testing.assert_allclose(cuda.to_host(got_state), want, rtol=RTOL, atol=ATOL)
-
-
 def test_given_hyper_parameters_are_written_by_one_launch(gpu):
     """write_given puts the values where a replayed update reads them (optimizers.cu's
     write_hyper), or refuses values that do not fit the array and writes nothing."""
@@ -208,7 +160,7 @@ def test_state_on_the_host_or_misshaped_is_refused(gpu):
 # ---- the engine's update on each backend ------------------------------------------------------
 
 class Shard:
-    """The part of EmbeddingTable an update uses: name, dim, capacity, values, times, slot(),
+    """The part of EmbeddingTable an update uses: name, dim, capacity, values, slot(),
     apply_update() and stamp()."""
 
     def __init__(self, backend, values):
@@ -216,7 +168,6 @@ class Shard:
         self.name = "shard"
         self.capacity, self.dim = values.shape
         self.values = backend.asarray(values.copy())
-        self.times = backend.asarray(np.zeros(self.capacity, np.float64))
         self.slots = {}
 
     def slot(self, name, initial_value=0.0):

@@ -32,7 +32,6 @@ from sok1x.backend.kept_sums import sums_kept  # noqa: F401  (op set: D14; cpu z
 from sok1x.backend.copies import copy_array_error
 from sok1x.backend.given_hyper import (  # noqa: F401  (op set: D14)
     hyper_given,
-    rows_stamped,
     step_given,
     time_given,
 )

@@ -9,8 +9,7 @@ Every function changes its state arrays (float32 [capacity, dim]) in place and r
 Hyper-parameters are Python or NumPy scalars, used as float32 as TensorFlow does (inside
 hyper_given(array): the array's values, as a replayed step's cuda kernels read them).
 Functions named *_all_rows also decay the state of rows without a gradient, as TensorFlow's sparse
-Adam and Keras' RMSprop without momentum do; the others touch only `rows`. Inside
-given_hyper.rows_stamped(times, rows, now), each also stamps its rows' times (all rules here).
+Adam and Keras' RMSprop without momentum do; the others touch only `rows`.
 """
 import functools
 import inspect
@@ -23,8 +22,7 @@ from sok1x.backend import given_hyper
 def _update(*hyper):
     """Decorator of an update whose hyper-parameters are the parameters named `hyper`, in order:
     it sees only the rows >= 0 of its `rows` argument and their gradients (a copy is made only
-    where a row is negative), and inside hyper_given(array) the array's values as `hyper`; a
-    stamp bound for its rows (given_hyper.rows_stamped) is written after it."""
+    where a row is negative), and inside hyper_given(array) the array's values as `hyper`."""
     def decorate(update):
         names = list(inspect.signature(update).parameters)
         at_rows, at_grads = names.index("rows"), names.index("grads")
@@ -32,7 +30,6 @@ def _update(*hyper):
 
         @functools.wraps(update)
         def on_used_rows(*args):
-            stamp = given_hyper.stamp_of(args[at_rows])
             rows, given = np.asarray(args[at_rows]), given_hyper.given(len(hyper))
             used = rows >= 0
             trimmed = rows.shape[0] and not used.all()
@@ -43,9 +40,7 @@ def _update(*hyper):
             if given is not None:
                 for at, value in zip(at_hyper, given):
                     args[at] = value
-            update(*args)
-            if stamp is not None:
-                stamp.times[rows[used]] = given_hyper.stamp_time(stamp)
+            return update(*args)
         return on_used_rows
     return decorate
 

@@ -96,7 +96,6 @@ from sok1x.backend import given_hyper, kept_sums
 from sok1x.backend.kept_sums import sums_kept  # noqa: F401  (op set: D14)
 from sok1x.backend.given_hyper import (  # noqa: F401  (op set: D14)
     hyper_given,
-    rows_stamped,
     step_given,
     time_given,
 )

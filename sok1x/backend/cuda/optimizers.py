@@ -31,8 +31,6 @@ from sok1x.backend.cuda.kernel_launch import (
 from sok1x.backend.cuda.rows import take_rows
 
 _ROWS_ARGS = "PPqq"  # rows, grads, n, dim
-_STAMP = "PPd"  # optimizers.cu's Stamp: times, clock, now
-_NO_STAMP = (0, 0, 0.0)
 _STATE = "PPqP"  # a state array: common.cuh's SplitRows (device base, host base, split, pieces)
 _HYPER = "Pffffff"  # optimizers.cu's Hyper: where given, else six values
 _UNUSED = (0.0,) * given_hyper.MOST
@@ -96,22 +94,6 @@ def _hyper(*values):
     return (ptr(given),) + _UNUSED
 
 
-def _stamp(rows):
-    """The Stamp argument (optimizers.cu) of a row kernel handed `rows`: given_hyper's stamp
-    bound for those rows (taken by this update), reading time_given()'s clock where one is
-    bound; else none."""
-    stamp = given_hyper.stamp_of(rows)
-    if stamp is None:
-        return _NO_STAMP
-    times = stamp.times
-    if not is_device_array(times) or times.dtype != np.float64 or times.ndim != 1:
-        raise TypeError("rows_stamped needs a float64 1-D GPUArray of times, got %s %s"
-                        % (getattr(times, "dtype", type(times).__name__),
-                           getattr(times, "shape", None)))
-    clock = given_hyper.given_time()
-    return ptr(times), 0 if clock is None else ptr(clock), stamp.now
-
-
 @uses_context
 def write_given(array, values, clock=None, now=0.0, step=None):
     """array[:] = values, queued: float32 hyper-parameters for the array an update reads them
@@ -168,17 +150,14 @@ def update_keras_momentum(var, accum, rows, grads, lr, momentum, nesterov):
 
 @uses_context
 def update_adagrad(var, accum, rows, grads, lr, epsilon):
-    """Adagrad's sparse update (see cpu_optimizers); stamps its rows where a stamp is bound
-    for them (given_hyper.rows_stamped)."""
-    stamp = _stamp(rows)
+    """Adagrad's sparse update (see cpu_optimizers)."""
     rows, grads, n, dim, order = _gradient(var, rows, grads)
     _state(accum, "accum", var)
     if n * dim:
         lanes = _lanes(dim, grads, var, accum)
-        launch(_kernel("update_adagrad" + _WIDTHS[lanes],
-                       _STATE * 2 + _ROWS_ARGS + _HYPER + _STAMP),
+        launch(_kernel("update_adagrad" + _WIDTHS[lanes], _STATE * 2 + _ROWS_ARGS + _HYPER),
                n * dim // lanes, *split_args(var, dim), *split_args(accum, dim), ptr(rows),
-               ptr(grads), n, dim, *_hyper(lr, epsilon), *stamp,
+               ptr(grads), n, dim, *_hyper(lr, epsilon),
                blocks=walk_blocks(order, n * dim // lanes))
 
 
@@ -212,18 +191,15 @@ def update_rmsprop(var, ms, mom, mg, rows, grads, lr, rho, momentum, epsilon):
 
 @uses_context
 def update_lazy_adam(var, m, v, rows, grads, lr_t, beta1, beta2, epsilon):
-    """LazyAdam: the rows with a gradient only (see cpu_optimizers); stamps its rows where a
-    stamp is bound for them (given_hyper.rows_stamped)."""
-    stamp = _stamp(rows)
+    """LazyAdam: the rows with a gradient only (see cpu_optimizers)."""
     rows, grads, n, dim, order = _gradient(var, rows, grads)
     _state(m, "m", var)
     _state(v, "v", var)
     if n * dim:
         lanes = _lanes(dim, grads, var, m, v)
-        launch(_kernel("update_lazy_adam" + _WIDTHS[lanes],
-                       _STATE * 3 + _ROWS_ARGS + _HYPER + _STAMP),
+        launch(_kernel("update_lazy_adam" + _WIDTHS[lanes], _STATE * 3 + _ROWS_ARGS + _HYPER),
                n * dim // lanes, *split_args(var, dim), *split_args(m, dim), *split_args(v, dim),
-               ptr(rows), ptr(grads), n, dim, *_hyper(lr_t, beta1, beta2, epsilon), *stamp,
+               ptr(rows), ptr(grads), n, dim, *_hyper(lr_t, beta1, beta2, epsilon),
                blocks=walk_blocks(order, n * dim // lanes))
 
 

@@ -959,9 +959,10 @@ def _update_run(backend, table, rule, slots, gradient, given, clock, hyper, opti
     `rule` with a replayed backward's `gradient` [rows, summed, ...], its hyper-parameters read
     from `given`, then the stamp of its rows with the time `clock` holds (both written before
     each replay: backend.write_given)."""
-    with backend.hyper_given(given), backend.time_given(clock):
-        optimizer_updates.update_and_stamp(backend, table, rule, slots, gradient[0],
-                                           gradient[1], hyper, options)
+    with backend.hyper_given(given):
+        table.apply_update(rule.update, slots, gradient[0], gradient[1], hyper, options)
+    with backend.time_given(clock):
+        table.stamp(gradient[0])
 
 
 def _backward_run(runtime, table, routing, grads, pieces, kept=None):

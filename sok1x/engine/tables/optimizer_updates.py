@@ -34,7 +34,6 @@ AdaMax, adadelta TensorFlow's SparseApplyAdadelta (TF1 and Keras Adadelta). A sl
 "<slot_prefix>/<slot>".
 """
 import collections
-import time
 
 import numpy as np
 
@@ -240,7 +239,8 @@ def apply_update(backend, table, rule_name, slot_prefix, options, hyper, values,
     count = int(unique_rows.shape[0])
     slots = {name: table.slot(slot_key(slot_prefix, name), initial)
              for name, initial in rule.slots(options)}
-    update_and_stamp(backend, table, rule, slots, unique_rows, summed, hyper, options)
+    table.apply_update(rule.update, slots, unique_rows, summed, hyper, options)
+    table.stamp(unique_rows)
     return count
 
 
@@ -274,15 +274,5 @@ def apply_group_update(backend, group, rule_name, slot_prefix, options, hyper, r
     options = dict(options or {})
     slots = {name: group.slot(slot_key(slot_prefix, name), initial)
              for name, initial in rule.slots(options)}
-    update_and_stamp(backend, group, rule, slots, rows, summed, hyper, options)
-
-
-def update_and_stamp(backend, table, rule, slots, rows, grads, hyper, options):
-    """table.apply_update(rule.update, ...) on distinct `rows`, then their time stamp
-    (table.stamp): written by the update's own kernel where the backend's update of the rule
-    can (backend.rows_stamped: cuda's LazyAdam and Adagrad kernels, every cpu update), else by
-    a fill after it. table: an EmbeddingTable or a TableGroup."""
-    with backend.rows_stamped(table.times, rows, time.time()) as stamp:
-        table.apply_update(rule.update, slots, rows, grads, hyper, options)
-    if not stamp.taken:
-        table.stamp(rows)
+    group.apply_update(rule.update, slots, rows, summed, hyper, options)
+    group.stamp(rows)
