@@ -25,9 +25,7 @@ from sok1x.backend.cuda.strides import (  # noqa: F401  (re-exported)
 BLOCK = 256
 SCAN_THREADS = 256
 SCAN_TILE = 2048  # SCAN_THREADS * SCAN_ITEMS in scan.cu
-_REGISTER_UNIT = 256  # registers a warp is given at a time
-_WARP_UNIT = 4  # warps a multiprocessor's registers are handed out by
-_SHARED_PER_BLOCK = 1024  # shared memory the driver keeps for each block (sm_80 and later)
+_BLOCKS_PER_MULTIPROCESSOR = 16
 
 # What the cuda backend has queued and waited for since the process started (the benchmarks read
 # per-step figures off it): "launches" (kernels), "fills" (memsets), "copies" (host <-> device),
@@ -73,33 +71,10 @@ def prepared(source_name, kernel_name, arg_types):
     return function
 
 
-def resident_blocks(function, block=BLOCK):
-    """Blocks of `block` threads of kernel `function` that one multiprocessor holds at once: the
-    fewest its threads, registers, shared memory and block slots allow (CUDA's occupancy rules,
-    from the kernel's registers and static shared memory), at least 1; kept on the function."""
-    known = getattr(function, "sok1x_resident", None)
-    if known is None:
-        known = function.sok1x_resident = {}
-    blocks = known.get(block)
-    if blocks is None:
-        limits = cuda_context.multiprocessor_limits()
-        warps = -(-block // 32)
-        per_warp = -(-max(function.num_regs, 1) * 32 // _REGISTER_UNIT) * _REGISTER_UNIT
-        by_registers = limits.registers // per_warp // _WARP_UNIT * _WARP_UNIT // warps
-        shared = function.shared_size_bytes
-        by_shared = limits.shared // (shared + _SHARED_PER_BLOCK) if shared else limits.blocks
-        blocks = known[block] = max(1, min(limits.threads // block, by_registers, by_shared,
-                                           limits.blocks))
-    return blocks
-
-
 def launch(function, work_items, *args, block=BLOCK, blocks=None):
-    """Queues a grid-stride kernel on the sok1x stream, sized for `work_items` threads, at most
-    one wave of the blocks the GPU holds at once: a grid of 16 blocks a multiprocessor ran dlrm's
-    update (6 resident a multiprocessor) as 2.67 waves, the last a third idle (one H200,
-    2026-11-28)."""
+    """Queues a grid-stride kernel on the sok1x stream, sized for `work_items` threads."""
     if blocks is None:
-        limit = cuda_context.multiprocessor_count() * resident_blocks(function, block)
+        limit = cuda_context.multiprocessor_count() * _BLOCKS_PER_MULTIPROCESSOR
         blocks = max(1, min(-(-int(work_items) // block), limit))
     # What prepared_async_call does for a kernel without texture references, without its
     # per-call import, keyword checks and block-shape call: a step launches dozens of kernels.
