@@ -271,6 +271,22 @@ def test_exclusive_scan_of_word_popcounts_with_its_scratch_beside_the_words(cuda
     np.testing.assert_array_equal(got, np.concatenate([[0], np.cumsum(counts)]))
 
 
+def test_a_scan_refuses_a_scratch_too_small_before_it_launches(cuda):
+    """A scratch shorter than scan_scratch_words(n) (or not int64) is refused with a
+    ValueError naming both sizes, before anything is queued: the scan's tiles would otherwise
+    take tickets past their states and wait for ever."""
+    from sok1x.backend.cuda.kernel_launch import COUNTS, exclusive_scan, scan_scratch_words
+    n = 10_000
+    with cuda_context.entered():
+        values = cuda.asarray(np.ones(n, np.int64))
+        for scratch in (cuda.asarray(np.zeros(scan_scratch_words(n) - 1, np.int64)),
+                        cuda.asarray(np.zeros(scan_scratch_words(n), np.int32))):
+            launches = COUNTS["launches"]
+            with pytest.raises(ValueError, match="needs %d zeroed int64" % scan_scratch_words(n)):
+                exclusive_scan(values, n, scratch)
+            assert COUNTS["launches"] == launches
+
+
 def test_a_captured_scan_replayed_zeroes_its_own_scratch(cuda, rng):
     """A scan recorded in a CUDA graph (its scratch's memset recorded before it) and replayed
     over new values in the same buffer gives each replay's sums: the tickets and flags of the

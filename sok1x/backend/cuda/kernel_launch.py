@@ -447,6 +447,10 @@ def exclusive_scan(values, n, scratch=None, popcounts=False):
     words = scan_scratch_words(n)
     if words and scratch is None:
         scratch = fill_bytes(empty((words,), np.int64), 0)
+    elif words and (scratch.dtype != np.int64 or scratch.size < words):
+        # a short scratch would hand out tickets past its tile states: a hang, not an error
+        raise ValueError("exclusive_scan of %d values needs %d zeroed int64 words of scratch, "
+                         "got %s %s" % (n, words, scratch.dtype, list(scratch.shape)))
     launch(_scan_kernels()[bool(popcounts)], 0, ptr(values), n, ptr(sums),
            ptr(scratch) if words else 0, block=SCAN_THREADS, blocks=tiles)
     return sums
