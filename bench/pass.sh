@@ -73,6 +73,8 @@
 #   new-rows     new_rows_init.py: a full group's new rows' vectors and slots, in one launch, in
 #                three, and at fewer threads a row -> new_rows_init.json
 #   gather-grid  gather_grid.py: dlrm's forward gather at launch()'s grid and a thread a word
+#   update-grid  update_grid.py: dlrm's LazyAdam update at launch()'s grid, one to four waves of
+#                resident blocks and a thread a four elements; the stamp alone beside it
 #   growth-this  growth_step.py of this tree, $PASS_ROUNDS rounds (default 2), $PASS_GROWTH_ARGS
 #   host-slices  host_slices.py: one page-locked block against 128 MiB slices (1, 2, 4 GiB)
 #   hkv-grid     hbm engine path of before, this tree's grid with HierarchicalKV at dim 64
@@ -147,7 +149,7 @@ while [ $# -gt 0 ]; do
 done
 [ ${#stages[@]} -gt 0 ] || { echo "pass.sh: name at least one stage (--list)" >&2; usage; }
 known=" micro hybrid profile kernels kernel-detail calls steps1 steps group framework checkpoint kernel-tests suites grid
-  grid-ab breakdown-ab framework-ab new-rows gather-grid growth-this growth-ab growth-profile host-slices hkv-grid
+  grid-ab breakdown-ab framework-ab new-rows gather-grid update-grid growth-this growth-ab growth-profile host-slices hkv-grid
   find-or-insert-ab ncu-find-or-insert host-way dynamic-tests breakdown dynamic-ab backend-tests
   hash-ab ckpt-tests ckpt-stages ckpt-before ckpt-bench ckpt-big "
 for stage in "${stages[@]}"; do  # every name checked before anything is installed
@@ -211,6 +213,9 @@ test_at() {  # name, seconds, ranks (or "serial"), pytest arguments...: this che
 }
 
 # The stages: stage_NAME ARGUMENTS (the words after "=").
+stage_update_grid() {
+  bench after update_grid.py update_grid --out "$work/update_grid.json"
+}
 stage_gather_grid() {
   bench after gather_grid.py gather_grid --out "$work/gather_grid.json"
 }
