@@ -45,12 +45,7 @@ def main(argv):
         moved = (keys.shape[0] + results["distinct"]) * dim * 4
         for name, run in (("take_rows", lambda: backend.take_rows(table, index)),
                           ("grid_stride", launched(False)), ("thread_a_word", launched(True))):
-            ms = timer.time_ms(run, args.repeats)
-            figures = results["parts"][name] = harness.summary(
-                [m * 1e3 for m in ms], ("us", "us_min", "us_max", "us_repeats"))
-            figures["tb_per_s"] = moved / figures["us"] / 1e6
-            harness.log("%-14s %7.1f us (%.1f-%.1f), %.2f TB/s" % (
-                name, figures["us"], figures["us_min"], figures["us_max"], figures["tb_per_s"]))
+            results["parts"][name] = timer.part_us(name, run, args.repeats, moved)
         backend.synchronize()
     harness.write_json(args.out, results)
 

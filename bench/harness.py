@@ -186,6 +186,19 @@ class StreamTimer:
                 times.append(times_this)
         return times
 
+    def part_us(self, name, run, repeats, moved=None):
+        """Times run() as time_ms does and logs it under `name`; returns {us, us_min, us_max,
+        us_repeats}, and tb_per_s where `moved` (bytes a run moves) is given."""
+        figures = summary([ms * 1e3 for ms in self.time_ms(run, repeats)],
+                          ("us", "us_min", "us_max", "us_repeats"))
+        rate = ""
+        if moved is not None:
+            figures["tb_per_s"] = moved / figures["us"] / 1e6
+            rate = ", %.2f TB/s" % figures["tb_per_s"]
+        log("%-28s %7.1f us (%.1f-%.1f)%s" % (name, figures["us"], figures["us_min"],
+                                               figures["us_max"], rate))
+        return figures
+
     def _one(self, run):
         if not self.on_gpu:
             start = time.perf_counter()

@@ -74,11 +74,7 @@ def main(argv):
                      [(slot, 0.0) for slot in slots]))]
         parts += [("one_pass_lanes%d" % (1 << shift), lanes(shift)) for shift in (5, 4, 3, 2)]
         for name, run in parts:
-            ms = timer.time_ms(run, args.repeats)
-            figures = results["parts"][name] = harness.summary(
-                [m * 1e3 for m in ms], ("us", "us_min", "us_max", "us_repeats"))
-            harness.log("%-18s %7.1f us (%.1f-%.1f)" % (name, figures["us"], figures["us_min"],
-                                                        figures["us_max"]))
+            results["parts"][name] = timer.part_us(name, run, args.repeats)
         backend.synchronize()
     harness.write_json(args.out, results)
 

@@ -64,18 +64,11 @@ def main(argv):
             ("a thread a four elements", -(-work // BLOCK))]
         moved = distinct.shape[0] * dim * 4 * 7
         for name, blocks in grids:
-            ms = timer.time_ms(launched(blocks), args.repeats)
-            figures = results["parts"][name] = harness.summary(
-                [t * 1e3 for t in ms], ("us", "us_min", "us_max", "us_repeats"))
+            figures = results["parts"][name] = timer.part_us(name, launched(blocks),
+                                                             args.repeats, moved)
             figures["blocks"] = blocks
-            figures["tb_per_s"] = moved / figures["us"] / 1e6
-            harness.log("%-28s %7.1f us (%.1f-%.1f), %.2f TB/s" % (
-                name, figures["us"], figures["us_min"], figures["us_max"], figures["tb_per_s"]))
-        ms = timer.time_ms(lambda: backend.fill_rows(times, rows, 1.7e9), args.repeats)
-        figures = results["parts"]["the stamp (fill_rows)"] = harness.summary(
-            [t * 1e3 for t in ms], ("us", "us_min", "us_max", "us_repeats"))
-        harness.log("%-28s %7.1f us (%.1f-%.1f)" % (
-            "the stamp (fill_rows)", figures["us"], figures["us_min"], figures["us_max"]))
+        results["parts"]["the stamp (fill_rows)"] = timer.part_us(
+            "the stamp (fill_rows)", lambda: backend.fill_rows(times, rows, 1.7e9), args.repeats)
         backend.synchronize()
     harness.write_json(args.out, results)
 
