@@ -169,12 +169,16 @@ __device__ __forceinline__ int64 member_of_segment(const int64* members, int64 m
   return -1;
 }
 
-// Warps per block of evict_pick (backend/cuda/eviction.py launches 4) and of evict_pick_rest
-// (16). A bucket holds 64 to 128 keys on average (eviction.py's bucket_bits), so PICK_CAP of its
-// evictable keys ranked in shared memory leave the key-by-key path to a bucket far out in the
-// tail: that path costs a warp about a microsecond a key, and the pass lasts as long as its
-// slowest warp.
-#define PICK_WARPS 4
+// Threads per block of evict_pick (backend/cuda/eviction.py launches PICK_THREADS) and warps of
+// evict_pick_rest (16). A bucket holds 64 to 128 keys on average (eviction.py's bucket_bits), so
+// PICK_CAP of its evictable keys ranked in shared memory leave the key-by-key path to a bucket far
+// out in the tail: that path costs a warp about a microsecond a key, and the pass lasts as long as
+// its slowest block. A bucket is a block's, not a warp's: a full group's buckets are few (one
+// H200, 2026-11-29: dlrm26_full's 1,664 buckets of about 97 evictable keys and 84 new ones, one
+// warp each, ran 85 us at 15% occupancy, each warp ranking its keys alone, an instruction every 8
+// cycles), and four warps rank a bucket's keys four times as fast.
+#define PICK_THREADS 128
+#define PICK_WARPS (PICK_THREADS / 32)
 #define REST_WARPS 16
 #define PICK_CAP 256
 
@@ -211,20 +215,45 @@ __device__ __forceinline__ void take_victim(int64 i, int64 key, int64 row, int64
   statistics[2 * row] = step;
 }
 
-// A segment's pick by rank: the warp gathers its bucket's evictable keys (last step below `step`)
-// from the slot range [lo, lo + length) into `pool` (per key: last step, count, key, flat row);
-// the one of rank r (r lower scores in the bucket) is the victim of the bucket's r-th evicting
-// key, places [begin, end). The same choice as taking, key after key, the lowest score not taken
-// yet, with one read of the bucket where that reads it once per key. Returns false, having
+// What a block of evict_pick shares while it picks one bucket.
+struct PickShared {
+  int64 pool[4][PICK_CAP];  // per evictable key: last step, count, key, flat row
+  int counts[PICK_WARPS];   // each warp's keys of the chunk being gathered
+  Score best[PICK_WARPS];   // each warp's lowest score of a selection round
+};
+
+// The block's lowest of each thread's `mine` (every thread gets it).
+__device__ Score block_lowest(Score mine, PickShared* shared) {
+  for (int from = 16; from > 0; from >>= 1) {
+    const Score other = shuffled(mine, from);
+    if (lower(other, mine)) mine = other;
+  }
+  const int warp = (int)(threadIdx.x / 32);
+  if (lane_id() == 0) shared->best[warp] = mine;
+  __syncthreads();
+  Score best = shared->best[0];
+  for (int w = 1; w < PICK_WARPS; ++w) {
+    if (lower(shared->best[w], best)) best = shared->best[w];
+  }
+  __syncthreads();  // read before a next round writes
+  return best;
+}
+
+// A segment's pick by rank, by the whole block: it gathers its bucket's evictable keys (last step
+// below `step`) from the slot range [lo, lo + length) into the pool; the one of rank r (r lower
+// scores in the bucket) is the victim of the bucket's r-th evicting key, places [begin, end). The
+// same choice as taking, key after key, the lowest score not taken yet, with one read of the
+// bucket where that reads it once per key. Returns false (the same in every thread), having
 // changed nothing, where the bucket has more than PICK_CAP evictable keys.
 __device__ bool pick_by_rank(const Evicting& m, int64* statistics, int64 step, uint64 bucket,
                              int64 bits, uint64 lo, uint64 length, int64 begin, int64 end,
-                             int64 (*pool)[PICK_CAP], uint64* left, int64* victim_keys,
+                             PickShared* shared, uint64* left, int64* victim_keys,
                              int64* victim_rows, int64* victim_records) {
-  const int lane = (int)lane_id();
+  int64 (*pool)[PICK_CAP] = shared->pool;
+  const int warp = (int)(threadIdx.x / 32);
   int n = 0;
-  for (uint64 base = 0; base < length; base += 32) {
-    const uint64 p = base + lane;
+  for (uint64 base = 0; base < length; base += PICK_THREADS) {
+    const uint64 p = base + threadIdx.x;
     bool yes = false;
     int64 key = 0, row = 0, last = 0;
     if (p < length) {
@@ -237,49 +266,51 @@ __device__ bool pick_by_rank(const Evicting& m, int64* statistics, int64 step, u
       }
     }
     const unsigned votes = __ballot_sync(FULL_WARP, yes);
-    const int total = n + __popc(votes);
-    if (total > PICK_CAP) return false;
+    if (lane_id() == 0) shared->counts[warp] = __popc(votes);
+    __syncthreads();
+    int at = n + __popc(votes & lanes_below());
+    for (int w = 0; w < PICK_WARPS; ++w) {
+      at += w < warp ? shared->counts[w] : 0;
+      n += shared->counts[w];
+    }
+    __syncthreads();  // the counts read before the next chunk writes them
+    if (n > PICK_CAP) return false;
     if (yes) {
-      const int at = n + __popc(votes & lanes_below());
       pool[0][at] = last;
       pool[1][at] = statistics[2 * row + 1];
       pool[2][at] = key;
       pool[3][at] = row;
     }
-    n = total;
   }
-  __syncwarp();
+  __syncthreads();
   const int64 wanted = end - begin;
   const int64 take = wanted < n ? wanted : n;
   if (take * (n + 320) < (int64)n * n) {
     // A few victims among many keys (a full shard's bucket of 64 to 128 evictable keys meets a
     // key or two a step): the lowest key not taken yet, `take` times, each a pass over the pool
-    // and a warp's minimum. Ranking every key costs n * n comparisons: at 2^26 rows that was
+    // and the block's minimum. Ranking every key costs n * n comparisons: at 2^26 rows that was
     // 6.4 of a call's 14.4 ms (bench/full_table_parts.py). The same choice: keys, so scores,
     // are distinct.
     const int64 INF = 0x7fffffffffffffffLL;
     for (int64 r = 0; r < take; ++r) {
-      Score best = {INF, INF, INF, -1};
-      for (int c = lane; c < n; c += 32) {
+      Score mine = {INF, INF, INF, -1};
+      for (int c = threadIdx.x; c < n; c += PICK_THREADS) {
         if (pool[3][c] < 0) continue;  // taken
-        const Score mine = candidate_score(&pool[0][0], PICK_CAP, c, m.lfu != 0);
-        if (lower(mine, best)) best = mine;
+        const Score score = candidate_score(&pool[0][0], PICK_CAP, c, m.lfu != 0);
+        if (lower(score, mine)) mine = score;
       }
-      for (int from = 16; from > 0; from >>= 1) {
-        const Score other = shuffled(best, from);
-        if (lower(other, best)) best = other;
-      }
-      for (int c = lane; c < n; c += 32) {
-        if (pool[3][c] >= 0 && pool[2][c] == best.key) {  // the lane holding it writes it out
+      const Score best = block_lowest(mine, shared);
+      for (int c = threadIdx.x; c < n; c += PICK_THREADS) {
+        if (pool[3][c] >= 0 && pool[2][c] == best.key) {  // the thread holding it writes it out
           take_victim(begin + r, best.key, best.row, pool[0][c], pool[1][c], step, statistics,
                       victim_keys, victim_rows, victim_records);
           pool[3][c] = -1;
         }
       }
-      __syncwarp();
+      __syncthreads();
     }
   } else {
-    for (int c = lane; c < n; c += 32) {
+    for (int c = threadIdx.x; c < n; c += PICK_THREADS) {
       const Score mine = candidate_score(&pool[0][0], PICK_CAP, c, m.lfu != 0);
       int64 rank = 0;
       for (int d = 0; d < n; ++d) {
@@ -291,32 +322,78 @@ __device__ bool pick_by_rank(const Evicting& m, int64* statistics, int64 step, u
       }
     }
   }
-  if (lane == 0 && n < wanted) atomicAdd(left, (uint64)(wanted - n));  // their places stay -1
-  __syncwarp();
+  if (threadIdx.x == 0 && n < wanted) atomicAdd(left, (uint64)(wanted - n));  // stay -1
+  __syncthreads();  // the pool read before the next bucket fills it
   return true;
 }
 
-// One warp per work item. rest == 0: an item is a segment s (bucket s - first_segment of its
-// member), whose evicting keys are the places [begin, end) of the outputs: the k-th gets the
-// k-th lowest evictable key of its bucket, or -1 when the bucket has no more. rest != 0: an item
-// is a member, and every one of its evicting keys still without a victim (victim_rows[i] ==
-// -1), in order, gets the lowest evictable key of the whole shard; *left (zeroed by the caller)
-// counts the first pass's keys without a victim, so the second pass returns at once when there
-// are none. A chosen victim's record is written to victim_records[i] as it was, and its last
-// step set to `step` (so it is chosen once); victim_rows holds flat rows.
-extern "C" __global__ void evict_pick(const int64* members, int64 member_count,
-                                      int64* statistics, int64 step,
-                                      const int64* distinct_starts, int64 items, int64 rest,
-                                      uint64* left, int64* victim_keys, int64* victim_rows,
-                                      int64* victim_records, const double* step_at) {
+// One warp, key after key: each place of [begin, end) still waiting (every one, or with rest those
+// whose victim_rows is -1), in order, gets the lowest evictable key of the slot range [lo, lo +
+// length) whose bucket is `bucket` (every key with bits 0), or -1 where none is left (counted in
+// *left unless rest).
+__device__ void pick_key_by_key(const Evicting& m, int64* statistics, int64 step, uint64 bucket,
+                                int64 bits, uint64 lo, uint64 length, int64 begin, int64 end,
+                                bool rest, uint64* left, int64* victim_keys, int64* victim_rows,
+                                int64* victim_records) {
+  const int lane = (int)lane_id();
+  const int64 INF = 0x7fffffffffffffffLL;
+  for (int64 chunk = begin; chunk < end; chunk += 32) {
+    const bool waiting = chunk + lane < end && (!rest || victim_rows[chunk + lane] == -1);
+    for (unsigned todo = __ballot_sync(FULL_WARP, waiting); todo != 0; todo &= todo - 1) {
+      const int64 i = chunk + __ffs(todo) - 1;
+      Score best = {INF, INF, INF, -1};
+      for (uint64 p = lane; p < length; p += 32) {
+        const uint64 slot = (lo + p) % m.slot_count;
+        const int64 key = m.slots[2 * slot];
+        if (key < 0 || (bits > 0 && bucket_of(key, bits) != bucket)) continue;
+        const int64 row = m.row_start + m.slots[2 * slot + 1];
+        const volatile int64* record = statistics + 2 * row;
+        const int64 last = record[0];
+        if (last >= step) continue;
+        const int64 count = record[1];
+        const Score mine = {m.lfu ? count : last, m.lfu ? last : 0, key, row};
+        if (lower(mine, best)) best = mine;
+      }
+      for (int from = 16; from > 0; from >>= 1) {
+        const Score other = shuffled(best, from);
+        if (lower(other, best)) best = other;
+      }
+      if (lane == 0) {
+        victim_keys[i] = best.row >= 0 ? best.key : -1;
+        victim_rows[i] = best.row;
+        if (best.row >= 0) {
+          int64* record = statistics + 2 * best.row;
+          victim_records[2 * i] = record[0];
+          victim_records[2 * i + 1] = record[1];
+          record[0] = step;
+        } else if (!rest) {
+          atomicAdd(left, 1ULL);
+        }
+      }
+      __syncwarp();
+    }
+  }
+}
+
+// One block (PICK_THREADS) per work item. rest == 0: an item is a segment s (bucket s -
+// first_segment of its member), whose evicting keys are the places [begin, end) of the outputs:
+// the k-th gets the k-th lowest evictable key of its bucket, or -1 when the bucket has no more.
+// rest != 0: an item is a member, and every one of its evicting keys still without a victim
+// (victim_rows[i] == -1), in order, gets the lowest evictable key of the whole shard; *left
+// (zeroed by the caller) counts the first pass's keys without a victim, so the second pass
+// returns at once when there are none. A chosen victim's record is written to victim_records[i]
+// as it was, and its last step set to `step` (so it is chosen once); victim_rows holds flat rows.
+// The key-by-key path (rest, or a bucket past PICK_CAP) is the block's first warp's.
+extern "C" __global__ void __launch_bounds__(PICK_THREADS)
+    evict_pick(const int64* members, int64 member_count, int64* statistics, int64 step,
+               const int64* distinct_starts, int64 items, int64 rest, uint64* left,
+               int64* victim_keys, int64* victim_rows, int64* victim_records,
+               const double* step_at) {
   if (rest && *left == 0) return;  // every key found a victim in its bucket
   if (step_at != nullptr) step = (int64)*step_at;  // a replayed step's (given_hyper.step_given)
-  __shared__ int64 pools[PICK_WARPS][4][PICK_CAP];
-  int64 (*pool)[PICK_CAP] = pools[(threadIdx.x / 32) % PICK_WARPS];
+  __shared__ PickShared shared;
   const int lane = (int)lane_id();
-  const int64 warps = global_thread_count() / 32;
-  const int64 INF = 0x7fffffffffffffffLL;
-  for (int64 item = global_thread_id() / 32; item < items; item += warps) {
+  for (int64 item = blockIdx.x; item < items; item += gridDim.x) {  // the same in every thread
     const int64 t = rest ? item : member_of_segment(members, member_count, item);
     if (t < 0) continue;
     const Evicting m = evicting_member(members, t);
@@ -343,7 +420,8 @@ extern "C" __global__ void evict_pick(const int64* members, int64 member_count,
       hi = __umul64hi(last_hash, slot_count);
     }
     uint64 length = hi - lo + 1;
-    // past hi, up to the first empty slot: keys homed in [lo, hi] that probed on
+    // past hi, up to the first empty slot: keys homed in [lo, hi] that probed on (every warp
+    // finds the same: nothing writes the slots during the pass)
     for (uint64 extra = 0; length < slot_count; extra += 32) {
       const uint64 at = extra + lane;
       const bool empty = length + at >= slot_count ||
@@ -355,47 +433,15 @@ extern "C" __global__ void evict_pick(const int64* members, int64 member_count,
         break;
       }
     }
-    if (!rest && pick_by_rank(m, statistics, step, bucket, bits, lo, length, begin, end, pool,
+    if (!rest && pick_by_rank(m, statistics, step, bucket, bits, lo, length, begin, end, &shared,
                               left, victim_keys, victim_rows, victim_records)) {
       continue;
     }
-    for (int64 chunk = begin; chunk < end; chunk += 32) {
-      // rest, or a bucket past PICK_CAP: the keys without a victim, 32 read at a time, in order
-      const bool waiting = chunk + lane < end && (!rest || victim_rows[chunk + lane] == -1);
-      for (unsigned todo = __ballot_sync(FULL_WARP, waiting); todo != 0; todo &= todo - 1) {
-        const int64 i = chunk + __ffs(todo) - 1;
-        Score best = {INF, INF, INF, -1};
-        for (uint64 p = lane; p < length; p += 32) {
-          const uint64 slot = (lo + p) % slot_count;
-          const int64 key = slots[2 * slot];
-          if (key < 0 || (bits > 0 && bucket_of(key, bits) != bucket)) continue;
-          const int64 row = m.row_start + slots[2 * slot + 1];
-          const volatile int64* record = statistics + 2 * row;
-          const int64 last = record[0];
-          if (last >= step) continue;
-          const int64 count = record[1];
-          const Score mine = {m.lfu ? count : last, m.lfu ? last : 0, key, row};
-          if (lower(mine, best)) best = mine;
-        }
-        for (int from = 16; from > 0; from >>= 1) {
-          const Score other = shuffled(best, from);
-          if (lower(other, best)) best = other;
-        }
-        if (lane == 0) {
-          victim_keys[i] = best.row >= 0 ? best.key : -1;
-          victim_rows[i] = best.row;
-          if (best.row >= 0) {
-            int64* record = statistics + 2 * best.row;
-            victim_records[2 * i] = record[0];
-            victim_records[2 * i + 1] = record[1];
-            record[0] = step;
-          } else if (!rest) {
-            atomicAdd(left, 1ULL);
-          }
-        }
-        __syncwarp();
-      }
+    if (threadIdx.x < 32) {
+      pick_key_by_key(m, statistics, step, bucket, bits, lo, length, begin, end, rest != 0, left,
+                      victim_keys, victim_rows, victim_records);
     }
+    __syncthreads();
   }
 }
 
@@ -626,23 +672,29 @@ extern "C" __global__ void evict_pick_rest(const int64* members, int64 member_co
 // After the pick of a padded eviction (each member's count a bound on its new keys, so every
 // distinct new key evicts): totals[t] = member t's places (its distinct new keys, at most its
 // count), unserved[t] = those that got no victim (a shard with fewer evictable keys than new
-// ones: the engine fails the step) and served[t] = its victims, the others. One warp a member.
+// ones: the engine fails the step) and served[t] = its victims, the others. One block a member
+// (a warp a member read dlrm26_full's 5,400 places a member 32 at a time: 16 us, one H200).
 extern "C" __global__ void evict_unserved(const int64* members, int64 member_count,
                                           const int64* distinct_starts, const int64* victim_rows,
                                           int64* totals, int64* unserved, int64* served) {
-  const int64 warps = global_thread_count() / 32;
-  for (int64 t = global_thread_id() / 32; t < member_count; t += warps) {
+  __shared__ int64 warp_missing[32];
+  const int warp = (int)(threadIdx.x / 32), warps = (int)((blockDim.x + 31) / 32);
+  for (int64 t = blockIdx.x; t < member_count; t += gridDim.x) {
     const Evicting m = evicting_member(members, t);
     int64 begin = 0, end = 0;
     if (m.count > 0) rest_places(m, distinct_starts, &begin, &end);
     int64 missing = 0;
-    for (int64 p = begin + lane_id(); p < end; p += 32) missing += victim_rows[p] < 0;
+    for (int64 p = begin + threadIdx.x; p < end; p += blockDim.x) missing += victim_rows[p] < 0;
     for (int from = 16; from > 0; from >>= 1) missing += __shfl_xor_sync(FULL_WARP, missing, from);
-    if (lane_id() == 0) {
+    if (lane_id() == 0) warp_missing[warp] = missing;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      for (int w = 1; w < warps; ++w) missing += warp_missing[w];
       totals[t] = end - begin;
       unserved[t] = missing;
       served[t] = end - begin - missing;
     }
+    __syncthreads();
   }
 }
 

@@ -406,8 +406,10 @@ def test_device_victims_equal_cpu(lfu, touched):
     keys all held in one of its 16 buckets (more evictable keys than the 256 a warp ranks in
     shared memory: that bucket is picked key by key), with many tied records,
     their new keys interleaved, repeated and mixed with held ones, one member (2^10 keys)
-    evicting nothing, and 2^14 keys whose 300 new keys all fall in one bucket (the rest, ranked
-    by a block where the member has few evictable keys left, else key by key). The
+    evicting nothing, 2^14 keys whose 300 new keys all fall in one bucket (the rest, ranked
+    by a block where the member has few evictable keys left, else key by key), and two shards
+    of 200 keys all in one bucket, so that a block's threads rank or select among more keys
+    than it has threads (100 and 60 new keys in that bucket). The
     same victims, records and statistics after, also where the pick takes the segments
     count_new_keys_segmented counted the new keys in. touched: the share of keys the step
     already looked up, so buckets run out and the member-wide second pass serves the rest."""
@@ -415,12 +417,12 @@ def test_device_victims_equal_cpu(lfu, touched):
     from sok1x.backend.cpu.eviction import bucket_of
     from sok1x.engine.tables.eviction import bucket_bits
     rng = np.random.default_rng(38)
-    capacities, step_now = [1 << 16, 1 << 12, 100, 1 << 10, 1 << 10, 1 << 14], 9
+    capacities, step_now = [1 << 16, 1 << 12, 100, 1 << 10, 1 << 10, 1 << 14, 200, 200], 9
     row_starts = np.concatenate([[0], np.cumsum(capacities)]).astype(np.int64)
     shards, keys, tags, found, counts = [], [], [], [], []
     for t, capacity in enumerate(capacities):
         held = np.unique(rng.integers(0, 2 ** 40, size=capacity + 64))[:capacity]
-        if t == 4:  # every held key in bucket 0
+        if t in (4, 6, 7):  # every held key in bucket 0
             held = np.unique(rng.integers(0, 2 ** 40, size=1 << 16))
             held = held[bucket_of(held, bucket_bits(capacity)) == 0][:capacity]
         rng.shuffle(held)
@@ -429,6 +431,9 @@ def test_device_victims_equal_cpu(lfu, touched):
         if t == 5:  # one crowded bucket
             new = np.unique(rng.integers(2 ** 40, 2 ** 41, size=1 << 20))
             new = new[bucket_of(new, bucket_bits(capacity)) == 0][:300]
+        if t in (6, 7):  # a bucket's many keys ranked (6) or a few selected (7)
+            new = np.unique(rng.integers(2 ** 40, 2 ** 41, size=1 << 12))
+            new = new[bucket_of(new, bucket_bits(capacity)) == 0][:100 if t == 6 else 60]
         looked = held[:50]
         keys += [new, new[:200], looked]
         tags.append(np.full(new.shape[0] + min(200, new.shape[0]) + looked.shape[0], t))
@@ -458,7 +463,8 @@ def test_device_victims_equal_cpu(lfu, touched):
                                               cpu.count_new_keys(len(capacities), keys, tags,
                                                                  found))
             picked = backend.pick_victims(indexes, stats, row_starts, *arrays, counts, bits,
-                                          step_now, [lfu, not lfu, lfu, lfu, lfu, lfu],
+                                          step_now,
+                                          [lfu, not lfu, lfu, lfu, lfu, lfu, lfu, not lfu],
                                           segments)
             results.append([backend.to_host(a) for a in picked] + [backend.to_host(stats)])
     for got, segmented, want in zip(*results):

@@ -19,7 +19,7 @@ from sok1x.backend.cuda.kernel_launch import (
     to_device,
 )
 
-_PICK_WARPS, _REST_WARPS = 4, 16  # eviction.cu's warps per block of evict_pick, evict_pick_rest
+_PICK_THREADS, _REST_WARPS = 128, 16  # eviction.cu's threads of evict_pick, warps of _rest
 _REST_CAP = 32768  # eviction.cu's REST_CAP
 _KEYS_PER_SEGMENT = 32  # count_new_keys' segments
 
@@ -178,10 +178,10 @@ def pick_victims(indexes, statistics, row_starts, keys, tags, found, counts, bit
     """As backend/cpu/eviction.py's: (victim_keys, victim_rows, victim_records [m, 2]) int64
     GPUArrays, queued (no wait); padded: also (totals, unserved, served), int64 [T] each. Sized
     by the keys and the host's counts: a segment per bucket of each evicting member (2^bits of
-    them, about a 64th of its rows), then one warp per segment (its bucket's evictable keys
+    them, about a 64th of its rows), then one block per segment (its bucket's evictable keys
     ranked in shared memory), one block per member for the keys whose bucket was used up (the
     member's evictable keys left, ranked), and one warp per member, key by key, where a member
-    has more of those than a block ranks; padded, one warp per member counts its places, those
+    has more of those than a block ranks; padded, one block per member counts its places, those
     left without a victim and its victims. segments: count_new_keys_segmented's, taken where it
     serves these keys (NewKeySegments.serve) instead of counting the new keys again. out: None,
     or the three victims' arrays to write (a replayed step's, kept from one run to the next)."""
@@ -212,17 +212,17 @@ def pick_victims(indexes, statistics, row_starts, keys, tags, found, counts, bit
     again = row_view(left, 1, 2)  # the members evict_pick_rest leaves to the last pass
     victims = (ptr(victim_keys), ptr(victim_rows), ptr(victim_records), _step_at())
     head = (ptr(members), parts, ptr(statistics), int(step), ptr(distinct_starts))
-    block = 32 * _PICK_WARPS
-    launch(kernels["pick"], 32 * total, *(head + (total, 0, ptr(left)) + victims), block=block,
-           blocks=-(-total // _PICK_WARPS))
+    launch(kernels["pick"], 0, *(head + (total, 0, ptr(left)) + victims),
+           block=_PICK_THREADS, blocks=total)  # a block a bucket
     waiting = empty((m,), np.int64)
     candidates = empty((parts * 4 * _REST_CAP,), np.int64)
     launch(kernels["rest"], 32 * _REST_WARPS * parts,
            *(head + (ptr(left), ptr(again), ptr(waiting), ptr(candidates)) + victims),
            block=32 * _REST_WARPS, blocks=parts)
-    launch(kernels["pick"], 32 * parts, *(head + (parts, 1, ptr(again)) + victims), block=block,
-           blocks=-(-parts // _PICK_WARPS))
+    launch(kernels["pick"], 0, *(head + (parts, 1, ptr(again)) + victims),
+           block=_PICK_THREADS, blocks=parts)  # a block a member, its first warp key by key
     if padded:
-        launch(kernels["unserved"], 32 * parts, ptr(members), parts, ptr(distinct_starts),
-               ptr(victim_rows), *(ptr(checked) + 8 * k * parts for k in range(3)))
+        launch(kernels["unserved"], 0, ptr(members), parts, ptr(distinct_starts),
+               ptr(victim_rows), *(ptr(checked) + 8 * k * parts for k in range(3)),
+               blocks=parts)  # a block a member
     return picked
