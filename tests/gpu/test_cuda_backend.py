@@ -287,6 +287,50 @@ def test_a_scan_refuses_a_scratch_too_small_before_it_launches(cuda):
             assert COUNTS["launches"] == launches
 
 
+@pytest.mark.parametrize("source,kernel,arg_types,block", [
+    ("optimizers.cu", "update_lazy_adam_x4", None, 256),
+    ("rows.cu", "take_rows_w16", "PPqPqPqqiPP", 256),
+    ("eviction.cu", "evict_pick", "PqPqPqqPPPPP", 128),
+    ("eviction.cu", "evict_pick_rest", "PqPqPPPPPPPPP", 512),
+    ("scan.cu", "scan_int64", "PqPP", 256),
+])
+def test_resident_blocks_equal_the_drivers_occupancy(cuda, source, kernel, arg_types, block):
+    """kernel_launch.resident_blocks (CUDA's occupancy rules from a kernel's registers and
+    shared memory) equals cuOccupancyMaxActiveBlocksPerMultiprocessor, asked through ctypes of
+    the same cubin loaded apart; grid_cap is 16 blocks a multiprocessor rounded up to whole
+    waves of them, and launch() sizes a large grid-stride kernel by it."""
+    import ctypes
+    from cuda_kernels import compiler
+    from sok1x.backend.cuda.kernel_launch import grid_cap, prepared, resident_blocks
+    libcuda = ctypes.CDLL("libcuda.so.1")
+    with cuda_context.entered():
+        if arg_types is None:  # the update's format, as the cuda backend prepares it
+            from sok1x.backend.cuda import optimizers as cuda_optimizers
+            function = cuda_optimizers._kernel(kernel, cuda_optimizers._STATE * 3 +
+                                               cuda_optimizers._ROWS_ARGS +
+                                               cuda_optimizers._HYPER)
+        else:
+            function = prepared(source, kernel, arg_types)
+        cubin = compiler._loaded(source, ())[1]
+        module, handle, blocks = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_int()
+        assert libcuda.cuModuleLoadData(ctypes.byref(module), cubin) == 0
+        assert libcuda.cuModuleGetFunction(ctypes.byref(handle), module,
+                                           kernel.encode()) == 0
+        assert libcuda.cuOccupancyMaxActiveBlocksPerMultiprocessor(
+            ctypes.byref(blocks), handle, block, ctypes.c_size_t(0)) == 0
+        libcuda.cuModuleUnload(module)
+        resident = resident_blocks(function, block)
+        assert resident == blocks.value, (kernel, function.num_regs, resident, blocks.value)
+        cap = grid_cap(function, block)
+        per_multiprocessor = cap // cuda_context.multiprocessor_count()
+        assert cap % cuda_context.multiprocessor_count() == 0
+        assert per_multiprocessor >= 16 and (per_multiprocessor % resident == 0 or
+                                             resident >= 16)
+        assert per_multiprocessor - 16 < resident
+        print("%s: %d registers, %d blocks of %d resident, %d a multiprocessor" % (
+            kernel, function.num_regs, resident, block, per_multiprocessor))
+
+
 def test_a_captured_scan_replayed_zeroes_its_own_scratch(cuda, rng):
     """A scan recorded in a CUDA graph (its scratch's memset recorded before it) and replayed
     over new values in the same buffer gives each replay's sums: the tickets and flags of the

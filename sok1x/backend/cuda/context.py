@@ -40,6 +40,7 @@ stream_handle(), so it is ordered with sok1x's kernels without any host synchron
 makes and slices GPUArrays only with a current context: do that inside entered() too.
 """
 import atexit
+import collections
 import functools
 import threading
 import time
@@ -86,7 +87,8 @@ def activate(device_ordinal):
                       context_handle=primary.handle, stream=stream,
                       pool=pool,
                       multiprocessors=device.get_attribute(
-                          driver.device_attribute.MULTIPROCESSOR_COUNT))
+                          driver.device_attribute.MULTIPROCESSOR_COUNT),
+                      multiprocessor_limits=_multiprocessor_limits(device))
         atexit.register(release)
 
 
@@ -448,6 +450,26 @@ def visible_device_count():
 
 def multiprocessor_count():
     return _get("multiprocessors")
+
+
+MultiprocessorLimits = collections.namedtuple("MultiprocessorLimits",
+                                              "threads registers shared blocks")
+
+
+def multiprocessor_limits():
+    """What one multiprocessor of the active GPU holds at once: MultiprocessorLimits(threads,
+    registers, shared memory bytes, blocks)."""
+    return _get("multiprocessor_limits")
+
+
+def _multiprocessor_limits(device):
+    import pycuda.driver as driver
+    attribute = driver.device_attribute
+    return MultiprocessorLimits(
+        device.get_attribute(attribute.MAX_THREADS_PER_MULTIPROCESSOR),
+        device.get_attribute(attribute.MAX_REGISTERS_PER_MULTIPROCESSOR),
+        device.get_attribute(attribute.MAX_SHARED_MEMORY_PER_MULTIPROCESSOR),
+        device.get_attribute(attribute.MAX_BLOCKS_PER_MULTIPROCESSOR))
 
 
 class _Entered:

@@ -26,6 +26,9 @@ BLOCK = 256
 SCAN_THREADS = 256
 SCAN_TILE = 2048  # SCAN_THREADS * SCAN_ITEMS in scan.cu
 _BLOCKS_PER_MULTIPROCESSOR = 16
+_REGISTER_UNIT = 256  # registers a warp is given at a time
+_WARP_UNIT = 4  # warps a multiprocessor's registers are handed out by
+_SHARED_PER_BLOCK = 1024  # shared memory the driver keeps for each block (sm_80 and later)
 
 # What the cuda backend has queued and waited for since the process started (the benchmarks read
 # per-step figures off it): "launches" (kernels), "fills" (memsets), "copies" (host <-> device),
@@ -71,11 +74,47 @@ def prepared(source_name, kernel_name, arg_types):
     return function
 
 
+def resident_blocks(function, block=BLOCK):
+    """Blocks of `block` threads of kernel `function` that one multiprocessor holds at once: the
+    fewest its threads, registers, shared memory and block slots allow (CUDA's occupancy rules,
+    from the kernel's registers and static shared memory), at least 1."""
+    limits = cuda_context.multiprocessor_limits()
+    warps = -(-block // 32)
+    per_warp = -(-max(function.num_regs, 1) * 32 // _REGISTER_UNIT) * _REGISTER_UNIT
+    by_registers = limits.registers // per_warp // _WARP_UNIT * _WARP_UNIT // warps
+    shared = function.shared_size_bytes
+    by_shared = limits.shared // (shared + _SHARED_PER_BLOCK) if shared else limits.blocks
+    return max(1, min(limits.threads // block, by_registers, by_shared, limits.blocks))
+
+
+def grid_cap(function, block=BLOCK):
+    """The most blocks launch() gives a grid-stride kernel of `block` threads: 16 a
+    multiprocessor, rounded up to whole waves of the blocks one holds at once, kept on the
+    function. dlrm's LazyAdam update (6 blocks resident) ran 16 a multiprocessor as 2.67 waves,
+    the last a third idle: 194.2 us, against 186.6 as three whole waves (bench/update_grid.py,
+    one H200, 2026-11-29). Fewer blocks, one wave, slowed the uncaptured step (NOTES,
+    2026-11-28): many small blocks balance uneven items, so the cap never goes below 16."""
+    caps = getattr(function, "sok1x_grid_caps", None)
+    if caps is None:
+        caps = function.sok1x_grid_caps = {}
+    cap = caps.get(block)
+    if cap is None:
+        resident = resident_blocks(function, block)
+        per_multiprocessor = (-(-_BLOCKS_PER_MULTIPROCESSOR // resident) * resident
+                              if resident < _BLOCKS_PER_MULTIPROCESSOR
+                              else _BLOCKS_PER_MULTIPROCESSOR)
+        cap = caps[block] = cuda_context.multiprocessor_count() * per_multiprocessor
+    return cap
+
+
 def launch(function, work_items, *args, block=BLOCK, blocks=None):
-    """Queues a grid-stride kernel on the sok1x stream, sized for `work_items` threads."""
+    """Queues a grid-stride kernel on the sok1x stream, sized for `work_items` threads, at most
+    grid_cap's blocks."""
     if blocks is None:
-        limit = cuda_context.multiprocessor_count() * _BLOCKS_PER_MULTIPROCESSOR
-        blocks = max(1, min(-(-int(work_items) // block), limit))
+        caps = getattr(function, "sok1x_grid_caps", None)
+        limit = caps.get(block) if caps else None
+        blocks = max(1, min(-(-int(work_items) // block),
+                            limit or grid_cap(function, block)))
     # What prepared_async_call does for a kernel without texture references, without its
     # per-call import, keyword checks and block-shape call: a step launches dozens of kernels.
     function._launch_kernel((int(blocks), 1), (block, 1, 1), _pack(function.arg_format, *args),
