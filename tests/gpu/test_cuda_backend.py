@@ -300,7 +300,7 @@ def test_resident_blocks_equal_the_drivers_occupancy(cuda, source, kernel, arg_t
     the same cubin loaded apart; grid_cap is 16 blocks a multiprocessor rounded up to whole
     waves of them, and launch() sizes a large grid-stride kernel by it."""
     import ctypes
-    from cuda_kernels import compiler
+    from sok1x.cuda_kernels import compiler
     from sok1x.backend.cuda.kernel_launch import grid_cap, prepared, resident_blocks
     libcuda = ctypes.CDLL("libcuda.so.1")
     with cuda_context.entered():
