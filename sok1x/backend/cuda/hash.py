@@ -94,7 +94,9 @@ def hash_sizes(indexes):
             for index, size in zip(indexes, sizes.tolist()):
                 index._size, index._later = size, []
             return sizes
-    return np.array([index.size for index in indexes], dtype=np.int64)
+    # an index with no count pending is its _size (the property is a call per index)
+    return np.array([index.size if index._later else index._size for index in indexes],
+                    dtype=np.int64)
 
 
 def hash_settle_sizes(indexes, counts, host_counts):
@@ -198,6 +200,13 @@ class HashIndex:
         bound until counted): the most new keys an insert can place before the index is
         rebuilt (an insert does not take a tombstone's slot; a read of the size)."""
         return self.slot_count - self.size - self.tombstones
+
+    @staticmethod
+    def add_sizes_later(indexes, counts):
+        """add_size_later(counts, t) of each index t of `indexes` (a hash group's placed
+        keys), without a call per index."""
+        for t, index in enumerate(indexes):
+            index._later.append((counts, t, 1, 0))
 
     def add_size_later(self, counts, position, sign=1, tombstones=0):
         """Counts counts[position] (a device integer array queued work fills: keys this index

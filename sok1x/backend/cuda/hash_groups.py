@@ -322,8 +322,8 @@ def hash_insert_many_done(indexes, found, placed, keep):
     (backend.read_later's: a copy queued at once, whose read waits for it alone, the same copy
     at every call), which hash_sizes reads once for all the indexes."""
     if keep and not isinstance(placed, np.ndarray):
-        for t, index in enumerate(indexes):
-            index.add_size_later(placed, t)
+        if indexes:
+            type(indexes[0]).add_sizes_later(indexes, placed)
         return
     for index, count in zip(indexes, placed):
         index.size += int(count)

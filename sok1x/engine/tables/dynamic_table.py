@@ -67,7 +67,7 @@ def drop_evicted(name, drop, on_device=False):
 
 def all_drop_evicted(tables):
     """Whether every one of `tables` drops the keys it evicts (DynamicTable.drops_evicted)."""
-    return _DROPPED.issuperset(table.name for table in tables)
+    return _DROPPED.issuperset([table.name for table in tables])
 
 
 def held_states(tables):
@@ -595,12 +595,16 @@ class DynamicTable(EmbeddingTable):
 
     def _take_rows(self, count):
         """Hands out the rows of `count` new keys: freed rows first (first freed first), then
-        fresh ones; returns how many were freed rows."""
-        free = self._free
-        reused = min(int(count), free.size)
+        fresh ones; returns how many were freed rows. (Settled first, then the two counted
+        states read and written as their plain attributes: a hash group's members take their
+        rows at every step, and each descriptor access is a Python call.)"""
+        if self._pending is not None:
+            self._settle()
+        free, count = self._free_rows, int(count)
+        reused = min(count, int(free.rows.shape[0]) - free.start)
         if reused:
-            self._free = free.taken(reused)
-        self._high_water += int(count) - reused
+            self._free_rows = free.taken(reused)
+        self._high += count - reused
         return reused
 
     def _undo_insert(self, new_keys, new_rows, free_before, high_water_before, evicted):

@@ -221,7 +221,7 @@ def rebuilt_indexes(backend, indexes, capacities):
 def is_worn(index, capacity):
     """True once `index`'s tombstones pass half the capacity (probes walk past tombstones, so
     they lengthen every probe chain): time to rebuild it."""
-    return tombstones_before_worn(index, capacity) < 0
+    return index.tombstones > capacity // 2
 
 
 def tombstones_before_worn(index, capacity):
@@ -238,7 +238,9 @@ def rebuilt_if_worn(backend, index, capacity):
 
 def rebuild_worn(backend, tables):
     """Rebuilds the index of each of `tables` that is_worn, all at once (rebuild_indexes)."""
-    rebuild_indexes(backend, [table for table in tables if is_worn(table.index, table.capacity)])
+    # is_worn's test, without a call per table: a group's members are checked at every step
+    rebuild_indexes(backend, [table for table in tables
+                              if table.index.tombstones > table.capacity // 2])
 
 
 def rebuild_indexes(backend, tables):
