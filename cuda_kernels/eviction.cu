@@ -5,7 +5,7 @@
 // A key's bucket is the top `bits` bits of scramble_key(key) (0 bits: one bucket, the whole
 // shard). Because a key's home slot is fastrange(scramble_key(key), slot_count), the keys of
 // bucket b have their home slots in one range [lo, hi] of the index, and sit between lo and the
-// first empty slot after hi (linear probing): one warp scans that range and keeps the keys whose
+// first empty slot after hi (linear probing): one block scans that range and keeps the keys whose
 // bucket is b. A held key may be evicted when its record's last step is below `step` (the
 // engine stamps the rows the step looked up first). Its score is (last step, key) for LRU and
 // (count, last step, key) for LFU; the lowest goes first. Keys are distinct, so the order is
@@ -177,7 +177,7 @@ __device__ __forceinline__ int64 member_of_segment(const int64* members, int64 m
 // H200, 2026-11-29: dlrm26_full's 1,664 buckets of about 97 evictable keys and 84 new ones, one
 // warp each, ran 85 us at 15% occupancy, each warp ranking its keys alone, an instruction every 8
 // cycles), and four warps rank a bucket's keys four times as fast.
-#define PICK_THREADS 128
+#define PICK_THREADS 128  // evict_pick must be launched with exactly this many threads a block
 #define PICK_WARPS (PICK_THREADS / 32)
 #define REST_WARPS 16
 #define PICK_CAP 256

@@ -401,15 +401,15 @@ def shard_indexes(backend, shards):
 @pytest.mark.parametrize("lfu", [False, True])
 @pytest.mark.parametrize("touched", [0.0, 0.9])
 def test_device_victims_equal_cpu(lfu, touched):
-    """pick_victims (cuda_kernels/eviction.cu) against the cpu twin on a group of six shards
+    """pick_victims (cuda_kernels/eviction.cu) against the cpu twin on a group of eight shards
     at once: 2^16 keys (1024 buckets), 2^12 keys (64 buckets), 100 keys (one bucket) and 2^10
-    keys all held in one of its 16 buckets (more evictable keys than the 256 a warp ranks in
+    keys all held in one of its 16 buckets (more evictable keys than the 256 a block ranks in
     shared memory: that bucket is picked key by key), with many tied records,
     their new keys interleaved, repeated and mixed with held ones, one member (2^10 keys)
     evicting nothing, 2^14 keys whose 300 new keys all fall in one bucket (the rest, ranked
     by a block where the member has few evictable keys left, else key by key), and two shards
     of 200 keys all in one bucket, so that a block's threads rank or select among more keys
-    than it has threads (100 and 60 new keys in that bucket). The
+    than it has threads (100 and 60 new keys in that bucket, of which 70 and 25 evict). The
     same victims, records and statistics after, also where the pick takes the segments
     count_new_keys_segmented counted the new keys in. touched: the share of keys the step
     already looked up, so buckets run out and the member-wide second pass serves the rest."""
