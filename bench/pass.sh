@@ -69,6 +69,9 @@
 #   growth-ab    growth_step.py of both trees, $PASS_ROUNDS rounds (default 2) of before, after
 #                ($PASS_GROWTH_ARGS: more arguments both trees' growth_step know, e.g.
 #                "--ways room,evict_drop")
+#   parts-ab     full_table_parts.py (a full hybrid table alone, 2^26 rows, its evicting call's
+#                pieces and eviction kernels) of both trees, $PASS_ROUNDS rounds of before, after
+#                ($PASS_PARTS_ARGS: its arguments, default "--share 0.25 --evicted drop --kernels")
 #   growth-profile  a cProfile of this tree's growth_step ways -> growth-profile.txt
 #   new-rows     new_rows_init.py: a full group's new rows' vectors and slots, in one launch, in
 #                three, and at fewer threads a row -> new_rows_init.json
@@ -149,7 +152,7 @@ while [ $# -gt 0 ]; do
 done
 [ ${#stages[@]} -gt 0 ] || { echo "pass.sh: name at least one stage (--list)" >&2; usage; }
 known=" micro hybrid profile kernels kernel-detail calls steps1 steps group framework checkpoint kernel-tests suites grid
-  grid-ab breakdown-ab framework-ab new-rows gather-grid update-grid growth-this growth-ab growth-profile host-slices hkv-grid
+  grid-ab breakdown-ab framework-ab new-rows gather-grid update-grid growth-this growth-ab parts-ab growth-profile host-slices hkv-grid
   find-or-insert-ab ncu-find-or-insert host-way dynamic-tests breakdown dynamic-ab backend-tests
   hash-ab ckpt-tests ckpt-stages ckpt-before ckpt-bench ckpt-big "
 for stage in "${stages[@]}"; do  # every name checked before anything is installed
@@ -426,6 +429,16 @@ stage_growth_ab() {
   for round in $(seq "${PASS_ROUNDS:-2}"); do
     for tree in before after; do
       bench $tree growth_step.py "growth_${tree}_$round" ${PASS_GROWTH_ARGS:-}
+    done
+  done
+}
+stage_parts_ab() {  # a full table alone, piece by piece: this checkout's script over each tree
+  local round tree
+  for round in $(seq "${PASS_ROUNDS:-2}"); do
+    for tree in before after; do
+      bench $tree full_table_parts.py "parts_${tree}_$round" \
+        ${PASS_PARTS_ARGS:---share 0.25 --evicted drop --kernels}
+      grep -hE "kernel pick" "$work/parts_${tree}_$round.log" >>"$summary"
     done
   done
 }
