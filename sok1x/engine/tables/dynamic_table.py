@@ -601,7 +601,7 @@ class DynamicTable(EmbeddingTable):
         if self._pending is not None:
             self._settle()
         free, count = self._free_rows, int(count)
-        reused = min(count, int(free.rows.shape[0]) - free.start)
+        reused = min(count, free.size)
         if reused:
             self._free_rows = free.taken(reused)
         self._high += count - reused

@@ -238,9 +238,7 @@ def rebuilt_if_worn(backend, index, capacity):
 
 def rebuild_worn(backend, tables):
     """Rebuilds the index of each of `tables` that is_worn, all at once (rebuild_indexes)."""
-    # is_worn's test, without a call per table: a group's members are checked at every step
-    rebuild_indexes(backend, [table for table in tables
-                              if table.index.tombstones > table.capacity // 2])
+    rebuild_indexes(backend, [table for table in tables if is_worn(table.index, table.capacity)])
 
 
 def rebuild_indexes(backend, tables):
