@@ -37,6 +37,9 @@
 #                graphs not launched); the cProfile by own and cumulative time ->
 #                calls-stats-TREE-W.txt (a process a workload); with --before, both trees
 #                alternated twice
+#   critical[=W,...]  critical_path.py on cuda at full scale (default dlrm26_full, dlrm26): the
+#                replayed step's host path from its wait's wake to the next forward's launch,
+#                part by part (a process a workload); with --before, both trees alternated twice
 #   steps1       step_and_exchange.py on 1 GPU;  steps: on 1, 2 and 4 GPUs (as many as there are)
 #   group        group_lookup.py (one fused lookup of 26 tables vs 26 lookups) on 1 to 8 GPUs
 #   framework[=W,...]  framework_step.py on 1, 2, 4, 8 GPUs (up to the machine's), each workload
@@ -151,7 +154,7 @@ while [ $# -gt 0 ]; do
   shift
 done
 [ ${#stages[@]} -gt 0 ] || { echo "pass.sh: name at least one stage (--list)" >&2; usage; }
-known=" micro hybrid profile kernels kernel-detail calls steps1 steps group framework checkpoint kernel-tests suites grid
+known=" micro hybrid profile kernels kernel-detail calls critical steps1 steps group framework checkpoint kernel-tests suites grid
   grid-ab breakdown-ab framework-ab new-rows gather-grid update-grid growth-this growth-ab parts-ab growth-profile host-slices hkv-grid
   find-or-insert-ab ncu-find-or-insert host-way dynamic-tests breakdown dynamic-ab backend-tests
   hash-ab ckpt-tests ckpt-stages ckpt-before ckpt-bench ckpt-big "
@@ -297,6 +300,23 @@ stage_calls() {  # [workload ...]: the replayed step's host work on cuda, each w
     [ -n "$before" ] || break
   done
   cp "$work"/calls-stats-*.txt "$final/" 2>/dev/null
+}
+stage_critical() {  # [workload ...]: the host's path from a replayed step's wake to the next
+  # launch, each workload in a process of its own; with --before: both trees, alternated twice,
+  # each under this checkout's script
+  local w tree round trees=after
+  [ -n "$before" ] && trees="before after"
+  for round in 1 2; do
+    for tree in $trees; do
+      for w in ${*:-dlrm26_full dlrm26}; do
+        bench $tree critical_path.py "critical_${tree}_${round}_$w" --backend cuda --scale 1 \
+          --workloads "$w"
+        say "critical $tree $round $w:"
+        grep -hE ' us$|host path' "$work/critical_${tree}_${round}_$w.log" >>"$summary"
+      done
+    done
+    [ -n "$before" ] || break
+  done
 }
 stage_steps1() {
   PYTHONPATH=$PYTHONPATH:$here/bench run steps-1 130 mpiexec -n 1 python3 \
