@@ -132,7 +132,8 @@ Every backend module exposes the same names, and the engine's algorithms call on
         (cuda; cpu: None), hash_members_advance(members, placed) moves it past a call's keys
     hash_sizes(indexes) -> host int64 [T]              the indexes' sizes (cuda: a group's
                                                        pending counts read once for all);
-        hash_settle_sizes(indexes, counts, host counts) hands a read count copy to them all
+        hash_settle_sizes(indexes, counts, host counts) hands a read count copy (or several:
+                                                       lists) to them all
     hash_find_many(indexes, keys, tags, row_starts) -> flat rows, -1 where not held
     hash_rehash_many(indexes) -> indexes               each rebuilt without tombstones (cuda:
                                                        in place, two launches for all)

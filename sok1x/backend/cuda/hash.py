@@ -100,21 +100,30 @@ def hash_sizes(indexes):
 
 
 def hash_settle_sizes(indexes, counts, host_counts):
-    """HashIndex.settle_size(counts, host_counts) of every index: the indexes whose one pending
-    count is of `counts` take it from host_counts (HashIndex._count: placed or erased keys, and
-    the tombstones' bound corrected) without settle_size's walk of its entries."""
-    host = None
+    """HashIndex.settle_size(counts, host_counts) of every index, where counts is one device
+    count array and host_counts its host copy, or a list of each (a replayed eviction's erased
+    and placed counts, settled in one pass). The indexes whose pending counts are exactly one
+    of each array, in their order, take them from their host copies (HashIndex._count: placed
+    or erased keys, and the tombstones' bound corrected) without settle_size's walk of their
+    entries."""
+    if not isinstance(counts, list):
+        counts, host_counts = [counts], [host_counts]
+    width, hosts = len(counts), None
     for index in indexes:
         later = index._later
         if not later:
             continue
-        if len(later) == 1 and later[0][0] is counts:
-            if host is None:
-                host = np.asarray(host_counts, dtype=np.int64).reshape(-1).tolist()
-            index._count(later[0], host)
+        if len(later) == width and all([entry[0] is array
+                                        for entry, array in zip(later, counts)]):
+            if hosts is None:
+                hosts = [np.asarray(host, dtype=np.int64).reshape(-1).tolist()
+                         for host in host_counts]
+            for entry, host in zip(later, hosts):
+                index._count(entry, host)
             index._later = []
         else:
-            index.settle_size(counts, host_counts)
+            for array, host in zip(counts, host_counts):
+                index.settle_size(array, host)
 
 
 class HashIndex:

@@ -625,7 +625,10 @@ class HashGroup(TableGroup):
         all serve (host int64 [members]: its victims counted, totals, and the places left
         without one, unserved: it held max_capacity keys, of which only the victims found could
         be evicted), else None."""
-        short = np.flatnonzero(np.asarray(unserved) > 0)
+        unserved = np.asarray(unserved)
+        if not unserved.any():
+            return None
+        short = np.flatnonzero(unserved > 0)
         if not short.size:
             return None
         t = int(short[0])
@@ -951,6 +954,7 @@ class ReplayedInsert:
         self._slot_names = None  # evicting: the slots the recorded work resets, by name
         self._victims = None  # evicting: the arrays its victims are written into (fixed)
         self._room = self._room_now = None  # evicting: queue_padded's room (device, host)
+        self._room_written = None  # evicting: the host room _room holds (arm's last upload)
         self._inside = None  # evicting: whether its work rebuilds indexes (_rebuilds_inside)
 
     def ready(self, keys):
@@ -1020,10 +1024,15 @@ class ReplayedInsert:
             empty = np.array([index.slot_count for index in indexes], dtype=np.int64)
             empty -= sizes + tombstones
             capacities = np.array([member.capacity for member in group.members], np.int64)
-            self._room_now = np.stack([empty, capacities // 2 - tombstones])
+            room = self._room_now = np.stack([empty, capacities // 2 - tombstones])
             if self._room is None:
-                self._room = backend.zeros(self._room_now.shape, np.int64)
-            backend.write_rows(self._room, 0, self._room_now)  # one upload, straight in
+                self._room = backend.zeros(room.shape, np.int64)
+                self._room_written = None
+            # a full group's room is the same step after step (sizes at capacity, tombstones
+            # 0 after the recorded rebuild): the device array holds it already
+            if self._room_written is None or not np.array_equal(room, self._room_written):
+                backend.write_rows(self._room, 0, room)  # one upload, straight in
+                self._room_written = room
 
     def _ready_to_evict(self, keys):
         group = self.group
@@ -1131,13 +1140,15 @@ class ReplayedInsert:
             np.asarray(a, dtype=np.int64).reshape(-1) for a in (
                 read() if read is not None
                 else group.backend.to_host_many(_step_counts(queued, found))))
-        evicted.settle(totals, served)  # (_settled_in_place's, for one eviction)
+        # (_settled_in_place's, for one eviction; the placed counts with the erased ones, in
+        # one pass over the indexes)
+        evicted.settle(totals, served, (found[5], placed))
         group.settle(found[5], placed)
         if self._room_now is not None:  # the recorded work rebuilt these after its erase
-            for member, new, erased, empty, worn in zip(group.members, totals, served,
-                                                        *self._room_now):
-                if new > empty or erased > worn:
-                    member.index.forget_tombstones()
+            empty, worn = self._room_now
+            members = group.members
+            for t in np.flatnonzero((totals > empty) | (served > worn)).tolist():
+                members[t].index.forget_tombstones()
         group._rebuild_worn()  # the victims' tombstones
         self._error = group.in_place_error(totals, unserved)
 

@@ -291,16 +291,21 @@ class Evicted:
         # per member with victims: (t, table, the entry take_victims returned, taken)
         self.members = []
 
-    def settle(self, host_totals, host_served):
+    def settle(self, host_totals, host_served, placed=None):
         """Hands a padded eviction's counts per member, read by the host since, to what would
         count them later: its places (host_totals) to the readers' copy, its victims
-        (host_served) to each member's index (its size) and count of evicted keys."""
+        (host_served) to each member's index (its size) and count of evicted keys. placed:
+        None, or (device counts, their host copy) of the insert that took the victims' rows,
+        which the same indexes count in the same pass."""
         victims = self.victims
         victims.kept.know_counts(host_totals)
         host_served = np.asarray(host_served, dtype=np.int64).reshape(-1)
         tables = [table for _, table, _, _ in self.members]
-        self.backend.hash_settle_sizes([table.index for table in tables], victims.served,
-                                       host_served)
+        counts, hosts = [victims.served], [host_served]
+        if placed is not None:
+            counts.append(placed[0])
+            hosts.append(placed[1])
+        self.backend.hash_settle_sizes([table.index for table in tables], counts, hosts)
         for table in tables:
             table.settle_evicted(victims.served, host_served)
 
