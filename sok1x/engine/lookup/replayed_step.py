@@ -188,11 +188,21 @@ class _Backward:
 
     def __init__(self, grads, own, work, pieces, kept=None):
         self.grads, self.own, self.work, self.pieces = grads, own, work, pieces
+        self.counts = np.diff(pieces)  # each member's piece (keyed_update's counts)
+        self._counts_bytes = self.counts.tobytes()
         self.kept = kept  # int8 per row of its sums: which may hold an earlier sum (kept_sums)
         self.updates = {}  # (rule, slot prefix, options) -> _Update
         self.result = None  # (values, rows, Padded) every replay returns, from the first on
         self.detached = None  # copies of its outputs the last detached replay handed out
         self.copies = False  # hands out copies of its outputs (detach)
+
+    def same_counts(self, counts):
+        """Whether host `counts` (any shape) are this class's member pieces (self.counts)."""
+        if (type(counts) is np.ndarray and counts.dtype == self.counts.dtype
+                and counts.size == self.counts.size):
+            return counts.tobytes() == self._counts_bytes
+        counts = np.asarray(counts).reshape(-1)
+        return counts.shape == self.counts.shape and np.array_equal(counts, self.counts)
 
     def handed_out(self):
         """The arrays a replay writes and hands out: [rows, summed, own rows], or None where
@@ -824,7 +834,6 @@ def keyed_update(runtime, tables, rule_name, slot_prefix, options, hyper, values
     entry, backward, out = found
     table, backend = entry.table, runtime.backend
     members = getattr(table, "members", None)
-    pieces = np.diff(backward.pieces)
     if members is None:
         if isinstance(rows, (list, tuple)):  # keyed_backward's rows_per_table
             rows = rows[0] if len(rows) == 1 else None
@@ -833,14 +842,13 @@ def keyed_update(runtime, tables, rule_name, slot_prefix, options, hyper, values
     else:
         fits = (len(tables) == len(members) and all(map(operator.is_, tables, members))
                 and _same_rows(backend, rows, out[2], backward.pieces))
-    counts = np.asarray(counts).reshape(-1)
-    if not fits or counts.shape != pieces.shape or not np.array_equal(counts, pieces):
+    if not fits or not backward.same_counts(counts):
         return None
     if not _refill(backend, backward, out):
         return None
     if not _update_of(runtime, entry, backward, rule_name, slot_prefix, options, hyper):
         return None
-    return [int(out[0].shape[0])] if members is None else pieces.copy()
+    return [int(out[0].shape[0])] if members is None else backward.counts.copy()
 
 
 def _replayed_gradient(runtime, values):

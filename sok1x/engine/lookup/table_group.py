@@ -557,7 +557,7 @@ class HashGroup(TableGroup):
             raise
         self.journal.record(functools.partial(self._undo_evict, evicted, held))
 
-    def in_place_bounds(self, keys, most=None, full=None):
+    def in_place_bounds(self, keys, most=None, full=None, sizes=None):
         """Host int64 [members]: where this group (one that evicts) may take a training lookup
         of owned `keys` without counting its new keys first, a bound on each member's new keys
         (0 for a member that need not evict): every member either holds all its keys even if
@@ -566,7 +566,8 @@ class HashGroup(TableGroup):
         most: None, or the op header's host int64 [members], the most keys of each member that
         can arrive at an owner (without it, each member's bound would be all of `keys`: the
         counted way serves). SOK1X_EVICT_IN_PLACE=0 takes the counted way always. full: None,
-        or full_members() as it is now (where the caller asked it already)."""
+        or full_members() as it is now (where the caller asked it already); sizes: None, or
+        sizes() as they are now."""
         if not self.evicts or most is None or os.environ.get(IN_PLACE_ENV) == "0":
             return None
         arriving = np.minimum(np.asarray(most, dtype=np.int64), int(keys.shape[0]))
@@ -574,7 +575,7 @@ class HashGroup(TableGroup):
             full = self.full_members()
         if not full.any():
             return None
-        fits = self.sizes() + arriving <= self.capacities
+        fits = (self.sizes() if sizes is None else sizes) + arriving <= self.capacities
         if not np.all(full | fits):
             return None
         return np.where(full, arriving, 0).astype(np.int64)
@@ -954,7 +955,8 @@ class ReplayedInsert:
         self._slot_names = None  # evicting: the slots the recorded work resets, by name
         self._victims = None  # evicting: the arrays its victims are written into (fixed)
         self._room = self._room_now = None  # evicting: queue_padded's room (device, host)
-        self._room_written = None  # evicting: the host room _room holds (arm's last upload)
+        self._room_written = None  # evicting: the bytes of the room _room holds (arm's upload)
+        self._sizes = None  # evicting: the sizes ready() read, for arm()
         self._inside = None  # evicting: whether its work rebuilds indexes (_rebuilds_inside)
 
     def ready(self, keys):
@@ -1019,30 +1021,36 @@ class ReplayedInsert:
         if self.evicting and self._rebuilds_inside(group):  # the work rebuilds by these
             # each index's empty_slots() and tombstones_before_worn(), read at once
             indexes = group.indexes()
-            sizes = backend.hash_sizes(indexes)  # first: a count it settles corrects tombstones
-            tombstones = np.array([index.tombstones for index in indexes], dtype=np.int64)
-            empty = np.array([index.slot_count for index in indexes], dtype=np.int64)
-            empty -= sizes + tombstones
-            capacities = np.array([member.capacity for member in group.members], np.int64)
-            room = self._room_now = np.stack([empty, capacities // 2 - tombstones])
+            # ready()'s sizes (first: a count their read settles corrects tombstones)
+            sizes, self._sizes = self._sizes, None
+            if sizes is None:
+                sizes = backend.hash_sizes(indexes)
+            slots, tombstones, halves = np.array(
+                [(index.slot_count, index.tombstones, member.capacity // 2)
+                 for index, member in zip(indexes, group.members)], dtype=np.int64).T
+            room = self._room_now = np.array([slots - sizes - tombstones, halves - tombstones])
             if self._room is None:
                 self._room = backend.zeros(room.shape, np.int64)
                 self._room_written = None
             # a full group's room is the same step after step (sizes at capacity, tombstones
             # 0 after the recorded rebuild): the device array holds it already
-            if self._room_written is None or not np.array_equal(room, self._room_written):
+            written = room.tobytes()
+            if written != self._room_written:
                 backend.write_rows(self._room, 0, room)  # one upload, straight in
-                self._room_written = room
+                self._room_written = written
 
     def _ready_to_evict(self, keys):
         group = self.group
+        self._sizes = None
         held = dynamic_table.held_states(group.members)  # (first: it hands over counts pending)
         full = group.full_members()
         if not group.replays_eviction(self.counts, full):
             return False
-        if self._slot_names is not None and self._slot_names != sorted(group.slots):
+        slot_names = sorted(group.slots)
+        if self._slot_names is not None and self._slot_names != slot_names:
             return False  # a slot made since: the recorded work resets the slots it knew
-        bounds = group.in_place_bounds(keys, self.counts, full)
+        sizes = group.sizes()
+        bounds = group.in_place_bounds(keys, self.counts, full, sizes)
         if bounds is None or not np.array_equal(bounds, self.counts):
             return False
         if not self._rebuilds_inside(group):
@@ -1055,7 +1063,7 @@ class ReplayedInsert:
                 if any(member.index.empty_slots() < bound for member, bound in
                        zip(group.members, self.counts) if bound):
                     return False
-        self._held, self._slot_names = held, sorted(group.slots)
+        self._held, self._slot_names, self._sizes = held, slot_names, sizes
         return True
 
     def _rebuilds_inside(self, group):
