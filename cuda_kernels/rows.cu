@@ -178,3 +178,16 @@ extern "C" __global__ void widen_int32(const int* src, int64 n, int64* dst) {
 extern "C" __global__ void narrow_int64(const int64* src, int64 n, int* dst) {
   for (int64 i = global_thread_id(); i < n; i += global_thread_count()) dst[i] = (int)src[i];
 }
+
+// A replayed update predicated on its step's checks (engine/lookup/replayed_step.py): every row
+// of rows[0, n) becomes -1, which an update and its stamp skip, where the step failed: its key
+// checks' flag[0] is not 0, or some parts[t], t < count, is above 0 (a member's new keys left
+// without a victim). Each thread decides it from the same few words, read after the step's
+// forward and backward wrote them.
+extern "C" __global__ void drop_rows_if_failed(int64* rows, int64 n, const int64* flag,
+                                               const int64* parts, int64 count) {
+  bool failed = flag[0] != 0;
+  for (int64 t = 0; t < count && !failed; ++t) failed = parts[t] > 0;
+  if (!failed) return;
+  for (int64 i = global_thread_id(); i < n; i += global_thread_count()) rows[i] = -1;
+}

@@ -83,6 +83,8 @@ Every backend module exposes the same names, and the engine's algorithms call on
     segment_counts(segment_ids, n) -> float32 [n]      ids per segment
     scale_rows(values, factors, divide) -> values * (or /, 0 where 0) factors per row
     fill_rows(array, rows, value, count=None)          array[rows] = value (float64 1-D)
+    drop_rows_if_failed(rows, flag, parts=None)        rows[:] = -1 where flag[0] != 0 or some
+        parts[t] > 0, decided when the work runs (a replayed update's predicate)
     floor_divide(keys, divisor) -> keys // divisor     int64, rows of a table without hash table
     row_view(array, start, stop)                       rows [start, stop) sharing array's memory
     reshape(array, shape) -> array                     the same elements in `shape` (one -1

@@ -16,7 +16,7 @@ from sok1x.engine import runtime as _runtime
 from sok1x.engine.lookup.checks import check_dense_shape, check_sparse_shape, first_error
 from sok1x.engine.lookup.exchange_header import confirm_same_op, exchange_header
 from sok1x.engine.lookup.key_exchange import lookup_backward, lookup_forward, lookup_forward_many
-from sok1x.engine.lookup import replayed_step
+from sok1x.engine.lookup import bounded_step, replayed_step
 from sok1x.engine.op_order import as_op_id
 from sok1x.engine.lookup.compact import (  # noqa: F401  (CompactRows: part of the API)
     CompactRows,
@@ -397,6 +397,7 @@ def apply_keyed_update(table_names, rule, slot_prefix, options, hyper, values, r
                                                   values, rows, counts)
             if replayed is not None:
                 return replayed
+        bounded_step.read_for_update(rt)  # a replayed backward's checks, before any change
         return keyed_lookup_module.keyed_update(rt.backend, tables, rule, slot_prefix, options,
                                                 hyper, values, rows, counts)
 
@@ -472,6 +473,7 @@ def apply_optimizer_update(table_name, rule, slot_prefix, options, hyper, values
                                             [values], [rows])
             if replayed is not None:
                 return replayed[0]
+        bounded_step.read_for_update(rt)  # a replayed backward's checks, before any change
         return optimizer_updates.apply_update(rt.backend, table, rule, slot_prefix, options,
                                               hyper, values, rows)
 
@@ -489,6 +491,7 @@ def apply_optimizer_updates(table_names, rule, slot_prefix, options, hyper, valu
                                             values_list, rows_list)
             if replayed is not None:
                 return replayed
+        bounded_step.read_for_update(rt)  # a replayed backward's checks, before any change
         return optimizer_updates.apply_updates(rt.backend, tables, rule, slot_prefix, options,
                                                hyper, list(values_list), list(rows_list))
 

@@ -1081,6 +1081,33 @@ def test_touch_rows_counts_and_stamps_as_the_cpu_in_one_launch(cuda, rng, n, new
     assert np.array_equal(host(cuda, device_times), times)
 
 
+@pytest.mark.parametrize("flag,parts", [(0, None), (1, None), (0, [0, 0, 0]), (0, [0, 3, 0]),
+                                        (5, [0, 0, 0]), (0, [0] * 26), (0, [0] * 25 + [1])])
+@pytest.mark.parametrize("n", [0, 1, 4099])
+def test_drop_rows_if_failed_decides_on_the_device_as_the_cpu(cuda, rng, flag, parts, n):
+    """drop_rows_if_failed: every row -1 where the flag is set or some part's count is above
+    0, else the rows as they were; the flag and counts read when the kernel runs (written by
+    work queued before it), as cpu's twin reads them when called."""
+    rows = rng.integers(-1, 1 << 40, size=n).astype(np.int64)
+    device_rows = cuda.asarray(rows)
+    device_flag = cuda.asarray(np.zeros(1, np.int64))
+    device_parts = None if parts is None else cuda.asarray(np.zeros(len(parts), np.int64))
+    cuda.drop_rows_if_failed(device_rows, device_flag, device_parts)  # all clear: unchanged
+    cuda.write_rows(device_flag, 0, np.array([flag], np.int64))  # queued after that launch
+    if parts is not None:
+        cuda.write_rows(device_parts, 0, np.array(parts, np.int64))
+    cuda.drop_rows_if_failed(device_rows, device_flag, device_parts)
+    want = rows.copy()
+    cpu.drop_rows_if_failed(want, np.array([0], np.int64),
+                            None if parts is None else np.zeros(len(parts), np.int64))
+    assert np.array_equal(want, rows)
+    cpu.drop_rows_if_failed(want, np.array([flag], np.int64),
+                            None if parts is None else np.array(parts, np.int64))
+    assert np.array_equal(host(cuda, device_rows), want)
+    if n:  # (a random row is -1 once in 2^40)
+        assert (want == -1).all() == bool(flag or any(parts or ()))
+
+
 @pytest.mark.parametrize("way", ["vmm", "thp", "slices", "pinned"])
 def test_mapped_host_rows_are_shared_with_the_cpu(cuda, rng, way):
     """Each way of allocating host rows (or the one it falls back to) gives memory whose bytes

@@ -55,6 +55,7 @@ from sok1x.backend import dlpack
 from sok1x.backend.owner_rules import OWNER_FIXED, OWNER_HASH, OWNER_MOD
 from sok1x.backend.cpu.rows import (  # noqa: F401  (part of the op set)
     COUNTS,
+    drop_rows_if_failed,
     fill_rows,
     gather_rows,
     gather_rows_many,

@@ -66,6 +66,14 @@ def fill_rows(array, rows, value, count=None):
     array[rows[rows >= 0]] = value if clock is None else clock[0]
 
 
+def drop_rows_if_failed(rows, flag, parts=None):
+    """rows[:] = -1 where the step failed: flag[0] (its key checks) is not 0, or some count of
+    parts (None, or int64 [T]) is above 0; read when called, as cuda's kernel reads them when
+    it runs (a replayed update's first work)."""
+    if int(flag[0]) != 0 or (parts is not None and bool((np.asarray(parts) > 0).any())):
+        rows[...] = -1
+
+
 def touch_rows(statistics, rows, step, stamp=None):
     """For each row >= 0: statistics[row] = (step, count + 1), statistics int64 [n, 2] records
     of (last step, count) (repeats count each time). stamp: None, or (times, new_rows, now,

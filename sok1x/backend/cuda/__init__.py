@@ -86,6 +86,7 @@ from sok1x.backend.cuda.unique_keys import (  # noqa: F401  (part of the op set)
     unique_many_start,
 )
 from sok1x.backend.cuda.rows import (  # noqa: F401  (part of the op set)
+    drop_rows_if_failed,
     gather_rows,
     gather_rows_many,
     move_rows,

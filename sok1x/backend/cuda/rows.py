@@ -1,6 +1,8 @@
 """Row movement on the GPU (cuda_kernels/rows.cu): take_rows, gather_rows and put_rows, on
 GPUArrays or split (hybrid) arrays, whose host rows the kernels walk in host_order's order."""
 
+import numpy as np
+
 from sok1x.backend.cuda.context import uses_context
 from sok1x.backend.cuda.host_row_order import host_order, walk_blocks
 from sok1x.backend.cuda.kernel_launch import (
@@ -166,3 +168,22 @@ def move_rows(src, src_index, dst, dst_index):
         words_per_row = row_bytes // word
         launch(_row_copy_kernels(word)[2], n * words_per_row, ptr(src), ptr(src_index),
                ptr(dst), ptr(dst_index), n, words_per_row)
+
+
+@memoised_per_context
+def _drop_kernel():
+    return prepared("rows.cu", "drop_rows_if_failed", "PqPPq")
+
+
+@uses_context
+def drop_rows_if_failed(rows, flag, parts=None):
+    """rows[:] = -1 (int64, in place), queued, where the device finds the step failed when the
+    work runs: flag (int64 [1], a step's key checks) is not 0, or parts (None, or int64 [T]:
+    each member's new keys left without a victim) holds a count above 0. What a replayed
+    update runs first, so that a step whose checks fail updates no row."""
+    rows = device_array(rows, "rows", np.int64)
+    n = int(rows.shape[0])
+    if n:
+        launch(_drop_kernel(), n, ptr(rows), n, ptr(device_array(flag, "flag", np.int64)),
+               0 if parts is None else ptr(device_array(parts, "parts", np.int64)),
+               0 if parts is None else int(parts.shape[0]))

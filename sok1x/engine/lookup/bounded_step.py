@@ -18,7 +18,9 @@ whether the step runs a backward), or, where its caller promises to run the back
 backward, which reads it once its own work is queued (take, raise_if_set); so a step waits once,
 in its backward. A promise broken (no backward came) is caught by the next collective op
 (read_left), which fails with the forward's error. No table has changed by then: the update is a
-later op, and a failed backward hands it nothing.
+later op, and a failed backward hands it nothing. A replayed backward whose update is recorded
+predicated on the checks leaves them to that update instead (leave_for_update,
+read_for_update; engine/lookup/replayed_step.py): the wait then follows the step's last launch.
 
 Backward. The distinct rows of the keys are not counted on the host: they go into pieces whose
 size is known before the step, backend.distinct_rows_padded. Member t of a table group (or the
@@ -67,12 +69,18 @@ from sok1x.engine.lookup.group_gradients import (  # noqa: F401  (the layout is 
 ENV = "SOK1X_BOUNDED_STEP"
 TOLD = 1  # the first of a table's values in told_keys: a rank whose header carries it told
 
-Deferred = collections.namedtuple("Deferred", "read describe op_name passed", defaults=(None,))
+NO_BACKWARD = " (its checks read by the next op: it had no backward pass)"
+NO_UPDATE = " (its checks read by an op before its update)"
+
+Deferred = collections.namedtuple("Deferred", "read describe op_name passed left",
+                                  defaults=(None, NO_BACKWARD))
 Deferred.__doc__ = """A forward's key checks left unread: read() -> the host copy of their flag
 (backend.read_later: the copy queued with the checks, so reading waits for them alone; nonzero
 where a key is bad), describe() -> the error that names it, op_name (for the message), passed:
 None, or what runs once the flag is read clear (a hash group's replayed insert counts its
-lookup then: table_group.ReplayedInsert.checked)."""
+lookup then: table_group.ReplayedInsert.checked), left: what the message adds where the next
+op reads them (read_left): NO_BACKWARD, or NO_UPDATE for checks a replayed backward left to
+its update (leave_for_update)."""
 
 def enabled(runtime):
     """True when SOK1X_BOUNDED_STEP=1 and the job has one rank."""
@@ -177,13 +185,40 @@ def raise_if_set(runtime, taken, note=""):
 
 
 def read_left(runtime):
-    """Reads the checks of forwards whose backward never came and raises the
-    first bad input's error, naming its lookup, with their step rolled back (the journal's
-    step is still theirs: a hash group's insert is taken back, whether the op reading them is a
-    step's or a checkpoint's, which no api._Step undoes)."""
+    """Reads the checks of forwards whose backward never came (and of replayed backwards whose
+    update never came) and raises the first bad input's error, naming its lookup, with their
+    step rolled back (the journal's step is still theirs: a hash group's insert is taken back,
+    whether the op reading them is a step's or a checkpoint's, which no api._Step undoes)."""
     taken, runtime.unread_checks = list(runtime.unread_checks), []
     try:
-        raise_if_set(runtime, taken, " (its checks read by the next op: it had no backward pass)")
+        for deferred in taken:
+            raise_if_set(runtime, [deferred], deferred.left)
     except BaseException as exc:
         runtime.journal.failed(exc)  # (api._Step's own rollback then finds nothing to undo)
+        raise
+
+
+def leave_for_update(runtime, taken):
+    """Leaves a replayed backward's Deferred checks `taken` (on one rank) to the update that
+    follows it, which reads them once its work, predicated on them on the device, is queued
+    (read_for_update), so that the host's wait for them comes after the step's last launch;
+    the next op reads them where no update comes (read_left)."""
+    runtime.unread_checks.extend(deferred._replace(left=NO_UPDATE) for deferred in taken)
+
+
+def read_for_update(runtime):
+    """Reads the checks replayed backwards left to their update (leave_for_update; nothing
+    where none are left) and raises the first bad input's error as the backward would have,
+    with the step rolled back (an update op opens no api._Step)."""
+    unread = runtime.unread_checks
+    if not unread:
+        return
+    taken = [deferred for deferred in unread if deferred.left is NO_UPDATE]
+    if not taken:
+        return
+    runtime.unread_checks = [deferred for deferred in unread if deferred.left is not NO_UPDATE]
+    try:
+        raise_if_set(runtime, taken)
+    except BaseException as exc:
+        runtime.journal.failed(exc)
         raise

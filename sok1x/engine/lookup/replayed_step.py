@@ -74,7 +74,16 @@ What the host still does per op: the op header's order checks (exchange_header.o
 no data crosses), the copy of the flag of the key checks (backend.read_later), the stash of the
 routing, and the reading of the flag where the uncaptured path reads it (bounded_step.py), so a
 replayed step with bad keys fails as the uncaptured one does, on its forward (checks="end") or its
-backward (checks="backward"), and changes no table. Its inputs' host checks (shapes, layouts,
+backward (checks="backward"), and changes no table. One rank, once a backward's update classes
+are all recorded predicated on the step's checks (their work first drops the gradient's rows,
+backend.drop_rows_if_failed, where the key checks' flag, or a hash group's count of new keys left
+without a victim, says the step failed, both read on the device): that backward leaves the flag
+to its update (bounded_step.leave_for_update), which reads it once its own work is queued, so the
+step's one wait comes after its last launch and what the host does after the wake (a hash
+group's counts handed over, the next step's launches) overlaps the GPU's backward and update; a
+step with bad keys then fails in its update, still changing no table (the rows dropped, the
+step journal rolled back), and an update of changed values (the uncaptured path) or any other
+op reads the flag before it changes anything. Its inputs' host checks (shapes, layouts,
 conversions) are skipped from a class's first replay on: the caller remembers the class under a key
 of its raw inputs (remember_front), and a later step with equal inputs (the same table or tables,
 op, keys' shape and dtype, layout and checks mode) goes straight to its replay (replay_known), as it
@@ -233,8 +242,11 @@ class _Update:
     those slots were when it was recorded, and its recorded work (None: refused, the update stays
     uncaptured)."""
 
-    def __init__(self, given, clock, slots, where, work):
+    def __init__(self, given, clock, slots, where, work, predicated=False):
         self.given, self.clock, self.slots, self.where, self.work = given, clock, slots, where, work
+        # its work drops its rows first where its step's checks failed, read on the device
+        # (_failure_flags): its backward may leave the host's read of them to it
+        self.predicated = predicated and work is not None
 
     @property
     def held_bytes(self):
@@ -773,7 +785,10 @@ def backward(runtime, table, op, routing, grads, detach=False):
         out = recorded.work.outputs
         # the same arrays at every replay
         if recorded.result is not None and not _hands_copies(detach, recorded):
-            bounded_step.raise_if_set(runtime, deferred)
+            if _left_for_update(runtime, recorded, deferred):
+                bounded_step.leave_for_update(runtime, deferred)
+            else:
+                bounded_step.raise_if_set(runtime, deferred)
             distinct_rows.remember(recorded.result[1])
             return recorded.result
     bounded_step.raise_if_set(runtime, deferred)  # the forward's checks, this work queued
@@ -802,6 +817,18 @@ def _detached(backend, classes, recorded):
     return recorded.detached
 
 
+def _left_for_update(runtime, recorded, deferred):
+    """Whether a replayed backward (`recorded`) leaves its forward's checks (`deferred`, a
+    list) to its update: where every update recorded for it is predicated on them on the
+    device (_Update.predicated), its update reads them once its work is queued, so that the
+    host's one wait of the step follows the step's last launch and the work the host does
+    after it (a hash group's counts handed over, the next step's launches) overlaps the GPU's
+    backward and update; a step whose checks fail still updates nothing and raises in its
+    update, with the step rolled back (bounded_step.read_for_update)."""
+    return bool(deferred) and bool(recorded.updates) and all(
+        [update.predicated for update in recorded.updates.values()])
+
+
 def update(runtime, tables, rule_name, slot_prefix, options, hyper, values_list, rows_list):
     """api.apply_optimizer_update(s)' replayed path: the update of one table with the (values,
     rows) a replayed backward returned (_replayed_gradient: found by address). Returns [rows
@@ -819,6 +846,7 @@ def update(runtime, tables, rule_name, slot_prefix, options, hyper, values_list,
         return None
     if not _update_of(runtime, entry, backward, rule_name, slot_prefix, options, hyper):
         return None
+    bounded_step.read_for_update(runtime)  # (the checks its backward left: its work queued)
     return [int(out[0].shape[0])]
 
 
@@ -848,6 +876,7 @@ def keyed_update(runtime, tables, rule_name, slot_prefix, options, hyper, values
         return None
     if not _update_of(runtime, entry, backward, rule_name, slot_prefix, options, hyper):
         return None
+    bounded_step.read_for_update(runtime)  # (the checks its backward left: its work queued)
     return [int(out[0].shape[0])] if members is None else backward.counts.copy()
 
 
@@ -930,26 +959,40 @@ def _update_of(runtime, entry, backward, rule_name, slot_prefix, options, hyper)
     key = (rule_name, slot_prefix, tuple(sorted(options.items())))
     recorded = backward.updates.get(key)
     given = [hyper[name] for name in rule.hyper_names]
-    if recorded is not None and recorded.where == _slots_where(backend, table, recorded.slots):
+    failed = _failure_flags(runtime, entry)
+    if recorded is not None and recorded.where == _slots_where(backend, table, recorded.slots) \
+            and (recorded.predicated or recorded.work is None or failed is None):
         if recorded.work is None:
             return False
         backend.write_given(recorded.given, given, recorded.clock, time.time())
         recorded.work.replay()  # the update, then the stamp of this step's time
         return True
-    if recorded is not None:  # rows or slots moved (a load, say): recorded again
-        backward.updates.pop(key).free()
+    if recorded is not None:  # rows or slots moved (a load, say), or its flags are known now
+        backward.updates.pop(key).free()  # (its forward replayed since): recorded again
     slots = {name: table.slot(optimizer_updates.slot_key(slot_prefix, name), initial)
              for name, initial in rule.slots(options)}
     fixed = backend.empty((len(given),), np.float32)
     clock = backend.empty((1,), np.float64)
     backend.write_given(fixed, given, clock, time.time())
     run = functools.partial(_update_run, backend, table, rule, slots, out, fixed, clock, hyper,
-                            options)
+                            options, failed)
     run()  # first sight: this step's update eagerly, then recorded
     names = tuple(optimizer_updates.slot_key(slot_prefix, name) for name in slots)
     backward.updates[key] = _Update(fixed, clock, names, _slots_where(backend, table, names),
-                                    _recorded(backend, run))
+                                    _recorded(backend, run), failed is not None)
     return True
+
+
+def _failure_flags(runtime, entry):
+    """(flag, parts) on the device that say whether a replayed step of forward class `entry`
+    failed, for its update to drop its rows by (backend.drop_rows_if_failed): its key checks'
+    flag and, for a hash group that evicts, each member's new keys left without a victim
+    (ReplayedInsert.failure_counts); both arrays its recorded work writes at every replay. None
+    on several ranks (an op header agrees on the checks there) or before its first replay."""
+    if runtime.size != 1 or entry.prepare is not None or entry.check is None:
+        return None
+    hooks = entry.hooks
+    return entry.check.flag, None if hooks is None else hooks.failure_counts(entry.outputs()[4:])
 
 
 def _slots_where(backend, table, names):
@@ -962,11 +1005,15 @@ def _slots_where(backend, table, names):
         return None
 
 
-def _update_run(backend, table, rule, slots, gradient, given, clock, hyper, options):
+def _update_run(backend, table, rule, slots, gradient, given, clock, hyper, options,
+                failed=None):
     """The device work of an update of `table` (an EmbeddingTable or a TableGroup) by optimizer
     `rule` with a replayed backward's `gradient` [rows, summed, ...], its hyper-parameters read
     from `given`, then the stamp of its rows with the time `clock` holds (both written before
-    each replay: backend.write_given)."""
+    each replay: backend.write_given). failed: None, or _failure_flags' (flag, parts): the rows
+    are dropped first where they say the step failed, so that nothing is updated or stamped."""
+    if failed is not None:
+        backend.drop_rows_if_failed(gradient[0], *failed)
     with backend.hyper_given(given):
         table.apply_update(rule.update, slots, gradient[0], gradient[1], hyper, options)
     with backend.time_given(clock):

@@ -1132,6 +1132,14 @@ class ReplayedInsert:
         # forward alone, where a copy queued there waited for the backward too
         counted[3] = backend.read_many_later(_step_counts(queued, found))
 
+    def failure_counts(self, more):
+        """The device counts whose any value above 0 fails a step (evicting: each member's new
+        keys left without a victim, of the eviction's arrays among the recorded run's `more`
+        outputs), else None: what a replayed update is predicated on beside the key checks."""
+        if not self.evicting:
+            return None
+        return eviction.Queued.of(more[5:], self._slot_names).unserved
+
     def _counts_read_in_undo(self, counted):
         if self._counted is counted:
             self._read_counts()
