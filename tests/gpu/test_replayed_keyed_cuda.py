@@ -173,8 +173,10 @@ def test_a_replayed_keyed_step_launches_graphs():
     print("launches of a keyed forward and backward, of its update, and the update's copies: "
           "replayed %s, uncaptured %s" % (found[True], found[False]))
     assert found[True][0] == 0 < found[False][0]
-    # the update: one launch writes its hyper-parameters and its stamp's time; no upload
-    assert found[True][1:] == (1, 0)
+    # the update: one launch writes its hyper-parameters and its stamp's time; no upload; one
+    # copy, the flag of the step's key checks its backward left to it (read once its work,
+    # predicated on that flag on the device, is queued)
+    assert found[True][1:] == (1, 1)
 
 
 def test_a_bad_key_of_one_member_fails_and_changes_nothing():
