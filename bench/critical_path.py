@@ -15,7 +15,9 @@ wake to the next forward's launch, `step_ms` the wall ms a step of the same step
 at the end of each repeat). The stamps are the bench's own wrappers around engine functions,
 each a few hundred nanoseconds.
 """
+import collections
 import functools
+import importlib
 import os
 import sys
 import time
@@ -23,24 +25,24 @@ import time
 import numpy as np
 
 from sok1x.engine import api
-from sok1x.engine.lookup import bounded_step, table_group
+from sok1x.engine.lookup import bounded_step, replayed_step, table_group
 
 import harness
 import step_calls
-
-MARKS = ("wake", "counts", "backward", "update_start", "update_end", "forward_start", "ready",
-         "arm", "launch")
-
 
 def parse_args(argv):
     parser = harness.parser(__doc__, out={"required": False, "default": None}, backend=True,
                             scale=True, steps=50, repeats=5)
     parser.add_argument("--workloads", default="dlrm26_full,dlrm26")
+    parser.add_argument("--marks", default=os.environ.get("SOK1X_CRITICAL_MARKS", ""),
+                        help="more functions stamped on entry (NAME<) and return (NAME>), "
+                             "comma-separated module:attribute paths, e.g. "
+                             "sok1x.engine.lookup.table_group:ReplayedInsert._read_counts")
     return parser.parse_args(argv)
 
 
 class Stamps:
-    """The host clock at each mark of the step being run ({mark: seconds}), a list per step."""
+    """The host clock at each mark of the steps run: a list of (mark, seconds) per step."""
 
     def __init__(self):
         self.steps = []
@@ -48,10 +50,10 @@ class Stamps:
 
     def mark(self, name):
         if self.on:
-            self.steps[-1][name] = time.perf_counter()
+            self.steps[-1].append((name, time.perf_counter()))
 
     def new_step(self):
-        self.steps.append({})
+        self.steps.append([])
 
 
 def _wrap(owner, name, stamps, before=None, after=None):
@@ -109,9 +111,40 @@ def _wrap_forward_works(rt, stamps):
     return lambda: [u() for u in undo]
 
 
-def stamp_all(rt, stamps):
-    """Wraps what the marks stamp; returns a function undoing it all."""
-    undo = [
+def _wrap_named(path, stamps):
+    """_wrap of "module:Owner.attribute" (or "module:function"), stamped NAME< and NAME>."""
+    module, _, attribute = path.partition(":")
+    owner = importlib.import_module(module)
+    *parents, name = attribute.split(".")
+    for parent in parents:
+        owner = getattr(owner, parent)
+    return _wrap(owner, name, stamps, before=name + "<", after=name + ">")
+
+
+def _wrap_works(rt, stamps):
+    """Stamps "replay<" and "replay>" around every recorded work's replay but the forwards'."""
+    forwards = {id(entry.work) for entry in rt.replays.forwards.values()}
+    undo = []
+    for step in replayed_step.recorded_works(rt):
+        for work in step:
+            if id(work) in forwards or "replay" in vars(work):
+                continue
+            original = work.replay
+
+            def replay(original=original):
+                stamps.mark("replay<")
+                result = original()
+                stamps.mark("replay>")
+                return result
+            work.replay = replay
+            undo.append(lambda work=work: delattr(work, "replay"))
+    return lambda: [u() for u in undo]
+
+
+def stamp_all(rt, stamps, marks=()):
+    """Wraps what the marks stamp (and the functions named in `marks`); returns a function
+    undoing it all."""
+    undo = [_wrap_named(path, stamps) for path in marks] + [
         _wrap_counts_read(stamps),
         # a step without counts wakes when its checks are read (the flag's wait)
         _wrap(bounded_step, "raise_if_set", stamps, after="checks"),
@@ -121,33 +154,43 @@ def stamp_all(rt, stamps):
         _wrap(table_group.ReplayedInsert, "ready", stamps, after="ready"),
         _wrap(table_group.ReplayedInsert, "arm", stamps, after="arm"),
         _wrap_forward_works(rt, stamps),
+        _wrap_works(rt, stamps),
     ]
     return lambda: [u() for u in reversed(undo)]
 
 
 def gaps(steps):
-    """{segment: [microseconds]} between consecutive marks, from one step's wake to the next
-    step's launch (a step without "wake" wakes at its last "checks")."""
-    found = {}
+    """{segment: [microseconds]} between consecutive marks from one step's wake (its counts'
+    read, else its last checks' read) to the next step's first launch, numbered in their order,
+    over the steps whose marks come in the most common order; "path_us": the whole path."""
+    paths = []
     for this, following in zip(steps[:-1], steps[1:]):
-        wake = this.get("wake", this.get("checks"))
-        times = [("wake", wake)] + [(m, this.get(m)) for m in MARKS[1:5]] + [
-            (m, following.get(m)) for m in MARKS[5:]]
-        times = [(m, t) for m, t in times if t is not None]
-        if wake is None or times[-1][0] != "launch":
+        woke = [i for i, (m, _) in enumerate(this) if m == "wake"] or [
+            i for i, (m, _) in enumerate(this) if m == "checks"]
+        launch = [i for i, (m, _) in enumerate(following) if m == "launch"]
+        if woke and launch:
+            paths.append(this[woke[-1]:] + following[:launch[0] + 1])
+    if not paths:
+        return {}
+    orders = collections.Counter(tuple(m for m, _ in path) for path in paths)
+    common = orders.most_common(1)[0][0]
+    found = {}
+    for path in paths:
+        if tuple(m for m, _ in path) != common:
             continue
-        for (m0, t0), (m1, t1) in zip(times[:-1], times[1:]):
-            found.setdefault("%s->%s" % (m0, m1), []).append((t1 - t0) * 1e6)
-        found.setdefault("path_us", []).append((times[-1][1] - wake) * 1e6)
+        for i, ((m0, t0), (m1, t1)) in enumerate(zip(path[:-1], path[1:])):
+            found.setdefault("%02d %s->%s" % (i, m0, m1), []).append((t1 - t0) * 1e6)
+        found.setdefault("path_us", []).append((path[-1][1] - path[0][1]) * 1e6)
     return found
 
 
-def measure(rt, case, steps, repeats):
-    """({segment: median us}, [step ms per repeat]) of `case` (step_calls.Case)."""
+def measure(rt, case, steps, repeats, marks=()):
+    """({segment: median us}, [step ms per repeat]) of `case` (step_calls.Case); marks: more
+    functions stamped (stamp_all)."""
     stamps = Stamps()
     for _ in range(step_calls.WARMUP_STEPS * 10):
         case.run()
-    undo = stamp_all(rt, stamps)
+    undo = stamp_all(rt, stamps, marks)
     step_ms = []
     try:
         stamps.on = True
@@ -175,12 +218,13 @@ def main(argv=None):
               "environment": harness.environment({"load": os.getloadavg()})}
     for name in args.workloads.split(","):
         case = step_calls.Case(rt, name, args.scale, replayed=True)
-        medians, step_ms = measure(rt, case, args.steps, args.repeats)
+        marks = [m for m in args.marks.split(",") if m]
+        medians, step_ms = measure(rt, case, args.steps, args.repeats, marks)
         result["workloads"][name] = dict(segments_us=medians, **harness.summary(
             step_ms, ("step_ms", "step_ms_min", "step_ms_max", "step_ms_repeats")))
         harness.say("%s: step %.3f ms (%.3f-%.3f), host path wake -> next launch %.0f us" % (
             name, np.median(step_ms), min(step_ms), max(step_ms), medians.get("path_us", -1)))
-        for segment, us in medians.items():
+        for segment, us in sorted(medians.items()):
             if segment != "path_us":
                 harness.say("  %-28s %7.1f us" % (segment, us))
         del case
