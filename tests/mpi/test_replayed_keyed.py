@@ -29,7 +29,7 @@ from sok1x.engine.op_order import OpId
 from sok1x.engine.tables import optimizer_updates
 from sok1x.engine.tables.dynamic_table import make_dynamic
 from sok1x.errors import InvalidInputError, TableFullError
-from step_rules import RULES, every_rule_hyper, hyper
+from step_rules import RULES, every_rule_hyper, hyper  # noqa: F401
 
 COMM = MPI.COMM_WORLD
 RANK, SIZE = COMM.Get_rank(), COMM.Get_size()
@@ -244,6 +244,102 @@ def test_a_replayed_backward_whose_update_never_came_fails_at_the_next_op():
         np.testing.assert_array_equal(api.shard(name).values, values)
     for number in range(6, 10):
         run_both(pair, keys_of(rng, LENGTHS), LENGTHS, None, "adagrad", number)
+
+
+def _state_of(names):
+    return [(api.shard(name).values.copy(),
+             {slot: array.copy() for slot, array in api.shard(name).slots.items()})
+            for name in names]
+
+
+def _assert_state(names, state):
+    for name, (values, slots) in zip(names, state):
+        np.testing.assert_array_equal(api.shard(name).values, values)
+        assert sorted(api.shard(name).slots) == sorted(slots)
+        for slot, array in slots.items():
+            np.testing.assert_array_equal(api.shard(name).slots[slot], array)
+
+
+def _every_rule_step(names, keys, number, rule="adam"):
+    item = KeyedInput(keys, LENGTHS, None, LENGTHS, None, "sum")
+    out, token = api.keyed_lookup(names, names[0] + "_fwd", item, True, checks="backward",
+                                  replay=True)
+    values, rows, counts = api.keyed_lookup_grad(names, names[0] + "_bwd", token, out)
+    api.apply_keyed_update(names, rule, "Adam", {}, every_rule_hyper(rule, number), values,
+                           rows, counts)
+
+
+def test_an_update_that_moves_every_row_leaves_no_check_to_it():
+    """Adam's update moves every row, whatever rows a failed step drops: its replayed backward
+    still reads its forward's checks itself, and a bad key fails there, changing nothing."""
+    if SIZE > 1:
+        pytest.skip("a backward leaves its checks to its update on one rank only")
+    fresh()
+    names = make_tables("every_row")[0]
+    rng = np.random.default_rng([19, RANK])
+    for number in range(1, 6):
+        _every_rule_step(names, keys_of(rng, LENGTHS), number)
+    before = _state_of(names)
+    with pytest.raises(InvalidInputError, match=names[3]):
+        _bad_step_halves(names, rng, 6)
+    _assert_state(names, before)
+    with runtime.entered() as rt:
+        assert not rt.unread_checks
+
+
+def test_a_bad_key_of_another_group_fails_an_update_before_it_changes_anything():
+    """Two groups, each a lookup, backward and update replayed: where group A's update comes
+    after group B's backward left B's checks to B's update, A's update reads them before its
+    own work is queued (A's is predicated on A's checks alone): B's bad key fails it, and
+    neither group changes."""
+    if SIZE > 1:
+        pytest.skip("a backward leaves its checks to its update on one rank only")
+    fresh()
+    first, second = make_tables("other_a")[0], make_tables("other_b")[0]
+    rng = np.random.default_rng([23, RANK])
+    for number in range(1, 6):
+        for names in (first, second):
+            step(names, keys_of(rng, LENGTHS), LENGTHS, None, "lazy_adam", number, True)
+    before = _state_of(first) + _state_of(second)
+    item = KeyedInput(keys_of(rng, LENGTHS), LENGTHS, None, LENGTHS, None, "sum")
+    out, token = api.keyed_lookup(first, first[0] + "_fwd", item, True, checks="backward",
+                                  replay=True)
+    gradient = api.keyed_lookup_grad(first, first[0] + "_bwd", token, out)
+    _bad_step_halves(second, rng, 6)
+    with pytest.raises(InvalidInputError, match=second[3]):
+        api.apply_keyed_update(first, "lazy_adam", "Adam", {}, hyper("lazy_adam", 6),
+                               *gradient)
+    _assert_state(first + second, before)
+
+
+def test_an_update_after_its_lookups_next_forward_still_applies():
+    """An update that comes after the next forward of its lookup (whose replay rewrote the
+    flags its recorded work is predicated on) takes the uncaptured path: it applies its own
+    step's gradient as the uncaptured step does, whatever that next forward's keys."""
+    if SIZE > 1:
+        pytest.skip("a backward leaves its checks to its update on one rank only")
+    fresh()
+    pair = make_tables("late_update")
+    rng = np.random.default_rng([29, RANK])
+    for number in range(1, 6):
+        run_both(pair, keys_of(rng, LENGTHS), LENGTHS, None, "lazy_adam", number)
+    keys = keys_of(rng, LENGTHS)
+    item = KeyedInput(keys, LENGTHS, None, LENGTHS, None, "sum")
+    out, token = api.keyed_lookup(pair[0], pair[0][0] + "_fwd", item, True, checks="backward",
+                                  replay=True)
+    gradient = api.keyed_lookup_grad(pair[0], pair[0][0] + "_bwd", token, out)
+    bad = keys_of(rng, LENGTHS)
+    if RANK == SIZE - 1:
+        bad[int(np.sum(LENGTHS[:3]))] = member_rows(3) * SIZE + 1
+    later = KeyedInput(bad, LENGTHS, None, LENGTHS, None, "sum")
+    _, late_token = api.keyed_lookup(pair[0], pair[0][0] + "_fwd", later, True,
+                                     checks="backward", replay=True)
+    api.apply_keyed_update(pair[0], "lazy_adam", "Adam", {}, hyper("lazy_adam", 6), *gradient)
+    with pytest.raises(InvalidInputError, match=pair[0][3]):  # its own backward reads them
+        api.keyed_lookup_grad(pair[0], pair[0][0] + "_bwd", late_token,
+                              np.zeros((int(LENGTHS.sum()), DIM), np.float32))
+    step(pair[1], keys, LENGTHS, None, "lazy_adam", 6, False)
+    assert_same_tables(pair)
 
 
 @pytest.mark.parametrize("rule", sorted(optimizer_updates.RULES))

@@ -202,21 +202,27 @@ def leave_for_update(runtime, taken):
     """Leaves a replayed backward's Deferred checks `taken` (on one rank) to the update that
     follows it, which reads them once its work, predicated on them on the device, is queued
     (read_for_update), so that the host's wait for them comes after the step's last launch;
-    the next op reads them where no update comes (read_left)."""
-    runtime.unread_checks.extend(deferred._replace(left=NO_UPDATE) for deferred in taken)
+    the next op reads them where no update comes (read_left). Returns them as left (what
+    read_for_update's keep names)."""
+    left = [deferred._replace(left=NO_UPDATE) for deferred in taken]
+    runtime.unread_checks.extend(left)
+    return left
 
 
-def read_for_update(runtime):
+def read_for_update(runtime, keep=()):
     """Reads the checks replayed backwards left to their update (leave_for_update; nothing
-    where none are left) and raises the first bad input's error as the backward would have,
-    with the step rolled back (an update op opens no api._Step)."""
+    where none are left), but those of `keep` (an update's own, read once its predicated work
+    is queued), and raises the first bad input's error as the backward would have, with the
+    step rolled back (an update op opens no api._Step)."""
     unread = runtime.unread_checks
     if not unread:
         return
-    taken = [deferred for deferred in unread if deferred.left is NO_UPDATE]
+    taken = [deferred for deferred in unread if deferred.left is NO_UPDATE
+             and not any(deferred is kept for kept in keep)]
     if not taken:
         return
-    runtime.unread_checks = [deferred for deferred in unread if deferred.left is not NO_UPDATE]
+    runtime.unread_checks = [deferred for deferred in unread
+                             if not any(deferred is read for read in taken)]
     try:
         raise_if_set(runtime, taken)
     except BaseException as exc:

@@ -83,7 +83,11 @@ step's one wait comes after its last launch and what the host does after the wak
 group's counts handed over, the next step's launches) overlaps the GPU's backward and update; a
 step with bad keys then fails in its update, still changing no table (the rows dropped, the
 step journal rolled back), and an update of changed values (the uncaptured path) or any other
-op reads the flag before it changes anything. Its inputs' host checks (shapes, layouts,
+op reads the flag before it changes anything. Not where an update moves every row (Adam's,
+Keras RMSprop's: dropped rows would not stop it), whose backward reads the checks itself; an
+update reads the checks other backwards left before its own work is queued (its predicate is
+its own step's alone), and one that comes after its lookup's next forward (which rewrote the
+flags it is predicated on) takes the uncaptured path. Its inputs' host checks (shapes, layouts,
 conversions) are skipped from a class's first replay on: the caller remembers the class under a key
 of its raw inputs (remember_front), and a later step with equal inputs (the same table or tables,
 op, keys' shape and dtype, layout and checks mode) goes straight to its replay (replay_known), as it
@@ -159,6 +163,7 @@ class _Forward:
         self.prepare, self.plan, self.member_keys = prepare, plan, member_keys
         self.caps = None if plan is None else plan.caps
         self.routing = self.check = self.describe = None  # made at the first replay
+        self.replays = 0  # one-rank replays so far: a predicated update reads this step's flag
         self.shaped = None  # the output as api.dense_lookup shapes it (remember_dense)
         self.fronts = []  # the callers' fronts remembered for it (remember_front)
         self.copies = False  # hands out copies of its output (detached())
@@ -204,6 +209,8 @@ class _Backward:
         self.result = None  # (values, rows, Padded) every replay returns, from the first on
         self.detached = None  # copies of its outputs the last detached replay handed out
         self.copies = False  # hands out copies of its outputs (detach)
+        self.after = None  # its forward's replays when it last ran (_update_of's predicate)
+        self.left = ()  # the checks it last left to its update (bounded_step.leave_for_update)
 
     def same_counts(self, counts):
         """Whether host `counts` (any shape) are this class's member pieces (self.counts)."""
@@ -568,6 +575,7 @@ def _replay(runtime, classes, entry, op, keys, checks, riders=()):
     if keys is not entry.keys:
         backend.copy_array(entry.keys, keys)
     entry.work.replay()
+    entry.replays += 1
     bounds, flag, rows, vectors = entry.outputs()[:4]
     if entry.hooks is not None:
         entry.hooks.done(rows, entry.outputs()[4:])
@@ -784,9 +792,11 @@ def backward(runtime, table, op, routing, grads, detach=False):
         recorded.work.replay()
         out = recorded.work.outputs
         # the same arrays at every replay
+        recorded.after = entry.replays
         if recorded.result is not None and not _hands_copies(detach, recorded):
+            recorded.left = ()
             if _left_for_update(runtime, recorded, deferred):
-                bounded_step.leave_for_update(runtime, deferred)
+                recorded.left = bounded_step.leave_for_update(runtime, deferred)
             else:
                 bounded_step.raise_if_set(runtime, deferred)
             distinct_rows.remember(recorded.result[1])
@@ -846,7 +856,7 @@ def update(runtime, tables, rule_name, slot_prefix, options, hyper, values_list,
         return None
     if not _update_of(runtime, entry, backward, rule_name, slot_prefix, options, hyper):
         return None
-    bounded_step.read_for_update(runtime)  # (the checks its backward left: its work queued)
+    bounded_step.read_for_update(runtime)  # the checks its backward left, its work queued
     return [int(out[0].shape[0])]
 
 
@@ -876,7 +886,7 @@ def keyed_update(runtime, tables, rule_name, slot_prefix, options, hyper, values
         return None
     if not _update_of(runtime, entry, backward, rule_name, slot_prefix, options, hyper):
         return None
-    bounded_step.read_for_update(runtime)  # (the checks its backward left: its work queued)
+    bounded_step.read_for_update(runtime)  # the checks its backward left, its work queued
     return [int(out[0].shape[0])] if members is None else backward.counts.copy()
 
 
@@ -952,7 +962,13 @@ def _update_of(runtime, entry, backward, rule_name, slot_prefix, options, hyper)
     """Records (first sight) or replays the update of `entry`'s table by a replayed backward's
     gradient, per (rule, slot prefix, options), its kernels reading this step's
     hyper-parameters from an array written before the replay (backend.hyper_given), and stamps
-    the rows. Returns False where it must stay uncaptured (nothing done)."""
+    the rows. Returns False where it must stay uncaptured (nothing done): also where its forward
+    replayed since its backward ran (the flags its work is predicated on are another step's
+    then). Checks other backwards left to their updates are read first, raising their error
+    before anything is queued: this work is predicated on its own step's flags alone."""
+    if backward.after != entry.replays:
+        return False
+    bounded_step.read_for_update(runtime, keep=backward.left)
     rule = optimizer_updates.checked_rule(rule_name, hyper)
     backend, table, out = runtime.backend, entry.table, backward.work.outputs
     options = dict(options) if options else {}  # a dict, or (name, value) pairs
@@ -978,8 +994,12 @@ def _update_of(runtime, entry, backward, rule_name, slot_prefix, options, hyper)
                             options, failed)
     run()  # first sight: this step's update eagerly, then recorded
     names = tuple(optimizer_updates.slot_key(slot_prefix, name) for name in slots)
+    # a rule that moves every row (Adam's, Keras RMSprop's) moves them whatever rows are
+    # dropped: its backward keeps reading the checks itself
     backward.updates[key] = _Update(fixed, clock, names, _slots_where(backend, table, names),
-                                    _recorded(backend, run), failed is not None)
+                                    _recorded(backend, run),
+                                    failed is not None and not optimizer_updates.moves_every_row(
+                                        rule.update))
     return True
 
 
