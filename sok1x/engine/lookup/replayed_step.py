@@ -856,7 +856,6 @@ def update(runtime, tables, rule_name, slot_prefix, options, hyper, values_list,
         return None
     if not _update_of(runtime, entry, backward, rule_name, slot_prefix, options, hyper):
         return None
-    bounded_step.read_for_update(runtime)  # the checks its backward left, its work queued
     return [int(out[0].shape[0])]
 
 
@@ -886,7 +885,6 @@ def keyed_update(runtime, tables, rule_name, slot_prefix, options, hyper, values
         return None
     if not _update_of(runtime, entry, backward, rule_name, slot_prefix, options, hyper):
         return None
-    bounded_step.read_for_update(runtime)  # the checks its backward left, its work queued
     return [int(out[0].shape[0])] if members is None else backward.counts.copy()
 
 
@@ -965,7 +963,8 @@ def _update_of(runtime, entry, backward, rule_name, slot_prefix, options, hyper)
     the rows. Returns False where it must stay uncaptured (nothing done): also where its forward
     replayed since its backward ran (the flags its work is predicated on are another step's
     then). Checks other backwards left to their updates are read first, raising their error
-    before anything is queued: this work is predicated on its own step's flags alone."""
+    before anything is queued: this work is predicated on its own step's flags alone; those its
+    own backward left are read once it is queued."""
     if backward.after != entry.replays:
         return False
     bounded_step.read_for_update(runtime, keep=backward.left)
@@ -982,6 +981,7 @@ def _update_of(runtime, entry, backward, rule_name, slot_prefix, options, hyper)
             return False
         backend.write_given(recorded.given, given, recorded.clock, time.time())
         recorded.work.replay()  # the update, then the stamp of this step's time
+        bounded_step.read_for_update(runtime)
         return True
     if recorded is not None:  # rows or slots moved (a load, say), or its flags are known now
         backward.updates.pop(key).free()  # (its forward replayed since): recorded again
@@ -1000,6 +1000,7 @@ def _update_of(runtime, entry, backward, rule_name, slot_prefix, options, hyper)
                                     _recorded(backend, run),
                                     failed is not None and not optimizer_updates.moves_every_row(
                                         rule.update))
+    bounded_step.read_for_update(runtime)
     return True
 
 

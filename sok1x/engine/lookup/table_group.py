@@ -626,10 +626,7 @@ class HashGroup(TableGroup):
         all serve (host int64 [members]: its victims counted, totals, and the places left
         without one, unserved: it held max_capacity keys, of which only the victims found could
         be evicted), else None."""
-        unserved = np.asarray(unserved)
-        if not unserved.any():
-            return None
-        short = np.flatnonzero(unserved > 0)
+        short = np.flatnonzero(np.asarray(unserved) > 0)
         if not short.size:
             return None
         t = int(short[0])
