@@ -283,40 +283,41 @@ stage_kernel_detail() {  # [workload]: where the named kernels of one replayed s
   cp "$work/kernel_detail.log" "$work/kernel_detail.txt" 2>/dev/null
   say "kernel-detail $w: $(grep -c 'Duration' "$work/kernel_detail.txt" 2>/dev/null) kernels"
 }
-stage_calls() {  # [workload ...]: the replayed step's host work on cuda, each workload in a
-  # process of its own (one GPU does not hold every workload's tables at once); with --before:
-  # both trees, alternated twice, each under this checkout's script
-  local w tree round trees=after
+tree_rounds() {  # function, workload...: `function TREE ROUND WORKLOAD` for each workload of
+  # this tree ("after"), or with --before of both trees alternated, in two rounds
+  local run=$1 w tree round trees=after
+  shift
   [ -n "$before" ] && trees="before after"
   for round in 1 2; do
     for tree in $trees; do
-      for w in ${*:-dlrm dlrm26}; do
-        bench $tree step_calls.py "calls_${tree}_${round}_$w" --backend cuda --scale 1 \
-          --replayed --workloads "$w" --stats "$work/calls-stats-$tree-$w.txt"
-        say "calls $tree $round $w:"
-        grep -hE 'host_us|calls/step' "$work/calls_${tree}_${round}_$w.log" >>"$summary"
+      for w in "$@"; do
+        "$run" "$tree" "$round" "$w"
       done
     done
     [ -n "$before" ] || break
   done
+}
+calls_of() {  # tree, round, workload
+  bench $1 step_calls.py "calls_$1_$2_$3" --backend cuda --scale 1 --replayed --workloads "$3" \
+    --stats "$work/calls-stats-$1-$3.txt"
+  say "calls $1 $2 $3:"
+  grep -hE 'host_us|calls/step' "$work/calls_$1_$2_$3.log" >>"$summary"
+}
+stage_calls() {  # [workload ...]: the replayed step's host work on cuda, each workload in a
+  # process of its own (one GPU does not hold every workload's tables at once); with --before:
+  # both trees, alternated twice, each under this checkout's script
+  tree_rounds calls_of ${*:-dlrm dlrm26}
   cp "$work"/calls-stats-*.txt "$final/" 2>/dev/null
+}
+critical_of() {  # tree, round, workload
+  bench $1 critical_path.py "critical_$1_$2_$3" --backend cuda --scale 1 --workloads "$3"
+  say "critical $1 $2 $3:"
+  grep -hE ' us$|host path' "$work/critical_$1_$2_$3.log" >>"$summary"
 }
 stage_critical() {  # [workload ...]: the host's path from a replayed step's wake to the next
   # launch, each workload in a process of its own; with --before: both trees, alternated twice,
   # each under this checkout's script
-  local w tree round trees=after
-  [ -n "$before" ] && trees="before after"
-  for round in 1 2; do
-    for tree in $trees; do
-      for w in ${*:-dlrm26_full dlrm26}; do
-        bench $tree critical_path.py "critical_${tree}_${round}_$w" --backend cuda --scale 1 \
-          --workloads "$w"
-        say "critical $tree $round $w:"
-        grep -hE ' us$|host path' "$work/critical_${tree}_${round}_$w.log" >>"$summary"
-      done
-    done
-    [ -n "$before" ] || break
-  done
+  tree_rounds critical_of ${*:-dlrm26_full dlrm26}
 }
 stage_steps1() {
   PYTHONPATH=$PYTHONPATH:$here/bench run steps-1 130 mpiexec -n 1 python3 \

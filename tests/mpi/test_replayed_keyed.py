@@ -180,70 +180,39 @@ def test_a_bad_key_of_one_member_fails_the_replayed_step(checks):
     assert held()[1] >= 1
 
 
-def _bad_step_halves(names, rng, number, ops=None):
-    """The forward and backward of a step with one member's key past its table (on the last
-    rank); returns (values, rows, counts) of the backward, which raised nothing."""
+def _bad_keys(rng):
+    """Keys of LENGTHS with one of member 3's past its table (on the last rank)."""
     keys = keys_of(rng, LENGTHS)
     if RANK == SIZE - 1:
         keys[int(np.sum(LENGTHS[:3]))] = member_rows(3) * SIZE + 1
-    ops = ops or [names[0] + "_fwd", names[0] + "_bwd"]
+    return keys
+
+
+def _forward(names, keys):
+    """A replayed keyed lookup of `names` whose checks its backward reads: (output, token)."""
     item = KeyedInput(keys, LENGTHS, None, LENGTHS, None, "sum")
-    out, token = api.keyed_lookup(names, ops[0], item, True, checks="backward", replay=True)
-    return api.keyed_lookup_grad(names, ops[1], token, out)
+    return api.keyed_lookup(names, names[0] + "_fwd", item, True, checks="backward",
+                            replay=True)
 
 
-@pytest.mark.parametrize("update", ["replayed", "clipped"])
-def test_a_replayed_steps_bad_key_fails_its_update_which_changes_nothing(update):
-    """On one rank a replayed backward leaves its forward's checks to its update (its recorded
-    work drops its rows on the device where they failed): the backward returns, the update
-    raises the bad key's error and no table changes; clipped values (the uncaptured update)
-    read them before changing anything. The replays go on after, equal to the uncaptured."""
+def _halves(names, keys):
+    """_forward and its backward: (values, rows, counts)."""
+    out, token = _forward(names, keys)
+    return api.keyed_lookup_grad(names, names[0] + "_bwd", token, out)
+
+
+def _warmed_pair(tag, seed, rule):
+    """On one rank (skipped on several), a pair of tables (make_tables) trained 5 steps by
+    run_both with `rule`, so that the lookup, its backward and its update replay: (pair,
+    rng)."""
     if SIZE > 1:
         pytest.skip("a backward leaves its checks to its update on one rank only")
     fresh()
-    pair = make_tables("left_" + update)
-    rng = np.random.default_rng([13, RANK])
+    pair = make_tables(tag)
+    rng = np.random.default_rng([seed, RANK])
     for number in range(1, 6):
-        run_both(pair, keys_of(rng, LENGTHS), LENGTHS, None, "lazy_adam", number)
-    before = [(api.shard(name).values.copy(), {k: v.copy() for k, v in
-                                               api.shard(name).slots.items()})
-              for name in pair[0]]
-    values, rows, counts = _bad_step_halves(pair[0], rng, 6)
-    with runtime.entered() as rt:
-        assert [d.left for d in rt.unread_checks] == [bounded_step.NO_UPDATE]
-    with pytest.raises(InvalidInputError, match=pair[0][3]):
-        api.apply_keyed_update(pair[0], "lazy_adam", RULES["lazy_adam"][0], {},
-                               hyper("lazy_adam", 6),
-                               values if update == "replayed" else values * np.float32(0.5),
-                               rows, counts)
-    for name, (values_before, slots_before) in zip(pair[0], before):
-        np.testing.assert_array_equal(api.shard(name).values, values_before)
-        for slot, array in slots_before.items():
-            np.testing.assert_array_equal(api.shard(name).slots[slot], array)
-    with runtime.entered() as rt:
-        assert not rt.unread_checks
-    for number in range(6, 10):
-        run_both(pair, keys_of(rng, LENGTHS), LENGTHS, None, "lazy_adam", number)
-
-
-def test_a_replayed_backward_whose_update_never_came_fails_at_the_next_op():
-    """The checks a replayed backward left to its update are read by the next op where no
-    update comes: it raises the bad key's error, saying so, and the step changes nothing."""
-    if SIZE > 1:
-        pytest.skip("a backward leaves its checks to its update on one rank only")
-    fresh()
-    pair = make_tables("no_update")
-    rng = np.random.default_rng([17, RANK])
-    for number in range(1, 6):
-        run_both(pair, keys_of(rng, LENGTHS), LENGTHS, None, "adagrad", number)
-    before = [api.shard(name).values.copy() for name in pair[0]]
-    _bad_step_halves(pair[0], rng, 6)
-    with pytest.raises(InvalidInputError, match=r"an op before its update(.|\n)*%s" % pair[0][3]):
-        step(pair[0], keys_of(rng, LENGTHS), LENGTHS, None, "adagrad", 6, True)
-    for name, values in zip(pair[0], before):
-        np.testing.assert_array_equal(api.shard(name).values, values)
-    for number in range(6, 10):
-        run_both(pair, keys_of(rng, LENGTHS), LENGTHS, None, "adagrad", number)
+        run_both(pair, keys_of(rng, LENGTHS), LENGTHS, None, rule, number)
+    return pair, rng
 
 
 def _state_of(names):
@@ -260,13 +229,40 @@ def _assert_state(names, state):
             np.testing.assert_array_equal(api.shard(name).slots[slot], array)
 
 
-def _every_rule_step(names, keys, number, rule="adam"):
-    item = KeyedInput(keys, LENGTHS, None, LENGTHS, None, "sum")
-    out, token = api.keyed_lookup(names, names[0] + "_fwd", item, True, checks="backward",
-                                  replay=True)
-    values, rows, counts = api.keyed_lookup_grad(names, names[0] + "_bwd", token, out)
-    api.apply_keyed_update(names, rule, "Adam", {}, every_rule_hyper(rule, number), values,
-                           rows, counts)
+@pytest.mark.parametrize("update", ["replayed", "clipped"])
+def test_a_replayed_steps_bad_key_fails_its_update_which_changes_nothing(update):
+    """On one rank a replayed backward leaves its forward's checks to its update (its recorded
+    work drops its rows on the device where they failed): the backward returns, the update
+    raises the bad key's error and no table changes; clipped values (the uncaptured update)
+    read them before changing anything. The replays go on after, equal to the uncaptured."""
+    pair, rng = _warmed_pair("left_" + update, 13, "lazy_adam")
+    before = _state_of(pair[0])
+    values, rows, counts = _halves(pair[0], _bad_keys(rng))
+    with runtime.entered() as rt:
+        assert [d.left for d in rt.unread_checks] == [bounded_step.NO_UPDATE]
+    with pytest.raises(InvalidInputError, match=pair[0][3]):
+        api.apply_keyed_update(pair[0], "lazy_adam", RULES["lazy_adam"][0], {},
+                               hyper("lazy_adam", 6),
+                               values if update == "replayed" else values * np.float32(0.5),
+                               rows, counts)
+    _assert_state(pair[0], before)
+    with runtime.entered() as rt:
+        assert not rt.unread_checks
+    for number in range(6, 10):
+        run_both(pair, keys_of(rng, LENGTHS), LENGTHS, None, "lazy_adam", number)
+
+
+def test_a_replayed_backward_whose_update_never_came_fails_at_the_next_op():
+    """The checks a replayed backward left to its update are read by the next op where no
+    update comes: it raises the bad key's error, saying so, and the step changes nothing."""
+    pair, rng = _warmed_pair("no_update", 17, "adagrad")
+    before = _state_of(pair[0])
+    _halves(pair[0], _bad_keys(rng))
+    with pytest.raises(InvalidInputError, match=r"an op before its update(.|\n)*%s" % pair[0][3]):
+        step(pair[0], keys_of(rng, LENGTHS), LENGTHS, None, "adagrad", 6, True)
+    _assert_state(pair[0], before)
+    for number in range(6, 10):
+        run_both(pair, keys_of(rng, LENGTHS), LENGTHS, None, "adagrad", number)
 
 
 def test_an_update_that_moves_every_row_leaves_no_check_to_it():
@@ -278,10 +274,11 @@ def test_an_update_that_moves_every_row_leaves_no_check_to_it():
     names = make_tables("every_row")[0]
     rng = np.random.default_rng([19, RANK])
     for number in range(1, 6):
-        _every_rule_step(names, keys_of(rng, LENGTHS), number)
+        api.apply_keyed_update(names, "adam", "Adam", {}, every_rule_hyper("adam", number),
+                               *_halves(names, keys_of(rng, LENGTHS)))
     before = _state_of(names)
     with pytest.raises(InvalidInputError, match=names[3]):
-        _bad_step_halves(names, rng, 6)
+        _halves(names, _bad_keys(rng))
     _assert_state(names, before)
     with runtime.entered() as rt:
         assert not rt.unread_checks
@@ -301,11 +298,8 @@ def test_a_bad_key_of_another_group_fails_an_update_before_it_changes_anything()
         for names in (first, second):
             step(names, keys_of(rng, LENGTHS), LENGTHS, None, "lazy_adam", number, True)
     before = _state_of(first) + _state_of(second)
-    item = KeyedInput(keys_of(rng, LENGTHS), LENGTHS, None, LENGTHS, None, "sum")
-    out, token = api.keyed_lookup(first, first[0] + "_fwd", item, True, checks="backward",
-                                  replay=True)
-    gradient = api.keyed_lookup_grad(first, first[0] + "_bwd", token, out)
-    _bad_step_halves(second, rng, 6)
+    gradient = _halves(first, keys_of(rng, LENGTHS))
+    _halves(second, _bad_keys(rng))
     with pytest.raises(InvalidInputError, match=second[3]):
         api.apply_keyed_update(first, "lazy_adam", "Adam", {}, hyper("lazy_adam", 6),
                                *gradient)
@@ -316,24 +310,10 @@ def test_an_update_after_its_lookups_next_forward_still_applies():
     """An update that comes after the next forward of its lookup (whose replay rewrote the
     flags its recorded work is predicated on) takes the uncaptured path: it applies its own
     step's gradient as the uncaptured step does, whatever that next forward's keys."""
-    if SIZE > 1:
-        pytest.skip("a backward leaves its checks to its update on one rank only")
-    fresh()
-    pair = make_tables("late_update")
-    rng = np.random.default_rng([29, RANK])
-    for number in range(1, 6):
-        run_both(pair, keys_of(rng, LENGTHS), LENGTHS, None, "lazy_adam", number)
+    pair, rng = _warmed_pair("late_update", 29, "lazy_adam")
     keys = keys_of(rng, LENGTHS)
-    item = KeyedInput(keys, LENGTHS, None, LENGTHS, None, "sum")
-    out, token = api.keyed_lookup(pair[0], pair[0][0] + "_fwd", item, True, checks="backward",
-                                  replay=True)
-    gradient = api.keyed_lookup_grad(pair[0], pair[0][0] + "_bwd", token, out)
-    bad = keys_of(rng, LENGTHS)
-    if RANK == SIZE - 1:
-        bad[int(np.sum(LENGTHS[:3]))] = member_rows(3) * SIZE + 1
-    later = KeyedInput(bad, LENGTHS, None, LENGTHS, None, "sum")
-    _, late_token = api.keyed_lookup(pair[0], pair[0][0] + "_fwd", later, True,
-                                     checks="backward", replay=True)
+    gradient = _halves(pair[0], keys)
+    _, late_token = _forward(pair[0], _bad_keys(rng))
     api.apply_keyed_update(pair[0], "lazy_adam", "Adam", {}, hyper("lazy_adam", 6), *gradient)
     with pytest.raises(InvalidInputError, match=pair[0][3]):  # its own backward reads them
         api.keyed_lookup_grad(pair[0], pair[0][0] + "_bwd", late_token,
