@@ -400,7 +400,8 @@ def shard_indexes(backend, shards):
 
 @pytest.mark.parametrize("lfu", [False, True])
 @pytest.mark.parametrize("touched", [0.0, 0.9])
-def test_device_victims_equal_cpu(lfu, touched):
+@pytest.mark.parametrize("per_block", [None, 3, 32])
+def test_device_victims_equal_cpu(lfu, touched, per_block, monkeypatch):
     """pick_victims (cuda_kernels/eviction.cu) against the cpu twin on a group of eight shards
     at once: 2^16 keys (1024 buckets), 2^12 keys (64 buckets), 100 keys (one bucket) and 2^10
     keys all held in one of its 16 buckets (more evictable keys than the 256 a block ranks in
@@ -412,8 +413,14 @@ def test_device_victims_equal_cpu(lfu, touched):
     than it has threads (100 and 60 new keys in that bucket, of which 70 and 25 evict). The
     same victims, records and statistics after, also where the pick takes the segments
     count_new_keys_segmented counted the new keys in. touched: the share of keys the step
-    already looked up, so buckets run out and the member-wide second pass serves the rest."""
+    already looked up, so buckets run out and the member-wide second pass serves the rest.
+    per_block: the buckets each block of the first pass takes (None: as pick_victims decides,
+    one at these sizes; 3: a block's buckets cross from member to member; 32: a block passes
+    over most of its buckets, met by no new key)."""
     from sok1x.backend import cuda
+    from sok1x.backend.cuda import eviction as cuda_eviction
+    if per_block is not None:
+        monkeypatch.setattr(cuda_eviction, "_buckets_a_block", lambda buckets, keys: per_block)
     from sok1x.backend.cpu.eviction import bucket_of
     from sok1x.engine.tables.eviction import bucket_bits
     rng = np.random.default_rng(38)
@@ -482,6 +489,22 @@ def test_device_victims_equal_cpu(lfu, touched):
         assert (mine >= 0).sum() == min(counts[t], evictable)
         mine = mine[mine >= 0]
         assert ((mine >= row_starts[t]) & (mine < row_starts[t + 1])).all()
+
+
+def test_first_pass_takes_a_bucket_a_block_unless_buckets_outnumber_its_blocks():
+    """evict_pick's first pass: a block a bucket for a full group's few buckets (dlrm26_full's
+    1,664) and where the keys are twice the buckets or more, 32 a block for a full table
+    alone's 2^20 in a call of 2^20 keys, and between them as many as leave 16 blocks for each
+    the GPU holds at once."""
+    from sok1x.backend import cuda
+    from sok1x.backend.cuda import eviction as cuda_eviction
+    with cuda.device_context():
+        slots = cuda_eviction._pick_slots()
+        assert slots >= cuda.context.multiprocessor_count()
+        assert cuda_eviction._buckets_a_block(1664, 1000) == 1
+        assert cuda_eviction._buckets_a_block(1 << 20, 1 << 20) == 32
+        assert cuda_eviction._buckets_a_block(1 << 20, 1 << 21) == 1
+        assert cuda_eviction._buckets_a_block(16 * slots * 5 + 7, 1000) == 5
 
 
 @pytest.mark.parametrize("lfu", [False, True])

@@ -4,6 +4,7 @@ twin, with the docstrings)."""
 import numpy as np
 
 from sok1x.backend import given_hyper
+from sok1x.backend.cuda import context as cuda_context
 from sok1x.backend.cuda.context import uses_context
 from sok1x.backend.cuda.groups import device_constant
 from sok1x.backend.cuda.kernel_launch import (
@@ -15,6 +16,7 @@ from sok1x.backend.cuda.kernel_launch import (
     memoised_per_context,
     prepared,
     ptr,
+    resident_blocks,
     row_view,
     to_device,
 )
@@ -22,6 +24,7 @@ from sok1x.backend.cuda.kernel_launch import (
 _PICK_THREADS, _REST_WARPS = 128, 16  # eviction.cu's threads of evict_pick, warps of _rest
 _REST_CAP = 32768  # eviction.cu's REST_CAP
 _KEYS_PER_SEGMENT = 32  # count_new_keys' segments
+_BLOCKS_A_SLOT = 16  # evict_pick's first pass: blocks for each the GPU holds (_buckets_a_block)
 
 
 @memoised_per_context
@@ -33,7 +36,7 @@ def _eviction_kernels():
         "totals": prepared("eviction.cu", "evict_member_totals", "PqPP"),
         "evictable": prepared("eviction.cu", "evict_count_evictable", "PqPqPP"),
         "mark": prepared("table_groups.cu", "mark_rows", "PqP"),
-        "pick": prepared("eviction.cu", "evict_pick", "PqPqPqqPPPPP"),
+        "pick": prepared("eviction.cu", "evict_pick", "PqPqPqqPPPPPq"),
         "rest": prepared("eviction.cu", "evict_pick_rest", "PqPqPPPPPPPPP"),
         "stamp": prepared("eviction.cu", "stamp_last_step", "PPqqP"),
         "unserved": prepared("eviction.cu", "evict_unserved", "PqPPPPP"),
@@ -172,6 +175,25 @@ def count_evictable(indexes, statistics, row_starts, found, step):
     return evictable
 
 
+@memoised_per_context
+def _pick_slots():
+    """The blocks of evict_pick the GPU holds at once."""
+    return (resident_blocks(_eviction_kernels()["pick"], _PICK_THREADS)
+            * cuda_context.multiprocessor_count())
+
+
+def _buckets_a_block(buckets, keys):
+    """How many buckets each block of evict_pick's first pass takes (1 to 32), for a lookup of
+    `keys` keys: one where most buckets meet a key (keys at least twice the buckets) or the
+    buckets are few (a full group's: dlrm26_full's 1,664); else as many as leave _BLOCKS_A_SLOT
+    blocks for each the GPU holds at once, so that the pass's tail (its last blocks' buckets,
+    one after another) stays short: 32 for a full table alone's 2^20 buckets in a call of 2^20
+    keys, most of them met by no new key and passed over in one read."""
+    if keys >= 2 * buckets:
+        return 1
+    return int(min(32, max(1, buckets // (_BLOCKS_A_SLOT * _pick_slots()))))
+
+
 @uses_context
 def pick_victims(indexes, statistics, row_starts, keys, tags, found, counts, bits, step, lfu,
                  segments=None, padded=False, out=None):
@@ -212,14 +234,15 @@ def pick_victims(indexes, statistics, row_starts, keys, tags, found, counts, bit
     again = row_view(left, 1, 2)  # the members evict_pick_rest leaves to the last pass
     victims = (ptr(victim_keys), ptr(victim_rows), ptr(victim_records), _step_at())
     head = (ptr(members), parts, ptr(statistics), int(step), ptr(distinct_starts))
-    launch(kernels["pick"], 0, *(head + (total, 0, ptr(left)) + victims),
-           block=_PICK_THREADS, blocks=total)  # a block a bucket
+    per_block = _buckets_a_block(total, keys.shape[0])
+    launch(kernels["pick"], 0, *(head + (total, 0, ptr(left)) + victims + (per_block,)),
+           block=_PICK_THREADS, blocks=-(-total // per_block))
     waiting = empty((m,), np.int64)
     candidates = empty((parts * 4 * _REST_CAP,), np.int64)
     launch(kernels["rest"], 32 * _REST_WARPS * parts,
            *(head + (ptr(left), ptr(again), ptr(waiting), ptr(candidates)) + victims),
            block=32 * _REST_WARPS, blocks=parts)
-    launch(kernels["pick"], 0, *(head + (parts, 1, ptr(again)) + victims),
+    launch(kernels["pick"], 0, *(head + (parts, 1, ptr(again)) + victims + (1,)),
            block=_PICK_THREADS, blocks=parts)  # a block a member, its first warp key by key
     if padded:
         launch(kernels["unserved"], 0, ptr(members), parts, ptr(distinct_starts),
