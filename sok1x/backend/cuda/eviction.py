@@ -201,7 +201,8 @@ def pick_victims(indexes, statistics, row_starts, keys, tags, found, counts, bit
     GPUArrays, queued (no wait); padded: also (totals, unserved, served), int64 [T] each. Sized
     by the keys and the host's counts: a segment per bucket of each evicting member (2^bits of
     them, about a 64th of its rows), then one block per segment (its bucket's evictable keys
-    ranked in shared memory), one block per member for the keys whose bucket was used up (the
+    ranked in shared memory; a block per 2 to 32 segments where most meet no key:
+    _buckets_a_block), one block per member for the keys whose bucket was used up (the
     member's evictable keys left, ranked), and one warp per member, key by key, where a member
     has more of those than a block ranks; padded, one block per member counts its places, those
     left without a victim and its victims. segments: count_new_keys_segmented's, taken where it
