@@ -375,6 +375,66 @@ __device__ void pick_key_by_key(const Evicting& m, int64* statistics, int64 step
   }
 }
 
+// A work item of evict_pick, as pick_item finds it: member m's places [begin, end) in the outputs,
+// and the slot range [lo, lo + length) that holds the keys of its bucket.
+struct PickItem {
+  Evicting m;
+  int64 bits, begin, end;
+  uint64 bucket, lo, length;
+};
+
+// Work item `item` of evict_pick (a segment, or with rest a member): false where it has no place
+// to fill. Every lane of a warp calls it and gets the same (a ballot finds the range's end).
+__device__ bool pick_item(const int64* members, int64 member_count,
+                          const int64* distinct_starts, int64 item, bool rest, PickItem* p) {
+  const int64 t = rest ? item : member_of_segment(members, member_count, item);
+  if (t < 0) return false;
+  const Evicting m = evicting_member(members, t);
+  if (m.count == 0) return false;
+  const int64 bits = rest ? 0 : m.bits;
+  const uint64 bucket = rest ? 0 : (uint64)(item - m.first_segment);
+  const int64 held_end = m.first_victim + m.count;
+  int64 begin, end;
+  if (rest) {
+    rest_places(m, distinct_starts, &begin, &end);
+  } else {
+    begin = m.first_victim + distinct_starts[item] - distinct_starts[m.first_segment];
+    end = begin + distinct_starts[item + 1] - distinct_starts[item];
+    if (end > held_end) end = held_end;
+  }
+  if (begin >= end) return false;
+  const uint64 slot_count = m.slot_count;
+  uint64 lo = 0, hi = slot_count - 1;
+  if (bits > 0) {
+    const uint64 first_hash = bucket << (64 - bits);
+    const uint64 last_hash = first_hash + ((~0ULL) >> bits);
+    lo = __umul64hi(first_hash, slot_count);
+    hi = __umul64hi(last_hash, slot_count);
+  }
+  uint64 length = hi - lo + 1;
+  // past hi, up to the first empty slot: keys homed in [lo, hi] that probed on (every warp finds
+  // the same: nothing writes the slots during the pass)
+  for (uint64 extra = 0; length < slot_count; extra += 32) {
+    const uint64 at = extra + lane_id();
+    const bool empty = length + at >= slot_count ||
+                       m.slots[2 * ((lo + length + at) % slot_count)] == EMPTY_KEY;
+    const unsigned found = __ballot_sync(FULL_WARP, empty);
+    if (found != 0) {
+      const uint64 more = extra + (uint64)(__ffs(found) - 1);
+      length = length + more < slot_count ? length + more : slot_count;
+      break;
+    }
+  }
+  p->m = m;
+  p->bits = bits;
+  p->begin = begin;
+  p->end = end;
+  p->bucket = bucket;
+  p->lo = lo;
+  p->length = length;
+  return true;
+}
+
 // A block (PICK_THREADS) works one item at a time. rest == 0: an item is a segment s (bucket s -
 // first_segment of its member), whose evicting keys are the places [begin, end) of the outputs:
 // the k-th gets the k-th lowest evictable key of its bucket, or -1 when the bucket has no more.
@@ -385,11 +445,14 @@ __device__ void pick_key_by_key(const Evicting& m, int64* statistics, int64 step
 // as it was, and its last step set to `step` (so it is chosen once); victim_rows holds flat rows.
 // The key-by-key path (rest, or a bucket past PICK_CAP) is the block's first warp's.
 // per_block (rest == 0; 1 to 32): each block takes that many consecutive segments, and works
-// only those with places: its first warp reads their distinct_starts in one coalesced read. With
-// a block a bucket, a full table alone spent most of its pass on buckets no new key meets (one
-// H200, 2026-11-29: 2^26 rows, 2^20 buckets of which about a third meet one of a call's 2^20
-// keys; 2.1 ms for 2^20 blocks, most of them a few dependent reads and gone). pick_victims keeps
-// a block a bucket where the buckets are few against the blocks the GPU holds at once.
+// only those with places: its first warp reads their distinct_starts in one coalesced read. Of
+// those, a segment of at most WARP_PLACES places is a warp's, key by key (the same choice, four
+// buckets at once), the others the block's. With a block a bucket, a full table alone spent most
+// of its pass on buckets no new key meets (one H200, 2026-11-29: 2^26 rows, 2^20 buckets of
+// which about a third meet one of a call's 2^20 keys, most of those one key; 2.1 ms for 2^20
+// blocks, most of them a few dependent reads and gone). pick_victims keeps a block a bucket
+// where the buckets are few against the blocks the GPU holds at once.
+#define WARP_PLACES 2
 extern "C" __global__ void __launch_bounds__(PICK_THREADS)
     evict_pick(const int64* members, int64 member_count, int64* statistics, int64 step,
                const int64* distinct_starts, int64 items, int64 rest, uint64* left,
@@ -398,72 +461,55 @@ extern "C" __global__ void __launch_bounds__(PICK_THREADS)
   if (rest && *left == 0) return;  // every key found a victim in its bucket
   if (step_at != nullptr) step = (int64)*step_at;  // a replayed step's (given_hyper.step_given)
   __shared__ PickShared shared;
-  __shared__ unsigned chunk_items;
+  __shared__ unsigned chunk_items, block_items;
   const int lane = (int)lane_id();
+  const int warp = (int)(threadIdx.x / 32);
   if (rest || per_block < 1) per_block = 1;
   if (per_block > 32) per_block = 32;
   for (int64 first = blockIdx.x * per_block; first < items; first += gridDim.x * per_block) {
-    unsigned todo = 1u;  // bit k: item first + k has places (the same in every thread)
+    unsigned todo = 1u;  // bit k: item first + k is the block's (the same in every thread)
     if (per_block > 1) {
       if (threadIdx.x < 32) {
         const int64 item = first + lane;
         const bool places = lane < per_block && item < items &&
                             distinct_starts[item + 1] > distinct_starts[item];
         const unsigned found = __ballot_sync(FULL_WARP, places);
-        if (lane == 0) chunk_items = found;
+        if (lane == 0) {
+          chunk_items = found;
+          block_items = 0;
+        }
       }
       __syncthreads();
-      todo = chunk_items;
+      int k = 0;
+      for (unsigned mine = chunk_items; mine != 0; mine &= mine - 1, ++k) {
+        if (k % PICK_WARPS != warp) continue;
+        const int at = __ffs(mine) - 1;
+        PickItem p;
+        if (!pick_item(members, member_count, distinct_starts, first + at, false, &p)) continue;
+        if (p.end - p.begin > WARP_PLACES) {
+          if (lane == 0) atomicOr(&block_items, 1u << at);
+          continue;
+        }
+        pick_key_by_key(p.m, statistics, step, p.bucket, p.bits, p.lo, p.length, p.begin, p.end,
+                        false, left, victim_keys, victim_rows, victim_records);
+      }
+      __syncthreads();
+      todo = block_items;
       __syncthreads();  // read by every thread before the next chunk writes it
     }
     for (; todo != 0; todo &= todo - 1) {
-      const int64 item = first + __ffs(todo) - 1;
-      const int64 t = rest ? item : member_of_segment(members, member_count, item);
-      if (t < 0) continue;
-      const Evicting m = evicting_member(members, t);
-      if (m.count == 0) continue;
-      const int64 bits = rest ? 0 : m.bits;
-      const uint64 bucket = rest ? 0 : (uint64)(item - m.first_segment);
-      const int64 held_end = m.first_victim + m.count;
-      int64 begin, end;
-      if (rest) {
-        rest_places(m, distinct_starts, &begin, &end);
-      } else {
-        begin = m.first_victim + distinct_starts[item] - distinct_starts[m.first_segment];
-        end = begin + distinct_starts[item + 1] - distinct_starts[item];
-        if (end > held_end) end = held_end;
+      PickItem p;
+      if (!pick_item(members, member_count, distinct_starts, first + __ffs(todo) - 1, rest != 0,
+                     &p)) {
+        continue;
       }
-      if (begin >= end) continue;
-      const int64* slots = m.slots;
-      const uint64 slot_count = m.slot_count;
-      uint64 lo = 0, hi = slot_count - 1;
-      if (bits > 0) {
-        const uint64 first_hash = bucket << (64 - bits);
-        const uint64 last_hash = first_hash + ((~0ULL) >> bits);
-        lo = __umul64hi(first_hash, slot_count);
-        hi = __umul64hi(last_hash, slot_count);
-      }
-      uint64 length = hi - lo + 1;
-      // past hi, up to the first empty slot: keys homed in [lo, hi] that probed on (every warp
-      // finds the same: nothing writes the slots during the pass)
-      for (uint64 extra = 0; length < slot_count; extra += 32) {
-        const uint64 at = extra + lane;
-        const bool empty = length + at >= slot_count ||
-                           slots[2 * ((lo + length + at) % slot_count)] == EMPTY_KEY;
-        const unsigned found = __ballot_sync(FULL_WARP, empty);
-        if (found != 0) {
-          const uint64 more = extra + (uint64)(__ffs(found) - 1);
-          length = length + more < slot_count ? length + more : slot_count;
-          break;
-        }
-      }
-      if (!rest && pick_by_rank(m, statistics, step, bucket, bits, lo, length, begin, end,
-                                &shared, left, victim_keys, victim_rows, victim_records)) {
+      if (!rest && pick_by_rank(p.m, statistics, step, p.bucket, p.bits, p.lo, p.length, p.begin,
+                                p.end, &shared, left, victim_keys, victim_rows, victim_records)) {
         continue;
       }
       if (threadIdx.x < 32) {
-        pick_key_by_key(m, statistics, step, bucket, bits, lo, length, begin, end, rest != 0,
-                        left, victim_keys, victim_rows, victim_records);
+        pick_key_by_key(p.m, statistics, step, p.bucket, p.bits, p.lo, p.length, p.begin, p.end,
+                        rest != 0, left, victim_keys, victim_rows, victim_records);
       }
       __syncthreads();
     }

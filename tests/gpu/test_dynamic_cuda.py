@@ -410,13 +410,15 @@ def test_device_victims_equal_cpu(lfu, touched, per_block, monkeypatch):
     evicting nothing, 2^14 keys whose 300 new keys all fall in one bucket (the rest, ranked
     by a block where the member has few evictable keys left, else key by key), and two shards
     of 200 keys all in one bucket, so that a block's threads rank or select among more keys
-    than it has threads (100 and 60 new keys in that bucket, of which 70 and 25 evict). The
+    than it has threads (100 and 60 new keys in that bucket, of which 70 and 25 evict), and
+    2^15 keys (512 buckets) with 600 new ones, a key or two in most buckets. The
     same victims, records and statistics after, also where the pick takes the segments
     count_new_keys_segmented counted the new keys in. touched: the share of keys the step
     already looked up, so buckets run out and the member-wide second pass serves the rest.
     per_block: the buckets each block of the first pass takes (None: as pick_victims decides,
     one at these sizes; 3: a block's buckets cross from member to member; 32: a block passes
-    over most of its buckets, met by no new key)."""
+    over the buckets no new key meets); where it takes several, a bucket of one or two new keys
+    is a warp's, key by key, and the others the block's."""
     from sok1x.backend import cuda
     from sok1x.backend.cuda import eviction as cuda_eviction
     if per_block is not None:
@@ -424,7 +426,8 @@ def test_device_victims_equal_cpu(lfu, touched, per_block, monkeypatch):
     from sok1x.backend.cpu.eviction import bucket_of
     from sok1x.engine.tables.eviction import bucket_bits
     rng = np.random.default_rng(38)
-    capacities, step_now = [1 << 16, 1 << 12, 100, 1 << 10, 1 << 10, 1 << 14, 200, 200], 9
+    capacities, step_now = [1 << 16, 1 << 12, 100, 1 << 10, 1 << 10, 1 << 14, 200, 200,
+                            1 << 15], 9
     row_starts = np.concatenate([[0], np.cumsum(capacities)]).astype(np.int64)
     shards, keys, tags, found, counts = [], [], [], [], []
     for t, capacity in enumerate(capacities):
@@ -441,6 +444,8 @@ def test_device_victims_equal_cpu(lfu, touched, per_block, monkeypatch):
         if t in (6, 7):  # a bucket's many keys ranked (6) or a few selected (7)
             new = np.unique(rng.integers(2 ** 40, 2 ** 41, size=1 << 12))
             new = new[bucket_of(new, bucket_bits(capacity)) == 0][:100 if t == 6 else 60]
+        if t == 8:  # a key or two in most of its 512 buckets (a warp's, where a block
+            new = new[:600]  # takes several)
         looked = held[:50]
         keys += [new, new[:200], looked]
         tags.append(np.full(new.shape[0] + min(200, new.shape[0]) + looked.shape[0], t))
@@ -471,7 +476,8 @@ def test_device_victims_equal_cpu(lfu, touched, per_block, monkeypatch):
                                                                  found))
             picked = backend.pick_victims(indexes, stats, row_starts, *arrays, counts, bits,
                                           step_now,
-                                          [lfu, not lfu, lfu, lfu, lfu, lfu, lfu, not lfu],
+                                          [lfu, not lfu, lfu, lfu, lfu, lfu, lfu, not lfu,
+                                           lfu],
                                           segments)
             results.append([backend.to_host(a) for a in picked] + [backend.to_host(stats)])
     for got, segmented, want in zip(*results):
