@@ -340,7 +340,8 @@ def test_a_replayed_inserts_member_list_from_its_sizes_equals_the_list_read_whol
             np.testing.assert_array_equal(host(given), whole, err_msg="step %d" % step)
 
 
-def hybrid_run(steps, replay, bad_step, monkeypatch, full=False, rows=8192, tower=False):
+def hybrid_run(steps, replay, bad_step, monkeypatch, full=False, rows=8192, tower=False,
+               split=False):
     """Keyed steps of a hybrid group (hybrid DynamicVariables whose rows stay in GPU memory, 4096
     rows a member growing to 6144, LRU; made anew under one set of names) for each keys of
     `steps`; bad_step: a step whose member 1 gets a negative key, which must fail naming it.
@@ -349,8 +350,10 @@ def hybrid_run(steps, replay, bad_step, monkeypatch, full=False, rows=8192, towe
     None, per member {key: (vector, its lookup count, its last step counted back from the
     journal's step)} of every key it holds, the keys it evicted (full: their count), held(),
     [(replayed, keys evicted so far, evicting)] of each ReplayedInsert.ready); tower: as
-    step()'s."""
+    step()'s; split: half of each member's first rows in GPU memory, the rest in host memory
+    (max_hbm_for_vectors), its group's rows a GroupedRows."""
     from sok1x.engine.lookup import table_group
+    from sok1x.engine.tables import hybrid_rows
     from sok1x.engine.tables.dynamic_table import make_dynamic
     fresh()
     ready, readies = table_group.ReplayedInsert.ready, []
@@ -361,11 +364,12 @@ def hybrid_run(steps, replay, bad_step, monkeypatch, full=False, rows=8192, towe
         return readies[-1][0]
     monkeypatch.setattr(table_group.ReplayedInsert, "ready", noted)
     names = ["hybrid_%s_%d" % ("full" if full else "replay", t) for t in range(len(HASH_LENGTHS))]
+    first = rows if full else 4096
     for name in names:
         api.drop_evicted(name, full)
         api.create_table(name, DIM, rows if full else 6144, True, SPEC, replace=True,
-                         dynamic=make_dynamic("hybrid", rows if full else 4096,
-                                              rows if full else 6144, "lru"))
+                         dynamic=make_dynamic("hybrid", first, rows if full else 6144, "lru",
+                                              first // 2 * 4 * DIM / 2 ** 30 if split else 0.0))
     results = []
     for number, keys in enumerate(steps, 1):
         if number - 1 == bad_step:
@@ -383,11 +387,13 @@ def hybrid_run(steps, replay, bad_step, monkeypatch, full=False, rows=8192, towe
         for name in names:
             shard = api.shard(name)
             keys, rows = (host(a) for a in shard.index.export())
-            values, statistics = host(shard.values), host(shard.statistics)
+            backend = shard.backend
+            values = host(hybrid_rows.gather_rows(backend, shard.values, backend.asarray(rows)))
+            statistics = host(shard.statistics)
             step_now = shard.journal.step
-            states.append({int(k): (values[r], int(statistics[r, 1]),
+            states.append({int(k): (values[i], int(statistics[r, 1]),
                                     int(statistics[r, 0]) - step_now)
-                           for k, r in zip(keys, rows)})
+                           for i, (k, r) in enumerate(zip(keys, rows))})
             evicted.append(np.array([shard.evicted_keys]) if full else
                            np.sort(api.pop_evicted(name)[0]))
     return results, states, evicted, held(), readies
@@ -423,9 +429,10 @@ def hybrid_keys(seed):
     return steps
 
 
+@pytest.mark.parametrize("split", [False, True], ids=["in_gpu_memory", "split"])
 @pytest.mark.parametrize("tower", [False, True], ids=["alone", "tower"])
 @pytest.mark.parametrize("bad_step", [None, 6], ids=["steps", "a_negative_key"])
-def test_a_hybrid_group_replays_its_steps_with_room(bad_step, tower, monkeypatch):
+def test_a_hybrid_group_replays_its_steps_with_room(bad_step, tower, split, monkeypatch):
     """A hybrid group's keyed steps whose new keys fit replay their insert, and count their
     lookup in the rows' statistics after the checks (table_group.ReplayedInsert); steps that
     grow or evict run uncaptured, and the steps after them replay again. Against the same steps
@@ -433,10 +440,11 @@ def test_a_hybrid_group_replays_its_steps_with_room(bad_step, tower, monkeypatch
     trained vector, lookup count and last step, and the keys evicted (rows may differ: the
     insert's threads place keys in any order); a negative key in a replayed step fails it,
     naming its member, and counts nothing; in a tower (tower) the backward reads the checks
-    and counts the lookup once its own work is queued."""
+    and counts the lookup once its own work is queued. split: the members' rows partly in host
+    memory, their ordered walks recorded too."""
     steps = hybrid_keys(17)
-    got = hybrid_run(steps, True, bad_step, monkeypatch, tower=tower)
-    want = hybrid_run(steps, False, bad_step, monkeypatch, tower=tower)
+    got = hybrid_run(steps, True, bad_step, monkeypatch, tower=tower, split=split)
+    want = hybrid_run(steps, False, bad_step, monkeypatch, tower=tower, split=split)
     assert_same_hybrid_runs(got, want)
     assert sum(len(e) for e in got[2]) > 0
     assert got[3] == (1, 1) and want[3] == (0, 0)
@@ -458,12 +466,15 @@ def crowded_keys(rng, count):
     return steps
 
 
-@pytest.mark.parametrize("bad_step, crowded, tower", [
-    (None, False, False), (12, False, False), (None, "before", False), (None, "inside", False),
-    (12, False, True), (12, "inside", True)],
+@pytest.mark.parametrize("bad_step, crowded, tower, split", [
+    (None, False, False, False), (12, False, False, False), (None, "before", False, False),
+    (None, "inside", False, False), (12, False, True, False), (12, "inside", True, False),
+    (None, False, False, True), (12, "inside", True, True)],
     ids=["steps", "a_negative_key", "crowded", "crowded_rebuilt_inside", "a_negative_key_tower",
-         "crowded_rebuilt_inside_a_negative_key_tower"])
-def test_a_full_hybrid_group_replays_its_evicting_steps(bad_step, crowded, tower, monkeypatch):
+         "crowded_rebuilt_inside_a_negative_key_tower", "split",
+         "split_crowded_rebuilt_inside_a_negative_key_tower"])
+def test_a_full_hybrid_group_replays_its_evicting_steps(bad_step, crowded, tower, split,
+                                                        monkeypatch):
     """Hybrid members of 8192 rows that drop what they evict, new keys at every step: once the
     members with keys are full, every step evicts in place, and those steps are a class of their
     own, recorded with the pick, the erase and the insert into the victims' rows
@@ -480,7 +491,8 @@ def test_a_full_hybrid_group_replays_its_evicting_steps(bad_step, crowded, tower
     worn one, so these steps replay too. tower: the backward, a tower's second op, reads the
     forward's checks and the eviction's counts once its own work is queued; a step that fails
     there is undone with its counts handed over first, so that the host's tombstones still
-    equal the slots' where its graph rebuilt an index."""
+    equal the slots' where its graph rebuilt an index. split: half of each member's rows in
+    host memory."""
     from sok1x.engine.lookup import table_group
     monkeypatch.setattr(table_group, "REBUILD_INSIDE_BYTES",
                         (256 << 20) if crowded == "inside" else 0)
@@ -488,12 +500,14 @@ def test_a_full_hybrid_group_replays_its_evicting_steps(bad_step, crowded, tower
     steps = crowded_keys(rng, 16) if crowded else [
         np.concatenate([rng.permutation(10 ** 6)[:n] for n in HASH_LENGTHS]) for _ in range(16)]
     rows = 2048 if crowded else 8192
-    got = hybrid_run(steps, True, bad_step, monkeypatch, full=True, rows=rows, tower=tower)
+    got = hybrid_run(steps, True, bad_step, monkeypatch, full=True, rows=rows, tower=tower,
+                     split=split)
     with runtime.entered():
         for t in range(len(HASH_LENGTHS)):
             index = api.shard("hybrid_full_%d" % t).index
             assert index.tombstones == slot_tombstones(index), t
-    want = hybrid_run(steps, False, bad_step, monkeypatch, full=True, rows=rows, tower=tower)
+    want = hybrid_run(steps, False, bad_step, monkeypatch, full=True, rows=rows, tower=tower,
+                      split=split)
     assert_same_hybrid_runs(got, want)
     assert sum(int(e[0]) for e in got[2]) > 0
     evicting = [ok for ok, _, evicts in got[4] if evicts]

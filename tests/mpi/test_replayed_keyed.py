@@ -26,7 +26,7 @@ from sok1x.engine.lookup import (bounded_step, key_exchange, keyed, peer_capacit
 from sok1x.engine.checkpoint import tables as checkpoint_tables
 from sok1x.engine.lookup.keyed import KeyedInput
 from sok1x.engine.op_order import OpId
-from sok1x.engine.tables import optimizer_updates
+from sok1x.engine.tables import hybrid_rows, optimizer_updates
 from sok1x.engine.tables.dynamic_table import make_dynamic
 from sok1x.errors import InvalidInputError, TableFullError
 from step_rules import RULES, every_rule_hyper, hyper  # noqa: F401
@@ -553,8 +553,13 @@ def held_rows(name):
     their rows past the size, as an uncaptured step that fails after its insert does)."""
     shard = api.shard(name)
     size = shard.index.size
-    return (shard.values[:size].copy(), {s: a[:size].copy() for s, a in shard.slots.items()},
-            size)
+    return (whole(shard.values)[:size].copy(),
+            {s: whole(a)[:size].copy() for s, a in shard.slots.items()}, size)
+
+
+def whole(array):
+    """A shard's rows as one array (a split one's on cpu: its rows in order, both parts)."""
+    return array.whole if hybrid_rows.is_split(array) else array
 
 
 def hash_keys(seed, steps, span):
@@ -868,17 +873,18 @@ def hybrid_state(name, relative=True):
     keys, rows = (np.asarray(a) for a in shard.index.export())
     order = np.argsort(rows)
     keys, rows = keys[order], rows[order]
-    slots = {s: np.array(a[rows]) for s, a in shard.slots.items()}
+    slots = {s: np.array(whole(a)[rows]) for s, a in shard.slots.items()}
     statistics = np.array(shard.statistics[rows])
     if relative:  # (not across a failed step: it takes a step number too)
         statistics[:, 0] -= shard.journal.step
-    return (keys, rows, np.array(shard.values[rows]), slots, statistics,
+    return (keys, rows, np.array(whole(shard.values)[rows]), slots, statistics,
             shard.evicted_keys) + tuple(api.pop_evicted(name))
 
 
+@pytest.mark.parametrize("split", [False, True])
 @pytest.mark.parametrize("checks", ["backward", "tower"])
 @pytest.mark.parametrize("bad_step", [None, 6])
-def test_a_hybrid_group_replays_its_steps_with_room(bad_step, checks, monkeypatch):
+def test_a_hybrid_group_replays_its_steps_with_room(bad_step, checks, split, monkeypatch):
     """Hybrid DynamicVariables (a hash group that counts its lookups and evicts; 8 rows a shard
     growing to 16): steps whose new keys fit replay their insert (table_group.ReplayedInsert),
     the lookup counted in the rows' statistics once the checks pass; a step that must evict
@@ -887,7 +893,8 @@ def test_a_hybrid_group_replays_its_steps_with_room(bad_step, checks, monkeypatc
     uncaptured steps; bad_step: a replayed step holding a negative key fails on every rank and
     changes nothing (its lookup not counted), whether its backward is a tower's second op
     (checks="tower": it reads the forward's checks once its work is queued) or an op named alone
-    (it reads them first)."""
+    (it reads them first). split: each member's rows past its fifth lie in host memory
+    (max_hbm_for_vectors), its rows a GroupedRows of the group."""
     steps = hybrid_keys(83)
     ready, readies = table_group.ReplayedInsert.ready, []
 
@@ -896,12 +903,12 @@ def test_a_hybrid_group_replays_its_steps_with_room(bad_step, checks, monkeypatc
         readies.append((ready(insert, keys), evicted))
         return readies[-1][0]
     monkeypatch.setattr(table_group.ReplayedInsert, "ready", noted)
-    dynamic = make_dynamic("hybrid", 8, 16, "lru")
+    dynamic = make_dynamic("hybrid", 8, 16, "lru", SPLIT_GIB if split else 0.0)
     runs = []
     for replay in (True, False):
-        runs.append(hash_steps("hybrid_%s" % bad_step, steps, replay, 16, checks, bad_step,
-                               dynamic))
-        runs[-1] += ([hybrid_state("hash_hybrid_%s_%d" % (bad_step, t))
+        runs.append(hash_steps("hybrid_%s_%s" % (bad_step, split), steps, replay, 16, checks,
+                               bad_step, dynamic))
+        runs[-1] += ([hybrid_state("hash_hybrid_%s_%s_%d" % (bad_step, split, t))
                       for t in range(MEMBERS)],)
     got, want = runs
     assert_same_hash_runs(got, want)
@@ -921,6 +928,9 @@ def test_a_hybrid_group_replays_its_steps_with_room(bad_step, checks, monkeypatc
         assert not all(ok for ok, _ in readies)
 
 
+SPLIT_GIB = 5 * 4 * DIM / 2 ** 30  # max_hbm_for_vectors: a hybrid shard's first 5 rows
+
+
 def noted_readies(monkeypatch):
     """A list ReplayedInsert.ready appends (its answer, whether its class evicts) to, each call."""
     readies, ready = [], table_group.ReplayedInsert.ready
@@ -929,29 +939,30 @@ def noted_readies(monkeypatch):
     return readies
 
 
-def full_hybrid_tables(prefix, lengths, rows, drop=True):
+def full_hybrid_tables(prefix, lengths, rows, drop=True, split=False):
     """Makes anew one hybrid DynamicVariable of `rows` rows a shard that never grows per member
-    of `lengths`, named `prefix`_t, dropping what it evicts (drop) or keeping it for a reader;
-    returns their names."""
+    of `lengths`, named `prefix`_t, dropping what it evicts (drop) or keeping it for a reader,
+    its rows past the fifth in host memory where `split`; returns their names."""
     fresh()
     names = ["%s_%d" % (prefix, t) for t in range(len(lengths))]
     for name in names:
         api.drop_evicted(name, drop)
         api.create_table(name, DIM, rows, True, SPEC, replace=True,
-                         dynamic=make_dynamic("hybrid", rows, rows, "lru"))
+                         dynamic=make_dynamic("hybrid", rows, rows, "lru",
+                                              SPLIT_GIB if split else 0.0))
     return names
 
 
 def full_hybrid_run(tag, steps, lengths, replay, failing=(), rows=16, drop=True,
-                    checks="backward"):
+                    checks="backward", split=False):
     """Keyed steps of hybrid DynamicVariables of `rows` rows a shard that never grow (full from
     the first steps on, then every new key evicts) and drop what they evict (drop_evicted: no
     one reads it), made anew under names of `tag`, for each keys of `steps`; a step of
     `failing` must fail on every rank (InvalidInputError where it holds a negative key, else
     TableFullError) and change no table. Returns (each step's host results or None, each
     member's hybrid_state). drop=False: they keep what they evict for a reader; checks: as
-    step()'s."""
-    names = full_hybrid_tables("full_%s" % tag, lengths, rows, drop)
+    step()'s; split: as full_hybrid_tables'."""
+    names = full_hybrid_tables("full_%s" % tag, lengths, rows, drop, split)
     results = []
     for number, keys in enumerate(steps, 1):
         if number - 1 not in failing:
@@ -990,9 +1001,10 @@ def assert_same_state(got, want):
             np.testing.assert_array_equal(x, y)
 
 
+@pytest.mark.parametrize("split", [False, True])
 @pytest.mark.parametrize("checks", ["backward", "tower"])
 @pytest.mark.parametrize("bad_step", [None, 13])
-def test_a_full_hybrid_group_replays_its_evicting_steps(bad_step, checks, monkeypatch):
+def test_a_full_hybrid_group_replays_its_evicting_steps(bad_step, checks, split, monkeypatch):
     """Full hybrid members that drop what they evict, new keys at every step: once every member
     with keys is full and frees no row, the steps whose new keys all evict in place are a shape
     class of their own, recorded with the pick, the erase and the insert into the victims' rows
@@ -1001,7 +1013,7 @@ def test_a_full_hybrid_group_replays_its_evicting_steps(bad_step, checks, monkey
     bad_step: a replayed evicting step holding a negative key fails on every rank and changes
     nothing, whether the backward reads its checks and counts first (an op named alone) or
     once its own work is queued (checks="tower"). SOK1X_REPLAY_EVICTION=0 leaves those steps
-    uncaptured."""
+    uncaptured. split: each member's rows past its fifth lie in host memory."""
     monkeypatch.delenv(table_group.REPLAY_EVICTION_ENV, raising=False)
     rng = np.random.default_rng([89, RANK])
     steps = [np.concatenate([rng.integers(0, 300 * SIZE, size=n) for n in LENGTHS])
@@ -1011,12 +1023,12 @@ def test_a_full_hybrid_group_replays_its_evicting_steps(bad_step, checks, monkey
         steps[bad_step][int(LENGTHS[0])] = -4
     readies = noted_readies(monkeypatch)
     failing = () if bad_step is None else (bad_step,)
-    got = full_hybrid_run("evict_%s" % bad_step, steps, LENGTHS, True, failing, checks=checks)
+    tag = "evict_%s_%s" % (bad_step, split)
+    got = full_hybrid_run(tag, steps, LENGTHS, True, failing, checks=checks, split=split)
     replays = list(readies)
     monkeypatch.setenv(table_group.REPLAY_EVICTION_ENV, "0")
-    off = full_hybrid_run("evict_%s" % bad_step, steps, LENGTHS, True, failing, checks=checks)
-    want = full_hybrid_run("evict_%s" % bad_step, steps, LENGTHS, False, failing,
-                           checks=checks)
+    off = full_hybrid_run(tag, steps, LENGTHS, True, failing, checks=checks, split=split)
+    want = full_hybrid_run(tag, steps, LENGTHS, False, failing, checks=checks, split=split)
     for run in (got, off):
         assert_same_full_runs(run, want)
     assert COMM.allreduce(sum(int(state[5]) for state in got[1]), op=MPI.SUM) > 0

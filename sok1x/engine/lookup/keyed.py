@@ -358,7 +358,6 @@ def _replayed_forward(runtime, tables, unit, group, op, item, training, key_limi
     if (not training or keys.dtype != np.int64
             or (pooled and (hashed or (runtime.size == 1 and checks != "end")))
             or (table.use_hashtable and not hashed)
-            or getattr(group, "hbm", None) is not None
             or not keys.shape[0] or checks not in ("end", "backward")
             or not replayed_step.enabled(runtime)):
         return None

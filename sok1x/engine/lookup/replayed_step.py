@@ -127,7 +127,7 @@ from sok1x.engine.lookup.key_exchange import (
     start_key_checks,
 )
 from sok1x.engine.op_order import as_op_id
-from sok1x.engine.tables import optimizer_updates
+from sok1x.engine.tables import hybrid_rows, optimizer_updates
 from sok1x.errors import CaptureError
 
 ENV = "SOK1X_CAPTURE"
@@ -307,7 +307,7 @@ def _where(table):
     array), is dropped (the graph reads them where they were); the array itself is not kept, so
     that a table that gives its rows up (a checkpoint load, say) does not hold them through a
     class."""
-    return (table.backend.address_of(table.values), tuple(table.values.shape),
+    return (hybrid_rows.addresses(table.backend, table.values), tuple(table.values.shape),
             getattr(table, "layout", 0))
 
 
@@ -1021,7 +1021,8 @@ def _slots_where(backend, table, names):
     None where a slot is gone (never where an update was recorded)."""
     slots = table.slots
     try:
-        return (_where(table),) + tuple(backend.address_of(slots[name]) for name in names)
+        return (_where(table),) + tuple(hybrid_rows.addresses(backend, slots[name])
+                                        for name in names)
     except KeyError:
         return None
 

@@ -118,6 +118,14 @@ def is_split(array):
     return isinstance(array, (SplitRows, GroupedRows))
 
 
+def addresses(backend, array):
+    """Where an array's rows lie: the address of each part of a split one (SplitRows,
+    GroupedRows), else its own, as a tuple (a recorded step's check that rows did not move)."""
+    if is_split(array):
+        return tuple(backend.address_of(part) for part in array.parts)
+    return (backend.address_of(array),)
+
+
 def fill(backend, array, value):
     """Sets every element of `array` (plain or split) to `value` (backend.fill_value's)."""
     if not is_split(array):
