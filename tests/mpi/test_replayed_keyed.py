@@ -1038,6 +1038,45 @@ def test_a_full_hybrid_group_replays_its_evicting_steps(bad_step, checks, split,
         assert not any(ok for ok, evicts in readies[len(replays):] if evicts)  # switched off
 
 
+def test_a_load_into_a_replaying_full_group_drops_its_recorded_classes(tmp_path, monkeypatch):
+    """Full hybrid members replaying their evicting steps, a checkpoint dumped, more steps, and
+    the checkpoint loaded back: the load gives each member another index, whose slots a class
+    recorded before it does not read, so the group's classes go (its layout moves: the step
+    after the load records its class anew, and later steps replay again); every step and every
+    member's state equal the same steps and load run uncaptured. Also a load of a member that
+    holds no key (LENGTHS[2] is 0) while the group has optimizer slots: the files give it no
+    row, and it still gets its slots."""
+    monkeypatch.delenv(table_group.REPLAY_EVICTION_ENV, raising=False)
+    rng = np.random.default_rng([103, RANK])
+    steps = [np.concatenate([rng.integers(0, 300 * SIZE, size=n) for n in LENGTHS])
+             .astype(np.int64) for _ in range(20)]
+    readies, captured = noted_readies(monkeypatch), []
+    capture = replayed_step._capture_forward
+    monkeypatch.setattr(replayed_step, "_capture_forward",
+                        lambda *args, **kwargs: captured.append(args[2]) or capture(*args,
+                                                                                     **kwargs))
+    runs, after_load = [], []
+    for replay in (True, False):
+        names = full_hybrid_tables("load", LENGTHS, 16)  # (the same names: the same values)
+        folder = str(tmp_path / ("replayed" if replay else "uncaptured"))
+        results = []
+        for number, keys in enumerate(steps, 1):
+            if number == 9:
+                checkpoint_tables.dump_tables(folder, names)
+            if number == 13:
+                checkpoint_tables.load_tables(folder, names)
+                called = len(captured)
+            results.append(step(names, keys, LENGTHS, np.float32(0.75), "lazy_adam", number,
+                                replay))
+            if number == 13:
+                after_load.append(len(captured) - called)
+        runs.append((results, [hybrid_state(name) for name in names]))
+    assert_same_full_runs(*runs)
+    if SIZE == 1:
+        assert after_load[0] == 1, after_load  # its class recorded anew
+        assert sum(ok for ok, evicts in readies[-6:] if evicts) >= 4, readies  # replayed since
+
+
 def steps_without_victims(count):
     """(lengths, `count` steps' keys) of two members: member 1 gets 24 keys a step, ten fresh
     values at each step, except step 10: the last step's ten values and 14 fresh ones (ten

@@ -267,16 +267,19 @@ class TableGroup:
         collector."""
         self.live_at = None
         self.planned = (None, None)
-        self.forget_steps()
-        self.layout += 1  # a replayed class of the group's (replayed_step._where) is dropped
+        self.forget_steps()  # (a replayed class of the group's is dropped: replayed_step._where)
         for table in self.members:
             if table.group is self:
                 table.group = None
 
     def forget_steps(self):
-        """Drops the results of the group's last backward passes (a member's rows were replaced
-        in place, by a checkpoint's load: they no longer hold what those passes saw)."""
+        """Drops the results of the group's last backward passes and its replayed classes
+        (a member's rows or index were replaced: by a growth, a dissolve, or in place by a
+        checkpoint's load, which gives a member another index: a recorded step reads its old
+        one's slots). The layout counts it (replayed_step._where: a class of the group is
+        dropped at its next lookup)."""
         self.last_gradient = self.last_keyed = None
+        self.layout += 1
 
     # -- what key_exchange asks of a table ------------------------------------------------------
 
@@ -686,7 +689,6 @@ class HashGroup(TableGroup):
                 member.slots[name] = self._view(flat, t)
             member.index, member.capacity = indexes[t], int(capacities[t])
         self.forget_steps()
-        self.layout += 1
         backend.release_unused()
 
     def _back_ahead(self, sizes):
@@ -775,7 +777,6 @@ class HashGroup(TableGroup):
                 member.slots[name] = self._view(flat, t)
             member.index, member.capacity = indexes[t], int(capacities[t])
         self.forget_steps()
-        self.layout += 1
 
     def reserved_bytes(self):
         """The device (or host) memory behind the flat arrays of a group whose rows grow in
@@ -905,10 +906,11 @@ class HashGroup(TableGroup):
 
 
 class ReplayedInsert:
-    """The host's part of a replayed training lookup of a HashGroup whose rows stay in device
-    memory (engine/lookup/replayed_step.py's hooks): ready() before each replay, done() after
-    it, checked() once its key checks passed (in a step with room, where its forward leaves
-    them to its backward, as late as that: the step journal undoes the insert until then).
+    """The host's part of a replayed training lookup of a HashGroup (rows in device memory or
+    partly in host memory; engine/lookup/replayed_step.py's hooks): ready() before each replay,
+    done() after it, checked() once its key checks passed (in a step with room, where its
+    forward leaves them to its backward, as late as that: the step journal undoes the insert
+    until then).
 
     A recorded insert hands out each member's next rows from a member list its graph reads as
     it is when it runs, and stamps the new rows with the time a clock then holds. The graph
