@@ -290,7 +290,7 @@ def test_a_scan_refuses_a_scratch_too_small_before_it_launches(cuda):
 @pytest.mark.parametrize("source,kernel,arg_types,block", [
     ("optimizers.cu", "update_lazy_adam_x4", None, 256),
     ("rows.cu", "take_rows_w16", "PPqPqPqqiPP", 256),
-    ("eviction.cu", "evict_pick", "PqPqPqqPPPPP", 128),
+    ("eviction.cu", "evict_pick", "PqPqPqqPPPPPq", 128),
     ("eviction.cu", "evict_pick_rest", "PqPqPPPPPPPPP", 512),
     ("scan.cu", "scan_int64", "PqPP", 256),
 ])

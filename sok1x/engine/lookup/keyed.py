@@ -343,8 +343,8 @@ def _replayed_forward(runtime, tables, unit, group, op, item, training, key_limi
                       cuts, segment_cuts, front=None):
     """keyed_forward's replayed path (engine/lookup/replayed_step.py): a bounded training
     lookup of one unit of dense tables (one table, or a TableGroup in its order) or, on one
-    rank, of a HashGroup whose rows stay in device memory (its insert replayed too, in a group
-    that evicts only in steps with room: table_group.ReplayedInsert), int64 keys. What is
+    rank, of a HashGroup, its rows in device memory or partly in host memory (its insert
+    replayed too: table_group.ReplayedInsert), int64 keys. What is
     recorded looks every key up as its own row; keys of dense tables pooled by segment ids, or
     weighted, replay too (on one rank with checks="end"): the segment ids ride with the keys
     (forward_of's riders), checked in the same flag, and the pooling is done after the replay

@@ -23,30 +23,29 @@ moved into the group's rows, and the backward's rows come a piece per member); a
 dense tables whose keys are pooled by segment ids or weighted replays the same work, its segment
 ids riding with its keys (forward_of's riders: copied into fixed arrays at each replay, checked in
 the keys' flag), keyed.py pooling its rows after the replay and spreading the top gradient to the
-keys before the replayed backward. A keyed lookup of a HashGroup whose rows stay in device memory
-(v1 hash tables, hbm and hybrid DynamicVariables) replays its insert too, through hooks
-(table_group.ReplayedInsert). Before each replay the host checks that no member can fill up in the
-step (near a member's capacity by counting the step's new keys, one wait; where they do not fit,
-the uncaptured path runs, and grows, evicts or fails as it does; a hybrid member with freed rows
-to hand out takes that path too), writes the clock its new rows are stamped with, and writes the
-member list its insert hands rows out by where the graph (which moves the list past the keys it
-placed) did not leave it as the indexes are. After it, the placed keys are kept (their count
-copied at once, read with the next size) and the step journal records their erasing; a hybrid
-group counts the lookup in its rows' access statistics once the checks passed (one launch beside
-the graph, with the step's number). Where its caller runs the backward (checks="backward"), its
-forward leaves its checks to it as a dense table's does: the step journal keeps the insert's
-undo until they are read, before any op opens a step of its own (_checked_by); its insert passes
-a negative key by. The engine's own step does (bench/). TensorFlow's ops in a
-session's graph (graph_ops: the dense lookup, the keyed op) pass replay=True with a detach, since
-a graph may keep an output past its step (a queue, a while loop's TensorArray). detach=True (a
-py_func's seam): a replayed output and gradient come as copies of their own (detached(); the
-backward's kept, one per class, until its next replay, so that the update handed them back still
-replays: _refill copies them, as handed back, into the arrays the recorded update reads).
-detach=HELD (sok1x's TensorFlow kernels, which record what TensorFlow holds in
-engine/lent_memory.py): the class's own arrays, as for the engine's step, until a replay finds one
-of them still held; that step takes the uncaptured path and the class hands out copies from then
-on. Whatever the detach, a replay never writes an array the framework holds, nor does an update's
-_refill. Eager code and tf.function do not replay.
+keys before the replayed backward. A keyed lookup of a HashGroup, its rows in device memory or
+partly in host memory (v1 hash tables, hbm and hybrid DynamicVariables), replays its insert too,
+through hooks (table_group.ReplayedInsert). Before each replay the host checks that no member can
+fill up in the step (near a member's capacity by counting the step's new keys, one wait; where they
+do not fit, the uncaptured path runs, and grows, evicts or fails as it does; a hybrid member with
+freed rows to hand out takes that path too), writes the clock its new rows are stamped with, and
+writes the member list its insert hands rows out by where the graph (which moves the list past the
+keys it placed) did not leave it as the indexes are. After it, the placed keys are kept (their count
+copied at once, read with the next size) and the step journal records their erasing; a hybrid group
+counts the lookup in its rows' access statistics once the checks passed (one launch beside the
+graph, with the step's number). Where its caller runs the backward (checks="backward"), its forward
+leaves its checks to it as a dense table's does: the step journal keeps the insert's undo until they
+are read, before any op opens a step of its own (_checked_by); its insert passes a negative key by.
+The engine's own step does (bench/). TensorFlow's ops in a session's graph (graph_ops: the dense
+lookup, the keyed op) pass replay=True with a detach, since a graph may keep an output past its step
+(a queue, a while loop's TensorArray). detach=True (a py_func's seam): a replayed output and
+gradient come as copies of their own (detached(); the backward's kept, one per class, until its next
+replay, so that the update handed them back still replays: _refill copies them, as handed back, into
+the arrays the recorded update reads). detach=HELD (sok1x's TensorFlow kernels, which record what
+TensorFlow holds in engine/lent_memory.py): the class's own arrays, as for the engine's step, until
+a replay finds one of them still held; that step takes the uncaptured path and the class hands out
+copies from then on. Whatever the detach, a replay never writes an array the framework holds, nor
+does an update's _refill. Eager code and tf.function do not replay.
 
 Shape class. A forward op (its tower, place and name), its table (or group), the keys' shape and
 dtype and the checks mode, and a keyed lookup's keys per member, key limits and, with segment
