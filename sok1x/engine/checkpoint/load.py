@@ -352,10 +352,9 @@ class _RowSink:
     def __init__(self, rt, table, kept):
         self.rt, self.table, self.backend, self.kept = rt, table, rt.backend, kept
         self.used = 0
-        _reset_unrestored_slots(self.backend, table, kept)
-        for name, initial in kept:  # made now: a shard the files give no row still has them
-            if name is not None:
-                table.slot(name, initial)
+        # the slots it restores made now: a shard the files give no row still has them
+        for name, initial in _reset_unrestored_slots(self.backend, table, kept).items():
+            table.slot(name, initial)
 
     def add(self, keys, keep, values, slots, times, where):
         """Puts the rows of this chunk that this rank owns (mask `keep`, checked)."""
