@@ -859,7 +859,28 @@ def per_step_counts(rt, run, synchronize, steps=20):
     counts["data_collectives"] = (stats["data_collectives"]
                                   - before[1]["data_collectives"]) / steps
     counts["mpi_exchanges"] = (stats["host_collectives"] - before[1]["host_collectives"]) / steps
+    if "wait_us" in counts:
+        counts["python_us_alone"] = python_us_alone(run, synchronize, steps)
     return counts
+
+
+def python_us_alone(run, synchronize, steps=20):
+    """The host's microseconds a step of `run` not spent waiting, each step started on an idle
+    GPU (the step and its GPU work waited for before the next begins; the wait at its end, like
+    the engine's own, not counted): the host's own work, without what a launch or copy into a
+    queue still busy with earlier steps may block for, which python_us counts (median of the
+    steps)."""
+    from sok1x.backend.cuda.kernel_launch import COUNTS
+    alone = []
+    synchronize()
+    for _ in range(steps):
+        waited = COUNTS.get("wait_us", 0)
+        started = time.perf_counter()
+        run()
+        ran = time.perf_counter()
+        alone.append((ran - started) * 1e6 - (COUNTS.get("wait_us", 0) - waited))
+        synchronize()
+    return float(np.median(alone))
 
 
 def main(argv):

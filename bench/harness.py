@@ -292,7 +292,8 @@ def step_ms(run, steps, synchronize, warmup=2, after_warmup=None):
 def profile_steps(rt, run, synchronize, label, steps=20):
     """With $SOK1X_BENCH_PROFILE set to a file, appends to it (rank 0) the cProfile of `steps`
     steps of `run`: the host functions by their own time, then by their time with what they
-    call (where a step whose host time exceeds its GPU time spends it)."""
+    call (where a step whose host time exceeds its GPU time spends it); other pstats orders with
+    $SOK1X_BENCH_PROFILE_SORTS (comma-separated, e.g. "tottime,ncalls")."""
     path = os.environ.get("SOK1X_BENCH_PROFILE")
     if not path:
         return
@@ -311,8 +312,9 @@ def profile_steps(rt, run, synchronize, label, steps=20):
     if rt.rank == 0:
         text = io.StringIO()
         stats = pstats.Stats(profiler, stream=text)
-        stats.sort_stats("tottime").print_stats(lines)
-        stats.sort_stats("cumulative").print_stats(lines)
+        orders = os.environ.get("SOK1X_BENCH_PROFILE_SORTS", "tottime,cumulative")
+        for order in orders.split(","):
+            stats.sort_stats(order).print_stats(lines)
         with open(path, "a") as handle:
             handle.write("# %s, %d steps\n%s\n" % (label, steps, text.getvalue()))
 
