@@ -174,6 +174,7 @@ class SokVariants(sok_steps.EngineStep):
         self.torch_device = device
         self.crossed = {}  # variant -> (bytes host-to-device, device-to-host) of its last step
         self.kernels = torch_kernels.TorchKernels(device)
+        self._mode = None  # (bounded, peer capacity) the environment is set to (_environment)
         self._kernel_ops = (  # the keys come as one array (dlrm26's: all tables' keys, keyed)
             self.kernels.register(lambda keys: self._forward(keys), ["device"],
                                   ["device", "host"], [np.float32, np.int64]),
@@ -184,17 +185,36 @@ class SokVariants(sok_steps.EngineStep):
                 lambda values, rows: self._update([(values, rows)], self._hyper()) or np.int64(0),
                 ["device", "device"], ["host"], np.int64))
 
+    def _environment(self, bounded, peer):
+        """Sets the environment a variant steps under (SOK1X_BOUNDED_STEP, SOK1X_PEER_CAPACITY):
+        written only where the last step ran under another, since a variant's steps run in a
+        row and a user sets these once, not around every step (four writes a step, about 5 us,
+        were counted in python_us until 2026-11-29)."""
+        if self._mode == (bounded, peer):
+            return
+        for name, on in ((bounded_step.ENV, bounded), (peer_capacity.ENV, peer)):
+            if on:
+                os.environ[name] = "1"
+            else:
+                os.environ.pop(name, None)
+        self._mode = (bounded, peer)
+
+    def device(self, keys_device):
+        """EngineStep.device() under the engine's defaults (no bounded step, counted sizes)."""
+        self._environment(False, False)
+        return super().device(keys_device)
+
     def bounded(self, keys_device):
         """device() as a bounded step (engine/lookup/bounded_step.py, SOK1X_BOUNDED_STEP=1):
         on one rank no host wait but the backward's read of the forward's checks."""
-        return self._bounded(self.device, keys_device)
+        return self._bounded(super().device, keys_device)
 
     def replayed(self, keys_device):
         """bounded() with the lookup passing replay=True: its forward, backward and update are
         replayed from recorded shape classes (engine/lookup/replayed_step.py); on several ranks
         its lookups are sized by per-peer capacities (SOK1X_PEER_CAPACITY=1), with plans of
         their own, so the other variants keep sizing theirs by counts."""
-        return self._replayed(self.device, keys_device)
+        return self._replayed(super().device, keys_device)
 
     def replayed_end(self, keys_device):
         """replayed() with the lookup reading its key checks at its end (checks="end"), as
@@ -203,7 +223,7 @@ class SokVariants(sok_steps.EngineStep):
         caller promised, until 2026-11-28."""
         self.checks = "end"
         try:
-            return self._replayed(self.device, keys_device)
+            return self._replayed(super().device, keys_device)
         finally:
             self.checks = "backward"
 
@@ -215,37 +235,29 @@ class SokVariants(sok_steps.EngineStep):
         gradient by address)."""
         self.detach = api.DETACH_HELD
         try:
-            return self._replayed(self.kernels_step, keys_torch)
+            return self._replayed(self._kernels_entered, keys_torch)
         finally:
             self.detach = False
 
     def _bounded(self, run, keys):
-        before = os.environ.get(bounded_step.ENV)
-        os.environ[bounded_step.ENV] = "1"
-        try:
-            return run(keys)
-        finally:
-            if before is None:
-                del os.environ[bounded_step.ENV]
-            else:
-                os.environ[bounded_step.ENV] = before
+        self._environment(True, False)
+        return run(keys)
 
     def _replayed(self, run, keys):
-        before = os.environ.get(peer_capacity.ENV)
-        os.environ[peer_capacity.ENV] = "1"
+        self._environment(True, True)
         self.rt.capacities, self._sized_plans = self._sized_plans, self.rt.capacities
         self.replay = True
         try:
-            return self._bounded(run, keys)
+            return run(keys)
         finally:
             self.replay = False
             self.rt.capacities, self._sized_plans = self._sized_plans, self.rt.capacities
-            if before is None:
-                del os.environ[peer_capacity.ENV]
-            else:
-                os.environ[peer_capacity.ENV] = before
 
     def kernels_step(self, keys_torch):
+        self._environment(False, False)
+        return self._kernels_entered(keys_torch)
+
+    def _kernels_entered(self, keys_torch):
         with runtime.entered():
             return self._kernels_step(keys_torch)
 
@@ -270,6 +282,7 @@ class SokVariants(sok_steps.EngineStep):
         return [out]
 
     def dlpack(self, keys_torch):
+        self._environment(False, False)
         with runtime.entered():
             return self._dlpack(keys_torch)
 
@@ -290,6 +303,7 @@ class SokVariants(sok_steps.EngineStep):
         return outs
 
     def host_pooled(self, keys_host):
+        self._environment(False, False)
         with runtime.entered():
             return self._host_pooled(keys_host)
 
@@ -311,6 +325,7 @@ class SokVariants(sok_steps.EngineStep):
         return outs
 
     def host(self, keys_host, kept=False):
+        self._environment(False, False)
         with runtime.entered():
             return self._host(keys_host, kept)
 

@@ -57,6 +57,27 @@ def test_round_trip_empty_zeros(cuda, rng, shape, dtype):
     cuda.synchronize()
 
 
+@pytest.mark.parametrize("shape,dtype", [((6,), np.int64), ((5, 3), np.float32),
+                                         ((2, 3, 4), np.float32), ((1, 7), np.int32)])
+def test_borrowed_arrays_are_their_memory_in_place_however_often_a_shape_comes(cuda, rng, shape,
+                                                                               dtype):
+    """borrow() over memory the caller owns, as a kernel call wraps its inputs at every step
+    (the second and later sights of a shape copy the first's fields): each array is that
+    memory, of its shape, dtype and C strides, read and written in place, and keeps its owner."""
+    owners = [cuda.asarray((rng.standard_normal(shape) * 100).astype(dtype)) for _ in range(3)]
+    for owner in owners:
+        borrowed = cuda.borrow(cuda.address_of(owner), tuple(shape), np.dtype(dtype), owner)
+        fresh = cuda.wrap(shape, dtype, cuda.address_of(owner))
+        assert borrowed.base is owner and cuda.address_of(borrowed) == cuda.address_of(owner)
+        assert (borrowed.shape, borrowed.dtype, borrowed.strides, borrowed.size,
+                borrowed.nbytes) == (fresh.shape, fresh.dtype, fresh.strides, fresh.size,
+                                     fresh.nbytes)
+        assert np.array_equal(host(cuda, borrowed), host(cuda, owner))
+        cuda.copy_array(borrowed, cuda.zeros(shape, dtype))
+        assert not host(cuda, owner).any()
+    cuda.synchronize()
+
+
 @pytest.mark.parametrize("dst_shape,src_shape,dtype", [((12,), (3, 4), np.int64),
                                                        ((6, 8), (48,), np.float32),
                                                        ((0,), (0,), np.int64)])

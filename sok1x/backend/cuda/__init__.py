@@ -143,6 +143,7 @@ from sok1x.backend.cuda.kernel_launch import (
     is_device_array,
     waited_stream,
     wrap,
+    wrap_again,
 )
 
 NAME = "cuda"
@@ -607,6 +608,8 @@ def borrow(address, shape, dtype, owner=None):
     no elements), read and written in place; `owner` lives as long as the array."""
     if not address:
         return _empty_in_context(shape, dtype)
+    if type(shape) is tuple and isinstance(dtype, np.dtype):  # a kernel call's, every step
+        return wrap_again(shape, dtype, int(address), owner)
     return wrap(shape, dtype, int(address), base=owner)  # no allocation: no context needed
 
 

@@ -208,6 +208,26 @@ def wrap(shape, dtype, gpudata, base=None):
     return array
 
 
+_WRAPPED_FIELDS = {}  # (context, shape, dtype) -> a wrap()'s fields, for wrap_again
+_WRAPPED_KEPT = 256  # at most this many shapes kept (a job's kernel calls see a handful)
+
+
+def wrap_again(shape, dtype, gpudata, base=None):
+    """wrap() for `shape` (a tuple of ints) and `dtype` (a NumPy dtype) as given: the fields of
+    an array of that shape and dtype are worked out once a context and copied (a kernel call
+    wraps each of its device inputs at every step, most of them of the shapes of the last)."""
+    key = (cuda_context.context_handle(), shape, dtype)
+    fields = _WRAPPED_FIELDS.get(key)
+    if fields is None:
+        fields = dict(wrap(shape, dtype, None).__dict__)
+        if len(_WRAPPED_FIELDS) < _WRAPPED_KEPT:
+            _WRAPPED_FIELDS[key] = fields
+    array = gpuarray.GPUArray.__new__(gpuarray.GPUArray)
+    array.__dict__.update(fields)
+    array.gpudata, array.base = gpudata, base
+    return array
+
+
 def row_view(array, start, stop):
     """Rows [start, stop) of a C-contiguous GPUArray as a GPUArray over the same memory, made
     as wrap() makes arrays (it keeps `array` alive)."""

@@ -102,7 +102,11 @@ def settle_rows_many(tables, placed, host_placed):
         if counts is None:
             counts = np.asarray(host_placed, dtype=np.int64).reshape(-1).tolist()
         table._pending = None
-        table._take_rows(counts[pending[1]])
+        free = table._free_rows
+        if free.start == free.rows.shape[0]:  # no freed row: fresh rows alone (_take_rows)
+            table._high += counts[pending[1]]
+        else:
+            table._take_rows(counts[pending[1]])
 
 
 def evicting_in_place(tables):
