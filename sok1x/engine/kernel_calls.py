@@ -246,9 +246,7 @@ def _output_record(backend, result, dtype, code_bits, kind, on_gpu, allocate, in
     elif not on_gpu:  # a device result of an op TensorFlow placed on its CPU
         result, host = np.array(backend.to_host(result), order="C"), True
     shape = result.shape
-    if len(shape) > MAX_DIMS:
-        raise ValueError("an engine result of %d dims (at most %d cross)" % (len(shape),
-                                                                              MAX_DIMS))
+    tail = _record_tail(shape, code_bits)  # (raises for too many dims, before any lending)
     keep = 0
     if not result.size:
         address = 0
@@ -268,8 +266,28 @@ def _output_record(backend, result, dtype, code_bits, kind, on_gpu, allocate, in
         result = backend.exportable(result)
         address = backend.address_of(result)
         keep = lent_memory.lend(result, address, result.nbytes)
-    return TENSOR_RECORD.pack(address, keep, code_bits[0], code_bits[1], len(shape),
-                              *(tuple(shape) + _NO_DIMS[len(shape):]))
+    return _RECORD_HEAD.pack(address, keep) + tail
+
+
+_RECORD_HEAD = struct.Struct("=QQ")  # a TensorRecord's data and keep
+_TAILS = {}  # (shape, (code, bits)) -> the rest of a TensorRecord, packed (_record_tail)
+_TAILS_KEPT = 1024  # at most this many kept (a job's ops return a few shapes, step after step)
+
+
+def _record_tail(shape, code_bits):
+    """A TensorRecord's fields after data and keep (DLPack code and bits, ndim, dims) for an
+    output of `shape` (a tuple) and `code_bits`, packed; raises ValueError past MAX_DIMS."""
+    key = (shape, code_bits)
+    tail = _TAILS.get(key)
+    if tail is None:
+        if len(shape) > MAX_DIMS:
+            raise ValueError("an engine result of %d dims (at most %d cross)" % (len(shape),
+                                                                                  MAX_DIMS))
+        tail = TENSOR_RECORD.pack(0, 0, code_bits[0], code_bits[1], len(shape),
+                                  *(tuple(shape) + _NO_DIMS[len(shape):]))[_RECORD_HEAD.size:]
+        if len(_TAILS) < _TAILS_KEPT:
+            _TAILS[key] = tail
+    return tail
 
 
 def on_call(address, allocator=None):
@@ -296,7 +314,7 @@ def on_call(address, allocator=None):
             if on_gpu and not staging:
                 after_framework, framework_after = backend.framework_orders()
                 after_framework(stream)
-                lent_memory.calling(functools.partial(after_framework, stream))
+                lent_memory.calling(after_framework, stream)
             if staging:
                 arguments = [_staged(backend, a, k) for a, k in zip(arguments, call.kinds)]
             first = call.check and not call.first_done

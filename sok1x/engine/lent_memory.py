@@ -58,10 +58,10 @@ def release(keep):
     del found  # the array itself goes outside the lock (its memory may be freed now)
 
 
-def calling(reorder):
-    """Names the running kernel call's reorder() (engine/kernel_calls.py: the engine's stream
-    ordered after the framework's work queued so far, on a GPU), or None once it ends."""
-    _call.reorder = reorder
+def calling(reorder, *arguments):
+    """Names the running kernel call's reorder(*arguments) (engine/kernel_calls.py: the engine's
+    stream ordered after the framework's work queued so far, on a GPU), or None once it ends."""
+    _call.reorder, _call.arguments = reorder, arguments
     _call.released = _released[0]
 
 
@@ -75,7 +75,7 @@ def writable(backend, arrays):
     reorder = getattr(_call, "reorder", None)
     if reorder is not None and _call.released != _released[0]:
         _call.released = _released[0]
-        reorder()
+        reorder(*_call.arguments)
     return True
 
 

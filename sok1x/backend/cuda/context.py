@@ -383,13 +383,22 @@ def _made_stream_orders():
         record, wait = api.cuEventRecord, api.cuStreamWaitEvent
         ready, done, own = _event("framework_ready"), _event("outputs_ready"), stream_handle()
 
+        # (each result tested inline: a kernel call orders twice, and every call is a cost)
         def after_framework(stream):
-            _checked(record(ready, stream), "cuEventRecord")
-            _checked(wait(own, ready, 0), "cuStreamWaitEvent")
+            failed = record(ready, stream)
+            if failed:
+                _checked(failed, "cuEventRecord")
+            failed = wait(own, ready, 0)
+            if failed:
+                _checked(failed, "cuStreamWaitEvent")
 
         def framework_after(stream):
-            _checked(record(done, own), "cuEventRecord")
-            _checked(wait(stream, done, 0), "cuStreamWaitEvent")
+            failed = record(done, own)
+            if failed:
+                _checked(failed, "cuEventRecord")
+            failed = wait(stream, done, 0)
+            if failed:
+                _checked(failed, "cuStreamWaitEvent")
 
         orders = _state["stream_orders"] = (after_framework, framework_after)
         return orders
