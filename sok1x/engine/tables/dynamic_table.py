@@ -294,13 +294,27 @@ class DynamicTable(EmbeddingTable):
     def settle_evicted(self, served, host_served):
         """Counts a padded eviction's victims here (take_victims left `served`, a device array,
         for later) with host_served, its host copy read since."""
-        left = []  # (not list.remove: it compares the device arrays of other entries)
-        for entry in self._evicted_later:
-            if entry[0] is served:
-                self._evicted_keys += int(host_served[entry[1]])
-            else:
-                left.append(entry)
-        self._evicted_later = left
+        DynamicTable.settle_evicted_many([self], served, host_served)
+
+    @staticmethod
+    def settle_evicted_many(tables, served, host_served):
+        """settle_evicted(served, host_served) of each of `tables` (a group's members), without
+        a call per table: a full group counts its victims at every step."""
+        for table in tables:
+            later = table._evicted_later
+            if not later:
+                continue
+            if len(later) == 1 and later[0][0] is served:  # a step's usual case
+                table._evicted_keys += int(host_served[later[0][1]])
+                table._evicted_later = []
+                continue
+            left = []  # (not list.remove: it compares the device arrays of other entries)
+            for entry in later:
+                if entry[0] is served:
+                    table._evicted_keys += int(host_served[entry[1]])
+                else:
+                    left.append(entry)
+            table._evicted_later = left
 
     def drops_evicted(self):
         """Whether no one reads the keys this table evicts (drop_evicted)."""
@@ -579,6 +593,23 @@ class DynamicTable(EmbeddingTable):
             victims.kept.add_reader(t, self.name not in _ON_DEVICE)
             self._evicted.append(entry)
         return entry
+
+    @staticmethod
+    def take_victims_many(tables, counts, victims, taken):
+        """take_victims(victims, t) of each of `tables` (member t at t) with counts[t], each
+        appended to `taken` as (t, table, its entry, True) once it took them (a failure leaves
+        the members before it listed): a padded eviction no one reads is kept inline, without a
+        call per member (a full group evicts at every step)."""
+        padded = victims.totals is not None
+        served = victims.served
+        for t, table in enumerate(tables):
+            if not counts[t]:
+                continue
+            if padded and table.name in _DROPPED:  # take_victims' padded, unread branch
+                table._evicted_later.append((served, t))
+                taken.append((t, table, None, True))
+            else:
+                taken.append((t, table, table.take_victims(victims, t), True))
 
     def restore_victims(self, victims, t, entry, taken):
         """Undoes an eviction here: member t of `victims` goes back into the index with its

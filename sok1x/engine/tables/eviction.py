@@ -306,8 +306,8 @@ class Evicted:
             counts.append(placed[0])
             hosts.append(placed[1])
         self.backend.hash_settle_sizes([table.index for table in tables], counts, hosts)
-        for table in tables:
-            table.settle_evicted(victims.served, host_served)
+        if tables:
+            tables[0].settle_evicted_many(tables, victims.served, host_served)
 
     def put_back(self):
         backend, victims = self.backend, self.victims
@@ -459,9 +459,7 @@ def _take_victims(tables, counts, evicted, first=None):
     try:
         if first is not None:
             first()
-        for t, table in enumerate(tables):
-            if counts[t]:
-                evicted.members.append((t, table, table.take_victims(evicted.victims, t), True))
+        tables[0].take_victims_many(tables, counts, evicted.victims, evicted.members)
     except BaseException:
         done = {member[0] for member in evicted.members}
         evicted.members += [(t, table, None, False) for t, table in enumerate(tables)
