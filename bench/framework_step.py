@@ -854,7 +854,8 @@ def replayed_floor_ms(rt, synchronize, replays=20):
 def per_step_counts(rt, run, synchronize, steps=20):
     """Per step of `run` (sok1x_device), averaged over `steps`: kernel launches, fills, copies,
     host waits, NCCL collectives, MPI exchanges, and python_us: the host's time in the step not
-    spent waiting for the GPU (wall clock less the waits)."""
+    spent waiting for the GPU (wall clock less the waits); on cuda also python_us_alone, from
+    `steps` more steps (which change the tables too), each begun on an idle GPU."""
     harness.barrier()
     synchronize()
     before = (launch_counts(), rt.stats())

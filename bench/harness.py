@@ -313,7 +313,7 @@ def profile_steps(rt, run, synchronize, label, steps=20):
         text = io.StringIO()
         stats = pstats.Stats(profiler, stream=text)
         orders = os.environ.get("SOK1X_BENCH_PROFILE_SORTS", "tottime,cumulative")
-        for order in orders.split(","):
+        for order in [o.strip() for o in orders.split(",") if o.strip()]:
             stats.sort_stats(order).print_stats(lines)
         with open(path, "a") as handle:
             handle.write("# %s, %d steps\n%s\n" % (label, steps, text.getvalue()))

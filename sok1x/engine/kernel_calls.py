@@ -271,7 +271,7 @@ def _output_record(backend, result, dtype, code_bits, kind, on_gpu, allocate, in
 
 _RECORD_HEAD = struct.Struct("=QQ")  # a TensorRecord's data and keep
 _TAILS = {}  # (shape, (code, bits)) -> the rest of a TensorRecord, packed (_record_tail)
-_TAILS_KEPT = 1024  # at most this many kept (a job's ops return a few shapes, step after step)
+_TAILS_KEPT = 1024  # at most this many kept, then forgotten at once (wrap_again's reason)
 
 
 def _record_tail(shape, code_bits):
@@ -285,8 +285,9 @@ def _record_tail(shape, code_bits):
                                                                                   MAX_DIMS))
         tail = TENSOR_RECORD.pack(0, 0, code_bits[0], code_bits[1], len(shape),
                                   *(tuple(shape) + _NO_DIMS[len(shape):]))[_RECORD_HEAD.size:]
-        if len(_TAILS) < _TAILS_KEPT:
-            _TAILS[key] = tail
+        if len(_TAILS) >= _TAILS_KEPT:
+            _TAILS.clear()
+        _TAILS[key] = tail
     return tail
 
 

@@ -209,7 +209,10 @@ def wrap(shape, dtype, gpudata, base=None):
 
 
 _WRAPPED_FIELDS = {}  # (context, shape, dtype) -> a wrap()'s fields, for wrap_again
-_WRAPPED_KEPT = 256  # at most this many shapes kept (a job's kernel calls see a handful)
+# at most this many shapes kept, then forgotten at once: a step's inputs of fixed shapes (a
+# replayed step's, a batch's keys) come back at once, while an uncaptured update's rows, as
+# many as the step's distinct rows, bring a new shape at most steps
+_WRAPPED_KEPT = 256
 
 
 def wrap_again(shape, dtype, gpudata, base=None):
@@ -220,8 +223,9 @@ def wrap_again(shape, dtype, gpudata, base=None):
     fields = _WRAPPED_FIELDS.get(key)
     if fields is None:
         fields = dict(wrap(shape, dtype, None).__dict__)
-        if len(_WRAPPED_FIELDS) < _WRAPPED_KEPT:
-            _WRAPPED_FIELDS[key] = fields
+        if len(_WRAPPED_FIELDS) >= _WRAPPED_KEPT:
+            _WRAPPED_FIELDS.clear()
+        _WRAPPED_FIELDS[key] = fields
     array = gpuarray.GPUArray.__new__(gpuarray.GPUArray)
     array.__dict__.update(fields)
     array.gpudata, array.base = gpudata, base
