@@ -22,7 +22,7 @@ def three_independent_collectives(rank, size):
     return fetches, expected
 
 
-@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("threads", [1, 2, 8])
 def test_any_subset_of_collectives_in_any_step_never_deadlocks(world, threads):
     rank, size = world
     graph = tf1.Graph()
