@@ -40,6 +40,9 @@
 #   critical[=W,...]  critical_path.py on cuda at full scale (default dlrm26_full, dlrm26): the
 #                replayed step's host path from its wait's wake to the next forward's launch,
 #                part by part (a process a workload); with --before, both trees alternated twice
+#   call-cost    kernel_call_cost.py on cuda: a kernel call's own host work a call (three ops
+#                whose engine functions do nothing) and its Python calls; with --before, both
+#                trees alternated twice
 #   steps1       step_and_exchange.py on 1 GPU;  steps: on 1, 2 and 4 GPUs (as many as there are)
 #   group        group_lookup.py (one fused lookup of 26 tables vs 26 lookups) on 1 to 8 GPUs
 #   framework[=W,...]  framework_step.py on 1, 2, 4, 8 GPUs (up to the machine's), each workload
@@ -154,7 +157,7 @@ while [ $# -gt 0 ]; do
   shift
 done
 [ ${#stages[@]} -gt 0 ] || { echo "pass.sh: name at least one stage (--list)" >&2; usage; }
-known=" micro hybrid profile kernels kernel-detail calls critical steps1 steps group framework checkpoint kernel-tests suites grid
+known=" micro hybrid profile kernels kernel-detail calls critical call-cost steps1 steps group framework checkpoint kernel-tests suites grid
   grid-ab breakdown-ab framework-ab new-rows gather-grid update-grid growth-this growth-ab parts-ab growth-profile host-slices hkv-grid
   find-or-insert-ab ncu-find-or-insert host-way dynamic-tests breakdown dynamic-ab backend-tests
   hash-ab ckpt-tests ckpt-stages ckpt-before ckpt-bench ckpt-big "
@@ -313,6 +316,15 @@ critical_of() {  # tree, round, workload
   bench $1 critical_path.py "critical_$1_$2_$3" --backend cuda --scale 1 --workloads "$3"
   say "critical $1 $2 $3:"
   grep -hE ' us$|host path' "$work/critical_$1_$2_$3.log" >>"$summary"
+}
+call_cost_of() {  # tree, round, (unused)
+  bench $1 kernel_call_cost.py "call_cost_$1_$2" --backend cuda --repeats 7 --calls 3000
+  say "call cost $1 $2:"
+  grep -hE 'GPU op' "$work/call_cost_$1_$2.log" >>"$summary"
+}
+stage_call_cost() {  # a kernel call's own host work (kernel_call_cost.py); with --before: both
+  # trees, alternated twice, each under this checkout's script
+  tree_rounds call_cost_of -
 }
 stage_critical() {  # [workload ...]: the host's path from a replayed step's wake to the next
   # launch, each workload in a process of its own; with --before: both trees, alternated twice,
