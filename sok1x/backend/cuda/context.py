@@ -383,23 +383,21 @@ def _made_stream_orders():
         record, wait = api.cuEventRecord, api.cuStreamWaitEvent
         ready, done, own = _event("framework_ready"), _event("outputs_ready"), stream_handle()
 
-        # (each result tested inline: a kernel call orders twice, and every call is a cost)
-        def after_framework(stream):
-            failed = record(ready, stream)
-            if failed:
-                _checked(failed, "cuEventRecord")
-            failed = wait(own, ready, 0)
-            if failed:
-                _checked(failed, "cuStreamWaitEvent")
+        def ordering(event, framework_first):
+            """The order one way: the second stream waits, on the GPU, for the work queued so
+            far on the first (framework_first: the framework's stream first, else sok1x's).
+            Each driver result is tested inline: a kernel call orders twice, every call a cost."""
+            def order(stream):
+                first, then = (stream, own) if framework_first else (own, stream)
+                failed = record(event, first)
+                if failed:
+                    _checked(failed, "cuEventRecord")
+                failed = wait(then, event, 0)
+                if failed:
+                    _checked(failed, "cuStreamWaitEvent")
+            return order
 
-        def framework_after(stream):
-            failed = record(done, own)
-            if failed:
-                _checked(failed, "cuEventRecord")
-            failed = wait(stream, done, 0)
-            if failed:
-                _checked(failed, "cuStreamWaitEvent")
-
+        after_framework, framework_after = ordering(ready, True), ordering(done, False)
         orders = _state["stream_orders"] = (after_framework, framework_after)
         return orders
 

@@ -79,7 +79,7 @@ def held_states(tables):
 
 def frees_rows(held):
     """Whether any of `held` (held_states') has a freed row to hand out."""
-    return any([free.start < free.rows.shape[0] for free, _ in held])
+    return any([free.size for free, _ in held])
 
 
 def take_rows_later_many(tables, placed):
@@ -102,11 +102,7 @@ def settle_rows_many(tables, placed, host_placed):
         if counts is None:
             counts = np.asarray(host_placed, dtype=np.int64).reshape(-1).tolist()
         table._pending = None
-        free = table._free_rows
-        if free.start == free.rows.shape[0]:  # no freed row: fresh rows alone (_take_rows)
-            table._high += counts[pending[1]]
-        else:
-            table._take_rows(counts[pending[1]])
+        table._take_rows(counts[pending[1]])
 
 
 def evicting_in_place(tables):
@@ -117,7 +113,7 @@ def evicting_in_place(tables):
     HashGroup.make_room_in_place). Read at once for a group's members."""
     return np.array([table.statistics is not None and table.capacity == table.max_capacity
                      and table._pending is None
-                     and table._free_rows.start == table._free_rows.rows.shape[0]
+                     and not table._free_rows.size
                      and table._high == table.capacity for table in tables], dtype=bool)
 
 
@@ -189,15 +185,13 @@ class FreeRows:
     only where it asks for them (host()). An eviction's own device rows are the next insert's
     pool as they are: no host copy, no upload."""
 
-    __slots__ = ("rows", "start")
+    __slots__ = ("rows", "start", "size")
 
     def __init__(self, rows, start=0):
         self.rows, self.start = rows, int(start)
-
-    @property
-    def size(self):
-        """How many rows are free."""
-        return int(self.rows.shape[0]) - self.start
+        # how many rows are free: kept, not computed at each read (a hash group's members read
+        # it at every step, and a FreeRows never changes)
+        self.size = int(rows.shape[0]) - self.start
 
     def device(self, backend):
         """The free rows as a backend int64 array, in taking order (a view)."""
@@ -303,10 +297,6 @@ class DynamicTable(EmbeddingTable):
         for table in tables:
             later = table._evicted_later
             if not later:
-                continue
-            if len(later) == 1 and later[0][0] is served:  # a step's usual case
-                table._evicted_keys += int(host_served[later[0][1]])
-                table._evicted_later = []
                 continue
             left = []  # (not list.remove: it compares the device arrays of other entries)
             for entry in later:
@@ -593,23 +583,6 @@ class DynamicTable(EmbeddingTable):
             victims.kept.add_reader(t, self.name not in _ON_DEVICE)
             self._evicted.append(entry)
         return entry
-
-    @staticmethod
-    def take_victims_many(tables, counts, victims, taken):
-        """take_victims(victims, t) of each of `tables` (member t at t) with counts[t], each
-        appended to `taken` as (t, table, its entry, True) once it took them (a failure leaves
-        the members before it listed): a padded eviction no one reads is kept inline, without a
-        call per member (a full group evicts at every step)."""
-        padded = victims.totals is not None
-        served = victims.served
-        for t, table in enumerate(tables):
-            if not counts[t]:
-                continue
-            if padded and table.name in _DROPPED:  # take_victims' padded, unread branch
-                table._evicted_later.append((served, t))
-                taken.append((t, table, None, True))
-            else:
-                taken.append((t, table, table.take_victims(victims, t), True))
 
     def restore_victims(self, victims, t, entry, taken):
         """Undoes an eviction here: member t of `victims` goes back into the index with its

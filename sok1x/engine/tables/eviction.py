@@ -459,7 +459,9 @@ def _take_victims(tables, counts, evicted, first=None):
     try:
         if first is not None:
             first()
-        tables[0].take_victims_many(tables, counts, evicted.victims, evicted.members)
+        for t, table in enumerate(tables):
+            if counts[t]:
+                evicted.members.append((t, table, table.take_victims(evicted.victims, t), True))
     except BaseException:
         done = {member[0] for member in evicted.members}
         evicted.members += [(t, table, None, False) for t, table in enumerate(tables)
