@@ -9,12 +9,13 @@ from sok1x.backend.cpu.hash import HashIndex
 from sok1x.engine import api, runtime
 from sok1x.engine.checkpoint.tables import dump_tables, load_tables
 from sok1x.engine.op_order import OpId
+from sok1x.engine.tables import dynamic_table, eviction
 from sok1x.engine.tables.dynamic_table import make_dynamic
 from sok1x.engine.tables.eviction import bucket_bits
 from sok1x.errors import InvalidInputError
 
 from test_dynamic_table import (  # noqa: F401  (sok1x_up: the module's cpu engine)
-    DIM, initial, keys_per_rank, owned, shard_state, sok1x_up, train_step)
+    DIM, assert_same_state, initial, keys_per_rank, owned, shard_state, sok1x_up, train_step)
 
 MASK = 2 ** 64 - 1
 
@@ -239,3 +240,51 @@ def test_a_groups_count_of_evictable_keys_is_the_policys():
                             if statistics[row, 0] < step and row not in set(found.tolist())))
         got = cpu.count_evictable([i for i, _, _ in shards], statistics, row_starts, found, step)
         assert got.tolist() == want, trial
+
+
+@pytest.mark.parametrize("reader", [False, True])
+def test_evicting_steps_whose_new_keys_fit_the_spare_rows_copy_no_slot_and_undo_exactly(
+        world, reader, monkeypatch):
+    """A full shard holds spare rows beyond max_capacity (1/16 of it: 16 here). A failed step
+    whose new keys fit them copies no evicted slot aside (nor any vector, unless someone reads
+    the evicted keys), and puts back every key, vector, slot and record; a step of two evicting
+    lookups, the second's new keys more than the spare rows left, copies the second's victims
+    alone and undoes exactly too; a step that goes on evicts the policy's victims."""
+    rank, size = world
+    name = "evict_spares_%s" % ("read" if reader else "dropped")
+    api.create_table(name, DIM, 256, True, initial.__globals__["SPEC"], replace=True,
+                     placement="hash", dynamic=make_dynamic("hybrid", 256, 256, "lru"))
+    dynamic_table.drop_evicted(name, not reader)
+    table = api.shard(name)
+    assert table.spare == 16 and table.values.shape[0] == 256 + 16
+    train_step(name, "spares_fill", keys_per_rank(0, 256))
+    api.pop_evicted(name)
+    copied = []  # the slots each eviction copied aside, where it copied anything
+    real = eviction._gathered
+    monkeypatch.setattr(eviction, "_gathered", lambda backend, values, slots, rows, fill: (
+        copied.append(sorted(slots)) or real(backend, values, slots, rows, fill)))
+    tower = "spares_fail_tower"
+    bad = keys_per_rank(10 ** 6, 1)
+    bad[-1] = -1
+    for lookups in ([10], [10, 10]):  # new keys a rank: 10 fit the 16 spares, 20 do not
+        before, records = shard_state(name), _shard_records(name)
+        del copied[:]
+        with pytest.raises(InvalidInputError, match="key -1"):
+            for i, count in enumerate(lookups):
+                api.dense_lookup(name, OpId("s%d" % i, tower, i),
+                                 keys_per_rank(10 ** 5 * (i + 1), count), True)
+            api.dense_lookup(name, OpId("b", tower, len(lookups)), bad, True)
+        moved = [["opt/accumulator"]]  # the second lookup's victims, with their slots
+        assert copied == ([[]] if reader else []) + (moved if len(lookups) == 2 else [])
+        assert len(api.pop_evicted(name)[0]) == 0
+        assert_same_state(shard_state(name), before)
+        assert _shard_records(name) == records
+    records = _shard_records(name)
+    keys = keys_per_rank(3 * 10 ** 5, 10)
+    new = [int(k) for k in np.unique(owned(keys))]
+    want = reference_victims(records, new, len(new), bucket_bits(256),
+                             api.shard(name).journal.step + 1, False)
+    train_step(name, "spares_on", keys)
+    assert sorted(shard_state(name)) == sorted(set(records) - set(want) | set(new))
+    assert api.pop_evicted(name)[0].tolist() == (want if reader else [])
+    assert api.shard(name).index.size == 256

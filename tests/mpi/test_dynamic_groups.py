@@ -147,12 +147,15 @@ def on_some_rank(flag):
 def assert_a_group_of_views(group):
     """Every member's arrays are views of its rows in the group's flat arrays (rows split
     between device and host memory: on cpu, views of the one array holding the flat rows)."""
-    assert list(group.held_rows) == [m.capacity for m in group.members]
-    reserved = [m.max_capacity if group.reserved else m.capacity for m in group.members]
+    # a member's rows: its capacity, and at max_capacity a hybrid member's spare rows
+    rows = [m.capacity + (m.spare if m.capacity == m.max_capacity else 0) for m in group.members]
+    assert list(group.held_rows) == rows
+    reserved = [m.max_capacity + m.spare if group.reserved else r
+                for m, r in zip(group.members, rows)]
     assert list(np.diff(group.row_starts)) == reserved  # in place: every row a member may hold
     assert list(group.capacities) == [m.capacity for m in group.members]
     for t, member in enumerate(group.members):
-        assert member.values.shape[0] == member.capacity
+        assert member.values.shape[0] == rows[t] and member.index.capacity == rows[t]
         start = int(group.row_starts[t])
         for mine, flat in [(member.values, group.values), (member.times, group.times)] + [
                 (member.slots[name], group.slots[name]) for name in group.slots]:

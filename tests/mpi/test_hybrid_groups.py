@@ -189,10 +189,11 @@ def test_a_hybrid_group_growing_in_place_then_evicting_equals_its_tables_one_by_
     assert group.members == tables and group.evicts
     assert group.reserved == (growth == "in_place")
     if group.reserved:
-        assert list(np.diff(group.row_starts)) == [MAX] * len(tables)
+        # max_capacity rows reserved, and the spare rows a member holds there
+        assert list(np.diff(group.row_starts)) == [MAX + tables[0].spare] * len(tables)
         for t, member in enumerate(tables):
             start = int(group.row_starts[t])
-            assert member.statistics.shape[0] == member.capacity
+            assert member.statistics.shape[0] == member.rows_for(member.capacity)
             assert member.statistics.__array_interface__["data"][0] == group.statistics[
                 start:].__array_interface__["data"][0]
     assert all(on_some_rank(step[3][t][2]) for step in together[-1:] for t in range(3))
@@ -219,10 +220,13 @@ def test_by_default_a_large_hybrid_group_grows_in_place_and_a_split_one_by_copie
             api.create_table(name, 128, 4 * init, True, SPEC, replace=True,
                              dynamic=make_dynamic("hybrid", init, 4 * init, "lru", hbm_gib))
             groups[case].append(api.shard(name))
-    assert list(table_group.HashGroup._reserved_rows(groups["large"])) == [4 * held] * 2
+
+    def reserve(case):  # max_capacity rows, and the spare rows a member holds there
+        return [4 * (held if case == "large" else INIT) + groups[case][0].spare] * 2
+    assert list(table_group.HashGroup._reserved_rows(groups["large"])) == reserve("large")
     assert table_group.HashGroup._reserved_rows(groups["small"]) is None
     monkeypatch.setenv(table_group.GROW_ENV, "1")
-    assert list(table_group.HashGroup._reserved_rows(groups["small"])) == [4 * INIT] * 2
+    assert list(table_group.HashGroup._reserved_rows(groups["small"])) == reserve("small")
     assert table_group.HashGroup._reserved_rows(groups["split"]) is None
     monkeypatch.setenv(table_group.GROW_ENV, "0")
     assert table_group.HashGroup._reserved_rows(groups["large"]) is None

@@ -298,7 +298,7 @@ def _emptied_in_place(rt, table):
     backend = rt.backend
     rt.stash.clear()  # a lookup's saved state holds rows of the old keys
     table.group.forget_steps()
-    table.index = backend.HashIndex(table.capacity)
+    table.index = backend.HashIndex(table.rows_for(table.capacity))
     for name, array in table.slots.items():
         hybrid_rows.fill(backend, array, table.slot_initial[name])
     if hasattr(table, "emptied"):  # a hybrid DynamicTable: no freed row, no statistics

@@ -340,6 +340,7 @@ class HashGroup(TableGroup):
         self.rank = runtime.rank
         self.journal = runtime.journal
         self.table_ids = np.array([table.table_id for table in members], dtype=np.uint64)
+        self.key_capacities = np.array([table.capacity for table in members], dtype=np.int64)
         self.max_capacities = np.array([getattr(table, "max_capacity", table.capacity)
                                         for table in members], dtype=np.int64)
         self.evicts = any(getattr(table, "statistics", None) is not None for table in members)
@@ -361,9 +362,15 @@ class HashGroup(TableGroup):
 
     @property
     def capacities(self):
-        """Host int64 [members]: each member's capacity: the rows its arrays hold (held_rows,
-        a hash table's rows being its capacity)."""
-        return self.held_rows
+        """Host int64 [members]: each member's capacity, the most keys it holds now (its arrays
+        hold held_rows: as many, or at max_capacity a hybrid member's spare rows beyond them,
+        DynamicTable.rows_for)."""
+        return self.key_capacities
+
+    def _rows_for(self, capacities):
+        """Host int64 [members]: the rows each member holds at `capacities` keys."""
+        return np.array([member.rows_for(c) for member, c in zip(self.members, capacities)],
+                        dtype=np.int64)
 
     @staticmethod
     def _reserved_rows(members):
@@ -378,8 +385,8 @@ class HashGroup(TableGroup):
         =1: whenever such members may grow."""
         wanted = os.environ.get(GROW_ENV, "")
         held = np.array([int(table.values.shape[0]) for table in members], dtype=np.int64)
-        most = np.array([getattr(table, "max_capacity", n) for table, n in zip(members, held)],
-                        dtype=np.int64)
+        most = np.array([table.rows_for(getattr(table, "max_capacity", table.capacity))
+                         for table in members], dtype=np.int64)
         if wanted == "0" or np.array_equal(most, held) or any(
                 getattr(table, "hbm_rows", None) is not None for table in members):
             return None
@@ -663,8 +670,9 @@ class HashGroup(TableGroup):
         if self.reserved:
             self._grow_in_place(capacities, grown)
             return
-        starts = np.concatenate([[0], np.cumsum(capacities)]).astype(np.int64)
-        hbm = self._device_rows(capacities)
+        rows = self._rows_for(capacities)
+        starts = np.concatenate([[0], np.cumsum(rows)]).astype(np.int64)
+        hbm = self._device_rows(rows)
 
         def relaid(flat, initial, split=False):  # the views by the layout of now
             return self._joined([self._view(flat, t) for t in range(len(members))], initial,
@@ -675,9 +683,10 @@ class HashGroup(TableGroup):
                  for name, flat in self.slots.items()}
         indexes = [member.index for member in members]
         for t, index in zip(grown, rebuilt_indexes(
-                backend, [indexes[t] for t in grown], capacities[grown])):
+                backend, [indexes[t] for t in grown], rows[grown])):
             indexes[t] = index
-        self.row_starts, self.held_rows = starts, capacities  # taken: nothing fails from here
+        self.row_starts, self.held_rows = starts, rows  # taken: nothing fails from here
+        self.key_capacities = capacities
         self.hbm = hbm
         self.values, self.times, self.slots = values, times, slots
         self.statistics = statistics
@@ -703,8 +712,9 @@ class HashGroup(TableGroup):
                 if t not in self._ahead]
         if not near:
             return
-        grown = [self.members[t].grown_capacity(2 * int(self.capacities[t])) for t in near]
-        spans = [(int(self.row_starts[t]) + int(self.capacities[t]), int(self.row_starts[t]) + g)
+        grown = [self.members[t].rows_for(self.members[t].grown_capacity(
+            2 * int(self.capacities[t]))) for t in near]
+        spans = [(int(self.row_starts[t]) + int(self.held_rows[t]), int(self.row_starts[t]) + g)
                  for t, g in zip(near, grown)]  # each member's rows of its next doubling
         try:  # one job for the members that pass it together: one wait for the GIL
             ahead = self.backend.back_rows_ahead([(flat, first, stop, initial)
@@ -733,6 +743,7 @@ class HashGroup(TableGroup):
         (_back_ahead) are taken as they are. A failure (of memory, say) gives back what it
         backed: the group stays as it was."""
         backend, members = self.backend, self.members
+        rows = self._rows_for(capacities)
         filled = {}  # (array id, member) -> the flat row up to which the rows were filled ahead
         joined = {}  # id(future) -> its arrays, or None where it failed (members share a job)
         for t in grown:
@@ -754,7 +765,7 @@ class HashGroup(TableGroup):
             for flat, initial in self._growing_arrays():
                 for t in grown:
                     start = int(self.row_starts[t])
-                    old, new = start + int(self.capacities[t]), start + int(capacities[t])
+                    old, new = start + int(self.held_rows[t]), start + int(rows[t])
                     if filled.get((id(flat), t), old) >= new:
                         continue  # backed and filled ahead: a driver call less
                     backed.append((flat, backend.back_rows(flat, old, new)))
@@ -762,12 +773,12 @@ class HashGroup(TableGroup):
                     if initial is not None and new > old:
                         backend.fill_value(backend.row_view(flat, old, new), initial)
             indexes = dict(zip(grown, rebuilt_indexes(
-                backend, [members[t].index for t in grown], capacities[grown])))
+                backend, [members[t].index for t in grown], rows[grown])))
         except BaseException:
             for flat, pieces in reversed(backed):
                 backend.unback_rows(flat, pieces)
             raise
-        self.held_rows = capacities  # taken
+        self.held_rows, self.key_capacities = rows, capacities  # taken
         for t in grown:
             member = members[t]
             member.values, member.times = self._view(self.values, t), self._view(self.times, t)
@@ -967,14 +978,16 @@ class ReplayedInsert:
             return self._ready_to_evict(keys)
         if group.evicts:
             held = dynamic_table.held_states(group.members)
-            if dynamic_table.frees_rows(held):  # new keys would take freed rows
-                return False
         sizes = group.sizes()
-        if group.evicts and [high for _, high in held] != sizes.tolist():
+        backend, room = group.backend, group.capacities - sizes
+        # a member with room hands its new keys the rows from its size on, as the member list
+        # does, where it has no freed row; a full one (its free rows spare rows, say) may take
+        # no new key (counted below)
+        if group.evicts and any(r and (free.size or high != size) for (free, high), size, r
+                                in zip(held, sizes.tolist(), room.tolist())):
             return False
         if group.reserved:  # as room() does for an uncaptured step
             group._back_ahead(sizes)
-        backend, room = group.backend, group.capacities - sizes
         if np.any(self.counts > room):
             if self._tags is None:
                 self._tags = backend.part_tags(self.cuts)

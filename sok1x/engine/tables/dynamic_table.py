@@ -33,6 +33,8 @@ new keys, puts evicted keys back with their vectors, slots and statistics, and r
 list.
 """
 import collections
+import math
+import os
 import time
 
 import numpy as np
@@ -48,6 +50,8 @@ LAST_STEP, COUNT = 0, 1  # the columns of DynamicTable.statistics
 _DROPPED = set()  # names of tables whose evicted keys no one reads (drop_evicted)
 _READ = set()  # names whose evicted keys something reads: kept for good in this process
 _ON_DEVICE = set()  # names whose reader takes them as device arrays (no host copy queued)
+SPARE_ENV = "SOK1X_SPARE_ROWS"  # a hybrid shard's spare rows, a fraction of max_capacity
+SPARE_DEFAULT = 1.0 / 16
 
 
 def drop_evicted(name, drop, on_device=False):
@@ -77,11 +81,6 @@ def held_states(tables):
             for table in tables]
 
 
-def frees_rows(held):
-    """Whether any of `held` (held_states') has a freed row to hand out."""
-    return any([free.size for free, _ in held])
-
-
 def take_rows_later_many(tables, placed):
     """table.take_rows_later(placed, t) of each of `tables` (a hash group's members, member t
     at t), without a call per table where none has a count pending (a step's usual case)."""
@@ -106,15 +105,15 @@ def settle_rows_many(tables, placed, host_placed):
 
 
 def evicting_in_place(tables):
-    """Host bool [len(tables)]: whether each of `tables` is a hybrid shard that is full and
-    frees no row (max_capacity rows, each held by a key: what any eviction leaves), with no
+    """Host bool [len(tables)]: whether each of `tables` is a hybrid shard that is full (holds
+    max_capacity keys: what any eviction leaves; its free rows, if any, are spare rows), with no
     count pending: a lookup's new keys may then all evict, counted on the device alone, and
     take their victims' rows (a padded eviction: engine/tables/eviction.py,
     HashGroup.make_room_in_place). Read at once for a group's members."""
     return np.array([table.statistics is not None and table.capacity == table.max_capacity
                      and table._pending is None
-                     and not table._free_rows.size
-                     and table._high == table.capacity for table in tables], dtype=bool)
+                     and table._high - table._free_rows.size == table.capacity
+                     for table in tables], dtype=bool)
 
 
 def note_touched_many(tables, rows):
@@ -170,6 +169,28 @@ def make_table(runtime, name, dim, capacity, use_hashtable, spec, placement=plac
     return DynamicTable(runtime, name, dim, spec, placement, dynamic)
 
 
+def spare_rows(dynamic):
+    """The rows a hybrid shard at max_capacity holds beyond its keys (0 for hbm, which never
+    evicts): SOK1X_SPARE_ROWS times max_capacity, rounded up (default 1/16; 0: none). Raises
+    ValueError naming the variable where it is not a fraction in [0, 1].
+
+    Why: an evicting step's new keys take spare rows, and its victims' rows become the next
+    steps' spares, so a victim's vector and slots stay where they were until a later step: a
+    failed step puts the victim's key back at its own row, and nothing copies its vector aside
+    first (eviction.evict: where a step's new keys fit in the rows freed before it)."""
+    if dynamic.var_type != "hybrid":
+        return 0
+    wanted = os.environ.get(SPARE_ENV, "")
+    try:
+        fraction = SPARE_DEFAULT if wanted == "" else float(wanted)
+    except ValueError:
+        fraction = -1.0
+    if not 0.0 <= fraction <= 1.0:
+        raise ValueError("%s must be a fraction of max_capacity in [0, 1], got %r"
+                         % (SPARE_ENV, wanted))
+    return int(math.ceil(dynamic.max_capacity * fraction))
+
+
 def hbm_rows(dynamic, dim):
     """Rows of vectors that fit in max_hbm_for_vectors GiB (at least 1), or None: every row in
     GPU memory (hbm, or hybrid without a limit)."""
@@ -202,11 +223,17 @@ class FreeRows:
         """The list after its first `count` rows are handed out."""
         return FreeRows(self.rows, self.start + int(count))
 
-    def joined(self, backend, rows):
-        """The list with backend int64 `rows` given back after it."""
+    def joined(self, backend, rows, last=0):
+        """The list with backend int64 `rows` given back after it, or before its `last` rows
+        (those stay last)."""
         if not self.size:
             return FreeRows(rows)
-        return FreeRows(backend.join_keys([self.device(backend), rows], [0, 0]))
+        cut = self.size - min(int(last), self.size)
+        if cut == self.size:
+            return FreeRows(backend.join_keys([self.device(backend), rows], [0, 0]))
+        whole = self.device(backend)
+        return FreeRows(backend.join_keys([backend.row_view(whole, 0, cut), rows,
+                                           backend.row_view(whole, cut, self.size)], [0, 0, 0]))
 
     def host(self, backend):
         """Host int64: the free rows in taking order (a read)."""
@@ -246,16 +273,17 @@ class DynamicTable(EmbeddingTable):
     row's last step and count, columns LAST_STEP and COUNT; None for var_type "hbm")."""
 
     def __init__(self, runtime, name, dim, spec, placement, dynamic):
+        self.max_capacity = dynamic.max_capacity
+        self.spare = spare_rows(dynamic)  # (rows_for reads it: before the arrays are made)
         super().__init__(runtime, name, dim, dynamic.init_capacity, True, spec, placement)
         self.dynamic = dynamic
         self.settings = self.settings[:1] + (dynamic.max_capacity,) + self.settings[2:] + (
             dynamic,)
-        self.max_capacity = dynamic.max_capacity
         self.hbm_rows = hbm_rows(dynamic, self.dim)
         if self.hbm_rows is not None:
             self.values = hybrid_rows.new_rows_array(self.backend, self.values.shape,
                                                      np.float32, self.hbm_rows)
-        self.statistics = (self.backend.zeros((self.capacity, 2), np.int64)
+        self.statistics = (self.backend.zeros((self.rows_for(self.capacity), 2), np.int64)
                            if dynamic.var_type == "hybrid" else None)
         self._pending = None  # (placed, member) of a hash group's insert not counted yet
         self._free = no_free_rows(self.backend)  # rows given back (FreeRows)
@@ -265,10 +293,45 @@ class DynamicTable(EmbeddingTable):
         self._evicted_later = []  # (device victims counts, member) of padded evictions, unread
         self._counted = None  # (keys, index size, missing) from the last capacity_error
         self._touched = (-1, 0)  # (step, at least the rows this step's lookups counted so far)
+        self._freed_now = (-1, 0)  # (step, rows its evictions put at the free list's end)
 
     # The free list and the high water, as of every insert (_CountedState below)
     _free = _CountedState("_free_rows")
     _high_water = _CountedState("_high")
+
+    def rows_for(self, capacity):
+        """The rows this shard's arrays and index hold at `capacity` keys: as many, and at
+        max_capacity its spare rows beyond them (spare_rows)."""
+        capacity = int(capacity)
+        return capacity + (self.spare if capacity == self.max_capacity else 0)
+
+    def list_spares(self):
+        """At max_capacity, puts the rows never handed out yet (the spare rows, say) at the
+        free list's end, the high water at the rows' end: new keys take the same rows in the
+        same order (freed rows first, then those), but an eviction's rows now come after them
+        (take_victims), so that a step's new keys take rows freed before it (frees_before)."""
+        rows = self.rows_for(self.capacity)
+        if self.capacity != self.max_capacity or self._high_water >= rows:
+            return
+        high = self._high_water
+        self._free = self._free.joined(self.backend, self.backend.asarray(
+            np.arange(high, rows, dtype=np.int64)))
+        self._high_water = rows
+
+    def frees_before(self, new_keys):
+        """Whether `new_keys` new keys, placed now, take only rows that were free before the
+        current step (the free list less the rows this step's evictions put at its end): then
+        no row a key left in this step is handed out in it, and an undo finds the evicted keys'
+        vectors and slots in their rows."""
+        return int(new_keys) <= self._free.size - self._freed_this_step()
+
+    def _freed_this_step(self):
+        """The rows at the free list's end that this step's evictions freed (take_victims)."""
+        step, freed = self._freed_now
+        return freed if step == self.journal.step else 0
+
+    def _note_freed(self, count):
+        self._freed_now = (self.journal.step, self._freed_this_step() + int(count))
 
     @property
     def evicted_keys(self):
@@ -516,7 +579,7 @@ class DynamicTable(EmbeddingTable):
 
     def _held_rows(self, free):
         """Host bool [capacity]: rows holding a key (free: host int64, the free rows)."""
-        held = np.zeros(self.capacity, dtype=bool)
+        held = np.zeros(self.rows_for(self.capacity), dtype=bool)
         held[:self._high_water] = True
         held[free] = False
         return held
@@ -558,7 +621,8 @@ class DynamicTable(EmbeddingTable):
         held = self.held_state()
         try:
             return eviction.evict([self], [count], keys, tags, lambda: (
-                self.statistics, np.array([0, self.capacity], dtype=np.int64), self.values,
+                self.statistics, np.array([0, self.rows_for(self.capacity)], dtype=np.int64),
+                self.values,
                 self.slots))
         except BaseException:  # evict gave the victims back: the free list too
             self.restore_held(held)
@@ -572,8 +636,12 @@ class DynamicTable(EmbeddingTable):
         entry pop_evicted hands out ((victims.kept, t): their keys and vectors stay on the
         device until read), or None where nothing reads them (drop_evicted)."""
         if victims.totals is None:
+            # before the rows earlier evictions of this step freed: those may hold victims
+            # whose vectors no undo copied (frees_before), so this step's new keys take them
+            # last (never, once full: a full shard's new keys are its victims)
             rows = victims.part(victims.device_rows, t)
-            self._free = self._free.joined(self.backend, rows)
+            self._free = self._free.joined(self.backend, rows, self._freed_this_step())
+            self._note_freed(rows.shape[0])
             self._evicted_keys += int(rows.shape[0])
         else:  # padded: the rows are this lookup's insert's pool; the count stays on the device
             self._evicted_later.append((victims.served, t))
@@ -591,9 +659,12 @@ class DynamicTable(EmbeddingTable):
         backend = self.backend
         device_rows = victims.part(victims.device_rows, t)
         self.index.assign(victims.part(victims.device_keys, t), device_rows)
-        hybrid_rows.put_rows(backend, self.values, device_rows, victims.part(victims.values, t))
-        for name, saved in victims.slots.items():
-            hybrid_rows.put_rows(backend, self.slots[name], device_rows, victims.part(saved, t))
+        if victims.moved:  # else their rows were not handed out: they hold them still
+            hybrid_rows.put_rows(backend, self.values, device_rows,
+                                 victims.part(victims.values, t))
+            for name, saved in victims.slots.items():
+                hybrid_rows.put_rows(backend, self.slots[name], device_rows,
+                                     victims.part(saved, t))
         backend.put_rows(self.statistics, device_rows, victims.part(victims.records, t))
         if taken:
             self._evicted = [e for e in self._evicted if e is not entry]
@@ -698,13 +769,14 @@ class DynamicTable(EmbeddingTable):
             return
         backend = self.backend
         capacity = self.grown_capacity(needed)
-        self.values = hybrid_rows.grown(backend, self.values, capacity, self.hbm_rows)
-        self.slots = {name: hybrid_rows.grown(backend, s, capacity, self.hbm_rows,
+        rows = self.rows_for(capacity)
+        self.values = hybrid_rows.grown(backend, self.values, rows, self.hbm_rows)
+        self.slots = {name: hybrid_rows.grown(backend, s, rows, self.hbm_rows,
                                               self.slot_initial[name])
                       for name, s in self.slots.items()}
         if self.statistics is not None:
-            self.statistics = hybrid_rows.grown(backend, self.statistics, capacity, None)
-        self.times = hybrid_rows.grown(backend, self.times, capacity, None)
-        self.index = rebuilt_index(backend, self.index, capacity)
+            self.statistics = hybrid_rows.grown(backend, self.statistics, rows, None)
+        self.times = hybrid_rows.grown(backend, self.times, rows, None)
+        self.index = rebuilt_index(backend, self.index, rows)
         self.capacity = capacity
 

@@ -88,11 +88,14 @@ class Victims:
     victims (an undo, a reader). An array's members' parts are cut out together, the first
     time one of them is asked for. `kept` is what the members whose evicted keys someone reads
     keep of it (KeptVictims): the keys and vectors alone, so an eviction no one reads yet holds
-    no slot or record."""
+    no slot or record. moved=False: no victim's row is handed out again in the step that
+    evicted it, so an undo finds its vector and slots in it: `values` are gathered only for
+    readers (else None), `slots` not at all ({})."""
 
     def __init__(self, backend, starts, device_keys, device_rows, values, slots, records,
-                 totals=None, served=None):
+                 totals=None, served=None, moved=True):
         self.backend, self.starts = backend, starts
+        self.moved = moved  # whether a victim's row may be handed out in its step (undo_copies)
         self.device_keys, self.device_rows = device_keys, device_rows
         self.values, self.slots = values, slots
         self.records, self.totals, self.served = records, totals, served
@@ -507,6 +510,7 @@ def evict(tables, counts, keys, tags, flat_arrays, found=None, segments=None, pa
     evicted = Evicted(backend, lambda: flat_arrays()[:2], row_starts, found,
                       backend.gather_rows(statistics, found))
     backend.stamp_last_step(statistics, found, step)  # what this step looked up stays
+    moved, read = undo_copies(tables, counts)
     picked = backend.pick_victims(
         indexes, statistics, row_starts, keys, tags, found, counts,
         [bucket_bits(table.capacity) for table in tables], step,
@@ -520,9 +524,12 @@ def evict(tables, counts, keys, tags, flat_arrays, found=None, segments=None, pa
         _check_found(backend, tables, counts, starts, picked, statistics, evicted)
     # what allocates comes before the first change
     firsts = np.asarray(row_starts[:-1], dtype=np.int64)
+    vectors, saved = None, {}
+    if moved or read:  # (the slots only where an undo must write them back)
+        vectors, saved = _gathered(backend, values, slots if moved else {}, device_rows, True)
     evicted.victims = Victims(
         backend, starts, device_keys, backend.offset_parts(device_rows, starts, -firsts),
-        *_gathered(backend, values, slots, device_rows, True), records, totals, served)
+        vectors, saved, records, totals, served, moved)
     # a zero record for every victim's row (none for a padded place without one: row -1)
     cleared = (backend.zeros((1, 2), np.int64), backend.zeros((int(starts[-1]),), np.int64))
     backend.hash_erase_many(indexes, device_keys, backend.part_tags(starts), counts, served)
@@ -533,6 +540,25 @@ def evict(tables, counts, keys, tags, flat_arrays, found=None, segments=None, pa
     _take_victims(tables, counts, evicted, first)
     _prefetch(evicted)
     return evicted
+
+
+def undo_copies(tables, counts):
+    """(moved, read) for an eviction of counts[t] keys from each of `tables` (counted: each
+    member then holds its capacity in keys, its new keys those and the room it had): moved,
+    whether some member's new keys would take a row this step freed (more of them than the rows
+    it had free before the step: DynamicTable.frees_before, after list_spares put its rows
+    never handed out on the list), so that an undo must copy the victims' vectors and slots
+    aside first; read, whether someone reads some member's evicted keys (their vectors are
+    gathered then, slots never)."""
+    moved = read = False
+    for table, count in zip(tables, counts):
+        if not count:
+            continue
+        table.list_spares()
+        new_keys = int(count) + table.capacity - table.index.size
+        moved = moved or not table.frees_before(new_keys)
+        read = read or not table.drops_evicted()
+    return moved, read
 
 
 def _prefetch(evicted):

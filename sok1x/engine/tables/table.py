@@ -25,11 +25,11 @@ class EmbeddingTable:
     def __init__(self, runtime, name, dim, capacity, use_hashtable, spec,
                  placement=placements.MOD, initialize=True):
         backend = runtime.backend
+        self.capacity = int(capacity)
         self.backend = backend
         self.name = name
         self.table_id = name_key("table:" + name)
         self.dim = int(dim)
-        self.capacity = int(capacity)
         self.use_hashtable = bool(use_hashtable)
         self.spec = spec
         self.placement = placements.parse(placement)
@@ -41,14 +41,15 @@ class EmbeddingTable:
         self.slot_initial = {}
         self.group = None  # the TableGroup holding this table's arrays (lookup/table_group.py)
         # A table placed on one rank holds no rows on the others.
-        held = self.capacity if placements.holds_rows(self.placement, self.rank) else 0
+        held = self.rows_for(self.capacity) if placements.holds_rows(self.placement,
+                                                                   self.rank) else 0
         self.values = backend.zeros((held, self.dim), np.float32)
         self.slots = {}
         # When each row last changed (seconds since the epoch, 0 = never): for checkpoints and
         # incremental_model_dump. One put_rows per insert or update keeps it current.
         self.times = backend.zeros((held,), np.float64)
         if self.use_hashtable:
-            self.index = backend.HashIndex(self.capacity)
+            self.index = backend.HashIndex(self.rows_for(self.capacity))
         else:
             self.index = None
             if initialize:
@@ -59,6 +60,11 @@ class EmbeddingTable:
         keys = placements.global_keys(self.placement, rows, self.rank, self.size)
         self.backend.init_rows(self.values, self.backend.asarray(rows),
                                self.backend.asarray(keys), self.spec, self.table_id)
+
+    def rows_for(self, capacity):
+        """The rows this shard's arrays (and its hash index) hold at `capacity` keys: as many
+        (a DynamicTable at max_capacity holds spare rows beyond them)."""
+        return int(capacity)
 
     @property
     def key_limit(self):
@@ -230,9 +236,9 @@ def tombstones_before_worn(index, capacity):
 
 
 def rebuilt_if_worn(backend, index, capacity):
-    """Returns `index`, or a rebuilt one where it is_worn."""
+    """Returns `index`, or a rebuilt one (of its own rows) where it is_worn at `capacity` keys."""
     if is_worn(index, capacity):
-        return rebuilt_index(backend, index, capacity)
+        return rebuilt_index(backend, index, index.capacity)
     return index
 
 
