@@ -94,14 +94,17 @@ def make_table(backend, host_share, rows, dim, load, rng):
     with backend.device_context():
         table = DynamicTable(place, "bench_" + var_type, dim, spec, "hash", dynamic)
         held = int(load * rows)
-        order = rng.permutation(rows) if host_share else np.arange(rows)
+        # every row the shard holds (a hybrid one at max_capacity: its spare rows too), spread:
+        # after its first evicting steps a full shard's free rows are rows keys left anywhere
+        total = int(table.values.shape[0])
+        order = rng.permutation(total) if host_share else np.arange(rows)
         piece = 1 << 22
         for first in range(0, held, piece):
             n = min(piece, held - first)
             table.index.assign(backend.asarray(keys_of(first, n)),
                                backend.asarray(order[first:first + n].astype(np.int64)))
         if host_share:  # rows spread over both parts: the unused ones on the free list
-            table._high_water = rows
+            table._high_water = total
             table.set_free_rows(order[held:].astype(np.int64))  # first: first
         else:  # as an hbm table always is: no free list, rows [0, held) handed out
             table._high_water = held
