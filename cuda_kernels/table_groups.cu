@@ -28,6 +28,24 @@ extern "C" __global__ void join_int64_parts(const int64* parts, int64 count, int
   }
 }
 
+// Each part t of a list cut at starts [count + 1] (its length n_t) after its first k rows were
+// handed out and k rows came back, k = counts[t] clamped to [0, n_t]: out = part t of `before`
+// from row k on, then the first k rows of part t of `back` (cut at back_starts): a free list of
+// fixed length, rotated on the device by a count the host does not read.
+extern "C" __global__ void rotate_parts(const int64* before, const int64* starts, int64 count,
+                                        const int64* back, const int64* back_starts,
+                                        const int64* counts, int64* out) {
+  const int64 total = starts[count];
+  for (int64 i = global_thread_id(); i < total; i += global_thread_count()) {
+    const int64 t = part_of(starts, count, i);
+    const int64 length = starts[t + 1] - starts[t], k = i - starts[t];
+    int64 taken = counts[t];
+    taken = taken < 0 ? 0 : (taken > length ? length : taken);
+    out[i] = k < length - taken ? before[i + taken]
+                                : back[back_starts[t] + k - (length - taken)];
+  }
+}
+
 // tags[i] = the part holding position i (starts: [count + 1], the last one the total): a hash
 // group's member of each of its keys.
 extern "C" __global__ void part_tags(const int64* starts, int64 count, int64* tags) {

@@ -44,6 +44,8 @@ Every backend module exposes the same names, and the engine's algorithms call on
     offset_parts(array, cuts, offsets) -> int64    part t plus offsets[t] (one launch on cuda)
     offset_parts_many(arrays, cuts, offsets) -> [int64]   the same of several arrays of one
         length, array j with offsets[j] (one launch for all on cuda)
+    rotate_parts(out, before, cuts, back, back_cuts, counts)   each part t of `before` less its
+        first counts[t] rows (a device count), then as many of part t of `back`, into `out`
     local_rows(rows, row_starts, moves, length) -> int64   distinct rows ascending, less the
         start of the range t holding each, table t's moved by moves[t] (to an aligned place)
     distinct_rows_padded(rows, bound, row_starts, piece_starts) -> (flat, local, inverse)

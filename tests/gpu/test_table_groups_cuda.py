@@ -197,6 +197,37 @@ def test_bounds_of_many_large_parts():
                                       cpu.part_bounds(arrays, cuts))
 
 
+def test_rotated_lists_equal_the_cpu_backend():
+    """backend.rotate_parts (a full group's spare-row lists after an eviction in place): each
+    part less its first counts[t] rows, then as many of its part of `back`, with counts from 0
+    to past the part's length and below 0 (clamped), empty parts among them, on cuda as on
+    cpu."""
+    from sok1x.backend import cpu
+    rng = np.random.default_rng(46)
+    sizes = rng.integers(0, 5000, size=26)
+    sizes[[2, 9]] = 0
+    cuts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    back_sizes = sizes + rng.integers(0, 3, size=26)
+    back_cuts = np.concatenate([[0], np.cumsum(back_sizes)]).astype(np.int64)
+    before = rng.integers(0, 1 << 40, size=int(cuts[-1]))
+    back = rng.integers(-1, 1 << 40, size=int(back_cuts[-1]))
+    counts = (rng.random(26) * (sizes + 2)).astype(np.int64)
+    counts[[0, 5]] = [-3, 0]
+    counts[7] = sizes[7] + 10
+    expected = np.full(int(cuts[-1]), -7, np.int64)
+    cpu.rotate_parts(expected, before, cuts, back, back_cuts, counts)
+    for t in (1, 7):  # one rotated by its count, one by its whole length
+        start, stop, k = cuts[t], cuts[t + 1], min(max(counts[t], 0), sizes[t])
+        np.testing.assert_array_equal(expected[start:stop], np.concatenate(
+            [before[start + k:stop], back[back_cuts[t]:back_cuts[t] + k]]))
+    with runtime.entered() as rt:
+        cuda = rt.backend
+        out = cuda.asarray(np.full(int(cuts[-1]), -7, np.int64))
+        cuda.rotate_parts(out, cuda.asarray(before), cuts, cuda.asarray(back), back_cuts,
+                          cuda.asarray(counts))
+        np.testing.assert_array_equal(cuda.to_host(out), expected)
+
+
 def _compare_part_ops(cuda, cpu, keys, cuts, offsets):
     for array in (keys, keys.astype(np.int32)):
         np.testing.assert_array_equal(

@@ -251,6 +251,7 @@ def test_evicting_steps_whose_new_keys_fit_the_spare_rows_copy_no_slot_and_undo_
     lookups, the second's new keys more than the spare rows left, copies the second's victims
     alone and undoes exactly too; a step that goes on evicts the policy's victims."""
     rank, size = world
+    monkeypatch.setenv(dynamic_table.SPARE_ENV, "0.0625")  # (the default, whatever the job's)
     name = "evict_spares_%s" % ("read" if reader else "dropped")
     api.create_table(name, DIM, 256, True, initial.__globals__["SPEC"], replace=True,
                      placement="hash", dynamic=make_dynamic("hybrid", 256, 256, "lru"))

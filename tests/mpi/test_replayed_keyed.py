@@ -1,5 +1,6 @@
 """The replayed keyed step (engine/lookup/replayed_step.py through engine/lookup/keyed.py,
 SOK1X_CAPTURE, DESIGN D14) on the cpu backend, at any number of ranks: a keyed lookup of a table
+
 group (each key its own output row), its backward and its keyed update, run with replay=True
 under the bounded step, equal the same step run uncaptured on a copy of the tables bit for bit
 (outputs, the padded gradient's values, rows and counts, every row and optimizer slot) over many
@@ -26,10 +27,21 @@ from sok1x.engine.lookup import (bounded_step, key_exchange, keyed, peer_capacit
 from sok1x.engine.checkpoint import tables as checkpoint_tables
 from sok1x.engine.lookup.keyed import KeyedInput
 from sok1x.engine.op_order import OpId
-from sok1x.engine.tables import hybrid_rows, optimizer_updates
+from sok1x.engine.tables import dynamic_table, hybrid_rows, optimizer_updates
 from sok1x.engine.tables.dynamic_table import make_dynamic
 from sok1x.errors import InvalidInputError, TableFullError
 from step_rules import RULES, every_rule_hyper, hyper  # noqa: F401
+
+
+@pytest.fixture(autouse=True, params=["spare_rows_default", "spare_rows_all"])
+def spare_rows(request, monkeypatch):
+    """Every test twice: with the default spare rows (1/16 of max_capacity, too few for these
+    small tables' evicting steps: their new keys take their victims' rows) and with as many
+    spare rows as keys (SOK1X_SPARE_ROWS=1: an evicting step's new keys take spare rows)."""
+    if request.param == "spare_rows_all":
+        monkeypatch.setenv(dynamic_table.SPARE_ENV, "1")
+    else:
+        monkeypatch.delenv(dynamic_table.SPARE_ENV, raising=False)
 
 COMM = MPI.COMM_WORLD
 RANK, SIZE = COMM.Get_rank(), COMM.Get_size()
@@ -766,7 +778,8 @@ def test_a_group_growing_in_place_backs_ahead_while_its_steps_replay(monkeypatch
     monkeypatch.setattr(table_group.HashGroup, "_back_ahead", noted_ahead)
     monkeypatch.setattr(table_group.HashGroup, "_grow_in_place", noted_grow)
     monkeypatch.setattr(table_group.ReplayedInsert, "ready",
-                        lambda insert, keys: replays.append(ready(insert, keys)) or replays[-1])
+                        lambda insert, keys, *opens: replays.append(ready(insert, keys, *opens))
+                        or replays[-1])
     first = RANK * 10 ** 9
     # LENGTHS new keys a step, each its own, until every rank grew (the ranks step together)
     while not COMM.allreduce(int(bool(grown)), op=MPI.MIN) and number[0] < 80:
@@ -898,9 +911,9 @@ def test_a_hybrid_group_replays_its_steps_with_room(bad_step, checks, split, mon
     steps = hybrid_keys(83)
     ready, readies = table_group.ReplayedInsert.ready, []
 
-    def noted(insert, keys):
+    def noted(insert, keys, *opens):
         evicted = sum(member._evicted_keys for member in insert.group.members)
-        readies.append((ready(insert, keys), evicted))
+        readies.append((ready(insert, keys, *opens), evicted))
         return readies[-1][0]
     monkeypatch.setattr(table_group.ReplayedInsert, "ready", noted)
     dynamic = make_dynamic("hybrid", 8, 16, "lru", SPLIT_GIB if split else 0.0)
@@ -934,8 +947,9 @@ SPLIT_GIB = 5 * 4 * DIM / 2 ** 30  # max_hbm_for_vectors: a hybrid shard's first
 def noted_readies(monkeypatch):
     """A list ReplayedInsert.ready appends (its answer, whether its class evicts) to, each call."""
     readies, ready = [], table_group.ReplayedInsert.ready
-    monkeypatch.setattr(table_group.ReplayedInsert, "ready", lambda insert, keys: readies.append(
-        (ready(insert, keys), insert.evicting)) or readies[-1][0])
+    monkeypatch.setattr(table_group.ReplayedInsert, "ready",
+                        lambda insert, keys, *opens: readies.append(
+                            (ready(insert, keys, *opens), insert.evicting)) or readies[-1][0])
     return readies
 
 

@@ -406,6 +406,21 @@ def offset_parts(array, cuts, offsets, out=None):
     return out
 
 
+def rotate_parts(out, before, cuts, back, back_cuts, counts):
+    """Writes into int64 `out` each part t of int64 `before` (both cut at `cuts` [P + 1]) rotated
+    by k = counts[t] (int64 [P], clamped to the part's length): the part from row k on, then the
+    first k rows of part t of int64 `back` (cut at `back_cuts`). `out` and `before` must not
+    overlap."""
+    before, back = np.asarray(before).reshape(-1), np.asarray(back).reshape(-1)
+    counts = np.asarray(counts, dtype=np.int64).reshape(-1)
+    for t in range(len(cuts) - 1):
+        start, stop, first = int(cuts[t]), int(cuts[t + 1]), int(back_cuts[t])
+        taken = min(max(int(counts[t]), 0), stop - start)
+        kept = stop - start - taken
+        out[start:start + kept] = before[start + taken:stop]
+        out[start + kept:stop] = back[first:first + taken]
+
+
 def offset_parts_many(arrays, cuts, offsets):
     """offset_parts() of several arrays of one length cut at the same `cuts`, array j with
     offsets[j]; returns a list of int64 [n]."""

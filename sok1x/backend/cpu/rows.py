@@ -81,7 +81,9 @@ def touch_rows(statistics, rows, step, stamp=None):
     rows = np.asarray(rows, dtype=np.int64)
     rows = rows[rows >= 0]
     statistics[rows, 0] = step
-    statistics[:, 1] += np.bincount(rows, minlength=statistics.shape[0]).astype(np.int64)
+    # only the rows given, as cuda's kernel: a group growing in place has rows no page backs yet
+    touched, counts = np.unique(rows, return_counts=True)
+    statistics[touched, 1] += counts.astype(np.int64)
     if stamp is not None:
         fill_rows(*stamp)
 

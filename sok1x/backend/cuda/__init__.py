@@ -31,6 +31,7 @@ from sok1x.backend.cuda.groups import (  # noqa: F401  (part of the op set: tabl
     local_rows,
     offset_parts,
     offset_parts_many,
+    rotate_parts,
     part_bounds,
     part_bounds_deferred,
     part_tags,

@@ -52,7 +52,8 @@ def _kernels():
             "mark_below": prepared(source, "mark_rows_below", "PqqP"),
             "padded_inverse": prepared(source, "emit_padded_inverse", "PqqPPqPPqPP"),
             "emit_padded": prepared(source, "emit_padded_rows", "PPqPPqPPP"),
-            "tags": prepared(source, "part_tags", "PqP")}
+            "tags": prepared(source, "part_tags", "PqP"),
+            "rotate": prepared(source, "rotate_parts", "PPqPPPP")}
 
 
 def device_constant(host_values):
@@ -121,6 +122,19 @@ def offset_parts_many(arrays, cuts, offsets, out=None):
             [np.asarray(o, dtype=np.int64) for o in offsets]))
         launch(_kernels()["join_int64"], out.shape[0], ptr(parts), count, ptr(out))
     return [row_view(out, j * n, (j + 1) * n) for j in range(len(arrays))]
+
+
+@uses_context
+def rotate_parts(out, before, cuts, back, back_cuts, counts):
+    """Writes into int64 `out` each part t of int64 `before` (both cut at host `cuts` [P + 1])
+    rotated by k = counts[t] (device int64 [P], clamped to the part's length): the part from
+    row k on, then the first k rows of part t of int64 `back` (cut at host `back_cuts`). One
+    launch, no wait; `out` and `before` must not overlap."""
+    cuts = np.asarray(cuts, dtype=np.int64)
+    if int(cuts[-1]):
+        launch(_kernels()["rotate"], int(cuts[-1]), ptr(index_array(before, "keys")),
+               ptr(device_constant(cuts)), cuts.shape[0] - 1, ptr(index_array(back, "keys")),
+               ptr(device_constant(back_cuts)), ptr(index_array(counts, "keys")), ptr(out))
 
 
 @uses_context

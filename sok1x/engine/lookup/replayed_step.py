@@ -387,7 +387,8 @@ def forward_of(runtime, key, table, op, keys, checks, run, cuts, hooks=None, rou
     keys' values); run(fixed keys) queues the forward's device work on a fixed array and returns
     (KeyCheck, rows, vectors) or (KeyCheck, rows, vectors, [more arrays]); cuts: host int64
     [members + 1], where each member's keys start (its backward's pieces). hooks: None, or the
-    host's part of the class's steps (kept with the class at its capture): hooks.ready(keys)
+    host's part of the class's steps (kept with the class at its capture): hooks.ready(keys,
+    whether the op opens a step)
     before each run or replay (False: this step takes the uncaptured path, nothing done),
     hooks.arm() once the op's order checks passed (its journal step open), hooks.done(rows,
     more arrays) after the run or replay, and hooks.checked() once its key checks passed
@@ -564,7 +565,7 @@ def _replay(runtime, classes, entry, op, keys, checks, riders=()):
     if _found_held(backend, entry):
         return None
     _read_left_before(runtime, entry.hooks)
-    if entry.hooks is not None and not entry.hooks.ready(keys):
+    if entry.hooks is not None and not entry.hooks.ready(keys, _opens_step(op)):
         return None  # (before the order checks: the uncaptured path makes them)
     if not _copy_riders(backend, entry, riders):
         return None
@@ -635,7 +636,7 @@ def _capture_forward(runtime, classes, key, table, op, keys, checks, run, cuts, 
     path: its rows are not the class's), or None where `hooks` are not ready."""
     backend = runtime.backend
     _read_left_before(runtime, hooks)
-    if hooks is not None and not hooks.ready(keys):
+    if hooks is not None and not hooks.ready(keys, _opens_step(op)):
         return None
     order_checks(runtime, op)
     if hooks is not None:  # (the op's journal step open now)
@@ -667,6 +668,12 @@ def _capture_forward(runtime, classes, key, table, op, keys, checks, run, cuts, 
     if hooks is None:
         bounded_step.defer_or_read(runtime, deferred, later)
     return vectors, _routing(table, int(keys.shape[0]), rows, deferred if later else None)
+
+
+def _opens_step(op):
+    """Whether `op`'s order checks open a new step (exchange_header: a tower's first op), which a
+    class's hooks are asked before they run."""
+    return as_op_id(op).position == 0
 
 
 def _read_left_before(runtime, hooks):

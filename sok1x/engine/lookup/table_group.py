@@ -347,6 +347,7 @@ class HashGroup(TableGroup):
         self.grows = self.evicts or bool(np.any(self.max_capacities > self.capacities))
         self.statistics = None
         self._ahead = {}  # member -> (capacity, back_rows_ahead's future): _back_ahead
+        self._spare_lists = None  # eviction.SpareLists of the last eviction in place to use one
         self._arrivals = None  # rows_needed's (keys, per member its keys, evictable)
         # rows_needed's (keys, row_starts, their flat rows, their segments) for make_room
         self._found = None
@@ -442,10 +443,12 @@ class HashGroup(TableGroup):
             if evicted is not None:  # a padded eviction's victims' rows, in their places
                 victims = getattr(evicted, "victims", evicted)  # (an Evicted, or its Victims)
                 in_place = tuple(np.flatnonzero(np.diff(victims.starts)).tolist())
+                spares = victims.spares  # (or its members' spare rows, as the lists were)
                 for t in in_place:  # (its first new row unused: the pool serves every key)
                     start, end = int(victims.starts[t]), int(victims.starts[t + 1])
                     pools[t] = (backend.row_view(victims.device_rows, start, end), 0,
-                                end - start)
+                                end - start) if spares is None else (
+                        spares.backup_views[t], 0, int(spares.cuts[t + 1] - spares.cuts[t]))
             reusing = any(pool[0] is not None for pool in pools)
         found = backend.hash_insert_many(indexes, keys, tags, self.row_starts, pools, members)
         rows, new_keys, new_rows, new_tags, count, placed = found
@@ -590,6 +593,27 @@ class HashGroup(TableGroup):
             return None
         return np.where(full, arriving, 0).astype(np.int64)
 
+    def spare_lists(self, bounds, step=None):
+        """The eviction.SpareLists through which each member with bounds[t] > 0 (evicting in
+        place) hands its new keys its spare rows, where every such member can
+        (DynamicTable.spares_serve: their free lists made views of it, copied in where they
+        were not), else None (the new keys take their victims' rows). One is kept while the
+        members' spare rows stay as many. step: the journal's step the eviction runs in (None:
+        the current one)."""
+        members = self.members
+        evicting = np.flatnonzero(bounds).tolist()
+        if not evicting or not all(members[t].spares_serve(bounds[t], step) for t in evicting):
+            return None
+        lengths = np.zeros(len(members), np.int64)
+        lengths[evicting] = [members[t].spare for t in evicting]
+        cuts = np.concatenate([[0], np.cumsum(lengths)])
+        spares = self._spare_lists
+        if spares is None or not np.array_equal(spares.cuts, cuts):
+            spares = self._spare_lists = eviction.SpareLists(self.backend, cuts)
+        for t in evicting:
+            members[t].keep_free_rows_in(spares.views[t])
+        return spares
+
     def make_room_in_place(self, bounds, keys, tags):
         """Evicts from each full member t with bounds[t] > 0 (in_place_bounds') every one of its
         new keys among owned tagged `keys`, victims chosen and counted on the device with no
@@ -597,11 +621,12 @@ class HashGroup(TableGroup):
         Returns the eviction.Evicted for insert_start, whose `unserved` the caller reads: not 0
         where a member had fewer evictable keys than new ones (the step must fail)."""
         self._arrivals = self._found = None
+        spares = self.spare_lists(bounds)  # (first: it may make the free lists views of it)
         held = dynamic_table.held_states(self.members)
         try:
             evicted = eviction.evict(
                 self.members, bounds, keys, tags,
-                self._flat_arrays, padded=True)
+                self._flat_arrays, padded=True, spares=spares)
         except BaseException:  # evict gave the victims back: the free lists too
             self._restore_held(held)
             raise
@@ -916,6 +941,9 @@ class HashGroup(TableGroup):
         rebuild_worn(self.backend, self.members)
 
 
+_UNSET = object()  # ReplayedInsert._spares before its class is recorded
+
+
 class ReplayedInsert:
     """The host's part of a replayed training lookup of a HashGroup (rows in device memory or
     partly in host memory; engine/lookup/replayed_step.py's hooks): ready() before each replay,
@@ -968,14 +996,19 @@ class ReplayedInsert:
         self._room_written = None  # evicting: the bytes of the room _room holds (arm's upload)
         self._sizes = None  # evicting: the sizes ready() read, for arm()
         self._inside = None  # evicting: whether its work rebuilds indexes (_rebuilds_inside)
+        # evicting: the group's SpareLists its recorded work takes rows from, or None (its new
+        # keys take their victims' rows), once recorded (_UNSET before); and what that way
+        # gathers of the victims (their vectors, their slots' names), Queued.of's
+        self._spares = self._spares_now = _UNSET
+        self._gathered = (True, None)
 
-    def ready(self, keys):
+    def ready(self, keys, opens_step=False):
         """True, with the member list holding the indexes' sizes, where the step's `keys`
         (backend int64, each member's in turn, as the lookup's) fit (evicting: evict in
-        place)."""
+        place). opens_step: whether the op's order checks, after this, open a new step."""
         group = self.group
         if self.evicting:
-            return self._ready_to_evict(keys)
+            return self._ready_to_evict(keys, group.journal.step + bool(opens_step))
         if group.evicts:
             held = dynamic_table.held_states(group.members)
         sizes = group.sizes()
@@ -1051,7 +1084,7 @@ class ReplayedInsert:
                 backend.write_rows(self._room, 0, room)  # one upload, straight in
                 self._room_written = written
 
-    def _ready_to_evict(self, keys):
+    def _ready_to_evict(self, keys, step):
         group = self.group
         self._sizes = None
         held = dynamic_table.held_states(group.members)  # (first: it hands over counts pending)
@@ -1065,6 +1098,9 @@ class ReplayedInsert:
         bounds = group.in_place_bounds(keys, self.counts, full, sizes)
         if bounds is None or not np.array_equal(bounds, self.counts):
             return False
+        spares = None if self._spares is None else group.spare_lists(bounds, step)
+        if self._spares is not _UNSET and spares is not self._spares:
+            return False  # recorded with the spare rows' lists, which changed or do not serve
         if not self._rebuilds_inside(group):
             # a rebuild inside the graph would hold a copy of every slot: short members are
             # rebuilt now, in place, and where even that falls short the step runs uncaptured
@@ -1076,6 +1112,7 @@ class ReplayedInsert:
                        zip(group.members, self.counts) if bound):
                     return False
         self._held, self._slot_names, self._sizes = held, slot_names, sizes
+        self._spares_now = spares
         return True
 
     def _rebuilds_inside(self, group):
@@ -1100,13 +1137,17 @@ class ReplayedInsert:
         backend = group.backend
         if self._victims is None:  # (the eager run's and the recorded run's: one listing)
             self._victims = eviction.fixed_victims(backend, self.counts)
+        spares = self._spares = self._spares_now
         with backend.step_given(self.clock):
             queued = eviction.queue_padded(group.members, self.counts, keys, tags,
                                            group._flat_arrays, group.journal.step,
-                                           self._victims, self._room)
+                                           self._victims, self._room, spares)
+        self._gathered = (queued.values is not None, sorted(queued.slots))
         starts = np.concatenate([[0], np.cumsum(self.counts)])
         victims = eviction.Victims(backend, starts, queued.keys, queued.rows, queued.values,
-                                   queued.slots, queued.records, queued.totals, queued.served)
+                                   queued.slots, queued.records, queued.totals, queued.served,
+                                   spares is None)
+        victims.spares = spares
         state, _ = group.insert_start(keys, tags, victims)  # (the victims' slots reset in it)
         found = state[1]
         return found[0], state[2], list(found[1:]) + queued.arrays()
@@ -1126,11 +1167,11 @@ class ReplayedInsert:
             return
         group = self.group
         backend = group.backend
-        queued = eviction.Queued.of(placed_keys[5:], self._slot_names)
+        queued = eviction.Queued.of(placed_keys[5:], self._gathered[1], self._gathered[0])
         # the undo first, by the device counts (as make_room_in_place and insert_kept record
         # theirs before their one wait): a wait that fails below still finds it recorded
         evicted = eviction.record_padded(group.members, self.counts, queued,
-                                         group._flat_arrays)
+                                         group._flat_arrays, self._spares)
         group.journal.record(functools.partial(group._undo_evict, evicted, held))
         backend.hash_insert_many_done(group.indexes(), found, found[5], True)
         group._record_undo(found, held)  # (its undo runs first: the new keys out, then victims)
@@ -1150,7 +1191,7 @@ class ReplayedInsert:
         outputs), else None: what a replayed update is predicated on beside the key checks."""
         if not self.evicting:
             return None
-        return eviction.Queued.of(more[5:], self._slot_names).unserved
+        return eviction.Queued.of(more[5:], self._gathered[1], self._gathered[0]).unserved
 
     def _counts_read_in_undo(self, counted):
         if self._counted is counted:

@@ -325,10 +325,30 @@ class DynamicTable(EmbeddingTable):
         vectors and slots in their rows."""
         return int(new_keys) <= self._free.size - self._freed_this_step()
 
-    def _freed_this_step(self):
-        """The rows at the free list's end that this step's evictions freed (take_victims)."""
-        step, freed = self._freed_now
-        return freed if step == self.journal.step else 0
+    def spares_serve(self, bound, step=None):
+        """Whether this full shard can hand `bound` new keys of an eviction in place its spare
+        rows (HashGroup.spare_lists): its free list holds its spare rows and nothing else
+        (list_spares), bound fits them, and no eviction of the journal's `step` (None: the
+        current one), in which this one runs, freed a row yet (an undo puts the lists back as
+        the step's first eviction found them)."""
+        self.list_spares()
+        return (0 < int(bound) <= self.spare and self._free.size == self.spare
+                and not self._freed_this_step(step))
+
+    def keep_free_rows_in(self, view):
+        """Makes backend int64 `view` (of the free list's length) this shard's free list,
+        copying the list into it unless it is that list already."""
+        free = self._free
+        if free.rows is view and not free.start:
+            return
+        self.backend.copy_array(view, free.device(self.backend))
+        self._free = FreeRows(view)
+
+    def _freed_this_step(self, step=None):
+        """The rows at the free list's end that the evictions of the journal's `step` (None:
+        the current one) freed (take_victims)."""
+        noted, freed = self._freed_now
+        return freed if noted == (self.journal.step if step is None else step) else 0
 
     def _note_freed(self, count):
         self._freed_now = (self.journal.step, self._freed_this_step() + int(count))
@@ -645,6 +665,8 @@ class DynamicTable(EmbeddingTable):
             self._evicted_keys += int(rows.shape[0])
         else:  # padded: the rows are this lookup's insert's pool; the count stays on the device
             self._evicted_later.append((victims.served, t))
+            if not victims.moved:  # its new keys took spare rows: its victims' joined the list
+                self._note_freed(victims.starts[t + 1] - victims.starts[t])  # (at most)
         entry = None
         if self.name not in _DROPPED:  # read by someone: kept on the device until then
             entry = (victims.kept, t)

@@ -96,6 +96,7 @@ class Victims:
                  totals=None, served=None, moved=True):
         self.backend, self.starts = backend, starts
         self.moved = moved  # whether a victim's row may be handed out in its step (undo_copies)
+        self.spares = None  # SpareLists, where a padded eviction's new keys take spare rows
         self.device_keys, self.device_rows = device_keys, device_rows
         self.values, self.slots = values, slots
         self.records, self.totals, self.served = records, totals, served
@@ -126,6 +127,36 @@ class Victims:
         if cut is None or cut[0] is not array:
             cut = self._parts[id(array)] = (array, self.backend.row_views(array, self.starts))
         return cut[1]
+
+
+class SpareLists:
+    """The free lists of the members of a group that hand the new keys of an eviction in place
+    their spare rows (HashGroup.spare_lists): one device int64 array, `lists`, member t's list
+    at [cuts[t], cuts[t + 1]) (empty for a member that does not), each such member's FreeRows a
+    view of it (`views`); and `backup`, the lists as they were before the step's eviction, from
+    which its insert takes its rows and which its undo copies back. The eviction rotates each
+    list on the device (queue_padded: backend.rotate_parts), its length fixed, so the host never
+    reads it and a replayed class keeps both arrays."""
+
+    def __init__(self, backend, cuts):
+        self.cuts = np.asarray(cuts, dtype=np.int64)
+        total = int(self.cuts[-1])
+        self.lists = backend.empty((total,), np.int64)
+        self.backup = backend.empty((total,), np.int64)
+        self.views = backend.row_views(self.lists, self.cuts)
+        self.backup_views = backend.row_views(self.backup, self.cuts)
+
+    def queue(self, backend, victims_rows, victims_cuts, served):
+        """The device work of a step that takes them: the lists copied to `backup`, then each
+        member's list less its first served[t] rows (those its new keys take) followed by its
+        first served[t] victims' member rows (`victims_rows`, cut at host `victims_cuts`)."""
+        backend.copy_array(self.backup, self.lists)
+        backend.rotate_parts(self.lists, self.backup, self.cuts, victims_rows, victims_cuts,
+                             served)
+
+    def undo(self, backend):
+        """Puts the lists back as they were before the step (its eviction undone)."""
+        backend.copy_array(self.lists, self.backup)
 
 
 class KeptVictims:
@@ -290,6 +321,7 @@ class Evicted:
         self.row_starts = np.asarray(row_starts, dtype=np.int64)  # those `found` counts in
         self.found, self.pinned = found, pinned  # every key's flat row, its record before
         self.victims = None  # Victims, once chosen
+        self.spares = None  # SpareLists, where the new keys took spare rows
         self.unserved = None  # a padded eviction's device counts of new keys left without one
         # per member with victims: (t, table, the entry take_victims returned, taken)
         self.members = []
@@ -316,6 +348,8 @@ class Evicted:
         backend, victims = self.backend, self.victims
         for t, table, entry, taken in reversed(self.members):
             table.restore_victims(victims, t, entry, taken)
+        if self.spares is not None:
+            self.spares.undo(backend)
         found = np.asarray(backend.to_host(self.found))  # undoing a failed step: a wait
         rows, first = np.unique(found, return_index=True)
         held = rows >= 0
@@ -355,16 +389,20 @@ class Queued(collections.namedtuple(
     __slots__ = ()
 
     def arrays(self):
-        """The arrays as one list (a recorded run's outputs), the slots by name."""
-        return list(self[:5]) + [self.slots[name] for name in sorted(self.slots)] + list(
+        """The arrays as one list (a recorded run's outputs), the slots by name (the victims'
+        vectors and slots where gathered)."""
+        values = [] if self.values is None else [self.values]
+        return list(self[:4]) + values + [self.slots[name] for name in sorted(self.slots)] + list(
             self[6:])
 
     @classmethod
-    def of(cls, arrays, slot_names):
-        """The Queued whose arrays() are `arrays` (slot_names: the slots' names)."""
-        names = sorted(slot_names)
-        slots = dict(zip(names, arrays[5:5 + len(names)]))
-        return cls(*(list(arrays[:5]) + [slots] + list(arrays[5 + len(names):])))
+    def of(cls, arrays, slot_names, values=True):
+        """The Queued whose arrays() are `arrays` (slot_names: the gathered slots' names;
+        values: whether the vectors were gathered)."""
+        names, first = sorted(slot_names), 4 + bool(values)
+        slots = dict(zip(names, arrays[first:first + len(names)]))
+        return cls(*(list(arrays[:4]) + [arrays[4] if values else None, slots]
+                     + list(arrays[first + len(names):])))
 
 
 def _gathered(backend, values, slots, rows, fill):
@@ -386,7 +424,8 @@ def fixed_victims(backend, bounds):
             backend.empty((m, 2), np.int64), backend.empty((m,), np.int64))
 
 
-def queue_padded(tables, bounds, keys, tags, flat_arrays, step, out=None, room=None):
+def queue_padded(tables, bounds, keys, tags, flat_arrays, step, out=None, room=None,
+                 spares=None):
     """The device work of a padded eviction (evict's, module docstring), and nothing the host
     counts: the lookup's rows found and their records kept, the rows stamped with `step`, the
     victims picked, their vectors, slots and records gathered, their keys erased from the
@@ -398,7 +437,11 @@ def queue_padded(tables, bounds, keys, tags, flat_arrays, step, out=None, room=N
     erase, every index with fewer empty slots than its new keys (its insert takes no
     tombstone's slot), or worn by the erase (its insert's probes would walk past the
     tombstones), is rebuilt, decided on the device, as an uncaptured step rebuilds worn indexes
-    between its erase and its insert. Returns a Queued."""
+    between its erase and its insert. spares: None, or the members' SpareLists
+    (HashGroup.spare_lists): their new keys take spare rows, each list is rotated (its victims'
+    rows joining it), and the victims keep their vectors and slots in their rows: nothing of
+    them is gathered but the vectors of members whose evicted keys someone reads. Returns a
+    Queued."""
     backend = tables[0].backend
     statistics, row_starts, values, slots = flat_arrays()
     bounds = np.asarray(bounds, dtype=np.int64)
@@ -417,8 +460,15 @@ def queue_padded(tables, bounds, keys, tags, flat_arrays, step, out=None, room=N
                                        None if out is None else out[3])
     # (the places without a victim, past a member's new keys, are never read: not written,
     # which halves these gathers' bytes where a member's new keys are half its bound)
-    queued = Queued(found, pinned, device_keys, member_rows,
-                    *_gathered(backend, values, slots, device_rows, False), records, totals,
+    vectors, saved = None, {}
+    read = spares is not None and not all(
+        table.drops_evicted() for table, bound in zip(tables, bounds) if bound)
+    if spares is None or read:
+        vectors, saved = _gathered(backend, values, {} if spares is not None else slots,
+                                   device_rows, False)
+    if spares is not None:
+        spares.queue(backend, member_rows, starts, served)
+    queued = Queued(found, pinned, device_keys, member_rows, vectors, saved, records, totals,
                     unserved, served)
     # a zero record for every victim's row (none for a place without one: row -1); the erase
     # last, so that nothing here fails once a victim left its index
@@ -434,11 +484,12 @@ def queue_padded(tables, bounds, keys, tags, flat_arrays, step, out=None, room=N
     return queued
 
 
-def record_padded(tables, bounds, queued, flat_arrays):
+def record_padded(tables, bounds, queued, flat_arrays, spares=None):
     """The host's part of queue_padded's eviction (`queued`, for owned keys whose member t had
     at most bounds[t] new keys): the indexes count the erased victims (by their device counts,
     read with their next size or handed over by Evicted.settle), each member takes its victims
-    (DynamicTable.take_victims). Returns the Evicted for the step journal
+    (DynamicTable.take_victims). spares: queue_padded's. Returns the Evicted for the step
+    journal
     (its `unserved` the device count of places without a victim, for the caller to read);
     on a failure, every victim is put back and the error raised."""
     backend = tables[0].backend
@@ -448,7 +499,9 @@ def record_padded(tables, bounds, queued, flat_arrays):
     evicted = Evicted(backend, lambda: flat_arrays()[:2], row_starts, queued.found,
                       queued.pinned)
     evicted.victims = Victims(backend, starts, queued.keys, queued.rows, queued.values,
-                              queued.slots, queued.records, queued.totals, queued.served)
+                              queued.slots, queued.records, queued.totals, queued.served,
+                              spares is None)
+    evicted.victims.spares = evicted.spares = spares
     evicted.unserved = queued.unserved
     backend.hash_erase_counted([table.index for table in tables], bounds, queued.served)
     _take_victims(tables, bounds, evicted)
@@ -473,7 +526,8 @@ def _take_victims(tables, counts, evicted, first=None):
         raise
 
 
-def evict(tables, counts, keys, tags, flat_arrays, found=None, segments=None, padded=False):
+def evict(tables, counts, keys, tags, flat_arrays, found=None, segments=None, padded=False,
+          spares=None):
     """Evicts counts[t] keys from each of `tables` (host int64; a table group's members in
     order, or one table alone) that neither the current step nor this lookup looked up: the
     lookup's owned `keys` (backend int64), tags[i] the member of keys[i]. flat_arrays() returns
@@ -486,7 +540,8 @@ def evict(tables, counts, keys, tags, flat_arrays, found=None, segments=None, pa
     them into the rows its victims leave, in the lookup's insert (its pool: Victims.device_rows'
     part). evicted.unserved (device int64 [T]) then counts each member's new keys left without
     a victim: the caller reads it (with Victims' totals and served: Evicted.settle) and fails
-    the step where one is not 0 (TableFullError, the step undone).
+    the step where one is not 0 (TableFullError, the step undone). spares: a padded eviction's
+    SpareLists (queue_padded), or None.
     Returns an Evicted for the step journal. Raises, changing nothing, where something fails:
     RuntimeError where a member finds fewer victims than it needs (capacity_error rules that
     out; a padded eviction leaves that to unserved)."""
@@ -494,7 +549,7 @@ def evict(tables, counts, keys, tags, flat_arrays, found=None, segments=None, pa
     backend, step = first.backend, first.journal.step
     if padded:
         evicted = record_padded(tables, counts, queue_padded(
-            tables, counts, keys, tags, flat_arrays, step), flat_arrays)
+            tables, counts, keys, tags, flat_arrays, step, spares=spares), flat_arrays, spares)
         try:
             rebuild_worn(backend, tables)  # the erased keys' tombstones: every worn index at once
         except BaseException:
