@@ -358,9 +358,9 @@ def hybrid_run(steps, replay, bad_step, monkeypatch, full=False, rows=8192, towe
     fresh()
     ready, readies = table_group.ReplayedInsert.ready, []
 
-    def noted(insert, keys):
+    def noted(insert, keys, *opens):
         evicted = sum(member._evicted_keys for member in insert.group.members)
-        readies.append((ready(insert, keys), evicted, insert.evicting))
+        readies.append((ready(insert, keys, *opens), evicted, insert.evicting))
         return readies[-1][0]
     monkeypatch.setattr(table_group.ReplayedInsert, "ready", noted)
     names = ["hybrid_%s_%d" % ("full" if full else "replay", t) for t in range(len(HASH_LENGTHS))]

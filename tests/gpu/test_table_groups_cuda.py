@@ -798,10 +798,11 @@ def test_a_hybrid_group_that_grows_and_evicts_equals_its_tables_one_by_one(split
     assert all(table.capacity == 1024 for table in tables)
     assert isinstance(group.values, hybrid_rows.GroupedRows) == split
     if split:
-        # the rows in device memory: all of member 0's (its 64 spare rows, 1/16 of its
-        # max_capacity, among them), the first SPLIT_ROWS[t] of the others' (the spare rows in
-        # host memory)
-        assert tables[0].spare == 64 and list(group.hbm) == [1024 + 64, 600, 1, 100, 1024]
+        # the rows in device memory: all of member 0's (its spare rows, 1/16 of its
+        # max_capacity by default, among them), the first SPLIT_ROWS[t] of the others' (the
+        # spare rows in host memory)
+        spare = tables[0].spare
+        assert list(group.hbm) == [1024 + spare, 600, 1, 100, 1024]
     assert group.reserved == (growth == "in_place")
     assert COMM.allreduce(sum(len(s[2]) for s in states[-1]), op=MPI.SUM) > 0  # evicted
     monkeypatch.setenv(table_group.GROW_ENV, "0")
