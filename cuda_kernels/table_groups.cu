@@ -46,6 +46,13 @@ extern "C" __global__ void rotate_parts(const int64* before, const int64* starts
   }
 }
 
+// out[i] = first + i: rows [first, first + n) as a list, written on the device.
+extern "C" __global__ void row_sequence(int64 first, int64 n, int64* out) {
+  for (int64 i = global_thread_id(); i < n; i += global_thread_count()) {
+    out[i] = first + i;
+  }
+}
+
 // tags[i] = the part holding position i (starts: [count + 1], the last one the total): a hash
 // group's member of each of its keys.
 extern "C" __global__ void part_tags(const int64* starts, int64 count, int64* tags) {

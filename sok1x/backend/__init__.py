@@ -122,6 +122,7 @@ Every backend module exposes the same names, and the engine's algorithms call on
         rows and returns every key's vector), erase, assign, export
     A hash group's members (lookup/table_group.py's HashGroup), keys tagged with their member:
     part_tags(cuts) -> int64 [cuts[-1]]                the part of each position (one launch)
+    row_sequence(first, stop) -> int64 [stop - first]  first, first + 1, ... (on the device)
     unique_many_start(..., tags_list)                  de-duplicates a tagged array per (tag, key)
     hash_erase_many(indexes, keys, tags, counts)       erases held tagged keys (counts[t] of
                                                        member t's), one launch;

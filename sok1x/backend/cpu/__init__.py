@@ -279,6 +279,11 @@ def _unique_pairs(keys, tags):
     return keys[first], inverse.reshape(-1).astype(np.int64)
 
 
+def row_sequence(first, stop):
+    """Returns int64 [stop - first]: first, first + 1, ..., stop - 1."""
+    return np.arange(int(first), max(int(stop), int(first)), dtype=np.int64)
+
+
 def part_tags(cuts):
     """Returns int64 [cuts[-1]]: the part t of each position of an array cut at host `cuts`
     [P + 1] (a hash group's member of each key)."""

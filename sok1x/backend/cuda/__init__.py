@@ -35,6 +35,7 @@ from sok1x.backend.cuda.groups import (  # noqa: F401  (part of the op set: tabl
     part_bounds,
     part_bounds_deferred,
     part_tags,
+    row_sequence,
 )
 from sok1x.backend.cuda.hash_groups import (  # noqa: F401  (part of the op set: hash groups)
     hash_erase_counted,

@@ -53,7 +53,8 @@ def _kernels():
             "padded_inverse": prepared(source, "emit_padded_inverse", "PqqPPqPPqPP"),
             "emit_padded": prepared(source, "emit_padded_rows", "PPqPPqPPP"),
             "tags": prepared(source, "part_tags", "PqP"),
-            "rotate": prepared(source, "rotate_parts", "PPqPPPP")}
+            "rotate": prepared(source, "rotate_parts", "PPqPPPP"),
+            "sequence": prepared(source, "row_sequence", "qqP")}
 
 
 def device_constant(host_values):
@@ -135,6 +136,16 @@ def rotate_parts(out, before, cuts, back, back_cuts, counts):
         launch(_kernels()["rotate"], int(cuts[-1]), ptr(index_array(before, "keys")),
                ptr(device_constant(cuts)), cuts.shape[0] - 1, ptr(index_array(back, "keys")),
                ptr(device_constant(back_cuts)), ptr(index_array(counts, "keys")), ptr(out))
+
+
+@uses_context
+def row_sequence(first, stop):
+    """Returns int64 [stop - first]: first, first + 1, ..., stop - 1, written on the device
+    (no upload)."""
+    out = empty((max(int(stop) - int(first), 0),), np.int64)
+    if out.shape[0]:
+        launch(_kernels()["sequence"], out.shape[0], int(first), out.shape[0], ptr(out))
+    return out
 
 
 @uses_context

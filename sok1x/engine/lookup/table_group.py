@@ -600,6 +600,10 @@ class HashGroup(TableGroup):
         were not), else None (the new keys take their victims' rows). One is kept while the
         members' spare rows stay as many. step: the journal's step the eviction runs in (None:
         the current one)."""
+        spares = self._spare_lists
+        if spares is not None and spares.serve_as_they_are(bounds, self.journal.step
+                                                           if step is None else step):
+            return spares  # (a step like the last one: no call per member)
         members = self.members
         evicting = np.flatnonzero(bounds).tolist()
         if not evicting or not all(members[t].spares_serve(bounds[t], step) for t in evicting):
@@ -607,11 +611,15 @@ class HashGroup(TableGroup):
         lengths = np.zeros(len(members), np.int64)
         lengths[evicting] = [members[t].spare for t in evicting]
         cuts = np.concatenate([[0], np.cumsum(lengths)])
-        spares = self._spare_lists
-        if spares is None or not np.array_equal(spares.cuts, cuts):
-            spares = self._spare_lists = eviction.SpareLists(self.backend, cuts)
+        copy = True
+        if spares is None or not np.array_equal(spares.cuts, cuts):  # the lists joined, once
+            backend, copy = self.backend, False
+            joined = backend.join_keys([members[t]._free.device(backend) for t in evicting],
+                                       np.zeros(len(evicting), np.int64))
+            spares = self._spare_lists = eviction.SpareLists(backend, cuts, joined)
         for t in evicting:
-            members[t].keep_free_rows_in(spares.views[t])
+            members[t].keep_free_rows_in(spares.views[t], copy)
+        spares.note_held([members[t] for t in evicting])
         return spares
 
     def make_room_in_place(self, bounds, keys, tags):

@@ -313,9 +313,8 @@ class DynamicTable(EmbeddingTable):
         rows = self.rows_for(self.capacity)
         if self.capacity != self.max_capacity or self._high_water >= rows:
             return
-        high = self._high_water
-        self._free = self._free.joined(self.backend, self.backend.asarray(
-            np.arange(high, rows, dtype=np.int64)))
+        self._free = self._free.joined(self.backend,
+                                       self.backend.row_sequence(self._high_water, rows))
         self._high_water = rows
 
     def frees_before(self, new_keys):
@@ -335,13 +334,14 @@ class DynamicTable(EmbeddingTable):
         return (0 < int(bound) <= self.spare and self._free.size == self.spare
                 and not self._freed_this_step(step))
 
-    def keep_free_rows_in(self, view):
+    def keep_free_rows_in(self, view, copy=True):
         """Makes backend int64 `view` (of the free list's length) this shard's free list,
-        copying the list into it unless it is that list already."""
+        copying the list into it (copy=False: it holds it already) unless it is that list."""
         free = self._free
         if free.rows is view and not free.start:
             return
-        self.backend.copy_array(view, free.device(self.backend))
+        if copy:
+            self.backend.copy_array(view, free.device(self.backend))
         self._free = FreeRows(view)
 
     def _freed_this_step(self, step=None):

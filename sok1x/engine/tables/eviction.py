@@ -138,13 +138,32 @@ class SpareLists:
     list on the device (queue_padded: backend.rotate_parts), its length fixed, so the host never
     reads it and a replayed class keeps both arrays."""
 
-    def __init__(self, backend, cuts):
+    def __init__(self, backend, cuts, lists):
+        """lists: the members' lists joined (backend int64 [cuts[-1]]), kept as they are."""
         self.cuts = np.asarray(cuts, dtype=np.int64)
-        total = int(self.cuts[-1])
-        self.lists = backend.empty((total,), np.int64)
-        self.backup = backend.empty((total,), np.int64)
+        self.lists = lists
+        self.backup = backend.empty((int(self.cuts[-1]),), np.int64)
         self.views = backend.row_views(self.lists, self.cuts)
         self.backup_views = backend.row_views(self.backup, self.cuts)
+        self.lengths = np.diff(self.cuts)
+        self._held = []  # note_held's (member, its FreeRows, its high water)
+
+    def note_held(self, tables):
+        """Notes each member that takes spare rows through these lists (`tables`, the
+        DynamicTables with parts here) as it holds them now (spares_serve said yes)."""
+        self._held = [(table, table._free_rows, table._high) for table in tables]
+
+    def serve_as_they_are(self, bounds, step):
+        """Whether these lists serve an eviction in place of host int64 `bounds` in the
+        journal's `step` as they did at note_held, without asking each member: the same members
+        evict, each bound fits its part, and no member's free list, high water or count pending
+        changed since, nor did an eviction of `step` free a row of it yet."""
+        bounds = np.asarray(bounds)
+        return (bool(self._held) and np.array_equal(bounds > 0, self.lengths > 0)
+                and bool(np.all(bounds <= self.lengths))
+                and all(table._pending is None and table._free_rows is free
+                        and table._high == high and table._freed_now[0] != step
+                        for table, free, high in self._held))
 
     def queue(self, backend, victims_rows, victims_cuts, served):
         """The device work of a step that takes them: the lists copied to `backup`, then each
