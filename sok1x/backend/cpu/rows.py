@@ -82,8 +82,7 @@ def touch_rows(statistics, rows, step, stamp=None):
     rows = rows[rows >= 0]
     statistics[rows, 0] = step
     # only the rows given, as cuda's kernel: a group growing in place has rows no page backs yet
-    touched, counts = np.unique(rows, return_counts=True)
-    statistics[touched, 1] += counts.astype(np.int64)
+    np.add.at(statistics[:, 1], rows, 1)
     if stamp is not None:
         fill_rows(*stamp)
 

@@ -1024,8 +1024,9 @@ class ReplayedInsert:
         # a member with room hands its new keys the rows from its size on, as the member list
         # does, where it has no freed row; a full one (its free rows spare rows, say) may take
         # no new key (counted below)
-        if group.evicts and any(r and (free.size or high != size) for (free, high), size, r
-                                in zip(held, sizes.tolist(), room.tolist())):
+        if group.evicts and ((room > 0) & (
+                (np.array([free.size for free, _ in held]) > 0)
+                | (np.array([high for _, high in held]) != sizes))).any():
             return False
         if group.reserved:  # as room() does for an uncaptured step
             group._back_ahead(sizes)
