@@ -12,6 +12,7 @@ import numpy as np
 
 from sok1x.engine import api, runtime
 from sok1x.engine.op_order import as_op_id
+from sok1x.engine.tables import dynamic_table
 from sok1x.errors import NotInitializedError
 from sok1x.graph_ops import boundary, init_ops, ordering
 from sok1x.graph_ops.graph_state import per_graph
@@ -75,7 +76,10 @@ def _recall(op):
 
 
 def _indexed_slices(table, values, rows):
-    dense_shape = tf1.constant([table.capacity, table.dim], dtype=tf1.int64)
+    """The gradient of `table`'s (a TableSpec) rows: values at shard rows, over every row the
+    shard may hold (a DynamicVariable's spare rows too)."""
+    dense_shape = tf1.constant([dynamic_table.gradient_rows(table.capacity, table.dynamic),
+                                table.dim], dtype=tf1.int64)
     return tf1.IndexedSlices(values, rows, dense_shape)
 
 

@@ -362,9 +362,7 @@ def _prepare(tables, ensure_up):
     return prepare
 
 
-def _indexed_slices(table, values, rows):
-    dense_shape = tf1.constant([table.capacity, table.dim], dtype=tf1.int64)
-    return tf1.IndexedSlices(values, rows, dense_shape)
+_indexed_slices = embedding_ops._indexed_slices
 
 
 def _backward_op(tables, token, grads, op_id, name, lookup_grad=None):

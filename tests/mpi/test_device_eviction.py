@@ -194,9 +194,10 @@ def test_a_failed_step_of_a_bucketed_shard_evicts_nothing(world):
     assert _shard_records(name) == records
 
 
-def test_a_checkpoint_of_a_full_shard_loads_and_trains_on(world, shared_dir):
+def test_a_checkpoint_of_a_full_shard_loads_and_trains_on(world, shared_dir, monkeypatch):
     """Dump a full, evicting shard, train on, load: the loaded shard is the dumped one, and its
-    next evicting step evicts as the reference says (a loaded shard's statistics start at 0)."""
+    next evicting step evicts as the reference says (a loaded shard's statistics start at 0).
+    The loaded shard keeps the spare rows it had, whatever SOK1X_SPARE_ROWS says by then."""
     rank, size = world
     name = "evict_buckets_ckpt"
     api.create_table(name, DIM, 128, True, initial.__globals__["SPEC"], replace=True,
@@ -207,7 +208,10 @@ def test_a_checkpoint_of_a_full_shard_loads_and_trains_on(world, shared_dir):
     dumped = shard_state(name)
     dump_tables(shared_dir + "/full", [name])
     train_step(name, "ckpt_2", keys_per_rank(2 * 10 ** 5, 20))
+    spare = api.shard(name).spare
+    monkeypatch.setenv(dynamic_table.SPARE_ENV, "0.5")
     load_tables(shared_dir + "/full", [name])
+    assert api.shard(name).spare == spare and api.shard(name).values.shape[0] == 128 + spare
     state = shard_state(name)
     assert sorted(state) == sorted(dumped)
     for key, (vector, _) in dumped.items():

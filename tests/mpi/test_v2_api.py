@@ -326,8 +326,14 @@ def test_hybrid_dynamic_variable_evicts_once_full_and_hands_evicted_keys_out_onc
     # rank is looked up twice (steps 1 and 2), so key 0 and key 2 go first; with lru, 0 and 1.
     plan = [0, 1, 1, 2, 3, 4, 5] if strategy == "lfu" else [0, 1, 2, 3, 4, 5]
     with tf_support.initialized_session(graph) as sess:
+        rows = set()
         for j in plan:
-            sess.run(train, {keys: [owned[r][j] for r in range(SIZE)]})
+            _, grad = sess.run([train, grads[0]], {keys: [owned[r][j] for r in range(SIZE)]})
+            # the gradient spans every row the shard may hold: max_capacity 4 and its one spare
+            # row (1/16 of 4, rounded up), which the first new key past max_capacity takes
+            assert list(grad.dense_shape) == [5, 2]
+            rows.update(grad.indices.tolist())
+        assert rows == {0, 1, 2, 3, 4}
         got_keys, got_values = sess.run(evicted)
         again, _ = sess.run(evicted)
         held, _ = sess.run(exported)

@@ -220,7 +220,8 @@ def _fresh_shard(rt, table, expected):
     """A new, empty shard of `table`'s settings that is not the runtime's (a DynamicTable grown
     once, while empty, to the rows expected)."""
     from sok1x.engine.tables.dynamic_table import make_table
-    fresh = make_table(rt, table.name, *table.settings, initialize=False)
+    fresh = make_table(rt, table.name, *table.settings, initialize=False,
+                       spare=getattr(table, "spare", None))
     if expected > fresh.capacity and hasattr(fresh, "_grow"):
         fresh._grow(min(expected, fresh.max_capacity))
     return fresh
@@ -265,11 +266,11 @@ def read_table(rt, plan):
             table._grow(plan.rows)  # chunk
     elif table.use_hashtable:
         from sok1x.engine.tables.dynamic_table import make_table
-        settings = table.settings
+        settings, spare = table.settings, getattr(table, "spare", None)
         rt.stash.clear()  # a lookup's saved state would keep the old shard alive
         del rt.tables[plan.name], table  # the old shard's memory goes before the new one's comes
         rt.backend.release_unused()
-        table = make_table(rt, plan.name, *settings, initialize=False)
+        table = make_table(rt, plan.name, *settings, initialize=False, spare=spare)
         rt.tables[plan.name] = table
         if plan.rows > table.capacity:  # a DynamicTable: grown once, while it is empty
             table._grow(plan.rows)

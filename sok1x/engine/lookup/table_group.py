@@ -111,6 +111,7 @@ REPLAY_EVICTION_ENV = "SOK1X_REPLAY_EVICTION"  # "0": evicting steps never repla
 # indexes itself (past it, ready() rebuilds short ones before the replay, or the step runs
 # uncaptured)
 REBUILD_INSIDE_BYTES = 256 << 20
+_SPARE_LISTS_KEPT = 8  # SpareLists a group keeps, each of a set of evicting members
 GROW_ENV = "SOK1X_GROW_IN_PLACE"  # "0": a growing group lays its arrays out again; "1": in place
 _GRANULE = 2 << 20  # the device's allocation granularity (backend.back_rows), 2 MiB on H100/H200
 _MOST_RESERVED = 64
@@ -347,7 +348,9 @@ class HashGroup(TableGroup):
         self.grows = self.evicts or bool(np.any(self.max_capacities > self.capacities))
         self.statistics = None
         self._ahead = {}  # member -> (capacity, back_rows_ahead's future): _back_ahead
-        self._spare_lists = None  # eviction.SpareLists of the last eviction in place to use one
+        # eviction.SpareLists by the members' spare rows they list (spare_lists), the last
+        # one used first: a replayed class keeps the one it recorded
+        self._spare_lists = collections.OrderedDict()
         self._arrivals = None  # rows_needed's (keys, per member its keys, evictable)
         # rows_needed's (keys, row_starts, their flat rows, their segments) for make_room
         self._found = None
@@ -598,9 +601,10 @@ class HashGroup(TableGroup):
         place) hands its new keys its spare rows, where every such member can
         (DynamicTable.spares_serve: their free lists made views of it, copied in where they
         were not), else None (the new keys take their victims' rows). One is kept while the
-        members' spare rows stay as many. step: the journal's step the eviction runs in (None:
-        the current one)."""
-        spares = self._spare_lists
+        members evicting and their spare rows stay the same (up to _SPARE_LISTS_KEPT such
+        sets). step: the journal's step the eviction runs in (None: the current one)."""
+        kept = self._spare_lists
+        spares = next(reversed(kept.values())) if kept else None
         if spares is not None and spares.serve_as_they_are(bounds, self.journal.step
                                                            if step is None else step):
             return spares  # (a step like the last one: no call per member)
@@ -611,12 +615,15 @@ class HashGroup(TableGroup):
         lengths = np.zeros(len(members), np.int64)
         lengths[evicting] = [members[t].spare for t in evicting]
         cuts = np.concatenate([[0], np.cumsum(lengths)])
-        copy = True
-        if spares is None or not np.array_equal(spares.cuts, cuts):  # the lists joined, once
+        spares, copy = kept.get(cuts.tobytes()), True
+        if spares is None:  # the lists joined, once for these members' spare rows
             backend, copy = self.backend, False
             joined = backend.join_keys([members[t]._free.device(backend) for t in evicting],
                                        np.zeros(len(evicting), np.int64))
-            spares = self._spare_lists = eviction.SpareLists(backend, cuts, joined)
+            spares = kept[cuts.tobytes()] = eviction.SpareLists(backend, cuts, joined)
+            while len(kept) > _SPARE_LISTS_KEPT:
+                kept.popitem(last=False)
+        kept.move_to_end(cuts.tobytes())
         for t in evicting:
             members[t].keep_free_rows_in(spares.views[t], copy)
         spares.note_held([members[t] for t in evicting])
@@ -1110,6 +1117,8 @@ class ReplayedInsert:
         spares = None if self._spares is None else group.spare_lists(bounds, step)
         if self._spares is not _UNSET and spares is not self._spares:
             return False  # recorded with the spare rows' lists, which changed or do not serve
+        if spares is not None:  # (it may have made the free lists views of them)
+            held = dynamic_table.held_states(group.members)
         if not self._rebuilds_inside(group):
             # a rebuild inside the graph would hold a copy of every slot: short members are
             # rebuilt now, in place, and where even that falls short the step runs uncaptured

@@ -160,13 +160,15 @@ def make_dynamic(var_type="hbm", init_capacity=1024, max_capacity=None, evict_st
 
 
 def make_table(runtime, name, dim, capacity, use_hashtable, spec, placement=placements.MOD,
-               dynamic=None, initialize=True):
+               dynamic=None, initialize=True, spare=None):
     """Returns the shard for api.create_table's settings: a DynamicTable when `dynamic` is set,
-    else an EmbeddingTable (initialize: see EmbeddingTable)."""
+    else an EmbeddingTable (initialize: see EmbeddingTable). spare: None (SOK1X_SPARE_ROWS's),
+    or a DynamicTable's spare rows (a load's new shard takes the old one's, whatever the
+    variable says now)."""
     if dynamic is None:
         return EmbeddingTable(runtime, name, dim, capacity, use_hashtable, spec, placement,
                               initialize)
-    return DynamicTable(runtime, name, dim, spec, placement, dynamic)
+    return DynamicTable(runtime, name, dim, spec, placement, dynamic, spare)
 
 
 def spare_rows(dynamic):
@@ -189,6 +191,15 @@ def spare_rows(dynamic):
         raise ValueError("%s must be a fraction of max_capacity in [0, 1], got %r"
                          % (SPARE_ENV, wanted))
     return int(math.ceil(dynamic.max_capacity * fraction))
+
+
+def gradient_rows(capacity, dynamic):
+    """The rows a table's gradient spans (its IndexedSlices' dense_shape[0]): `capacity` for a
+    table that does not grow (dynamic None), else the most rows its shard holds: max_capacity
+    and, for hybrid, its spare rows (a row index reaches past max_capacity)."""
+    if dynamic is None:
+        return int(capacity)
+    return int(dynamic.max_capacity) + spare_rows(dynamic)
 
 
 def hbm_rows(dynamic, dim):
@@ -272,9 +283,10 @@ class DynamicTable(EmbeddingTable):
     attributes: dynamic (Dynamic), max_capacity, statistics (backend int64 [capacity, 2]: each
     row's last step and count, columns LAST_STEP and COUNT; None for var_type "hbm")."""
 
-    def __init__(self, runtime, name, dim, spec, placement, dynamic):
+    def __init__(self, runtime, name, dim, spec, placement, dynamic, spare=None):
         self.max_capacity = dynamic.max_capacity
-        self.spare = spare_rows(dynamic)  # (rows_for reads it: before the arrays are made)
+        # (rows_for reads it: set before the arrays are made)
+        self.spare = spare_rows(dynamic) if spare is None else int(spare)
         super().__init__(runtime, name, dim, dynamic.init_capacity, True, spec, placement)
         self.dynamic = dynamic
         self.settings = self.settings[:1] + (dynamic.max_capacity,) + self.settings[2:] + (
