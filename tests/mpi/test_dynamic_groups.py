@@ -37,11 +37,12 @@ from test_hash_groups import (
 from test_hash_groups import make_tables as v1_hash_tables
 
 
-@pytest.fixture(autouse=True, params=["spare_rows_default", "spare_rows_all"])
+@pytest.fixture(params=["spare_rows_default", "spare_rows_all"])
 def spare_rows(request, monkeypatch):
-    """Every test twice: with the default spare rows (1/16 of max_capacity, too few for these
-    small tables' evicting steps: their new keys take their victims' rows) and with as many
-    spare rows as keys (SOK1X_SPARE_ROWS=1: an evicting step's new keys take spare rows)."""
+    """A test of hybrid tables twice: with the default spare rows (1/16 of max_capacity, too
+    few for these small tables' evicting steps: their new keys take their victims' rows) and
+    with as many spare rows as keys (SOK1X_SPARE_ROWS=1: an evicting step's new keys take spare
+    rows)."""
     if request.param == "spare_rows_all":
         monkeypatch.setenv(dynamic_table.SPARE_ENV, "1")
     else:
@@ -715,6 +716,7 @@ def test_a_program_looking_up_hbm_dynamic_variables_together_trains_as_one_looki
             np.testing.assert_allclose(got[key], want[key], rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.usefixtures("spare_rows")
 @pytest.mark.parametrize("inter_op_threads", [1, 8])
 def test_hybrid_dynamic_variables_looked_up_together_in_a_program_train_as_apart(
         inter_op_threads):

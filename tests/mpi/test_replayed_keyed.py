@@ -33,11 +33,12 @@ from sok1x.errors import InvalidInputError, TableFullError
 from step_rules import RULES, every_rule_hyper, hyper  # noqa: F401
 
 
-@pytest.fixture(autouse=True, params=["spare_rows_default", "spare_rows_all"])
+@pytest.fixture(params=["spare_rows_default", "spare_rows_all"])
 def spare_rows(request, monkeypatch):
-    """Every test twice: with the default spare rows (1/16 of max_capacity, too few for these
-    small tables' evicting steps: their new keys take their victims' rows) and with as many
-    spare rows as keys (SOK1X_SPARE_ROWS=1: an evicting step's new keys take spare rows)."""
+    """A test of hybrid tables twice: with the default spare rows (1/16 of max_capacity, too
+    few for these small tables' evicting steps: their new keys take their victims' rows) and
+    with as many spare rows as keys (SOK1X_SPARE_ROWS=1: an evicting step's new keys take spare
+    rows)."""
     if request.param == "spare_rows_all":
         monkeypatch.setenv(dynamic_table.SPARE_ENV, "1")
     else:
@@ -894,6 +895,7 @@ def hybrid_state(name, relative=True):
             shard.evicted_keys) + tuple(api.pop_evicted(name))
 
 
+@pytest.mark.usefixtures("spare_rows")
 @pytest.mark.parametrize("split", [False, True])
 @pytest.mark.parametrize("checks", ["backward", "tower"])
 @pytest.mark.parametrize("bad_step", [None, 6])
@@ -1015,6 +1017,7 @@ def assert_same_state(got, want):
             np.testing.assert_array_equal(x, y)
 
 
+@pytest.mark.usefixtures("spare_rows")
 @pytest.mark.parametrize("split", [False, True])
 @pytest.mark.parametrize("checks", ["backward", "tower"])
 @pytest.mark.parametrize("bad_step", [None, 13])
@@ -1081,6 +1084,7 @@ def test_a_full_group_whose_evicting_members_change_step_by_step_replays_both_cl
         assert sum(ok for ok, evicts in replays if evicts) >= 12, replays
 
 
+@pytest.mark.usefixtures("spare_rows")
 def test_a_load_into_a_replaying_full_group_drops_its_recorded_classes(tmp_path, monkeypatch):
     """Full hybrid members replaying their evicting steps, a checkpoint dumped, more steps, and
     the checkpoint loaded back: the load gives each member another index, whose slots a class
@@ -1137,6 +1141,7 @@ def steps_without_victims(count):
     return np.array([5, 24]), steps
 
 
+@pytest.mark.usefixtures("spare_rows")
 @pytest.mark.parametrize("checks", ["backward", "tower"])
 def test_a_replayed_evicting_step_whose_new_keys_find_no_victim_fails_and_changes_nothing(
         checks, monkeypatch):
@@ -1158,6 +1163,7 @@ def test_a_replayed_evicting_step_whose_new_keys_find_no_victim_fails_and_change
     assert readies[9] == (True, True), readies  # (the failing step's ready: a replay)
 
 
+@pytest.mark.usefixtures("spare_rows")
 def test_an_evicting_forward_whose_keys_find_no_victim_fails_the_dump_after_it(monkeypatch,
                                                                               tmp_path):
     """One rank: the step of the test above whose new keys find no victim is a replayed
@@ -1189,6 +1195,7 @@ def test_an_evicting_forward_whose_keys_find_no_victim_fails_the_dump_after_it(m
     assert (rows >= 0).all() and api.shard(names[1]).index.size == before[0].shape[0]
 
 
+@pytest.mark.usefixtures("spare_rows")
 def test_a_full_hybrid_group_whose_evicted_keys_are_read_replays_its_steps_with_room(
         monkeypatch):
     """Full hybrid members that keep what they evict for a reader: their evicting steps run
@@ -1211,6 +1218,7 @@ def test_a_full_hybrid_group_whose_evicted_keys_are_read_replays_its_steps_with_
         assert sum(ok for ok, _ in readies) >= 8, readies
 
 
+@pytest.mark.usefixtures("spare_rows")
 @pytest.mark.parametrize("pattern", ["short", "worn"])
 @pytest.mark.parametrize("inside", [True, False])
 def test_a_replayed_evicting_step_rebuilds_an_index_short_of_empty_slots(inside, pattern,
@@ -1279,6 +1287,7 @@ def _steps_with_a_failing_read(tag, steps, lengths, replay, fail_at, checks, mon
     return failed, results, [hybrid_state(name) for name in names]
 
 
+@pytest.mark.usefixtures("spare_rows")
 @pytest.mark.parametrize("checks", ["backward", "tower"])
 def test_an_evicting_replay_whose_count_copy_fails_changes_nothing(checks, monkeypatch):
     """A replayed evicting step whose copy of its counts cannot be queued (inside done(), after
