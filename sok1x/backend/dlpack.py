@@ -178,11 +178,13 @@ def import_capsule(capsule):
 
 
 _exports = {}  # a live export's DLManagedTensor address -> (its memory, the owner)
-_exports_lock = threading.Lock()
+_exports_lock = threading.RLock()
 
 
 # The owner an export held is let go after the lock: dropping it may release a tensor sok1x
-# imported from another of its exports, whose deleter takes the lock again.
+# imported from another of its exports, whose deleter takes the lock again. The lock is
+# reentrant all the same: a capsule the collector frees at an allocation inside it (the entry's
+# tuple) runs its destructor on the same thread.
 @_DELETER
 def _delete_export(managed):
     with _exports_lock:

@@ -8,7 +8,8 @@ span of memory [start, end); a query asks whether any held span meets the spans 
 spans are kept sorted by start, with the longest one's length, so a query looks at the spans
 that can reach it, not at all of them (a step of 26 tables holds some 30 at once). TensorFlow
 drops tensors on any of its threads, also while another op's kernel lends or asks, so every
-change and query holds one lock.
+change and query holds one lock. It is reentrant: a tensor the collector frees, at any allocation
+inside the lock, gives its memory back through release() on the same thread.
 
 On a GPU the framework gives a tensor back once the work that reads it is queued, not done. A
 kernel call orders the engine's stream after the framework's once, before the engine reads its
@@ -25,7 +26,7 @@ _spans = []  # (start, end, keep), sorted
 _arrays = {}  # keep -> (the array lent, its span)
 _keeps = itertools.count(1)
 _longest = [0]  # the longest span lent since the registry was last empty
-_lock = threading.Lock()
+_lock = threading.RLock()
 _released = [0]  # how many releases so far
 _call = threading.local()  # the running kernel call's reorder and the releases it has seen
 

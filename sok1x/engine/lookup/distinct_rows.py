@@ -4,12 +4,16 @@ a framework and DLPack (TensorFlow passes the backward op's output to the update
 skips de-duplicating and checking them again: on cuda that is two host waits and a dozen kernel
 launches per table and step. Any other array (a framework's own tensor, a copy, rows the user
 changed) is new memory and gets the full treatment.
+
+The lock is reentrant: a weak reference's callback runs wherever the collector happens to run,
+which may be an allocation inside this module's own lock on the same thread (a remembered
+holder in a reference cycle dies there); with a plain lock that thread waited on itself.
 """
 import threading
 import weakref
 
 _known = {}  # (address, rows) -> weak reference to the array that holds them
-_lock = threading.Lock()
+_lock = threading.RLock()
 
 
 def address(array):
@@ -33,8 +37,9 @@ def remember(array):
         with _lock:
             if _known.get(key) is _reference:
                 del _known[key]
+    reference = weakref.ref(array, forget)
     with _lock:
-        _known[key] = weakref.ref(array, forget)
+        _known[key] = reference
 
 
 def remember_all(holder, arrays):
@@ -47,8 +52,8 @@ def remember_all(holder, arrays):
             for key in keys:
                 if _known.get(key) is reference:
                     del _known[key]
+    reference = weakref.ref(holder, forget)
     with _lock:
-        reference = weakref.ref(holder, forget)
         for key in keys:
             _known[key] = reference
 
@@ -57,6 +62,7 @@ def is_known(array):
     """True if `array` lies exactly on rows the engine remembered, and those are still alive."""
     if len(array.shape) != 1 or array.shape[0] == 0:
         return False
+    key = _key(array)
     with _lock:
-        reference = _known.get(_key(array))
+        reference = _known.get(key)
     return reference is not None and reference() is not None
