@@ -3,11 +3,15 @@
 Expected values are computed from rank and size, so the suite passes at any N. A test that fails
 on one rank while the others wait in a collective would hang the job, so a failure prints its
 report, names the rank, and aborts the whole job at once. Only rank 0 reports to the terminal.
+A test past its time limit (--timeout) prints every rank's threads and aborts the job too.
 """
+import faulthandler
 import os
 import shutil
 import sys
 import tempfile
+import threading
+import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -35,6 +39,48 @@ def pytest_runtest_makereport(item, call):
             RANK, SIZE, item.nodeid, report.when, report.longreprtext))
         sys.stderr.flush()
         MPI.COMM_WORLD.Abort(1)
+
+
+# How long a rank that passed a test's time limit waits before it aborts the job: the other
+# ranks, which started the test with it, pass the limit meanwhile and print their threads too.
+_TIMEOUT_GRACE_S = 5.0
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_timeout_set_timer(item, settings):
+    """pytest-timeout's limit, kept by a thread of this conftest: neither of pytest-timeout's own
+    ways ends an MPI job with its stacks shown. A signal is never handled while the main thread
+    waits in a collective, and one that lands in a weak reference's callback is swallowed
+    there; its thread way needs the terminal reporter that ranks other than 0 do without."""
+    timer = threading.Timer(settings.timeout, _past_time_limit, (item, settings.timeout))
+    timer.daemon = True
+    timer.name = "time limit of %s" % item.nodeid
+
+    def cancel():
+        timer.cancel()
+        timer.join()
+    item.cancel_timeout = cancel
+    timer.start()
+    return True
+
+
+def _past_time_limit(item, seconds):
+    """Prints, past pytest's capture, which test passed its limit on this rank and the stacks of
+    all its threads, then aborts the job."""
+    capture = item.config.pluginmanager.getplugin("capturemanager")
+    try:
+        if capture is not None:
+            capture.suspend_global_capture(in_=True)
+    except Exception:  # noqa: BLE001 (the stacks matter more than the capture's state)
+        pass
+    sys.stderr.write("\n===== rank %d of %d: %s passed its time limit of %g s; its threads, "
+                     "newest call first: =====\n" % (RANK, SIZE, item.nodeid, seconds))
+    sys.stderr.flush()
+    faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+    sys.stderr.flush()
+    time.sleep(_TIMEOUT_GRACE_S)
+    MPI.COMM_WORLD.Abort(1)
+    os._exit(1)
 
 
 @pytest.fixture
