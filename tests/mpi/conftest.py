@@ -89,6 +89,19 @@ def world():
     return RANK, SIZE
 
 
+@pytest.fixture(params=["spare_rows_default", "spare_rows_all"])
+def spare_rows(request, monkeypatch):
+    """A test of hybrid tables twice: with the default spare rows (1/16 of max_capacity, too
+    few for the small tables of these tests' evicting steps: their new keys take their victims'
+    rows) and with as many spare rows as keys (SOK1X_SPARE_ROWS=1: an evicting step's new keys
+    take spare rows)."""
+    from sok1x.engine.tables import dynamic_table
+    if request.param == "spare_rows_all":
+        monkeypatch.setenv(dynamic_table.SPARE_ENV, "1")
+    else:
+        monkeypatch.delenv(dynamic_table.SPARE_ENV, raising=False)
+
+
 @pytest.fixture
 def shared_dir():
     """A fresh directory every rank sees: rank 0 makes it, and removes it after the test."""

@@ -17,7 +17,7 @@ from mpi4py import MPI
 from checkpoint_reference import assert_same, every_row
 from sok1x.backend import random_init
 from sok1x.engine import api, checkpoint, runtime
-from sok1x.engine.tables import assign_values, dynamic_table
+from sok1x.engine.tables import assign_values
 from sok1x.engine.lookup import table_group
 from sok1x.engine.tables.dynamic_table import make_dynamic
 from sok1x.engine.op_order import OpId
@@ -35,18 +35,6 @@ from test_hash_groups import (
     summed_batches,
 )
 from test_hash_groups import make_tables as v1_hash_tables
-
-
-@pytest.fixture(params=["spare_rows_default", "spare_rows_all"])
-def spare_rows(request, monkeypatch):
-    """A test of hybrid tables twice: with the default spare rows (1/16 of max_capacity, too
-    few for these small tables' evicting steps: their new keys take their victims' rows) and
-    with as many spare rows as keys (SOK1X_SPARE_ROWS=1: an evicting step's new keys take spare
-    rows)."""
-    if request.param == "spare_rows_all":
-        monkeypatch.setenv(dynamic_table.SPARE_ENV, "1")
-    else:
-        monkeypatch.delenv(dynamic_table.SPARE_ENV, raising=False)
 
 
 COMM = MPI.COMM_WORLD

@@ -29,15 +29,8 @@ from test_hash_groups import _calls_of_a_step, assert_same_gradient, assert_same
 from test_hash_groups import batch as hash_batch
 
 
-@pytest.fixture(autouse=True, params=["spare_rows_default", "spare_rows_all"])
-def spare_rows(request, monkeypatch):
-    """Every test twice: with the default spare rows (1/16 of max_capacity, too few for these
-    small tables' evicting steps: their new keys take their victims' rows) and with as many
-    spare rows as keys (SOK1X_SPARE_ROWS=1: an evicting step's new keys take spare rows)."""
-    if request.param == "spare_rows_all":
-        monkeypatch.setenv(dynamic_table.SPARE_ENV, "1")
-    else:
-        monkeypatch.delenv(dynamic_table.SPARE_ENV, raising=False)
+# Every test twice: with the default spare rows and with SOK1X_SPARE_ROWS=1 (conftest.py).
+pytestmark = pytest.mark.usefixtures("spare_rows")
 
 
 COMM = MPI.COMM_WORLD

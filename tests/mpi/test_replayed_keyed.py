@@ -33,17 +33,6 @@ from sok1x.errors import InvalidInputError, TableFullError
 from step_rules import RULES, every_rule_hyper, hyper  # noqa: F401
 
 
-@pytest.fixture(params=["spare_rows_default", "spare_rows_all"])
-def spare_rows(request, monkeypatch):
-    """A test of hybrid tables twice: with the default spare rows (1/16 of max_capacity, too
-    few for these small tables' evicting steps: their new keys take their victims' rows) and
-    with as many spare rows as keys (SOK1X_SPARE_ROWS=1: an evicting step's new keys take spare
-    rows)."""
-    if request.param == "spare_rows_all":
-        monkeypatch.setenv(dynamic_table.SPARE_ENV, "1")
-    else:
-        monkeypatch.delenv(dynamic_table.SPARE_ENV, raising=False)
-
 COMM = MPI.COMM_WORLD
 RANK, SIZE = COMM.Get_rank(), COMM.Get_size()
 SPEC = random_init.make_spec("uniform", -1.0, 1.0, seed=43)
@@ -459,7 +448,6 @@ def test_first_sightings_are_forgotten_past_a_bound(monkeypatch):
     for number in range(10, 13):
         run_both(pair, keys_of(rng, LENGTHS), LENGTHS, None, "adagrad", number)
     assert held()[0] == 1
-
 
 
 def dense_step(name, keys, number, replay):
