@@ -9,7 +9,9 @@ spans are kept sorted by start, with the longest one's length, so a query looks 
 that can reach it, not at all of them (a step of 26 tables holds some 30 at once). TensorFlow
 drops tensors on any of its threads, also while another op's kernel lends or asks, so every
 change and query holds one lock. It is reentrant: a tensor the collector frees, at any allocation
-inside the lock, gives its memory back through release() on the same thread.
+inside the lock, gives its memory back through release() on the same thread. Such a release
+waits until a query's walk over the spans is over (it would move the spans under the walk's
+indexes and hide a span still held); one inside lend() is applied at once.
 
 On a GPU the framework gives a tensor back once the work that reads it is queued, not done. A
 kernel call orders the engine's stream after the framework's once, before the engine reads its
@@ -28,6 +30,8 @@ _keeps = itertools.count(1)
 _longest = [0]  # the longest span lent since the registry was last empty
 _lock = threading.RLock()
 _released = [0]  # how many releases so far
+_walking = [0]  # holds() walks the spans (on the thread that holds the lock)
+_deferred = []  # keeps released during that walk, applied after it
 _call = threading.local()  # the running kernel call's reorder and the releases it has seen
 
 
@@ -47,6 +51,9 @@ def lend(array, start, nbytes):
 def release(keep):
     """The framework dropped the array lent as `keep` (a second release does nothing)."""
     with _lock:
+        if _walking[0]:  # the collector, inside holds() on this thread (module docstring)
+            _deferred.append(keep)
+            return
         found = _arrays.pop(keep, None)
         if found is None:
             return
@@ -56,7 +63,8 @@ def release(keep):
         if not _spans:
             _longest[0] = 0
         _released[0] += 1
-    del found  # the array itself goes outside the lock (its memory may be freed now)
+    del found  # the array itself goes after the lock (its memory may be freed now), unless
+    # this release runs inside another holder of the lock on this thread
 
 
 def calling(reorder, *arguments):
@@ -90,16 +98,23 @@ def holds(spans):
     if not _spans:
         return False
     with _lock:
-        for start, end in spans:
-            if end <= start:
-                continue
-            # a held span meeting [start, end) starts before `end` and after start - longest
-            low = bisect.bisect_right(_spans, (start - _longest[0],))
-            high = bisect.bisect_left(_spans, (end,))
-            for held_start, held_end, _ in _spans[low:high]:
-                if held_end > start and held_end > held_start:
-                    return True
-    return False
+        _walking[0] += 1
+        try:
+            for start, end in spans:
+                if end <= start:
+                    continue
+                # a held span meeting [start, end) starts before `end` and after
+                # start - longest
+                low = bisect.bisect_right(_spans, (start - _longest[0],))
+                high = bisect.bisect_left(_spans, (end,))
+                for held_start, held_end, _ in _spans[low:high]:
+                    if held_end > start and held_end > held_start:
+                        return True
+            return False
+        finally:
+            _walking[0] -= 1
+            while _deferred and not _walking[0]:
+                release(_deferred.pop())
 
 
 def holds_arrays(backend, arrays):

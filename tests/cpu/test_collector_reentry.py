@@ -2,7 +2,8 @@
 engine/lent_memory.py, backend/dlpack.py's exports) stay usable when the collector runs inside
 their own lock: it runs at any allocation, so a thread inside a registry may run the cleanup of
 a dead entry there, on itself. A plain lock made that thread wait on itself for good (a 2-rank
-CI job hung so in a lookup's backward). Each case runs in its own process under a time limit, so
+CI job hung so in a lookup's backward); and a release inside a query's walk over the lent spans
+must not hide a span still held from it. Each case runs in its own process under a time limit, so
 that the hang it guards against fails the test instead of stalling the suite."""
 import subprocess
 import sys
@@ -50,6 +51,38 @@ SCRIPTS = {
         with lent_memory._lock:
             gc.collect()
         assert not lent_memory.holds([(1 << 40, (1 << 40) + 1)])
+        """,
+    "lent memory, in a query": """
+        import bisect
+        import gc
+        from sok1x.engine import lent_memory
+
+        class Tensor:
+            def __del__(self):
+                lent_memory.release(self.keep)
+
+        held = lent_memory.lend(None, 100, 300)  # [100, 400), held throughout
+        tensor = Tensor()
+        tensor.itself = tensor
+        tensor.keep = lent_memory.lend(None, 10, 20)  # [10, 30), freed by the collector
+        del tensor
+
+        class CollectingBisect:
+            # the collector runs between the query's two searches, as at an allocation there
+            bisect_right, insort = staticmethod(bisect.bisect_right), staticmethod(bisect.insort)
+
+            @staticmethod
+            def bisect_left(*arguments):
+                gc.collect()
+                return bisect.bisect_left(*arguments)
+        lent_memory.bisect = CollectingBisect
+        try:
+            assert lent_memory.holds([(350, 360)])  # [100, 400) is held, whatever died meanwhile
+        finally:
+            lent_memory.bisect = bisect
+        assert not lent_memory.holds([(10, 30)])  # the dead tensor's span, let go after the walk
+        lent_memory.release(held)
+        assert not lent_memory.holds([(100, 400)])
         """,
     "dlpack exports": """
         import gc

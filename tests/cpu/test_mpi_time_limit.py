@@ -1,9 +1,11 @@
 """An MPI test of tests/mpi that passes its time limit (--timeout) ends the job with every rank's
 threads printed, past pytest's capture: the test that hung and where each rank waits. Here one
 rank waits on a lock it holds itself, inside a weak reference's callback that a collection runs
-(as a 2-rank CI job once hung), while the other waits in a barrier for it. pytest-timeout's
-signal would be swallowed by that callback and never handled in the barrier, and its thread way
-fails on the ranks that have no terminal reporter: the job then ended without a line."""
+(as a 2-rank CI job once hung), while the other waits in a barrier for it. With pytest-timeout's
+own ways the hung rank's threads were never shown: its signal is swallowed by that callback (the
+rank then goes on) and is not handled while a rank waits in a collective, and its thread way
+fails on the ranks that have no terminal reporter. (The CI job that hung ended without a
+line.)"""
 import os
 import re
 import shutil

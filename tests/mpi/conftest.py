@@ -67,20 +67,19 @@ def pytest_timeout_set_timer(item, settings):
 def _past_time_limit(item, seconds):
     """Prints, past pytest's capture, which test passed its limit on this rank and the stacks of
     all its threads, then aborts the job."""
-    capture = item.config.pluginmanager.getplugin("capturemanager")
     try:
+        capture = item.config.pluginmanager.getplugin("capturemanager")
         if capture is not None:
             capture.suspend_global_capture(in_=True)
-    except Exception:  # noqa: BLE001 (the stacks matter more than the capture's state)
-        pass
-    sys.stderr.write("\n===== rank %d of %d: %s passed its time limit of %g s; its threads, "
-                     "newest call first: =====\n" % (RANK, SIZE, item.nodeid, seconds))
-    sys.stderr.flush()
-    faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
-    sys.stderr.flush()
-    time.sleep(_TIMEOUT_GRACE_S)
-    MPI.COMM_WORLD.Abort(1)
-    os._exit(1)
+        sys.stderr.write("\n===== rank %d of %d: %s passed its time limit of %g s; its threads, "
+                         "newest call first: =====\n" % (RANK, SIZE, item.nodeid, seconds))
+        sys.stderr.flush()
+        faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+        sys.stderr.flush()
+        time.sleep(_TIMEOUT_GRACE_S)
+    finally:  # whatever the printing met, the job ends
+        MPI.COMM_WORLD.Abort(1)
+        os._exit(1)
 
 
 @pytest.fixture
