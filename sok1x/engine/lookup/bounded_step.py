@@ -217,12 +217,13 @@ def read_for_update(runtime, keep=()):
     unread = runtime.unread_checks
     if not unread:
         return
+    kept = set(map(id, keep))  # (by identity: two checks may compare equal)
     taken = [deferred for deferred in unread if deferred.left is NO_UPDATE
-             and not any(deferred is kept for kept in keep)]
+             and id(deferred) not in kept]
     if not taken:
         return
-    runtime.unread_checks = [deferred for deferred in unread
-                             if not any(deferred is read for read in taken)]
+    read = set(map(id, taken))
+    runtime.unread_checks = [deferred for deferred in unread if id(deferred) not in read]
     try:
         raise_if_set(runtime, taken)
     except BaseException as exc:

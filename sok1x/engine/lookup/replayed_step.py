@@ -1027,8 +1027,8 @@ def _slots_where(backend, table, names):
     None where a slot is gone (never where an update was recorded)."""
     slots = table.slots
     try:
-        return (_where(table),) + tuple(hybrid_rows.addresses(backend, slots[name])
-                                        for name in names)
+        return (_where(table),) + tuple([hybrid_rows.addresses(backend, slots[name])
+                                         for name in names])
     except KeyError:
         return None
 

@@ -113,16 +113,20 @@ class GroupedRows:
             host_from - self._host_starts[:-1]]).astype(np.int64) * units
 
 
+_SPLIT = (SplitRows, GroupedRows)
+
+
 def is_split(array):
     """True for a SplitRows or a GroupedRows (rows that may lie in host memory)."""
-    return isinstance(array, (SplitRows, GroupedRows))
+    return isinstance(array, _SPLIT)
 
 
 def addresses(backend, array):
     """Where an array's rows lie: the address of each part of a split one (SplitRows,
-    GroupedRows), else its own, as a tuple (a recorded step's check that rows did not move)."""
-    if is_split(array):
-        return tuple(backend.address_of(part) for part in array.parts)
+    GroupedRows), else its own, as a tuple (a recorded step's check that rows did not move).
+    (is_split's test inline: a replayed step asks this of every table and slot it writes.)"""
+    if isinstance(array, _SPLIT):
+        return tuple([backend.address_of(part) for part in array.parts])
     return (backend.address_of(array),)
 
 
