@@ -615,15 +615,16 @@ class HashGroup(TableGroup):
         lengths = np.zeros(len(members), np.int64)
         lengths[evicting] = [members[t].spare for t in evicting]
         cuts = np.concatenate([[0], np.cumsum(lengths)])
-        spares, copy = kept.get(cuts.tobytes()), True
+        layout = cuts.tobytes()
+        spares, copy = kept.get(layout), True
         if spares is None:  # the lists joined, once for these members' spare rows
             backend, copy = self.backend, False
             joined = backend.join_keys([members[t]._free.device(backend) for t in evicting],
                                        np.zeros(len(evicting), np.int64))
-            spares = kept[cuts.tobytes()] = eviction.SpareLists(backend, cuts, joined)
+            spares = kept[layout] = eviction.SpareLists(backend, cuts, joined)
             while len(kept) > _SPARE_LISTS_KEPT:
                 kept.popitem(last=False)
-        kept.move_to_end(cuts.tobytes())
+        kept.move_to_end(layout)
         for t in evicting:
             members[t].keep_free_rows_in(spares.views[t], copy)
         spares.note_held([members[t] for t in evicting])
