@@ -293,7 +293,8 @@ def profile_steps(rt, run, synchronize, label, steps=20):
     """With $SOK1X_BENCH_PROFILE set to a file, appends to it (rank 0) the cProfile of `steps`
     steps of `run`: the host functions by their own time, then by their time with what they
     call (where a step whose host time exceeds its GPU time spends it); other pstats orders with
-    $SOK1X_BENCH_PROFILE_SORTS (comma-separated, e.g. "tottime,ncalls")."""
+    $SOK1X_BENCH_PROFILE_SORTS (comma-separated, e.g. "tottime,ncalls"); with
+    $SOK1X_BENCH_PROFILE_RAW set, each profile is also dumped beside it as FILE.<label>.prof."""
     path = os.environ.get("SOK1X_BENCH_PROFILE")
     if not path:
         return
@@ -317,6 +318,9 @@ def profile_steps(rt, run, synchronize, label, steps=20):
             stats.sort_stats(order).print_stats(lines)
         with open(path, "a") as handle:
             handle.write("# %s, %d steps\n%s\n" % (label, steps, text.getvalue()))
+        if os.environ.get("SOK1X_BENCH_PROFILE_RAW"):  # pstats' own file, for exact times
+            stats.dump_stats("%s.%s.prof" % (path, "".join(
+                c if c.isalnum() or c in "_-" else "_" for c in label)))
 
 
 
