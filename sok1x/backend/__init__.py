@@ -139,6 +139,8 @@ Every backend module exposes the same names, and the engine's algorithms call on
                                                        pending counts read once for all);
         hash_settle_sizes(indexes, counts, host counts) hands a read count copy (or several:
                                                        lists) to them all
+    hash_tombstones(indexes) -> host int64 [T]         their tombstones (cuda: erased counts
+                                                       still pending by their bounds)
     hash_find_many(indexes, keys, tags, row_starts) -> flat rows, -1 where not held
     hash_rehash_many(indexes) -> indexes               each rebuilt without tombstones (cuda:
                                                        in place, two launches for all)

@@ -20,6 +20,7 @@ from sok1x.backend.cpu.hash import (  # noqa: F401  (part of the op set)
     hash_members_advance,
     hash_settle_sizes,
     hash_sizes,
+    hash_tombstones,
     hash_rehash_many,
     rebuild_flags,
     scramble,

@@ -241,6 +241,11 @@ def hash_sizes(indexes):
     return np.array([index.size for index in indexes], dtype=np.int64)
 
 
+def hash_tombstones(indexes):
+    """Host int64 [len(indexes)]: each index's tombstones."""
+    return np.array([index.tombstones for index in indexes], dtype=np.int64)
+
+
 def hash_settle_sizes(indexes, counts, host_counts):
     """Nothing to hand over, as HashIndex.settle_size (cuda's hands a group's counts to every
     index at once)."""

@@ -74,6 +74,7 @@ from sok1x.backend.cuda.hash import (  # noqa: F401  (part of the op set)
     HashIndex,
     hash_settle_sizes,
     hash_sizes,
+    hash_tombstones,
 )
 from sok1x.backend.cuda.sizes import (  # noqa: F401  (part of the op set)
     flag_outside,

@@ -23,6 +23,7 @@ from pycuda import gpuarray
 from sok1x.backend.cuda import context as cuda_context
 from sok1x.backend.cuda import host_row_order as cuda_host_order
 from sok1x.backend import random_init as recipe
+from sok1x.backend import size_ledger
 from sok1x.backend.cuda.context import uses_context
 from sok1x.backend.cuda.hash_groups import hash_rehash_many
 from sok1x.backend.cuda.host_row_order import host_order_and_start, walk_blocks
@@ -78,55 +79,26 @@ def _slot_count(capacity, max_load):
 
 
 def hash_sizes(indexes):
-    """Host int64 [len(indexes)]: each HashIndex's size. Where each waits on its own place of
-    one count copy and nothing else (a hash group's replayed insert: hash_insert_many_done's
-    function, read once), that copy is read once and counted into all of them without a call
-    per index (a group of 26 tables reads them at every step); otherwise each index's size."""
-    later = [index._later for index in indexes]
-    firsts = [entries[0] for entries in later if len(entries) == 1]
-    if firsts and len(firsts) == len(later):
-        read = firsts[0][0]
-        if callable(read) and all([entry[0] is read and entry[2] == 1 and not entry[3]
-                                   for entry in firsts]):
-            host = np.asarray(read(), dtype=np.int64).reshape(-1)
-            sizes = np.array([index._size for index in indexes], dtype=np.int64)
-            sizes += host[[entry[1] for entry in firsts]]
-            for index, size in zip(indexes, sizes.tolist()):
-                index._size, index._later = size, []
-            return sizes
-    # an index with no count pending is its _size (the property is a call per index)
-    return np.array([index.size if index._later else index._size for index in indexes],
-                    dtype=np.int64)
+    """Host int64 [len(indexes)]: each HashIndex's size. A hash group's indexes share one
+    ledger (backend/size_ledger.py): its pending counts (a replayed insert's placed counts,
+    one copy read once) are added to all of them by one expression, with no call per index."""
+    return size_ledger.sizes(indexes)
+
+
+def hash_tombstones(indexes):
+    """Host int64 [len(indexes)]: each HashIndex's tombstones as the host counts them (by their
+    bounds where an erase's count is pending)."""
+    return size_ledger.tombstones(indexes)
 
 
 def hash_settle_sizes(indexes, counts, host_counts):
     """HashIndex.settle_size(counts, host_counts) of every index, where counts is one device
     count array and host_counts its host copy, or a list of each (a replayed eviction's erased
-    and placed counts, settled in one pass). The indexes whose pending counts are exactly one
-    of each array, in their order, take them from their host copies (HashIndex._count: placed
-    or erased keys, and the tombstones' bound corrected) without settle_size's walk of their
-    entries."""
-    if not isinstance(counts, list):
-        counts, host_counts = [counts], [host_counts]
-    width, hosts = len(counts), None
-    for index in indexes:
-        later = index._later
-        if not later:
-            continue
-        if len(later) == width and all([entry[0] is array
-                                        for entry, array in zip(later, counts)]):
-            if hosts is None:
-                hosts = [np.asarray(host, dtype=np.int64).reshape(-1).tolist()
-                         for host in host_counts]
-            for entry, host in zip(later, hosts):
-                index._count(entry, host)
-            index._later = []
-        else:
-            for array, host in zip(counts, host_counts):
-                index.settle_size(array, host)
+    and placed counts, settled in one pass over a group's shared ledger)."""
+    size_ledger.settle(indexes, counts, host_counts)
 
 
-class HashIndex:
+class HashIndex(size_ledger.CountedIndex):
     """Maps keys to rows 0..capacity-1 of one shard, handing out rows in arrival order.
 
     capacity: the most keys the shard can hold; max_load: the most of the slots a full shard
@@ -144,9 +116,9 @@ class HashIndex:
             raise ValueError("max_load must be in (0, 1], got %r" % (max_load,))
         self.capacity = int(capacity)
         self.slot_count = _slot_count(self.capacity, max_load)
-        self._later = []  # add_size_later's (counts, position, sign, tombstones), uncounted
-        self._size = 0
-        self.tombstones = 0
+        # its size and tombstones: its own entry of a ledger, shared with the other indexes
+        # of a hash group once a group call joins them (backend/size_ledger.py)
+        self._count_in(to_host_many)
         if slots is not None:
             if tuple(slots.shape) != (self.slot_count, 2) or slots.dtype != np.int64:
                 raise ValueError("an index of capacity %d takes int64 slots [%d, 2], got %s %s"
@@ -169,41 +141,6 @@ class HashIndex:
         """The slots of a HashIndex of `capacity` at `max_load`."""
         return _slot_count(int(capacity), max_load)
 
-    @property
-    def size(self):
-        """Keys held."""
-        if self._later:
-            self._settle_later()
-        return self._size
-
-    def _settle_later(self):
-        later = self._later
-        if len(later) == 1 and callable(later[0][0]):  # a replayed step's one queued copy
-            self._count(later[0], later[0][0]())
-            self._later = []
-            return
-        queued = [entry for entry in later if callable(entry[0])]  # copies queued already
-        waited = [entry for entry in later if not callable(entry[0])]
-        hosts = [entry[0]() for entry in queued]
-        hosts += to_host_many([entry[0] for entry in waited]) if waited else []
-        # counted only once every read returned: a read that fails (a bounded wait that timed
-        # out) leaves every count pending, none lost
-        self._later = []
-        for entry, host in zip(queued + waited, hosts):
-            self._count(entry, host)
-
-    @size.setter
-    def size(self, value):
-        self._size = int(value)
-
-    def forget_tombstones(self):
-        """The index was rebuilt (its erased keys' slots emptied): no tombstone is left, nor is
-        one left to correct by a count still pending (add_size_later's bound, which would
-        otherwise take the gap between bound and count off a zero and leave the host's count
-        below the slots', overstating empty_slots)."""
-        self.tombstones = 0
-        self._later = [entry[:3] + (0,) for entry in self._later]
-
     def empty_slots(self):
         """Slots neither a key nor a tombstone holds, as the host counts them (tombstones by a
         bound until counted): the most new keys an insert can place before the index is
@@ -213,33 +150,8 @@ class HashIndex:
     @staticmethod
     def add_sizes_later(indexes, counts):
         """add_size_later(counts, t) of each index t of `indexes` (a hash group's placed
-        keys), without a call per index."""
-        for t, index in enumerate(indexes):
-            index._later.append((counts, t, 1, 0))
-
-    def add_size_later(self, counts, position, sign=1, tombstones=0):
-        """Counts counts[position] (a device integer array queued work fills: keys this index
-        placed, sign 1, or erased, sign -1; or a function returning its host copy) into size
-        when size is next read, or settle_size hands it over; tombstones: the bound on erased
-        keys the tombstones counted meanwhile, corrected then."""
-        self._later.append((counts, position, sign, tombstones))
-
-    def settle_size(self, counts, host_counts):
-        """add_size_later's entries of `counts`, with host_counts its host copy read since."""
-        left = []  # (not list.remove: it compares the device arrays of other entries)
-        for entry in self._later:
-            if entry[0] is counts:
-                self._count(entry, host_counts)
-            else:
-                left.append(entry)
-        self._later = left
-
-    def _count(self, entry, host_counts):
-        _, position, sign, tombstones = entry
-        count = int(host_counts[position])
-        self._size += sign * count
-        if tombstones:
-            self.tombstones -= tombstones - count
+        keys): one entry of their shared ledger, where they share one."""
+        size_ledger.add_all(indexes, counts)
 
     def _find(self, keys):
         rows = empty((keys.shape[0],), np.int64)

@@ -17,6 +17,7 @@ import operator
 
 import numpy as np
 
+from sok1x.backend import size_ledger
 from sok1x.backend.cuda.context import capture_recorder, uses_context
 from sok1x.backend.cuda.kernel_launch import (
     empty,
@@ -193,12 +194,7 @@ def hash_erase_many(indexes, keys, tags, counts, erased=None, counted=True):
 def hash_erase_counted(indexes, counts, erased=None):
     """Counts in each of `indexes` the keys an erase took out (hash_erase_many's counts and
     erased)."""
-    for t, (index, count) in enumerate(zip(indexes, counts)):
-        if erased is None:
-            index.size -= int(count)
-        elif count:
-            index.add_size_later(erased, t, -1, int(count))
-        index.tombstones += int(count)
+    size_ledger.erase_counted(indexes, counts, erased)
 
 
 @uses_context
@@ -325,8 +321,7 @@ def hash_insert_many_done(indexes, found, placed, keep):
         if indexes:
             type(indexes[0]).add_sizes_later(indexes, placed)
         return
-    for index, count in zip(indexes, placed):
-        index.size += int(count)
+    size_ledger.add(indexes, placed)
     if keep:
         return
     _, new_keys, _, new_tags, count, _ = found

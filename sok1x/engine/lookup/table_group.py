@@ -1087,8 +1087,9 @@ class ReplayedInsert:
             sizes, self._sizes = self._sizes, None
             if sizes is None:
                 sizes = backend.hash_sizes(indexes)
-            slots, tombstones, halves = np.array(
-                [(index.slot_count, index.tombstones, member.capacity // 2)
+            tombstones = backend.hash_tombstones(indexes)
+            slots, halves = np.array(
+                [(index.slot_count, member.capacity // 2)
                  for index, member in zip(indexes, group.members)], dtype=np.int64).T
             room = self._room_now = np.array([slots - sizes - tombstones, halves - tombstones])
             if self._room is None:

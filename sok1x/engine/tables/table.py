@@ -227,7 +227,12 @@ def rebuilt_indexes(backend, indexes, capacities):
 def is_worn(index, capacity):
     """True once `index`'s tombstones pass half the capacity (probes walk past tombstones, so
     they lengthen every probe chain): time to rebuild it."""
-    return index.tombstones > capacity // 2
+    return worn(index.tombstones, capacity)
+
+
+def worn(tombstones, capacity):
+    """is_worn's rule on counts (NumPy arrays too: one flag per index)."""
+    return tombstones > capacity // 2
 
 
 def tombstones_before_worn(index, capacity):
@@ -243,8 +248,14 @@ def rebuilt_if_worn(backend, index, capacity):
 
 
 def rebuild_worn(backend, tables):
-    """Rebuilds the index of each of `tables` that is_worn, all at once (rebuild_indexes)."""
-    rebuild_indexes(backend, [table for table in tables if is_worn(table.index, table.capacity)])
+    """Rebuilds the index of each of `tables` that is_worn, all at once (rebuild_indexes; the
+    tombstones read at once: a hash group's members at every evicting step)."""
+    if not tables:
+        return
+    flags = worn(backend.hash_tombstones([table.index for table in tables]),
+                 np.array([table.capacity for table in tables], dtype=np.int64))
+    if flags.any():
+        rebuild_indexes(backend, [tables[t] for t in np.flatnonzero(flags).tolist()])
 
 
 def rebuild_indexes(backend, tables):
