@@ -93,15 +93,32 @@ def take_rows_later_many(tables, placed):
 def settle_rows_many(tables, placed, host_placed):
     """Hands each of `tables` that waits on take_rows_later's counts `placed` its count from
     their host copy `host_placed` (read since), if still pending."""
-    counts = None
-    for table in tables:
-        pending = table._pending
-        if pending is None or pending[0] is not placed:
-            continue
-        if counts is None:
-            counts = np.asarray(host_placed, dtype=np.int64).reshape(-1).tolist()
+    taking = [table for table in tables
+              if table._pending is not None and table._pending[0] is placed]
+    if not taking:
+        return
+    counts = np.asarray(host_placed, dtype=np.int64).reshape(-1).tolist()
+    taken = [counts[table._pending[1]] for table in taking]
+    for table in taking:
         table._pending = None
-        table._take_rows(counts[pending[1]])
+    _hand_out_rows(taking, taken)
+
+
+def _hand_out_rows(tables, counts):
+    """Hands out the rows of counts[t] new keys (host ints) in each of `tables`, none of which
+    has a count pending: freed rows first (first freed first), then fresh ones. Returns how
+    many were freed rows in all. (One loop for a hash group's members, which take their rows
+    at every step: the two counted states read and written as their plain attributes, with no
+    call per table where none has a freed row.)"""
+    reused = 0
+    for table, count in zip(tables, counts):
+        free = table._free_rows
+        again = count if count < free.size else free.size
+        if again:
+            table._free_rows = free.taken(again)
+        table._high += count - again
+        reused += again
+    return reused
 
 
 def evicting_in_place(tables):
@@ -707,18 +724,11 @@ class DynamicTable(EmbeddingTable):
                 entry[0].forget(entry[1])
 
     def _take_rows(self, count):
-        """Hands out the rows of `count` new keys: freed rows first (first freed first), then
-        fresh ones; returns how many were freed rows. (Settled first, then the two counted
-        states read and written as their plain attributes: a hash group's members take their
-        rows at every step, and each descriptor access is a Python call.)"""
+        """Hands out the rows of `count` new keys (_hand_out_rows, once any count pending is
+        settled); returns how many were freed rows."""
         if self._pending is not None:
             self._settle()
-        free, count = self._free_rows, int(count)
-        reused = min(count, free.size)
-        if reused:
-            self._free_rows = free.taken(reused)
-        self._high += count - reused
-        return reused
+        return _hand_out_rows([self], [int(count)])
 
     def _undo_insert(self, new_keys, new_rows, free_before, high_water_before, evicted):
         """Undoes one insert of a failed step (engine/lookup/step_journal.py)."""
