@@ -27,7 +27,8 @@ class SizeLedger:
     """Keys held (`sizes`) and tombstones of n indexes, int64 [n] each, and `later`: the counts
     still on the device, entries (counts, targets, positions, sign, bounds): counts a device
     integer array (or a function returning its host copy), whose host copy at `positions` is
-    added times `sign` to sizes at `targets` (an int, or a slice for every index); bounds: 0,
+    added times `sign` to sizes at `targets` (an int, an int64 array of distinct indexes, or a
+    slice for every index); bounds: 0,
     or the bounds on erased keys (per target) that tombstones counted meanwhile, corrected by
     the true counts then (where not 0). ids: the id() of each index, in order, while the ledger
     is theirs alone (None once one of them left it). to_host_many: the backend's copy of
@@ -92,6 +93,8 @@ class SizeLedger:
                 if isinstance(targets, slice):
                     bounds = np.array(bounds, dtype=np.int64)
                     bounds[t] = 0
+                elif isinstance(targets, np.ndarray):  # (some of the indexes, in order)
+                    bounds = np.where(targets == t, 0, bounds)
                 elif targets == t:
                     bounds = 0
             kept.append((counts, targets, positions, sign, bounds))
@@ -117,6 +120,9 @@ class CountedIndex:
 
     @size.setter
     def size(self, value):
+        # the size as of now, counts still pending added when next read (a shared ledger's
+        # are added for every index at a read of any: set a size read just before, as the
+        # engine's `size +=` does, or an index's first)
         self._ledger.sizes[self._slot] = int(value)
 
     @property
@@ -258,11 +264,14 @@ def erase_counted(indexes, counts, erased=None):
                 index.add_size_later(erased, t, -1, int(count))
             index.tombstones += int(count)
         return
-    counts = np.asarray(counts, dtype=np.int64).reshape(-1)
+    counts = np.array(counts, dtype=np.int64).reshape(-1)  # (a copy: an entry keeps it)
     if erased is None:
         if ledger.later:
             ledger.settle()
         ledger.sizes -= counts
-    elif counts.any():
+    elif counts.all():
         ledger.later.append((erased, slice(None), slice(None), -1, counts))
+    elif counts.any():  # a member with no bound counts nothing, whatever erased holds for it
+        bounded = np.flatnonzero(counts)
+        ledger.later.append((erased, bounded, bounded, -1, counts[bounded]))
     ledger.tombstones += counts
