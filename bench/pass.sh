@@ -40,6 +40,11 @@
 #   critical[=W,...]  critical_path.py on cuda at full scale (default dlrm26_full, dlrm26): the
 #                replayed step's host path from its wait's wake to the next forward's launch,
 #                part by part (a process a workload); with --before, both trees alternated twice
+#   host-ab[=W,...]  host_work.py (a replayed step with its recorded works held back: the host's
+#                own work) of both trees (--before), each workload (default dlrm26_hash,
+#                dlrm26_hybrid) and tree a process a round on core $PASS_CORE (default 5),
+#                $PASS_ROUNDS rounds (default 8) interleaved, compared as distributions
+#                -> host_ab.txt (the host's pace moves 1.5-2x between processes: NOTES)
 #   call-cost    kernel_call_cost.py on cuda: a kernel call's own host work a call (three ops
 #                whose engine functions do nothing) and its Python calls; with --before, both
 #                trees alternated twice
@@ -157,7 +162,7 @@ while [ $# -gt 0 ]; do
   shift
 done
 [ ${#stages[@]} -gt 0 ] || { echo "pass.sh: name at least one stage (--list)" >&2; usage; }
-known=" micro hybrid profile kernels kernel-detail calls critical call-cost steps1 steps group framework checkpoint kernel-tests suites grid
+known=" micro hybrid profile kernels kernel-detail calls critical call-cost host-ab steps1 steps group framework checkpoint kernel-tests suites grid
   grid-ab breakdown-ab framework-ab new-rows gather-grid update-grid growth-this growth-ab parts-ab growth-profile host-slices hkv-grid
   find-or-insert-ab ncu-find-or-insert host-way dynamic-tests breakdown dynamic-ab backend-tests
   hash-ab ckpt-tests ckpt-stages ckpt-before ckpt-bench ckpt-big "
@@ -311,6 +316,27 @@ stage_calls() {  # [workload ...]: the replayed step's host work on cuda, each w
   # both trees, alternated twice, each under this checkout's script
   tree_rounds calls_of ${*:-dlrm dlrm26}
   cp "$work"/calls-stats-*.txt "$final/" 2>/dev/null
+}
+host_of() {  # tree, round, workload: host_work.py in a process of its own, on core $PASS_CORE
+  local pin=()
+  command -v taskset >/dev/null && pin=(taskset -c "${PASS_CORE:-5}")
+  PYTHONPATH=$(path_of "$1"):$here/bench run "host_$1_$2_$3" 300 "${pin[@]}" python3 \
+    "$here/bench/host_work.py" --out "$work/host_$1_$2_$3.json" --tree "$1" --workloads "$3"
+  grep -h 'host_us' "$work/host_$1_$2_$3.log" >>"$summary"
+}
+stage_host_ab() {  # [workload ...]: a replayed step's own host work (host_work.py) of both
+  # trees, each workload and tree a process a round, $PASS_ROUNDS rounds (default 8)
+  # interleaved, then the processes compared as distributions
+  local round tree w rounds=${PASS_ROUNDS:-8}
+  for round in $(seq -w 1 "$rounds"); do
+    for tree in before after; do
+      for w in ${*:-dlrm26_hash dlrm26_hybrid}; do
+        host_of "$tree" "$round" "$w"
+      done
+    done
+  done
+  python3 "$here/bench/host_work.py" --summarize "$work"/host_before_*.json \
+    "$work"/host_after_*.json 2>&1 | tee "$work/host_ab.txt" >>"$summary"
 }
 critical_of() {  # tree, round, workload
   bench $1 critical_path.py "critical_$1_$2_$3" --backend cuda --scale 1 --workloads "$3"
