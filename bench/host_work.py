@@ -23,7 +23,7 @@ import time
 
 import harness
 import step_calls
-from sok1x.engine.lookup import bounded_step, replayed_step
+from sok1x.engine.lookup import bounded_step
 
 
 def parse_args(argv):
@@ -42,21 +42,13 @@ def parse_args(argv):
     return parser.parse_args(argv)
 
 
-def _not_launched():
-    return None
-
-
 def measure(rt, name, args):
     """{"host_us": [a step, each repeat], "median", "min", "max"[, "calls", "profile"]} of one
     workload's replayed step with its recorded works held back."""
     case = step_calls.Case(rt, name, args.scale, replayed=True)
     for _ in range(args.warmup):
         case.run()
-    rt.backend.synchronize()
-    works = [w for step in replayed_step.recorded_works(rt) for w in step]
-    for work in works:
-        work.replay = _not_launched
-    try:
+    with step_calls.works_held_back(rt):
         for _ in range(5):
             case.run()
         repeats = []
@@ -71,10 +63,6 @@ def measure(rt, name, args):
         if args.profile:
             got.update(_profiled(case, args.profile))
         return got
-    finally:
-        for work in works:
-            del work.replay
-        rt.backend.synchronize()
 
 
 def _profiled(case, steps):

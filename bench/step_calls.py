@@ -18,6 +18,7 @@ With --replayed, each workload is timed once more with its recorded works not la
 the wall microseconds of the host's own work around the graphs a step, copies, fills and driver
 calls included, none of it waiting for a GPU busy with earlier steps).
 """
+import contextlib
 import cProfile
 import os
 import pstats
@@ -149,20 +150,29 @@ class Case:
 
     def host_us(self, rt, steps):
         """Wall microseconds per step of `steps` steps with the runtime's recorded works not
-        launched (their replay() a no-op): the host's own work of a replayed step."""
-        works = [w for step in replayed_step.recorded_works(rt) for w in step]
-        for work in works:
-            work.replay = _not_launched
-        try:
-            rt.backend.synchronize()
+        launched (works_held_back): the host's own work of a replayed step."""
+        with works_held_back(rt):
             started = time.perf_counter()
             for _ in range(steps):
                 self.run()
             return (time.perf_counter() - started) * 1e6 / steps
-        finally:
-            for work in works:
-                del work.replay
-            rt.backend.synchronize()
+
+
+@contextlib.contextmanager
+def works_held_back(rt):
+    """Inside, the runtime's recorded works (those recorded so far) are not launched: their
+    replay() does nothing, so a replayed step's time is its host's own work. The GPU is
+    synchronized on entry and exit."""
+    works = [w for step in replayed_step.recorded_works(rt) for w in step]
+    for work in works:
+        work.replay = _not_launched
+    try:
+        rt.backend.synchronize()
+        yield
+    finally:
+        for work in works:
+            del work.replay
+        rt.backend.synchronize()
 
 
 def _not_launched():

@@ -14,8 +14,8 @@ Memory: 16 bytes an index, and each pending entry's references (a device count a
 function reading its copy, and the tombstones' bounds, 8 bytes an index). A ledger names its
 indexes by id() only, so it keeps none of them alive; an index that dies or joins another
 ledger leaves its old one unshared (shared() then finds none, and the next sizes() joins
-them again). The group calls take a list of indexes in a group's order and fall back to a call per
-index where they share no ledger.
+them again). The group calls take a list of indexes in a group's order and fall back to a call
+per index where they share no ledger.
 """
 import numpy as np
 
@@ -28,11 +28,10 @@ class SizeLedger:
     still on the device, entries (counts, targets, positions, sign, bounds): counts a device
     integer array (or a function returning its host copy), whose host copy at `positions` is
     added times `sign` to sizes at `targets` (an int, an int64 array of distinct indexes, or a
-    slice for every index); bounds: 0,
-    or the bounds on erased keys (per target) that tombstones counted meanwhile, corrected by
-    the true counts then (where not 0). ids: the id() of each index, in order, while the ledger
-    is theirs alone (None once one of them left it). to_host_many: the backend's copy of
-    several device arrays to the host, one wait."""
+    slice for every index); bounds: 0, or the bounds on erased keys (per target) that
+    tombstones counted meanwhile, corrected by the true counts then (where not 0). ids: the
+    id() of each index, in order, while the ledger is theirs alone (None once one of them left
+    it). to_host_many: the backend's copy of several device arrays to the host, one wait."""
 
     __slots__ = ("sizes", "tombstones", "later", "ids", "to_host_many")
 

@@ -147,12 +147,6 @@ class HashIndex(size_ledger.CountedIndex):
         rebuilt (an insert does not take a tombstone's slot; a read of the size)."""
         return self.slot_count - self.size - self.tombstones
 
-    @staticmethod
-    def add_sizes_later(indexes, counts):
-        """add_size_later(counts, t) of each index t of `indexes` (a hash group's placed
-        keys): one entry of their shared ledger, where they share one."""
-        size_ledger.add_all(indexes, counts)
-
     def _find(self, keys):
         rows = empty((keys.shape[0],), np.int64)
         if keys.shape[0]:

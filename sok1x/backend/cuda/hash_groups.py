@@ -318,8 +318,7 @@ def hash_insert_many_done(indexes, found, placed, keep):
     (backend.read_later's: a copy queued at once, whose read waits for it alone, the same copy
     at every call), which hash_sizes reads once for all the indexes."""
     if keep and not isinstance(placed, np.ndarray):
-        if indexes:
-            type(indexes[0]).add_sizes_later(indexes, placed)
+        size_ledger.add_all(indexes, placed)
         return
     size_ledger.add(indexes, placed)
     if keep:
