@@ -88,6 +88,8 @@ measured in the same run: page-locked host-to-device and device-to-host bandwidt
 of sok1x_device the kernel launches, fills, copies, host waits (and the microseconds spent in
 them), the host's Python microseconds not spent waiting, NCCL collectives and MPI exchanges.
 SOK1X_BENCH_VARIANTS=a,b,... times those variants alone (sok1x_device and sok1x_bounded always).
+SOK1X_BENCH_GC_FREEZE=1 freezes the process's objects out of garbage collection before timing
+(gc.freeze): a step whose time then falls was paying for collections over the whole process.
 With SOK1X_BENCH_PROFILE=FILE, rank 0 appends a cProfile of 20 sok1x_device steps per workload,
 then of 20 sok1x_dlpack steps (what the seam adds on the host)
 ($SOK1X_BENCH_PROFILE_LINES functions by own and by cumulative time, default 30).
@@ -641,6 +643,8 @@ def run_workload(rt, name, device, steps, repeats, scale, pcie, segment_ids=Fals
             torch.cuda.synchronize(device)
 
     timed = {variant: harness.Steps(run, CHECK_STEPS) for variant, run in runs.items()}
+    if harness.gc_frozen_if_asked():
+        say("%-8s the process's objects frozen out of garbage collection (gc.freeze)" % name)
     times = harness.interleaved_ms(timed, repeats, steps, synchronize)
     counts = per_step_counts(rt, timed["sok1x_device"], synchronize)
     bounded_counts = per_step_counts(rt, timed["sok1x_bounded"], synchronize)
@@ -853,16 +857,19 @@ def replayed_floor_ms(rt, synchronize, replays=20):
 
 def per_step_counts(rt, run, synchronize, steps=20):
     """Per step of `run` (sok1x_device), averaged over `steps`: kernel launches, fills, copies,
-    host waits, NCCL collectives, MPI exchanges, and python_us: the host's time in the step not
+    host waits, NCCL collectives, MPI exchanges, Python's garbage collections (gc_gen0..2, gc_us:
+    harness.GcClock), and python_us: the host's time in the step not
     spent waiting for the GPU (wall clock less the waits); on cuda also python_us_alone, from
     `steps` more steps (which change the tables too), each begun on an idle GPU."""
     harness.barrier()
     synchronize()
     before = (launch_counts(), rt.stats())
+    collected = harness.GcClock()
     started = time.perf_counter()
     for _ in range(steps):
         run()
     wall_us = (time.perf_counter() - started) * 1e6
+    collected.remove()
     stats = rt.stats()  # the engine's own count of its host waits (before synchronize below)
     waited_us = launch_counts().get("wait_us", 0) - before[0].get("wait_us", 0)
     synchronize()
@@ -875,6 +882,7 @@ def per_step_counts(rt, run, synchronize, steps=20):
     counts["data_collectives"] = (stats["data_collectives"]
                                   - before[1]["data_collectives"]) / steps
     counts["mpi_exchanges"] = (stats["host_collectives"] - before[1]["host_collectives"]) / steps
+    counts.update({k: v / steps for k, v in collected.counts().items()})
     if "wait_us" in counts:
         counts["python_us_alone"] = python_us_alone(run, synchronize, steps)
     return counts

@@ -87,6 +87,46 @@ def start_torch(rt, port):
     return device
 
 
+class GcClock:
+    """Python's garbage collections while it is installed (gc.callbacks): how many of each
+    generation, and the wall microseconds they took. A step that makes container objects pays
+    for collections whose cost grows with everything else the process holds, so a step's host
+    time may depend on what else is in its process (counts() says how much)."""
+
+    def __init__(self):
+        self.collections, self.us, self._started = [0, 0, 0], 0.0, None
+        gc.callbacks.append(self._note)
+
+    def _note(self, phase, info):
+        if phase == "start":
+            self._started = time.perf_counter()
+        elif self._started is not None:
+            self.collections[info["generation"]] += 1
+            self.us += (time.perf_counter() - self._started) * 1e6
+            self._started = None
+
+    def counts(self):
+        """{"gc_gen0".."gc_gen2": collections, "gc_us": their microseconds} so far."""
+        result = {"gc_gen%d" % g: n for g, n in enumerate(self.collections)}
+        result["gc_us"] = self.us
+        return result
+
+    def remove(self):
+        gc.callbacks.remove(self._note)
+
+
+def gc_frozen_if_asked():
+    """With $SOK1X_BENCH_GC_FREEZE=1, moves every object the process holds now into the
+    collector's permanent generation (gc.freeze): later collections do not scan them. Returns
+    whether it did (to tell a step slowed by collections over a large heap from one that is
+    not)."""
+    if os.environ.get("SOK1X_BENCH_GC_FREEZE") != "1":
+        return False
+    gc.collect()
+    gc.freeze()
+    return True
+
+
 def release_memory(backend, torch_device=None):
     """Frees what earlier cases left: Python garbage, then (cuda) the blocks the sok1x memory
     pool holds, and PyTorch's cached blocks when it runs on `torch_device`."""
