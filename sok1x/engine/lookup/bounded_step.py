@@ -55,10 +55,10 @@ disagree on an exchange.
 """
 import collections
 import functools
-import os
 
 import numpy as np
 
+from sok1x.engine import environment
 from sok1x.engine.op_order import as_op_id
 from sok1x.engine.lookup.group_gradients import (  # noqa: F401  (the layout is a group's)
     ALIGN_ROWS,
@@ -84,12 +84,12 @@ its update (leave_for_update)."""
 
 def enabled(runtime):
     """True when SOK1X_BOUNDED_STEP=1 and the job has one rank."""
-    return runtime.size == 1 and os.environ.get(ENV, "0") in ("1", "true", "True")
+    return runtime.size == 1 and environment.get(ENV, "0") in ("1", "true", "True")
 
 
 def asked():
     """True when SOK1X_BOUNDED_STEP=1, whatever the number of ranks."""
-    return os.environ.get(ENV, "0") in ("1", "true", "True")
+    return environment.get(ENV, "0") in ("1", "true", "True")
 
 
 def told_keys(runtime, member_keys, width):

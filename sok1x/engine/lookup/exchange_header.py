@@ -28,12 +28,11 @@ INLINE_TABLES tables sends its per-table counts in a second all-to-all, once eve
 to be in the same op.
 """
 import collections
-import os
 
 import numpy as np
 
 from sok1x.backend import cpu as host_ops
-from sok1x.engine import kernel_calls
+from sok1x.engine import environment, kernel_calls
 from sok1x.engine.lookup import bounded_step
 from sok1x.engine.lookup.checks import first_error
 from sok1x.engine.op_order import CLOCK, as_op_id, op_key, tower_key
@@ -53,7 +52,7 @@ def order_check_enabled():
     """False only when SOK1X_ORDER_CHECK=0. Then collectives whose sizes are static (dense
     all-reduce, broadcast) skip their header, saving one small exchange each, and a rank
     that reaches a different collective may hang instead of raising."""
-    return os.environ.get(ORDER_CHECK_ENV, "1") not in ("0", "false", "False")
+    return environment.get(ORDER_CHECK_ENV, "1") not in ("0", "false", "False")
 
 
 def _records(runtime, fields, counts, error_flag, also_read, shared=None):

@@ -47,9 +47,9 @@ other ranks, against the distinct keys' own bytes the counted way: with uniform 
 1 + 4 / sqrt(most_to) times as many (a little more: most_to is the largest count seen, and the
 caps round up to 8).
 """
-import os
-
 import numpy as np
+
+from sok1x.engine import environment
 
 ENV = "SOK1X_PEER_CAPACITY"
 SPREADS = 4  # a cap's room above the most keys seen, in standard deviations of a count
@@ -68,7 +68,7 @@ class Plan:
 
 def enabled():
     """True when SOK1X_PEER_CAPACITY=1 (read once per op, when its plan is made)."""
-    return os.environ.get(ENV, "0") in ("1", "true", "True")
+    return environment.get(ENV, "0") in ("1", "true", "True")
 
 
 def plan_of(runtime, op, tables):

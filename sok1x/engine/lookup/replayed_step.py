@@ -110,12 +110,11 @@ is dropped at its next sight.
 import collections
 import functools
 import operator
-import os
 import time
 
 import numpy as np
 
-from sok1x.engine import lent_memory
+from sok1x.engine import environment, lent_memory
 from sok1x.engine.lookup import bounded_step, distinct_rows, peer_capacity, replayed_ranks
 from sok1x.engine.lookup.exchange_header import order_checks
 from sok1x.engine.lookup.key_exchange import (
@@ -139,7 +138,7 @@ def enabled(runtime):
     """True when SOK1X_CAPTURE is not 0 and the bounded step applies: on one rank
     (bounded_step.enabled), or on several with the lookups sized by per-peer capacities
     (SOK1X_BOUNDED_STEP=1 and SOK1X_PEER_CAPACITY=1)."""
-    if os.environ.get(ENV, "1") in ("0", "false", "False"):
+    if environment.get(ENV, "1") in ("0", "false", "False"):
         return False
     if runtime.size == 1:
         return bounded_step.enabled(runtime)
