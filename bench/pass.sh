@@ -45,6 +45,10 @@
 #                dlrm26_hybrid) and tree a process a round on core $PASS_CORE (default 5),
 #                $PASS_ROUNDS rounds (default 8) interleaved, compared as distributions
 #                -> host_ab.txt (the host's pace moves 1.5-2x between processes: NOTES)
+#   driver-calls[=W,...]  driver_calls.py: microseconds a CUDA driver call costs the host here
+#                (launch, copies, events, graph launch, context push), and the driver calls of a
+#                replayed step of each workload (default dlrm, dlrm26, dlrm26_hash,
+#                dlrm26_hybrid) with its host_us -> driver_calls.json
 #   call-cost    kernel_call_cost.py on cuda: a kernel call's own host work a call (three ops
 #                whose engine functions do nothing) and its Python calls; with --before, both
 #                trees alternated twice
@@ -162,7 +166,7 @@ while [ $# -gt 0 ]; do
   shift
 done
 [ ${#stages[@]} -gt 0 ] || { echo "pass.sh: name at least one stage (--list)" >&2; usage; }
-known=" micro hybrid profile kernels kernel-detail calls critical call-cost host-ab steps1 steps group framework checkpoint kernel-tests suites grid
+known=" micro hybrid profile kernels kernel-detail calls critical call-cost driver-calls host-ab steps1 steps group framework checkpoint kernel-tests suites grid
   grid-ab breakdown-ab framework-ab new-rows gather-grid update-grid growth-this growth-ab parts-ab growth-profile host-slices hkv-grid
   find-or-insert-ab ncu-find-or-insert host-way dynamic-tests breakdown dynamic-ab backend-tests
   hash-ab ckpt-tests ckpt-stages ckpt-before ckpt-bench ckpt-big "
@@ -337,6 +341,14 @@ stage_host_ab() {  # [workload ...]: a replayed step's own host work (host_work.
   done
   python3 "$here/bench/host_work.py" --summarize "$work"/host_before_*.json \
     "$work"/host_after_*.json 2>&1 | tee "$work/host_ab.txt" >>"$summary"
+}
+stage_driver_calls() {  # [workload ...]: driver_calls.py of this tree: what one driver call
+  # costs the host, and how many a replayed step of each workload makes
+  local w=${*:-dlrm dlrm26 dlrm26_hash dlrm26_hybrid}
+  w=${w// /,}
+  bench after driver_calls.py driver_calls --workloads "$w"
+  grep -hE '^  |host_us' "$work/driver_calls.log" >>"$summary"
+  cp "$work/driver_calls.json" "$final/" 2>/dev/null
 }
 critical_of() {  # tree, round, workload
   bench $1 critical_path.py "critical_$1_$2_$3" --backend cuda --scale 1 --workloads "$3"
