@@ -33,7 +33,7 @@ import step_calls
 
 def parse_args(argv):
     parser = harness.parser(__doc__, out={"required": False, "default": None}, repeats=7,
-                            steps=200)
+                            steps=200, scale=1)
     parser.add_argument("--calls", type=int, default=2000)
     parser.add_argument("--workloads", default="dlrm,dlrm26,dlrm26_hash,dlrm26_hybrid")
     parser.add_argument("--warmup", type=int, default=40)

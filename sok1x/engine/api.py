@@ -30,7 +30,7 @@ from sok1x.engine.lookup.pooled import (  # noqa: F401  (PooledInput: part of th
     pooled_backward_many,
     pooled_forward_many,
 )
-from sok1x.engine.tables import dynamic_table
+from sok1x.engine.tables import dynamic_table, optimizer_updates
 from sok1x.engine.tables.dynamic_table import Dynamic, make_table
 from sok1x.engine.lookup.keyed import KeyedInput  # noqa: F401  (part of the API)
 from sok1x.errors import DeviceMemoryError, InvalidInputError, Sok1xError
@@ -465,7 +465,6 @@ def apply_optimizer_update(table_name, rule, slot_prefix, options, hyper, values
     rank's shard with gradient values [n, dim] of shard rows [n]; hyper: name -> float for this
     step. Returns the number of distinct rows updated. The gradient of a replayed backward
     (api.dense_lookup's replay=True), as it returned it, has its update replayed."""
-    from sok1x.engine.tables import optimizer_updates
     with _runtime.entered() as rt:
         table = _table(rt, table_name)
         if rt.replays is not None:
@@ -483,7 +482,6 @@ def apply_optimizer_updates(table_names, rule, slot_prefix, options, hyper, valu
     """Local. apply_optimizer_update for several tables at once: the tables of one group whose
     gradients come unchanged from their lookup's backward pass are updated in one pass
     (engine/lookup/table_group.py). Returns per table the number of distinct rows updated."""
-    from sok1x.engine.tables import optimizer_updates
     with _runtime.entered() as rt:
         tables = [_table(rt, name) for name in table_names]
         if rt.replays is not None:
