@@ -1,8 +1,8 @@
 """What one CUDA driver call costs the host on this machine, and how many a replayed step makes:
 the floor under a replayed step's host time that no Python trimming moves.
 
-    python bench/driver_calls.py --out results/driver_calls.json            # one GPU
-    python bench/driver_calls.py --workloads dlrm,dlrm26_hash --calls 5000
+    python bench/driver_calls.py --out dc.json --workloads ""        # part 1 alone, one GPU
+    python bench/driver_calls.py --out dc_dlrm.json --workloads dlrm --costs dc.json
 
 Part 1, each call alone (the engine's own way of making it, on the sok1x stream, inside the
 context; --calls calls a repeat, median of --repeats with min-max, microseconds a call): a kernel
@@ -16,12 +16,16 @@ Part 2, per workload (step_calls.Case: framework_step.py's sok1x_replayed on eng
 rank): the driver calls a replayed step makes, counted by wrapping the PyCUDA and ctypes entry
 points the cuda backend calls (launches, copies, event records and queries, graph launches,
 context pushes), over --steps steps after --warmup; and the step's host microseconds with its
-recorded works held back (host_work.py's figure). Their product with part 1's costs says how
-much of that host time the driver takes. On the GPU hosts here (gVisor: every driver call is a
-trip through its sentry) this is not small.
+recorded works held back (host_work.py's figure), and the host's pace (harness.host_pace_us).
+One GPU holds one workload's tables at a time: run a process a workload, each taking part 1's
+costs from its --out (--costs), as pass.sh's driver-calls stage does. Their product with part
+1's costs says how much of that host time the driver takes. On the GPU hosts here (gVisor:
+every driver call is a trip through its sentry) this is not small.
 """
 import ctypes
 import functools
+import json
+import os
 import sys
 import time
 
@@ -29,6 +33,7 @@ import numpy as np
 
 import harness
 import step_calls
+from sok1x.engine.lookup import bounded_step
 
 
 def parse_args(argv):
@@ -37,6 +42,10 @@ def parse_args(argv):
     parser.add_argument("--calls", type=int, default=2000)
     parser.add_argument("--workloads", default="dlrm,dlrm26,dlrm26_hash,dlrm26_hybrid")
     parser.add_argument("--warmup", type=int, default=40)
+    parser.add_argument("--costs", default=None, metavar="JSON",
+                        help="take part 1's costs from this earlier --out (part 1 is not run): "
+                             "one GPU holds one workload's tables at a time, so part 2 runs a "
+                             "process a workload")
     return parser.parse_args(argv)
 
 
@@ -188,12 +197,20 @@ def step_counts(rt, name, args):
 
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    os.environ[bounded_step.ENV] = "1"  # the replayed step (step_calls.Case's replayed=True)
     rt = harness.start_engine("cuda")
-    singles = single_calls(rt, args.calls, args.repeats)
-    print("microseconds a call (median of %d x %d calls, min-max):" % (args.repeats, args.calls))
-    for call, timing in singles.items():
-        print("  %-38s %7.2f (%.2f-%.2f)" % (call, timing["median"], timing["min"],
-                                             timing["max"]))
+    if args.costs:
+        with open(args.costs) as handle:
+            singles = json.load(handle)["single_calls_us"]
+    else:
+        singles = single_calls(rt, args.calls, args.repeats)
+        print("microseconds a call (median of %d x %d calls, min-max):"
+              % (args.repeats, args.calls))
+        for call, timing in singles.items():
+            print("  %-38s %7.2f (%.2f-%.2f)" % (call, timing["median"], timing["min"],
+                                                 timing["max"]))
+    pace = harness.host_pace_us()
+    print("the host's pace (harness.host_pace_us): %.0f us" % pace)
     cost = {  # what each counted kind costs, from part 1
         "kernel launches": singles["kernel launch (a fill)"]["median"],
         "device copies": singles["device copy, 64 B"]["median"],
@@ -204,7 +221,7 @@ def main(argv=None):
         "context pushes": singles["context push + pop"]["median"],
     }
     steps = {}
-    for name in args.workloads.split(","):
+    for name in [name for name in args.workloads.split(",") if name]:
         got = step_counts(rt, name, args)
         driver_us = sum(cost.get(kind, 0.0) * n for kind, n in
                         got["driver calls a step"].items())
@@ -216,7 +233,8 @@ def main(argv=None):
                  driver_us))
     if args.out:
         harness.write_json(args.out, {"environment": harness.environment(),
-                                      "single_calls_us": singles, "steps": steps})
+                                      "single_calls_us": singles, "steps": steps,
+                                      "pace_us": pace})
     harness.finish()
 
 

@@ -127,6 +127,29 @@ def gc_frozen_if_asked():
     return True
 
 
+def _pace_call(value):
+    return value
+
+
+def host_pace_us(repeats=9):
+    """Microseconds this process takes for one fixed piece of host work, the median of `repeats`:
+    20,000 Python calls and 2,000 small NumPy operations, what an engine step's host work is
+    made of. The GPU hosts run one code's step 1.5-2x slower in one process than in another
+    (2026-11-29), so a host figure divided by this one can be compared across processes where
+    the figure alone cannot (if what slows a process slows both alike: say whether it did)."""
+    small = np.arange(26, dtype=np.int64)
+    spent = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        total = 0
+        for index in range(20000):
+            total += _pace_call(index)
+        for _ in range(1000):
+            total += int((small + small).any()) + small.shape[0]
+        spent.append((time.perf_counter() - started) * 1e6)
+    return sorted(spent)[len(spent) // 2]
+
+
 def release_memory(backend, torch_device=None):
     """Frees what earlier cases left: Python garbage, then (cuda) the blocks the sok1x memory
     pool holds, and PyTorch's cached blocks when it runs on `torch_device`."""

@@ -88,12 +88,15 @@ def summarize(paths):
     """Lines comparing the processes of JSON files (each host_work.py's --out, --tree set):
     per workload and tree, each process's median in file order, the median of those and their
     range, and in how many rounds (the n-th file of each tree) after ran faster."""
-    by = {}
+    by, paced = {}, {}
     for path in paths:
         with open(path) as handle:
             got = json.load(handle)
         for name, figures in got["workloads"].items():
             by.setdefault(name, {}).setdefault(got.get("tree", ""), []).append(figures["median"])
+            if "pace_us" in figures:
+                paced.setdefault(name, {}).setdefault(got.get("tree", ""), []).append(
+                    figures["median"] / figures["pace_us"] * 1e3)
     lines = []
     for name, trees in by.items():
         for tree, medians in trees.items():
@@ -101,6 +104,12 @@ def summarize(paths):
             lines.append("%s %-7s processes %s; median %.1f (%.1f-%.1f) us a step" % (
                 name, tree, ", ".join("%.0f" % m for m in medians),
                 ordered[len(ordered) // 2], ordered[0], ordered[-1]))
+            ratios = sorted(paced.get(name, {}).get(tree, []))
+            if len(ratios) == len(medians):  # per 1000 us of the host's pace
+                lines.append("%s %-7s per 1000 us of the host's pace: %s; median %.2f "
+                             "(%.2f-%.2f)" % (name, tree, ", ".join(
+                                 "%.2f" % r for r in paced[name][tree]),
+                                 ratios[len(ratios) // 2], ratios[0], ratios[-1]))
         if "before" in trees and "after" in trees:
             pairs = list(zip(trees["before"], trees["after"]))
             faster = sum(after < before for before, after in pairs)
@@ -119,8 +128,11 @@ def main(argv):
               "repeats": args.repeats, "tree": args.tree, "workloads": {}}
     for name in args.workloads.split(","):
         got = result["workloads"][name] = measure(rt, name, args)
-        print("%s %s host_us median of %d x %d steps: %.1f (%.1f-%.1f)" % (
-            args.tree, name, args.repeats, args.steps, got["median"], got["min"], got["max"]))
+        # the host's pace right after, as a yardstick between processes (harness.host_pace_us)
+        got["pace_us"] = harness.host_pace_us()
+        print("%s %s host_us median of %d x %d steps: %.1f (%.1f-%.1f); the host's pace %.0f us"
+              % (args.tree, name, args.repeats, args.steps, got["median"], got["min"],
+                 got["max"], got["pace_us"]))
         if args.profile:
             print("%s calls a step %.1f; own us a step (profiled), calls, cumulative us:"
                   % (name, got["calls"]))

@@ -344,11 +344,16 @@ stage_host_ab() {  # [workload ...]: a replayed step's own host work (host_work.
 }
 stage_driver_calls() {  # [workload ...]: driver_calls.py of this tree: what one driver call
   # costs the host, and how many a replayed step of each workload makes
-  local w=${*:-dlrm dlrm26 dlrm26_hash dlrm26_hybrid}
-  w=${w// /,}
-  bench after driver_calls.py driver_calls --workloads "$w"
-  grep -hE '^  |host_us' "$work/driver_calls.log" >>"$summary"
-  cp "$work/driver_calls.json" "$final/" 2>/dev/null
+  # (part 1 alone, then a process a workload: one GPU holds one workload's tables at a time)
+  local w
+  bench after driver_calls.py driver_calls --workloads ""
+  grep -hE '^  |pace' "$work/driver_calls.log" >>"$summary"
+  for w in ${*:-dlrm dlrm26 dlrm26_hash dlrm26_hybrid}; do
+    bench after driver_calls.py "driver_calls_$w" --workloads "$w" \
+      --costs "$work/driver_calls.json"
+    grep -hE 'host_us|pace' "$work/driver_calls_$w.log" >>"$summary"
+  done
+  tar czf "$final/driver_calls.tgz" -C "$work" $(cd "$work" && ls driver_calls*.json) 2>/dev/null
 }
 critical_of() {  # tree, round, workload
   bench $1 critical_path.py "critical_$1_$2_$3" --backend cuda --scale 1 --workloads "$3"
