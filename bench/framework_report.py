@@ -81,6 +81,12 @@ def _python_us_check(name, workload, ranks, entry):
             checks.append({"check": name + suffix, "workload": workload, "ranks": ranks,
                            "value": value, "target": "<= %.0f" % PYTHON_US_TARGET,
                            "met": value <= PYTHON_US_TARGET})
+    if checks and counts.get("host_pace_us") is not None:  # how fast this process's host ran
+        label = name.replace("python_us", "the host's pace beside python_us")
+        checks.append({"check": label + " (us of harness.host_pace_us' fixed work; one H200: "
+                       "2,500-2,900 most processes, 4,500-5,000 slow ones)", "workload": workload,
+                       "ranks": ranks, "value": counts["host_pace_us"], "target": "reported",
+                       "met": None})
     return checks
 
 

@@ -858,7 +858,8 @@ def replayed_floor_ms(rt, synchronize, replays=20):
 def per_step_counts(rt, run, synchronize, steps=20):
     """Per step of `run` (sok1x_device), averaged over `steps`: kernel launches, fills, copies,
     host waits, NCCL collectives, MPI exchanges, Python's garbage collections (gc_gen0..2, gc_us:
-    harness.GcClock), and python_us: the host's time in the step not
+    harness.GcClock), the host's pace after them (host_pace_us: harness.host_pace_us, which
+    tells a process whose host runs slow), and python_us: the host's time in the step not
     spent waiting for the GPU (wall clock less the waits); on cuda also python_us_alone, from
     `steps` more steps (which change the tables too), each begun on an idle GPU."""
     harness.barrier()
@@ -885,6 +886,7 @@ def per_step_counts(rt, run, synchronize, steps=20):
     counts.update({k: v / steps for k, v in collected.counts().items()})
     if "wait_us" in counts:
         counts["python_us_alone"] = python_us_alone(run, synchronize, steps)
+    counts["host_pace_us"] = harness.host_pace_us()  # this process's pace, to read the above by
     return counts
 
 
