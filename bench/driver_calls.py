@@ -13,10 +13,13 @@ cuda_context.entered()), and as baselines an empty Python call and an empty ctyp
 The GPU is synchronized every 256 queued calls, so that no call waits for a full queue.
 
 Part 2, per workload (step_calls.Case: framework_step.py's sok1x_replayed on engine arrays, one
-rank): the driver calls a replayed step makes, counted by wrapping the PyCUDA and ctypes entry
-points the cuda backend calls (launches, copies, event records and queries, graph launches,
-context pushes), over --steps steps after --warmup; and the step's host microseconds with its
-recorded works held back (host_work.py's figure), and the host's pace (harness.host_pace_us).
+rank): the driver calls a replayed step makes, counted by wrapping the PyCUDA entry points the
+cuda backend calls (copies, event records, queries and waits, stream waits, context pushes and
+pops), CapturedGraph.replay (graph launches) and kernel_launch's own count of launches, over
+--steps steps after --warmup (ctypes calls other than a graph's launch, stream_orders' event
+records and waits among them, are not counted: the replayed step here makes none); the step's
+host microseconds with its recorded works held back (host_work.py's figure); and the host's
+pace (harness.host_pace_us). Copies to the device are counted, not costed (part 1 has none).
 One GPU holds one workload's tables at a time: run a process a workload, each taking part 1's
 costs from its --out (--costs), as pass.sh's driver-calls stage does. Their product with part
 1's costs says how much of that host time the driver takes. On the GPU hosts here (gVisor:
@@ -24,6 +27,7 @@ every driver call is a trip through its sentry) this is not small.
 """
 import ctypes
 import functools
+import inspect
 import json
 import os
 import sys
@@ -156,6 +160,7 @@ class DriverCounter:
         self._undo.append(lambda: setattr(captured_graph.CapturedGraph, "replay", self._replay))
 
     def _wrap(self, owner, name, label):
+        raw = inspect.getattr_static(owner, name)  # as stored: a static method stays one
         original = getattr(owner, name)
         counts = self.counts
 
@@ -163,10 +168,13 @@ class DriverCounter:
             counts[label] = counts.get(label, 0) + 1
             return original(*args, **kwargs)
         try:
-            setattr(owner, name, counted)
-        except (AttributeError, TypeError):
+            setattr(owner, name, staticmethod(counted) if isinstance(raw, staticmethod)
+                    else counted)
+        except (AttributeError, TypeError) as exc:
+            print("driver_calls: %s.%s not counted (%s): its kind reads 0"
+                  % (getattr(owner, "__name__", owner), name, exc))
             return
-        self._undo.append(lambda: setattr(owner, name, original))
+        self._undo.append(lambda: setattr(owner, name, raw))
 
     def remove(self):
         for undo in reversed(self._undo):

@@ -95,6 +95,7 @@ then of 20 sok1x_dlpack steps (what the seam adds on the host)
 ($SOK1X_BENCH_PROFILE_LINES functions by own and by cumulative time, default 30).
 """
 import functools
+import gc
 import os
 import sys
 import time
@@ -643,7 +644,7 @@ def run_workload(rt, name, device, steps, repeats, scale, pcie, segment_ids=Fals
             torch.cuda.synchronize(device)
 
     timed = {variant: harness.Steps(run, CHECK_STEPS) for variant, run in runs.items()}
-    if harness.gc_frozen_if_asked():
+    if harness.gc_frozen_if_asked():  # (unfrozen by the caller once the workload is done)
         say("%-8s the process's objects frozen out of garbage collection (gc.freeze)" % name)
     times = harness.interleaved_ms(timed, repeats, steps, synchronize)
     counts = per_step_counts(rt, timed["sok1x_device"], synchronize)
@@ -866,11 +867,13 @@ def per_step_counts(rt, run, synchronize, steps=20):
     synchronize()
     before = (launch_counts(), rt.stats())
     collected = harness.GcClock()
-    started = time.perf_counter()
-    for _ in range(steps):
-        run()
-    wall_us = (time.perf_counter() - started) * 1e6
-    collected.remove()
+    try:
+        started = time.perf_counter()
+        for _ in range(steps):
+            run()
+        wall_us = (time.perf_counter() - started) * 1e6
+    finally:
+        collected.remove()
     stats = rt.stats()  # the engine's own count of its host waits (before synchronize below)
     waited_us = launch_counts().get("wait_us", 0) - before[0].get("wait_us", 0)
     synchronize()
@@ -941,6 +944,7 @@ def main(argv):
             import traceback
             traceback.print_exc()
             payload["steps"].append({"workload": name, "ranks": rt.size, "error": repr(exc)})
+        gc.unfreeze()  # (SOK1X_BENCH_GC_FREEZE: this workload's objects may be collected now)
         harness.release_memory(rt.backend, device)
         say("%s took %.1f s" % (name, time.time() - started))
         harness.write_json(args.out, payload)

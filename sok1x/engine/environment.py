@@ -3,9 +3,12 @@ order-check switches): os.environ.get's answer, always the current one, in one l
 dict CPython keeps os.environ's encoded values in, rather than os.environ.get's five Python
 calls (Mapping.get, __getitem__, the key's encoding, the value's decoding, a KeyError where the
 name is unset). os.environ's own writes (a program's, pytest's monkeypatch) update that dict, so
-a switch set or unset between steps is seen at the next read, as with os.environ.get."""
+a switch set or unset between steps is seen at the next read, as with os.environ.get; where a
+program puts another mapping in os.environ's place (unittest.mock.patch("os.environ", ...)),
+reads go through that mapping's get."""
 import os
 
+_ENVIRON = os.environ  # (a program that rebinds os.environ is read through os.environ.get)
 _DATA = getattr(os.environ, "_data", None)
 _ENCODE = getattr(os.environ, "encodekey", None)
 _DECODE = getattr(os.environ, "decodevalue", None)
@@ -17,7 +20,7 @@ _VALUES = {}  # a value as _DATA holds it -> decoded (a switch takes a few value
 def get(name, default=None):
     """os.environ.get(name, default): the variable `name`'s value (str), or `default` where it
     is unset."""
-    if not _FAST:
+    if not _FAST or os.environ is not _ENVIRON:
         return os.environ.get(name, default)
     key = _KEYS.get(name)
     if key is None:

@@ -1,10 +1,11 @@
 """engine/environment.py reads a variable as os.environ.get does, whatever wrote it last: a set,
-a change, an unset (os.environ's own writes and pytest's monkeypatch), a name never set, values
-with characters beyond ASCII, many values in turn; and it costs fewer Python calls than
-os.environ.get."""
+a change, an unset (os.environ's own writes and pytest's monkeypatch), another mapping put in
+os.environ's place, a name never set, values with characters beyond ASCII, many values in turn;
+and it costs fewer Python calls than os.environ.get."""
 import cProfile
 import os
 import pstats
+from unittest import mock
 
 import pytest
 
@@ -35,6 +36,13 @@ def test_every_write_is_seen_at_the_next_read(monkeypatch):
     assert _both(NAME) == ("true", "true")
     assert os.environ.pop(NAME) == "true"
     assert _both(NAME, "x") == ("x", "x")
+
+
+def test_a_mapping_put_in_os_environs_place_is_read():
+    with mock.patch("os.environ", {NAME: "patched"}):
+        assert _both(NAME) == ("patched", "patched")
+        assert _both("SOK1X_TEST_NEVER_SET_ANYWHERE", "d") == ("d", "d")
+    assert _both(NAME) == (os.environ.get(NAME), os.environ.get(NAME))
 
 
 @pytest.mark.parametrize("value", ["", " 1 ", "Grüße", "0" * 300, "a=b;c"])
