@@ -69,8 +69,7 @@ def _timed_us(call, calls, repeats, sync):
             done += batch
             sync()
         per_call.append(spent * 1e6 / calls)
-    ordered = sorted(per_call)
-    return {"median": ordered[len(ordered) // 2], "min": ordered[0], "max": ordered[-1]}
+    return harness.summary(per_call, ("median", "min", "max"))
 
 
 def single_calls(rt, calls, repeats):
@@ -182,7 +181,8 @@ class DriverCounter:
 
 
 def step_counts(rt, name, args):
-    """{"driver calls a step": {kind: count}, "host_us": median of the works held back}."""
+    """{"driver calls a step": {kind: count}, "host_us", "host_us_min", "host_us_max": the
+    step with its recorded works held back, over --repeats repeats}."""
     from sok1x.backend.cuda.kernel_launch import COUNTS
     case = step_calls.Case(rt, name, args.scale, replayed=True)
     for _ in range(args.warmup):
@@ -198,9 +198,10 @@ def step_counts(rt, name, args):
         counter.remove()
     counts = {kind: n / args.steps for kind, n in sorted(counter.counts.items())}
     counts["kernel launches"] = (COUNTS.get("launches", 0) - launches) / args.steps
-    host = sorted(case.host_us(rt, args.steps) for _ in range(args.repeats))
-    return {"driver calls a step": counts, "host_us": host[len(host) // 2],
-            "host_us_min": host[0], "host_us_max": host[-1]}
+    got = harness.summary([case.host_us(rt, args.steps) for _ in range(args.repeats)],
+                          ("host_us", "host_us_min", "host_us_max"))
+    got["driver calls a step"] = counts
+    return got
 
 
 def main(argv=None):

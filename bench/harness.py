@@ -147,7 +147,7 @@ def host_pace_us(repeats=9):
         for _ in range(1000):
             total += int((small + small).any()) + small.shape[0]
         spent.append((time.perf_counter() - started) * 1e6)
-    return sorted(spent)[len(spent) // 2]
+    return median(spent)
 
 
 def release_memory(backend, torch_device=None):
