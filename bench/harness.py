@@ -279,6 +279,45 @@ class StreamTimer:
             return start.time_till(end)
 
 
+def kernel_from(path, name, arg_types, options=()):
+    """Kernel `name` of the CUDA source file at `path` (another tree's cuda_kernels/*.cu, or a
+    candidate), compiled for this device with sok1x's compiler and the installed headers
+    (-I the installed cuda_kernels), nvcc `options` added (e.g. "-DNAME=1"), and prepared with
+    pycuda `arg_types`. Call on cuda with the engine's backend active."""
+    import pycuda.driver as driver
+    from sok1x.backend.cuda import context as cuda_context
+    from sok1x.cuda_kernels import compiler
+    with open(path) as handle:
+        text = handle.read()
+    with cuda_context.entered():
+        major, minor = cuda_context.context().get_device().compute_capability()
+        cubin = compiler.compile_text(text, os.path.basename(path), "sm_%d%d" % (major, minor),
+                                      tuple(options))
+        function = driver.module_from_buffer(cubin).get_function(name)
+    function.prepare(arg_types)
+    return function
+
+
+def interleaved_parts(timer, parts, rounds, repeats, moved=None):
+    """Times each (name, run) of `parts` with timer.part_us, `rounds` times in turn (so a slow
+    spell of the GPU falls on every part alike). Returns {name: figures}: the median, min and max
+    over all rounds' repeats (us), and tb_per_s where `moved` bytes a run is given."""
+    times = {name: [] for name, _ in parts}
+    for _ in range(rounds):
+        for name, run in parts:
+            times[name].extend(ms * 1e3 for ms in timer.time_ms(run, repeats))
+    figures = {}
+    for name, _ in parts:
+        figures[name] = summary(times[name], ("us", "us_min", "us_max", "us_repeats"))
+        rate = ""
+        if moved is not None:
+            figures[name]["tb_per_s"] = moved / figures[name]["us"] / 1e6
+            rate = ", %.2f TB/s" % figures[name]["tb_per_s"]
+        log("%-34s %7.1f us (%.1f-%.1f)%s" % (name, figures[name]["us"], figures[name]["us_min"],
+                                               figures[name]["us_max"], rate))
+    return figures
+
+
 class TorchTimer:
     """Times PyTorch work on `device`'s current stream with CUDA events (a host clock on cpu),
     in milliseconds; time_ms as StreamTimer's."""

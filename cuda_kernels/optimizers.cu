@@ -59,35 +59,51 @@ __device__ __forceinline__ Lanes<W>& lanes_at(const Rows& state, int64 s) {
 // states[j] (var first), g its gradient. W elements a thread: W = 4 where dim % 4 == 0 and every
 // array is 16-byte aligned (the *_x4 kernels, which the cuda backend picks then), one 16-byte
 // load and store per array where W = 1 made four, and a quarter of the index work.
+// The loop waits on memory, not on arithmetic (Nsight Compute: dlrm's update at 70% of DRAM
+// bandwidth, its warps stalled on loads, 2026-11-28), so the row of a thread's next position is
+// read while this one's states are in flight, and a row's position is found by a shift where
+// dim / W is a power of two (a 64-bit division is a long call).
 template <int W, int N, class Rule>
 __device__ __forceinline__ void update_rows(const Rule& rule, const Rows (&states)[N],
                                             const int64* rows, const float* grads, int64 n,
                                             int64 dim) {
   const int64 per_row = dim / W;
-  for (int64 t = global_thread_id(); t < n * per_row; t += global_thread_count()) {
-    const int64 i = t / per_row;
-    const int64 row = rows[i];
-    if (row < 0) continue;  // padding
-    const int64 c = (t - i * per_row) * W;
-    const Lanes<W> g = *reinterpret_cast<const Lanes<W>*>(grads + i * dim + c);
-    Lanes<W>* at[N];
-    Lanes<W> value[N];
+  const int64 total = n * per_row;
+  const int64 stride = global_thread_count();
+  const bool by_shift = (per_row & (per_row - 1)) == 0;
+  const int shift = __ffsll(per_row) - 1;
+  const auto position_of = [&](int64 t) { return by_shift ? t >> shift : t / per_row; };
+  int64 t = global_thread_id();
+  int64 i = position_of(t);
+  int64 row = t < total ? rows[i] : -1;
+  for (; t < total; t += stride) {
+    const int64 next_t = t + stride;
+    const int64 next_i = position_of(next_t);
+    const int64 next_row = next_t < total ? rows[next_i] : -1;  // in flight with this one's
+    if (row >= 0) {  // else padding
+      const int64 c = (t - i * per_row) * W;
+      const Lanes<W> g = *reinterpret_cast<const Lanes<W>*>(grads + i * dim + c);
+      Lanes<W>* at[N];
+      Lanes<W> value[N];
 #pragma unroll
-    for (int j = 0; j < N; ++j) {
-      at[j] = &lanes_at<W>(states[j], row * dim + c);
-      value[j] = *at[j];
+      for (int j = 0; j < N; ++j) {
+        at[j] = &lanes_at<W>(states[j], row * dim + c);
+        value[j] = *at[j];
+      }
+#pragma unroll
+      for (int k = 0; k < W; ++k) {
+        float element[N];
+#pragma unroll
+        for (int j = 0; j < N; ++j) element[j] = value[j].x[k];
+        rule(element, g.x[k]);
+#pragma unroll
+        for (int j = 0; j < N; ++j) value[j].x[k] = element[j];
+      }
+#pragma unroll
+      for (int j = 0; j < N; ++j) *at[j] = value[j];
     }
-#pragma unroll
-    for (int k = 0; k < W; ++k) {
-      float element[N];
-#pragma unroll
-      for (int j = 0; j < N; ++j) element[j] = value[j].x[k];
-      rule(element, g.x[k]);
-#pragma unroll
-      for (int j = 0; j < N; ++j) value[j].x[k] = element[j];
-    }
-#pragma unroll
-    for (int j = 0; j < N; ++j) *at[j] = value[j];
+    i = next_i;
+    row = next_row;
   }
 }
 
@@ -95,15 +111,23 @@ __device__ __forceinline__ void update_rows(const Rule& rule, const Rows (&state
 // and update_SUFFIX_x4. PARAMS: its state parameters in parentheses, var first; the rest: those
 // states' names.
 #define ROW_STATE_PARAMS(...) __VA_ARGS__
-#define ROW_UPDATE_KERNELS(SUFFIX, RULE, PARAMS, ...)                                          \
-  extern "C" __global__ void update_##SUFFIX(ROW_STATE_PARAMS PARAMS, const int64* rows,       \
+// The blocks of 256 threads (launch()'s) a multiprocessor holds of a *_x4 row kernel at least: its
+// registers are capped to fit them (LazyAdam's 44 to 40 at 6, as it held before the row of the
+// next position was read ahead). bench/update_grid.py compiles other values beside it.
+#ifndef ROW_MIN_BLOCKS
+#define ROW_MIN_BLOCKS 6
+#endif
+#define ROW_BOUNDS __launch_bounds__(256, ROW_MIN_BLOCKS)
+#define ROW_UPDATE_KERNELS(SUFFIX, RULE, PARAMS, ...)                                           \
+  extern "C" __global__ void update_##SUFFIX(ROW_STATE_PARAMS PARAMS, const int64* rows,        \
                                              const float* grads, int64 n, int64 dim, Hyper h) { \
     const Rows states[] = {__VA_ARGS__};                                                        \
     update_rows<1>(RULE(h), states, rows, grads, n, dim);                                       \
   }                                                                                             \
-  extern "C" __global__ void update_##SUFFIX##_x4(ROW_STATE_PARAMS PARAMS, const int64* rows,  \
-                                                  const float* grads, int64 n, int64 dim,       \
-                                                  Hyper h) {                                    \
+  extern "C" __global__ void ROW_BOUNDS update_##SUFFIX##_x4(ROW_STATE_PARAMS PARAMS,           \
+                                                             const int64* rows,                 \
+                                                             const float* grads, int64 n,       \
+                                                             int64 dim, Hyper h) {              \
     const Rows states[] = {__VA_ARGS__};                                                        \
     update_rows<4>(RULE(h), states, rows, grads, n, dim);                                       \
   }

@@ -740,6 +740,28 @@ def test_take_put_gather(cuda, rng, row_shape, dtype, n):
     assert np.array_equal(host(cuda, device_table), want)
 
 
+@pytest.mark.parametrize("row_shape,dtype", [((128,), np.float32), ((12,), np.float32),
+                                             ((3,), np.float32), ((), np.int64)])
+def test_row_copies_longer_than_one_grid(cuda, rng, row_shape, dtype):
+    """take_rows and gather_rows (zeros, or nothing written, at -1 and past the end) over more
+    words than launch()'s grid has threads, so that each thread takes several of its positions
+    at once: rows of 32 16-byte words (a shift finds a word's row), of 3 (a division), of 3
+    4-byte words, of one 8-byte word; equal to the cpu backend's."""
+    table = (rng.standard_normal((50000,) + row_shape) * 50).astype(dtype)
+    words = {(128,): 32, (12,): 3, (3,): 3, (): 1}[row_shape]
+    n = max(300000, 3000000 // words)  # at least 3M words: several turns of the whole grid
+    index = rng.integers(0, 50000, size=n)
+    device_table = cuda.asarray(table)
+    assert np.array_equal(host(cuda, cuda.take_rows(device_table, cuda.asarray(index))),
+                          cpu.take_rows(table, index))
+    missing = np.where(rng.random(n) < 0.3, -1, np.where(rng.random(n) < 0.1, 50000, index))
+    assert np.array_equal(host(cuda, cuda.gather_rows(device_table, cuda.asarray(missing))),
+                          cpu.gather_rows(table, missing))
+    used = (missing >= 0) & (missing < 50000)  # fill=False writes these places only
+    unfilled = host(cuda, cuda.gather_rows(device_table, cuda.asarray(missing), fill=False))
+    assert np.array_equal(unfilled[used], table[missing[used]])
+
+
 @pytest.mark.parametrize("count", [1, 3, 4, 5])
 @pytest.mark.parametrize("row_shape,dtype", [((128,), np.float32), ((8,), np.float32),
                                              ((3,), np.float32), ((2,), np.float64)])

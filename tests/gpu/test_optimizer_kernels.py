@@ -61,7 +61,9 @@ CASES = {
     "adamax": ("update_adamax", ["w", "w", "pos"], (0.01, 0.9, 0.999, 1e-7)),
     "adadelta": ("update_adadelta", ["w", "pos", "pos"], (1.0, 0.95, 1e-7)),
 }
-SHAPES = [(50, 8, 20), (1000, 1, 999), (300, 33, 0), (20000, 128, 5000), (200000, 16, 30000)]
+# the last two: more positions than a row kernel's grid has threads (a thread walks several)
+SHAPES = [(50, 8, 20), (1000, 1, 999), (300, 33, 0), (20000, 128, 5000), (200000, 16, 30000),
+          (300000, 64, 100000), (200000, 33, 60000)]
 
 
 def test_cuda_backend_exposes_the_update_kernels(gpu):
@@ -235,12 +237,19 @@ PADDED_OPTIONS = {"nesterov": True, "initial_accumulator": 0.1, "initial_rms": 1
                   "centered": True, "amsgrad": True}
 
 
+# (capacity, dim, rows, padded length): the last two make every thread of a row kernel's grid
+# (at most 24 blocks of 256 a multiprocessor) walk several positions, the row of the next read
+# ahead, a power-of-two row of quads (dim 128) and one of 12 quads (dim 48, found by division)
+PADDED_SHAPES = [(3000, 16, 700, 1024), (300000, 128, 90000, 250000),
+                 (200000, 48, 150000, 400000)]
+
+
+@pytest.mark.parametrize("capacity,dim,n,padded", PADDED_SHAPES)
 @pytest.mark.parametrize("rule", sorted(optimizer_updates.RULES))
-def test_padded_rows_are_skipped(gpu, rng, rule):
+def test_padded_rows_are_skipped(gpu, rng, rule, capacity, dim, n, padded):
     """Each rule's update over rows padded with -1 (junk gradients beside them) equals, bit for
     bit on the GPU, its update over the rows alone; the shard's last row is never written."""
     cuda, _ = gpu
-    capacity, dim, n, padded = 3000, 16, 700, 1024
     update = optimizer_updates.RULES[rule].update
     rows = rng.choice(capacity - 1, size=n, replace=False).astype(np.int64)
     grads = rng.standard_normal((n, dim)).astype(np.float32)
