@@ -3,8 +3,7 @@
 launched as the backend launches it (launch()'s grid from its own registers, a zero row for an
 index outside the table):
 
-    this tree                 the kernel the backend runs (TAKE_AHEAD positions a thread at once)
-    a position at a time      the same source with TAKE_AHEAD=1
+    this tree                 the kernel the backend runs
     --baseline FILE           another tree's rows.cu (its kernel of the same name and arguments),
                               compiled here against the installed headers
     take_rows                 backend.take_rows, the call with its allocation
@@ -16,7 +15,6 @@ of the same rows bit for bit (else the script fails).
 
     python3 bench/gather_grid.py --out results/gather_grid.json [--baseline OTHER/rows.cu]
 """
-import os
 import sys
 
 import numpy as np
@@ -37,7 +35,6 @@ def main(argv):
     from sok1x.backend.cuda import context as cuda_context
     from sok1x.backend.cuda import rows as cuda_rows
     from sok1x.backend.cuda.kernel_launch import launch, ptr, split_args
-    from sok1x.cuda_kernels import compiler
     w = workloads.workload("dlrm", 1)
     keys = workloads.Batches(w, 0, 1, 1).keys[0].reshape(-1)
     distinct = np.unique(keys)
@@ -53,10 +50,7 @@ def main(argv):
         backend.put_rows(table, backend.asarray(distinct), backend.asarray(values))
         index = backend.asarray(keys)
         out = backend.zeros((n, dim), np.float32)
-        source = os.path.join(os.path.dirname(compiler.__file__), "rows.cu")
-        variants = [("this tree", cuda_rows._row_copy_kernels(16)[0]),
-                    ("a position at a time", harness.kernel_from(source, KERNEL, ARG_TYPES,
-                                                                 ("-DTAKE_AHEAD=1",)))]
+        variants = [("this tree", cuda_rows._row_copy_kernels(16)[0])]
         if args.baseline:
             variants.append(("baseline", harness.kernel_from(args.baseline, KERNEL, ARG_TYPES)))
         with cuda_context.entered():

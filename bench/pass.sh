@@ -90,10 +90,11 @@
 #   growth-profile  a cProfile of this tree's growth_step ways -> growth-profile.txt
 #   new-rows     new_rows_init.py: a full group's new rows' vectors and slots, in one launch, in
 #                three, and at fewer threads a row -> new_rows_init.json
-#   gather-grid  gather_grid.py: dlrm's forward gather, this tree's kernel beside the same at one
-#                position a thread at a time and (--before) that tree's, each checked against NumPy
-#   update-grid  update_grid.py: dlrm's LazyAdam update, this tree's kernel beside it uncapped and
-#                (--before) that tree's, each checked bit for bit; the stamp alone beside it
+#   gather-grid  gather_grid.py: dlrm's forward gather, this tree's kernel beside (--before) that
+#                tree's, each checked against NumPy
+#   update-grid  update_grid.py: dlrm's LazyAdam update, this tree's kernel beside it at other
+#                register caps ($PASS_MIN_BLOCKS, default 1,8) and (--before) that tree's, each
+#                checked bit for bit; the stamp alone beside it
 #   growth-this  growth_step.py of this tree, $PASS_ROUNDS rounds (default 2), $PASS_GROWTH_ARGS
 #   host-slices  host_slices.py: one page-locked block against 128 MiB slices (1, 2, 4 GiB)
 #   hkv-grid     hbm engine path of before, this tree's grid with HierarchicalKV at dim 64
@@ -233,7 +234,8 @@ test_at() {  # name, seconds, ranks (or "serial"), pytest arguments...: this che
 
 # The stages: stage_NAME ARGUMENTS (the words after "=").
 stage_update_grid() {  # with --before, its optimizers.cu timed beside this tree's
-  bench after update_grid.py update_grid ${before:+--baseline "$before/cuda_kernels/optimizers.cu"}
+  bench after update_grid.py update_grid --min-blocks "${PASS_MIN_BLOCKS:-1,8}" \
+    ${before:+--baseline "$before/cuda_kernels/optimizers.cu"}
 }
 stage_gather_grid() {  # with --before, its rows.cu timed beside this tree's
   bench after gather_grid.py gather_grid ${before:+--baseline "$before/cuda_kernels/rows.cu"}

@@ -4,7 +4,8 @@ bench/workloads.py), padded with -1 to the batch's keys as a replayed backward h
 each variant launched as the backend launches it (launch()'s grid from its own registers):
 
     this tree                 the kernel the backend runs
-    no register cap           the same source with ROW_MIN_BLOCKS=1 (its registers uncapped)
+    ROW_MIN_BLOCKS=k          the same source with its registers capped to fit k blocks of 256
+                              threads a multiprocessor (--min-blocks, default 1 (uncapped), 8)
     --baseline FILE           another tree's optimizers.cu (its kernel of the same name and
                               arguments), compiled here against the installed headers
 
@@ -41,6 +42,8 @@ def main(argv):
     parser = harness.parser(__doc__, out=True, repeats=15)
     parser.add_argument("--rounds", type=int, default=3, help="turns of every variant")
     parser.add_argument("--baseline", default=None, help="another tree's optimizers.cu")
+    parser.add_argument("--min-blocks", default="1,8",
+                        help="ROW_MIN_BLOCKS values this tree's source is compiled with beside")
     args = parser.parse_args(argv)
     backend = harness.backend_module("cuda")
     from sok1x.backend.cuda import context as cuda_context
@@ -70,8 +73,10 @@ def main(argv):
         grads = backend.asarray(host_grads)
         variants = [("this tree", cuda_optimizers._kernel(KERNEL, arg_types))]
         source = os.path.join(os.path.dirname(compiler.__file__), "optimizers.cu")
-        variants.append(("no register cap", harness.kernel_from(
-            source, KERNEL, arg_types, ("-DROW_MIN_BLOCKS=1",))))
+        for blocks in filter(None, args.min_blocks.split(",")):
+            define = "ROW_MIN_BLOCKS=%d" % int(blocks)
+            variants.append((define, harness.kernel_from(source, KERNEL, arg_types,
+                                                         ("-D" + define,))))
         if args.baseline:
             variants.append(("baseline", harness.kernel_from(args.baseline, KERNEL, arg_types)))
         with cuda_context.entered():

@@ -16,56 +16,26 @@ __device__ __forceinline__ int64 ordered(const int64* order, int64 t) {
 // index < 0: by zero_negative, counted from the end (0: NumPy's rule), a zero row (1), or no
 // write at all (2: a place no one reads, an eviction's padded ones); with 1 or 2 an index past
 // the end is taken as negative (gather_rows of keys checked later).
-// A thread takes TAKE_AHEAD of its grid-stride positions at once: their indices read together,
-// then their words, so that that many loads are in flight where one was (a gather waits on
-// memory: dlrm's forward gather at 72% of DRAM bandwidth, its warps stalled on loads, Nsight
-// Compute 2026-11-28); and a position's row is found by a shift where words_per_row is a power
-// of two. Every word is still read and written once, by the same rule. (bench/gather_grid.py
-// compiles other values beside it.)
-#ifndef TAKE_AHEAD
-#define TAKE_AHEAD 4
-#endif
 template <typename Word>
 __device__ __forceinline__ void take_rows(SplitRows<Word> src, int64 src_rows, const int64* index,
                                           int64 n, int64 words_per_row, int zero_negative,
                                           Word* dst, const int64* order) {
   const int64 total = n * words_per_row;
-  const int64 stride = global_thread_count();
-  const bool by_shift = (words_per_row & (words_per_row - 1)) == 0;
-  const int shift = __ffsll(words_per_row) - 1;
-  for (int64 first = global_thread_id(); first < total; first += TAKE_AHEAD * stride) {
-    int64 out[TAKE_AHEAD], from[TAKE_AHEAD];  // from: the source word; -1 a zero, -2 no write
-#pragma unroll
-    for (int k = 0; k < TAKE_AHEAD; ++k) {
-      const int64 w = first + k * stride;
-      from[k] = -2;
-      if (w < total) {
-        const int64 t = by_shift ? w >> shift : w / words_per_row;
-        const int64 column = w - t * words_per_row;
-        const int64 i = ordered(order, t);
-        out[k] = i * words_per_row + column;
-        int64 row = index[i];
-        if (zero_negative && (row < 0 || row >= src_rows)) {
-          from[k] = zero_negative == 2 ? -2 : -1;
-        } else {
-          if (row < 0) row += src_rows;
-          from[k] = row * words_per_row + column;
-        }
-      }
+  for (int64 w = global_thread_id(); w < total; w += global_thread_count()) {
+    const int64 t = w / words_per_row;
+    const int64 column = w - t * words_per_row;
+    const int64 i = ordered(order, t);
+    const int64 out = i * words_per_row + column;
+    int64 row = index[i];
+    if (zero_negative && (row < 0 || row >= src_rows)) {
+      if (zero_negative == 2) continue;
+      Word zero;
+      memset(&zero, 0, sizeof(Word));
+      dst[out] = zero;
+      continue;
     }
-    Word word[TAKE_AHEAD];
-#pragma unroll
-    for (int k = 0; k < TAKE_AHEAD; ++k) {
-      if (from[k] >= 0) {
-        word[k] = src[from[k]];
-      } else {
-        memset(&word[k], 0, sizeof(Word));
-      }
-    }
-#pragma unroll
-    for (int k = 0; k < TAKE_AHEAD; ++k) {
-      if (from[k] != -2) dst[out[k]] = word[k];
-    }
+    if (row < 0) row += src_rows;
+    dst[out] = src[row * words_per_row + column];
   }
 }
 
