@@ -233,6 +233,9 @@ test_at() {  # name, seconds, ranks (or "serial"), pytest arguments...: this che
 }
 
 # The stages: stage_NAME ARGUMENTS (the words after "=").
+# framework_step.py's variants in the framework and framework-ab stages (all of them at once do
+# not fit one H200's memory)
+framework_variants=${SOK1X_BENCH_VARIANTS-sok1x_replayed,sok1x_kernels_replayed,torch_dedup,torch_graph}
 stage_update_grid() {  # with --before, its optimizers.cu timed beside this tree's
   bench after update_grid.py update_grid --min-blocks "${PASS_MIN_BLOCKS:-1,8}" \
     ${before:+--baseline "$before/cuda_kernels/optimizers.cu"}
@@ -404,7 +407,7 @@ stage_framework() {
   # Every variant at once does not fit one H200 from dlrm up (the host seam's first-steps
   # check ran out of memory, 2026-11-28): the default names those the reports read;
   # SOK1X_BENCH_VARIANTS= (set and empty) runs every one.
-  local variants=${SOK1X_BENCH_VARIANTS-sok1x_replayed,sok1x_kernels_replayed,torch_dedup,torch_graph}
+  local variants=$framework_variants
   local n w files=() workloads=${*:-${SOK1X_FRAMEWORK_WORKLOADS:-$all}}
   for n in 1 2 4 8; do
     [ "$n" -le "$gpus" ] || continue
@@ -477,13 +480,13 @@ stage_breakdown_ab() {
     done
   done
 }
-stage_framework_ab() {  # each tree timed by its own framework_step.py
+stage_framework_ab() {  # each tree timed by its own framework_step.py, framework's variants
   local round tree workload
   for round in 1 2; do
     for tree in before after; do
       for workload in ${PASS_WORKLOADS:-seed dlrm dlrm26}; do
-        mpi_bench_own $tree framework_step.py "fw_${tree}_${workload}_$round" \
-          --workloads "$workload" --scale "${PASS_SCALE:-1}"
+        SOK1X_BENCH_VARIANTS=$framework_variants mpi_bench_own $tree framework_step.py \
+          "fw_${tree}_${workload}_$round" --workloads "$workload" --scale "${PASS_SCALE:-1}"
       done
     done
   done
