@@ -2,7 +2,9 @@
 backend, at any number of ranks: every step equals the same step exchanged by its counts, bit for
 bit (outputs, gradient values and rows), over many steps with changing keys; a step whose keys
 overflow a cap runs by its counts and the caps grow; ranks with different numbers of keys; bad
-input fails every rank; and the backend's pieces against NumPy."""
+input fails every rank; a hash group's training lookups, sized where no shard of it can fill up
+and by their counts where one might, equal the counted ones (outputs, gradients and every
+shard's keys, rows and slots after an update); and the backend's pieces against NumPy."""
 import numpy as np
 import pytest
 from mpi4py import MPI
@@ -180,6 +182,114 @@ def test_bad_input_in_a_sized_step_fails_every_rank(monkeypatch):
         run_step(names, "sized_bad", bad, tops, False, monkeypatch)
     want = run_step(names, "counted_bad", good, tops, True, monkeypatch)
     assert_same(run_step(names, "sized_bad", good, tops, False, monkeypatch), want)
+
+
+HASH_DIM, HASH_KEYS = 8, 20  # a hash group's dim, and each rank's keys per table and step
+HASH_LAYOUT = [("h0", True), ("h1", True), ("d0", False), ("h2", True)]  # one group, one dense
+
+
+def make_hash_tables(tag, capacity):
+    """The layout's tables anew: three hash tables of `capacity` rows a shard (one HashGroup in
+    a lookup), a dense table beside them."""
+    names = ["capacity_%s_%s" % (tag, suffix) for suffix, _ in HASH_LAYOUT]
+    for name, (_, hashed) in zip(names, HASH_LAYOUT):
+        api.create_table(name, HASH_DIM, capacity if hashed else VOCAB // SIZE, hashed, SPEC,
+                         replace=True)
+    return names
+
+
+def hash_step(names, op, inputs, tops, counted, monkeypatch):
+    """One forward, backward and Adagrad update of `names`: (outputs, per table its gradient
+    {key (a hash table's) or row: summed values})."""
+    monkeypatch.setenv(peer_capacity.ENV, "0" if counted else "1")
+    outputs, token = api.pooled_lookup(names, op + "_fwd", inputs, True)
+    grads = api.pooled_lookup_grad(names, op + "_bwd", token, tops)
+    by_key = []
+    for name, (values, rows) in zip(names, grads):
+        table = api.shard(name)
+        key_of = (dict(zip(table.index.export()[1].tolist(), table.index.export()[0].tolist()))
+                  if table.use_hashtable else None)
+        kept = {}
+        for row, value in zip(np.asarray(rows).tolist(), np.asarray(values)):
+            if row >= 0:
+                kept[row if key_of is None else key_of[row]] = value.copy()
+        by_key.append(kept)
+    api.apply_optimizer_updates(names, "adagrad", "Adagrad", {}, {"lr": 0.1, "epsilon": 1e-7},
+                                [v for v, _ in grads], [r for _, r in grads])
+    return [np.array(out) for out in outputs], by_key
+
+
+def hash_shard(name):
+    """This rank's shard of hash table `name` by key: {key: (vector, {slot: row})}."""
+    table = api.shard(name)
+    keys, rows = table.index.export()
+    return {int(k): (table.values[r].copy(), {n: s[r].copy() for n, s in table.slots.items()})
+            for k, r in zip(keys, rows)}
+
+
+def hash_run(names, op, room, counted, monkeypatch, steps):
+    """`steps` steps of the layout's tables (made anew: the same initial rows for either way)
+    on every rank's own keys from one pool; returns per step (outputs, gradients by key) and
+    per table this rank's shard afterwards (a hash table's by key)."""
+    shared = np.random.default_rng(21)  # the same draws on every rank: a key pool
+    pool = shared.integers(0, 2 ** 40, size=(3 * SIZE if room else 1) * HASH_KEYS)
+    rng = np.random.default_rng([22, RANK])
+    record = []
+    for step in range(steps):
+        inputs = []
+        for _, hashed in HASH_LAYOUT:
+            n = HASH_KEYS + step % 3
+            drawn = pool[:(step + 1) * HASH_KEYS * SIZE // 2 + HASH_KEYS] if room else pool
+            keys = rng.choice(drawn, size=n) if hashed else rng.integers(0, VOCAB, n)
+            segments = np.sort(rng.integers(0, 6, size=n))
+            inputs.append(PooledInput(keys, segments, 6, None, "sum"))
+        tops = [rng.standard_normal((6, HASH_DIM)).astype(np.float32) for _ in HASH_LAYOUT]
+        record.append(hash_step(names, op, inputs, tops, counted, monkeypatch))
+    shards = [hash_shard(name) if hashed else api.shard(name).values.copy()
+              for name, (_, hashed) in zip(names, HASH_LAYOUT)]
+    return record, shards
+
+
+@pytest.mark.parametrize("room", [True, False], ids=["room", "tight"])
+def test_a_hash_groups_sized_steps_equal_its_counted_steps(room, monkeypatch):
+    """room: every shard has room for every rank's keys, so the group's steps after the first
+    go by the caps, their padded keys passed by its insert; tight: a shard might fill up (every
+    rank's keys of a member exceed its room) though none does, so every step goes by its
+    counts and settles the caps again. Either way, each step's outputs and gradients and each
+    shard afterwards equal those of the same tables exchanged by their counts, bit for bit."""
+    steps = 8
+    # tight: the job's keys of a member, all to one owner, exceed a shard, whose room holds
+    # every distinct key the job draws (HASH_KEYS a member)
+    capacity = 12 * SIZE * HASH_KEYS if room else max(SIZE * HASH_KEYS - 1, HASH_KEYS)
+    tag = "room" if room else "tight"
+    names = make_hash_tables(tag, capacity)
+    want, want_shards = hash_run(names, "counted_" + tag, room, True, monkeypatch, steps)
+    names = make_hash_tables(tag, capacity)
+    got, got_shards = hash_run(names, "sized_" + tag, room, False, monkeypatch, steps)
+    for (outputs, grads), (want_outputs, want_grads) in zip(got, want):
+        for a, b in zip(outputs, want_outputs):
+            np.testing.assert_array_equal(a, b)
+        for a, b in zip(grads, want_grads):
+            assert sorted(a) == sorted(b)
+            for key in b:
+                np.testing.assert_array_equal(a[key], b[key])
+    for shard, want_shard in zip(got_shards, want_shards):
+        if isinstance(want_shard, np.ndarray):
+            np.testing.assert_array_equal(shard, want_shard)
+            continue
+        assert sorted(shard) == sorted(want_shard)
+        for key, (vector, slots) in want_shard.items():
+            np.testing.assert_array_equal(shard[key][0], vector)
+            for slot, row in slots.items():
+                np.testing.assert_array_equal(shard[key][1][slot], row)
+    sized_plan = plan("sized_" + tag)
+    if SIZE == 1:
+        return
+    assert sized_plan.sized + sized_plan.settled == steps
+    if room:  # the first step sets the caps; every later one fits them
+        assert (sized_plan.settled, sized_plan.sized) == (1, steps - 1)
+    else:
+        assert (sized_plan.settled, sized_plan.sized) == (steps, 0)
 
 
 def test_peer_slots_place_each_owners_keys_in_its_block():

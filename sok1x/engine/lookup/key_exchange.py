@@ -198,32 +198,40 @@ def lookup_forward_many(runtime, tables, op, keys_list, training, local_error=No
         later = defer_check is not None and bounded_step.defers(runtime, tables, training, flag)
         told = exchange_sizes(runtime, op, None, error, None if later else flag,
                               describe_error=describe, shared=shared).shared
+        fitting = _fitting(bounded, told)
         if later:
             deferred = bounded_step.Deferred(backend.read_later(flag), describe,
                                              as_op_id(op).name)
         recv_counts = send_counts
     else:
-        owner_counts, plan, telling = None, None, None
+        owner_counts, plan, telling, distinct_tags = None, None, None, []
         if error is None:  # distinct keys and owner counts stay on the device: the header
             # carries the counts, and its one wait tells how many distinct keys there are
-            plan = peer_capacity.plan_of(runtime, as_op_id(op), tables)
+            plan = _sizing_plan(runtime, op, tables, training, admit_ratios)
             prepared, owner_counts, slots, flag = routed_keys(
                 backend, size, tables, keys_list, tags_list,
                 None if plan is None else plan.caps, flag)
-            sent_tags = [_distinct_tags(backend, prepared[t], tags_list[t]) for t in tagged]
+            distinct_tags = [_tags_of_distinct(backend, prepared[t], tags_list[t])
+                             for t in tagged]
             if shared is None and slots is not None:
                 telling = bounded_step.told_keys(runtime, member_keys, SHARED_WIDTH)
                 shared = telling or None
         sizes = exchange_sizes(runtime, op, owner_counts, error, flag, describe_error=describe,
                                shared=shared, sized=None if error else plan is not None)
         told = sizes.shared
+        fitting = _fitting(bounded, told)
+        # a hash group sized by the caps passes their padded slots (key -1) by in one insert,
+        # which only a group no shard of which can fill up takes (_insert_keys): where one
+        # might, every rank sees it alike in the header, and the step goes by its counts
         send_counts, recv_counts, prepared, slots = sized_or_counted(
-            runtime, plan, sizes, prepared, slots, keys_list)
+            runtime, plan, sizes, prepared, slots, keys_list,
+            counted=any(t not in fitting[0] for t in tagged))
         if slots is not None and telling:
             bounds = bounded_step.bounds_of(tables, member_keys, told,
                                             plan.caps[:, runtime.rank])
-        sent_tags = [backend.row_view(tags, 0, int(send_counts[:, t].sum()))
-                     for tags, t in zip(sent_tags, tagged)]
+        sent_tags = [_sent_tags(backend, prepared[t], tags, None if slots is None else slots[t],
+                                int(send_counts[:, t].sum()))
+                     for tags, t in zip(distinct_tags, tagged)]
     slots = slots or [None] * len(tables)
     owned = exchange(runtime, [p[3] for p in prepared] + sent_tags,
                       _with_columns(send_counts, tagged), _with_columns(recv_counts, tagged))
@@ -235,8 +243,7 @@ def lookup_forward_many(runtime, tables, op, keys_list, training, local_error=No
                                                           admit_ratios[t], table.journal.step)
     owner_rows, vectors = [None] * len(tables), [None] * len(tables)
     if training and any(table.use_hashtable for table in tables):
-        _insert_keys(runtime, op, tables, owned, owned_tags, owner_rows, vectors,
-                     *_fitting(bounded, told))
+        _insert_keys(runtime, op, tables, owned, owned_tags, owner_rows, vectors, *fitting)
     for t, (table, keys, kept) in enumerate(zip(tables, owned, passed)):
         if vectors[t] is not None:  # a hash group's training lookup: done
             continue
@@ -293,14 +300,15 @@ def routed_keys(backend, size, tables, keys_list, tags_list, caps, flag):
     return prepared, owner_counts, slots, flag
 
 
-def sized_or_counted(runtime, plan, sizes, prepared, slots, keys_list):
+def sized_or_counted(runtime, plan, sizes, prepared, slots, keys_list, counted=False):
     """After a lookup's op header (sizes, exchange_sizes' Sizes): where its keys went into
     capacity buffers (slots) and no rank overflowed, the caps size the exchange; else its counts
     do (an overflow's caps grow: peer_capacity.settle, on every rank alike), and the keys are
-    cut to them. Returns (send_counts, recv_counts, prepared, slots or None), counts host int64
-    [size, tables]."""
+    cut to them. counted: the counts size it anyway (a reason every rank found alike in the
+    header; the caps are settled as after an overflow). Returns (send_counts, recv_counts,
+    prepared, slots or None), counts host int64 [size, tables]."""
     backend = runtime.backend
-    if slots is not None and not sizes.overflow:
+    if slots is not None and not sizes.overflow and not counted:
         plan.sized += 1
         return (peer_capacity.send_counts(plan), peer_capacity.recv_counts(plan, runtime.rank),
                 prepared, slots)
@@ -341,14 +349,36 @@ def _packed(backend, rows, index, slots, length, pad):
     return packed
 
 
-def _distinct_tags(backend, prepared, tags):
-    """The tags of a hash group's bucketed distinct keys (prepared: its (distinct keys, inverse,
-    perm, keys to send), the keys padded): each distinct key gets the tag of the keys it stands
+def _sizing_plan(runtime, op, tables, training, admit_ratios):
+    """The peer_capacity Plan that sizes a lookup's exchanges (plan_of's), or None where its
+    counts do: also a lookup of hash groups without insert (a padded key would be looked up) or
+    with a ratio of new keys to admit. Every rank decides alike."""
+    plan = peer_capacity.plan_of(runtime, as_op_id(op), tables)
+    hashed = [t for t, table in enumerate(tables) if table.use_hashtable]
+    if plan is not None and hashed and (not training or (admit_ratios and any(
+            admit_ratios[t] is not None for t in hashed))):
+        return None
+    return plan
+
+
+def _tags_of_distinct(backend, prepared, tags):
+    """The tags of a hash group's distinct keys, padded as its keys are (prepared: its (distinct
+    keys, inverse, perm, keys to send)): each distinct key gets the tag of the keys it stands
     for (they all have one tag: keys are de-duplicated per (tag, key))."""
-    distinct, inverse, perm, _ = prepared
+    distinct, inverse, _, _ = prepared
     distinct_tags = backend.empty((int(distinct.shape[0]),), np.int64)
     backend.put_rows(distinct_tags, inverse, backend.asarray(tags))
-    return backend.take_rows(distinct_tags, perm)
+    return distinct_tags
+
+
+def _sent_tags(backend, prepared, distinct_tags, slots, count):
+    """The tags a hash group sends beside its keys (prepared as sized_or_counted left it): in
+    bucket order, `count` of them, or in its keys' capacity slots (`slots`; -1 in the padded
+    ones, whose keys are -1) of `count` places."""
+    perm = prepared[2]
+    if slots is not None:
+        return _packed(backend, distinct_tags, perm, slots, count, -1)
+    return backend.row_view(backend.take_rows(distinct_tags, perm), 0, count)
 
 
 def _room_and_keys(tables, keys_list, tagged, training, tag_counts, admit_ratios):

@@ -73,12 +73,17 @@ def enabled():
 
 def plan_of(runtime, op, tables):
     """Returns the Plan of a lookup `op` of `tables` (an OpId), or None where its exchanges are
-    sized by counts (one rank, a hash table among them, or SOK1X_PEER_CAPACITY unset). Ranks
-    that answer differently fail the lookup in its op header (exchange_header.py)."""
+    sized by counts (one rank, a hash table alone among them, or SOK1X_PEER_CAPACITY unset; a
+    hash group's rows do not follow from its keys, but its one insert passes a padded slot's key
+    -1 by: key_exchange.lookup_forward_many sizes its training lookups where no shard of it can
+    fill up). Ranks that answer differently fail the lookup in its op header
+    (exchange_header.py)."""
     hashed = tuple(bool(table.use_hashtable) for table in tables)
     key = (op.name, op.tower, hashed)  # a name may be used again with other tables
     if key not in runtime.capacities:
-        usable = runtime.size > 1 and enabled() and not any(hashed)
+        usable = runtime.size > 1 and enabled() and all(
+            not table.use_hashtable or getattr(table, "members", None) is not None
+            for table in tables)
         runtime.capacities[key] = Plan() if usable else None
     return runtime.capacities[key]
 
