@@ -292,6 +292,32 @@ def test_a_hash_groups_sized_steps_equal_its_counted_steps(room, monkeypatch):
         assert (sized_plan.settled, sized_plan.sized) == (steps, 0)
 
 
+def test_an_op_name_used_again_for_a_hash_table_alone_goes_by_its_counts(monkeypatch):
+    """A program may name a lookup of a hash group and one of a hash table alone alike (two
+    graphs, one op name): the second goes by its counts (its insert would take a padded key),
+    and so do its steps afterwards, equal to the same lookups of a job without capacities."""
+    rng = np.random.default_rng([23, RANK])
+    names = make_hash_tables("again", 12 * SIZE * HASH_KEYS)
+    keys = [rng.integers(0, 2 ** 40, size=HASH_KEYS) for _ in range(3)]
+    for capacity, op in (("0", "again_counted"), ("1", "again_sized")):
+        monkeypatch.setenv(peer_capacity.ENV, capacity)
+        names = make_hash_tables("again", 12 * SIZE * HASH_KEYS)
+        group = [PooledInput(k, np.arange(HASH_KEYS) % 4, 4, None, "sum") for k in keys]
+        api.pooled_lookup([names[0], names[1], names[3]], op + "_fwd", group, True)
+        alone = [api.pooled_lookup([names[0]], op + "_fwd", group[:1], True)[0][0]
+                 for _ in range(2)]
+        if capacity == "0":
+            want = alone
+    for got, expected in zip(alone, want):
+        np.testing.assert_array_equal(got, expected)
+    kinds = {key[2]: p for key, p in runtime.get().capacities.items()
+             if key[0] == "again_sized_fwd"}
+    if SIZE == 1:  # alone, nothing crosses a network: nothing to size
+        assert not kinds
+        return
+    assert kinds[("hash table",)] is None and kinds[("hash group",)] is not None
+
+
 def test_peer_slots_place_each_owners_keys_in_its_block():
     counts = np.array([[2, 0, 3], [1, 1, 1]], np.int64)
     caps = np.array([[2, 2, 2], [4, 4, 4]], np.int64)

@@ -78,14 +78,21 @@ def plan_of(runtime, op, tables):
     -1 by: key_exchange.lookup_forward_many sizes its training lookups where no shard of it can
     fill up). Ranks that answer differently fail the lookup in its op header
     (exchange_header.py)."""
-    hashed = tuple(bool(table.use_hashtable) for table in tables)
-    key = (op.name, op.tower, hashed)  # a name may be used again with other tables
+    kinds = tuple(_kind(table) for table in tables)
+    key = (op.name, op.tower, kinds)  # a name may be used again with other tables
     if key not in runtime.capacities:
-        usable = runtime.size > 1 and enabled() and all(
-            not table.use_hashtable or getattr(table, "members", None) is not None
-            for table in tables)
+        usable = runtime.size > 1 and enabled() and "hash table" not in kinds
         runtime.capacities[key] = Plan() if usable else None
     return runtime.capacities[key]
+
+
+def _kind(table):
+    """What sizes a table's lookup: "dense" (its rows follow from its keys), "hash group" (a
+    HashGroup: one insert of tagged keys) or "hash table" (a hash table alone: its insert counts
+    its keys first)."""
+    if not table.use_hashtable:
+        return "dense"
+    return "hash group" if getattr(table, "row_starts", None) is not None else "hash table"
 
 
 def send_counts(plan):
