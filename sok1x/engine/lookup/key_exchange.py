@@ -305,7 +305,7 @@ def sized_or_counted(runtime, plan, sizes, prepared, slots, keys_list, counted=F
     capacity buffers (slots) and no rank overflowed, the caps size the exchange; else its counts
     do (an overflow's caps grow: peer_capacity.settle, on every rank alike), and the keys are
     cut to them. counted: the counts size it anyway (a reason every rank found alike in the
-    header; the caps are settled as after an overflow). Returns (send_counts, recv_counts,
+    header; the caps stay as they are, no MPI call). Returns (send_counts, recv_counts,
     prepared, slots or None), counts host int64 [size, tables]."""
     backend = runtime.backend
     if slots is not None and not sizes.overflow and not counted:
@@ -315,7 +315,7 @@ def sized_or_counted(runtime, plan, sizes, prepared, slots, keys_list, counted=F
     send_counts = sizes.sent
     if slots is not None:  # some rank overflowed a cap: this step goes by its counts
         prepared = [(k, i, p, backend.take_rows(k, p)) for k, i, p, _ in prepared]
-    if plan is not None:
+    if plan is not None and (plan.caps is None or sizes.overflow):
         peer_capacity.settle(runtime, plan, send_counts, [keys.shape[0] for keys in keys_list])
     prepared = [_cut(backend, p, int(send_counts[:, t].sum())) for t, p in enumerate(prepared)]
     return send_counts, sizes.received, prepared, None
