@@ -6,6 +6,8 @@ another dim and a dense table in the same lookup; a full shard or a bad key in o
 the step on every rank and changes no table; a failed later op of the step takes the group's new
 keys out again; and the step's host waits and backend calls do not grow with the number of hash
 tables."""
+import os
+
 import numpy as np
 import pytest
 from mpi4py import MPI
@@ -16,7 +18,7 @@ from sok1x.backend.cpu import random_rows as cpu_random
 from sok1x.engine import api, checkpoint, runtime
 from sok1x.engine.checkpoint import join as checkpoint_join
 from sok1x.engine.checkpoint import manifest as checkpoint_manifest
-from sok1x.engine.lookup import bounded_step, table_group
+from sok1x.engine.lookup import bounded_step, peer_capacity, table_group
 from sok1x.engine.lookup.keyed import KeyedInput
 from sok1x.engine.op_keys import name_key
 from sok1x.engine.op_order import OpId
@@ -423,7 +425,18 @@ INDEX_OPS = ("find", "count_missing", "find_or_insert", "find_or_insert_values",
 def _calls_of_a_step(names, step_inputs):
     """Host waits and the cpu backend ops the engine calls (those that launch work on cuda,
     HashIndex methods included; not the ones an op calls inside itself) in one training step of
-    `names`, after a warm-up step that makes the group."""
+    `names`, after a warm-up step that makes the group; its exchanges go by their counts (with
+    SOK1X_PEER_CAPACITY=1, whether a step fits the caps its warm-up set depends on how its keys
+    spread over the owners: test_peer_capacity.py checks that way)."""
+    capacities = os.environ.pop(peer_capacity.ENV, None)
+    try:
+        return _counted_calls_of_a_step(names, step_inputs)
+    finally:
+        if capacities is not None:
+            os.environ[peer_capacity.ENV] = capacities
+
+
+def _counted_calls_of_a_step(names, step_inputs):
     counted = [(cpu, name, getattr(cpu, name)) for name in dir(cpu)
                if callable(getattr(cpu, name)) and not name.startswith("_")
                and not isinstance(getattr(cpu, name), type) and name not in NO_LAUNCH
