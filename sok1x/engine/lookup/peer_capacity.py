@@ -2,8 +2,12 @@
 count read back (DESIGN D14, issue 45's first step).
 
 With SOK1X_PEER_CAPACITY=1, a lookup on more than one rank of tables whose rows follow from their
-keys (sok1x.Variable, v1 tables without a hash table, and their table groups) sends each owner o
-a fixed number of slots per table t, cap[t, o], whatever this step's keys:
+keys (sok1x.Variable, v1 tables without a hash table, and their table groups), and a training
+lookup of hash groups (key_exchange.lookup_forward_many: where no shard of a group can fill up
+in the step, which every rank reads alike in the op header, its one insert passes the padded
+slots' key -1 by, and its keys' tags travel in the same slots; otherwise, and for a hash table
+alone, the step goes by its counts), sends each owner o a fixed number of slots per table t,
+cap[t, o], whatever this step's keys:
 
     rank r's send buffer of table t: sum(cap[t, :]) keys; owner o's block follows the blocks of
     the owners below it, its i-th distinct key (in bucket order) in the block's slot i; the
