@@ -151,10 +151,15 @@ __device__ __forceinline__ int64 flat_row(const Member& member, int64 row) {
   return row < 0 ? row : member.row_start + row;
 }
 
-// rows[i] = keys[i]'s flat row in its member, -1 where the member does not hold it.
+// rows[i] = keys[i]'s flat row in its member, -1 where the member does not hold it; a negative
+// key (a per-peer capacity's padded slot, whose tag is -1 too) is no key: row -1, its tag unread.
 extern "C" __global__ void hash_find_tagged(const int64* members, const int64* keys,
                                             const int64* tags, int64 n, int64* rows) {
   for (int64 i = global_thread_id(); i < n; i += global_thread_count()) {
+    if (keys[i] < 0) {
+      rows[i] = -1;
+      continue;
+    }
     const Member member = member_of(members, tags[i]);
     const int64 slot = find_slot(member.slots, 2, member.slot_count, keys[i]);
     rows[i] = slot < 0 ? -1 : flat_row(member, member.slots[2 * slot + 1]);

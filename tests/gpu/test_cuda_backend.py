@@ -744,9 +744,9 @@ def test_take_put_gather(cuda, rng, row_shape, dtype, n):
                                              ((3,), np.float32), ((), np.int64)])
 def test_row_copies_longer_than_one_grid(cuda, rng, row_shape, dtype):
     """take_rows and gather_rows (zeros, or nothing written, at -1 and past the end) over more
-    words than launch()'s grid has threads, so that each thread takes several of its positions
-    at once: rows of 32 16-byte words (a shift finds a word's row), of 3 (a division), of 3
-    4-byte words, of one 8-byte word; equal to the cpu backend's."""
+    words than launch()'s grid has threads, so that each thread walks several positions: rows
+    of 32 16-byte words, of 3, of 3 4-byte words, of one 8-byte word; equal to the cpu
+    backend's."""
     table = (rng.standard_normal((50000,) + row_shape) * 50).astype(dtype)
     words = {(128,): 32, (12,): 3, (3,): 3, (): 1}[row_shape]
     n = max(300000, 3000000 // words)  # at least 3M words: several turns of the whole grid

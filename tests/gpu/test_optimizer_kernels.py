@@ -61,9 +61,10 @@ CASES = {
     "adamax": ("update_adamax", ["w", "w", "pos"], (0.01, 0.9, 0.999, 1e-7)),
     "adadelta": ("update_adadelta", ["w", "pos", "pos"], (1.0, 0.95, 1e-7)),
 }
-# the last two: more positions than a row kernel's grid has threads (a thread walks several)
+# the last three: more positions than a row kernel's grid has threads (a thread walks several),
+# rows of 16 quads (a shift finds a position's row), of 12 (a division), and of 33 elements
 SHAPES = [(50, 8, 20), (1000, 1, 999), (300, 33, 0), (20000, 128, 5000), (200000, 16, 30000),
-          (300000, 64, 100000), (200000, 33, 60000)]
+          (300000, 64, 100000), (200000, 48, 60000), (200000, 33, 60000)]
 
 
 def test_cuda_backend_exposes_the_update_kernels(gpu):
@@ -238,7 +239,7 @@ PADDED_OPTIONS = {"nesterov": True, "initial_accumulator": 0.1, "initial_rms": 1
 
 
 # (capacity, dim, rows, padded length): the last two make every thread of a row kernel's grid
-# (at most 24 blocks of 256 a multiprocessor) walk several positions, the row of the next read
+# (at most 21 blocks of 256 a multiprocessor) walk several positions, the row of the next read
 # ahead, a power-of-two row of quads (dim 128) and one of 12 quads (dim 48, found by division)
 PADDED_SHAPES = [(3000, 16, 700, 1024), (300000, 128, 90000, 250000),
                  (200000, 48, 150000, 400000)]

@@ -594,6 +594,11 @@ def test_hash_group_ops_equal_the_cpu_backend():
                                      np.array([11, 12, 13, 14], np.uint64), out[4])
             again = host(backend.hash_find_many(indexes, backend.asarray(keys),
                                                 backend.asarray(tags), row_starts))
+            # a per-peer capacity's padded slots (key -1, tag -1) are no keys: row -1
+            padded = host(backend.hash_find_many(
+                indexes, backend.asarray(np.concatenate([[-1], keys, [-1, -1]])),
+                backend.asarray(np.concatenate([[-1], tags, [-1, -1]])), row_starts))
+            np.testing.assert_array_equal(padded, np.concatenate([[-1], again, [-1, -1]]))
             found[name] = (placed, flat, count, host(table), again, indexes)
         got, want = found["cuda"], found["cpu"]
         np.testing.assert_array_equal(got[0], want[0])  # keys placed per member

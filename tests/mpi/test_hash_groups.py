@@ -460,10 +460,8 @@ def _counted_calls_of_a_step(names, step_inputs):
             for owner, name, function in counted:
                 setattr(owner, name, counting(function))
         try:
-            # an op of its own per table set: each sets per-peer capacities of its own
-            # (SOK1X_PEER_CAPACITY=1) at its first step, which its second then fits
-            _, token = api.pooled_lookup(names, "hg_count_fwd_%d" % len(names), inputs, True)
-            grads = api.pooled_lookup_grad(names, "hg_count_bwd_%d" % len(names), token, tops)
+            _, token = api.pooled_lookup(names, "hg_count_fwd", inputs, True)
+            grads = api.pooled_lookup_grad(names, "hg_count_bwd", token, tops)
             api.apply_optimizer_updates(names, "adagrad", "Adagrad", {}, HYPER,
                                         [v for v, _ in grads], [r for _, r in grads])
         finally:

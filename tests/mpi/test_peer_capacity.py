@@ -333,6 +333,21 @@ def test_peer_slots_place_each_owners_keys_in_its_block():
     assert flag[0] == 1  # no count over its cap: the input flag alone
 
 
+def test_a_hash_groups_insert_and_find_pass_a_padded_slot_by():
+    """A per-peer capacity's padded slot of a hash group (key -1, tag -1) places nothing and
+    finds nothing: row -1, the members' indexes as the keys alone leave them."""
+    keys = np.array([-1, 7, 9, -1, 7, 12], np.int64)
+    tags = np.array([-1, 0, 1, -1, 1, 0], np.int64)
+    starts = np.array([0, 10, 20], np.int64)
+    indexes = [cpu.HashIndex(10) for _ in range(2)]
+    out = cpu.hash_insert_many(indexes, keys, tags, starts)
+    cpu.hash_insert_many_done(indexes, out, out[5], True)
+    rows = np.asarray(out[0])
+    np.testing.assert_array_equal(rows[keys < 0], -1)
+    np.testing.assert_array_equal(np.asarray(out[5]), [2, 2])  # placed per member
+    np.testing.assert_array_equal(cpu.hash_find_many(indexes, keys, tags, starts), rows)
+
+
 def test_move_rows_skips_negative_indices_and_padded_rows_sum_to_nothing():
     src = np.arange(12, dtype=np.float32).reshape(6, 2)
     dst = np.full((4, 2), -7, np.float32)

@@ -358,11 +358,13 @@ def rebuild_flags(wanted, erased, room):
 
 def hash_find_many(indexes, keys, tags, row_starts):
     """Flat rows (row_starts[t] + the row) of a hash group's keys, keys[i] one of member
-    tags[i]'s, -1 where its index does not hold it."""
+    tags[i]'s, -1 where its index does not hold it; a negative key (a per-peer capacity's
+    padded slot, tag -1) is passed by, row -1, as cuda's kernel passes it."""
     keys, tags = np.asarray(keys, dtype=np.int64), np.asarray(tags, dtype=np.int64)
     rows = np.full(keys.shape[0], EMPTY, dtype=np.int64)
-    for t in np.unique(tags):
-        mine = np.flatnonzero(tags == t)
+    held = keys >= 0
+    for t in np.unique(tags[held]):
+        mine = np.flatnonzero(held & (tags == t))
         own = indexes[t].find(keys[mine])
         rows[mine] = np.where(own >= 0, own + int(row_starts[t]), EMPTY)
     return rows
