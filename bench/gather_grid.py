@@ -52,7 +52,8 @@ def main(argv):
         out = backend.zeros((n, dim), np.float32)
         variants = [("this tree", cuda_rows._row_copy_kernels(16)[0])]
         if args.baseline:
-            variants.append(("baseline", harness.kernel_from(args.baseline, KERNEL, ARG_TYPES)))
+            variants.append(("baseline", harness.kernels_from(args.baseline,
+                                                              {KERNEL: ARG_TYPES})[KERNEL]))
         with cuda_context.entered():
             for name, kernel in variants:
                 results["registers"][name] = int(kernel.num_regs)

@@ -252,15 +252,7 @@ class StreamTimer:
     def part_us(self, name, run, repeats, moved=None):
         """Times run() as time_ms does and logs it under `name`; returns {us, us_min, us_max,
         us_repeats}, and tb_per_s where `moved` (bytes a run moves) is given."""
-        figures = summary([ms * 1e3 for ms in self.time_ms(run, repeats)],
-                          ("us", "us_min", "us_max", "us_repeats"))
-        rate = ""
-        if moved is not None:
-            figures["tb_per_s"] = moved / figures["us"] / 1e6
-            rate = ", %.2f TB/s" % figures["tb_per_s"]
-        log("%-28s %7.1f us (%.1f-%.1f)%s" % (name, figures["us"], figures["us_min"],
-                                               figures["us_max"], rate))
-        return figures
+        return _logged_us(name, [ms * 1e3 for ms in self.time_ms(run, repeats)], moved)
 
     def _one(self, run):
         if not self.on_gpu:
@@ -279,11 +271,12 @@ class StreamTimer:
             return start.time_till(end)
 
 
-def kernel_from(path, name, arg_types, options=()):
-    """Kernel `name` of the CUDA source file at `path` (another tree's cuda_kernels/*.cu, or a
-    candidate), compiled for this device with sok1x's compiler and the installed headers
-    (-I the installed cuda_kernels), nvcc `options` added (e.g. "-DNAME=1"), and prepared with
-    pycuda `arg_types`. Call on cuda with the engine's backend active."""
+def kernels_from(path, arg_types, options=()):
+    """{name: kernel} for each kernel named in `arg_types` ({name: pycuda arg types}) of the
+    CUDA source file at `path` (another tree's cuda_kernels/*.cu, or a candidate), compiled once
+    for this device with sok1x's compiler and the installed headers (-I the installed
+    cuda_kernels), nvcc `options` added (e.g. "-DNAME=1"), each prepared. Call on cuda with the
+    engine's backend active."""
     import pycuda.driver as driver
     from sok1x.backend.cuda import context as cuda_context
     from sok1x.cuda_kernels import compiler
@@ -293,9 +286,12 @@ def kernel_from(path, name, arg_types, options=()):
         major, minor = cuda_context.context().get_device().compute_capability()
         cubin = compiler.compile_text(text, os.path.basename(path), "sm_%d%d" % (major, minor),
                                       tuple(options))
-        function = driver.module_from_buffer(cubin).get_function(name)
-    function.prepare(arg_types)
-    return function
+        module = driver.module_from_buffer(cubin)
+    kernels = {}
+    for name, types in arg_types.items():
+        kernels[name] = module.get_function(name)
+        kernels[name].prepare(types)
+    return kernels
 
 
 def interleaved_parts(timer, parts, rounds, repeats, moved=None):
@@ -306,15 +302,19 @@ def interleaved_parts(timer, parts, rounds, repeats, moved=None):
     for _ in range(rounds):
         for name, run in parts:
             times[name].extend(ms * 1e3 for ms in timer.time_ms(run, repeats))
-    figures = {}
-    for name, _ in parts:
-        figures[name] = summary(times[name], ("us", "us_min", "us_max", "us_repeats"))
-        rate = ""
-        if moved is not None:
-            figures[name]["tb_per_s"] = moved / figures[name]["us"] / 1e6
-            rate = ", %.2f TB/s" % figures[name]["tb_per_s"]
-        log("%-34s %7.1f us (%.1f-%.1f)%s" % (name, figures[name]["us"], figures[name]["us_min"],
-                                               figures[name]["us_max"], rate))
+    return {name: _logged_us(name, times[name], moved) for name, _ in parts}
+
+
+def _logged_us(name, times_us, moved=None):
+    """{us, us_min, us_max, us_repeats} of `times_us`, and tb_per_s where `moved` (bytes a run
+    moves) is given, logged under `name`."""
+    figures = summary(times_us, ("us", "us_min", "us_max", "us_repeats"))
+    rate = ""
+    if moved is not None:
+        figures["tb_per_s"] = moved / figures["us"] / 1e6
+        rate = ", %.2f TB/s" % figures["tb_per_s"]
+    log("%-28s %7.1f us (%.1f-%.1f)%s" % (name, figures["us"], figures["us_min"],
+                                           figures["us_max"], rate))
     return figures
 
 

@@ -10,7 +10,6 @@ table of 2^24 rows (far larger than L2), n so that the gathered rows fill 512 Mi
 --candidate times another version of cuda_kernels/rows.cu (same kernel names and arguments) beside
 the installed one on the same inputs, and checks that both give the same results.
 """
-import os
 import sys
 
 import numpy as np
@@ -34,19 +33,9 @@ class RowKernels:
     """gather_rows / scatter_add_rows with the kernels of one rows.cu text (cuda only)."""
 
     def __init__(self, path):
-        import pycuda.driver as driver
-        from sok1x.backend.cuda import context as cuda_context
-        from sok1x.cuda_kernels import compiler
-        with open(path) as handle:
-            text = handle.read()
-        with cuda_context.entered():
-            major, minor = cuda_context.context().get_device().compute_capability()
-            cubin = compiler.compile_text(text, os.path.basename(path), "sm_%d%d" % (major, minor))
-            self.module = driver.module_from_buffer(cubin)
-            self.take = self.module.get_function("take_rows_w16")
-            self.take.prepare("PqPqqiP")
-            self.add = self.module.get_function("add_rows_float32")
-            self.add.prepare("PPqqP")
+        kernels = harness.kernels_from(path, {"take_rows_w16": "PqPqqiP",
+                                              "add_rows_float32": "PPqqP"})
+        self.take, self.add = kernels["take_rows_w16"], kernels["add_rows_float32"]
 
     def gather_rows(self, table, rows):
         from sok1x.backend.cuda import context as cuda_context

@@ -75,10 +75,11 @@ def main(argv):
         source = os.path.join(os.path.dirname(compiler.__file__), "optimizers.cu")
         for blocks in filter(None, args.min_blocks.split(",")):
             define = "ROW_MIN_BLOCKS=%d" % int(blocks)
-            variants.append((define, harness.kernel_from(source, KERNEL, arg_types,
-                                                         ("-D" + define,))))
+            variants.append((define, harness.kernels_from(source, {KERNEL: arg_types},
+                                                          ("-D" + define,))[KERNEL]))
         if args.baseline:
-            variants.append(("baseline", harness.kernel_from(args.baseline, KERNEL, arg_types)))
+            variants.append(("baseline", harness.kernels_from(args.baseline,
+                                                              {KERNEL: arg_types})[KERNEL]))
         with cuda_context.entered():
             for name, kernel in variants:
                 results["registers"][name] = int(kernel.num_regs)

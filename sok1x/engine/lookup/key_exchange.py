@@ -313,7 +313,7 @@ def sized_or_counted(runtime, plan, sizes, prepared, slots, keys_list, counted=F
         return (peer_capacity.send_counts(plan), peer_capacity.recv_counts(plan, runtime.rank),
                 prepared, slots)
     send_counts = sizes.sent
-    if slots is not None:  # some rank overflowed a cap: this step goes by its counts
+    if slots is not None:  # overflowed, or counted: this step goes by its counts
         prepared = [(k, i, p, backend.take_rows(k, p)) for k, i, p, _ in prepared]
     if plan is not None and (plan.caps is None or sizes.overflow):
         peer_capacity.settle(runtime, plan, send_counts, [keys.shape[0] for keys in keys_list])
