@@ -5,8 +5,9 @@ lookup of one table, their backward and update, recorded as CUDA graphs around e
 of the tables, bit for bit, over many steps with changing keys (no key repeats in the job, so
 every sum has one addend); a step whose keys overflow a per-peer capacity goes the counted way on
 every rank, still equal, and the class is recorded again; a bad key on one rank fails the step
-on every rank and changes no table, and the replays go on. At one GPU the same steps replay the
-one-rank way.
+on every rank and changes no table, and the replays go on; a hash group's steps replay their
+inserts in the exchange half, agreeing key by key with uncaptured steps, an overflowing step
+among them. At one GPU the same steps replay the one-rank way.
 
     mpiexec --allow-run-as-root -n 2 python3 -m pytest -q tests/gpu/test_replayed_ranks_cuda.py
 """
@@ -249,3 +250,69 @@ def test_pooled_keys_replay_on_every_rank():
             for x, y in zip(a, b):
                 np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-6)
     assert held() == (1, 1)
+
+
+HASH_ROWS = 40000  # each member's shard: room for every key its steps bring
+
+
+def hash_job_keys(seed, even=False):
+    """This rank's keys of a hash group's step, no key of a member twice in the job (each
+    gradient row one key's), drawn from 30000 values a rank: new keys arrive at every step;
+    even: only even keys (with keys % ranks placing them, one owner gets them all)."""
+    rng = np.random.default_rng(seed)
+    parts = []
+    for n in LENGTHS:
+        keys = rng.permutation(30000 * SIZE)
+        if even:
+            keys = keys[keys % 2 == 0]
+        parts.append(keys[RANK * n:(RANK + 1) * n])
+    return np.concatenate(parts).astype(np.int64)
+
+
+def hash_run(steps, replay):
+    """Keyed steps of a hash group (v1 hash tables, made anew under one set of names: a hash
+    table's first values follow from its name) on each keys of `steps`, the caps set anew by
+    its first step. Returns (each step's host output and counts, the shards' sizes, the trained
+    vector of every key this rank looked up, held(), how often the caps were set)."""
+    with runtime.entered() as rt:
+        replayed_step.free(rt)
+        rt.capacities.clear()
+    names = ["hash_ranks_%d" % t for t in range(len(LENGTHS))]
+    for name in names:
+        api.create_table(name, DIM, HASH_ROWS, True, SPEC, replace=True)
+    results = []
+    for number, keys in enumerate(steps, 1):
+        got = keyed_step(names, keys, number, replay)
+        results.append((got[0], got[3]))
+    cuts = np.concatenate([[0], np.cumsum(LENGTHS)])
+    seen = [np.unique(np.concatenate([keys[a:b] for keys in steps]))
+            for a, b in zip(cuts[:-1], cuts[1:])]
+    lengths = np.array([part.shape[0] for part in seen])
+    backend = runtime.get().backend
+    with runtime.entered():
+        item = KeyedInput(backend.asarray(np.concatenate(seen).astype(np.int64)), lengths, None,
+                          lengths, None, "sum")
+        trained, _ = api.keyed_lookup(names, "hash_ranks_read", item, False)
+        trained = host(trained)
+    return (results, [api.shard(n).index.size for n in names], trained, held(),
+            settles(names[0] + "_fwd"))
+
+
+def test_a_hash_group_replays_its_inserts_on_every_rank():
+    """A hash group's keyed steps on several GPUs, its insert recorded in the exchange half
+    (replayed_ranks.py, table_group.ReplayedInsert asked after the op header), against the same
+    steps uncaptured: outputs and counts bit for bit, the shards' sizes, and the trained vector
+    of every key (the two ways may hand out other rows: the insert's threads place keys in any
+    order); a step whose keys all go to one owner overflows its cap on every rank, goes the
+    counted way, equal, and the class is recorded again."""
+    steps = [hash_job_keys(400 + number, even=number == 6) for number in range(1, 11)]
+    got = hash_run(steps, True)
+    want = hash_run(steps, False)
+    for a, b in zip(got[0], want[0]):
+        for x, y in zip(a, b):
+            np.testing.assert_array_equal(x, y)
+    assert got[1] == want[1]
+    np.testing.assert_array_equal(got[2], want[2])
+    assert got[3] == (1, 1) and want[3] == (0, 0)
+    if SIZE > 1:  # set by the first step, grown by the sixth
+        assert got[4] == want[4] == 2

@@ -424,12 +424,12 @@ def launches_and_waits(make_names, tag, seed):
 
 def test_hash_group_launches_and_waits_do_not_grow_with_the_tables():
     # room in any shard for every rank's keys of a member (up to 1,425 a rank) beside the
-    # pool's 4,000: a group skips its placed-count check alike at any count (_fitting)
+    # pool's 4,000: a group skips its placed-count check alike at any count (fitting_units)
     counts = launches_and_waits(
         lambda count: make_hash_tables("cuda_hash_count_%d" % count, count, 1500 * SIZE + 4000),
         "hash", 22)
     # the shards have room for every rank's keys: the placed counts are read in the backward's
-    # header wait (key_exchange._fitting), so a step waits twice (issue 17 item 2), a group's
+    # header wait (key_exchange.fitting_units), so a step waits twice (issue 17 item 2), a group's
     # as a hash table's alone
     assert counts[26]["host_waits"] <= 2 and counts[1]["host_waits"] <= 2
 

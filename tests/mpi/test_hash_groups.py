@@ -487,7 +487,7 @@ def test_host_waits_and_backend_calls_do_not_grow_with_the_hash_tables(count):
     for tables in (2, count):
         layout = [("c%d" % t, DIM, True) for t in range(tables)]
         # room in every shard for every rank's keys of a member (up to 85 a rank) beside the 40
-        # it may hold: a group skips its placed-count check alike at any count (_fitting)
+        # it may hold: a group skips its placed-count check alike at any count (fitting_units)
         names = make_tables("hg_count_%d" % tables, capacity=100 * SIZE + 40, layout=layout)
         counts[tables] = _calls_of_a_step(names, summed_batches(rng, layout))
     one_layout = [("c0", DIM, True)]

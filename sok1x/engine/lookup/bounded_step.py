@@ -45,13 +45,15 @@ tells every rank each rank's keys per member (told_keys: SHARED_WIDTH values at 
 backward counts), so every owner knows, before any gradient crosses, that member m's distinct
 rows on it are at most min(every rank's keys of m, m's rows in its shard, the rows it can
 receive) (bounds_of, kept in Routing.bounds), and lays them out in pieces of those lengths,
-rounded up to ALIGN_ROWS. The forward still reads its header (its checks and overflow ride in
-it), so the checks are never deferred there. Cost: a member's piece is up to the job's keys of
-that member where the counted way holds this owner's share of them, about `size` times the
-rows (and the update's padded rows) of the counted backward when keys spread evenly; a rank
-whose header told nothing (its lookup not bounded) makes every rank's backward count, which
-crosses the network as the bounded one does (same header, same caps), so the ranks never
-disagree on an exchange.
+rounded up to ALIGN_ROWS. So is a training lookup of a hash group sized by the caps (no shard
+of it can fill up in the step): its header tells every rank each rank's keys per member beside
+its room (key_exchange.room_and_keys), and rows_bound takes those. The forward still reads its
+header (its checks and overflow ride in it), so the checks are never deferred there. Cost: a
+member's piece is up to the job's keys of that member where the counted way holds this
+owner's share of them, about `size` times the rows (and the update's padded rows) of the
+counted backward when keys spread evenly; a rank whose header told nothing (its lookup not
+bounded) makes every rank's backward count, which crosses the network as the bounded one does
+(same header, same caps), so the ranks never disagree on an exchange.
 """
 import collections
 import functools
@@ -122,11 +124,20 @@ def bounds_of(tables, member_keys, told, caps_here):
         if not np.all(told[:, position] == TOLD):
             return [None] * len(tables)
         keys = told[:, position + 1:position + 1 + members].sum(axis=0)
-        held = getattr(table, "held_rows", None)  # a group's members' rows
-        rows = held if held is not None else np.array([int(table.values.shape[0])], np.int64)
-        out.append(np.minimum(np.minimum(keys, rows), told.shape[0] * int(caps_here[len(out)])))
+        out.append(rows_bound(table, keys, told.shape[0], caps_here[len(out)]))
         position += 1 + members
     return out
+
+
+def rows_bound(table, keys, size, cap_here):
+    """Host int64 [members]: the most distinct rows of each member of `table` a backward on
+    this rank can hold, where every rank's keys of the members sum to `keys` (host int64
+    [members]) and this rank receives at most `cap_here` slots of the table from each of the
+    `size` ranks: at most those keys, the member's rows in this rank's shard and what it can
+    receive."""
+    held = getattr(table, "held_rows", None)  # a group's members' rows
+    rows = held if held is not None else np.array([int(table.values.shape[0])], np.int64)
+    return np.minimum(np.minimum(keys, rows), size * int(cap_here))
 
 
 def piece_starts_of(bounds):

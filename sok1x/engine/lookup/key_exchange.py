@@ -184,8 +184,8 @@ def lookup_forward_many(runtime, tables, op, keys_list, training, local_error=No
         return check_error(backend, key_check)
     tags_list = tags_list or [None] * len(tables)
     tagged = [t for t, tags in enumerate(tags_list) if tags is not None and error is None]
-    bounded, shared = _room_and_keys(tables, keys_list, tagged, training, tag_counts,
-                                     admit_ratios)
+    bounded, shared = room_and_keys(tables, keys_list, tagged, training, tag_counts,
+                                    admit_ratios)
     send_counts = np.zeros((size, len(tables)), dtype=np.int64)
     prepared, sent_tags, slots, deferred = [], [], None, None
     bounds = [None] * len(tables)
@@ -198,7 +198,7 @@ def lookup_forward_many(runtime, tables, op, keys_list, training, local_error=No
         later = defer_check is not None and bounded_step.defers(runtime, tables, training, flag)
         told = exchange_sizes(runtime, op, None, error, None if later else flag,
                               describe_error=describe, shared=shared).shared
-        fitting = _fitting(bounded, told)
+        fitting = fitting_units(bounded, told)
         if later:
             deferred = bounded_step.Deferred(backend.read_later(flag), describe,
                                              as_op_id(op).name)
@@ -211,7 +211,7 @@ def lookup_forward_many(runtime, tables, op, keys_list, training, local_error=No
             prepared, owner_counts, slots, flag = routed_keys(
                 backend, size, tables, keys_list, tags_list,
                 None if plan is None else plan.caps, flag)
-            distinct_tags = [_tags_of_distinct(backend, prepared[t], tags_list[t])
+            distinct_tags = [tags_of_distinct(backend, prepared[t], tags_list[t])
                              for t in tagged]
             if shared is None and slots is not None:
                 telling = bounded_step.told_keys(runtime, member_keys, SHARED_WIDTH)
@@ -219,7 +219,7 @@ def lookup_forward_many(runtime, tables, op, keys_list, training, local_error=No
         sizes = exchange_sizes(runtime, op, owner_counts, error, flag, describe_error=describe,
                                shared=shared, sized=None if error else plan is not None)
         told = sizes.shared
-        fitting = _fitting(bounded, told)
+        fitting = fitting_units(bounded, told)
         # a hash group sized by the caps passes their padded slots (key -1) by in one insert,
         # which only a group no shard of which can fill up takes (_insert_keys): where one
         # might, every rank sees it alike in the header, and the step goes by its counts
@@ -229,12 +229,44 @@ def lookup_forward_many(runtime, tables, op, keys_list, training, local_error=No
         if slots is not None and telling:
             bounds = bounded_step.bounds_of(tables, member_keys, told,
                                             plan.caps[:, runtime.rank])
-        sent_tags = [_sent_tags(backend, prepared[t], tags, None if slots is None else slots[t],
-                                int(send_counts[:, t].sum()))
+        elif slots is not None and tagged and bounded_step.asked():  # (tagged ones all fit)
+            # a hash group's keys per member, every rank's, came with its room in the header
+            for t in tagged:
+                bounds[t] = bounded_step.rows_bound(tables[t], fitting[1][t], size,
+                                                    plan.caps[t, runtime.rank])
+        sent_tags = [tags_to_send(backend, prepared[t], tags,
+                                  None if slots is None else slots[t],
+                                  int(send_counts[:, t].sum()))
                      for tags, t in zip(distinct_tags, tagged)]
     slots = slots or [None] * len(tables)
+    outs, owner_rows, passed = owners_round(runtime, op, tables, prepared, sent_tags, tagged,
+                                            send_counts, recv_counts, slots, training,
+                                            admit_ratios, fitting)
+    routings = []
+    for t, (table, keys) in enumerate(zip(tables, keys_list)):
+        distinct, inverse, perm, _ = prepared[t]
+        routings.append(Routing(inverse, distinct.shape[0], perm, send_counts[:, t].copy(),
+                                recv_counts[:, t].copy(), owner_rows[t], keys.shape[0],
+                                table.use_hashtable and (not training or
+                                                         passed[t] is not None),
+                                getattr(table, "row_starts", None), slots[t],
+                                deferred if defer_check == "backward" else None, bounds[t]))
+    if deferred is not None:
+        bounded_step.defer_or_read(runtime, deferred, defer_check == "backward")
+    return outs, routings
+
+
+def owners_round(runtime, op, tables, prepared, sent_tags, tagged, send_counts, recv_counts,
+                 slots, training, admit_ratios, fitting):
+    """A lookup's work after its op header: each table's keys (and the tagged tables' tags,
+    `sent_tags`) to their owners, the owners' rows (a training lookup's inserts: _insert_keys,
+    with `fitting`, fitting_units's pair) and vectors, the vectors back and spread to every key.
+    prepared: per table (distinct keys, inverse, perm, keys to send); counts host int64
+    [size, tables]; slots: per table None or its capacity slots. Returns (vectors per table in
+    input order, the owners' rows per table, per table None or admission's kept keys)."""
+    backend = runtime.backend
     owned = exchange(runtime, [p[3] for p in prepared] + sent_tags,
-                      _with_columns(send_counts, tagged), _with_columns(recv_counts, tagged))
+                     _with_columns(send_counts, tagged), _with_columns(recv_counts, tagged))
     owned, owned_tags = owned[:len(tables)], dict(zip(tagged, owned[len(tables):]))
     passed = [None] * len(tables)
     for t, table in enumerate(tables):
@@ -259,19 +291,7 @@ def lookup_forward_many(runtime, tables, op, keys_list, training, local_error=No
             found = table.gather(rows)
         owner_rows[t], vectors[t] = rows, found
     returned = exchange(runtime, vectors, recv_counts, send_counts)
-    outs = spread_back(backend, tables, prepared, returned, slots)
-    routings = []
-    for t, (table, keys) in enumerate(zip(tables, keys_list)):
-        distinct, inverse, perm, _ = prepared[t]
-        routings.append(Routing(inverse, distinct.shape[0], perm, send_counts[:, t].copy(),
-                                recv_counts[:, t].copy(), owner_rows[t], keys.shape[0],
-                                table.use_hashtable and (not training or
-                                                         passed[t] is not None),
-                                getattr(table, "row_starts", None), slots[t],
-                                deferred if defer_check == "backward" else None, bounds[t]))
-    if deferred is not None:
-        bounded_step.defer_or_read(runtime, deferred, defer_check == "backward")
-    return outs, routings
+    return spread_back(backend, tables, prepared, returned, slots), owner_rows, passed
 
 
 def routed_keys(backend, size, tables, keys_list, tags_list, caps, flag):
@@ -361,7 +381,7 @@ def _sizing_plan(runtime, op, tables, training, admit_ratios):
     return plan
 
 
-def _tags_of_distinct(backend, prepared, tags):
+def tags_of_distinct(backend, prepared, tags):
     """The tags of a hash group's distinct keys, padded as its keys are (prepared: its (distinct
     keys, inverse, perm, keys to send)): each distinct key gets the tag of the keys it stands
     for (they all have one tag: keys are de-duplicated per (tag, key))."""
@@ -371,7 +391,7 @@ def _tags_of_distinct(backend, prepared, tags):
     return distinct_tags
 
 
-def _sent_tags(backend, prepared, distinct_tags, slots, count):
+def tags_to_send(backend, prepared, distinct_tags, slots, count):
     """The tags a hash group sends beside its keys (prepared as sized_or_counted left it): in
     bucket order, `count` of them, or in its keys' capacity slots (`slots`; -1 in the padded
     ones, whose keys are -1) of `count` places."""
@@ -381,7 +401,7 @@ def _sent_tags(backend, prepared, distinct_tags, slots, count):
     return backend.row_view(backend.take_rows(distinct_tags, perm), 0, count)
 
 
-def _room_and_keys(tables, keys_list, tagged, training, tag_counts, admit_ratios):
+def room_and_keys(tables, keys_list, tagged, training, tag_counts, admit_ratios):
     """What a training lookup's header tells every rank of its hash units whose count of
     placed keys may wait: per HashGroup (those of `tagged` with tag_counts) this rank's keys per
     member, per hash table alone that may count later (may_count_later, no low-frequency
@@ -420,9 +440,9 @@ def _room_and_keys(tables, keys_list, tagged, training, tag_counts, admit_ratios
                                             for a in (counts, table.room())])
 
 
-def _fitting(bounded, told):
+def fitting_units(bounded, told):
     """Returns (fitting, most): fitting, the units among `bounded` where no shard on any rank
-    can fill up in this lookup (told: host [size, k], every rank's _room_and_keys values): every
+    can fill up in this lookup (told: host [size, k], every rank's room_and_keys values): every
     rank's keys of a member, all sent to one owner, would fit that owner's room; most, per unit
     of `bounded` the host int64 [members] of those keys, the most any owner can get. Every rank
     finds the same."""
@@ -449,23 +469,22 @@ def _insert_keys(runtime, op, tables, owned, owned_tags, owner_rows, vectors, fi
     `tables` (those with owned_tags) place their keys in one launch each and the host reads all
     their counts in one wait, and erases them again if the step fails. Any full shard, on any
     rank, raises on every rank. A group or table in `fitting` (no shard of it can fill up now,
-    as every rank found from the op header: _fitting) neither waits nor takes part in that
+    as every rank found from the op header: fitting_units) neither waits nor takes part in that
     agreement: its counts are read in the next op header's wait (runtime.read_later). most:
-    per hash group the header told of, the most keys per member any owner can get (_fitting).
+    per hash group the header told of, the most keys per member any owner can get
+    (fitting_units).
     Fills owner_rows and vectors for the groups and the tables in `fitting`."""
     backend = runtime.backend
     kept = []  # the groups' inserts in `fitting`: their lookups count once the step goes on
     for t in sorted(fitting):
         table = tables[t]
         if t in owned_tags:
-            state, placed = table.insert_start(owned[t], owned_tags[t])
-            owner_rows[t], vectors[t] = table.insert_kept(state, placed)
+            owner_rows[t], vectors[t], state = kept_insert(runtime, table, owned[t],
+                                                           owned_tags[t])
             kept.append((table, state))
-            settle = functools.partial(table.settle, placed)
-        else:
-            owner_rows[t], vectors[t], placed = table.inserted_rows_and_vectors_later(owned[t])
-            settle = functools.partial(table.index.settle_size, placed)
-        runtime.read_later.append((placed, settle))
+            continue
+        owner_rows[t], vectors[t], placed = table.inserted_rows_and_vectors_later(owned[t])
+        runtime.read_later.append((placed, functools.partial(table.index.settle_size, placed)))
     if all(t in fitting for t, table in enumerate(tables) if table.use_hashtable):
         _count_kept(kept)
         return  # every rank skips the agreement alike: `fitting` is the same everywhere
@@ -515,6 +534,17 @@ def _insert_keys(runtime, op, tables, owned, owned_tags, owner_rows, vectors, fi
         except BaseException:  # the calls not finished yet keep no key either
             _undo_started(backend, tables, started[done + 1:], placed[done + 1:])
             raise
+
+
+def kept_insert(runtime, group, owned, owned_tags):
+    """A HashGroup's insert of its owned tagged keys where no shard of it can fill up
+    (fitting_units): nothing read now; the placed keys are kept and counted when the next op
+    header reads them (runtime.read_later). The caller counts the lookup (HashGroup.count_kept)
+    once the step goes on. Returns (the owners' rows, their vectors, insert_start's state)."""
+    state, placed = group.insert_start(owned, owned_tags)
+    rows, vectors = group.insert_kept(state, placed)
+    runtime.read_later.append((placed, functools.partial(group.settle, placed)))
+    return rows, vectors, state
 
 
 def _settled_in_place(in_place, hosts):

@@ -342,9 +342,9 @@ def _replayed_again(runtime, tables, front, item, checks):
 def _replayed_forward(runtime, tables, unit, group, op, item, training, key_limits, checks,
                       cuts, segment_cuts, front=None):
     """keyed_forward's replayed path (engine/lookup/replayed_step.py): a bounded training
-    lookup of one unit of dense tables (one table, or a TableGroup in its order) or, on one
-    rank, of a HashGroup, its rows in device memory or partly in host memory (its insert
-    replayed too: table_group.ReplayedInsert), int64 keys. What is
+    lookup of one unit of dense tables (one table, or a TableGroup in its order) or of a
+    HashGroup, its rows in device memory or partly in host memory (its insert replayed too:
+    table_group.ReplayedInsert; its evicting steps on one rank only), int64 keys. What is
     recorded looks every key up as its own row; keys of dense tables pooled by segment ids, or
     weighted, replay too (on one rank with checks="end"): the segment ids ride with the keys
     (forward_of's riders), checked in the same flag, and the pooling is done after the replay
@@ -380,20 +380,21 @@ def _replayed_forward(runtime, tables, unit, group, op, item, training, key_limi
         check = _key_check(backend, tables, item._replace(
             keys=fixed, segment_ids=riders[0] if riders else None, weights=None), cuts,
             key_limits, group)
-        if hashed:
-            return check, fixed
+        if hashed:  # keys as they are, tagged
+            return check, fixed, backend.part_tags(cuts)
         return check, fixed if group is None else backend.offset_parts_many(
             [fixed], cuts, [group.key_starts[:-1]])[0]
 
     def run(fixed, riders=()):
-        check, flat = routed(fixed, riders)
-        if hashed:  # keys as they are, tagged; a negative one is passed by (its check fails)
-            return (check,) + hooks.insert(fixed, backend.part_tags(cuts))
+        check, flat, *tags = routed(fixed, riders)
+        if hashed:  # a negative key is passed by (its check fails)
+            return (check,) + hooks.insert(flat, tags[0])
         rows = table.rows_of(flat, False)
         return check, rows, table.gather(rows)
 
+    # several ranks: an evicting class stays uncaptured (its victims are each owner's)
     replayed = replayed_step.forward_of(runtime, key, table, op, keys, checks, run, cuts, hooks,
-                                        None if hashed else routed, riders)
+                                        None if evicting else routed, riders)
     if replayed is None:
         return None
     vectors, routing = replayed  # the checks passed (read here, or in the op header)

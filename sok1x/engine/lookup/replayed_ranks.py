@@ -16,6 +16,19 @@ every rank before anything moves.
     exchange (recorded): the keys to their owners, the rows and the gather there, the vectors
                          back, spread to every key (spread_back)
 
+A HashGroup's training lookup (not its evicting steps: their victims are each owner's) is cut
+the same way. Its prepare half also lays its keys' tags out in the keys' slots; its header tells
+every rank each rank's keys and room per member (key_exchange.room_and_keys), from which every
+rank finds alike whether any shard of the group can fill up in the step, and the most keys of
+each member an owner can get, which bound the backward's rows (Routing.bounds); its exchange
+half sends the tags beside the keys and inserts them on the owner (the recorded insert,
+table_group.ReplayedInsert, whose ready() is asked after the header with those most keys). A
+step in which a shard might fill up goes on the counted way on every rank (its insert may grow,
+evict or fail, as an uncaptured one does). An owner whose insert is not ready (a hybrid member
+with freed rows to hand out, say) places the keys as an uncaptured step that fits does
+(kept_half) in the same exchanges, while its peers replay. The header has read every rank's
+checks before the insert, so no step with a bad key places one.
+
 Both halves read and write the same arrays at every replay: the exchange half reads the prepare
 half's outputs. Every rank makes the same collectives whether it replays or not (the uncaptured
 lookup sized by the same caps sends the same header and the same two exchanges), so ranks need
@@ -33,76 +46,144 @@ from sok1x.engine.lookup.key_exchange import (
     bucketed_gradients,
     check_error,
     exchange,
+    fitting_units,
+    kept_insert,
+    owners_round,
     padded_sums,
+    room_and_keys,
     routed_keys,
     sized_or_counted,
     spread_back,
+    tags_of_distinct,
+    tags_to_send,
 )
 
 _PREPARED = 3  # prepare()'s outputs: bounds, flag, owner counts, then the prepared arrays
+_SLOTS = _PREPARED + 4  # then the capacity slots; a hash group's: its distinct and sent tags
 
 
 def prepare(runtime, table, routed, fixed, caps):
     """The prepare half on the fixed keys: routed(fixed) -> (KeyCheck, keys in the table's id
-    space). Returns ([bounds, flag, owner_counts, distinct, inverse, perm, sends, slots], the
-    KeyCheck's judge)."""
-    check, keys = routed(fixed)
-    prepared, owner_counts, slots, flag = routed_keys(runtime.backend, runtime.size, [table],
-                                                      [keys], [None], caps, check.flag)
-    return [check.bounds, flag, owner_counts] + list(prepared[0]) + [slots[0]], check.judge
+    space) or, for a HashGroup, (KeyCheck, keys, their tags). Returns ([bounds, flag,
+    owner_counts, distinct, inverse, perm, sends, slots] and, with tags, [distinct tags, sent
+    tags], the KeyCheck's judge)."""
+    backend = runtime.backend
+    check, keys, *tags = routed(fixed)
+    prepared, owner_counts, slots, flag = routed_keys(backend, runtime.size, [table], [keys],
+                                                      tags or [None], caps, check.flag)
+    outputs = [check.bounds, flag, owner_counts] + list(prepared[0]) + [slots[0]]
+    if tags:  # the tags travel in the keys' slots
+        distinct_tags = tags_of_distinct(backend, prepared[0], tags[0])
+        outputs += [distinct_tags, tags_to_send(backend, prepared[0], distinct_tags, slots[0],
+                                             int(caps[0].sum()))]
+    return outputs, check.judge
 
 
-def owner_round(runtime, table, prepared, slots, send_counts, recv_counts):
+def owner_round(runtime, table, prepared, slots, send_counts, recv_counts, tags=None,
+                insert=None):
     """The exchange half: the keys to their owners, their rows and vectors there, the vectors
     back and spread to every key (prepared: (distinct, inverse, perm, sends); slots: the
-    capacity slots or None; counts host int64 [size, 1]). Returns [owner rows, vectors]."""
-    owned, = exchange(runtime, [prepared[3]], send_counts, recv_counts)
-    rows = table.rows_of(owned, False)
-    returned = exchange(runtime, [table.gather(rows)], recv_counts, send_counts)
+    capacity slots or None; counts host int64 [size, 1]). A HashGroup's: its sent `tags` go
+    beside the keys, and insert(owned keys, owned tags) -> (rows, vectors, [more arrays]) finds
+    or places them. Returns [owner rows, vectors] + more."""
+    sends, columns, more = [prepared[3]], [0], []
+    if tags is not None:
+        sends.append(tags)
+        columns.append(0)
+    owned = exchange(runtime, sends, send_counts[:, columns], recv_counts[:, columns])
+    if insert is None:
+        rows = table.rows_of(owned[0], False)
+        gathered = table.gather(rows)
+    else:
+        rows, gathered, more = insert(owned[0], owned[1])
+    returned = exchange(runtime, [gathered], recv_counts, send_counts)
     vectors, = spread_back(runtime.backend, [table], [prepared], returned, [slots])
-    return [rows, vectors]
+    return [rows, vectors] + list(more)
 
 
-def exchange_half(runtime, table, outputs, plan):
-    """owner_round on a prepare half's outputs, sized by the caps of `plan`."""
-    prepared, slots = tuple(outputs[_PREPARED:_PREPARED + 4]), outputs[_PREPARED + 4]
+def exchange_half(runtime, table, outputs, plan, insert=None):
+    """owner_round on a prepare half's outputs, sized by the caps of `plan` (a HashGroup's with
+    its `insert`)."""
+    prepared, slots = tuple(outputs[_PREPARED:_SLOTS]), outputs[_SLOTS]
+    tags = outputs[_SLOTS + 2] if len(outputs) > _SLOTS + 1 else None
     return owner_round(runtime, table, prepared, slots, peer_capacity.send_counts(plan),
-                       peer_capacity.recv_counts(plan, runtime.rank))
+                       peer_capacity.recv_counts(plan, runtime.rank), tags, insert)
 
 
-def header(runtime, op, outputs, judge, member_keys):
+def kept_half(runtime, table, outputs, plan):
+    """exchange_half of a HashGroup whose replayed insert is not ready on this rank (its peers
+    may replay theirs: the collectives are the same), its keys placed as an uncaptured lookup
+    that fits places them (key_exchange.kept_insert), counted at once: the header told every
+    rank that no shard of it can fill up, and that every key is good."""
+    def insert(owned, tags):
+        rows, vectors, state = kept_insert(runtime, table, owned, tags)
+        table.count_kept(state)
+        return rows, vectors, []
+    return exchange_half(runtime, table, outputs, plan, insert)
+
+
+def header(runtime, op, table, outputs, judge, member_keys):
     """The op header between the halves, on a prepare half's outputs: raises every rank's
-    input or order error on every rank. Returns (sizes, told): exchange_sizes' Sizes and
-    bounded_step.told_keys' function (None where the backward stays counted)."""
+    input or order error on every rank. Returns (sizes, told, fitting): exchange_sizes' Sizes;
+    bounded_step.told_keys' function (None where the backward stays counted, and for a
+    HashGroup, whose header tells every rank's keys and room per member instead); and, for a
+    HashGroup, key_exchange's fitting pair (whether no shard of it can fill up in the step, and
+    the most keys per member an owner can get), else None."""
     bounds, flag, owner_counts = outputs[:_PREPARED]
-    telling = bounded_step.told_keys(runtime, [member_keys], SHARED_WIDTH)
+    telling = rooms = None
+    if len(outputs) > _SLOTS + 1:  # a HashGroup's (its tags prepared): its keys and room
+        rooms, shared = room_and_keys([table], [None], [0], True, [member_keys], None)
+    else:
+        telling = shared = bounded_step.told_keys(runtime, [member_keys], SHARED_WIDTH)
     describe = functools.partial(check_error, runtime.backend, KeyCheck(bounds, judge, flag, None))
     sizes = exchange_sizes(runtime, op, owner_counts, None, flag, describe_error=describe,
-                           shared=telling, sized=True)
-    return sizes, telling
+                           shared=shared, sized=True)
+    fitting = None if rooms is None else fitting_units(rooms, sizes.shared)
+    return sizes, telling, fitting
 
 
-def routing(runtime, table, outputs, rows, count, plan, sizes, telling, member_keys):
+def fits(fitting):
+    """Whether a HashGroup's header (header()'s fitting) lets its exchange half run sized by
+    the caps (no shard of it can fill up: its replayed insert or kept_half), for None (a
+    dense table's) too."""
+    return fitting is None or 0 in fitting[0]
+
+
+def routing(runtime, table, outputs, rows, count, plan, sizes, telling, member_keys,
+            fitting=None):
     """The Routing of a forward sized by `plan`'s caps (its backward's too) from the prepare
-    half's outputs and the owner rows."""
+    half's outputs and the owner rows: its backward bounded by the keys the header told
+    (telling, or a HashGroup's `fitting`)."""
     distinct, inverse, perm = outputs[_PREPARED:_PREPARED + 3]
     caps = plan.caps
     bounds = None
     if telling is not None:
         bounds = bounded_step.bounds_of([table], [member_keys], sizes.shared,
                                         caps[:, runtime.rank])[0]
+    elif fitting is not None:
+        bounds = bounded_step.rows_bound(table, fitting[1][0], runtime.size,
+                                         caps[0, runtime.rank])
     return Routing(inverse, int(distinct.shape[0]), perm, caps[0].copy(),
                    peer_capacity.recv_counts(plan, runtime.rank)[:, 0], rows, count, False,
-                   getattr(table, "row_starts", None), outputs[_PREPARED + 4], None, bounds)
+                   getattr(table, "row_starts", None), outputs[_SLOTS], None, bounds)
 
 
-def counted_rest(runtime, table, outputs, plan, sizes, count):
-    """A step some rank's keys overflowed (sizes.overflow, every rank alike): the exchange the
-    counted way from the prepare half's outputs; the caps grow. Returns (vectors, Routing)."""
-    prepared = [tuple(outputs[_PREPARED:_PREPARED + 4])]
+def counted_rest(runtime, op, table, outputs, plan, sizes, count, fitting=None):
+    """A step some rank's keys overflowed (sizes.overflow), or in which a HashGroup's shard
+    might fill up (not fits(fitting)), every rank alike: the exchange the counted way from the
+    prepare half's outputs (a HashGroup's insert as an uncaptured lookup's: it may grow, evict
+    or fail on every rank); an overflow's caps grow. Returns (vectors, Routing)."""
+    prepared = [tuple(outputs[_PREPARED:_SLOTS])]
     send_counts, recv_counts, prepared, _ = sized_or_counted(
-        runtime, plan, sizes, prepared, [outputs[_PREPARED + 4]], [outputs[_PREPARED]])
-    rows, vectors = owner_round(runtime, table, prepared[0], None, send_counts, recv_counts)
+        runtime, plan, sizes, prepared, [outputs[_SLOTS]], [outputs[_PREPARED]], counted=True)
+    tags, tagged = [], []
+    if fitting is not None:
+        tags = [tags_to_send(runtime.backend, prepared[0], outputs[_SLOTS + 1], None,
+                          int(send_counts[:, 0].sum()))]
+        tagged = [0]
+    (vectors,), (rows,), _ = owners_round(runtime, op, [table], prepared, tags, tagged,
+                                          send_counts, recv_counts, [None], True, None,
+                                          fitting or (set(), {}))
     distinct, inverse, perm, _ = prepared[0]
     return vectors, Routing(inverse, int(distinct.shape[0]), perm, send_counts[:, 0].copy(),
                             recv_counts[:, 0].copy(), rows, count, False,

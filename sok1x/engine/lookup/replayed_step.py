@@ -7,7 +7,9 @@ them (replayed_ranks.py: the header is read on the host before any key crosses, 
 replay, so D3 and D7 hold), its backward's rows are bounded by every rank's keys
 (bounded_step.bounds_of: a backward class per pieces), and its backward's header is the whole
 op header (order_checks on several ranks). A class is recorded with its op's caps and dropped
-when they grow. Hash groups replay on one rank only. What follows is the one-rank step.
+when they grow. A hash group's training lookup replays there too, but for its evicting steps
+(replayed_ranks.py: its insert in the exchange half, ready() asked after the header, which
+tells whether any shard of it can fill up). What follows is the one-rank step.
 
 Which steps. A training lookup of int64 keys (int32 ones are widened into a new array at each run,
 and the part list naming it would be an upload inside the capture) of dense tables whose rows
@@ -380,7 +382,7 @@ def remember_dense(runtime, table, op, keys, row_shape, training, checks, shaped
 
 def forward_of(runtime, key, table, op, keys, checks, run, cuts, hooks=None, routed=None,
                riders=()):
-    """The replayed path of any one-rank bounded forward of `table` (an EmbeddingTable or a
+    """The replayed path of any bounded forward of `table` (an EmbeddingTable or a
     TableGroup of dense tables, whose rows follow from its keys, or a HashGroup with hooks) with
     flat int64 `keys`: `key` names its shape class (every input that shapes the work but the
     keys' values); run(fixed keys) queues the forward's device work on a fixed array and returns
@@ -393,8 +395,10 @@ def forward_of(runtime, key, table, op, keys, checks, run, cuts, hooks=None, rou
     more arrays) after the run or replay, and hooks.checked() once its key checks passed
     (where checks="backward", as late as its backward).
     routed: on several ranks, routed(fixed keys) queues the keys' part of the forward and
-    returns (KeyCheck, the keys in the table's id space); the
-    rest is replayed_ranks.py's (None: no replay on several ranks). riders: backend arrays the
+    returns (KeyCheck, the keys in the table's id space), a HashGroup's with their tags after;
+    the rest is replayed_ranks.py's, with hooks.insert for a HashGroup, and hooks.ready asked
+    after the op header with the most keys per member an owner can get (None: no replay on
+    several ranks). riders: backend arrays the
     work reads beside the keys (a pooled lookup's segment ids, whose checks then ride in the
     keys' flag), each copied into a fixed array of the class at every replay as the keys are;
     run and routed take those after the keys (`key` must tell their shapes). Returns (vectors,
@@ -402,8 +406,7 @@ def forward_of(runtime, key, table, op, keys, checks, run, cuts, hooks=None, rou
     hooks not ready). `op`: an OpId."""
     plan = None
     if runtime.size > 1:  # sized by caps the ranks agreed on (the op's first lookup sets them)
-        plan = None if routed is None or hooks is not None else peer_capacity.plan_of(
-            runtime, op, [table])
+        plan = None if routed is None else peer_capacity.plan_of(runtime, op, [table])
         if plan is None:
             return None
     classes = _classes(runtime)
@@ -424,7 +427,7 @@ def forward_of(runtime, key, table, op, keys, checks, run, cuts, hooks=None, rou
         if plan is not None:
             return _capture_ranks(runtime, classes, key, table, op, keys,
                                   functools.partial(routed, riders=fixed_riders)
-                                  if riders else routed, cuts, plan, fixed_riders)
+                                  if riders else routed, cuts, plan, fixed_riders, hooks)
         return _capture_forward(runtime, classes, key, table, op, keys, checks,
                                 functools.partial(run, riders=fixed_riders) if riders else run,
                                 cuts, hooks, fixed_riders)
@@ -488,43 +491,81 @@ def _copy_riders(backend, entry, riders):
     return True
 
 
-def _capture_ranks(runtime, classes, key, table, op, keys, routed, cuts, plan, riders=()):
+def _capture_ranks(runtime, classes, key, table, op, keys, routed, cuts, plan, riders=(),
+                   hooks=None):
     """_capture_forward on several ranks: this step runs eagerly on fixed keys in the two
     halves around its op header, then each half is recorded (replayed_ranks.py). A step that
-    overflowed a cap goes on the counted way and records nothing. Returns (vectors, Routing)."""
+    overflowed a cap (or in which a HashGroup's shard might fill up, or whose `hooks` are not
+    ready here) goes on uncaptured and records nothing. Returns (vectors, Routing)."""
     backend = runtime.backend
+    _read_left_before(runtime, hooks)
     fixed = backend.empty(tuple(keys.shape), keys.dtype)
     backend.write_rows(fixed, 0, keys)
     member_keys, caps, count = np.diff(cuts), plan.caps, int(keys.shape[0])
     outputs, judge = replayed_ranks.prepare(runtime, table, routed, fixed, caps)
-    sizes, telling = replayed_ranks.header(runtime, op, outputs, judge, member_keys)
-    if sizes.overflow:
-        return replayed_ranks.counted_rest(runtime, table, outputs, plan, sizes, count)
-    rows, vectors = replayed_ranks.exchange_half(runtime, table, outputs, plan)
-    result = vectors, replayed_ranks.routing(runtime, table, outputs, rows, count, plan, sizes,
-                                             telling, member_keys)
+    passed = _exchanged(runtime, op, table, outputs, judge, member_keys, plan, count, hooks)
+    if len(passed) == 2:  # the counted way, or this owner's insert uncaptured
+        return passed
+    rows, vectors, more, routing = passed
+    insert = None if hooks is None else hooks.insert
     prepare = _recorded(backend, lambda: replayed_ranks.prepare(runtime, table, routed, fixed,
                                                                 caps)[0])
     work = None if prepare is None else _recorded(
-        backend, lambda: replayed_ranks.exchange_half(runtime, table, prepare.outputs, plan))
+        backend, lambda: replayed_ranks.exchange_half(runtime, table, prepare.outputs, plan,
+                                                      insert))
     if work is None:
         if prepare is not None:
             prepare.free()
         classes.refused.add(key)
-        return result
+        return vectors, routing
     while len(classes.forwards) >= MAX_CLASSES:
         _drop(runtime, classes, next(iter(classes.forwards)))
     classes.forwards[key] = _Forward(key, table, fixed, work, judge,
-                                     bounded_step.piece_starts(cuts), None, prepare, plan,
+                                     bounded_step.piece_starts(cuts), hooks, prepare, plan,
                                      member_keys, riders)
-    return result
+    return vectors, routing
+
+
+def _exchanged(runtime, op, table, outputs, judge, member_keys, plan, count, hooks,
+               work=None):
+    """A several-rank forward after its prepare half (`outputs`): the op header, then the
+    exchange half, replayed (`work`), or run now where there is none (the class's capture:
+    with `hooks`' insert). Returns (rows, vectors, [more arrays], Routing), or (vectors,
+    Routing) where the step went on uncaptured: the counted way (some rank's keys overflowed
+    a cap, or a HashGroup's shard might fill up: every rank alike), or, where `hooks` are not
+    ready on this rank, its insert as an uncaptured lookup makes it (its peers may replay:
+    the collectives are the same)."""
+    sizes, telling, fitting = replayed_ranks.header(runtime, op, table, outputs, judge,
+                                                    member_keys)
+    if sizes.overflow or not replayed_ranks.fits(fitting):
+        return replayed_ranks.counted_rest(runtime, op, table, outputs, plan, sizes, count,
+                                           fitting)
+
+    def routing(rows):
+        return replayed_ranks.routing(runtime, table, outputs, rows, count, plan, sizes,
+                                      telling, member_keys, fitting)
+    if hooks is not None:
+        if not hooks.ready(None, False, fitting[1][0]):
+            rows, vectors = replayed_ranks.kept_half(runtime, table, outputs, plan)
+            return vectors, routing(rows)
+        hooks.arm()  # (the header made the order checks: the op's journal step is open)
+    if work is None:
+        rows, vectors, *more = replayed_ranks.exchange_half(
+            runtime, table, outputs, plan, None if hooks is None else hooks.insert)
+    else:
+        work.replay()
+        rows, vectors, *more = work.outputs
+    if hooks is not None:  # the header read every rank's checks: they passed
+        hooks.done(rows, more)
+        hooks.checked()
+    return rows, vectors, more, routing(rows)
 
 
 def _replay_ranks(runtime, classes, entry, op, keys, riders=()):
     """One replay of a several-rank forward class: the keys copied in, the prepare half
     replayed, the op header, then the exchange half replayed (or, where some rank overflowed a
-    cap, the rest the counted way, and the class dropped: its caps grew). Returns (vectors,
-    Routing)."""
+    cap, the rest the counted way, and the class dropped: its caps grew; _exchanged). Returns
+    (vectors, Routing), or None where the uncaptured path must run."""
     if entry.caps is not entry.plan.caps:  # grown since it was recorded
         _drop(runtime, classes, entry.key)
         return None
@@ -533,21 +574,18 @@ def _replay_ranks(runtime, classes, entry, op, keys, riders=()):
         return None
     if not _copy_riders(backend, entry, riders):
         return None
+    _read_left_before(runtime, entry.hooks)
     if keys is not entry.keys:
         backend.copy_array(entry.keys, keys)
     entry.prepare.replay()
-    outputs = entry.prepare.outputs
-    sizes, telling = replayed_ranks.header(runtime, op, outputs, entry.judge, entry.member_keys)
-    count = int(entry.keys.shape[0])
-    if sizes.overflow:
-        result = replayed_ranks.counted_rest(runtime, entry.table, outputs, entry.plan, sizes,
-                                             count)
-        _drop(runtime, classes, entry.key)
-        return result
-    entry.work.replay()
-    rows, vectors = entry.work.outputs
-    routing = replayed_ranks.routing(runtime, entry.table, outputs, rows, count, entry.plan,
-                                     sizes, telling, entry.member_keys)
+    passed = _exchanged(runtime, op, entry.table, entry.prepare.outputs, entry.judge,
+                        entry.member_keys, entry.plan, int(entry.keys.shape[0]), entry.hooks,
+                        entry.work)
+    if len(passed) == 2:
+        if entry.caps is not entry.plan.caps:  # overflowed: its caps grew
+            _drop(runtime, classes, entry.key)
+        return passed
+    rows, vectors, _, routing = passed
     if entry.routing is None:
         classes.by_rows[id(rows)] = entry
     entry.routing = routing

@@ -1019,10 +1019,12 @@ class ReplayedInsert:
         self._spares = self._spares_now = _UNSET
         self._gathered = (True, None)
 
-    def ready(self, keys, opens_step=False):
+    def ready(self, keys, opens_step=False, bound=None):
         """True, with the member list holding the indexes' sizes, where the step's `keys`
         (backend int64, each member's in turn, as the lookup's) fit (evicting: evict in
-        place). opens_step: whether the op's order checks, after this, open a new step."""
+        place). opens_step: whether the op's order checks, after this, open a new step. bound:
+        on several ranks (after the op header), host int64 [members], the most keys of each
+        member this owner can get, which must fit its room (nothing is counted)."""
         group = self.group
         if self.evicting:
             return self._ready_to_evict(keys, group.journal.step + bool(opens_step))
@@ -1039,7 +1041,9 @@ class ReplayedInsert:
             return False
         if group.reserved:  # as room() does for an uncaptured step
             group._back_ahead(sizes)
-        if (self.counts > room).any():
+        if ((self.counts if bound is None else bound) > room).any():
+            if bound is not None:
+                return False
             if self._tags is None:
                 self._tags = backend.part_tags(self.cuts)
             found = group.find(keys, self._tags)
