@@ -78,9 +78,9 @@
 #                $PASS_GRID_ARGS: more arguments, e.g. "--region-sweep 8192,256")
 #   grid-ab      dynamic_table.py, load 0.5, hbm, 1/2 and 3/4 host: before, after, twice
 #   breakdown-ab dynamic_breakdown.py of both trees at hbm and at 3/4 host
-#   framework-ab framework_step.py at 1 GPU, $PASS_WORKLOADS (default seed dlrm dlrm26), before,
-#                after, twice, each tree timed by its own script ($PASS_SCALE divides batch and
-#                vocabulary, default 1)
+#   framework-ab framework_step.py at $PASS_RANKS GPUs (default 1), $PASS_WORKLOADS (default seed
+#                dlrm dlrm26), before, after, twice, each tree timed by its own script
+#                ($PASS_SCALE divides batch and vocabulary, default 1)
 #   growth-ab    growth_step.py of both trees, $PASS_ROUNDS rounds (default 2) of before, after
 #                ($PASS_GROWTH_ARGS: more arguments both trees' growth_step know, e.g.
 #                "--ways room,evict_drop")
@@ -485,16 +485,17 @@ stage_framework_ab() {  # each tree timed by its own framework_step.py, framewor
   for round in 1 2; do
     for tree in before after; do
       for workload in ${PASS_WORKLOADS:-seed dlrm dlrm26}; do
-        SOK1X_BENCH_VARIANTS=$framework_variants mpi_bench_own $tree framework_step.py \
-          "fw_${tree}_${workload}_$round" --workloads "$workload" --scale "${PASS_SCALE:-1}"
+        ranks=${PASS_RANKS:-1} SOK1X_BENCH_VARIANTS=$framework_variants mpi_bench_own $tree \
+          framework_step.py "fw_${tree}_${workload}_$round" --workloads "$workload" \
+          --scale "${PASS_SCALE:-1}"
       done
     done
   done
 }
-mpi_bench_own() {  # bench_own under mpiexec -n 1
+mpi_bench_own() {  # bench_own under mpiexec -n $ranks (default 1)
   local tree=$1 script=$2 name=$3 scripts=$here/bench; shift 3
   [ "$tree" = before ] && scripts=$before/bench
-  PYTHONPATH=$(path_of "$tree"):$scripts run "$name" 900 mpiexec -n 1 python3 \
+  PYTHONPATH=$(path_of "$tree"):$scripts run "$name" 900 mpiexec -n "${ranks:-1}" python3 \
     "$scripts/$script" --out "$work/$name.json" "$@"
   grep -hE 'ms/step|host waits|launches|Error' "$work/$name.log" | tr -s ' ' | head -20 \
     >>"$summary"
