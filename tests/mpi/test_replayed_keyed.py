@@ -24,8 +24,8 @@ from mpi4py import MPI
 
 from sok1x.backend import random_init
 from sok1x.engine import api, runtime
-from sok1x.engine.lookup import (bounded_step, key_exchange, keyed, peer_capacity, replayed_step,
-                                 table_group)
+from sok1x.engine.lookup import (bounded_step, key_exchange, keyed, peer_capacity,
+                                 replayed_ranks, replayed_step, table_group)
 from sok1x.engine.checkpoint import tables as checkpoint_tables
 from sok1x.engine.lookup.keyed import KeyedInput
 from sok1x.engine.op_order import OpId
@@ -642,12 +642,23 @@ def test_an_owner_whose_insert_is_not_ready_runs_it_uncaptured_while_its_peers_r
             return False
         return ready(insert, keys, *rest)
     monkeypatch.setattr(table_group.ReplayedInsert, "ready", refused_twice)
+    kept = spied_kept_halves(monkeypatch)
     steps = hash_keys(83, 10, 40 * SIZE)
     got = hash_steps("unready", steps, True, 64)
     monkeypatch.setattr(table_group.ReplayedInsert, "ready", ready)
     want = hash_steps("unready", steps, False, 64)
     assert_same_hash_runs(got, want)
     assert len(asked) > 6 and got[2] == (1, 1)
+    assert len(kept) == (2 if RANK == 0 else 0)  # its peers replayed those steps
+
+
+def spied_kept_halves(monkeypatch):
+    """A list replayed_ranks.kept_half appends to at each call (an owner's insert uncaptured
+    inside a replayed step)."""
+    kept, kept_half = [], replayed_ranks.kept_half
+    monkeypatch.setattr(replayed_ranks, "kept_half",
+                        lambda *args: kept.append(None) or kept_half(*args))
+    return kept
 
 
 def test_a_replayed_hash_step_whose_keys_overflow_a_cap_runs_counted_and_records_again():
@@ -669,14 +680,19 @@ def test_a_replayed_hash_step_whose_keys_overflow_a_cap_runs_counted_and_records
         names = ["hash_skewed_%d" % t for t in range(len(lengths))]
         for name in names:
             api.create_table(name, DIM, 1 << 12, True, SPEC, replace=True)
-        results = [step(names, keys, lengths, np.float32(0.75), "lazy_adam", number, replay)
-                   for number, keys in enumerate(steps, 1)]
+        results, classes = [], []
+        for number, keys in enumerate(steps, 1):
+            results.append(step(names, keys, lengths, np.float32(0.75), "lazy_adam", number,
+                                replay))
+            classes.append(held()[0])
         with runtime.entered() as rt:
             settled = [plan.settled for plan in rt.capacities.values() if plan is not None]
-        return (results, [held_rows(n) for n in names], held()), settled
-    (got, settled), (want, _) = run(True), run(False)
+        return (results, [held_rows(n) for n in names], held()), settled, classes
+    (got, settled, classes), (want, _, _) = run(True), run(False)
     assert_same_hash_runs(got, want)
     assert max(settled) == 2, settled  # the first step's caps, then the overflow's
+    # recorded at the second step, dropped by the overflowing fifth, recorded at the next
+    assert classes == [0, 1, 1, 1, 0, 1, 1, 1], classes
     assert got[2] == (1, 1)
 
 
@@ -987,6 +1003,47 @@ def test_a_hybrid_group_replays_its_steps_with_room(bad_step, checks, split, mon
         assert got[2] == (1, 1)
         assert any(ok and count for ok, count in readies), readies  # replayed after evicting
         assert not all(ok for ok, _ in readies)
+
+
+def test_a_hybrid_group_with_room_replays_on_several_ranks(monkeypatch):
+    """Several ranks: hybrid DynamicVariables (8 rows a shard a rank and 16 more, growing) whose
+    steps have room (every rank's keys of a member fit each shard's room, as the op header
+    tells) replay their insert on every rank, the lookup counted in the rows' statistics; once a
+    shard might fill up (the header counts every key as new), the steps go the counted way and
+    grow the group; where rank 0's insert is refused by hand at two steps, it places its keys
+    uncaptured inside the same exchanges (kept_half), counting the lookup there, while its peers
+    replay. Every step, held key's row, vector, slots and statistics equals the uncaptured
+    run's."""
+    if SIZE == 1:
+        pytest.skip("the one-rank way is test_a_hybrid_group_replays_its_steps_with_room's")
+    rng = np.random.default_rng([5, RANK])
+    # narrow keys (they fit), then wide ones (members fill up and grow)
+    steps = [np.concatenate([rng.integers(0, span, size=n) for n in LENGTHS]).astype(np.int64)
+             for span in [12 * SIZE] * 6 + [100 * SIZE] * 12]
+    ready, answers = table_group.ReplayedInsert.ready, []
+
+    def refused_twice(insert, keys, *rest):
+        if RANK == 0 and len(answers) in (2, 5):
+            answers.append(False)
+        else:
+            answers.append(ready(insert, keys, *rest))
+        return answers[-1]
+    monkeypatch.setattr(table_group.ReplayedInsert, "ready", refused_twice)
+    kept = spied_kept_halves(monkeypatch)
+    first = 8 * SIZE + 16  # rows a shard: room for every rank's keys of a member, and more
+    dynamic = make_dynamic("hybrid", first, 128 * SIZE, "lru")
+    runs = []
+    for replay in (True, False):
+        runs.append(hash_steps("hybrid_ranks", steps, replay, 128 * SIZE, dynamic=dynamic))
+        runs[-1] += ([hybrid_state("hash_hybrid_ranks_%d" % t) for t in range(MEMBERS)],)
+        monkeypatch.setattr(table_group.ReplayedInsert, "ready", ready)
+    got, want = runs
+    assert_same_hash_runs(got, want)
+    for a, b in zip(got[3], want[3]):
+        assert_same_state(a, b)
+    assert sum(answers) >= 4, answers  # replayed (or recorded) steps
+    assert len(kept) == (2 if RANK == 0 else 0)
+    assert any(api.shard("hash_hybrid_ranks_%d" % t).capacity > first for t in range(4))
 
 
 SPLIT_GIB = 5 * 4 * DIM / 2 ** 30  # max_hbm_for_vectors: a hybrid shard's first 5 rows

@@ -350,8 +350,9 @@ def _replayed_forward(runtime, tables, unit, group, op, item, training, key_limi
     (forward_of's riders), checked in the same flag, and the pooling is done after the replay
     and undone before the replayed backward (pooled.spread_rows). Returns keyed_forward's
     result, or None where the uncaptured path must run (not such a lookup, the first sight of
-    its shape class, or a hash group's step in which a member might fill up). A replayed class
-    is remembered under `front` (_front), for _replayed_again."""
+    its shape class, or on one rank a hash group's step in which a member might fill up: on
+    several ranks that step goes the counted way after the replayed half before its header).
+    A replayed class is remembered under `front` (_front), for _replayed_again."""
     table, keys = unit.table, item.keys
     hashed = isinstance(group, table_group.HashGroup)
     pooled = item.segment_ids is not None or item.weights is not None

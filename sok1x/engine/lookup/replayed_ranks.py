@@ -75,7 +75,7 @@ def prepare(runtime, table, routed, fixed, caps):
     if tags:  # the tags travel in the keys' slots
         distinct_tags = tags_of_distinct(backend, prepared[0], tags[0])
         outputs += [distinct_tags, tags_to_send(backend, prepared[0], distinct_tags, slots[0],
-                                             int(caps[0].sum()))]
+                                                int(caps[0].sum()))]
     return outputs, check.judge
 
 
@@ -179,7 +179,7 @@ def counted_rest(runtime, op, table, outputs, plan, sizes, count, fitting=None):
     tags, tagged = [], []
     if fitting is not None:
         tags = [tags_to_send(runtime.backend, prepared[0], outputs[_SLOTS + 1], None,
-                          int(send_counts[:, 0].sum()))]
+                             int(send_counts[:, 0].sum()))]
         tagged = [0]
     (vectors,), (rows,), _ = owners_round(runtime, op, [table], prepared, tags, tagged,
                                           send_counts, recv_counts, [None], True, None,

@@ -390,7 +390,8 @@ def forward_of(runtime, key, table, op, keys, checks, run, cuts, hooks=None, rou
     [members + 1], where each member's keys start (its backward's pieces). hooks: None, or the
     host's part of the class's steps (kept with the class at its capture): hooks.ready(keys,
     whether the op opens a step)
-    before each run or replay (False: this step takes the uncaptured path, nothing done),
+    before each run or replay (False: this step takes the uncaptured path, nothing done; on
+    several ranks, asked after the op header, its insert does),
     hooks.arm() once the op's order checks passed (its journal step open), hooks.done(rows,
     more arrays) after the run or replay, and hooks.checked() once its key checks passed
     (where checks="backward", as late as its backward).
@@ -503,10 +504,10 @@ def _capture_ranks(runtime, classes, key, table, op, keys, routed, cuts, plan, r
     backend.write_rows(fixed, 0, keys)
     member_keys, caps, count = np.diff(cuts), plan.caps, int(keys.shape[0])
     outputs, judge = replayed_ranks.prepare(runtime, table, routed, fixed, caps)
-    passed = _exchanged(runtime, op, table, outputs, judge, member_keys, plan, count, hooks)
-    if len(passed) == 2:  # the counted way, or this owner's insert uncaptured
-        return passed
-    rows, vectors, more, routing = passed
+    vectors, routing, ran = _exchanged(runtime, op, table, outputs, judge, member_keys, plan,
+                                       count, hooks)
+    if not ran:  # the counted way, or this owner's insert uncaptured
+        return vectors, routing
     insert = None if hooks is None else hooks.insert
     prepare = _recorded(backend, lambda: replayed_ranks.prepare(runtime, table, routed, fixed,
                                                                 caps)[0])
@@ -530,16 +531,16 @@ def _exchanged(runtime, op, table, outputs, judge, member_keys, plan, count, hoo
                work=None):
     """A several-rank forward after its prepare half (`outputs`): the op header, then the
     exchange half, replayed (`work`), or run now where there is none (the class's capture:
-    with `hooks`' insert). Returns (rows, vectors, [more arrays], Routing), or (vectors,
-    Routing) where the step went on uncaptured: the counted way (some rank's keys overflowed
-    a cap, or a HashGroup's shard might fill up: every rank alike), or, where `hooks` are not
-    ready on this rank, its insert as an uncaptured lookup makes it (its peers may replay:
-    the collectives are the same)."""
+    with `hooks`' insert). Returns (vectors, Routing, whether the exchange half ran): it did
+    not where the step went on uncaptured, the counted way (some rank's keys overflowed a cap,
+    or a HashGroup's shard might fill up: every rank alike), or, where `hooks` are not ready on
+    this rank, its insert as an uncaptured lookup makes it (its peers may replay: the
+    collectives are the same)."""
     sizes, telling, fitting = replayed_ranks.header(runtime, op, table, outputs, judge,
                                                     member_keys)
     if sizes.overflow or not replayed_ranks.fits(fitting):
         return replayed_ranks.counted_rest(runtime, op, table, outputs, plan, sizes, count,
-                                           fitting)
+                                           fitting) + (False,)
 
     def routing(rows):
         return replayed_ranks.routing(runtime, table, outputs, rows, count, plan, sizes,
@@ -547,7 +548,7 @@ def _exchanged(runtime, op, table, outputs, judge, member_keys, plan, count, hoo
     if hooks is not None:
         if not hooks.ready(None, False, fitting[1][0]):
             rows, vectors = replayed_ranks.kept_half(runtime, table, outputs, plan)
-            return vectors, routing(rows)
+            return vectors, routing(rows), False
         hooks.arm()  # (the header made the order checks: the op's journal step is open)
     if work is None:
         rows, vectors, *more = replayed_ranks.exchange_half(
@@ -558,7 +559,7 @@ def _exchanged(runtime, op, table, outputs, judge, member_keys, plan, count, hoo
     if hooks is not None:  # the header read every rank's checks: they passed
         hooks.done(rows, more)
         hooks.checked()
-    return rows, vectors, more, routing(rows)
+    return vectors, routing(rows), True
 
 
 def _replay_ranks(runtime, classes, entry, op, keys, riders=()):
@@ -578,16 +579,15 @@ def _replay_ranks(runtime, classes, entry, op, keys, riders=()):
     if keys is not entry.keys:
         backend.copy_array(entry.keys, keys)
     entry.prepare.replay()
-    passed = _exchanged(runtime, op, entry.table, entry.prepare.outputs, entry.judge,
-                        entry.member_keys, entry.plan, int(entry.keys.shape[0]), entry.hooks,
-                        entry.work)
-    if len(passed) == 2:
+    vectors, routing, ran = _exchanged(runtime, op, entry.table, entry.prepare.outputs,
+                                       entry.judge, entry.member_keys, entry.plan,
+                                       int(entry.keys.shape[0]), entry.hooks, entry.work)
+    if not ran:
         if entry.caps is not entry.plan.caps:  # overflowed: its caps grew
             _drop(runtime, classes, entry.key)
-        return passed
-    rows, vectors, _, routing = passed
+        return vectors, routing
     if entry.routing is None:
-        classes.by_rows[id(rows)] = entry
+        classes.by_rows[id(routing.owner_rows)] = entry
     entry.routing = routing
     return vectors, routing
 

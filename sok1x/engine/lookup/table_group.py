@@ -966,7 +966,10 @@ class ReplayedInsert:
     partly in host memory; engine/lookup/replayed_step.py's hooks): ready() before each replay,
     done() after it, checked() once its key checks passed (in a step with room, where its
     forward leaves them to its backward, as late as that: the step journal undoes the insert
-    until then).
+    until then). On several ranks (not evicting: engine/lookup/replayed_ranks.py) ready() is
+    asked after the op header, with the most keys of each member this owner can get as its
+    bound (False: this owner inserts uncaptured, its peers may replay), and checked() right
+    after done(): the header read every rank's checks.
 
     A recorded insert hands out each member's next rows from a member list its graph reads as
     it is when it runs, and stamps the new rows with the time a clock then holds. The graph
@@ -1042,7 +1045,7 @@ class ReplayedInsert:
         if group.reserved:  # as room() does for an uncaptured step
             group._back_ahead(sizes)
         if ((self.counts if bound is None else bound) > room).any():
-            if bound is not None:
+            if bound is not None:  # (a guard: the header let the step run only where they fit)
                 return False
             if self._tags is None:
                 self._tags = backend.part_tags(self.cuts)
