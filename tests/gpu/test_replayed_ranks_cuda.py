@@ -7,7 +7,8 @@ every sum has one addend); a step whose keys overflow a per-peer capacity goes t
 every rank, still equal, and the class is recorded again; a bad key on one rank fails the step
 on every rank and changes no table, and the replays go on; a hash group's steps replay their
 inserts in the exchange half, agreeing key by key with uncaptured steps, an overflowing step
-among them. At one GPU the same steps replay the one-rank way.
+among them, and so do a hybrid group's, one owner's insert run uncaptured while its peers
+replay. At one GPU the same steps replay the one-rank way.
 
     mpiexec --allow-run-as-root -n 2 python3 -m pytest -q tests/gpu/test_replayed_ranks_cuda.py
 """
@@ -19,8 +20,15 @@ pytest.importorskip("pycuda")
 
 from sok1x.backend import random_init  # noqa: E402
 from sok1x.engine import api, runtime  # noqa: E402
-from sok1x.engine.lookup import bounded_step, peer_capacity, replayed_step  # noqa: E402
+from sok1x.engine.lookup import (  # noqa: E402
+    bounded_step,
+    peer_capacity,
+    replayed_ranks,
+    replayed_step,
+    table_group,
+)
 from sok1x.engine.lookup.keyed import KeyedInput  # noqa: E402
+from sok1x.engine.tables.dynamic_table import make_dynamic  # noqa: E402
 from sok1x.errors import InvalidInputError  # noqa: E402
 
 pytestmark = [pytest.mark.timeout(300, method="thread"), pytest.mark.usefixtures("engine")]
@@ -269,17 +277,19 @@ def hash_job_keys(seed, even=False):
     return np.concatenate(parts).astype(np.int64)
 
 
-def hash_run(steps, replay):
-    """Keyed steps of a hash group (v1 hash tables, made anew under one set of names: a hash
-    table's first values follow from its name) on each keys of `steps`, the caps set anew by
-    its first step. Returns (each step's host output and counts, the shards' sizes, the trained
-    vector of every key this rank looked up, held(), how often the caps were set)."""
+def hash_run(steps, replay, dynamic=None):
+    """Keyed steps of a hash group (v1 hash tables, or DynamicVariables of `dynamic`'s settings,
+    made anew under one set of names: a hash table's first values follow from its name) on
+    each keys of `steps`, the caps set anew by its first step. Returns (each step's host output
+    and counts, the shards' sizes, the trained vector of every key this rank looked up, held(),
+    how often the caps were set)."""
     with runtime.entered() as rt:
         replayed_step.free(rt)
         rt.capacities.clear()
     names = ["hash_ranks_%d" % t for t in range(len(LENGTHS))]
     for name in names:
-        api.create_table(name, DIM, HASH_ROWS, True, SPEC, replace=True)
+        api.create_table(name, DIM, HASH_ROWS if dynamic is None else dynamic.max_capacity,
+                         True, SPEC, replace=True, dynamic=dynamic)
     results = []
     for number, keys in enumerate(steps, 1):
         got = keyed_step(names, keys, number, replay)
@@ -316,3 +326,36 @@ def test_a_hash_group_replays_its_inserts_on_every_rank():
     assert got[3] == (1, 1) and want[3] == (0, 0)
     if SIZE > 1:  # set by the first step, grown by the sixth
         assert got[4] == want[4] == 2
+
+
+def test_a_hybrid_group_replays_its_inserts_on_every_rank(monkeypatch):
+    """Hybrid DynamicVariables with room (a hash group that counts its lookups in its rows'
+    statistics and may evict) on several GPUs: their steps replay their insert; where rank 0's
+    insert is refused by hand at two steps, it places its keys uncaptured inside the same
+    exchanges (replayed_ranks.kept_half) while its peers replay. Outputs and counts bit for bit,
+    the shards' sizes and every key's trained vector equal the uncaptured steps'."""
+    if SIZE == 1:
+        pytest.skip("one GPU replays a hybrid group the one-rank way (test_replayed_keyed_cuda)")
+    ready, asked, kept = table_group.ReplayedInsert.ready, [], []
+    kept_half = replayed_ranks.kept_half
+
+    def refused_twice(insert, keys, *rest):
+        asked.append(None)
+        if RANK == 0 and len(asked) in (3, 6):
+            return False
+        return ready(insert, keys, *rest)
+    monkeypatch.setattr(table_group.ReplayedInsert, "ready", refused_twice)
+    monkeypatch.setattr(replayed_ranks, "kept_half",
+                        lambda *args: kept.append(None) or kept_half(*args))
+    dynamic = make_dynamic("hybrid", HASH_ROWS, 2 * HASH_ROWS, "lru")
+    steps = [hash_job_keys(500 + number) for number in range(1, 11)]
+    got = hash_run(steps, True, dynamic)
+    monkeypatch.setattr(table_group.ReplayedInsert, "ready", ready)
+    want = hash_run(steps, False, dynamic)
+    for a, b in zip(got[0], want[0]):
+        for x, y in zip(a, b):
+            np.testing.assert_array_equal(x, y)
+    assert got[1] == want[1]
+    np.testing.assert_array_equal(got[2], want[2])
+    assert got[3] == (1, 1) and want[3] == (0, 0)
+    assert len(kept) == (2 if RANK == 0 else 0) and len(asked) > 6
