@@ -634,22 +634,29 @@ def test_an_owner_whose_insert_is_not_ready_runs_it_uncaptured_while_its_peers_r
     size equals the uncaptured run's bit for bit, and the class replays on after."""
     if SIZE == 1:
         pytest.skip("one rank's replay asks before its op header, the uncaptured path then")
-    ready, asked = table_group.ReplayedInsert.ready, []
-
-    def refused_twice(insert, keys, *rest):
-        asked.append(None)
-        if RANK == 0 and len(asked) in (3, 6):
-            return False
-        return ready(insert, keys, *rest)
-    monkeypatch.setattr(table_group.ReplayedInsert, "ready", refused_twice)
+    ready = table_group.ReplayedInsert.ready
+    answers = refused_twice_on_rank_0(monkeypatch)
     kept = spied_kept_halves(monkeypatch)
     steps = hash_keys(83, 10, 40 * SIZE)
     got = hash_steps("unready", steps, True, 64)
     monkeypatch.setattr(table_group.ReplayedInsert, "ready", ready)
     want = hash_steps("unready", steps, False, 64)
     assert_same_hash_runs(got, want)
-    assert len(asked) > 6 and got[2] == (1, 1)
+    assert len(answers) > 6 and got[2] == (1, 1)
     assert len(kept) == (2 if RANK == 0 else 0)  # its peers replayed those steps
+
+
+def refused_twice_on_rank_0(monkeypatch):
+    """Has ReplayedInsert.ready answer False on rank 0 at its third and sixth call, as asked
+    elsewhere; returns the list of its answers, one a call."""
+    ready, answers = table_group.ReplayedInsert.ready, []
+
+    def refused_twice(insert, keys, *rest):
+        refused = RANK == 0 and len(answers) in (2, 5)
+        answers.append(False if refused else ready(insert, keys, *rest))
+        return answers[-1]
+    monkeypatch.setattr(table_group.ReplayedInsert, "ready", refused_twice)
+    return answers
 
 
 def spied_kept_halves(monkeypatch):
@@ -1020,15 +1027,8 @@ def test_a_hybrid_group_with_room_replays_on_several_ranks(monkeypatch):
     # narrow keys (they fit), then wide ones (members fill up and grow)
     steps = [np.concatenate([rng.integers(0, span, size=n) for n in LENGTHS]).astype(np.int64)
              for span in [12 * SIZE] * 6 + [100 * SIZE] * 12]
-    ready, answers = table_group.ReplayedInsert.ready, []
-
-    def refused_twice(insert, keys, *rest):
-        if RANK == 0 and len(answers) in (2, 5):
-            answers.append(False)
-        else:
-            answers.append(ready(insert, keys, *rest))
-        return answers[-1]
-    monkeypatch.setattr(table_group.ReplayedInsert, "ready", refused_twice)
+    ready = table_group.ReplayedInsert.ready
+    answers = refused_twice_on_rank_0(monkeypatch)
     kept = spied_kept_halves(monkeypatch)
     first = 8 * SIZE + 16  # rows a shard: room for every rank's keys of a member, and more
     dynamic = make_dynamic("hybrid", first, 128 * SIZE, "lru")
