@@ -3,16 +3,18 @@ backend, at any number of ranks: every step equals the same step exchanged by it
 bit (outputs, gradient values and rows), over many steps with changing keys; a step whose keys
 overflow a cap runs by its counts and the caps grow; ranks with different numbers of keys; bad
 input fails every rank; a hash group's training lookups, sized where no shard of it can fill up
-and by their counts where one might, equal the counted ones (outputs, gradients and every
-shard's keys, rows and slots after an update); and the backend's pieces against NumPy."""
+(or where its full shards evict every new key in place: a full hybrid group) and by their counts
+where one might, equal the counted ones (outputs, gradients and every shard's keys, rows and
+slots after an update); and the backend's pieces against NumPy."""
 import numpy as np
 import pytest
 from mpi4py import MPI
 
 from sok1x.backend import cpu, random_init
 from sok1x.engine import api, runtime
-from sok1x.engine.lookup import peer_capacity
+from sok1x.engine.lookup import peer_capacity, table_group
 from sok1x.engine.lookup.pooled import PooledInput
+from sok1x.engine.tables.dynamic_table import make_dynamic
 from sok1x.errors import InitError, InvalidInputError
 
 COMM = MPI.COMM_WORLD
@@ -188,13 +190,15 @@ HASH_DIM, HASH_KEYS = 8, 20  # a hash group's dim, and each rank's keys per tabl
 HASH_LAYOUT = [("h0", True), ("h1", True), ("d0", False), ("h2", True)]  # one group, one dense
 
 
-def make_hash_tables(tag, capacity):
+def make_hash_tables(tag, capacity, hybrid=False):
     """The layout's tables anew: three hash tables of `capacity` rows a shard (one HashGroup in
-    a lookup), a dense table beside them."""
+    a lookup; hybrid: DynamicVariables that hold `capacity` keys a shard at most, from 8, and
+    evict by LRU past it), a dense table beside them."""
     names = ["capacity_%s_%s" % (tag, suffix) for suffix, _ in HASH_LAYOUT]
     for name, (_, hashed) in zip(names, HASH_LAYOUT):
+        dynamic = make_dynamic("hybrid", 8, capacity, "lru") if hybrid and hashed else None
         api.create_table(name, HASH_DIM, capacity if hashed else VOCAB // SIZE, hashed, SPEC,
-                         replace=True)
+                         replace=True, dynamic=dynamic)
     return names
 
 
@@ -223,7 +227,8 @@ def hash_shard(name):
     """This rank's shard of hash table `name` by key: {key: (vector, {slot: row})}."""
     table = api.shard(name)
     keys, rows = table.index.export()
-    return {int(k): (table.values[r].copy(), {n: s[r].copy() for n, s in table.slots.items()})
+    return {int(k): (np.array(table.values[r]), {n: np.array(s[r])
+                                                 for n, s in table.slots.items()})
             for k, r in zip(keys, rows)}
 
 
@@ -250,6 +255,27 @@ def hash_run(names, op, room, counted, monkeypatch, steps):
     return record, shards
 
 
+def assert_same_hash_runs(got, want):
+    """Two hash_runs' steps (outputs, gradients by key) and shards afterwards agree bit for
+    bit."""
+    for (outputs, grads), (want_outputs, want_grads) in zip(got[0], want[0]):
+        for a, b in zip(outputs, want_outputs):
+            np.testing.assert_array_equal(a, b)
+        for a, b in zip(grads, want_grads):
+            assert sorted(a) == sorted(b)
+            for key in b:
+                np.testing.assert_array_equal(a[key], b[key])
+    for shard, want_shard in zip(got[1], want[1]):
+        if isinstance(want_shard, np.ndarray):
+            np.testing.assert_array_equal(shard, want_shard)
+            continue
+        assert sorted(shard) == sorted(want_shard)
+        for key, (vector, slots) in want_shard.items():
+            np.testing.assert_array_equal(shard[key][0], vector)
+            for slot, row in slots.items():
+                np.testing.assert_array_equal(shard[key][1][slot], row)
+
+
 @pytest.mark.parametrize("room", [True, False], ids=["room", "tight"])
 def test_a_hash_groups_sized_steps_equal_its_counted_steps(room, monkeypatch):
     """room: every shard has room for every rank's keys, so the group's steps after the first
@@ -266,28 +292,43 @@ def test_a_hash_groups_sized_steps_equal_its_counted_steps(room, monkeypatch):
     names = make_hash_tables(tag, capacity)
     want, want_shards = hash_run(names, "counted_" + tag, room, True, monkeypatch, steps)
     names = make_hash_tables(tag, capacity)
-    got, got_shards = hash_run(names, "sized_" + tag, room, False, monkeypatch, steps)
-    for (outputs, grads), (want_outputs, want_grads) in zip(got, want):
-        for a, b in zip(outputs, want_outputs):
-            np.testing.assert_array_equal(a, b)
-        for a, b in zip(grads, want_grads):
-            assert sorted(a) == sorted(b)
-            for key in b:
-                np.testing.assert_array_equal(a[key], b[key])
-    for shard, want_shard in zip(got_shards, want_shards):
-        if isinstance(want_shard, np.ndarray):
-            np.testing.assert_array_equal(shard, want_shard)
-            continue
-        assert sorted(shard) == sorted(want_shard)
-        for key, (vector, slots) in want_shard.items():
-            np.testing.assert_array_equal(shard[key][0], vector)
-            for slot, row in slots.items():
-                np.testing.assert_array_equal(shard[key][1][slot], row)
+    got = hash_run(names, "sized_" + tag, room, False, monkeypatch, steps)
+    assert_same_hash_runs(got, (want, want_shards))
     sized_plan = plan("sized_" + tag)
     if SIZE == 1:
         return
     # the first step sets the caps; every later one fits them (room) or goes by its counts
     assert (sized_plan.settled, sized_plan.sized) == (1, steps - 1 if room else 0)
+
+
+def test_a_full_hybrid_groups_evicting_steps_go_sized_and_equal_its_counted_steps(monkeypatch):
+    """A group of hybrid DynamicVariables whose shards fill up, then evict at every step: once
+    every shard of it is full, each rank's header tells that its full shards evict every new
+    key in place, so the steps go by the caps, their padded keys (-1) passed by the eviction
+    and the insert on each owner. Every step's outputs and gradients and every shard afterwards
+    (keys, vectors, slots) equal those of the same tables exchanged by their counts, bit for
+    bit, and no shard holds more keys than its max_capacity."""
+    steps, capacity = 14, 2 * HASH_KEYS  # a shard fills up within six steps
+    names = make_hash_tables("full", capacity, hybrid=True)
+    want = hash_run(names, "counted_full", True, True, monkeypatch, steps)
+    padded = []  # per eviction in place on this rank: whether its owned keys had padded slots
+    make_room = table_group.HashGroup.make_room_in_place
+
+    def spied(group, bounds, keys, tags):
+        padded.append(bool((np.asarray(keys) < 0).any()))
+        return make_room(group, bounds, keys, tags)
+    monkeypatch.setattr(table_group.HashGroup, "make_room_in_place", spied)
+    names = make_hash_tables("full", capacity, hybrid=True)
+    got = hash_run(names, "sized_full", True, False, monkeypatch, steps)
+    assert_same_hash_runs(got, want)
+    assert all(len(shard) <= capacity for shard in got[1] if isinstance(shard, dict))
+    assert len(padded) >= steps // 2  # every step evicts once the shards are full
+    if SIZE == 1:
+        return
+    # once every shard of the group is full, every step goes sized and evicts on every owner
+    # (before, a shard full on one rank evicts the counted way while another's has room)
+    sized = plan("sized_full").sized
+    assert sized >= steps // 2 and sum(padded) == sized and all(padded[-sized:]), padded
 
 
 def test_an_op_name_used_again_for_a_hash_table_alone_goes_by_its_counts(monkeypatch):

@@ -37,6 +37,7 @@ import functools
 import numpy as np
 
 from sok1x.engine.tables import admission
+from sok1x.engine.tables.eviction import EVICTS_IN_PLACE
 from sok1x.engine.lookup import bounded_step, distinct_rows, peer_capacity
 from sok1x.engine.lookup.checks import (
     KEY_DTYPES,
@@ -220,12 +221,14 @@ def lookup_forward_many(runtime, tables, op, keys_list, training, local_error=No
                                shared=shared, sized=None if error else plan is not None)
         told = sizes.shared
         fitting = fitting_units(bounded, told)
-        # a hash group sized by the caps passes their padded slots (key -1) by in one insert,
-        # which only a group no shard of which can fill up takes (_insert_keys): where one
-        # might, every rank sees it alike in the header, and the step goes by its counts
+        # a hash group sized by the caps passes their padded slots (key -1) by in its insert,
+        # which only a group no shard of which can fill up, or whose full shards evict every
+        # new key in place, takes (_insert_keys): where a shard might fill up otherwise, every
+        # rank sees it alike in the header, and the step goes by its counts
+        in_place = in_place_units(bounded, told, fitting[0])
         send_counts, recv_counts, prepared, slots = sized_or_counted(
             runtime, plan, sizes, prepared, slots, keys_list,
-            counted=any(t not in fitting[0] for t in tagged))
+            counted=any(t not in fitting[0] and t not in in_place for t in tagged))
         if slots is not None and telling:
             bounds = bounded_step.bounds_of(tables, member_keys, told,
                                             plan.caps[:, runtime.rank])
@@ -449,12 +452,30 @@ def fitting_units(bounded, told):
     fitting, most, position = set(), {}, 0
     for t, members in bounded:
         keys = told[:, position:position + members].sum(axis=0)
-        room = told[:, position + members:position + 2 * members].min(axis=0)
+        # (a member evicting in place, HashGroup.room's EVICTS_IN_PLACE, has no room left)
+        room = np.maximum(told[:, position + members:position + 2 * members], 0).min(axis=0)
         most[t] = keys
         if np.all(keys <= room):
             fitting.add(t)
         position += 2 * members
     return fitting, most
+
+
+def in_place_units(bounded, told, fitting):
+    """The units among `bounded` not in `fitting` (fitting_units') whose every shard on every
+    rank either holds every rank's keys of its member even if all were new, or is full and
+    evicts every new key in place (HashGroup.room's EVICTS_IN_PLACE): an owner's insert then
+    takes them all (HashGroup.in_place_bounds holds on every owner), or fails the step on every
+    rank, and a lookup sized by the caps may carry them as one whose keys fit. Every rank finds
+    the same."""
+    units, position = set(), 0
+    for t, members in bounded:
+        keys = told[:, position:position + members].sum(axis=0)
+        room = told[:, position + members:position + 2 * members]
+        if t not in fitting and np.all((keys <= room) | (room == EVICTS_IN_PLACE)):
+            units.add(t)
+        position += 2 * members
+    return units
 
 
 def _with_columns(counts, tagged):

@@ -23,11 +23,12 @@ rank finds alike whether any shard of the group can fill up in the step, and the
 each member an owner can get, which bound the backward's rows (Routing.bounds); its exchange
 half sends the tags beside the keys and inserts them on the owner (the recorded insert,
 table_group.ReplayedInsert, whose ready() is asked after the header with those most keys). A
-step in which a shard might fill up goes on the counted way on every rank (its insert may grow,
-evict or fail, as an uncaptured one does). An owner whose insert is not ready (a hybrid member
-with freed rows to hand out, say) places the keys as an uncaptured step that fits does
-(kept_half) in the same exchanges, while its peers replay. The header has read every rank's
-checks before the insert, so no step with a bad key places one.
+step in which a shard might fill up goes on uncaptured on every rank (its insert may grow,
+evict or fail, as an uncaptured one does): the counted way, or sized by the caps where every
+full shard evicts its new keys in place and the others fit (uncaptured_rest). An owner whose
+insert is not ready (a hybrid member with freed rows to hand out, say) places the keys as an
+uncaptured step that fits does (kept_half) in the same exchanges, while its peers replay. The
+header has read every rank's checks before the insert, so no step with a bad key places one.
 
 Both halves read and write the same arrays at every replay: the exchange half reads the prepare
 half's outputs. Every rank makes the same collectives whether it replays or not (the uncaptured
@@ -47,6 +48,7 @@ from sok1x.engine.lookup.key_exchange import (
     check_error,
     exchange,
     fitting_units,
+    in_place_units,
     kept_insert,
     owners_round,
     padded_sums,
@@ -124,11 +126,13 @@ def kept_half(runtime, table, outputs, plan):
 
 def header(runtime, op, table, outputs, judge, member_keys):
     """The op header between the halves, on a prepare half's outputs: raises every rank's
-    input or order error on every rank. Returns (sizes, told, fitting): exchange_sizes' Sizes;
-    bounded_step.told_keys' function (None where the backward stays counted, and for a
-    HashGroup, whose header tells every rank's keys and room per member instead); and, for a
-    HashGroup, key_exchange's fitting pair (whether no shard of it can fill up in the step, and
-    the most keys per member an owner can get), else None."""
+    input or order error on every rank. Returns (sizes, told, fitting, in_place):
+    exchange_sizes' Sizes; bounded_step.told_keys' function (None where the backward stays
+    counted, and for a HashGroup, whose header tells every rank's keys and room per member
+    instead); for a HashGroup, key_exchange's fitting pair (whether no shard of it can fill up
+    in the step, and the most keys per member an owner can get), else None; and whether a
+    HashGroup's full shards evict every new key in place while the others fit
+    (key_exchange.in_place_units: the step goes sized by the caps, uncaptured)."""
     bounds, flag, owner_counts = outputs[:_PREPARED]
     telling = rooms = None
     if len(outputs) > _SLOTS + 1:  # a HashGroup's (its tags prepared): its keys and room
@@ -138,8 +142,10 @@ def header(runtime, op, table, outputs, judge, member_keys):
     describe = functools.partial(check_error, runtime.backend, KeyCheck(bounds, judge, flag, None))
     sizes = exchange_sizes(runtime, op, owner_counts, None, flag, describe_error=describe,
                            shared=shared, sized=True)
-    fitting = None if rooms is None else fitting_units(rooms, sizes.shared)
-    return sizes, telling, fitting
+    if rooms is None:
+        return sizes, telling, None, False
+    fitting = fitting_units(rooms, sizes.shared)
+    return sizes, telling, fitting, bool(in_place_units(rooms, sizes.shared, fitting[0]))
 
 
 def fits(fitting):
@@ -168,22 +174,31 @@ def routing(runtime, table, outputs, rows, count, plan, sizes, telling, member_k
                    getattr(table, "row_starts", None), outputs[_SLOTS], None, bounds)
 
 
-def counted_rest(runtime, op, table, outputs, plan, sizes, count, fitting=None):
+def uncaptured_rest(runtime, op, table, outputs, plan, sizes, count, fitting=None,
+                    in_place=False):
     """A step some rank's keys overflowed (sizes.overflow), or in which a HashGroup's shard
     might fill up (not fits(fitting)), every rank alike: the exchange the counted way from the
     prepare half's outputs (a HashGroup's insert as an uncaptured lookup's: it may grow, evict
-    or fail on every rank); an overflow's caps grow. Returns (vectors, Routing)."""
+    or fail on every rank); an overflow's caps grow. Where no rank overflowed and the group's
+    full shards evict every new key in place (header()'s in_place), the exchange is sized by
+    the caps instead, as an uncaptured lookup's is then, its insert an uncaptured one (it
+    evicts, or fails on every rank). Returns (vectors, Routing)."""
     prepared = [tuple(outputs[_PREPARED:_SLOTS])]
-    send_counts, recv_counts, prepared, _ = sized_or_counted(
-        runtime, plan, sizes, prepared, [outputs[_SLOTS]], [outputs[_PREPARED]], counted=True)
+    send_counts, recv_counts, prepared, slots = sized_or_counted(
+        runtime, plan, sizes, prepared, [outputs[_SLOTS]], [outputs[_PREPARED]],
+        counted=not in_place)
     tags, tagged = [], []
     if fitting is not None:
-        tags = [tags_to_send(runtime.backend, prepared[0], outputs[_SLOTS + 1], None,
-                             int(send_counts[:, 0].sum()))]
+        tags = [outputs[_SLOTS + 2] if slots else tags_to_send(
+            runtime.backend, prepared[0], outputs[_SLOTS + 1], None,
+            int(send_counts[:, 0].sum()))]
         tagged = [0]
     (vectors,), (rows,), _ = owners_round(runtime, op, [table], prepared, tags, tagged,
-                                          send_counts, recv_counts, [None], True, None,
-                                          fitting or (set(), {}))
+                                          send_counts, recv_counts, slots or [None], True,
+                                          None, fitting or (set(), {}))
+    if slots:
+        return vectors, routing(runtime, table, outputs, rows, count, plan, sizes, None, None,
+                                fitting)
     distinct, inverse, perm, _ = prepared[0]
     return vectors, Routing(inverse, int(distinct.shape[0]), perm, send_counts[:, 0].copy(),
                             recv_counts[:, 0].copy(), rows, count, False,

@@ -536,11 +536,11 @@ def _exchanged(runtime, op, table, outputs, judge, member_keys, plan, count, hoo
     or a HashGroup's shard might fill up: every rank alike), or, where `hooks` are not ready on
     this rank, its insert as an uncaptured lookup makes it (its peers may replay: the
     collectives are the same)."""
-    sizes, telling, fitting = replayed_ranks.header(runtime, op, table, outputs, judge,
-                                                    member_keys)
+    sizes, telling, fitting, in_place = replayed_ranks.header(runtime, op, table, outputs,
+                                                              judge, member_keys)
     if sizes.overflow or not replayed_ranks.fits(fitting):
-        return replayed_ranks.counted_rest(runtime, op, table, outputs, plan, sizes, count,
-                                           fitting) + (False,)
+        return replayed_ranks.uncaptured_rest(runtime, op, table, outputs, plan, sizes, count,
+                                              fitting, in_place) + (False,)
 
     def routing(rows):
         return replayed_ranks.routing(runtime, table, outputs, rows, count, plan, sizes,

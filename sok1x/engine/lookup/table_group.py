@@ -470,12 +470,17 @@ class HashGroup(TableGroup):
 
     def room(self):
         """Host int64 [members]: the rows each member's shard has left (a training lookup's
-        header tells it). A group growing in place backs a near-full member's next rows ahead
+        header tells it), EVICTS_IN_PLACE for a member that is full and would evict every new
+        key in place (full_members, where in_place_bounds may serve): its room is no bound on
+        its keys then. A group growing in place backs a near-full member's next rows ahead
         here (_back_ahead): the header is where every step reads its sizes."""
         sizes = self.sizes()
         if self.reserved:
             self._back_ahead(sizes)
-        return self.capacities - sizes
+        room = self.capacities - sizes
+        if self.evicts and environment.get(IN_PLACE_ENV) != "0":
+            room[self.full_members()] = eviction.EVICTS_IN_PLACE
+        return room
 
     def rows_needed(self, keys, tags, most=None):
         """Host int64 [members]: the rows each member needs to hold its keys and the new ones

@@ -55,6 +55,9 @@ import numpy as np
 from sok1x.engine.tables import hybrid_rows
 from sok1x.engine.tables.table import rebuild_worn
 
+# a training lookup's header tells this as the room of a shard that is full and evicts every
+# new key in place (lookup/table_group.py's HashGroup.room)
+EVICTS_IN_PLACE = -1
 KEYS_PER_BUCKET = 64
 PREFETCHED = 4  # evictions whose victims' host copy is kept until read (KeptVictims)
 # weak references to those KeptVictims, oldest first: one whose table went (replaced, deleted)
