@@ -8,7 +8,9 @@ every rank, still equal, and the class is recorded again; a bad key on one rank 
 on every rank and changes no table, and the replays go on; a hash group's steps replay their
 inserts in the exchange half, agreeing key by key with uncaptured steps, an overflowing step
 among them, and so do a hybrid group's, one owner's insert run uncaptured while its peers
-replay. At one GPU the same steps replay the one-rank way.
+replay, and a full hybrid group's evicting steps, the victims picked, erased and replaced in the
+exchange's first part and the counts agreed on before its second. At one GPU the same steps
+replay the one-rank way.
 
     mpiexec --allow-run-as-root -n 2 python3 -m pytest -q tests/gpu/test_replayed_ranks_cuda.py
 """
@@ -277,17 +279,19 @@ def hash_job_keys(seed, even=False):
     return np.concatenate(parts).astype(np.int64)
 
 
-def hash_run(steps, replay, dynamic=None):
+def hash_run(steps, replay, dynamic=None, drop=False):
     """Keyed steps of a hash group (v1 hash tables, or DynamicVariables of `dynamic`'s settings,
-    made anew under one set of names: a hash table's first values follow from its name) on
-    each keys of `steps`, the caps set anew by its first step. Returns (each step's host output
-    and counts, the shards' sizes, the trained vector of every key this rank looked up, held(),
-    how often the caps were set)."""
+    made anew under one set of names: a hash table's first values follow from its name; drop:
+    they drop what they evict, no one reads it) on each keys of `steps`, the caps set anew by
+    its first step. Returns (each step's host output and counts, the shards' sizes, the trained
+    vector of every key this rank looked up, held(), how often the caps were set)."""
     with runtime.entered() as rt:
         replayed_step.free(rt)
         rt.capacities.clear()
     names = ["hash_ranks_%d" % t for t in range(len(LENGTHS))]
     for name in names:
+        if drop:
+            api.drop_evicted(name)
         api.create_table(name, DIM, HASH_ROWS if dynamic is None else dynamic.max_capacity,
                          True, SPEC, replace=True, dynamic=dynamic)
     results = []
@@ -361,3 +365,36 @@ def test_a_hybrid_group_replays_its_inserts_on_every_rank(monkeypatch):
     want = hash_run(steps, False, dynamic)
     assert_same_hash_runs(got, want)
     assert len(kept) == (2 if RANK == 0 else 0) and len(asked) > 6
+
+
+def test_a_full_hybrid_group_replays_its_evicting_steps_on_every_rank(monkeypatch):
+    """Hybrid DynamicVariables of 7000 rows a shard that never grow, full after a few steps,
+    then evicting at every step on every owner: the evicting class records the pick, the erase
+    and the insert into the victims' rows in its exchange's first part and the vectors' way
+    back in its second, the counts read and every rank's agreement between them
+    (replayed_ranks.owners_part, returning_part); where rank 0's evicting insert is refused by
+    hand at two steps, it evicts uncaptured inside the same exchanges (uncaptured_rest) while
+    its peers replay. Outputs and counts bit for bit, the shards' sizes and every key's vector
+    after (an evicted key's as a lookup finds it) equal the uncaptured steps'."""
+    if SIZE == 1:
+        pytest.skip("one GPU replays evicting steps the one-rank way (test_replayed_keyed_cuda)")
+    ready, answers = table_group.ReplayedInsert.ready, []
+
+    def refused_twice(insert, keys, *rest):
+        if not insert.evicting:
+            return ready(insert, keys, *rest)
+        refused = RANK == 0 and len(answers) in (2, 4)
+        answers.append(False if refused else ready(insert, keys, *rest))
+        return answers[-1]
+    monkeypatch.setattr(table_group.ReplayedInsert, "ready", refused_twice)
+    dynamic = make_dynamic("hybrid", 7000, 7000, "lru")
+    steps = [hash_job_keys(600 + number) for number in range(1, 15)]
+    got = hash_run(steps, True, dynamic, drop=True)
+    monkeypatch.setattr(table_group.ReplayedInsert, "ready", ready)
+    want = hash_run(steps, False, dynamic, drop=True)
+    for a, b in zip(got[0], want[0]):
+        for x, y in zip(a, b):
+            np.testing.assert_array_equal(x, y)
+    assert got[1] == want[1] == [7000, 7000, 0, 7000]
+    np.testing.assert_array_equal(got[2], want[2])
+    assert sum(answers) >= 4, answers  # replayed evicting steps

@@ -15,7 +15,9 @@ replay on one rank when the forward reads its checks at its end, and agree, a ba
 failing its replayed step; int32 keys are not replayed and agree; first sightings of layouts
 are forgotten past a bound; a keyed group and a dense table of another dim replay in the
 same steps; on several ranks the steps are sized by per-peer capacities (SOK1X_PEER_CAPACITY=1)
-and replay the same way, hash groups too (their evicting steps excepted): an owner whose
+and replay the same way, hash groups too, a full hybrid group's evicting steps among them
+(each owner's victims bounded by every rank's keys, its counts read and agreed on between its
+exchange's two parts: a step whose new keys find no victim fails every rank): an owner whose
 replayed insert is not ready runs it uncaptured while its peers replay, and a step whose keys
 overflow a cap runs the counted way and the class is recorded again."""
 import numpy as np
@@ -1152,10 +1154,42 @@ def test_a_full_hybrid_group_replays_its_evicting_steps(bad_step, checks, split,
     for run in (got, off):
         assert_same_full_runs(run, want)
     assert COMM.allreduce(sum(int(state[5]) for state in got[1]), op=MPI.SUM) > 0
+    evicting = [ok for ok, evicts in replays if evicts]
+    assert sum(evicting) >= 8, replays  # replayed evicting steps (on several ranks too)
+    assert not any(ok for ok, evicts in readies[len(replays):] if evicts)  # switched off
+
+
+def test_an_owner_whose_evicting_insert_is_not_ready_evicts_uncaptured_while_its_peers_replay(
+        monkeypatch):
+    """Several ranks: full hybrid members that evict at every step, rank 0's evicting insert
+    refused by hand at two steps: there it evicts and inserts uncaptured, sized by the caps,
+    inside the same two exchanges and the same agreement on the counts
+    (replayed_ranks.uncaptured_rest, in place), while its peers replay theirs; every step and
+    every member's state equal the uncaptured run's."""
     if SIZE == 1:
-        evicting = [ok for ok, evicts in replays if evicts]
-        assert sum(evicting) >= 8, replays  # replayed evicting steps
-        assert not any(ok for ok, evicts in readies[len(replays):] if evicts)  # switched off
+        pytest.skip("an owner's own replay: several ranks only")
+    monkeypatch.delenv(table_group.REPLAY_EVICTION_ENV, raising=False)
+    rng = np.random.default_rng([107, RANK])
+    steps = [np.concatenate([rng.integers(0, 300 * SIZE, size=n) for n in LENGTHS])
+             .astype(np.int64) for _ in range(20)]
+    ready, answers = table_group.ReplayedInsert.ready, []
+
+    def refused_twice(insert, keys, *rest):
+        if not insert.evicting:
+            return ready(insert, keys, *rest)
+        refused = RANK == 0 and len(answers) in (3, 6)
+        answers.append(False if refused else ready(insert, keys, *rest))
+        return answers[-1]
+    monkeypatch.setattr(table_group.ReplayedInsert, "ready", refused_twice)
+    rest, in_place = replayed_ranks.uncaptured_rest, []
+    monkeypatch.setattr(replayed_ranks, "uncaptured_rest", lambda *args: in_place.append(
+        len(args) > 8 and args[8]) or rest(*args))
+    got = full_hybrid_run("refused", steps, LENGTHS, True)
+    monkeypatch.setattr(table_group.ReplayedInsert, "ready", ready)
+    assert_same_full_runs(got, full_hybrid_run("refused", steps, LENGTHS, False))
+    assert sum(answers) >= 8, answers  # replayed evicting steps
+    rests = COMM.allgather(sum(in_place))  # steps this rank evicted uncaptured, in place
+    assert rests[0] == rests[1] + 2 and len(set(rests[1:])) == 1, rests
 
 
 def test_a_full_group_whose_evicting_members_change_step_by_step_replays_both_classes(
@@ -1183,8 +1217,7 @@ def test_a_full_group_whose_evicting_members_change_step_by_step_replays_both_cl
     got = run(True)
     replays = list(readies)
     assert_same_full_runs(got, run(False))
-    if SIZE == 1:  # (several ranks do not replay an evicting one)
-        assert sum(ok for ok, evicts in replays if evicts) >= 12, replays
+    assert sum(ok for ok, evicts in replays if evicts) >= 10, replays
 
 
 @pytest.mark.usefixtures("spare_rows")
@@ -1230,7 +1263,9 @@ def test_a_load_into_a_replaying_full_group_drops_its_recorded_classes(tmp_path,
 def steps_without_victims(count):
     """(lengths, `count` steps' keys) of two members: member 1 gets 24 keys a step, ten fresh
     values at each step, except step 10: the last step's ten values and 14 fresh ones (ten
-    evictable keys for 14 new ones in a shard of 20 rows: four find no victim)."""
+    evictable keys for 14 new ones in a shard of 20 rows: four find no victim). Each rank's
+    keys go to its own shard (placement "mod": key % SIZE is the rank), so that each owner's
+    steps are those of one rank."""
     rng = np.random.default_rng(97)
     steps, fresh_at = [], 10 ** 6
     for number in range(count):
@@ -1240,7 +1275,8 @@ def steps_without_victims(count):
             values = fresh_at + np.arange(10)
         fresh_at += 100
         member = np.concatenate([values, rng.choice(values, size=24 - values.size)])
-        steps.append(np.concatenate([rng.integers(0, 300, size=5), member]).astype(np.int64))
+        steps.append(np.concatenate([rng.integers(0, 300, size=5), member]).astype(np.int64)
+                     * SIZE + RANK)
     return np.array([5, 24]), steps
 
 
@@ -1248,14 +1284,13 @@ def steps_without_victims(count):
 @pytest.mark.parametrize("checks", ["backward", "tower"])
 def test_a_replayed_evicting_step_whose_new_keys_find_no_victim_fails_and_changes_nothing(
         checks, monkeypatch):
-    """One rank (hash groups replay there only): member 1 of shards of 20 rows gets 24 keys a
-    step, ten fresh values at each step (all evict, every held key evictable), so its evicting
-    steps replay; a step of its last step's ten values and 14 fresh ones (ten evictable keys
-    for 14 new ones: four find no victim) fails with TableFullError and changes no table, and
-    the replays go on after, equal to the uncaptured steps; in a tower (checks="tower") the
-    backward reads the step's counts once its own work is queued and fails there."""
-    if SIZE > 1:
-        pytest.skip("evicting hash groups replay on one rank only")
+    """Member 1 of shards of 20 rows gets 24 keys a step (on each owner), ten fresh values at
+    each step (all evict, every held key evictable), so its evicting steps replay; a step of
+    its last step's ten values and 14 fresh ones (ten evictable keys for 14 new ones: four find
+    no victim) fails with TableFullError on every rank and changes no table, and the replays go
+    on after, equal to the uncaptured steps; on one rank in a tower (checks="tower") the
+    backward reads the step's counts once its own work is queued and fails there (on several
+    ranks the owners read them and agree between the forward's two exchanges)."""
     lengths, steps = steps_without_victims(16)
     readies = noted_readies(monkeypatch)
     got = full_hybrid_run("unserved", steps, lengths, True, (10,), rows=20, checks=checks)
@@ -1269,12 +1304,11 @@ def test_a_replayed_evicting_step_whose_new_keys_find_no_victim_fails_and_change
 @pytest.mark.usefixtures("spare_rows")
 def test_an_evicting_forward_whose_keys_find_no_victim_fails_the_dump_after_it(monkeypatch,
                                                                               tmp_path):
-    """One rank: the step of the test above whose new keys find no victim is a replayed
-    forward alone (its backward never comes); a checkpoint's dump after it reads its checks and
-    counts, fails with TableFullError, and takes its eviction and insert back: member 1 holds
-    the keys it held before, none without a row."""
-    if SIZE > 1:
-        pytest.skip("evicting hash groups replay on one rank only")
+    """The step of the test above whose new keys find no victim is a replayed forward alone
+    (its backward never comes); on one rank, a checkpoint's dump after it reads its checks and
+    counts, fails with TableFullError, and takes its eviction and insert back (on several
+    ranks the forward fails so itself): member 1 holds the keys it held before, none without a
+    row."""
     monkeypatch.delenv(table_group.REPLAY_EVICTION_ENV, raising=False)
     lengths, steps = steps_without_victims(11)
     readies = noted_readies(monkeypatch)
@@ -1288,10 +1322,16 @@ def test_an_evicting_forward_whose_keys_find_no_victim_fails_the_dump_after_it(m
         step(names, keys, lengths, np.float32(0.75), "lazy_adam", number, True, "tower")
     before = api.shard(names[1]).index.export()
     item = KeyedInput(steps[10], lengths, None, lengths, None, "sum")
-    api.keyed_lookup(names, OpId(names[0] + "_fwd", names[0], 0), item, True, checks="backward",
-                     replay=True)
-    assert readies[-1] == (True, True), readies  # a replayed evicting step
-    with pytest.raises(TableFullError, match="full"):
+    op = OpId(names[0] + "_fwd", names[0], 0)
+    if SIZE == 1:
+        api.keyed_lookup(names, op, item, True, checks="backward", replay=True)
+        assert readies[-1] == (True, True), readies  # a replayed evicting step
+        with pytest.raises(TableFullError, match="full"):
+            checkpoint_tables.dump_tables(str(tmp_path), names)
+    else:  # the owners read their counts and agree between the forward's two exchanges
+        with pytest.raises(TableFullError, match="full"):
+            api.keyed_lookup(names, op, item, True, checks="backward", replay=True)
+        assert readies[-1] == (True, True), readies
         checkpoint_tables.dump_tables(str(tmp_path), names)
     keys, rows = api.shard(names[1]).index.export()
     assert sorted(keys.tolist()) == sorted(before[0].tolist())
@@ -1326,7 +1366,7 @@ def test_a_full_hybrid_group_whose_evicted_keys_are_read_replays_its_steps_with_
 @pytest.mark.parametrize("inside", [True, False])
 def test_a_replayed_evicting_step_rebuilds_an_index_short_of_empty_slots(inside, pattern,
                                                                          monkeypatch):
-    """One rank: member 1 of shards of 32 rows (64 slots). short: it gets 14 new keys, then
+    """Member 1 of shards of 32 rows (64 slots). short: it gets 14 new keys, then
     20, in turn (repeated to 24 keys a step): after a step of 14 its index holds 14 tombstones
     (not worn), so the next step's 20 new keys find 18 empty slots; worn: 18 new keys every
     step, which find 32 empty slots but leave 18 tombstones, past half the capacity (worn:
@@ -1336,8 +1376,6 @@ def test_a_replayed_evicting_step_rebuilds_an_index_short_of_empty_slots(inside,
     inside=False (a copy of the slots past table_group.REBUILD_INSIDE_BYTES): ready() rebuilds
     an index with fewer empty slots than its keys before the replay, and runs a step
     uncaptured where that falls short. Every step equals the uncaptured one."""
-    if SIZE > 1:
-        pytest.skip("evicting hash groups replay on one rank only")
     monkeypatch.setattr(table_group, "REBUILD_INSIDE_BYTES", (256 << 20) if inside else 0)
     from sok1x.backend import cpu
     lengths = np.array([5, 24])
@@ -1347,7 +1385,8 @@ def test_a_replayed_evicting_step_rebuilds_an_index_short_of_empty_slots(inside,
         values = fresh_at + np.arange(18 if pattern == "worn" else 14 if number % 2 else 20)
         fresh_at += 100
         member = np.concatenate([values, rng.choice(values, size=24 - values.size)])
-        steps.append(np.concatenate([rng.integers(0, 300, size=5), member]).astype(np.int64))
+        steps.append(np.concatenate([rng.integers(0, 300, size=5), member]).astype(np.int64)
+                     * SIZE + RANK)  # (each rank's keys to its own shard)
     flagged = []
     flags = cpu.rebuild_flags
     monkeypatch.setattr(cpu, "rebuild_flags", lambda wanted, erased, room: flagged.append(
@@ -1396,8 +1435,6 @@ def test_an_evicting_replay_whose_count_copy_fails_changes_nothing(checks, monke
     """A replayed evicting step whose copy of its counts cannot be queued (inside done(), after
     its undo actions are recorded) fails and changes nothing, and the steps after it equal
     those of the uncaptured steps with a bad key in that step instead."""
-    if COMM.Get_size() > 1:
-        pytest.skip("evicting hash groups replay on one rank only")
     monkeypatch.delenv(table_group.REPLAY_EVICTION_ENV, raising=False)
     lengths, steps = steps_without_victims(16)
     steps[10] = steps[9]  # no TableFullError step

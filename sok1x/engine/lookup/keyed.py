@@ -344,7 +344,7 @@ def _replayed_forward(runtime, tables, unit, group, op, item, training, key_limi
     """keyed_forward's replayed path (engine/lookup/replayed_step.py): a bounded training
     lookup of one unit of dense tables (one table, or a TableGroup in its order) or of a
     HashGroup, its rows in device memory or partly in host memory (its insert replayed too:
-    table_group.ReplayedInsert; its evicting steps on one rank only), int64 keys. What is
+    table_group.ReplayedInsert, its evicting steps too), int64 keys. What is
     recorded looks every key up as its own row; keys of dense tables pooled by segment ids, or
     weighted, replay too (on one rank with checks="end"): the segment ids ride with the keys
     (forward_of's riders), checked in the same flag, and the pooling is done after the replay
@@ -374,8 +374,8 @@ def _replayed_forward(runtime, tables, unit, group, op, item, training, key_limi
     backend = runtime.backend
 
     hooks = table_group.ReplayedInsert(
-        group, cuts, evicting, lambda error: runtime.host.raise_together(error, op.name)
-    ) if hashed else None
+        group, cuts, evicting, lambda error: runtime.host.raise_together(error, op.name),
+        evicting and runtime.size > 1) if hashed else None
 
     def routed(fixed, riders=()):  # the checks, and the keys moved into the group's id space
         check = _key_check(backend, tables, item._replace(
@@ -393,9 +393,8 @@ def _replayed_forward(runtime, tables, unit, group, op, item, training, key_limi
         rows = table.rows_of(flat, False)
         return check, rows, table.gather(rows)
 
-    # several ranks: an evicting class stays uncaptured (its victims are each owner's)
     replayed = replayed_step.forward_of(runtime, key, table, op, keys, checks, run, cuts, hooks,
-                                        None if evicting else routed, riders)
+                                        routed, riders)
     if replayed is None:
         return None
     vectors, routing = replayed  # the checks passed (read here, or in the op header)

@@ -81,35 +81,44 @@ def prepare(runtime, table, routed, fixed, caps):
     return outputs, check.judge
 
 
-def owner_round(runtime, table, prepared, slots, send_counts, recv_counts, tags=None,
-                insert=None):
-    """The exchange half: the keys to their owners, their rows and vectors there, the vectors
-    back and spread to every key (prepared: (distinct, inverse, perm, sends); slots: the
-    capacity slots or None; counts host int64 [size, 1]). A HashGroup's: its sent `tags` go
-    beside the keys, and insert(owned keys, owned tags) -> (rows, vectors, [more arrays]) finds
-    or places them. Returns [owner rows, vectors] + more."""
-    sends, columns, more = [prepared[3]], [0], []
-    if tags is not None:
-        sends.append(tags)
+def exchange_half(runtime, table, outputs, plan, insert=None):
+    """The exchange half on a prepare half's outputs, sized by the caps of `plan`: the keys to
+    their owners, their rows and vectors there (owners_part: a HashGroup's with its `insert`),
+    the vectors back and spread to every key (returning_part). Returns [owner rows, vectors]
+    + what else the insert returned."""
+    rows, gathered, *more = owners_part(runtime, table, outputs, plan, insert)
+    vectors, = returning_part(runtime, table, outputs, plan, gathered)
+    return [rows, vectors] + more
+
+
+def owners_part(runtime, table, outputs, plan, insert=None):
+    """The exchange half's first part, to the owners (sized by `plan`'s caps): the prepared
+    keys go to their owners (a HashGroup's sent tags beside them), where insert(owned keys,
+    owned tags) -> (rows, vectors, [more arrays]) finds or places them (a dense table's rows
+    follow from its keys). An evicting group's step reads its counts and agrees with every rank
+    between this part and returning_part, as its uncaptured step does between its exchanges.
+    Returns [owner rows, their vectors] + more."""
+    sends, columns, more = [outputs[_PREPARED + 3]], [0], []
+    if len(outputs) > _SLOTS + 1:
+        sends.append(outputs[_SLOTS + 2])
         columns.append(0)
-    owned = exchange(runtime, sends, send_counts[:, columns], recv_counts[:, columns])
+    owned = exchange(runtime, sends, peer_capacity.send_counts(plan)[:, columns],
+                     peer_capacity.recv_counts(plan, runtime.rank)[:, columns])
     if insert is None:
         rows = table.rows_of(owned[0], False)
         gathered = table.gather(rows)
     else:
         rows, gathered, more = insert(owned[0], owned[1])
-    returned = exchange(runtime, [gathered], recv_counts, send_counts)
-    vectors, = spread_back(runtime.backend, [table], [prepared], returned, [slots])
-    return [rows, vectors] + list(more)
+    return [rows, gathered] + list(more)
 
 
-def exchange_half(runtime, table, outputs, plan, insert=None):
-    """owner_round on a prepare half's outputs, sized by the caps of `plan` (a HashGroup's with
-    its `insert`)."""
+def returning_part(runtime, table, outputs, plan, gathered):
+    """The exchange half's second part: the owners' `gathered` vectors back (sized by `plan`'s
+    caps) and spread to every key in input order. Returns [vectors]."""
     prepared, slots = tuple(outputs[_PREPARED:_SLOTS]), outputs[_SLOTS]
-    tags = outputs[_SLOTS + 2] if len(outputs) > _SLOTS + 1 else None
-    return owner_round(runtime, table, prepared, slots, peer_capacity.send_counts(plan),
-                       peer_capacity.recv_counts(plan, runtime.rank), tags, insert)
+    returned = exchange(runtime, [gathered], peer_capacity.recv_counts(plan, runtime.rank),
+                        peer_capacity.send_counts(plan))
+    return spread_back(runtime.backend, [table], [prepared], returned, [slots])
 
 
 def kept_half(runtime, table, outputs, plan):

@@ -152,7 +152,7 @@ class _Forward:
     (host piece_starts of its members' keys) and backward classes."""
 
     def __init__(self, key, table, keys, work, judge, pieces, hooks=None, prepare=None,
-                 plan=None, member_keys=None, riders=()):
+                 plan=None, member_keys=None, riders=(), back=None):
         self.key, self.table, self.keys = key, table, keys
         self.riders = riders  # forward_of's: fixed arrays the work reads beside the keys
         self.values = _where(table)
@@ -161,6 +161,9 @@ class _Forward:
         # several ranks: the recorded half before the op header (replayed_ranks.py), the op's
         # peer_capacity.Plan and the caps both halves were recorded with, the keys per member
         self.prepare, self.plan, self.member_keys = prepare, plan, member_keys
+        # an evicting HashGroup's there: its exchange half's second recorded part (the vectors
+        # back: replayed_ranks.returning_part), `work` its first
+        self.back = back
         self.caps = None if plan is None else plan.caps
         self.routing = self.check = self.describe = None  # made at the first replay
         self.replays = 0  # one-rank replays so far: a predicated update reads this step's flag
@@ -172,6 +175,9 @@ class _Forward:
     def outputs(self):
         """(bounds, flag, rows, vectors, and what else the run returned): the arrays every
         replay writes."""
+        if self.back is not None:
+            return (self.prepare.outputs[:2] + self.work.outputs[:1] + self.back.outputs
+                    + self.work.outputs[2:])
         if self.prepare is not None:
             return self.prepare.outputs[:2] + self.work.outputs
         return self.work.outputs
@@ -185,14 +191,16 @@ class _Forward:
         return (int(self.keys.nbytes) + sum(int(r.nbytes) for r in self.riders)
                 + self.work.held_bytes
                 + (0 if self.prepare is None else self.prepare.held_bytes)
+                + (0 if self.back is None else self.back.held_bytes)
                 + sum(b.held_bytes for b in self.backwards.values()))
 
     def free(self):
         for backward in self.backwards.values():
             backward.free()
         self.work.free()
-        if self.prepare is not None:
-            self.prepare.free()
+        for work in (self.prepare, self.back):
+            if work is not None:
+                work.free()
         self.backwards = {}
 
 
@@ -509,56 +517,89 @@ def _capture_ranks(runtime, classes, key, table, op, keys, routed, cuts, plan, r
     if not ran:  # the counted way, or this owner's insert uncaptured
         return vectors, routing
     insert = None if hooks is None else hooks.insert
+    split = hooks is not None and hooks.evicting  # the exchange half in two parts
     prepare = _recorded(backend, lambda: replayed_ranks.prepare(runtime, table, routed, fixed,
                                                                 caps)[0])
-    work = None if prepare is None else _recorded(
-        backend, lambda: replayed_ranks.exchange_half(runtime, table, prepare.outputs, plan,
-                                                      insert))
-    if work is None:
-        if prepare is not None:
-            prepare.free()
+    works = [prepare]
+    if prepare is not None and not split:
+        works.append(_recorded(backend, lambda: replayed_ranks.exchange_half(
+            runtime, table, prepare.outputs, plan, insert)))
+    elif prepare is not None:
+        works.append(_recorded(backend, lambda: replayed_ranks.owners_part(
+            runtime, table, prepare.outputs, plan, insert)))
+        owners = works[-1]
+        if owners is not None:
+            works.append(_recorded(backend, lambda: replayed_ranks.returning_part(
+                runtime, table, prepare.outputs, plan, owners.outputs[1])))
+    if None in works or len(works) < 2:
+        for work in works:
+            if work is not None:
+                work.free()
         classes.refused.add(key)
         return vectors, routing
     while len(classes.forwards) >= MAX_CLASSES:
         _drop(runtime, classes, next(iter(classes.forwards)))
-    classes.forwards[key] = _Forward(key, table, fixed, work, judge,
+    classes.forwards[key] = _Forward(key, table, fixed, works[1], judge,
                                      bounded_step.piece_starts(cuts), hooks, prepare, plan,
-                                     member_keys, riders)
+                                     member_keys, riders, works[2] if split else None)
     return vectors, routing
 
 
 def _exchanged(runtime, op, table, outputs, judge, member_keys, plan, count, hooks,
-               work=None):
+               work=None, back=None):
     """A several-rank forward after its prepare half (`outputs`): the op header, then the
-    exchange half, replayed (`work`), or run now where there is none (the class's capture:
-    with `hooks`' insert). Returns (vectors, Routing, whether the exchange half ran): it did
-    not where the step went on uncaptured, the counted way (some rank's keys overflowed a cap,
-    or a HashGroup's shard might fill up: every rank alike), or, where `hooks` are not ready on
-    this rank, its insert as an uncaptured lookup makes it (its peers may replay: the
-    collectives are the same)."""
+    exchange half, replayed (`work`; an evicting group's in two parts, `work` and `back`), or
+    run now where there is none (the class's capture: with `hooks`' insert). Returns (vectors,
+    Routing, whether the exchange half ran): it did not where the step went on uncaptured, the
+    counted way (some rank's keys overflowed a cap, or a HashGroup's shard might fill up: every
+    rank alike), sized by the caps where a class's work does not make the step the header
+    tells (a full shard evicts in a class that does not evict, or an evicting class's keys all
+    fit), or, where `hooks` are not ready on this rank, its insert as an uncaptured lookup
+    makes it (its peers may replay: the collectives are the same)."""
     sizes, telling, fitting, in_place = replayed_ranks.header(runtime, op, table, outputs,
                                                               judge, member_keys)
-    if sizes.overflow or not replayed_ranks.fits(fitting):
+    if sizes.overflow or not (replayed_ranks.fits(fitting) or in_place):
         return replayed_ranks.uncaptured_rest(runtime, op, table, outputs, plan, sizes, count,
-                                              fitting, in_place) + (False,)
+                                              fitting) + (False,)
 
     def routing(rows):
         return replayed_ranks.routing(runtime, table, outputs, rows, count, plan, sizes,
                                       telling, member_keys, fitting)
-    if hooks is not None:
-        if not hooks.ready(None, False, fitting[1][0]):
+    evicting = hooks is not None and hooks.evicting
+    if in_place and not (evicting and hooks.ready(None, False, fitting[1][0])):
+        return replayed_ranks.uncaptured_rest(runtime, op, table, outputs, plan, sizes, count,
+                                              fitting, True) + (False,)
+    if hooks is not None and not in_place:
+        if evicting or not hooks.ready(None, False, fitting[1][0]):
             rows, vectors = replayed_ranks.kept_half(runtime, table, outputs, plan)
             return vectors, routing(rows), False
+    if hooks is not None:
         hooks.arm()  # (the header made the order checks: the op's journal step is open)
-    if work is None:
-        rows, vectors, *more = replayed_ranks.exchange_half(
-            runtime, table, outputs, plan, None if hooks is None else hooks.insert)
+    insert = None if hooks is None else hooks.insert
+    if work is None and evicting:
+        rows, gathered, *more = replayed_ranks.owners_part(runtime, table, outputs, plan,
+                                                           insert)
+    elif work is None:
+        rows, vectors, *more = replayed_ranks.exchange_half(runtime, table, outputs, plan,
+                                                            insert)
     else:
         work.replay()
         rows, vectors, *more = work.outputs
     if hooks is not None:  # the header read every rank's checks: they passed
-        hooks.done(rows, more)
+        try:
+            hooks.done(rows, more)
+        except Exception as error:  # (evicting: its peers wait in checked()'s agreement)
+            if hooks.agrees:
+                hooks.fail(error)
+            raise
+        # (evicting: the step's one wait, its counts, and every rank's agreement on a new key
+        # left without a victim, between the exchanges as an uncaptured step makes it)
         hooks.checked()
+    if evicting and back is None:  # (the capture's run: `work` is None too)
+        vectors, = replayed_ranks.returning_part(runtime, table, outputs, plan, gathered)
+    elif evicting:
+        back.replay()
+        vectors, = back.outputs
     return vectors, routing(rows), True
 
 
@@ -581,7 +622,8 @@ def _replay_ranks(runtime, classes, entry, op, keys, riders=()):
     entry.prepare.replay()
     vectors, routing, ran = _exchanged(runtime, op, entry.table, entry.prepare.outputs,
                                        entry.judge, entry.member_keys, entry.plan,
-                                       int(entry.keys.shape[0]), entry.hooks, entry.work)
+                                       int(entry.keys.shape[0]), entry.hooks, entry.work,
+                                       entry.back)
     if not ran:
         if entry.caps is not entry.plan.caps:  # overflowed: its caps grew
             _drop(runtime, classes, entry.key)

@@ -587,12 +587,15 @@ class HashGroup(TableGroup):
         keys evict, counted on the device (make_room_in_place); else None (the counted way).
         most: None, or the op header's host int64 [members], the most keys of each member that
         can arrive at an owner (without it, each member's bound would be all of `keys`: the
-        counted way serves). SOK1X_EVICT_IN_PLACE=0 takes the counted way always. full: None,
+        counted way serves; keys None: `most` alone bounds them). SOK1X_EVICT_IN_PLACE=0 takes
+        the counted way always. full: None,
         or full_members() as it is now (where the caller asked it already); sizes: None, or
         sizes() as they are now."""
         if not self.evicts or most is None or environment.get(IN_PLACE_ENV) == "0":
             return None
-        arriving = np.minimum(np.asarray(most, dtype=np.int64), int(keys.shape[0]))
+        arriving = np.asarray(most, dtype=np.int64)
+        if keys is not None:
+            arriving = np.minimum(arriving, int(keys.shape[0]))
         if full is None:
             full = self.full_members()
         if not full.any():
@@ -971,7 +974,7 @@ class ReplayedInsert:
     partly in host memory; engine/lookup/replayed_step.py's hooks): ready() before each replay,
     done() after it, checked() once its key checks passed (in a step with room, where its
     forward leaves them to its backward, as late as that: the step journal undoes the insert
-    until then). On several ranks (not evicting: engine/lookup/replayed_ranks.py) ready() is
+    until then). On several ranks (engine/lookup/replayed_ranks.py) ready() is
     asked after the op header, with the most keys of each member this owner can get as its
     bound (False: this owner inserts uncaptured, its peers may replay), and checked() right
     after done(): the header read every rank's checks.
@@ -1004,12 +1007,17 @@ class ReplayedInsert:
     forward's end, or in its backward once that work is queued), reads the eviction's and the
     insert's counts (the step's one wait), hands them over, rebuilds worn indexes beside the
     graph, and fails the step, through `fail` (every rank's error together), where a new key
-    found no victim, as the uncaptured step does."""
+    found no victim, as the uncaptured step does. On several ranks (agrees=True) the class is
+    an owner's: ready() takes the op header's most keys of each member this owner can get as
+    the bound its victims are sized by (set at its first step; a step with another bound runs
+    uncaptured), and checked(), right after done() between the exchange's two parts
+    (replayed_ranks.owners_part, returning_part), calls `fail` at every step, with None where
+    every key found a victim: every rank agrees there, as the uncaptured step's owners do."""
 
-    def __init__(self, group, cuts, evicting=False, fail=None):
+    def __init__(self, group, cuts, evicting=False, fail=None, agrees=False):
         self.group, self.cuts = group, cuts
-        self.counts = np.diff(cuts)
-        self.evicting, self.fail = evicting, fail
+        self.counts = np.diff(cuts)  # evicting on several ranks: the op header's bound
+        self.evicting, self.fail, self.agrees = evicting, fail, agrees
         self.members = self.clock = self._given = self._tags = None
         self._listing = None  # ready(): (indexes, row starts, sizes) the list holds before the run
         self._listed = None  # done(): _listing and the run's placed counts (their read)
@@ -1035,7 +1043,7 @@ class ReplayedInsert:
         member this owner can get, which must fit its room (nothing is counted)."""
         group = self.group
         if self.evicting:
-            return self._ready_to_evict(keys, group.journal.step + bool(opens_step))
+            return self._ready_to_evict(keys, group.journal.step + bool(opens_step), bound)
         if group.evicts:
             held = dynamic_table.held_states(group.members)
         sizes = group.sizes()
@@ -1115,9 +1123,14 @@ class ReplayedInsert:
                 backend.write_rows(self._room, 0, room)  # one upload, straight in
                 self._room_written = written
 
-    def _ready_to_evict(self, keys, step):
+    def _ready_to_evict(self, keys, step, bound=None):
         group = self.group
         self._sizes = None
+        if bound is not None:  # several ranks: the class's victims are as many as its bound
+            if self._victims is None:  # (not yet run: its first step sets it)
+                self.counts = np.asarray(bound, dtype=np.int64)
+            elif not _same_ints(np.asarray(bound), self.counts):
+                return False
         held = dynamic_table.held_states(group.members)  # (first: it hands over counts pending)
         full = group.full_members()
         if not group.replays_eviction(self.counts, full):
@@ -1261,10 +1274,15 @@ class ReplayedInsert:
         evicts counts its lookup (its rows' access statistics, the new rows' times) as
         HashGroup.count_kept does."""
         if self._counted is not None:
-            self._read_counts()
+            try:
+                self._read_counts()
+            except Exception as error:  # (its peers wait in the agreement: they fail with it)
+                if self.agrees:
+                    self.fail(error)
+                raise
         found, self._found = self._found, None
         error, self._error = self._error, None
-        if error is not None:
+        if error is not None or self.agrees:  # (agrees: every rank, every step)
             self.fail(error)
         if found is not None:
             self.group.count_kept((None, found))
