@@ -46,10 +46,11 @@ __device__ __forceinline__ uint64 bucket_of(int64 key, int64 bits) {
   return bits == 0 ? 0 : scramble_key((uint64)key) >> (64 - bits);
 }
 
-// The segment of keys[i] when it is a new key (found[i] < 0) of a member that evicts, else -1.
+// The segment of keys[i] when it is a new key (found[i] < 0) of a member that evicts, else -1;
+// a per-peer capacity's padded slot (key and tag -1) is no key.
 __device__ __forceinline__ int64 segment_of(const int64* members, const int64* keys,
                                             const int64* tags, const int64* found, int64 i) {
-  if (found[i] >= 0) return -1;
+  if (found[i] >= 0 || tags[i] < 0) return -1;
   const Evicting m = evicting_member(members, tags[i]);
   if (m.count == 0) return -1;
   return m.first_segment + (int64)bucket_of(keys[i], m.bits);
