@@ -1155,6 +1155,8 @@ def recorded_works(runtime):
     steps = []
     for entry in runtime.replays.forwards.values():
         works = [entry.work] if entry.prepare is None else [entry.prepare, entry.work]
+        if entry.back is not None:  # (an evicting class's second part on several ranks)
+            works.append(entry.back)
         for backward in entry.backwards.values():
             if backward.work is not None:
                 works.append(backward.work)
