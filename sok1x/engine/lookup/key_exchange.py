@@ -232,7 +232,7 @@ def lookup_forward_many(runtime, tables, op, keys_list, training, local_error=No
         if slots is not None and telling:
             bounds = bounded_step.bounds_of(tables, member_keys, told,
                                             plan.caps[:, runtime.rank])
-        elif slots is not None and tagged and bounded_step.asked():  # (tagged ones all fit)
+        elif slots is not None and tagged and bounded_step.asked():  # (fit, or evict in place)
             # a hash group's keys per member, every rank's, came with its room in the header
             for t in tagged:
                 bounds[t] = bounded_step.rows_bound(tables[t], fitting[1][t], size,
@@ -465,9 +465,10 @@ def in_place_units(bounded, told, fitting):
     """The units among `bounded` not in `fitting` (fitting_units') whose every shard on every
     rank either holds every rank's keys of its member even if all were new, or is full and
     evicts every new key in place (HashGroup.room's EVICTS_IN_PLACE): an owner's insert then
-    takes them all (HashGroup.in_place_bounds holds on every owner), or fails the step on every
-    rank, and a lookup sized by the caps may carry them as one whose keys fit. Every rank finds
-    the same."""
+    takes them all (HashGroup.in_place_bounds holds on every owner with a full member; one
+    without holds them even if all are new, counting nothing first), or fails the step on every
+    rank, and a lookup sized by the caps may carry them, their padded slots passed by. Every
+    rank finds the same."""
     units, position = set(), 0
     for t, members in bounded:
         keys = told[:, position:position + members].sum(axis=0)

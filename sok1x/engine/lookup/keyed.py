@@ -351,7 +351,8 @@ def _replayed_forward(runtime, tables, unit, group, op, item, training, key_limi
     and undone before the replayed backward (pooled.spread_rows). Returns keyed_forward's
     result, or None where the uncaptured path must run (not such a lookup, the first sight of
     its shape class, or on one rank a hash group's step in which a member might fill up: on
-    several ranks that step goes the counted way after the replayed half before its header).
+    several ranks that step goes on uncaptured after the replayed half before its header, the
+    counted way, or sized by the caps where its full shards evict in place).
     A replayed class is remembered under `front` (_front), for _replayed_again."""
     table, keys = unit.table, item.keys
     hashed = isinstance(group, table_group.HashGroup)

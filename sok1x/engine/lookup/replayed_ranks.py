@@ -16,19 +16,24 @@ every rank before anything moves.
     exchange (recorded): the keys to their owners, the rows and the gather there, the vectors
                          back, spread to every key (spread_back)
 
-A HashGroup's training lookup (not its evicting steps: their victims are each owner's) is cut
-the same way. Its prepare half also lays its keys' tags out in the keys' slots; its header tells
-every rank each rank's keys and room per member (key_exchange.room_and_keys), from which every
-rank finds alike whether any shard of the group can fill up in the step, and the most keys of
-each member an owner can get, which bound the backward's rows (Routing.bounds); its exchange
-half sends the tags beside the keys and inserts them on the owner (the recorded insert,
-table_group.ReplayedInsert, whose ready() is asked after the header with those most keys). A
-step in which a shard might fill up goes on uncaptured on every rank (its insert may grow,
-evict or fail, as an uncaptured one does): the counted way, or sized by the caps where every
-full shard evicts its new keys in place and the others fit (uncaptured_rest). An owner whose
+A HashGroup's training lookup is cut the same way. Its prepare half also lays its keys' tags out in
+the keys' slots; its header tells every rank each rank's keys and room per member
+(key_exchange.room_and_keys), from which every rank finds alike whether any shard of the group can
+fill up in the step, and the most keys of each member an owner can get, which bound the backward's
+rows (Routing.bounds); its exchange half sends the tags beside the keys and inserts them on the
+owner (the recorded insert, table_group.ReplayedInsert, whose ready() is asked after the header
+with those most keys). A step in which a shard might fill up goes on uncaptured on every rank, the
+counted way (its insert may grow, evict or fail, as an uncaptured one does), unless every full
+shard evicts its new keys in place and the others fit: that step goes sized by the caps, and a full
+hybrid group's class of such steps (ReplayedInsert, evicting) replays its exchange half in two
+parts, owners_part (the keys and tags to the owners, the pick, the erase and the insert into the
+victims' rows) and returning_part (the vectors back), with the counts read and every rank's
+agreement on a key left without a victim between them, where the uncaptured step's owners agree;
+its victims are bounded by the header's most keys of each member an owner can get. An owner whose
 insert is not ready (a hybrid member with freed rows to hand out, say) places the keys as an
-uncaptured step that fits does (kept_half) in the same exchanges, while its peers replay. The
-header has read every rank's checks before the insert, so no step with a bad key places one.
+uncaptured step that fits does (kept_half), or evicts them uncaptured (uncaptured_rest, in place),
+in the same exchanges, while its peers replay. The header has read every rank's checks before the
+insert, so no step with a bad key places one.
 
 Both halves read and write the same arrays at every replay: the exchange half reads the prepare
 half's outputs. Every rank makes the same collectives whether it replays or not (the uncaptured
@@ -122,10 +127,11 @@ def returning_part(runtime, table, outputs, plan, gathered):
 
 
 def kept_half(runtime, table, outputs, plan):
-    """exchange_half of a HashGroup whose replayed insert is not ready on this rank (its peers
-    may replay theirs: the collectives are the same), its keys placed as an uncaptured lookup
-    that fits places them (key_exchange.kept_insert), counted at once: the header told every
-    rank that no shard of it can fill up, and that every key is good."""
+    """exchange_half of a HashGroup whose replayed insert is not ready on this rank, or whose
+    class evicts in a step whose keys all fit (its peers may replay theirs: the collectives are
+    the same), its keys placed as an uncaptured lookup that fits places them
+    (key_exchange.kept_insert), counted at once: the header told every rank that no shard of it
+    can fill up, and that every key is good."""
     def insert(owned, tags):
         rows, vectors, state = kept_insert(runtime, table, owned, tags)
         table.count_kept(state)
@@ -141,7 +147,8 @@ def header(runtime, op, table, outputs, judge, member_keys):
     instead); for a HashGroup, key_exchange's fitting pair (whether no shard of it can fill up
     in the step, and the most keys per member an owner can get), else None; and whether a
     HashGroup's full shards evict every new key in place while the others fit
-    (key_exchange.in_place_units: the step goes sized by the caps, uncaptured)."""
+    (key_exchange.in_place_units: the step goes sized by the caps, replayed by an evicting
+    class, else uncaptured)."""
     bounds, flag, owner_counts = outputs[:_PREPARED]
     telling = rooms = None
     if len(outputs) > _SLOTS + 1:  # a HashGroup's (its tags prepared): its keys and room

@@ -184,7 +184,9 @@ class _Forward:
 
     def handed_out(self):
         """The arrays a replay writes and hands out: [vectors], or None before the first."""
-        return None if self.work.outputs is None else [self.outputs()[3]]
+        if self.work.outputs is None or (self.back is not None and self.back.outputs is None):
+            return None  # (cpu: an evicting class whose first replay failed between its parts)
+        return [self.outputs()[3]]
 
     @property
     def held_bytes(self):
