@@ -1101,6 +1101,16 @@ def full_hybrid_run(tag, steps, lengths, replay, failing=(), rows=16, drop=True,
     return results, [hybrid_state(name) for name in names]
 
 
+def layouts_run(tag, steps, replay):
+    """Keyed steps, each of its own (lengths, keys) of `steps`, of full hybrid tables of 16 rows
+    a shard made anew under `tag` (full_hybrid_tables, LENGTHS' members): (each step's host
+    results, each member's hybrid_state)."""
+    names = full_hybrid_tables(tag, LENGTHS, 16)
+    results = [step(names, keys, lengths, np.float32(0.75), "lazy_adam", number, replay,
+                    "backward") for number, (lengths, keys) in enumerate(steps, 1)]
+    return results, [hybrid_state(name) for name in names]
+
+
 def assert_same_full_runs(got, want):
     """full_hybrid_run's results agree: each step's host results (or its failure) and every
     member's hybrid_state."""
@@ -1211,15 +1221,9 @@ def test_an_evicting_class_whose_bound_moves_on_another_rank_runs_that_step_unca
         layouts.append((lengths, np.concatenate([rng.integers(0, 300 * SIZE, size=n)
                                                  for n in lengths]).astype(np.int64)))
     readies = noted_readies(monkeypatch)
-
-    def run(replay):
-        names = full_hybrid_tables("bound", LENGTHS, 16)
-        results = [step(names, keys, lengths, np.float32(0.75), "lazy_adam", number, replay,
-                        "backward") for number, (lengths, keys) in enumerate(layouts, 1)]
-        return results, [hybrid_state(name) for name in names]
-    got = run(True)
+    got = layouts_run("bound", layouts, True)
     evicting = [ok for ok, evicts in readies if evicts]
-    assert_same_full_runs(got, run(False))
+    assert_same_full_runs(got, layouts_run("bound", layouts, False))
     assert sum(evicting) >= 6, evicting
     # (rank 1's two layouts are two classes, each with its own bound)
     assert COMM.allgather(evicting.count(False))[0] >= 4, evicting
@@ -1259,15 +1263,9 @@ def test_a_full_group_whose_evicting_members_change_step_by_step_replays_both_cl
                                               for n in layouts[i % 2]]).astype(np.int64))
              for i in range(20)]
     readies = noted_readies(monkeypatch)
-
-    def run(replay):
-        names = full_hybrid_tables("layouts", LENGTHS, 16)
-        results = [step(names, keys, lengths, np.float32(0.75), "lazy_adam", number, replay,
-                        "backward") for number, (lengths, keys) in enumerate(steps, 1)]
-        return results, [hybrid_state(name) for name in names]
-    got = run(True)
+    got = layouts_run("layouts", steps, True)
     replays = list(readies)
-    assert_same_full_runs(got, run(False))
+    assert_same_full_runs(got, layouts_run("layouts", steps, False))
     assert sum(ok for ok, evicts in replays if evicts) >= (12 if SIZE == 1 else 10), replays
 
 
