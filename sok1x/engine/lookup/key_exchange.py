@@ -443,21 +443,28 @@ def room_and_keys(tables, keys_list, tagged, training, tag_counts, admit_ratios)
                                             for a in (counts, table.room())])
 
 
+def _told_units(bounded, told):
+    """Per unit of `bounded` (room_and_keys' (position, members)) in the header's values
+    `told` (host [size, k]): (position, every rank's keys per member summed, host int64
+    [members], each rank's room per member, host int64 [size, members])."""
+    at = 0
+    for t, members in bounded:
+        yield t, told[:, at:at + members].sum(axis=0), told[:, at + members:at + 2 * members]
+        at += 2 * members
+
+
 def fitting_units(bounded, told):
     """Returns (fitting, most): fitting, the units among `bounded` where no shard on any rank
     can fill up in this lookup (told: host [size, k], every rank's room_and_keys values): every
     rank's keys of a member, all sent to one owner, would fit that owner's room; most, per unit
     of `bounded` the host int64 [members] of those keys, the most any owner can get. Every rank
     finds the same."""
-    fitting, most, position = set(), {}, 0
-    for t, members in bounded:
-        keys = told[:, position:position + members].sum(axis=0)
-        # (a member evicting in place, HashGroup.room's EVICTS_IN_PLACE, has no room left)
-        room = np.maximum(told[:, position + members:position + 2 * members], 0).min(axis=0)
+    fitting, most = set(), {}
+    for t, keys, rooms in _told_units(bounded, told):
         most[t] = keys
-        if np.all(keys <= room):
+        # (a member evicting in place, HashGroup.room's EVICTS_IN_PLACE, has no room left)
+        if np.all(keys <= np.maximum(rooms, 0).min(axis=0)):
             fitting.add(t)
-        position += 2 * members
     return fitting, most
 
 
@@ -469,14 +476,8 @@ def in_place_units(bounded, told, fitting):
     without holds them even if all are new, counting nothing first), or fails the step on every
     rank, and a lookup sized by the caps may carry them, their padded slots passed by. Every
     rank finds the same."""
-    units, position = set(), 0
-    for t, members in bounded:
-        keys = told[:, position:position + members].sum(axis=0)
-        room = told[:, position + members:position + 2 * members]
-        if t not in fitting and np.all((keys <= room) | (room == EVICTS_IN_PLACE)):
-            units.add(t)
-        position += 2 * members
-    return units
+    return {t for t, keys, rooms in _told_units(bounded, told)
+            if t not in fitting and np.all((keys <= rooms) | (rooms == EVICTS_IN_PLACE))}
 
 
 def _with_columns(counts, tagged):

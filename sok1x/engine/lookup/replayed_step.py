@@ -533,7 +533,7 @@ def _capture_ranks(runtime, classes, key, table, op, keys, routed, cuts, plan, r
         if owners is not None:
             works.append(_recorded(backend, lambda: replayed_ranks.returning_part(
                 runtime, table, prepare.outputs, plan, owners.outputs[1])))
-    if None in works or len(works) < 2:
+    if None in works:
         for work in works:
             if work is not None:
                 work.free()
@@ -588,12 +588,7 @@ def _exchanged(runtime, op, table, outputs, judge, member_keys, plan, count, hoo
         work.replay()
         rows, vectors, *more = work.outputs
     if hooks is not None:  # the header read every rank's checks: they passed
-        try:
-            hooks.done(rows, more)
-        except Exception as error:  # (evicting: its peers wait in checked()'s agreement)
-            if hooks.agrees:
-                hooks.fail(error)
-            raise
+        hooks.done(rows, more)
         # (evicting: the step's one wait, its counts, and every rank's agreement on a new key
         # left without a victim, between the exchanges as an uncaptured step makes it)
         hooks.checked()

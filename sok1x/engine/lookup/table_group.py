@@ -1211,25 +1211,37 @@ class ReplayedInsert:
                 self._listed = listing + (placed,)
             self._found = found if held is not None else None
             return
-        group = self.group
-        backend = group.backend
-        queued = eviction.Queued.of(placed_keys[5:], self._gathered[1], self._gathered[0])
-        # the undo first, by the device counts (as make_room_in_place and insert_kept record
-        # theirs before their one wait): a wait that fails below still finds it recorded
-        evicted = eviction.record_padded(group.members, self.counts, queued,
-                                         group._flat_arrays, self._spares)
-        group.journal.record(functools.partial(group._undo_evict, evicted, held))
-        backend.hash_insert_many_done(group.indexes(), found, found[5], True)
-        group._record_undo(found, held)  # (its undo runs first: the new keys out, then victims)
-        self._counted = counted = [queued, evicted, found, None]  # read in checked()
-        self._found = found
-        # undone first: a step that fails before checked() still hands its counts over, as the
-        # other undo actions expect, and its host mirrors the rebuilds its graph made (recorded
-        # before the copy is queued: a queue that fails still finds it, and reads them then)
-        group.journal.record(functools.partial(self._counts_read_in_undo, counted))
-        # their copies queued now, before the backward's work: checked() then waits for the
-        # forward alone, where a copy queued there waited for the backward too
-        counted[3] = backend.read_many_later(_step_counts(queued, found))
+        with self._together():  # (a fault here: its peers wait in checked()'s agreement)
+            group = self.group
+            backend = group.backend
+            queued = eviction.Queued.of(placed_keys[5:], self._gathered[1], self._gathered[0])
+            # the undo first, by the device counts (as make_room_in_place and insert_kept record
+            # theirs before their one wait): a wait that fails below still finds it recorded
+            evicted = eviction.record_padded(group.members, self.counts, queued,
+                                             group._flat_arrays, self._spares)
+            group.journal.record(functools.partial(group._undo_evict, evicted, held))
+            backend.hash_insert_many_done(group.indexes(), found, found[5], True)
+            group._record_undo(found, held)  # (its undo runs first: the new keys out, then victims)
+            self._counted = counted = [queued, evicted, found, None]  # read in checked()
+            self._found = found
+            # undone first: a step that fails before checked() still hands its counts over, as the
+            # other undo actions expect, and its host mirrors the rebuilds its graph made (recorded
+            # before the copy is queued: a queue that fails still finds it, and reads them then)
+            group.journal.record(functools.partial(self._counts_read_in_undo, counted))
+            # their copies queued now, before the backward's work: checked() then waits for the
+            # forward alone, where a copy queued there waited for the backward too
+            counted[3] = backend.read_many_later(_step_counts(queued, found))
+
+    @contextlib.contextmanager
+    def _together(self):
+        """On several ranks (agrees), a local fault inside fails every rank with it, through
+        `fail`: its peers wait in this step's agreement (checked()) for this rank."""
+        try:
+            yield
+        except Exception as error:
+            if self.agrees:
+                self.fail(error)
+            raise
 
     def failure_counts(self, more):
         """The device counts whose any value above 0 fails a step (evicting: each member's new
@@ -1274,12 +1286,8 @@ class ReplayedInsert:
         evicts counts its lookup (its rows' access statistics, the new rows' times) as
         HashGroup.count_kept does."""
         if self._counted is not None:
-            try:
+            with self._together():
                 self._read_counts()
-            except Exception as error:  # (its peers wait in the agreement: they fail with it)
-                if self.agrees:
-                    self.fail(error)
-                raise
         found, self._found = self._found, None
         error, self._error = self._error, None
         if error is not None or self.agrees:  # (agrees: every rank, every step)
