@@ -648,12 +648,15 @@ def test_an_owner_whose_insert_is_not_ready_runs_it_uncaptured_while_its_peers_r
     assert len(kept) == (2 if RANK == 0 else 0)  # its peers replayed those steps
 
 
-def refused_twice_on_rank_0(monkeypatch):
-    """Has ReplayedInsert.ready answer False on rank 0 at its third and sixth call, as asked
-    elsewhere; returns the list of its answers, one a call."""
+def refused_twice_on_rank_0(monkeypatch, evicting=False):
+    """Has ReplayedInsert.ready answer False on rank 0 at its third and sixth call (evicting:
+    of an evicting class's, the others' answered as they are and not counted), as asked
+    elsewhere; returns the list of its answers, one a call counted."""
     ready, answers = table_group.ReplayedInsert.ready, []
 
     def refused_twice(insert, keys, *rest):
+        if evicting and not insert.evicting:
+            return ready(insert, keys, *rest)
         refused = RANK == 0 and len(answers) in (2, 5)
         answers.append(False if refused else ready(insert, keys, *rest))
         return answers[-1]
@@ -1182,15 +1185,8 @@ def test_an_owner_whose_evicting_insert_is_not_ready_evicts_uncaptured_while_its
     rng = np.random.default_rng([107, RANK])
     steps = [np.concatenate([rng.integers(0, 300 * SIZE, size=n) for n in LENGTHS])
              .astype(np.int64) for _ in range(20)]
-    ready, answers = table_group.ReplayedInsert.ready, []
-
-    def refused_twice(insert, keys, *rest):
-        if not insert.evicting:
-            return ready(insert, keys, *rest)
-        refused = RANK == 0 and len(answers) in (3, 6)
-        answers.append(False if refused else ready(insert, keys, *rest))
-        return answers[-1]
-    monkeypatch.setattr(table_group.ReplayedInsert, "ready", refused_twice)
+    ready = table_group.ReplayedInsert.ready
+    answers = refused_twice_on_rank_0(monkeypatch, evicting=True)
     rest, in_place = replayed_ranks.uncaptured_rest, []
     monkeypatch.setattr(replayed_ranks, "uncaptured_rest", lambda *args: in_place.append(
         len(args) > 8 and args[8]) or rest(*args))
