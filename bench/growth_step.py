@@ -94,7 +94,7 @@ def used_bytes(backend):
 class Case:
     """One way's tables, filled: names, and the keys (device arrays per table) of its steps."""
 
-    def __init__(self, rt, args, way, repeat):
+    def __init__(self, rt, args, way, repeat, steps=2):
         self.rt, self.args, self.way = rt, args, way
         rows, size, rank = args.rows, rt.size, rt.rank
         self.names = ["grow_%s_%d_%d" % (way, repeat, t) for t in range(args.tables)]
@@ -113,8 +113,8 @@ class Case:
         # keys 0 .. size*rows-1 of each table, a slice per rank: every owner ("mod") gets rows
         self.fill = [upload(np.arange(rank * rows, (rank + 1) * rows, dtype=np.int64))
                      for _ in self.names]
-        self.steps = []  # two steps' new keys: after the filled ones, a slice per rank again
-        for s in range(2):
+        self.steps = []  # `steps` steps' new keys: after the filled ones, a slice per rank again
+        for s in range(steps):
             first = size * rows + s * size * args.new + rank * args.new
             self.steps.append([upload(np.arange(first, first + args.new, dtype=np.int64))
                                for _ in self.names])
