@@ -216,9 +216,15 @@ __device__ __forceinline__ void take_victim(int64 i, int64 key, int64 row, int64
   statistics[2 * row] = step;
 }
 
-// What a block of evict_pick shares while it picks one bucket.
+// What a block of evict_pick shares while it picks one bucket: the whole block's pool, or while
+// its warps pick a bucket each, a pool a warp (evictable keys past WARP_CAP leave the bucket to
+// the block).
+#define WARP_CAP 128
 struct PickShared {
-  int64 pool[4][PICK_CAP];  // per evictable key: last step, count, key, flat row
+  union {
+    int64 pool[4][PICK_CAP];                // per evictable key: last step, count, key, flat row
+    int64 warp_pools[PICK_WARPS][4][WARP_CAP];  // the same, a warp's
+  };
   int counts[PICK_WARPS];   // each warp's keys of the chunk being gathered
   Score best[PICK_WARPS];   // each warp's lowest score of a selection round
 };
@@ -325,6 +331,92 @@ __device__ bool pick_by_rank(const Evicting& m, int64* statistics, int64 step, u
   }
   if (threadIdx.x == 0 && n < wanted) atomicAdd(left, (uint64)(wanted - n));  // stay -1
   __syncthreads();  // the pool read before the next bucket fills it
+  return true;
+}
+
+// A segment's pick by rank, by one warp: pick_by_rank's choice, with the warp's pool (WARP_CAP
+// evictable keys) and no barrier of the block, so that a block's warps pick four buckets at once.
+// Where most buckets meet a few new keys (a group of 26 full shards whose every bucket meets
+// about four a step: 106,496 buckets), a block a bucket spent most of its time in the block's
+// barriers, with one warp busy at a time (one H200, 2026-11-30: 1,067 us of a 2.7 ms step).
+// Returns false (the same in every lane), having changed nothing, where the bucket has more
+// than WARP_CAP evictable keys.
+__device__ bool pick_by_rank_warp(const Evicting& m, int64* statistics, int64 step, uint64 bucket,
+                                  int64 bits, uint64 lo, uint64 length, int64 begin, int64 end,
+                                  int64 (*pool)[WARP_CAP], uint64* left, int64* victim_keys,
+                                  int64* victim_rows, int64* victim_records) {
+  const int lane = (int)lane_id();
+  int n = 0;
+  for (uint64 base = 0; base < length; base += 32) {
+    const uint64 p = base + lane;
+    bool yes = false;
+    int64 key = 0, row = 0, last = 0;
+    if (p < length) {
+      const uint64 slot = (lo + p) % m.slot_count;
+      key = m.slots[2 * slot];
+      if (key >= 0 && (bits == 0 || bucket_of(key, bits) == bucket)) {
+        row = m.row_start + m.slots[2 * slot + 1];
+        last = statistics[2 * row];
+        yes = last < step;
+      }
+    }
+    const unsigned votes = __ballot_sync(FULL_WARP, yes);
+    const int at = n + __popc(votes & lanes_below());
+    n += __popc(votes);
+    if (yes && at < WARP_CAP) {
+      pool[0][at] = last;
+      pool[1][at] = statistics[2 * row + 1];
+      pool[2][at] = key;
+      pool[3][at] = row;
+    }
+  }
+  if (n > WARP_CAP) return false;
+  __syncwarp();
+  const int64 wanted = end - begin;
+  const int64 take = wanted < n ? wanted : n;
+  const int64 per_lane = (n + 31) / 32;
+  if (per_lane * n < take * (per_lane + 40)) {
+    // every candidate's rank among the bucket's (n * n / 32 comparisons a lane)
+    for (int c = lane; c < n; c += 32) {
+      const Score mine = candidate_score(&pool[0][0], WARP_CAP, c, m.lfu != 0);
+      int64 rank = 0;
+      for (int d = 0; d < n; ++d) {
+        rank += lower(candidate_score(&pool[0][0], WARP_CAP, d, m.lfu != 0), mine);
+      }
+      if (rank < wanted) {
+        take_victim(begin + rank, mine.key, mine.row, pool[0][c], pool[1][c], step, statistics,
+                    victim_keys, victim_rows, victim_records);
+      }
+    }
+  } else {
+    // the lowest key not taken yet, `take` times (keys, so scores, are distinct)
+    const int64 INF = 0x7fffffffffffffffLL;
+    for (int64 r = 0; r < take; ++r) {
+      Score mine = {INF, INF, INF, -1};
+      int held = -1;
+      for (int c = lane; c < n; c += 32) {
+        if (pool[3][c] < 0) continue;  // taken
+        const Score score = candidate_score(&pool[0][0], WARP_CAP, c, m.lfu != 0);
+        if (lower(score, mine)) {
+          mine = score;
+          held = c;
+        }
+      }
+      Score best = mine;
+      for (int from = 16; from > 0; from >>= 1) {
+        const Score other = shuffled(best, from);
+        if (lower(other, best)) best = other;
+      }
+      if (held >= 0 && mine.key == best.key) {  // the lane holding it writes it out
+        take_victim(begin + r, best.key, best.row, pool[0][held], pool[1][held], step,
+                    statistics, victim_keys, victim_rows, victim_records);
+        pool[3][held] = -1;
+      }
+      __syncwarp();
+    }
+  }
+  if (lane == 0 && n < wanted) atomicAdd(left, (uint64)(wanted - n));  // stay -1
+  __syncwarp();  // the pool read before the warp's next bucket fills it
   return true;
 }
 
@@ -447,13 +539,13 @@ __device__ bool pick_item(const int64* members, int64 member_count,
 // The key-by-key path (rest, or a bucket past PICK_CAP) is the block's first warp's.
 // per_block (rest == 0; 1 to 32): each block takes that many consecutive segments, and works
 // only those with places: its first warp reads their distinct_starts in one coalesced read. Of
-// those, a segment of at most WARP_PLACES places is a warp's, key by key (the same choice, four
-// buckets at once), the others the block's. With a block a bucket, a full table alone spent most
-// of its pass on buckets no new key meets (one H200, 2026-11-29: 2^26 rows, 2^20 buckets of
-// which about a third meet one of a call's 2^20 keys, most of those one key; 2.1 ms for 2^20
-// blocks, most of them a few dependent reads and gone). pick_victims keeps a block a bucket
-// where the buckets are few against the blocks the GPU holds at once.
-#define WARP_PLACES 2
+// those, a segment of at most WARP_PLACES places and WARP_CAP evictable keys is a warp's
+// (pick_by_rank_warp: the same choice, four buckets at once), the others the block's. With a
+// block a bucket, a full table alone spent most of its pass on buckets no new key meets (one
+// H200, 2026-11-29: 2^26 rows, 2^20 buckets of which about a third meet one of a call's 2^20
+// keys, most of those one key; 2.1 ms for 2^20 blocks, most of them a few dependent reads and
+// gone). pick_victims keeps a block a bucket where the buckets meet many keys each.
+#define WARP_PLACES 32
 extern "C" __global__ void __launch_bounds__(PICK_THREADS)
     evict_pick(const int64* members, int64 member_count, int64* statistics, int64 step,
                const int64* distinct_starts, int64 items, int64 rest, uint64* left,
@@ -487,12 +579,12 @@ extern "C" __global__ void __launch_bounds__(PICK_THREADS)
         const int at = __ffs(mine) - 1;
         PickItem p;
         if (!pick_item(members, member_count, distinct_starts, first + at, false, &p)) continue;
-        if (p.end - p.begin > WARP_PLACES) {
+        if (p.end - p.begin > WARP_PLACES ||
+            !pick_by_rank_warp(p.m, statistics, step, p.bucket, p.bits, p.lo, p.length, p.begin,
+                               p.end, shared.warp_pools[warp], left, victim_keys, victim_rows,
+                               victim_records)) {
           if (lane == 0) atomicOr(&block_items, 1u << at);
-          continue;
         }
-        pick_key_by_key(p.m, statistics, step, p.bucket, p.bits, p.lo, p.length, p.begin, p.end,
-                        false, left, victim_keys, victim_rows, victim_records);
       }
       __syncthreads();
       todo = block_items;

@@ -411,14 +411,16 @@ def test_device_victims_equal_cpu(lfu, touched, per_block, monkeypatch):
     by a block where the member has few evictable keys left, else key by key), and two shards
     of 200 keys all in one bucket, so that a block's threads rank or select among more keys
     than it has threads (100 and 60 new keys in that bucket, of which 70 and 25 evict), and
-    2^15 keys (512 buckets) with 600 new ones, a key or two in most buckets. The
-    same victims, records and statistics after, also where the pick takes the segments
-    count_new_keys_segmented counted the new keys in. touched: the share of keys the step
-    already looked up, so buckets run out and the member-wide second pass serves the rest.
-    per_block: the buckets each block of the first pass takes (None: as pick_victims decides,
-    one at these sizes; 3: a block's buckets cross from member to member; 32: a block passes
-    over the buckets no new key meets); where it takes several, a bucket of one or two new keys
-    is a warp's, key by key, and the others the block's."""
+    2^15 keys (512 buckets) with 600 new ones, a key or two in most buckets, and two shards of
+    200 and 400 keys all in one bucket that 10 new keys meet (more evictable keys than a
+    warp's pool holds: the block ranks the first, the second, past the block's too, goes key by
+    key). The same victims, records and statistics after, also where the pick takes the
+    segments count_new_keys_segmented counted the new keys in. touched: the share of keys the
+    step already looked up, so buckets run out and the member-wide second pass serves the rest.
+    per_block: the buckets each block of the first pass takes (None: as pick_victims decides;
+    3: a block's buckets cross from member to member; 32: a block passes over the buckets no
+    new key meets); where it takes several, a bucket of at most 32 new keys and 128 evictable
+    ones is a warp's, ranked in the warp's pool, and the others the block's."""
     from sok1x.backend import cuda
     from sok1x.backend.cuda import eviction as cuda_eviction
     if per_block is not None:
@@ -427,12 +429,12 @@ def test_device_victims_equal_cpu(lfu, touched, per_block, monkeypatch):
     from sok1x.engine.tables.eviction import bucket_bits
     rng = np.random.default_rng(38)
     capacities, step_now = [1 << 16, 1 << 12, 100, 1 << 10, 1 << 10, 1 << 14, 200, 200,
-                            1 << 15], 9
+                            1 << 15, 200, 400], 9
     row_starts = np.concatenate([[0], np.cumsum(capacities)]).astype(np.int64)
     shards, keys, tags, found, counts = [], [], [], [], []
     for t, capacity in enumerate(capacities):
         held = np.unique(rng.integers(0, 2 ** 40, size=capacity + 64))[:capacity]
-        if t in (4, 6, 7):  # every held key in bucket 0
+        if t in (4, 6, 7, 9, 10):  # every held key in bucket 0
             held = np.unique(rng.integers(0, 2 ** 40, size=1 << 16))
             held = held[bucket_of(held, bucket_bits(capacity)) == 0][:capacity]
         rng.shuffle(held)
@@ -441,9 +443,10 @@ def test_device_victims_equal_cpu(lfu, touched, per_block, monkeypatch):
         if t == 5:  # one crowded bucket
             new = np.unique(rng.integers(2 ** 40, 2 ** 41, size=1 << 20))
             new = new[bucket_of(new, bucket_bits(capacity)) == 0][:300]
-        if t in (6, 7):  # a bucket's many keys ranked (6) or a few selected (7)
+        if t in (6, 7, 9, 10):  # a bucket's many keys ranked (6) or a few selected (7), or
+            # a few new keys meeting more evictable keys than a warp ranks (9), or a block (10)
             new = np.unique(rng.integers(2 ** 40, 2 ** 41, size=1 << 12))
-            new = new[bucket_of(new, bucket_bits(capacity)) == 0][:100 if t == 6 else 60]
+            new = new[bucket_of(new, bucket_bits(capacity)) == 0][:{6: 100, 7: 60}.get(t, 10)]
         if t == 8:  # a key or two in most of its 512 buckets (a warp's, where a block
             new = new[:600]  # takes several)
         looked = held[:50]
@@ -451,7 +454,7 @@ def test_device_victims_equal_cpu(lfu, touched, per_block, monkeypatch):
         tags.append(np.full(new.shape[0] + min(200, new.shape[0]) + looked.shape[0], t))
         found += [np.full(new.shape[0] + min(200, new.shape[0]), -1),
                   row_starts[t] + np.arange(looked.shape[0])]
-        counts.append(0 if t == 3 else new.shape[0] - 5 * t)
+        counts.append(0 if t == 3 else new.shape[0] - (2 if t >= 9 else 5 * t))
     keys, tags, found = (np.concatenate(a).astype(np.int64) for a in (keys, tags, found))
     order = rng.permutation(keys.shape[0])
     keys, tags, found = keys[order], tags[order], found[order]
@@ -477,7 +480,7 @@ def test_device_victims_equal_cpu(lfu, touched, per_block, monkeypatch):
             picked = backend.pick_victims(indexes, stats, row_starts, *arrays, counts, bits,
                                           step_now,
                                           [lfu, not lfu, lfu, lfu, lfu, lfu, lfu, not lfu,
-                                           lfu],
+                                           lfu, lfu, not lfu],
                                           segments)
             results.append([backend.to_host(a) for a in picked] + [backend.to_host(stats)])
     for got, segmented, want in zip(*results):
@@ -497,20 +500,23 @@ def test_device_victims_equal_cpu(lfu, touched, per_block, monkeypatch):
         assert ((mine >= row_starts[t]) & (mine < row_starts[t + 1])).all()
 
 
-def test_first_pass_takes_a_bucket_a_block_unless_buckets_outnumber_its_blocks():
-    """evict_pick's first pass: a block a bucket for a full group's few buckets (dlrm26_full's
-    1,664) and where the keys are twice the buckets or more, 32 a block for a full table
-    alone's 2^20 in a call of 2^20 keys, and between them as many as leave 16 blocks for each
-    the GPU holds at once."""
+def test_first_pass_takes_a_bucket_a_block_where_buckets_meet_many_keys():
+    """evict_pick's first pass: a block a bucket where the keys are 16 times the buckets or
+    more (a full group's, dlrm26_full's 1,664 buckets of about 84 new keys); else a multiple of
+    the block's four warps, a warp a bucket: 32 a block for a full table alone's 2^20 in a call
+    of 2^20 or 2^21 keys, four for few buckets, and between them as many as leave 16 blocks for
+    each the GPU holds at once, rounded up to four."""
     from sok1x.backend import cuda
     from sok1x.backend.cuda import eviction as cuda_eviction
     with cuda.device_context():
         slots = cuda_eviction._pick_slots()
         assert slots >= cuda.context.multiprocessor_count()
-        assert cuda_eviction._buckets_a_block(1664, 1000) == 1
+        assert cuda_eviction._buckets_a_block(1664, 1664 * 84) == 1
+        assert cuda_eviction._buckets_a_block(1664, 1000) == 4
         assert cuda_eviction._buckets_a_block(1 << 20, 1 << 20) == 32
-        assert cuda_eviction._buckets_a_block(1 << 20, 1 << 21) == 1
-        assert cuda_eviction._buckets_a_block(16 * slots * 5 + 7, 1000) == 5
+        assert cuda_eviction._buckets_a_block(1 << 20, 1 << 21) == 32
+        assert cuda_eviction._buckets_a_block(1 << 20, 1 << 24) == 1
+        assert cuda_eviction._buckets_a_block(16 * slots * 5 + 7, 1000) == 8
 
 
 @pytest.mark.parametrize("lfu", [False, True])

@@ -25,6 +25,8 @@ _PICK_THREADS, _REST_WARPS = 128, 16  # eviction.cu's threads of evict_pick, war
 _REST_CAP = 32768  # eviction.cu's REST_CAP
 _KEYS_PER_SEGMENT = 32  # count_new_keys' segments
 _BLOCKS_A_SLOT = 16  # evict_pick's first pass: blocks for each the GPU holds (_buckets_a_block)
+_PICK_WARPS = _PICK_THREADS // 32
+_BLOCK_KEYS_A_BUCKET = 16  # a lookup's keys a bucket from which a bucket is a block's
 
 
 @memoised_per_context
@@ -184,14 +186,18 @@ def _pick_slots():
 
 def _buckets_a_block(buckets, keys):
     """How many buckets each block of evict_pick's first pass takes (1 to 32), for a lookup of
-    `keys` keys: one where most buckets meet a key (keys at least twice the buckets) or the
-    buckets are few (a full group's: dlrm26_full's 1,664); else as many as leave _BLOCKS_A_SLOT
-    blocks for each the GPU holds at once, so that the pass's tail (its last blocks' buckets,
-    one after another) stays short: 32 for a full table alone's 2^20 buckets in a call of 2^20
-    keys, most of them met by no new key and passed over in one read."""
-    if keys >= 2 * buckets:
+    `keys` keys: one where the buckets meet many keys each (keys at least _BLOCK_KEYS_A_BUCKET
+    times the buckets: a full group's, dlrm26_full's 1,664 buckets of about 84 new keys), whose
+    four warps then rank a bucket's keys together; else a multiple of the block's warps, each
+    warp a bucket of few new keys at a time (a group of full shards whose every bucket meets a
+    few), as many as leave _BLOCKS_A_SLOT blocks for each the GPU holds at once, so that the
+    pass's tail (its last blocks' buckets, one after another) stays short: 32 for a full table
+    alone's 2^20 buckets in a call of 2^20 keys, most of them met by no new key and passed over
+    in one read."""
+    if keys >= _BLOCK_KEYS_A_BUCKET * buckets:
         return 1
-    return int(min(32, max(1, buckets // (_BLOCKS_A_SLOT * _pick_slots()))))
+    many = buckets // (_BLOCKS_A_SLOT * _pick_slots())
+    return int(min(32, max(_PICK_WARPS, -(-many // _PICK_WARPS) * _PICK_WARPS)))
 
 
 @uses_context
@@ -201,13 +207,14 @@ def pick_victims(indexes, statistics, row_starts, keys, tags, found, counts, bit
     GPUArrays, queued (no wait); padded: also (totals, unserved, served), int64 [T] each. Sized
     by the keys and the host's counts: a segment per bucket of each evicting member (2^bits of
     them, about a 64th of its rows), then one block per segment (its bucket's evictable keys
-    ranked in shared memory; a block per 2 to 32 segments where most meet no key:
-    _buckets_a_block), one block per member for the keys whose bucket was used up (the
-    member's evictable keys left, ranked), and one warp per member, key by key, where a member
-    has more of those than a block ranks; padded, one block per member counts its places, those
-    left without a victim and its victims. segments: count_new_keys_segmented's, taken where it
-    serves these keys (NewKeySegments.serve) instead of counting the new keys again. out: None,
-    or the three victims' arrays to write (a replayed step's, kept from one run to the next)."""
+    ranked in shared memory; where they meet few keys each, a block per 4 to 32 segments, a
+    warp a segment: _buckets_a_block), one block per member for the keys whose bucket was used
+    up (the member's evictable keys left, ranked), and one warp per member, key by key, where a
+    member has more of those than a block ranks; padded, one block per member counts its
+    places, those left without a victim and its victims. segments: count_new_keys_segmented's,
+    taken where it serves these keys (NewKeySegments.serve) instead of counting the new keys
+    again. out: None, or the three victims' arrays to write (a replayed step's, kept from one
+    run to the next)."""
     m = int(np.sum(counts))
     if out is None:
         out = (empty((m,), np.int64), empty((m,), np.int64), empty((m, 2), np.int64))
