@@ -160,12 +160,19 @@ __device__ __forceinline__ Score shuffled(const Score& s, int from) {
   return t;
 }
 
-// The member of segment s (members that evict own 2^bits segments each, in member order).
+// The member of segment s (members that evict own 2^bits segments each, in member order), asked
+// by a whole warp: its lanes test 32 members at once.
 __device__ __forceinline__ int64 member_of_segment(const int64* members, int64 member_count,
                                                    int64 s) {
-  for (int64 t = 0; t < member_count; ++t) {
-    const Evicting m = evicting_member(members, t);
-    if (m.count > 0 && s >= m.first_segment && s < m.first_segment + (1LL << m.bits)) return t;
+  for (int64 base = 0; base < member_count; base += 32) {
+    const int64 t = base + (int64)lane_id();
+    bool mine = false;
+    if (t < member_count) {
+      const Evicting m = evicting_member(members, t);
+      mine = m.count > 0 && s >= m.first_segment && s < m.first_segment + (1LL << m.bits);
+    }
+    const unsigned found = __ballot_sync(FULL_WARP, mine);
+    if (found != 0) return base + __ffs(found) - 1;
   }
   return -1;
 }
@@ -220,6 +227,7 @@ __device__ __forceinline__ void take_victim(int64 i, int64 key, int64 row, int64
 // its warps pick a bucket each, a pool a warp (evictable keys past WARP_CAP leave the bucket to
 // the block).
 #define WARP_CAP 128
+#define WARP_GATHER 4  // slots a lane reads at once in pick_by_rank_warp's gather
 struct PickShared {
   union {
     int64 pool[4][PICK_CAP];                // per evictable key: last step, count, key, flat row
@@ -347,27 +355,41 @@ __device__ bool pick_by_rank_warp(const Evicting& m, int64* statistics, int64 st
                                   int64* victim_rows, int64* victim_records) {
   const int lane = (int)lane_id();
   int n = 0;
-  for (uint64 base = 0; base < length; base += 32) {
-    const uint64 p = base + lane;
-    bool yes = false;
-    int64 key = 0, row = 0, last = 0;
-    if (p < length) {
-      const uint64 slot = (lo + p) % m.slot_count;
-      key = m.slots[2 * slot];
-      if (key >= 0 && (bits == 0 || bucket_of(key, bits) == bucket)) {
-        row = m.row_start + m.slots[2 * slot + 1];
-        last = statistics[2 * row];
-        yes = last < step;
+  for (uint64 base = 0; base < length; base += 32 * WARP_GATHER) {
+    // WARP_GATHER slots a lane, their loads and then their records' all in flight at once: a
+    // bucket's range (2 x 64 to 2 x 128 slots at the index's load of 1/2) in one or two rounds
+    // of memory latency, where a load a round took one each
+    longlong2 held[WARP_GATHER], record[WARP_GATHER];
+#pragma unroll
+    for (int j = 0; j < WARP_GATHER; ++j) {
+      const uint64 p = base + (uint64)(32 * j + lane);
+      held[j] = make_longlong2(-1, 0);
+      if (p < length) {
+        uint64 slot = lo + p;
+        if (slot >= m.slot_count) slot -= m.slot_count;
+        held[j] = reinterpret_cast<const longlong2*>(m.slots)[slot];
       }
     }
-    const unsigned votes = __ballot_sync(FULL_WARP, yes);
-    const int at = n + __popc(votes & lanes_below());
-    n += __popc(votes);
-    if (yes && at < WARP_CAP) {
-      pool[0][at] = last;
-      pool[1][at] = statistics[2 * row + 1];
-      pool[2][at] = key;
-      pool[3][at] = row;
+#pragma unroll
+    for (int j = 0; j < WARP_GATHER; ++j) {
+      record[j] = make_longlong2(step, 0);  // not evictable
+      if (held[j].x >= 0 && (bits == 0 || bucket_of(held[j].x, bits) == bucket)) {
+        held[j].y += m.row_start;
+        record[j] = reinterpret_cast<const longlong2*>(statistics)[held[j].y];
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < WARP_GATHER; ++j) {
+      const bool yes = record[j].x < step;
+      const unsigned votes = __ballot_sync(FULL_WARP, yes);
+      const int at = n + __popc(votes & lanes_below());
+      n += __popc(votes);
+      if (yes && at < WARP_CAP) {
+        pool[0][at] = record[j].x;
+        pool[1][at] = record[j].y;
+        pool[2][at] = held[j].x;
+        pool[3][at] = held[j].y;
+      }
     }
   }
   if (n > WARP_CAP) return false;
