@@ -342,6 +342,24 @@ __device__ bool pick_by_rank(const Evicting& m, int64* statistics, int64 step, u
   return true;
 }
 
+// The lowest score of this lane's candidates not taken yet (c = lane + 32 k of a warp's pool of n),
+// and its place in *held (-1 where none is left: the score is then above every other).
+__device__ __forceinline__ Score lane_lowest(int64 (*pool)[WARP_CAP], int n, bool lfu,
+                                             int* held) {
+  const int64 INF = 0x7fffffffffffffffLL;
+  Score mine = {INF, INF, INF, -1};
+  *held = -1;
+  for (int c = (int)lane_id(); c < n; c += 32) {
+    if (pool[3][c] < 0) continue;  // taken
+    const Score score = candidate_score(&pool[0][0], WARP_CAP, c, lfu);
+    if (lower(score, mine)) {
+      mine = score;
+      *held = c;
+    }
+  }
+  return mine;
+}
+
 // A segment's pick by rank, by one warp: pick_by_rank's choice, with the warp's pool (WARP_CAP
 // evictable keys) and no barrier of the block, so that a block's warps pick four buckets at once.
 // Where most buckets meet a few new keys (a group of 26 full shards whose every bucket meets
@@ -397,13 +415,15 @@ __device__ bool pick_by_rank_warp(const Evicting& m, int64* statistics, int64 st
   const int64 wanted = end - begin;
   const int64 take = wanted < n ? wanted : n;
   const int64 per_lane = (n + 31) / 32;
-  if (per_lane * n < take * (per_lane + 40)) {
-    // every candidate's rank among the bucket's (n * n / 32 comparisons a lane)
+  const bool lfu = m.lfu != 0;
+  if (per_lane * n < take * (per_lane + 5)) {
+    // every candidate's rank among the bucket's (n * n / 32 comparisons a lane): where the
+    // bucket's keys are few against its places
     for (int c = lane; c < n; c += 32) {
-      const Score mine = candidate_score(&pool[0][0], WARP_CAP, c, m.lfu != 0);
+      const Score mine = candidate_score(&pool[0][0], WARP_CAP, c, lfu);
       int64 rank = 0;
       for (int d = 0; d < n; ++d) {
-        rank += lower(candidate_score(&pool[0][0], WARP_CAP, d, m.lfu != 0), mine);
+        rank += lower(candidate_score(&pool[0][0], WARP_CAP, d, lfu), mine);
       }
       if (rank < wanted) {
         take_victim(begin + rank, mine.key, mine.row, pool[0][c], pool[1][c], step, statistics,
@@ -411,30 +431,26 @@ __device__ bool pick_by_rank_warp(const Evicting& m, int64* statistics, int64 st
       }
     }
   } else {
-    // the lowest key not taken yet, `take` times (keys, so scores, are distinct)
-    const int64 INF = 0x7fffffffffffffffLL;
+    // the lowest key not taken yet, `take` times (keys, so scores, are distinct). A lane reads
+    // only its own candidates (c = lane + 32 k), so it keeps its lowest from round to round and
+    // reads them again only when the warp takes that one.
+    int held;
+    Score mine = lane_lowest(pool, n, lfu, &held);
     for (int64 r = 0; r < take; ++r) {
-      Score mine = {INF, INF, INF, -1};
-      int held = -1;
-      for (int c = lane; c < n; c += 32) {
-        if (pool[3][c] < 0) continue;  // taken
-        const Score score = candidate_score(&pool[0][0], WARP_CAP, c, m.lfu != 0);
-        if (lower(score, mine)) {
-          mine = score;
-          held = c;
-        }
-      }
       Score best = mine;
       for (int from = 16; from > 0; from >>= 1) {
-        const Score other = shuffled(best, from);
+        Score other;
+        other.first = __shfl_xor_sync(FULL_WARP, best.first, from);
+        other.second = lfu ? __shfl_xor_sync(FULL_WARP, best.second, from) : 0;
+        other.key = __shfl_xor_sync(FULL_WARP, best.key, from);
         if (lower(other, best)) best = other;
       }
       if (held >= 0 && mine.key == best.key) {  // the lane holding it writes it out
-        take_victim(begin + r, best.key, best.row, pool[0][held], pool[1][held], step,
+        take_victim(begin + r, mine.key, mine.row, pool[0][held], pool[1][held], step,
                     statistics, victim_keys, victim_rows, victim_records);
         pool[3][held] = -1;
+        mine = lane_lowest(pool, n, lfu, &held);
       }
-      __syncwarp();
     }
   }
   if (lane == 0 && n < wanted) atomicAdd(left, (uint64)(wanted - n));  // stay -1
