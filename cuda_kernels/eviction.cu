@@ -181,10 +181,11 @@ __device__ __forceinline__ int64 member_of_segment(const int64* members, int64 m
 // evict_pick_rest (16). A bucket holds 64 to 128 keys on average (eviction.py's bucket_bits), so
 // PICK_CAP of its evictable keys ranked in shared memory leave the key-by-key path to a bucket far
 // out in the tail: that path costs a warp about a microsecond a key, and the pass lasts as long as
-// its slowest block. A bucket is a block's, not a warp's: a full group's buckets are few (one
-// H200, 2026-11-29: dlrm26_full's 1,664 buckets of about 97 evictable keys and 84 new ones, one
-// warp each, ran 85 us at 15% occupancy, each warp ranking its keys alone, an instruction every 8
-// cycles), and four warps rank a bucket's keys four times as fast.
+// its slowest block. Where buckets meet many new keys a bucket is a block's, not a warp's: a
+// full group's buckets are few (one H200, 2026-11-29: dlrm26_full's 1,664 buckets of about 97
+// evictable keys and 84 new ones, one warp each, ran 85 us at 15% occupancy, each warp ranking
+// its keys alone, an instruction every 8 cycles), and four warps rank a bucket's keys four times
+// as fast. Where they meet a few each, a bucket is a warp's (pick_by_rank_warp).
 #define PICK_THREADS 128  // evict_pick must be launched with exactly this many threads a block
 #define PICK_WARPS (PICK_THREADS / 32)
 #define REST_WARPS 16
@@ -373,7 +374,8 @@ __device__ bool pick_by_rank_warp(const Evicting& m, int64* statistics, int64 st
                                   int64* victim_rows, int64* victim_records) {
   const int lane = (int)lane_id();
   int n = 0;
-  for (uint64 base = 0; base < length; base += 32 * WARP_GATHER) {
+  // (slots and records are int64 pairs of whole allocations or their row views: 16-byte aligned)
+  for (uint64 base = 0; base < length && n <= WARP_CAP; base += 32 * WARP_GATHER) {
     // WARP_GATHER slots a lane, their loads and then their records' all in flight at once: a
     // bucket's range (2 x 64 to 2 x 128 slots at the index's load of 1/2) in one or two rounds
     // of memory latency, where a load a round took one each
@@ -410,8 +412,8 @@ __device__ bool pick_by_rank_warp(const Evicting& m, int64* statistics, int64 st
       }
     }
   }
+  __syncwarp();  // the pool written before it is read, or written again by the next bucket
   if (n > WARP_CAP) return false;
-  __syncwarp();
   const int64 wanted = end - begin;
   const int64 take = wanted < n ? wanted : n;
   const int64 per_lane = (n + 31) / 32;

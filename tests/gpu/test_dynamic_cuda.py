@@ -400,9 +400,9 @@ def shard_indexes(backend, shards):
 
 @pytest.mark.parametrize("lfu", [False, True])
 @pytest.mark.parametrize("touched", [0.0, 0.9])
-@pytest.mark.parametrize("per_block", [None, 3, 32])
+@pytest.mark.parametrize("per_block", [None, 1, 3, 32])
 def test_device_victims_equal_cpu(lfu, touched, per_block, monkeypatch):
-    """pick_victims (cuda_kernels/eviction.cu) against the cpu twin on a group of eight shards
+    """pick_victims (cuda_kernels/eviction.cu) against the cpu twin on a group of eleven shards
     at once: 2^16 keys (1024 buckets), 2^12 keys (64 buckets), 100 keys (one bucket) and 2^10
     keys all held in one of its 16 buckets (more evictable keys than the 256 a block ranks in
     shared memory: that bucket is picked key by key), with many tied records,
@@ -412,15 +412,17 @@ def test_device_victims_equal_cpu(lfu, touched, per_block, monkeypatch):
     of 200 keys all in one bucket, so that a block's threads rank or select among more keys
     than it has threads (100 and 60 new keys in that bucket, of which 70 and 25 evict), and
     2^15 keys (512 buckets) with 600 new ones, a key or two in most buckets, and two shards of
-    200 and 400 keys all in one bucket that 10 new keys meet (more evictable keys than a
-    warp's pool holds: the block ranks the first, the second, past the block's too, goes key by
-    key). The same victims, records and statistics after, also where the pick takes the
-    segments count_new_keys_segmented counted the new keys in. touched: the share of keys the
-    step already looked up, so buckets run out and the member-wide second pass serves the rest.
-    per_block: the buckets each block of the first pass takes (None: as pick_victims decides;
-    3: a block's buckets cross from member to member; 32: a block passes over the buckets no
-    new key meets); where it takes several, a bucket of at most 32 new keys and 128 evictable
-    ones is a warp's, ranked in the warp's pool, and the others the block's."""
+    200 and 400 keys all in one bucket that 10 new keys meet (none of their rows touched: more
+    evictable keys than a warp's pool holds, so the block picks the first, and the second, past
+    the block's pool too, goes key by key). The same victims, records and statistics after,
+    also where the pick takes the segments count_new_keys_segmented counted the new keys in.
+    touched: the share of keys the step already looked up, so buckets run out and the
+    member-wide second pass serves the rest.
+    per_block: the buckets each block of the first pass takes (None: as pick_victims decides,
+    four at these sizes; 1: a block a bucket, a full group's way where its buckets meet many
+    keys; 3: a block's buckets cross from member to member; 32: a block passes over the
+    buckets no new key meets); where it takes several, a bucket of at most 32 new keys and 128
+    evictable ones is a warp's, picked in the warp's pool, and the others the block's."""
     from sok1x.backend import cuda
     from sok1x.backend.cuda import eviction as cuda_eviction
     if per_block is not None:
@@ -460,7 +462,9 @@ def test_device_victims_equal_cpu(lfu, touched, per_block, monkeypatch):
     keys, tags, found = keys[order], tags[order], found[order]
     statistics = np.stack([rng.integers(0, step_now, row_starts[-1]),
                            rng.integers(0, 4, row_starts[-1])], axis=1).astype(np.int64)
-    statistics[rng.random(row_starts[-1]) < touched, 0] = step_now
+    touch = rng.random(row_starts[-1]) < touched
+    touch[row_starts[9]:] = False  # the crowded buckets of members 9 and 10 stay crowded
+    statistics[touch, 0] = step_now
     bits = [bucket_bits(c) for c in capacities]
     results = []
     for backend, segmented in ((cuda, False), (cuda, True), (cpu, False)):
