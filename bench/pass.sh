@@ -88,6 +88,9 @@
 #                pieces and eviction kernels) of both trees, $PASS_ROUNDS rounds of before, after
 #                ($PASS_PARTS_ARGS: its arguments, default "--share 0.25 --evicted drop --kernels")
 #   growth-profile  a cProfile of this tree's growth_step ways -> growth-profile.txt
+#   growth-kernels-ab  growth_kernels.py (this checkout's) over both trees, $PASS_ROUNDS rounds
+#                of before, after: the warm steps' wall, host time and kernels (PyTorch's
+#                profiler) way by way, room, evict_drop, evict_device
 #   new-rows     new_rows_init.py: a full group's new rows' vectors and slots, in one launch, in
 #                three, and at fewer threads a row -> new_rows_init.json
 #   gather-grid  gather_grid.py: dlrm's forward gather, this tree's kernel beside (--before) that
@@ -522,6 +525,16 @@ stage_parts_ab() {  # a full table alone, piece by piece: this checkout's script
       bench $tree full_table_parts.py "parts_${tree}_$round" \
         ${PASS_PARTS_ARGS:---share 0.25 --evicted drop --kernels}
       grep -hE "kernel pick" "$work/parts_${tree}_$round.log" >>"$summary"
+    done
+  done
+}
+stage_growth_kernels_ab() {
+  local round tree
+  for round in $(seq "${PASS_ROUNDS:-2}"); do
+    for tree in before after; do
+      bench $tree growth_kernels.py "growth_kernels_${tree}_$round" --repeats 5
+      grep -hE "wall|evict_pick|/ room" "$work/growth_kernels_${tree}_$round.log" | head -8 \
+        >>"$summary"
     done
   done
 }
