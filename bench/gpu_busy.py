@@ -24,22 +24,11 @@ def main(argv):
             case.run()
         rt.backend.synchronize()
         wall = (time.perf_counter() - started) / steps * 1e6
-    kernels = copies = 0.0
-    by_name = {}
-    for event in prof.events():
-        if event.device_type.name != "CUDA":
-            continue
-        us = getattr(event, "device_time_total", None)
-        us = event.cuda_time_total if us is None else us
-        if "emcpy" in event.name or "emset" in event.name:
-            copies += us
-        else:
-            kernels += us
-        by_name[event.name] = by_name.get(event.name, 0.0) + us
+    kernels, copies, by_name = harness.profiler_gpu_us(prof, steps)
     print("%s: wall %.0f us/step, kernels %.0f us/step, copies+sets %.0f us/step" % (
-        name, wall, kernels / steps, copies / steps))
+        name, wall, kernels, copies))
     for key, us in sorted(by_name.items(), key=lambda kv: -kv[1])[:25]:
-        print("  %8.1f us/step  %s" % (us / steps, key[:90]))
+        print("  %8.1f us/step  %s" % (us, key[:90]))
 
 
 if __name__ == "__main__":

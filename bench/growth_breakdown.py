@@ -71,10 +71,7 @@ def main():
             setattr(owner, name, function)
         if repeat:
             steps.append((ms, dict(TOTALS), dict(COUNTS)))
-        rt.stash.clear()
-        for name in case.names:
-            rt.tables.pop(name, None)
-            rt.pending_tables.pop(name, None)
+        case.drop()
     for ms, totals, counts in steps:
         harness.say("%s step %.3f ms: %s" % (args.way, ms, ", ".join(
             "%s %.3f ms (%d)" % (label, 1e3 * seconds, counts[label])

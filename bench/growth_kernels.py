@@ -12,25 +12,9 @@ import growth_step
 import harness
 
 
-def gpu_us(prof, steps):
-    """(kernel us, copy and set us, {name: us}) a step of the profiled steps."""
-    kernels = copies = 0.0
-    by_name = {}
-    for event in prof.events():
-        if event.device_type.name != "CUDA":
-            continue
-        us = getattr(event, "device_time_total", None)
-        us = event.cuda_time_total if us is None else us
-        if "emcpy" in event.name or "emset" in event.name:
-            copies += us
-        else:
-            kernels += us
-        by_name[event.name] = by_name.get(event.name, 0.0) + us / steps
-    return kernels / steps, copies / steps, by_name
-
-
 def profiled(backend, steps, step):
-    """gpu_us of `steps` calls of step(tag) under PyTorch's profiler (cuda; zeros on cpu)."""
+    """harness.profiler_gpu_us of `steps` calls of step(tag) under PyTorch's profiler (cuda;
+    zeros on cpu)."""
     if backend.NAME != "cuda":
         for s in range(steps):
             step("profiled%d" % s)
@@ -40,7 +24,7 @@ def profiled(backend, steps, step):
         for s in range(steps):
             step("profiled%d" % s)
         backend.synchronize()
-    return gpu_us(prof, steps)
+    return harness.profiler_gpu_us(prof, steps)
 
 
 def run_way(rt, args, way, rounds):
@@ -77,10 +61,7 @@ def run_way(rt, args, way, rounds):
             copies.append(c)
             for name, us in by_name.items():
                 names.setdefault(name, []).append(us)
-        rt.stash.clear()
-        for name in case.names:
-            rt.tables.pop(name, None)
-            rt.pending_tables.pop(name, None)
+        case.drop()
         harness.release_memory(backend)
     top = sorted(((harness.median(v), k) for k, v in names.items()), reverse=True)[:args.top]
     return {"wall_ms": harness.summary(walls), "host_ms": harness.summary(hosts),

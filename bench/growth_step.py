@@ -147,6 +147,13 @@ class Case:
         api.apply_optimizer_updates(self.names, "lazy_adam", "Adam", {}, HYPER,
                                     [g[0] for g in grads], [g[1] for g in grads])
 
+    def drop(self):
+        """Forgets the case's tables (and the lookups' saved state, which holds their rows)."""
+        self.rt.stash.clear()
+        for name in self.names:
+            self.rt.tables.pop(name, None)
+            self.rt.pending_tables.pop(name, None)
+
     def group(self):
         return api.shard(self.names[0]).group
 
@@ -283,10 +290,7 @@ def _run_case(rt, args, way, repeat, peaks, profile):
     if not profile:  # the next step, warm: the group's memory pool holds what a step takes
         result["second_ms"] = timed(rt, lambda: read_evicted(
             case, way, case.step(case.steps[1], "second")))
-    rt.stash.clear()  # a lookup's saved state holds the tables' rows
-    for name in case.names:
-        rt.tables.pop(name, None)
-        rt.pending_tables.pop(name, None)
+    case.drop()
     return result
 
 

@@ -223,6 +223,24 @@ def median(values):
     return float(np.median(np.asarray(values, dtype=np.float64)))
 
 
+def profiler_gpu_us(prof, steps):
+    """(kernel us, copy and set us, {name: us}) a step of `steps` steps PyTorch's profiler
+    `prof` saw on the GPU (CUPTI sees PyCUDA's kernels too)."""
+    kernels = copies = 0.0
+    by_name = {}
+    for event in prof.events():
+        if event.device_type.name != "CUDA":
+            continue
+        us = getattr(event, "device_time_total", None)
+        us = event.cuda_time_total if us is None else us
+        if "emcpy" in event.name or "emset" in event.name:
+            copies += us
+        else:
+            kernels += us
+        by_name[event.name] = by_name.get(event.name, 0.0) + us / steps
+    return kernels / steps, copies / steps, by_name
+
+
 def summary(values, names=("median_ms", "min_ms", "max_ms", "repeats_ms")):
     """{names[0]: median, names[1]: min, names[2]: max, names[3]: every value} of repeats
     (the first len(names) of those)."""
