@@ -4,12 +4,13 @@
 #      (SOK1X_VENV37, default .venv37/)
 #   B  TensorFlow 2.15 on the python3 on PATH (SOK1X_VENV, default .venv/)
 # Each lane runs the serial tests (lane B leaves those that run no TensorFlow to lane A, and
-# builds docs/, warnings as errors), then the MPI
-# tests as real jobs of 1, 2 and 4 ranks through sok1x's TensorFlow kernels, built from this
-# checkout against the lane's TensorFlow (4 ranks on the subset below), and one more
-# job at 2 ranks on the lane's old seam (A: host staging, B: zero-copy through DLPack), and
-# prints one line of its totals and wall time; the last line is the total over both:
-# `total: N passed, N failed, N skipped`.
+# builds docs/, warnings as errors), then the MPI tests as real jobs of 1, 2 and 4 ranks through
+# sok1x's TensorFlow kernels, built from this checkout against the lane's TensorFlow (4 ranks, and
+# lane B's 1, on the subset below), and one more job at 2 ranks on the lane's old seam (A: host
+# staging, B: zero-copy through DLPack), and prints one line of its totals and wall time; the
+# last line is the total over both: `total: N passed, N failed, N skipped`. With both lanes, lane
+# B's set-up runs beside lane A's one-rank MPI jobs (one core each), its output shown when lane B
+# begins.
 # No GPU needed. SOK1X_LANES picks lanes ("A B" by default; "A" or "B" runs one). Python 3.7 is
 # found as scripts/setup.sh says (SOK1X_PY37, or pyenv's 3.7.16).
 set -euo pipefail
@@ -24,11 +25,11 @@ files=()
 summaries=()
 logs=()  # "XML:LOG" of each MPI job
 
-# The 4-rank passes and lane A's one-rank pass with bounded steps run these files only (CI time:
-# a 4-rank job on 2 cores is the slowest; the whole of tests/mpi at 4 ranks took 7 min in lane
-# B): every front door (v1 layers, v2 in graph mode, DeepRec), the ordering of collectives, the
-# seam and its kernels, checkpoints, and the bounded and replayed steps. SOK1X_RANK4=all runs
-# the whole of tests/mpi there.
+# The 4-rank passes, lane A's one-rank pass with bounded steps and lane B's one-rank pass run
+# these files only (CI time: a 4-rank job on 2 cores is the slowest; the whole of tests/mpi at 4
+# ranks took 7 min in lane B): every front door (v1 layers, v2 in graph mode, DeepRec), the
+# ordering of collectives, the seam and its kernels, checkpoints, and the bounded and replayed
+# steps. SOK1X_RANK4=all runs the whole of tests/mpi there.
 rank4_files=(test_dense_embedding.py test_sparse_embedding.py test_sok_programs.py test_v2_api.py
   test_group_embedding.py test_group_feature_columns.py test_deeprec_seed.py test_ordering.py
   test_keyed_seam.py test_seam.py test_kernel_ops.py test_sok_v1_saver.py
@@ -62,6 +63,29 @@ show_lost_jobs() {
   done
 }
 
+# start_setup NAME VENV SET: the lane's set-up in the background, its output kept for
+# finish_setup (pip's downloads and one core of compiling, beside one-rank jobs on the other).
+declare -A setup_pids=()
+start_setup() {
+  mkdir -p "$results/$1"
+  bash "$root/scripts/setup.sh" "$2" "$3" > "$results/$1/setup.log" 2>&1 &
+  setup_pids[$1]=$!
+}
+
+# finish_setup NAME VENV SET: the lane's set-up, or the wait for the one start_setup began and
+# its output; fails as the set-up failed.
+finish_setup() {
+  local pid=${setup_pids[$1]:-}
+  if [ -z "$pid" ]; then
+    bash "$root/scripts/setup.sh" "$2" "$3"
+    return
+  fi
+  local rc=0
+  wait "$pid" || rc=$?
+  cat "$results/$1/setup.log"
+  return "$rc"
+}
+
 # run_lane NAME VENV SET LABEL JOB...: set-up, serial tests, then one MPI job per JOB
 # (seam:ranks[:subset[:capacity[:bounded]]], seam "auto" leaving the choice to sok1x; "subset":
 # the 4-rank files above, not all of tests/mpi; "capacity": lookups sized by per-peer
@@ -73,7 +97,7 @@ run_lane() {
   local start=$SECONDS lane_files=() job seam ranks xml log tests
   mkdir -p "$results/$name"
   echo "== lane $name ($label): set-up"
-  if ! bash "$root/scripts/setup.sh" "$venv" "$set"; then
+  if ! finish_setup "$name" "$venv" "$set"; then
     echo "== lane $name: set-up FAILED"
     status=1
     files+=("$results/$name/setup-failed.xml")
@@ -88,6 +112,11 @@ run_lane() {
   if [ "$name" = B ]; then  # MkDocs runs on lane B's Python only: the docs, warnings as errors
     echo "== lane $name: documentation build"
     bash "$root/scripts/docs.sh" "$venv" || { echo "== documentation build FAILED"; status=1; }
+  fi
+  if [ -n "$ahead" ]; then  # the next lane's set-up, beside this lane's one-rank jobs
+    # shellcheck disable=SC2086
+    start_setup $ahead
+    ahead=
   fi
   for job in "$@"; do
     IFS=: read -r seam ranks subset capacity bounded <<<"$job"
@@ -110,21 +139,28 @@ run_lane() {
     "${lane_files[@]}" || true), $((SECONDS - start)) s")
 }
 
+venv_a=${SOK1X_VENV37:-$root/.venv37} venv_b=${SOK1X_VENV:-$root/.venv}
+ahead=  # "NAME VENV SET" of a set-up to start once the lane running has passed its serial tests
+case " $lanes " in
+  *" A "*" B "*) ahead="B $venv_b test" ;;
+esac
 for lane in $lanes; do
   case $lane in
     # sok1x's kernels ("auto": built on first use), at one rank also with bounded steps
     # (SOK1X_BOUNDED_STEP=1) on the 4-rank files (every front door, the bounded and replayed
     # steps: 24-31 s, where the whole of tests/mpi took 130-270), then host staging,
     # TensorFlow 1.15's seam where the kernels cannot be built, forced.
-    A) run_lane A "${SOK1X_VENV37:-$root/.venv37}" test37 "TensorFlow 1.15.5, Python 3.7" \
+    A) run_lane A "$venv_a" test37 "TensorFlow 1.15.5, Python 3.7" \
          auto:1 auto:1:subset::bounded auto:2 auto:4:subset host:2 ;;
-    # sok1x's kernels, then the zero-copy seam (DLPack: eager programs' seam, and graph mode's
-    # where the kernels cannot be built), forced, with lookups sized by per-peer capacities. Host staging on this TensorFlow runs where
-    # SOK1X_SEAM forces it (graph_ops/boundary.py) in the serial tests that force it
-    # (test_memory_soak, the jobs mpi_jobs runs with seam "host"); SOK1X_LANE_B_HOST=1 adds the
-    # whole MPI suite under it at 2 ranks (about 80 s).
-    B) run_lane B "${SOK1X_VENV:-$root/.venv}" test "TensorFlow 2.15, $(python3 -V 2>&1)" \
-         auto:1 auto:2 auto:4:subset dlpack:2::capacity ${SOK1X_LANE_B_HOST:+host:2} ;;
+    # sok1x's kernels (at one rank on the 4-rank files: lane A runs the whole of tests/mpi at
+    # one rank; here it took 100-112 s), then the zero-copy seam (DLPack: eager programs' seam,
+    # and graph mode's where the kernels cannot be built), forced, with lookups sized by per-peer
+    # capacities. Host staging on this TensorFlow runs where SOK1X_SEAM forces it
+    # (graph_ops/boundary.py) in the serial tests that force it (test_memory_soak, the jobs
+    # mpi_jobs runs with seam "host"); SOK1X_LANE_B_HOST=1 adds the whole MPI suite under it at
+    # 2 ranks (about 80 s).
+    B) run_lane B "$venv_b" test "TensorFlow 2.15, $(python3 -V 2>&1)" \
+         auto:1:subset auto:2 auto:4:subset dlpack:2::capacity ${SOK1X_LANE_B_HOST:+host:2} ;;
     *) echo "test.sh: unknown lane '$lane' in SOK1X_LANES (use A and/or B)" >&2; exit 2 ;;
   esac
 done
