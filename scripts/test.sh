@@ -141,9 +141,16 @@ run_lane() {
 
 venv_a=${SOK1X_VENV37:-$root/.venv37} venv_b=${SOK1X_VENV:-$root/.venv}
 ahead=  # "NAME VENV SET" of a set-up to start once the lane running has passed its serial tests
-case " $lanes " in
-  *" A "*" B "*) ahead="B $venv_b test" ;;
-esac
+for lane in $lanes; do  # lane B after lane A: its set-up beside lane A's one-rank jobs
+  if [ "$lane" = A ]; then
+    ahead=A
+  elif [ "$lane" = B ] && [ "$ahead" = A ]; then
+    ahead="B $venv_b test"
+  fi
+done
+if [ "$ahead" = A ]; then
+  ahead=
+fi
 for lane in $lanes; do
   case $lane in
     # sok1x's kernels ("auto": built on first use), at one rank also with bounded steps
