@@ -224,6 +224,27 @@ __device__ __forceinline__ void take_victim(int64 i, int64 key, int64 row, int64
   statistics[2 * row] = step;
 }
 
+// Victims by rank from a pool of n candidates (columns `cap` apart: last step, count, key, flat
+// row): candidates first, first + stride, ... each count the candidates of lower score; the one
+// of rank r < wanted (r lower scores) is the victim of place begin + r. n * n comparisons in
+// all, each candidate's by one thread: evict_pick's block and its warps rank this way.
+__device__ __forceinline__ void rank_victims(const int64* pool, int cap, int n, int first,
+                                             int stride, bool lfu, int64 begin, int64 wanted,
+                                             int64 step, int64* statistics, int64* victim_keys,
+                                             int64* victim_rows, int64* victim_records) {
+  for (int c = first; c < n; c += stride) {
+    const Score mine = candidate_score(pool, cap, c, lfu);
+    int64 rank = 0;
+    for (int d = 0; d < n; ++d) {
+      rank += lower(candidate_score(pool, cap, d, lfu), mine);
+    }
+    if (rank < wanted) {
+      take_victim(begin + rank, mine.key, mine.row, pool[c], pool[cap + c], step, statistics,
+                  victim_keys, victim_rows, victim_records);
+    }
+  }
+}
+
 // What a block of evict_pick shares while it picks one bucket: the whole block's pool, or while
 // its warps pick a bucket each, a pool a warp (evictable keys past WARP_CAP leave the bucket to
 // the block).
@@ -326,17 +347,8 @@ __device__ bool pick_by_rank(const Evicting& m, int64* statistics, int64 step, u
       __syncthreads();
     }
   } else {
-    for (int c = threadIdx.x; c < n; c += PICK_THREADS) {
-      const Score mine = candidate_score(&pool[0][0], PICK_CAP, c, m.lfu != 0);
-      int64 rank = 0;
-      for (int d = 0; d < n; ++d) {
-        rank += lower(candidate_score(&pool[0][0], PICK_CAP, d, m.lfu != 0), mine);
-      }
-      if (rank < wanted) {
-        take_victim(begin + rank, mine.key, mine.row, pool[0][c], pool[1][c], step, statistics,
-                    victim_keys, victim_rows, victim_records);
-      }
-    }
+    rank_victims(&pool[0][0], PICK_CAP, n, (int)threadIdx.x, PICK_THREADS, m.lfu != 0, begin,
+                 wanted, step, statistics, victim_keys, victim_rows, victim_records);
   }
   if (threadIdx.x == 0 && n < wanted) atomicAdd(left, (uint64)(wanted - n));  // stay -1
   __syncthreads();  // the pool read before the next bucket fills it
@@ -421,17 +433,8 @@ __device__ bool pick_by_rank_warp(const Evicting& m, int64* statistics, int64 st
   if (per_lane * n < take * (per_lane + 5)) {
     // every candidate's rank among the bucket's (n * n / 32 comparisons a lane): where the
     // bucket's keys are few against its places
-    for (int c = lane; c < n; c += 32) {
-      const Score mine = candidate_score(&pool[0][0], WARP_CAP, c, lfu);
-      int64 rank = 0;
-      for (int d = 0; d < n; ++d) {
-        rank += lower(candidate_score(&pool[0][0], WARP_CAP, d, lfu), mine);
-      }
-      if (rank < wanted) {
-        take_victim(begin + rank, mine.key, mine.row, pool[0][c], pool[1][c], step, statistics,
-                    victim_keys, victim_rows, victim_records);
-      }
-    }
+    rank_victims(&pool[0][0], WARP_CAP, n, lane, 32, lfu, begin, wanted, step, statistics,
+                 victim_keys, victim_rows, victim_records);
   } else {
     // the lowest key not taken yet, `take` times (keys, so scores, are distinct). A lane reads
     // only its own candidates (c = lane + 32 k), so it keeps its lowest from round to round and
