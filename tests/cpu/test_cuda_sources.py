@@ -36,6 +36,17 @@ def cache_dir(tmp_path, monkeypatch):
     return tmp_path
 
 
+@pytest.fixture(scope="module")
+def shared_cache(tmp_path_factory):
+    """One disk cache for the module's compiles of every source: the names' test reads the
+    sm_90 cubins the compile test made (each compile once, not twice: CI time)."""
+    folder = tmp_path_factory.mktemp("kernel-cache")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SOK1X_KERNEL_CACHE", "1")
+        patch.setenv("SOK1X_KERNEL_CACHE_DIR", str(folder))
+        yield folder
+
+
 def test_kernels_come_from_the_installed_package():
     assert os.path.realpath(cuda_kernels.KERNEL_DIR) != os.path.realpath(CHECKOUT_KERNELS), (
         "sok1x.cuda_kernels was imported from the checkout; pip install . and run pytest from "
@@ -51,7 +62,7 @@ def test_package_data_ships_every_source():
 @needs_nvcc
 @pytest.mark.parametrize("arch", ARCHITECTURES)
 @pytest.mark.parametrize("source", cuda_kernels.source_names())
-def test_source_compiles(source, arch, cache_dir):
+def test_source_compiles(source, arch, shared_cache):
     known = cuda_kernels.nvcc_architectures()
     if known is not None and arch not in known:
         pytest.skip("this nvcc cannot build %s (CUDA 13 dropped sm_70; it lists %s)" % (
@@ -62,7 +73,7 @@ def test_source_compiles(source, arch, cache_dir):
 
 @needs_nvcc
 @pytest.mark.parametrize("source", cuda_kernels.source_names())
-def test_kernel_names_are_read_from_the_cubin(source, cache_dir):
+def test_kernel_names_are_read_from_the_cubin(source, shared_cache):
     """What init loads (cuda_kernels.load_every_kernel): every kernel the source declares, those
     a macro stamps out included, and nothing else."""
     from sok1x.cuda_kernels.cubin_symbols import kernel_names
