@@ -141,6 +141,11 @@ def summarise(runs):
                            "ranks": ranks, "value": entry["ms_per_step"] / c,
                            "target": "reported", "met": None})
             checks += _python_us_check("(45) python_us a bounded step", workload, ranks, entry)
+        if variant == "sok1x_replayed" and "replay_held_mib" in entry:
+            checks.append({"check": "(45) device MiB the replayed shape classes hold (%d "
+                           "classes, the most of a rank)" % entry["replay_classes"],
+                           "workload": workload, "ranks": ranks,
+                           "value": entry["replay_held_mib"], "target": "reported", "met": None})
         replayed = table.get((workload, "sok1x_replayed", ranks))
         if variant == "sok1x_kernels_replayed" and replayed is not None:
             ratio = entry["ms_per_step"] / replayed["ms_per_step"]

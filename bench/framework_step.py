@@ -672,6 +672,12 @@ def run_workload(rt, name, device, steps, repeats, scale, pcie, segment_ids=Fals
     # worn indexes), its indexes fill with tombstones, so the figure would be no floor
     replayed_floor = (replayed_floor_ms(rt, synchronize)
                       if "sok1x_replayed" in timed and name != "dlrm26_full" else None)
+    # the shape classes the replayed variants left, and the device memory they hold (issue 45:
+    # what each class holds; the most of any rank)
+    replay_memory = None
+    if "sok1x_replayed" in timed or "sok1x_kernels_replayed" in timed:
+        replay_memory = {"replay_classes": int(job_max(replayed_step.classes_held(rt))),
+                         "replay_held_mib": job_max(replayed_step.held_bytes(rt)) / 2.0 ** 20}
 
     entries = []
     for variant in runs:
@@ -690,6 +696,8 @@ def run_workload(rt, name, device, steps, repeats, scale, pcie, segment_ids=Fals
             entry["per_step_counts"] = counts
         if variant == "sok1x_bounded":
             entry["per_step_counts"] = bounded_counts
+        if variant in ("sok1x_replayed", "sok1x_kernels_replayed") and replay_memory:
+            entry.update(replay_memory)
         if variant == "sok1x_replayed":
             entry["per_step_counts"] = replayed_counts
             if replayed_floor is not None:
@@ -712,6 +720,9 @@ def run_workload(rt, name, device, steps, repeats, scale, pcie, segment_ids=Fals
             say("%-8s a class refused its capture: %s" % (name, replayed_step.last_refusal()))
     if kernels_replayed_counts is not None:
         say("%-8s per step of sok1x_kernels_replayed: %s" % (name, kernels_replayed_counts))
+    if replay_memory:
+        say("%-8s replayed shape classes: %d, holding %.1f MiB of device memory (the most of a "
+            "rank)" % (name, replay_memory["replay_classes"], replay_memory["replay_held_mib"]))
     if graph_floor_ms is not None:
         say("%-8s torch_graph's GPU floor (its graph replayed back to back): %.3f ms"
             % (name, graph_floor_ms))
