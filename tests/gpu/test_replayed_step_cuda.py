@@ -5,7 +5,9 @@ repeats, so no atomic addition's order matters; outputs and rows bit for bit and
 otherwise), every optimizer rule's update with each step's hyper-parameters read from device
 memory, a replayed step queues one graph per op instead of its kernels, bad keys in a replayed
 step fail it and change no table, new shape classes come and the graphs go with a remade table,
-and a program that replays steps and exits without shutting the engine down exits 0.
+a step of more classes than are kept (the oldest, replayed earlier in the step, dropped before
+its backward) stays right, and a program that replays steps and exits without shutting the
+engine down exits 0.
 
     mpiexec --allow-run-as-root -n 1 python3 -m pytest -q tests/gpu/test_replayed_step_cuda.py
 """
@@ -238,6 +240,40 @@ def test_shape_classes_and_their_memory():
     make_pair("classes")  # remade: the graphs go at the next lookup
     step(names[0], rng.integers(0, ROWS, size=4000), None, "lazy_adam", 1, True)
     assert held() == (0, 0)
+
+
+def test_more_classes_in_a_step_than_are_kept_stay_right(monkeypatch):
+    """Tables looked up in one step, each its own shape class, with at most two classes kept:
+    two replay from the third step on; from the fifth a third table joins, whose recording (at
+    its second sight) drops the oldest class, replayed earlier in that very step, its backward
+    still to come. Every output, gradient, row and slot equals the uncaptured step's."""
+    monkeypatch.setattr(replayed_step, "MAX_CLASSES", 2)
+    pairs = [make_pair("crowd%d" % t) for t in range(3)]
+    rng = np.random.default_rng(17)
+    backend = runtime.get().backend
+    for number in range(1, 11):
+        tables_now = 2 if number < 5 else 3
+        keys = [rng.integers(0, ROWS, size=3000 + 1000 * t) for t in range(tables_now)]
+        got = {}
+        for side in (0, 1):
+            with runtime.entered():
+                fronts = [api.dense_lookup(names[side], names[side] + "_fwd",
+                                           backend.asarray(k), True, checks="backward",
+                                           replay=side == 0)
+                          for names, k in zip(pairs, keys)]
+                outs = [host(out) for out, _ in fronts]
+                grads = [api.dense_lookup_grad(names[side], names[side] + "_bwd", token, out)
+                         for names, (out, token) in zip(pairs, fronts)]
+                got[side] = outs + [host(a) for pair in grads for a in pair]
+                for names, (values, rows) in zip(pairs, grads):
+                    api.apply_optimizer_updates([names[side]], "adagrad", "Adagrad", {},
+                                                hyper("adagrad", number), [values], [rows])
+        for a, b in zip(got[0], got[1]):
+            np.testing.assert_array_equal(a, b)
+        for names in pairs:
+            for a, b in zip(*tables(names)):
+                for x, y in zip(a, b):
+                    np.testing.assert_array_equal(x, y)
 
 
 PROGRAM = r"""

@@ -42,7 +42,6 @@ def bounded(monkeypatch):
     monkeypatch.setenv(bounded_step.ENV, "1")
     monkeypatch.setenv(peer_capacity.ENV, "1")  # on several ranks: sized by per-peer caps
     monkeypatch.delenv(replayed_step.ENV, raising=False)
-    monkeypatch.delenv(replayed_step.MEMORY_ENV, raising=False)
 
 
 def make_tables(tag):
@@ -131,50 +130,6 @@ def test_at_most_max_classes(monkeypatch):
         keys = rng.integers(0, ROWS * SIZE, size=count)
         run_both(names, keys, None, "adagrad", number)
         assert held()[0] <= 2
-
-
-def test_past_the_replay_budget_the_oldest_classes_go_and_stay_uncaptured(monkeypatch):
-    """SOK1X_REPLAY_MIB=0 keeps the newest class only: the one it drops is not recorded again
-    (two classes taking turns would record each other out at every step), and every step still
-    equals the uncaptured one."""
-    monkeypatch.setenv(replayed_step.MEMORY_ENV, "0")
-    names = make_tables("budget")
-    rng = np.random.default_rng([17, RANK])
-
-    def steps(counts, first):
-        for number, count in enumerate(counts, first):
-            run_both(names, rng.integers(0, ROWS * SIZE, size=count), None, "adagrad", number)
-    def kept():  # the kept classes by their number of keys (a dense class's key holds it)
-        with runtime.entered() as rt:
-            return sorted(key[4] for key in rt.replays.forwards)
-    steps([5, 5, 5], 1)  # recorded at the second step, replayed at the third
-    assert kept() == [5]
-    steps([9, 9, 9], 4)  # the second class: the first goes
-    assert kept() == [9]
-    steps([5, 5, 5], 7)  # the first stays uncaptured: the second is kept
-    assert kept() == [9]
-    steps([9], 10)  # and replays
-    assert kept() == [9]
-    monkeypatch.setenv(replayed_step.MEMORY_ENV, "1024")
-    steps([13, 13, 9, 13], 11)  # room for both: the new one is kept beside the second
-    assert kept() == [9, 13]
-
-
-@pytest.mark.parametrize("value", ["lots", "-1", "nan", "inf"])
-def test_a_replay_budget_that_is_no_number_fails_the_step_and_changes_nothing(monkeypatch,
-                                                                              value):
-    names = make_tables("bad_budget")
-    keys = np.random.default_rng([19, RANK]).integers(0, ROWS * SIZE, size=7)
-    run_both(names, keys, None, "lazy_adam", 1)
-    before = np.array(api.shard(names[0]).values)
-    monkeypatch.setenv(replayed_step.MEMORY_ENV, value)
-    with pytest.raises(ValueError, match="SOK1X_REPLAY_MIB=%r" % value):
-        step(names[0], keys, None, "lazy_adam", 2, True)
-    np.testing.assert_array_equal(api.shard(names[0]).values, before)
-    monkeypatch.setenv(replayed_step.MEMORY_ENV, "0.5")
-    for number in range(2, 5):
-        run_both(names, keys, None, "lazy_adam", number)
-    assert held()[0] == 1
 
 
 def test_a_remade_table_frees_the_classes():
