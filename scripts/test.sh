@@ -9,8 +9,8 @@
 # lane B's 1, on the subset below), and one more job at 2 ranks on the lane's old seam (A: host
 # staging, B: zero-copy through DLPack), and prints one line of its totals and wall time; the
 # last line is the total over both: `total: N passed, N failed, N skipped`. With both lanes, lane
-# B's set-up runs beside lane A's tests at the lowest CPU priority, its output shown when lane B
-# begins.
+# B's set-up runs beside lane A's one-rank MPI jobs at the lowest CPU priority, its output shown
+# when lane B begins.
 # No GPU needed. SOK1X_LANES picks lanes ("A B" by default; "A" or "B" runs one). Python 3.7 is
 # found as scripts/setup.sh says (SOK1X_PY37, or pyenv's 3.7.16).
 set -euo pipefail
@@ -63,9 +63,13 @@ show_lost_jobs() {
   done
 }
 
-# start_setup NAME VENV SET: the lane's set-up in the background at the lowest CPU priority
-# (nice 19: pip's downloads, and Horovod's build on what the tests beside it leave of the two
-# cores: serial tests keep one busy and a half), its output kept for finish_setup.
+# start_setup NAME VENV SET: the lane's set-up in the background at the lowest CPU priority, its
+# output kept for finish_setup. It starts with lane A's one-rank MPI jobs, which keep one core of
+# two busy: its pip installs and Horovod's build take the other (nice 19: they slow the jobs
+# little, and the two-rank jobs after them not at all). Beside lane A's serial tests instead,
+# which spawn MPI jobs that import TensorFlow, those took 560 s where they take 380, nice 19 or
+# not (what slowed them, the set-up's disk or memory traffic, was not measured apart), and
+# beside the one-rank jobs without nice, those took 141 s where they take 105-112 (2026-11-30).
 declare -A setup_pids=()
 start_setup() {
   mkdir -p "$results/$1"
@@ -105,11 +109,6 @@ run_lane() {
     summaries+=("lane $name ($label): set-up failed")
     return
   fi
-  if [ -n "$ahead" ]; then  # the next lane's set-up, beside this lane's tests
-    # shellcheck disable=SC2086
-    start_setup $ahead
-    ahead=
-  fi
   echo "== lane $name: serial tests"
   # SOK1X_TEST_LANE: lane B leaves the serial tests that run no TensorFlow to lane A
   PATH="$venv/bin:$PATH" SOK1X_TEST_LANE=$name python -m pytest -q -p no:cacheprovider \
@@ -118,6 +117,11 @@ run_lane() {
   if [ "$name" = B ]; then  # MkDocs runs on lane B's Python only: the docs, warnings as errors
     echo "== lane $name: documentation build"
     bash "$root/scripts/docs.sh" "$venv" || { echo "== documentation build FAILED"; status=1; }
+  fi
+  if [ -n "$ahead" ]; then  # the next lane's set-up, beside this lane's one-rank MPI jobs
+    # shellcheck disable=SC2086
+    start_setup $ahead
+    ahead=
   fi
   for job in "$@"; do
     IFS=: read -r seam ranks subset capacity bounded <<<"$job"
@@ -141,8 +145,8 @@ run_lane() {
 }
 
 venv_a=${SOK1X_VENV37:-$root/.venv37} venv_b=${SOK1X_VENV:-$root/.venv}
-ahead=  # "NAME VENV SET" of a set-up to start once the lane running has set up its own
-for lane in $lanes; do  # lane B after lane A: its set-up beside lane A's tests
+ahead=  # "NAME VENV SET" of a set-up to start once the running lane's serial tests are done
+for lane in $lanes; do  # lane B after lane A: its set-up beside lane A's MPI jobs
   if [ "$lane" = A ]; then
     ahead=A
   elif [ "$lane" = B ] && [ "$ahead" = A ]; then
