@@ -3,14 +3,14 @@
 #   A  TensorFlow 1.15.5 on Python 3.7 (what sok1x's users run), in its own virtual environment
 #      (SOK1X_VENV37, default .venv37/)
 #   B  TensorFlow 2.15 on the python3 on PATH (SOK1X_VENV, default .venv/)
-# Each lane runs the serial tests (lane B leaves those that run no TensorFlow to lane A, and
-# builds docs/, warnings as errors), then the MPI tests as real jobs of 1, 2 and 4 ranks through
-# sok1x's TensorFlow kernels, built from this checkout against the lane's TensorFlow (4 ranks, and
-# lane B's 1, on the subset below), and one more job at 2 ranks on the lane's old seam (A: host
-# staging, B: zero-copy through DLPack), and prints one line of its totals and wall time; the
-# last line is the total over both: `total: N passed, N failed, N skipped`. With both lanes, lane
-# B's set-up runs beside lane A's one-rank MPI jobs at the lowest CPU priority, its output shown
-# when lane B begins.
+# Each lane runs the serial tests (lane B leaves those that run no TensorFlow to lane A, and builds
+# docs/, warnings as errors), then the MPI tests as real jobs of 1, 2 and 4 ranks through sok1x's
+# TensorFlow kernels, built from this checkout against the lane's TensorFlow (4 ranks, and lane B's
+# 1 and 2, on the subset below), and one more job at 2 ranks on the lane's old seam, all of
+# tests/mpi (A: host staging, B: zero-copy through DLPack), and prints one line of its totals and
+# wall time; the last line is the total over both: `total: N passed, N failed, N skipped`. With both
+# lanes, lane B's set-up runs beside lane A's one-rank MPI jobs at the lowest CPU priority, its
+# output shown when lane B begins.
 # No GPU needed. SOK1X_LANES picks lanes ("A B" by default; "A" or "B" runs one). Python 3.7 is
 # found as scripts/setup.sh says (SOK1X_PY37, or pyenv's 3.7.16).
 set -euo pipefail
@@ -25,11 +25,11 @@ files=()
 summaries=()
 logs=()  # "XML:LOG" of each MPI job
 
-# The 4-rank passes, lane A's one-rank pass with bounded steps and lane B's one-rank pass run
-# these files only (CI time: a 4-rank job on 2 cores is the slowest; the whole of tests/mpi at 4
-# ranks took 7 min in lane B): every front door (v1 layers, v2 in graph mode, DeepRec), the
-# ordering of collectives, the seam and its kernels, checkpoints, and the bounded and replayed
-# steps. SOK1X_RANK4=all runs the whole of tests/mpi there.
+# The 4-rank passes, lane A's one-rank pass with bounded steps and lane B's passes through the
+# kernels run these files only (CI time: a 4-rank job on 2 cores is the slowest; the whole of
+# tests/mpi at 4 ranks took 7 min in lane B): every front door (v1 layers, v2 in graph mode,
+# DeepRec), the ordering of collectives, the seam and its kernels, checkpoints, and the bounded and
+# replayed steps. SOK1X_RANK4=all runs the whole of tests/mpi there.
 rank4_files=(test_dense_embedding.py test_sparse_embedding.py test_sok_programs.py test_v2_api.py
   test_group_embedding.py test_group_feature_columns.py test_deeprec_seed.py test_ordering.py
   test_keyed_seam.py test_seam.py test_kernel_ops.py test_sok_v1_saver.py
@@ -164,15 +164,16 @@ for lane in $lanes; do
     # TensorFlow 1.15's seam where the kernels cannot be built, forced.
     A) run_lane A "$venv_a" test37 "TensorFlow 1.15.5, Python 3.7" \
          auto:1 auto:1:subset::bounded auto:2 auto:4:subset host:2 ;;
-    # sok1x's kernels (at one rank on the 4-rank files: lane A runs the whole of tests/mpi at
-    # one rank; here it took 100-112 s), then the zero-copy seam (DLPack: eager programs' seam,
-    # and graph mode's where the kernels cannot be built), forced, with lookups sized by per-peer
-    # capacities. Host staging on this TensorFlow runs where SOK1X_SEAM forces it
-    # (graph_ops/boundary.py) in the serial tests that force it (test_memory_soak, the jobs
-    # mpi_jobs runs with seam "host"); SOK1X_LANE_B_HOST=1 adds the whole MPI suite under it at
-    # 2 ranks (about 80 s).
+    # sok1x's kernels on the 4-rank files at 1, 2 and 4 ranks (lane A runs the whole of tests/mpi
+    # through them at 1 and 2 ranks; here those took 100-112 s and 155-185), then the whole of
+    # tests/mpi on the zero-copy seam (DLPack: eager programs' seam, and graph mode's where the
+    # kernels cannot be built), forced, with lookups sized by per-peer capacities. Host staging on
+    # this TensorFlow runs where SOK1X_SEAM forces it (graph_ops/boundary.py) in the serial tests
+    # that force it (test_memory_soak, the jobs mpi_jobs runs with seam "host"); SOK1X_LANE_B_HOST=1
+    # adds the whole MPI suite under it at 2 ranks (about 80 s).
     B) run_lane B "$venv_b" test "TensorFlow 2.15, $(python3 -V 2>&1)" \
-         auto:1:subset auto:2 auto:4:subset dlpack:2::capacity ${SOK1X_LANE_B_HOST:+host:2} ;;
+         auto:1:subset auto:2:subset auto:4:subset dlpack:2::capacity \
+         ${SOK1X_LANE_B_HOST:+host:2} ;;
     *) echo "test.sh: unknown lane '$lane' in SOK1X_LANES (use A and/or B)" >&2; exit 2 ;;
   esac
 done
