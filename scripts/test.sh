@@ -65,11 +65,8 @@ show_lost_jobs() {
 
 # start_setup NAME VENV SET: the lane's set-up in the background at the lowest CPU priority, its
 # output kept for finish_setup. It starts with lane A's one-rank MPI jobs, which keep one core of
-# two busy: its pip installs and Horovod's build take the other (nice 19: they slow the jobs
-# little, and the two-rank jobs after them not at all). Beside lane A's serial tests instead,
-# which spawn MPI jobs that import TensorFlow, those took 560 s where they take 380, nice 19 or
-# not (what slowed them, the set-up's disk or memory traffic, was not measured apart), and
-# beside the one-rank jobs without nice, those took 141 s where they take 105-112 (2026-11-30).
+# two busy, so that its pip installs and Horovod's build take the other (beside lane A's serial
+# tests it slowed them by half: bench/NOTES.md, 2026-11-30).
 declare -A setup_pids=()
 start_setup() {
   mkdir -p "$results/$1"
@@ -146,16 +143,14 @@ run_lane() {
 
 venv_a=${SOK1X_VENV37:-$root/.venv37} venv_b=${SOK1X_VENV:-$root/.venv}
 ahead=  # "NAME VENV SET" of a set-up to start once the running lane's serial tests are done
+a_listed=
 for lane in $lanes; do  # lane B after lane A: its set-up beside lane A's MPI jobs
   if [ "$lane" = A ]; then
-    ahead=A
-  elif [ "$lane" = B ] && [ "$ahead" = A ]; then
+    a_listed=1
+  elif [ "$lane" = B ] && [ -n "$a_listed" ]; then
     ahead="B $venv_b test"
   fi
 done
-if [ "$ahead" = A ]; then
-  ahead=
-fi
 for lane in $lanes; do
   case $lane in
     # sok1x's kernels ("auto": built on first use), at one rank also with bounded steps
