@@ -673,9 +673,10 @@ def run_workload(rt, name, device, steps, repeats, scale, pcie, segment_ids=Fals
     replayed_floor = (replayed_floor_ms(rt, synchronize)
                       if "sok1x_replayed" in timed and name != "dlrm26_full" else None)
     # the shape classes the replayed variants left, and the device memory they hold (issue 45:
-    # what each class holds; the most of any rank)
+    # what each class holds; the most of any rank), on the first replayed variant's entry
     replay_memory = None
-    if "sok1x_replayed" in timed or "sok1x_kernels_replayed" in timed:
+    holder = next((v for v in ("sok1x_replayed", "sok1x_kernels_replayed") if v in timed), None)
+    if holder is not None:
         replay_memory = {"replay_classes": int(job_max(replayed_step.classes_held(rt))),
                          "replay_held_mib": job_max(replayed_step.held_bytes(rt)) / 2.0 ** 20}
 
@@ -696,7 +697,7 @@ def run_workload(rt, name, device, steps, repeats, scale, pcie, segment_ids=Fals
             entry["per_step_counts"] = counts
         if variant == "sok1x_bounded":
             entry["per_step_counts"] = bounded_counts
-        if variant in ("sok1x_replayed", "sok1x_kernels_replayed") and replay_memory:
+        if variant == holder:
             entry.update(replay_memory)
         if variant == "sok1x_replayed":
             entry["per_step_counts"] = replayed_counts
