@@ -132,6 +132,33 @@ def test_at_most_max_classes(monkeypatch):
         assert held()[0] <= 2
 
 
+def balanced_keys(rng, count, rows=ROWS):
+    """`count` keys of a table of `rows` rows a rank, as many for each owner (key % SIZE) as
+    can be: no step of a class overflows the caps its first steps set (peer_capacity)."""
+    return rng.integers(0, rows, size=count) * SIZE + np.arange(count) % SIZE
+
+
+def test_a_replayed_step_whose_keys_overflow_a_cap_equals_the_uncaptured_one():
+    """On several ranks, a step of a replayed class whose keys all go to one owner overflows
+    the caps its class was recorded with: it goes on the counted way, into arrays of its own
+    (not the class's output, which the step's caller is handed otherwise), and its output,
+    gradient and update equal the uncaptured step's; the class is recorded again and replays
+    on the grown caps."""
+    rows, count = 512, 128
+    names = ["replayed_overflow", "uncaptured_overflow"]
+    for name in names:
+        api.create_table(name, DIM, rows, False, SPEC, replace=True)
+    api.shard(names[1]).values[...] = api.shard(names[0]).values
+    rng = np.random.default_rng([31, RANK])
+    for number in range(1, 10):
+        if number in (5, 6):  # distinct keys, every one owned by rank 0
+            keys = rng.permutation(rows)[:count] * SIZE
+        else:
+            keys = balanced_keys(rng, count, rows)
+        run_both(names, keys, None, "adagrad", number)
+    assert held()[0] == 1
+
+
 def test_a_remade_table_frees_the_classes():
     names = make_tables("remade")
     rng = np.random.default_rng([17, RANK])

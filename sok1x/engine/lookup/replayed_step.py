@@ -378,7 +378,14 @@ def dense_known(runtime, table, op, keys, row_shape, training, checks):
     op = as_op_id(op)
     known = replay_known(runtime, _dense_front(table, op, keys, row_shape, training, checks),
                          table, op, keys, checks)
-    return None if known is None else (known[2], known[1])
+    if known is None:
+        return None
+    vectors, routing, shaped = known
+    backend = runtime.backend
+    if runtime.size > 1 and backend.address_of(vectors) != backend.address_of(shaped):
+        # its keys overflowed a cap: the step went on the counted way, into arrays of its own
+        shaped = backend.reshape(vectors, tuple(keys.shape) + (table.dim,))
+    return shaped, routing
 
 
 def remember_dense(runtime, table, op, keys, row_shape, training, checks, shaped):
