@@ -20,7 +20,7 @@ import pytest
 from mpi4py import MPI
 
 from sok1x.backend import random_init
-from sok1x.engine import api, runtime
+from sok1x.engine import api, lent_memory, runtime
 from sok1x.engine.lookup import bounded_step, peer_capacity, replayed_step
 from sok1x.errors import InvalidInputError
 from sok1x.engine.tables import optimizer_updates
@@ -132,6 +132,37 @@ def test_at_most_max_classes(monkeypatch):
         assert held()[0] <= 2
 
 
+def test_more_classes_in_a_step_than_are_kept_stay_right(monkeypatch):
+    """Tables looked up in one step, each its own shape class, with at most two classes kept:
+    two replay from the third step on; from the fifth a third table joins, whose recording (at
+    its second sight) drops the oldest class, replayed earlier in that very step, its backward
+    and update still to come. Every output, gradient, row and slot equals the uncaptured
+    step's (the cpu twin poisons a freed class's arrays, as cuda's pool reuses them)."""
+    monkeypatch.setattr(replayed_step, "MAX_CLASSES", 2)
+    pairs = [make_tables("crowd%d" % t) for t in range(3)]
+    rng = np.random.default_rng([23, RANK])
+    for number in range(1, 11):
+        now = pairs[:2] if number < 5 else pairs
+        keys = [rng.integers(0, ROWS * SIZE, size=3 + 2 * t) for t in range(len(now))]
+        got = {}
+        for side in (0, 1):
+            fronts = [api.dense_lookup(names[side], names[side] + "_fwd", k, True,
+                                       checks="backward", replay=side == 0)
+                      for names, k in zip(now, keys)]
+            outs = [np.array(out) for out, _ in fronts]
+            grads = [api.dense_lookup_grad(names[side], names[side] + "_bwd", token, out)
+                     for names, (out, token) in zip(now, fronts)]
+            got[side] = outs + [np.array(a) for pair in grads for a in pair]
+            for names, (values, rows) in zip(now, grads):
+                api.apply_optimizer_updates([names[side]], "adagrad", "Adagrad", {},
+                                            hyper("adagrad", number), [values], [rows])
+        for a, b in zip(got[0], got[1]):
+            np.testing.assert_array_equal(a, b)
+        for names in pairs:
+            assert_same_tables(names)
+        assert held()[0] <= 2
+
+
 def balanced_keys(rng, count, rows=ROWS):
     """`count` keys of a table of `rows` rows a rank, as many for each owner (key % SIZE) as
     can be: no step of a class overflows the caps its first steps set (peer_capacity)."""
@@ -157,6 +188,47 @@ def test_a_replayed_step_whose_keys_overflow_a_cap_equals_the_uncaptured_one():
             keys = balanced_keys(rng, count, rows)
         run_both(names, keys, None, "adagrad", number)
     assert held()[0] == 1
+
+
+def kept_sizes():
+    """The kept forward classes by their number of keys (a dense class's key holds it)."""
+    with runtime.entered() as rt:
+        return sorted(key[4] for key in rt.replays.forwards)
+
+
+def retired(entry):
+    """Whether forward class `entry` is retired: dropped, its memory not yet freed."""
+    with runtime.entered() as rt:
+        return any(other is entry for other in rt.replays.retired)
+
+
+def test_a_dropped_class_is_freed_at_its_ops_next_call_and_not_while_it_is_held(monkeypatch):
+    """A class dropped (past MAX_CLASSES) keeps its memory, counted in held_bytes, until its op
+    is called again, and past that while the framework holds its output (lent_memory); the
+    steps stay right throughout."""
+    monkeypatch.setattr(replayed_step, "MAX_CLASSES", 1)
+    first, second = make_tables("retire_a"), make_tables("retire_b")
+    rng = np.random.default_rng([29, RANK])
+
+    def steps(names, count, numbers):
+        for number in numbers:
+            run_both(names, rng.integers(0, ROWS * SIZE, size=count), None, "adagrad", number)
+    steps(first, 6, range(1, 4))  # recorded and replayed
+    with runtime.entered() as rt:
+        entry = next(iter(rt.replays.forwards.values()))
+    output = entry.handed_out()[0]
+    before = held()[1]
+    keep = lent_memory.lend(output, output.ctypes.data, output.nbytes)  # a framework holds it
+    try:
+        steps(second, 10, range(1, 4))  # its recording drops the first's class
+        assert kept_sizes() == [10] and retired(entry)
+        assert held()[1] > before  # counted beside the second's
+        steps(first, 6, [4])  # its op again, its output still held: kept
+        assert retired(entry) and entry.work.outputs is not None
+    finally:
+        lent_memory.release(keep)
+    steps(first, 6, [5])  # given back: freed at the op's next call
+    assert not retired(entry) and entry.work.outputs is None
 
 
 def test_a_remade_table_frees_the_classes():

@@ -2,7 +2,9 @@
 captured_work): the work is kept, not done, and each replay runs it again and copies what it
 returns into the arrays of its first replay, so a caller sees what it sees on cuda: the same
 output arrays (64-byte aligned, as the pool's blocks are there), rewritten at every replay,
-computed from the fixed inputs as they are when replay() is called."""
+computed from the fixed inputs as they are when replay() is called. free() poisons those arrays
+(floats NaN, integers their dtype's largest value), as cuda's pool hands a freed graph's blocks to
+the next allocation: a read of a freed class's arrays fails the cpu tests, not only a GPU's."""
 import numpy as np
 
 from sok1x.backend.cpu.aligned import exportable
@@ -31,7 +33,19 @@ class RerunWork:
         return sum(int(out.nbytes) for out in self.outputs or () if out is not None)
 
     def free(self):
+        for out in self.outputs or ():
+            if out is not None and out.flags.writeable:
+                _poison(out)
         self._run = self.outputs = None
+
+
+def _poison(array):
+    if array.dtype.kind == "f":
+        array.fill(np.nan)
+    elif array.dtype.kind in "iu":
+        array.fill(np.iinfo(array.dtype).max)
+    elif array.dtype.kind == "b":
+        array.fill(True)
 
 
 def captured_work(run):

@@ -107,10 +107,15 @@ what all classes hold. On several ranks a class also holds its exchanges' buffer
 (peer_capacity.py's cost: the keys and vectors sent and received, each way, and the backward's
 gradients alike): on two H200s a dlrm26 class of 425,984 keys of dim 128 a rank held 1,487 MiB,
 against 455 at one rank (2026-11-30, bench/NOTES.md). At most MAX_CLASSES forward classes are kept,
-the oldest freed first. Any change to the job's tables (made, replaced, dropped: the TableRegistry
-calls Runtime._drop_replays) frees every class at once, with the memory it holds, as does shutdown
-(inside the device context, so nothing is freed at the interpreter's exit); a class whose table's
-rows moved is dropped at its next sight.
+the oldest dropped first. A class dropped is retired, not freed (_drop): its arrays may still be
+read in the step that dropped it (its output handed out, its Routing in the stash for a backward,
+which then runs uncaptured on them). It is freed when its op is called again, which by
+replay=True's contract ends its caller's use of them, or a step of its tower opens (a tower's
+first op), and not while the framework still holds what it handed out (lent_memory); held_bytes()
+counts it until then. Any change to the job's tables (made, replaced,
+dropped: the TableRegistry calls Runtime._drop_replays) frees every class at once, with the memory
+it holds, as does shutdown (inside the device context, so nothing is freed at the interpreter's
+exit); a class whose table's rows moved is dropped at its next sight.
 """
 import collections
 import functools
@@ -154,8 +159,9 @@ class _Forward:
     """One forward shape class: its table, fixed keys, recorded work, its backward's pieces
     (host piece_starts of its members' keys) and backward classes."""
 
-    def __init__(self, key, table, keys, work, judge, pieces, hooks=None, prepare=None,
+    def __init__(self, op, key, table, keys, work, judge, pieces, hooks=None, prepare=None,
                  plan=None, member_keys=None, riders=(), back=None):
+        self.op = as_op_id(op)  # whose next call ends the use of what it handed out (_drop)
         self.key, self.table, self.keys = key, table, keys
         self.riders = riders  # forward_of's: fixed arrays the work reads beside the keys
         self.values = _where(table)
@@ -207,6 +213,15 @@ class _Forward:
             if work is not None:
                 work.free()
         self.backwards = {}
+
+    def still_held(self, backend):
+        """Whether the framework still holds memory this class or a backward of it handed out
+        (lent_memory)."""
+        for holder in [self] + list(self.backwards.values()):
+            handed = holder.handed_out()
+            if handed is not None and not lent_memory.writable(backend, handed):
+                return True
+        return False
 
 
 class _Backward:
@@ -292,11 +307,13 @@ class _Classes:
         self.sightings = collections.Counter()
         self.fronts = {}  # a caller's key of its raw inputs -> (_Forward, holder, what it kept)
         self.refused = set()  # classes whose work could not be recorded: uncaptured from then on
+        self.retired = []  # _Forwards dropped, their memory kept until nothing reads it (_drop)
 
     def free(self):
-        for entry in self.forwards.values():
+        for entry in list(self.forwards.values()) + self.retired:
             entry.free()
         self.forwards.clear()
+        self.retired = []
         self.by_rows.clear()
         self.by_gradient.clear()
         self.detached.clear()
@@ -431,6 +448,8 @@ def forward_of(runtime, key, table, op, keys, checks, run, cuts, hooks=None, rou
         if plan is None:
             return None
     classes = _classes(runtime)
+    if classes.retired:
+        _free_retired(runtime, classes, op)
     entry = classes.forwards.get(key)
     if entry is not None and (entry.table is not table or entry.values != _where(table)
                               or entry.caps is not (None if plan is None else plan.caps)):
@@ -549,11 +568,9 @@ def _capture_ranks(runtime, classes, key, table, op, keys, routed, cuts, plan, r
                 work.free()
         classes.refused.add(key)
         return vectors, routing
-    while len(classes.forwards) >= MAX_CLASSES:
-        _drop(runtime, classes, next(iter(classes.forwards)))
-    classes.forwards[key] = _Forward(key, table, fixed, works[1], judge,
-                                     bounded_step.piece_starts(cuts), hooks, prepare, plan,
-                                     member_keys, riders, works[2] if split else None)
+    _keep(runtime, classes, key, _Forward(op, key, table, fixed, works[1], judge,
+                                          bounded_step.piece_starts(cuts), hooks, prepare, plan,
+                                          member_keys, riders, works[2] if split else None))
     return vectors, routing
 
 
@@ -686,6 +703,8 @@ def replay_known(runtime, front, holder, op, keys, checks):
     classes = runtime.replays
     if classes is None or classes.version != runtime.tables.version or not enabled(runtime):
         return None
+    if classes.retired:
+        _free_retired(runtime, classes, op)
     known = classes.fronts.get(front)
     if known is None or known[1] is not holder:
         return None
@@ -746,11 +765,9 @@ def _capture_forward(runtime, classes, key, table, op, keys, checks, run, cuts, 
     if work is None:
         classes.refused.add(key)
     else:
-        while len(classes.forwards) >= MAX_CLASSES:
-            _drop(runtime, classes, next(iter(classes.forwards)))
-        classes.forwards[key] = _Forward(key, table, fixed, work, check.judge,
-                                         bounded_step.piece_starts(cuts), hooks,
-                                         riders=riders)
+        _keep(runtime, classes, key, _Forward(op, key, table, fixed, work, check.judge,
+                                              bounded_step.piece_starts(cuts), hooks,
+                                              riders=riders))
     if hooks is None:
         bounded_step.defer_or_read(runtime, deferred, later)
     return vectors, _routing(table, int(keys.shape[0]), rows, deferred if later else None)
@@ -806,7 +823,31 @@ def last_refusal():
     return _REFUSED[0]
 
 
+def _keep(runtime, classes, key, entry):
+    """Keeps the new forward class `entry` as `key`, the oldest classes dropped first where
+    MAX_CLASSES are kept."""
+    while len(classes.forwards) >= MAX_CLASSES:
+        _drop(runtime, classes, next(iter(classes.forwards)))
+    classes.forwards[key] = entry
+
+
+def _free_retired(runtime, classes, op):
+    """Frees the retired classes whose use `op`'s call ends: its own (by replay=True's contract
+    its caller is done with what they handed out) and, where `op` opens a step of its tower,
+    every retired class of that tower; not one whose arrays the framework still holds."""
+    op, kept = as_op_id(op), []
+    for entry in classes.retired:
+        if (entry.op.tower == op.tower and (entry.op.name == op.name or op.position == 0)
+                and not entry.still_held(runtime.backend)):
+            entry.free()
+        else:
+            kept.append(entry)
+    classes.retired = kept
+
+
 def _drop(runtime, classes, key):
+    """Takes forward class `key` out of use and retires it (module docstring: freed once nothing
+    of its step can read it, _free_retired)."""
     entry = classes.forwards.pop(key)
     for front in entry.fronts:  # they hold the class's arrays: let them go with it
         if classes.fronts.get(front, (None,))[0] is entry:
@@ -818,7 +859,7 @@ def _drop(runtime, classes, key):
             classes.by_gradient.pop(runtime.backend.address_of(backward.work.outputs[1]), None)
         if backward.detached is not None:
             classes.detached.pop(runtime.backend.address_of(backward.detached[1]), None)
-    entry.free()
+    classes.retired.append(entry)
 
 
 def replayed_routing(runtime, routing):
@@ -1148,9 +1189,12 @@ def _backward_run(runtime, table, routing, grads, pieces, kept=None):
 
 
 def held_bytes(runtime):
-    """Device bytes the runtime's shape classes hold (module docstring)."""
+    """Device bytes the runtime's shape classes hold, the retired ones included (module
+    docstring)."""
     classes = runtime.replays
-    return 0 if classes is None else sum(e.held_bytes for e in classes.forwards.values())
+    if classes is None:
+        return 0
+    return sum(e.held_bytes for e in list(classes.forwards.values()) + classes.retired)
 
 
 def recorded_works(runtime):
