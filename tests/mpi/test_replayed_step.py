@@ -4,9 +4,11 @@ with replay=True under the bounded step, equal the same step run uncaptured bit 
 (outputs, the padded gradient's rows and values, every row and optimizer slot) over many steps
 with changing keys, with the top gradient the output itself or another array, across shape
 classes that come and go; on one rank the classes are really recorded and replayed (held,
-counted, freed when a table is remade and at MAX_CLASSES), the update too, with each step's
+counted, freed when a table is remade; past MAX_CLASSES or SOK1X_REPLAY_MIB dropped but kept
+until nothing of their step reads them), the update too, with each step's
 hyper-parameters for every optimizer rule, and recorded again where a slot moved; on several
-ranks too when the lookups are sized by per-peer capacities (SOK1X_PEER_CAPACITY=1), and without
+ranks too when the lookups are sized by per-peer capacities (SOK1X_PEER_CAPACITY=1; a step that
+overflows them equals the uncaptured one), and without
 them nothing is recorded there; bad keys in a replayed step fail it with the uncaptured error,
 in its forward or its backward, change no table, and the replays go on after; two tables of
 different dims replay in one step; work the backend refuses to record (CaptureError) leaves its
@@ -42,6 +44,7 @@ def bounded(monkeypatch):
     monkeypatch.setenv(bounded_step.ENV, "1")
     monkeypatch.setenv(peer_capacity.ENV, "1")  # on several ranks: sized by per-peer caps
     monkeypatch.delenv(replayed_step.ENV, raising=False)
+    monkeypatch.delenv(replayed_step.MEMORY_ENV, raising=False)
 
 
 def make_tables(tag):
@@ -200,6 +203,47 @@ def retired(entry):
     """Whether forward class `entry` is retired: dropped, its memory not yet freed."""
     with runtime.entered() as rt:
         return any(other is entry for other in rt.replays.retired)
+
+
+def test_past_the_replay_budget_the_oldest_classes_go_and_stay_uncaptured(monkeypatch):
+    """SOK1X_REPLAY_MIB=0 keeps the newest class only: the one it drops is not recorded again
+    (two classes taking turns would record each other out at every step), and every step still
+    equals the uncaptured one."""
+    monkeypatch.setenv(replayed_step.MEMORY_ENV, "0")
+    names = make_tables("budget")
+    rng = np.random.default_rng([17, RANK])
+
+    def steps(counts, first):
+        for number, count in enumerate(counts, first):
+            run_both(names, balanced_keys(rng, count), None, "adagrad", number)
+    steps([5, 5, 5], 1)  # recorded at the second step, replayed at the third
+    assert kept_sizes() == [5]
+    steps([9, 9, 9], 4)  # the second class: the first goes
+    assert kept_sizes() == [9]
+    steps([5, 5, 5], 7)  # the first stays uncaptured: the second is kept
+    assert kept_sizes() == [9]
+    steps([9], 10)  # and replays
+    assert kept_sizes() == [9]
+    monkeypatch.setenv(replayed_step.MEMORY_ENV, "1024")
+    steps([13, 13, 9, 13], 11)  # room for both: the new one is kept beside the second
+    assert kept_sizes() == [9, 13]
+
+
+@pytest.mark.parametrize("value", ["lots", "-1", "nan", "inf"])
+def test_a_replay_budget_that_is_no_number_fails_the_step_and_changes_nothing(monkeypatch,
+                                                                              value):
+    names = make_tables("bad_budget")
+    keys = np.random.default_rng([19, RANK]).integers(0, ROWS * SIZE, size=7)
+    run_both(names, keys, None, "lazy_adam", 1)
+    before = np.array(api.shard(names[0]).values)
+    monkeypatch.setenv(replayed_step.MEMORY_ENV, value)
+    with pytest.raises(ValueError, match="SOK1X_REPLAY_MIB=%r" % value):
+        step(names[0], keys, None, "lazy_adam", 2, True)
+    np.testing.assert_array_equal(api.shard(names[0]).values, before)
+    monkeypatch.setenv(replayed_step.MEMORY_ENV, "0.5")
+    for number in range(2, 5):
+        run_both(names, keys, None, "lazy_adam", number)
+    assert held()[0] == 1
 
 
 def test_a_dropped_class_is_freed_at_its_ops_next_call_and_not_while_it_is_held(monkeypatch):

@@ -107,12 +107,14 @@ what all classes hold. On several ranks a class also holds its exchanges' buffer
 (peer_capacity.py's cost: the keys and vectors sent and received, each way, and the backward's
 gradients alike): on two H200s a dlrm26 class of 425,984 keys of dim 128 a rank held 1,487 MiB,
 against 455 at one rank (2026-11-30, bench/NOTES.md). At most MAX_CLASSES forward classes are kept,
-the oldest dropped first. A class dropped is retired, not freed (_drop): its arrays may still be
-read in the step that dropped it (its output handed out, its Routing in the stash for a backward,
-which then runs uncaptured on them). It is freed when its op is called again, which by
-replay=True's contract ends its caller's use of them, or a step of its tower opens (a tower's
-first op), and not while the framework still holds what it handed out (lent_memory); held_bytes()
-counts it until then. Any change to the job's tables (made, replaced,
+the oldest dropped first, and with SOK1X_REPLAY_MIB set the oldest others while the kept classes
+hold more MiB than it says (_keep: the class just recorded stays whatever it holds, and a class
+dropped for memory is not recorded again, its steps uncaptured). A class dropped is retired, not
+freed (_drop): its arrays may still be read in the step that dropped it (its output handed out, its
+Routing in the stash for a backward, which then runs uncaptured on them). It is freed when its op
+is called again, which by replay=True's contract ends its caller's use of them, or a step of its
+tower opens (a tower's first op), and not while the framework still holds what it handed out
+(lent_memory); held_bytes() counts it until then. Any change to the job's tables (made, replaced,
 dropped: the TableRegistry calls Runtime._drop_replays) frees every class at once, with the memory
 it holds, as does shutdown (inside the device context, so nothing is freed at the interpreter's
 exit); a class whose table's rows moved is dropped at its next sight.
@@ -139,17 +141,21 @@ from sok1x.engine.tables import hybrid_rows, optimizer_updates
 from sok1x.errors import CaptureError
 
 ENV = "SOK1X_CAPTURE"
+MEMORY_ENV = "SOK1X_REPLAY_MIB"
 HELD = "held"  # api's detach=HELD: copies only where the framework held an output (lent_memory)
 MAX_CLASSES = 16
 _SIGHTINGS_KEPT = 1024
+_BUDGETS = {}  # SOK1X_REPLAY_MIB's values read so far -> bytes
 
 
 def enabled(runtime):
     """True when SOK1X_CAPTURE is not 0 and the bounded step applies: on one rank
     (bounded_step.enabled), or on several with the lookups sized by per-peer capacities
-    (SOK1X_BOUNDED_STEP=1 and SOK1X_PEER_CAPACITY=1)."""
+    (SOK1X_BOUNDED_STEP=1 and SOK1X_PEER_CAPACITY=1). Raises ValueError, before the step does
+    anything, where SOK1X_REPLAY_MIB is set to no number of MiB."""
     if environment.get(ENV, "1") in ("0", "false", "False"):
         return False
+    budget_bytes()
     if runtime.size == 1:
         return bounded_step.enabled(runtime)
     return bounded_step.asked() and peer_capacity.enabled()
@@ -306,7 +312,9 @@ class _Classes:
         self.detached = {}  # the same for the copies a detached backward handed out (held)
         self.sightings = collections.Counter()
         self.fronts = {}  # a caller's key of its raw inputs -> (_Forward, holder, what it kept)
-        self.refused = set()  # classes whose work could not be recorded: uncaptured from then on
+        # classes whose work could not be recorded, or dropped for SOK1X_REPLAY_MIB:
+        # uncaptured from then on
+        self.refused = set()
         self.retired = []  # _Forwards dropped, their memory kept until nothing reads it (_drop)
 
     def free(self):
@@ -823,12 +831,51 @@ def last_refusal():
     return _REFUSED[0]
 
 
+def budget_bytes():
+    """The device memory the kept shape classes may hold (SOK1X_REPLAY_MIB, MiB), in bytes, or
+    None where it is unset (then only MAX_CLASSES bounds them). Raises ValueError for a value
+    that is no number of MiB at least 0."""
+    value = environment.get(MEMORY_ENV)
+    if not value:
+        return None
+    budget = _BUDGETS.get(value)
+    if budget is None:
+        try:
+            mib = float(value)
+        except ValueError:
+            mib = float("nan")
+        if not 0 <= mib < float("inf"):
+            raise ValueError(
+                "%s=%r: give the MiB of device memory the replayed step's shape classes may "
+                "hold, a number at least 0 (unset: at most %d classes, whatever they hold)"
+                % (MEMORY_ENV, value, MAX_CLASSES))
+        if len(_BUDGETS) > 16:
+            _BUDGETS.clear()
+        budget = _BUDGETS[value] = int(mib * 2 ** 20)
+    return budget
+
+
 def _keep(runtime, classes, key, entry):
-    """Keeps the new forward class `entry` as `key`, the oldest classes dropped first where
-    MAX_CLASSES are kept."""
+    """Keeps the new forward class `entry` as `key`: the oldest classes go first where
+    MAX_CLASSES are kept, and under SOK1X_REPLAY_MIB, once `entry` is kept, the oldest others
+    while what the kept classes hold exceeds it. A class dropped for memory is refused from then
+    on (its steps go uncaptured): two classes that take turns would otherwise record each other
+    out at every step. The newest stays whatever it holds, so a job whose one class holds more
+    than the budget still replays."""
     while len(classes.forwards) >= MAX_CLASSES:
         _drop(runtime, classes, next(iter(classes.forwards)))
     classes.forwards[key] = entry
+    budget = budget_bytes()
+    if budget is None:
+        return
+    held = sum(kept.held_bytes for kept in classes.forwards.values())
+    while held > budget and len(classes.forwards) > 1:
+        oldest = next(iter(classes.forwards))
+        held -= classes.forwards[oldest].held_bytes
+        _drop(runtime, classes, oldest)
+        if len(classes.refused) >= _SIGHTINGS_KEPT:  # (ever new shapes: keep it small)
+            classes.refused.clear()
+        classes.refused.add(oldest)
 
 
 def _free_retired(runtime, classes, op):
