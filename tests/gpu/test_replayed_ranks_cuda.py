@@ -4,7 +4,8 @@ lookup of one table, their backward and update, recorded as CUDA graphs around e
 (NCCL's exchanges inside the graphs) and replayed, equal the same steps run uncaptured on a copy
 of the tables, bit for bit, over many steps with changing keys (no key repeats in the job, so
 every sum has one addend); a step whose keys overflow a per-peer capacity goes the counted way on
-every rank, still equal, and the class is recorded again; a bad key on one rank fails the step
+every rank, still equal (a dense lookup's too, handing out what it computed), and the class is
+recorded again; a bad key on one rank fails the step
 on every rank and changes no table, and the replays go on; a hash group's steps replay their
 inserts in the exchange half, agreeing key by key with uncaptured steps, an overflowing step
 among them, and so do a hybrid group's, one owner's insert run uncaptured while its peers
@@ -148,25 +149,50 @@ def test_replayed_keyed_group_equals_uncaptured_bit_for_bit():
     assert held() == (1, 1)
 
 
+def dense_step(names, keys, number, replay):
+    """A dense lookup of one table, its backward and update; returns host (output, values,
+    rows)."""
+    backend = runtime.get().backend
+    with runtime.entered():
+        name = names[0]
+        out, token = api.dense_lookup(name, name + "_fwd", backend.asarray(keys), True,
+                                      checks="backward", replay=replay)
+        copied = host(out)
+        values, rows = api.dense_lookup_grad(name, name + "_bwd", token, out)
+        result = (copied, host(values), host(rows))
+        api.apply_optimizer_updates([name], "lazy_adam", "Adam", {}, hyper(number), [values],
+                                    [rows])
+    return result
+
+
+def dense_keys(number, even=False):
+    """This rank's 4,096 keys of a 30,000-row shard, distinct in the job; even: one owner gets
+    them all."""
+    pool = np.random.default_rng(number).permutation(30000 * SIZE // (2 if even else 1))
+    return (pool[RANK * 4096:(RANK + 1) * 4096] * (2 if even else 1)).reshape(64, 64).astype(
+        np.int64)
+
+
 def test_a_replayed_dense_lookup_equals_uncaptured():
     fresh()
     pair = make_pair("dense", [30000])
-    backend = runtime.get().backend
     for number in range(1, 9):
-        keys = np.random.default_rng(number).permutation(30000 * SIZE)[
-            RANK * 4096:(RANK + 1) * 4096].reshape(64, 64).astype(np.int64)
-        results = []
-        for names, replay in zip(pair, (True, False)):
-            with runtime.entered():
-                name = names[0]
-                out, token = api.dense_lookup(name, name + "_fwd", backend.asarray(keys), True,
-                                              checks="backward", replay=replay)
-                copied = host(out)
-                values, rows = api.dense_lookup_grad(name, name + "_bwd", token, out)
-                results.append((copied, host(values), host(rows)))
-                api.apply_optimizer_updates([name], "lazy_adam", "Adam", {}, hyper(number),
-                                            [values], [rows])
-        assert_same(results[0], results[1], pair)
+        keys = dense_keys(number)
+        assert_same(dense_step(pair[0], keys, number, True),
+                    dense_step(pair[1], keys, number, False), pair)
+    assert held() == (1, 1)
+
+
+def test_an_overflowing_dense_step_hands_out_what_it_computed():
+    """A replayed dense class's step whose keys overflow its caps (all even: one owner gets
+    them all) goes the counted way into arrays of its own, and hands those out, not the class's
+    output of the step before: equal to the uncaptured step; the class is recorded again."""
+    fresh()
+    pair = make_pair("dense_overflow", [30000])
+    for number in range(1, 10):
+        keys = dense_keys(200 + number, even=number in (5, 6))
+        assert_same(dense_step(pair[0], keys, number, True),
+                    dense_step(pair[1], keys, number, False), pair)
     assert held() == (1, 1)
 
 
