@@ -151,11 +151,9 @@ _BUDGETS = {}  # SOK1X_REPLAY_MIB's values read so far -> bytes
 def enabled(runtime):
     """True when SOK1X_CAPTURE is not 0 and the bounded step applies: on one rank
     (bounded_step.enabled), or on several with the lookups sized by per-peer capacities
-    (SOK1X_BOUNDED_STEP=1 and SOK1X_PEER_CAPACITY=1). Raises ValueError, before the step does
-    anything, where SOK1X_REPLAY_MIB is set to no number of MiB."""
+    (SOK1X_BOUNDED_STEP=1 and SOK1X_PEER_CAPACITY=1)."""
     if environment.get(ENV, "1") in ("0", "false", "False"):
         return False
-    budget_bytes()
     if runtime.size == 1:
         return bounded_step.enabled(runtime)
     return bounded_step.asked() and peer_capacity.enabled()
@@ -449,7 +447,8 @@ def forward_of(runtime, key, table, op, keys, checks, run, cuts, hooks=None, rou
     keys' flag), each copied into a fixed array of the class at every replay as the keys are;
     run and routed take those after the keys (`key` must tell their shapes). Returns (vectors,
     Routing), or None where the uncaptured path must run (the first sight of the class, or
-    hooks not ready). `op`: an OpId."""
+    hooks not ready). `op`: an OpId. Raises ValueError, before the step does anything, where
+    the class would be recorded and SOK1X_REPLAY_MIB is no number of MiB."""
     plan = None
     if runtime.size > 1:  # sized by caps the ranks agreed on (the op's first lookup sets them)
         plan = None if routed is None else peer_capacity.plan_of(runtime, op, [table])
@@ -471,6 +470,7 @@ def forward_of(runtime, key, table, op, keys, checks, run, cuts, hooks=None, rou
             return None
         if plan is not None and plan.caps is None:  # not yet agreed: the counted way sets them
             return None
+        budget_bytes()  # (a bad SOK1X_REPLAY_MIB fails the step before it does anything)
         fixed_riders = _fixed_copies(runtime.backend, riders)
         if plan is not None:
             return _capture_ranks(runtime, classes, key, table, op, keys,
