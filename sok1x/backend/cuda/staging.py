@@ -193,7 +193,11 @@ def download_beside(arrays, what):
     ready.record(cuda_context.stream())
     side = cuda_context.side_stream()
     side.wait_for_event(ready)
-    return download_later(arrays, what, side)
+    collect = download_later(arrays, what, side)
+    # the event the side stream waits on lives as long as the copies that wait on it: never
+    # destroyed while that wait may still be pending
+    collect.ready = ready
+    return collect
 
 
 SMALL_BYTES = 256  # the largest array read_small_later takes (a flag, a group's 26 counts)
