@@ -452,8 +452,10 @@ def test_first_sightings_are_forgotten_past_a_bound(monkeypatch):
         run_both(pair, keys_of(rng, lengths), lengths, None, "adagrad", number)
         with runtime.entered() as rt:
             assert rt.replays is None or len(rt.replays.sightings) <= 4
-    for number in range(10, 13):
-        run_both(pair, keys_of(rng, LENGTHS), LENGTHS, None, "adagrad", number)
+    for number in range(10, 13):  # as many keys for each owner: no cap overflows at any size
+        keys = np.concatenate([rng.integers(0, member_rows(t), size=n) * SIZE + np.arange(n) % SIZE
+                               for t, n in enumerate(LENGTHS)]).astype(np.int64)
+        run_both(pair, keys, LENGTHS, None, "adagrad", number)
     assert held()[0] == 1
 
 

@@ -521,7 +521,7 @@ def test_dropped_classes_leave_no_front_behind(monkeypatch):
     names = make_tables("fronts")
     rng = np.random.default_rng([59, RANK])
     for number, count in enumerate([3] * 3 + [4] * 3 + [5] * 3 + [6] * 3 + [3] * 3, 1):
-        run_both(names, rng.integers(0, ROWS * SIZE, size=count), None, "adagrad", number)
+        run_both(names, balanced_keys(rng, count), None, "adagrad", number)
     with runtime.entered() as rt:
         classes = rt.replays
         fronts = [] if classes is None else list(classes.fronts.values())
