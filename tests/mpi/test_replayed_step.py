@@ -24,6 +24,7 @@ from mpi4py import MPI
 from sok1x.backend import random_init
 from sok1x.engine import api, lent_memory, runtime
 from sok1x.engine.lookup import bounded_step, peer_capacity, replayed_step
+from sok1x.engine.op_order import OpId
 from sok1x.errors import InvalidInputError
 from sok1x.engine.tables import optimizer_updates
 from step_rules import RULES, every_rule_hyper, hyper
@@ -244,6 +245,37 @@ def test_a_replay_budget_that_is_no_number_fails_the_step_and_changes_nothing(mo
     for number in range(2, 5):
         run_both(names, keys, None, "lazy_adam", number)
     assert held()[0] == 1
+
+
+def test_same_named_lookups_of_a_tower_keep_a_dropped_class_to_their_steps_end(monkeypatch):
+    """Three lookups of one name at three places of one tower (as a graph makes them), at most
+    three classes kept: from the fifth step the middle one's keys change, and its new class,
+    recorded at the sixth, drops the first one's, replayed earlier in that step; the last
+    lookup's call does not free it (only the same place's next call, or the tower's next step,
+    does), and every output, gradient and row equals the uncaptured step's. (checks="end": no
+    forward's checks are left unread, which would keep it anyway.)"""
+    monkeypatch.setattr(replayed_step, "MAX_CLASSES", 3)
+    pairs = [make_tables("tower%d" % t) for t in range(3)]
+    rng = np.random.default_rng([37, RANK])
+    for number in range(1, 10):
+        counts = [3, 5 if number < 5 else 11, 7]
+        keys = [balanced_keys(rng, count) for count in counts]
+        got = {}
+        for side in (0, 1):
+            tower = "tower_%d" % side
+            fronts = [api.dense_lookup(pairs[t][side], OpId("lookup", tower, t), keys[t], True,
+                                       checks="end", replay=side == 0) for t in range(3)]
+            outs = [np.array(out) for out, _ in fronts]
+            grads = [api.dense_lookup_grad(pairs[t][side], OpId("grad", tower, 3 + t), token,
+                                           out) for t, (out, token) in enumerate(fronts)]
+            got[side] = outs + [np.array(a) for pair in grads for a in pair]
+            for t, (values, rows) in enumerate(grads):
+                api.apply_optimizer_updates([pairs[t][side]], "adagrad", "Adagrad", {},
+                                            hyper("adagrad", number), [values], [rows])
+        for a, b in zip(got[0], got[1]):
+            np.testing.assert_array_equal(a, b)
+        for names in pairs:
+            assert_same_tables(names)
 
 
 def test_a_dropped_class_is_freed_at_its_ops_next_call_and_not_while_it_is_held(monkeypatch):

@@ -112,12 +112,13 @@ hold more MiB than it says (_keep: the class just recorded stays whatever it hol
 dropped for memory is not recorded again, its steps uncaptured). A class dropped is retired, not
 freed (_drop): its arrays may still be read in the step that dropped it (its output handed out, its
 Routing in the stash for a backward, which then runs uncaptured on them). It is freed when its op
-is called again, which by replay=True's contract ends its caller's use of them, or a step of its
-tower opens (a tower's first op), and not while the framework still holds what it handed out
-(lent_memory); held_bytes() counts it until then. Any change to the job's tables (made, replaced,
-dropped: the TableRegistry calls Runtime._drop_replays) frees every class at once, with the memory
-it holds, as does shutdown (inside the device context, so nothing is freed at the interpreter's
-exit); a class whose table's rows moved is dropped at its next sight.
+is called again (the same name at the same place of the same tower), which by replay=True's
+contract ends its caller's use of them, or a step of its tower opens (a tower's first op), and not
+while the framework still holds what it handed out (lent_memory) or forwards' checks are left
+unread (reading them may read it); held_bytes() counts it until then. Any change to the job's
+tables (made, replaced, dropped: the TableRegistry calls Runtime._drop_replays) frees every class
+at once, with the memory it holds, as does shutdown (inside the device context, so nothing is freed
+at the interpreter's exit); a class whose table's rows moved is dropped at its next sight.
 """
 import collections
 import functools
@@ -879,12 +880,18 @@ def _keep(runtime, classes, key, entry):
 
 
 def _free_retired(runtime, classes, op):
-    """Frees the retired classes whose use `op`'s call ends: its own (by replay=True's contract
-    its caller is done with what they handed out) and, where `op` opens a step of its tower,
-    every retired class of that tower; not one whose arrays the framework still holds."""
+    """Frees the retired classes whose use `op`'s call ends: its own (the same name at the same
+    place of the same tower: by replay=True's contract its caller is done with what they handed
+    out) and, where `op` opens a step of its tower, every retired class of that tower; not one
+    whose arrays the framework still holds, nor any while checks of forwards are left unread
+    (reading them may read a class's arrays: a hash group's undo, its counts)."""
+    if runtime.unread_checks:
+        return
     op, kept = as_op_id(op), []
     for entry in classes.retired:
-        if (entry.op.tower == op.tower and (entry.op.name == op.name or op.position == 0)
+        if (entry.op.tower == op.tower
+                and (op.position == 0 or (entry.op.position, entry.op.name)
+                     == (op.position, op.name))
                 and not entry.still_held(runtime.backend)):
             entry.free()
         else:
