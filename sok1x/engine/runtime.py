@@ -191,6 +191,16 @@ def _check_global_batch_size(host, global_batch_size):
             % (global_batch_size, host.size))
 
 
+def _check_replay_budget(host):
+    """Raises InitError on every rank where some rank's SOK1X_REPLAY_MIB is no budget
+    (engine/lookup/replayed_step.py), naming those ranks."""
+    from sok1x.engine.lookup import replayed_step
+    errors = host.all_gather_object(replayed_step.budget_error())
+    bad = ["rank %d: %s" % (rank, error) for rank, error in enumerate(errors) if error]
+    if bad:
+        raise InitError("; ".join(bad))
+
+
 def _load_kernels(rank):
     """Loads every CUDA kernel now, not during a step (cuda_launch.load_every_kernel says why);
     raises InitError."""
@@ -254,6 +264,7 @@ def init(backend="auto", global_batch_size=None, **sok_options):
         group = ProcessGroup()
         host = MpiCommunicator(group)
         _check_global_batch_size(host, global_batch_size)
+        _check_replay_budget(host)
         backend_module, data, device = _bring_up_backend(group, host, backend)
         _runtime = Runtime(group, host, backend_module, data, global_batch_size, device)
         failure_guard.install()

@@ -25,7 +25,7 @@ from sok1x.backend import random_init
 from sok1x.engine import api, lent_memory, runtime
 from sok1x.engine.lookup import bounded_step, peer_capacity, replayed_step
 from sok1x.engine.op_order import OpId
-from sok1x.errors import InvalidInputError
+from sok1x.errors import InitError, InvalidInputError
 from sok1x.engine.tables import optimizer_updates
 from step_rules import RULES, every_rule_hyper, hyper
 
@@ -231,20 +231,30 @@ def test_past_the_replay_budget_the_oldest_classes_go_and_stay_uncaptured(monkey
 
 
 @pytest.mark.parametrize("value", ["lots", "-1", "nan", "inf"])
-def test_a_replay_budget_that_is_no_number_fails_the_step_and_changes_nothing(monkeypatch,
-                                                                              value):
-    names = make_tables("bad_budget")
-    keys = np.random.default_rng([19, RANK]).integers(0, ROWS * SIZE, size=7)
-    run_both(names, keys, None, "lazy_adam", 1)
-    before = np.array(api.shard(names[0]).values)
-    monkeypatch.setenv(replayed_step.MEMORY_ENV, value)
-    with pytest.raises(ValueError, match="SOK1X_REPLAY_MIB=%r" % value):
-        step(names[0], keys, None, "lazy_adam", 2, True)
-    np.testing.assert_array_equal(api.shard(names[0]).values, before)
+def test_a_replay_budget_that_is_no_number_fails_init_on_every_rank(monkeypatch, value):
+    """sok1x's init asks every rank's SOK1X_REPLAY_MIB (runtime._check_replay_budget): a value
+    that is no budget on one rank fails it on every rank, naming that rank and the value."""
+    if RANK == SIZE - 1:
+        monkeypatch.setenv(replayed_step.MEMORY_ENV, value)
+    with runtime.entered() as rt:
+        with pytest.raises(InitError, match="rank %d: SOK1X_REPLAY_MIB=%r" % (SIZE - 1, value)):
+            runtime._check_replay_budget(rt.host)
     monkeypatch.setenv(replayed_step.MEMORY_ENV, "0.5")
-    for number in range(2, 5):
-        run_both(names, keys, None, "lazy_adam", number)
-    assert held()[0] == 1
+    with runtime.entered() as rt:
+        runtime._check_replay_budget(rt.host)
+
+
+def test_a_replay_budget_spoiled_after_init_is_warned_of_and_left_unused(monkeypatch):
+    """A value set after init that is no budget (init did not see it; a rank alone failing a
+    lookup would leave its peers in the lookup's collectives) is warned of once, and the steps
+    go on as without a budget, equal to the uncaptured ones."""
+    names = make_tables("spoiled_budget")
+    rng = np.random.default_rng([19, RANK])
+    monkeypatch.setenv(replayed_step.MEMORY_ENV, "a lot %d" % RANK)
+    with pytest.warns(UserWarning, match="SOK1X_REPLAY_MIB='a lot %d'.*left unused" % RANK):
+        for number, count in enumerate([5, 5, 5, 9, 9, 9], 1):
+            run_both(names, balanced_keys(rng, count), None, "lazy_adam", number)
+    assert kept_sizes() == [5, 9]
 
 
 def test_same_named_lookups_of_a_tower_keep_a_dropped_class_to_their_steps_end(monkeypatch):

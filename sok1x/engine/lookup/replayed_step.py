@@ -109,21 +109,23 @@ gradients alike): on two H200s a dlrm26 class of 425,984 keys of dim 128 a rank 
 against 455 at one rank (2026-11-30, bench/NOTES.md). At most MAX_CLASSES forward classes are kept,
 the oldest dropped first, and with SOK1X_REPLAY_MIB set the oldest others while the kept classes
 hold more MiB than it says (_keep: the class just recorded stays whatever it holds, and a class
-dropped for memory is not recorded again, its steps uncaptured). A class dropped is retired, not
-freed (_drop): its arrays may still be read in the step that dropped it (its output handed out, its
-Routing in the stash for a backward, which then runs uncaptured on them). It is freed when its op
-is called again (the same name at the same place of the same tower), which by replay=True's
-contract ends its caller's use of them, or a step of its tower opens (a tower's first op), and not
-while the framework still holds what it handed out (lent_memory) or forwards' checks are left
-unread (reading them may read it); held_bytes() counts it until then. Any change to the job's
-tables (made, replaced, dropped: the TableRegistry calls Runtime._drop_replays) frees every class
-at once, with the memory it holds, as does shutdown (inside the device context, so nothing is freed
-at the interpreter's exit); a class whose table's rows moved is dropped at its next sight.
+dropped for memory is not recorded again, its steps uncaptured; sok1x's init fails on every rank
+where one's value is no budget). A class dropped is retired, not freed (_drop): its arrays may
+still be read in the step that dropped it (its output handed out, its Routing in the stash for a
+backward, which then runs uncaptured on them). It is freed when its op is called again (the same
+name at the same place of the same tower), which by replay=True's contract ends its caller's use of
+them, or a step of its tower opens (a tower's first op), and not while the framework still holds
+what it handed out (lent_memory) or forwards' checks are left unread (reading them may read it);
+held_bytes() counts it until then. Any change to the job's tables (made, replaced, dropped: the
+TableRegistry calls Runtime._drop_replays) frees every class at once, with the memory it holds, as
+does shutdown (inside the device context, so nothing is freed at the interpreter's exit); a class
+whose table's rows moved is dropped at its next sight.
 """
 import collections
 import functools
 import operator
 import time
+import warnings
 
 import numpy as np
 
@@ -448,8 +450,7 @@ def forward_of(runtime, key, table, op, keys, checks, run, cuts, hooks=None, rou
     keys' flag), each copied into a fixed array of the class at every replay as the keys are;
     run and routed take those after the keys (`key` must tell their shapes). Returns (vectors,
     Routing), or None where the uncaptured path must run (the first sight of the class, or
-    hooks not ready). `op`: an OpId. Raises ValueError, before the step does anything, where
-    the class would be recorded and SOK1X_REPLAY_MIB is no number of MiB."""
+    hooks not ready). `op`: an OpId."""
     plan = None
     if runtime.size > 1:  # sized by caps the ranks agreed on (the op's first lookup sets them)
         plan = None if routed is None else peer_capacity.plan_of(runtime, op, [table])
@@ -471,7 +472,6 @@ def forward_of(runtime, key, table, op, keys, checks, run, cuts, hooks=None, rou
             return None
         if plan is not None and plan.caps is None:  # not yet agreed: the counted way sets them
             return None
-        budget_bytes()  # (a bad SOK1X_REPLAY_MIB fails the step before it does anything)
         fixed_riders = _fixed_copies(runtime.backend, riders)
         if plan is not None:
             return _capture_ranks(runtime, classes, key, table, op, keys,
@@ -832,28 +832,37 @@ def last_refusal():
     return _REFUSED[0]
 
 
+def budget_error():
+    """Why SOK1X_REPLAY_MIB's value is no budget (a message naming it), or None where it is one
+    or unset; sok1x's init asks it of every rank (runtime.py)."""
+    value = environment.get(MEMORY_ENV)
+    try:
+        mib = float(value) if value else 0.0
+    except ValueError:
+        mib = float("nan")
+    if 0 <= mib < float("inf"):
+        return None
+    return ("%s=%r: give the MiB of device memory the replayed step's shape classes may hold, "
+            "a number at least 0 (unset: at most %d classes, whatever they hold)"
+            % (MEMORY_ENV, value, MAX_CLASSES))
+
+
 def budget_bytes():
     """The device memory the kept shape classes may hold (SOK1X_REPLAY_MIB, MiB), in bytes, or
-    None where it is unset (then only MAX_CLASSES bounds them). Raises ValueError for a value
-    that is no number of MiB at least 0."""
+    None where it is unset (then only MAX_CLASSES bounds them). A value that is no budget fails
+    sok1x's init on every rank; one set so after it (a rank alone could fail then, its peers
+    waiting in the lookup's collectives) is warned of once and left unused."""
     value = environment.get(MEMORY_ENV)
     if not value:
         return None
-    budget = _BUDGETS.get(value)
-    if budget is None:
-        try:
-            mib = float(value)
-        except ValueError:
-            mib = float("nan")
-        if not 0 <= mib < float("inf"):
-            raise ValueError(
-                "%s=%r: give the MiB of device memory the replayed step's shape classes may "
-                "hold, a number at least 0 (unset: at most %d classes, whatever they hold)"
-                % (MEMORY_ENV, value, MAX_CLASSES))
+    if value not in _BUDGETS:
+        error = budget_error()
         if len(_BUDGETS) > 16:
             _BUDGETS.clear()
-        budget = _BUDGETS[value] = int(mib * 2 ** 20)
-    return budget
+        _BUDGETS[value] = None if error else int(float(value) * 2 ** 20)
+        if error:
+            warnings.warn("%s; it is left unused" % error, stacklevel=2)
+    return _BUDGETS[value]
 
 
 def _keep(runtime, classes, key, entry):
