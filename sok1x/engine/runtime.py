@@ -12,6 +12,7 @@ from sok1x.backend import load_backend
 from sok1x.comm.mpi import MpiCommunicator
 from sok1x.comm.process_group import ProcessGroup
 from sok1x.engine import failure_guard
+from sok1x.engine.lookup import replay_budget
 from sok1x.errors import InitError, NotInitializedError
 
 LOCK = threading.RLock()
@@ -193,9 +194,8 @@ def _check_global_batch_size(host, global_batch_size):
 
 def _check_replay_budget(host):
     """Raises InitError on every rank where some rank's SOK1X_REPLAY_MIB is no budget
-    (engine/lookup/replayed_step.py), naming those ranks."""
-    from sok1x.engine.lookup import replayed_step
-    errors = host.all_gather_object(replayed_step.budget_error())
+    (engine/lookup/replay_budget.py), naming those ranks."""
+    errors = host.all_gather_object(replay_budget.budget_error())
     bad = ["rank %d: %s" % (rank, error) for rank, error in enumerate(errors) if error]
     if bad:
         raise InitError("; ".join(bad))

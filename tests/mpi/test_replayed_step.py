@@ -23,7 +23,7 @@ from mpi4py import MPI
 
 from sok1x.backend import random_init
 from sok1x.engine import api, lent_memory, runtime
-from sok1x.engine.lookup import bounded_step, peer_capacity, replayed_step
+from sok1x.engine.lookup import bounded_step, peer_capacity, replay_budget, replayed_step
 from sok1x.engine.op_order import OpId
 from sok1x.errors import InitError, InvalidInputError
 from sok1x.engine.tables import optimizer_updates
@@ -45,7 +45,7 @@ def bounded(monkeypatch):
     monkeypatch.setenv(bounded_step.ENV, "1")
     monkeypatch.setenv(peer_capacity.ENV, "1")  # on several ranks: sized by per-peer caps
     monkeypatch.delenv(replayed_step.ENV, raising=False)
-    monkeypatch.delenv(replayed_step.MEMORY_ENV, raising=False)
+    monkeypatch.delenv(replay_budget.MEMORY_ENV, raising=False)
 
 
 def make_tables(tag):
@@ -210,7 +210,7 @@ def test_past_the_replay_budget_the_oldest_classes_go_and_stay_uncaptured(monkey
     """SOK1X_REPLAY_MIB=0 keeps the newest class only: the one it drops is not recorded again
     (two classes taking turns would record each other out at every step), and every step still
     equals the uncaptured one."""
-    monkeypatch.setenv(replayed_step.MEMORY_ENV, "0")
+    monkeypatch.setenv(replay_budget.MEMORY_ENV, "0")
     names = make_tables("budget")
     rng = np.random.default_rng([17, RANK])
 
@@ -225,7 +225,7 @@ def test_past_the_replay_budget_the_oldest_classes_go_and_stay_uncaptured(monkey
     assert kept_sizes() == [9]
     steps([9], 10)  # and replays
     assert kept_sizes() == [9]
-    monkeypatch.setenv(replayed_step.MEMORY_ENV, "1024")
+    monkeypatch.setenv(replay_budget.MEMORY_ENV, "1024")
     steps([13, 13, 9, 13], 11)  # room for both: the new one is kept beside the second
     assert kept_sizes() == [9, 13]
 
@@ -235,11 +235,11 @@ def test_a_replay_budget_that_is_no_number_fails_init_on_every_rank(monkeypatch,
     """sok1x's init asks every rank's SOK1X_REPLAY_MIB (runtime._check_replay_budget): a value
     that is no budget on one rank fails it on every rank, naming that rank and the value."""
     if RANK == SIZE - 1:
-        monkeypatch.setenv(replayed_step.MEMORY_ENV, value)
+        monkeypatch.setenv(replay_budget.MEMORY_ENV, value)
     with runtime.entered() as rt:
         with pytest.raises(InitError, match="rank %d: SOK1X_REPLAY_MIB=%r" % (SIZE - 1, value)):
             runtime._check_replay_budget(rt.host)
-    monkeypatch.setenv(replayed_step.MEMORY_ENV, "0.5")
+    monkeypatch.setenv(replay_budget.MEMORY_ENV, "0.5")
     with runtime.entered() as rt:
         runtime._check_replay_budget(rt.host)
 
@@ -250,7 +250,7 @@ def test_a_replay_budget_spoiled_after_init_is_warned_of_and_left_unused(monkeyp
     go on as without a budget, equal to the uncaptured ones."""
     names = make_tables("spoiled_budget")
     rng = np.random.default_rng([19, RANK])
-    monkeypatch.setenv(replayed_step.MEMORY_ENV, "a lot %d" % RANK)
+    monkeypatch.setenv(replay_budget.MEMORY_ENV, "a lot %d" % RANK)
     with pytest.warns(UserWarning, match="SOK1X_REPLAY_MIB='a lot %d'.*left unused" % RANK):
         for number, count in enumerate([5, 5, 5, 9, 9, 9], 1):
             run_both(names, balanced_keys(rng, count), None, "lazy_adam", number)

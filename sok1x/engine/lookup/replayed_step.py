@@ -125,12 +125,12 @@ import collections
 import functools
 import operator
 import time
-import warnings
 
 import numpy as np
 
 from sok1x.engine import environment, lent_memory
 from sok1x.engine.lookup import bounded_step, distinct_rows, peer_capacity, replayed_ranks
+from sok1x.engine.lookup.replay_budget import budget_bytes
 from sok1x.engine.lookup.exchange_header import order_checks
 from sok1x.engine.lookup.key_exchange import (
     KeyCheck,
@@ -144,11 +144,9 @@ from sok1x.engine.tables import hybrid_rows, optimizer_updates
 from sok1x.errors import CaptureError
 
 ENV = "SOK1X_CAPTURE"
-MEMORY_ENV = "SOK1X_REPLAY_MIB"
 HELD = "held"  # api's detach=HELD: copies only where the framework held an output (lent_memory)
 MAX_CLASSES = 16
 _SIGHTINGS_KEPT = 1024
-_BUDGETS = {}  # SOK1X_REPLAY_MIB's values read so far -> bytes
 
 
 def enabled(runtime):
@@ -830,39 +828,6 @@ def last_refusal():
     """Why the work of the last class refused could not be recorded (its CaptureError's
     message), or None."""
     return _REFUSED[0]
-
-
-def budget_error():
-    """Why SOK1X_REPLAY_MIB's value is no budget (a message naming it), or None where it is one
-    or unset; sok1x's init asks it of every rank (runtime.py)."""
-    value = environment.get(MEMORY_ENV)
-    try:
-        mib = float(value) if value else 0.0
-    except ValueError:
-        mib = float("nan")
-    if 0 <= mib < float("inf"):
-        return None
-    return ("%s=%r: give the MiB of device memory the replayed step's shape classes may hold, "
-            "a number at least 0 (unset: at most %d classes, whatever they hold)"
-            % (MEMORY_ENV, value, MAX_CLASSES))
-
-
-def budget_bytes():
-    """The device memory the kept shape classes may hold (SOK1X_REPLAY_MIB, MiB), in bytes, or
-    None where it is unset (then only MAX_CLASSES bounds them). A value that is no budget fails
-    sok1x's init on every rank; one set so after it (a rank alone could fail then, its peers
-    waiting in the lookup's collectives) is warned of once and left unused."""
-    value = environment.get(MEMORY_ENV)
-    if not value:
-        return None
-    if value not in _BUDGETS:
-        error = budget_error()
-        if len(_BUDGETS) > 16:
-            _BUDGETS.clear()
-        _BUDGETS[value] = None if error else int(float(value) * 2 ** 20)
-        if error:
-            warnings.warn("%s; it is left unused" % error, stacklevel=2)
-    return _BUDGETS[value]
 
 
 def _keep(runtime, classes, key, entry):
