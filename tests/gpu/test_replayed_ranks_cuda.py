@@ -10,7 +10,7 @@ on every rank and changes no table, and the replays go on; a hash group's steps 
 inserts in the exchange half, agreeing key by key with uncaptured steps, an overflowing step
 among them, and so do a hybrid group's, one owner's insert run uncaptured while its peers
 replay, and a full hybrid group's evicting steps, the victims picked, erased and replaced in the
-exchange's first part and the counts agreed on before its second. At one GPU the same steps
+exchange half and the counts agreed on in the backward's op header. At one GPU the same steps
 replay the one-rank way.
 
     mpiexec --allow-run-as-root -n 2 python3 -m pytest -q tests/gpu/test_replayed_ranks_cuda.py
@@ -396,9 +396,9 @@ def test_a_hybrid_group_replays_its_inserts_on_every_rank(monkeypatch):
 def test_a_full_hybrid_group_replays_its_evicting_steps_on_every_rank(monkeypatch):
     """Hybrid DynamicVariables of 7000 rows a shard that never grow, full after a few steps,
     then evicting at every step on every owner: the evicting class records the pick, the erase
-    and the insert into the victims' rows in its exchange's first part and the vectors' way
-    back in its second, the counts read and every rank's agreement between them
-    (replayed_ranks.owners_part, returning_part); where rank 0's evicting insert is refused by
+    and the insert into the victims' rows and the vectors' way back in one exchange half, its
+    counts read and agreed on by every rank at the backward's op header
+    (bounded_step.agreed_check); where rank 0's evicting insert is refused by
     hand at two steps, it evicts uncaptured inside the same exchanges (uncaptured_rest) while
     its peers replay. Outputs and counts bit for bit, the shards' sizes and every key's vector
     after (an evicted key's as a lookup finds it) equal the uncaptured steps'."""

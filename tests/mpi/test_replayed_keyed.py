@@ -16,10 +16,12 @@ failing its replayed step; int32 keys are not replayed and agree; first sighting
 are forgotten past a bound; a keyed group and a dense table of another dim replay in the
 same steps; on several ranks the steps are sized by per-peer capacities (SOK1X_PEER_CAPACITY=1)
 and replay the same way, hash groups too, a full hybrid group's evicting steps among them
-(each owner's victims bounded by every rank's keys, its counts read and agreed on between its
-exchange's two parts: a step whose new keys find no victim fails every rank): an owner whose
+(each owner's victims bounded by every rank's keys, its counts read and agreed on in the next
+op header: a step whose new keys find no victim fails every rank): an owner whose
 replayed insert is not ready runs it uncaptured while its peers replay, and a step whose keys
 overflow a cap runs the counted way and the class is recorded again."""
+import os
+
 import numpy as np
 import pytest
 from mpi4py import MPI
@@ -1231,8 +1233,8 @@ def test_an_evicting_class_whose_bound_moves_on_another_rank_runs_that_step_unca
 def test_an_evicting_class_whose_first_replay_fails_replays_after(monkeypatch):
     """The no-victim step of test_a_replayed_evicting_step_whose_new_keys_find_no_victim_...
     moved to the evicting class's first replay (the seventh step: the class is seen first at
-    the fifth, recorded at the sixth): it fails on every rank (on several ranks between the
-    exchange's two parts, before the second ever ran) and changes nothing; the next steps
+    the fifth, recorded at the sixth): it fails on every rank (on several ranks in its
+    backward's op header) and changes nothing; the next steps
     replay the class, and every step equals the uncaptured run's."""
     monkeypatch.delenv(table_group.REPLAY_EVICTION_ENV, raising=False)
     first_replay = 6  # (the step's index)
@@ -1307,6 +1309,84 @@ def test_a_load_into_a_replaying_full_group_drops_its_recorded_classes(tmp_path,
         assert sum(ok for ok, evicts in readies[-6:] if evicts) >= 4, readies  # replayed since
 
 
+def test_a_replayed_evicting_forward_waits_for_its_op_header_alone(monkeypatch):
+    """Several ranks: a replayed evicting step's forward is one recorded work after its op header
+    (the keys to the owners, the eviction and insert, the vectors back), and the host waits in
+    it once, for the header: its counts and every rank's agreement on a new key left without a
+    victim wait for the backward's header (bounded_step.agreed_check), where each rank reads
+    them once. Every step still equals the uncaptured run's (the tests above)."""
+    if SIZE == 1:
+        pytest.skip("an op header between two recorded works: several ranks only")
+    monkeypatch.delenv(table_group.REPLAY_EVICTION_ENV, raising=False)
+    rng = np.random.default_rng([113, RANK])
+    steps = [np.concatenate([rng.integers(0, 300 * SIZE, size=n) for n in LENGTHS])
+             .astype(np.int64) for _ in range(14)]
+    readies = noted_readies(monkeypatch)
+    names = full_hybrid_tables("waits", LENGTHS, 16)
+    for number, keys in enumerate(steps[:10], 1):
+        step(names, keys, LENGTHS, np.float32(0.75), "lazy_adam", number, True)
+    forward_waits, header_reads = [], []
+    agree = getattr(bounded_step, "_agree_on_left", None)
+    monkeypatch.setattr(bounded_step, "_agree_on_left", lambda *args: header_reads.append(
+        len(args[1])) or agree(*args), raising=False)
+    for number, keys in enumerate(steps[10:], 11):
+        item = KeyedInput(keys, LENGTHS, None, LENGTHS, None, "sum")
+        waits = runtime.get().stats()["host_waits"]
+        out, token = api.keyed_lookup(names, names[0] + "_fwd", item, True, checks="backward",
+                                      replay=True)
+        forward_waits.append(runtime.get().stats()["host_waits"] - waits)
+        values, rows, counts = api.keyed_lookup_grad(names, names[0] + "_bwd", token, out)
+        api.apply_keyed_update(names, "lazy_adam", RULES["lazy_adam"][0], {},
+                               hyper("lazy_adam", number), values, rows, counts)
+    assert readies[-4:] == [(True, True)] * 4, readies  # replayed evicting steps
+    assert forward_waits == [1] * 4, forward_waits
+    assert header_reads == [1] * 4, header_reads  # each step's, in its backward's header
+
+
+def test_a_save_rank_0_makes_alone_after_an_evicting_forward_reads_its_counts_first(
+        monkeypatch, shared_dir):
+    """Several ranks, the Horovod idiom: after a replayed evicting forward whose counts wait for
+    the next op header, rank 0 alone saves (engine/checkpoint/join.py) while its peers go on to
+    the step's backward: rank 0 reads the counts and agrees on them with its peers, as their
+    header does first, before its marker crosses; they then take part in its save inside that
+    header, and the step's backward and update go on, every rank's tables equal to the same
+    steps run uncaptured."""
+    if SIZE == 1:
+        pytest.skip("a save rank 0 makes alone: several ranks only")
+    from sok1x.engine.checkpoint import join
+    monkeypatch.delenv(table_group.REPLAY_EVICTION_ENV, raising=False)
+    rng = np.random.default_rng([127, RANK])
+    steps = [np.concatenate([rng.integers(0, 300 * SIZE, size=n) for n in LENGTHS])
+             .astype(np.int64) for _ in range(12)]
+    readies = noted_readies(monkeypatch)
+    states = []
+    for replay in (True, False):
+        names = full_hybrid_tables("alone", LENGTHS, 16)
+        for number, keys in enumerate(steps[:11], 1):
+            step(names, keys, LENGTHS, np.float32(0.75), "lazy_adam", number, replay)
+        item = KeyedInput(steps[11], LENGTHS, None, LENGTHS, None, "sum")
+        out, token = api.keyed_lookup(names, names[0] + "_fwd", item, True, checks="backward",
+                                      replay=replay)
+        if replay:
+            assert readies[-1] == (True, True), readies  # a replayed evicting step
+            assert len(runtime.get().unread_checks) == 1  # its counts, left to the next header
+        if RANK == 0:
+            description = {"kind": "save", "stem": "alone_%s" % replay,
+                           "directory": shared_dir, "names": names, "live": []}
+            description, everyone = join.open_checkpoint(runtime.get(), description)
+            assert not everyone and not runtime.get().unread_checks
+            join.perform(description)
+        values, rows, counts = api.keyed_lookup_grad(names, names[0] + "_bwd", token, out)
+        api.apply_keyed_update(names, "lazy_adam", RULES["lazy_adam"][0], {},
+                               hyper("lazy_adam", 12), values, rows, counts)
+        states.append([hybrid_state(name) for name in names])
+    for mine, theirs in zip(*states):
+        assert_same_state(mine, theirs)
+    COMM.Barrier()
+    saved = sorted(os.listdir(shared_dir))
+    assert any(f.startswith("alone_True") for f in saved), saved
+
+
 def steps_without_victims(count, short_at=10):
     """(lengths, `count` steps' keys) of two members: member 1 gets 24 keys a step, ten fresh
     values at each step, except step `short_at`: the last step's ten values and 14 fresh ones
@@ -1336,7 +1416,7 @@ def test_a_replayed_evicting_step_whose_new_keys_find_no_victim_fails_and_change
     no victim) fails with TableFullError on every rank and changes no table, and the replays go
     on after, equal to the uncaptured steps; on one rank in a tower (checks="tower") the
     backward reads the step's counts once its own work is queued and fails there (on several
-    ranks the owners read them and agree between the forward's two exchanges)."""
+    ranks every rank reads and agrees on them in the backward's op header)."""
     lengths, steps = steps_without_victims(16)
     readies = noted_readies(monkeypatch)
     got = full_hybrid_run("unserved", steps, lengths, True, (10,), rows=20, checks=checks)
@@ -1351,10 +1431,10 @@ def test_a_replayed_evicting_step_whose_new_keys_find_no_victim_fails_and_change
 def test_an_evicting_forward_whose_keys_find_no_victim_fails_the_dump_after_it(monkeypatch,
                                                                               tmp_path):
     """The step of the test above whose new keys find no victim is a replayed forward alone
-    (its backward never comes); on one rank, a checkpoint's dump after it reads its checks and
-    counts, fails with TableFullError, and takes its eviction and insert back (on several
-    ranks the forward fails so itself): member 1 holds the keys it held before, none without a
-    row."""
+    (its backward never comes); a checkpoint's dump after it reads its checks and counts (on
+    several ranks every rank's, agreed in the dump's op header), fails with TableFullError on
+    every rank, and takes its eviction and insert back: member 1 holds the keys it held
+    before, none without a row."""
     monkeypatch.delenv(table_group.REPLAY_EVICTION_ENV, raising=False)
     lengths, steps = steps_without_victims(11)
     readies = noted_readies(monkeypatch)
@@ -1369,15 +1449,9 @@ def test_an_evicting_forward_whose_keys_find_no_victim_fails_the_dump_after_it(m
     before = api.shard(names[1]).index.export()
     item = KeyedInput(steps[10], lengths, None, lengths, None, "sum")
     op = OpId(names[0] + "_fwd", names[0], 0)
-    if SIZE == 1:
-        api.keyed_lookup(names, op, item, True, checks="backward", replay=True)
-        assert readies[-1] == (True, True), readies  # a replayed evicting step
-        with pytest.raises(TableFullError, match="full"):
-            checkpoint_tables.dump_tables(str(tmp_path), names)
-    else:  # the owners read their counts and agree between the forward's two exchanges
-        with pytest.raises(TableFullError, match="full"):
-            api.keyed_lookup(names, op, item, True, checks="backward", replay=True)
-        assert readies[-1] == (True, True), readies
+    api.keyed_lookup(names, op, item, True, checks="backward", replay=True)
+    assert readies[-1] == (True, True), readies  # a replayed evicting step
+    with pytest.raises(TableFullError, match="full"):
         checkpoint_tables.dump_tables(str(tmp_path), names)
     keys, rows = api.shard(names[1]).index.export()
     assert sorted(keys.tolist()) == sorted(before[0].tolist())
@@ -1481,8 +1555,8 @@ def test_an_evicting_replay_whose_count_copy_fails_changes_nothing(checks, monke
     """A replayed evicting step whose copy of its counts cannot be queued (inside done(), after
     its undo actions are recorded) fails and changes nothing, and the steps after it equal
     those of the uncaptured steps with a bad key in that step instead. On several ranks it
-    fails on rank 0 alone, and its peers, waiting in the agreement on the step's counts, fail
-    with it."""
+    fails on rank 0 alone, and its peers, agreeing on the step's counts with it in the
+    backward's op header, fail with it."""
     monkeypatch.delenv(table_group.REPLAY_EVICTION_ENV, raising=False)
     lengths, steps = steps_without_victims(16)
     steps[10] = steps[9]  # no TableFullError step

@@ -26,7 +26,7 @@ import numpy as np
 
 from sok1x.engine import checkpoint, runtime
 from sok1x.engine.checkpoint import generations
-from sok1x.engine.lookup import exchange_header
+from sok1x.engine.lookup import bounded_step, exchange_header
 from sok1x.engine.tables import shard_rows
 from sok1x.engine.op_keys import name_key
 from sok1x.errors import CheckpointError
@@ -87,6 +87,8 @@ def open_checkpoint(rt, description):
     got here if rank 0 does not run it, or if ranks name other tables."""
     if rt.size == 1:
         return description, True
+    if rt.unread_checks:  # as an op header does first: its peers may be in one
+        bounded_step.read_left(rt)
     with _Deadline(rt, timeout(), _ADVICE % (rt.rank, "that did not come")):
         keys = exchange_header.exchange_marker(rt, CHECKPOINT_KEY)
     if keys[0] != CHECKPOINT_KEY:
@@ -172,6 +174,8 @@ def _register_farewell(rt):
             return
         with runtime.entered() as current:
             with _Deadline(current, timeout(), _ADVICE % (current.rank, "at their farewell")):
+                if current.unread_checks:  # as an op header does first (open_checkpoint too)
+                    bounded_step.read_left(current)
                 while True:
                     keys = exchange_header.exchange_marker(current, FAREWELL_KEY)
                     if not join_if_asked(current, keys, FAREWELL_KEY):

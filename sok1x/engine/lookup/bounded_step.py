@@ -48,7 +48,8 @@ receive) (bounds_of, kept in Routing.bounds), and lays them out in pieces of tho
 rounded up to ALIGN_ROWS. So is a training lookup of a hash group sized by the caps (no shard
 of it can fill up in the step): its header tells every rank each rank's keys per member beside
 its room (key_exchange.room_and_keys), and rows_bound takes those. The forward still reads its
-header (its checks and overflow ride in it), so the checks are never deferred there. Cost: a
+header (its checks and overflow ride in it), so the key checks are never deferred there; what
+the next op header reads there is an evicting step's counts (agreed_check). Cost: a
 member's piece is up to the job's keys of that member where the counted way holds this
 owner's share of them, about `size` times the rows (and the update's padded rows) of the
 counted backward when keys spread evenly; a rank whose header told nothing (its lookup not
@@ -82,7 +83,30 @@ where a key is bad), describe() -> the error that names it, op_name (for the mes
 None, or what runs once the flag is read clear (a hash group's replayed insert counts its
 lookup then: table_group.ReplayedInsert.checked), left: what the message adds where the next
 op reads them (read_left): NO_BACKWARD, or NO_UPDATE for checks a replayed backward left to
-its update (leave_for_update)."""
+its update (leave_for_update). read None: an agreed check (agreed_check)."""
+
+
+def agreed_check(describe, op_name, passed):
+    """The Deferred of a step on several ranks whose outcome every rank learns at the next op
+    header (read_left, before its own records cross: the backward's, or the next op's): there
+    describe() reads what it needs (a wait) and returns this rank's error or None, every rank
+    agrees (one all-gather), and the step fails on every rank, taken back, or passed() runs on
+    each. An evicting step in place leaves its counts so (key_exchange._agreed_in_place,
+    table_group.ReplayedInsert.agreed_check): no wait between its exchanges. Every rank leaves
+    one at the same place of the same op, whether it replays or not."""
+    return Deferred(None, describe, op_name, passed, "")
+
+
+def leave_agreed(runtime, deferred):
+    """Leaves an agreed check (agreed_check) to the next op header; a rollback of its step
+    before then (its forward failed after this) takes it back, so that no later header runs
+    its passed() over what the rollback put back."""
+    runtime.unread_checks.append(deferred)
+    runtime.journal.record(functools.partial(_forget, runtime, deferred))
+
+
+def _forget(runtime, deferred):
+    runtime.unread_checks = [d for d in runtime.unread_checks if d is not deferred]
 
 def enabled(runtime):
     """True when SOK1X_BOUNDED_STEP=1 and the job has one rank."""
@@ -199,14 +223,39 @@ def read_left(runtime):
     """Reads the checks of forwards whose backward never came (and of replayed backwards whose
     update never came) and raises the first bad input's error, naming its lookup, with their
     step rolled back (the journal's step is still theirs: a hash group's insert is taken back,
-    whether the op reading them is a step's or a checkpoint's, which no api._Step undoes)."""
+    whether the op reading them is a step's or a checkpoint's, which no api._Step undoes). On
+    several ranks (agreed checks) every rank agrees on them first (_agree_on_left)."""
     taken, runtime.unread_checks = list(runtime.unread_checks), []
     try:
+        if runtime.size > 1:
+            _agree_on_left(runtime, taken)
+            return
         for deferred in taken:
             raise_if_set(runtime, [deferred], deferred.left)
     except BaseException as exc:
         runtime.journal.failed(exc)  # (api._Step's own rollback then finds nothing to undo)
         raise
+
+
+def _agree_on_left(runtime, taken):
+    """read_left on several ranks: this rank's first error among the checks `taken` (an agreed
+    check's describe(), a key check's where its flag is set; a fault while reading them is the
+    error), agreed with every rank (each leaves the same checks at the same op), then raised on
+    every rank, or each check's passed() run."""
+    error, what = None, taken[0].op_name
+    for deferred in taken:
+        try:
+            if deferred.read is None or int(deferred.read()[0]):
+                error = deferred.describe()
+        except Exception as fault:  # (its peers wait in the agreement below)
+            error = fault
+        if error is not None:
+            what = deferred.op_name + deferred.left
+            break
+    runtime.host.raise_together(error, what)
+    for deferred in taken:
+        if deferred.passed is not None:
+            deferred.passed()
 
 
 def leave_for_update(runtime, taken):

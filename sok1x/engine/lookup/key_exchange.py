@@ -189,7 +189,7 @@ def lookup_forward_many(runtime, tables, op, keys_list, training, local_error=No
                                     admit_ratios)
     send_counts = np.zeros((size, len(tables)), dtype=np.int64)
     prepared, sent_tags, slots, deferred = [], [], None, None
-    bounds = [None] * len(tables)
+    bounds, in_place = [None] * len(tables), set()
     if error is None and size == 1:  # alone, nothing crosses a network: no de-duplication
         for t, keys in enumerate(keys_list):
             keys = backend.asarray(keys)
@@ -244,7 +244,7 @@ def lookup_forward_many(runtime, tables, op, keys_list, training, local_error=No
     slots = slots or [None] * len(tables)
     outs, owner_rows, passed = owners_round(runtime, op, tables, prepared, sent_tags, tagged,
                                             send_counts, recv_counts, slots, training,
-                                            admit_ratios, fitting)
+                                            admit_ratios, fitting, in_place)
     routings = []
     for t, (table, keys) in enumerate(zip(tables, keys_list)):
         distinct, inverse, perm, _ = prepared[t]
@@ -260,10 +260,11 @@ def lookup_forward_many(runtime, tables, op, keys_list, training, local_error=No
 
 
 def owners_round(runtime, op, tables, prepared, sent_tags, tagged, send_counts, recv_counts,
-                 slots, training, admit_ratios, fitting):
+                 slots, training, admit_ratios, fitting, in_place=()):
     """A lookup's work after its op header: each table's keys (and the tagged tables' tags,
     `sent_tags`) to their owners, the owners' rows (a training lookup's inserts: _insert_keys,
-    with `fitting`, fitting_units's pair) and vectors, the vectors back and spread to every key.
+    with `fitting`, fitting_units's pair, and `in_place`, in_place_units' set) and vectors, the
+    vectors back and spread to every key.
     prepared: per table (distinct keys, inverse, perm, keys to send); counts host int64
     [size, tables]; slots: per table None or its capacity slots. Returns (vectors per table in
     input order, the owners' rows per table, per table None or admission's kept keys)."""
@@ -278,7 +279,8 @@ def owners_round(runtime, op, tables, prepared, sent_tags, tagged, send_counts, 
                                                           admit_ratios[t], table.journal.step)
     owner_rows, vectors = [None] * len(tables), [None] * len(tables)
     if training and any(table.use_hashtable for table in tables):
-        _insert_keys(runtime, op, tables, owned, owned_tags, owner_rows, vectors, *fitting)
+        _insert_keys(runtime, op, tables, owned, owned_tags, owner_rows, vectors, *fitting,
+                     in_place)
     for t, (table, keys, kept) in enumerate(zip(tables, owned, passed)):
         if vectors[t] is not None:  # a hash group's training lookup: done
             continue
@@ -486,7 +488,8 @@ def _with_columns(counts, tagged):
     return np.concatenate([counts, counts[:, tagged]], axis=1) if tagged else counts
 
 
-def _insert_keys(runtime, op, tables, owned, owned_tags, owner_rows, vectors, fitting, most):
+def _insert_keys(runtime, op, tables, owned, owned_tags, owner_rows, vectors, fitting, most,
+                 units_in_place=()):
     """A training lookup's check and insert of owned keys: each hash table alone counts its new
     keys against its capacity before anything changes (a wait each); the HashGroups among
     `tables` (those with owned_tags) place their keys in one launch each and the host reads all
@@ -495,7 +498,9 @@ def _insert_keys(runtime, op, tables, owned, owned_tags, owner_rows, vectors, fi
     as every rank found from the op header: fitting_units) neither waits nor takes part in that
     agreement: its counts are read in the next op header's wait (runtime.read_later). most:
     per hash group the header told of, the most keys per member any owner can get
-    (fitting_units).
+    (fitting_units). On several ranks, where every hash table not in `fitting` is a group in
+    `units_in_place` (in_place_units': its full shards evict every new key in place, the others
+    hold them), nothing waits either: the ranks agree on the device (_agreed_in_place).
     Fills owner_rows and vectors for the groups and the tables in `fitting`."""
     backend = runtime.backend
     kept = []  # the groups' inserts in `fitting`: their lookups count once the step goes on
@@ -511,6 +516,11 @@ def _insert_keys(runtime, op, tables, owned, owned_tags, owner_rows, vectors, fi
     if all(t in fitting for t, table in enumerate(tables) if table.use_hashtable):
         _count_kept(kept)
         return  # every rank skips the agreement alike: `fitting` is the same everywhere
+    if runtime.size > 1 and all(t in fitting or (t in owned_tags and t in units_in_place)
+                                for t, table in enumerate(tables) if table.use_hashtable):
+        _agreed_in_place(runtime, op, tables, owned, owned_tags, owner_rows, vectors, most,
+                         [t for t in sorted(units_in_place) if t not in fitting], kept)
+        return  # (every rank alike: the op header told them all what decides it)
     errors = _capacity_errors(backend, [(table, keys) for t, (table, keys)
                                         in enumerate(zip(tables, owned))
                                         if t not in owned_tags and t not in fitting])
@@ -557,6 +567,53 @@ def _insert_keys(runtime, op, tables, owned, owned_tags, owner_rows, vectors, fi
         except BaseException:  # the calls not finished yet keep no key either
             _undo_started(backend, tables, started[done + 1:], placed[done + 1:])
             raise
+
+
+def _agreed_in_place(runtime, op, tables, owned, owned_tags, owner_rows, vectors, most, units,
+                     kept):
+    """_insert_keys' groups `units` evicting in place on several ranks, with no wait between
+    the exchanges: each owner evicts and inserts its keys of a group (or, holding no full
+    member, inserts them as kept_insert does: the op header told every rank that they fit), its
+    counts' copies queued. The next op header (the backward's) reads them and agrees with every
+    rank on a new key left without a victim (bounded_step.Deferred, agreed: read_left), where
+    the step fails on every rank and is taken back; the kept inserts count their lookups once
+    it passed. A replayed evicting class leaves its counts to the same header
+    (ReplayedInsert.agreed_check), so an owner may replay while its peers do not: the
+    collectives are the same."""
+    backend = runtime.backend
+    evictions = []
+    for t in units:
+        group = tables[t]
+        bounds = group.in_place_bounds(owned[t], most.get(t))
+        if bounds is None:  # no full member here: the header told every rank its keys fit
+            owner_rows[t], vectors[t], state = kept_insert(runtime, group, owned[t],
+                                                           owned_tags[t])
+            kept.append((group, state))
+            continue
+        evicted = group.make_room_in_place(bounds, owned[t], owned_tags[t])
+        state, counts = group.insert_start(owned[t], owned_tags[t], evicted)
+        owner_rows[t], vectors[t] = group.insert_kept(state, counts)
+        kept.append((group, state))
+        evictions.append((group, evicted, counts))
+    counted = [a for _, evicted, counts in evictions
+               for a in (evicted.unserved, evicted.victims.totals, evicted.victims.served, counts)]
+    read = backend.read_many_later(counted) if counted else list
+    settled = []
+
+    def settle():  # the evictions' counts handed over, once: their errors
+        if not settled:
+            settled.append([])  # (first: a read that fails is not made again by the undo)
+            settled[0] = _settled_in_place(evictions, read())
+        return settled[0]
+
+    def passed():
+        settle()
+        _count_kept(kept)
+
+    # (a step that fails before its check is read still hands its counts over, first)
+    runtime.journal.record(settle)
+    bounded_step.leave_agreed(runtime, bounded_step.agreed_check(
+        lambda: first_error(*settle()), as_op_id(op).name, passed))
 
 
 def kept_insert(runtime, group, owned, owned_tags):

@@ -375,8 +375,8 @@ def _replayed_forward(runtime, tables, unit, group, op, item, training, key_limi
     backend = runtime.backend
 
     hooks = table_group.ReplayedInsert(
-        group, cuts, evicting, lambda error: runtime.host.raise_together(error, op.name),
-        evicting and runtime.size > 1) if hashed else None
+        group, cuts, evicting, lambda error: runtime.host.raise_together(error, op.name)
+    ) if hashed else None
 
     def routed(fixed, riders=()):  # the checks, and the keys moved into the group's id space
         check = _key_check(backend, tables, item._replace(

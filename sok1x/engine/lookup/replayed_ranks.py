@@ -25,11 +25,13 @@ owner (the recorded insert, table_group.ReplayedInsert, whose ready() is asked a
 with those most keys). A step in which a shard might fill up goes on uncaptured on every rank, the
 counted way (its insert may grow, evict or fail, as an uncaptured one does), unless every full
 shard evicts its new keys in place and the others fit: that step goes sized by the caps, and a full
-hybrid group's class of such steps (ReplayedInsert, evicting) replays its exchange half in two
-parts, owners_part (the keys and tags to the owners, the pick, the erase and the insert into the
-victims' rows) and returning_part (the vectors back), with the counts read and every rank's
-agreement on a key left without a victim between them, where the uncaptured step's owners agree;
-its victims are bounded by the header's most keys of each member an owner can get. An owner whose
+hybrid group's class of such steps (ReplayedInsert, evicting) replays its exchange half as one
+recorded work: the keys and tags to the owners, the pick, the erase and the insert into the
+victims' rows (owners_part), the vectors back (returning_part). Its counts are read, and every
+rank agrees on a key left without a victim, at the next op header (the backward's:
+bounded_step.agreed_check), where the uncaptured step's owners agree too
+(key_exchange._agreed_in_place), so that nothing waits between the two exchanges; its victims
+are bounded by the header's most keys of each member an owner can get. An owner whose
 insert is not ready (a hybrid member with freed rows to hand out, say) places the keys as an
 uncaptured step that fits does (kept_half), or evicts them uncaptured (uncaptured_rest, in place),
 in the same exchanges, while its peers replay. The header has read every rank's checks before the
@@ -100,9 +102,7 @@ def owners_part(runtime, table, outputs, plan, insert=None):
     """The exchange half's first part, to the owners (sized by `plan`'s caps): the prepared
     keys go to their owners (a HashGroup's sent tags beside them), where insert(owned keys,
     owned tags) -> (rows, vectors, [more arrays]) finds or places them (a dense table's rows
-    follow from its keys). An evicting group's step reads its counts and agrees with every rank
-    between this part and returning_part, as its uncaptured step does between its exchanges.
-    Returns [owner rows, their vectors] + more."""
+    follow from its keys). Returns [owner rows, their vectors] + more."""
     sends, columns, more = [outputs[_PREPARED + 3]], [0], []
     if len(outputs) > _SLOTS + 1:
         sends.append(outputs[_SLOTS + 2])
@@ -195,10 +195,11 @@ def uncaptured_rest(runtime, op, table, outputs, plan, sizes, count, fitting=Non
     """A step some rank's keys overflowed (sizes.overflow), or in which a HashGroup's shard
     might fill up (not fits(fitting)), every rank alike: the exchange the counted way from the
     prepare half's outputs (a HashGroup's insert as an uncaptured lookup's: it may grow, evict
-    or fail on every rank); an overflow's caps grow. Where no rank overflowed and the group's
-    full shards evict every new key in place (header()'s in_place), the exchange is sized by
-    the caps instead, as an uncaptured lookup's is then, its insert an uncaptured one (it
-    evicts, or fails on every rank). Returns (vectors, Routing)."""
+    or fail on every rank); an overflow's caps grow. Where the group's full shards evict every
+    new key in place (header()'s in_place), its insert is an uncaptured one that leaves its
+    counts and every rank's agreement on them to the next op header
+    (key_exchange._agreed_in_place), and, where no rank overflowed, the exchange is sized by
+    the caps, as an uncaptured lookup's is then. Returns (vectors, Routing)."""
     prepared = [tuple(outputs[_PREPARED:_SLOTS])]
     send_counts, recv_counts, prepared, slots = sized_or_counted(
         runtime, plan, sizes, prepared, [outputs[_SLOTS]], [outputs[_PREPARED]],
@@ -211,7 +212,7 @@ def uncaptured_rest(runtime, op, table, outputs, plan, sizes, count, fitting=Non
         tagged = [0]
     (vectors,), (rows,), _ = owners_round(runtime, op, [table], prepared, tags, tagged,
                                           send_counts, recv_counts, slots or [None], True,
-                                          None, fitting or (set(), {}))
+                                          None, fitting or (set(), {}), {0} if in_place else ())
     if slots:
         return vectors, routing(runtime, table, outputs, rows, count, plan, sizes, None, None,
                                 fitting)

@@ -7,9 +7,11 @@ them (replayed_ranks.py: the header is read on the host before any key crosses, 
 replay, so D3 and D7 hold), its backward's rows are bounded by every rank's keys
 (bounded_step.bounds_of: a backward class per pieces), and its backward's header is the whole
 op header (order_checks on several ranks). A class is recorded with its op's caps and dropped
-when they grow. A hash group's training lookup replays there too, but for its evicting steps
-(replayed_ranks.py: its insert in the exchange half, ready() asked after the header, which
-tells whether any shard of it can fill up). What follows is the one-rank step.
+when they grow. A hash group's training lookup replays there too (replayed_ranks.py: its
+insert in the exchange half, ready() asked after the header, which tells whether any shard of
+it can fill up), a full hybrid group's evicting steps among them (their counts and every
+rank's agreement on them left to the next op header: bounded_step.agreed_check). What follows
+is the one-rank step.
 
 Which steps. A training lookup of int64 keys (int32 ones are widened into a new array at each run,
 and the part list naming it would be an upload inside the capture) of dense tables whose rows
@@ -165,7 +167,7 @@ class _Forward:
     (host piece_starts of its members' keys) and backward classes."""
 
     def __init__(self, op, key, table, keys, work, judge, pieces, hooks=None, prepare=None,
-                 plan=None, member_keys=None, riders=(), back=None):
+                 plan=None, member_keys=None, riders=()):
         self.op = as_op_id(op)  # whose next call ends the use of what it handed out (_drop)
         self.key, self.table, self.keys = key, table, keys
         self.riders = riders  # forward_of's: fixed arrays the work reads beside the keys
@@ -175,9 +177,6 @@ class _Forward:
         # several ranks: the recorded half before the op header (replayed_ranks.py), the op's
         # peer_capacity.Plan and the caps both halves were recorded with, the keys per member
         self.prepare, self.plan, self.member_keys = prepare, plan, member_keys
-        # an evicting HashGroup's there: its exchange half's second recorded part (the vectors
-        # back: replayed_ranks.returning_part), `work` its first
-        self.back = back
         self.caps = None if plan is None else plan.caps
         self.routing = self.check = self.describe = None  # made at the first replay
         self.replays = 0  # one-rank replays so far: a predicated update reads this step's flag
@@ -189,17 +188,14 @@ class _Forward:
     def outputs(self):
         """(bounds, flag, rows, vectors, and what else the run returned): the arrays every
         replay writes."""
-        if self.back is not None:
-            return (self.prepare.outputs[:2] + self.work.outputs[:1] + self.back.outputs
-                    + self.work.outputs[2:])
         if self.prepare is not None:
             return self.prepare.outputs[:2] + self.work.outputs
         return self.work.outputs
 
     def handed_out(self):
         """The arrays a replay writes and hands out: [vectors], or None before the first."""
-        if self.work.outputs is None or (self.back is not None and self.back.outputs is None):
-            return None  # (cpu: an evicting class whose first replay failed between its parts)
+        if self.work.outputs is None:
+            return None
         return [self.outputs()[3]]
 
     @property
@@ -207,16 +203,14 @@ class _Forward:
         return (int(self.keys.nbytes) + sum(int(r.nbytes) for r in self.riders)
                 + self.work.held_bytes
                 + (0 if self.prepare is None else self.prepare.held_bytes)
-                + (0 if self.back is None else self.back.held_bytes)
                 + sum(b.held_bytes for b in self.backwards.values()))
 
     def free(self):
         for backward in self.backwards.values():
             backward.free()
         self.work.free()
-        for work in (self.prepare, self.back):
-            if work is not None:
-                work.free()
+        if self.prepare is not None:
+            self.prepare.free()
         self.backwards = {}
 
     def still_held(self, backend):
@@ -555,20 +549,12 @@ def _capture_ranks(runtime, classes, key, table, op, keys, routed, cuts, plan, r
     if not ran:  # the counted way, or this owner's insert uncaptured
         return vectors, routing
     insert = None if hooks is None else hooks.insert
-    split = hooks is not None and hooks.evicting  # the exchange half in two parts
     prepare = _recorded(backend, lambda: replayed_ranks.prepare(runtime, table, routed, fixed,
                                                                 caps)[0])
     works = [prepare]
-    if prepare is not None and not split:
+    if prepare is not None:
         works.append(_recorded(backend, lambda: replayed_ranks.exchange_half(
             runtime, table, prepare.outputs, plan, insert)))
-    elif prepare is not None:
-        works.append(_recorded(backend, lambda: replayed_ranks.owners_part(
-            runtime, table, prepare.outputs, plan, insert)))
-        owners = works[-1]
-        if owners is not None:
-            works.append(_recorded(backend, lambda: replayed_ranks.returning_part(
-                runtime, table, prepare.outputs, plan, owners.outputs[1])))
     if None in works:
         for work in works:
             if work is not None:
@@ -577,26 +563,29 @@ def _capture_ranks(runtime, classes, key, table, op, keys, routed, cuts, plan, r
         return vectors, routing
     _keep(runtime, classes, key, _Forward(op, key, table, fixed, works[1], judge,
                                           bounded_step.piece_starts(cuts), hooks, prepare, plan,
-                                          member_keys, riders, works[2] if split else None))
+                                          member_keys, riders))
     return vectors, routing
 
 
 def _exchanged(runtime, op, table, outputs, judge, member_keys, plan, count, hooks,
-               work=None, back=None):
+               work=None):
     """A several-rank forward after its prepare half (`outputs`): the op header, then the
-    exchange half, replayed (`work`; an evicting group's in two parts, `work` and `back`), or
-    run now where there is none (the class's capture: with `hooks`' insert). Returns (vectors,
+    exchange half, replayed (`work`), or run now where there is none (the class's capture:
+    with `hooks`' insert); an evicting group's step leaves its counts and every rank's
+    agreement on them to the next op header (ReplayedInsert.agreed_check). Returns (vectors,
     Routing, whether the exchange half ran): it did not where the step went on uncaptured, the
     counted way (some rank's keys overflowed a cap, or a HashGroup's shard might fill up: every
     rank alike), sized by the caps where a class's work does not make the step the header
     tells (a full shard evicts in a class that does not evict, or an evicting class's keys all
     fit), or, where `hooks` are not ready on this rank, its insert as an uncaptured lookup
-    makes it (its peers may replay: the collectives are the same)."""
+    makes it (its peers may replay: the collectives are the same); nor, for recording, where
+    an evicting class's capture step fails (on this rank: its error waits for the next op
+    header)."""
     sizes, telling, fitting, in_place = replayed_ranks.header(runtime, op, table, outputs,
                                                               judge, member_keys)
     if sizes.overflow or not (replayed_ranks.fits(fitting) or in_place):
         return replayed_ranks.uncaptured_rest(runtime, op, table, outputs, plan, sizes, count,
-                                              fitting) + (False,)
+                                              fitting, in_place) + (False,)
 
     def routing(rows):
         return replayed_ranks.routing(runtime, table, outputs, rows, count, plan, sizes,
@@ -611,26 +600,26 @@ def _exchanged(runtime, op, table, outputs, judge, member_keys, plan, count, hoo
             return vectors, routing(rows), False
     if hooks is not None:
         hooks.arm()  # (the header made the order checks: the op's journal step is open)
-    insert = None if hooks is None else hooks.insert
-    if work is None and evicting:
-        rows, gathered, *more = replayed_ranks.owners_part(runtime, table, outputs, plan,
-                                                           insert)
-    elif work is None:
-        rows, vectors, *more = replayed_ranks.exchange_half(runtime, table, outputs, plan,
-                                                            insert)
+    if work is None:
+        rows, vectors, *more = replayed_ranks.exchange_half(
+            runtime, table, outputs, plan, None if hooks is None else hooks.insert)
     else:
         work.replay()
         rows, vectors, *more = work.outputs
-    if hooks is not None:  # the header read every rank's checks: they passed
+    if evicting:  # its counts, and every rank's agreement on them, at the next op header
+        fault, read = None, work is None
+        try:
+            hooks.done(rows, more)
+            if read:  # the class's capture: its work, recorded next, reads what they settle
+                fault = hooks.failure()
+        except Exception as error:  # every rank fails with it there (its peers go on to it)
+            fault, read = error, True
+        bounded_step.leave_agreed(runtime, hooks.agreed_check(as_op_id(op).name, fault, read))
+        if work is None and fault is not None:  # a capture whose step fails records nothing
+            return vectors, routing(rows), False
+    elif hooks is not None:  # the header read every rank's checks: they passed
         hooks.done(rows, more)
-        # (evicting: the step's one wait, its counts, and every rank's agreement on a new key
-        # left without a victim, between the exchanges as an uncaptured step makes it)
         hooks.checked()
-    if evicting and back is None:  # (the capture's run: `work` is None too)
-        vectors, = replayed_ranks.returning_part(runtime, table, outputs, plan, gathered)
-    elif evicting:
-        back.replay()
-        vectors, = back.outputs
     return vectors, routing(rows), True
 
 
@@ -653,8 +642,7 @@ def _replay_ranks(runtime, classes, entry, op, keys, riders=()):
     entry.prepare.replay()
     vectors, routing, ran = _exchanged(runtime, op, entry.table, entry.prepare.outputs,
                                        entry.judge, entry.member_keys, entry.plan,
-                                       int(entry.keys.shape[0]), entry.hooks, entry.work,
-                                       entry.back)
+                                       int(entry.keys.shape[0]), entry.hooks, entry.work)
     if not ran:
         if entry.caps is not entry.plan.caps:  # overflowed: its caps grew
             _drop(runtime, classes, entry.key)
@@ -1234,8 +1222,6 @@ def recorded_works(runtime):
     steps = []
     for entry in runtime.replays.forwards.values():
         works = [entry.work] if entry.prepare is None else [entry.prepare, entry.work]
-        if entry.back is not None:  # (an evicting class's second part on several ranks)
-            works.append(entry.back)
         for backward in entry.backwards.values():
             if backward.work is not None:
                 works.append(backward.work)

@@ -99,6 +99,7 @@ import weakref
 import numpy as np
 
 from sok1x.engine import environment
+from sok1x.engine.lookup import bounded_step
 from sok1x.engine.tables import eviction, hybrid_rows, optimizer_updates
 from sok1x.engine.tables import dynamic_table
 from sok1x.engine.tables import placement as placements
@@ -1006,18 +1007,20 @@ class ReplayedInsert:
     records the undo in the step journal; checked(), once the key checks passed (at the
     forward's end, or in its backward once that work is queued), reads the eviction's and the
     insert's counts (the step's one wait), hands them over, rebuilds worn indexes beside the
-    graph, and fails the step, through `fail` (every rank's error together), where a new key
-    found no victim, as the uncaptured step does. On several ranks (agrees=True) the class is
-    an owner's: ready() takes the op header's most keys of each member this owner can get as
-    the bound its victims are sized by (set at its first step; a step with another bound runs
-    uncaptured), and checked(), right after done() between the exchange's two parts
-    (replayed_ranks.owners_part, returning_part), calls `fail` at every step, with None where
-    every key found a victim: every rank agrees there, as the uncaptured step's owners do."""
+    graph, and fails the step, through `fail`, where a new key found no victim, as the
+    uncaptured step does. On several ranks (agreed_check) the class is an owner's: ready()
+    takes the op header's most keys of each member this owner can get as the bound its victims
+    are sized by (set at its first step; a step with another bound runs uncaptured), and its
+    forward is one recorded exchange half, as any class's: the caller
+    leaves agreed_check() to the next op header (the backward's), which reads the counts
+    (failure()), agrees with every rank on a new key left without a victim, and fails the
+    step on every rank or runs checked(), as an uncaptured step's owners do then
+    (key_exchange._agreed_in_place)."""
 
-    def __init__(self, group, cuts, evicting=False, fail=None, agrees=False):
+    def __init__(self, group, cuts, evicting=False, fail=None):
         self.group, self.cuts = group, cuts
         self.counts = np.diff(cuts)  # evicting on several ranks: the op header's bound
-        self.evicting, self.fail, self.agrees = evicting, fail, agrees
+        self.evicting, self.fail = evicting, fail
         self.members = self.clock = self._given = self._tags = None
         self._listing = None  # ready(): (indexes, row starts, sizes) the list holds before the run
         self._listed = None  # done(): _listing and the run's placed counts (their read)
@@ -1211,37 +1214,41 @@ class ReplayedInsert:
                 self._listed = listing + (placed,)
             self._found = found if held is not None else None
             return
-        with self._together():  # (a fault here: its peers wait in checked()'s agreement)
-            group = self.group
-            backend = group.backend
-            queued = eviction.Queued.of(placed_keys[5:], self._gathered[1], self._gathered[0])
-            # the undo first, by the device counts (as make_room_in_place and insert_kept record
-            # theirs before their one wait): a wait that fails below still finds it recorded
-            evicted = eviction.record_padded(group.members, self.counts, queued,
-                                             group._flat_arrays, self._spares)
-            group.journal.record(functools.partial(group._undo_evict, evicted, held))
-            backend.hash_insert_many_done(group.indexes(), found, found[5], True)
-            group._record_undo(found, held)  # (its undo runs first: the new keys out, then victims)
-            self._counted = counted = [queued, evicted, found, None]  # read in checked()
-            self._found = found
-            # undone first: a step that fails before checked() still hands its counts over, as the
-            # other undo actions expect, and its host mirrors the rebuilds its graph made (recorded
-            # before the copy is queued: a queue that fails still finds it, and reads them then)
-            group.journal.record(functools.partial(self._counts_read_in_undo, counted))
-            # their copies queued now, before the backward's work: checked() then waits for the
-            # forward alone, where a copy queued there waited for the backward too
-            counted[3] = backend.read_many_later(_step_counts(queued, found))
+        group = self.group
+        backend = group.backend
+        queued = eviction.Queued.of(placed_keys[5:], self._gathered[1], self._gathered[0])
+        # the undo first, by the device counts (as make_room_in_place and insert_kept record
+        # theirs before their one wait): a wait that fails below still finds it recorded
+        evicted = eviction.record_padded(group.members, self.counts, queued,
+                                         group._flat_arrays, self._spares)
+        group.journal.record(functools.partial(group._undo_evict, evicted, held))
+        backend.hash_insert_many_done(group.indexes(), found, found[5], True)
+        group._record_undo(found, held)  # (its undo runs first: the new keys out, then victims)
+        self._counted = counted = [queued, evicted, found, None]  # read in checked()
+        self._found = found
+        # undone first: a step that fails before checked() still hands its counts over, as the
+        # other undo actions expect, and its host mirrors the rebuilds its graph made (recorded
+        # before the copy is queued: a queue that fails still finds it, and reads them then)
+        group.journal.record(functools.partial(self._counts_read_in_undo, counted))
+        # their copies queued now, before the backward's work: checked() then waits for the
+        # forward alone, where a copy queued there waited for the backward too
+        counted[3] = backend.read_many_later(_step_counts(queued, found))
 
-    @contextlib.contextmanager
-    def _together(self):
-        """On several ranks (agrees), a local fault inside fails every rank with it, through
-        `fail`: its peers wait in this step's agreement (checked()) for this rank."""
-        try:
-            yield
-        except Exception as error:
-            if self.agrees:
-                self.fail(error)
-            raise
+    def agreed_check(self, op_name, fault=None, read=False):
+        """On several ranks, the bounded_step.agreed_check this step leaves to the next op
+        header: its error is failure()'s then, or, where read (failure() was asked already, or
+        done() failed), `fault` (None, or the error of this rank: every rank fails with it
+        there); checked() runs once every rank passed."""
+        describe = (lambda: fault) if read else self.failure
+        return bounded_step.agreed_check(describe, op_name, self.checked)
+
+    def failure(self):
+        """An evicting step's error, its counts read now where done() left them (one wait):
+        a TableFullError where a new key found no victim, else None."""
+        if self._counted is not None:
+            self._read_counts()
+        error, self._error = self._error, None
+        return error
 
     def failure_counts(self, more):
         """The device counts whose any value above 0 fails a step (evicting: each member's new
@@ -1286,11 +1293,10 @@ class ReplayedInsert:
         evicts counts its lookup (its rows' access statistics, the new rows' times) as
         HashGroup.count_kept does."""
         if self._counted is not None:
-            with self._together():
-                self._read_counts()
+            self._read_counts()
         found, self._found = self._found, None
         error, self._error = self._error, None
-        if error is not None or self.agrees:  # (agrees: every rank, every step)
+        if error is not None:
             self.fail(error)
         if found is not None:
             self.group.count_kept((None, found))
