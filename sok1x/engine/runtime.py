@@ -178,25 +178,24 @@ def entered():
     return _Entered()
 
 
-def _check_global_batch_size(host, global_batch_size):
-    seen = host.all_gather_object(global_batch_size)
-    if len(set(seen)) != 1:
+def _check_start_settings(host, global_batch_size):
+    """Raises InitError on every rank where ranks disagree on global_batch_size, where it is no
+    positive multiple of the ranks, or where some rank's SOK1X_REPLAY_MIB is no budget
+    (engine/lookup/replay_budget.py, naming those ranks): what every rank must start with
+    alike, in one all-gather."""
+    seen = host.all_gather_object((global_batch_size, replay_budget.budget_error()))
+    sizes = [size for size, _ in seen]
+    if len(set(sizes)) != 1:
         raise InitError(
             "ranks disagree on global_batch_size: %s. Pass the same global_batch_size to "
             "sok1x.Init() on every rank." % ", ".join(
-                "rank %d: %r" % (r, v) for r, v in enumerate(seen)))
+                "rank %d: %r" % (r, v) for r, v in enumerate(sizes)))
     if global_batch_size is not None and (
             int(global_batch_size) <= 0 or int(global_batch_size) % host.size):
         raise InitError(
             "global_batch_size=%r must be a positive multiple of the number of ranks (%d)"
             % (global_batch_size, host.size))
-
-
-def _check_replay_budget(host):
-    """Raises InitError on every rank where some rank's SOK1X_REPLAY_MIB is no budget
-    (engine/lookup/replay_budget.py), naming those ranks."""
-    errors = host.all_gather_object(replay_budget.budget_error())
-    bad = ["rank %d: %s" % (rank, error) for rank, error in enumerate(errors) if error]
+    bad = ["rank %d: %s" % (rank, error) for rank, (_, error) in enumerate(seen) if error]
     if bad:
         raise InitError("; ".join(bad))
 
@@ -263,8 +262,7 @@ def init(backend="auto", global_batch_size=None, **sok_options):
             _log.info("sok1x.Init ignores options it does not use: %s", sorted(sok_options))
         group = ProcessGroup()
         host = MpiCommunicator(group)
-        _check_global_batch_size(host, global_batch_size)
-        _check_replay_budget(host)
+        _check_start_settings(host, global_batch_size)
         backend_module, data, device = _bring_up_backend(group, host, backend)
         _runtime = Runtime(group, host, backend_module, data, global_batch_size, device)
         failure_guard.install()

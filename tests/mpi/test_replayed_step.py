@@ -232,16 +232,20 @@ def test_past_the_replay_budget_the_oldest_classes_go_and_stay_uncaptured(monkey
 
 @pytest.mark.parametrize("value", ["lots", "-1", "nan", "inf"])
 def test_a_replay_budget_that_is_no_number_fails_init_on_every_rank(monkeypatch, value):
-    """sok1x's init asks every rank's SOK1X_REPLAY_MIB (runtime._check_replay_budget): a value
-    that is no budget on one rank fails it on every rank, naming that rank and the value."""
+    """sok1x's init asks every rank's SOK1X_REPLAY_MIB beside its global batch size, in one
+    all-gather (runtime._check_start_settings): a value that is no budget on one rank fails it
+    on every rank, naming that rank and the value."""
     if RANK == SIZE - 1:
         monkeypatch.setenv(replay_budget.MEMORY_ENV, value)
     with runtime.entered() as rt:
         with pytest.raises(InitError, match="rank %d: SOK1X_REPLAY_MIB=%r" % (SIZE - 1, value)):
-            runtime._check_replay_budget(rt.host)
+            runtime._check_start_settings(rt.host, None)
     monkeypatch.setenv(replay_budget.MEMORY_ENV, "0.5")
     with runtime.entered() as rt:
-        runtime._check_replay_budget(rt.host)
+        runtime._check_start_settings(rt.host, 4 * SIZE)
+        if SIZE > 1:
+            with pytest.raises(InitError, match="ranks disagree on global_batch_size"):
+                runtime._check_start_settings(rt.host, 4 * SIZE + RANK)
 
 
 def test_a_replay_budget_spoiled_after_init_is_warned_of_and_left_unused(monkeypatch):
