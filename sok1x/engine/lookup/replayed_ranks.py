@@ -222,13 +222,16 @@ def uncaptured_rest(runtime, op, table, outputs, plan, sizes, count, fitting=Non
                             getattr(table, "row_starts", None))
 
 
-def backward_run(runtime, table, routing, grads, pieces):
+def backward_run(runtime, table, routing, grads, pieces, kept=None):
     """The device work of a bounded backward on several ranks: each key's gradient summed per
     distinct key, sent to the owners in the forward's capacity slots, and laid out there in a
-    piece per member (`pieces`, from Routing.bounds), padded. Returns [rows, summed, local]."""
+    piece per member (`pieces`, from Routing.bounds), padded. kept: None, or the recorded
+    work's int8 marks of the rows an earlier replay may have stored a sum in, the only padded
+    places its sums zero (backend/kept_sums.py). Returns [rows, summed, local]."""
     backend = runtime.backend
     send = routing.send_counts.reshape(-1, 1)
     recv = routing.recv_counts.reshape(-1, 1)
     received, = exchange(runtime, bucketed_gradients(backend, [routing], [grads]), send, recv)
-    rows, summed, padded = padded_sums(backend, table, routing, received, pieces)
+    with backend.sums_kept(kept):  # (None: every padded place zeroed)
+        rows, summed, padded = padded_sums(backend, table, routing, received, pieces)
     return [rows, summed, padded.local]

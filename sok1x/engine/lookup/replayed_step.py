@@ -929,9 +929,8 @@ def backward(runtime, table, op, routing, grads, detach=False):
             backend.write_rows(fixed, 0, grads)
         run = functools.partial(_backward_run, runtime, table, entry.routing, fixed, pieces)
         out = run()  # this step, eagerly; then recorded for the next
-        if recorded is None:
-            kept = None if runtime.size > 1 else backend.fill_value(
-                backend.empty((int(pieces[-1]),), np.int8), -1)  # every row may hold a sum
+        if recorded is None:  # (marks: every row may hold a sum)
+            kept = backend.fill_value(backend.empty((int(pieces[-1]),), np.int8), -1)
             work = _recorded(backend, functools.partial(run, kept=kept))
             entry.backwards[shape] = _Backward(fixed, own, work, pieces,
                                                None if work is None else kept)
@@ -1197,7 +1196,7 @@ def _backward_run(runtime, table, routing, grads, pieces, kept=None):
     replayed_ranks.backward_run). kept: None, or the recorded work's int8 row marks, with which
     its sums zero only the places an earlier replay stored a sum in (backend/kept_sums.py)."""
     if runtime.size > 1:
-        return replayed_ranks.backward_run(runtime, table, routing, grads, pieces)
+        return replayed_ranks.backward_run(runtime, table, routing, grads, pieces, kept)
     backend = runtime.backend
     with backend.sums_kept(kept):  # (None: no marks, every padded place zeroed)
         rows, summed, padded = padded_sums(backend, table, routing, grads, pieces)
