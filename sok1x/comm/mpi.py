@@ -164,16 +164,8 @@ class MpiCommunicator:
     def raise_together(self, local_error, what):
         """Collective: every rank passes the exception it found (or None). If any rank found one,
         every rank raises an exception of the first failing rank's type whose message lists each
-        failing rank's message; otherwise returns None. `what` names the step, for the message.
-        Where no rank failed (a step's usual case) one gather of an int a rank decides it, with
-        nothing pickled; the messages cross only where one did."""
+        failing rank's message; otherwise returns None. `what` names the step, for the message."""
         mine = None if local_error is None else (type(local_error), str(local_error))
-        if self.size > 1:
-            failed = np.empty(self.size, dtype=np.int64)
-            self._call("Allgather", self.comm.Allgather,
-                       np.array([mine is not None], dtype=np.int64), failed)
-            if not failed.any():
-                return None
         found = [mine] if self.size == 1 else self.all_gather_object(mine)
         failures = [(r, f) for r, f in enumerate(found) if f is not None]
         if not failures:
