@@ -87,8 +87,7 @@ def open_checkpoint(rt, description):
     got here if rank 0 does not run it, or if ranks name other tables."""
     if rt.size == 1:
         return description, True
-    if rt.unread_checks:  # as an op header does first: its peers may be in one
-        bounded_step.read_left(rt)
+    bounded_step.read_left(rt)  # as an op header does first: its peers may be in one
     with _Deadline(rt, timeout(), _ADVICE % (rt.rank, "that did not come")):
         keys = exchange_header.exchange_marker(rt, CHECKPOINT_KEY)
     if keys[0] != CHECKPOINT_KEY:
@@ -174,8 +173,7 @@ def _register_farewell(rt):
             return
         with runtime.entered() as current:
             with _Deadline(current, timeout(), _ADVICE % (current.rank, "at their farewell")):
-                if current.unread_checks:  # as an op header does first (open_checkpoint too)
-                    bounded_step.read_left(current)
+                bounded_step.read_left(current)  # as an op header does first
                 while True:
                     keys = exchange_header.exchange_marker(current, FAREWELL_KEY)
                     if not join_if_asked(current, keys, FAREWELL_KEY):

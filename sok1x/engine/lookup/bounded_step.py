@@ -224,7 +224,10 @@ def read_left(runtime):
     update never came) and raises the first bad input's error, naming its lookup, with their
     step rolled back (the journal's step is still theirs: a hash group's insert is taken back,
     whether the op reading them is a step's or a checkpoint's, which no api._Step undoes). On
-    several ranks (agreed checks) every rank agrees on them first (_agree_on_left)."""
+    several ranks (agreed checks) every rank agrees on them first (_agree_on_left). Nothing
+    left: nothing read, no collective (every rank leaves the same checks)."""
+    if not runtime.unread_checks:
+        return
     taken, runtime.unread_checks = list(runtime.unread_checks), []
     try:
         if runtime.size > 1:

@@ -499,8 +499,9 @@ def _insert_keys(runtime, op, tables, owned, owned_tags, owner_rows, vectors, fi
     agreement: its counts are read in the next op header's wait (runtime.read_later). most:
     per hash group the header told of, the most keys per member any owner can get
     (fitting_units). On several ranks, where every hash table not in `fitting` is a group in
-    `units_in_place` (in_place_units': its full shards evict every new key in place, the others
-    hold them), nothing waits either: the ranks agree on the device (_agreed_in_place).
+    `units_in_place` (in_place_units', none of them in `fitting`: its full shards evict every
+    new key in place, the others hold them), nothing waits either: the counts, and every rank's
+    agreement on them, wait for the next op header (_agreed_in_place).
     Fills owner_rows and vectors for the groups and the tables in `fitting`."""
     backend = runtime.backend
     kept = []  # the groups' inserts in `fitting`: their lookups count once the step goes on
@@ -519,7 +520,7 @@ def _insert_keys(runtime, op, tables, owned, owned_tags, owner_rows, vectors, fi
     if runtime.size > 1 and all(t in fitting or (t in owned_tags and t in units_in_place)
                                 for t, table in enumerate(tables) if table.use_hashtable):
         _agreed_in_place(runtime, op, tables, owned, owned_tags, owner_rows, vectors, most,
-                         [t for t in sorted(units_in_place) if t not in fitting], kept)
+                         sorted(units_in_place), kept)
         return  # (every rank alike: the op header told them all what decides it)
     errors = _capacity_errors(backend, [(table, keys) for t, (table, keys)
                                         in enumerate(zip(tables, owned))

@@ -1292,10 +1292,8 @@ class ReplayedInsert:
         whose new keys found no victim fails (evicting, through `fail`), else a group that
         evicts counts its lookup (its rows' access statistics, the new rows' times) as
         HashGroup.count_kept does."""
-        if self._counted is not None:
-            self._read_counts()
+        error = self.failure()
         found, self._found = self._found, None
-        error, self._error = self._error, None
         if error is not None:
             self.fail(error)
         if found is not None:
