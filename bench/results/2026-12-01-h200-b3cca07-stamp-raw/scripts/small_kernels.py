@@ -1,4 +1,5 @@
-"""Ad-hoc: a few bounded (uncaptured) dlrm26 steps on cuda, one rank, for ncu to profile their small kernels."""
+"""Ad-hoc: a few bounded (uncaptured) dlrm26 steps on cuda, one rank, for ncu to profile their
+small kernels."""
 import os
 import sys
 os.environ.setdefault("SOK1X_BOUNDED_STEP", "1")
