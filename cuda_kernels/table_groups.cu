@@ -159,19 +159,26 @@ __device__ __forceinline__ int64 padded_place(const int64* row_starts, const int
   return place < piece_starts[*t + 1] ? place : -1;
 }
 
-// inverse[i] = the place of rows[i], -1 for a row outside [0, bound) or with no place.
+// inverse[i] = the place of rows[i], -1 for a row outside [0, bound) or with no place; where
+// counts is given (zeros), counts[p] = how many rows have place p (segment_rows.cu's
+// count_segments of the inverse, counted here where each place is found: one pass, not two).
 extern "C" __global__ void emit_padded_inverse(const int64* rows, int64 n, int64 bound,
                                                const unsigned* bits, const int64* word_ranks,
                                                int64 words, const int64* row_starts,
                                                const int64* piece_starts, int64 count,
-                                               const int64* first_ranks, int64* inverse) {
+                                               const int64* first_ranks, int64* inverse,
+                                               int64* counts) {
   for (int64 i = global_thread_id(); i < n; i += global_thread_count()) {
     const int64 row = rows[i];
     int64 t;
-    inverse[i] = row < 0 || row >= bound || row >= row_starts[count]
-                     ? -1
-                     : padded_place(row_starts, piece_starts, count, first_ranks, row,
-                                    rank_of(bits, word_ranks, words, row), &t);
+    const int64 place = row < 0 || row >= bound || row >= row_starts[count]
+                            ? -1
+                            : padded_place(row_starts, piece_starts, count, first_ranks, row,
+                                           rank_of(bits, word_ranks, words, row), &t);
+    inverse[i] = place;
+    if (counts != nullptr && place >= 0) {
+      atomicAdd(reinterpret_cast<unsigned long long*>(counts + place), 1ULL);
+    }
   }
 }
 

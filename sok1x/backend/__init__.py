@@ -48,10 +48,12 @@ Every backend module exposes the same names, and the engine's algorithms call on
         first counts[t] rows (a device count), then as many of part t of `back`, into `out`
     local_rows(rows, row_starts, moves, length) -> int64   distinct rows ascending, less the
         start of the range t holding each, table t's moved by moves[t] (to an aligned place)
-    distinct_rows_padded(rows, bound, row_starts, piece_starts) -> (flat, local, inverse)
-        no wait: the distinct rows of range t ascending in piece t (from piece_starts[t]), each
-        row and its offset in its range, -1 where no row is; inverse -1 for a row outside
-        [0, bound) or past its piece (engine/lookup/bounded_step.py)
+    distinct_rows_padded(rows, bound, row_starts, piece_starts, counted=False)
+        -> (flat, local, inverse), no wait: the distinct rows of range t ascending in piece t
+        (from piece_starts[t]), each row and its offset in its range, -1 where no row is;
+        inverse -1 for a row outside [0, bound) or past its piece
+        (engine/lookup/bounded_step.py); counted: and the places' counts for segment_sum (cuda:
+        counted as the places are found; cpu: None)
     Sizes left on the device for an op header to carry and read (engine/lookup/exchange_header.py):
     bucket_by_owner_many_deferred(keys_list, world_size, owner_rules, valid_counts=None)
         -> (perms, counts [tables, world_size]), no wait; valid_counts: device counts of the
@@ -96,8 +98,10 @@ Every backend module exposes the same names, and the engine's algorithms call on
     put_rows(dst, index, src)                          dst[index] = src (index has no repeats)
     unique(keys, ordered) -> (unique_keys, inverse)    first-occurrence order, like tf.unique
                                                        (ordered=False: any order)
-    segment_sum(values, segment_ids, num_segments)     like tf.math.unsorted_segment_sum (a
-                                                       negative id adds nothing)
+    segment_sum(values, segment_ids, num_segments, counts=None)   like
+        tf.math.unsorted_segment_sum (a negative id adds nothing); counts: what
+        distinct_rows_padded(counted=True) returned beside these ids, so cuda does not count
+        them again
     gather_rows(table, rows, fill=True) -> [n, dim]    row -1 gives a zero vector (fill=False:
                                                        unwritten, for places no one reads)
     gather_rows_many(tables, rows, fill=True) -> list  gather_rows of several tables of one

@@ -101,6 +101,40 @@ def test_padded_layout_of_many_members_equals_cpu(members):
         np.testing.assert_array_equal(host(a), b)
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_the_places_counted_where_they_are_found_sum_as_counted_apart(seed):
+    """distinct_rows_padded(counted=True) counts the rows of each place as it finds it: the
+    layout is the uncounted one's, the counts are the inverse's bincount, and the bounded
+    backward's sums over them (segment_sum with those counts: its sorted path, 2^14 ids and
+    more) equal the sums that count the ids themselves, bit for bit on integer-valued
+    gradients."""
+    backend = runtime.get().backend
+    rng = np.random.default_rng(100 + seed)
+    row_starts = np.array([0, 3000, 7000, 20000], np.int64)
+    lengths = np.array([9000, 12000, 3000 * (seed + 1)])
+    pieces = bounded_step.piece_starts(np.concatenate([[0], np.cumsum(lengths)]))
+    bound = int(row_starts[-1])
+    rows = rng.integers(-2, bound + 30, size=int(lengths.sum()))
+    rows[:4000] = rng.integers(0, 50, size=4000)  # hot rows: places of many keys
+    plain = backend.distinct_rows_padded(backend.asarray(rows), bound, row_starts, pieces)
+    *layout, counts = backend.distinct_rows_padded(backend.asarray(rows), bound, row_starts,
+                                                   pieces, counted=True)
+    for a, b in zip(layout, plain):
+        np.testing.assert_array_equal(host(a), host(b))
+    inverse = host(layout[2])
+    places = int(pieces[-1])
+    want_counts = np.bincount(inverse[inverse >= 0], minlength=places)
+    np.testing.assert_array_equal(host(counts[0]), want_counts)
+    grads = rng.integers(-8, 9, size=(rows.shape[0], 64)).astype(np.float32)
+    summed = backend.segment_sum(backend.asarray(grads), layout[2], places, counts)
+    np.testing.assert_array_equal(host(summed),
+                                  host(backend.segment_sum(backend.asarray(grads), layout[2],
+                                                           places)))
+    want = np.zeros((places, 64), np.float32)
+    np.add.at(want, inverse[inverse >= 0], grads[inverse >= 0])
+    np.testing.assert_array_equal(host(summed), want)
+
+
 def test_gather_past_the_table_gives_zeros():
     backend = runtime.get().backend
     table = backend.asarray(np.arange(40, dtype=np.float32).reshape(10, 4) + 1)

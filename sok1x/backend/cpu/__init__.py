@@ -500,12 +500,13 @@ def distinct_rows_many_finish(started, host_sizes):
     return started
 
 
-def distinct_rows_padded(rows, bound, row_starts, piece_starts):
+def distinct_rows_padded(rows, bound, row_starts, piece_starts, counted=False):
     """The distinct rows of `rows` laid out in pieces sized before the step: the rows in
     [row_starts[t], row_starts[t + 1]) ascending in piece t, from piece_starts[t] on. Returns
     (flat, local, inverse): flat and local int64 [piece_starts[-1]], each row and the row less
     its range's start, -1 where no row is; inverse int64 [n], each row's place, -1 for a row
-    outside [0, bound) or one that does not fit its piece."""
+    outside [0, bound) or one that does not fit its piece; counted: and None (cuda's counts of
+    the places, which segment_sum here does not need)."""
     rows = np.asarray(rows, dtype=np.int64)
     starts = np.asarray(row_starts, dtype=np.int64)
     pieces = np.asarray(piece_starts, dtype=np.int64)
@@ -521,7 +522,7 @@ def distinct_rows_padded(rows, bound, row_starts, piece_starts):
     flat[places[fits]] = distinct[fits]
     local[places[fits]] = distinct[fits] - starts[part[fits]]
     inverse[kept] = np.where(fits, places, -1)[found]
-    return flat, local, inverse
+    return (flat, local, inverse, None) if counted else (flat, local, inverse)
 
 
 def local_rows(rows, row_starts, moves, length):
@@ -613,10 +614,11 @@ def _unique_ascending(keys):
     return values, inverse.reshape(-1).astype(np.int64)
 
 
-def segment_sum(values, segment_ids, num_segments):
+def segment_sum(values, segment_ids, num_segments, counts=None):
     """Returns [num_segments, ...] sums of `values` rows per segment id (absent ids give zeros;
     a negative id, a padded slot, adds nothing). Every row is written whatever sums_kept bound
-    (checked alone, as cuda checks it)."""
+    (checked alone, as cuda checks it). counts: distinct_rows_padded(counted=True)'s, unused
+    here."""
     values = np.asarray(values)
     segment_ids = np.asarray(segment_ids, dtype=np.int64)
     num_segments = int(num_segments)

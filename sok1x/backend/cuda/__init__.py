@@ -473,9 +473,11 @@ def _add_rows(table, rows, values, what):
 
 
 @uses_context
-def segment_sum(values, segment_ids, num_segments):
+def segment_sum(values, segment_ids, num_segments, counts=None):
     """Returns [num_segments, ...] sums of `values` rows per segment id (absent ids give zeros),
-    like tf.math.unsorted_segment_sum; the order of the additions is not fixed."""
+    like tf.math.unsorted_segment_sum; the order of the additions is not fixed. counts: None,
+    or what distinct_rows_padded(counted=True) returned fourth beside these ids, its inverse
+    (the ids of each segment, counted already)."""
     values = device_array(values, "values")
     segment_ids = index_array(segment_ids, "segment_ids")
     out = _pooled_empty((int(num_segments),) + values.shape[1:], values.dtype)
@@ -483,7 +485,8 @@ def segment_sum(values, segment_ids, num_segments):
     dirty = kept_sums.kept(int(num_segments))  # (a replayed backward's: kept_sums.py)
     if (values.shape[0] == n and ptr(out) % 16 == 0
             and segment_rows.applies(values, n, elements(values.shape[1:]))):
-        return segment_rows.sorted_segment_sum(values, segment_ids, num_segments, out, dirty)
+        return segment_rows.sorted_segment_sum(values, segment_ids, num_segments, out, dirty,
+                                               counts)
     _add_rows(fill_bytes(out, 0), segment_ids, values, "segment_sum")
     if dirty is not None:  # every row written: any may hold a sum now
         fill_value(dirty, -1)

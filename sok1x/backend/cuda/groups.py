@@ -50,7 +50,7 @@ def _kernels():
             "ranks": prepared(source, "ranks_at", "PPqPqP"),
             "local": prepared(source, "local_rows", "PqPqPP"),
             "mark_below": prepared(source, "mark_rows_below", "PqqP"),
-            "padded_inverse": prepared(source, "emit_padded_inverse", "PqqPPqPPqPP"),
+            "padded_inverse": prepared(source, "emit_padded_inverse", "PqqPPqPPqPPP"),
             "emit_padded": prepared(source, "emit_padded_rows", "PPqPPqPPP"),
             "tags": prepared(source, "part_tags", "PqP"),
             "rotate": prepared(source, "rotate_parts", "PPqPPPP"),
@@ -301,13 +301,15 @@ def distinct_rows_many_finish(started, host_ranks):
 
 
 @uses_context
-def distinct_rows_padded(rows, bound, row_starts, piece_starts):
+def distinct_rows_padded(rows, bound, row_starts, piece_starts, counted=False):
     """The distinct rows of `rows` (int64 [n], any values) laid out in pieces sized before the
     step, queued without a wait: the rows in [row_starts[t], row_starts[t + 1]) ascending in
     piece t, from piece_starts[t] on (host int64 [T + 1] both). Returns (flat, local, inverse):
     flat and local int64 [piece_starts[-1]], each row and the row less its range's start, -1
     where no row is; inverse int64 [n], each row's place, -1 for a row outside [0, bound) or
-    one that does not fit its piece."""
+    one that does not fit its piece; counted: and a fourth, for segment_sum(..., counts) of
+    the inverse: the rows of each place (int64 [piece_starts[-1]]) and the zeroed scratch of
+    their scan, counted by the pass that finds the places."""
     kernels = _kernels()
     rows = index_array(rows, "rows")
     starts = np.asarray(row_starts, dtype=np.int64)
@@ -316,8 +318,9 @@ def distinct_rows_padded(rows, bound, row_starts, piece_starts):
     flat = fill_bytes(empty((length,), np.int64), 0xFF)
     local = fill_bytes(empty((length,), np.int64), 0xFF)
     inverse = empty((n,), np.int64)
+    counts = zeros_and_scan_scratch(length, np.int64, length) if counted else None
     if not n:
-        return flat, local, inverse
+        return (flat, local, inverse, counts) if counted else (flat, local, inverse)
     words = (int(bound) + 31) // 32 + 1
     bits, scratch = zeros_and_scan_scratch(words, np.uint32, words)
     launch(kernels["mark_below"], n, ptr(rows), n, int(bound), ptr(bits))
@@ -327,10 +330,11 @@ def distinct_rows_padded(rows, bound, row_starts, piece_starts):
            ptr(device_constant(starts[:-1])), count, ptr(first_ranks))
     row_starts, piece_starts = ptr(device_constant(starts)), ptr(device_constant(pieces))
     launch(kernels["padded_inverse"], n, ptr(rows), n, int(bound), ptr(bits), ptr(word_ranks),
-           words, row_starts, piece_starts, count, ptr(first_ranks), ptr(inverse))
+           words, row_starts, piece_starts, count, ptr(first_ranks), ptr(inverse),
+           ptr(counts[0]) if counted else 0)
     launch(kernels["emit_padded"], words, ptr(bits), ptr(word_ranks), words, row_starts,
            piece_starts, count, ptr(first_ranks), ptr(flat), ptr(local))
-    return flat, local, inverse
+    return (flat, local, inverse, counts) if counted else (flat, local, inverse)
 
 
 @uses_context

@@ -58,22 +58,31 @@ def lanes_for(quads):
     return lanes
 
 
-def sorted_segment_sum(values, ids, num_segments, out, dirty=None):
+def sorted_segment_sum(values, ids, num_segments, out, dirty=None, counts=None):
     """Writes into float32 `out` [num_segments, width] (16-byte aligned) the sums of float32
     `values` [n, width] rows (16-byte aligned, width a multiple of 4: applies() asks more) per
     int64 segment id `ids` [n] (ids outside [0, num_segments) are skipped); every row of `out`
     is written, zeros where no id falls. dirty: None, or int8 [num_segments] kept with `out`
     from run to run (backend/kept_sums.py): a row no id falls in is then written only where
-    dirty says an earlier run stored a sum in it (-1). Queued (call with the device context
-    current); returns out."""
+    dirty says an earlier run stored a sum in it (-1). counts: None, or (int64 [num_segments]
+    of the ids of each segment, the zeroed scratch of their scan) where the caller counted
+    them (groups.distinct_rows_padded's counted), so that they are not counted again. Queued
+    (call with the device context current); returns out."""
     kernels = _kernels()
     n = int(ids.shape[0])
     segments = int(num_segments)
     quads = int(values.size // max(n, 1)) // 4
     if not segments:
         return out
-    counts, scratch = zeros_and_scan_scratch(segments, np.int64, segments)
-    launch(kernels["count"], n, ptr(ids), n, segments, ptr(counts))
+    if counts is None:
+        counts, scratch = zeros_and_scan_scratch(segments, np.int64, segments)
+        launch(kernels["count"], n, ptr(ids), n, segments, ptr(counts))
+    else:
+        counts, scratch = counts
+        if tuple(counts.shape) != (segments,) or counts.dtype != np.int64:
+            raise ValueError("sorted_segment_sum: counts of %d segments must be int64 [%d], "
+                             "got %s %s" % (segments, segments, counts.dtype,
+                                            list(counts.shape)))
     starts = exclusive_scan(counts, segments, scratch)
     order, order_ids = empty((n,), np.int64), empty((n,), np.int64)
     launch(kernels["place"], n, ptr(ids), n, segments, ptr(starts), ptr(counts), ptr(order),

@@ -795,9 +795,9 @@ def padded_sums(backend, table, routing, received, pieces):
     """(rows, summed, Padded) of a bounded backward: each member's distinct rows ascending in
     its piece, -1 and zeros in the places no row fills."""
     starts = _row_starts(table, routing)
-    flat, local, inverse = backend.distinct_rows_padded(routing.owner_rows, int(starts[-1]),
-                                                        starts, pieces)
-    summed = backend.segment_sum(received, inverse, int(pieces[-1]))
+    flat, local, inverse, counts = backend.distinct_rows_padded(
+        routing.owner_rows, int(starts[-1]), starts, pieces, counted=True)
+    summed = backend.segment_sum(received, inverse, int(pieces[-1]), counts)
     return flat, summed, bounded_step.Padded(pieces, local)
 
 
