@@ -98,6 +98,36 @@ __device__ __forceinline__ int64 first_of_warp() {
 
 __device__ __forceinline__ unsigned lanes_below() { return (1u << lane_id()) - 1u; }
 
+// Warp-aggregated additions to int64 counters, called by every lane of a warp together (a loop
+// over first_of_warp()): the lanes that add to one counter make one atomic, by the lowest of
+// them, so a hot counter (the place of a popular row) takes an atomic a warp, not one a lane.
+// `valid`: whether this lane adds at all. warp_count adds one a lane; warp_take_one takes one
+// a lane and returns to each valid lane what the counter held before its own one was taken
+// (the lanes of a group in lane order), as an atomicAdd of -1 of its own would.
+__device__ __forceinline__ unsigned lanes_adding(int64 counter, bool valid) {
+  return __match_any_sync(FULL_WARP, valid ? counter : -1 - (int64)lane_id());
+}
+
+__device__ __forceinline__ void warp_count(int64* counts, int64 s, bool valid) {
+  const unsigned group = lanes_adding(s, valid);
+  if (valid && lane_id() == (unsigned)(__ffs(group) - 1)) {
+    atomicAdd(reinterpret_cast<unsigned long long*>(counts + s),
+              (unsigned long long)__popc(group));
+  }
+}
+
+__device__ __forceinline__ int64 warp_take_one(int64* counts, int64 s, bool valid) {
+  const unsigned group = lanes_adding(s, valid);
+  const int leader = __ffs(group) - 1;
+  unsigned long long before = 0;
+  if (valid && lane_id() == (unsigned)leader) {
+    before = atomicAdd(reinterpret_cast<unsigned long long*>(counts + s),
+                       0ULL - (unsigned long long)__popc(group));
+  }
+  before = __shfl_sync(FULL_WARP, before, leader);
+  return (int64)before - __popc(group & lanes_below());
+}
+
 // MurmurHash3's 64-bit finaliser.
 __device__ __forceinline__ uint64 scramble_key(uint64 x) {
   x ^= x >> 33;

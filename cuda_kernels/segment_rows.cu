@@ -23,24 +23,30 @@
 #define LANES_PER_BLOCK 256
 #define MIN_LANES 8  // lanes a chunk at least: the shared arrays leave a full SM's blocks room
 
+// The counts' atomics are a warp's for each segment its lanes share (common.cuh's warp_count),
+// as place_by_segment's are: the ids of a popular row's segment fall in many lanes of a warp.
 extern "C" __global__ void count_segments(const int64* ids, int64 n, int64 segments,
                                           int64* counts) {
-  for (int64 i = global_thread_id(); i < n; i += global_thread_count()) {
-    const int64 s = ids[i];
-    if (s >= 0 && s < segments) atomicAdd(reinterpret_cast<uint64*>(counts + s), 1ULL);
+  for (int64 first = first_of_warp(); first < n; first += global_thread_count()) {
+    const int64 i = first + (int64)lane_id();
+    const int64 s = i < n ? ids[i] : -1;
+    warp_count(counts, s, s >= 0 && s < segments);
   }
 }
 
 // counts come back down to zero: each id takes the place its decrement gives it, and its segment
 // is written beside it (order_ids), so the sums read both in order, not each id through order.
+// Launched with whole warps (warp_take_one).
 extern "C" __global__ void place_by_segment(const int64* ids, int64 n, int64 segments,
                                             const int64* starts, int64* counts, int64* order,
                                             int64* order_ids) {
-  for (int64 i = global_thread_id(); i < n; i += global_thread_count()) {
-    const int64 s = ids[i];
-    if (s < 0 || s >= segments) continue;
-    const uint64 left = atomicAdd(reinterpret_cast<uint64*>(counts + s), ~0ULL);  // minus one
-    const int64 at = starts[s] + (int64)left - 1;
+  for (int64 first = first_of_warp(); first < n; first += global_thread_count()) {
+    const int64 i = first + (int64)lane_id();
+    const int64 s = i < n ? ids[i] : -1;
+    const bool valid = s >= 0 && s < segments;
+    const int64 left = warp_take_one(counts, s, valid);
+    if (!valid) continue;
+    const int64 at = starts[s] + left - 1;
     order[at] = i;
     order_ids[at] = s;
   }

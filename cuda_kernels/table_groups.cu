@@ -161,24 +161,24 @@ __device__ __forceinline__ int64 padded_place(const int64* row_starts, const int
 
 // inverse[i] = the place of rows[i], -1 for a row outside [0, bound) or with no place; where
 // counts is given (zeros), counts[p] = how many rows have place p (segment_rows.cu's
-// count_segments of the inverse, counted here where each place is found: one pass, not two).
+// count_segments of the inverse, counted here where each place is found: one pass, not two;
+// a warp's atomic for each place its lanes share). Launched with whole warps.
 extern "C" __global__ void emit_padded_inverse(const int64* rows, int64 n, int64 bound,
                                                const unsigned* bits, const int64* word_ranks,
                                                int64 words, const int64* row_starts,
                                                const int64* piece_starts, int64 count,
                                                const int64* first_ranks, int64* inverse,
                                                int64* counts) {
-  for (int64 i = global_thread_id(); i < n; i += global_thread_count()) {
-    const int64 row = rows[i];
+  for (int64 first = first_of_warp(); first < n; first += global_thread_count()) {
+    const int64 i = first + (int64)lane_id();
+    const int64 row = i < n ? rows[i] : -1;
     int64 t;
     const int64 place = row < 0 || row >= bound || row >= row_starts[count]
                             ? -1
                             : padded_place(row_starts, piece_starts, count, first_ranks, row,
                                            rank_of(bits, word_ranks, words, row), &t);
-    inverse[i] = place;
-    if (counts != nullptr && place >= 0) {
-      atomicAdd(reinterpret_cast<unsigned long long*>(counts + place), 1ULL);
-    }
+    if (i < n) inverse[i] = place;
+    if (counts != nullptr) warp_count(counts, place, place >= 0);
   }
 }
 
