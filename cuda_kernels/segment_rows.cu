@@ -4,7 +4,8 @@
 // ids here are sorted by segment (a counting sort) and each run of one segment summed in
 // registers and stored once.
 //
-//   count_segments      counts[s] = how many ids are s (ids outside [0, segments) are skipped)
+//   count_segments      counts[s] = how many ids are s (ids outside [0, segments) are skipped),
+//                       unless the caller counted them
 //   (scan.cu)           starts = exclusive scan of counts: segment s's positions in the order
 //   place_by_segment    order[starts[s] ..] = the positions of s's ids (in no fixed order), and
 //                       order_ids beside it their segment
@@ -25,6 +26,8 @@
 
 // The counts' atomics are a warp's for each segment its lanes share (common.cuh's warp_count),
 // as place_by_segment's are: the ids of a popular row's segment fall in many lanes of a warp.
+// Launched with whole warps. (A bounded backward's counts come from table_groups.cu's
+// emit_padded_inverse instead: backend/cuda/segment_rows.py.)
 extern "C" __global__ void count_segments(const int64* ids, int64 n, int64 segments,
                                           int64* counts) {
   for (int64 first = first_of_warp(); first < n; first += global_thread_count()) {

@@ -476,8 +476,9 @@ def _add_rows(table, rows, values, what):
 def segment_sum(values, segment_ids, num_segments, counts=None):
     """Returns [num_segments, ...] sums of `values` rows per segment id (absent ids give zeros),
     like tf.math.unsorted_segment_sum; the order of the additions is not fixed. counts: None,
-    or what distinct_rows_padded(counted=True) returned fourth beside these ids, its inverse
-    (the ids of each segment, counted already)."""
+    or the fourth value of the distinct_rows_padded(counted=True) whose inverse these ids are:
+    their count per segment, so the sorted path does not count them again. It is consumed
+    (counted down to zero): pass it to one segment_sum, of exactly that inverse."""
     values = device_array(values, "values")
     segment_ids = index_array(segment_ids, "segment_ids")
     out = _pooled_empty((int(num_segments),) + values.shape[1:], values.dtype)

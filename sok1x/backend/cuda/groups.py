@@ -307,9 +307,11 @@ def distinct_rows_padded(rows, bound, row_starts, piece_starts, counted=False):
     piece t, from piece_starts[t] on (host int64 [T + 1] both). Returns (flat, local, inverse):
     flat and local int64 [piece_starts[-1]], each row and the row less its range's start, -1
     where no row is; inverse int64 [n], each row's place, -1 for a row outside [0, bound) or
-    one that does not fit its piece; counted: and a fourth, for segment_sum(..., counts) of
-    the inverse: the rows of each place (int64 [piece_starts[-1]]) and the zeroed scratch of
-    their scan, counted by the pass that finds the places."""
+    one that does not fit its piece; counted: and a fourth, for one segment_sum(..., counts)
+    of this inverse, which consumes it: the pair (how many rows have each place, int64
+    [piece_starts[-1]]; the zeroed scratch of their scan, or None where the scan needs none),
+    counted by the pass that finds the places (wasted where that sum goes by add_rows: too
+    few ids or too narrow rows for its sorted path)."""
     kernels = _kernels()
     rows = index_array(rows, "rows")
     starts = np.asarray(row_starts, dtype=np.int64)

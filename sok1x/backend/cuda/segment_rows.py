@@ -3,7 +3,9 @@
 The plain segment_sum (rows.cu's add_rows) fills the output with zeros and adds each id's row into
 it with an atomic reduction: for n rows of w bytes it moves about 4 n w bytes (the fill, each row
 read, and each sum read back and written again). Here the ids are sorted by segment (a counting
-sort: one count, one scan, one placement) and each segment's rows summed in registers and stored
+sort: one count, or the caller's (a bounded backward's, counted as its places were found), one
+scan, one placement; an atomic a warp for each segment its lanes share) and each segment's rows
+summed in registers and stored
 once: about 2 n w bytes, and about 160 more an id where its indices are scattered (the placement's
 writes, the counts' atomics). It pays for wide rows (at least MIN_WIDTH floats: dlrm's 128) and
 many ids (a bounded backward's hundreds of thousands of keys); below SORTED_MIN ids the plain one
@@ -65,9 +67,10 @@ def sorted_segment_sum(values, ids, num_segments, out, dirty=None, counts=None):
     is written, zeros where no id falls. dirty: None, or int8 [num_segments] kept with `out`
     from run to run (backend/kept_sums.py): a row no id falls in is then written only where
     dirty says an earlier run stored a sum in it (-1). counts: None, or (int64 [num_segments]
-    of the ids of each segment, the zeroed scratch of their scan) where the caller counted
-    them (groups.distinct_rows_padded's counted), so that they are not counted again. Queued
-    (call with the device context current); returns out."""
+    of the ids of each segment, the zeroed scratch of their scan or None) where the caller
+    counted exactly these ids (groups.distinct_rows_padded's counted), so that they are not
+    counted again; consumed (the placement counts them down to zero, the scan dirties its
+    scratch). Queued (call with the device context current); returns out."""
     kernels = _kernels()
     n = int(ids.shape[0])
     segments = int(num_segments)
