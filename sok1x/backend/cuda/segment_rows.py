@@ -3,13 +3,13 @@
 The plain segment_sum (rows.cu's add_rows) fills the output with zeros and adds each id's row into
 it with an atomic reduction: for n rows of w bytes it moves about 4 n w bytes (the fill, each row
 read, and each sum read back and written again). Here the ids are sorted by segment (a counting
-sort: one count, or the caller's (a bounded backward's, counted as its places were found), one
-scan, one placement; an atomic a warp for each segment its lanes share) and each segment's rows
-summed in registers and stored once: about 2 n w bytes, and about 160 more an id where its
-indices are scattered (the placement's writes, the counts' atomics). It pays for wide rows (at least MIN_WIDTH floats: dlrm's 128) and
-many ids (a bounded backward's hundreds of thousands of keys); below SORTED_MIN ids the plain one
-runs, whose two launches cost the host less. Everything is sized by n and the segments, so it can
-be recorded in a CUDA graph (nothing is read back).
+sort: one count, or the caller's (a bounded backward's, counted as its places were found), one scan,
+one placement; an atomic a warp for each segment its lanes share) and each segment's rows summed in
+registers and stored once: about 2 n w bytes, and about 160 more an id where its indices are
+scattered (the placement's writes, the counts' atomics). It pays for wide rows (at least MIN_WIDTH
+floats: dlrm's 128) and many ids (a bounded backward's hundreds of thousands of keys); below
+SORTED_MIN ids the plain one runs, whose two launches cost the host less. Everything is sized by n
+and the segments, so it can be recorded in a CUDA graph (nothing is read back).
 
 Memory: int64 counts and starts per segment and an int64 order and its ids per id, from the
 pool.
