@@ -101,9 +101,10 @@ __device__ __forceinline__ unsigned lanes_below() { return (1u << lane_id()) - 1
 // Warp-aggregated additions to int64 counters, called by every lane of a warp together (a loop
 // over first_of_warp()): the lanes that add to one counter make one atomic, by the lowest of
 // them, so a hot counter (the place of a popular row) takes an atomic a warp, not one a lane.
-// `valid`: whether this lane adds at all. warp_count adds one a lane; warp_take_one takes one
-// a lane and returns to each valid lane what the counter held before its own one was taken
-// (the lanes of a group in lane order), as an atomicAdd of -1 of its own would.
+// `valid`: whether this lane adds at all. warp_count adds one a lane; warp_claim moves the
+// counter by `step` (1 or -1) a lane and returns to each valid lane what the counter held before
+// its own move (the lanes of a group in lane order), as an atomicAdd of `step` of its own would;
+// warp_take_one is warp_claim of -1.
 __device__ __forceinline__ unsigned lanes_adding(int64 counter, bool valid) {
   return __match_any_sync(FULL_WARP, valid ? counter : -1 - (int64)lane_id());
 }
@@ -116,16 +117,20 @@ __device__ __forceinline__ void warp_count(int64* counts, int64 s, bool valid) {
   }
 }
 
-__device__ __forceinline__ int64 warp_take_one(int64* counts, int64 s, bool valid) {
+__device__ __forceinline__ int64 warp_claim(int64* counts, int64 s, bool valid, int step) {
   const unsigned group = lanes_adding(s, valid);
   const int leader = __ffs(group) - 1;
   unsigned long long before = 0;
   if (valid && lane_id() == (unsigned)leader) {
     before = atomicAdd(reinterpret_cast<unsigned long long*>(counts + s),
-                       0ULL - (unsigned long long)__popc(group));
+                       (unsigned long long)((int64)step * __popc(group)));
   }
   before = __shfl_sync(FULL_WARP, before, leader);
-  return (int64)before - __popc(group & lanes_below());
+  return (int64)before + step * __popc(group & lanes_below());
+}
+
+__device__ __forceinline__ int64 warp_take_one(int64* counts, int64 s, bool valid) {
+  return warp_claim(counts, s, valid, -1);
 }
 
 // MurmurHash3's 64-bit finaliser.

@@ -71,10 +71,7 @@ extern "C" __global__ void evict_bucket_counts(const int64* members, const int64
     }
     if (arrivals != nullptr) {
       const int64 tag = i < n ? tags[i] : -1;
-      const unsigned same = __match_any_sync(FULL_WARP, tag);
-      if (tag >= 0 && (int)lane_id() == __ffs(same) - 1) {
-        atomicAdd((uint64*)(arrivals + tag), (uint64)__popc(same));
-      }
+      warp_count(arrivals, tag, tag >= 0);
     }
   }
 }

@@ -11,7 +11,7 @@
 // position's own output row, so the results do not depend on it.
 //
 // A counting sort by region with one atomic per group of a warp's lanes that share a region
-// (__match_any_sync), as routing.cu's owner buckets:
+// (common.cuh's warp_count and warp_claim), as routing.cu's owner buckets:
 //   1. host_region_counts:  counts[region] = positions whose row lies in that region;
 //   2. an exclusive scan of counts gives each region's first position in the order;
 //   3. host_region_scatter: order[...] = position, advancing the scan's offsets (used up).
@@ -49,10 +49,7 @@ extern "C" __global__ void host_region_counts(const int64* rows, int64 n, const 
   for (int64 base = first_of_warp(); base < n; base += global_thread_count()) {
     const int region = region_of(rows, base + lane, n, valid, table_rows, split, pieces, shift,
                                  zero_negative);
-    const unsigned peers = __match_any_sync(FULL_WARP, region);
-    if (region >= 0 && lane == (unsigned)(__ffs(peers) - 1)) {
-      atomicAdd((uint64*)(counts + region), (uint64)__popc(peers));
-    }
+    warp_count(counts, region, region >= 0);
   }
 }
 
@@ -68,13 +65,7 @@ extern "C" __global__ void host_region_scatter(const int64* rows, int64 n, const
     const int64 i = base + lane;
     const int region = region_of(rows, i, n, valid, table_rows, split, pieces, shift,
                                  zero_negative);
-    const unsigned peers = __match_any_sync(FULL_WARP, region);
-    const int leader = __ffs(peers) - 1;
-    int64 start = 0;
-    if (region >= 0 && lane == (unsigned)leader) {
-      start = (int64)atomicAdd((uint64*)(offsets + region), (uint64)__popc(peers));
-    }
-    start = __shfl_sync(FULL_WARP, start, leader);
-    if (region >= 0) order[start + __popc(peers & lanes_below())] = i;
+    const int64 at = warp_claim(offsets, region, region >= 0, 1);
+    if (region >= 0) order[at] = i;
   }
 }
