@@ -87,13 +87,14 @@ its update (leave_for_update). read None: an agreed check (agreed_check)."""
 
 
 def agreed_check(describe, op_name, passed):
-    """The Deferred of a step on several ranks whose outcome every rank learns at the next op
-    header (read_left, before its own records cross: the backward's, or the next op's): there
+    """The Deferred of a step whose outcome every rank learns at the next op header
+    (read_left, before its own records cross: the backward's, or the next op's): there
     describe() reads what it needs (a wait) and returns this rank's error or None, every rank
-    agrees (one all-gather), and the step fails on every rank, taken back, or passed() runs on
-    each. An evicting step in place leaves its counts so (key_exchange._agreed_in_place,
-    table_group.ReplayedInsert.agreed_check): no wait between its exchanges. Every rank leaves
-    one at the same place of the same op, whether it replays or not."""
+    agrees (one all-gather; one rank alone, none), and the step fails on every rank, taken
+    back, or passed() runs on each. An evicting step in place leaves its counts so
+    (key_exchange._agreed_in_place, table_group.ReplayedInsert.agreed_check): no wait between
+    its exchanges. Every rank leaves one at the same place of the same op, whether it replays
+    or not."""
     return Deferred(None, describe, op_name, passed, "")
 
 
@@ -209,11 +210,15 @@ def take(runtime, routings, op):
 
 
 def raise_if_set(runtime, taken, note=""):
-    """Reads the flags of `taken` (a wait each, for its checks alone) and raises the first bad
-    input's error as the forward's op header would have (runtime.host.raise_together), `note`
-    after its name."""
+    """Reads the flags of `taken` (a wait each, for its checks alone; an agreed check's
+    describe() reads what it needs) and raises the first bad input's error as the forward's op
+    header would have (runtime.host.raise_together), `note` after its name."""
     for deferred in taken:
-        if int(deferred.read()[0]):
+        if deferred.read is None:
+            error = deferred.describe()
+            if error is not None:
+                runtime.host.raise_together(error, deferred.op_name + note)
+        elif int(deferred.read()[0]):
             runtime.host.raise_together(deferred.describe(), deferred.op_name + note)
         if deferred.passed is not None:
             deferred.passed()

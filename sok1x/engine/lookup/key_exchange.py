@@ -200,6 +200,7 @@ def lookup_forward_many(runtime, tables, op, keys_list, training, local_error=No
         told = exchange_sizes(runtime, op, None, error, None if later else flag,
                               describe_error=describe, shared=shared).shared
         fitting = fitting_units(bounded, told)
+        in_place = in_place_units(bounded, told, fitting[0])  # (their counts read later)
         if later:
             deferred = bounded_step.Deferred(backend.read_later(flag), describe,
                                              as_op_id(op).name)
@@ -498,10 +499,11 @@ def _insert_keys(runtime, op, tables, owned, owned_tags, owner_rows, vectors, fi
     as every rank found from the op header: fitting_units) neither waits nor takes part in that
     agreement: its counts are read in the next op header's wait (runtime.read_later). most:
     per hash group the header told of, the most keys per member any owner can get
-    (fitting_units). On several ranks, where every hash table not in `fitting` is a group in
-    `units_in_place` (in_place_units', none of them in `fitting`: its full shards evict every
-    new key in place, the others hold them), nothing waits either: the counts, and every rank's
-    agreement on them, wait for the next op header (_agreed_in_place).
+    (fitting_units). Where every hash table not in `fitting` is a group in `units_in_place`
+    (in_place_units', none of them in `fitting`: its full shards evict every new key in place,
+    the others hold them), nothing waits either, on one rank as on several: the counts, and
+    every rank's agreement on them, wait for the next op header (_agreed_in_place), so that the
+    host goes on while the GPU evicts.
     Fills owner_rows and vectors for the groups and the tables in `fitting`."""
     backend = runtime.backend
     kept = []  # the groups' inserts in `fitting`: their lookups count once the step goes on
@@ -517,8 +519,8 @@ def _insert_keys(runtime, op, tables, owned, owned_tags, owner_rows, vectors, fi
     if all(t in fitting for t, table in enumerate(tables) if table.use_hashtable):
         _count_kept(kept)
         return  # every rank skips the agreement alike: `fitting` is the same everywhere
-    if runtime.size > 1 and all(t in fitting or (t in owned_tags and t in units_in_place)
-                                for t, table in enumerate(tables) if table.use_hashtable):
+    if all(t in fitting or (t in owned_tags and t in units_in_place)
+           for t, table in enumerate(tables) if table.use_hashtable):
         _agreed_in_place(runtime, op, tables, owned, owned_tags, owner_rows, vectors, most,
                          sorted(units_in_place), kept)
         return  # (every rank alike: the op header told them all what decides it)
@@ -572,13 +574,14 @@ def _insert_keys(runtime, op, tables, owned, owned_tags, owner_rows, vectors, fi
 
 def _agreed_in_place(runtime, op, tables, owned, owned_tags, owner_rows, vectors, most, units,
                      kept):
-    """_insert_keys' groups `units` evicting in place on several ranks, with no wait between
-    the exchanges: each owner evicts and inserts its keys of a group (or, holding no full
-    member, inserts them as kept_insert does: the op header told every rank that they fit), its
-    counts' copies queued. The next op header (the backward's) reads them and agrees with every
-    rank on a new key left without a victim (bounded_step.Deferred, agreed: read_left), where
-    the step fails on every rank and is taken back; the kept inserts count their lookups once
-    it passed. A replayed evicting class leaves its counts to the same header
+    """_insert_keys' groups `units` evicting in place, with no wait between the exchanges (on
+    several ranks) or before the rest of the step is queued (on one): each owner evicts and
+    inserts its keys of a group (or, holding no full member, inserts them as kept_insert does:
+    the op header told every rank that they fit), its counts' copies queued. The next op header
+    (the backward's) reads them and agrees with every rank on a new key left without a victim
+    (bounded_step.Deferred, agreed: read_left; one rank agrees with itself), where the step
+    fails on every rank and is taken back; the kept inserts count their lookups once it
+    passed. A replayed evicting class leaves its counts to the same header
     (ReplayedInsert.agreed_check), so an owner may replay while its peers do not: the
     collectives are the same."""
     backend = runtime.backend
