@@ -2,7 +2,8 @@
 (--steps steps back to back, after --warm warm ones), the host ms a step (each step after a
 synchronize, its Python until its last launch returns), and the GPU's kernel and copy
 microseconds a step with the kernels that take most, from PyTorch's profiler (CUPTI sees
-PyCUDA's kernels too), over --steps more steps.
+PyCUDA's kernels too), over --steps more steps. With $SOK1X_BENCH_PROFILE set, each way's first
+case adds a cProfile of --steps more steps back to back (harness.profile_steps).
 
     python bench/growth_kernels.py --ways room,evict_drop,evict_device [--steps 5]
 """
@@ -27,14 +28,14 @@ def profiled(backend, steps, step):
     return harness.profiler_gpu_us(prof, steps)
 
 
-def run_way(rt, args, way, rounds):
+def run_way(rt, args, way, rounds, profile=True):
     """One way's figures: a dict of medians over `rounds` fresh cases."""
     backend = rt.backend
     walls, hosts, kernels, copies, names = [], [], [], [], {}
     for repeat in range(rounds):
         with growth_step.growth_switch(way):
             case = growth_step.Case(rt, args, way, 100 + repeat,
-                                    steps=1 + args.warm + 3 * args.steps)
+                                    steps=1 + args.warm + 4 * args.steps)
             case.fill_up()
             keys = iter(case.steps)
 
@@ -61,6 +62,9 @@ def run_way(rt, args, way, rounds):
             copies.append(c)
             for name, us in by_name.items():
                 names.setdefault(name, []).append(us)
+            if repeat == 0 and profile:
+                harness.profile_steps(rt, lambda: step("cprofile"), backend.synchronize, way,
+                                      args.steps)
         case.drop()
         harness.release_memory(backend)
     top = sorted(((harness.median(v), k) for k, v in names.items()), reverse=True)[:args.top]
@@ -83,7 +87,7 @@ def main():
         torch.zeros(1, device="cuda")
     rt = harness.start_engine(args.backend)
     ways = [w for w in args.ways.split(",") if w]
-    run_way(rt, args, ways[0], 1)  # kernels compile
+    run_way(rt, args, ways[0], 1, profile=False)  # kernels compile
     out = {"environment": harness.environment({"ranks": rt.size}), "args": vars(args),
            "ways": {}}
     for way in ways:
