@@ -586,6 +586,15 @@ def test_table_group_ops(cuda, rng):
         np.testing.assert_array_equal(host(cuda, got), part)
     cuda.fill_value(views[3], -1.0)  # a view writes into the array it cuts
     np.testing.assert_array_equal(host(cuda, flat)[3:700], -1.0)
+    starts, stops = np.array([0, 5, 5, 900], np.int64), np.array([2, 5, 400, 1000], np.int64)
+    spans = cuda.row_views(flat, starts, stops)  # spans with gaps between them
+    assert len(spans) == 4
+    for got, part, start, stop in zip(spans, cpu.row_views(host(cuda, flat), starts, stops),
+                                      starts, stops):
+        made = cuda.row_view(flat, start, stop)
+        assert (got.shape, got.strides, got.nbytes) == (made.shape, made.strides, made.nbytes)
+        assert int(got.gpudata) == int(made.gpudata) or not got.size
+        np.testing.assert_array_equal(host(cuda, got), part)
     row_starts = np.array([0, 100, 100, 5000, 70001], np.int64)
     for n, bound in ((0, 70001), (50000, 70001), (3, 70001), (200000, 33)):
         values = rng.integers(0, min(bound, row_starts[-1]), size=n).astype(np.int64)

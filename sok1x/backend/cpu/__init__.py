@@ -438,9 +438,11 @@ def row_view(array, start, stop):
     return array[start:stop]
 
 
-def row_views(array, cuts):
-    """Returns rows [cuts[t], cuts[t + 1]) of `array` for each t, views sharing its memory."""
-    return [array[int(start):int(stop)] for start, stop in zip(cuts[:-1], cuts[1:])]
+def row_views(array, cuts, stops=None):
+    """Returns rows [cuts[t], cuts[t + 1]) of `array` for each t (with stops: rows [cuts[t],
+    stops[t]) for each t of stops), views sharing its memory."""
+    spans = zip(cuts, stops) if stops is not None else zip(cuts[:-1], cuts[1:])
+    return [array[int(start):int(stop)] for start, stop in spans]
 
 
 def reshape(array, shape):

@@ -243,16 +243,17 @@ def row_view(array, start, stop):
                 ptr(array) + int(start) * row_bytes, base=array)
 
 
-def row_views(array, cuts):
-    """Rows [cuts[t], cuts[t + 1]) of a C-contiguous GPUArray for each t, as row_view makes
-    them: one view made, the others copied from it with their own shape and address (a table
-    group's members' parts, dozens a step)."""
+def row_views(array, cuts, stops=None):
+    """Rows [cuts[t], cuts[t + 1]) of a C-contiguous GPUArray for each t (with stops: rows
+    [cuts[t], stops[t]) for each t of stops), as row_view makes them: one view made, the others
+    copied from it with their own shape and address (a table group's members' parts, dozens a
+    step)."""
     template = row_view(array, 0, 0)
     fields, row_shape = template.__dict__, template.shape[1:]
     width = elements(row_shape)
     row_bytes, base = template.dtype.itemsize * width, ptr(array)
     views = []
-    for start, stop in zip(cuts[:-1], cuts[1:]):
+    for start, stop in zip(cuts, stops) if stops is not None else zip(cuts[:-1], cuts[1:]):
         count = int(stop) - int(start)
         view = gpuarray.GPUArray.__new__(gpuarray.GPUArray)
         view.__dict__.update(fields)

@@ -224,11 +224,11 @@ class KeptVictims:
 
     def device(self, t):
         """Member t's (keys, vectors) as views of the device arrays (no copy)."""
-        if self._parts is None:
-            backend, counts = self.backend, self.counts()
-            self._parts = [(backend.row_view(self.device_keys, int(start), int(start + count)),
-                            backend.row_view(self.values, int(start), int(start + count)))
-                           for start, count in zip(self.starts[:-1], counts)]
+        if self._parts is None:  # every member's at once: one view made an array
+            backend, starts = self.backend, self.starts[:-1]
+            stops = starts + self.counts()
+            self._parts = list(zip(backend.row_views(self.device_keys, starts, stops),
+                                   backend.row_views(self.values, starts, stops)))
         return self._parts[t]
 
     def _span(self, t=None):
