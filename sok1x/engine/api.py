@@ -452,11 +452,17 @@ def pop_evicted(table_name, on_device=False):
     """Local. Returns (keys int64 [n], values float32 [n, dim]) host NumPy arrays of the keys this
     rank's shard of dynamic table `table_name` evicted since the last call (each key once), and
     forgets them (sok1x.sparse_read_and_evict); on_device=True: backend arrays, in GPU memory on
-    cuda, with no copy to the host. Raises Sok1xError for a table that does not evict."""
+    cuda, with no copy to the host. Raises Sok1xError for a table that does not evict. On one
+    rank it first reads what forwards left to their next op header (bounded_step.read_left: an
+    evicting step's counts; no collective there), so that a step still to fail, a new key left
+    without a victim, raises here and is taken back rather than hand out its victims; on
+    several ranks that read is collective, and the next op header makes it."""
     with _runtime.entered() as rt:
         table = _table(rt, table_name)
         if not hasattr(table, "pop_evicted"):
             raise Sok1xError("%s is not a dynamic table: it never evicts" % table_name)
+        if rt.size == 1:
+            bounded_step.read_left(rt)
         return table.pop_evicted(on_device)
 
 

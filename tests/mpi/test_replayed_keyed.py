@@ -1461,6 +1461,41 @@ def test_an_evicting_forward_whose_keys_find_no_victim_fails_the_dump_after_it(m
 
 
 @pytest.mark.usefixtures("spare_rows")
+def test_a_reader_after_an_evicting_forward_whose_keys_find_no_victim_hands_out_none_of_it(
+        monkeypatch, tmp_path):
+    """The failing forward of the tests above, uncaptured, of members that keep what they evict
+    for a reader, read right after it (pop_evicted, what sparse_read_and_evict calls between a
+    lookup and its backward): on one rank the read takes the forward's counts first, fails with
+    TableFullError and takes the eviction back, so the reader gets none of the step's victims
+    (nor a place without one); on several ranks the read is local and the dump's op header
+    fails the step on every rank. Either way member 1 then holds the keys it held before."""
+    monkeypatch.delenv(table_group.REPLAY_EVICTION_ENV, raising=False)
+    lengths, steps = steps_without_victims(11)
+    names = full_hybrid_tables("unserved_read", lengths, 20, drop=False)
+    for number, keys in enumerate(steps[:10], 1):
+        step(names, keys, lengths, np.float32(0.75), "lazy_adam", number, False, "tower")
+    for name in names:
+        api.pop_evicted(name)  # what the ten steps evicted, read
+    before = api.shard(names[1]).index.export()
+    item = KeyedInput(steps[10], lengths, None, lengths, None, "sum")
+    op = OpId(names[0] + "_fwd", names[0], 0)
+    api.keyed_lookup(names, op, item, True, checks="backward", replay=False)
+    if SIZE == 1:
+        with pytest.raises(TableFullError, match="full"):
+            api.pop_evicted(names[1])
+    else:
+        api.pop_evicted(names[1])
+        with pytest.raises(TableFullError, match="full"):
+            checkpoint_tables.dump_tables(str(tmp_path), names)
+    keys, rows = api.shard(names[1]).index.export()
+    assert sorted(keys.tolist()) == sorted(before[0].tolist())
+    assert (rows >= 0).all() and api.shard(names[1]).index.size == before[0].shape[0]
+    if SIZE == 1:
+        evicted, vectors = api.pop_evicted(names[1])
+        assert evicted.shape == (0,) and vectors.shape == (0, DIM), evicted
+
+
+@pytest.mark.usefixtures("spare_rows")
 def test_a_full_hybrid_group_whose_evicted_keys_are_read_replays_its_steps_with_room(
         monkeypatch):
     """Full hybrid members that keep what they evict for a reader: their evicting steps run

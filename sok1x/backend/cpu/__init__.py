@@ -439,8 +439,8 @@ def row_view(array, start, stop):
 
 
 def row_views(array, cuts, stops=None):
-    """Returns rows [cuts[t], cuts[t + 1]) of `array` for each t (with stops: rows [cuts[t],
-    stops[t]) for each t of stops), views sharing its memory."""
+    """Returns rows [cuts[t], cuts[t + 1]) of `array` for each t (with stops, cuts are the
+    starts: rows [cuts[t], stops[t]) for each t, as many as stops), views sharing its memory."""
     spans = zip(cuts, stops) if stops is not None else zip(cuts[:-1], cuts[1:])
     return [array[int(start):int(stop)] for start, stop in spans]
 

@@ -244,10 +244,10 @@ def row_view(array, start, stop):
 
 
 def row_views(array, cuts, stops=None):
-    """Rows [cuts[t], cuts[t + 1]) of a C-contiguous GPUArray for each t (with stops: rows
-    [cuts[t], stops[t]) for each t of stops), as row_view makes them: one view made, the others
-    copied from it with their own shape and address (a table group's members' parts, dozens a
-    step)."""
+    """Rows [cuts[t], cuts[t + 1]) of a C-contiguous GPUArray for each t (with stops, cuts are
+    the starts: rows [cuts[t], stops[t]) for each t, as many as stops), as row_view makes them:
+    one view made, the others copied from it with their own shape and address (a table group's
+    members' parts, dozens a step)."""
     template = row_view(array, 0, 0)
     fields, row_shape = template.__dict__, template.shape[1:]
     width = elements(row_shape)

@@ -49,7 +49,8 @@ rounded up to ALIGN_ROWS. So is a training lookup of a hash group sized by the c
 of it can fill up in the step): its header tells every rank each rank's keys per member beside
 its room (key_exchange.room_and_keys), and rows_bound takes those. The forward still reads its
 header (its checks and overflow ride in it), so the key checks are never deferred there; what
-the next op header reads there is an evicting step's counts (agreed_check). Cost: a
+the next op header reads there is an evicting step's counts (agreed_check, which an uncaptured
+one-rank evicting step leaves too). Cost: a
 member's piece is up to the job's keys of that member where the counted way holds this
 owner's share of them, about `size` times the rows (and the update's padded rows) of the
 counted backward when keys spread evenly; a rank whose header told nothing (its lookup not
@@ -211,8 +212,9 @@ def take(runtime, routings, op):
 
 def raise_if_set(runtime, taken, note=""):
     """Reads the flags of `taken` (a wait each, for its checks alone; an agreed check's
-    describe() reads what it needs) and raises the first bad input's error as the forward's op
-    header would have (runtime.host.raise_together), `note` after its name."""
+    describe() reads what it needs) and raises the first error, a bad input's or an agreed
+    check's, as the forward's op header would have (runtime.host.raise_together), `note` after
+    its name."""
     for deferred in taken:
         if deferred.read is None:
             error = deferred.describe()
@@ -229,7 +231,8 @@ def read_left(runtime):
     update never came) and raises the first bad input's error, naming its lookup, with their
     step rolled back (the journal's step is still theirs: a hash group's insert is taken back,
     whether the op reading them is a step's or a checkpoint's, which no api._Step undoes). On
-    several ranks (agreed checks) every rank agrees on them first (_agree_on_left). Nothing
+    several ranks every rank agrees on them first (_agree_on_left); one rank reads an agreed
+    check (an evicting step's counts) through its describe(). Nothing
     left: nothing read, no collective (every rank leaves the same checks)."""
     if not runtime.unread_checks:
         return

@@ -137,8 +137,8 @@ def exchange_sizes(runtime, op, counts=None, local_error=None, error_flag=None, 
     Returns Sizes; raises OrderError, the input error of any rank, or InitError where ranks size the
     lookup differently, on every rank."""
     op = as_op_id(op)
-    # a forward's checks its backward never read (one rank), an evicting step's counts (several
-    # ranks: every rank leaves them here alike, bounded_step.agreed_check): read first
+    # a forward's checks its backward never read (one rank), an evicting step's counts (any
+    # number of ranks: every rank leaves them here alike, bounded_step.agreed_check): read first
     if runtime.unread_checks:
         bounded_step.read_left(runtime)
     if op.position == 0:  # a tower's first op opens a step (engine/lookup/step_journal.py)

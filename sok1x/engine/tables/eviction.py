@@ -224,7 +224,7 @@ class KeptVictims:
 
     def device(self, t):
         """Member t's (keys, vectors) as views of the device arrays (no copy)."""
-        if self._parts is None:  # every member's at once: one view made an array
+        if self._parts is None:  # every member's at once: one row_views call an array
             backend, starts = self.backend, self.starts[:-1]
             stops = starts + self.counts()
             self._parts = list(zip(backend.row_views(self.device_keys, starts, stops),
