@@ -189,7 +189,7 @@ def lookup_forward_many(runtime, tables, op, keys_list, training, local_error=No
                                     admit_ratios)
     send_counts = np.zeros((size, len(tables)), dtype=np.int64)
     prepared, sent_tags, slots, deferred = [], [], None, None
-    bounds, in_place = [None] * len(tables), set()
+    bounds = [None] * len(tables)
     if error is None and size == 1:  # alone, nothing crosses a network: no de-duplication
         for t, keys in enumerate(keys_list):
             keys = backend.asarray(keys)
