@@ -138,6 +138,10 @@ extern "C" __global__ void evict_count_evictable(const int64* members, int64 mem
   }
 }
 
+// A signed int64 as an unsigned of the same order (its sign bit flipped), and back.
+__device__ __forceinline__ uint64 ordered(int64 x) { return (uint64)x ^ (1ULL << 63); }
+__device__ __forceinline__ int64 unordered(uint64 x) { return (int64)(x ^ (1ULL << 63)); }
+
 struct Score {
   int64 first, second, key, row;
 };
@@ -148,13 +152,47 @@ __device__ __forceinline__ bool lower(const Score& a, const Score& b) {
   return a.key < b.key;
 }
 
-__device__ __forceinline__ Score shuffled(const Score& s, int from) {
-  Score t;
-  t.first = __shfl_xor_sync(FULL_WARP, s.first, from);
-  t.second = __shfl_xor_sync(FULL_WARP, s.second, from);
-  t.key = __shfl_xor_sync(FULL_WARP, s.key, from);
-  t.row = __shfl_xor_sync(FULL_WARP, s.row, from);
-  return t;
+// The warp's lowest of its lanes' scores, in every lane (every lane must call it). `second` takes
+// no part where lfu is false (candidate_score's 0 in every candidate; an empty lane's score is
+// above every candidate's by its first part): the winner's is handed out. On sm_80 and
+// later by the warp's 32-bit min reductions, a half of a part at a time, most significant first,
+// each among the lanes still tied: about 20 instructions, where a butterfly of 64-bit shuffles
+// and comparisons took about 190 and its rounds a third of evict_pick's instructions (one
+// H200, 2026-12-01: the pick 336 -> 286 us a step of growth_step's 26 full tables); before
+// sm_80 by that butterfly.
+__device__ __forceinline__ Score warp_lowest(const Score& mine, bool lfu) {
+#if __CUDA_ARCH__ >= 800
+  const uint64 parts[3] = {ordered(mine.first), ordered(mine.second),
+                           ordered(mine.key)};
+  uint64 lowest[3] = {parts[0], parts[1], parts[2]};
+  bool tied = true;
+#pragma unroll
+  for (int p = 0; p < 3; ++p) {
+    if (p == 1 && !lfu) continue;
+    const unsigned high = __reduce_min_sync(FULL_WARP, tied ? (unsigned)(parts[p] >> 32) : ~0u);
+    tied = tied && (unsigned)(parts[p] >> 32) == high;
+    const unsigned low = __reduce_min_sync(FULL_WARP, tied ? (unsigned)parts[p] : ~0u);
+    tied = tied && (unsigned)parts[p] == low;
+    lowest[p] = ((uint64)high << 32) | low;
+  }
+  // keys are distinct, so one lane is tied, or every lane holds the same (an empty) score
+  const int winner = __ffs(__ballot_sync(FULL_WARP, tied)) - 1;
+  const Score best = {unordered(lowest[0]),
+                      lfu ? unordered(lowest[1]) : __shfl_sync(FULL_WARP, mine.second, winner),
+                      unordered(lowest[2]), __shfl_sync(FULL_WARP, mine.row, winner)};
+  return best;
+#else
+  Score best = mine;
+  for (int from = 16; from > 0; from >>= 1) {
+    Score other;
+    other.first = __shfl_xor_sync(FULL_WARP, best.first, from);
+    other.second = __shfl_xor_sync(FULL_WARP, best.second, from);
+    other.key = __shfl_xor_sync(FULL_WARP, best.key, from);
+    other.row = __shfl_xor_sync(FULL_WARP, best.row, from);
+    if (lower(other, best)) best = other;
+  }
+  return best;
+#endif
 }
 
 // The member of segment s (members that evict own 2^bits segments each, in member order), asked
@@ -257,11 +295,8 @@ struct PickShared {
 };
 
 // The block's lowest of each thread's `mine` (every thread gets it).
-__device__ Score block_lowest(Score mine, PickShared* shared) {
-  for (int from = 16; from > 0; from >>= 1) {
-    const Score other = shuffled(mine, from);
-    if (lower(other, mine)) mine = other;
-  }
+__device__ Score block_lowest(Score mine, bool lfu, PickShared* shared) {
+  mine = warp_lowest(mine, lfu);
   const int warp = (int)(threadIdx.x / 32);
   if (lane_id() == 0) shared->best[warp] = mine;
   __syncthreads();
@@ -333,7 +368,7 @@ __device__ bool pick_by_rank(const Evicting& m, int64* statistics, int64 step, u
         const Score score = candidate_score(&pool[0][0], PICK_CAP, c, m.lfu != 0);
         if (lower(score, mine)) mine = score;
       }
-      const Score best = block_lowest(mine, shared);
+      const Score best = block_lowest(mine, m.lfu != 0, shared);
       for (int c = threadIdx.x; c < n; c += PICK_THREADS) {
         if (pool[3][c] >= 0 && pool[2][c] == best.key) {  // the thread holding it writes it out
           take_victim(begin + r, best.key, best.row, pool[0][c], pool[1][c], step, statistics,
@@ -388,12 +423,16 @@ __device__ bool pick_by_rank_warp(const Evicting& m, int64* statistics, int64 st
     // WARP_GATHER slots a lane, their loads and then their records' all in flight at once: a
     // bucket's range (2 x 64 to 2 x 128 slots at the index's load of 1/2) in one or two rounds
     // of memory latency, where a load a round took one each
+    // (the slot groups of 32 this round reaches, the same in every lane: a bucket's tail past
+    // its 128 home slots leaves the second round one group, not four gone through predicated off)
+    const uint64 groups = (length - base + 31) / 32;
+    const int used = groups < WARP_GATHER ? (int)groups : WARP_GATHER;
     longlong2 held[WARP_GATHER], record[WARP_GATHER];
 #pragma unroll
     for (int j = 0; j < WARP_GATHER; ++j) {
       const uint64 p = base + (uint64)(32 * j + lane);
       held[j] = make_longlong2(-1, 0);
-      if (p < length) {
+      if (j < used && p < length) {
         uint64 slot = lo + p;
         if (slot >= m.slot_count) slot -= m.slot_count;
         held[j] = reinterpret_cast<const longlong2*>(m.slots)[slot];
@@ -402,13 +441,14 @@ __device__ bool pick_by_rank_warp(const Evicting& m, int64* statistics, int64 st
 #pragma unroll
     for (int j = 0; j < WARP_GATHER; ++j) {
       record[j] = make_longlong2(step, 0);  // not evictable
-      if (held[j].x >= 0 && (bits == 0 || bucket_of(held[j].x, bits) == bucket)) {
+      if (j < used && held[j].x >= 0 && (bits == 0 || bucket_of(held[j].x, bits) == bucket)) {
         held[j].y += m.row_start;
         record[j] = reinterpret_cast<const longlong2*>(statistics)[held[j].y];
       }
     }
 #pragma unroll
     for (int j = 0; j < WARP_GATHER; ++j) {
+      if (j >= used) break;
       const bool yes = record[j].x < step;
       const unsigned votes = __ballot_sync(FULL_WARP, yes);
       const int at = n + __popc(votes & lanes_below());
@@ -439,14 +479,7 @@ __device__ bool pick_by_rank_warp(const Evicting& m, int64* statistics, int64 st
     int held;
     Score mine = lane_lowest(pool, n, lfu, &held);
     for (int64 r = 0; r < take; ++r) {
-      Score best = mine;
-      for (int from = 16; from > 0; from >>= 1) {
-        Score other;
-        other.first = __shfl_xor_sync(FULL_WARP, best.first, from);
-        other.second = lfu ? __shfl_xor_sync(FULL_WARP, best.second, from) : 0;
-        other.key = __shfl_xor_sync(FULL_WARP, best.key, from);
-        if (lower(other, best)) best = other;
-      }
+      const Score best = warp_lowest(mine, lfu);
       if (held >= 0 && mine.key == best.key) {  // the lane holding it writes it out
         take_victim(begin + r, mine.key, mine.row, pool[0][held], pool[1][held], step,
                     statistics, victim_keys, victim_rows, victim_records);
@@ -487,10 +520,7 @@ __device__ void pick_key_by_key(const Evicting& m, int64* statistics, int64 step
         const Score mine = {m.lfu ? count : last, m.lfu ? last : 0, key, row};
         if (lower(mine, best)) best = mine;
       }
-      for (int from = 16; from > 0; from >>= 1) {
-        const Score other = shuffled(best, from);
-        if (lower(other, best)) best = other;
-      }
+      best = warp_lowest(best, m.lfu != 0);
       if (lane == 0) {
         victim_keys[i] = best.row >= 0 ? best.key : -1;
         victim_rows[i] = best.row;
@@ -651,8 +681,6 @@ extern "C" __global__ void __launch_bounds__(PICK_THREADS)
 
 #define REST_CAP 32768  // a member's evictable keys left after its buckets, gathered by one block
 #define RANK_CAP 1024   // of them, ranked at once in shared memory
-
-__device__ __forceinline__ uint64 ordered(int64 x) { return (uint64)x ^ (1ULL << 63); }
 
 // Part c (0, 1, 2) of the score of candidate e of a pool of four columns REST_CAP apart (last
 // step, count, key, flat row) as an unsigned in the same order: the score is (last step, key)
