@@ -62,16 +62,34 @@ extern "C" __global__ void part_tags(const int64* starts, int64 count, int64* ta
   }
 }
 
-// Rows of `width` 4-byte words: out row i = row (i - starts[t]) of part t (offsets unused).
-extern "C" __global__ void join_word_rows(const int64* parts, int64 count, int64 width,
-                                          unsigned* out) {
+// Rows of `width` words of type Word: out row i = row (i - starts[t]) of part t (offsets unused).
+// 2^lane_shift threads copy a row, each every 2^lane_shift-th word, its part found once a row:
+// a thread a word found its row by a 64-bit division and its part by a search, per word (one
+// H200, 2026-12-01: 403 us for 26 x 16,384 rows of 128 floats, about a third of the copy rate).
+template <typename Word>
+__device__ __forceinline__ void join_rows_of(const int64* parts, int64 count, int64 width,
+                                             Word* out, int lane_shift) {
   const int64* starts = parts + count;
-  const int64 words = starts[count] * width;
-  for (int64 w = global_thread_id(); w < words; w += global_thread_count()) {
-    const int64 i = w / width;
+  const int64 rows = starts[count];
+  const int64 lanes = 1LL << lane_shift;
+  const int64 lane = global_thread_id() & (lanes - 1);
+  const int64 stride = global_thread_count() >> lane_shift;
+  for (int64 i = global_thread_id() >> lane_shift; i < rows; i += stride) {
     const int64 t = part_of(starts, count, i);
-    const unsigned* source = (const unsigned*)parts[t];
-    out[w] = source[(i - starts[t]) * width + (w - i * width)];
+    const Word* source = (const Word*)parts[t] + (i - starts[t]) * width;
+    Word* target = out + i * width;
+    for (int64 w = lane; w < width; w += lanes) target[w] = source[w];
+  }
+}
+
+// Rows of `width` 4-byte words joined (join_rows_of); vector 4: every part and out 16-byte
+// aligned and width a multiple of 4, copied 16 bytes a load.
+extern "C" __global__ void join_word_rows(const int64* parts, int64 count, int64 width,
+                                          unsigned* out, int lane_shift, int vector) {
+  if (vector == 4) {
+    join_rows_of<uint4>(parts, count, width / 4, reinterpret_cast<uint4*>(out), lane_shift);
+  } else {
+    join_rows_of<unsigned>(parts, count, width, out, lane_shift);
   }
 }
 
