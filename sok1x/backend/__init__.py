@@ -91,6 +91,8 @@ Every backend module exposes the same names, and the engine's algorithms call on
         parts[t] > 0, decided when the work runs (a replayed update's predicate)
     floor_divide(keys, divisor) -> keys // divisor     int64, rows of a table without hash table
     row_view(array, start, stop)                       rows [start, stop) sharing array's memory
+    row_views(array, cuts, stops=None) -> [views]      row_view of [cuts[t], cuts[t + 1]) each t
+                                                       (with stops: [cuts[t], stops[t])), one call
     reshape(array, shape) -> array                     the same elements in `shape` (one -1
                                                        allowed), sharing a C-contiguous array's
                                                        memory

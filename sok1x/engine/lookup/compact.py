@@ -140,14 +140,12 @@ def compact_backward_many(runtime, tables, op, state, grads_list):
         values, rows, counts = keyed_backward(runtime, tables, op, state.pooling, grads_list[0],
                                               rows_per_table=True, bounded=False)
         starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-        return [(runtime.backend.row_view(values, int(a), int(b)), r)
-                for a, b, r in zip(starts[:-1], starts[1:], rows)]
+        return list(zip(runtime.backend.row_views(values, starts), rows))
     if state.row_counts is not None:
         grads = runtime.backend.asarray(grads_list[0])
         if len(grads.shape) == 2 and int(grads.shape[0]) == int(state.row_counts.sum()):
             starts = np.concatenate([[0], np.cumsum(state.row_counts)]).astype(np.int64)
-            grads_list = [runtime.backend.row_view(grads, int(a), int(b))
-                          for a, b in zip(starts[:-1], starts[1:])]
+            grads_list = runtime.backend.row_views(grads, starts)
         else:  # pooled_backward_many reports the mismatch on every rank
             grads_list = [grads] * len(tables)
     return pooled_backward_many(runtime, tables, op, state.pooling, grads_list, bounded=False)

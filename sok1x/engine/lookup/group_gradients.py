@@ -45,11 +45,12 @@ def split_gradient(backend, group, summed, rows, ranks, starts):
         own_starts = piece_starts(ranks)
         own_rows = backend.local_rows(rows, starts, own_starts[:-1] - ranks[:-1],
                                       int(own_starts[-1]))
-    pieces = []
-    for t in range(len(group.members)):
-        start, count, first = int(own_starts[t]), int(sizes[t]), int(value_starts[t])
-        pieces.append((backend.row_view(summed, first, first + count),
-                       backend.row_view(own_rows, start, start + count)))
+    members = len(group.members)
+    sizes = np.asarray(sizes[:members], dtype=np.int64)
+    firsts = np.asarray(value_starts[:members], dtype=np.int64)
+    starts_own = np.asarray(own_starts[:members], dtype=np.int64)
+    pieces = list(zip(backend.row_views(summed, firsts, firsts + sizes),
+                      backend.row_views(own_rows, starts_own, starts_own + sizes)))
     distinct_rows.remember_all(own_rows, [r for _, r in pieces])
     group.last_gradient = (rows, summed, pieces, starts)
     return pieces

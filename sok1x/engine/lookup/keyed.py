@@ -421,13 +421,13 @@ def _forward_by_table(runtime, tables, op, item, training, key_limits, error, cu
         pooled_forward_many(runtime, tables, op, inputs, training, error)
         raise error  # not reached: the exchange raised
 
-    def piece(array, t):
-        return None if array is None else backend.row_view(array, int(cuts[t]),
-                                                           int(cuts[t + 1]))
+    def pieces(array):
+        return [None] * len(tables) if array is None else backend.row_views(array, cuts)
 
-    inputs = [PooledInput(piece(item.keys, t), piece(item.segment_ids, t),
-                          int(item.num_segments[t]), piece(item.weights, t), item.combiner)
-              for t in range(len(tables))]
+    inputs = [PooledInput(keys, segment_ids, int(segments), weights, item.combiner)
+              for keys, segment_ids, segments, weights in zip(
+                  pieces(item.keys), pieces(item.segment_ids), item.num_segments,
+                  pieces(item.weights))]
     outputs, state = pooled_forward_many(runtime, tables, op, inputs, training,
                                          key_limits=key_limits)
     return backend.join_rows(outputs), KeyedState(state, cuts, segment_cuts, True)
@@ -455,8 +455,8 @@ def keyed_backward(runtime, tables, op, state, grads, rows_per_table=False, boun
         if replayed is not None:
             return replayed
     if state.pieces:
-        pieces = [backend.row_view(grads, int(a), int(b)) if fits else grads
-                  for a, b in zip(state.segment_cuts[:-1], state.segment_cuts[1:])]
+        pieces = (backend.row_views(grads, state.segment_cuts) if fits
+                  else [grads] * (len(state.segment_cuts) - 1))
         pairs = pooled_backward_many(runtime, tables, op, state.pooling, pieces, bounded)
         counts = np.array([int(rows.shape[0]) for _, rows in pairs], dtype=np.int64)
         rows = [r for _, r in pairs]
@@ -535,9 +535,7 @@ def keyed_update(backend, tables, rule_name, slot_prefix, options, hyper, values
                                                options, hyper, values, rows)]
     if group is None:
         cuts = _cuts(counts)
-        value_pieces = [backend.row_view(values, int(a), int(b))
-                        for a, b in zip(cuts[:-1], cuts[1:])]
-        row_pieces = [backend.row_view(rows, int(a), int(b)) for a, b in zip(cuts[:-1], cuts[1:])]
+        value_pieces, row_pieces = backend.row_views(values, cuts), backend.row_views(rows, cuts)
         return optimizer_updates.apply_updates(backend, tables, rule_name, slot_prefix, options,
                                                hyper, value_pieces, row_pieces)
     flat, summed, distinct_counts = group_gradients.keyed_gradient(backend, group, values, rows,
@@ -559,6 +557,6 @@ def _update_by_table(backend, tables, rule_name, slot_prefix, options, hyper, va
             % (", ".join(table.name for table in tables), list(values.shape), len(rows),
                counts.tolist()))
     cuts = _cuts(counts)
-    pieces = [backend.row_view(values, int(a), int(b)) for a, b in zip(cuts[:-1], cuts[1:])]
+    pieces = backend.row_views(values, cuts)
     return optimizer_updates.apply_updates(backend, tables, rule_name, slot_prefix, options,
                                            hyper, pieces, rows)

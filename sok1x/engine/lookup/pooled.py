@@ -169,8 +169,7 @@ def _joined_keys(backend, unit, items, error):
 
 def _pieces(backend, array, counts):
     """Row views of `array`, counts[i] rows each, in order."""
-    starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-    return [backend.row_view(array, int(a), int(b)) for a, b in zip(starts[:-1], starts[1:])]
+    return backend.row_views(array, np.concatenate([[0], np.cumsum(counts)]).astype(np.int64))
 
 
 def _pool_of(backend, items, segments):
