@@ -215,8 +215,10 @@ def join_rows(arrays):
     parts, total = _part_list(arrays)
     out = empty((total,) + row_shape, np.float32)
     if total and width:
-        # 16 bytes a load where every row starts 16-byte aligned (a part's view may not)
-        vector = 4 if width % 4 == 0 and not any(ptr(a) % 16 for a in arrays) else 1
+        # 16 bytes a load where every row starts 16-byte aligned (a part's view may not; an
+        # empty part is read from nowhere)
+        aligned = not (ptr(out) % 16 or any(ptr(a) % 16 for a in arrays if a.size))
+        vector = 4 if width % 4 == 0 and aligned else 1
         shift = lane_shift(width // vector)
         launch(_kernels()["join_words"], total << shift, ptr(parts), len(arrays), width, ptr(out),
                shift, vector)

@@ -45,12 +45,14 @@ def split_gradient(backend, group, summed, rows, ranks, starts):
         own_starts = piece_starts(ranks)
         own_rows = backend.local_rows(rows, starts, own_starts[:-1] - ranks[:-1],
                                       int(own_starts[-1]))
-    members = len(group.members)
-    sizes = np.asarray(sizes[:members], dtype=np.int64)
-    firsts = np.asarray(value_starts[:members], dtype=np.int64)
-    starts_own = np.asarray(own_starts[:members], dtype=np.int64)
+    # (sizes: a member each; the starts: one more, the end)
+    firsts, own_firsts = np.asarray(value_starts[:-1]), np.asarray(own_starts[:-1])
+    if not sizes.shape[0] == firsts.shape[0] == own_firsts.shape[0] == len(group.members):
+        raise RuntimeError("split_gradient: %d members, %d sizes, %d and %d starts"
+                           % (len(group.members), sizes.shape[0], firsts.shape[0],
+                              own_firsts.shape[0]))
     pieces = list(zip(backend.row_views(summed, firsts, firsts + sizes),
-                      backend.row_views(own_rows, starts_own, starts_own + sizes)))
+                      backend.row_views(own_rows, own_firsts, own_firsts + sizes)))
     distinct_rows.remember_all(own_rows, [r for _, r in pieces])
     group.last_gradient = (rows, summed, pieces, starts)
     return pieces
