@@ -572,13 +572,13 @@ def test_table_group_ops(cuda, rng):
     # a view one row in (aligned or not as its width has it) and one of [n, 2, 4] rows
     for width in (1, 2, 4, 5, 8, 128, 160):
         shape = (width,) if width != 8 else (2, 4)
-        rows = [rng.standard_normal((n,) + shape).astype(np.float32) for n in (7, 0, 1000, 33)]
-        parts = [cuda.asarray(r) for r in rows]
+        wide = [rng.standard_normal((n,) + shape).astype(np.float32) for n in (7, 0, 1000, 33)]
+        parts = [cuda.asarray(r) for r in wide]
         parts[3] = cuda.row_view(parts[3], 1, 33)  # starts 4 * width bytes in
         joined = cuda.join_rows(parts)
         assert joined.shape == (7 + 1000 + 32,) + shape
         np.testing.assert_array_equal(host(cuda, joined),
-                                      cpu.join_rows(rows[:3] + [rows[3][1:]]))
+                                      cpu.join_rows(wide[:3] + [wide[3][1:]]))
     flat = cuda.asarray(rows[2])
     view = cuda.row_view(flat, 10, 20)
     np.testing.assert_array_equal(host(cuda, view), rows[2][10:20])
