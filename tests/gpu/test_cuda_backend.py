@@ -579,6 +579,15 @@ def test_table_group_ops(cuda, rng):
         assert joined.shape == (7 + 1000 + 32,) + shape
         np.testing.assert_array_equal(host(cuda, joined),
                                       cpu.join_rows(wide[:3] + [wide[3][1:]]))
+    # a width that allows 16 bytes a load, one part starting 4 bytes into its allocation: the
+    # join takes 4 bytes a load
+    from sok1x.backend.cuda.kernel_launch import ptr, wrap
+    words = rng.standard_normal(4 * 20 + 1).astype(np.float32)
+    allocation = cuda.asarray(words)
+    odd = wrap((20, 4), np.float32, ptr(allocation) + 4, base=allocation)
+    whole = rng.standard_normal((9, 4)).astype(np.float32)
+    np.testing.assert_array_equal(host(cuda, cuda.join_rows([cuda.asarray(whole), odd])),
+                                  np.concatenate([whole, words[1:].reshape(20, 4)]))
     flat = cuda.asarray(rows[2])
     view = cuda.row_view(flat, 10, 20)
     np.testing.assert_array_equal(host(cuda, view), rows[2][10:20])

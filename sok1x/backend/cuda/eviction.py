@@ -27,6 +27,7 @@ _KEYS_PER_SEGMENT = 32  # count_new_keys' segments
 _BLOCKS_A_SLOT = 16  # evict_pick's first pass: blocks for each the GPU holds (_buckets_a_block)
 _PICK_WARPS = _PICK_THREADS // 32
 _BLOCK_KEYS_A_BUCKET = 16  # a lookup's keys a bucket from which a bucket is a block's
+_UNSERVED_THREADS = 1024  # evict_unserved's block (a member's places)
 
 
 @memoised_per_context
@@ -255,5 +256,5 @@ def pick_victims(indexes, statistics, row_starts, keys, tags, found, counts, bit
     if padded:
         launch(kernels["unserved"], 0, ptr(members), parts, ptr(distinct_starts),
                ptr(victim_rows), *(ptr(checked) + 8 * k * parts for k in range(3)),
-               blocks=parts)  # a block a member
+               block=_UNSERVED_THREADS, blocks=parts)  # a block a member
     return picked

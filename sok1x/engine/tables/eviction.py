@@ -492,12 +492,10 @@ def queue_padded(tables, bounds, keys, tags, flat_arrays, step, out=None, room=N
         spares.queue(backend, member_rows, starts, served)
     queued = Queued(found, pinned, device_keys, member_rows, vectors, saved, records, totals,
                     unserved, served)
-    # a zero record for every victim's row (none for a place without one: row -1); the erase
-    # last, so that nothing here fails once a victim left its index
-    cleared = (backend.zeros((1, 2), np.int64), backend.zeros((int(starts[-1]),), np.int64))
-    backend.move_rows(cleared[0], cleared[1], statistics, device_rows)
+    # the erase last, so that nothing here fails once a victim left its index; it zeroes each
+    # victim's record too (none for a place without one: row -1)
     backend.hash_erase_many(indexes, device_keys, backend.part_tags(starts), bounds, served,
-                            counted=False)
+                            counted=False, cleared=(statistics, device_rows))
     if room is not None:
         rebuilt = backend.hash_rehash_many(indexes, when=backend.rebuild_flags(totals, served,
                                                                               room))
@@ -607,12 +605,11 @@ def evict(tables, counts, keys, tags, flat_arrays, found=None, segments=None, pa
     evicted.victims = Victims(
         backend, starts, device_keys, backend.offset_parts(device_rows, starts, -firsts),
         vectors, saved, records, totals, served, moved)
-    # a zero record for every victim's row (none for a padded place without one: row -1)
-    cleared = (backend.zeros((1, 2), np.int64), backend.zeros((int(starts[-1]),), np.int64))
-    backend.hash_erase_many(indexes, device_keys, backend.part_tags(starts), counts, served)
+    # the erase zeroes each victim's record too (none for a padded place without one: row -1)
+    backend.hash_erase_many(indexes, device_keys, backend.part_tags(starts), counts, served,
+                            cleared=(statistics, device_rows))
 
     def first():
-        backend.move_rows(cleared[0], cleared[1], statistics, device_rows)
         rebuild_worn(backend, tables)  # the erased keys' tombstones: every worn index at once
     _take_victims(tables, counts, evicted, first)
     _prefetch(evicted)
