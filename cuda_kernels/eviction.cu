@@ -246,8 +246,14 @@ __device__ __forceinline__ void rest_places(const Evicting& m, const int64* dist
   *end = m.first_victim + (all < m.count ? all : m.count);
 }
 
+// The record a victim's row keeps: last step `step`, so that no other place chooses it, and
+// count 0, what the row's next key counts from (one 16-byte store, in the sector the pick read).
+__device__ __forceinline__ void clear_victim_record(int64* statistics, int64 row, int64 step) {
+  *reinterpret_cast<longlong2*>(statistics + 2 * row) = make_longlong2(step, 0);
+}
+
 // Victim place i takes `key` at flat row `row`, its record (last step, count) as it was; the
-// row's last step becomes `step`, so that no other place chooses it.
+// row's record becomes clear_victim_record's.
 __device__ __forceinline__ void take_victim(int64 i, int64 key, int64 row, int64 last,
                                             int64 count, int64 step, int64* statistics,
                                             int64* victim_keys, int64* victim_rows,
@@ -256,7 +262,7 @@ __device__ __forceinline__ void take_victim(int64 i, int64 key, int64 row, int64
   victim_rows[i] = row;
   victim_records[2 * i] = last;
   victim_records[2 * i + 1] = count;
-  statistics[2 * row] = step;
+  clear_victim_record(statistics, row, step);
 }
 
 // Victims by rank from a pool of n candidates (columns `cap` apart: last step, count, key, flat
@@ -528,7 +534,7 @@ __device__ void pick_key_by_key(const Evicting& m, int64* statistics, int64 step
           int64* record = statistics + 2 * best.row;
           victim_records[2 * i] = record[0];
           victim_records[2 * i + 1] = record[1];
-          record[0] = step;
+          clear_victim_record(statistics, best.row, step);
         } else if (!rest) {
           atomicAdd(left, 1ULL);
         }
@@ -605,7 +611,8 @@ __device__ bool pick_item(const int64* members, int64 member_count,
 // (victim_rows[i] == -1), in order, gets the lowest evictable key of the whole shard; *left
 // (zeroed by the caller) counts the first pass's keys without a victim, so the second pass
 // returns at once when there are none. A chosen victim's record is written to victim_records[i]
-// as it was, and its last step set to `step` (so it is chosen once); victim_rows holds flat rows.
+// as it was, and its record becomes (step, 0) (chosen once; the row's next key counts from 0);
+// victim_rows holds flat rows.
 // The key-by-key path (rest, or a bucket past PICK_CAP) is the block's first warp's.
 // per_block (rest == 0; 1 to 32): each block takes that many consecutive segments, and works
 // only those with places: its first warp reads their distinct_starts in one coalesced read. Of
@@ -893,7 +900,7 @@ extern "C" __global__ void evict_pick_rest(const int64* members, int64 member_co
           victim_rows[i] = mine.row;
           victim_records[2 * i] = lot[0][c];
           victim_records[2 * i + 1] = lot[1][c];
-          statistics[2 * mine.row] = step;
+          clear_victim_record(statistics, mine.row, step);
         }
       }
       __syncthreads();

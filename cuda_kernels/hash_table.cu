@@ -229,17 +229,11 @@ extern "C" __global__ void hash_members_advance(int64* members, const int64* pla
 }
 
 // hash_erase over a group's members, in one launch: keys[i], a key member tags[i] holds (an
-// eviction's victims), leaves its index (its slot a tombstone); a key -1 is passed by. records:
-// null, or the group's 16-byte row records (last step, count), of which rows[i]'s, the erased
-// key's flat row, is zeroed in the same pass (what the row's next key starts from).
+// eviction's victims), leaves its index (its slot a tombstone); a key -1 is passed by.
 extern "C" __global__ void hash_erase_tagged(const int64* members, const int64* keys,
-                                             const int64* tags, int64 n, int64* records,
-                                             const int64* rows) {
+                                             const int64* tags, int64 n) {
   for (int64 i = global_thread_id(); i < n; i += global_thread_count()) {
     if (keys[i] < 0) continue;  // a padded eviction's place without a victim
-    if (records != nullptr && rows[i] >= 0) {
-      *reinterpret_cast<longlong2*>(records + 2 * rows[i]) = make_longlong2(0, 0);
-    }
     const Member member = member_of(members, tags[i]);
     const int64 slot = find_slot(member.slots, 2, member.slot_count, keys[i]);
     if (slot < 0) continue;

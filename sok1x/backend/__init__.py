@@ -130,9 +130,8 @@ Every backend module exposes the same names, and the engine's algorithms call on
     part_tags(cuts) -> int64 [cuts[-1]]                the part of each position (one launch)
     row_sequence(first, stop) -> int64 [stop - first]  first, first + 1, ... (on the device)
     unique_many_start(..., tags_list)                  de-duplicates a tagged array per (tag, key)
-    hash_erase_many(indexes, keys, tags, counts, cleared=None)  erases held tagged keys
-        (counts[t] of member t's), one launch; cleared=(statistics, rows) also zeroes the
-        erased keys' row records;
+    hash_erase_many(indexes, keys, tags, counts)       erases held tagged keys (counts[t] of
+                                                       member t's), one launch;
         hash_erase_counted(indexes, counts, erased) counts a recorded erase's keys (cuda)
     hash_insert_many(indexes, keys, tags, row_starts, pools=None) -> (rows, new_keys, new_rows,
         new_tags, count, placed)   find_or_insert in every member's index in one launch, no

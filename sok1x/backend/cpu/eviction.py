@@ -95,7 +95,8 @@ def pick_victims(indexes, statistics, row_starts, keys, tags, found, counts, bit
     that bucket, and those whose bucket ran out the member's lowest left over, in order.
     Returns (victim_keys, victim_rows, victim_records [m, 2]), m = sum(counts), member t's at
     [sum(counts[:t]), sum(counts[:t + 1])): each victim's key, flat row and record as it was
-    (-1, -1 and 0 where none is left). The victims' last step is set to `step`.
+    (-1, -1 and 0 where none is left). Each victim's record becomes (step, 0): no other
+    place chooses it, and its row's next key counts from 0.
     padded: counts[t] is a bound on member t's new keys (0: it evicts none), so that all of them
     evict with no count read first; three more arrays come back, int64 [T]: totals, each
     member's places (one per distinct new key, the front of its part, -1 after them), unserved,
@@ -169,5 +170,5 @@ def _pick_in_shard(index, statistics, buckets, starts, bits, step, lfu):
     victim_keys[has] = cand_keys[chosen[has]]
     victim_rows[has] = cand_rows[chosen[has]]
     victim_records[has] = cand_records[chosen[has]]
-    stamp_last_step(statistics, victim_rows, step)
+    statistics[victim_rows[has]] = (step, 0)  # chosen once; the row's next key counts from 0
     return victim_keys, victim_rows, victim_records

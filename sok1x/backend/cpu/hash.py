@@ -320,21 +320,13 @@ def hash_insert_many_done(indexes, found, placed, keep):
             index.erase(new_keys[:count][mine])
 
 
-def hash_erase_many(indexes, keys, tags, counts, erased=None, counted=True, cleared=None):
+def hash_erase_many(indexes, keys, tags, counts, erased=None, counted=True):
     """Erases a hash group's keys, keys[i] one that member tags[i] holds (counts[t]: how many
     are member t's, or a bound on them where `erased` (int64 [T]) says how many; a key -1 is
     passed by). A cpu index counts what it erases as it erases them, whatever `counted` (cuda's
-    counts `erased` later, or, counted=False, leaves it to hash_erase_counted). cleared: None,
-    or (statistics, rows): the group's row records (int64 [R, 2]) and each key's flat row (-1
-    for none), whose records are zeroed too (an eviction's victims')."""
+    counts `erased` later, or, counted=False, leaves it to hash_erase_counted)."""
     keys, tags = np.asarray(keys, dtype=np.int64), np.asarray(tags, dtype=np.int64)
     held = keys >= 0
-    if cleared is not None:
-        rows = np.asarray(cleared[1], dtype=np.int64)
-        if rows.shape != keys.shape:
-            raise ValueError("hash_erase_many: %d rows to clear for %d keys"
-                             % (rows.shape[0], keys.shape[0]))
-        cleared[0][rows[held & (rows >= 0)]] = 0
     for t, index in enumerate(indexes):
         if counts[t]:
             index.erase(keys[(tags == t) & held])

@@ -40,7 +40,7 @@ from sok1x.backend.cuda.groups import device_constant
 def _kernels():
     return {"find": prepared("hash_table.cu", "hash_find_tagged", "PPPqP"),
             "insert": prepared("hash_table.cu", "hash_find_or_insert_tagged", "PPPqPPPPPP"),
-            "erase": prepared("hash_table.cu", "hash_erase_tagged", "PPPqPP"),
+            "erase": prepared("hash_table.cu", "hash_erase_tagged", "PPPq"),
             "take_slots": prepared("hash_table.cu", "hash_take_slots_many", "PqqPP"),
             "rebuild_flags": prepared("hash_table.cu", "hash_rebuild_flags", "PPPqP"),
             "reinsert": prepared("hash_table.cu", "hash_reinsert_many", "PqqP"),
@@ -174,28 +174,19 @@ def hash_find_many(indexes, keys, tags, row_starts):
 
 
 @uses_context
-def hash_erase_many(indexes, keys, tags, counts, erased=None, counted=True, cleared=None):
+def hash_erase_many(indexes, keys, tags, counts, erased=None, counted=True):
     """Erases a hash group's keys, keys[i] one that member tags[i] holds (an eviction's
     victims; counts[t], host: how many are member t's), in one launch and no wait; a key -1 is
     passed by. erased: None, or device int64 [T], how many keys each member really erases where
     counts are bounds (a padded eviction: the places without a victim hold -1): each index
     counts them when its size is next read (HashIndex.add_size_later), its tombstones by the
     bounds until then. counted=False: the indexes count nothing now (a replayed eviction's
-    recorded erase: hash_erase_counted counts each replay's). cleared: None, or (statistics,
-    rows): the group's row records (int64 [R, 2]) and each key's flat row (int64, -1 for none),
-    whose records the same pass zeroes (an eviction's victims')."""
+    recorded erase: hash_erase_counted counts each replay's)."""
     keys, tags = index_array(keys, "keys"), index_array(tags, "tags")
-    records = rows = 0
-    if cleared is not None:
-        records, rows = ptr(cleared[0]), index_array(cleared[1], "rows")
-        if rows.shape != keys.shape:
-            raise ValueError("hash_erase_many: %d rows to clear for %d keys"
-                             % (rows.shape[0], keys.shape[0]))
-        rows = ptr(rows)
     if keys.shape[0]:
         members = _probe_members(indexes, [0] * len(indexes))
         launch(_kernels()["erase"], keys.shape[0], ptr(members), ptr(keys), ptr(tags),
-               keys.shape[0], records, rows)
+               keys.shape[0])
     if counted:
         hash_erase_counted(indexes, counts, erased)
 

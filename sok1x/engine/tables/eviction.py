@@ -451,7 +451,7 @@ def queue_padded(tables, bounds, keys, tags, flat_arrays, step, out=None, room=N
     """The device work of a padded eviction (evict's, module docstring), and nothing the host
     counts: the lookup's rows found and their records kept, the rows stamped with `step`, the
     victims picked, their vectors, slots and records gathered, their keys erased from the
-    indexes (not counted: record_padded counts them) and their records zeroed. A replayed
+    indexes (not counted: record_padded counts them), their records left at (step, 0). A replayed
     evicting step records this once (table_group.ReplayedInsert), its victims written into
     `out` (fixed_victims'; None: new arrays). room: None, or device int64 [2, T], each
     member's index's empty slots and the tombstones it takes before it is worn (table.is_worn:
@@ -492,10 +492,10 @@ def queue_padded(tables, bounds, keys, tags, flat_arrays, step, out=None, room=N
         spares.queue(backend, member_rows, starts, served)
     queued = Queued(found, pinned, device_keys, member_rows, vectors, saved, records, totals,
                     unserved, served)
-    # the erase last, so that nothing here fails once a victim left its index; it zeroes each
-    # victim's record too (none for a place without one: row -1)
+    # the erase last, so that nothing here fails once a victim left its index (the pick left
+    # each victim's record at (step, 0), what its row's new key counts from)
     backend.hash_erase_many(indexes, device_keys, backend.part_tags(starts), bounds, served,
-                            counted=False, cleared=(statistics, device_rows))
+                            counted=False)
     if room is not None:
         rebuilt = backend.hash_rehash_many(indexes, when=backend.rebuild_flags(totals, served,
                                                                               room))
@@ -605,9 +605,7 @@ def evict(tables, counts, keys, tags, flat_arrays, found=None, segments=None, pa
     evicted.victims = Victims(
         backend, starts, device_keys, backend.offset_parts(device_rows, starts, -firsts),
         vectors, saved, records, totals, served, moved)
-    # the erase zeroes each victim's record too (none for a padded place without one: row -1)
-    backend.hash_erase_many(indexes, device_keys, backend.part_tags(starts), counts, served,
-                            cleared=(statistics, device_rows))
+    backend.hash_erase_many(indexes, device_keys, backend.part_tags(starts), counts, served)
 
     def first():
         rebuild_worn(backend, tables)  # the erased keys' tombstones: every worn index at once
