@@ -9,6 +9,8 @@ import os
 
 import numpy as np
 
+from sok1x.backend.cuts import cut_points
+
 CHUNK_ENV = "SOK1X_MPI_CHUNK_ELEMENTS"
 DEFAULT_ELEMENTS = 1 << 30
 
@@ -26,10 +28,6 @@ def _rows_per_round(rows, size):
     return max(1, elements_per_call() // (max(1, row_elements) * size))
 
 
-def _starts(counts):
-    return np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-
-
 def all_gather_rows(host, rows):
     """Every rank contributes `rows` (host array, any number of rows); returns (the rows of all
     ranks in rank order, int64 counts per rank) on every rank, as host.all_gather_v does, in as
@@ -37,11 +35,11 @@ def all_gather_rows(host, rows):
     rows = np.ascontiguousarray(rows)
     counts = np.asarray(host.all_gather_object(int(rows.shape[0])), np.int64)
     step = _rows_per_round(rows, host.size)
-    starts = _starts(counts)
+    starts = cut_points(counts)
     out = np.empty((int(starts[-1]),) + rows.shape[1:], rows.dtype)
     for done in range(0, int(counts.max()) if counts.size else 0, step):
         got, got_counts = host.all_gather_v(rows[done:done + step])
-        got_starts = _starts(got_counts)
+        got_starts = cut_points(got_counts)
         for rank in range(host.size):
             place = int(starts[rank]) + done
             out[place:place + int(got_counts[rank])] = got[got_starts[rank]:got_starts[rank + 1]]
@@ -56,7 +54,7 @@ def all_to_all_rows(host, rows, send_counts, recv_counts):
     send_counts = np.asarray(send_counts, np.int64)
     recv_counts = np.asarray(recv_counts, np.int64)
     step = _rows_per_round(rows, host.size)
-    send_starts, recv_starts = _starts(send_counts), _starts(recv_counts)
+    send_starts, recv_starts = cut_points(send_counts), cut_points(recv_counts)
     out = np.empty((int(recv_starts[-1]),) + rows.shape[1:], rows.dtype)
     largest = int(np.asarray(host.all_gather_object(
         int(max(send_counts.max(), recv_counts.max())) if send_counts.size else 0)).max())
@@ -66,7 +64,7 @@ def all_to_all_rows(host, rows, send_counts, recv_counts):
         piece = np.concatenate([rows[send_starts[j] + done:send_starts[j] + done + sending[j]]
                                 for j in range(host.size)])
         got = host.all_to_all_v(piece, sending, receiving)
-        got_starts = _starts(receiving)
+        got_starts = cut_points(receiving)
         for rank in range(host.size):
             place = int(recv_starts[rank]) + done
             out[place:place + int(receiving[rank])] = got[got_starts[rank]:got_starts[rank + 1]]

@@ -20,6 +20,7 @@ from sok1x.backend.cuda.kernel_launch import (
     row_view,
     to_device,
 )
+from sok1x.backend.cuts import part_starts
 
 _PICK_THREADS, _REST_WARPS = 128, 16  # eviction.cu's threads of evict_pick, warps of _rest
 _REST_CAP = 32768  # eviction.cu's REST_CAP
@@ -87,7 +88,7 @@ def _member_listing(indexes, row_starts, bits, counts, first_segment, lfu):
     each): index slots (0 for an index of None), bucket bits, keys to evict (0: its segments
     are passed by), its first victim's place (counts summed) and first segment."""
     counts = np.asarray(counts, dtype=np.int64)
-    first_victim = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    first_victim = part_starts(counts)
     listing = np.array([[0 if index is None else index.slots_address,
                          0 if index is None else index.slot_count, int(start), int(b),
                          int(c), int(v), int(s), int(bool(f))]
@@ -108,7 +109,7 @@ def _new_key_segments(indexes, row_starts, keys, tags, found, counts, bits, lfu,
     counts = np.asarray(counts, dtype=np.int64)
     bits = np.asarray(bits, dtype=np.int64)
     segments = np.where(counts > 0, np.left_shift(1, bits), 0)
-    first_segment = np.concatenate([[0], np.cumsum(segments)[:-1]])
+    first_segment = part_starts(segments)
     members = _member_listing(indexes, row_starts, bits, counts, first_segment, lfu)
     total = int(segments.sum())
     kernels = _eviction_kernels()

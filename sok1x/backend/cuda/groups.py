@@ -32,6 +32,7 @@ from sok1x.backend.cuda.kernel_launch import (
     to_host,
     zeros_and_scan_scratch,
 )
+from sok1x.backend.cuts import cut_points
 
 _KEPT_LISTS = 64
 _uploaded = collections.OrderedDict()  # part list bytes -> its device copy
@@ -79,7 +80,7 @@ def device_constant(host_values):
 def _part_list(arrays, offsets=None):
     """Returns (device part list, total rows) for device arrays joined along axis 0."""
     lengths = [int(a.shape[0]) for a in arrays]
-    starts = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)])
+    starts = cut_points(lengths)
     offsets = np.zeros(len(arrays), np.int64) if offsets is None else offsets
     listing = np.concatenate([[ptr(a) for a in arrays], starts,
                               np.asarray(offsets, dtype=np.int64)])

@@ -34,6 +34,7 @@ from sok1x.backend.cuda.kernel_launch import (
 )
 from sok1x.backend.cuda.staging import upload
 from sok1x.backend.cuda.groups import device_constant
+from sok1x.backend.cuts import cut_points, part_starts
 
 
 @memoised_per_context
@@ -244,7 +245,7 @@ def rebuild_flags(wanted, erased, room):
 def _slot_listing(indexes):
     """Host int64 (first slot among all of them, slots' address, slot count) per index."""
     counts = np.array([index.slot_count for index in indexes], dtype=np.int64)
-    starts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+    starts = part_starts(counts)
     addresses = np.array([index.slots_address for index in indexes], dtype=np.int64)
     return starts, addresses, counts
 
@@ -258,7 +259,7 @@ def _fresh_indexes(index_class, capacities):
     of a member's rows and slots)."""
     counts = [index_class.slot_count_of(capacity) for capacity in capacities]
     slots = fill_bytes(empty((sum(counts), 2), np.int64), 0xFF)
-    starts = np.concatenate([[0], np.cumsum(counts)]).tolist()
+    starts = cut_points(counts).tolist()
     return [index_class(capacity, slots=row_view(slots, start, stop))
             for capacity, start, stop in zip(capacities, starts[:-1], starts[1:])]
 

@@ -17,6 +17,7 @@ from sok1x.backend.cuda.kernel_launch import (
     to_device,
 )
 from sok1x.backend.cuda.groups import device_constant
+from sok1x.backend.cuts import cut_points
 
 
 @memoised_per_context
@@ -66,7 +67,7 @@ def peer_slots_many(counts, caps, lengths, flag, bit):
     [1], flag[0] (flag may be None) with `bit` set where a count exceeds its cap. No wait."""
     caps = np.ascontiguousarray(caps, dtype=np.int64)
     tables, size = int(counts.shape[0]), int(counts.shape[1])
-    starts = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    starts = cut_points(lengths)
     slots = empty((max(int(starts[-1]), 1),), np.int64)
     flag_out = fill_bytes(empty((1,), np.int64), 0)
     launch(_header_kernels()[2], max(int(starts[-1]), tables * size), ptr(counts),

@@ -62,6 +62,7 @@ import functools
 
 import numpy as np
 
+from sok1x.backend.cuts import cut_points
 from sok1x.engine import environment
 from sok1x.engine.op_order import as_op_id
 from sok1x.engine.lookup.group_gradients import (  # noqa: F401  (the layout is a group's)
@@ -169,7 +170,7 @@ def rows_bound(table, keys, size, cap_here):
 def piece_starts_of(bounds):
     """piece_starts of a several-rank bounded backward: member t's piece as long as its bound
     (bounds: host int64 [members]), rounded up to ALIGN_ROWS."""
-    return piece_starts(np.concatenate([[0], np.cumsum(bounds)]).astype(np.int64))
+    return piece_starts(cut_points(bounds))
 
 
 def defers(runtime, tables, training, flag):

@@ -20,6 +20,7 @@ import collections
 
 import numpy as np
 
+from sok1x.backend.cuts import cut_points, part_starts
 from sok1x.engine.lookup.checks import KEY_DTYPES
 from sok1x.engine.lookup.keyed import keyed_backward, keyed_distinct_forward
 from sok1x.engine.lookup.pooled import (
@@ -93,7 +94,7 @@ def compact_forward_many(runtime, tables, op, inputs, training, key_limits=None,
     rows = outputs[0] if len(outputs) == 1 else backend.join_rows(outputs)
     index = None
     if chosen:
-        starts = np.concatenate([[0], np.cumsum(row_counts)[:-1]]).astype(np.int64)
+        starts = part_starts(row_counts)
         index = backend.narrow_indices(backend.join_keys(indices, starts))
     return JoinedRows(rows, index, row_counts), CompactState(state, row_counts)
 
@@ -139,12 +140,12 @@ def compact_backward_many(runtime, tables, op, state, grads_list):
     if state.keyed:
         values, rows, counts = keyed_backward(runtime, tables, op, state.pooling, grads_list[0],
                                               rows_per_table=True, bounded=False)
-        starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        starts = cut_points(counts)
         return list(zip(runtime.backend.row_views(values, starts), rows))
     if state.row_counts is not None:
         grads = runtime.backend.asarray(grads_list[0])
         if len(grads.shape) == 2 and int(grads.shape[0]) == int(state.row_counts.sum()):
-            starts = np.concatenate([[0], np.cumsum(state.row_counts)]).astype(np.int64)
+            starts = cut_points(state.row_counts)
             grads_list = runtime.backend.row_views(grads, starts)
         else:  # pooled_backward_many reports the mismatch on every rank
             grads_list = [grads] * len(tables)

@@ -11,6 +11,7 @@ import collections
 
 import numpy as np
 
+from sok1x.backend.cuts import cut_points
 from sok1x.engine.lookup import distinct_rows
 from sok1x.errors import InvalidInputError
 
@@ -26,7 +27,7 @@ def piece_starts(cuts):
     """Host int64 [T + 1]: where each member's piece starts, 64-byte aligned, for pieces of
     np.diff(cuts) rows (cuts host [T + 1])."""
     sizes = np.diff(np.asarray(cuts, dtype=np.int64))
-    return np.concatenate([[0], np.cumsum(-(-sizes // ALIGN_ROWS) * ALIGN_ROWS)]).astype(np.int64)
+    return cut_points(-(-sizes // ALIGN_ROWS) * ALIGN_ROWS)
 
 
 def split_gradient(backend, group, summed, rows, ranks, starts):
@@ -150,7 +151,7 @@ def keyed_gradient(backend, group, values, rows, counts):
     last = group.last_keyed
     if last is not None and last[3] is group.row_starts and _same_memory([rows], [last[0]]):
         return last[2], (last[1] if _same_memory([values], [last[1]]) else values), counts.copy()
-    cuts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    cuts = cut_points(counts)
     bounds = backend.part_bounds([rows], cuts)
     held = group.held_rows
     bad = (np.diff(cuts) > 0) & ((bounds[:, 0] < -1) | (bounds[:, 1] >= held))  # -1: padding

@@ -29,6 +29,7 @@ import collections
 
 import numpy as np
 
+from sok1x.backend.cuts import cut_points
 from sok1x.engine.tables import optimizer_updates
 from sok1x.engine.lookup import group_gradients, replayed_step, table_group
 from sok1x.engine.lookup.checks import KEY_DTYPES, V1_LIMIT, VARIABLE_LIMIT, check_keys_by_bounds
@@ -64,10 +65,6 @@ _LAYOUTS_KEPT = 64
 _layouts = {}  # (lengths bytes, num_segments bytes) -> _layout's tuple
 
 
-def _cuts(counts):
-    return np.concatenate([[0], np.cumsum(np.asarray(counts, dtype=np.int64))]).astype(np.int64)
-
-
 def _layout(lengths, num_segments):
     """(cuts, segment_cuts, whether no entry is negative, whether they are equal) of host int64
     lengths and num_segments [T]: made once per layout (one-hot batches have one; multi-hot
@@ -77,7 +74,7 @@ def _layout(lengths, num_segments):
     if known is None:
         if len(_layouts) >= _LAYOUTS_KEPT:
             _layouts.clear()
-        known = _layouts[key] = (_cuts(lengths), _cuts(num_segments),
+        known = _layouts[key] = (cut_points(lengths), cut_points(num_segments),
                                  bool(np.all(lengths >= 0) and np.all(num_segments >= 0)),
                                  bool(np.array_equal(lengths, num_segments)))
     return known
@@ -534,7 +531,7 @@ def keyed_update(backend, tables, rule_name, slot_prefix, options, hyper, values
         return [optimizer_updates.apply_update(backend, tables[0], rule_name, slot_prefix,
                                                options, hyper, values, rows)]
     if group is None:
-        cuts = _cuts(counts)
+        cuts = cut_points(counts)
         value_pieces, row_pieces = backend.row_views(values, cuts), backend.row_views(rows, cuts)
         return optimizer_updates.apply_updates(backend, tables, rule_name, slot_prefix, options,
                                                hyper, value_pieces, row_pieces)
@@ -556,7 +553,7 @@ def _update_by_table(backend, tables, rule_name, slot_prefix, options, hyper, va
             "table adding up to n; got values %s, %d rows arrays, counts %s"
             % (", ".join(table.name for table in tables), list(values.shape), len(rows),
                counts.tolist()))
-    cuts = _cuts(counts)
+    cuts = cut_points(counts)
     pieces = backend.row_views(values, cuts)
     return optimizer_updates.apply_updates(backend, tables, rule_name, slot_prefix, options,
                                            hyper, pieces, rows)

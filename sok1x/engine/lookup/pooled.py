@@ -19,6 +19,7 @@ import collections
 
 import numpy as np
 
+from sok1x.backend.cuts import cut_points, part_starts
 from sok1x.engine.lookup import group_gradients, table_group
 from sok1x.engine.lookup.checks import first_error
 from sok1x.engine.lookup.key_exchange import (
@@ -161,7 +162,7 @@ def _joined_keys(backend, unit, items, error):
     group = unit.table
     if group.use_hashtable:
         counts = np.array([item.keys.shape[0] for item in items], dtype=np.int64)
-        cuts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        cuts = cut_points(counts)
         return (backend.join_keys([item.keys for item in items], np.zeros(len(items), np.int64)),
                 backend.part_tags(cuts), counts)
     return backend.join_keys([item.keys for item in items], group.key_starts[:-1]), None, None
@@ -169,7 +170,7 @@ def _joined_keys(backend, unit, items, error):
 
 def _pieces(backend, array, counts):
     """Row views of `array`, counts[i] rows each, in order."""
-    return backend.row_views(array, np.concatenate([[0], np.cumsum(counts)]).astype(np.int64))
+    return backend.row_views(array, cut_points(counts))
 
 
 def _pool_of(backend, items, segments):
@@ -179,7 +180,7 @@ def _pool_of(backend, items, segments):
     if len(items) == 1:
         segment_ids, weights = items[0].segment_ids, items[0].weights
     else:
-        starts = np.concatenate([[0], np.cumsum(segments)[:-1]]).astype(np.int64)
+        starts = part_starts(segments)
         own_rows = [item.segment_ids is None for item in items]
         segment_ids = None  # every key its own row: so are the joined keys
         if not all(own_rows):

@@ -98,6 +98,7 @@ import weakref
 
 import numpy as np
 
+from sok1x.backend.cuts import cut_points
 from sok1x.engine import environment
 from sok1x.engine.lookup import bounded_step
 from sok1x.engine.tables import eviction, hybrid_rows, optimizer_updates
@@ -624,7 +625,7 @@ class HashGroup(TableGroup):
             return None
         lengths = np.zeros(len(members), np.int64)
         lengths[evicting] = [members[t].spare for t in evicting]
-        cuts = np.concatenate([[0], np.cumsum(lengths)])
+        cuts = cut_points(lengths)
         layout = cuts.tobytes()
         spares, copy = kept.get(layout), True
         if spares is None:  # the lists joined, once for these members' spare rows
@@ -722,7 +723,7 @@ class HashGroup(TableGroup):
             self._grow_in_place(capacities, grown)
             return
         rows = self._rows_for(capacities)
-        starts = np.concatenate([[0], np.cumsum(rows)]).astype(np.int64)
+        starts = cut_points(rows)
         hbm = self._device_rows(rows)
 
         def relaid(flat, initial, split=False):  # the views by the layout of now
@@ -1192,7 +1193,7 @@ class ReplayedInsert:
                                            group._flat_arrays, group.journal.step,
                                            self._victims, self._room, spares)
         self._gathered = (queued.values is not None, sorted(queued.slots))
-        starts = np.concatenate([[0], np.cumsum(self.counts)])
+        starts = cut_points(self.counts)
         victims = eviction.Victims(backend, starts, queued.keys, queued.rows, queued.values,
                                    queued.slots, queued.records, queued.totals, queued.served,
                                    spares is None)

@@ -52,6 +52,7 @@ import weakref
 
 import numpy as np
 
+from sok1x.backend.cuts import cut_points
 from sok1x.engine.tables import hybrid_rows
 from sok1x.engine.tables.table import rebuild_worn
 
@@ -476,7 +477,7 @@ def queue_padded(tables, bounds, keys, tags, flat_arrays, step, out=None, room=N
         [bucket_bits(table.capacity) for table in tables], step,
         [table.dynamic.evict_strategy == "lfu" for table in tables], None, True,
         None if out is None else out[:3])
-    starts = np.concatenate([[0], np.cumsum(bounds)])
+    starts = cut_points(bounds)
     firsts = np.asarray(row_starts[:-1], dtype=np.int64)
     member_rows = backend.offset_parts(device_rows, starts, -firsts,
                                        None if out is None else out[3])
@@ -515,7 +516,7 @@ def record_padded(tables, bounds, queued, flat_arrays, spares=None):
     backend = tables[0].backend
     row_starts = flat_arrays()[1]
     bounds = np.asarray(bounds, dtype=np.int64)
-    starts = np.concatenate([[0], np.cumsum(bounds)])
+    starts = cut_points(bounds)
     evicted = Evicted(backend, lambda: flat_arrays()[:2], row_starts, queued.found,
                       queued.pinned)
     evicted.victims = Victims(backend, starts, queued.keys, queued.rows, queued.values,
@@ -592,7 +593,7 @@ def evict(tables, counts, keys, tags, flat_arrays, found=None, segments=None, pa
         [table.dynamic.evict_strategy == "lfu" for table in tables], segments, padded)
     device_keys, device_rows, records = picked[:3]
     totals = served = None
-    starts = np.concatenate([[0], np.cumsum(counts)])
+    starts = cut_points(counts)
     if padded:
         totals, evicted.unserved, served = picked[3:]
     else:  # one small wait: the lowest flat row of each member's victims (-1: one is missing)

@@ -23,6 +23,8 @@ reads the same whichever it holds.
 """
 import numpy as np
 
+from sok1x.backend.cuts import cut_points
+
 
 class SplitRows:
     """A [capacity, *row] array of `dtype` split at row hbm_rows. Attributes: shape, dtype,
@@ -67,9 +69,9 @@ class GroupedRows:
     def __init__(self, backend, rows, hbm, row_shape, dtype, initial=0.0):
         rows = np.asarray(rows, dtype=np.int64)
         self.hbm = np.minimum(np.asarray(hbm, dtype=np.int64), rows)
-        self.starts = np.concatenate([[0], np.cumsum(rows)]).astype(np.int64)
-        self._device_starts = np.concatenate([[0], np.cumsum(self.hbm)]).astype(np.int64)
-        self._host_starts = np.concatenate([[0], np.cumsum(rows - self.hbm)]).astype(np.int64)
+        self.starts = cut_points(rows)
+        self._device_starts = cut_points(self.hbm)
+        self._host_starts = cut_points(rows - self.hbm)
         self.hbm_rows = int(self._device_starts[-1])
         self.shape = (int(self.starts[-1]),) + tuple(int(n) for n in row_shape)
         self.dtype = np.dtype(dtype)
