@@ -21,8 +21,9 @@ keeps one 16-byte record of access statistics, statistics[row] = (last step, cou
 journal's counter at the row's last training lookup, and its training lookups (each rank's
 lookup of a key counts once). One touch_rows per lookup updates them (one sector per key, where
 two arrays took two) and stamps the new rows' update times in the same launch (rows split
-between GPU and host memory: the lookup's kernel counts it, a fill_rows stamps); a row's record
-is zeroed when its key leaves (eviction, undo), so a new key's row starts from 0.
+between GPU and host memory: the lookup's kernel counts it, a fill_rows stamps); a row's count
+is zeroed when its key leaves (the pick leaves a victim's record at (step, 0), an undo at 0), so
+a new key's row counts from 0.
 Eviction reads them on the device (eviction.py: per bucket by score, the policy stated there):
 the host reads the victims' keys and rows, never the shard. Nothing else reads them, so an
 hbm table, which never evicts, keeps none (statistics None; its lookups stamp the new rows
